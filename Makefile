@@ -1,0 +1,46 @@
+# Two entry points for a fresh machine (see README): `make run` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build of torch is enough to run the bundled trainer here; on a GPU host, set
+# TORCH_SPEC to the CUDA build you want (e.g. TORCH_SPEC=torch==2.11.0).
+TORCH_SPEC ?= torch==2.13.0
+# System tools the tests drive for real: an OpenSSH server on 127.0.0.1, tmux for the
+# end-to-end dashboard test, util-linux for the pct stand-in's PID namespaces.
+SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux
+
+.PHONY: run test venv system-tools bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[train,test]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+run: venv
+	$(BIN)/dflash-tui
+
+system-tools:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "note: missing$$missing; the tests that need them will skip (they must run in CI)"; \
+	  fi; \
+	fi
+
+test: venv system-tools
+	$(BIN)/python -m pytest -q
+
+bench: venv system-tools
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

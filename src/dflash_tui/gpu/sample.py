@@ -1,0 +1,68 @@
+"""One GPU sample: what NVML (or nvidia-smi) said about each GPU at one moment.
+
+Produced by `gpu/` sources (local pynvml, the remote agent's probe, nvidia-smi CSV), consumed
+by the health checklist and the dashboard's GPU pane. A field the driver does not support is
+None (shown as n/a), never 0. An error is a state (`GpuSnapshot.error`), never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class GpuErrorKind(str, Enum):
+    NO_DRIVER = "no_driver"                # NVML loaded but no driver / no GPU
+    LIBRARY_NOT_FOUND = "library_not_found"  # libnvidia-ml.so / pynvml / nvidia-smi missing
+    VERSION_MISMATCH = "version_mismatch"  # driver/library version mismatch
+    GPU_LOST = "gpu_lost"                  # a GPU fell off the bus
+    PROBE_FAILED = "probe_failed"          # the remote probe died or answered garbage
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class GpuError:
+    kind: GpuErrorKind
+    message: str          # one line, names the problem and the fix
+    gpu_index: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int                       # host pid, as NVML reports it
+    used_memory_bytes: int | None
+    container_pid: int | None = None  # pid inside the run's container (NSpid), if mapped
+    is_run_process: bool = False      # belongs to the watched run
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    name: str
+    uuid: str
+    util_sm_pct: float | None = None
+    util_mem_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    ecc_errors_uncorrected: int | None = None
+    xid_errors: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    lost: bool = False             # fell off the bus since the last sample
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    time: float                    # epoch seconds when sampled (sampler's clock)
+    source: str                    # "nvml" | "nvidia-smi" | "fake" | "none"
+    gpus: tuple[GpuSample, ...] = ()
+    error: GpuError | None = None
+    driver_version: str = ""
+    latency_ms: float | None = None  # how long the sample took
+    extra: dict = field(default_factory=dict, compare=False)

@@ -1,0 +1,67 @@
+"""The words the checklist speaks: verdicts, check states, checks.
+
+Shared by `--check` (printed / JSON) and the dashboard's Health pane, so both always agree.
+The verdict table itself (which evidence gives which verdict) lives in `run/health.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Verdict(str, Enum):
+    # From DESIGN.md's verdict table:
+    NEVER_STARTED = "NEVER STARTED"   # no launch.json by the deadline: the launch shell never ran
+    LOG_MISSING = "LOG MISSING"       # launch.json but no train.log
+    FINISHED = "FINISHED"             # pid gone, exit.json code 0
+    CRASHED = "CRASHED"               # pid gone, exit.json non-zero / signal
+    KILLED = "KILLED"                 # pid gone, no exit.json
+    STALLED = "STALLED"               # pid alive, heartbeat older than the stall limit
+    RUNNING = "RUNNING"               # pid alive, heartbeats fresh, steps advancing
+    # Not failures, not yet healthy:
+    STARTING = "STARTING"             # pid alive, log present, no heartbeat yet / compiling (within limits)
+    NO_RUN = "NO RUN"                 # nothing was ever launched in this run dir
+
+    @property
+    def healthy(self) -> bool:
+        return self in (Verdict.RUNNING, Verdict.FINISHED)
+
+    @property
+    def failing(self) -> bool:
+        return self in (Verdict.NEVER_STARTED, Verdict.LOG_MISSING, Verdict.CRASHED,
+                        Verdict.KILLED, Verdict.STALLED)
+
+
+class CheckState(str, Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    PENDING = "pending"
+
+
+@dataclass
+class Check:
+    id: str            # stable key, e.g. "launch_json", "train_log", "pid_alive", "heartbeat"
+    label: str         # what a person reads in the checklist
+    state: CheckState
+    cause: str = ""    # one line: what was observed
+    hint: str = ""     # one line: what to do about it
+    since: float | None = None  # epoch seconds when `state` last changed
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        return d
+
+
+@dataclass
+class Checklist:
+    verdict: Verdict
+    checks: list[Check] = field(default_factory=list)
+    summary: str = ""  # one line explaining the verdict, e.g. "exit code 1: ValueError: ..."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.value, "summary": self.summary,
+                "checks": [c.to_dict() for c in self.checks]}
