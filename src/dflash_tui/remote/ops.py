@@ -1,0 +1,62 @@
+"""The questions `run/` and `gpu/` ask of a target, independent of how they are answered.
+
+Two implementations (in `remote/`):
+- `AgentOps`: a persistent stdlib-only python3 agent started once over one channel,
+  speaking JSON lines (sub-millisecond per request). Used wherever the target has python3.
+- `ShellOps`: one-shot POSIX-sh commands (`cat`, `test`, `kill -0`, /proc reads) for targets
+  without python3. Slower, same answers.
+
+All times are the TARGET's clock (`now()` included), so verdicts never depend on clock skew
+between the laptop and the GPU host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class FileStat:
+    path: str
+    exists: bool
+    size: int = 0
+    mtime: float = 0.0
+    inode: int = 0
+    is_dir: bool = False
+    error: str = ""   # e.g. "Permission denied" when it exists but cannot be read/stat'd
+
+
+@dataclass(frozen=True)
+class FileChunk:
+    path: str
+    offset: int       # where this chunk starts
+    data: bytes
+    size: int         # file size at the time of the read
+    inode: int        # lets a tailer notice rotation (new inode) and truncation (size < offset)
+    exists: bool = True
+
+
+@dataclass(frozen=True)
+class PidInfo:
+    pid: int
+    alive: bool
+    start_ticks: int | None = None   # /proc/<pid>/stat field 22
+    cmdline: tuple[str, ...] = ()
+    state: str = ""                  # /proc state letter; "Z" counts as not alive
+    pgid: int | None = None
+    nspid: tuple[int, ...] = ()      # NSpid line of /proc/<pid>/status (host view → innermost)
+
+
+class RemoteOps(Protocol):
+    async def now(self) -> float: ...
+    async def stat(self, paths: list[str]) -> list[FileStat]: ...
+    async def read(self, path: str, offset: int = 0, max_bytes: int = 1 << 20) -> FileChunk: ...
+    async def read_tail(self, path: str, max_bytes: int = 64 << 10) -> FileChunk: ...
+    async def pid_info(self, pids: list[int]) -> list[PidInfo]: ...
+    async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
+                     cmdline_contains: str | None, group: bool = False) -> str:
+        """Send sig to pid (or to its process group when `group`, pid being the group
+        leader) only if pid still has that start time and cmdline. Returns "sent", "gone" or
+        "mismatch" (pid reused: nothing was sent). Never a pattern kill."""
+    async def close(self) -> None: ...
