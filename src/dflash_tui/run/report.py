@@ -1,0 +1,31 @@
+"""One observation of a run, as handed to `--check` output and to the dashboard.
+
+`run/monitor.py` produces these once per poll; the UI renders them and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dflash_train.schema import ExitRecord, LaunchRecord, StopRecord, TrainStatus
+
+from .verdict import Checklist
+
+
+@dataclass
+class RunReport:
+    time: float                       # target clock when observed (epoch seconds)
+    profile: str
+    target_label: str                 # e.g. "local", "root@gpu1 · pct:200"
+    run_dir: str
+    checklist: Checklist              # verdict + checks (+ summary line)
+    launch: LaunchRecord | None = None
+    exit: ExitRecord | None = None
+    stop: StopRecord | None = None
+    status: TrainStatus | None = None  # latest status.json, if any parsed
+    pid_alive: bool | None = None
+    uptime_s: float | None = None
+    connected: bool = True            # False: the transport is down, fields are the last known
+    stale_since: float | None = None  # local epoch seconds when the data stopped being fresh
+    error: str | None = None          # transport/read error of this poll, one line
+    last_traceback: str | None = None  # last Python traceback found in train.log, if any
