@@ -99,6 +99,9 @@ class LaunchRecord:
     python: str = ""
     cwd: str = ""
     v: int = SCHEMA_VERSION
+    # Set when the wrapper could not open train.log (why, as the shell said it): the wrapper
+    # then writes launch.json anyway and does not start the trainer (verdict LOG MISSING).
+    log_error: str = ""
 
 
 @dataclass

@@ -1,0 +1,251 @@
+"""Profiles: where a run lives and how to start it, loaded from TOML.
+
+One table per profile under ``[profile.NAME]``. Every problem is reported as a `ConfigError`
+whose message names the file, the key and what is wrong, so the CLI can print one line and
+exit 2. With no config file at all, the built-in ``local`` profile runs the bundled trainer on
+this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PROFILE = "local"
+
+# A small CPU run of the bundled trainer: one target thread and two drafter threads, so the
+# embedded default exercises the thread pool and the compile gate without a GPU.
+LOCAL_TRAIN_ARGS = ("--target-devices", "cpu", "--drafter-devices", "cpu,cpu", "--steps", "2000")
+
+_CONTAINER_RE = re.compile(r"^(pct:\d+|docker:[A-Za-z0-9][A-Za-z0-9_.-]*)$")
+_PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ConfigError(ValueError):
+    """A config problem, already phrased as the one line the user reads."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    run_dir: str
+    host: str | None = None            # None: this machine
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    container: str | None = None       # "pct:200" | "docker:NAME"
+    python: str = "python3"
+    train_args: tuple[str, ...] = ()
+    # Replaces `python -m dflash_train --run-dir RUN_DIR` (train_args are still appended).
+    # The program finds its run dir and id in $DFLASH_RUN_DIR and $DFLASH_RUN_ID.
+    command: tuple[str, ...] | None = None
+    known_hosts: str | None = None     # None: asyncssh default (~/.ssh/known_hosts)
+    ssh_config: str | None = None      # None: ~/.ssh/config
+    stall_after_s: float = 60.0        # heartbeat older than this: STALLED
+    compile_stall_after_s: float = 900.0  # same, for a thread that is compiling or warming up
+    launch_deadline_s: float = 1.0     # no launch.json this long after the launch: NEVER STARTED
+    stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
+    min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
+    source: str = "<built-in>"         # the file the profile came from, for messages
+
+    @property
+    def is_local(self) -> bool:
+        return self.host is None
+
+    @property
+    def trainer_argv(self) -> list[str]:
+        """The argv the wrapper runs: the bundled trainer unless `command` overrides it."""
+        if self.command is not None:
+            return [*self.command, *self.train_args]
+        return [self.python, "-m", "dflash_train", "--run-dir", self.run_dir, *self.train_args]
+
+    @property
+    def uses_bundled_trainer(self) -> bool:
+        return self.command is None
+
+    def where(self) -> str:
+        """Human label of the target, e.g. "root@gpu1:2222 · pct:200" or "local"."""
+        if self.host is None:
+            base = "local"
+        else:
+            base = f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+        return f"{base} · {self.container}" if self.container else base
+
+
+@dataclass
+class Config:
+    path: str | None                   # None when no file exists and the built-in is used
+    profiles: dict[str, Profile] = field(default_factory=dict)
+    default: str | None = DEFAULT_PROFILE  # the profile used without --profile, if unambiguous
+
+    def profile(self, name: str | None) -> Profile:
+        if name is None:
+            if self.default is not None:
+                return self.profiles[self.default]
+            file_names = sorted(n for n, p in self.profiles.items() if p.source == self.path)
+            raise ConfigError(
+                f"{self.path}: several profiles ({', '.join(file_names)}) and no "
+                f"'{DEFAULT_PROFILE}'; choose one with --profile NAME")
+        try:
+            return self.profiles[name]
+        except KeyError:
+            known = ", ".join(sorted(self.profiles)) or "none"
+            where = self.path or "the built-in config"
+            raise ConfigError(f"{where}: no profile named {name!r} (known: {known}); "
+                              f"add a [profile.{name}] table or pick another") from None
+
+
+def state_dir() -> Path:
+    """$XDG_STATE_HOME/dflash-tui (default ~/.local/state/dflash-tui)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "dflash-tui"
+
+
+def default_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "dflash-tui" / "config.toml"
+
+
+def builtin_local_profile() -> Profile:
+    return Profile(
+        name=DEFAULT_PROFILE,
+        run_dir=str(state_dir() / "runs" / DEFAULT_PROFILE),
+        python=sys.executable,
+        train_args=LOCAL_TRAIN_ARGS,
+    )
+
+
+# key -> (accepted python types, description used in messages)
+_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "host": ((str,), "a host name or ~/.ssh/config alias"),
+    "user": ((str,), "a user name"),
+    "port": ((int,), "a port number (1-65535)"),
+    "identity_file": ((str,), "a path to a private key"),
+    "container": ((str,), 'a container, "pct:ID" or "docker:NAME"'),
+    "run_dir": ((str,), "an absolute path on the target"),
+    "python": ((str,), "a python executable on the target"),
+    "train_args": ((list,), "a list of strings"),
+    "command": ((list,), "a non-empty list of strings"),
+    "known_hosts": ((str,), "a path to a known_hosts file"),
+    "ssh_config": ((str,), "a path to an ssh config file"),
+    "stall_after_s": ((int, float), "a number of seconds > 0"),
+    "compile_stall_after_s": ((int, float), "a number of seconds > 0"),
+    "launch_deadline_s": ((int, float), "a number of seconds > 0"),
+    "stop_grace_s": ((int, float), "a number of seconds >= 0"),
+    "min_free_gb": ((int, float), "a number of GiB >= 0"),
+}
+
+
+def _profile_from_table(path: str, name: str, table: Any) -> Profile:
+    where = f"{path}: [profile.{name}]"
+    if not _PROFILE_NAME_RE.match(name):
+        raise ConfigError(f"{where}: profile names use letters, digits, '_', '.', '-'; rename it")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table (write it as [profile.{name}] with keys below)")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in _KEYS:
+            known = ", ".join(sorted(_KEYS))
+            raise ConfigError(f"{where}: unknown key {key!r} (known keys: {known})")
+        types, desc = _KEYS[key]
+        # TOML booleans are ints to Python; a port of `true` is a mistake, not 1.
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ConfigError(f"{where}: {key} = {value!r} is not {desc}")
+        if isinstance(value, list):
+            bad = [v for v in value if not isinstance(v, str)]
+            if bad:
+                raise ConfigError(f"{where}: {key} must be {desc}; {bad[0]!r} is not a string "
+                                  f"(quote it)")
+            value = tuple(value)
+        values[key] = value
+
+    if "port" in values and not 1 <= values["port"] <= 65535:
+        raise ConfigError(f"{where}: port = {values['port']} is not a port number (1-65535)")
+    for key in ("stall_after_s", "compile_stall_after_s", "launch_deadline_s"):
+        if key in values and values[key] <= 0:
+            raise ConfigError(f"{where}: {key} = {values[key]} must be > 0")
+    for key in ("stop_grace_s", "min_free_gb"):
+        if key in values and values[key] < 0:
+            raise ConfigError(f"{where}: {key} = {values[key]} must be >= 0")
+    if "container" in values and not _CONTAINER_RE.match(values["container"]):
+        raise ConfigError(f"{where}: container = {values['container']!r} is not "
+                          f'"pct:ID" (digits) or "docker:NAME"')
+    if "command" in values and not values["command"]:
+        raise ConfigError(f"{where}: command = [] is empty; remove it to run the bundled trainer")
+    for key in ("host", "user", "python", "identity_file", "known_hosts", "ssh_config"):
+        if key in values and (not values[key] or values[key] != values[key].strip()):
+            raise ConfigError(f"{where}: {key} = {values[key]!r} is empty or has surrounding spaces")
+    if any(k in values for k in ("user", "port", "identity_file")) and "host" not in values:
+        raise ConfigError(f"{where}: user/port/identity_file are set but host is not; "
+                          "add host = \"...\" or remove them to run locally")
+
+    if "run_dir" not in values:
+        if "host" in values:
+            raise ConfigError(f"{where}: run_dir is missing; add run_dir = \"/abs/path\" "
+                              "(a directory on the target)")
+        values["run_dir"] = str(state_dir() / "runs" / name)
+    run_dir = values["run_dir"]
+    if not run_dir.startswith("/") or "\x00" in run_dir:
+        raise ConfigError(f"{where}: run_dir = {run_dir!r} must be an absolute path on the target")
+    if run_dir != "/":
+        values["run_dir"] = run_dir.rstrip("/")
+    else:
+        raise ConfigError(f"{where}: run_dir = '/' would put run files in the root; choose a directory")
+    if "identity_file" in values:
+        values["identity_file"] = os.path.expanduser(values["identity_file"])
+    for key in ("known_hosts", "ssh_config"):
+        if key in values:
+            values[key] = os.path.expanduser(values[key])
+    if "python" not in values and "host" not in values and "container" not in values:
+        values["python"] = sys.executable   # local: the interpreter that has dflash_train
+    return Profile(name=name, source=path, **values)
+
+
+def parse_config(text: str, path: str) -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    extra = sorted(set(data) - {"profile"})
+    if extra:
+        raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}; profiles go under [profile.NAME]")
+    tables = data.get("profile", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{path}: 'profile' must hold tables, e.g. [profile.gpu1]")
+    if not tables:
+        raise ConfigError(f"{path}: no profiles; add a [profile.NAME] table "
+                          "(see assets/profiles.example.toml)")
+    profiles = {name: _profile_from_table(path, name, table) for name, table in tables.items()}
+    return Config(path=path, profiles=profiles)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load `path`, or the default path; with no file at the default path, the built-in profile.
+
+    An explicit path that does not exist is an error (the user asked for it by name)."""
+    explicit = path is not None
+    p = Path(path) if explicit else default_config_path()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"{p}: no such config file; check the --config path") from None
+        return Config(path=None, profiles={DEFAULT_PROFILE: builtin_local_profile()})
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, expected a TOML file") from None
+    except PermissionError:
+        raise ConfigError(f"{p}: permission denied; make it readable (chmod u+r)") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    config = parse_config(text, str(p))
+    # Without --profile: the file's only profile, or its `local`; several and no `local` is
+    # ambiguous. The built-in `local` stays reachable by name unless the file overrides it.
+    names = list(config.profiles)
+    config.default = names[0] if len(names) == 1 else (DEFAULT_PROFILE if DEFAULT_PROFILE in names else None)
+    config.profiles.setdefault(DEFAULT_PROFILE, builtin_local_profile())
+    return config
