@@ -60,3 +60,32 @@ class RemoteOps(Protocol):
         leader) only if pid still has that start time and cmdline. Returns "sent", "gone" or
         "mismatch" (pid reused: nothing was sent). Never a pattern kill."""
     async def close(self) -> None: ...
+
+
+# -- added by remote/ (additive): the preflight questions, answered by both AgentOps and ShellOps
+
+
+@dataclass(frozen=True)
+class DiskFree:
+    path: str         # the path asked about (may not exist yet)
+    checked: str      # its nearest existing ancestor, where the space was measured
+    free: int         # bytes available to an unprivileged writer
+    total: int
+
+
+@dataclass(frozen=True)
+class DirProbe:
+    path: str
+    exists: bool
+    created: bool     # this probe made it
+    writable: bool    # a file was really written and removed (os.access lies on ro mounts)
+    error: str = ""   # strerror of what failed, e.g. "Permission denied", "Read-only file system"
+
+
+class PreflightOps(RemoteOps, Protocol):
+    kind: str         # "agent" or "shell": how the answers are obtained
+
+    async def which(self, names: list[str]) -> dict[str, str | None]: ...
+    async def disk_free(self, path: str) -> DiskFree: ...
+    async def probe_dir(self, path: str, create: bool = True) -> DirProbe: ...
+    async def list_dir(self, path: str) -> list[FileStat]: ...

@@ -1,0 +1,313 @@
+"""AgentOps: RemoteOps answered by the persistent agent (agent_server.py) over one channel.
+
+The agent is started once per target with `python3 -c BOOTSTRAP`; its source follows on stdin,
+so nothing is installed or left on the target. Requests carry ids, so any number of coroutines
+can ask at once; each waits at most its own timeout. When the channel dies (network cut, sshd
+restart, container stopped) every waiting request fails with a TargetError, and the next
+request starts a fresh agent through the target, whose transport reconnects on its own.
+
+`open_ops(target)` is the entry point: the agent where the target has python3, else ShellOps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import zlib
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import agent_server
+from .base import CommandTimeout, Process, Target, TargetError
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
+
+# Reads one line (the program, zlib + base64) from stdin and runs it: small enough to read in
+# `ps`, and independent of how long the program grows with extra sources.
+BOOTSTRAP = ("import sys,zlib,base64;exec(compile(zlib.decompress(base64.b64decode("
+             "sys.stdin.buffer.readline())),'<dflash-agent>','exec'),{'__name__':'dflash_agent'})")
+
+# sh finds the interpreter first so "no python3 here" is an answer, not a silent EOF.
+_LAUNCH = ('command -v "$1" >/dev/null 2>&1 || { echo "dflash-agent: no-python $1"; exit 127; }; '
+           'exec "$1" -c "$2"')
+NO_PYTHON_MARK = "dflash-agent: no-python"
+
+_SERVER_SOURCE = Path(agent_server.__file__).read_text(encoding="utf-8")
+
+
+class AgentUnavailable(TargetError):
+    """The target has no usable python3 (missing or older than 3.8): use ShellOps there."""
+
+
+def build_program(extra_sources: Sequence[str] = ()) -> bytes:
+    """The line sent after the bootstrap: server source + extras + the call to main."""
+    extras = [(f"extra{i}", src) for i, src in enumerate(extra_sources)]
+    text = f"{_SERVER_SOURCE}\nmain({extras!r})\n"
+    return base64.b64encode(zlib.compress(text.encode("utf-8"), 9)) + b"\n"
+
+
+# -- answers → the contract's dataclasses (ShellOps builds the same dicts) ------------------
+
+
+def filestat_from(d: dict) -> FileStat:
+    return FileStat(path=d["path"], exists=bool(d["exists"]), size=int(d["size"]),
+                    mtime=float(d["mtime"]), inode=int(d["inode"]), is_dir=bool(d["is_dir"]),
+                    error=d.get("error", ""))
+
+
+def chunk_from(d: dict) -> FileChunk:
+    return FileChunk(path=d["path"], offset=int(d["offset"]), data=base64.b64decode(d["data"]),
+                     size=int(d["size"]), inode=int(d["inode"]), exists=bool(d["exists"]))
+
+
+def pidinfo_from(d: dict) -> PidInfo:
+    return PidInfo(pid=int(d["pid"]), alive=bool(d["alive"]), start_ticks=d["start_ticks"],
+                   cmdline=tuple(d["cmdline"]), state=d["state"], pgid=d["pgid"],
+                   nspid=tuple(d["nspid"]))
+
+
+def diskfree_from(d: dict) -> DiskFree:
+    return DiskFree(path=d["path"], checked=d["checked"], free=int(d["free"]),
+                    total=int(d["total"]))
+
+
+def dirprobe_from(d: dict) -> DirProbe:
+    return DirProbe(path=d["path"], exists=bool(d["exists"]), created=bool(d["created"]),
+                    writable=bool(d["writable"]), error=d.get("error", ""))
+
+
+class AgentOps:
+    """RemoteOps (and PreflightOps) through the agent. Create with `await AgentOps.start(t)`."""
+
+    kind = "agent"
+
+    def __init__(self, target: Target, *, python: str = "python3",
+                 extra_sources: Sequence[str] = (), request_timeout: float = 15.0,
+                 start_timeout: float = 30.0) -> None:
+        self.target = target
+        self.python = python
+        self.extra_sources = list(extra_sources)
+        self.request_timeout = request_timeout
+        self.start_timeout = start_timeout
+        self.info: dict[str, Any] = {}     # the agent's hello: python, pid, hostname, user, ops
+        self.starts = 0                    # how many agents this client has started
+        self._proc: Process | None = None
+        self._reader: asyncio.Task | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count(1)
+        self._start_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def start(cls, target: Target, extra_sources: Sequence[str] = (),
+                    **kw: Any) -> "AgentOps":
+        ops = cls(target, extra_sources=extra_sources, **kw)
+        await ops._ensure()
+        return ops
+
+    @property
+    def label(self) -> str:
+        return self.target.label
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def _ensure(self) -> None:
+        if self._closed:
+            raise TargetError(f"the agent client for {self.label} is closed")
+        if self._proc is not None and self._reader is not None and not self._reader.done():
+            return
+        async with self._start_lock:
+            if self._proc is not None and self._reader is not None and not self._reader.done():
+                return
+            await self._spawn()
+
+    async def _spawn(self) -> None:
+        proc = await self.target.open_process(
+            ["sh", "-c", _LAUNCH, "dflash-agent", self.python, BOOTSTRAP])
+        try:
+            try:
+                await proc.write(build_program(self.extra_sources))
+            except (OSError, TargetError):
+                pass   # it already exited (no python3?): its first line says why
+            first = await asyncio.wait_for(proc.readline(), self.start_timeout)
+        except asyncio.TimeoutError:
+            await proc.close()
+            raise CommandTimeout(f"the agent on {self.label} did not answer within "
+                                 f"{self.start_timeout:.0f}s", "is the target overloaded?") from None
+        except BaseException:
+            await proc.close()
+            raise
+        text = first.decode("utf-8", "replace").strip()
+        if text.startswith(NO_PYTHON_MARK):
+            await proc.close()
+            raise AgentUnavailable(f"no {self.python} on {self.label}",
+                                   "install python3 there, or set `python` in the profile")
+        if text.startswith("dflash-agent: python"):
+            await proc.close()
+            raise AgentUnavailable(f"{self.python} on {self.label}: {text[14:]}",
+                                   "the agent needs python 3.8 or newer")
+        try:
+            hello = json.loads(text)
+            assert hello.get("id") == 0 and hello.get("ok")
+        except (ValueError, AssertionError, AttributeError):
+            await proc.close()
+            if not text:
+                raise TargetError(
+                    f"the agent on {self.label} printed nothing and exited "
+                    f"(status {proc.returncode}): the transport did not run the command",
+                    "run `dflash-tui --canary` to test the transport") from None
+            raise TargetError(f"the agent on {self.label} did not start: {text[:200]}",
+                              f"check that `{self.python}` runs there") from None
+        self.info = hello["result"]
+        self._proc = proc
+        self.starts += 1
+        self._reader = asyncio.create_task(self._read_answers(proc), name="dflash-agent-reader")
+
+    async def _read_answers(self, proc: Process) -> None:
+        try:
+            while True:
+                line = await proc.readline()
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                    fut = self._pending.pop(msg.get("id"), None)
+                except (ValueError, AttributeError):
+                    continue   # not ours (noise on the channel); requests still time out
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+        except (TargetError, OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if self._proc is proc:
+                self._proc = None
+            err = TargetError(f"the agent on {self.label} stopped (its channel closed)",
+                              "it is restarted on the next request")
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(err)
+            self._pending.clear()
+
+    async def _drop(self) -> None:
+        proc, self._proc = self._proc, None
+        reader, self._reader = self._reader, None
+        if proc is not None:
+            try:
+                await asyncio.wait_for(proc.close(), 5)
+            except (asyncio.TimeoutError, TargetError, OSError):
+                pass
+        if reader is not None:
+            reader.cancel()
+            try:
+                await reader
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._drop()
+
+    # -- requests ------------------------------------------------------------------------
+    async def call(self, op: str, timeout: float | None = None, **args: Any) -> Any:
+        """One request; retried once on a fresh agent when the channel died under it
+        (every op but `signal` is a read, so repeating it is harmless)."""
+        for attempt in (1, 2):
+            await self._ensure()
+            try:
+                return await self._call_once(op, args, timeout or self.request_timeout)
+            except _ChannelLost:
+                if attempt == 2 or op == "signal":
+                    raise TargetError(f"lost the agent on {self.label} during {op}",
+                                      "check the connection; it is retried on the next poll") from None
+        raise AssertionError("unreachable")
+
+    async def _call_once(self, op: str, args: dict, timeout: float) -> Any:
+        proc = self._proc
+        if proc is None:
+            raise _ChannelLost()
+        rid = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        line = (json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":"))
+                + "\n").encode("utf-8")
+        try:
+            async with self._write_lock:
+                await proc.write(line)
+            msg = await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            self._pending.pop(rid, None)
+            # A wedged agent (e.g. stat on a hung mount) answers nothing else: start afresh.
+            await self._drop()
+            raise CommandTimeout(f"the agent on {self.label} did not answer {op} within "
+                                 f"{timeout:.0f}s", "a filesystem there may be hanging") from None
+        except (TargetError, OSError, ConnectionError):
+            self._pending.pop(rid, None)
+            raise _ChannelLost() from None
+        if not msg.get("ok"):
+            raise TargetError(f"{op} on {self.label}: {msg.get('error', 'failed')}")
+        return msg.get("result")
+
+    # -- RemoteOps ------------------------------------------------------------------------
+    async def now(self) -> float:
+        return float(await self.call("now"))
+
+    async def stat(self, paths: list[str]) -> list[FileStat]:
+        return [filestat_from(d) for d in await self.call("stat", paths=list(paths))]
+
+    async def read(self, path: str, offset: int = 0, max_bytes: int = 1 << 20) -> FileChunk:
+        return chunk_from(await self.call("read", path=path, offset=offset, max_bytes=max_bytes))
+
+    async def read_tail(self, path: str, max_bytes: int = 64 << 10) -> FileChunk:
+        return chunk_from(await self.call("read_tail", path=path, max_bytes=max_bytes))
+
+    async def pid_info(self, pids: list[int]) -> list[PidInfo]:
+        return [pidinfo_from(d) for d in await self.call("pid_info", pids=[int(p) for p in pids])]
+
+    async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
+                     cmdline_contains: str | None, group: bool = False) -> str:
+        return await self.call("signal", pid=int(pid), sig=int(sig), start_ticks=start_ticks,
+                               cmdline_contains=cmdline_contains, group=bool(group))
+
+    # -- PreflightOps ---------------------------------------------------------------------
+    async def which(self, names: list[str]) -> dict[str, str | None]:
+        return await self.call("which", names=list(names))
+
+    async def disk_free(self, path: str) -> DiskFree:
+        return diskfree_from(await self.call("disk_free", path=path))
+
+    async def probe_dir(self, path: str, create: bool = True) -> DirProbe:
+        return dirprobe_from(await self.call("probe_dir", path=path, create=create))
+
+    async def list_dir(self, path: str) -> list[FileStat]:
+        return [filestat_from(d) for d in await self.call("list_dir", path=path)]
+
+
+#: the name the gpu/ brief uses
+AgentClient = AgentOps
+
+
+class _ChannelLost(Exception):
+    pass
+
+
+async def open_ops(target: Target, *, python: str = "python3",
+                   extra_sources: Sequence[str] = (), prefer: str = "auto"):
+    """RemoteOps for `target`: the agent where python3 runs there, else ShellOps.
+
+    `prefer="shell"` forces ShellOps. The result's `.kind` says which ("agent" / "shell");
+    a ShellOps made because the agent could not start has `.fallback_reason`."""
+    from .shell_ops import ShellOps
+
+    if prefer not in ("auto", "agent", "shell"):
+        raise ValueError(f"prefer must be auto, agent or shell, not {prefer!r}")
+    if prefer == "shell":
+        return await ShellOps.start(target)
+    try:
+        return await AgentOps.start(target, extra_sources=extra_sources, python=python)
+    except AgentUnavailable as exc:
+        if prefer == "agent":
+            raise
+        ops = await ShellOps.start(target)
+        ops.fallback_reason = str(exc)
+        return ops

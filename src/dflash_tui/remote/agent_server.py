@@ -1,0 +1,384 @@
+"""The persistent remote agent: one stdlib-only python3 (3.8+) process per target.
+
+This file is both a module (ShellOps and the tests import its parsers, so both ways of asking
+a target parse /proc the same way) and the program text that `agent.py` ships to the target:
+`python3 -c BOOTSTRAP`, the bootstrap reading this source (zlib + base64, one line) from stdin
+and exec'ing it, so nothing is written on the target. After that stdin carries requests and
+stdout carries answers, one JSON object per line:
+
+    request  {"id": 7, "op": "stat", "args": {"paths": ["/run/x/launch.json"]}}
+    answer   {"id": 7, "ok": true, "result": [...]}    or    {"id": 7, "ok": false, "error": "..."}
+
+The agent announces itself unasked with id 0 (the `hello` answer), so starting it costs one
+round trip. A bad request gets an error answer; it never ends the agent. The agent ends when
+its stdin reaches EOF, i.e. when its channel closes, so it never outlives the dashboard.
+
+Keep this file free of anything newer than Python 3.8 and of non-stdlib imports.
+"""
+
+import base64
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+import traceback
+
+PROTOCOL = 1
+MIN_PYTHON = (3, 8)
+
+# op name -> function(**args) returning something JSON-serialisable.
+HANDLERS = {}
+# ops that may block (subprocesses, NVML): run in a thread so they never hold up a stat.
+BLOCKING = set()
+
+
+def register(name, fn, blocking=False):
+    """Add an op. gpu/ (and anyone else) contributes ops through `extra_sources`."""
+    HANDLERS[name] = fn
+    if blocking:
+        BLOCKING.add(name)
+    else:
+        BLOCKING.discard(name)
+    return fn
+
+
+class OpFailed(Exception):
+    """An op's answer is an error the client should show as is (e.g. Permission denied)."""
+
+
+# -- /proc parsing (shared with ShellOps, which reads the same files through sh) ----------
+
+
+def parse_proc_stat(text):
+    """(state, pgid, start_ticks) from /proc/<pid>/stat; comm may hold spaces and ')'."""
+    rest = text[text.rindex(")") + 2:].split()
+    return rest[0], int(rest[2]), int(rest[19])
+
+
+def parse_cmdline(raw):
+    parts = raw.split(b"\0")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return [p.decode("utf-8", "replace") for p in parts]
+
+
+def parse_nspid(status_text):
+    for line in status_text.splitlines():
+        if line.startswith("NSpid:"):
+            return [int(x) for x in line.split()[1:]]
+    return []
+
+
+def _read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def pid_record(pid, stat_raw, cmdline_raw, status_raw):
+    """One PidInfo-shaped dict from the raw bytes of the three /proc files (None = missing)."""
+    rec = {"pid": pid, "alive": False, "start_ticks": None, "cmdline": [], "state": "",
+           "pgid": None, "nspid": []}
+    if stat_raw is None:
+        return rec
+    try:
+        state, pgid, start = parse_proc_stat(stat_raw.decode("utf-8", "replace"))
+    except (ValueError, IndexError):
+        return rec
+    rec.update(state=state, pgid=pgid, start_ticks=start, alive=state not in ("Z", "X"))
+    if cmdline_raw is not None:
+        rec["cmdline"] = parse_cmdline(cmdline_raw)
+    if status_raw is not None:
+        rec["nspid"] = parse_nspid(status_raw.decode("utf-8", "replace"))
+    return rec
+
+
+def _maybe(path):
+    try:
+        return _read_bytes(path)
+    except OSError:
+        return None
+
+
+def pid_info_one(pid):
+    pid = int(pid)
+    if pid <= 0:
+        raise OpFailed("pid must be a positive integer, got %d" % pid)
+    base = "/proc/%d/" % pid
+    return pid_record(pid, _maybe(base + "stat"), _maybe(base + "cmdline"),
+                      _maybe(base + "status"))
+
+
+def cmdline_matches(cmdline, needle):
+    return needle in " ".join(cmdline)
+
+
+# -- ops ----------------------------------------------------------------------------------
+
+
+def op_now():
+    return time.time()
+
+
+def stat_one(path):
+    rec = {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0,
+           "is_dir": False, "error": ""}
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return rec
+    except OSError as exc:
+        rec["error"] = exc.strerror or str(exc)
+        return rec
+    is_dir = os.path.isdir(path)
+    rec.update(exists=True, size=st.st_size, mtime=st.st_mtime, inode=st.st_ino, is_dir=is_dir)
+    if not os.access(path, os.R_OK):
+        rec["error"] = "Permission denied"
+    return rec
+
+
+def op_stat(paths):
+    return [stat_one(p) for p in paths]
+
+
+def op_read(path, offset=0, max_bytes=1 << 20):
+    offset, max_bytes = int(offset), int(max_bytes)
+    if offset < 0 or max_bytes < 0:
+        raise OpFailed("offset and max_bytes must not be negative")
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return {"path": path, "offset": offset, "data": "", "size": 0, "inode": 0,
+                "exists": False}
+    except OSError as exc:
+        raise OpFailed("cannot read %s: %s" % (path, exc.strerror or exc))
+    with f:
+        st = os.fstat(f.fileno())
+        data = b""
+        if offset < st.st_size and max_bytes:
+            f.seek(offset)
+            data = f.read(min(max_bytes, st.st_size - offset))
+    return {"path": path, "offset": offset, "data": base64.b64encode(data).decode("ascii"),
+            "size": st.st_size, "inode": st.st_ino, "exists": True}
+
+
+def op_read_tail(path, max_bytes=64 << 10):
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return {"path": path, "offset": 0, "data": "", "size": 0, "inode": 0, "exists": False}
+    except OSError as exc:
+        raise OpFailed("cannot read %s: %s" % (path, exc.strerror or exc))
+    return op_read(path, max(0, size - int(max_bytes)), max_bytes)
+
+
+def op_pid_info(pids):
+    return [pid_info_one(p) for p in pids]
+
+
+def op_signal(pid, sig, start_ticks=None, cmdline_contains=None, group=False):
+    """Signal pid (or its process group) only if it is still the process we were told about."""
+    info = pid_info_one(pid)
+    if not info["alive"]:
+        return "gone"
+    if start_ticks is not None and info["start_ticks"] != int(start_ticks):
+        return "mismatch"
+    if cmdline_contains is not None and not cmdline_matches(info["cmdline"], cmdline_contains):
+        return "mismatch"
+    if group and info["pgid"] != info["pid"]:
+        # Signalling the group of a non-leader would reach processes we never verified.
+        return "mismatch"
+    try:
+        if group:
+            os.killpg(info["pgid"], int(sig))
+        else:
+            os.kill(info["pid"], int(sig))
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        raise OpFailed("not permitted to signal pid %d (owned by another user)" % info["pid"])
+    return "sent"
+
+
+def _user():
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.getuid())
+
+
+def op_hello():
+    own = pid_info_one(os.getpid())
+    return {"protocol": PROTOCOL, "python": "%d.%d.%d" % sys.version_info[:3],
+            "executable": sys.executable, "pid": os.getpid(), "nspid": own["nspid"],
+            "hostname": socket.gethostname(), "user": _user(), "uid": os.getuid(),
+            "home": os.path.expanduser("~"), "ops": sorted(HANDLERS),
+            "extras_failed": list(EXTRAS_FAILED)}
+
+
+def op_which(names):
+    return {n: shutil.which(n) for n in names}
+
+
+def _nearest_existing(path):
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def op_disk_free(path):
+    """Free space where `path` is or would be created (its nearest existing ancestor)."""
+    where = _nearest_existing(path)
+    try:
+        st = os.statvfs(where)
+    except OSError as exc:
+        raise OpFailed("cannot measure free space at %s: %s" % (where, exc.strerror or exc))
+    return {"path": path, "checked": where, "free": st.f_bavail * st.f_frsize,
+            "total": st.f_blocks * st.f_frsize}
+
+
+def op_probe_dir(path, create=True):
+    """Can a run directory live here? Creates it (when asked) and writes + removes a file,
+    because os.access lies for root on read-only mounts."""
+    rec = {"path": path, "exists": os.path.isdir(path), "created": False, "writable": False,
+           "error": ""}
+    if not rec["exists"] and os.path.lexists(path):
+        rec["error"] = "exists and is not a directory"
+        return rec
+    if not rec["exists"]:
+        if not create:
+            rec["error"] = "No such file or directory"
+            return rec
+        try:
+            os.makedirs(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                rec["error"] = "exists and is not a directory"
+                return rec
+        except OSError as exc:
+            rec["error"] = exc.strerror or str(exc)
+            return rec
+        rec["exists"], rec["created"] = True, True
+    probe = os.path.join(path, ".dflash-probe.%d" % os.getpid())
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"ok")
+        os.unlink(probe)
+        rec["writable"] = True
+    except OSError as exc:
+        rec["error"] = exc.strerror or str(exc)
+    return rec
+
+
+def op_list_dir(path):
+    try:
+        names = sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise OpFailed("cannot list %s: %s" % (path, exc.strerror or exc))
+    return [stat_one(os.path.join(path, n)) for n in names]
+
+
+for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("read", op_read),
+                   ("read_tail", op_read_tail), ("pid_info", op_pid_info),
+                   ("signal", op_signal), ("which", op_which), ("disk_free", op_disk_free),
+                   ("probe_dir", op_probe_dir), ("list_dir", op_list_dir)):
+    # statvfs on a dead NFS mount can hang: keep it off the line that answers stat.
+    register(_name, _fn, blocking=(_name == "disk_free"))
+
+EXTRAS_FAILED = []
+
+
+# -- serving ------------------------------------------------------------------------------
+
+
+class Server(object):
+    def __init__(self, inp, out):
+        self.inp = inp
+        self.out = out
+        self.lock = threading.Lock()
+
+    def send(self, obj):
+        line = (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
+        with self.lock:
+            self.out.write(line)
+            self.out.flush()
+
+    def answer(self, rid, op, args):
+        try:
+            fn = HANDLERS.get(op)
+            if fn is None:
+                raise OpFailed("unknown op %r (this agent has: %s)" % (op, ", ".join(sorted(HANDLERS))))
+            result = fn(**args)
+            self.send({"id": rid, "ok": True, "result": result})
+        except OpFailed as exc:
+            self.send({"id": rid, "ok": False, "error": str(exc)})
+        except TypeError as exc:
+            self.send({"id": rid, "ok": False, "error": "bad arguments for %s: %s" % (op, exc)})
+        except Exception as exc:   # an op's bug must not end the agent
+            self.send({"id": rid, "ok": False, "error": "%s failed: %s: %s" % (
+                op, type(exc).__name__, exc), "trace": traceback.format_exc(limit=5)})
+
+    def handle_line(self, line):
+        req = None
+        try:
+            req = json.loads(line.decode("utf-8"))
+            if not isinstance(req, dict):
+                raise ValueError("a request must be a JSON object")
+            rid, op, args = req.get("id"), req["op"], req.get("args") or {}
+            if not isinstance(args, dict):
+                raise ValueError("args must be an object")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            rid = req.get("id") if isinstance(req, dict) else None
+            self.send({"id": rid, "ok": False, "error": "bad request: %s" % exc})
+            return
+        if op in BLOCKING:
+            t = threading.Thread(target=self.answer, args=(rid, op, args))
+            t.daemon = True
+            t.start()
+        else:
+            self.answer(rid, op, args)
+
+    def serve(self):
+        self.answer(0, "hello", {})
+        while True:
+            line = self.inp.readline()
+            if not line:
+                return   # EOF: the channel closed, so the dashboard is gone
+            if line.strip():
+                self.handle_line(line)
+
+
+def load_extras(extras):
+    """Run each contributed source in its own namespace, with `register` available."""
+    for name, source in extras:
+        ns = {"__name__": "dflash_agent_extra_" + name, "register": register,
+              "OpFailed": OpFailed}
+        try:
+            exec(compile(source, "<agent extra %s>" % name, "exec"), ns)
+        except Exception as exc:
+            EXTRAS_FAILED.append("%s: %s: %s" % (name, type(exc).__name__, exc))
+
+
+def main(extras=()):
+    out = sys.stdout.buffer
+    if sys.version_info < MIN_PYTHON:
+        out.write(("dflash-agent: python %d.%d is older than 3.8\n" % sys.version_info[:2]).encode())
+        out.flush()
+        sys.exit(3)
+    load_extras(extras)
+    try:
+        Server(sys.stdin.buffer, out).serve()
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    # Threads of blocking ops may still run; nobody is left to answer them.
+    sys.stdout.flush()
+    os._exit(0)

@@ -1,0 +1,343 @@
+"""ShellOps: RemoteOps through one-shot POSIX-sh commands, for targets without python3.
+
+Each op is ONE `target.run(["sh", "-c", SCRIPT, "sh", args...])`: the data travel as
+positional arguments, never inside the script text, so no path or pattern can inject
+anything. Output fields are NUL-separated (paths may hold newlines), file contents and /proc
+files travel base64-encoded, and /proc is parsed by the very functions the agent uses, so both
+ways give the same answers (tests/test_remote_ops_parity.py holds them to that).
+
+Every script ends by printing a sentinel from an EXIT trap. A command that "succeeds" without
+the sentinel never ran: that is the incident's `pct exec` (exit 0, nothing executed), and it is
+reported as such instead of being read as "no file, no process".
+"""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import re
+from typing import Sequence
+
+from . import agent_server
+from .agent import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from
+from .base import CommandResult, Target, TargetError
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
+
+SENTINEL = "@@dflash-ok@@"
+
+# Shared by every script: C messages (we parse strerror), the sentinel, and `st PATH`, which
+# prints one stat record: "S<readable><isdir> <size> <inode> <mtime %y>" or "E<message>".
+_PRELUDE = r"""LC_ALL=C; export LC_ALL; set -f
+trap 'printf "\0@@dflash-ok@@\n"' EXIT
+st() {
+  if o=$(stat -L -c '%s %i %y' -- "$1" 2>&1); then
+    r=1; [ -r "$1" ] || r=0
+    d=0; [ -d "$1" ] && d=1
+    printf 'S%s%s %s\0' "$r" "$d" "$o"
+  else
+    printf 'E%s\0' "$o"
+  fi
+}
+"""
+
+_STAT = 'for p do st "$p"; done'
+
+_NOW = 'printf "%s\\0" "$(date +%s.%N)"'
+
+# $1 path, $2 offset or "tail", $3 max bytes
+_READ = r"""
+p=$1 off=$2 n=$3
+if ! o=$(stat -L -c '%s %i' -- "$p" 2>&1); then printf 'E%s\0' "$o"
+elif [ -d "$p" ]; then printf 'FIs a directory\0'
+elif [ ! -r "$p" ]; then printf 'FPermission denied\0'
+else
+  set -- $o; size=$1 ino=$2
+  if [ "$off" = tail ]; then off=0; [ "$size" -gt "$n" ] && off=$((size - n)); fi
+  k=$((size - off)); [ "$k" -gt "$n" ] && k=$n
+  printf 'S%s %s %s\0' "$off" "$size" "$ino"
+  if [ "$k" -gt 0 ]; then tail -c +$((off + 1)) -- "$p" | head -c "$k" | base64; fi
+  printf '\0'
+fi
+"""
+
+_PID_INFO = r"""
+for pid do
+  printf 'P%s\0' "$pid"
+  for f in stat cmdline status; do
+    if b=$(base64 < "/proc/$pid/$f" 2>/dev/null); then printf '%s\0' "$b"; else printf -- '-\0'; fi
+  done
+done
+"""
+
+# $1 pid $2 sig $3 start_ticks or "" $4 has-needle (1/0) $5 needle $6 group (1/0)
+_SIGNAL = r"""
+pid=$1 sig=$2 want=$3 hasneedle=$4 needle=$5 group=$6
+if ! s=$(cat "/proc/$pid/stat" 2>/dev/null); then printf 'gone\0'
+else
+  set -- ${s##*) }
+  state=$1 pgid=$3 start=${20}
+  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null); cmd=${cmd% }
+  if [ "$state" = Z ] || [ "$state" = X ]; then printf 'gone\0'
+  elif [ -n "$want" ] && [ "$start" != "$want" ]; then printf 'mismatch\0'
+  elif [ "$hasneedle" = 1 ] && case $cmd in *"$needle"*) false;; *) true;; esac; then printf 'mismatch\0'
+  elif [ "$group" = 1 ] && [ "$pgid" != "$pid" ]; then printf 'mismatch\0'
+  else
+    target=$pid; [ "$group" = 1 ] && target=-$pgid
+    if e=$(kill -"$sig" "$target" 2>&1); then printf 'sent\0'
+    elif [ ! -e "/proc/$pid" ]; then printf 'gone\0'
+    else printf 'F%s\0' "$e"; fi
+  fi
+fi
+"""
+
+# PATH search like shutil.which (files only, executable), not `command -v` (builtins, aliases)
+_WHICH = r"""
+for n do
+  found=-
+  case $n in
+    */*) [ -f "$n" ] && [ -x "$n" ] && found=$n ;;
+    *) oldifs=$IFS; IFS=:
+       for d in $PATH; do
+         [ -n "$d" ] && [ -f "$d/$n" ] && [ -x "$d/$n" ] && { found=$d/$n; break; }
+       done
+       IFS=$oldifs ;;
+  esac
+  printf '%s\0' "$found"
+done
+"""
+
+_DISK_FREE = r"""
+p=$1
+while [ ! -e "$p" ]; do q=$(dirname -- "$p"); [ "$q" = "$p" ] && break; p=$q; done
+if o=$(stat -f -L -c '%a %S %b' -- "$p" 2>&1); then printf 'S%s\0%s\0' "$p" "$o"
+else printf 'E%s\0' "$o"; fi
+"""
+
+# $1 path $2 create (1/0)
+_PROBE_DIR = r"""
+p=$1 create=$2 exists=0 created=0 writable=0 err=
+if [ -d "$p" ]; then exists=1
+elif [ -e "$p" ] || [ -L "$p" ]; then err="exists and is not a directory"
+elif [ "$create" = 1 ]; then
+  if e=$(mkdir -p -- "$p" 2>&1); then exists=1 created=1; else err=${e##*: }; fi
+else err="No such file or directory"; fi
+if [ "$exists" = 1 ]; then
+  f="$p/.dflash-probe.$$"
+  if e=$( { : > "$f"; } 2>&1 ); then rm -f -- "$f"; writable=1; else err=${e##*: }; fi
+fi
+printf '%s%s%s\0%s\0' "$exists" "$created" "$writable" "$err"
+"""
+
+# $1 directory as given, $2 the same ending in "/"
+_LIST_DIR = r"""
+p=$1 d=$2
+if [ ! -e "$p" ] && [ ! -L "$p" ]; then :
+elif [ ! -d "$p" ]; then printf 'FNot a directory\0'
+elif [ ! -r "$p" ] || [ ! -x "$p" ]; then printf 'FPermission denied\0'
+else
+  set +f
+  for f in "$d"* "$d".[!.]* "$d"..?*; do
+    if [ -e "$f" ] || [ -L "$f" ]; then printf 'N%s\0' "$f"; st "$f"; fi
+  done
+fi
+"""
+
+_Y = re.compile(r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? ([+-])(\d\d)(\d\d)$")
+
+
+def parse_stat_time(text: str) -> float:
+    """`stat -c %y` ("2026-11-30 10:46:09.418262254 +0000") → the float os.stat gives."""
+    m = _Y.match(text.strip())
+    if not m:
+        raise ValueError(f"unexpected stat time {text!r}")
+    y, mo, d, h, mi, s = (int(m.group(i)) for i in range(1, 7))
+    frac = (m.group(7) or "0")[:9].ljust(9, "0")
+    offset = (int(m.group(9)) * 3600 + int(m.group(10)) * 60) * (1 if m.group(8) == "+" else -1)
+    sec = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) - offset
+    return sec + int(frac) * 1e-9   # the same arithmetic as CPython's st_mtime
+
+
+def _strerror(message: str) -> str:
+    """The strerror at the end of a tool's message: "stat: cannot statx 'x': No such ..."."""
+    return message.rsplit(": ", 1)[-1].strip()
+
+
+def _stat_record(path: str, field: str) -> dict:
+    rec = {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0,
+           "is_dir": False, "error": ""}
+    if field.startswith("E"):
+        err = _strerror(field[1:])
+        if err != "No such file or directory":
+            rec["error"] = err
+        return rec
+    readable, is_dir = field[1] == "1", field[2] == "1"
+    size, inode, when = field[4:].split(" ", 2)
+    rec.update(exists=True, size=int(size), inode=int(inode), mtime=parse_stat_time(when),
+               is_dir=is_dir, error="" if readable else "Permission denied")
+    return rec
+
+
+def _b64(field: str) -> bytes | None:
+    return None if field == "-" else base64.b64decode(field)
+
+
+class ShellOps:
+    """RemoteOps (and PreflightOps) through one sh command per op."""
+
+    kind = "shell"
+
+    def __init__(self, target: Target, *, timeout: float = 30.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.fallback_reason = ""   # set by open_ops when the agent could not start
+
+    @classmethod
+    async def start(cls, target: Target, **kw) -> "ShellOps":
+        """Also proves the transport runs commands at all (the incident's exec did not)."""
+        ops = cls(target, **kw)
+        await ops._run("noop", ":")
+        return ops
+
+    @property
+    def label(self) -> str:
+        return self.target.label
+
+    async def _run(self, op: str, script: str, *args: str, input: bytes | None = None) -> list[str]:
+        res: CommandResult = await self.target.run(
+            ["sh", "-c", _PRELUDE + script, "sh", *args], input=input, timeout=self.timeout)
+        out = res.stdout
+        end = "\0" + SENTINEL + "\n"
+        if not out.endswith(end):
+            if res.exit_status == 0 and not out and not res.stderr:
+                raise TargetError(
+                    f"{op} on {self.label}: the command exited 0 and printed nothing, so it "
+                    "never ran (the transport dropped it)", "run `dflash-tui --canary`")
+            detail = (res.stderr.strip() or out.strip())[-300:]
+            raise TargetError(f"{op} on {self.label}: sh failed (exit {res.exit_status}): "
+                              f"{detail or 'no output'}")
+        body = out[: -len(end)]
+        fields = body.split("\0")
+        if fields and fields[-1] == "":
+            fields.pop()
+        return fields
+
+    # -- RemoteOps ------------------------------------------------------------------------
+    async def now(self) -> float:
+        (text,) = await self._run("now", _NOW)
+        sec, _, frac = text.partition(".")
+        return int(sec) + (int(frac[:9].ljust(9, "0")) * 1e-9 if frac.isdigit() else 0.0)
+
+    async def stat(self, paths: list[str]) -> list[FileStat]:
+        paths = list(paths)
+        if not paths:
+            return []
+        fields = await self._run("stat", _STAT, *paths)
+        return [filestat_from(_stat_record(p, f)) for p, f in zip(paths, fields, strict=True)]
+
+    async def _read(self, op: str, path: str, offset: str, max_bytes: int) -> FileChunk:
+        fields = await self._run(op, _READ, path, offset, str(int(max_bytes)))
+        head = fields[0]
+        if head.startswith("E"):
+            err = _strerror(head[1:])
+            if err == "No such file or directory":
+                return chunk_from({"path": path, "offset": 0 if offset == "tail" else int(offset),
+                                   "data": "", "size": 0, "inode": 0, "exists": False})
+            raise TargetError(f"{op} on {self.label}: cannot read {path}: {err}")
+        if head.startswith("F"):
+            raise TargetError(f"{op} on {self.label}: cannot read {path}: {head[1:]}")
+        off, size, ino = head[1:].split()
+        data = fields[1].replace("\n", "") if len(fields) > 1 else ""
+        return chunk_from({"path": path, "offset": int(off), "data": data, "size": int(size),
+                           "inode": int(ino), "exists": True})
+
+    async def read(self, path: str, offset: int = 0, max_bytes: int = 1 << 20) -> FileChunk:
+        if offset < 0 or max_bytes < 0:
+            raise TargetError(f"read on {self.label}: offset and max_bytes must not be negative")
+        return await self._read("read", path, str(int(offset)), max_bytes)
+
+    async def read_tail(self, path: str, max_bytes: int = 64 << 10) -> FileChunk:
+        return await self._read("read_tail", path, "tail", max_bytes)
+
+    async def pid_info(self, pids: list[int]) -> list[PidInfo]:
+        pids = [int(p) for p in pids]
+        for p in pids:
+            if p <= 0:
+                raise TargetError(f"pid_info on {self.label}: pid must be a positive integer, got {p}")
+        if not pids:
+            return []
+        fields = await self._run("pid_info", _PID_INFO, *map(str, pids))
+        out = []
+        for i, pid in enumerate(pids):
+            rec = fields[4 * i: 4 * i + 4]
+            if len(rec) != 4 or rec[0] != f"P{pid}":
+                raise TargetError(f"pid_info on {self.label}: garbled answer for pid {pid}")
+            out.append(pidinfo_from(agent_server.pid_record(
+                pid, _b64(rec[1]), _b64(rec[2]), _b64(rec[3]))))
+        return out
+
+    async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
+                     cmdline_contains: str | None, group: bool = False) -> str:
+        pid, sig = int(pid), int(sig)
+        if pid <= 0:
+            raise TargetError(f"signal on {self.label}: pid must be a positive integer, got {pid}")
+        (answer,) = await self._run(
+            "signal", _SIGNAL, str(pid), str(sig),
+            "" if start_ticks is None else str(int(start_ticks)),
+            "0" if cmdline_contains is None else "1", cmdline_contains or "",
+            "1" if group else "0")
+        if answer.startswith("F"):
+            raise TargetError(f"signal on {self.label}: not permitted to signal pid {pid}: "
+                              f"{_strerror(answer[1:])}")
+        return answer
+
+    # -- PreflightOps ---------------------------------------------------------------------
+    async def which(self, names: list[str]) -> dict[str, str | None]:
+        names = list(names)
+        if not names:
+            return {}
+        fields = await self._run("which", _WHICH, *names)
+        return {n: (None if f == "-" else f) for n, f in zip(names, fields, strict=True)}
+
+    async def disk_free(self, path: str) -> DiskFree:
+        import posixpath
+        start = path if path.startswith("/") else None
+        if start is None:
+            (home,) = await self._run("disk_free", 'printf "%s\\0" "$PWD"')
+            start = posixpath.join(home, path)
+        start = posixpath.normpath(start)
+        fields = await self._run("disk_free", _DISK_FREE, start)
+        if fields[0].startswith("E"):
+            raise TargetError(f"disk_free on {self.label}: cannot measure free space at "
+                              f"{start}: {_strerror(fields[0][1:])}")
+        avail, frsize, blocks = (int(x) for x in fields[1].split())
+        return diskfree_from({"path": path, "checked": fields[0][1:], "free": avail * frsize,
+                              "total": blocks * frsize})
+
+    async def probe_dir(self, path: str, create: bool = True) -> DirProbe:
+        flags, err = await self._run("probe_dir", _PROBE_DIR, path, "1" if create else "0")
+        return dirprobe_from({"path": path, "exists": flags[0] == "1", "created": flags[1] == "1",
+                              "writable": flags[2] == "1", "error": err})
+
+    async def list_dir(self, path: str) -> list[FileStat]:
+        prefix = path if path.endswith("/") else path + "/"
+        fields = await self._run("list_dir", _LIST_DIR, path, prefix)
+        if fields and fields[0].startswith("F"):
+            raise TargetError(f"list_dir on {self.label}: cannot list {path}: {fields[0][1:]}")
+        recs = []
+        for name_f, stat_f in zip(fields[0::2], fields[1::2], strict=True):
+            recs.append(_stat_record(name_f[1:], stat_f))
+        return [filestat_from(r) for r in sorted(recs, key=lambda r: r["path"])]
+
+    async def close(self) -> None:
+        """Nothing persistent to release: every op was its own command."""
+
+
+def shell_script(op: str) -> str:
+    """The full script text an op runs (for docs and the benchmark's incident comparison)."""
+    scripts: dict[str, str] = {"stat": _STAT, "read": _READ, "pid_info": _PID_INFO,
+                               "signal": _SIGNAL, "which": _WHICH, "disk_free": _DISK_FREE,
+                               "probe_dir": _PROBE_DIR, "list_dir": _LIST_DIR, "now": _NOW}
+    return _PRELUDE + scripts[op]
+
+
+__all__: Sequence[str] = ("ShellOps", "shell_script", "parse_stat_time")

@@ -1,0 +1,161 @@
+"""The persistent agent: protocol, robustness, restarts, extras, old pythons, fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.remote.agent import (BOOTSTRAP, AgentOps, AgentUnavailable, build_program,
+                                     open_ops)
+from dflash_tui.remote.base import CommandTimeout, TargetError
+from dflash_tui.remote.local import LocalTarget
+from dflash_tui.remote.shell_ops import ShellOps
+
+PYENV = Path("/root/.pyenv/versions")
+
+
+class NoopTarget(LocalTarget):
+    """Runs `true` whatever it is asked: the incident's `pct exec` that exits 0, runs nothing."""
+
+    label = "noop"
+
+    async def run(self, argv, **kw):
+        return await super().run(["true"], **kw)
+
+    async def open_process(self, argv):
+        return await super().open_process(["true"])
+
+
+async def test_agent_protocol_survives_bad_requests():
+    proc = await LocalTarget().open_process(["python3", "-c", BOOTSTRAP])
+    await proc.write(build_program())
+    hello = json.loads(await proc.readline())
+    assert hello["id"] == 0 and hello["ok"] and hello["result"]["protocol"] == 1
+    bad = [b"not json\n", b"[1,2]\n", b'{"id": 5}\n', b'{"id": 6, "op": "nope"}\n',
+           b'{"id": 7, "op": "stat", "args": {"wrong": 1}}\n',
+           b'{"id": 8, "op": "read", "args": {"path": "/etc/hostname", "offset": -1}}\n',
+           b'{"id": 9, "op": "pid_info", "args": {"pids": ["x"]}}\n']
+    answers = []
+    for line in bad:
+        await proc.write(line)
+        answers.append(json.loads(await proc.readline()))
+    assert [a["ok"] for a in answers] == [False] * len(bad)
+    assert [a["id"] for a in answers] == [None, None, 5, 6, 7, 8, 9]
+    assert "unknown op 'nope'" in answers[3]["error"]
+    assert "bad arguments for stat" in answers[4]["error"]
+    await proc.write(b'{"id": 10, "op": "stat", "args": {"paths": ["/"]}}\n')
+    good = json.loads(await proc.readline())
+    assert good["ok"] and good["result"][0]["is_dir"]
+    await proc.close()
+    assert proc.returncode == 0   # EOF on stdin ends it cleanly
+
+
+async def test_concurrent_requests_and_restart_after_channel_death(tmp_path):
+    files = []
+    for i in range(40):
+        f = tmp_path / f"f{i}"
+        f.write_bytes(b"x" * i)
+        files.append(str(f))
+    ops = await AgentOps.start(LocalTarget())
+    try:
+        results = await asyncio.gather(*(ops.stat([f]) for f in files))
+        assert [r[0].size for r in results] == list(range(40))
+        first_pid = ops.info["pid"]
+        os.kill(first_pid, signal.SIGKILL)   # the channel dies under the client
+        st = await ops.stat([files[3]])      # retried on a fresh agent
+        assert st[0].size == 3
+        assert ops.starts == 2 and ops.info["pid"] != first_pid
+    finally:
+        await ops.close()
+
+
+async def test_request_timeout_restarts_a_wedged_agent():
+    extra = ("import time\n"
+             "def nap(seconds):\n"
+             "    time.sleep(seconds)\n"
+             "    return seconds\n"
+             "register('test.nap', nap)\n")
+    ops = await AgentOps.start(LocalTarget(), extra_sources=[extra])
+    try:
+        with pytest.raises(CommandTimeout, match="did not answer test.nap"):
+            await ops.call("test.nap", timeout=0.3, seconds=30)
+        assert (await ops.stat(["/"]))[0].exists
+        assert ops.starts == 2
+    finally:
+        await ops.close()
+
+
+async def test_extra_sources_register_ops_and_a_broken_one_is_reported():
+    good = ("from __future__ import annotations\n"
+            "import os\n"
+            "def sample(n: int) -> dict:\n"
+            "    return {'n': n, 'pid': os.getpid()}\n"
+            "register('test.sample', sample, blocking=True)\n")
+    broken = "raise RuntimeError('no NVML here')\n"
+    ops = await AgentOps.start(LocalTarget(), extra_sources=[good, broken])
+    try:
+        assert "test.sample" in ops.info["ops"]
+        assert ops.info["extras_failed"] == ["extra1: RuntimeError: no NVML here"]
+        res = await ops.call("test.sample", n=3)
+        assert res == {"n": 3, "pid": ops.info["pid"]}
+        with pytest.raises(TargetError, match="unknown op 'test.missing'"):
+            await ops.call("test.missing")
+    finally:
+        await ops.close()
+
+
+@pytest.mark.skipif(not (PYENV / "3.8.18/bin/python3").exists(), reason="no python 3.8 here")
+async def test_agent_runs_on_python_3_8(tmp_path):
+    (tmp_path / "log").write_bytes(b"hello\n")
+    ops = await AgentOps.start(LocalTarget(), python=str(PYENV / "3.8.18/bin/python3"))
+    try:
+        assert ops.info["python"].startswith("3.8.")
+        assert (await ops.read_tail(str(tmp_path / "log"))).data == b"hello\n"
+        assert (await ops.pid_info([os.getpid()]))[0].alive
+    finally:
+        await ops.close()
+
+
+@pytest.mark.skipif(not (PYENV / "3.7.16/bin/python3").exists(), reason="no python 3.7 here")
+async def test_too_old_python_falls_back_to_shell():
+    ops = await open_ops(LocalTarget(), python=str(PYENV / "3.7.16/bin/python3"))
+    assert ops.kind == "shell"
+    assert "older than 3.8" in ops.fallback_reason
+
+
+async def test_missing_python_falls_back_to_shell_and_says_why():
+    ops = await open_ops(LocalTarget(), python="python3-that-does-not-exist")
+    assert isinstance(ops, ShellOps) and ops.kind == "shell"
+    assert "no python3-that-does-not-exist on local" in ops.fallback_reason
+    with pytest.raises(AgentUnavailable):
+        await open_ops(LocalTarget(), python="python3-that-does-not-exist", prefer="agent")
+
+
+async def test_a_transport_that_runs_nothing_is_named_not_mistaken_for_no_file():
+    with pytest.raises(TargetError, match="printed nothing and exited .status 0.: the transport "
+                                          "did not run the command"):
+        await open_ops(NoopTarget())
+    with pytest.raises(TargetError, match="exited 0 and printed nothing, so it never ran"):
+        await open_ops(NoopTarget(), prefer="shell")
+
+
+async def test_agent_leaves_no_file_and_dies_with_its_channel():
+    ops = await AgentOps.start(LocalTarget())
+    pid = ops.info["pid"]
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    # the program came over stdin: argv holds only the small bootstrap, no file path
+    assert cmd[-3:] == [b"-c", BOOTSTRAP.encode(), b""]
+    await ops.close()
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or \
+                Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("agent outlived its channel")

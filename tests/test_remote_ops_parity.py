@@ -1,0 +1,170 @@
+"""AgentOps and ShellOps give the same answers about the same files and processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dflash_tui.remote.agent import AgentOps
+from dflash_tui.remote.local import LocalTarget
+from dflash_tui.remote.shell_ops import ShellOps, parse_stat_time
+
+# a process whose argv carries arbitrary strings (sleep would reject extra arguments)
+SLEEPER = (sys.executable, "-c", "import time; time.sleep(30)")
+HOSTILE = ["sp ace", "quo'te", 'dq"uote', "$(touch pwned)", "`touch pwned`", "new\nline", "semi;colon",
+           "-dash", "star*", "back\\slash", "ünï"]
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "run dir $(x)"
+    root.mkdir()
+    (root / "train.log").write_bytes(b"line 1\nline 2\n" + bytes(range(256)) + b"\ntail\n")
+    (root / "empty").write_bytes(b"")
+    (root / "sub").mkdir()
+    (root / ".hidden").write_text("h")
+    (root / "..dots").write_text("d")
+    (root / "dangling").symlink_to(root / "missing-target")
+    for name in HOSTILE:
+        (root / name).write_text(name)
+    return root
+
+
+@pytest.fixture
+async def both():
+    target = LocalTarget()
+    agent = await AgentOps.start(target)
+    shell = await ShellOps.start(target)
+    yield agent, shell
+    await agent.close()
+
+
+async def test_stat_read_list_parity(both, tree):
+    agent, shell = both
+    paths = [str(tree / n) for n in ["train.log", "empty", "sub", "dangling", "nope", *HOSTILE]]
+    paths += [str(tree / "train.log" / "x")]   # ENOTDIR
+    a, s = await agent.stat(paths), await shell.stat(paths)
+    assert a == s
+    assert [x.exists for x in a[:5]] == [True, True, True, False, False]
+    assert a[-1].error == "Not a directory"
+    log = str(tree / "train.log")
+    for off, n in [(0, 1 << 20), (3, 5), (10_000, 10), (0, 0)]:
+        assert await agent.read(log, off, n) == await shell.read(log, off, n)
+    for n in (1, 7, 1 << 20):
+        assert await agent.read_tail(log, n) == await shell.read_tail(log, n)
+    assert (await shell.read(log)).data == (tree / "train.log").read_bytes()
+    for name in HOSTILE:
+        p = str(tree / name)
+        assert (await shell.read(p)).data == name.encode()
+        assert await agent.read_tail(p) == await shell.read_tail(p)
+    missing = str(tree / "nope")
+    assert await agent.read(missing, 4) == await shell.read(missing, 4)
+    assert await agent.read_tail(missing) == await shell.read_tail(missing)
+    listing = await agent.list_dir(str(tree))
+    assert listing == await shell.list_dir(str(tree))
+    assert listing == await shell.list_dir(str(tree) + "/")
+    assert {os.path.basename(x.path) for x in listing} == {
+        "train.log", "empty", "sub", ".hidden", "..dots", "dangling", *HOSTILE}
+    assert await agent.list_dir(missing) == await shell.list_dir(missing) == []
+    assert not (tree / "pwned").exists() and not os.path.exists("pwned")
+
+
+async def test_errors_have_the_same_words(both, tree):
+    agent, shell = both
+    for op, args in [("read", (str(tree / "sub"),)), ("read_tail", (str(tree / "sub"),)),
+                     ("list_dir", (str(tree / "train.log"),))]:
+        msgs = []
+        for ops in both:
+            with pytest.raises(Exception) as exc:
+                await getattr(ops, op)(*args)
+            msgs.append(str(exc.value))
+        assert msgs[0] == msgs[1]
+        assert ("Is a directory" in msgs[0]) or ("Not a directory" in msgs[0])
+
+
+async def test_pid_info_parity_alive_zombie_gone():
+    child = subprocess.Popen([*SLEEPER, "$(touch /tmp/pwned)", "a b"], start_new_session=True)
+    zombie = subprocess.Popen(["true"])
+    time.sleep(0.2)   # let `true` exit; not reaped, so it is a zombie
+    target = LocalTarget()
+    agent, shell = await AgentOps.start(target), await ShellOps.start(target)
+    try:
+        pids = [child.pid, zombie.pid, os.getpid(), 4_000_000]
+        a, s = await agent.pid_info(pids), await shell.pid_info(pids)
+        assert a == s
+        assert a[0].alive and a[0].cmdline == (*SLEEPER, "$(touch /tmp/pwned)", "a b")
+        assert a[0].pgid == child.pid and a[0].start_ticks > 0 and a[0].nspid[0] == child.pid
+        assert not a[1].alive and a[1].state == "Z"
+        assert not a[3].alive and a[3].start_ticks is None
+    finally:
+        child.kill()
+        child.wait()
+        zombie.wait()
+        await agent.close()
+
+
+@pytest.mark.parametrize("kind", ["agent", "shell"])
+async def test_signal_is_verified_against_start_time_and_cmdline(kind):
+    target = LocalTarget()
+    ops = await (AgentOps.start(target) if kind == "agent" else ShellOps.start(target))
+    child = subprocess.Popen([*SLEEPER, "marker $(x)"], start_new_session=True)
+    inner = subprocess.Popen(["sh", "-c", "sleep 31 & wait"])   # not a group leader
+    try:
+        (info,) = await ops.pid_info([child.pid])
+        bad_start = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks + 1,
+                                     cmdline_contains=None)
+        bad_cmd = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
+                                   cmdline_contains="python train")
+        not_leader = await ops.signal(inner.pid, signal.SIGTERM, start_ticks=None,
+                                      cmdline_contains=None, group=True)
+        assert (bad_start, bad_cmd, not_leader) == ("mismatch", "mismatch", "mismatch")
+        assert child.poll() is None and inner.poll() is None
+        sent = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
+                                cmdline_contains="marker $(x)", group=True)
+        assert sent == "sent"
+        assert child.wait(5) == -signal.SIGTERM
+        assert await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
+                                cmdline_contains=None) == "gone"
+    finally:
+        for p in (child, inner):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        await ops.close()
+
+
+async def test_preflight_parity(both, tmp_path):
+    agent, shell = both
+    names = ["sh", "kill", "sleep", "definitely-not-here", "/bin/sh", "/etc/passwd"]
+    assert await agent.which(names) == await shell.which(names)
+    a = await agent.disk_free(str(tmp_path / "not/yet"))
+    s = await shell.disk_free(str(tmp_path / "not/yet"))
+    assert (a.path, a.checked, a.total) == (s.path, s.checked, s.total) and a.checked == str(tmp_path)
+    assert abs(a.free - s.free) < 256 << 20   # other writers share the disk
+    for sub in ["new/deep dir", "new/deep dir"]:
+        pa = await agent.probe_dir(str(tmp_path / "a" / sub))
+        ps = await shell.probe_dir(str(tmp_path / "s" / sub))
+        assert (pa.exists, pa.created, pa.writable, pa.error) == \
+            (ps.exists, ps.created, ps.writable, ps.error)
+    (tmp_path / "file").write_text("x")
+    for create in (True, False):
+        pa = await agent.probe_dir(str(tmp_path / "file"), create)
+        ps = await shell.probe_dir(str(tmp_path / "file"), create)
+        assert pa == ps and pa.error == "exists and is not a directory"
+    pa = await agent.probe_dir(str(tmp_path / "absent"), create=False)
+    assert pa == await shell.probe_dir(str(tmp_path / "absent"), create=False)
+    assert abs(await agent.now() - await shell.now()) < 5
+
+
+def test_stat_time_parsing_matches_os_stat(tmp_path):
+    f = tmp_path / "t"
+    f.write_text("x")
+    os.utime(f, ns=(1_700_000_000_123_456_789, 1_700_000_000_123_456_789))
+    out = subprocess.run(["stat", "-c", "%y", str(f)], capture_output=True, text=True).stdout
+    assert parse_stat_time(out) == os.stat(f).st_mtime
+    assert parse_stat_time("2023-11-14 22:13:20.5 -0130") == 1700000000.5 + 5400
