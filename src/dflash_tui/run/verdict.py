@@ -23,6 +23,8 @@ class Verdict(str, Enum):
     # Not failures, not yet healthy:
     STARTING = "STARTING"             # pid alive, log present, no heartbeat yet / compiling (within limits)
     NO_RUN = "NO RUN"                 # nothing was ever launched in this run dir
+    # Added by run/ (additive): a --launch that preflight refused; nothing was started.
+    NOT_LAUNCHED = "NOT LAUNCHED"
 
     @property
     def healthy(self) -> bool:
@@ -31,7 +33,7 @@ class Verdict(str, Enum):
     @property
     def failing(self) -> bool:
         return self in (Verdict.NEVER_STARTED, Verdict.LOG_MISSING, Verdict.CRASHED,
-                        Verdict.KILLED, Verdict.STALLED)
+                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED)
 
 
 class CheckState(str, Enum):

@@ -40,8 +40,13 @@ set -f
 umask 022
 
 json_str() {{
-  # A JSON string from a value the shell found (hostname, user, cwd, an error message).
-  printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')"
+  # A JSON string from a value the shell found (hostname, user, an error message): escape
+  # backslash, quote, tab, CR and newline; drop other control characters.
+  printf '"'
+  printf '%s' "$1" | tr -d '\000-\010\013\014\016-\037' | awk 'BEGIN {{ ORS = "" }}
+    {{ gsub(/\\/, "&&"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); gsub(/\r/, "\\r");
+      if (NR > 1) print "\\n"; print }}'
+  printf '"'
 }}
 
 write_json() {{
@@ -73,7 +78,7 @@ pgid=$(stat_field "$pid" 5)
 start_ticks=$(stat_field "$pid" 22)
 host=$(hostname 2>/dev/null || uname -n 2>/dev/null || echo '')
 user=$(id -un 2>/dev/null || echo "${{USER:-}}")
-write_json {launch_json} "{{$STATIC_JSON,\"pid\":$pid,\"pgid\":$pgid,\"start_ticks\":$start_ticks,\"start_time\":$(date +%s),\"host\":$(json_str "$host"),\"user\":$(json_str "$user"),\"cwd\":$(json_str "$(pwd)"),\"log_error\":$(json_str "$log_error")}}" || exit 4
+write_json {launch_json} "{{$STATIC_JSON,\"pid\":$pid,\"pgid\":$pgid,\"start_ticks\":$start_ticks,\"start_time\":$(date +%s),\"host\":$(json_str "$host"),\"user\":$(json_str "$user"),\"log_error\":$(json_str "$log_error")}}" || exit 4
 if [ -n "$log_error" ]; then
   echo "dflash-tui: not starting the trainer: $log_error" >&2
   exit 3
@@ -114,7 +119,8 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         raise ValueError("the trainer argv is empty")
     # Everything but the shell-found fields, as a JSON object body without braces; the shell
     # only appends to it, so quoting of user strings is JSON's, inside sh single quotes.
-    static = json.dumps({"v": SCHEMA_VERSION, "run_id": run_id, "argv": list(argv), "python": python},
+    static = json.dumps({"v": SCHEMA_VERSION, "run_id": run_id, "argv": list(argv), "python": python,
+                         "cwd": run_dir},   # the detach command cds there
                         ensure_ascii=True, separators=(",", ":"))[1:-1]
     return WRAPPER_TEMPLATE.format(
         marker=RUN_ID_MARKER,

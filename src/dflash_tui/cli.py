@@ -1,0 +1,241 @@
+"""dflash-tui: the dashboard, or a headless check/launch/stop/canary with an exit code.
+
+Exit codes (README, "Exit codes"):
+  0  healthy: RUNNING or FINISHED (for --stop: the run is stopped; --canary: it passed)
+  1  failing verdict: NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, NOT LAUNCHED
+     (for --stop: nothing signalled because the pid was reused, or it survived SIGKILL;
+      --canary: it failed)
+  2  usage or config error
+  3  target unreachable (connect, auth, host key, container not running)
+  4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
+     pass --wait SECONDS to wait for one
+Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+from . import __version__
+from .config import Config, ConfigError, Profile, default_config_path, load_config
+from .remote.base import TargetError, TargetUnreachable, ContainerNotRunning, CommandTimeout
+from .run.verdict import Check, CheckState, Checklist, Verdict
+
+EXIT_HEALTHY, EXIT_FAILING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNDECIDED = 0, 1, 2, 3, 4
+WAIT_INTERVAL_S = 0.25
+
+
+def exit_code_for(verdict: Verdict) -> int:
+    if verdict.healthy:
+        return EXIT_HEALTHY
+    if verdict.failing:
+        return EXIT_FAILING
+    return EXIT_UNDECIDED
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and exit 2, like every other usage problem
+        self.exit(EXIT_USAGE, f"dflash-tui: {message} (see dflash-tui --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dflash-tui", description=(
+        "Launch a training run on a GPU box, verified, and watch it live. Without a mode flag, "
+        "starts the dashboard."),
+        epilog="exit codes: 0 healthy (RUNNING/FINISHED), 1 failing verdict, 2 usage or config error, "
+               "3 target unreachable, 4 no verdict yet (STARTING / NO RUN)")
+    p.add_argument("--config", metavar="FILE",
+                   help=f"profiles file (default {default_config_path()}; absent: built-in 'local')")
+    p.add_argument("--profile", "-p", metavar="NAME", help="profile to use (default: the only one, or 'local')")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="evaluate the checklist for the profile's current run")
+    mode.add_argument("--launch", action="store_true", help="preflight, launch, then check")
+    mode.add_argument("--relaunch", action="store_true", help="stop the live run (if any), then launch and check")
+    mode.add_argument("--stop", action="store_true",
+                      help="stop the run by pid (SIGTERM, grace, SIGKILL), guarded against pid reuse")
+    mode.add_argument("--canary", action="store_true",
+                      help="launch `sleep` through the same wrapper/transport and check it outlives the channel")
+    mode.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
+    p.add_argument("--no-preflight", action="store_true", help="with --launch/--relaunch: skip the preflight")
+    p.add_argument("--version", action="version", version=f"dflash-tui {__version__}")
+    return p
+
+
+# -- output ------------------------------------------------------------------------------------
+
+_MARK = {CheckState.OK: "ok", CheckState.WARN: "warn", CheckState.FAIL: "FAIL", CheckState.PENDING: "..."}
+
+
+def _fmt_since(since: float | None, now: float) -> str:
+    if since is None:
+        return ""
+    s = max(0.0, now - since)
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h"
+
+
+def render_text(profile: Profile, checklist: Checklist, *, pid: int | None, now: float,
+                extra: Sequence[str] = ()) -> str:
+    lines = [f"{profile.name} · {profile.where()} · {profile.run_dir}",
+             f"{checklist.verdict.value}: {checklist.summary}" if checklist.summary else checklist.verdict.value]
+    lines += [f"  {x}" for x in extra]
+    width = max((len(c.label) for c in checklist.checks), default=10)
+    for c in checklist.checks:
+        since = _fmt_since(c.since, now)
+        lines.append(f"  {_MARK[c.state]:<4}  {c.label:<{width}}  {c.cause}" + (f"  ({since})" if since else ""))
+        if c.hint and c.state in (CheckState.FAIL, CheckState.WARN):
+            lines.append(f"  {'':<4}  {'':<{width}}  → {c.hint}")
+    return "\n".join(lines)
+
+
+def checklist_json(profile: Profile, checklist: Checklist, *, pid: int | None, run_id: str | None,
+                   **extra: Any) -> dict[str, Any]:
+    d = checklist.to_dict()
+    return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"],
+            "run_dir": profile.run_dir, "pid": pid, "run_id": run_id, "profile": profile.name,
+            "target": profile.where(), "exit_code": exit_code_for(checklist.verdict), **extra}
+
+
+def _emit(args, profile: Profile, checklist: Checklist, *, pid: int | None, run_id: str | None,
+          extra_text: Sequence[str] = (), **extra: Any) -> int:
+    code = exit_code_for(checklist.verdict)
+    if args.json:
+        print(json.dumps(checklist_json(profile, checklist, pid=pid, run_id=run_id, **extra)))
+    else:
+        print(render_text(profile, checklist, pid=pid, now=time.time(), extra=extra_text))
+    return code
+
+
+# -- modes -------------------------------------------------------------------------------------
+
+async def _check_until(session, wait_s: float, first=None):
+    """(evidence, checklist) now, or — with --wait — once it is decided or the time is up."""
+    from .run.health import HealthTracker
+    from .run.observe import current_run_id
+    tracker = HealthTracker()
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while True:
+        ev, cl = first if first is not None else await session.check()
+        first = None
+        cl = tracker.update(cl, ev.now, current_run_id(ev))
+        decided = cl.verdict.healthy or cl.verdict.failing
+        if decided or time.monotonic() >= deadline:
+            return ev, cl
+        await asyncio.sleep(WAIT_INTERVAL_S)
+
+
+async def _run_mode(args, profile: Profile) -> int:
+    from .session import Session
+    async with Session(profile) as session:
+        if args.check:
+            ev, cl = await _check_until(session, args.wait)
+            return _emit(args, profile, cl, pid=ev.launch.pid if ev.launch else None,
+                         run_id=ev.launch.run_id if ev.launch else None)
+
+        if args.launch or args.relaunch:
+            from .run.launch import LaunchRefused
+            try:
+                outcome = await session.launch(relaunch=args.relaunch, preflight=not args.no_preflight)
+            except LaunchRefused as exc:
+                print(f"dflash-tui: {exc}", file=sys.stderr)
+                return EXIT_FAILING
+            if outcome.unreachable:
+                fail = next((c for c in outcome.checklist.checks if c.state is CheckState.FAIL), None)
+                print(f"dflash-tui: {profile.where()} unreachable: {fail.cause if fail else outcome.checklist.summary}"
+                      + (f" ({fail.hint})" if fail and fail.hint else ""), file=sys.stderr)
+                return EXIT_UNREACHABLE
+            pre = outcome.preflight.checks if outcome.preflight else []
+            if outcome.checklist.verdict is Verdict.NOT_LAUNCHED:
+                return _emit(args, profile, outcome.checklist, pid=None, run_id=None)
+            ev, cl = outcome.evidence, outcome.checklist
+            if args.wait > 0 and not (cl.verdict.healthy or cl.verdict.failing):
+                ev, cl = await _check_until(session, args.wait)
+            stopped = [outcome.stopped.message] if outcome.stopped else []
+            cl = Checklist(cl.verdict, [*pre, *cl.checks], cl.summary)
+            return _emit(args, profile, cl, pid=ev.launch.pid if ev and ev.launch else None,
+                         run_id=outcome.run_id, extra_text=stopped,
+                         launch_seconds=round(outcome.seconds, 3),
+                         **({"stopped": outcome.stopped.message} if outcome.stopped else {}))
+
+        if args.stop:
+            res = await session.stop()
+            ev, cl = await session.check()
+            if args.json:
+                print(json.dumps({**checklist_json(profile, cl, pid=res.pid, run_id=res.run_id),
+                                  "stop": {"outcome": res.outcome, "message": res.message,
+                                           "seconds": round(res.seconds, 3)},
+                                  "exit_code": EXIT_HEALTHY if res.ok else EXIT_FAILING}))
+            else:
+                print(render_text(profile, cl, pid=res.pid, now=time.time(), extra=[f"stop: {res.message}"]))
+            return EXIT_HEALTHY if res.ok else EXIT_FAILING
+
+        if args.canary:
+            res = await session.canary()
+            state = CheckState.OK if res.ok else CheckState.FAIL
+            cl = Checklist(Verdict.RUNNING if res.ok else Verdict.KILLED, res.checks, res.message)
+            if args.json:
+                print(json.dumps({"canary": state.value, "message": res.message, "run_dir": res.run_dir,
+                                  "pid": res.pid, "seconds": round(res.seconds, 3),
+                                  "checks": [c.to_dict() for c in res.checks],
+                                  "verdict": cl.verdict.value,
+                                  "exit_code": EXIT_HEALTHY if res.ok else EXIT_FAILING}))
+            else:
+                print(f"canary {'passed' if res.ok else 'FAILED'}: {res.message}")
+            return EXIT_HEALTHY if res.ok else EXIT_FAILING
+    raise AssertionError("no mode")
+
+
+def _start_dashboard(config: Config, profile: Profile) -> int:
+    try:
+        from .ui.app import run_app
+    except ImportError as exc:
+        print(f"dflash-tui: the dashboard is not available in this install ({exc}); "
+              "use --check/--launch/--stop/--canary", file=sys.stderr)
+        return EXIT_USAGE
+    result = run_app(config, profile.name)
+    return result if isinstance(result, int) else EXIT_HEALTHY
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.wait < 0:
+            raise ConfigError(f"--wait {args.wait:g}: must be >= 0 seconds")
+        config = load_config(args.config)
+        if args.list_profiles:
+            for name, prof in sorted(config.profiles.items()):
+                mark = "*" if name == config.default else " "
+                print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}")
+            return EXIT_HEALTHY
+        profile = config.profile(args.profile)
+        if not (args.check or args.launch or args.relaunch or args.stop or args.canary):
+            if args.json or args.wait:
+                raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
+            return _start_dashboard(config, profile)
+        return asyncio.run(_run_mode(args, profile))
+    except ConfigError as exc:
+        print(f"dflash-tui: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (TargetUnreachable, ContainerNotRunning, CommandTimeout) as exc:
+        print(f"dflash-tui: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except TargetError as exc:
+        print(f"dflash-tui: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        print("dflash-tui: interrupted (the run on the target, if any, keeps running)", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the promise is one line, never a traceback
+        if os.environ.get("DFLASH_TUI_DEBUG"):
+            raise
+        print(f"dflash-tui: internal error: {type(exc).__name__}: {exc} "
+              "(set DFLASH_TUI_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_FAILING

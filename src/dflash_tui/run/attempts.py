@@ -1,0 +1,77 @@
+"""The launcher's own memory of what it sent: the launch command's exit status and output.
+
+The target cannot tell us that the transport ran nothing (the incident: `pct exec` exited 0 and
+no shell ever ran, so no file on the target records the attempt). This machine can: every
+launch stores its command result here, under the state directory, and a later `--check` (another
+process) shows it next to NEVER STARTED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from dflash_train.schema import atomic_write_text
+
+from ..config import Profile, state_dir
+
+
+@dataclass
+class LaunchAttempt:
+    run_id: str
+    run_dir: str
+    target: str                     # target label
+    local_time: float               # this machine's clock when the launch command returned
+    target_time: float | None       # the target's clock right after it, if it answered
+    exit_status: int | None         # of the launch command (None: killed / no status)
+    stdout: str = ""
+    stderr: str = ""
+    pid: int | None = None          # what the detach command printed, if anything
+    via: str | None = None          # "setsid" | "nohup"
+    wrapper_written: bool = True    # launch.sh was confirmed on the target before the launch
+    error: str = ""                 # transport error instead of a result (timeout, unreachable)
+
+    def transport_summary(self) -> str:
+        """One line: what the transport said about the launch command."""
+        if self.error:
+            return f"launch command failed: {self.error}"
+        status = "no exit status" if self.exit_status is None else f"exit status {self.exit_status}"
+        err = " ".join(self.stderr.split())[:200]
+        printed = f"pid {self.pid} via {self.via}" if self.pid else "no pid (the detach shell did not run)"
+        return f"launch command: {status}, stderr {err!r}" + ("" if err else " (empty)") + f", printed {printed}"
+
+
+def _path_for(profile: Profile) -> Path:
+    key = hashlib.sha256(f"{profile.where()}\0{profile.run_dir}".encode()).hexdigest()[:16]
+    return state_dir() / "attempts" / f"{profile.name}-{key}.json"
+
+
+def save_attempt(profile: Profile, attempt: LaunchAttempt) -> None:
+    path = _path_for(profile)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(asdict(attempt), sort_keys=True))
+    except OSError:
+        # Losing this record only costs the transport detail in a later --check; the launch
+        # itself and this process's own verdict do not depend on it.
+        pass
+
+
+def load_attempt(profile: Profile) -> LaunchAttempt | None:
+    try:
+        data = json.loads(_path_for(profile).read_text(encoding="utf-8"))
+        names = {f.name for f in fields(LaunchAttempt)}
+        attempt = LaunchAttempt(**{k: v for k, v in data.items() if k in names})
+    except (OSError, ValueError, TypeError):
+        return None
+    return attempt if attempt.run_dir == profile.run_dir else None
+
+
+def forget_attempt(profile: Profile) -> None:
+    try:
+        os.unlink(_path_for(profile))
+    except OSError:
+        pass

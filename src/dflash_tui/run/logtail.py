@@ -1,0 +1,94 @@
+"""Follow a log file on the target: new complete lines since the last poll, bounded memory.
+
+`LogFollower(ops, path).poll()` reads from the last offset through RemoteOps. A new inode
+means the file was rotated (start the new file from its beginning); a size below the offset
+means it was truncated (start again from 0). A burst larger than `window` bytes is skipped to
+its last `window` bytes with a marker line, so neither this process nor the wire ever carries
+more than a window per poll, whatever the log's size.
+"""
+
+from __future__ import annotations
+
+from ..remote.ops import RemoteOps
+
+DEFAULT_WINDOW = 256 << 10
+# A single line longer than this is cut, so a log without newlines cannot grow the buffer.
+MAX_LINE = 16 << 10
+
+
+class LogFollower:
+    def __init__(self, ops: RemoteOps, path: str, *, window: int = DEFAULT_WINDOW,
+                 from_start: bool = False) -> None:
+        self.ops = ops
+        self.path = path
+        self.window = window
+        self._offset: int | None = 0 if from_start else None   # None: first poll starts at the tail
+        self._inode: int | None = None
+        self._partial = b""
+        self.skipped_bytes = 0     # total bytes jumped over (bursts bigger than a window)
+        self.resets = 0            # rotations + truncations seen
+        self.exists = False
+
+    def set_ops(self, ops: RemoteOps) -> None:
+        """After a reconnect: same file, same position, new transport."""
+        self.ops = ops
+
+    async def poll(self) -> list[str]:
+        if self._offset is None:
+            chunk = await self.ops.read_tail(self.path, self.window)
+            self._inode = chunk.inode
+            self.exists = chunk.exists
+            if not chunk.exists:
+                self._offset = None
+                return []
+            self.skipped_bytes += chunk.offset
+            self._offset = chunk.offset + len(chunk.data)
+            data = chunk.data
+            if chunk.offset > 0 and b"\n" in data:
+                data = data.split(b"\n", 1)[1]     # the tail starts mid-line
+            return self._lines(data)
+
+        chunk = await self.ops.read(self.path, self._offset, self.window)
+        self.exists = chunk.exists
+        if not chunk.exists:
+            return []
+        lines: list[str] = []
+        if chunk.inode != self._inode or chunk.size < self._offset:
+            # Rotated or truncated: what is left of the partial line belongs to the old file.
+            what = "rotated" if chunk.inode != self._inode else "truncated"
+            lines += self._flush_partial()
+            lines.append(f"[dflash-tui: {self.path} was {what}; following the new file]")
+            self.resets += 1
+            self._inode = chunk.inode
+            self._offset = 0
+            chunk = await self.ops.read(self.path, 0, self.window)
+        if chunk.size - self._offset > self.window:
+            # More arrived than one window: show the newest window, say how much was skipped.
+            skip_to = chunk.size - self.window
+            lines += self._flush_partial()
+            lines.append(f"[dflash-tui: skipped {skip_to - self._offset} bytes of fast log output]")
+            self.skipped_bytes += skip_to - self._offset
+            chunk = await self.ops.read(self.path, skip_to, self.window)
+            data = chunk.data
+            self._offset = skip_to + len(data)
+            if b"\n" in data:
+                data = data.split(b"\n", 1)[1]
+            return lines + self._lines(data)
+        self._offset += len(chunk.data)
+        return lines + self._lines(chunk.data)
+
+    def _flush_partial(self) -> list[str]:
+        if not self._partial:
+            return []
+        line = self._partial.decode("utf-8", "replace")
+        self._partial = b""
+        return [line]
+
+    def _lines(self, data: bytes) -> list[str]:
+        buf = self._partial + data
+        *complete, rest = buf.split(b"\n")
+        if len(rest) > MAX_LINE:
+            complete.append(rest[:MAX_LINE] + b" [dflash-tui: line cut]")
+            rest = b""
+        self._partial = rest
+        return [line.rstrip(b"\r").decode("utf-8", "replace") for line in complete]

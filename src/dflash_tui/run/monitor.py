@@ -1,0 +1,129 @@
+"""RunMonitor: one RunReport per interval for the dashboard, through connection drops.
+
+Each poll gathers evidence, evaluates the checklist and keeps each check's `since` across polls
+(HealthTracker). When the transport fails, the report repeats the last known data with
+`connected=False` and `stale_since` set, and the next polls reconnect with capped exponential
+backoff; the run on the target is not touched by any of it.
+
+The actions the dashboard's keys call (launch, relaunch, stop, canary) are here too, serialized:
+`busy` says one is in flight, and a second one is refused rather than interleaved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, AsyncIterator
+
+from ..remote.base import TargetError
+from .health import HealthTracker, evaluate
+from .observe import current_run_id, process_matches
+from .report import RunReport
+from .verdict import Check, CheckState, Checklist, Verdict
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+BACKOFF_START_S = 1.0
+BACKOFF_MAX_S = 30.0
+
+
+class ActionInFlight(RuntimeError):
+    """Another launch/stop/canary is running; the caller should wait for it."""
+
+
+class RunMonitor:
+    def __init__(self, session: "Session", interval: float = 1.0) -> None:
+        self.session = session
+        self.interval = interval
+        self.tracker = HealthTracker()
+        self.last: RunReport | None = None
+        self._action = asyncio.Lock()
+        self._backoff = 0.0
+        self._next_try = 0.0
+        self._wake = asyncio.Event()
+
+    @property
+    def busy(self) -> bool:
+        return self._action.locked()
+
+    # -- polling ----------------------------------------------------------------------------
+
+    async def poll(self) -> RunReport:
+        """One observation; never raises for transport trouble (it is in the report)."""
+        disconnected = self.last is not None and not self.last.connected
+        if disconnected and time.monotonic() < self._next_try:
+            return self.last
+        try:
+            if disconnected:
+                await self.session.reopen()   # a fresh connection and agent
+            ev = await self.session.evidence()
+        except (TargetError, OSError, asyncio.TimeoutError) as exc:
+            return self._stale(exc)
+        self._backoff = 0.0
+        checklist = evaluate(ev, self.session.limits)
+        checklist = self.tracker.update(checklist, ev.now, current_run_id(ev))
+        alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
+        report = RunReport(
+            time=ev.now, profile=self.session.profile.name, target_label=self.session.label,
+            run_dir=ev.run_dir, checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop,
+            status=ev.status, pid_alive=alive,
+            uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
+            connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback)
+        self.last = report
+        return report
+
+    def _stale(self, exc: BaseException) -> RunReport:
+        now = time.time()
+        msg = str(exc) or type(exc).__name__
+        self._backoff = min(BACKOFF_MAX_S, self._backoff * 2 if self._backoff else BACKOFF_START_S)
+        self._next_try = time.monotonic() + self._backoff
+        if self.last is not None:
+            prev = self.last
+            stale = RunReport(**{**prev.__dict__, "connected": False,
+                                 "stale_since": prev.stale_since or now,
+                                 "error": f"{msg} (retrying in {self._backoff:.0f} s)"})
+        else:
+            check = Check("transport", "Target reachable", CheckState.FAIL, msg,
+                          f"retrying in {self._backoff:.0f} s", now)
+            stale = RunReport(time=now, profile=self.session.profile.name, target_label=self.session.label,
+                              run_dir=self.session.profile.run_dir,
+                              checklist=Checklist(Verdict.NO_RUN, [check], f"cannot reach {self.session.label}"),
+                              connected=False, stale_since=now, error=msg)
+        self.last = stale
+        return stale
+
+    async def reports(self) -> AsyncIterator[RunReport]:
+        """Forever: a report now, then one per interval (sooner after an action)."""
+        while True:
+            yield await self.poll()
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def _run_action(self, coro_fn):
+        if self._action.locked():
+            raise ActionInFlight("a launch, stop or canary is already in flight")
+        async with self._action:
+            try:
+                return await coro_fn()
+            finally:
+                self._wake.set()
+
+    async def launch(self):
+        self.tracker.reset()
+        return await self._run_action(lambda: self.session.launch())
+
+    async def relaunch(self):
+        self.tracker.reset()
+        return await self._run_action(lambda: self.session.launch(relaunch=True))
+
+    async def stop(self):
+        return await self._run_action(lambda: self.session.stop())
+
+    async def canary(self):
+        return await self._run_action(lambda: self.session.canary())

@@ -1,0 +1,183 @@
+"""Gather the evidence about one run directory through RemoteOps: files, records, the pid.
+
+One poll is: the target's clock, one stat of every run file, small reads of the JSON records
+that exist, and one pid_info for the wrapper's pid. The log's tail is read only when the
+verdict needs it (a dead process: CRASHED's traceback; a launch that never started:
+launch.out). What cannot be parsed is kept as a `problem` string, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+from dataclasses import dataclass, field
+
+from dflash_train.schema import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
+                                 TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord, TrainStatus,
+                                 parse_exit, parse_launch, parse_status, parse_stop)
+
+from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ..remote.ops import FileStat, PidInfo, RemoteOps
+from .attempts import LaunchAttempt
+from .tracebacks import last_traceback
+from .wrapper import run_id_of_wrapper
+
+RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON)
+# Records are tiny; anything bigger is not ours (and must not cost a big read every second).
+_RECORD_MAX = 256 << 10
+
+
+@dataclass
+class Evidence:
+    now: float                                   # target clock
+    run_dir: str
+    files: dict[str, FileStat] = field(default_factory=dict)
+    wrapper_run_id: str | None = None            # from launch.sh's marker line
+    launch: LaunchRecord | None = None
+    launch_problem: str | None = None
+    exit: ExitRecord | None = None
+    exit_problem: str | None = None
+    stop: StopRecord | None = None
+    status: TrainStatus | None = None
+    status_problem: str | None = None
+    proc: PidInfo | None = None
+    last_traceback: str | None = None
+    log_tail: str = ""                           # last lines of train.log, when read
+    launch_out: str = ""                         # the wrapper's own stdout/stderr, when read
+    attempt: LaunchAttempt | None = None
+
+    def path(self, name: str) -> str:
+        return posixpath.join(self.run_dir, name)
+
+    def exists(self, name: str) -> bool:
+        st = self.files.get(name)
+        return bool(st and st.exists)
+
+
+def _is_transport_failure(exc: TargetError) -> bool:
+    return isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning))
+
+
+async def _read_text(ops: RemoteOps, path: str, max_bytes: int = _RECORD_MAX) -> tuple[str | None, str | None]:
+    """(text, problem). A file that vanished between stat and read is (None, None)."""
+    try:
+        chunk = await ops.read(path, 0, max_bytes)
+    except TargetError as exc:
+        if _is_transport_failure(exc):
+            raise
+        return None, exc.message     # e.g. permission denied: evidence, not a crash
+    if not chunk.exists:
+        return None, None
+    if chunk.size > max_bytes:
+        return None, f"{posixpath.basename(path)} is {chunk.size} bytes, too big to be a record"
+    try:
+        return chunk.data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, f"{posixpath.basename(path)} is not UTF-8 text"
+
+
+async def _read_record(ops: RemoteOps, ev: Evidence, name: str, parse):
+    if not ev.exists(name):
+        return None, None
+    if ev.files[name].is_dir:
+        return None, f"{ev.path(name)} is a directory"
+    text, problem = await _read_text(ops, ev.path(name))
+    if text is None:
+        return None, problem
+    try:
+        return parse(text), None
+    except SchemaError as exc:
+        return None, str(exc)
+
+
+async def _read_tail_text(ops: RemoteOps, path: str, max_bytes: int) -> str:
+    try:
+        chunk = await ops.read_tail(path, max_bytes)
+    except TargetError as exc:
+        if _is_transport_failure(exc):
+            raise
+        return ""        # an unreadable log only costs the traceback line
+    if not chunk.exists:
+        return ""
+    text = chunk.data.decode("utf-8", "replace")
+    if chunk.offset > 0:
+        # The tail may start mid-line: drop the partial first line.
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    return text
+
+
+async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None = None,
+                 tail_bytes: int = 64 << 10) -> Evidence:
+    now, stats = await asyncio.gather(
+        ops.now(), ops.stat([posixpath.join(run_dir, n) for n in RUN_FILES]))
+    ev = Evidence(now=now, run_dir=run_dir, attempt=attempt,
+                  files={name: st for name, st in zip(RUN_FILES, stats)})
+
+    async def wrapper_id():
+        if ev.exists(LAUNCH_SH):
+            chunk = await ops.read(ev.path(LAUNCH_SH), 0, 512)
+            ev.wrapper_run_id = run_id_of_wrapper(chunk.data.decode("utf-8", "replace"))
+
+    async def launch():
+        ev.launch, ev.launch_problem = await _read_record(ops, ev, LAUNCH_JSON, parse_launch)
+
+    async def exit_():
+        ev.exit, ev.exit_problem = await _read_record(ops, ev, EXIT_JSON, parse_exit)
+
+    async def stop():
+        ev.stop, _ = await _read_record(ops, ev, STOP_JSON, parse_stop)
+
+    async def status():
+        ev.status, ev.status_problem = await _read_record(ops, ev, STATUS_JSON, parse_status)
+
+    await asyncio.gather(wrapper_id(), launch(), exit_(), stop(), status())
+
+    # Records left over from an earlier run in the same dir are not evidence about this one.
+    run_id = current_run_id(ev)
+    if run_id is not None:
+        if ev.launch is not None and ev.launch.run_id != run_id:
+            ev.launch_problem = f"launch.json belongs to run {ev.launch.run_id}, not {run_id}"
+            ev.launch = None
+        if ev.exit is not None and ev.exit.run_id != run_id:
+            ev.exit = None
+        if ev.stop is not None and ev.stop.run_id != run_id:
+            ev.stop = None
+        if ev.status is not None and ev.status.run_id != run_id:
+            ev.status_problem = f"status.json belongs to run {ev.status.run_id}"
+            ev.status = None
+
+    if ev.launch is not None:
+        (ev.proc,) = await ops.pid_info([ev.launch.pid])
+
+    wrapper_gone = ev.launch is not None and not process_matches(ev.launch, ev.proc)
+    if ev.exists(TRAIN_LOG) and not ev.files[TRAIN_LOG].is_dir and (wrapper_gone or ev.exit is not None):
+        ev.log_tail = await _read_tail_text(ops, ev.path(TRAIN_LOG), tail_bytes)
+        ev.last_traceback = last_traceback(ev.log_tail)
+    if ev.launch is None and ev.exists(LAUNCH_OUT):
+        ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
+    elif ev.launch is not None and ev.launch.log_error and ev.exists(LAUNCH_OUT):
+        ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
+    return ev
+
+
+def current_run_id(ev: Evidence) -> str | None:
+    """The run this dir is about now: the last launch we sent, else launch.sh's, else launch.json's."""
+    if ev.attempt is not None and ev.attempt.run_dir == ev.run_dir:
+        wrapper = ev.files.get(LAUNCH_SH)
+        newer_elsewhere = (ev.wrapper_run_id and ev.wrapper_run_id != ev.attempt.run_id
+                           and wrapper is not None and ev.attempt.target_time is not None
+                           and wrapper.mtime > ev.attempt.target_time + 1)
+        if not newer_elsewhere:   # a launch.sh newer than ours: someone launched since
+            return ev.attempt.run_id
+    if ev.wrapper_run_id:
+        return ev.wrapper_run_id
+    return ev.launch.run_id if ev.launch is not None else None
+
+
+def process_matches(launch: LaunchRecord, proc: PidInfo | None) -> bool:
+    """The wrapper recorded in launch.json is still alive (and is still the same process)."""
+    if proc is None or not proc.alive or proc.state == "Z":
+        return False
+    if launch.start_ticks is not None and proc.start_ticks is not None:
+        return proc.start_ticks == launch.start_ticks
+    return True

@@ -1,0 +1,193 @@
+"""Preflight: everything a launch needs, asked through the same transport the launch will use.
+
+The checks go through `Target.run` (not the agent) on purpose: the agent is a long-lived process
+that a flaky `pct exec` or a wrong PATH does not touch, while the launch command is exactly such
+a one-shot command. Each check is a `Check`; the first failure says what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from ..config import Profile
+from ..remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ..remote.ops import RemoteOps
+from .observe import gather, process_matches
+from .verdict import Check, CheckState
+
+OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
+
+# $1 = run dir. Prints key=value lines; each step's failure is printed, not fatal, so one
+# round trip answers all of them. `df -P` is POSIX (1024-byte blocks with -k).
+_DIR_PROBE = r'''
+d=$1
+if err=$(mkdir -p -- "$d" 2>&1); then echo "mkdir=ok"; else echo "mkdir=$err" | tr '\n' ' '; echo; fi
+p="$d/.dflash-write-probe.$$"
+if err=$( (echo probe >"$p") 2>&1 ); then rm -f -- "$p"; echo "write=ok"; else echo "write=$err" | tr '\n' ' '; echo; fi
+df -Pk -- "$d" 2>/dev/null | awk 'NR==2 {print "avail_kb=" $4}'
+echo "end=1"
+'''
+
+# Run by the profile's python: which python, and what torch sees. A JSON line, always.
+_PYTHON_PROBE = r'''
+import json, sys
+out = {"python": sys.executable, "version": sys.version.split()[0]}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.cuda.is_available()
+    out["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if out["cuda"] else []
+except Exception as exc:
+    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+try:
+    import dflash_train
+    out["dflash_train"] = getattr(dflash_train, "__file__", "") or "ok"
+except Exception as exc:
+    out["trainer_error"] = "%s: %s" % (type(exc).__name__, exc)
+print("dflash-probe " + json.dumps(out))
+'''
+
+_WHICH = 'command -v -- "$1" || echo "dflash-which: not found"'
+
+
+@dataclass
+class PreflightResult:
+    checks: list[Check] = field(default_factory=list)
+    unreachable: bool = False   # the CLI's exit code 3
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreachable and all(c.state is not FAIL for c in self.checks)
+
+    @property
+    def first_failure(self) -> Check | None:
+        return next((c for c in self.checks if c.state is FAIL), None)
+
+
+def _ran_nothing(res: CommandResult, what: str) -> str:
+    err = " ".join(res.stderr.split())[:200]
+    return (f"{what} printed nothing (exit status {res.exit_status}, stderr {err!r}): "
+            "the transport did not run the command")
+
+
+async def run_preflight(profile: Profile, host: Target, target: Target, ops: RemoteOps | None,
+                        *, check_live_run: bool = True) -> PreflightResult:
+    out = PreflightResult()
+    add = out.checks.append
+    now = time.time()
+
+    # 1. reachable
+    try:
+        res = await host.run(["true"], timeout=15)
+    except (TargetUnreachable, CommandTimeout) as exc:
+        out.unreachable = True
+        add(Check("pre_reachable", "Target reachable", FAIL, str(exc.message), exc.hint or "check host/port/user", now))
+        return out
+    add(Check("pre_reachable", "Target reachable", OK if res.ok else WARN,
+              f"{host.label} answered" + ("" if res.ok else f" (true exited {res.exit_status})"), "", now))
+
+    # 2. container running
+    if profile.container:
+        is_running = getattr(target, "is_running", None)
+        try:
+            running = await is_running() if is_running else True
+        except ContainerNotRunning as exc:
+            running, why, hint = False, exc.message, exc.hint
+        except TargetError as exc:
+            running, why, hint = False, exc.message, exc.hint
+        else:
+            why, hint = f"{profile.container} is not running", f"start it on {host.label}"
+        if not running:
+            add(Check("pre_container", "Container running", FAIL, why, hint, now))
+            return out
+        add(Check("pre_container", "Container running", OK, f"{profile.container} is running", "", now))
+
+    try:
+        # 3. run dir creatable + writable, 4. free disk
+        res = await target.run(["sh", "-c", _DIR_PROBE, "dflash-preflight", profile.run_dir], timeout=30)
+        kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+        if "end" not in kv:
+            add(Check("pre_run_dir", "Run dir writable", FAIL, _ran_nothing(res, "the run-dir probe"),
+                      "try `true` through the same transport; for pct, check `pct exec` works", now))
+            return out
+        if kv.get("mkdir") != "ok":
+            add(Check("pre_run_dir", "Run dir writable", FAIL, f"cannot create {profile.run_dir}: {kv.get('mkdir', '').strip()}",
+                      "choose a run_dir the target user can create", now))
+            return out
+        if kv.get("write") != "ok":
+            add(Check("pre_run_dir", "Run dir writable", FAIL, f"cannot write in {profile.run_dir}: {kv.get('write', '').strip()}",
+                      "fix its permissions or choose another run_dir", now))
+            return out
+        add(Check("pre_run_dir", "Run dir writable", OK, f"{profile.run_dir} created and writable", "", now))
+        try:
+            avail_gb = int(kv["avail_kb"]) / (1 << 20)
+        except (KeyError, ValueError):
+            add(Check("pre_disk", "Free disk", WARN, "df gave no answer for the run dir", "check free space by hand", now))
+        else:
+            state = FAIL if avail_gb < profile.min_free_gb else OK
+            add(Check("pre_disk", "Free disk", state, f"{avail_gb:.1f} GiB free in {profile.run_dir}",
+                      f"free space or lower min_free_gb (now {profile.min_free_gb})" if state is FAIL else "", now))
+
+        # 5. python / torch (bundled trainer) or the command's program
+        if profile.uses_bundled_trainer:
+            await _probe_python(profile, target, add, now)
+        else:
+            prog = profile.command[0]
+            res = await target.run(["sh", "-c", _WHICH, "dflash-which", prog], timeout=30)
+            found = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
+            if not found:
+                add(Check("pre_python", "Program found", FAIL, _ran_nothing(res, "`command -v`"), "", now))
+            elif found.startswith("dflash-which:"):
+                add(Check("pre_python", "Program found", FAIL, f"{prog!r} not found on the target's PATH",
+                          "fix `command` in the profile (an absolute path is safest)", now))
+            else:
+                add(Check("pre_python", "Program found", OK, found, "", now))
+    except (TargetUnreachable, CommandTimeout) as exc:
+        out.unreachable = isinstance(exc, TargetUnreachable)
+        add(Check("pre_transport", "Transport", FAIL, exc.message, exc.hint, now))
+        return out
+
+    # 6. no live run in this run dir
+    if check_live_run and ops is not None:
+        ev = await gather(ops, profile.run_dir)
+        if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
+            add(Check("pre_no_live_run", "No live run here", FAIL,
+                      f"run {ev.launch.run_id} (pid {ev.launch.pid}) is still running in {profile.run_dir}",
+                      "stop it first (--stop), or relaunch (r) to stop and start", now))
+        else:
+            add(Check("pre_no_live_run", "No live run here", OK, "no live run in the run dir", "", now))
+    return out
+
+
+async def _probe_python(profile: Profile, target: Target, add, now: float) -> None:
+    res = await target.run([profile.python, "-c", _PYTHON_PROBE], timeout=120)
+    line = next((l for l in res.stdout.splitlines() if l.startswith("dflash-probe ")), None)
+    if line is None:
+        if res.exit_status == 127 or "not found" in res.stderr or "No such file" in res.stderr:
+            add(Check("pre_python", "Python found", FAIL, f"{profile.python!r} not found on the target",
+                      "set python = \"/path/to/venv/bin/python\" in the profile", now))
+        elif res.exit_status == 0 and not res.stderr.strip():
+            add(Check("pre_python", "Python found", FAIL, _ran_nothing(res, "the python probe"), "", now))
+        else:
+            err = " ".join(res.stderr.split())[-200:]
+            add(Check("pre_python", "Python found", FAIL, f"{profile.python} failed (exit {res.exit_status}): {err}",
+                      "run it by hand on the target", now))
+        return
+    try:
+        info = json.loads(line[len("dflash-probe "):])
+    except ValueError:
+        add(Check("pre_python", "Python found", FAIL, "the python probe answered garbage", "", now))
+        return
+    add(Check("pre_python", "Python found", OK, f"{info.get('python')} ({info.get('version')})", "", now))
+    if "torch_error" in info:
+        add(Check("pre_torch", "import torch", FAIL, info["torch_error"],
+                  f"install torch for {profile.python} (pip install 'dflash-tui[train]')", now))
+    else:
+        devs = info.get("devices") or []
+        seen = f"{len(devs)} CUDA device(s): {', '.join(devs)}" if devs else "no CUDA devices (CPU only)"
+        add(Check("pre_torch", "import torch", OK, f"torch {info.get('torch')}, {seen}", "", now))
+    if "trainer_error" in info:
+        add(Check("pre_trainer", "dflash_train importable", FAIL, info["trainer_error"],
+                  f"install dflash-tui[train] for {profile.python}", now))

@@ -1,0 +1,106 @@
+"""Stop a run by its recorded pid: stop.json, SIGTERM to its group, grace, SIGKILL.
+
+The wrapper is its own session and process-group leader, so signalling the group reaches the
+trainer and anything it started, and nothing else. Every signal goes through
+`RemoteOps.signal` with the start time and command line from launch.json: a pid that now
+belongs to another process ("mismatch") is never signalled, and that is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import posixpath
+import signal
+import socket
+import time
+from dataclasses import dataclass
+
+from dflash_train.schema import STOP_JSON, StopRecord, to_json
+
+from ..remote.base import Target, TargetError
+from ..remote.ops import RemoteOps
+from .observe import gather, process_matches
+
+# What launch.sh's command line contains ("sh ./launch.sh"); a reused pid will not match it.
+WRAPPER_CMDLINE = "launch.sh"
+
+
+@dataclass
+class StopResult:
+    outcome: str          # "not-running" | "terminated" | "killed" | "mismatch" | "survived" | "no-run"
+    pid: int | None
+    run_id: str | None
+    seconds: float
+    message: str          # one line for the user
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("not-running", "terminated", "killed", "no-run")
+
+
+def _requested_by() -> str:
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:   # getuser raises when the uid has no name; the field is informative only
+        return "dflash-tui"
+
+
+async def _write_stop(target: Target, run_dir: str, record: StopRecord) -> None:
+    try:
+        await target.write_file(posixpath.join(run_dir, STOP_JSON), (to_json(record) + "\n").encode())
+    except TargetError:
+        # stop.json explains the end of the run to a later reader; a run that must stop is
+        # stopped even when this note cannot be written.
+        pass
+
+
+async def _wait_gone(ops: RemoteOps, launch, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        (info,) = await ops.pid_info([launch.pid])
+        if not process_matches(launch, info):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+
+
+async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: float = 10.0,
+                   requested_by: str | None = None) -> StopResult:
+    t0 = time.monotonic()
+    ev = await gather(ops, run_dir)
+    launch = ev.launch
+    if launch is None:
+        return StopResult("no-run", None, None, 0.0, f"no launch.json in {run_dir}: nothing to stop")
+    if not process_matches(launch, ev.proc):
+        return StopResult("not-running", launch.pid, launch.run_id, time.monotonic() - t0,
+                          f"run {launch.run_id} (pid {launch.pid}) is not running")
+    record = StopRecord(run_id=launch.run_id, pid=launch.pid, requested_time=await ops.now(),
+                        requested_by=requested_by or _requested_by(), signal_sent="SIGTERM")
+    await _write_stop(target, run_dir, record)
+
+    sent = await ops.signal(launch.pid, signal.SIGTERM, start_ticks=launch.start_ticks,
+                            cmdline_contains=WRAPPER_CMDLINE, group=True)
+    if sent == "mismatch":
+        return StopResult("mismatch", launch.pid, launch.run_id, time.monotonic() - t0,
+                          f"pid {launch.pid} now belongs to another process (start time or command line "
+                          "differs): nothing was signalled")
+    if sent == "gone" or await _wait_gone(ops, launch, grace_s):
+        return StopResult("terminated", launch.pid, launch.run_id, time.monotonic() - t0,
+                          f"run {launch.run_id} (pid {launch.pid}) ended after SIGTERM")
+
+    record.signal_sent = "SIGKILL"
+    await _write_stop(target, run_dir, record)
+    sent = await ops.signal(launch.pid, signal.SIGKILL, start_ticks=launch.start_ticks,
+                            cmdline_contains=WRAPPER_CMDLINE, group=True)
+    if sent == "mismatch":
+        return StopResult("mismatch", launch.pid, launch.run_id, time.monotonic() - t0,
+                          f"pid {launch.pid} was reused during the grace period: SIGKILL not sent")
+    if sent == "gone" or await _wait_gone(ops, launch, 5.0):
+        return StopResult("killed", launch.pid, launch.run_id, time.monotonic() - t0,
+                          f"run {launch.run_id} (pid {launch.pid}) ignored SIGTERM for {grace_s:.0f} s; "
+                          "SIGKILL ended it")
+    return StopResult("survived", launch.pid, launch.run_id, time.monotonic() - t0,
+                      f"pid {launch.pid} is still alive after SIGKILL (uninterruptible sleep? "
+                      f"check `cat /proc/{launch.pid}/stat` on the target)")

@@ -1,0 +1,110 @@
+"""Session: one profile's targets and ops, the one place the CLI and the dashboard both use.
+
+It builds the host and run targets from the profile (remote/factory.py), opens RemoteOps on the
+run target (the persistent agent, or one-shot shell commands where there is no python3), and
+offers the run's verbs: check, launch, relaunch, stop, canary, and a RunMonitor for the UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .config import Profile
+from .remote.base import Target, TargetError
+from .remote.ops import RemoteOps
+from .run.attempts import LaunchAttempt, load_attempt, save_attempt
+from .run.canary import CanaryResult, run_canary
+from .run.health import Limits, evaluate
+from .run.launch import LaunchOutcome, launch_run
+from .run.observe import Evidence, gather
+from .run.stop import StopResult, stop_run
+from .run.verdict import Checklist
+
+
+def build_targets(profile: Profile) -> tuple[Target, Target]:
+    from .remote.factory import make_targets
+    return make_targets(profile.host, profile.user, profile.port, profile.identity_file, profile.container,
+                        known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+
+
+class Session:
+    def __init__(self, profile: Profile, *, targets: tuple[Target, Target] | None = None) -> None:
+        self.profile = profile
+        self.limits = Limits.from_profile(profile)
+        self._given_targets = targets is not None
+        self.host, self.target = targets if targets is not None else build_targets(profile)
+        self._ops: RemoteOps | None = None
+        self._ops_lock = asyncio.Lock()
+        self.attempt: LaunchAttempt | None = load_attempt(profile)
+
+    @property
+    def label(self) -> str:
+        return self.target.label
+
+    async def ops(self) -> RemoteOps:
+        """RemoteOps on the run target, opened on first use. Raises TargetError."""
+        async with self._ops_lock:
+            if self._ops is None:
+                from .remote.agent import open_ops
+                self._ops = await open_ops(self.target)
+            return self._ops
+
+    async def reopen(self) -> tuple[Target, RemoteOps]:
+        """Drop the transport (every channel and the connection) and open fresh ops over a new one."""
+        async with self._ops_lock:
+            await self._close_quietly()
+            if not self._given_targets:
+                self.host, self.target = build_targets(self.profile)
+            from .remote.agent import open_ops
+            self._ops = await open_ops(self.target)
+            return self.target, self._ops
+
+    async def _close_quietly(self) -> None:
+        for thing in (self._ops, self.target, self.host):
+            if thing is None:
+                continue
+            try:
+                await thing.close()
+            except (TargetError, OSError):
+                pass   # it is being thrown away; a failing close changes nothing
+        self._ops = None
+
+    async def close(self) -> None:
+        async with self._ops_lock:
+            await self._close_quietly()
+
+    def _remember(self, attempt: LaunchAttempt) -> None:
+        self.attempt = attempt
+        save_attempt(self.profile, attempt)
+
+    # -- the verbs --------------------------------------------------------------------------
+
+    async def evidence(self) -> Evidence:
+        return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt)
+
+    async def check(self) -> tuple[Evidence, Checklist]:
+        ev = await self.evidence()
+        return ev, evaluate(ev, self.limits)
+
+    async def launch(self, *, relaunch: bool = False, preflight: bool = True) -> LaunchOutcome:
+        return await launch_run(self.profile, self.host, self.target, await self.ops(),
+                                preflight=preflight, relaunch=relaunch, limits=self.limits,
+                                on_attempt=self._remember)
+
+    async def stop(self, grace_s: float | None = None) -> StopResult:
+        return await stop_run(await self.ops(), self.target, self.profile.run_dir,
+                              grace_s=self.profile.stop_grace_s if grace_s is None else grace_s)
+
+    async def canary(self, sleep_s: int = 30) -> CanaryResult:
+        return await run_canary(self.profile, self.host, self.target, await self.ops(), self.reopen,
+                                sleep_s=sleep_s)
+
+    def monitor(self, interval: float = 1.0):
+        from .run.monitor import RunMonitor
+        return RunMonitor(self, interval=interval)
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
