@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from tests.support.containers import Standins
 from tests.support.sshd import SshdServer, SshdUnavailable, start_sshd
 
 
@@ -28,24 +29,22 @@ def sshd(tmp_path_factory) -> SshdServer:
     except SshdUnavailable as exc:
         _unavailable(str(exc))
     yield server
+    Standins(server.standin_dir).stop_all()   # nothing outlives the session
     server.stop()
 
 
 @pytest.fixture
-def standin(sshd: SshdServer):
-    """The pct/docker stand-in state dir, emptied of containers after the test."""
-    yield sshd.standin_dir
-    pct = sshd.bin_dir / "pct"
-    for ct in list(sshd.standin_dir.iterdir()):
-        if ct.is_dir() and (ct / "init.pid").exists() and pct.exists():
-            os.spawnve(os.P_WAIT, str(pct), [str(pct), "stop", ct.name],
-                       {**os.environ, "PCT_STANDIN_DIR": str(sshd.standin_dir)})
-        shutil.rmtree(ct, ignore_errors=True)
+def standin(sshd: SshdServer, need_unshare) -> Standins:
+    """The pct/docker stand-ins, sharing state with the sshd sessions; `standin.env` runs them
+    locally. Every container is stopped after the test."""
+    helper = Standins(sshd.standin_dir)
+    yield helper
+    helper.stop_all()
 
 
 @pytest.fixture
 def need_unshare():
-    """PID namespaces for the container stand-in need root (or user namespaces) and unshare."""
+    """PID namespaces for the container stand-in need root and util-linux."""
     if shutil.which("unshare") is None or shutil.which("nsenter") is None:
         _unavailable("unshare/nsenter not installed (util-linux)")
     if os.geteuid() != 0:

@@ -43,6 +43,8 @@ class CommandResult:
     stdout: str
     stderr: str
     seconds: float
+    # added by remote/ (additive): the signal name ("KILL", "HUP") when the command was killed
+    exit_signal: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import Sequence
 
@@ -73,9 +74,15 @@ class LocalTarget(Target):
                 "a child may be holding its stdout/stderr open",
             ) from None
         rc = proc.returncode
+        sig = None
+        if rc is not None and rc < 0:
+            try:
+                sig = signal.Signals(-rc).name.removeprefix("SIG")
+            except ValueError:
+                sig = str(-rc)
         return CommandResult(tuple(argv), rc if rc is not None and rc >= 0 else None,
                              out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                             time.monotonic() - t0)
+                             time.monotonic() - t0, exit_signal=sig)
 
     async def open_process(self, argv: Sequence[str]) -> Process:
         try:

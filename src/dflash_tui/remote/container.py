@@ -1,0 +1,105 @@
+"""ContainerTarget: run inside a Proxmox LXC (`pct exec ID --`) or a docker container
+(`docker exec -i NAME`) reached through another target (local or SSH).
+
+The argv travels as argv: pct and docker pass the words after the container to execve
+unchanged, so nothing is re-parsed by a shell on the way in. A reply that is the tool's own
+"not running" error is raised as ContainerNotRunning (with the command that starts it) instead
+of being mistaken for the command's exit status.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from .base import (CommandResult, ContainerNotRunning, Process, Target, TargetError)
+
+_PCT_ID = re.compile(r"^[1-9][0-9]{2,8}$")               # Proxmox VMIDs: 100..999999999
+_DOCKER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")   # docker's own rule
+
+
+def parse_container_spec(spec: str) -> tuple[str, str]:
+    """"pct:200" → ("pct", "200"); "docker:trainer" → ("docker", "trainer")."""
+    kind, sep, name = (spec or "").partition(":")
+    if sep and kind == "pct" and _PCT_ID.match(name):
+        return kind, name
+    if sep and kind == "docker" and _DOCKER_NAME.match(name):
+        return kind, name
+    raise ValueError(f"container {spec!r} is not understood: write pct:ID (a Proxmox "
+                     "container number, e.g. pct:200) or docker:NAME (e.g. docker:trainer)")
+
+
+class ContainerTarget(Target):
+    def __init__(self, inner: Target, spec: str) -> None:
+        self.inner = inner
+        self.kind, self.name = parse_container_spec(spec)
+        self.spec = f"{self.kind}:{self.name}"
+
+    @property
+    def label(self) -> str:   # type: ignore[override]
+        return f"{self.inner.label} · {self.spec}"
+
+    def prefix(self) -> list[str]:
+        if self.kind == "pct":
+            return ["pct", "exec", self.name, "--"]
+        return ["docker", "exec", "-i", self.name]
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        if not argv:
+            raise ValueError("empty argv")
+        return [*self.prefix(), *argv]
+
+    def start_hint(self) -> str:
+        return f"pct start {self.name}" if self.kind == "pct" else f"docker start {self.name}"
+
+    def _not_running(self, res: CommandResult) -> bool:
+        err = res.stderr.strip()
+        if self.kind == "pct":
+            return res.exit_status == 2 and err == f"CT {self.name} not running"
+        return res.exit_status == 1 and err.startswith("Error response from daemon") and (
+            "is not running" in err or "No such container" in err)
+
+    def _tool_missing(self, res: CommandResult) -> bool:
+        return res.exit_status == 127 and not res.stdout
+
+    async def run(self, argv: Sequence[str], *, input: bytes | None = None,
+                  timeout: float | None = 30.0) -> CommandResult:
+        res = await self.inner.run(self.wrap(argv), input=input, timeout=timeout)
+        if self._not_running(res):
+            raise ContainerNotRunning(f"{self.spec} on {self.inner.label} is not running "
+                                      f"({res.stderr.strip()})", self.start_hint())
+        if self._tool_missing(res):
+            raise TargetError(f"`{self.kind}` not found on {self.inner.label}",
+                              "is the container on this host? (`pct` runs on the Proxmox node)"
+                              if self.kind == "pct" else "install docker there, or fix `container`")
+        return CommandResult(tuple(argv), res.exit_status, res.stdout, res.stderr, res.seconds,
+                             exit_signal=res.exit_signal)
+
+    async def open_process(self, argv: Sequence[str]) -> Process:
+        return await self.inner.open_process(self.wrap(argv))
+
+    async def is_running(self) -> bool:
+        """Asks the host (`pct status ID` / `docker inspect`); False for a missing container."""
+        if self.kind == "pct":
+            res = await self.inner.run(["pct", "status", self.name], timeout=30)
+            if self._tool_missing(res):
+                raise TargetError(f"`pct` not found on {self.inner.label}",
+                                  "pct:ID needs the Proxmox node itself as `host`")
+            return res.ok and res.stdout.strip() == "status: running"
+        res = await self.inner.run(["docker", "inspect", "-f", "{{.State.Running}}", self.name],
+                                   timeout=30)
+        if self._tool_missing(res):
+            raise TargetError(f"`docker` not found on {self.inner.label}",
+                              "install docker there, or fix `container`")
+        return res.ok and res.stdout.strip() == "true"
+
+    async def ensure_running(self) -> None:
+        if not await self.is_running():
+            raise ContainerNotRunning(f"{self.spec} on {self.inner.label} is not running",
+                                      self.start_hint())
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __repr__(self) -> str:
+        return f"ContainerTarget({self.inner!r}, {self.spec!r})"
