@@ -52,9 +52,10 @@ class GpuSample:
     mem_clock_mhz: int | None = None
     throttle_reasons: tuple[str, ...] = ()
     ecc_errors_uncorrected: int | None = None
-    xid_errors: int | None = None
+    xid_errors: int | None = None  # Xid events seen since the sampler started (None: not observable)
     processes: tuple[GpuProcess, ...] = ()
     lost: bool = False             # fell off the bus since the last sample
+    last_xid: int | None = None    # code of the most recent Xid event (e.g. 79: fell off the bus)
 
 
 @dataclass(frozen=True)

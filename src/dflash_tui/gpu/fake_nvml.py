@@ -1,0 +1,289 @@
+"""A stand-in for the `pynvml` module, for machines without a GPU (CI, laptops, benchmarks).
+
+It has the same function names and signatures as nvidia-ml-py, raises the SAME exception
+classes with the same codes (it re-exports pynvml's `NVMLError` hierarchy, so
+`NVMLError(NVML_ERROR_GPU_IS_LOST)` is a real `NVMLError_GpuIsLost`), and enforces the same
+rules (calls before `nvmlInit` fail with Uninitialized, init is reference-counted). The
+reader cannot tell it from the real module, which is what makes the error tests meaningful.
+
+Failure scenarios, each reproducing what the real library does:
+- `FakeNvml(library_missing=True)`: nvmlInit raises LibraryNotFound (no libnvidia-ml.so.1).
+- `FakeNvml(driver_loaded=False)` / `.unload_driver()`: DriverNotLoaded.
+- `FakeNvml(version_mismatch=True)`: LibRmVersionMismatch (driver upgraded without reboot).
+- `FakeGpu(unsupported={"power", ...})`: that getter raises NotSupported.
+- `.lose_gpu(i)`: every call on GPU i, and getting its handle, raises GpuIsLost.
+- `.set_processes(i, [(pid, bytes), ...])`, `.inject_xid(i, 79)`.
+- `missing_module_loader()`: `import pynvml` itself fails (python package not installed).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Callable, Iterable
+
+import pynvml as _real
+
+NVMLError = _real.NVMLError
+NVMLLibraryMismatchError = _real.NVMLLibraryMismatchError
+# Every NVML_ERROR_* code and NVMLError_* class, exactly as pynvml defines them.
+globals().update({k: v for k, v in vars(_real).items()
+                  if k.startswith("NVML_ERROR_") or k.startswith("NVMLError_")})
+
+NVML_TEMPERATURE_GPU = _real.NVML_TEMPERATURE_GPU
+NVML_CLOCK_SM = _real.NVML_CLOCK_SM
+NVML_CLOCK_MEM = _real.NVML_CLOCK_MEM
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = _real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+NVML_VOLATILE_ECC = _real.NVML_VOLATILE_ECC
+nvmlEventTypeXidCriticalError = _real.nvmlEventTypeXidCriticalError
+nvmlMemory_v2 = _real.nvmlMemory_v2
+
+#: Field groups a FakeGpu can declare unsupported (the getter raises NotSupported).
+FIELDS = frozenset({"utilization", "memory", "temperature", "power", "power_limit", "clocks",
+                    "throttle", "ecc", "processes", "events"})
+
+
+@dataclass
+class FakeGpu:
+    name: str = "NVIDIA H200"
+    uuid: str = ""
+    mem_total: int = 143771 * 1024 * 1024      # what an H200 reports, in bytes
+    reserved: int = 536 * 1024 * 1024
+    power_limit_mw: int = 700_000
+    load_pct: float = 0.0                      # drives utilisation, clocks, power, temperature
+    mem_used: int = 0
+    unsupported: set[str] = field(default_factory=set)
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    ecc_uncorrected: int = 0
+    throttle_mask: int = 0x1                   # gpu_idle
+    lost: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = set(self.unsupported) - FIELDS
+        if unknown:
+            raise ValueError(f"unknown fake NVML field(s) {sorted(unknown)}; known: {sorted(FIELDS)}")
+
+
+class _Handle:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"<fake nvmlDevice {self.index}>"
+
+
+class FakeNvml:
+    """Module-like object: pass it where `pynvml` would go (`NvmlReader(lambda: fake)`)."""
+
+    NVMLError = NVMLError
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
+
+    def __init__(self, gpus: int | Iterable[FakeGpu] = 1, *, driver_version: str = "570.124.06",
+                 library_missing: bool = False, driver_loaded: bool = True,
+                 version_mismatch: bool = False) -> None:
+        if isinstance(gpus, int):
+            gpus = [FakeGpu(load_pct=(i * 37) % 100, mem_used=(i + 1) * 3 << 30) for i in range(gpus)]
+        self.gpus: list[FakeGpu] = list(gpus)
+        for i, g in enumerate(self.gpus):
+            if not g.uuid:
+                g.uuid = f"GPU-fa4e0000-0000-4000-8000-{i:012d}"
+        self.driver_version = driver_version
+        self.library_missing = library_missing
+        self.driver_loaded = driver_loaded
+        self.version_mismatch = version_mismatch
+        self._refcount = 0
+        self._lock = threading.Lock()
+        self._events: list[SimpleNamespace] = []
+        self._event_sets: dict[int, set[int]] = {}
+        self.init_calls = 0
+        self.calls = 0
+
+    # -- scenario controls -----------------------------------------------------------------
+
+    def lose_gpu(self, index: int) -> None:
+        self.gpus[index].lost = True
+
+    def recover_gpu(self, index: int) -> None:
+        self.gpus[index].lost = False
+
+    def unload_driver(self) -> None:
+        self.driver_loaded = False
+        self._refcount = 0
+
+    def load_driver(self) -> None:
+        self.driver_loaded = True
+
+    def set_processes(self, index: int, procs: list[tuple[int, int | None]]) -> None:
+        self.gpus[index].processes = list(procs)
+
+    def set_load(self, index: int, pct: float) -> None:
+        self.gpus[index].load_pct = pct
+
+    def inject_xid(self, index: int, xid: int) -> None:
+        with self._lock:
+            for members in self._event_sets.values():
+                if index in members:
+                    self._events.append(SimpleNamespace(
+                        device=_Handle(index), eventType=nvmlEventTypeXidCriticalError,
+                        eventData=xid, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF))
+                    return
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _check_ready(self) -> None:
+        self.calls += 1
+        if not self.driver_loaded:
+            raise NVMLError(_real.NVML_ERROR_DRIVER_NOT_LOADED if self._refcount == 0
+                            else _real.NVML_ERROR_UNINITIALIZED)
+        if self._refcount == 0:
+            raise NVMLError(_real.NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, handle: _Handle, what: str | None = None) -> FakeGpu:
+        self._check_ready()
+        if not isinstance(handle, _Handle) or not 0 <= handle.index < len(self.gpus):
+            raise NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.gpus[handle.index]
+        if gpu.lost:
+            raise NVMLError(_real.NVML_ERROR_GPU_IS_LOST)
+        if what is not None and what in gpu.unsupported:
+            raise NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return gpu
+
+    # -- the pynvml API --------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.init_calls += 1
+        if self.library_missing:
+            raise NVMLError(_real.NVML_ERROR_LIBRARY_NOT_FOUND)
+        if not self.driver_loaded:
+            raise NVMLError(_real.NVML_ERROR_DRIVER_NOT_LOADED)
+        if self.version_mismatch:
+            raise NVMLError(_real.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+        self._refcount += 1
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        self.nvmlInit()
+
+    def nvmlShutdown(self) -> None:
+        self._check_ready()
+        self._refcount -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check_ready()
+        return self.driver_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check_ready()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        self._check_ready()
+        if not 0 <= index < len(self.gpus):
+            raise NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        if self.gpus[index].lost:
+            raise NVMLError(_real.NVML_ERROR_GPU_IS_LOST)
+        return _Handle(index)
+
+    def nvmlDeviceGetIndex(self, handle: _Handle) -> int:
+        self._gpu(handle)
+        return handle.index
+
+    def nvmlDeviceGetName(self, handle: _Handle) -> str:
+        return self._gpu(handle).name
+
+    def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
+        return self._gpu(handle).uuid
+
+    def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> SimpleNamespace:
+        g = self._gpu(handle, "utilization")
+        return SimpleNamespace(gpu=int(g.load_pct), memory=int(g.load_pct * 0.6))
+
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> SimpleNamespace:
+        g = self._gpu(handle, "memory")
+        used = g.mem_used + sum(m or 0 for _, m in g.processes)
+        if version:
+            return SimpleNamespace(version=version, total=g.mem_total, reserved=g.reserved,
+                                   used=used, free=g.mem_total - g.reserved - used)
+        # v1 counts the driver's reservation as used, as the real v1 struct does.
+        return SimpleNamespace(total=g.mem_total, used=used + g.reserved,
+                               free=g.mem_total - g.reserved - used)
+
+    def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
+        g = self._gpu(handle, "temperature")
+        if sensor != NVML_TEMPERATURE_GPU:
+            raise NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return int(28 + g.load_pct * 0.45)
+
+    def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
+        g = self._gpu(handle, "power")
+        return int(72_000 + g.load_pct * 6_000)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:
+        return self._gpu(handle, "power_limit").power_limit_mw
+
+    def nvmlDeviceGetClockInfo(self, handle: _Handle, clock_type: int) -> int:
+        g = self._gpu(handle, "clocks")
+        if clock_type == NVML_CLOCK_SM:
+            return 345 if g.load_pct == 0 else 1980
+        if clock_type == NVML_CLOCK_MEM:
+            return 2619
+        raise NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:
+        g = self._gpu(handle, "throttle")
+        return g.throttle_mask if g.load_pct == 0 else g.throttle_mask & ~0x1
+
+    nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, error_type: int, counter_type: int) -> int:
+        return self._gpu(handle, "ecc").ecc_uncorrected
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
+        g = self._gpu(handle, "processes")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem, gpuInstanceId=0xFFFFFFFF,
+                                computeInstanceId=0xFFFFFFFF) for pid, mem in g.processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
+        self._gpu(handle, "processes")
+        return []
+
+    def nvmlEventSetCreate(self) -> int:
+        self._check_ready()
+        with self._lock:
+            key = len(self._event_sets) + 1
+            self._event_sets[key] = set()
+        return key
+
+    def nvmlDeviceRegisterEvents(self, handle: _Handle, event_types: int, event_set: int) -> None:
+        self._gpu(handle, "events")
+        self._event_sets[event_set].add(handle.index)
+
+    def nvmlEventSetWait(self, event_set: int, timeout_ms: int) -> SimpleNamespace:
+        self._check_ready()
+        with self._lock:
+            if self._events:
+                return self._events.pop(0)
+        raise NVMLError(_real.NVML_ERROR_TIMEOUT)
+
+    nvmlEventSetWait_v2 = nvmlEventSetWait
+
+    def nvmlEventSetFree(self, event_set: int) -> None:
+        with self._lock:
+            self._event_sets.pop(event_set, None)
+
+
+def loader(fake: FakeNvml) -> Callable[[], FakeNvml]:
+    """What `NvmlReader` calls instead of `import pynvml`."""
+    return lambda: fake
+
+
+def missing_module_loader() -> Callable[[], object]:
+    """A loader that fails the way `import pynvml` does when nvidia-ml-py is not installed."""
+
+    def load() -> object:
+        raise ModuleNotFoundError("No module named 'pynvml'", name="pynvml")
+
+    return load
