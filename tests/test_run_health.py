@@ -1,0 +1,187 @@
+"""The verdict table as a pure function, row by row, plus `since` tracking and tracebacks.
+
+Evidence here is built from the real schema dataclasses (what observe.gather returns); the
+end-to-end scenarios that produce each row for real are in test_run_verdicts_*.py.
+"""
+
+from __future__ import annotations
+
+from dflash_train.schema import ExitRecord, LaunchRecord, StopRecord, ThreadStatus, TrainStatus
+
+from dflash_tui.remote.ops import FileStat, PidInfo
+from dflash_tui.run.attempts import LaunchAttempt
+from dflash_tui.run.health import HealthTracker, Limits, evaluate
+from dflash_tui.run.observe import Evidence
+from dflash_tui.run.tracebacks import exception_line, last_traceback
+from dflash_tui.run.verdict import CheckState, Verdict
+
+NOW = 1_800_000_000.0
+RUN = "/r"
+LIM = Limits(stall_after_s=60, compile_stall_after_s=600, launch_deadline_s=1.0)
+
+
+def files(*names: str, **kw) -> dict[str, FileStat]:
+    return {n: FileStat(f"{RUN}/{n}", True, size=10, mtime=NOW - 1, **kw) for n in names}
+
+
+def launch(**kw) -> LaunchRecord:
+    base = dict(run_id="r1", pid=100, pgid=100, start_ticks=5, start_time=NOW - 300, argv=["x"])
+    base.update(kw)
+    return LaunchRecord(**base)
+
+
+def alive(**kw) -> PidInfo:
+    return PidInfo(100, True, start_ticks=kw.pop("start_ticks", 5), state=kw.pop("state", "S"), **kw)
+
+
+def status(**kw) -> TrainStatus:
+    base = dict(run_id="r1", pid=101, time=NOW - 1, phase="training", step=50, total_steps=100,
+                heartbeat_time=NOW - 1,
+                threads=[ThreadStatus("drafter0", "drafter", "cuda:5", "compiled", step=50,
+                                      last_step_time=NOW - 1, last_beat_time=NOW - 1)])
+    base.update(kw)
+    return TrainStatus(**base)
+
+
+def ev(**kw) -> Evidence:
+    base = dict(now=NOW, run_dir=RUN)
+    base.update(kw)
+    return Evidence(**base)
+
+
+def attempt(**kw) -> LaunchAttempt:
+    base = dict(run_id="r1", run_dir=RUN, target="t", local_time=NOW, target_time=NOW - 2,
+                exit_status=0, stdout="", stderr="", pid=None, via=None)
+    base.update(kw)
+    return LaunchAttempt(**base)
+
+
+def by_id(cl):
+    return {c.id: c for c in cl.checks}
+
+
+def test_no_run():
+    cl = evaluate(ev(), LIM)
+    assert cl.verdict is Verdict.NO_RUN
+
+
+def test_never_started_after_deadline_names_transport_result():
+    cl = evaluate(ev(attempt=attempt(stderr="")), LIM)
+    assert cl.verdict is Verdict.NEVER_STARTED
+    assert "ran nothing" in cl.summary and "exit status 0" in cl.summary and "no pid" in cl.summary
+    assert by_id(cl)["launch_cmd"].state is CheckState.FAIL
+
+
+def test_waiting_before_the_deadline_is_pending_not_a_verdict():
+    cl = evaluate(ev(attempt=attempt(target_time=NOW - 0.3), files=files("launch.sh"), wrapper_run_id="r1"), LIM)
+    assert cl.verdict is Verdict.STARTING and by_id(cl)["launch_json"].state is CheckState.PENDING
+
+
+def test_never_started_shows_launch_out():
+    e = ev(attempt=attempt(pid=7, via="setsid"), files=files("launch.sh", "launch.out"), wrapper_run_id="r1",
+           launch_out="setsid: failed to execute sh: No such file or directory\n")
+    cl = evaluate(e, LIM)
+    assert cl.verdict is Verdict.NEVER_STARTED and "failed to execute sh" in cl.summary
+
+
+def test_log_missing_with_and_without_why():
+    cl = evaluate(ev(files=files("launch.sh", "launch.json"), launch=launch(), proc=alive()), LIM)
+    assert cl.verdict is Verdict.LOG_MISSING and "/r/train.log does not exist" in cl.summary
+    cl = evaluate(ev(files=files("launch.sh", "launch.json"), proc=alive(),
+                     launch=launch(log_error="./launch.sh: 32: cannot create /r/train.log: Permission denied")), LIM)
+    assert cl.verdict is Verdict.LOG_MISSING and cl.summary == "LOG MISSING: cannot create /r/train.log: Permission denied"
+
+
+def test_finished_crashed_killed():
+    fs = files("launch.sh", "launch.json", "train.log", "exit.json")
+    cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False),
+                     exit=ExitRecord("r1", 0, None, NOW - 5)), LIM)
+    assert cl.verdict is Verdict.FINISHED
+    tb = "Traceback (most recent call last):\n  File \"t.py\", line 1\nValueError: bad shape\n"
+    cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False), last_traceback=last_traceback(tb),
+                     exit=ExitRecord("r1", 1, None, NOW - 5)), LIM)
+    assert cl.verdict is Verdict.CRASHED and cl.summary == "CRASHED: exit code 1: ValueError: bad shape"
+    cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False),
+                     exit=ExitRecord("r1", None, 9, NOW - 5)), LIM)
+    assert cl.verdict is Verdict.CRASHED and "killed by SIGKILL" in cl.summary
+    cl = evaluate(ev(files=files("launch.sh", "launch.json", "train.log"), launch=launch(),
+                     proc=PidInfo(100, False)), LIM)
+    assert cl.verdict is Verdict.KILLED and "no exit.json" in cl.summary
+
+
+def test_reused_pid_and_zombie_count_as_gone():
+    fs = files("launch.sh", "launch.json", "train.log")
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(start_ticks=999)), LIM)
+    assert cl.verdict is Verdict.KILLED and "pid reused" in cl.summary
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(state="Z")), LIM)
+    assert cl.verdict is Verdict.KILLED
+
+
+def test_running_and_stalled():
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status()), LIM)
+    assert cl.verdict is Verdict.RUNNING and cl.summary.startswith("step 50/100")
+    old = status(heartbeat_time=NOW - 120, time=NOW - 120)
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=old), LIM)
+    assert cl.verdict is Verdict.STALLED and by_id(cl)["heartbeat"].state is CheckState.FAIL
+
+
+def test_stalled_thread_named_with_compile_state_and_compile_gets_longer_limit():
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    threads = [ThreadStatus("drafter0", "drafter", "cuda:5", "compiled", last_step_time=NOW - 1, last_beat_time=NOW - 1),
+               ThreadStatus("drafter1", "drafter", "cuda:6", "waiting_at_gate", last_beat_time=NOW - 700),
+               ThreadStatus("drafter2", "drafter", "cuda:7", "compiling", last_beat_time=NOW - 300)]
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status(threads=threads)), LIM)
+    assert cl.verdict is Verdict.STALLED
+    assert "drafter1 [waiting_at_gate]" in cl.summary and "drafter2" not in cl.summary   # 300 s < 600 s
+
+
+def test_no_status_yet_is_starting_then_stalled():
+    fs = files("launch.sh", "launch.json", "train.log")
+    cl = evaluate(ev(files=fs, launch=launch(start_time=NOW - 5), proc=alive()), LIM)
+    assert cl.verdict is Verdict.STARTING
+    cl = evaluate(ev(files=fs, launch=launch(start_time=NOW - 500), proc=alive()), LIM)
+    assert cl.verdict is Verdict.STALLED and "no heartbeat" in cl.summary
+
+
+def test_steps_not_advancing_while_beating_is_stalled():
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    threads = [ThreadStatus("drafter0", "drafter", "cuda:5", "compiled", step=50,
+                            last_step_time=NOW - 200, last_beat_time=NOW - 1)]
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status(threads=threads)), LIM)
+    assert cl.verdict is Verdict.STALLED and "step 50 unchanged" in cl.summary
+
+
+def test_stop_request_is_shown_on_the_end_verdict():
+    fs = files("launch.sh", "launch.json", "train.log")
+    cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False),
+                     stop=StopRecord("r1", 100, NOW - 3, "me@laptop", "SIGKILL")), LIM)
+    assert cl.verdict is Verdict.KILLED and "stop request (SIGKILL by me@laptop)" in cl.summary
+
+
+def test_tracker_keeps_since_until_the_state_changes():
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    tr = HealthTracker()
+    e1 = ev(files=fs, launch=launch(), proc=alive(), status=status())
+    c1 = tr.update(evaluate(e1, LIM), NOW, "r1")
+    hb1 = by_id(c1)["heartbeat"].since
+    e2 = ev(now=NOW + 5, files=fs, launch=launch(), proc=alive(), status=status(heartbeat_time=NOW + 4))
+    c2 = tr.update(evaluate(e2, LIM), NOW + 5, "r1")
+    assert by_id(c2)["heartbeat"].since == hb1          # still ok: unchanged since
+    e3 = ev(now=NOW + 200, files=fs, launch=launch(), proc=alive(), status=status(heartbeat_time=NOW + 4))
+    c3 = tr.update(evaluate(e3, LIM), NOW + 200, "r1")
+    assert by_id(c3)["heartbeat"].state is CheckState.FAIL and by_id(c3)["heartbeat"].since == NOW + 200
+    c4 = tr.update(evaluate(e3, LIM), NOW + 201, "r2")  # a new run starts the clocks again
+    assert by_id(c4)["heartbeat"].since != NOW + 200
+
+
+def test_last_traceback_chained_and_threads():
+    log = ("step 1\nException in thread drafter1:\nTraceback (most recent call last):\n"
+           "  File \"a.py\", line 3, in run\n    f()\nKeyError: 'x'\n\n"
+           "During handling of the above exception, another exception occurred:\n\n"
+           "Traceback (most recent call last):\n  File \"b.py\", line 9, in <module>\n"
+           "RuntimeError: FX tracing flag set by another thread\nstep 2 never\n")
+    tb = last_traceback(log)
+    assert tb.startswith("Traceback") and "KeyError" in tb and tb.endswith("another thread")
+    assert exception_line(tb) == "RuntimeError: FX tracing flag set by another thread"
+    assert last_traceback("no errors here\n") is None

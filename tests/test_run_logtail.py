@@ -1,0 +1,80 @@
+"""LogFollower over real RemoteOps on real files: growth, partial lines, truncation, rotation,
+bursts bigger than the window, and bounded memory."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dflash_tui.remote import open_ops
+from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.logtail import LogFollower
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+async def ops():
+    o = await open_ops(LocalTarget())
+    yield o
+    await o.close()
+
+
+async def test_follow_growth_partial_truncate_rotate(ops, tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("old 1\nold 2\n")
+    f = LogFollower(ops, str(log))
+    assert await f.poll() == ["old 1", "old 2"]          # first poll: the tail
+    with log.open("a") as fh:
+        fh.write("step 1\nstep 2 part")
+    assert await f.poll() == ["step 1"]
+    with log.open("a") as fh:
+        fh.write("ial\n")
+    assert await f.poll() == ["step 2 partial"]
+    assert await f.poll() == []
+
+    log.write_text("fresh\n")                              # truncated (same inode, smaller)
+    lines = await f.poll()
+    assert lines[-1] == "fresh" and "truncated" in lines[0]
+
+    os.rename(log, tmp_path / "train.log.1")               # rotated: new inode
+    log.write_text("rotated a\nrotated b\n")
+    lines = await f.poll()
+    assert "rotated" in lines[0] and lines[1:] == ["rotated a", "rotated b"]
+    assert f.resets == 2
+
+
+async def test_missing_then_created(ops, tmp_path):
+    log = tmp_path / "train.log"
+    f = LogFollower(ops, str(log))
+    assert await f.poll() == [] and not f.exists
+    log.write_text("hello\n")
+    assert await f.poll() == ["hello"]
+
+
+async def test_burst_bigger_than_window_is_skipped_with_a_marker(ops, tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    f = LogFollower(ops, str(log), window=4096)
+    assert await f.poll() == []
+    with log.open("a") as fh:
+        for i in range(20000):
+            fh.write(f"line {i:06d}\n")
+    lines = await f.poll()
+    assert "skipped" in lines[0]
+    assert lines[-1] == "line 019999"
+    assert sum(len(l) + 1 for l in lines[1:]) <= 4096
+    assert f.skipped_bytes > 200_000
+
+
+async def test_line_without_newline_is_bounded(ops, tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    f = LogFollower(ops, str(log), window=64 << 10)
+    await f.poll()
+    with log.open("a") as fh:
+        fh.write("x" * 40_000)
+    lines = await f.poll()
+    assert len(lines) == 1 and lines[0].endswith("[dflash-tui: line cut]")
+    assert len(f._partial) == 0
