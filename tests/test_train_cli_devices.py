@@ -31,9 +31,11 @@ def test_cuda_without_gpu():
         plan_devices("cpu", "cuda:0", cuda_count=lambda: 0, cpu_count=4)
 
 
-def test_one_drafter_thread_per_gpu():
-    with pytest.raises(DeviceError, match="lists cuda:1 twice"):
+def test_one_drafter_thread_per_gpu_unless_asked():
+    with pytest.raises(DeviceError, match="lists cuda:1 2 times but --threads-per-gpu is 1"):
         plan_devices("cuda:0", "cuda:1,cuda:1", cuda_count=lambda: 4, cpu_count=4)
+    p = plan_devices("cuda:0", "cuda:0," * 7 + "cuda:0", cuda_count=lambda: 1, cpu_count=4, threads_per_gpu=8)
+    assert p.drafter == ("cuda:0",) * 8
 
 
 def test_more_cpu_threads_than_cores():

@@ -67,13 +67,17 @@ def plan_devices(
     *,
     cuda_count: Callable[[], int] = _cuda_device_count,
     cpu_count: int | None = None,
+    threads_per_gpu: int = 1,
 ) -> DevicePlan:
+    if threads_per_gpu < 1:
+        raise DeviceError(f"--threads-per-gpu must be >= 1 (got {threads_per_gpu})")
     """Validate both lists against this machine and return the plan.
 
     Rules (each violation is a DeviceError with the fix in the message):
     - every cuda:N must exist on this machine;
-    - a CUDA device carries at most one drafter thread (two replicas on one GPU would fight
-      over its memory and gain nothing) and at most one target thread;
+    - a CUDA device carries at most `threads_per_gpu` drafter threads and as many target
+      threads (default 1: two replicas on one GPU fight over its memory and gain little; more
+      is allowed on purpose, e.g. to stress the compile gate with 8 threads on one GPU);
     - CPU may be repeated (that is how the pool is exercised without GPUs), but not beyond the
       number of CPU cores, where the threads only time-slice each other.
     """
@@ -95,13 +99,13 @@ def plan_devices(
                 )
 
     for option, devices, role in (("--drafter-devices", drafter, "drafter"), ("--target-devices", target, "target")):
-        seen: set[str] = set()
-        for d in devices:
-            if d.startswith("cuda") and d in seen:
+        for d in dict.fromkeys(devices):
+            n = devices.count(d)
+            if d.startswith("cuda") and n > threads_per_gpu:
                 raise DeviceError(
-                    f"{option} lists {d} twice: one {role} thread per GPU; list each GPU once"
+                    f"{option} lists {d} {n} times but --threads-per-gpu is {threads_per_gpu}: list each "
+                    f"GPU once, or pass --threads-per-gpu {n} to run {n} {role} threads on it"
                 )
-            seen.add(d)
 
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     for option, devices in (("--drafter-devices", drafter), ("--target-devices", target)):

@@ -1,0 +1,452 @@
+"""The trainer, top to bottom: validate, build, resume, warm up, train in the pool, finish.
+
+Order matters and is the point of this file:
+1. every argument is validated (devices, data, preset, buckets) before a model is built or a
+   kernel compiled, so a typo fails in a second with a one-line message;
+2. the heartbeat thread starts first, so the dashboard sees the trainer alive through model
+   building and compile warm-up;
+3. warm-up compiles every (drafter device, shape bucket) in the MAIN thread, publishing each
+   worker's compile state, then switches torch to fail_on_recompile;
+4. only then do the worker threads start; the compile gate handles any recompile that still
+   happens, and every step end is a consistent point for eval, checkpoint and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dflash_train.checkpoint import CheckpointStore
+from dflash_train.compile_gate import CompileGate, TorchCompileControl
+from dflash_train.devices import DevicePlan
+from dflash_train.pool import PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, target_thread_name
+from dflash_train.schema import CompileState, EventKind, Phase
+from dflash_train.telemetry import Telemetry
+
+COMPILE_CHOICES = ("auto", "off", "eager", "aot_eager", "inductor")
+
+
+class ConfigError(ValueError):
+    """A bad argument or input; the message names the problem and the fix."""
+
+
+class StopRequested(BaseException):
+    """SIGTERM/SIGINT during start-up or warm-up: there is nothing to save yet."""
+
+
+@dataclass
+class TrainArgs:
+    run_dir: str
+    target_devices: str = "cpu"
+    drafter_devices: str = "cpu"
+    steps: int = 300
+    seed: int = 0
+    preset: str = "tiny"
+    data: str = "synthetic"
+    batch_size: int = 4
+    buckets: str = ""              # "" = the data module's defaults for the device type
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    attention: str = "auto"
+    compile: str = "auto"
+    dtype: str = "auto"
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 3
+    resume: bool = False
+    eval_every: int = 100
+    eval_prompts: int = 8
+    eval_prompt_len: int = 32
+    eval_new_tokens: int = 32
+    log_every: int = 10
+    queue_depth: int = 2
+    target_checkpoint: str | None = None
+    threads_per_gpu: int = 1
+    cold_buckets: str = ""         # lengths trained on but deliberately not warmed (exercises the gate)
+
+    def fingerprint(self, n_replicas: int) -> dict[str, Any]:
+        """What must not change across --resume for the result to be the same run."""
+        return {"seed": self.seed, "preset": self.preset, "data": self.data, "batch_size": self.batch_size,
+                "buckets": self.buckets, "cold_buckets": self.cold_buckets, "lr": self.lr, "weight_decay": self.weight_decay,
+                "max_grad_norm": self.max_grad_norm, "replicas": n_replicas,
+                "target_checkpoint": self.target_checkpoint}
+
+
+@dataclass
+class Prepared:
+    """Validated inputs: nothing here has touched a device yet."""
+
+    plan: DevicePlan
+    cfg: Any
+    stream: Any
+    buckets: tuple[int, ...]          # warmed up in the main thread
+    compile_backend: str | None
+    cold_buckets: tuple[int, ...] = ()  # also trained on, never warmed
+
+
+def prepare(args: TrainArgs) -> Prepared:
+    """All validation that can fail on user input, before any model is built."""
+    from dflash_train.config import ModelConfig
+    from dflash_train.data import DataError, default_buckets, open_stream
+    from dflash_train.devices import DeviceError, plan_devices
+
+    for name in ("steps", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every", "queue_depth",
+                 "eval_prompts", "eval_prompt_len", "eval_new_tokens"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
+    if args.eval_every < 0:
+        raise ConfigError(f"--eval-every must be >= 0 (0 = never; got {args.eval_every})")
+    if not (args.lr > 0 and math.isfinite(args.lr)):
+        raise ConfigError(f"--lr must be a positive number (got {args.lr})")
+    if args.compile not in COMPILE_CHOICES:
+        raise ConfigError(f"--compile {args.compile!r}: choose one of {', '.join(COMPILE_CHOICES)}")
+    if args.attention not in ("auto", "flex", "sdpa"):
+        raise ConfigError(f"--attention {args.attention!r}: choose auto, flex or sdpa")
+    if args.dtype not in ("auto", "float32", "bfloat16"):
+        raise ConfigError(f"--dtype {args.dtype!r}: choose auto, float32 or bfloat16")
+    try:
+        plan = plan_devices(args.target_devices, args.drafter_devices, threads_per_gpu=args.threads_per_gpu)
+    except DeviceError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        cfg = ModelConfig.preset(args.preset)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if args.target_checkpoint is not None and not os.path.isdir(args.target_checkpoint):
+        raise ConfigError(f"--target-checkpoint {args.target_checkpoint}: no such directory")
+    if args.data not in ("", "synthetic") and not os.path.isfile(args.data):
+        raise ConfigError(f"--data {args.data}: no such file (give a .jsonl or text file, or 'synthetic')")
+    device_type = "cuda" if plan.uses_cuda else "cpu"
+    buckets = _parse_lengths(args.buckets, "--buckets") if args.buckets else default_buckets(device_type, cfg.max_seq_len)
+    cold = _parse_lengths(args.cold_buckets, "--cold-buckets") if args.cold_buckets else ()
+    for option, lengths in (("--buckets", buckets), ("--cold-buckets", cold)):
+        if lengths and (lengths[0] <= cfg.block_size + cfg.anchors_per_seq - 1 or lengths[-1] > cfg.max_seq_len):
+            raise ConfigError(
+                f"{option} {list(lengths)}: each length must be >= block size + anchors per sequence "
+                f"({cfg.block_size + cfg.anchors_per_seq}) and <= the preset's max_seq_len {cfg.max_seq_len}")
+    if not buckets:
+        raise ConfigError("--buckets is empty: give sequence lengths like 64,128")
+    try:
+        stream = open_stream(args.data, seed=args.seed)
+    except DataError as exc:
+        raise ConfigError(str(exc)) from None
+    compile_backend = args.compile
+    if compile_backend == "auto":
+        # CUDA: the flex kernel is compiled by the attention backend; the rest stays eager.
+        # CPU: trace the drafter with dynamo (cheap 'eager' backend) so the compile machinery,
+        # the gate and the dashboard's compile view are exercised without a GPU.
+        compile_backend = "off" if plan.uses_cuda else "eager"
+    return Prepared(plan=plan, cfg=cfg, stream=stream, buckets=buckets, cold_buckets=tuple(b for b in cold if b not in buckets),
+                    compile_backend=None if compile_backend == "off" else compile_backend)
+
+
+def _parse_lengths(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return tuple(sorted({int(b) for b in text.split(",") if b.strip()}))
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: give sequence lengths like 64,128") from None
+
+
+class Trainer:
+    def __init__(self, args: TrainArgs, prep: Prepared, tel: Telemetry) -> None:
+        self.args = args
+        self.prep = prep
+        self.tel = tel
+        self.stop_requested = threading.Event()
+        self.store = CheckpointStore(args.run_dir, keep=args.keep_checkpoints)
+        self.compile_control = TorchCompileControl(
+            recompile_limit=max(64, 4 * len(prep.buckets) * (len(prep.plan.drafter) + 1)))
+        self.gate = CompileGate(
+            allow_compile=self.compile_control.allow_compile,
+            on_state=self._on_gate_state,
+            on_recompile=self._on_recompile,
+        )
+        self.last_saved_step = -1
+        self._tok_window: list[tuple[float, int]] = []
+        self._t_last_log = time.monotonic()
+
+    # -- gate callbacks ------------------------------------------------------------------------
+
+    def _on_gate_state(self, worker: str, state: CompileState) -> None:
+        self.tel.set_compile_state(worker, state)
+
+    def _on_recompile(self, worker: str, exc: BaseException) -> None:
+        first = str(exc).strip().splitlines()
+        reason = " ".join(line.strip() for line in first[1:3]) or first[0]
+        self.tel.count_recompile(worker)
+        self.tel.log(f"compile: {worker} met an unwarmed shape, recompiling under the exclusive gate ({reason[:200]})")
+        self.tel.event(EventKind.COMPILE, thread=worker, state="recompile", reason=reason[:500])
+
+    # -- build --------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        import torch
+
+        from dflash_train.attention.backends import choose_backend
+        from dflash_train.data import BatchSource
+        from dflash_train.model.drafter import build_drafter
+        from dflash_train.model.target import build_target
+
+        args, prep, plan = self.args, self.prep, self.prep.plan
+        any_cuda = plan.uses_cuda
+        if args.dtype == "auto":
+            self.dtype = torch.bfloat16 if any_cuda else torch.float32
+        else:
+            self.dtype = getattr(torch, args.dtype)
+        torch.manual_seed(args.seed)
+
+        self.source = BatchSource(prep.stream, args.batch_size, prep.buckets + prep.cold_buckets, seed=args.seed)
+        cold = f" + cold {list(prep.cold_buckets)} (not warmed)" if prep.cold_buckets else ""
+        self.tel.log(f"data: {prep.stream.name}, {len(prep.stream)} tokens, buckets {list(prep.buckets)}{cold}, "
+                     f"batch {args.batch_size} per drafter thread")
+
+        self.targets: dict[str, Any] = {}
+        for dev in dict.fromkeys(plan.target + plan.drafter[:1]):
+            # one frozen target per device that needs one: the target threads' devices, and the
+            # first drafter's device, where eval verifies drafts against the target
+            t0 = time.monotonic()
+            self.targets[dev] = build_target(prep.cfg, args.seed, dev, self.dtype, args.target_checkpoint)
+            self.tel.log(f"target on {dev} ready in {time.monotonic() - t0:.1f}s")
+        self.replicas = []
+        self.attn = []
+        for r, dev in enumerate(plan.drafter):
+            # the drafter copies the target's embedding and head onto its own device
+            source = self.targets.get(dev) or self.targets[plan.target[0]]
+            model = build_drafter(prep.cfg, source, args.seed, dev, self.dtype)
+            model.train()
+            self.replicas.append(model)
+            self.attn.append(choose_backend(args.attention, torch.device(dev)))
+        self._check_replicas_identical()
+        trainable = sum(p.numel() for p in self.replicas[0].parameters() if p.requires_grad)
+        self.tel.log(f"drafter: {len(self.replicas)} replica(s) on {', '.join(plan.drafter)}, "
+                     f"{trainable / 1e6:.2f}M trainable parameters, attention {type(self.attn[0]).__name__}, "
+                     f"compile {prep.compile_backend or 'off'}")
+        self.optimizers = [
+            torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=args.lr,
+                              betas=(0.9, 0.95), weight_decay=args.weight_decay)
+            for m in self.replicas
+        ]
+        backend = prep.compile_backend
+        self.step_models = [torch.compile(m, backend=backend, dynamic=False) if backend else m
+                            for m in self.replicas]
+        self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
+        self.prompts = self.source.heldout_prompts(args.eval_prompts, args.eval_prompt_len)
+
+    def _check_replicas_identical(self) -> None:
+        import torch
+
+        ref = [p.detach().cpu() for p in self.replicas[0].parameters()]
+        for r, m in enumerate(self.replicas[1:], 1):
+            for a, b in zip(ref, m.parameters()):
+                if not torch.equal(a, b.detach().cpu()):
+                    raise RuntimeError(f"drafter replica {r} was not initialised identically to replica 0")
+
+    # -- resume / checkpoint -----------------------------------------------------------------
+
+    def resume(self) -> int:
+        if not self.args.resume:
+            return 0
+        from dflash_train.data import BatchSource, DataError
+
+        loaded = self.store.load_latest(warn=self.tel.log)
+        if loaded is None:
+            self.tel.log(f"resume: no checkpoint in {self.store.root}; starting at step 0")
+            return 0
+        info, state = loaded
+        want = self.args.fingerprint(len(self.replicas))
+        got = state.get("fingerprint", {})
+        diff = [f"--{k.replace('_', '-')} {got.get(k)!r} (now {v!r})" for k, v in want.items() if got.get(k) != v]
+        if diff:
+            raise ConfigError(f"checkpoint {info.path} was made with {', '.join(diff)}: resume with the "
+                              "same arguments, or use a new --run-dir")
+        try:
+            BatchSource.from_state(self.prep.stream, state["data"])
+        except DataError as exc:
+            raise ConfigError(str(exc)) from None
+        for m, opt in zip(self.replicas, self.optimizers):
+            m.load_state_dict(state["drafter"])
+            opt.load_state_dict(state["optimizer"])
+        self.last_saved_step = info.step
+        self.tel.log(f"resume: loaded checkpoint at step {info.step} from {info.path}")
+        self.tel.event(EventKind.CHECKPOINT, step=info.step, path=info.path, action="resumed")
+        return info.step
+
+    def save_checkpoint(self, step: int) -> None:
+        if step == self.last_saved_step:
+            return
+        t0 = time.monotonic()
+        state = {
+            "step": step,
+            "drafter": self.replicas[0].state_dict(),
+            "optimizer": self.optimizers[0].state_dict(),
+            "data": self.source.state(),
+            "fingerprint": self.args.fingerprint(len(self.replicas)),
+            "config": self.prep.cfg.to_dict(),
+        }
+        info = self.store.save(step, state, {"run_id": self.tel.run_id, "args": asdict(self.args)})
+        self.last_saved_step = step
+        secs = time.monotonic() - t0
+        self.tel.log(f"checkpoint: step {step} saved to {info.path} in {secs:.2f}s")
+        self.tel.event(EventKind.CHECKPOINT, step=step, path=info.path, seconds=round(secs, 3), action="saved")
+
+    # -- warm-up ----------------------------------------------------------------------------
+
+    def _warm_batch(self, length: int):
+        from dflash_train.data import Batch
+
+        n = self.args.batch_size * length
+        toks = self.prep.stream.tokens[:n].view(self.args.batch_size, length)
+        mask = self.prep.stream.loss_mask[:n].view(self.args.batch_size, length)
+        return Batch(toks.clone(), mask.clone())
+
+    def warm_up(self) -> None:
+        import torch
+
+        from dflash_train.objective import target_forward
+
+        plan = self.prep.plan
+        self.tel.set_phase(Phase.WARMING)
+        self.compile_control.default_stance()
+        self.compile_control.apply_thread_compile_config()
+        t_all = time.monotonic()
+        for j, dev in enumerate(plan.target):
+            name = target_thread_name(j)
+            self.tel.set_compile_state(name, CompileState.WARMING)
+            with self.tel.attribute_compiles_to(name):
+                for length in self.prep.buckets:
+                    target_forward(self.targets[dev], self._warm_batch(length))
+            self.tel.set_compile_state(name, CompileState.COMPILED)
+        for r, dev in enumerate(plan.drafter):
+            name = drafter_thread_name(r)
+            self.tel.set_compile_state(name, CompileState.WARMING)
+            t0 = time.monotonic()
+            with self.tel.attribute_compiles_to(name):
+                for length in self.prep.buckets:
+                    if self.stop_requested.is_set():
+                        raise StopRequested()
+                    tb = target_forward(self.targets[plan.target[r % len(plan.target)]], self._warm_batch(length))
+                    gen = torch.Generator().manual_seed(0)
+                    loss, _ = self.compute_loss(r, tb.to(torch.device(dev)), gen)
+                    loss.backward()
+                    self.replicas[r].zero_grad(set_to_none=True)
+            ts = self.tel.thread(name)
+            self.tel.set_compile_state(name, CompileState.COMPILED)
+            self.tel.log(f"compile: warmed {name} on {dev} for buckets {list(self.prep.buckets)} in "
+                         f"{time.monotonic() - t0:.1f}s ({ts.graphs} graph(s))")
+        if plan.uses_cuda:
+            torch.cuda.synchronize()
+        self.compile_control.fail_on_recompile()
+        self.tel.log(f"compile: warm-up done in {time.monotonic() - t_all:.1f}s; workers run with "
+                     "fail_on_recompile (an unwarmed shape recompiles under the exclusive gate)")
+
+    # -- the per-step pieces the pool calls --------------------------------------------------------
+
+    def produce(self, batch_index: int, j: int):
+        from dflash_train.objective import target_forward
+
+        dev = self.prep.plan.target[j]
+        return target_forward(self.targets[dev], self.source.batch_at(batch_index))
+
+    def compute_loss(self, r: int, tb, gen):
+        from dflash_train.objective import drafter_loss
+
+        return drafter_loss(self.step_models[r], tb, gen, self.attn[r])
+
+    def on_step_end(self, step: int, metrics: list[StepMetrics]) -> bool:
+        args = self.args
+        done = step + 1
+        loss = sum(m.loss for m in metrics) / len(metrics)
+        acc = sum(m.acc for m in metrics) / len(metrics)
+        now = time.monotonic()
+        self._tok_window.append((now, sum(m.tokens for m in metrics)))
+        self._tok_window = [(t, n) for t, n in self._tok_window if now - t <= 10.0]
+        span = now - self._tok_window[0][0] if len(self._tok_window) > 1 else 0.0
+        tps = sum(n for _, n in self._tok_window[1:]) / span if span > 0 else None
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss is {loss} at step {done}: lower --lr or check the data")
+        self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps)
+        per_pos = [round(sum(m.acc_per_pos[k] for m in metrics) / len(metrics), 4)
+                   for k in range(min(len(m.acc_per_pos) for m in metrics))] if metrics else []
+        self.tel.event(EventKind.STEP, step=done, loss=round(loss, 5), acc=round(acc, 5),
+                       acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1))
+        tau = None
+        if args.eval_every and (done % args.eval_every == 0 or done == args.steps):
+            tau = self.evaluate(done)
+        if done % args.log_every == 0 or done == args.steps or tau is not None:
+            tau_s = f" tau {tau:.2f}" if tau is not None else ""
+            tps_s = f" tok/s {tps:,.0f}" if tps else ""
+            self.tel.log(f"step {done}/{args.steps} loss {loss:.4f} acc {acc:.3f}{tau_s}{tps_s}")
+        stop = self.stop_requested.is_set()
+        if done % args.checkpoint_every == 0 or done == args.steps or stop:
+            self.tel.set_phase(Phase.CHECKPOINTING)
+            self.save_checkpoint(done)
+            self.tel.set_phase(Phase.TRAINING)
+        self.tel.publish()
+        if stop:
+            self.tel.log(f"stop requested: checkpoint at step {done} saved, exiting")
+        return stop
+
+    def evaluate(self, step: int) -> float:
+        from dflash_train.verify import acceptance_length
+
+        dev = self.prep.plan.drafter[0]
+        t0 = time.monotonic()
+        model = self.replicas[0]
+        model.eval()
+        try:
+            tau = float(acceptance_length(self.targets[dev], model, self.prompts, self.eval_attention,
+                                          self.args.eval_new_tokens))
+        finally:
+            model.train()
+        secs = time.monotonic() - t0
+        self.tel.update(tau=tau)
+        self.tel.event(EventKind.EVAL, step=step, tau=round(tau, 4), seconds=round(secs, 3),
+                       prompts=int(self.prompts.shape[0]), new_tokens=self.args.eval_new_tokens)
+        return tau
+
+    # -- run ------------------------------------------------------------------------------
+
+    def train(self) -> int:
+        """Returns the number of completed steps; raises the first worker error."""
+        args, plan = self.args, self.prep.plan
+        start = self.resume()
+        if start >= args.steps:
+            self.tel.log(f"nothing to do: checkpoint is at step {start}, --steps is {args.steps}")
+            return start
+        self.tel.update(step=start)
+        self.warm_up()
+        spec = PoolSpec(
+            seed=args.seed, start_step=start, total_steps=args.steps,
+            target_devices=plan.target, drafter_devices=plan.drafter,
+            queue_depth=args.queue_depth, max_grad_norm=args.max_grad_norm,
+            produce=self.produce, compute_loss=self.compute_loss,
+            replicas=self.replicas, optimizers=self.optimizers, on_step_end=self.on_step_end,
+            on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
+            on_thread_beat=self.tel.thread_beat,
+        )
+        pool = ThreadPool(spec, self.gate)
+        if args.eval_every:
+            # the baseline: tau of the drafter as it starts (untrained, or as resumed)
+            tau = self.evaluate(start)
+            self.tel.log(f"eval: step {start} tau {tau:.2f}")
+        self.tel.set_phase(Phase.TRAINING)
+        self.tel.log(f"training: steps {start}..{args.steps}, {len(plan.target)} target thread(s) on "
+                     f"{', '.join(plan.target)}, {len(plan.drafter)} drafter thread(s) on {', '.join(plan.drafter)}")
+        pool.start()
+        pool.join(poll=self.tel.publish)
+        if pool.error is not None:
+            name, exc = pool.error
+            self.tel.thread_failed(name, exc)
+            raise WorkerFailed(name, exc)
+        return pool.last_completed_step
+
+
+class WorkerFailed(RuntimeError):
+    def __init__(self, thread: str, exc: BaseException) -> None:
+        super().__init__(f"{thread}: {type(exc).__name__}: {exc}")
+        self.thread = thread
+        self.exc = exc
