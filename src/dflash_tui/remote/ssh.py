@@ -44,6 +44,7 @@ class ConnectionState:
     attempts: int = 0          # failed connection attempts since the last success
     retry_at: float = 0.0      # monotonic time before which no new attempt is made
     connects: int = 0          # successful connects (1 + reconnects)
+    last_hint: str = ""        # what the user can do about last_error
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,8 @@ class SSHConnection:
             wait = self.state.retry_at - time.monotonic()
             if wait > 0:
                 raise TargetUnreachable(
-                    f"{self.label}: {self.state.last_error} (next attempt in {wait:.0f}s)",
-                    "retrying with backoff")
+                    f"{self.state.last_error} (next attempt in {wait:.1f}s)",
+                    self.state.last_hint or "retrying with backoff")
             try:
                 self._conn = await self._connect()
             except TargetUnreachable as exc:
@@ -135,6 +136,7 @@ class SSHConnection:
                 delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (self.state.attempts - 1))
                 self.state.retry_at = time.monotonic() + delay
                 self._mark(False, exc.message)
+                self.state.last_hint = exc.hint
                 raise
             self.state.attempts, self.state.retry_at = 0, 0.0
             self.state.connects += 1
@@ -374,7 +376,7 @@ class SSHTarget(Target):
 
     def _connection(self) -> SSHConnection:
         if self._conn is None:
-            pool = self._pool or default_pool()
+            pool = self._pool if self._pool is not None else default_pool()
             self._pool = pool
             self._conn = pool.acquire(self.params)
         return self._conn
