@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 import signal
 import subprocess
 import sys
@@ -94,7 +95,7 @@ async def test_pid_info_parity_alive_zombie_gone():
     target = LocalTarget()
     agent, shell = await AgentOps.start(target), await ShellOps.start(target)
     try:
-        pids = [child.pid, zombie.pid, os.getpid(), 4_000_000]
+        pids = [child.pid, zombie.pid, os.getppid(), 4_000_000]   # not our own: R vs S
         a, s = await agent.pid_info(pids), await shell.pid_info(pids)
         assert a == s
         assert a[0].alive and a[0].cmdline == (*SLEEPER, "$(touch /tmp/pwned)", "a b")
@@ -168,3 +169,54 @@ def test_stat_time_parsing_matches_os_stat(tmp_path):
     out = subprocess.run(["stat", "-c", "%y", str(f)], capture_output=True, text=True).stdout
     assert parse_stat_time(out) == os.stat(f).st_mtime
     assert parse_stat_time("2023-11-14 22:13:20.5 -0130") == 1700000000.5 + 5400
+
+
+# -- the same answers through SSH and through a container on it ---------------------------
+
+
+@pytest.mark.sshd
+async def test_parity_over_ssh_and_inside_a_container(sshd, standin, tree):
+    from dflash_tui.remote.container import ContainerTarget
+    from dflash_tui.remote.ssh import SSHTarget
+
+    ssh = SSHTarget(sshd.host, **{k: v for k, v in sshd.profile().items() if k != "host"})
+    ct = ContainerTarget(ssh, standin.container("pct:220"))
+    try:
+        for target in (ssh, ct):
+            agent, shell = await AgentOps.start(target), await ShellOps.start(target)
+            paths = [str(tree / n) for n in ["train.log", "sub", "nope", *HOSTILE]]
+            assert await agent.stat(paths) == await shell.stat(paths)
+            log = str(tree / "train.log")
+            assert await agent.read_tail(log, 9) == await shell.read_tail(log, 9)
+            assert await agent.list_dir(str(tree)) == await shell.list_dir(str(tree))
+            pid = agent.info["pid"]   # the agent's own pid, as the target sees it
+            a, s = await agent.pid_info([pid, 1]), await shell.pid_info([pid, 1])
+            # the agent is running while it answers itself, sleeping when sh asks
+            assert [replace(x, state="") for x in a] == [replace(x, state="") for x in s]
+            assert a[0].alive and a[1].alive
+            if target is ct:
+                # Inside the container's PID namespace: pid 1 is its init, and the agent's
+                # NSpid holds only the inner view (the container's /proc is its own).
+                assert a[0].nspid == (pid,) and pid < 50
+            await agent.close()
+    finally:
+        await ssh.close()
+
+
+@pytest.mark.sshd
+async def test_agent_in_a_container_that_is_stopped_or_runs_nothing(sshd, standin):
+    from dflash_tui.remote.base import ContainerNotRunning, TargetError
+    from dflash_tui.remote.container import ContainerTarget
+    from dflash_tui.remote.agent import open_ops
+    from dflash_tui.remote.ssh import SSHTarget
+
+    ssh = SSHTarget(sshd.host, **{k: v for k, v in sshd.profile().items() if k != "host"})
+    try:
+        ct = ContainerTarget(ssh, standin.container("pct:221", mode="stopped"))
+        with pytest.raises(ContainerNotRunning, match="pct start 221"):
+            await open_ops(ct)
+        standin.set_mode("pct:221", "noop")
+        with pytest.raises(TargetError, match="the transport did not run the command"):
+            await open_ops(ct)
+    finally:
+        await ssh.close()
