@@ -1,0 +1,392 @@
+"""The dflash-tui dashboard: renders what the headless core reports, live.
+
+Everything arrives through a `DashboardSource` (see source.py) and is consumed by workers,
+so no call that waits on a target ever runs on Textual's event loop:
+
+- reports (1 Hz, from RunMonitor)  -> header, Health, Threads
+- GPU snapshots (1 Hz, GpuStream)  -> GPUs
+- the selected log file, polled every 0.25 s -> Log (so it never lags the file by a second)
+- events.jsonl, polled every second -> Metrics
+
+Keys act through the source's launch/stop/relaunch/canary; while one is in flight the
+others are disabled (check_action), and the checklist shows the new run fill in by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable, Iterable
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, TabbedContent, TabPane
+
+from ..gpu.sample import GpuSnapshot
+from ..remote.base import TargetError
+from ..run.report import RunReport
+from .fmt import one_line
+from .gpus import GpuPane
+from .header import RunHeader
+from .health import HealthPane
+from .logview import LogPane
+from .metrics import MetricsPane
+from .screens import ConfirmScreen, HelpScreen, ProfileScreen
+from .source import LOG_NAMES, TRAIN_LOG, EVENTS_LOG, ActionError, DashboardSource
+from .threads import ThreadsPane
+
+LOG_POLL_S = 0.25
+EVENTS_POLL_S = 1.0
+RETRY_MAX_S = 5.0
+RUN_ACTIONS = ("relaunch", "stop", "canary")
+TABS = ("tab-log", "tab-threads", "tab-gpus", "tab-metrics")
+
+SourceFactory = Callable[[str], DashboardSource]
+
+
+class DashboardApp(App[None]):
+    CSS_PATH = "dflash.tcss"
+    TITLE = "dflash-tui"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("r", "relaunch", "Relaunch", tooltip="stop this run by pid (verified) and launch it again"),
+        Binding("s", "stop", "Stop", tooltip="stop this run by pid: SIGTERM, grace period, SIGKILL"),
+        Binding("c", "canary", "Canary", tooltip="launch `sleep` through the same wrapper and check it outlives the channel"),
+        Binding("l", "switch_log", "Log file", tooltip="switch the log pane between train.log and events.jsonl"),
+        Binding("f", "toggle_follow", "Follow", tooltip="follow the end of the log on/off"),
+        Binding("slash", "search", "Search", tooltip="search the log; n / N for next / previous match"),
+        Binding("n", "search_next", "Next match", show=False),
+        Binding("N", "search_prev", "Previous match", show=False),
+        Binding("e", "first_error", "1st error", tooltip="jump to the first traceback or error line in the log"),
+        Binding("g", "log_top", "Top", show=False, tooltip="top of the log (follow off)"),
+        Binding("G", "log_bottom", "Bottom", show=False, tooltip="bottom of the log (follow on)"),
+        Binding("1", "show_tab('tab-log')", "Log", show=False),
+        Binding("2", "show_tab('tab-threads')", "Threads", show=False),
+        Binding("3", "show_tab('tab-gpus')", "GPUs", show=False),
+        Binding("4", "show_tab('tab-metrics')", "Metrics", show=False),
+        Binding("p", "switch_profile", "Profile", tooltip="watch another profile (this run keeps running)"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit", tooltip="leave the dashboard; the run keeps running"),
+    ]
+
+    busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
+
+    def __init__(self, source_factory: SourceFactory, profile: str, profiles: Iterable[str] = (),
+                 *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.source_factory = source_factory
+        self.profile = profile
+        self.profiles = list(profiles) or [profile]
+        self.clock = clock
+        self.source: DashboardSource = source_factory(profile)
+        self.report: RunReport | None = None
+        self.received_at: float | None = None
+        self.log_name = TRAIN_LOG
+        self._run_id: str | None = None
+        self.quit_message = ""
+
+    # -- layout -----------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+        yield HealthPane(id="health")
+        with TabbedContent(id="tabs", initial="tab-log"):
+            with TabPane("Log", id="tab-log"):
+                yield LogPane(id="log")
+            with TabPane("Threads", id="tab-threads"):
+                yield ThreadsPane(limits=self.source.limits, id="threads")
+            with TabPane("GPUs", id="tab-gpus"):
+                yield GpuPane(id="gpus")
+            with TabPane("Metrics", id="tab-metrics"):
+                yield MetricsPane(id="metrics")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        # Held references, not queries: App.query_one searches the *active* screen, and the
+        # streams keep updating these panes while a modal (confirm, help) is on top.
+        self.main_screen = self.screen
+        self.header_bar = self.query_one(RunHeader)
+        self.health_pane = self.query_one("#health", HealthPane)
+        self.threads_pane = self.query_one("#threads", ThreadsPane)
+        self.gpu_pane = self.query_one("#gpus", GpuPane)
+        self.metrics_pane = self.query_one("#metrics", MetricsPane)
+        self.tabs = self.query_one(TabbedContent)
+        self._log_pane = self.query_one("#log", LogPane)
+        self.sub_title = self.profile
+        self._render_header()
+        self._start_streams()
+        self.set_interval(1.0, self._render_header)  # ages keep ticking while data is stale
+        self._log_pane.lines.focus()
+
+    @property
+    def log_pane(self) -> LogPane:
+        return self._log_pane
+
+    # -- streams ----------------------------------------------------------------------------
+    def _start_streams(self) -> None:
+        self.watch_reports()
+        self.watch_gpus()
+        self.follow_log()
+        self.follow_events()
+
+    @work(exclusive=True, group="reports")
+    async def watch_reports(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                async for report in self.source.reports():
+                    self.on_report(report)
+                    delay = 1.0
+                return
+            except (TargetError, OSError, ActionError) as exc:
+                # The monitor keeps its own connection alive; if its stream itself breaks,
+                # keep the last data on screen (the header shows its age) and resubscribe.
+                self.log_pane.problem = f"monitor: {one_line(str(exc))}"
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    @work(exclusive=True, group="gpus")
+    async def watch_gpus(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                async for snap in self.source.gpu_snapshots():
+                    self.on_gpu_snapshot(snap)
+                    delay = 1.0
+                return
+            except (TargetError, OSError) as exc:
+                self.notify(f"GPU stream: {one_line(str(exc))}; retrying", severity="warning")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    @work(exclusive=True, group="log")
+    async def follow_log(self) -> None:
+        pane = self.log_pane
+        follower = self.source.follow(self.log_name)
+        delay = LOG_POLL_S
+        while True:
+            try:
+                lines = await follower.poll()
+            except (TargetError, OSError, ValueError) as exc:
+                pane.problem = f"cannot read: {one_line(str(exc))}"
+                delay = min(max(delay * 2, 1.0), RETRY_MAX_S)
+            else:
+                if pane.problem:
+                    pane.problem = ""
+                delay = LOG_POLL_S
+                if lines:
+                    pane.lines.append(lines)
+                    pane.update_title()
+            await asyncio.sleep(delay)
+
+    @work(exclusive=True, group="events")
+    async def follow_events(self) -> None:
+        metrics = self.metrics_pane
+        follower = self.source.follow(EVENTS_LOG)
+        delay = EVENTS_POLL_S
+        while True:
+            try:
+                lines = await follower.poll()
+            except (TargetError, OSError, ValueError):
+                delay = min(delay * 2, RETRY_MAX_S)  # the log pane and header report the cause
+            else:
+                delay = EVENTS_POLL_S
+                if lines:
+                    metrics.add_lines(lines)
+            await asyncio.sleep(delay)
+
+    def on_report(self, report: RunReport) -> None:
+        self.report = report
+        self.received_at = self.clock()
+        run_id = report.launch.run_id if report.launch else None
+        if run_id != self._run_id:
+            if self._run_id is not None and run_id is not None:
+                self.metrics_pane.reset()
+                self.log_pane.lines.append_marker(f"new run {run_id}")
+            self._run_id = run_id
+        self.health_pane.show(report)
+        threads = self.threads_pane
+        threads.show(report)
+        trouble = threads.trouble_count()
+        self._set_tab_label("tab-threads", f"Threads ({trouble} !)" if trouble else "Threads")
+        self._render_header()
+
+    def on_gpu_snapshot(self, snap: GpuSnapshot) -> None:
+        pane = self.gpu_pane
+        pane.show(snap)
+        lost = sum(1 for g in snap.gpus if g.lost)
+        label = "GPUs"
+        if snap.error is not None and not snap.gpus:
+            label = "GPUs (n/a)"
+        elif lost:
+            label = f"GPUs ({lost} lost)"
+        self._set_tab_label("tab-gpus", label)
+
+    def _set_tab_label(self, pane_id: str, label: str) -> None:
+        tab = self.tabs.get_tab(pane_id)
+        if str(tab.label) != label:
+            tab.label = label
+
+    def _render_header(self) -> None:
+        header = self.header_bar
+        header.show(self.report, profile=self.profile, now=self.clock(),
+                    received_at=self.received_at, busy=self.busy)
+        stale = header.query_one("#verdict").has_class("-stale")
+        self.main_screen.set_class(stale, "-stale")
+
+    # -- run actions ------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in RUN_ACTIONS and self.busy:
+            return None  # shown disabled in the Footer while a launch or stop is in flight
+        return True
+
+    def watch_busy(self) -> None:
+        self.refresh_bindings()
+        if self.is_mounted:
+            self._render_header()
+
+    def _pid_text(self) -> str:
+        r = self.report
+        if r and r.launch and r.pid_alive:
+            return f"pid {r.launch.pid}"
+        return ""
+
+    def action_relaunch(self) -> None:
+        pid = self._pid_text()
+        run_dir = self.report.run_dir if self.report else "the profile's run dir"
+        first = (f"Stops {pid} (SIGTERM, then SIGKILL after the grace period, only if that pid is "
+                 f"still this run), then launches" if pid else "No live run: launches")
+        detail = (f"{first} profile {self.profile} in {run_dir}.\n"
+                  "The checklist resets and fills in as the new run starts.")
+        self.push_screen(ConfirmScreen("Relaunch the run?", detail),
+                         lambda yes: self.do_run_action("relaunch") if yes else None)
+
+    def action_stop(self) -> None:
+        pid = self._pid_text() or "the run"
+        detail = (f"Stops {pid} of profile {self.profile}: SIGTERM, a grace period, then SIGKILL.\n"
+                  "Only that pid with its recorded start time is signalled, never a pattern.")
+        self.push_screen(ConfirmScreen("Stop the run?", detail),
+                         lambda yes: self.do_run_action("stop") if yes else None)
+
+    def action_canary(self) -> None:
+        self.do_run_action("canary")
+
+    @work(exclusive=True, group="action")
+    async def do_run_action(self, name: str) -> None:
+        self.busy = name
+        try:
+            outcome = await getattr(self.source, name)()
+        except (ActionError, TargetError, OSError) as exc:
+            self.notify(one_line(str(exc), 300), title=f"{name} failed", severity="error", timeout=10)
+        else:
+            self.notify(one_line(outcome, 300), title=name, timeout=6)
+        finally:
+            self.busy = ""
+
+    # -- log keys ---------------------------------------------------------------------------
+    def action_switch_log(self) -> None:
+        i = LOG_NAMES.index(self.log_name)
+        self.log_name = LOG_NAMES[(i + 1) % len(LOG_NAMES)]
+        pane = self.log_pane
+        pane.lines.clear()
+        pane.log_name = self.log_name
+        self.follow_log()   # exclusive: replaces the previous follower
+        self.action_show_tab("tab-log")
+
+    def action_toggle_follow(self) -> None:
+        lines = self.log_pane.lines
+        lines.follow = not lines.follow
+
+    def action_search(self) -> None:
+        self.action_show_tab("tab-log")
+        self.log_pane.open_search()
+
+    def _search_again(self, backwards: bool) -> None:
+        pane = self.log_pane
+        term = pane.lines.search_term
+        if not term:
+            self.action_search()
+        elif not pane.search(term, backwards=backwards):
+            self.notify(f"no line contains {term!r}", severity="warning", timeout=3)
+
+    def action_search_next(self) -> None:
+        self._search_again(False)
+
+    def action_search_prev(self) -> None:
+        self._search_again(True)
+
+    def action_first_error(self) -> None:
+        self.action_show_tab("tab-log")
+        if self.log_pane.lines.first_error() is None:
+            kept = self.log_pane.lines.max_lines
+            self.notify(f"no traceback or error line in the last {kept} lines", timeout=3)
+
+    def action_log_top(self) -> None:
+        self.log_pane.lines.go_top()
+
+    def action_log_bottom(self) -> None:
+        self.log_pane.lines.go_bottom()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.tabs.active = tab
+
+    # -- profile, help, quit ----------------------------------------------------------------
+    def action_switch_profile(self) -> None:
+        if len(self.profiles) < 2:
+            self.notify(f"only one profile ({self.profile}); add more in the config file",
+                        timeout=4)
+            return
+        self.push_screen(ProfileScreen(self.profiles, self.profile), self._switch_profile)
+
+    async def _switch_profile(self, name: str | None) -> None:
+        if not name or name == self.profile:
+            return
+        try:
+            new = self.source_factory(name)
+        except (ValueError, TargetError, OSError) as exc:
+            self.notify(one_line(str(exc), 300), title=f"profile {name}", severity="error")
+            return
+        for group in ("reports", "gpus", "log", "events"):
+            self.workers.cancel_group(self, group)
+        old, self.source, self.profile = self.source, new, name
+        self.sub_title = name
+        self.report, self.received_at, self._run_id = None, None, None
+        self.log_pane.lines.clear()
+        self.metrics_pane.reset()
+        self.threads_pane.limits = new.limits
+        self._render_header()
+        self._start_streams()
+        await old.close()
+
+    def action_help(self) -> None:
+        rows = [(b.key_display or self.get_key_display(b), b.description, b.tooltip)
+                for b in self.BINDINGS if isinstance(b, Binding)]
+        self.push_screen(HelpScreen(rows))
+
+    async def action_quit(self) -> None:
+        r = self.report
+        if r and r.launch and r.pid_alive:
+            self.quit_message = (f"dflash-tui: left the dashboard; the run keeps running (pid "
+                                 f"{r.launch.pid} in {r.run_dir}). Stop it with: dflash-tui "
+                                 f"--profile {self.profile} --stop")
+        else:
+            self.quit_message = "dflash-tui: left the dashboard; nothing was stopped."
+        self.exit()
+
+    async def on_unmount(self) -> None:
+        await self.source.close()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for b in self.BINDINGS:
+            if not isinstance(b, Binding) or b.action in ("quit",):
+                continue
+            name = b.action.split("(")[0]
+            if name in RUN_ACTIONS and self.busy:
+                continue
+            yield SystemCommand(f"{b.description} ({self.get_key_display(b)})",
+                                b.tooltip or b.description,
+                                lambda action=b.action: self.run_action(action))

@@ -1,0 +1,75 @@
+"""The header: verdict badge, then profile, target (host · container), run dir, pid, uptime.
+
+When the transport is down it says how old the data is instead of freezing: the age is
+counted on the local clock from the report's `stale_since` (or from the last report that
+arrived, if the monitor itself went quiet), and it keeps ticking once a second.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import Horizontal
+from textual.widgets import Static
+
+from ..run.report import RunReport
+from .fmt import age, verdict_class
+
+# No report for this long although the monitor polls once a second: say so.
+QUIET_AFTER_S = 3.0
+
+
+class RunHeader(Horizontal):
+    def compose(self):
+        yield Static("…", id="verdict")
+        yield Static("", id="where")
+
+    def show(self, report: RunReport | None, *, profile: str, now: float,
+             received_at: float | None, busy: str = "") -> None:
+        badge = self.query_one("#verdict", Static)
+        where = self.query_one("#where", Static)
+        for cls in ("-ok", "-fail", "-wait", "-stale"):
+            badge.remove_class(cls)
+        if report is None:
+            badge.update(" CONNECTING ")
+            badge.add_class("-wait")
+            where.update(Text(f"profile {profile} · waiting for the first report", no_wrap=True,
+                              overflow="ellipsis"))
+            return
+        verdict = report.checklist.verdict
+        stale_for = self._stale_for(report, now, received_at)
+        if stale_for is None:
+            badge.update(f" {verdict.value} ")
+            badge.add_class(verdict_class(verdict))
+        else:
+            # The last known verdict, visibly not current: grey, and saying so in words.
+            badge.update(f" {verdict.value} \n (stale) ")
+            badge.add_class("-stale")
+
+        line1 = Text(no_wrap=True, overflow="ellipsis")
+        line1.append("profile ", "dim").append(report.profile, "bold")
+        line1.append("  target ", "dim").append(report.target_label)
+        pid = report.launch.pid if report.launch else None
+        if pid is not None:
+            line1.append("  pid ", "dim").append(str(pid))
+            if report.pid_alive is False:
+                line1.append(" (gone)", "red")
+        if report.uptime_s is not None:
+            line1.append("  up ", "dim").append(age(report.uptime_s))
+        if busy:
+            line1.append(f"  {busy}…", "bold yellow")
+
+        line2 = Text(no_wrap=True, overflow="ellipsis")
+        if stale_for is not None:
+            why = "connection lost" if not report.connected else "no new report"
+            line2.append(f"STALE: {why}, data {age(stale_for)} old, reconnecting · ", "bold yellow")
+        line2.append("run dir ", "dim").append(report.run_dir)
+        where.update(Text("\n").join([line1, line2]))
+
+    @staticmethod
+    def _stale_for(report: RunReport, now: float, received_at: float | None) -> float | None:
+        if not report.connected:
+            since = report.stale_since if report.stale_since is not None else received_at
+            return None if since is None else max(0.0, now - since)
+        if received_at is not None and now - received_at > QUIET_AFTER_S:
+            return now - received_at
+        return None

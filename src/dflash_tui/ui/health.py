@@ -1,0 +1,74 @@
+"""The Health pane: the checklist exactly as `--check` reports it, always on screen.
+
+Every check shows its state (as a word and a symbol, so it reads under NO_COLOR), its
+one-line cause, its hint and how long it has been in that state. Ages are measured on the
+report's own clock (the target's), so they never depend on skew between laptop and host.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from ..run.report import RunReport
+from ..run.verdict import CheckState, Verdict
+from .fmt import STATE_SYMBOL, age, one_line
+
+_STATE_STYLE = {
+    CheckState.OK: "green",
+    CheckState.WARN: "yellow",
+    CheckState.FAIL: "bold red",
+    CheckState.PENDING: "dim",
+}
+TRACEBACK_LINES = 6   # the tail of the last traceback shown under a CRASHED checklist
+
+
+class HealthPane(Static):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("waiting for the first poll…", **kwargs)
+        self.report: RunReport | None = None
+
+    def show(self, report: RunReport) -> None:
+        self.report = report
+        self.update(render_checklist(report))
+
+
+def _cause_and_hint(cause: str, hint: str) -> Text:
+    # One column, so a short cause leaves its room to the hint at 80 columns.
+    text = Text(one_line(cause))
+    if hint:
+        text.append(" → ", "dim").append(one_line(hint), "italic")
+    return text
+
+
+def render_checklist(report: RunReport) -> Group:
+    cl = report.checklist
+    table = Table.grid(padding=(0, 1), expand=True)
+    table.add_column("state", no_wrap=True, width=9)
+    table.add_column("check", no_wrap=True, max_width=18, overflow="ellipsis")
+    table.add_column("cause → hint", ratio=1, no_wrap=True, overflow="ellipsis")
+    table.add_column("age", no_wrap=True, justify="right", width=6)
+    for check in cl.checks:
+        since = None if check.since is None else report.time - check.since
+        table.add_row(
+            Text(STATE_SYMBOL[check.state], style=_STATE_STYLE[check.state]),
+            check.label,
+            _cause_and_hint(check.cause, check.hint),
+            age(since) if since is not None else "",
+        )
+    parts: list = []
+    if cl.summary:
+        style = "bold red" if cl.verdict.failing else ("green" if cl.verdict.healthy else "")
+        parts.append(Text(one_line(cl.summary, 400), style=style, no_wrap=True, overflow="ellipsis"))
+    if report.error:
+        parts.append(Text(f"poll error: {one_line(report.error)}", style="yellow", no_wrap=True,
+                          overflow="ellipsis"))
+    parts.append(table)
+    if cl.verdict is Verdict.CRASHED and report.last_traceback:
+        tail = report.last_traceback.rstrip().splitlines()[-TRACEBACK_LINES:]
+        tb = Text("\n".join(tail), style="red", no_wrap=True, overflow="ellipsis")
+        parts.append(Text("last traceback (e: jump to it in the log)", style="bold"))
+        parts.append(tb)
+    return Group(*parts)

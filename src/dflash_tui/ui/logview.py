@@ -1,0 +1,306 @@
+"""The Log pane: a bounded, searchable tail of train.log (or events.jsonl).
+
+`LogLines` is a Line-API ScrollView (as toolong does): it renders only the visible rows
+from a ring buffer, so a log of any size costs at most `max_lines` lines of memory and a
+redraw costs only the lines on screen. Tracebacks and error lines are classified once, on
+arrival, so highlighting and "jump to first error" need no rescans of the text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+from rich.segment import Segment
+from rich.text import Text
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static
+
+PLAIN, ERROR, TRACEBACK, MARKER = 0, 1, 2, 3
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Log levels in capitals, Python exception lines ("ValueError: ..."), and error events.
+_ERROR = re.compile(r"\b(ERROR|CRITICAL|FATAL)\b|\b\w*(Error|Exception)\b:|\"kind\":\s*\"error\"")
+_TB_START = "Traceback (most recent call last):"
+_TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+MAX_LINE_CHARS = 2000
+
+
+def clean(line: str) -> str:
+    """One displayable line: no ANSI escapes, no control characters, tabs expanded, capped."""
+    line = _ANSI.sub("", line.rstrip("\r\n"))
+    if "\r" in line:  # progress bars redraw with \r: what a terminal would show is the last part
+        line = line.rsplit("\r", 1)[-1]
+    line = _CONTROL.sub("", line.expandtabs(4))
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+
+
+class LineClassifier:
+    """Marks traceback blocks and error lines as they stream in (state: inside a traceback)."""
+
+    def __init__(self) -> None:
+        self.in_traceback = False
+
+    def __call__(self, line: str) -> int:
+        if line.startswith(_TB_START):
+            self.in_traceback = True
+            return TRACEBACK
+        if self.in_traceback:
+            if not line or line[0].isspace() or line.startswith(_TB_CHAIN):
+                return TRACEBACK
+            self.in_traceback = False  # the unindented line that ends a traceback is the error
+            return ERROR
+        return ERROR if _ERROR.search(line) else PLAIN
+
+    def reset(self) -> None:
+        self.in_traceback = False
+
+
+class LogLines(ScrollView, can_focus=True):
+    """Ring buffer of log lines rendered through the Line API."""
+
+    COMPONENT_CLASSES = {
+        "loglines--error",
+        "loglines--traceback",
+        "loglines--marker",
+        "loglines--match",
+        "loglines--cursor",
+    }
+
+    DEFAULT_CSS = """
+    LogLines > .loglines--error { color: $error; text-style: bold; }
+    LogLines > .loglines--traceback { color: $warning; }
+    LogLines > .loglines--marker { color: $text-muted; text-style: italic; }
+    LogLines > .loglines--match { background: $warning 60%; color: $text; }
+    LogLines > .loglines--cursor { background: $accent 40%; }
+    """
+
+    follow: reactive[bool] = reactive(True)
+
+    def __init__(self, max_lines: int = 5000, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.max_lines = max_lines
+        self._lines: deque[str] = deque(maxlen=max_lines)
+        self._kinds: deque[int] = deque(maxlen=max_lines)
+        self._dropped = 0          # lines that fell off the top of the ring: absolute numbering
+        self._width = 0
+        self._classify = LineClassifier()
+        self.search_term = ""
+        self.cursor: int | None = None   # absolute line number of the current search hit
+
+    # -- data -------------------------------------------------------------------------------
+    @property
+    def line_count(self) -> int:
+        return len(self._lines)
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped
+
+    def lines(self) -> list[str]:
+        return list(self._lines)
+
+    def kinds(self) -> list[int]:
+        return list(self._kinds)
+
+    def append(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        before = len(self._lines)
+        for raw in lines:
+            line = clean(raw)
+            self._lines.append(line)
+            self._kinds.append(self._classify(line))
+            if len(line) > self._width:
+                self._width = len(line)
+        fell_off = before + len(lines) - len(self._lines)
+        self._after_change(fell_off)
+
+    def append_marker(self, text: str) -> None:
+        """A line of our own (file switched, truncated, unavailable), styled apart from the log."""
+        before = len(self._lines)
+        self._lines.append(f"── {text} ──")
+        self._kinds.append(MARKER)
+        self._classify.reset()
+        self._after_change(before + 1 - len(self._lines))
+
+    def clear(self) -> None:
+        self._lines.clear()
+        self._kinds.clear()
+        self._dropped = 0
+        self._width = 0
+        self._classify.reset()
+        self.cursor = None
+        self._after_change(0)
+        self.scroll_to(0, 0, animate=False)
+
+    def _after_change(self, fell_off: int) -> None:
+        self._dropped += fell_off
+        self.virtual_size = Size(self._width, len(self._lines))
+        if self.follow:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
+        elif fell_off:
+            # Keep the rows the reader is looking at in place while the ring drops old ones.
+            self.scroll_to(y=max(0, self.scroll_y - fell_off), animate=False, immediate=True, force=True)
+        self.refresh()
+
+    # -- navigation -------------------------------------------------------------------------
+    def on_resize(self) -> None:
+        # Lines may arrive before the first layout (size 0); pin to the end once sized.
+        if self.follow:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
+
+    def watch_follow(self, follow: bool) -> None:
+        if follow:
+            self.cursor = None
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
+
+    def go_top(self) -> None:
+        self.follow = False
+        self.scroll_to(y=0, animate=False, immediate=True, force=True)
+
+    def go_bottom(self) -> None:
+        self.follow = True
+        self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
+
+    def _show(self, index: int) -> None:
+        """Put buffer row `index` on screen, a third of the way down, and stop following."""
+        self.follow = False
+        self.cursor = self._dropped + index
+        self.scroll_to(y=max(0, index - self.size.height // 3), animate=False, immediate=True, force=True)
+        self.refresh()
+
+    def first_error(self) -> int | None:
+        """Buffer row of the first traceback or error line, shown; None when there is none."""
+        for i, kind in enumerate(self._kinds):
+            if kind in (ERROR, TRACEBACK):
+                self._show(i)
+                return i
+        return None
+
+    def search(self, term: str, backwards: bool = False) -> int | None:
+        """Next (or previous) line containing `term`, case-insensitive, wrapping around."""
+        self.search_term = term
+        if not term or not self._lines:
+            self.refresh()
+            return None
+        needle = term.lower()
+        n = len(self._lines)
+        if self.cursor is not None and self.cursor >= self._dropped:
+            start = self.cursor - self._dropped
+        else:
+            start = n - 1 if backwards else -1
+            if not self.follow and not backwards:
+                start = int(self.scroll_y) - 1
+        step = -1 if backwards else 1
+        for k in range(1, n + 1):
+            i = (start + step * k) % n
+            if needle in self._lines[i].lower():
+                self._show(i)
+                return i
+        self.refresh()
+        return None
+
+    # -- rendering --------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if index >= len(self._lines):
+            return Strip.blank(width, base)
+        line = self._lines[index]
+        kind = self._kinds[index]
+        text = Text(line, no_wrap=True, end="")
+        if kind == ERROR:
+            text.stylize(self.get_component_rich_style("loglines--error"))
+        elif kind == TRACEBACK:
+            text.stylize(self.get_component_rich_style("loglines--traceback"))
+        elif kind == MARKER:
+            text.stylize(self.get_component_rich_style("loglines--marker"))
+        if self.search_term:
+            text.highlight_words([self.search_term], self.get_component_rich_style("loglines--match"),
+                                 case_sensitive=False)
+        if self.cursor is not None and self.cursor - self._dropped == index:
+            base = base + self.get_component_rich_style("loglines--cursor")  # the whole row
+        segments = [Segment(seg.text, base + seg.style if seg.style else base)
+                    for seg in text.render(self.app.console)]
+        return Strip(segments, text.cell_len).crop_extend(scroll_x, scroll_x + width, base)
+
+
+class LogPane(Vertical):
+    """Title row (file, follow, search state), the lines, and a search box shown on '/'."""
+
+    log_name: reactive[str] = reactive("train.log")
+    problem: reactive[str] = reactive("")   # why the file cannot be read right now, one line
+
+    def __init__(self, max_lines: int = 5000, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._max_lines = max_lines
+
+    def compose(self):
+        yield Static(id="log-title")
+        yield LogLines(max_lines=self._max_lines, id="log-lines")
+        search = Input(placeholder="search the log (enter: next, shift+enter/escape: close)",
+                       id="log-search")
+        search.display = False
+        yield search
+
+    @property
+    def lines(self) -> LogLines:
+        return self.query_one(LogLines)
+
+    def on_mount(self) -> None:
+        self.watch(self.lines, "follow", lambda _: self.update_title())
+        self.update_title()
+
+    def watch_log_name(self) -> None:
+        self.update_title()
+
+    def watch_problem(self) -> None:
+        self.update_title()
+
+    def update_title(self) -> None:
+        if not self.is_mounted:
+            return
+        ll = self.lines
+        parts = [self.log_name, "follow on" if ll.follow else "follow off"]
+        if ll.search_term:
+            parts.append(f"search: {ll.search_term}")
+        if ll.dropped:
+            parts.append(f"last {ll.max_lines} lines kept")
+        if self.problem:
+            parts.append(self.problem)
+        self.query_one("#log-title", Static).update(Text(" · ".join(parts), no_wrap=True,
+                                                         overflow="ellipsis"))
+
+    def open_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.display = True
+        box.value = self.lines.search_term
+        box.focus()
+
+    def close_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.display = False
+        self.lines.focus()
+
+    def search(self, term: str, backwards: bool = False) -> bool:
+        found = self.lines.search(term, backwards=backwards) is not None
+        self.update_title()
+        return found
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if not self.search(event.value):
+            self.app.notify(f"no line contains {event.value!r}", severity="warning", timeout=3)
+
+    def on_key(self, event) -> None:
+        if event.key == "escape" and self.query_one("#log-search", Input).has_focus:
+            event.stop()
+            self.close_search()

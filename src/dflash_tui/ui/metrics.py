@@ -1,0 +1,114 @@
+"""The Metrics pane: loss, accuracy, τ and tokens/s over the steps of this run.
+
+Fed by the "step" records of events.jsonl (parsed with the shared schema, so a half-written
+last line is skipped, never fatal). History is bounded; a new run id starts a fresh history.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from rich.text import Text
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Sparkline, Static
+
+from dflash_train.schema import EventKind, parse_events
+
+HISTORY = 600
+
+# (event field(s), label, format): the first field present in a step event is used.
+SERIES: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("loss",), "loss", "{:.4f}"),
+    (("accuracy", "acc"), "accuracy", "{:.3f}"),
+    (("tau",), "τ (accept len)", "{:.2f}"),
+    (("tokens_per_s", "tok_s"), "tokens/s", "{:,.0f}"),
+)
+
+
+@dataclass
+class StepPoint:
+    step: int
+    values: dict[str, float]
+
+
+def step_points(lines: Iterable[str]) -> tuple[list[StepPoint], int]:
+    """Step records from events.jsonl lines, and how many lines could not be parsed."""
+    batch = parse_events(lines)
+    points = []
+    for ev in batch.events:
+        if ev.get("kind") != EventKind.STEP.value:
+            continue
+        values: dict[str, float] = {}
+        for names, label, _ in SERIES:
+            v = _first(ev, names)
+            if v is not None:
+                values[label] = v
+        step = ev.get("step")
+        points.append(StepPoint(step if isinstance(step, int) else -1, values))
+    return points, batch.skipped
+
+
+def _first(ev: dict[str, Any], names: tuple[str, ...]) -> float | None:
+    for n in names:
+        v = ev.get(n)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+class MetricRow(Horizontal):
+    def __init__(self, label: str, fmt: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.label, self.fmt = label, fmt
+
+    def compose(self):
+        yield Static(self.label, classes="metric-value")
+        yield Sparkline([], classes="metric-spark")
+
+
+class MetricsPane(Vertical):
+    def compose(self):
+        yield Static("no step events yet", id="metrics-note")
+        for i, (_, label, fmt) in enumerate(SERIES):
+            yield MetricRow(label, fmt, id=f"metric-{i}")
+
+    def on_mount(self) -> None:
+        self.history: dict[str, deque[float]] = {label: deque(maxlen=HISTORY) for _, label, _ in SERIES}
+        self.last_step: int | None = None
+        self.skipped = 0
+
+    def reset(self) -> None:
+        for h in self.history.values():
+            h.clear()
+        self.last_step = None
+        self.skipped = 0
+        self._redraw()
+
+    def add_lines(self, lines: list[str]) -> None:
+        points, skipped = step_points(lines)
+        self.skipped += skipped
+        if not points and not skipped:
+            return
+        for p in points:
+            for label, v in p.values.items():
+                self.history[label].append(v)
+            self.last_step = p.step
+        self._redraw()
+
+    def _redraw(self) -> None:
+        note = self.query_one("#metrics-note", Static)
+        if self.last_step is None:
+            note.update("no step events yet" + (f" ({self.skipped} unparsable lines skipped)"
+                                                 if self.skipped else ""))
+        else:
+            extra = f" · {self.skipped} unparsable lines skipped" if self.skipped else ""
+            note.update(f"step {self.last_step} · last {HISTORY} steps{extra}")
+        for i, (_, label, fmt) in enumerate(SERIES):
+            row = self.query_one(f"#metric-{i}", MetricRow)
+            h = self.history[label]
+            value = Text(label + " ", style="bold")
+            value.append(fmt.format(h[-1]) if h else "n/a")
+            row.query_one(".metric-value", Static).update(value)
+            row.query_one(Sparkline).data = list(h)

@@ -1,0 +1,87 @@
+"""Modal screens: confirm an action, pick a profile, and the key help."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, OptionList, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes/no for an action that touches the run. y/enter confirms, n/escape cancels."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, title: str, detail: str) -> None:
+        super().__init__()
+        self._title, self._detail = title, detail
+
+    def compose(self):
+        with Vertical(id="dialog"):
+            yield Static(Text(self._title, style="bold"), id="dialog-title")
+            yield Static(self._detail, id="dialog-detail")
+            with Horizontal(id="dialog-buttons"):
+                yield Button("Yes (y)", variant="error", id="yes")
+                yield Button("No (n)", variant="primary", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class ProfileScreen(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, profiles: list[str], current: str) -> None:
+        super().__init__()
+        self._profiles, self._current = profiles, current
+
+    def compose(self):
+        with Vertical(id="dialog"):
+            yield Static(Text("Switch profile (the current run keeps running)", style="bold"),
+                         id="dialog-title")
+            options = OptionList(*[f"{p}  (current)" if p == self._current else p
+                                   for p in self._profiles], id="profiles")
+            yield options
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        if self._current in self._profiles:
+            options.highlighted = self._profiles.index(self._current)
+        options.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self._profiles[event.option_index])
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key of the dashboard, built from the app's own bindings (one source of truth)."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss(None)", "Close")]
+
+    def __init__(self, bindings: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.rows = bindings
+
+    def compose(self):
+        table = Table.grid(padding=(0, 2))
+        table.add_column("key", style="bold", no_wrap=True)
+        table.add_column("what it does")
+        for key, description, tooltip in self.rows:
+            table.add_row(key, description + (f": {tooltip}" if tooltip else ""))
+        with Vertical(id="dialog"):
+            yield Static(Text("dflash-tui keys", style="bold"), id="dialog-title")
+            yield Static(table)
+            yield Static(Text("ctrl+p opens the command palette with the same actions. "
+                              "Quitting leaves the run running.", style="italic"))

@@ -1,0 +1,57 @@
+"""What the dashboard subscribes to: the one seam between the UI and everything else.
+
+The app never computes a verdict, never opens a connection and never reads a run file
+itself. It consumes a `DashboardSource`:
+
+- `reports()`       RunReports from the headless monitor (the same ones `--check` prints),
+- `gpu_snapshots()` GpuSnapshots from the GPU stream,
+- `follow(name)`    a line follower for "train.log" or "events.jsonl" (new complete lines per poll),
+- `launch()/stop()/relaunch()/canary()`  the monitor's actions, each returning one line that
+  says what happened (raising `ActionError` with a one-line message when it could not).
+
+The product implementation is `session_source.SessionSource` (real Session, RunMonitor,
+LogFollower, GpuStream); tests and screenshots use `replay.ReplaySource`, which plays back
+recorded dataclasses through the same interface.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Protocol
+
+from ..gpu.sample import GpuSnapshot
+from ..run.health import Limits
+from ..run.report import RunReport
+
+TRAIN_LOG = "train.log"
+EVENTS_LOG = "events.jsonl"
+LOG_NAMES = (TRAIN_LOG, EVENTS_LOG)
+
+
+class ActionError(Exception):
+    """An action (launch, stop, relaunch, canary) could not be done; str() is one line."""
+
+
+class LineFollower(Protocol):
+    async def poll(self) -> list[str]:
+        """New complete lines since the last poll (the tail of the file on the first)."""
+
+
+class DashboardSource(Protocol):
+    profile: str
+    limits: Limits     # the profile's stall limits: the Threads pane marks STUCK by the same rule
+
+    def reports(self) -> AsyncIterator[RunReport]: ...
+
+    def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]: ...
+
+    def follow(self, name: str) -> LineFollower: ...
+
+    async def launch(self) -> str: ...
+
+    async def stop(self) -> str: ...
+
+    async def relaunch(self) -> str: ...
+
+    async def canary(self) -> str: ...
+
+    async def close(self) -> None: ...

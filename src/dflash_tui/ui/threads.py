@@ -1,0 +1,100 @@
+"""The Threads pane: one row per trainer thread from status.json.
+
+A thread whose compile failed or that reported an error is marked FAILED; one whose own
+heartbeat is older than the stall limit is marked STUCK. Both rows are drawn in the error
+style and sorted to the top, so they stand out among sixteen healthy ones.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from dflash_train.schema import CompileState, ThreadStatus
+
+from ..run.report import RunReport
+from .fmt import age, one_line
+
+from ..run.health import Limits
+
+# A thread in these states may legitimately be silent for the (long) compile limit; the same
+# rule as the checklist's "threads" check, so STUCK here means what STALLED means in --check.
+COMPILING = frozenset({CompileState.PENDING.value, CompileState.WARMING.value,
+                       CompileState.COMPILING.value, CompileState.WAITING_AT_GATE.value})
+
+COLUMNS = ("thread", "role", "device", "compile", "graphs", "recomp", "compile s", "step",
+           "last step", "beat")
+
+
+def thread_trouble(t: ThreadStatus, now: float, limits: Limits = Limits()) -> str:
+    """'FAILED', 'STUCK' or '' for a healthy (or not yet started) thread."""
+    if t.compile_state == CompileState.FAILED.value or t.error:
+        return "FAILED"
+    limit = limits.compile_stall_after_s if t.compile_state in COMPILING else limits.stall_after_s
+    if t.last_beat_time is not None and now - t.last_beat_time > limit:
+        return "STUCK"
+    return ""
+
+
+class ThreadsPane(Vertical):
+    def __init__(self, limits: Limits = Limits(), **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.limits = limits
+
+    def compose(self):
+        yield Static("no status.json yet: the trainer has not published its threads", id="threads-note")
+        table = DataTable(id="threads-table", zebra_stripes=True, cursor_type="row")
+        table.add_columns(*COLUMNS)
+        yield table
+
+    def trouble_count(self) -> int:
+        return self._trouble
+
+    def on_mount(self) -> None:
+        self._trouble = 0
+
+    def show(self, report: RunReport) -> None:
+        table = self.query_one(DataTable)
+        note = self.query_one("#threads-note", Static)
+        status = report.status
+        if status is None or not status.threads:
+            note.display = True
+            table.display = False
+            self._trouble = 0
+            return
+        now = report.time
+        rows = []
+        for t in status.threads:
+            trouble = thread_trouble(t, now, self.limits)
+            rows.append((0 if trouble else 1, t.name, t, trouble))
+        rows.sort(key=lambda r: (r[0], r[1]))
+        self._trouble = sum(1 for r in rows if r[3])
+        note.display = bool(self._trouble)
+        if self._trouble:
+            names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
+            note.update(Text(f"{self._trouble} thread(s) need attention: {names}", style="bold red",
+                             no_wrap=True, overflow="ellipsis"))
+        table.display = True
+        cursor = table.cursor_row
+        table.clear()
+        for _, _, t, trouble in rows:
+            style = "bold red" if trouble else ""
+            compile_state = t.compile_state.replace("_", " ")
+            if trouble == "FAILED":
+                compile_state = "FAILED" if t.compile_state == CompileState.FAILED.value else compile_state
+            cells = [
+                t.name + (f" {trouble}" if trouble else ""),
+                t.role,
+                t.device,
+                compile_state + (f": {one_line(t.error, 60)}" if t.error else ""),
+                str(t.graphs),
+                str(t.recompiles),
+                f"{t.compile_seconds:.1f}",
+                str(t.step),
+                age(now - t.last_step_time) if t.last_step_time is not None else "-",
+                age(now - t.last_beat_time) if t.last_beat_time is not None else "-",
+            ]
+            table.add_row(*(Text(c, style=style) for c in cells), key=t.name)
+        if cursor < table.row_count:
+            table.move_cursor(row=cursor, animate=False)

@@ -1,0 +1,427 @@
+"""Pilot tests: every key of the dashboard and every state change it renders.
+
+The app is driven through `ReplaySource`, which plays real RunReport / GpuSnapshot
+dataclasses and real log lines through the same interface the live Session uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from textual.widgets import DataTable, Input, TabbedContent
+
+from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
+from dflash_tui.ui import replay as R
+from dflash_tui.ui.app import DashboardApp
+from dflash_tui.ui.gpus import GpuPane
+from dflash_tui.ui.header import RunHeader
+from dflash_tui.ui.health import HealthPane
+from dflash_tui.ui.metrics import MetricsPane
+from dflash_tui.ui.screens import ConfirmScreen, HelpScreen, ProfileScreen
+from dflash_tui.ui.source import ActionError
+from dflash_tui.ui.threads import ThreadsPane
+
+pytestmark = pytest.mark.timeout(60)
+
+SIZE = (100, 32)
+
+
+class Clock:
+    def __init__(self, t: float = R.T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(report=None, gpu=None, *, crash_log=False, on_action=None, profiles=("h200",), clock=None):
+    sources: dict[str, R.ReplaySource] = {}
+
+    def factory(name: str) -> R.ReplaySource:
+        src = R.ReplaySource(name, reports=[report or R.healthy()], gpus=[gpu or R.gpu_snapshot()],
+                             logs={"train.log": R.train_log(crash=crash_log), "events.jsonl": R.events()},
+                             on_action=on_action)
+        sources[name] = src
+        return src
+
+    app = DashboardApp(factory, profiles[0], profiles, clock=clock or Clock())
+    return app, sources
+
+
+async def until(pilot, cond, timeout: float = 3.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(0.02)
+
+
+def text_of(widget) -> str:
+    """What a Static shows, as plain text."""
+    from rich.console import Console
+    console = Console(width=200, record=True, color_system=None)
+    console.print(widget.content)
+    return console.export_text()
+
+
+def header_text(app) -> str:
+    h = app.query_one(RunHeader)
+    return text_of(h.query_one("#verdict")) + text_of(h.query_one("#where"))
+
+
+# -- rendering the states --------------------------------------------------------------------
+
+async def test_healthy_run_shows_running_checks_and_log():
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None and app.log_pane.lines.line_count > 0)
+        head = header_text(app)
+        assert "RUNNING" in head and "h200" in head and "root@gpu1 · pct:200" in head
+        assert "48211" in head and "12m34s" in head and "/srv/runs/dflash-8b" in head
+        assert app.query_one("#verdict").has_class("-ok")
+        health = text_of(app.query_one(HealthPane))
+        assert "✓ ok" in health and "launch.json" in health and "✗" not in health
+
+
+async def test_never_started_is_red_at_the_first_poll():
+    app, _ = make(R.never_started())
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        assert app.query_one("#verdict").has_class("-fail")
+        assert "NEVER STARTED" in header_text(app)
+        health = text_of(app.query_one(HealthPane))
+        assert "✗ fail" in health and "launch shell never ran" in health
+
+
+async def test_crashed_shows_traceback_and_e_jumps_to_it():
+    app, _ = make(R.crashed(), crash_log=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None and app.log_pane.lines.line_count > 0)
+        health = text_of(app.query_one(HealthPane))
+        assert "ValueError: drafter-1: loss is nan" in health and "last traceback" in health
+        assert "(gone)" in header_text(app)
+        lines = app.log_pane.lines
+        await pilot.press("e")
+        tb_row = lines.lines().index("Traceback (most recent call last):")
+        assert lines.cursor == tb_row and lines.follow is False
+
+
+async def test_stalled_thread_stands_out_in_threads_pane():
+    app, _ = make(R.stalled())
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("2")
+        assert app.query_one(TabbedContent).active == "tab-threads"
+        table = app.query_one("#threads-table", DataTable)
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[0] == "drafter-1 STUCK" and first[3] == "compiled" and first[9] == "5m05s"
+        assert app.query_one(ThreadsPane).trouble_count() == 1
+        assert "Threads (1 !)" in str(app.query_one(TabbedContent).get_tab("tab-threads").label)
+
+
+async def test_failed_thread_is_marked_failed():
+    report = R.healthy()
+    report.status.threads = R.threads(failed="drafter-2")
+    app, _ = make(report)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        row = [str(c) for c in app.query_one("#threads-table", DataTable).get_row_at(0)]
+        assert row[0] == "drafter-2 FAILED" and row[3].startswith("FAILED: RuntimeError")
+
+
+async def test_nvml_unavailable_banner_and_lost_gpu():
+    app, sources = make(gpu=R.nvml_unavailable())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        pane = app.query_one(GpuPane)
+        await until(pilot, lambda: pane.snapshot is not None)
+        banner = app.query_one("#gpu-banner")
+        assert banner.display and "libnvidia-ml.so.1 not found" in text_of(banner)
+        assert pane.unavailable and "GPUs (n/a)" in str(app.query_one(TabbedContent).get_tab("tab-gpus").label)
+        # NVML comes back, then one GPU falls off the bus.
+        snap = R.gpu_snapshot()
+        gpus = list(snap.gpus)
+        gpus[3] = dataclasses.replace(gpus[3], lost=True, util_sm_pct=None)
+        sources["h200"].push_gpu(dataclasses.replace(snap, gpus=tuple(gpus)))
+        await until(pilot, lambda: not banner.display)
+        table = app.query_one("#gpu-table", DataTable)
+        assert [str(c) for c in table.get_row_at(3)][2] == "LOST"
+        assert [str(c) for c in table.get_row_at(0)][8].startswith("● 48213")
+        assert "GPUs (1 lost)" in str(app.query_one(TabbedContent).get_tab("tab-gpus").label)
+
+
+async def test_unsupported_gpu_fields_read_na():
+    snap = R.gpu_snapshot(1)
+    g = dataclasses.replace(snap.gpus[0], temperature_c=None, power_w=None, power_limit_w=None,
+                            sm_clock_mhz=None)
+    app, _ = make(gpu=dataclasses.replace(snap, gpus=(g,)))
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(GpuPane)
+        await until(pilot, lambda: pane.snapshot is not None)
+        row = [str(c) for c in app.query_one("#gpu-table", DataTable).get_row_at(0)]
+        assert row[5] == "n/a" and row[6] == "n/a" and row[7] == "n/a/2619"
+
+
+async def test_stale_connection_shows_age_and_keeps_ticking():
+    clock = Clock()
+    app, sources = make(clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        assert "STALE" not in header_text(app)
+        sources["h200"].push_report(R.stale())
+        await until(pilot, lambda: not app.report.connected)
+        assert "connection lost, data 42s old" in header_text(app)
+        assert app.screen.has_class("-stale")
+        # The data stays (last checks still listed) and its age keeps counting without new reports.
+        assert "launch.json" in text_of(app.query_one(HealthPane))
+        clock.t += 30
+        await until(pilot, lambda: "data 1m12s old" in header_text(app))
+        # Reconnected: fresh report clears the stale marking.
+        sources["h200"].push_report(R.healthy())
+        await until(pilot, lambda: app.report.connected)
+        await until(pilot, lambda: "STALE" not in header_text(app))
+        assert not app.screen.has_class("-stale")
+
+
+async def test_silent_monitor_is_called_stale_too():
+    clock = Clock()
+    app, _ = make(clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        clock.t += 10     # no report for 10 s although the monitor polls at 1 Hz
+        await until(pilot, lambda: "no new report, data 10s old" in header_text(app))
+
+
+async def test_new_run_resets_metrics_and_marks_log():
+    app, sources = make()
+    async with app.run_test(size=SIZE) as pilot:
+        metrics = app.query_one(MetricsPane)
+        await until(pilot, lambda: app.report is not None and metrics.last_step is not None)
+        r = R.healthy()
+        r.launch = dataclasses.replace(r.launch, run_id="r-next", pid=50001)
+        sources["h200"].push_report(r)
+        await until(pilot, lambda: app.report.launch.run_id == "r-next")
+        assert metrics.last_step is None and not metrics.history["loss"]
+        assert app.log_pane.lines.lines()[-1] == "── new run r-next ──"
+
+
+# -- run actions -----------------------------------------------------------------------------
+
+async def test_relaunch_confirm_disables_actions_while_in_flight():
+    gate = asyncio.Event()
+
+    async def act(name: str) -> str:
+        await gate.wait()
+        return f"{name}: new pid 50001 running, old pid 48211 gone"
+
+    app, sources = make(on_action=act)
+    async with app.run_test(size=SIZE) as pilot:
+        src = sources["h200"]
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")                       # cancelled: nothing happens
+        assert not isinstance(app.screen, ConfirmScreen) and src.calls == []
+        await pilot.press("r")
+        await pilot.press("y")
+        await until(pilot, lambda: app.busy == "relaunch")
+        assert src.calls == ["relaunch"]
+        assert "relaunch…" in header_text(app)
+        for action in ("relaunch", "stop", "canary"):
+            assert app.check_action(action, ()) is None   # disabled (shown dimmed in the Footer)
+        await pilot.press("r")
+        await pilot.press("s")
+        await pilot.press("c")
+        assert not isinstance(app.screen, ConfirmScreen) and src.calls == ["relaunch"]
+        gate.set()
+        await until(pilot, lambda: app.busy == "")
+        assert app.check_action("relaunch", ()) is True
+        assert any("new pid 50001" in n.message for n in app._notifications)
+
+
+async def test_stop_asks_then_stops():
+    async def act(name: str) -> str:
+        return "stopped pid 48211 with SIGTERM after 1.2 s"
+
+    app, sources = make(on_action=act)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")
+        assert sources["h200"].calls == []
+        await pilot.press("s", "y")
+        await until(pilot, lambda: sources["h200"].calls == ["stop"] and not app.busy)
+
+
+async def test_canary_runs_without_confirm_and_failure_is_reported():
+    async def act(name: str) -> str:
+        raise ActionError("canary: sleep died with the channel (SIGHUP): the launch is not detached")
+
+    app, sources = make(on_action=act)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("c")
+        await until(pilot, lambda: sources["h200"].calls == ["canary"] and not app.busy)
+        errors = [n for n in app._notifications if n.severity == "error"]
+        assert errors and "not detached" in errors[-1].message
+
+
+# -- log keys --------------------------------------------------------------------------------
+
+async def test_switch_log_follow_top_bottom():
+    app, sources = make()
+    async with app.run_test(size=SIZE) as pilot:
+        lines = app.log_pane.lines
+        extra = [f"step {2000 + i} loss 2.0" for i in range(50)]
+        sources["h200"].push_log("train.log", extra)
+        n = len(R.train_log()) + len(extra)
+        await until(pilot, lambda: lines.line_count == n)
+        assert lines.follow and lines.scroll_y == lines.max_scroll_y > 0
+        await pilot.press("g")
+        assert not lines.follow and lines.scroll_y == 0
+        sources["h200"].push_log("train.log", ["step 1600 loss 2.1"])
+        await until(pilot, lambda: lines.lines()[-1] == "step 1600 loss 2.1")
+        assert lines.scroll_y == 0                    # not following: the view stays put
+        await pilot.press("G")
+        assert lines.follow and lines.scroll_y == lines.max_scroll_y
+        await pilot.press("f")
+        assert not lines.follow
+        await pilot.press("f")
+        assert lines.follow
+        await pilot.press("l")
+        assert app.log_pane.log_name == "events.jsonl"
+        await until(pilot, lambda: lines.line_count == len(R.events()))
+        assert lines.lines()[0].startswith('{"accuracy"')
+        await pilot.press("l")
+        assert app.log_pane.log_name == "train.log"
+        await until(pilot, lambda: lines.line_count == n + 1)
+
+
+async def test_search_next_previous_and_escape():
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        lines = app.log_pane.lines
+        await until(pilot, lambda: lines.line_count > 0)
+        await pilot.press("slash")
+        box = app.query_one("#log-search", Input)
+        assert box.display and box.has_focus
+        await pilot.press(*"LOSS 2.7", "enter")     # case-insensitive; typing 'l' must not switch logs
+        assert app.log_pane.log_name == "train.log"
+        first = lines.cursor
+        assert "loss 2.7" in lines.lines()[first] and not lines.follow
+        await pilot.press("escape")
+        assert not box.display
+        await pilot.press("n")
+        assert lines.cursor > first and "loss 2.7" in lines.lines()[lines.cursor]
+        await pilot.press("N")
+        assert lines.cursor == first
+        await pilot.press("slash", *"no such text", "enter")
+        assert any("no line contains" in n.message for n in app._notifications)
+
+
+# -- profile, help, palette, quit -------------------------------------------------------------
+
+async def test_profile_switch_closes_old_source_and_follows_new():
+    app, sources = make(profiles=("h200", "local"))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("p")
+        assert isinstance(app.screen, ProfileScreen)
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: app.profile == "local" and "local" in sources)
+        assert sources["h200"].closed
+        await until(pilot, lambda: app.report is not None)
+        assert app.source is sources["local"]
+
+
+async def test_single_profile_says_so():
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        assert not isinstance(app.screen, ProfileScreen)
+        assert any("only one profile" in n.message for n in app._notifications)
+
+
+async def test_help_lists_every_key():
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        keys = {row[0] for row in app.screen.rows}
+        assert {"r", "s", "c", "l", "f", "/", "g", "G", "p", "q", "?", "e"} <= keys
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_tabs_by_number():
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        tabs = app.query_one(TabbedContent)
+        for key, tab in (("4", "tab-metrics"), ("3", "tab-gpus"), ("2", "tab-threads"), ("1", "tab-log")):
+            await pilot.press(key)
+            assert tabs.active == tab
+
+
+async def test_palette_offers_the_actions_unless_in_flight():
+    app, _ = make()
+    async with app.run_test(size=SIZE):
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Relaunch (r)" in titles and "Search (/)" in titles
+        app.busy = "stop"
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Relaunch (r)" not in titles and "Follow (f)" in titles
+
+
+async def test_quit_says_the_run_keeps_running():
+    app, sources = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("q")
+    assert "the run keeps running (pid 48211" in app.quit_message
+    assert sources["h200"].closed and sources["h200"].calls == []
+
+
+async def test_no_color_is_honoured(monkeypatch):
+    from textual.filter import Monochrome, NoColor
+    monkeypatch.setenv("NO_COLOR", "1")
+    app, _ = make()
+    assert app.no_color
+    assert any(isinstance(f, (Monochrome, NoColor)) for f in app._filters)
+
+
+async def test_poll_error_is_shown_in_health():
+    r = R.healthy()
+    r.error = "stat /srv/runs/dflash-8b: Permission denied"
+    app, _ = make(r)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        assert "poll error: stat /srv/runs/dflash-8b: Permission denied" in text_of(app.query_one(HealthPane))
+
+
+async def test_checklist_age_uses_the_report_clock():
+    r = R.healthy()
+    r.checklist = Checklist(Verdict.STARTING, [Check("heartbeat", "heartbeat", CheckState.PENDING,
+                                                     "no heartbeat yet", "", since=R.T0 - 3)])
+    app, _ = make(r)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        assert app.query_one("#verdict").has_class("-wait")
+        health = text_of(app.query_one(HealthPane))
+        assert "… pending" in health and health.rstrip().endswith("3s")
+
+
+async def test_streams_keep_updating_under_a_modal():
+    app, sources = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("question_mark")
+        sources["h200"].push_report(R.crashed())
+        sources["h200"].push_log("train.log", ["Traceback (most recent call last):"])
+        await pilot.pause(1.3)                       # the 1 s header tick fires under the modal
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert "CRASHED" in header_text(app)
+        assert app.log_pane.lines.lines()[-1] == "Traceback (most recent call last):"

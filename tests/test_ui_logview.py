@@ -1,0 +1,131 @@
+"""The Log pane's ring buffer, classification, search and first-error jump."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+from textual.app import App
+
+from dflash_tui.ui.fmt import age, sparkline
+from dflash_tui.ui.logview import ERROR, MARKER, PLAIN, TRACEBACK, LineClassifier, LogLines, clean
+
+pytestmark = pytest.mark.timeout(60)
+
+CRASH = """step 10 loss 2.5
+Traceback (most recent call last):
+  File "a.py", line 1, in <module>
+    main()
+ValueError: boom
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "a.py", line 3, in <module>
+RuntimeError: worse
+step 11 loss 2.4
+[2026-06-01 04:12:00] ERROR drafter-1: nan
+{"kind":"error","v":1,"time":1.0}
+no errors here, 0 failures""".splitlines()
+
+
+def test_classifier_marks_traceback_blocks_and_error_lines():
+    classify = LineClassifier()
+    kinds = [classify(line) for line in CRASH]
+    assert kinds == [PLAIN, TRACEBACK, TRACEBACK, TRACEBACK, ERROR, PLAIN,  # blank after the error: plain
+                     PLAIN, PLAIN, TRACEBACK, TRACEBACK, ERROR, PLAIN, ERROR, ERROR, PLAIN]
+
+
+def test_chained_traceback_stays_one_block():
+    classify = LineClassifier()
+    lines = ["Traceback (most recent call last):", '  File "x"', "KeyError: 1", "",
+             "The above exception was the direct cause of the following exception:", "",
+             "Traceback (most recent call last):", '  File "y"', "ValueError: 2"]
+    assert [classify(x) for x in lines] == [TRACEBACK, TRACEBACK, ERROR, PLAIN, PLAIN, PLAIN,
+                                            TRACEBACK, TRACEBACK, ERROR]
+
+
+def test_clean_strips_escapes_controls_and_caps_length():
+    assert clean("\x1b[31mred\x1b[0m\tx\n") == "red x"
+    assert clean("10%\r50%\r100% done") == "100% done"
+    assert clean("a\x00b\x07c") == "abc"
+    long = clean("x" * 10_000)
+    assert len(long) == 2000 and long.endswith("…")
+
+
+def test_helpers():
+    assert age(None) == "n/a" and age(-3) == "0s" and age(59) == "59s" and age(754) == "12m34s"
+    assert age(7300) == "2h01m" and age(90000) == "1d1h"
+    assert sparkline([0, 50, 100, None], 4, 0, 100) == "▁▅█ "
+    assert sparkline([None, None], 2) == "  "
+    assert sparkline([1, 2, 4, 8], 4) == "▂▃▅█"   # own maximum as the top
+
+
+class LogApp(App):
+    def __init__(self, max_lines: int = 100) -> None:
+        super().__init__()
+        self.max_lines = max_lines
+
+    def compose(self):
+        yield LogLines(max_lines=self.max_lines)
+
+
+async def test_ring_buffer_is_bounded_and_keeps_the_view_stable():
+    app = LogApp(max_lines=100)
+    async with app.run_test(size=(80, 20)) as pilot:
+        ll = app.query_one(LogLines)
+        ll.append([f"line {i}" for i in range(250)])
+        await pilot.pause()
+        assert ll.line_count == 100 and ll.dropped == 150
+        assert ll.lines()[0] == "line 150" and ll.lines()[-1] == "line 249"
+        assert ll.scroll_y == ll.max_scroll_y
+        ll.go_top()
+        ll.scroll_to(y=40, animate=False, immediate=True, force=True)
+        top_line = ll.lines()[int(ll.scroll_y)]
+        ll.append([f"more {i}" for i in range(10)])    # 10 fall off the top
+        await pilot.pause()
+        assert ll.lines()[int(ll.scroll_y)] == top_line  # same text still at the top of the view
+
+
+async def test_memory_stays_bounded_for_a_huge_log():
+    app = LogApp(max_lines=5000)
+    async with app.run_test(size=(80, 20)) as pilot:
+        ll = app.query_one(LogLines)
+        line = "step 123456 loss 2.3456 acc 0.4567 tau 3.21 tok/s 18450 " + "x" * 60
+        ll.append([line] * 5000)
+        await pilot.pause()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        for _ in range(40):                          # 200,000 more lines through the ring
+            ll.append([line] * 5000)
+        grown = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        assert ll.line_count == 5000 and ll.dropped == 200_000
+        assert grown < 4 * 2**20, f"ring grew by {grown / 2**20:.1f} MiB"
+
+
+async def test_search_wraps_and_first_error_finds_the_traceback():
+    app = LogApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        ll = app.query_one(LogLines)
+        ll.append(CRASH)
+        await pilot.pause()
+        assert ll.first_error() == 1 and ll.cursor == 1 and not ll.follow
+        assert ll.search("STEP") == 11          # after the cursor, case-insensitive
+        assert ll.search("step") == 0           # wraps around
+        assert ll.search("step", backwards=True) == 11
+        assert ll.search("nothing like this") is None
+        ll.append_marker("file truncated")
+        assert ll.kinds()[-1] == MARKER and ll.lines()[-1] == "── file truncated ──"
+        # Rendering the current hit and the error lines works at any scroll offset.
+        strip = ll.render_line(0)
+        assert strip.cell_length == ll.scrollable_content_region.width
+
+
+async def test_first_error_none_when_clean():
+    app = LogApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        ll = app.query_one(LogLines)
+        ll.append(["step 1", "step 2"])
+        await pilot.pause()
+        assert ll.first_error() is None and ll.follow
