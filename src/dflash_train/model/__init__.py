@@ -1,0 +1,1 @@
+"""The frozen target LM and the DFlash drafter."""

@@ -1,0 +1,88 @@
+"""A short deterministic pre-fit of the default target on the synthetic corpus.
+
+Why: a randomly initialised LM's greedy continuation is close to noise (often one token
+repeated), so a drafter trained to imitate it has nothing to learn and acceptance length says
+nothing. A few hundred steps on the synthetic language give the target real structure.
+
+The result is cached on disk, keyed by everything that determines it, so every run and every
+resume with the same setup loads bit-identical target weights instead of re-deriving them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from ..data import BatchSource, SyntheticCorpus
+
+CACHE_FORMAT = 1
+PRETRAIN_BATCH = 16
+PRETRAIN_LR = 3e-3
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("DFLASH_TRAIN_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "dflash_train"
+
+
+def cache_key(cfg: ModelConfig, seed: int, device: torch.device) -> str:
+    ident = {"format": CACHE_FORMAT, "cfg": cfg.to_dict(), "seed": seed, "device": device.type,
+             "torch": ".".join(torch.__version__.split(".")[:2])}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def pretrain(model: torch.nn.Module, cfg: ModelConfig, seed: int, device: torch.device) -> None:
+    model.to(device=device, dtype=torch.float32).train()
+    seq = min(64, cfg.max_seq_len)
+    source = BatchSource(SyntheticCorpus().stream(200_000, seed=10_000 + seed),
+                         PRETRAIN_BATCH, (seq,), seed=seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=PRETRAIN_LR, weight_decay=0.0)
+    steps = cfg.target_pretrain_steps
+    warmup = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
+    for _ in range(steps):
+        ids = next(source).input_ids.to(device)
+        logits = model(ids).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    model.eval()
+
+
+def load_or_pretrain(model: torch.nn.Module, cfg: ModelConfig, seed: int, device: torch.device,
+                     cache_dir: str | Path | None = None) -> None:
+    cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    path = cache_dir / f"target-{cache_key(cfg, seed, device)}.pt"
+    if path.exists():
+        try:
+            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+            return
+        except Exception as e:  # a torn or foreign file: rebuild rather than fail the run
+            print(f"dflash_train: ignoring unreadable target cache {path} ({e}); rebuilding",
+                  file=sys.stderr)
+    print(f"dflash_train: pre-fitting the target on the synthetic corpus "
+          f"({cfg.target_pretrain_steps} steps, once; cached at {path})", file=sys.stderr)
+    pretrain(model, cfg, seed, device)
+    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".target-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # atomic: concurrent builders race harmlessly, readers never see half
+    except OSError as e:
+        print(f"dflash_train: could not cache the target at {path} ({e}); continuing uncached",
+              file=sys.stderr)
