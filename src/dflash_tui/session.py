@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 
-from .config import Profile
+from .config import ConfigError, Profile
 from .remote.base import Target, TargetError
 from .remote.ops import RemoteOps
 from .run.attempts import LaunchAttempt, load_attempt, save_attempt
 from .run.canary import CanaryResult, run_canary
 from .run.health import Limits, evaluate
-from .run.launch import LaunchOutcome, launch_run
+from .run.launch import LaunchOutcome, launch_run, not_launched
+from .run.preflight import run_preflight
 from .run.observe import Evidence, gather
 from .run.stop import StopResult, stop_run
 from .run.verdict import Checklist
@@ -23,8 +24,11 @@ from .run.verdict import Checklist
 
 def build_targets(profile: Profile) -> tuple[Target, Target]:
     from .remote.factory import make_targets
-    return make_targets(profile.host, profile.user, profile.port, profile.identity_file, profile.container,
-                        known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+    try:
+        return make_targets(profile.host, profile.user, profile.port, profile.identity_file, profile.container,
+                            known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+    except ValueError as exc:
+        raise ConfigError(f"{profile.source}: [profile.{profile.name}]: {exc}") from None
 
 
 class Session:
@@ -87,7 +91,17 @@ class Session:
         return ev, evaluate(ev, self.limits)
 
     async def launch(self, *, relaunch: bool = False, preflight: bool = True) -> LaunchOutcome:
-        return await launch_run(self.profile, self.host, self.target, await self.ops(),
+        try:
+            ops = await self.ops()
+        except TargetError:
+            if not preflight:
+                raise
+            # No ops (host down, container stopped): the preflight says which, as checks.
+            pre = await run_preflight(self.profile, self.host, self.target, None)
+            if not pre.ok:
+                return not_launched(pre)
+            raise
+        return await launch_run(self.profile, self.host, self.target, ops,
                                 preflight=preflight, relaunch=relaunch, limits=self.limits,
                                 on_attempt=self._remember)
 

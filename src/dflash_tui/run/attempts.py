@@ -31,6 +31,7 @@ class LaunchAttempt:
     stderr: str = ""
     pid: int | None = None          # what the detach command printed, if anything
     via: str | None = None          # "setsid" | "nohup"
+    own_session: bool | None = None  # the detached child was seen leading its own session
     wrapper_written: bool = True    # launch.sh was confirmed on the target before the launch
     error: str = ""                 # transport error instead of a result (timeout, unreachable)
 
@@ -38,6 +39,11 @@ class LaunchAttempt:
         """One line: what the transport said about the launch command."""
         if self.error:
             return f"launch command failed: {self.error}"
+        if not self.wrapper_written:
+            err = " ".join(self.stderr.split())[:200]
+            status = "no exit status" if self.exit_status is None else f"exit status {self.exit_status}"
+            return (f"writing launch.sh: {status}, stderr {err!r}" + ("" if err else " (empty)")
+                    + ", yet the file is not there")
         status = "no exit status" if self.exit_status is None else f"exit status {self.exit_status}"
         err = " ".join(self.stderr.split())[:200]
         printed = f"pid {self.pid} via {self.via}" if self.pid else "no pid (the detach shell did not run)"

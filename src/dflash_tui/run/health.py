@@ -91,8 +91,16 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
             add(Check("launch_cmd", "Launch command", FAIL, _one_line(attempt.transport_summary()),
                       "check the connection and the container, then relaunch", attempt.target_time))
         elif attempt.exit_status == 0 and attempt.pid:
-            add(Check("launch_cmd", "Launch command", OK,
-                      f"detached pid {attempt.pid} via {attempt.via}", "", attempt.target_time))
+            if attempt.own_session is False and attempt.via == "setsid":
+                add(Check("launch_cmd", "Launch command", WARN,
+                          f"pid {attempt.pid} via setsid, but it was not seen in its own session",
+                          "a channel close may still reach it: run the canary", attempt.target_time))
+            else:
+                how = "nohup (no setsid on the target)" if attempt.via == "nohup" else f"{attempt.via}, own session"
+                add(Check("launch_cmd", "Launch command", OK if attempt.via != "nohup" else WARN,
+                          f"detached pid {attempt.pid} via {how}",
+                          "" if attempt.via != "nohup" else "install util-linux (setsid) on the target",
+                          attempt.target_time))
         else:
             add(Check("launch_cmd", "Launch command", FAIL, _one_line(attempt.transport_summary()),
                       "the transport did not run the detach shell; try a plain command through it",

@@ -64,6 +64,12 @@ def _not_launched(why: Check, checks: list[Check], unreachable: bool = False, **
                          unreachable=unreachable, **kw)
 
 
+def not_launched(pre: PreflightResult) -> LaunchOutcome:
+    """The outcome of a launch that its preflight refused."""
+    first = pre.first_failure or pre.checks[-1]
+    return _not_launched(first, pre.checks, pre.unreachable, preflight=pre)
+
+
 def _history_name(old_run_id: str | None, now: float) -> str:
     # A run id read from the target is data: keep it to one safe path component.
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", old_run_id or "")[:80].strip(".")
@@ -87,9 +93,9 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
         pre = await run_preflight(profile if run_dir == profile.run_dir else _with_run_dir(profile, run_dir),
                                   host, target, ops, check_live_run=not relaunch)
         if not pre.ok:
-            first = pre.first_failure or pre.checks[-1]
-            return _not_launched(first, pre.checks, pre.unreachable, preflight=pre,
-                                 seconds=time.monotonic() - t0)
+            out = not_launched(pre)
+            out.seconds = time.monotonic() - t0
+            return out
 
     ev = await gather(ops, run_dir)
     stopped = None
@@ -143,9 +149,10 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
         except (CommandTimeout, TargetError) as exc:
             attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, None, error=str(exc))
         else:
-            pid, via = parse_detach_output(res.stdout)
+            pid, via, own = parse_detach_output(res.stdout)
             attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, res.exit_status,
-                                    stdout=res.stdout[-2000:], stderr=res.stderr[-2000:], pid=pid, via=via)
+                                    stdout=res.stdout[-2000:], stderr=res.stderr[-2000:], pid=pid, via=via,
+                                    own_session=own)
         attempt.target_time = await ops.now()
     if on_attempt is not None:
         on_attempt(attempt)

@@ -50,6 +50,9 @@ print("dflash-probe " + json.dumps(out))
 '''
 
 _WHICH = 'command -v -- "$1" || echo "dflash-which: not found"'
+# Runs the probe only if the interpreter exists, and says so otherwise: a bare 127 is ambiguous
+# through `pct exec`/`docker exec` (the tool itself missing gives the same status).
+_RUN_IF_FOUND = 'command -v -- "$1" >/dev/null 2>&1 || { echo "dflash-probe-missing"; exit 3; }; exec "$@"'
 
 
 @dataclass
@@ -98,7 +101,9 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
         except TargetError as exc:
             running, why, hint = False, exc.message, exc.hint
         else:
-            why, hint = f"{profile.container} is not running", f"start it on {host.label}"
+            start_hint = getattr(target, "start_hint", None)
+            why = f"{profile.container} is not running on {host.label}"
+            hint = start_hint() if start_hint else f"start it on {host.label}"
         if not running:
             add(Check("pre_container", "Container running", FAIL, why, hint, now))
             return out
@@ -162,10 +167,11 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
 
 
 async def _probe_python(profile: Profile, target: Target, add, now: float) -> None:
-    res = await target.run([profile.python, "-c", _PYTHON_PROBE], timeout=120)
+    res = await target.run(["sh", "-c", _RUN_IF_FOUND, "dflash-python", profile.python, "-c", _PYTHON_PROBE],
+                           timeout=120)
     line = next((l for l in res.stdout.splitlines() if l.startswith("dflash-probe ")), None)
     if line is None:
-        if res.exit_status == 127 or "not found" in res.stderr or "No such file" in res.stderr:
+        if "dflash-probe-missing" in res.stdout:
             add(Check("pre_python", "Python found", FAIL, f"{profile.python!r} not found on the target",
                       "set python = \"/path/to/venv/bin/python\" in the profile", now))
         elif res.exit_status == 0 and not res.stderr.strip():

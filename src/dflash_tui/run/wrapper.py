@@ -147,14 +147,25 @@ def run_id_of_wrapper(text: str) -> str | None:
 
 # The one command the launch sends. It starts the wrapper in a new session (setsid; nohup when
 # setsid is missing), with stdin from /dev/null and stdout/stderr to launch.out, in the
-# background, prints the wrapper's pid and returns: nothing holds the transport's channel, and
-# a SIGHUP or group kill when the channel closes cannot reach the new session.
+# background, and returns: nothing holds the transport's channel, and a SIGHUP or group kill
+# when the channel closes cannot reach the new session.
+# Before returning it waits (a few ms, at most ~2 s) until the child really is the leader of its
+# own session: between fork and setsid() the child is still in the exec's process group, and a
+# transport that kills that group as soon as the command returns (pct's `hup` behaviour) would
+# otherwise win the race now and then.
 # $1 = run dir. The wrapper's own name is fixed (launch.sh), so no user string is spliced in.
 DETACH_SCRIPT = (
-    'cd "$1" || exit 2; '
+    'cd "$1" || exit 2; set -f; '
     'if command -v setsid >/dev/null 2>&1; then d=setsid; else d=nohup; fi; '
     f'$d sh ./{LAUNCH_SH} </dev/null >>./{LAUNCH_OUT} 2>&1 & '
-    'echo "dflash-launched pid=$! via=$d"'
+    'pid=$!; own=no; i=0; '
+    'if [ "$d" = setsid ]; then while [ "$i" -lt 200 ]; do '
+    's=$(cat "/proc/$pid/stat" 2>/dev/null) || break; '
+    'set -- ${s##*) }; '            # $1 state, $2 ppid, $3 pgrp, $4 session
+    '[ "$1" = Z ] && break; '
+    'if [ "$4" = "$pid" ]; then own=yes; break; fi; '
+    'sleep 0.01 2>/dev/null || sleep 1; i=$((i + 1)); done; fi; '
+    'echo "dflash-launched pid=$pid via=$d own_session=$own"'
 )
 
 
@@ -162,13 +173,15 @@ def detach_argv(run_dir: str) -> list[str]:
     return ["sh", "-c", DETACH_SCRIPT, "dflash-launch", run_dir]
 
 
-def parse_detach_output(stdout: str) -> tuple[int | None, str | None]:
-    """(pid, detacher) from the launch command's output, or (None, None) if it printed nothing."""
+def parse_detach_output(stdout: str) -> tuple[int | None, str | None, bool | None]:
+    """(pid, detacher, in its own session) from the launch command's output; Nones if it
+    printed nothing (the detach shell never ran)."""
     for line in stdout.splitlines():
         if line.startswith("dflash-launched "):
             fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+            own = {"yes": True, "no": False}.get(fields.get("own_session", ""))
             try:
-                return int(fields.get("pid", "")), fields.get("via")
+                return int(fields.get("pid", "")), fields.get("via"), own
             except ValueError:
-                return None, fields.get("via")
-    return None, None
+                return None, fields.get("via"), own
+    return None, None, None
