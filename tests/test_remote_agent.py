@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -92,9 +91,13 @@ async def test_request_timeout_restarts_a_wedged_agent():
 
 
 async def test_extra_sources_register_ops_and_a_broken_one_is_reported():
+    # A chatty extra (print, a subprocess writing to stdout, one reading stdin) must not
+    # corrupt the protocol.
     good = ("from __future__ import annotations\n"
-            "import os\n"
+            "import os, subprocess\n"
             "def sample(n: int) -> dict:\n"
+            "    print('debug noise')\n"
+            "    subprocess.run(['sh', '-c', 'echo child noise; cat'])\n"
             "    return {'n': n, 'pid': os.getpid()}\n"
             "register('test.sample', sample, blocking=True)\n")
     broken = "raise RuntimeError('no NVML here')\n"
@@ -102,8 +105,9 @@ async def test_extra_sources_register_ops_and_a_broken_one_is_reported():
     try:
         assert "test.sample" in ops.info["ops"]
         assert ops.info["extras_failed"] == ["extra1: RuntimeError: no NVML here"]
-        res = await ops.call("test.sample", n=3)
-        assert res == {"n": 3, "pid": ops.info["pid"]}
+        res = await asyncio.gather(*(ops.call("test.sample", n=i) for i in range(3)))
+        assert res == [{"n": i, "pid": ops.info["pid"]} for i in range(3)]
+        assert (await ops.stat(["/"]))[0].is_dir
         with pytest.raises(TargetError, match="unknown op 'test.missing'"):
             await ops.call("test.missing")
     finally:

@@ -28,6 +28,8 @@ import traceback
 
 PROTOCOL = 1
 MIN_PYTHON = (3, 8)
+# One answer is one line; keep it well under the readers' line limits once base64-encoded.
+MAX_READ = 8 << 20
 
 # op name -> function(**args) returning something JSON-serialisable.
 HANDLERS = {}
@@ -144,7 +146,7 @@ def op_stat(paths):
 
 
 def op_read(path, offset=0, max_bytes=1 << 20):
-    offset, max_bytes = int(offset), int(max_bytes)
+    offset, max_bytes = int(offset), min(int(max_bytes), MAX_READ)
     if offset < 0 or max_bytes < 0:
         raise OpFailed("offset and max_bytes must not be negative")
     try:
@@ -368,15 +370,29 @@ def load_extras(extras):
             EXTRAS_FAILED.append("%s: %s: %s" % (name, type(exc).__name__, exc))
 
 
+def _private_stdio():
+    """Move the protocol onto private fds: fd 0 becomes /dev/null and fd 1 a copy of fd 2, so
+    a stray print() in an extra, or a subprocess it starts (nvidia-smi), can neither eat
+    requests nor corrupt answers."""
+    sys.stdout.flush()
+    inp = os.fdopen(os.dup(0), "rb")
+    out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return inp, out
+
+
 def main(extras=()):
-    out = sys.stdout.buffer
     if sys.version_info < MIN_PYTHON:
-        out.write(("dflash-agent: python %d.%d is older than 3.8\n" % sys.version_info[:2]).encode())
-        out.flush()
+        sys.stdout.write("dflash-agent: python %d.%d is older than 3.8\n" % sys.version_info[:2])
+        sys.stdout.flush()
         sys.exit(3)
+    inp, out = _private_stdio()
     load_extras(extras)
     try:
-        Server(sys.stdin.buffer, out).serve()
+        Server(inp, out).serve()
     except (BrokenPipeError, KeyboardInterrupt):
         pass
     # Threads of blocking ops may still run; nobody is left to answer them.

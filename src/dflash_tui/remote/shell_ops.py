@@ -235,7 +235,8 @@ class ShellOps:
         return [filestat_from(_stat_record(p, f)) for p, f in zip(paths, fields, strict=True)]
 
     async def _read(self, op: str, path: str, offset: str, max_bytes: int) -> FileChunk:
-        fields = await self._run(op, _READ, path, offset, str(int(max_bytes)))
+        max_bytes = min(int(max_bytes), agent_server.MAX_READ)   # same cap as the agent
+        fields = await self._run(op, _READ, path, offset, str(max_bytes))
         head = fields[0]
         if head.startswith("E"):
             err = _strerror(head[1:])
