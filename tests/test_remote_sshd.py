@@ -37,3 +37,18 @@ def test_log_counts_accepted_connections(sshd):
     before = sshd.accepted_connections()
     subprocess.run(sshd.ssh_argv("true"), check=True, timeout=30)
     assert sshd.accepted_connections() == before + 1
+
+
+def test_missing_sshd_skips_outside_ci_and_fails_under_ci(monkeypatch, tmp_path):
+    from tests import conftest
+    from tests.support import sshd as sshd_mod
+
+    monkeypatch.setattr(sshd_mod, "find_sshd", lambda: None)
+    with pytest.raises(sshd_mod.SshdUnavailable, match="apt-get install openssh-server"):
+        sshd_mod.start_sshd(tmp_path)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true requires"):
+        conftest._unavailable("OpenSSH server not installed")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="OpenSSH server not installed"):
+        conftest._unavailable("OpenSSH server not installed")

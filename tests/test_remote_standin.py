@@ -154,3 +154,13 @@ async def test_docker_standin(host, standin):
     assert not await missing.is_running()
     with pytest.raises(ContainerNotRunning):
         await missing.run(["true"])
+
+
+async def test_container_target_over_a_local_host(standin):
+    from dflash_tui.remote.local import LocalTarget
+
+    ct = ContainerTarget(LocalTarget(env=standin.env), standin.container("pct:230"))
+    assert ct.label == "local · pct:230"
+    res = await ct.run(["sh", "-c", 'printf "%s|" "$@"; echo $$', "sh", "a b", "$(touch x)"])
+    assert res.stdout.startswith("a b|$(touch x)|") and int(res.stdout.split("|")[-1]) < 50
+    assert await ct.is_running()
