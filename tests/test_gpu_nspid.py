@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -148,7 +149,7 @@ def test_mapper_for_a_run_outside_any_container():
             assert procs[0]["is_run_process"] and procs[0]["container_pid"] is None
             assert not procs[1]["is_run_process"]
         finally:
-            leader.kill()
+            os.killpg(leader.pid, signal.SIGKILL)   # the leader's own group: it and the trainer
             leader.wait()
     finally:
         child.kill()

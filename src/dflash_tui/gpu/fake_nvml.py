@@ -287,3 +287,27 @@ def missing_module_loader() -> Callable[[], object]:
         raise ModuleNotFoundError("No module named 'pynvml'", name="pynvml")
 
     return load
+
+
+#: Environment variables read by `from_env` (for agents, demos and benchmarks in a subprocess).
+ENV_GPUS = "DFLASH_FAKE_NVML_GPUS"
+ENV_SCENARIO = "DFLASH_FAKE_NVML_SCENARIO"
+_SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
+              "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
+_FROM_ENV: FakeNvml | None = None
+
+
+def from_env() -> FakeNvml:
+    """One process-wide fake, shaped by DFLASH_FAKE_NVML_GPUS (default 8) and
+    DFLASH_FAKE_NVML_SCENARIO (ok | library_missing | no_driver | version_mismatch)."""
+    global _FROM_ENV
+    if _FROM_ENV is None:
+        import os
+
+        raw = os.environ.get(ENV_GPUS, "8")
+        scenario = os.environ.get(ENV_SCENARIO, "ok")
+        if not raw.isdigit() or scenario not in _SCENARIOS:
+            raise ValueError(f"{ENV_GPUS}={raw!r} / {ENV_SCENARIO}={scenario!r}: expected a GPU "
+                             f"count and one of {', '.join(_SCENARIOS)}")
+        _FROM_ENV = FakeNvml(int(raw), **_SCENARIOS[scenario])
+    return _FROM_ENV

@@ -1,0 +1,72 @@
+"""The GPU probe the persistent agent runs on the HOST: the `gpu.sample` op.
+
+NVML must be read on the host, not in the run's container: inside a container NVML reports
+host pids that match nothing there. So the dashboard sends this probe along with the host's
+agent (`AgentOps.start(host_target, extra_sources=gpu_agent_sources())`); it imports pynvml
+lazily, inside the agent, on the first sample, and answers with the same dict as the local
+reader, processes already marked as the run's via NSpid (gpu/nspid.py).
+
+The source is built from the real modules (nspid.py + nvml_reader.py + the glue below), so
+the code that runs remotely is the code the tests run locally.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from . import nspid, nvml_reader
+
+OP_NAME = "gpu.sample"
+
+# Runs inside the agent, after nspid.py and nvml_reader.py, in one namespace where the agent
+# has put `register`. Python 3.8, stdlib only.
+_GLUE = '''
+import importlib
+import threading
+
+_PROBE_LOCK = threading.Lock()
+_PROBE = {}
+
+
+def _nvml_loader(spec):
+    # spec: "pynvml", or "module:factory" where factory() returns a module-like NVML object.
+    def load():
+        module_name, _, factory = spec.partition(":")
+        module = importlib.import_module(module_name)
+        return getattr(module, factory)() if factory else module
+    return load
+
+
+def gpu_sample(run_pid=None, run_start_ticks=None, nvml=None):
+    spec = nvml or NVML_SPEC
+    with _PROBE_LOCK:   # blocking ops run in threads; one reader, one sample at a time
+        state = _PROBE.get(spec)
+        if state is None:
+            state = _PROBE[spec] = (NvmlReader(_nvml_loader(spec)), RunPidMapper())
+        reader, mapper = state
+        snap = reader.sample()
+        procs = [p for g in snap["gpus"] for p in g["processes"]]
+        mapper.annotate(procs, run_pid, run_start_ticks)
+        return snap
+
+
+register("gpu.sample", gpu_sample, blocking=True)
+'''
+
+
+def _module_source(module) -> str:
+    return inspect.getsource(module)
+
+
+def gpu_agent_sources(nvml_spec: str = "pynvml") -> list[str]:
+    """The extra source(s) to hand to `AgentOps.start(..., extra_sources=...)`.
+
+    `nvml_spec` names what the agent imports as NVML: "pynvml" on real hosts, or
+    "dflash_tui.gpu.fake_nvml:from_env" for tests and benchmarks (needs dflash_tui on the
+    agent's python).
+    """
+    if not all(c.isalnum() or c in "._:" for c in nvml_spec):
+        raise ValueError(f"bad NVML module spec {nvml_spec!r}: expected 'module' or 'module:factory'")
+    parts = [_module_source(nspid), _module_source(nvml_reader),
+             "NVML_SPEC = %r\n" % nvml_spec, _GLUE]
+    return ["\n\n".join(parts)]

@@ -1,0 +1,348 @@
+"""Where GPU snapshots come from. Every source answers `await sample(run)` with a GpuSnapshot
+and never raises: a failure is the snapshot's `error`.
+
+- `LocalNvmlSource`: pynvml in this process, on a worker thread (NVML calls can block for
+  seconds on a sick GPU; the event loop must not).
+- `AgentNvmlSource`: the `gpu.sample` op of the persistent agent on the GPU host.
+- `SmiStreamSource`: a streaming `nvidia-smi ... -lms` on the host, for hosts whose python has
+  no pynvml (or that have no python at all).
+- `FallbackSource`: NVML first; nvidia-smi once NVML says its library is missing.
+`open_gpu_source(host_target)` picks the right combination for a target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Protocol
+
+from ..remote.base import Target, TargetError
+from ..remote.local import LocalTarget
+from .agent_probe import OP_NAME, gpu_agent_sources
+from .codec import ProbeAnswerError, snapshot_from_dict
+from .nspid import RunPidMapper
+from .nvml_reader import NvmlReader
+from .sample import GpuError, GpuErrorKind, GpuSnapshot
+from .smi import (AppsTracker, GpuLineGrouper, SmiLineError, apps_query_argv, classify_message,
+                  gpu_query_argv, parse_app_line, parse_gpu_line, snapshot_dict)
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The watched run, as launch.json names it: the wrapper's pid where it runs (inside the
+    container, if any) and its start time in clock ticks (guards against pid reuse)."""
+
+    pid: int
+    start_ticks: int | None = None
+
+
+class GpuSource(Protocol):
+    name: str
+
+    async def sample(self, run: RunRef | None = None) -> GpuSnapshot: ...
+
+    async def close(self) -> None: ...
+
+
+def error_snapshot(kind: GpuErrorKind, message: str, source: str) -> GpuSnapshot:
+    return GpuSnapshot(time=time.time(), source=source, error=GpuError(kind, message))
+
+
+def _import_pynvml():
+    import pynvml  # nvidia-ml-py: imported only when a local sample is first taken
+
+    return pynvml
+
+
+class LocalNvmlSource:
+    name = "nvml"
+
+    def __init__(self, load: Callable[[], Any] = _import_pynvml, *, proc_root: str = "/proc") -> None:
+        self._reader = NvmlReader(load, proc_root=proc_root)
+        self._mapper = RunPidMapper(proc_root)
+        self._lock = asyncio.Lock()
+
+    def _sample_sync(self, run: RunRef | None) -> dict:
+        snap = self._reader.sample()
+        procs = [p for g in snap["gpus"] for p in g["processes"]]
+        if run is not None:
+            self._mapper.annotate(procs, run.pid, run.start_ticks)
+        else:
+            self._mapper.annotate(procs)
+        return snap
+
+    async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
+        async with self._lock:
+            try:
+                return snapshot_from_dict(await asyncio.to_thread(self._sample_sync, run))
+            except Exception as exc:  # a reader bug must not take the dashboard down
+                return error_snapshot(GpuErrorKind.PROBE_FAILED,
+                                      f"local GPU probe failed: {type(exc).__name__}: {exc}", self.name)
+
+    async def close(self) -> None:
+        async with self._lock:
+            await asyncio.to_thread(self._reader.close)
+
+
+class AgentNvmlSource:
+    name = "nvml"
+
+    def __init__(self, ops: Any, *, nvml_spec: str | None = None, timeout: float = 5.0,
+                 owns_ops: bool = False) -> None:
+        self._ops = ops
+        self._spec = nvml_spec
+        self._timeout = timeout
+        self._owns = owns_ops
+
+    async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
+        args: dict[str, Any] = {}
+        if run is not None:
+            args.update(run_pid=run.pid, run_start_ticks=run.start_ticks)
+        if self._spec:
+            args["nvml"] = self._spec
+        label = getattr(self._ops, "label", "host")
+        try:
+            answer = await self._ops.call(OP_NAME, timeout=self._timeout, **args)
+        except TargetError as exc:
+            return error_snapshot(GpuErrorKind.PROBE_FAILED, f"GPU probe on {label}: {exc}", self.name)
+        try:
+            return snapshot_from_dict(answer, source="nvml")
+        except ProbeAnswerError as exc:
+            return error_snapshot(GpuErrorKind.PROBE_FAILED,
+                                  f"GPU probe on {label} answered garbage ({exc}): restart the dashboard",
+                                  self.name)
+
+    async def close(self) -> None:
+        if self._owns:
+            await self._ops.close()
+
+
+Annotator = Callable[[list[dict], "RunRef | None"], Awaitable[None]]
+
+
+def local_annotator(proc_root: str = "/proc") -> Annotator:
+    mapper = RunPidMapper(proc_root)
+
+    async def annotate(procs: list[dict], run: RunRef | None) -> None:
+        if run is None:
+            await asyncio.to_thread(mapper.annotate, procs)
+        else:
+            await asyncio.to_thread(mapper.annotate, procs, run.pid, run.start_ticks)
+
+    return annotate
+
+
+def ops_annotator(ops: Any) -> Annotator:
+    """Mark run processes through any RemoteOps on the host (agent or one-shot shell).
+
+    A GPU process is the run's when its process-group leader is the run's wrapper: same
+    innermost pid (NSpid) and same start time. (The in-agent probe also follows sessions and
+    parents; pid_info gives groups only, which is what launch.sh's setsid creates.)
+    """
+
+    async def annotate(procs: list[dict], run: RunRef | None) -> None:
+        for p in procs:
+            p.setdefault("container_pid", None)
+            p.setdefault("is_run_process", False)
+        if not procs:
+            return
+        infos = await ops.pid_info([p["pid"] for p in procs])
+        leaders = sorted({i.pgid for i in infos if i.alive and i.pgid})
+        by_pid = {i.pid: i for i in (await ops.pid_info(leaders) if leaders and run else [])}
+        for p, info in zip(procs, infos):
+            p["container_pid"] = info.nspid[-1] if len(info.nspid) > 1 else None
+            lead = by_pid.get(info.pgid) if info.pgid else None
+            if run is None or lead is None or not lead.alive:
+                continue
+            inner = (lead.nspid or (lead.pid,))[-1]
+            p["is_run_process"] = inner == run.pid and (
+                run.start_ticks is None or lead.start_ticks == run.start_ticks)
+
+    return annotate
+
+
+class SmiStreamSource:
+    """Two long-running nvidia-smi streams on the host: GPUs and compute apps."""
+
+    name = "nvidia-smi"
+
+    def __init__(self, target: Target, *, interval_ms: int = 1000,
+                 annotate: Annotator | None = None, stale_after: float = 5.0,
+                 closes: Any = None) -> None:
+        self._target = target
+        self._closes = closes        # ops opened for this source alone, closed with it
+        self._interval_ms = interval_ms
+        self._annotate = annotate
+        self._stale_after = stale_after
+        self._apps = AppsTracker(stale_after=2.5 * interval_ms / 1000)
+        self._latest: list[dict] | None = None
+        self._latest_at = 0.0
+        self._error: dict | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._started = False
+
+    async def _preflight(self) -> bool:
+        """One one-shot query: proves nvidia-smi runs, says why when it does not."""
+        try:
+            res = await self._target.run(gpu_query_argv(None), timeout=15.0)
+        except TargetError as exc:
+            self._error = classify_message(str(exc)) or {
+                "kind": "probe_failed", "gpu_index": None,
+                "message": f"could not run nvidia-smi on {self._target.label}: {exc}"}
+            return False
+        if res.exit_status == 127 or (not res.ok and not res.stdout.strip()
+                                      and "not found" in res.stderr.lower()):
+            self._error = classify_message("nvidia-smi: not found")
+            return False
+        if not res.ok:
+            text = (res.stdout + "\n" + res.stderr).strip()
+            self._error = classify_message(text) or {
+                "kind": "probe_failed", "gpu_index": None,
+                "message": f"nvidia-smi exited {res.exit_status}: {' '.join(text.split())[:160]}"}
+            return False
+        self._consume_gpu_lines(res.stdout.splitlines(), GpuLineGrouper())
+        return True
+
+    def _consume_gpu_lines(self, lines, grouper: GpuLineGrouper) -> None:
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                gpu = parse_gpu_line(line)
+            except SmiLineError:
+                self._error = classify_message(line) or {
+                    "kind": "probe_failed", "gpu_index": None,
+                    "message": f"nvidia-smi printed something unexpected: {line.strip()[:120]!r}"}
+                continue
+            group = grouper.feed(gpu)
+            if group is not None:
+                self._latest, self._latest_at, self._error = group, time.monotonic(), None
+
+    async def _follow(self, argv: list[str], on_line: Callable[[str], None]) -> None:
+        delay = 1.0
+        while True:
+            try:
+                async for line in self._target.stream(argv):
+                    on_line(line)
+                    delay = 1.0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # transport down: keep the last data, retry with backoff
+                self._error = {"kind": "probe_failed", "gpu_index": None,
+                               "message": f"nvidia-smi stream on {self._target.label} broke: {exc}"}
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    def _on_app_line(self, line: str) -> None:
+        try:
+            self._apps.feed(parse_app_line(line))
+        except SmiLineError:
+            pass  # the GPU stream reports nvidia-smi's errors; the apps stream says the same
+
+    async def _start(self) -> None:
+        self._started = True
+        if not await self._preflight() and self._error and self._error["kind"] != "gpu_lost":
+            return  # nothing to stream from; the preflight's reason is the answer
+        grouper = GpuLineGrouper()
+        self._tasks = [
+            asyncio.create_task(self._follow(gpu_query_argv(self._interval_ms),
+                                             lambda line: self._consume_gpu_lines([line], grouper))),
+            asyncio.create_task(self._follow(apps_query_argv(self._interval_ms), self._on_app_line)),
+        ]
+
+    async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
+        t0 = time.monotonic()
+        try:
+            if not self._started:
+                await self._start()
+            if self._latest is None or time.monotonic() - self._latest_at > self._stale_after:
+                err = self._error or {"kind": "probe_failed", "gpu_index": None,
+                                      "message": f"nvidia-smi on {self._target.label} sent nothing for "
+                                                 f"{self._stale_after:.0f}s: is the host overloaded?"}
+                return snapshot_from_dict({"time": time.time(), "gpus": [], "error": err},
+                                          source=self.name)
+            d = snapshot_dict([dict(g) for g in self._latest], self._apps.processes(), now=time.time())
+            procs = [p for g in d["gpus"] for p in g["processes"]]
+            if self._annotate is not None:
+                try:
+                    await self._annotate(procs, run)
+                except TargetError:
+                    pass  # processes stay unmarked this time; the numbers are still right
+            d["latency_ms"] = (time.monotonic() - t0) * 1000.0
+            return snapshot_from_dict(d, source=self.name)
+        except Exception as exc:
+            return error_snapshot(GpuErrorKind.PROBE_FAILED,
+                                  f"nvidia-smi source failed: {type(exc).__name__}: {exc}", self.name)
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        if self._closes is not None:
+            await self._closes.close()
+            self._closes = None
+
+
+class FallbackSource:
+    """NVML first; nvidia-smi as soon as NVML reports its library missing (and from then on)."""
+
+    def __init__(self, primary: GpuSource, make_fallback: Callable[[], GpuSource]) -> None:
+        self._primary = primary
+        self._make_fallback = make_fallback
+        self._fallback: GpuSource | None = None
+        self._why = ""
+
+    @property
+    def name(self) -> str:
+        return self._fallback.name if self._fallback else self._primary.name
+
+    async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
+        if self._fallback is None:
+            snap = await self._primary.sample(run)
+            if snap.error is None or snap.error.kind is not GpuErrorKind.LIBRARY_NOT_FOUND:
+                return snap
+            self._why = snap.error.message
+            self._fallback = self._make_fallback()
+        snap = await self._fallback.sample(run)
+        if snap.error is not None and snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND:
+            # Neither way works: say both, the NVML reason first (it names the usual fix).
+            msg = f"{self._why.split(':')[0]}, and {snap.error.message}"
+            return GpuSnapshot(time=snap.time, source="none",
+                               error=GpuError(GpuErrorKind.LIBRARY_NOT_FOUND, msg))
+        return snap
+
+    async def close(self) -> None:
+        await self._primary.close()
+        if self._fallback is not None:
+            await self._fallback.close()
+
+
+async def open_gpu_source(host_target: Target, *, ops: Any = None, nvml_spec: str = "pynvml",
+                          python: str = "python3") -> GpuSource:
+    """The GPU source for a host: in-process NVML for this machine, the host agent's probe for a
+    remote one (falling back to nvidia-smi), nvidia-smi alone where the host has no python3.
+
+    Pass `ops` when the host's agent was already started with `gpu_agent_sources()` among its
+    extra sources, to share it; otherwise a dedicated agent is started on `host_target` (over
+    the same pooled SSH connection) and closed with the source.
+    """
+    if isinstance(host_target, LocalTarget) and nvml_spec == "pynvml":
+        return FallbackSource(LocalNvmlSource(),
+                              lambda: SmiStreamSource(host_target, annotate=local_annotator()))
+    owns = False
+    if ops is None or OP_NAME not in (getattr(ops, "info", {}) or {}).get("ops", ()):
+        from ..remote.agent import open_ops
+
+        ops = await open_ops(host_target, python=python,
+                             extra_sources=gpu_agent_sources(nvml_spec))
+        owns = True
+    if getattr(ops, "kind", "") == "agent" and OP_NAME in ops.info.get("ops", ()):
+        return FallbackSource(AgentNvmlSource(ops, owns_ops=owns),
+                              lambda: SmiStreamSource(host_target, annotate=ops_annotator(ops)))
+    return SmiStreamSource(host_target, annotate=ops_annotator(ops), closes=ops if owns else None)
