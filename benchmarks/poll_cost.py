@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/poll_cost.py [--polls-a 20] [--polls-b 20] [--polls-c 500] [--append]
 
 Starts its own loopback OpenSSH sshd and a pct stand-in container (a real PID namespace; needs
-root, unshare and nsenter), launches a detached `sleep` with a log file in a run directory as
+unshare and nsenter, and root or unprivileged user namespaces), launches a detached `sleep` with a log file in a run directory as
 the "run", then measures one health check of that run:
 
   (a) the incident's way: a new `ssh host 'pct exec 200 -- bash -c "ls -la LOG; ps aux | grep"'`
@@ -65,7 +65,11 @@ async def measure(args) -> dict:
         sys.exit(f"poll_cost: {exc}")
     standins = Standins(sshd.standin_dir)
     try:
-        standins.container(f"pct:{CT}")
+        try:
+            standins.container(f"pct:{CT}")
+        except subprocess.CalledProcessError as exc:
+            sys.exit(f"poll_cost: could not start the pct stand-in (needs root or unprivileged "
+                     f"user namespaces, and util-linux): {exc.stderr.strip()}")
         run_dir = work / "run"
         run_dir.mkdir()
         log = run_dir / "train.log"
@@ -192,8 +196,6 @@ def main() -> None:
     ap.add_argument("--polls-c", type=int, default=500, help="checks through the agent")
     ap.add_argument("--append", action="store_true", help="write into benchmarks/RESULTS.md")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("poll_cost: the pct stand-in needs root (PID namespaces)")
     results = asyncio.run(measure(args))
     command = ".venv/bin/python benchmarks/poll_cost.py " + " ".join(sys.argv[1:])
     section = report(results, command.strip())

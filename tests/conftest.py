@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -42,10 +43,15 @@ def standin(sshd: SshdServer, need_unshare) -> Standins:
     helper.stop_all()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def need_unshare():
-    """PID namespaces for the container stand-in need root and util-linux."""
+    """The container stand-in needs util-linux and PID namespaces: root, or unprivileged user
+    namespaces (then the stand-in makes a user namespace too)."""
     if shutil.which("unshare") is None or shutil.which("nsenter") is None:
         _unavailable("unshare/nsenter not installed (util-linux)")
     if os.geteuid() != 0:
-        _unavailable("the pct stand-in needs root for PID namespaces")
+        probe = subprocess.run(["unshare", "--user", "--map-root-user", "--pid", "--fork", "true"],
+                               capture_output=True, text=True, timeout=30)
+        if probe.returncode != 0:
+            _unavailable("the pct stand-in needs root or unprivileged user namespaces "
+                         f"({probe.stderr.strip()})")

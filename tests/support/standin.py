@@ -17,7 +17,8 @@ $DOCKER_STANDIN_DIR/docker/<name>/). The file `mode` there picks how `exec` beha
   stopped  behave as if the container is not running (exec fails like the real tool, status
            says stopped)
 
-Needs root (namespaces), unshare and nsenter (util-linux). Python 3.8+, stdlib only.
+Needs unshare and nsenter (util-linux) and either root or unprivileged user namespaces (then
+the container gets its own user namespace too, like an unprivileged LXC). Python 3.8+, stdlib.
 """
 
 import os
@@ -27,6 +28,12 @@ import sys
 import time
 
 MODES = ("ok", "noop", "hup", "ptyhang", "stopped")
+
+# Without root, a user namespace (mapping us to root inside) makes PID namespaces possible,
+# like an unprivileged LXC container.
+ROOTLESS = os.geteuid() != 0
+USERNS_UNSHARE = ["--user", "--map-root-user"] if ROOTLESS else []
+USERNS_NSENTER = ["-U", "--preserve-credentials"] if ROOTLESS else []
 
 # PID 1 of a container must reap orphans, or every detached process that ends stays a zombie.
 REAPER = (
@@ -109,7 +116,7 @@ class Container(object):
 
     def start(self):
         proc = subprocess.Popen(
-            ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--",
+            ["unshare", *USERNS_UNSHARE, "--pid", "--fork", "--mount-proc", "--kill-child", "--",
              sys.executable, "-c", REAPER],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True)
@@ -205,7 +212,7 @@ def _signal_all(pids, sig):
 
 def run_exec(ct, argv):
     init = ct.init_pid()
-    proc = subprocess.Popen(["nsenter", "-t", str(init), "-p", "-m", "--"] + argv,
+    proc = subprocess.Popen(["nsenter", "-t", str(init), *USERNS_NSENTER, "-p", "-m", "--"] + argv,
                             start_new_session=True)   # the exec's own session + group
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     rc = proc.wait()
