@@ -59,8 +59,9 @@ class GpuStream:
         self.latest: GpuSnapshot | None = None
         self.samples_taken = 0
         self._clock = clock
-        self._history: dict[int, deque[GpuSample]] = {}
-        self._uuids: dict[int, str] = {}
+        # Keyed by UUID, not index: when a GPU falls off the bus the driver renumbers the
+        # others, and a lost GPU is still reported at its old index next to its successor.
+        self._history: dict[str, deque[GpuSample]] = {}
         self._subs: set[Subscription] = set()
         self._task: asyncio.Task | None = None
 
@@ -128,10 +129,9 @@ class GpuStream:
         self.latest = snap
         self.samples_taken += 1
         for g in snap.gpus:
-            hist = self._history.get(g.index)
-            if hist is None or self._uuids.get(g.index) != g.uuid:
-                hist = self._history[g.index] = deque(maxlen=self.history_len)  # another GPU there now
-                self._uuids[g.index] = g.uuid
+            hist = self._history.get(g.uuid)
+            if hist is None:
+                hist = self._history[g.uuid] = deque(maxlen=self.history_len)
             hist.append(g)
         for sub in list(self._subs):
             sub._offer(snap)
@@ -150,9 +150,20 @@ class GpuStream:
 
     # -- history for sparklines -------------------------------------------------------------
 
+    def _uuid_at(self, index: int) -> str | None:
+        if self.latest is None:
+            return None
+        at = [g for g in self.latest.gpus if g.index == index]
+        at.sort(key=lambda g: g.lost)          # the GPU present at that index, before a lost one
+        return at[0].uuid if at else None
+
     def history(self, index: int) -> list[GpuSample]:
-        return list(self._history.get(index, ()))
+        """Samples of the GPU now at `index`, oldest first (at most `history` of them)."""
+        return list(self._history.get(self._uuid_at(index) or "", ()))
+
+    def history_of(self, uuid: str) -> list[GpuSample]:
+        return list(self._history.get(uuid, ()))
 
     def series(self, index: int, field: str) -> list[float | None]:
-        """One field of one GPU over time, oldest first (None where n/a)."""
-        return [getattr(g, field) for g in self._history.get(index, ())]
+        """One field of the GPU now at `index` over time, oldest first (None where n/a)."""
+        return [getattr(g, field) for g in self.history(index)]

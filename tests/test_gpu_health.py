@@ -1,0 +1,89 @@
+"""The checklist's "gpus" check, on snapshots from the fake NVML through the real reader."""
+
+from __future__ import annotations
+
+import pytest
+
+from dflash_tui.gpu import fake_nvml
+from dflash_tui.gpu.codec import snapshot_from_dict
+from dflash_tui.gpu.fake_nvml import FakeNvml
+from dflash_tui.gpu.health import CHECK_ID, cuda_devices, gpu_check
+from dflash_tui.gpu.nvml_reader import NvmlReader
+from dflash_tui.run.verdict import CheckState
+
+RUN_PID = 777
+
+
+def snap_of(fake: FakeNvml, run_pids=(RUN_PID,)):
+    """A snapshot where processes with a pid in run_pids are marked as the run's."""
+    d = NvmlReader(fake_nvml.loader(fake)).sample()
+    for g in d["gpus"]:
+        for p in g["processes"]:
+            p["is_run_process"] = p["pid"] in run_pids
+    return snapshot_from_dict(d)
+
+
+def test_ok_when_the_run_is_on_all_its_gpus():
+    fake = FakeNvml(4)
+    for i in range(3):
+        fake.set_processes(i, [(RUN_PID, 20 << 30)])
+    fake.set_processes(3, [(999, 1 << 30)])        # a neighbour's job on the fourth GPU
+    c = gpu_check(snap_of(fake), run_devices=["cuda:0", "cuda:1", "cuda:2", "cuda:2"], compile_done=True)
+    assert (c.id, c.state) == (CHECK_ID, CheckState.OK)
+    assert "3 GPU(s)" in c.cause and "60.0 GiB" in c.cause
+
+
+def test_warn_when_a_gpu_of_the_run_has_no_run_process_after_compile():
+    fake = FakeNvml(3)
+    fake.set_processes(0, [(RUN_PID, 1 << 30)])
+    c = gpu_check(snap_of(fake), run_devices=["cuda:0", "cuda:1", "cuda:2"], compile_done=True)
+    assert c.state is CheckState.WARN
+    assert "uses 3 CUDA devices" in c.cause and "only 1 GPU(s): 0" in c.cause and c.hint
+
+
+def test_warn_when_no_gpu_shows_the_run_at_all():
+    c = gpu_check(snap_of(FakeNvml(2)), run_devices=["cuda:0"], compile_done=True)
+    assert c.state is CheckState.WARN and "no GPU shows a process of the run" in c.cause
+
+
+def test_pending_while_compiling_even_without_run_processes():
+    c = gpu_check(snap_of(FakeNvml(2)), run_devices=["cuda:0"], compile_done=False)
+    assert c.state is CheckState.PENDING
+
+
+def test_fail_when_a_gpu_is_lost_whatever_the_run_does():
+    fake = FakeNvml(2)
+    reader = NvmlReader(fake_nvml.loader(fake), monotonic=lambda: 0.0)
+    reader.sample()
+    fake.lose_gpu(1)
+    snap = snapshot_from_dict(reader.sample())
+    for compile_done in (False, True):
+        c = gpu_check(snap, run_devices=["cuda:0"], compile_done=compile_done)
+        assert c.state is CheckState.FAIL and "fell off the bus" in c.cause and "reset" in c.hint
+
+
+@pytest.mark.parametrize("fake, words", [
+    (FakeNvml(library_missing=True), "libnvidia-ml.so.1"),
+    (FakeNvml(driver_loaded=False), "driver not loaded"),
+    (FakeNvml(version_mismatch=True), "versions differ"),
+])
+def test_warn_with_the_reason_when_nvml_is_unavailable(fake, words):
+    c = gpu_check(snap_of(fake), run_devices=["cuda:0"], compile_done=True)
+    assert c.state is CheckState.WARN and words in c.cause and "\n" not in c.cause
+
+
+def test_cpu_run_is_ok_without_any_gpu():
+    c = gpu_check(snap_of(FakeNvml(library_missing=True)), run_devices=["cpu", "cpu"], compile_done=True)
+    assert c.state is CheckState.OK and "no GPU in use" in c.cause
+    assert gpu_check(None, run_devices=["cpu"], compile_done=False).state is CheckState.OK
+
+
+def test_pending_without_data_or_devices():
+    assert gpu_check(None, run_devices=["cuda:0"], compile_done=True).state is CheckState.PENDING
+    assert gpu_check(snap_of(FakeNvml(1)), run_devices=None, compile_done=False).state is CheckState.PENDING
+    c = gpu_check(snap_of(FakeNvml(1)), run_devices=["cuda:0"], compile_done=True, run_alive=False)
+    assert c.state is CheckState.PENDING and "not running" in c.cause
+
+
+def test_cuda_device_names():
+    assert cuda_devices(["cuda", "cuda:0", "CUDA:1", "cpu", "mps"]) == {"cuda:0", "cuda:1"}
