@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +161,32 @@ def test_gone_process_reads_as_nothing():
     assert read_stat(2 ** 22 + 7) is None
     assert read_nspid(2 ** 22 + 7) == ()
     assert not belongs_to(2 ** 22 + 7, 1)
+
+
+async def test_host_agent_probe_marks_a_containers_run(container):
+    """The whole remote path on one machine: the host agent's gpu.sample op (fake NVML that
+    lists the container's trainer by HOST pid) is asked about the run by its CONTAINER pid
+    and start ticks, as launch.json records them, and marks the trainer as the run's."""
+    from dflash_tui.gpu.agent_probe import OP_NAME, gpu_agent_sources
+    from dflash_tui.gpu.codec import snapshot_from_dict
+    from dflash_tui.remote.agent import AgentOps
+    from dflash_tui.remote.local import LocalTarget
+
+    proc, inner = container()
+    host_trainer = _host_pid_of(inner["trainer"], proc.pid)
+    host_other = _host_pid_of(inner["other"], proc.pid)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, PYTHONPATH=src, DFLASH_FAKE_NVML_GPUS="2",
+               DFLASH_FAKE_NVML_PROCS=f"1:{host_trainer}:{20 << 30},1:{host_other}:{1 << 30}")
+    ops = await AgentOps.start(LocalTarget(env=env), python=sys.executable,
+                               extra_sources=gpu_agent_sources("dflash_tui.gpu.fake_nvml:from_env"))
+    try:
+        snap = snapshot_from_dict(await ops.call(OP_NAME, run_pid=inner["wrapper"],
+                                                 run_start_ticks=inner["ticks"]))
+    finally:
+        await ops.close()
+    assert snap.error is None and snap.gpus[0].processes == ()
+    procs = {p.pid: p for p in snap.gpus[1].processes}
+    assert procs[host_trainer].is_run_process and procs[host_trainer].container_pid == inner["trainer"]
+    assert not procs[host_other].is_run_process and procs[host_other].container_pid == inner["other"]
+    assert procs[host_trainer].used_memory_bytes == 20 << 30

@@ -292,14 +292,16 @@ def missing_module_loader() -> Callable[[], object]:
 #: Environment variables read by `from_env` (for agents, demos and benchmarks in a subprocess).
 ENV_GPUS = "DFLASH_FAKE_NVML_GPUS"
 ENV_SCENARIO = "DFLASH_FAKE_NVML_SCENARIO"
+ENV_PROCS = "DFLASH_FAKE_NVML_PROCS"   # "gpu:pid:bytes,gpu:pid:bytes"
 _SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
               "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
 _FROM_ENV: FakeNvml | None = None
 
 
 def from_env() -> FakeNvml:
-    """One process-wide fake, shaped by DFLASH_FAKE_NVML_GPUS (default 8) and
-    DFLASH_FAKE_NVML_SCENARIO (ok | library_missing | no_driver | version_mismatch)."""
+    """One process-wide fake, shaped by DFLASH_FAKE_NVML_GPUS (default 8),
+    DFLASH_FAKE_NVML_SCENARIO (ok | library_missing | no_driver | version_mismatch) and
+    DFLASH_FAKE_NVML_PROCS (processes on GPUs, "gpu:pid:bytes,...")."""
     global _FROM_ENV
     if _FROM_ENV is None:
         import os
@@ -309,5 +311,15 @@ def from_env() -> FakeNvml:
         if not raw.isdigit() or scenario not in _SCENARIOS:
             raise ValueError(f"{ENV_GPUS}={raw!r} / {ENV_SCENARIO}={scenario!r}: expected a GPU "
                              f"count and one of {', '.join(_SCENARIOS)}")
-        _FROM_ENV = FakeNvml(int(raw), **_SCENARIOS[scenario])
+        fake = FakeNvml(int(raw), **_SCENARIOS[scenario])
+        procs: dict[int, list[tuple[int, int | None]]] = {}
+        for item in filter(None, os.environ.get(ENV_PROCS, "").split(",")):
+            try:
+                gpu, pid, used = (int(x) for x in item.split(":"))
+                procs.setdefault(gpu, []).append((pid, used))
+            except ValueError:
+                raise ValueError(f"{ENV_PROCS}: {item!r} is not gpu:pid:bytes") from None
+        for gpu, plist in procs.items():
+            fake.set_processes(gpu, plist)
+        _FROM_ENV = fake
     return _FROM_ENV
