@@ -89,7 +89,7 @@ def test_log_missing_with_and_without_why():
     assert cl.verdict is Verdict.LOG_MISSING and "/r/train.log does not exist" in cl.summary
     cl = evaluate(ev(files=files("launch.sh", "launch.json"), proc=alive(),
                      launch=launch(log_error="./launch.sh: 32: cannot create /r/train.log: Permission denied")), LIM)
-    assert cl.verdict is Verdict.LOG_MISSING and cl.summary == "LOG MISSING: cannot create /r/train.log: Permission denied"
+    assert cl.verdict is Verdict.LOG_MISSING and cl.summary == "cannot create /r/train.log: Permission denied"
 
 
 def test_finished_crashed_killed():
@@ -100,7 +100,7 @@ def test_finished_crashed_killed():
     tb = "Traceback (most recent call last):\n  File \"t.py\", line 1\nValueError: bad shape\n"
     cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False), last_traceback=last_traceback(tb),
                      exit=ExitRecord("r1", 1, None, NOW - 5)), LIM)
-    assert cl.verdict is Verdict.CRASHED and cl.summary == "CRASHED: exit code 1: ValueError: bad shape"
+    assert cl.verdict is Verdict.CRASHED and cl.summary == "exit code 1: ValueError: bad shape"
     cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False),
                      exit=ExitRecord("r1", None, 9, NOW - 5)), LIM)
     assert cl.verdict is Verdict.CRASHED and "killed by SIGKILL" in cl.summary

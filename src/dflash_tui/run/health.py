@@ -123,7 +123,7 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
         add(Check("launch_json", "Wrapper ran (launch.json)", FAIL, why,
                   "the launch shell never ran; see the launch command's status and launch.out",
                   sent_at))
-        summary = "NEVER STARTED: " + why
+        summary = why
         if attempt is not None and not attempt.error:
             summary += "; " + attempt.transport_summary()
         return Checklist(Verdict.NEVER_STARTED, checks, _one_line(summary, 400))
@@ -146,7 +146,7 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     if log_why:
         add(Check("train_log", "Log (train.log)", FAIL, _one_line(log_why),
                   "fix the run dir's permissions/disk space/path and relaunch", launch.start_time))
-        return Checklist(Verdict.LOG_MISSING, checks, _one_line(f"LOG MISSING: {log_why}", 400))
+        return Checklist(Verdict.LOG_MISSING, checks, _one_line(log_why, 400))
     add(Check("train_log", "Log (train.log)", OK, f"{log.size} bytes, written {_age(now, log.mtime)}",
               "", log.mtime))
 
@@ -176,7 +176,7 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
             add(Check("heartbeat", "Heartbeat", FAIL, f"{why}, {_duration(uptime)} after the start",
                       "the trainer is alive but silent: look at the log's last lines", launch.start_time))
             return Checklist(Verdict.STALLED, checks,
-                             _one_line(f"STALLED: no heartbeat in {_duration(uptime)} since the start ({why})"))
+                             _one_line(f"no heartbeat in {_duration(uptime)} since the start ({why})"))
         add(Check("heartbeat", "Heartbeat", PENDING, f"{why} (up {_duration(uptime)})", ""))
         return Checklist(Verdict.STARTING, checks, f"pid {launch.pid} started, waiting for the first heartbeat")
 
@@ -228,9 +228,9 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     if failing:
         if stalled_threads or failed_threads:
             names = ", ".join(f"{t.name} [{t.compile_state}]" for t in failed_threads + stalled_threads)
-            summary = f"STALLED: threads stopped: {names}"
+            summary = f"threads stopped: {names}"
         else:
-            summary = f"STALLED: {failing[0].cause}"
+            summary = failing[0].cause
         return Checklist(Verdict.STALLED, checks, _one_line(summary, 400))
     if not any(c.id == "steps" and c.state is OK for c in checks):
         return Checklist(Verdict.STARTING, checks, f"pid {launch.pid} alive, phase {st.phase}, heartbeats fresh")
@@ -252,19 +252,19 @@ def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:
         if ev.last_traceback:
             add(Check("traceback", "Last traceback", WARN, _one_line(exception_line(ev.last_traceback)),
                       "see the log", None))
-        return Checklist(Verdict.KILLED, checks, _one_line(f"KILLED: {gone}, {why}{stopped}", 400))
+        return Checklist(Verdict.KILLED, checks, _one_line(f"{gone}, {why}{stopped}", 400))
     if ex.exit_code == 0:
         add(Check("exit", "Exit status", OK, "exit code 0", "", ex.end_time))
         return Checklist(Verdict.FINISHED, checks, f"finished with exit code 0{stopped}")
     what = f"killed by {_signame(ex.signal)}" if ex.exit_code is None else f"exit code {ex.exit_code}"
     add(Check("exit", "Exit status", FAIL, what + stopped, "see the traceback and the log", ex.end_time))
     cause = exception_line(ev.last_traceback)
-    if not cause and ev.log_tail:
+    if not cause and ev.log_tail and ex.signal is None:
         cause = _last_line(ev.log_tail)
     if ev.last_traceback:
         add(Check("traceback", "Last traceback", FAIL, _one_line(cause), "read it in the log pane / train.log",
                   ex.end_time))
-    summary = f"CRASHED: {what}" + (f": {cause}" if cause else "") + stopped
+    summary = what + (f": {cause}" if cause else "") + stopped
     return Checklist(Verdict.CRASHED, checks, _one_line(summary, 400))
 
 

@@ -60,7 +60,7 @@ class LaunchOutcome:
 
 
 def _not_launched(why: Check, checks: list[Check], unreachable: bool = False, **kw) -> LaunchOutcome:
-    return LaunchOutcome(Checklist(Verdict.NOT_LAUNCHED, checks, f"NOT LAUNCHED: {why.cause}"),
+    return LaunchOutcome(Checklist(Verdict.NOT_LAUNCHED, checks, why.cause),
                          unreachable=unreachable, **kw)
 
 
