@@ -73,8 +73,21 @@ def test_never_started_after_deadline_names_transport_result():
 
 
 def test_waiting_before_the_deadline_is_pending_not_a_verdict():
-    cl = evaluate(ev(attempt=attempt(target_time=NOW - 0.3), files=files("launch.sh"), wrapper_run_id="r1"), LIM)
+    e = ev(attempt=attempt(target_time=NOW - 0.3, pid=7, via="setsid", own_session=True),
+           files=files("launch.sh"), wrapper_run_id="r1", detached_proc=PidInfo(7, True, state="S"))
+    cl = evaluate(e, LIM)
     assert cl.verdict is Verdict.STARTING and by_id(cl)["launch_json"].state is CheckState.PENDING
+
+
+def test_final_evidence_needs_no_deadline():
+    # The detach shell printed nothing: it never ran, nothing will appear later.
+    cl = evaluate(ev(attempt=attempt(target_time=NOW - 0.1), files=files("launch.sh"), wrapper_run_id="r1"), LIM)
+    assert cl.verdict is Verdict.NEVER_STARTED
+    # The detached process already ended without launch.json.
+    e = ev(attempt=attempt(target_time=NOW - 0.1, pid=7, via="setsid"), files=files("launch.sh"),
+           wrapper_run_id="r1", detached_proc=PidInfo(7, False))
+    cl = evaluate(e, LIM)
+    assert cl.verdict is Verdict.NEVER_STARTED and "pid 7) exited without writing launch.json" in cl.summary
 
 
 def test_never_started_shows_launch_out():

@@ -115,7 +115,13 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
         sent_at = attempt.target_time if attempt and attempt.target_time is not None else (
             ev.files[LAUNCH_SH].mtime if ev.exists(LAUNCH_SH) else None)
         waited = (now - sent_at) if sent_at is not None else None
-        if waited is not None and waited < limits.launch_deadline_s and not ev.launch_problem:
+        # No need to wait out the deadline when the evidence is already final: the transport
+        # failed, launch.sh is not there, the detach shell printed nothing, or the detached
+        # process is gone without having written launch.json.
+        certain = attempt is not None and (
+            bool(attempt.error) or not attempt.wrapper_written or attempt.pid is None
+            or (ev.detached_proc is not None and (not ev.detached_proc.alive or ev.detached_proc.state == "Z")))
+        if waited is not None and waited < limits.launch_deadline_s and not ev.launch_problem and not certain:
             add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
                       f"waiting for launch.json ({waited:.1f} s of {limits.launch_deadline_s:.0f} s)", ""))
             return Checklist(Verdict.STARTING, checks, "launch sent; waiting for the wrapper")
@@ -278,6 +284,8 @@ def _never_started_cause(ev: Evidence, attempt) -> str:
     out = _last_line(ev.launch_out)
     if out:
         return f"no launch.json; {LAUNCH_OUT} says: {out}"
+    if attempt is not None and attempt.pid and ev.detached_proc is not None and not ev.detached_proc.alive:
+        return f"the detached shell (pid {attempt.pid}) exited without writing launch.json"
     return f"no launch.json in {ev.run_dir}: the launch shell did not run"
 
 

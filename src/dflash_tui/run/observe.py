@@ -41,6 +41,7 @@ class Evidence:
     status: TrainStatus | None = None
     status_problem: str | None = None
     proc: PidInfo | None = None
+    detached_proc: PidInfo | None = None         # the pid the launch command printed, while no launch.json
     last_traceback: str | None = None
     log_tail: str = ""                           # last lines of train.log, when read
     launch_out: str = ""                         # the wrapper's own stdout/stderr, when read
@@ -148,6 +149,14 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
 
     if ev.launch is not None:
         (ev.proc,) = await ops.pid_info([ev.launch.pid])
+    elif attempt is not None and attempt.pid and attempt.run_id == run_id:
+        (ev.detached_proc,) = await ops.pid_info([attempt.pid])
+        if not ev.detached_proc.alive or ev.detached_proc.state == "Z":
+            # It may have written launch.json and ended between our stat and pid_info: look
+            # again before calling it NEVER STARTED.
+            (again,) = await ops.stat([ev.path(LAUNCH_JSON)])
+            if again.exists:
+                return await gather(ops, run_dir, attempt=attempt, tail_bytes=tail_bytes)
 
     wrapper_gone = ev.launch is not None and not process_matches(ev.launch, ev.proc)
     if ev.exists(TRAIN_LOG) and not ev.files[TRAIN_LOG].is_dir and (wrapper_gone or ev.exit is not None):
