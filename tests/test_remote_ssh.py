@@ -193,13 +193,17 @@ async def test_reconnects_after_sshd_restart_and_restarts_the_agent(sshd):
         await t.close()
 
 
-async def test_connection_errors_are_one_line_with_a_hint(sshd, tmp_path):
+async def test_connection_errors_are_one_line_with_a_hint(sshd, tmp_path, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)   # no agent to fall back on
     wrong_key = tmp_path / "wrong"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong_key)],
                    check=True, timeout=30)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
+    encrypted = tmp_path / "encrypted"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(encrypted)],
+                   check=True, timeout=30)
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)          # accepts TCP, never says a word of SSH
@@ -207,6 +211,9 @@ async def test_connection_errors_are_one_line_with_a_hint(sshd, tmp_path):
         (dict(identity_file=str(wrong_key)), "authentication failed for user", "identity_file"),
         (dict(port=closed_port), f"connection refused by 127.0.0.1:{closed_port}", "sshd"),
         (dict(port=silent.getsockname()[1], connect_timeout=1), "no answer from", "network"),
+        (dict(identity_file=str(tmp_path / "nope")), "identity_file", "fix `identity_file`"),
+        (dict(known_hosts=str(tmp_path / "nope")), "known_hosts", "ssh-keyscan"),
+        (dict(identity_file=str(encrypted)), "cannot use the private key", "ssh-add"),
     ]
     try:
         for over, message, hint in cases:

@@ -161,6 +161,15 @@ class SSHConnection:
             kw["port"] = p.port
         if p.user:
             kw["username"] = p.user
+        # Files named by the profile: a missing one is a profile error, not a network one.
+        for field_name, value in (("identity_file", p.identity_file),
+                                  ("known_hosts", p.known_hosts), ("ssh_config", p.ssh_config)):
+            if value and not os.path.isfile(os.path.expanduser(value)):
+                raise TargetUnreachable(f"{self.label}: {field_name} {value} does not exist",
+                                        f"fix `{field_name}` in the profile" + (
+                                            f"; `ssh-keyscan -p {p.port or 22} {p.host} > {value}`"
+                                            " creates it after you check the fingerprint"
+                                            if field_name == "known_hosts" else ""))
         if p.identity_file:
             kw["client_keys"] = [os.path.expanduser(p.identity_file)]
         if p.known_hosts:
@@ -168,9 +177,22 @@ class SSHConnection:
         if p.ssh_config:
             kw["config"] = [os.path.expanduser(p.ssh_config)]
         try:
-            return await asyncssh.connect(p.host, **kw)
+            try:
+                return await asyncssh.connect(p.host, **kw)
+            except asyncssh.KeyImportError:
+                # A passphrase-protected identity_file: OpenSSH would use the key the agent
+                # holds for it, so try the agent before giving up.
+                if "client_keys" not in kw or not os.environ.get("SSH_AUTH_SOCK"):
+                    raise
+                del kw["client_keys"]
+                return await asyncssh.connect(p.host, **kw)
         except asyncssh.HostKeyNotVerifiable as exc:
             raise self._host_key_error(exc) from None
+        except asyncssh.KeyImportError as exc:
+            raise TargetUnreachable(
+                f"{self.label}: cannot use the private key ({exc})",
+                "load it into ssh-agent (`ssh-add KEY`; the agent is used through "
+                "SSH_AUTH_SOCK) or point identity_file at an unencrypted key") from None
         except asyncssh.PermissionDenied:
             host, port, user, _ = self.resolved()
             raise TargetUnreachable(
