@@ -250,3 +250,22 @@ def test_bad_profile_fields_are_refused_before_connecting(sshd):
     local, same = make_targets()
     assert isinstance(local, LocalTarget) and same is local
     assert shlex.join(["a b"]) == "'a b'"
+
+
+async def test_closing_a_stream_ends_the_remote_command(target):
+    import contextlib
+
+    lines = []
+    async with contextlib.aclosing(
+            target.stream(["sh", "-c", "echo $$; exec tail -F /etc/hostname"])) as stream:
+        async for line in stream:
+            lines.append(line)
+            if len(lines) == 2:
+                break
+    pid = int(lines[0])
+    for _ in range(40):
+        if not os.path.exists(f"/proc/{pid}"):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the remote `tail -F` outlived its stream")

@@ -358,6 +358,12 @@ class _SSHProcess(Process):
             try:
                 await asyncio.wait_for(self._proc.wait_closed(), 1.0)
             except asyncio.TimeoutError:
+                # Still running (e.g. `tail -F`): ask sshd to signal it (OpenSSH >= 7.9
+                # honours the request), then drop the channel either way.
+                try:
+                    self._proc.terminate()
+                except _CONN_ERRORS:
+                    pass
                 self._proc.close()
                 await asyncio.wait_for(self._proc.wait_closed(), 2.0)
         except (asyncio.TimeoutError, *_CONN_ERRORS):
