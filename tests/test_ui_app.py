@@ -195,6 +195,41 @@ async def test_silent_monitor_is_called_stale_too():
         await until(pilot, lambda: "no new report, data 10s old" in header_text(app))
 
 
+async def test_metrics_from_status_until_step_events_arrive():
+    report = R.healthy()
+    sources: dict[str, R.ReplaySource] = {}
+
+    def factory(name):
+        src = R.ReplaySource(name, reports=[report], gpus=[R.gpu_snapshot()])
+        sources[name] = src
+        return src
+    app = DashboardApp(factory, "h200", clock=Clock())
+    async with app.run_test(size=SIZE) as pilot:
+        metrics = app.query_one(MetricsPane)
+        await until(pilot, lambda: metrics.last_step == 1527)
+        assert list(metrics.history["τ (accept len)"]) == [3.27] and not metrics.from_events
+        later = R.healthy()
+        later.status.step, later.status.tau = 1528, 3.3
+        sources["h200"].push_report(later)
+        await until(pilot, lambda: metrics.last_step == 1528)
+        assert list(metrics.history["τ (accept len)"]) == [3.27, 3.3]
+        sources["h200"].push_log("events.jsonl", R.events(5) + ['{"v":1,"kind":"step",'])
+        await until(pilot, lambda: metrics.from_events)
+        assert len(metrics.history["loss"]) == 5 and metrics.skipped == 1 and metrics.last_step == 100
+        sources["h200"].push_report(R.healthy())          # status no longer adds points
+        await pilot.pause(0.2)
+        assert len(metrics.history["loss"]) == 5
+
+
+async def test_missing_log_is_named():
+    def factory(name):
+        return R.ReplaySource(name, reports=[R.never_started()], missing=("train.log",))
+    app = DashboardApp(factory, "h200", clock=Clock())
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.log_pane.missing)
+        assert "train.log (not found)" in text_of(app.query_one("#log-title"))
+
+
 async def test_new_run_resets_metrics_and_marks_log():
     app, sources = make()
     async with app.run_test(size=SIZE) as pilot:
@@ -204,7 +239,8 @@ async def test_new_run_resets_metrics_and_marks_log():
         r.launch = dataclasses.replace(r.launch, run_id="r-next", pid=50001)
         sources["h200"].push_report(r)
         await until(pilot, lambda: app.report.launch.run_id == "r-next")
-        assert metrics.last_step is None and not metrics.history["loss"]
+        # Fresh history: only the new run's own status.json point, until its step events arrive.
+        assert not metrics.from_events and list(metrics.history["loss"]) == [r.status.loss]
         assert app.log_pane.lines.lines()[-1] == "── new run r-next ──"
 
 

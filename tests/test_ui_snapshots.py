@@ -20,22 +20,26 @@ from dflash_tui.ui.metrics import MetricsPane
 pytestmark = pytest.mark.timeout(60)
 
 
-def app_for(report, gpu=None, *, crash_log: bool = False) -> DashboardApp:
+def app_for(report, gpu=None, *, crash_log: bool = False, started: bool = True) -> DashboardApp:
     def factory(name: str) -> R.ReplaySource:
+        if not started:   # nothing ran: no train.log, no events
+            return R.ReplaySource(name, reports=[report], gpus=[gpu or R.gpu_snapshot()],
+                                  missing=("train.log", "events.jsonl"))
         return R.ReplaySource(name, reports=[report], gpus=[gpu or R.gpu_snapshot()],
                               logs={"train.log": R.train_log(crash=crash_log), "events.jsonl": R.events()})
     return DashboardApp(factory, R.PROFILE, [R.PROFILE, "local"], clock=lambda: R.T0)
 
 
-def settled(*keys: str):
+def settled(*keys: str, started: bool = True):
     """run_before: wait until every stream delivered its first data, then press keys."""
     async def run_before(pilot) -> None:
         app = pilot.app
         loop = asyncio.get_running_loop()
         end = loop.time() + 5
-        while not (app.report is not None and app.log_pane.lines.line_count > 0
-                   and app.query_one(GpuPane).snapshot is not None
-                   and app.query_one(MetricsPane).last_step is not None):
+        while not (app.report is not None and app.query_one(GpuPane).snapshot is not None
+                   and ((app.log_pane.lines.line_count > 0
+                         and app.query_one(MetricsPane).from_events) if started
+                        else app.log_pane.missing)):
             assert loop.time() < end, "streams did not deliver"
             await pilot.pause(0.02)
         if keys:
@@ -53,8 +57,8 @@ def test_healthy_run_80x24(snap_compare):
 
 
 def test_never_started(snap_compare):
-    app = app_for(R.never_started(), R.gpu_snapshot(run_gpus=0, util=0.0))
-    assert snap_compare(app, terminal_size=(100, 32), run_before=settled())
+    app = app_for(R.never_started(), R.gpu_snapshot(run_gpus=0, util=0.0), started=False)
+    assert snap_compare(app, terminal_size=(100, 32), run_before=settled(started=False))
 
 
 def test_crashed_with_traceback(snap_compare):

@@ -176,6 +176,7 @@ class DashboardApp(App[None]):
             else:
                 if pane.problem:
                     pane.problem = ""
+                pane.missing = not follower.exists
                 delay = LOG_POLL_S
                 if lines:
                     pane.lines.append(lines)
@@ -208,6 +209,7 @@ class DashboardApp(App[None]):
                 self.log_pane.lines.append_marker(f"new run {run_id}")
             self._run_id = run_id
         self.health_pane.show(report)
+        self.metrics_pane.add_status(report.status)
         threads = self.threads_pane
         threads.show(report)
         trouble = threads.trouble_count()
@@ -390,3 +392,21 @@ class DashboardApp(App[None]):
             yield SystemCommand(f"{b.description} ({self.get_key_display(b)})",
                                 b.tooltip or b.description,
                                 lambda action=b.action: self.run_action(action))
+
+
+def run_app(config, profile_name: str) -> int:
+    """Start the dashboard on `profile_name` of a loaded config (dflash_tui.config.Config).
+
+    Returns the process exit code. Leaving the dashboard never touches the run; the last line
+    printed says so, with the command that would stop it.
+    """
+    from .session_source import SessionSource
+
+    def source_for(name: str) -> DashboardSource:
+        return SessionSource(config.profile(name))
+
+    app = DashboardApp(source_for, profile_name, sorted(config.profiles))
+    app.run()
+    if app.quit_message:
+        print(app.quit_message)
+    return 0

@@ -47,7 +47,7 @@ def render_checklist(report: RunReport) -> Group:
     cl = report.checklist
     table = Table.grid(padding=(0, 1), expand=True)
     table.add_column("state", no_wrap=True, width=9)
-    table.add_column("check", no_wrap=True, max_width=18, overflow="ellipsis")
+    table.add_column("check", no_wrap=True, max_width=26, overflow="ellipsis")
     table.add_column("cause → hint", ratio=1, no_wrap=True, overflow="ellipsis")
     table.add_column("age", no_wrap=True, justify="right", width=6)
     for check in cl.checks:

@@ -238,6 +238,7 @@ class LogPane(Vertical):
 
     log_name: reactive[str] = reactive("train.log")
     problem: reactive[str] = reactive("")   # why the file cannot be read right now, one line
+    missing: reactive[bool] = reactive(False)  # the file does not exist (yet)
 
     def __init__(self, max_lines: int = 5000, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -265,11 +266,15 @@ class LogPane(Vertical):
     def watch_problem(self) -> None:
         self.update_title()
 
+    def watch_missing(self) -> None:
+        self.update_title()
+
     def update_title(self) -> None:
         if not self.is_mounted:
             return
         ll = self.lines
-        parts = [self.log_name, "follow on" if ll.follow else "follow off"]
+        parts = [self.log_name + (" (not found)" if self.missing else ""),
+                 "follow on" if ll.follow else "follow off"]
         if ll.search_term:
             parts.append(f"search: {ll.search_term}")
         if ll.dropped:

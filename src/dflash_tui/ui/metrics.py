@@ -1,7 +1,9 @@
 """The Metrics pane: loss, accuracy, τ and tokens/s over the steps of this run.
 
 Fed by the "step" records of events.jsonl (parsed with the shared schema, so a half-written
-last line is skipped, never fatal). History is bounded; a new run id starts a fresh history.
+last line is skipped, never fatal). A trainer that writes no step events still gets a curve:
+then each new step seen in status.json adds a point. History is bounded; a new run id starts
+a fresh history.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from rich.text import Text
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from dflash_train.schema import EventKind, parse_events
+from dflash_train.schema import EventKind, TrainStatus, parse_events
 
 HISTORY = 600
 
-# (event field(s), label, format): the first field present in a step event is used.
+# (event field(s), label, format): the first field present in a step event is used; the
+# first name is also the TrainStatus attribute.
 SERIES: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("loss",), "loss", "{:.4f}"),
     (("accuracy", "acc"), "accuracy", "{:.3f}"),
@@ -78,12 +81,27 @@ class MetricsPane(Vertical):
         self.history: dict[str, deque[float]] = {label: deque(maxlen=HISTORY) for _, label, _ in SERIES}
         self.last_step: int | None = None
         self.skipped = 0
+        self.from_events = False     # once step events arrive, status.json points are not added
+        self._redraw()
 
     def reset(self) -> None:
         for h in self.history.values():
             h.clear()
         self.last_step = None
         self.skipped = 0
+        self.from_events = False
+        self._redraw()
+
+    def add_status(self, status: TrainStatus | None) -> None:
+        if self.from_events or status is None or status.step == self.last_step:
+            return
+        values = {label: float(v) for names, label, _ in SERIES
+                  if isinstance(v := getattr(status, names[0], None), (int, float))}
+        if not values:
+            return
+        for label, v in values.items():
+            self.history[label].append(v)
+        self.last_step = status.step
         self._redraw()
 
     def add_lines(self, lines: list[str]) -> None:
@@ -91,6 +109,11 @@ class MetricsPane(Vertical):
         self.skipped += skipped
         if not points and not skipped:
             return
+        if points and not self.from_events:
+            # Step events are the full record: they replace what status.json sampled.
+            self.from_events = True
+            for h in self.history.values():
+                h.clear()
         for p in points:
             for label, v in p.values.items():
                 self.history[label].append(v)
@@ -99,16 +122,18 @@ class MetricsPane(Vertical):
 
     def _redraw(self) -> None:
         note = self.query_one("#metrics-note", Static)
+        extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
         if self.last_step is None:
-            note.update("no step events yet" + (f" ({self.skipped} unparsable lines skipped)"
-                                                 if self.skipped else ""))
+            note.update("no steps yet" + extra)
         else:
-            extra = f" · {self.skipped} unparsable lines skipped" if self.skipped else ""
-            note.update(f"step {self.last_step} · last {HISTORY} steps{extra}")
+            where = "events.jsonl" if self.from_events else "status.json (no step events)"
+            note.update(f"step {self.last_step} · up to {HISTORY} points from {where}{extra}")
         for i, (_, label, fmt) in enumerate(SERIES):
             row = self.query_one(f"#metric-{i}", MetricRow)
             h = self.history[label]
             value = Text(label + " ", style="bold")
             value.append(fmt.format(h[-1]) if h else "n/a")
             row.query_one(".metric-value", Static).update(value)
-            row.query_one(Sparkline).data = list(h)
+            spark = row.query_one(Sparkline)
+            spark.display = len(h) > 1     # a flat baseline for no data would read as "zero"
+            spark.data = list(h)

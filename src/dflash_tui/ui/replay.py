@@ -30,11 +30,13 @@ TARGET = "root@gpu1 · pct:200"
 
 
 class ReplayFollower:
-    def __init__(self) -> None:
+    def __init__(self, exists: bool = True) -> None:
         self._pending: list[str] = []
+        self.exists = exists
 
     def feed(self, lines: list[str]) -> None:
         self._pending.extend(lines)
+        self.exists = True
 
     async def poll(self) -> list[str]:
         lines, self._pending = self._pending, []
@@ -46,6 +48,7 @@ class ReplaySource:
 
     def __init__(self, profile: str = PROFILE, *, reports: list[RunReport] = (),
                  gpus: list[GpuSnapshot] = (), logs: dict[str, list[str]] | None = None,
+                 missing: tuple[str, ...] = (),
                  on_action: Callable[[str], Awaitable[str]] | None = None) -> None:
         self.profile = profile
         self.limits = Limits()
@@ -62,6 +65,7 @@ class ReplaySource:
         self.on_action = on_action
         self.calls: list[str] = []
         self.closed = False
+        self.missing = set(missing)      # files that do not exist on the "target" (yet)
 
     # -- feeding ----------------------------------------------------------------------------
     def push_report(self, report: RunReport) -> None:
@@ -71,6 +75,7 @@ class ReplaySource:
         self._gpus.put_nowait(snap)
 
     def push_log(self, name: str, lines: list[str]) -> None:
+        self.missing.discard(name)
         self._logs.setdefault(name, []).extend(lines)
         for f in self._followers.get(name, []):
             f.feed(lines)
@@ -85,8 +90,9 @@ class ReplaySource:
             yield await self._gpus.get()
 
     def follow(self, name: str) -> ReplayFollower:
-        f = ReplayFollower()
-        f.feed(list(self._logs.get(name, [])))   # a new follower starts with the file's tail
+        f = ReplayFollower(exists=name not in self.missing)
+        if self._logs.get(name):
+            f.feed(list(self._logs[name]))   # a new follower starts with the file's tail
         self._followers.setdefault(name, []).append(f)
         return f
 

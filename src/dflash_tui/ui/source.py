@@ -32,6 +32,8 @@ class ActionError(Exception):
 
 
 class LineFollower(Protocol):
+    exists: bool   # whether the file was there at the last poll
+
     async def poll(self) -> list[str]:
         """New complete lines since the last poll (the tail of the file on the first)."""
 

@@ -1,0 +1,143 @@
+"""The live DashboardSource: a profile's Session, its RunMonitor, log followers and GPU stream.
+
+Nothing here decides anything: reports come from RunMonitor (the same evaluation `--check`
+prints), lines from run/logtail.LogFollower, GPU samples from gpu/stream.GpuStream. This
+module only adapts them to what the app subscribes to, and turns the outcome of each
+action into the one line the dashboard shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+from typing import AsyncIterator
+
+from ..config import Profile
+from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
+from ..remote.base import TargetError
+from ..run.logtail import LogFollower
+from ..run.monitor import ActionInFlight
+from ..run.report import RunReport
+from ..session import Session
+from .source import ActionError
+
+GPU_RETRY_MAX_S = 30.0
+
+
+class SessionFollower:
+    """A LogFollower that rides along when the session reconnects (new transport, same file)."""
+
+    def __init__(self, session: Session, path: str) -> None:
+        self.session = session
+        self.path = path
+        self._follower: LogFollower | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self._follower is not None and self._follower.exists
+
+    async def poll(self) -> list[str]:
+        ops = await self.session.ops()
+        if self._follower is None:
+            self._follower = LogFollower(ops, self.path)
+        elif self._follower.ops is not ops:
+            self._follower.set_ops(ops)
+        return await self._follower.poll()
+
+
+class SessionSource:
+    def __init__(self, profile: Profile, *, session: Session | None = None,
+                 gpu_interval: float = 1.0, monitor_interval: float = 1.0) -> None:
+        self.profile = profile.name
+        self.session = session if session is not None else Session(profile)
+        self.limits = self.session.limits
+        self.monitor = self.session.monitor(interval=monitor_interval)
+        self.gpu_interval = gpu_interval
+        self._gpu_stream = None
+        self._run_ref = None
+
+    # -- streams ----------------------------------------------------------------------------
+    async def reports(self) -> AsyncIterator[RunReport]:
+        async for report in self.monitor.reports():
+            self._follow_run_on_gpus(report)
+            yield report
+
+    def _follow_run_on_gpus(self, report: RunReport) -> None:
+        from ..gpu.sources import RunRef
+        launch = report.launch
+        ref = RunRef(launch.pid, launch.start_ticks) if launch is not None and report.pid_alive else None
+        if ref != self._run_ref:
+            self._run_ref = ref
+            if self._gpu_stream is not None:
+                self._gpu_stream.set_run(ref)   # mark this run's processes on the GPUs
+
+    async def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]:
+        from ..gpu.sources import open_gpu_source
+        from ..gpu.stream import GpuStream
+        delay = 1.0
+        while self._gpu_stream is None:
+            try:
+                source = await open_gpu_source(self.session.host, python=self.session.profile.python)
+            except (TargetError, OSError) as exc:
+                # No GPU data is a state the pane shows, not a reason to stop the dashboard.
+                yield GpuSnapshot(time=0.0, source="none", error=GpuError(
+                    GpuErrorKind.PROBE_FAILED, f"cannot start GPU sampling on "
+                    f"{self.session.host.label}: {exc}; retrying in {delay:.0f} s"))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, GPU_RETRY_MAX_S)
+                continue
+            self._gpu_stream = GpuStream(source, interval=self.gpu_interval, run=self._run_ref)
+            self._gpu_stream.start()
+        async for snap in self._gpu_stream:
+            yield snap
+
+    def follow(self, name: str) -> SessionFollower:
+        return SessionFollower(self.session, posixpath.join(self.session.profile.run_dir, name))
+
+    # -- actions ----------------------------------------------------------------------------
+    async def launch(self) -> str:
+        return await self._launch(relaunch=False)
+
+    async def relaunch(self) -> str:
+        return await self._launch(relaunch=True)
+
+    async def _launch(self, relaunch: bool) -> str:
+        from ..run.launch import LaunchRefused
+        try:
+            outcome = await (self.monitor.relaunch() if relaunch else self.monitor.launch())
+        except (LaunchRefused, ActionInFlight) as exc:
+            raise ActionError(str(exc)) from None
+        cl = outcome.checklist
+        if outcome.unreachable or not outcome.run_id:
+            raise ActionError(cl.summary or f"not launched: {cl.verdict.value}")
+        parts = []
+        if outcome.stopped is not None:
+            parts.append(outcome.stopped.message)
+        parts.append(f"launched run {outcome.run_id} in {outcome.seconds:.1f} s: {cl.verdict.value}")
+        if cl.verdict.failing:
+            raise ActionError("; ".join(parts) + (f" ({cl.summary})" if cl.summary else ""))
+        return "; ".join(parts)
+
+    async def stop(self) -> str:
+        try:
+            res = await self.monitor.stop()
+        except ActionInFlight as exc:
+            raise ActionError(str(exc)) from None
+        if not res.ok:
+            raise ActionError(res.message)
+        return res.message
+
+    async def canary(self) -> str:
+        try:
+            res = await self.monitor.canary()
+        except ActionInFlight as exc:
+            raise ActionError(str(exc)) from None
+        if not res.ok:
+            raise ActionError(f"canary FAILED: {res.message}")
+        return f"canary passed: {res.message}"
+
+    async def close(self) -> None:
+        stream, self._gpu_stream = self._gpu_stream, None
+        if stream is not None:
+            await stream.stop()
+        await self.session.close()
