@@ -13,6 +13,7 @@ Order matters and is the point of this file:
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import threading
@@ -269,7 +270,10 @@ class Trainer:
             raise ConfigError(str(exc)) from None
         for m, opt in zip(self.replicas, self.optimizers):
             m.load_state_dict(state["drafter"])
-            opt.load_state_dict(state["optimizer"])
+            # A copy per replica: Optimizer.load_state_dict keeps tensors that already have the
+            # right dtype/device, so without it every replica would step one shared Adam state.
+            opt.load_state_dict(copy.deepcopy(state["optimizer"]))
+        self._check_replicas_identical()
         self.last_saved_step = info.step
         self.tel.log(f"resume: loaded checkpoint at step {info.step} from {info.path}")
         self.tel.event(EventKind.CHECKPOINT, step=info.step, path=info.path, action="resumed")
