@@ -31,6 +31,10 @@ from dflash_tui.gpu.nspid import RunPidMapper, read_stat  # noqa: E402
 from dflash_tui.gpu.nvml_reader import NvmlReader  # noqa: E402
 from dflash_tui.gpu.smi import (apps_query_argv, gpu_query_argv, parse_app_line,  # noqa: E402
                                 parse_gpu_line)
+from dflash_tui.gpu.sources import (LocalNvmlSource, RunRef, SmiStreamSource,  # noqa: E402
+                                    local_annotator)
+from dflash_tui.gpu.stream import GpuStream  # noqa: E402
+from dflash_tui.remote.local import LocalTarget  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -103,6 +107,33 @@ def write_fixture(folder: Path, name: str, argv: list[str], text: str, driver: s
     (folder / name).write_text(header + text)
 
 
+async def compare_streams(run: RunRef, seconds: float) -> list[tuple[str, str, object, object, bool]]:
+    """Phase 2: the product's async path. GpuStream over in-process NVML and GpuStream over the
+    streaming nvidia-smi source run side by side; their latest snapshots must agree too."""
+    import asyncio
+
+    nvml = GpuStream(LocalNvmlSource(), interval=0.5, run=run)
+    smi = GpuStream(SmiStreamSource(LocalTarget(), interval_ms=500, annotate=local_annotator()),
+                    interval=0.5, run=run)
+    async with nvml, smi:
+        await asyncio.sleep(seconds)
+        a, b = nvml.latest, smi.latest
+    rows = []
+    if a is None or b is None or a.error or b.error:
+        return [("-", "stream error", a and a.error, b and b.error, False)]
+    for ga, gb in zip(a.gpus, b.gpus):
+        for key, (_, ok) in TOLERANCES.items():
+            x, y = getattr(ga, key), getattr(gb, key)
+            rows.append((f"GPU{ga.index}", key, x, y,
+                         (x is None and y is None) or (x is not None and y is not None and ok(x, y))))
+        ra = [p for p in ga.processes if p.is_run_process]
+        rb = [p for p in gb.processes if p.is_run_process]
+        rows.append((f"GPU{ga.index}", "run processes", len(ra), len(rb), len(ra) == len(rb)))
+    rows.append(("all", "history samples", len(nvml.history(0)), len(smi.history(0)),
+                 len(nvml.history(0)) >= 3 and len(smi.history(0)) >= 3))
+    return rows
+
+
 def pct(values, q):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
@@ -173,6 +204,10 @@ def main() -> int:
             proc_checks.append(ok)
             failures += not ok
             time.sleep(0.5)
+        import asyncio
+
+        stream_rows = asyncio.run(compare_streams(RunRef(load.pid, ticks), 4.0))
+        failures += sum(not r[4] for r in stream_rows)
         # Recordings under load: one-shot and a streaming -lms run.
         write_fixture(fixtures, "load_query_gpu.csv", q1, run_cmd(q1)[0], driver, gpu_name)
         stream_argv = gpu_query_argv(500)
@@ -198,6 +233,11 @@ def main() -> int:
         print(f"{gpu:5} {key:24} {TOLERANCES[key][0]:28} {str(a):>16} {str(b):>16} {agree:>3}/{len(vals)}")
     print(f"{'GPU0':5} {'load process':24} {'pid found, run-marked, <=1 MiB':28} {'':>16} {'':>16} "
           f"{sum(proc_checks):>3}/{len(proc_checks)}")
+    print()
+    print("# phase 2: GpuStream(LocalNvmlSource) vs GpuStream(SmiStreamSource -lms 500), 4 s, latest snapshots")
+    for gpu, key, a, b, good in stream_rows:
+        print(f"{gpu:5} {key:24} {TOLERANCES.get(key, ('same count',))[0]:28} {str(a):>16} {str(b):>16} "
+              f"{'ok' if good else 'DIFF':>7}")
     print()
     print(f"sample latency  NvmlReader all GPUs: median {statistics.median(nvml_ms):.3f} ms, "
           f"p95 {pct(nvml_ms, 0.95):.3f} ms, CPU {statistics.median(nvml_cpu_ms):.3f} ms")
