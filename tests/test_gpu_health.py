@@ -87,3 +87,21 @@ def test_pending_without_data_or_devices():
 
 def test_cuda_device_names():
     assert cuda_devices(["cuda", "cuda:0", "CUDA:1", "cpu", "mps"]) == {"cuda:0", "cuda:1"}
+
+
+def test_check_from_status_json():
+    from dflash_train.schema import ThreadStatus, TrainStatus
+    from dflash_tui.gpu.health import gpu_check_for_status
+
+    fake = FakeNvml(2)
+    fake.set_processes(0, [(RUN_PID, 1 << 30)])
+    snap = snap_of(fake)
+    threads = [ThreadStatus("drafter-0", "drafter", "cuda:0", compile_state="compiled"),
+               ThreadStatus("drafter-1", "drafter", "cuda:1", compile_state="compiling")]
+    st = TrainStatus(run_id="r", pid=RUN_PID, time=0.0, phase="warming", threads=threads)
+    assert gpu_check_for_status(snap, st, True).state is CheckState.PENDING    # still compiling
+    threads[1].compile_state = "compiled"
+    assert gpu_check_for_status(snap, st, True).state is CheckState.WARN       # cuda:1 has no run process
+    fake.set_processes(1, [(RUN_PID, 1 << 30)])
+    assert gpu_check_for_status(snap_of(fake), st, True).state is CheckState.OK
+    assert gpu_check_for_status(snap, None, None).state is CheckState.PENDING

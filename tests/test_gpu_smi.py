@@ -184,3 +184,17 @@ async def test_stream_source_errors_are_states(env, kind):
         assert "\n" not in snap.error.message
     finally:
         await source.close()
+
+
+async def test_stream_source_recovers_when_the_driver_comes_back():
+    env = standin_env(NVIDIA_SMI_STANDIN_MODE="no_driver")
+    source = SmiStreamSource(LocalTarget(env=env), interval_ms=100, retry_after=0.2)
+    try:
+        assert (await source.sample(None)).error.kind is GpuErrorKind.NO_DRIVER
+        env["NVIDIA_SMI_STANDIN_MODE"] = "ok"           # modprobe nvidia, on the host
+        assert (await source.sample(None)).error.kind is GpuErrorKind.NO_DRIVER  # not retried yet
+        await asyncio.sleep(0.25)
+        snap = await source.sample(None)
+        assert snap.error is None and snap.gpus[0].name == "NVIDIA H200"
+    finally:
+        await source.close()

@@ -14,10 +14,13 @@ process with how many CUDA devices the run uses, never index against index.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ..run.verdict import Check, CheckState
 from .sample import GpuErrorKind, GpuSnapshot
+
+if TYPE_CHECKING:
+    from dflash_train.schema import TrainStatus
 
 CHECK_ID = "gpus"
 LABEL = "GPUs in use by the run"
@@ -98,3 +101,22 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
 
 def _list(items: Iterable[int]) -> str:
     return ", ".join(str(i) for i in items)
+
+
+# Trainer phases after the main-thread compile warm-up (dflash_train.schema.Phase values).
+_PAST_COMPILE = {"training", "checkpointing", "finished"}
+
+
+def gpu_check_for_status(snap: GpuSnapshot | None, status: "TrainStatus | None",
+                         pid_alive: bool | None) -> Check:
+    """`gpu_check` fed from what RunMonitor already has: status.json and whether the pid lives.
+
+    Wiring (run/monitor.py): append `gpu_check_for_status(gpu_stream.latest, ev.status, alive)`
+    to the checklist's checks before `HealthTracker.update`, which then keeps its `since`.
+    """
+    threads = list(status.threads) if status is not None else []
+    devices = [t.device for t in threads] or None
+    compile_done = status is not None and (
+        status.phase in _PAST_COMPILE
+        or (bool(threads) and all(t.compile_state == "compiled" for t in threads)))
+    return gpu_check(snap, run_devices=devices, compile_done=compile_done, run_alive=bool(pid_alive))

@@ -162,6 +162,9 @@ def ops_annotator(ops: Any) -> Annotator:
     return annotate
 
 
+RETRY_START_S = 10.0
+
+
 class SmiStreamSource:
     """Two long-running nvidia-smi streams on the host: GPUs and compute apps."""
 
@@ -169,7 +172,7 @@ class SmiStreamSource:
 
     def __init__(self, target: Target, *, interval_ms: int = 1000,
                  annotate: Annotator | None = None, stale_after: float = 5.0,
-                 closes: Any = None) -> None:
+                 retry_after: float = RETRY_START_S, closes: Any = None) -> None:
         self._target = target
         self._closes = closes        # ops opened for this source alone, closed with it
         self._interval_ms = interval_ms
@@ -180,7 +183,8 @@ class SmiStreamSource:
         self._latest_at = 0.0
         self._error: dict | None = None
         self._tasks: list[asyncio.Task] = []
-        self._started = False
+        self._retry_after = retry_after
+        self._retry_at = 0.0          # when nvidia-smi could not start: when to try again
 
     async def _preflight(self) -> bool:
         """One one-shot query: proves nvidia-smi runs, says why when it does not."""
@@ -241,9 +245,11 @@ class SmiStreamSource:
             pass  # the GPU stream reports nvidia-smi's errors; the apps stream says the same
 
     async def _start(self) -> None:
-        self._started = True
         if not await self._preflight() and self._error and self._error["kind"] != "gpu_lost":
-            return  # nothing to stream from; the preflight's reason is the answer
+            # Nothing to stream from; the preflight's reason is the answer. Try again later:
+            # a driver reloaded or a reboot after a version mismatch heals without a restart.
+            self._retry_at = time.monotonic() + self._retry_after
+            return
         grouper = GpuLineGrouper()
         self._tasks = [
             asyncio.create_task(self._follow(gpu_query_argv(self._interval_ms),
@@ -254,7 +260,7 @@ class SmiStreamSource:
     async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
         t0 = time.monotonic()
         try:
-            if not self._started:
+            if not self._tasks and time.monotonic() >= self._retry_at:
                 await self._start()
             if self._latest is None or time.monotonic() - self._latest_at > self._stale_after:
                 err = self._error or {"kind": "probe_failed", "gpu_index": None,

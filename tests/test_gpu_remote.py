@@ -1,0 +1,52 @@
+"""The GPU source for a remote host, over a real loopback sshd: the host agent's probe through
+SSH, and the nvidia-smi stream when the host's python has no NVML."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.gpu.sample import GpuErrorKind
+from dflash_tui.gpu.sources import open_gpu_source
+from dflash_tui.gpu.stream import GpuStream
+from dflash_tui.remote.factory import make_targets
+
+pytestmark = pytest.mark.sshd
+
+# The project's interpreter has dflash_tui installed (editable), so the agent it runs over SSH
+# can load the fake NVML by module name; a real host would use "pynvml".
+VENV_PYTHON = sys.executable
+
+
+async def test_remote_host_agent_probe_through_ssh(sshd):
+    host, _run = make_targets(**sshd.profile())
+    try:
+        source = await open_gpu_source(host, nvml_spec="dflash_tui.gpu.fake_nvml:from_env",
+                                       python=VENV_PYTHON)
+        async with GpuStream(source, interval=0.05) as stream:
+            sub = stream.subscribe()
+            snaps = [await anext(sub) for _ in range(3)]
+        assert all(s.error is None and len(s.gpus) == 8 for s in snaps)
+        assert snaps[-1].source == "nvml" and snaps[-1].gpus[0].name == "NVIDIA H200"
+    finally:
+        await host.close()
+
+
+async def test_remote_host_without_nvml_says_why(sshd):
+    # /usr/bin/python3 on this machine has no pynvml and there is no nvidia-smi: the answer is a
+    # one-line state naming both, through SSH, never an exception.
+    if Path("/usr/bin/nvidia-smi").exists():
+        pytest.skip("this machine has nvidia-smi")
+    host, _run = make_targets(**sshd.profile())
+    try:
+        source = await open_gpu_source(host, python="/usr/bin/python3")
+        try:
+            snap = await source.sample(None)
+        finally:
+            await source.close()
+        assert snap.gpus == () and snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND
+        assert "pynvml" in snap.error.message and "nvidia-smi" in snap.error.message
+    finally:
+        await host.close()
