@@ -50,3 +50,19 @@ async def test_remote_host_without_nvml_says_why(sshd):
         assert "pynvml" in snap.error.message and "nvidia-smi" in snap.error.message
     finally:
         await host.close()
+
+
+async def test_a_python_missing_on_the_host_falls_back_to_python3(sshd):
+    # The profile's python may exist only in the container: the host agent then uses python3.
+    host, _run = make_targets(**sshd.profile())
+    try:
+        source = await open_gpu_source(host, python="/nonexistent/container-only/python")
+        try:
+            snap = await source.sample(None)
+        finally:
+            await source.close()
+        assert snap.source in ("nvml", "none", "nvidia-smi")
+        assert snap.error is None or "\n" not in snap.error.message
+        assert type(source).__name__ == "FallbackSource"     # the agent path, not smi alone
+    finally:
+        await host.close()

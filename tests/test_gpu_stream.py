@@ -207,3 +207,12 @@ async def test_open_gpu_source_for_this_machine_never_raises():
             assert snap.error is not None and "\n" not in snap.error.message
     finally:
         await source.close()
+
+
+def test_run_ref_from_launch_record():
+    from dflash_train.schema import LaunchRecord
+    from dflash_tui.gpu.sources import run_ref_from_launch
+
+    rec = LaunchRecord(run_id="r", pid=42, pgid=42, start_ticks=9000, start_time=0.0, argv=["x"])
+    assert run_ref_from_launch(rec) == RunRef(42, 9000)
+    assert run_ref_from_launch(None) is None

@@ -37,6 +37,14 @@ class RunRef:
     start_ticks: int | None = None
 
 
+def run_ref_from_launch(launch: Any) -> "RunRef | None":
+    """The RunRef of a run from its launch.json record (dflash_train.schema.LaunchRecord)."""
+    if launch is None or not isinstance(getattr(launch, "pid", None), int):
+        return None
+    ticks = getattr(launch, "start_ticks", None)
+    return RunRef(launch.pid, ticks if isinstance(ticks, int) else None)
+
+
 class GpuSource(Protocol):
     name: str
 
@@ -347,6 +355,11 @@ async def open_gpu_source(host_target: Target, *, ops: Any = None, nvml_spec: st
 
         ops = await open_ops(host_target, python=python,
                              extra_sources=gpu_agent_sources(nvml_spec))
+        if getattr(ops, "kind", "") != "agent" and python != "python3":
+            # A profile's python names the trainer's interpreter, which may exist only inside
+            # the container; NVML is read on the host, where plain python3 is the usual one.
+            await ops.close()
+            ops = await open_ops(host_target, extra_sources=gpu_agent_sources(nvml_spec))
         owns = True
     if getattr(ops, "kind", "") == "agent" and OP_NAME in ops.info.get("ops", ()):
         return FallbackSource(AgentNvmlSource(ops, owns_ops=owns),
