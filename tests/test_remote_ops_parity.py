@@ -175,6 +175,7 @@ def test_stat_time_parsing_matches_os_stat(tmp_path):
 
 
 @pytest.mark.sshd
+@pytest.mark.slow
 async def test_parity_over_ssh_and_inside_a_container(sshd, standin, tree):
     from dflash_tui.remote.container import ContainerTarget
     from dflash_tui.remote.ssh import SSHTarget
