@@ -119,8 +119,11 @@ def test_gpu_lost_mid_run_then_recovered_after_reinit():
     assert fake.init_calls == 2
     assert [g.lost for g in snap.gpus] == [False, True, False]
     assert snap.gpus[1].uuid == fake.gpus[1].uuid
-    # Back after a reset: the next due re-init sees it again.
+    # Back after a reset: the next due re-init (the pace has backed off to 2x) sees it again.
     fake.recover_gpu(1)
+    clock.t += REINIT_INTERVAL_S
+    assert snapshot_from_dict(reader.sample()).gpus[1].lost       # not due yet
+    assert fake.init_calls == 2
     clock.t += REINIT_INTERVAL_S
     reader.sample()
     snap = snapshot_from_dict(reader.sample())
@@ -180,3 +183,24 @@ def test_throttle_reason_names():
 def test_codec_rejects_garbage(bad):
     with pytest.raises(ProbeAnswerError):
         snapshot_from_dict(bad)
+
+
+def test_reinit_backs_off_while_a_gpu_stays_lost():
+    clock = Clock()
+    fake = FakeNvml(2)
+    reader = reader_for(fake, clock)
+    reader.sample()
+    fake.lose_gpu(1)
+    for _ in range(600):                      # ten minutes at 1 Hz
+        clock.t += 1.0
+        assert reader.sample()["error"]["kind"] == "gpu_lost"
+    # 10, 20, 40, 80, 160, 300 s apart: a handful of nvmlInit calls, not sixty.
+    assert 4 <= fake.init_calls <= 7
+
+
+def test_a_gpu_that_cannot_be_opened_does_not_hide_the_others():
+    fake = FakeNvml([FakeGpu(), FakeGpu(open_error=pynvml.NVML_ERROR_NO_PERMISSION), FakeGpu()])
+    snap = snapshot_from_dict(reader_for(fake).sample())
+    assert [g.index for g in snap.gpus] == [0, 2]
+    assert snap.error.kind is GpuErrorKind.UNKNOWN and snap.error.gpu_index == 1
+    assert "GPU 1 cannot be opened: Insufficient Permissions" == snap.error.message

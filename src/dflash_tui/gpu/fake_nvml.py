@@ -12,6 +12,7 @@ Failure scenarios, each reproducing what the real library does:
 - `FakeNvml(version_mismatch=True)`: LibRmVersionMismatch (driver upgraded without reboot).
 - `FakeGpu(unsupported={"power", ...})`: that getter raises NotSupported.
 - `.lose_gpu(i)`: every call on GPU i, and getting its handle, raises GpuIsLost.
+- `FakeGpu(open_error=NVML_ERROR_NO_PERMISSION)`: that GPU's handle cannot be had.
 - `.set_processes(i, [(pid, bytes), ...])`, `.inject_xid(i, 79)`.
 - `missing_module_loader()`: `import pynvml` itself fails (python package not installed).
 """
@@ -58,6 +59,7 @@ class FakeGpu:
     ecc_uncorrected: int = 0
     throttle_mask: int = 0x1                   # gpu_idle
     lost: bool = False
+    open_error: int | None = None              # NVML_ERROR_* that getting its handle raises
 
     def __post_init__(self) -> None:
         unknown = set(self.unsupported) - FIELDS
@@ -185,6 +187,8 @@ class FakeNvml:
             raise NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
         if self.gpus[index].lost:
             raise NVMLError(_real.NVML_ERROR_GPU_IS_LOST)
+        if self.gpus[index].open_error is not None:
+            raise NVMLError(self.gpus[index].open_error)
         return _Handle(index)
 
     def nvmlDeviceGetIndex(self, handle: _Handle) -> int:

@@ -70,6 +70,9 @@ THROTTLE_REASONS = (
 # After NVML failed to start, or a GPU was lost, try again at most this often: nvmlInit costs
 # tens of milliseconds, far more than a whole 1 Hz sample.
 REINIT_INTERVAL_S = 10.0
+# While a GPU stays lost, re-initialising to look for it backs off up to this: without
+# persistence mode nvmlInit on a big box can take a second of CPU.
+REINIT_MAX_INTERVAL_S = 300.0
 # Bound on Xid events drained per sample so a storm cannot stall the sampler.
 MAX_EVENTS_PER_SAMPLE = 64
 
@@ -149,6 +152,8 @@ class NvmlReader(object):
         self._initialised = False
         self._init_error = None
         self._next_init = 0.0
+        self._reinit_interval = REINIT_INTERVAL_S
+        self._open_errors = []    # per-GPU errors from the last init (GPU present, not readable)
         self._devices = []
         self._driver = ""
         self._event_set = None
@@ -163,7 +168,8 @@ class NvmlReader(object):
         now = self._monotonic()
         if now < self._next_init:
             return self._init_error
-        self._next_init = now + REINIT_INTERVAL_S
+        self._next_init = now + self._reinit_interval
+        self._open_errors = []
         try:
             if self._nvml is None:
                 self._nvml = self._load()
@@ -195,13 +201,20 @@ class NvmlReader(object):
                 dev = _Device(index, handle, _text(nvml.nvmlDeviceGetName(handle)),
                               _text(nvml.nvmlDeviceGetUUID(handle)))
             except Exception as exc:
-                if getattr(exc, "value", None) in _GPU_GONE:
+                code = getattr(exc, "value", None)
+                if code in _GPU_GONE:
                     dev = _Device(index, None, self._name_for_index(index), self._uuid_for_index(index))
                     dev.lost = True
-                else:
+                elif code in _NVML_DOWN or code is None:
                     self._init_error = classify_init_error(exc)
                     self._shutdown()
                     return self._init_error
+                else:
+                    # One GPU NVML cannot open (no permission, needs power...): say so, and
+                    # keep sampling the others.
+                    self._open_errors.append(_error_dict(
+                        "unknown", "GPU %d cannot be opened: %s" % (index, _describe(exc)), index))
+                    continue
             if self._event_set is not None and dev.handle is not None:
                 try:
                     nvml.nvmlDeviceRegisterEvents(dev.handle, NVML_EVENT_TYPE_XID_CRITICAL_ERROR,
@@ -262,7 +275,7 @@ class NvmlReader(object):
             self._xid_count[uuid] = self._xid_count.get(uuid, 0) + len(codes)
             self._last_xid[uuid] = codes[-1]
         gpus = []
-        error = None
+        error = self._open_errors[0] if self._open_errors else None
         seen = set()
         for dev in self._devices:
             seen.add(dev.uuid)
@@ -297,9 +310,12 @@ class NvmlReader(object):
                 "gpu_lost",
                 "GPU %d (%s) fell off the bus%s: check dmesg for Xid 79, then reset it (nvidia-smi -r) or reboot"
                 % (first["index"], first["uuid"], xid), first["index"])
-            # Retry at the slow re-init pace: a reset GPU comes back without restarting us.
+            # Retry at a slow, growing pace: a reset GPU comes back without restarting us.
             if self._monotonic() >= self._next_init:
                 self._shutdown()
+                self._reinit_interval = min(self._reinit_interval * 2, REINIT_MAX_INTERVAL_S)
+        else:
+            self._reinit_interval = REINIT_INTERVAL_S
         gpus.sort(key=lambda g: g["index"])
         return self._snapshot(wall, t0, gpus, error)
 
