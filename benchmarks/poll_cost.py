@@ -1,6 +1,7 @@
 """Per-poll cost of a run's health check over SSH into a container, three ways, one run.
 
-    .venv/bin/python benchmarks/poll_cost.py [--polls-a 20] [--polls-b 20] [--polls-c 500] [--append]
+    .venv/bin/python benchmarks/poll_cost.py [--polls-a 20] [--polls-b 20] [--polls-c 500]
+                                             [--polls-d 10] [--append]
 
 Starts its own loopback OpenSSH sshd and a pct stand-in container (a real PID namespace; needs
 unshare and nsenter, and root or unprivileged user namespaces), launches a detached `sleep` with a log file in a run directory as
@@ -10,7 +11,8 @@ the "run", then measures one health check of that run:
       process per check (TCP + key exchange + auth + login shell + pct, every time);
   (b) a new channel per check on one reused asyncssh connection, same command;
   (c) this project's way: the persistent agent inside the container, started once over one
-      channel: stat of the run files + pid_info of the run's pid, per check.
+      channel: stat of the run files + pid_info of the run's pid, per check;
+  (d) the same check through ShellOps, the fallback where the target has no python3.
 
 Prints median and p95 per way and the ratios; --append writes the section into
 benchmarks/RESULTS.md (replacing an earlier one of this script).
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from dflash_tui.remote.agent import AgentOps  # noqa: E402
 from dflash_tui.remote.container import ContainerTarget  # noqa: E402
+from dflash_tui.remote.shell_ops import ShellOps  # noqa: E402
 from dflash_tui.remote.ssh import SSHTarget  # noqa: E402
 from tests.support.containers import Standins  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
@@ -147,10 +150,26 @@ async def measure(args) -> dict:
                     samples.append(dt)
             results["c"] = samples
             results["c_cpu"] = (cpu_seconds() - cpu0) / len(samples)
-            results["load_after"] = os.getloadavg()[0]
             results["agent_python"] = ops.info.get("python")
             results["run_seen"] = own.alive
             await ops.close()
+
+            # (d) the fallback for targets without python3: the same check as one-shot sh
+            shell = await ShellOps.start(ct)
+            samples = []
+            for i in range(args.polls_d + 1):
+                if i == 1:
+                    cpu0 = cpu_seconds()
+                t0 = time.perf_counter()
+                stats, pids = await asyncio.gather(shell.stat(files), shell.pid_info([run_pid]))
+                dt = time.perf_counter() - t0
+                if not stats[1].exists or not pids[0].alive:
+                    sys.exit(f"poll_cost: shell check saw no run: {stats} {pids}")
+                if i >= 1:
+                    samples.append(dt)
+            results["d"] = samples
+            results["d_cpu"] = (cpu_seconds() - cpu0) / len(samples)
+            results["load_after"] = os.getloadavg()[0]
         finally:
             await host.close()
         return results
@@ -163,6 +182,7 @@ def report(results: dict, command: str) -> str:
     a_med, a_p95 = summary(results["a"])
     b_med, b_p95 = summary(results["b"])
     c_med, c_p95 = summary(results["c"])
+    d_med, d_p95 = summary(results["d"])
     ms = lambda s: f"{s * 1e3:.2f} ms"   # noqa: E731
     lines = [
         HEADING,
@@ -186,6 +206,9 @@ def report(results: dict, command: str) -> str:
         f"{ms(b_med)} | {ms(b_p95)} | {b_med / c_med:,.0f}x | {ms(results['b_cpu'])} |",
         f"| (c) persistent agent in the container (this project) | {len(results['c'])} | "
         f"{ms(c_med)} | {ms(c_p95)} | 1x | {ms(results['c_cpu'])} |",
+        f"| (d) ShellOps, the fallback without python3: same check as 2 one-shot sh commands | "
+        f"{len(results['d'])} | {ms(d_med)} | {ms(d_p95)} | {d_med / c_med:,.0f}x | "
+        f"{ms(results['d_cpu'])} |",
         "",
         f"(c) is {a_med / c_med:,.0f}x cheaper per poll than (a) (target >= 100x: "
         f"{'met' if a_med / c_med >= 100 else 'NOT met'}) and "
@@ -218,6 +241,7 @@ def main() -> None:
     ap.add_argument("--polls-a", type=int, default=20, help="checks the incident's way")
     ap.add_argument("--polls-b", type=int, default=20, help="checks with a channel each")
     ap.add_argument("--polls-c", type=int, default=500, help="checks through the agent")
+    ap.add_argument("--polls-d", type=int, default=10, help="checks through ShellOps")
     ap.add_argument("--append", action="store_true", help="write into benchmarks/RESULTS.md")
     args = ap.parse_args()
     results = asyncio.run(measure(args))

@@ -39,6 +39,11 @@ class ContainerTarget(Target):
     def label(self) -> str:   # type: ignore[override]
         return f"{self.inner.label} · {self.spec}"
 
+    @property
+    def state(self):
+        """The connection state of the host underneath (SSHTarget.state), None when local."""
+        return getattr(self.inner, "state", None)
+
     def prefix(self) -> list[str]:
         if self.kind == "pct":
             return ["pct", "exec", self.name, "--"]
