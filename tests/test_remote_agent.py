@@ -163,3 +163,32 @@ async def test_agent_leaves_no_file_and_dies_with_its_channel():
         await asyncio.sleep(0.05)
     else:
         raise AssertionError("agent outlived its channel")
+
+
+class ChattyLoginTarget(LocalTarget):
+    """A host whose login script prints a banner before every command (a noisy ~/.bashrc)."""
+
+    label = "chatty"
+
+    def _wrap(self, argv):
+        return ["sh", "-c", 'echo "Welcome to gpu1"; printf "motd\\0\\n"; exec "$@"', "sh", *argv]
+
+    async def run(self, argv, **kw):
+        return await super().run(self._wrap(argv), **kw)
+
+    async def open_process(self, argv):
+        return await super().open_process(self._wrap(argv))
+
+
+@pytest.mark.parametrize("prefer", ["agent", "shell"])
+async def test_a_login_banner_does_not_confuse_either_way(prefer, tmp_path):
+    (tmp_path / "f").write_bytes(b"data")
+    ops = await open_ops(ChattyLoginTarget(), prefer=prefer)
+    try:
+        assert ops.kind == prefer
+        (st,) = await ops.stat([str(tmp_path / "f")])
+        assert st.exists and st.size == 4
+        assert (await ops.read(str(tmp_path / "f"))).data == b"data"
+        assert (await ops.which(["sh"]))["sh"]
+    finally:
+        await ops.close()

@@ -130,7 +130,7 @@ class AgentOps:
                 await proc.write(build_program(self.extra_sources))
             except (OSError, TargetError):
                 pass   # it already exited (no python3?): its first line says why
-            first = await asyncio.wait_for(proc.readline(), self.start_timeout)
+            first = await asyncio.wait_for(self._first_line(proc), self.start_timeout)
         except asyncio.TimeoutError:
             await proc.close()
             raise CommandTimeout(f"the agent on {self.label} did not answer within "
@@ -167,6 +167,19 @@ class AgentOps:
         self._proc = proc
         self.starts += 1
         self._reader = asyncio.create_task(self._read_answers(proc), name="dflash-agent-reader")
+
+    async def _first_line(self, proc: Process) -> bytes:
+        """The agent's hello (or the no-python mark), skipping what a login script printed
+        before it (a banner from ~/.bashrc must not make the target look agent-less)."""
+        noise: list[bytes] = []
+        while True:
+            line = await proc.readline()
+            if not line or line.startswith((b'{"id":0,', NO_PYTHON_MARK.encode(),
+                                            b"dflash-agent: python")):
+                return line if line or not noise else noise[-1]
+            noise.append(line)
+            if len(noise) > 200:   # not a banner any more: report what came
+                return line
 
     async def _read_answers(self, proc: Process) -> None:
         try:

@@ -24,10 +24,12 @@ from .base import CommandResult, Target, TargetError
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
 
 SENTINEL = "@@dflash-ok@@"
+START = "@@dflash-start@@\0"
 
 # Shared by every script: C messages (we parse strerror), the sentinel, and `st PATH`, which
 # prints one stat record: "S<readable><isdir> <size> <inode> <mtime %y>" or "E<message>".
 _PRELUDE = r"""LC_ALL=C; export LC_ALL; set -f
+printf '@@dflash-start@@\0'
 trap 'printf "\0@@dflash-ok@@\n"' EXIT
 st() {
   if o=$(stat -L -c '%s %i %y' -- "$1" 2>&1); then
@@ -216,6 +218,8 @@ class ShellOps:
             raise TargetError(f"{op} on {self.label}: sh failed (exit {res.exit_status}): "
                               f"{detail or 'no output'}")
         body = out[: -len(end)]
+        # Whatever a login script printed before our script started is not ours.
+        body = body[body.find(START) + len(START):] if START in body else body
         fields = body.split("\0")
         if fields and fields[-1] == "":
             fields.pop()
