@@ -177,6 +177,7 @@ def main() -> int:
         nvml_ms, nvml_cpu_ms, smi_ms, smi_cpu_ms = [], [], [], []
         failures = 0
         proc_checks = []
+        throttle_same = 0   # informational: the mask can change between the two reads
         for _ in range(args.rounds):
             c0 = time.process_time()
             snap = reader.sample()
@@ -197,6 +198,9 @@ def main() -> int:
                     good = (a is None and b is None) or (a is not None and b is not None and ok(a, b))
                     failures += not good
                     rows.append((f"GPU{g['index']}", key, a, b, good))
+            throttle_same += all(g["throttle_reasons"] == smi[g["index"]]["throttle_reasons"]
+                                 for g in snap["gpus"])
+            xids = [g["xid_errors"] for g in snap["gpus"]]
             nv_load = [p for p in procs if p["pid"] == load.pid]
             smi_load = [a for a in apps if a["pid"] == load.pid]
             ok = (len(nv_load) == 1 and len(smi_load) == 1 and nv_load[0]["is_run_process"]
@@ -233,6 +237,10 @@ def main() -> int:
         print(f"{gpu:5} {key:24} {TOLERANCES[key][0]:28} {str(a):>16} {str(b):>16} {agree:>3}/{len(vals)}")
     print(f"{'GPU0':5} {'load process':24} {'pid found, run-marked, <=1 MiB':28} {'':>16} {'':>16} "
           f"{sum(proc_checks):>3}/{len(proc_checks)}")
+    print(f"{'GPU*':5} {'throttle_reasons':24} {'informational (changes fast)':28} "
+          f"{','.join(snap['gpus'][0]['throttle_reasons']) or '-':>16} {'':>16} {throttle_same:>3}/{args.rounds}")
+    print(f"Xid events observable through NVML events: "
+          f"{'yes, counts ' + str(xids) if all(x is not None for x in xids) else 'no (registration refused): ' + str(xids)}")
     print()
     print("# phase 2: GpuStream(LocalNvmlSource) vs GpuStream(SmiStreamSource -lms 500), 4 s, latest snapshots")
     for gpu, key, a, b, good in stream_rows:
