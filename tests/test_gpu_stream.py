@@ -152,7 +152,7 @@ async def test_local_source_marks_the_runs_process():
 # -- the probe inside the real agent -----------------------------------------------------------
 
 def agent_env(**extra: str) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(SRC), DFLASH_FAKE_NVML_GPUS="8", **extra)
+    return {**os.environ, "PYTHONPATH": str(SRC), "DFLASH_FAKE_NVML_GPUS": "8", **extra}
 
 
 async def test_agent_probe_answers_gpu_sample_with_8_fake_gpus():
@@ -216,3 +216,49 @@ def test_run_ref_from_launch_record():
     rec = LaunchRecord(run_id="r", pid=42, pgid=42, start_ticks=9000, start_time=0.0, argv=["x"])
     assert run_ref_from_launch(rec) == RunRef(42, 9000)
     assert run_ref_from_launch(None) is None
+
+
+async def test_a_hung_nvml_call_is_a_state_not_a_stall():
+    fake = FakeNvml(1)
+    real = fake.nvmlDeviceGetPowerUsage
+    hang = {"s": 0.8}
+
+    def hung_power(handle):
+        time.sleep(hang["s"])
+        return real(handle)
+
+    fake.nvmlDeviceGetPowerUsage = hung_power
+    source = LocalNvmlSource(fake_nvml.loader(fake), timeout=0.1)
+    t0 = time.monotonic()
+    snap = await source.sample(None)
+    assert time.monotonic() - t0 < 0.5
+    assert snap.error.kind is GpuErrorKind.PROBE_FAILED and "not answered" in snap.error.message
+    hang["s"] = 0.0
+    for _ in range(20):                 # the hung call finishes; its result is used, then fresh ones
+        snap = await source.sample(None)
+        if snap.error is None:
+            break
+        await asyncio.sleep(0.1)
+    assert snap.error is None and snap.gpus[0].power_w is not None
+    assert fake.init_calls == 1         # never a second reader call racing the hung one
+    await source.close()
+
+
+async def test_agent_probe_answers_why_while_nvml_hangs():
+    # NVML hangs 4 s per sample: the second request, queued behind it, gets an answer that
+    # says why within the probe's 3 s lock wait, instead of a silent client timeout.
+    ops = await AgentOps.start(LocalTarget(env=agent_env(DFLASH_FAKE_NVML_GPUS="1",
+                                                         DFLASH_FAKE_NVML_HANG_S="4")),
+                               python=sys.executable,
+                               extra_sources=gpu_agent_sources("dflash_tui.gpu.fake_nvml:from_env"))
+    try:
+        source = AgentNvmlSource(ops, timeout=8.0)
+        first = asyncio.create_task(source.sample(None))
+        await asyncio.sleep(0.3)
+        t0 = time.monotonic()
+        second = await source.sample(None)
+        assert 2.5 < time.monotonic() - t0 < 4.5
+        assert second.error.kind is GpuErrorKind.PROBE_FAILED and "not answered" in second.error.message
+        assert (await first).error is None
+    finally:
+        await ops.close()

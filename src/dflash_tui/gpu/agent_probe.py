@@ -26,6 +26,7 @@ import threading
 
 _PROBE_LOCK = threading.Lock()
 _PROBE = {}
+LOCK_WAIT_S = 3.0   # below the client's 5 s request timeout, so the answer says why
 
 
 def _nvml_loader(spec):
@@ -39,7 +40,12 @@ def _nvml_loader(spec):
 
 def gpu_sample(run_pid=None, run_start_ticks=None, nvml=None):
     spec = nvml or NVML_SPEC
-    with _PROBE_LOCK:   # blocking ops run in threads; one reader, one sample at a time
+    # Blocking ops run on threads: one reader, one sample at a time. When an NVML call hangs
+    # (a failing GPU), later requests answer this error instead of piling up threads behind it.
+    if not _PROBE_LOCK.acquire(timeout=LOCK_WAIT_S):
+        raise OpFailed("NVML has not answered for %.0f s: a GPU may be failing (check dmesg for Xid errors)"
+                       % LOCK_WAIT_S)
+    try:
         state = _PROBE.get(spec)
         if state is None:
             state = _PROBE[spec] = (NvmlReader(_nvml_loader(spec)), RunPidMapper())
@@ -48,6 +54,8 @@ def gpu_sample(run_pid=None, run_start_ticks=None, nvml=None):
         procs = [p for g in snap["gpus"] for p in g["processes"]]
         mapper.annotate(procs, run_pid, run_start_ticks)
         return snap
+    finally:
+        _PROBE_LOCK.release()
 
 
 register("gpu.sample", gpu_sample, blocking=True)

@@ -297,6 +297,7 @@ def missing_module_loader() -> Callable[[], object]:
 ENV_GPUS = "DFLASH_FAKE_NVML_GPUS"
 ENV_SCENARIO = "DFLASH_FAKE_NVML_SCENARIO"
 ENV_PROCS = "DFLASH_FAKE_NVML_PROCS"   # "gpu:pid:bytes,gpu:pid:bytes"
+ENV_HANG = "DFLASH_FAKE_NVML_HANG_S"   # every power reading takes this long (a failing GPU)
 _SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
               "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
 _FROM_ENV: FakeNvml | None = None
@@ -305,7 +306,8 @@ _FROM_ENV: FakeNvml | None = None
 def from_env() -> FakeNvml:
     """One process-wide fake, shaped by DFLASH_FAKE_NVML_GPUS (default 8),
     DFLASH_FAKE_NVML_SCENARIO (ok | library_missing | no_driver | version_mismatch) and
-    DFLASH_FAKE_NVML_PROCS (processes on GPUs, "gpu:pid:bytes,...")."""
+    DFLASH_FAKE_NVML_PROCS (processes on GPUs, "gpu:pid:bytes,...") and
+    DFLASH_FAKE_NVML_HANG_S (seconds each power reading hangs, as on a failing GPU)."""
     global _FROM_ENV
     if _FROM_ENV is None:
         import os
@@ -325,5 +327,16 @@ def from_env() -> FakeNvml:
                 raise ValueError(f"{ENV_PROCS}: {item!r} is not gpu:pid:bytes") from None
         for gpu, plist in procs.items():
             fake.set_processes(gpu, plist)
+        hang = float(os.environ.get(ENV_HANG, "0") or 0)
+        if hang > 0:
+            import time
+
+            read_power = fake.nvmlDeviceGetPowerUsage
+
+            def hung_power(handle: _Handle) -> int:
+                time.sleep(hang)
+                return read_power(handle)
+
+            fake.nvmlDeviceGetPowerUsage = hung_power  # type: ignore[method-assign]
         _FROM_ENV = fake
     return _FROM_ENV

@@ -66,10 +66,16 @@ def _import_pynvml():
 class LocalNvmlSource:
     name = "nvml"
 
-    def __init__(self, load: Callable[[], Any] = _import_pynvml, *, proc_root: str = "/proc") -> None:
+    def __init__(self, load: Callable[[], Any] = _import_pynvml, *, proc_root: str = "/proc",
+                 timeout: float = 5.0) -> None:
         self._reader = NvmlReader(load, proc_root=proc_root)
         self._mapper = RunPidMapper(proc_root)
-        self._lock = asyncio.Lock()
+        self._timeout = timeout
+        # The sample in flight on the worker thread. NVML calls on a failing GPU can hang for
+        # many seconds; the stream then gets a "not answering" state each second instead of
+        # stalling, and no second NVML call is started on the same reader meanwhile.
+        self._pending: asyncio.Future | None = None
+        self._pending_since = 0.0
 
     def _sample_sync(self, run: RunRef | None) -> dict:
         snap = self._reader.sample()
@@ -81,16 +87,33 @@ class LocalNvmlSource:
         return snap
 
     async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
-        async with self._lock:
-            try:
-                return snapshot_from_dict(await asyncio.to_thread(self._sample_sync, run))
-            except Exception as exc:  # a reader bug must not take the dashboard down
-                return error_snapshot(GpuErrorKind.PROBE_FAILED,
-                                      f"local GPU probe failed: {type(exc).__name__}: {exc}", self.name)
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(asyncio.to_thread(self._sample_sync, run))
+            self._pending_since = time.monotonic()
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(self._pending), self._timeout)
+        except asyncio.TimeoutError:
+            waited = time.monotonic() - self._pending_since
+            return error_snapshot(GpuErrorKind.PROBE_FAILED,
+                                  f"NVML has not answered for {waited:.0f} s: a GPU may be failing "
+                                  "(check dmesg for Xid errors)", self.name)
+        except Exception as exc:  # a reader bug must not take the dashboard down
+            self._pending = None
+            return error_snapshot(GpuErrorKind.PROBE_FAILED,
+                                  f"local GPU probe failed: {type(exc).__name__}: {exc}", self.name)
+        self._pending = None
+        try:
+            return snapshot_from_dict(answer)
+        except ProbeAnswerError as exc:
+            return error_snapshot(GpuErrorKind.PROBE_FAILED, f"local GPU probe: {exc}", self.name)
 
     async def close(self) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self._reader.close)
+        if self._pending is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._pending), self._timeout)
+            except (asyncio.TimeoutError, Exception):
+                return  # still hung: leave the reader to its thread rather than race it
+        await asyncio.to_thread(self._reader.close)
 
 
 class AgentNvmlSource:
