@@ -159,6 +159,15 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
                 return await gather(ops, run_dir, attempt=attempt, tail_bytes=tail_bytes)
 
     wrapper_gone = ev.launch is not None and not process_matches(ev.launch, ev.proc)
+    if wrapper_gone and ev.exit is None:
+        # The wrapper writes exit.json and then exits: it may have done both between our stat
+        # and pid_info. Now that it is gone, a second look at exit.json is final.
+        (st,) = await ops.stat([ev.path(EXIT_JSON)])
+        if st.exists:
+            ev.files[EXIT_JSON] = st
+            ev.exit, ev.exit_problem = await _read_record(ops, ev, EXIT_JSON, parse_exit)
+            if ev.exit is not None and run_id is not None and ev.exit.run_id != run_id:
+                ev.exit = None
     if ev.exists(TRAIN_LOG) and not ev.files[TRAIN_LOG].is_dir and (wrapper_gone or ev.exit is not None):
         ev.log_tail = await _read_tail_text(ops, ev.path(TRAIN_LOG), tail_bytes)
         ev.last_traceback = last_traceback(ev.log_tail)
