@@ -105,3 +105,27 @@ def test_check_from_status_json():
     fake.set_processes(1, [(RUN_PID, 1 << 30)])
     assert gpu_check_for_status(snap_of(fake), st, True).state is CheckState.OK
     assert gpu_check_for_status(snap, None, None).state is CheckState.PENDING
+
+
+async def test_run_monitor_adds_the_gpu_check_from_the_stream(tmp_path):
+    """The wiring: RunMonitor with a GPU snapshot provider puts "gpus" into every checklist,
+    and HealthTracker keeps its `since` like any other check."""
+    from dflash_tui.config import Profile
+    from dflash_tui.remote.local import LocalTarget
+    from dflash_tui.session import Session
+
+    session = Session(Profile(name="gpu", run_dir=str(tmp_path / "run")),
+                      targets=(LocalTarget(), LocalTarget()))
+    try:
+        monitor = session.monitor()
+        report = await monitor.poll()
+        assert CHECK_ID not in [c.id for c in report.checklist.checks]   # no stream: no check
+        monitor.gpu_snapshot = lambda: snap_of(FakeNvml(library_missing=True))
+        first = await monitor.poll()
+        (check,) = [c for c in first.checklist.checks if c.id == CHECK_ID]
+        assert check.state is CheckState.WARN and "libnvidia-ml.so.1" in check.cause
+        assert check.since is not None
+        (again,) = [c for c in (await monitor.poll()).checklist.checks if c.id == CHECK_ID]
+        assert again.since == check.since
+    finally:
+        await session.close()

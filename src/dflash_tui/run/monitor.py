@@ -42,6 +42,9 @@ class RunMonitor:
         self._backoff = 0.0
         self._next_try = 0.0
         self._wake = asyncio.Event()
+        # Set by whoever runs a GpuStream (the dashboard): a callable returning its latest
+        # GpuSnapshot. Then every report's checklist carries the "gpus" check (gpu/health.py).
+        self.gpu_snapshot = None
 
     @property
     def busy(self) -> bool:
@@ -62,6 +65,10 @@ class RunMonitor:
             return self._stale(exc)
         self._backoff = 0.0
         checklist = evaluate(ev, self.session.limits)
+        if self.gpu_snapshot is not None:
+            from ..gpu.health import gpu_check_for_status
+            running = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
+            checklist.checks.append(gpu_check_for_status(self.gpu_snapshot(), ev.status, running))
         checklist = self.tracker.update(checklist, ev.now, current_run_id(ev))
         alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
         report = RunReport(

@@ -88,6 +88,8 @@ class SessionSource:
                 continue
             self._gpu_stream = GpuStream(source, interval=self.gpu_interval, run=self._run_ref)
             self._gpu_stream.start()
+            # The checklist's "gpus" check reads the same snapshots the GPU pane shows.
+            self.monitor.gpu_snapshot = lambda: self._gpu_stream.latest
         async for snap in self._gpu_stream:
             yield snap
 
