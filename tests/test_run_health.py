@@ -198,3 +198,24 @@ def test_last_traceback_chained_and_threads():
     assert tb.startswith("Traceback") and "KeyError" in tb and tb.endswith("another thread")
     assert exception_line(tb) == "RuntimeError: FX tracing flag set by another thread"
     assert last_traceback("no errors here\n") is None
+
+
+def test_worker_silence_during_warmup_is_not_a_stall():
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    threads = [ThreadStatus("target0", "target", "cpu", "compiled", last_beat_time=NOW - 200),
+               ThreadStatus("main", "main", "cpu", "warming", last_beat_time=NOW - 1)]
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(),
+                     status=status(phase="warming", step=0, threads=threads)), LIM)
+    assert cl.verdict is Verdict.STARTING, cl
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(),
+                     status=status(phase="training", threads=threads)), LIM)
+    assert cl.verdict is Verdict.STALLED and "target0 [compiled]" in cl.summary
+
+
+def test_a_warm_up_that_never_ends_is_a_stall():
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    st = status(phase="warming", step=0, threads=[])
+    cl = evaluate(ev(files=fs, launch=launch(start_time=NOW - 100), proc=alive(), status=st), LIM)
+    assert cl.verdict is Verdict.STARTING
+    cl = evaluate(ev(files=fs, launch=launch(start_time=NOW - 700), proc=alive(), status=st), LIM)
+    assert cl.verdict is Verdict.STALLED and "phase warming, no step in" in cl.summary

@@ -198,11 +198,14 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
 
     stalled_threads = []
     failed_threads = []
+    # Workers start only after the main thread's warm-up: before the training phase a worker's
+    # silence is waiting, not stalling (the process heartbeat still covers the warm-up itself).
+    workers_running = st.phase not in (Phase.STARTING.value, Phase.WARMING.value)
     for t in st.threads:
         limit = limits.compile_stall_after_s if t.compile_state in _COMPILING else limits.stall_after_s
         if t.compile_state == CompileState.FAILED.value:
             failed_threads.append(t)
-        elif t.last_beat_time is not None and now - t.last_beat_time > limit:
+        elif workers_running and t.last_beat_time is not None and now - t.last_beat_time > limit:
             stalled_threads.append(t)
     if failed_threads or stalled_threads:
         parts = [f"{t.name} ({t.device}) failed: {t.error or 'compile failed'}" for t in failed_threads]
@@ -225,6 +228,10 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
             total = f"/{st.total_steps}" if st.total_steps else ""
             add(Check("steps", "Steps advancing", OK, f"step {st.step}{total}, last {_age(now, last_step or st.time)}",
                       "", last_step))
+    elif uptime > limits.compile_stall_after_s:
+        # Heartbeats alone do not make progress: a warm-up that never ends is a stall too.
+        add(Check("steps", "Steps advancing", FAIL, f"phase {st.phase}, no step in {_duration(uptime)}",
+                  f"longer than compile_stall_after_s ({limits.compile_stall_after_s:.0f} s): see the log", None))
     else:
         add(Check("steps", "Steps advancing", PENDING, f"phase {st.phase}, no step yet", ""))
     if st.last_error:
