@@ -215,7 +215,8 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
                   "the named threads stopped; their compile state says where", None))
     elif st.threads:
         states = sorted({t.compile_state for t in st.threads})
-        add(Check("threads", "Threads", OK, f"{len(st.threads)} threads beating ({', '.join(states)})", ""))
+        what = "beating" if workers_running else "waiting for the warm-up"
+        add(Check("threads", "Threads", OK, f"{len(st.threads)} threads {what} ({', '.join(states)})", ""))
 
     last_step = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
     training = st.phase == Phase.TRAINING.value
