@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buckets", default=d.buckets,
                    help="sequence lengths, e.g. 64,128 (default: 64,128 on CPU, 1024,2048,4096 on CUDA)")
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="linear learning-rate warm-up")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm, help="0 disables clipping")
     p.add_argument("--attention", default=d.attention, help="auto (flex on CUDA, sdpa elsewhere), flex, sdpa")
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-depth", type=int, default=d.queue_depth, help="target batches buffered per drafter")
     p.add_argument("--threads-per-gpu", type=int, default=d.threads_per_gpu,
                    help="allow this many drafter (or target) threads on one GPU (default 1)")
+    p.add_argument("--cpu-threads", type=int, default=d.cpu_threads,
+                   help="torch intra-op threads (default 0: cores divided by the cpu worker threads)")
     p.add_argument("--cold-buckets", default=d.cold_buckets,
                    help="extra sequence lengths trained on but NOT warmed up: each one recompiles "
                         "mid-run through the compile gate (for testing the gate)")

@@ -72,6 +72,8 @@ class PoolSpec:
     optimizers: Sequence[torch.optim.Optimizer]
     # called with (step, [StepMetrics per replica]) by one drafter thread while all wait; returns True to stop
     on_step_end: Callable[[int, list[StepMetrics]], bool]
+    # learning rate of a step: a pure function of the step, so resume needs no scheduler state
+    lr_at: Callable[[int], float] | None = None
     on_thread_start: Callable[[str, str], None] = lambda name, role: None
     on_thread_beat: Callable[[str, int | None], None] = lambda name, step: None
     thread_names: dict[str, list[str]] = field(default_factory=dict)
@@ -184,6 +186,10 @@ class ThreadPool:
                 tokens=int(tb.input_ids.numel()),
             )
             self._wait(self._grad_barrier)
+            if spec.lr_at is not None:
+                lr = spec.lr_at(step)
+                for group in opt.param_groups:
+                    group["lr"] = lr
             opt.step()
             spec.on_thread_beat(name, step + 1)
             self._wait(self._end_barrier)

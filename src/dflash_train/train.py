@@ -50,7 +50,8 @@ class TrainArgs:
     data: str = "synthetic"
     batch_size: int = 4
     buckets: str = ""              # "" = the data module's defaults for the device type
-    lr: float = 1e-3
+    lr: float = 3e-3
+    warmup_steps: int = 20
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     attention: str = "auto"
@@ -67,12 +68,13 @@ class TrainArgs:
     queue_depth: int = 2
     target_checkpoint: str | None = None
     threads_per_gpu: int = 1
+    cpu_threads: int = 0           # intra-op threads; 0 = split the cores between cpu workers
     cold_buckets: str = ""         # lengths trained on but deliberately not warmed (exercises the gate)
 
     def fingerprint(self, n_replicas: int) -> dict[str, Any]:
         """What must not change across --resume for the result to be the same run."""
         return {"seed": self.seed, "preset": self.preset, "data": self.data, "batch_size": self.batch_size,
-                "buckets": self.buckets, "cold_buckets": self.cold_buckets, "lr": self.lr, "weight_decay": self.weight_decay,
+                "buckets": self.buckets, "cold_buckets": self.cold_buckets, "lr": self.lr, "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
                 "max_grad_norm": self.max_grad_norm, "replicas": n_replicas,
                 "target_checkpoint": self.target_checkpoint}
 
@@ -99,6 +101,10 @@ def prepare(args: TrainArgs) -> Prepared:
                  "eval_prompts", "eval_prompt_len", "eval_new_tokens"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
+    if args.cpu_threads < 0:
+        raise ConfigError(f"--cpu-threads must be >= 0 (0 = automatic; got {args.cpu_threads})")
+    if args.warmup_steps < 0:
+        raise ConfigError(f"--warmup-steps must be >= 0 (got {args.warmup_steps})")
     if args.eval_every < 0:
         raise ConfigError(f"--eval-every must be >= 0 (0 = never; got {args.eval_every})")
     if not (args.lr > 0 and math.isfinite(args.lr)):
@@ -199,6 +205,7 @@ class Trainer:
         else:
             self.dtype = getattr(torch, args.dtype)
         torch.manual_seed(args.seed)
+        self._set_cpu_threads(torch)
 
         self.source = BatchSource(prep.stream, args.batch_size, prep.buckets + prep.cold_buckets, seed=args.seed)
         cold = f" + cold {list(prep.cold_buckets)} (not warmed)" if prep.cold_buckets else ""
@@ -236,6 +243,24 @@ class Trainer:
                             for m in self.replicas]
         self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
         self.prompts = self.source.heldout_prompts(args.eval_prompts, args.eval_prompt_len)
+
+    def _set_cpu_threads(self, torch) -> None:
+        """Intra-op threads per worker on CPU.
+
+        Several worker threads each run small ops; letting every one of them spin up an OpenMP
+        team over all cores oversubscribes the machine (measured: verification 18x slower on a
+        loaded 2-core box). Split the cores between the CPU worker threads instead.
+        """
+        plan = self.prep.plan
+        n_cpu_workers = sum(1 for d in plan.target + plan.drafter if d == "cpu")
+        if self.args.cpu_threads:
+            n = self.args.cpu_threads
+        elif n_cpu_workers:
+            n = max(1, (os.cpu_count() or 1) // n_cpu_workers)
+        else:
+            return
+        torch.set_num_threads(n)
+        self.tel.log(f"cpu: {n} intra-op thread(s) per worker ({n_cpu_workers} cpu worker thread(s))")
 
     def _check_replicas_identical(self) -> None:
         import torch
@@ -429,6 +454,7 @@ class Trainer:
             queue_depth=args.queue_depth, max_grad_norm=args.max_grad_norm,
             produce=self.produce, compute_loss=self.compute_loss,
             replicas=self.replicas, optimizers=self.optimizers, on_step_end=self.on_step_end,
+            lr_at=lambda step: args.lr * min(1.0, (step + 1) / args.warmup_steps) if args.warmup_steps else args.lr,
             on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
             on_thread_beat=self.tel.thread_beat,
         )
