@@ -198,3 +198,32 @@ async def test_stream_source_recovers_when_the_driver_comes_back():
         assert snap.error is None and snap.gpus[0].name == "NVIDIA H200"
     finally:
         await source.close()
+
+
+@pytest.mark.parametrize("prefer", ["agent", "shell"])
+async def test_ops_annotator_marks_the_run_through_remote_ops(prefer):
+    # The nvidia-smi path on a remote host marks processes through the host's RemoteOps
+    # (agent or one-shot shell): a process is the run's when its group leader is the wrapper.
+    from dflash_tui.gpu.sources import ops_annotator
+    from dflash_tui.remote.agent import open_ops
+
+    src = ("import subprocess, sys, time; "
+           "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+           "print(p.pid, flush=True); time.sleep(30)")
+    leader = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    ops = await open_ops(LocalTarget(), prefer=prefer)
+    try:
+        trainer = int(leader.stdout.readline())
+        run = RunRef(leader.pid, read_stat(leader.pid).start_ticks)
+        procs = [{"pid": trainer}, {"pid": os.getpid()}]
+        await ops_annotator(ops)(procs, run)
+        assert procs[0]["is_run_process"] and procs[0]["container_pid"] is None
+        assert not procs[1]["is_run_process"]
+        stale = [{"pid": trainer}]
+        await ops_annotator(ops)(stale, RunRef(leader.pid, run.start_ticks + 1))   # a reused pid
+        assert not stale[0]["is_run_process"]
+    finally:
+        await ops.close()
+        os.killpg(leader.pid, 9)
+        leader.wait()
