@@ -41,6 +41,15 @@ def gone_soon(*argv: str, within: float = 3.0) -> bool:
     return False
 
 
+def appears_soon(*argv: str, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if host_pids(*argv):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.fixture
 async def host(sshd):
     t = SSHTarget(sshd.host, **{k: v for k, v in sshd.profile().items() if k != "host"})
@@ -57,6 +66,7 @@ async def test_ok_mode_runs_in_a_pid_namespace_and_passes_everything_through(hos
     assert await ct.is_running()
     # The host sees both pids of a process inside: NSpid maps host pid → container pid.
     await ct.run(["sh", "-c", "setsid sleep 41.5 </dev/null >/dev/null 2>&1 &"])
+    assert appears_soon("sleep", "41.5")
     (pid,) = host_pids("sleep", "41.5")
     nspid = [ln for ln in open(f"/proc/{pid}/status") if ln.startswith("NSpid:")][0].split()[1:]
     assert len(nspid) == 2 and nspid[0] == str(pid)
@@ -75,19 +85,26 @@ async def test_noop_mode_exits_0_and_runs_nothing(host, standin, tmp_path):
 
 
 async def test_hup_mode_kills_the_exec_group_and_fd_holders_but_not_a_detached_process(
-        host, standin):
+        host, standin, tmp_path):
     ct = ContainerTarget(host, standin.container("pct:203", mode="hup"))
-    script = ("sleep 42.1 </dev/null >/dev/null 2>&1 & "          # same process group
-              "setsid sleep 42.2 & "                               # new session, keeps fds
-              "setsid sleep 42.3 </dev/null >/dev/null 2>&1 & "    # fully detached
-              "echo launched")
-    res = await ct.run(["sh", "-c", script], timeout=20)
+    # Each background child touches its marker once it runs in its own session, and the
+    # script waits for the markers: otherwise the teardown can win the race against setsid
+    # (a real exec teardown would, too).
+    script = ('cd "$1"; '
+              "sleep 42.1 </dev/null >/dev/null 2>&1 & "                  # same process group
+              "setsid sh -c ': > held; exec sleep 42.2' & "               # new session, keeps fds
+              "setsid sh -c ': > detached; exec sleep 42.3' "             # fully detached
+              "</dev/null >/dev/null 2>&1 & "
+              "while [ ! -e held ] || [ ! -e detached ]; do sleep 0.05; done; echo launched")
+    res = await ct.run(["sh", "-c", script, "sh", str(tmp_path)], timeout=30)
     assert res.exit_status == 0 and res.stdout == "launched\n"
     assert gone_soon("sleep", "42.1") and gone_soon("sleep", "42.2")
     assert host_pids("sleep", "42.3"), "a fully detached process must survive the exec"
-    # The same script in ok mode leaves the group member alive (the control experiment).
+    # The same group member in ok mode lives on (the control experiment).
     standin.set_mode("pct:203", "ok")
     await ct.run(["sh", "-c", "sleep 42.4 </dev/null >/dev/null 2>&1 & echo launched"])
+    assert appears_soon("sleep", "42.4")
+    time.sleep(0.5)
     assert host_pids("sleep", "42.4")
 
 
