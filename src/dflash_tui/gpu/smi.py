@@ -136,8 +136,10 @@ def parse_app_line(line: str) -> dict[str, Any]:
 def classify_message(text: str) -> dict[str, Any] | None:
     """A non-CSV line or exit message from nvidia-smi -> a snapshot error dict, or None."""
     low = text.lower()
-    if (("not found" in low and ("nvidia-smi" in low or "command" in low)) or "no such file" in low
-            or "couldn't find libnvidia-ml" in low):
+    if "couldn't find libnvidia-ml" in low:
+        return {"kind": "library_not_found", "gpu_index": None,
+                "message": "nvidia-smi cannot find libnvidia-ml.so: install the NVIDIA driver (or fix its library path)"}
+    if ("not found" in low and ("nvidia-smi" in low or "command" in low)) or "no such file" in low:
         return {"kind": "library_not_found", "gpu_index": None,
                 "message": "nvidia-smi not found on the host: install the NVIDIA driver utilities, or pynvml for the host's python3"}
     if "version mismatch" in low:
