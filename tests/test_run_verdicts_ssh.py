@@ -200,3 +200,12 @@ async def test_hostile_strings_over_ssh_pct(sshd, standin, sessions, tmp_path):
     assert ev.launch.argv == [sys.executable, PROGRAM, "argv", *args] and ev.launch.cwd == str(run)
     await s.stop(grace_s=1.0)
     assert not os.path.exists("/tmp/pwned-dflash-ssh")
+
+
+async def test_canary_fails_loudly_when_exec_runs_nothing(sshd, standin, sessions, tmp_path):
+    standin.container(CT, mode="ok")
+    s = sessions(ssh_profile(sshd, tmp_path / "run", "beat"))
+    await s.ops()
+    standin.set_mode(CT, "noop")
+    res = await s.canary(sleep_s=30)
+    assert not res.ok and "NEVER STARTED" in res.message and "exit status 0" in res.message, res.message

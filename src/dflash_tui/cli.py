@@ -230,6 +230,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TargetError as exc:
         print(f"dflash-tui: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except BrokenPipeError:
+        # stdout closed early (`| head`): nothing left to say, and nobody to say it to.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_FAILING
     except KeyboardInterrupt:
         print("dflash-tui: interrupted (the run on the target, if any, keeps running)", file=sys.stderr)
         return 130

@@ -162,11 +162,11 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     if not alive:
         reused = ev.proc is not None and ev.proc.alive and not alive and ev.proc.state != "Z"
         gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused)" if reused else "is gone")
-        add(Check("process", "Process alive", FAIL if (ev.exit is None or ev.exit.exit_code != 0) else OK,
+        add(Check("process", "Process", FAIL if (ev.exit is None or ev.exit.exit_code != 0) else OK,
                   gone, "", ev.exit.end_time if ev.exit else None))
         return _ended(ev, checks, gone)
     uptime = now - launch.start_time
-    add(Check("process", "Process alive", OK, f"pid {launch.pid}, up {_duration(uptime)}", "", launch.start_time))
+    add(Check("process", "Process", OK, f"pid {launch.pid}, up {_duration(uptime)}", "", launch.start_time))
     if ev.exit is not None:
         # The wrapper writes exit.json just before it exits: the trainer has ended.
         return _ended(ev, checks, f"pid {launch.pid} is exiting")
