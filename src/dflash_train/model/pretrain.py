@@ -33,8 +33,16 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "dflash_train"
 
 
+# Fields that shape the target's weights; drafter-only settings (taps, block, anchors, loss)
+# must not invalidate the cached target.
+TARGET_FIELDS = ("vocab_size", "hidden_size", "num_target_layers", "num_heads", "num_kv_heads",
+                 "head_dim", "intermediate_size", "max_seq_len", "rope_theta", "rms_eps",
+                 "tie_embeddings", "qk_norm", "target_pretrain_steps")
+
+
 def cache_key(cfg: ModelConfig, seed: int, device: torch.device) -> str:
-    ident = {"format": CACHE_FORMAT, "cfg": cfg.to_dict(), "seed": seed, "device": device.type,
+    shape = {k: v for k, v in cfg.to_dict().items() if k in TARGET_FIELDS}
+    ident = {"format": CACHE_FORMAT, "cfg": shape, "seed": seed, "device": device.type,
              "torch": ".".join(torch.__version__.split(".")[:2])}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
