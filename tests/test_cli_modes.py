@@ -126,6 +126,9 @@ def test_unreachable_exits_3(tmp_path):
         assert res.returncode == 3, (mode, res.stdout, res.stderr)
         line = one_line_error(res)
         assert "127.0.0.1" in line, line
+    res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
+    out = json.loads(res.stdout)
+    assert res.returncode == 3 and out["exit_code"] == 3 and out["verdict"] is None and "127.0.0.1" in out["error"]
 
 
 @pytest.mark.sshd

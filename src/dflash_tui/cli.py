@@ -24,8 +24,8 @@ from typing import Any, Sequence
 
 from . import __version__
 from .config import Config, ConfigError, Profile, default_config_path, load_config
-from .remote.base import TargetError, TargetUnreachable, ContainerNotRunning, CommandTimeout
-from .run.verdict import Check, CheckState, Checklist, Verdict
+from .remote.base import TargetError
+from .run.verdict import CheckState, Checklist, Verdict
 
 EXIT_HEALTHY, EXIT_FAILING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNDECIDED = 0, 1, 2, 3, 4
 WAIT_INTERVAL_S = 0.25
@@ -145,13 +145,12 @@ async def _run_mode(args, profile: Profile) -> int:
             try:
                 outcome = await session.launch(relaunch=args.relaunch, preflight=not args.no_preflight)
             except LaunchRefused as exc:
-                print(f"dflash-tui: {exc}", file=sys.stderr)
-                return EXIT_FAILING
+                return _fail(args, EXIT_FAILING, str(exc))
             if outcome.unreachable:
                 fail = next((c for c in outcome.checklist.checks if c.state is CheckState.FAIL), None)
-                print(f"dflash-tui: {profile.where()} unreachable: {fail.cause if fail else outcome.checklist.summary}"
-                      + (f" ({fail.hint})" if fail and fail.hint else ""), file=sys.stderr)
-                return EXIT_UNREACHABLE
+                return _fail(args, EXIT_UNREACHABLE,
+                             f"{profile.where()} unreachable: {fail.cause if fail else outcome.checklist.summary}"
+                             + (f" ({fail.hint})" if fail and fail.hint else ""))
             pre = outcome.preflight.checks if outcome.preflight else []
             if outcome.checklist.verdict is Verdict.NOT_LAUNCHED:
                 return _emit(args, profile, outcome.checklist, pid=None, run_id=None)
@@ -204,6 +203,14 @@ def _start_dashboard(config: Config, profile: Profile) -> int:
     return result if isinstance(result, int) else EXIT_HEALTHY
 
 
+def _fail(args, code: int, message: str) -> int:
+    """One line on stderr; with --json also one object on stdout, so a script always parses."""
+    print(f"dflash-tui: {message}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"verdict": None, "error": message, "exit_code": code}))
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -222,14 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _start_dashboard(config, profile)
         return asyncio.run(_run_mode(args, profile))
     except ConfigError as exc:
-        print(f"dflash-tui: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (TargetUnreachable, ContainerNotRunning, CommandTimeout) as exc:
-        print(f"dflash-tui: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except TargetError as exc:
-        print(f"dflash-tui: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return _fail(args, EXIT_USAGE, str(exc))
+    except TargetError as exc:   # unreachable, auth, host key, container stopped, timeout
+        return _fail(args, EXIT_UNREACHABLE, str(exc))
     except BrokenPipeError:
         # stdout closed early (`| head`): nothing left to say, and nobody to say it to.
         try:
@@ -243,6 +245,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the promise is one line, never a traceback
         if os.environ.get("DFLASH_TUI_DEBUG"):
             raise
-        print(f"dflash-tui: internal error: {type(exc).__name__}: {exc} "
-              "(set DFLASH_TUI_DEBUG=1 for the traceback)", file=sys.stderr)
-        return EXIT_FAILING
+        return _fail(args, EXIT_FAILING, f"internal error: {type(exc).__name__}: {exc} "
+                     "(set DFLASH_TUI_DEBUG=1 for the traceback)")
