@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
