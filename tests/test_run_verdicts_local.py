@@ -294,3 +294,24 @@ async def test_starting_within_limits_then_no_run(make_session, tmp_path):
     ev, cl = await s2.check()
     assert cl.verdict is Verdict.STARTING, cl
     assert evaluate(ev, Limits(stall_after_s=0.01)).verdict is Verdict.STALLED
+
+
+async def test_same_verdicts_through_shell_ops(monkeypatch, tmp_path):
+    """A target without python3 gets one-shot shell commands instead of the agent: same answers."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    s = Session(standin_profile(tmp_path / "run", "beat"), targets=(LocalTarget(), LocalTarget()), ops_kind="shell")
+    try:
+        assert (await s.ops()).kind == "shell"
+        await s.launch()
+        ev, cl = await wait_verdict(s, {Verdict.RUNNING})
+        assert cl.verdict is Verdict.RUNNING, cl
+        res = await s.stop()
+        assert res.outcome == "terminated" and gone(ev.launch.pid)
+        s2 = Session(standin_profile(tmp_path / "crash", "crash"), targets=(LocalTarget(), LocalTarget()),
+                     ops_kind="shell")
+        await s2.launch(preflight=False)
+        ev, cl = await wait_verdict(s2, {Verdict.CRASHED}, timeout=5)
+        assert cl.verdict is Verdict.CRASHED and "RuntimeError: CUDA error" in cl.summary, cl
+        await s2.close()
+    finally:
+        await s.close()

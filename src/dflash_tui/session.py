@@ -32,8 +32,11 @@ def build_targets(profile: Profile) -> tuple[Target, Target]:
 
 
 class Session:
-    def __init__(self, profile: Profile, *, targets: tuple[Target, Target] | None = None) -> None:
+    def __init__(self, profile: Profile, *, targets: tuple[Target, Target] | None = None,
+                 ops_kind: str = "auto") -> None:
+        """`ops_kind`: "auto" (the agent where python3 runs, else shell), "agent" or "shell"."""
         self.profile = profile
+        self.ops_kind = ops_kind
         self.limits = Limits.from_profile(profile)
         self._given_targets = targets is not None
         self.host, self.target = targets if targets is not None else build_targets(profile)
@@ -50,7 +53,7 @@ class Session:
         async with self._ops_lock:
             if self._ops is None:
                 from .remote.agent import open_ops
-                self._ops = await open_ops(self.target)
+                self._ops = await open_ops(self.target, prefer=self.ops_kind)
             return self._ops
 
     async def reopen(self) -> tuple[Target, RemoteOps]:
@@ -60,7 +63,7 @@ class Session:
             if not self._given_targets:
                 self.host, self.target = build_targets(self.profile)
             from .remote.agent import open_ops
-            self._ops = await open_ops(self.target)
+            self._ops = await open_ops(self.target, prefer=self.ops_kind)
             return self.target, self._ops
 
     async def _close_quietly(self) -> None:
