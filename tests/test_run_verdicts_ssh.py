@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.config import Profile
+from dflash_tui.remote.base import ContainerNotRunning
 from dflash_tui.run.launch import launch_run
 from dflash_tui.run.stop import stop_run
 from dflash_tui.run.verdict import CheckState, Verdict
@@ -209,3 +210,18 @@ async def test_canary_fails_loudly_when_exec_runs_nothing(sshd, standin, session
     standin.set_mode(CT, "noop")
     res = await s.canary(sleep_s=30)
     assert not res.ok and "NEVER STARTED" in res.message and "exit status 0" in res.message, res.message
+
+
+async def test_docker_container_launch_hup_and_stop(sshd, standin, sessions, tmp_path):
+    spec = standin.container("docker:trainer-1", mode="hup")
+    s = sessions(ssh_profile(sshd, tmp_path / "run", "beat", container=spec))
+    out = await s.launch()
+    assert out.preflight.ok, out.preflight.checks
+    ev, cl = await wait_verdict(s, {Verdict.RUNNING})
+    assert cl.verdict is Verdict.RUNNING, cl
+    res = await s.stop(grace_s=1.0)
+    assert res.outcome == "terminated", res
+    standin.stop(spec)
+    with pytest.raises(ContainerNotRunning) as exc:
+        await s.reopen()
+    assert "docker start trainer-1" in str(exc.value)
