@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from typing import Sequence
 
 from dflash_train import schema
@@ -157,7 +158,8 @@ def _run(args, tel) -> int:
             return _fail_usage(tel, str(exc))
         stopped = trainer.stop_requested.is_set()
         tel.update(step=done)
-        tel.event(EventKind.EXIT, code=EXIT_OK, step=done, reason="stopped" if stopped else "finished")
+        tel.event(EventKind.EXIT, code=EXIT_OK, step=done, reason="stopped" if stopped else "finished",
+                  gate=asdict(trainer.gate.stats))
         tel.log(("stopped" if stopped else "finished") + f" at step {done}")
         tel.set_phase(Phase.FINISHED)
         return EXIT_OK
@@ -168,7 +170,7 @@ def _run(args, tel) -> int:
         return EXIT_OK
     except WorkerFailed as exc:
         tel.log_exception(f"thread {exc.thread}", exc.exc)
-        return _fail(tel, str(exc))
+        return _fail(tel, str(exc), gate=asdict(trainer.gate.stats) if trainer is not None else None)
     except Exception as exc:  # noqa: BLE001 - every failure ends as a logged, typed exit
         tel.log_exception("main", exc)
         return _fail(tel, f"{type(exc).__name__}: {exc}")
@@ -187,10 +189,10 @@ def _fail_usage(tel, msg: str) -> int:
     return EXIT_USAGE
 
 
-def _fail(tel, msg: str) -> int:
+def _fail(tel, msg: str, gate: dict | None = None) -> int:
     tel.update(last_error=msg)
     tel.event(EventKind.ERROR, message=msg, fatal=True)
-    tel.event(EventKind.EXIT, code=EXIT_FAILED)
+    tel.event(EventKind.EXIT, code=EXIT_FAILED, gate=gate)
     tel.set_phase(Phase.FAILED)
     return EXIT_FAILED
 

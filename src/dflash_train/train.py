@@ -369,7 +369,11 @@ class Trainer:
         if plan.uses_cuda:
             torch.cuda.synchronize()
         self.compile_control.fail_on_recompile()
-        self.tel.log(f"compile: warm-up done in {time.monotonic() - t_all:.1f}s; workers run with "
+        secs = time.monotonic() - t_all
+        graphs = sum(self.tel.thread(drafter_thread_name(r)).graphs for r in range(len(plan.drafter)))
+        self.tel.event(EventKind.COMPILE, thread="main", state="warmup_done", seconds=round(secs, 3),
+                       graphs=graphs, buckets=list(self.prep.buckets), drafter_devices=list(plan.drafter))
+        self.tel.log(f"compile: warm-up done in {secs:.1f}s; workers run with "
                      "fail_on_recompile (an unwarmed shape recompiles under the exclusive gate)")
 
     # -- the per-step pieces the pool calls --------------------------------------------------------
