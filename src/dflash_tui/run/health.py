@@ -90,6 +90,9 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
         if attempt.error:
             add(Check("launch_cmd", "Launch command", FAIL, _one_line(attempt.transport_summary()),
                       "check the connection and the container, then relaunch", attempt.target_time))
+        elif attempt.exit_status == 0 and attempt.pid and ev.launch is None and attempt.stderr.strip():
+            add(Check("launch_cmd", "Launch command", FAIL, _one_line(attempt.transport_summary()),
+                      "the detach shell complained: fix what its stderr names", attempt.target_time))
         elif attempt.exit_status == 0 and attempt.pid:
             if attempt.own_session is False and attempt.via == "setsid":
                 add(Check("launch_cmd", "Launch command", WARN,
