@@ -116,6 +116,7 @@ async def test_stalled_thread_stands_out_in_threads_pane():
         await pilot.press("2")
         assert app.query_one(TabbedContent).active == "tab-threads"
         table = app.query_one("#threads-table", DataTable)
+        await until(pilot, lambda: table.row_count > 0)
         first = [str(c) for c in table.get_row_at(0)]
         assert first[0] == "drafter-1 STUCK" and first[3] == "compiled" and first[9] == "5m05s"
         assert app.query_one(ThreadsPane).trouble_count() == 1
@@ -128,7 +129,10 @@ async def test_failed_thread_is_marked_failed():
     app, _ = make(report)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.report is not None)
-        row = [str(c) for c in app.query_one("#threads-table", DataTable).get_row_at(0)]
+        await pilot.press("2")
+        table = app.query_one("#threads-table", DataTable)
+        await until(pilot, lambda: table.row_count > 0)
+        row = [str(c) for c in table.get_row_at(0)]
         assert row[0] == "drafter-2 FAILED" and row[3].startswith("FAILED: RuntimeError")
 
 
@@ -161,6 +165,9 @@ async def test_unsupported_gpu_fields_read_na():
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one(GpuPane)
         await until(pilot, lambda: pane.snapshot is not None)
+        assert app.query_one("#gpu-table", DataTable).row_count == 0   # hidden tab: not drawn yet
+        await pilot.press("3")
+        await until(pilot, lambda: app.query_one("#gpu-table", DataTable).row_count == 1)
         row = [str(c) for c in app.query_one("#gpu-table", DataTable).get_row_at(0)]
         assert row[5] == "n/a" and row[6] == "n/a" and row[7] == "n/a/2619"
 

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Static
 
 from ..gpu.sample import GpuSample, GpuSnapshot
 from .fmt import NA, gib, num, sparkline
+from .tables import OnScreenOnly, sync_rows
 
 HISTORY = 120          # samples of utilisation kept per GPU (2 minutes at 1 Hz)
 SPARK_WIDTH = 20
@@ -30,7 +31,7 @@ def run_processes(g: GpuSample) -> str:
     return f"● {pids} {gib(sum(used)) if used else NA}"
 
 
-class GpuPane(Vertical):
+class GpuPane(OnScreenOnly, Vertical):
     def compose(self):
         yield Static("waiting for the first GPU sample…", id="gpu-banner")
         table = DataTable(id="gpu-table", zebra_stripes=True, cursor_type="row")
@@ -40,6 +41,16 @@ class GpuPane(Vertical):
     def on_mount(self) -> None:
         self._history: dict[int, deque[float | None]] = {}
         self.snapshot: GpuSnapshot | None = None
+        self._banner: tuple[str, bool] | None = None
+        self._last_good: GpuSnapshot | None = None
+
+    def _set_banner(self, text: str, error: bool) -> None:
+        banner = self.query_one("#gpu-banner", Static)
+        banner.display = bool(text)
+        if (text, error) != self._banner:
+            self._banner = (text, error)
+            banner.set_class(error, "-error")
+            banner.update(Text(text, style="bold" if error else ""))
 
     @property
     def unavailable(self) -> bool:
@@ -47,34 +58,34 @@ class GpuPane(Vertical):
 
     def show(self, snap: GpuSnapshot) -> None:
         self.snapshot = snap
-        banner = self.query_one("#gpu-banner", Static)
-        table = self.query_one(DataTable)
-        for g in snap.gpus:
+        for g in snap.gpus:   # history grows while hidden too: the sparkline is there when shown
             self._history.setdefault(g.index, deque(maxlen=HISTORY)).append(
                 None if g.lost else g.util_sm_pct)
-        if snap.error is not None:
-            banner.display = True
-            banner.add_class("-error")
-            where = f" (GPU {snap.error.gpu_index})" if snap.error.gpu_index is not None else ""
-            banner.update(Text(f"GPU data unavailable{where}: {snap.error.message}", style="bold",
-                               no_wrap=False))
-        elif not snap.gpus:
-            banner.display = True
-            banner.remove_class("-error")
-            banner.update(f"no GPUs reported by {snap.source}")
-        else:
-            banner.display = False
-            banner.remove_class("-error")
-        if not snap.gpus and snap.error is not None:
-            table.display = table.row_count > 0   # keep the last good rows under the banner
+        if snap.gpus:
+            self._last_good = snap
+        if self.on_screen:
+            self.draw()
+
+    def draw(self) -> None:
+        snap = self.snapshot
+        if snap is None:
             return
+        table = self.query_one(DataTable)
+        if snap.error is not None:
+            where = f" (GPU {snap.error.gpu_index})" if snap.error.gpu_index is not None else ""
+            self._set_banner(f"GPU data unavailable{where}: {snap.error.message}", True)
+        elif not snap.gpus:
+            self._set_banner(f"no GPUs reported by {snap.source}", False)
+        else:
+            self._set_banner("", False)
+        if not snap.gpus:
+            last = self._last_good   # keep the last good rows under the banner
+            table.display = last is not None
+            if last is None:
+                return
+            snap = last
         table.display = True
-        cursor = table.cursor_row
-        table.clear()
-        for g in snap.gpus:
-            table.add_row(*self._cells(g), key=str(g.index))
-        if cursor < table.row_count:
-            table.move_cursor(row=cursor, animate=False)
+        sync_rows(table, [(str(g.index), self._cells(g)) for g in snap.gpus])
 
     def _cells(self, g: GpuSample) -> list[Text]:
         if g.lost:

@@ -19,31 +19,40 @@ QUIET_AFTER_S = 3.0
 
 
 class RunHeader(Horizontal):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._badge: tuple[str, str] | None = None
+        self._where: str | None = None
+
     def compose(self):
         yield Static("…", id="verdict")
         yield Static("", id="where")
 
+    def _set(self, badge_text: str, badge_class: str, where: Text) -> None:
+        """Touch the widgets only when what they show changed (this runs every second)."""
+        badge = self.query_one("#verdict", Static)
+        if (badge_text, badge_class) != self._badge:
+            old_text = self._badge[0] if self._badge else None
+            self._badge = (badge_text, badge_class)
+            badge.set_classes(badge_class)
+            badge.update(badge_text, layout=badge_text != old_text)   # its width follows the text
+        if where.plain != self._where:
+            self._where = where.plain
+            self.query_one("#where", Static).update(where, layout=False)   # fixed 2 lines, 1fr
+
     def show(self, report: RunReport | None, *, profile: str, now: float,
              received_at: float | None, busy: str = "") -> None:
-        badge = self.query_one("#verdict", Static)
-        where = self.query_one("#where", Static)
-        for cls in ("-ok", "-fail", "-wait", "-stale"):
-            badge.remove_class(cls)
         if report is None:
-            badge.update(" CONNECTING ")
-            badge.add_class("-wait")
-            where.update(Text(f"profile {profile} · waiting for the first report", no_wrap=True,
-                              overflow="ellipsis"))
+            self._set(" CONNECTING ", "-wait", Text(f"profile {profile} · waiting for the first report",
+                                                    no_wrap=True, overflow="ellipsis"))
             return
         verdict = report.checklist.verdict
         stale_for = self._stale_for(report, now, received_at)
         if stale_for is None:
-            badge.update(f" {verdict.value} ")
-            badge.add_class(verdict_class(verdict))
+            badge_text, badge_class = f" {verdict.value} ", verdict_class(verdict)
         else:
             # The last known verdict, visibly not current: grey, and saying so in words.
-            badge.update(f" {verdict.value} \n (stale) ")
-            badge.add_class("-stale")
+            badge_text, badge_class = f" {verdict.value} \n (stale) ", "-stale"
 
         line1 = Text(no_wrap=True, overflow="ellipsis")
         line1.append("profile ", "dim").append(report.profile, "bold")
@@ -63,7 +72,7 @@ class RunHeader(Horizontal):
             why = "connection lost" if not report.connected else "no new report"
             line2.append(f"STALE: {why}, data {age(stale_for)} old, reconnecting · ", "bold yellow")
         line2.append("run dir ", "dim").append(report.run_dir)
-        where.update(Text("\n").join([line1, line2]))
+        self._set(badge_text, badge_class, Text("\n").join([line1, line2]))
 
     @staticmethod
     def _stale_for(report: RunReport, now: float, received_at: float | None) -> float | None:

@@ -29,10 +29,30 @@ class HealthPane(Static):
     def __init__(self, **kwargs) -> None:
         super().__init__("waiting for the first poll…", **kwargs)
         self.report: RunReport | None = None
+        self._shown: tuple | None = None
 
     def show(self, report: RunReport) -> None:
         self.report = report
-        self.update(render_checklist(report))
+        seen = signature(report)
+        if seen == self._shown:
+            return   # same words on screen: no repaint
+        # A relayout only when the pane's height can change (number of lines), not each second.
+        layout = self._shown is None or _height(seen) != _height(self._shown)
+        self._shown = seen
+        self.update(render_checklist(report), layout=layout)
+
+
+def signature(report: RunReport) -> tuple:
+    cl = report.checklist
+    rows = tuple((c.state, c.label, c.cause, c.hint,
+                  None if c.since is None else int(report.time - c.since)) for c in cl.checks)
+    tb = report.last_traceback if cl.verdict is Verdict.CRASHED else None
+    return (cl.verdict, cl.summary, report.error, tb, rows)
+
+
+def _height(sig: tuple) -> tuple:
+    _, summary, error, tb, rows = sig
+    return (bool(summary), bool(error), tb, len(rows))
 
 
 def _cause_and_hint(cause: str, hint: str) -> Text:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from collections import deque
 
+from rich.cells import cell_len
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.containers import Vertical
 from textual.geometry import Size
@@ -25,7 +27,8 @@ PLAIN, ERROR, TRACEBACK, MARKER = 0, 1, 2, 3
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Log levels in capitals, Python exception lines ("ValueError: ..."), and error events.
-_ERROR = re.compile(r"\b(ERROR|CRITICAL|FATAL)\b|\b\w*(Error|Exception)\b:|\"kind\":\s*\"error\"")
+# Anchored on literal words (no leading \w*), so a thousand lines a second cost little.
+_ERROR = re.compile(r"Error:|Exception:|\b(?:ERROR|CRITICAL|FATAL)\b|\"kind\":\s*\"error\"")
 _TB_START = "Traceback (most recent call last):"
 _TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 MAX_LINE_CHARS = 2000
@@ -92,6 +95,19 @@ class LogLines(ScrollView, can_focus=True):
         self._classify = LineClassifier()
         self.search_term = ""
         self.cursor: int | None = None   # absolute line number of the current search hit
+        self._styles: dict[str, Style] = {}
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()   # theme or CSS changed: look the styles up again
+
+    def _style(self, name: str) -> Style:
+        # Looked up once, not per rendered row: resolving a rich style walks the DOM.
+        style = self._styles.get(name)
+        if style is None:
+            style = self.rich_style if name == "base" else self.get_component_rich_style(name)
+            self._styles[name] = style
+        return style
 
     # -- data -------------------------------------------------------------------------------
     @property
@@ -111,14 +127,21 @@ class LogLines(ScrollView, can_focus=True):
     def append(self, lines: list[str]) -> None:
         if not lines:
             return
+        arrived = len(lines)
+        if arrived > self.max_lines:
+            lines = lines[-self.max_lines:]   # the rest would fall off the ring at once
         before = len(self._lines)
-        for raw in lines:
-            line = clean(raw)
-            self._lines.append(line)
-            self._kinds.append(self._classify(line))
-            if len(line) > self._width:
-                self._width = len(line)
-        fell_off = before + len(lines) - len(self._lines)
+        # Fast path for the common line (printable, not too long): no regex passes at all.
+        cleaned = [raw if raw.isprintable() and len(raw) <= MAX_LINE_CHARS else clean(raw) for raw in lines]
+        self._lines.extend(cleaned)
+        classify = self._classify
+        blob = "\n".join(cleaned)
+        if classify.in_traceback or _TB_START in blob or _ERROR.search(blob):
+            self._kinds.extend(classify(line) for line in cleaned)
+        else:
+            self._kinds.extend([PLAIN] * len(cleaned))   # one search over the batch said: no errors
+        self._width = max(self._width, max(map(len, cleaned)))
+        fell_off = before + arrived - len(self._lines)
         self._after_change(fell_off)
 
     def append_marker(self, text: str) -> None:
@@ -207,30 +230,29 @@ class LogLines(ScrollView, can_focus=True):
         return None
 
     # -- rendering --------------------------------------------------------------------------
+    _KIND_STYLE = {ERROR: "loglines--error", TRACEBACK: "loglines--traceback", MARKER: "loglines--marker"}
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self._style("base")
         if index >= len(self._lines):
             return Strip.blank(width, base)
         line = self._lines[index]
-        kind = self._kinds[index]
-        text = Text(line, no_wrap=True, end="")
-        if kind == ERROR:
-            text.stylize(self.get_component_rich_style("loglines--error"))
-        elif kind == TRACEBACK:
-            text.stylize(self.get_component_rich_style("loglines--traceback"))
-        elif kind == MARKER:
-            text.stylize(self.get_component_rich_style("loglines--marker"))
-        if self.search_term:
-            text.highlight_words([self.search_term], self.get_component_rich_style("loglines--match"),
-                                 case_sensitive=False)
+        kind_style = self._KIND_STYLE.get(self._kinds[index])
+        style = base + self._style(kind_style) if kind_style else base
         if self.cursor is not None and self.cursor - self._dropped == index:
-            base = base + self.get_component_rich_style("loglines--cursor")  # the whole row
-        segments = [Segment(seg.text, base + seg.style if seg.style else base)
-                    for seg in text.render(self.app.console)]
-        return Strip(segments, text.cell_len).crop_extend(scroll_x, scroll_x + width, base)
+            base = base + self._style("loglines--cursor")   # the whole row, padding included
+            style = style + self._style("loglines--cursor")
+        term = self.search_term
+        if term and term.lower() in line.lower():
+            text = Text(line, style=style, no_wrap=True, end="")
+            text.highlight_words([term], self._style("loglines--match"), case_sensitive=False)
+            segments = list(text.render(self.app.console))
+        else:
+            segments = [Segment(line, style)]   # the common row: one segment, no rich render
+        return Strip(segments, cell_len(line)).crop_extend(scroll_x, scroll_x + width, base)
 
 
 class LogPane(Vertical):
@@ -243,6 +265,7 @@ class LogPane(Vertical):
     def __init__(self, max_lines: int = 5000, **kwargs) -> None:
         super().__init__(**kwargs)
         self._max_lines = max_lines
+        self._title = ""
 
     def compose(self):
         yield Static(id="log-title")
@@ -281,8 +304,11 @@ class LogPane(Vertical):
             parts.append(f"last {ll.max_lines} lines kept")
         if self.problem:
             parts.append(self.problem)
-        self.query_one("#log-title", Static).update(Text(" · ".join(parts), no_wrap=True,
-                                                         overflow="ellipsis"))
+        title = " · ".join(parts)
+        if title != self._title:
+            self._title = title   # one fixed line: never worth a relayout
+            self.query_one("#log-title", Static).update(Text(title, no_wrap=True, overflow="ellipsis"),
+                                                        layout=False)
 
     def open_search(self) -> None:
         box = self.query_one("#log-search", Input)

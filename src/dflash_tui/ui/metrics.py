@@ -18,6 +18,8 @@ from textual.widgets import Sparkline, Static
 
 from dflash_train.schema import EventKind, TrainStatus, parse_events
 
+from .tables import OnScreenOnly
+
 HISTORY = 600
 
 # (event field(s), label, format): the first field present in a step event is used; the
@@ -71,7 +73,7 @@ class MetricRow(Horizontal):
         yield Sparkline([], classes="metric-spark")
 
 
-class MetricsPane(Vertical):
+class MetricsPane(OnScreenOnly, Vertical):
     def compose(self):
         yield Static("no step events yet", id="metrics-note")
         for i, (_, label, fmt) in enumerate(SERIES):
@@ -82,7 +84,6 @@ class MetricsPane(Vertical):
         self.last_step: int | None = None
         self.skipped = 0
         self.from_events = False     # once step events arrive, status.json points are not added
-        self._redraw()
 
     def reset(self) -> None:
         for h in self.history.values():
@@ -121,19 +122,26 @@ class MetricsPane(Vertical):
         self._redraw()
 
     def _redraw(self) -> None:
+        if self.on_screen:
+            self.draw()
+
+    def draw(self) -> None:
         note = self.query_one("#metrics-note", Static)
         extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
         if self.last_step is None:
-            note.update("no steps yet" + extra)
+            note.update("no steps yet" + extra, layout=False)
         else:
             where = "events.jsonl" if self.from_events else "status.json (no step events)"
-            note.update(f"step {self.last_step} · up to {HISTORY} points from {where}{extra}")
+            note.update(f"step {self.last_step} · up to {HISTORY} points from {where}{extra}",
+                        layout=False)
         for i, (_, label, fmt) in enumerate(SERIES):
             row = self.query_one(f"#metric-{i}", MetricRow)
             h = self.history[label]
             value = Text(label + " ", style="bold")
             value.append(fmt.format(h[-1]) if h else "n/a")
-            row.query_one(".metric-value", Static).update(value)
+            row.query_one(".metric-value", Static).update(value, layout=False)  # fixed 26 cells
             spark = row.query_one(Sparkline)
-            spark.display = len(h) > 1     # a flat baseline for no data would read as "zero"
+            show = len(h) > 1              # a flat baseline for no data would read as "zero"
+            if spark.display != show:      # (setting it, even unchanged, costs a relayout)
+                spark.display = show
             spark.data = list(h)

@@ -15,6 +15,7 @@ from dflash_train.schema import CompileState, ThreadStatus
 
 from ..run.report import RunReport
 from .fmt import age, one_line
+from .tables import OnScreenOnly, sync_rows
 
 from ..run.health import Limits
 
@@ -37,7 +38,7 @@ def thread_trouble(t: ThreadStatus, now: float, limits: Limits = Limits()) -> st
     return ""
 
 
-class ThreadsPane(Vertical):
+class ThreadsPane(OnScreenOnly, Vertical):
     def __init__(self, limits: Limits = Limits(), **kwargs) -> None:
         super().__init__(**kwargs)
         self.limits = limits
@@ -53,15 +54,34 @@ class ThreadsPane(Vertical):
 
     def on_mount(self) -> None:
         self._trouble = 0
+        self._note = ""
+        self.report: RunReport | None = None
+
+    def _set_note(self, text: str, style: str = "") -> None:
+        note = self.query_one("#threads-note", Static)
+        note.display = bool(text)
+        if text != self._note:
+            self._note = text
+            note.update(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
 
     def show(self, report: RunReport) -> None:
+        self.report = report
+        status = report.status
+        threads = status.threads if status is not None else []
+        # Counted even while hidden: the tab's label says how many threads need attention.
+        self._trouble = sum(1 for t in threads if thread_trouble(t, report.time, self.limits))
+        if self.on_screen:
+            self.draw()
+
+    def draw(self) -> None:
+        report = self.report
+        if report is None:
+            return
         table = self.query_one(DataTable)
-        note = self.query_one("#threads-note", Static)
         status = report.status
         if status is None or not status.threads:
-            note.display = True
+            self._set_note("no status.json yet: the trainer has not published its threads")
             table.display = False
-            self._trouble = 0
             return
         now = report.time
         rows = []
@@ -69,15 +89,11 @@ class ThreadsPane(Vertical):
             trouble = thread_trouble(t, now, self.limits)
             rows.append((0 if trouble else 1, t.name, t, trouble))
         rows.sort(key=lambda r: (r[0], r[1]))
-        self._trouble = sum(1 for r in rows if r[3])
-        note.display = bool(self._trouble)
-        if self._trouble:
-            names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
-            note.update(Text(f"{self._trouble} thread(s) need attention: {names}", style="bold red",
-                             no_wrap=True, overflow="ellipsis"))
+        names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
+        self._set_note(f"{self._trouble} thread(s) need attention: {names}" if self._trouble else "",
+                       "bold red")
         table.display = True
-        cursor = table.cursor_row
-        table.clear()
+        out = []
         for _, _, t, trouble in rows:
             style = "bold red" if trouble else ""
             compile_state = t.compile_state.replace("_", " ")
@@ -95,6 +111,5 @@ class ThreadsPane(Vertical):
                 age(now - t.last_step_time) if t.last_step_time is not None else "-",
                 age(now - t.last_beat_time) if t.last_beat_time is not None else "-",
             ]
-            table.add_row(*(Text(c, style=style) for c in cells), key=t.name)
-        if cursor < table.row_count:
-            table.move_cursor(row=cursor, animate=False)
+            out.append((t.name, [Text(c, style=style) for c in cells]))
+        sync_rows(table, out)

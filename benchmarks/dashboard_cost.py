@@ -1,0 +1,283 @@
+"""Dashboard cost under load, measured side by side with `tail -F` on the same file.
+
+    .venv/bin/python benchmarks/dashboard_cost.py [--seconds 30] [--rate 1000] [--threads 16] [--gpus 8]
+
+What runs (all real product code, on this machine):
+- a "trainer" launched through the product's own wrapper (Session.launch on a local profile):
+  it writes --rate lines a second to stdout (= train.log), a step event every 10 ms to
+  events.jsonl, and status.json with --threads threads at 1 Hz;
+- the dashboard (DashboardApp + SessionSource: RunMonitor at 1 Hz through the persistent
+  agent, LogFollower, GpuStream over a fake NVML with --gpus GPUs), headless, in its own
+  process at 120x40;
+- `tail -F train.log > /dev/null`, started at the same moment.
+
+Measured over the same window after a warm-up: CPU seconds of the dashboard process plus its
+agent child, and of tail; peak RSS of both; the log pane's lag behind the file (every line
+carries the time it was written; sampled every 100 ms as now - time of the pane's last line).
+Targets (issue 5): <= 5% of one core, <= 150 MB RSS, lag never above 1 s.
+Exit status 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+CPU_TARGET_PCT = 5.0
+RSS_TARGET_MB = 150.0
+LAG_TARGET_S = 1.0
+
+
+# -- the fake trainer (runs under launch.sh) ----------------------------------------------------
+
+def writer(rate: int, n_threads: int) -> int:
+    from dflash_train.schema import (EVENTS_JSONL, STATUS_JSON, Phase, ThreadStatus, TrainStatus,
+                                     atomic_write_text, make_event, to_json)
+    run_dir = Path(os.environ["DFLASH_RUN_DIR"])
+    run_id = os.environ["DFLASH_RUN_ID"]
+    out = sys.stdout
+    events = open(run_dir / EVENTS_JSONL, "a", buffering=1)
+    tick = 0.01                      # write in 10 ms batches, like a busy trainer flushing
+    per_tick = max(1, round(rate * tick))
+    n = 0
+    next_t = time.time()
+    next_status = 0.0
+    start = time.time()
+    while True:
+        now = time.time()
+        for k in range(per_tick):
+            out.write(f"{now:.6f} step {n} loss 2.3456 acc 0.4567 tau 3.21 tok/s 18450 "
+                      f"thread drafter-{k % n_threads}\n")
+            n += 1
+        out.flush()
+        events.write(to_json(make_event("step", now, step=n, loss=2.0 + (n % 97) / 100,
+                                        accuracy=0.4, tau=3.2, tokens_per_s=18450.0)) + "\n")
+        if now >= next_status:
+            threads = [ThreadStatus(name=f"drafter-{i}", role="drafter", device=f"cuda:{i % 8}",
+                                    compile_state="compiled", graphs=6, compile_seconds=40.0,
+                                    step=n, last_step_time=now, last_beat_time=now)
+                       for i in range(n_threads)]
+            atomic_write_text(run_dir / STATUS_JSON, to_json(TrainStatus(
+                run_id=run_id, pid=os.getpid(), time=now, phase=Phase.TRAINING.value, step=n,
+                total_steps=0, loss=2.3, accuracy=0.45, tau=3.2, tokens_per_s=18450.0,
+                heartbeat_time=now, threads=threads)))
+            next_status = now + 1.0
+        next_t += tick
+        time.sleep(max(0.0, next_t - time.time()))
+        if now - start > 3600:
+            return 0
+
+
+# -- the measured dashboard process -------------------------------------------------------------
+
+def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: str) -> int:
+    import psutil
+
+    from dflash_tui.config import Profile
+    from dflash_tui.gpu.fake_nvml import FakeNvml, loader
+    from dflash_tui.gpu.sources import LocalNvmlSource
+    from dflash_tui.gpu.stream import GpuStream
+    from dflash_tui.ui.app import DashboardApp
+    from dflash_tui.ui.session_source import SessionSource
+
+    profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
+
+    class FakeGpuSessionSource(SessionSource):
+        """The live source, except that NVML is the fake one with `gpus` busy GPUs."""
+
+        async def gpu_snapshots(self):
+            if os.environ.get("DFLASH_BENCH_NOGPU"):   # experiment knob: the GPU stream's share
+                await asyncio.Event().wait()
+            fake = FakeNvml([_busy_gpu(i) for i in range(gpus)])
+            self._gpu_stream = GpuStream(LocalNvmlSource(load=loader(fake)), run=self._run_ref)
+            self._gpu_stream.start()
+            async for snap in self._gpu_stream:
+                yield snap
+
+    result: dict = {}
+
+    class MeasuredApp(DashboardApp):
+        def on_mount(self) -> None:
+            super().on_mount()
+            self.run_worker(self.measure(), group="bench")
+
+        async def measure(self) -> None:
+            me = psutil.Process()
+            await asyncio.sleep(warmup)
+            # The agent works for the dashboard: its CPU counts. Listed once, so the
+            # measuring itself does not scan /proc ten times a second.
+            helpers = me.children(recursive=True)
+
+            def cpu(procs=None) -> float:
+                total = 0.0
+                for p in (procs if procs is not None else (me, *helpers)):
+                    try:
+                        t = p.cpu_times()
+                        total += t.user + t.system
+                    except psutil.NoSuchProcess:
+                        pass
+                return total
+
+            prof = None
+            if os.environ.get("DFLASH_BENCH_CPROFILE"):   # where the steady state's time goes
+                import cProfile
+                prof = cProfile.Profile()
+                prof.enable()
+            c0, a0, w0 = cpu(), cpu(helpers), time.monotonic()
+            lags, rss, agent_rss = [], 0, 0
+            while time.monotonic() - w0 < seconds:
+                await asyncio.sleep(0.1)
+                lines = self.log_pane.lines.lines()
+                if lines:
+                    try:
+                        lags.append(time.time() - float(lines[-1].split()[0]))
+                    except ValueError:
+                        pass   # a marker line
+                rss = max(rss, me.memory_info().rss)
+                for h in helpers:
+                    try:
+                        agent_rss = max(agent_rss, h.memory_info().rss)
+                    except psutil.NoSuchProcess:
+                        pass
+            c1, a1, w1 = cpu(), cpu(helpers), time.monotonic()
+            if prof is not None:
+                prof.disable()
+                prof.dump_stats(os.environ["DFLASH_BENCH_CPROFILE"])
+            lags.sort()
+            result.update(cpu_s=c1 - c0, agent_cpu_s=a1 - a0, wall_s=w1 - w0, rss=rss, agent_rss=agent_rss,
+                          lag_max=lags[-1] if lags else None,
+                          lag_p50=lags[len(lags) // 2] if lags else None,
+                          lag_p99=lags[int(len(lags) * 0.99)] if lags else None,
+                          lag_samples=len(lags), helpers=[" ".join(h.cmdline()[:2]) for h in helpers
+                                                            if h.is_running()],
+                          lines_kept=self.log_pane.lines.line_count,
+                          verdict=self.report.checklist.verdict.value if self.report else None,
+                          gpus_shown=len(self.gpu_pane.snapshot.gpus) if self.gpu_pane.snapshot else 0,
+                          threads_shown=len(self.report.status.threads) if self.report and self.report.status else 0)
+            self.exit()
+
+    app = MeasuredApp(lambda name: FakeGpuSessionSource(profile), profile.name)
+    app.run(headless=True, size=(120, 40))
+    Path(out).write_text(json.dumps(result))
+    return 0
+
+
+def _busy_gpu(i: int):
+    from dflash_tui.gpu.fake_nvml import FakeGpu
+    return FakeGpu(load_pct=90.0 + i, mem_used=(60 + i) << 30, processes=[(100_000 + i, 60 << 30)])
+
+
+# -- the orchestrator ---------------------------------------------------------------------------
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--rate", type=int, default=1000, help="log lines per second")
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dashboard", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.writer:
+        return writer(args.rate, args.threads)
+    if args.dashboard:
+        return dashboard(args.dashboard, args.seconds, args.warmup, args.gpus, args.out)
+    if shutil.which("tail") is None:
+        print("dashboard_cost: `tail` not found; it is the comparison, install coreutils", file=sys.stderr)
+        return 2
+
+    import psutil
+
+    from dflash_tui.config import Profile
+    from dflash_tui.session import Session
+
+    tmp = Path(tempfile.mkdtemp(prefix="dflash-dash-bench-"))
+    os.environ["XDG_STATE_HOME"] = str(tmp / "state")
+    run_dir = tmp / "run"
+    profile = Profile(name="bench", run_dir=str(run_dir), python=sys.executable,
+                      command=(sys.executable, str(Path(__file__).resolve()), "--writer",
+                               "--rate", str(args.rate), "--threads", str(args.threads)),
+                      stop_grace_s=3.0, min_free_gb=0.0)
+
+    async def launch() -> None:
+        async with Session(profile) as s:
+            out = await s.launch()
+            if out.checklist.verdict.failing or not out.run_id:
+                raise SystemExit(f"dashboard_cost: the load run did not start: {out.checklist.summary}")
+
+    async def stop() -> None:
+        async with Session(profile) as s:
+            await s.stop()
+
+    asyncio.run(launch())
+    log = run_dir / "train.log"
+    try:
+        profile_json = json.dumps({k: v for k, v in profile.__dict__.items()})
+        out = tmp / "dashboard.json"
+        dash = subprocess.Popen([sys.executable, __file__, "--dashboard", profile_json, "--out", str(out),
+                                 "--seconds", str(args.seconds), "--warmup", str(args.warmup),
+                                 "--gpus", str(args.gpus)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        tail = subprocess.Popen(["tail", "-F", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tp = psutil.Process(tail.pid)
+        time.sleep(args.warmup)
+        t0 = sum(tp.cpu_times()[:2])
+        w0 = time.monotonic()
+        tail_rss = 0
+        while time.monotonic() - w0 < args.seconds:
+            time.sleep(0.1)
+            tail_rss = max(tail_rss, tp.memory_info().rss)
+        t1, w1 = sum(tp.cpu_times()[:2]), time.monotonic()
+        tail.terminate()
+        tail.wait(10)
+        _, err = dash.communicate(timeout=args.seconds + 120)
+        if dash.returncode != 0 or not out.exists() or "cpu_s" not in json.loads(out.read_text() or "{}"):
+            print(f"dashboard_cost: the dashboard process failed:\n{err.decode(errors='replace')[-3000:]}",
+                  file=sys.stderr)
+            return 1
+        r = json.loads(out.read_text())
+    finally:
+        asyncio.run(stop())
+
+    dash_pct = 100 * r["cpu_s"] / r["wall_s"]
+    tail_pct = 100 * (t1 - t0) / (w1 - w0)
+    lines_written = sum(1 for _ in open(log, "rb"))
+    print(f"load: {args.rate} lines/s into train.log ({lines_written} lines, {log.stat().st_size >> 20} MiB), "
+          f"{args.threads} threads in status.json, {args.gpus} fake-NVML GPUs, 1 Hz refresh; "
+          f"{args.seconds:.0f} s measured after {args.warmup:.0f} s warm-up")
+    print(f"of which the agent: {100 * r['agent_cpu_s'] / r['wall_s']:.2f}% of one core")
+    print(f"dashboard saw: verdict {r['verdict']}, {r['gpus_shown']} GPUs, {r['threads_shown']} threads, "
+          f"{r['lines_kept']} log lines kept")
+    print()
+    print("| | CPU (% of one core) | peak RSS | log lag p50 / p99 / max |")
+    print("| --- | ---: | ---: | ---: |")
+    print(f"| dashboard (app + its agent) | {dash_pct:.2f}% | {r['rss'] / 2**20:.0f} MB (+ agent "
+          f"{r['agent_rss'] / 2**20:.0f} MB) | {r['lag_p50']:.3f} / {r['lag_p99']:.3f} / {r['lag_max']:.3f} s |")
+    print(f"| `tail -F` on the same file | {tail_pct:.2f}% | {tail_rss / 2**20:.1f} MB | - |")
+    print(f"| ratio dashboard / tail | {dash_pct / tail_pct if tail_pct else float('inf'):.1f}x | "
+          f"{r['rss'] / max(tail_rss, 1):.0f}x | |")
+    ok = (dash_pct <= CPU_TARGET_PCT and r["rss"] / 2**20 <= RSS_TARGET_MB
+          and r["lag_max"] is not None and r["lag_max"] <= LAG_TARGET_S)
+    print()
+    print(f"targets: CPU <= {CPU_TARGET_PCT}% -> {dash_pct:.2f}%, RSS <= {RSS_TARGET_MB:.0f} MB -> "
+          f"{r['rss'] / 2**20:.0f} MB, lag <= {LAG_TARGET_S} s -> max {r['lag_max']:.3f} s: "
+          f"{'PASS' if ok else 'FAIL'}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
