@@ -118,3 +118,16 @@ def test_heartbeat_continues_while_compiling_and_compiles_are_attributed(tmp_pat
     beats = [e["time"] for e in events if e["kind"] == "heartbeat"]
     assert max(b - a for a, b in zip(beats, beats[1:])) < schema.HEARTBEAT_INTERVAL_S
     json.loads((tmp_path / schema.STATUS_JSON).read_text())
+
+
+def test_parked_threads_stay_fresh_and_stalled_ones_do_not(tmp_path):
+    clock = FakeClock()
+    tel = Telemetry(str(tmp_path), "r1", 10, clock=clock, stdout=io.StringIO())
+    tel.register_thread("drafter0", "drafter", "cpu")
+    tel.register_thread("drafter1", "drafter", "cpu")
+    with tel.parked("drafter0"):          # waiting at a barrier for drafter1
+        clock.t += 30
+        tel.beat()
+    assert tel.thread("drafter0").last_beat_time == clock.t
+    assert tel.thread("drafter1").last_beat_time == clock.t - 30   # the one that stopped
+    tel.close()

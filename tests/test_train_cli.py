@@ -148,3 +148,39 @@ def test_kill_9_then_resume_is_bitwise_identical_to_a_straight_run(tmp_path):
     la, lb = _step_losses(straight), _step_losses(killed)
     assert all(la[s] == lb[s] for s in range(every + 1, steps + 1))
     assert resumed_from >= every
+
+
+def test_a_worker_exception_fails_the_run_cleanly(tmp_path, monkeypatch):
+    """In-process (so a fault can be injected into one drafter thread): the run ends with exit 1,
+    the traceback in train.log, an error event, phase failed, and the thread's error named."""
+    import threading
+
+    import dflash_train.objective as objective
+    from dflash_train import cli
+
+    real = objective.drafter_loss
+    calls = {"n": 0}
+
+    def faulty(*a, **kw):
+        if threading.current_thread().name == "drafter1":
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise RuntimeError("injected fault in drafter1")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(objective, "drafter_loss", faulty)
+    monkeypatch.setenv("DFLASH_RUN_ID", "fault-run")
+    rc = cli.main(["--run-dir", str(tmp_path), "--drafter-devices", "cpu,cpu", "--steps", "50", *FAST])
+    assert rc == 1
+    log = (tmp_path / schema.TRAIN_LOG).read_text()
+    assert "error in thread drafter1: RuntimeError: injected fault in drafter1" in log
+    assert "Traceback (most recent call last)" in log
+    st = _status(tmp_path)
+    assert st.phase == "failed" and "injected fault" in st.last_error
+    assert {t.name: t for t in st.threads}["drafter1"].error == "RuntimeError: injected fault in drafter1"
+    ev = _events(tmp_path)
+    errors = [e for e in ev if e["kind"] == "error"]
+    assert errors and errors[-1]["fatal"] and "drafter1" in errors[-1]["message"]
+    exit_ev = [e for e in ev if e["kind"] == "exit"][-1]
+    assert exit_ev["code"] == 1
+    assert st.step < 50

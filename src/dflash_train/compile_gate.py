@@ -77,6 +77,7 @@ class CompileGate:
         allow_compile: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
         on_state: StateCallback | None = None,
         on_recompile: Callable[[str, BaseException], None] | None = None,
+        parked: Callable[[str], ContextManager[Any]] | None = None,
     ) -> None:
         self._cond = threading.Condition()
         self._shared = 0
@@ -86,6 +87,7 @@ class CompileGate:
         self._allow_compile = allow_compile
         self._on_state = on_state or (lambda w, s: None)
         self._on_recompile = on_recompile or (lambda w, e: None)
+        self._parked = parked or (lambda w: contextlib.nullcontext())
         self.stats = GateStats()
 
     # -- holds -------------------------------------------------------------------------------
@@ -102,9 +104,10 @@ class CompileGate:
             if self._owner is not None or self._exclusive_waiting:
                 self.stats.waits += 1
                 self._on_state(worker, CompileState.WAITING_AT_GATE)
-                while self._owner is not None or self._exclusive_waiting:
-                    self._cond.wait(0.5)
-                    self._check_abort()
+                with self._parked(worker):
+                    while self._owner is not None or self._exclusive_waiting:
+                        self._cond.wait(0.5)
+                        self._check_abort()
                 self._on_state(worker, CompileState.COMPILED)
             self._shared += 1
         try:
@@ -124,9 +127,10 @@ class CompileGate:
                 if self._owner is not None or self._shared:
                     self.stats.waits += 1
                     self._on_state(worker, CompileState.WAITING_AT_GATE)
-                while self._owner is not None or self._shared:
-                    self._cond.wait(0.5)
-                    self._check_abort()
+                with self._parked(worker):
+                    while self._owner is not None or self._shared:
+                        self._cond.wait(0.5)
+                        self._check_abort()
             finally:
                 self._exclusive_waiting -= 1
             self._owner = worker

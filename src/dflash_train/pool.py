@@ -21,6 +21,7 @@ thread unblocks and ends; the first error is re-raised by `run()`.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -76,6 +77,8 @@ class PoolSpec:
     lr_at: Callable[[int], float] | None = None
     on_thread_start: Callable[[str, str], None] = lambda name, role: None
     on_thread_beat: Callable[[str, int | None], None] = lambda name, step: None
+    # context manager around waits released by another thread (barriers): see Telemetry.parked
+    parked: Callable[[str], Any] = lambda name: contextlib.nullcontext()
     thread_names: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -185,21 +188,22 @@ class ThreadPool:
                 acc_per_pos=[float(a) for a in metrics.get("acc_per_pos", [])],
                 tokens=int(tb.input_ids.numel()),
             )
-            self._wait(self._grad_barrier)
+            self._wait(self._grad_barrier, name)
             if spec.lr_at is not None:
                 lr = spec.lr_at(step)
                 for group in opt.param_groups:
                     group["lr"] = lr
             opt.step()
             spec.on_thread_beat(name, step + 1)
-            self._wait(self._end_barrier)
+            self._wait(self._end_barrier, name)
             step += 1
             if self._stop_after_step:
                 return
 
-    def _wait(self, barrier: threading.Barrier) -> None:
+    def _wait(self, barrier: threading.Barrier, name: str) -> None:
         try:
-            barrier.wait()
+            with self.spec.parked(name):
+                barrier.wait()
         except threading.BrokenBarrierError:
             raise PoolStopped() from None
 

@@ -58,6 +58,7 @@ class Telemetry:
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
         # compile attribution
+        self._parked: dict[str, int] = {}
         self._attribute_to: str | None = None
         self._compile_started: dict[str, float] = {}
         self._compile_owner: dict[str, str] = {}
@@ -133,6 +134,27 @@ class Telemetry:
                 ts.step = step
                 ts.last_step_time = now
 
+    @contextlib.contextmanager
+    def parked(self, name: str) -> Iterator[None]:
+        """The thread waits on a barrier or the compile gate, to be released by another thread.
+
+        While parked, the heartbeat keeps its last_beat_time fresh: a parked thread is as alive
+        as the thread it waits for, so a stall shows up on the thread that stopped, not on every
+        thread queued behind it.
+        """
+        with self._lock:
+            self._parked[name] = self._parked.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._parked[name] -= 1
+                if not self._parked[name]:
+                    del self._parked[name]
+                ts = self._threads.get(name)
+                if ts is not None:
+                    ts.last_beat_time = self.clock()
+
     def thread_failed(self, name: str, exc: BaseException) -> None:
         with self._lock:
             ts = self._threads.get(name)
@@ -197,6 +219,9 @@ class Telemetry:
         now = self.clock()
         with self._lock:
             self._status.heartbeat_time = now
+            for name in self._parked:
+                if name in self._threads:
+                    self._threads[name].last_beat_time = now
             st = self._status
             states = {t.name: t.compile_state for t in self._threads.values()}
         self.event(EventKind.HEARTBEAT, phase=st.phase, step=st.step, threads=states)

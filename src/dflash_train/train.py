@@ -171,6 +171,7 @@ class Trainer:
             allow_compile=self.compile_control.allow_compile,
             on_state=self._on_gate_state,
             on_recompile=self._on_recompile,
+            parked=tel.parked,
         )
         self.last_saved_step = -1
         self._tok_window: list[tuple[float, int]] = []
@@ -339,6 +340,7 @@ class Trainer:
 
         plan = self.prep.plan
         self.tel.set_phase(Phase.WARMING)
+        self.tel.set_compile_state("main", CompileState.WARMING)
         self.compile_control.default_stance()
         self.compile_control.apply_thread_compile_config()
         t_all = time.monotonic()
@@ -369,6 +371,7 @@ class Trainer:
         if plan.uses_cuda:
             torch.cuda.synchronize()
         self.compile_control.fail_on_recompile()
+        self.tel.set_compile_state("main", CompileState.COMPILED)
         secs = time.monotonic() - t_all
         graphs = sum(self.tel.thread(drafter_thread_name(r)).graphs for r in range(len(plan.drafter)))
         self.tel.event(EventKind.COMPILE, thread="main", state="warmup_done", seconds=round(secs, 3),
@@ -460,7 +463,7 @@ class Trainer:
             replicas=self.replicas, optimizers=self.optimizers, on_step_end=self.on_step_end,
             lr_at=lambda step: args.lr * min(1.0, (step + 1) / args.warmup_steps) if args.warmup_steps else args.lr,
             on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
-            on_thread_beat=self.tel.thread_beat,
+            on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
         )
         pool = ThreadPool(spec, self.gate)
         if args.eval_every:
