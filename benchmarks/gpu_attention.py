@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
 
 from dflash_train.attention import FlexAttention, SdpaAttention  # noqa: E402
 from dflash_train.config import ModelConfig  # noqa: E402
@@ -198,10 +199,17 @@ def main(argv=None) -> int:
         ctxs, anchor_counts, step_ctxs = args.ctx, args.anchors, args.step_ctx
         cfg = ModelConfig.preset("dflash-8b-like").with_(anchors_per_seq=args.step_anchors)
         iters, warmup = args.iters, args.warmup
+    # Every (shape) is its own compiled entry (dynamic=False); past the recompile limit (8 by
+    # default) dynamo would silently fall back to eager flex and the table would lie.
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 64)
     # CPU flex_attention has no backward (torch 2.13): the smoke run times its forward only.
     fwd_only_flex = device.type == "cpu"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"gpu_attention: torch {torch.__version__}, {name}, {dtype}")
+    if fwd_only_flex:
+        print("smoke run: flex is timed forward-only on CPU, so its ratios are NOT a measurement")
 
     rows = []
     for ctx in ctxs:

@@ -154,3 +154,19 @@ def test_choose_backend():
 def test_one_compiled_flex_per_process():
     # The compile gate controls compiles only if every caller shares one compiled object.
     assert compiled_flex_attention() is compiled_flex_attention()
+
+
+@pytest.mark.slow
+def test_new_anchors_each_step_do_not_recompile_flex():
+    # The trainer builds a fresh mask_mod closure (over new anchors) every step. If that forced
+    # a recompile, workers under fail_on_recompile would die every step: prove it does not.
+    flex = FlexAttention(compiled=True)
+    q, k, v, anchors = _qkv("cpu", torch.float32, seed=0)
+    with torch.no_grad():
+        flex(q, k, v, flex.build_mask(anchors, 64, 16))  # the one compile (warm-up)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            for seed in (1, 2, 3):
+                q, k, v, anchors = _qkv("cpu", torch.float32, seed=seed)
+                out = flex(q, k, v, flex.build_mask(anchors, 64, 16))
+                torch.testing.assert_close(out, SdpaAttention()(q, k, v, dense_mask(anchors, 64, 16)),
+                                           atol=1e-5, rtol=1e-5)

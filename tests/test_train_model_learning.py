@@ -98,6 +98,9 @@ def test_drafter_learns_and_tau_rises(target, source, one_thread):
     early_acc, late_acc = mean(accs[:50]), mean(accs[-50:])
     print(f"loss {early_loss:.3f} -> {late_loss:.3f}, acc {early_acc:.3f} -> {late_acc:.3f}, "
           f"tau {untrained.tau:.3f} -> {trained.tau:.3f} {trained.accepted_hist}")
+    # Measured here (2 shared cores, torch 2.13): loss 3.18 -> 2.30, acc 0.137 -> 0.298,
+    # tau 1.00 -> 3.62. The bounds leave room for other CPUs' float rounding.
     assert late_loss < 0.85 * early_loss
     assert late_acc > early_acc + 0.10
-    assert trained.tau > untrained.tau + 0.5
+    assert untrained.tau < 1.2
+    assert trained.tau > untrained.tau + 1.0

@@ -123,7 +123,7 @@ PRESETS: dict[str, ModelConfig] = {
         vocab_size=BYTE_VOCAB_SIZE, hidden_size=64, num_target_layers=4, num_drafter_layers=2,
         num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=192,
         target_layer_ids=(1, 3), max_seq_len=256, anchors_per_seq=8,
-        target_pretrain_steps=200,
+        target_pretrain_steps=150,
     ),
     # GPU smoke runs (compile race, pool) with real sequence buckets of 1k-4k.
     "small": ModelConfig(
