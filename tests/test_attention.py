@@ -157,16 +157,26 @@ def test_one_compiled_flex_per_process():
 
 
 @pytest.mark.slow
-def test_new_anchors_each_step_do_not_recompile_flex():
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_anchors_each_step_do_not_recompile_flex(device):
     # The trainer builds a fresh mask_mod closure (over new anchors) every step. If that forced
-    # a recompile, workers under fail_on_recompile would die every step: prove it does not.
+    # a recompile, workers under fail_on_recompile would die every step: prove it does not
+    # (CPU: forward; CUDA: forward and backward, as in training).
     flex = FlexAttention(compiled=True)
-    q, k, v, anchors = _qkv("cpu", torch.float32, seed=0)
-    with torch.no_grad():
-        flex(q, k, v, flex.build_mask(anchors, 64, 16))  # the one compile (warm-up)
-        with torch.compiler.set_stance("fail_on_recompile"):
-            for seed in (1, 2, 3):
-                q, k, v, anchors = _qkv("cpu", torch.float32, seed=seed)
-                out = flex(q, k, v, flex.build_mask(anchors, 64, 16))
-                torch.testing.assert_close(out, SdpaAttention()(q, k, v, dense_mask(anchors, 64, 16)),
-                                           atol=1e-5, rtol=1e-5)
+    grad = device == "cuda"
+
+    def call(seed):
+        q, k, v, anchors = _qkv(device, torch.float32, seed=seed)
+        q.requires_grad_(grad)
+        with torch.set_grad_enabled(grad):
+            out = flex(q, k, v, flex.build_mask(anchors, 64, 16))
+            if grad:
+                out.sum().backward()
+        ref = SdpaAttention()(q.detach(), k, v, dense_mask(anchors, 64, 16))
+        tol = 1e-5 if device == "cpu" else 2e-3
+        torch.testing.assert_close(out.detach(), ref, atol=tol, rtol=tol)
+
+    call(0)  # the one compile (warm-up)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for seed in (1, 2, 3):
+            call(seed)

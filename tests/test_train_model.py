@@ -136,3 +136,22 @@ def test_checkpoint_target_errors_are_clear(tmp_path):
     except ImportError:
         with pytest.raises(CheckpointError, match="needs the `transformers` package"):
             load_hf_target(tmp_path, cfg, "cpu", torch.float32)
+
+
+def test_checkpoint_target_taps_match_transformers_hidden_states(tmp_path):
+    # Runs where the optional `transformers` is installed (not on the 2-core dev box).
+    transformers = pytest.importorskip("transformers")
+    hf_cfg = transformers.Qwen3Config(vocab_size=300, hidden_size=64, num_hidden_layers=6,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      intermediate_size=128, max_position_embeddings=512)
+    transformers.Qwen3ForCausalLM(hf_cfg).save_pretrained(tmp_path)
+    cfg = config_from_checkpoint(tmp_path, CFG, num_taps=2)
+    target = build_target(cfg, seed=0, checkpoint_dir=tmp_path)
+    ids = torch.randint(0, 256, (1, 40))
+    out = target(ids)
+    ref = target.model(input_ids=ids, output_hidden_states=True)
+    torch.testing.assert_close(out.logits, ref.logits)
+    torch.testing.assert_close(out.taps[..., :64], ref.hidden_states[cfg.target_layer_ids[0] + 1])
+    drafter = build_drafter(cfg, target, seed=0)
+    noise = build_noise_blocks(ids, torch.tensor([[5, 20]]), cfg.block_size, cfg.mask_token_id)
+    assert drafter(out.taps, noise, torch.tensor([[5, 20]]), SdpaAttention()).shape == (1, 32, 300)

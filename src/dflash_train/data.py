@@ -125,13 +125,13 @@ def _require_file(path: Path) -> None:
         raise DataError(f"data path is not a file: {path} (give a .jsonl or text file)")
 
 
-def _join(docs: list[tuple[list[int], list[bool]]], name: str) -> TokenStream:
+def _join(docs: list[tuple[list[int], list[bool]]], name: str, eos_id: int = EOS_ID) -> TokenStream:
     tokens: list[int] = []
     mask: list[bool] = []
     for ids, m in docs:
         tokens.extend(ids)
         mask.extend(m)
-        tokens.append(EOS_ID)
+        tokens.append(eos_id)
         mask.append(False)
     if not tokens or not any(mask):
         raise DataError(f"{name} holds no trainable text (empty file or only prompts); add text")
@@ -150,7 +150,7 @@ def load_text(path: str | Path, tokenizer: Any | None = None) -> TokenStream:
     if not docs:
         raise DataError(f"data file is empty: {path} (it needs some text)")
     enc = [tokenizer.encode(d) for d in docs]
-    return _join([(ids, [True] * len(ids)) for ids in enc], str(path))
+    return _join([(ids, [True] * len(ids)) for ids in enc], str(path), tokenizer.eos_id)
 
 
 def load_jsonl(path: str | Path, tokenizer: Any | None = None) -> TokenStream:
@@ -184,7 +184,7 @@ def load_jsonl(path: str | Path, tokenizer: Any | None = None) -> TokenStream:
                             "\"prompt\" and \"response\" fields")
     if not docs:
         raise DataError(f"data file is empty: {path} (it needs JSON lines with text)")
-    return _join(docs, str(path))
+    return _join(docs, str(path), tokenizer.eos_id)
 
 
 def open_stream(spec: str | None = "synthetic", *, seed: int = 0, tokenizer: Any | None = None,

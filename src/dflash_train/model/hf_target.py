@@ -82,6 +82,29 @@ class HFTargetModel(nn.Module):
         return TargetOutput(logits=out.logits, taps=taps)
 
 
+class HFTokenizer:
+    """The checkpoint's own tokenizer, with the encode/decode/eos_id surface of ByteTokenizer,
+    for --data files when the target is a checkpoint (byte ids would mean nothing to it)."""
+
+    def __init__(self, checkpoint_dir: str | Path) -> None:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise CheckpointError("a target checkpoint needs the `transformers` package: "
+                                  "pip install transformers") from None
+        self.tok = AutoTokenizer.from_pretrained(str(checkpoint_dir))
+        self.eos_id = self.tok.eos_token_id if self.tok.eos_token_id is not None else 0
+        self.vocab_size = len(self.tok)
+
+    def encode(self, text: str | bytes) -> list[int]:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def decode(self, ids) -> str:
+        return self.tok.decode([int(i) for i in ids])
+
+
 def load_hf_target(checkpoint_dir: str | Path, cfg: ModelConfig, device, dtype) -> HFTargetModel:
     try:
         from transformers import AutoModelForCausalLM
