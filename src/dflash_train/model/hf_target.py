@@ -91,7 +91,7 @@ class HFTokenizer:
             from transformers import AutoTokenizer
         except ImportError:
             raise CheckpointError("a target checkpoint needs the `transformers` package: "
-                                  "pip install transformers") from None
+                                  "pip install 'dflash-tui[hf]'") from None
         self.tok = AutoTokenizer.from_pretrained(str(checkpoint_dir))
         self.eos_id = self.tok.eos_token_id if self.tok.eos_token_id is not None else 0
         self.vocab_size = len(self.tok)
@@ -110,7 +110,7 @@ def load_hf_target(checkpoint_dir: str | Path, cfg: ModelConfig, device, dtype) 
         from transformers import AutoModelForCausalLM
     except ImportError:
         raise CheckpointError("a target checkpoint needs the `transformers` package: "
-                              "pip install transformers (or run without --target-checkpoint "
+                              "pip install 'dflash-tui[hf]' (or run without --target-checkpoint "
                               "to use the built-in target)") from None
     read_hf_config(checkpoint_dir)
     model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), torch_dtype=dtype)
