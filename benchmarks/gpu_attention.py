@@ -53,6 +53,20 @@ def timed(fn, device, iters, warmup):
     return statistics.median(times)
 
 
+def sdpa_kernel_name(backend, q, k, v, mask) -> str:
+    """Which fused SDPA kernel serves the dense-mask path: a fair baseline must not be the
+    math fallback. Probed by allowing only the memory-efficient kernel once."""
+    if q.device.type != "cuda":
+        return "cpu"
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    try:
+        with torch.no_grad(), sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            backend(q, k, v, mask)
+        return "memory-efficient"
+    except RuntimeError:
+        return "NOT memory-efficient (math or other fallback)"
+
+
 def allowed_pairs(anchors: torch.Tensor, block: int) -> int:
     # Each query of the block anchored at a sees a context positions and its block of `block`.
     return int(((anchors + block) * block).sum())
@@ -87,6 +101,7 @@ def attention_case(device, dtype, ctx, num_anchors, heads, kv_heads, head_dim, b
                 with torch.no_grad():
                     backend(qq, kk, vv, mask)
 
+        kernel = "flex (compiled)" if backend.name == "flex" else sdpa_kernel_name(backend, q, k, v, mask)
         t0 = time.perf_counter()
         step()  # first call compiles (flex) or picks kernels (sdpa)
         sync(device)
@@ -96,7 +111,7 @@ def attention_case(device, dtype, ctx, num_anchors, heads, kv_heads, head_dim, b
         rows.append(dict(part="attention", backend=backend.name, ctx=ctx, anchors=num_anchors,
                          q_len=q_len, kv_len=ctx + q_len, pass_="fwd+bwd" if backward else "fwd",
                          ms=sec * 1e3, tflops=flops / sec / 1e12, first_call_s=first_s,
-                         mask_ms=mask_s * 1e3))
+                         mask_ms=mask_s * 1e3, kernel=kernel))
     return rows
 
 
@@ -231,7 +246,7 @@ def main(argv=None) -> int:
     print("\nMask build per step (BlockMask for flex, dense bool for sdpa):")
     for r in rows:
         print(f"  mask build {r['backend']:5s} ctx={r['ctx']} anchors={r['anchors']}: "
-              f"{r['mask_ms']:.1f} ms (median of 3, after a warm-up build)")
+              f"{r['mask_ms']:.1f} ms (median of 3, after a warm-up build); kernel: {r['kernel']}")
     if args.json:
         with args.json.open("w") as fh:
             for r in rows + step_rows:

@@ -57,8 +57,15 @@ class SdpaAttention(AttentionBackend):
         return dense_mask(anchors, ctx_len, block_size)
 
     def __call__(self, q, k, v, mask):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                              enable_gqa=q.shape[1] != k.shape[1])
+        groups = q.shape[1] // k.shape[1]
+        if groups > 1 and q.device.type == "cuda":
+            # The fused kernel that takes an arbitrary mask (memory-efficient attention) does
+            # not take enable_gqa in every torch we support; SDPA would then drop to the math
+            # path (full fp32 score matrix, many GB at 8k context). Expanding K/V costs far less.
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=groups > 1)
 
 
 class FlexAttention(AttentionBackend):
