@@ -72,6 +72,11 @@ def test_target_rejects_too_long_sequences(target):
         target(torch.zeros(1, 300, dtype=torch.long))
 
 
+def test_target_rejects_ids_outside_the_vocab(target):
+    with pytest.raises(ValueError, match="token ids 0..999 outside the vocab of 260"):
+        target(torch.tensor([[0, 999]]))
+
+
 def test_drafter_trains_only_its_own_weights_and_shares_the_targets(target):
     drafter = build_drafter(CFG, target, seed=0)
     names = {n for n, _ in drafter.named_parameters()}

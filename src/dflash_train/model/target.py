@@ -34,6 +34,12 @@ def check_token_batch(input_ids: torch.Tensor, cfg: ModelConfig, what: str = "in
     if input_ids.shape[1] > cfg.max_seq_len:
         raise ValueError(f"{what} has {input_ids.shape[1]} positions, more than max_seq_len "
                          f"{cfg.max_seq_len}: use a shorter sequence bucket or a larger preset")
+    if input_ids.device.type == "cpu" and input_ids.numel():
+        # Value check only where it costs no device sync (on CUDA it would be an opaque assert).
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= cfg.vocab_size:
+            raise ValueError(f"{what} holds token ids {lo}..{hi} outside the vocab of "
+                             f"{cfg.vocab_size}: the data's tokenizer does not match the target")
 
 
 class CausalSelfAttention(nn.Module):
@@ -97,7 +103,6 @@ class TargetModel(nn.Module):
         x = self.embed_tokens(input_ids)
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
-        taps = []
         wanted = set(self.cfg.target_layer_ids)
         by_layer = {}
         for i, layer in enumerate(self.layers):
