@@ -53,7 +53,10 @@ def test_default_target_has_learnable_structure_a_random_one_does_not(target, so
     fit_match = (fitted.greedy[:, 1:] == batch.input_ids[:, 1:]).float().mean().item()
     rand_match = (rand.greedy[:, 1:] == batch.input_ids[:, 1:]).float().mean().item()
     assert fit_match > 0.6 > 0.1 > rand_match, (fit_match, rand_match)
-    # Free-running: the pre-fit target writes words of the language, not one repeated token.
+    # Free-running: the random target repeats one token (measured: token 109 forever, for init
+    # seeds 0, 1 and 2), so a drafter that always guesses it would score τ = block: the trap.
+    # The pre-fit target writes words of the language (17-21 distinct bytes per 48).
+    assert len(set(_greedy_continuation(random_target, prompts[0], 48).tolist())) <= 2
     text = bytes(_greedy_continuation(target, prompts[0], 48).tolist()).decode("ascii", "replace")
     assert len(set(text)) >= 8 and " " in text, text
 
