@@ -43,6 +43,8 @@ def _status(run_dir):
     (["--data", "/nonexistent/corpus.jsonl"], "--data /nonexistent/corpus.jsonl: no such file"),
     (["--preset", "huge"], "unknown model preset 'huge'"),
     (["--buckets", "8"], "--buckets [8]: each length must be"),
+    (["--eval-prompt-len", "200", "--eval-new-tokens", "64"], "exceeds max_seq_len 256"),
+    (["--drafter-devices", ",".join(["cpu"] * ((os.cpu_count() or 1) + 1))], "cpu threads but this machine has"),
 ])
 def test_bad_arguments_fail_fast_with_one_line(tmp_path, args, expect):
     t0 = time.monotonic()

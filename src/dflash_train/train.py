@@ -89,6 +89,8 @@ class Prepared:
     buckets: tuple[int, ...]          # warmed up in the main thread
     compile_backend: str | None
     cold_buckets: tuple[int, ...] = ()  # also trained on, never warmed
+    source: Any = None                  # BatchSource over buckets + cold_buckets
+    prompts: Any = None                 # held-out eval prompts [n, len], None without eval
 
 
 def prepare(args: TrainArgs) -> Prepared:
@@ -141,14 +143,30 @@ def prepare(args: TrainArgs) -> Prepared:
         stream = open_stream(args.data, seed=args.seed)
     except DataError as exc:
         raise ConfigError(str(exc)) from None
+    from dflash_train.data import BatchSource
+
+    cold_only = tuple(b for b in cold if b not in buckets)
+    try:
+        source = BatchSource(stream, args.batch_size, buckets + cold_only, seed=args.seed)
+        prompts = source.heldout_prompts(args.eval_prompts, args.eval_prompt_len) if args.eval_every else None
+    except DataError as exc:
+        raise ConfigError(str(exc)) from None
+    if args.eval_every:
+        from dflash_train.verify import eval_context_len
+
+        try:
+            eval_context_len(args.eval_prompt_len, args.eval_new_tokens, cfg.block_size, cfg.max_seq_len)
+        except ValueError as exc:
+            raise ConfigError(f"--eval-prompt-len/--eval-new-tokens: {exc}") from None
     compile_backend = args.compile
     if compile_backend == "auto":
         # CUDA: the flex kernel is compiled by the attention backend; the rest stays eager.
         # CPU: trace the drafter with dynamo (cheap 'eager' backend) so the compile machinery,
         # the gate and the dashboard's compile view are exercised without a GPU.
         compile_backend = "off" if plan.uses_cuda else "eager"
-    return Prepared(plan=plan, cfg=cfg, stream=stream, buckets=buckets, cold_buckets=tuple(b for b in cold if b not in buckets),
-                    compile_backend=None if compile_backend == "off" else compile_backend)
+    return Prepared(plan=plan, cfg=cfg, stream=stream, buckets=buckets, cold_buckets=cold_only,
+                    compile_backend=None if compile_backend == "off" else compile_backend,
+                    source=source, prompts=prompts)
 
 
 def _parse_lengths(text: str, option: str) -> tuple[int, ...]:
@@ -195,7 +213,6 @@ class Trainer:
         import torch
 
         from dflash_train.attention.backends import choose_backend
-        from dflash_train.data import BatchSource
         from dflash_train.model.drafter import build_drafter
         from dflash_train.model.target import build_target
 
@@ -208,7 +225,7 @@ class Trainer:
         torch.manual_seed(args.seed)
         self._set_cpu_threads(torch)
 
-        self.source = BatchSource(prep.stream, args.batch_size, prep.buckets + prep.cold_buckets, seed=args.seed)
+        self.source = prep.source
         cold = f" + cold {list(prep.cold_buckets)} (not warmed)" if prep.cold_buckets else ""
         self.tel.log(f"data: {prep.stream.name}, {len(prep.stream)} tokens, buckets {list(prep.buckets)}{cold}, "
                      f"batch {args.batch_size} per drafter thread")
@@ -243,7 +260,7 @@ class Trainer:
         self.step_models = [torch.compile(m, backend=backend, dynamic=False) if backend else m
                             for m in self.replicas]
         self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
-        self.prompts = self.source.heldout_prompts(args.eval_prompts, args.eval_prompt_len)
+        self.prompts = prep.prompts
 
     def _set_cpu_threads(self, torch) -> None:
         """Intra-op threads per worker on CPU.
