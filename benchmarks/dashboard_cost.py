@@ -134,16 +134,21 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 import cProfile
                 prof = cProfile.Profile()
                 prof.enable()
+            frames = _count_frames(self.screen)
             c0, a0, w0 = cpu(), cpu(helpers), time.monotonic()
             lags, rss, agent_rss = [], 0, 0
+            tick = 0
             while time.monotonic() - w0 < seconds:
                 await asyncio.sleep(0.1)
-                lines = self.log_pane.lines.lines()
-                if lines:
+                last = self.log_pane.lines.last_line()
+                if last:
                     try:
-                        lags.append(time.time() - float(lines[-1].split()[0]))
+                        lags.append(time.time() - float(last.split()[0]))
                     except ValueError:
                         pass   # a marker line
+                tick += 1
+                if tick % 5:
+                    continue   # memory every half second: the measuring should cost ~nothing
                 rss = max(rss, me.memory_info().rss)
                 for h in helpers:
                     try:
@@ -155,7 +160,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 prof.disable()
                 prof.dump_stats(os.environ["DFLASH_BENCH_CPROFILE"])
             lags.sort()
-            result.update(cpu_s=c1 - c0, agent_cpu_s=a1 - a0, wall_s=w1 - w0, rss=rss, agent_rss=agent_rss,
+            result.update(frames=frames[0], cpu_s=c1 - c0, agent_cpu_s=a1 - a0, wall_s=w1 - w0, rss=rss, agent_rss=agent_rss,
                           lag_max=lags[-1] if lags else None,
                           lag_p50=lags[len(lags) // 2] if lags else None,
                           lag_p99=lags[int(len(lags) * 0.99)] if lags else None,
@@ -171,6 +176,18 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     app.run(headless=True, size=(120, 40))
     Path(out).write_text(json.dumps(result))
     return 0
+
+
+def _count_frames(screen) -> list[int]:
+    """Count the screen's repaints from now on (a diagnostic printed beside the CPU figure)."""
+    n = [0]
+    paint = screen._compositor_refresh
+
+    def counted(*args, **kwargs):
+        n[0] += 1
+        return paint(*args, **kwargs)
+    screen._compositor_refresh = counted
+    return n
 
 
 def _busy_gpu(i: int):
@@ -259,6 +276,8 @@ def main() -> int:
           f"{args.threads} threads in status.json, {args.gpus} fake-NVML GPUs, 1 Hz refresh; "
           f"{args.seconds:.0f} s measured after {args.warmup:.0f} s warm-up")
     print(f"of which the agent: {100 * r['agent_cpu_s'] / r['wall_s']:.2f}% of one core")
+    print(f"repaints: {r['frames'] / r['wall_s']:.1f} a second; load average during the run: "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print(f"dashboard saw: verdict {r['verdict']}, {r['gpus_shown']} GPUs, {r['threads_shown']} threads, "
           f"{r['lines_kept']} log lines kept")
     print()

@@ -42,6 +42,7 @@ from .threads import ThreadsPane
 LOG_POLL_S = 0.5   # two polls a second: under 1 s behind the file, half the redraws of 4 Hz
 EVENTS_POLL_S = 1.0
 RETRY_MAX_S = 5.0
+REPORT_HOLD_S = 0.2   # the longest a report waits for the log poll it triggers
 RUN_ACTIONS = ("relaunch", "stop", "canary")
 TABS = ("tab-log", "tab-threads", "tab-gpus", "tab-metrics")
 
@@ -89,6 +90,8 @@ class DashboardApp(App[None]):
         self.received_at: float | None = None
         self.log_name = TRAIN_LOG
         self._run_id: str | None = None
+        self._report_arrived = asyncio.Event()
+        self._pending_report: RunReport | None = None
         self.quit_message = ""
 
     # -- layout -----------------------------------------------------------------------------
@@ -140,7 +143,11 @@ class DashboardApp(App[None]):
         while True:
             try:
                 async for report in self.source.reports():
-                    self.on_report(report)
+                    # Held for the log poll it wakes, so both repaint in one frame; drawn
+                    # alone if that poll does not come back quickly (a slow transport).
+                    self._pending_report = report
+                    self._report_arrived.set()
+                    self.set_timer(REPORT_HOLD_S, self._apply_pending_report)
                     delay = 1.0
                 return
             except (TargetError, OSError, ActionError) as exc:
@@ -149,6 +156,11 @@ class DashboardApp(App[None]):
                 self.log_pane.problem = f"monitor: {one_line(str(exc))}"
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
+
+    def _apply_pending_report(self) -> None:
+        report, self._pending_report = self._pending_report, None
+        if report is not None:
+            self.on_report(report)
 
     @work(exclusive=True, group="gpus")
     async def watch_gpus(self) -> None:
@@ -176,6 +188,7 @@ class DashboardApp(App[None]):
                 pane.problem = f"cannot read: {one_line(str(exc))}"
                 delay = min(max(delay * 2, 1.0), RETRY_MAX_S)
             else:
+                self._apply_pending_report()   # same synchronous block: one frame for both
                 if pane.problem:
                     pane.problem = ""
                 pane.missing = not follower.exists
@@ -183,7 +196,7 @@ class DashboardApp(App[None]):
                 if lines:
                     pane.lines.append(lines)
                     pane.update_title()
-            await asyncio.sleep(delay)
+            await self._next_poll(delay)
 
     @work(exclusive=True, group="events")
     async def follow_events(self) -> None:
@@ -199,7 +212,19 @@ class DashboardApp(App[None]):
                 delay = EVENTS_POLL_S
                 if lines:
                     metrics.add_lines(lines)
-            await asyncio.sleep(delay)
+            await self._next_poll(delay)
+
+    async def _next_poll(self, delay: float) -> None:
+        """Sleep `delay`, or less if a report arrives first: polling right behind the report
+        lets the log and the checklist repaint in one frame instead of two."""
+        if delay > RETRY_MAX_S / 2:
+            await asyncio.sleep(delay)   # backing off after errors: do not let reports hurry it
+            return
+        self._report_arrived.clear()
+        try:
+            await asyncio.wait_for(self._report_arrived.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
 
     def on_report(self, report: RunReport) -> None:
         self.report = report

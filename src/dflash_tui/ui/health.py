@@ -8,7 +8,7 @@ report's own clock (the target's), so they never depend on skew between laptop a
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
+from rich.segment import Segment
 from rich.text import Text
 from textual.widgets import Static
 
@@ -63,21 +63,44 @@ def _cause_and_hint(cause: str, hint: str) -> Text:
     return text
 
 
+class ChecklistRows:
+    """The checks as aligned one-line rows: state, check, cause → hint, age.
+
+    Laid out by hand rather than with rich's Table: this redraws every second, and fixed
+    columns with an ellipsis on the one flexible column cost a fraction of a table measure.
+    """
+
+    def __init__(self, report: RunReport) -> None:
+        self.report = report
+
+    def __rich_console__(self, console, options):
+        report = self.report
+        checks = report.checklist.checks
+        width = options.max_width
+        label_w = min(LABEL_MAX, max((len(c.label) for c in checks), default=0))
+        flex = max(8, width - STATE_W - label_w - AGE_W - 3)
+        for check in checks:
+            since = None if check.since is None else report.time - check.since
+            row = Text(no_wrap=True, overflow="ellipsis", end="")
+            row.append(STATE_SYMBOL[check.state].ljust(STATE_W), _STATE_STYLE[check.state])
+            row.append(" ")
+            label = check.label if len(check.label) <= label_w else check.label[: label_w - 1] + "…"
+            row.append(label.ljust(label_w))
+            row.append(" ")
+            cause = _cause_and_hint(check.cause, check.hint)
+            cause.truncate(flex, overflow="ellipsis", pad=True)
+            row.append_text(cause)
+            row.append(" ")
+            row.append((age(since) if since is not None else "").rjust(AGE_W))
+            yield row
+            yield Segment.line()
+
+
+STATE_W, LABEL_MAX, AGE_W = 9, 26, 6
+
+
 def render_checklist(report: RunReport) -> Group:
     cl = report.checklist
-    table = Table.grid(padding=(0, 1), expand=True)
-    table.add_column("state", no_wrap=True, width=9)
-    table.add_column("check", no_wrap=True, max_width=26, overflow="ellipsis")
-    table.add_column("cause → hint", ratio=1, no_wrap=True, overflow="ellipsis")
-    table.add_column("age", no_wrap=True, justify="right", width=6)
-    for check in cl.checks:
-        since = None if check.since is None else report.time - check.since
-        table.add_row(
-            Text(STATE_SYMBOL[check.state], style=_STATE_STYLE[check.state]),
-            check.label,
-            _cause_and_hint(check.cause, check.hint),
-            age(since) if since is not None else "",
-        )
     parts: list = []
     if cl.summary:
         style = "bold red" if cl.verdict.failing else ("green" if cl.verdict.healthy else "")
@@ -85,7 +108,7 @@ def render_checklist(report: RunReport) -> Group:
     if report.error:
         parts.append(Text(f"poll error: {one_line(report.error)}", style="yellow", no_wrap=True,
                           overflow="ellipsis"))
-    parts.append(table)
+    parts.append(ChecklistRows(report))
     if cl.verdict is Verdict.CRASHED and report.last_traceback:
         tail = report.last_traceback.rstrip().splitlines()[-TRACEBACK_LINES:]
         tb = Text("\n".join(tail), style="red", no_wrap=True, overflow="ellipsis")

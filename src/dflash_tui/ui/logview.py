@@ -29,6 +29,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Log levels in capitals, Python exception lines ("ValueError: ..."), and error events.
 # Anchored on literal words (no leading \w*), so a thousand lines a second cost little.
 _ERROR = re.compile(r"Error:|Exception:|\b(?:ERROR|CRITICAL|FATAL)\b|\"kind\":\s*\"error\"")
+# Literal pieces every _ERROR match contains: a plain substring scan (fast) rules a batch out.
+_ERROR_HINTS = ("Error:", "Exception:", "ERROR", "CRITICAL", "FATAL", '"error"')
 _TB_START = "Traceback (most recent call last):"
 _TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 MAX_LINE_CHARS = 2000
@@ -121,6 +123,9 @@ class LogLines(ScrollView, can_focus=True):
     def lines(self) -> list[str]:
         return list(self._lines)
 
+    def last_line(self) -> str | None:
+        return self._lines[-1] if self._lines else None
+
     def kinds(self) -> list[int]:
         return list(self._kinds)
 
@@ -136,7 +141,7 @@ class LogLines(ScrollView, can_focus=True):
         self._lines.extend(cleaned)
         classify = self._classify
         blob = "\n".join(cleaned)
-        if classify.in_traceback or _TB_START in blob or _ERROR.search(blob):
+        if classify.in_traceback or _TB_START in blob or any(h in blob for h in _ERROR_HINTS):
             self._kinds.extend(classify(line) for line in cleaned)
         else:
             self._kinds.extend([PLAIN] * len(cleaned))   # one search over the batch said: no errors
