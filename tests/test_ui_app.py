@@ -468,3 +468,22 @@ async def test_streams_keep_updating_under_a_modal():
         await pilot.press("escape")
         assert "CRASHED" in header_text(app)
         assert app.log_pane.lines.lines()[-1] == "Traceback (most recent call last):"
+
+
+async def test_reports_render_even_when_the_log_poll_hangs():
+    class HangingFollower:
+        exists = True
+
+        async def poll(self):
+            await asyncio.Event().wait()   # a transport that never answers
+
+    class Source(R.ReplaySource):
+        def follow(self, name):
+            return HangingFollower()
+
+    src = Source(reports=[R.healthy()])
+    app = DashboardApp(lambda name: src, "h200", clock=Clock())
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None, timeout=2)
+        src.push_report(R.crashed())
+        await until(pilot, lambda: "CRASHED" in header_text(app), timeout=2)

@@ -1,0 +1,89 @@
+"""The dashboard on the live path (SessionSource: RunMonitor, LogFollower over the agent, real
+asyncssh to the loopback sshd), through an SSH drop: the panes keep their last data marked
+stale, the app reconnects and resumes, and the run on the target is not touched."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.config import Profile
+from dflash_tui.run.verdict import Verdict
+from dflash_tui.session import Session
+from dflash_tui.ui.app import DashboardApp
+from dflash_tui.ui.header import RunHeader
+from dflash_tui.ui.session_source import SessionSource
+
+from tests.run_standins import PROGRAM
+
+pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+async def until(pilot, cond, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached in time"
+        await pilot.pause(0.1)
+
+
+def header(app) -> str:
+    from rich.console import Console
+    console = Console(width=200, record=True, color_system=None)
+    h = app.query_one(RunHeader)
+    console.print(h.query_one("#verdict").content)
+    console.print(h.query_one("#where").content)
+    return console.export_text()
+
+
+async def test_ssh_drop_marks_stale_then_resumes_and_the_run_lives(sshd, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    profile = Profile(name="drop", run_dir=str(tmp_path / "run"), host=sshd.host, port=sshd.port,
+                      user=sshd.user, identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts),
+                      python=sys.executable, command=(sys.executable, PROGRAM, "beat"),
+                      train_args=("--interval=0.2",), stall_after_s=30.0, stop_grace_s=3.0, min_free_gb=0.0)
+    async with Session(profile) as s:
+        out = await s.launch()
+        assert out.run_id, out.checklist
+    pid = out.evidence.launch.pid if out.evidence and out.evidence.launch else None
+
+    app = DashboardApp(lambda name: SessionSource(profile), "drop")
+    try:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await until(pilot, lambda: app.report is not None
+                        and app.report.checklist.verdict is Verdict.RUNNING, 30)
+            pid = app.report.launch.pid
+            await until(pilot, lambda: app.log_pane.lines.line_count > 0, 10)
+            lines_before = app.log_pane.lines.line_count
+
+            sshd.kill_sessions()        # the network cut: every connection dies...
+            sshd.stop()                 # ...and the host stays unreachable for a while
+            try:
+                await until(pilot, lambda: not app.report.connected, 20)
+                await until(pilot, lambda: "STALE: connection lost" in header(app), 5)
+                assert app.screen.has_class("-stale")
+                # Last data kept: the checklist and the log are still there.
+                assert app.report.checklist.checks and app.log_pane.lines.line_count >= lines_before
+                assert alive(pid), "the SSH drop must not touch the run"
+            finally:
+                sshd.start()
+            await until(pilot, lambda: app.report.connected
+                        and app.report.checklist.verdict is Verdict.RUNNING, 60)
+            await until(pilot, lambda: "STALE" not in header(app), 5)
+            assert app.report.launch.pid == pid and alive(pid)
+            n = app.log_pane.lines.line_count
+            await until(pilot, lambda: app.log_pane.lines.line_count > n, 10)   # the log flows again
+    finally:
+        async with Session(profile) as s:
+            await s.stop()
