@@ -43,6 +43,7 @@ def _status(run_dir):
     (["--data", "/nonexistent/corpus.jsonl"], "--data /nonexistent/corpus.jsonl: no such file"),
     (["--preset", "huge"], "unknown model preset 'huge'"),
     (["--buckets", "8"], "--buckets [8]: each length must be"),
+    (["--attention", "flex"], "--attention flex cannot train on cpu"),
     (["--eval-prompt-len", "200", "--eval-new-tokens", "64"], "exceeds max_seq_len 256"),
     (["--drafter-devices", ",".join(["cpu"] * ((os.cpu_count() or 1) + 1))], "cpu threads but this machine has"),
 ])

@@ -121,6 +121,9 @@ def prepare(args: TrainArgs) -> Prepared:
         plan = plan_devices(args.target_devices, args.drafter_devices, threads_per_gpu=args.threads_per_gpu)
     except DeviceError as exc:
         raise ConfigError(str(exc)) from None
+    if args.attention == "flex" and "cpu" in plan.drafter:
+        raise ConfigError("--attention flex cannot train on cpu drafter devices (flex_attention has no "
+                          "CPU backward in this torch): use --attention auto or sdpa there")
     try:
         cfg = ModelConfig.preset(args.preset)
     except ValueError as exc:
