@@ -31,8 +31,10 @@ import torch._dynamo  # noqa: E402
 
 from dflash_train.attention import FlexAttention, SdpaAttention  # noqa: E402
 from dflash_train.config import ModelConfig  # noqa: E402
-from dflash_train.model.drafter import DFlashDrafter  # noqa: E402
-from dflash_train.objective import TargetBatch, drafter_loss, sample_anchors  # noqa: E402
+from dflash_train.model.drafter import DFlashDrafter, build_drafter  # noqa: E402
+from dflash_train.model.target import TargetModel  # noqa: E402
+from dflash_train.objective import (TargetBatch, build_noise_blocks, drafter_loss,  # noqa: E402
+                                    sample_anchors)
 
 
 def sync(device):
@@ -170,6 +172,66 @@ def drafter_step_case(device, dtype, cfg, ctx, iters, warmup, fwd_only_flex):
     return rows
 
 
+def max_diff(a, b) -> float:
+    return float((a.float() - b.float()).abs().max())
+
+
+def equivalence_checks(device, grads: bool) -> bool:
+    """Same inputs through both paths: attention alone (fp32 forward; bf16 forward and
+    gradients at a DFlash shape) and the whole drafter forward. The pytest-free twin of
+    tests/test_attention.py for a machine without pytest. Returns True when all pass."""
+    flex, sdpa = FlexAttention(compiled=True), SdpaAttention()
+    g = torch.Generator().manual_seed(0)
+    results = []
+
+    def attention_pair(dtype, hq, hkv, ctx, n_anchors, d, with_grad):
+        anchors, _ = sample_anchors(torch.ones(1, ctx, dtype=torch.bool), n_anchors, 16, g)
+        anchors = anchors.to(device)
+        q_len = n_anchors * 16
+        base = [torch.randn(1, h, n, d, generator=g).to(device, dtype)
+                for h, n in ((hq, q_len), (hkv, ctx + q_len), (hkv, ctx + q_len))]
+        outs = []
+        for backend in (flex, sdpa):
+            qkv = [t.clone().requires_grad_(with_grad) for t in base]
+            with torch.set_grad_enabled(with_grad):
+                out = backend(*qkv, backend.build_mask(anchors, ctx, 16))
+                if with_grad:
+                    out.float().square().sum().backward()
+            outs.append((out.detach(), [t.grad for t in qkv] if with_grad else []))
+        return outs
+
+    (fo, _), (so, _) = attention_pair(torch.float32, 4, 2, 256, 8, 64, False)
+    results.append(("attention fwd, fp32, 4/2 heads x 64, ctx 256, 8 anchors", max_diff(fo, so), 2e-3))
+    if device.type == "cuda":
+        (fo, fg), (so, sg) = attention_pair(torch.bfloat16, 32, 8, 1024, 64, 128, grads)
+        scale = float(so.float().abs().max())
+        results.append(("attention fwd, bf16, 32/8 heads x 128, ctx 1024, 64 anchors",
+                        max_diff(fo, so) / scale, 2e-2))
+        for name, a, b in zip("qkv", fg, sg):
+            results.append((f"attention d{name}, bf16 (relative to max |grad|)",
+                            max_diff(a, b) / float(b.float().abs().max()), 5e-2))
+    cfg = ModelConfig.preset("tiny").with_(target_pretrain_steps=0)
+    drafter = build_drafter(cfg, TargetModel(cfg), seed=0, device=device)
+    ids = torch.randint(0, 256, (2, 128), generator=g)
+    anchors, _ = sample_anchors(torch.ones(2, 128, dtype=torch.bool), cfg.anchors_per_seq, 16, g)
+    noise = build_noise_blocks(ids, anchors, 16, cfg.mask_token_id).to(device)
+    taps = torch.randn(2, 128, cfg.tap_size, generator=g).to(device)
+    with torch.no_grad():
+        a = drafter(taps, noise, anchors.to(device), flex)
+        b = drafter(taps, noise, anchors.to(device), sdpa)
+    results.append(("whole drafter forward, tiny preset, fp32 (logits)", max_diff(a, b), 5e-3))
+
+    print("\n### Same inputs through both paths (max |flex - sdpa|)\n")
+    print("| case | max diff | tolerance | result |")
+    print("| --- | ---: | ---: | --- |")
+    ok = True
+    for name, diff, tol in results:
+        good = diff <= tol
+        ok &= good
+        print(f"| {name} | {diff:.2e} | {tol:.0e} | {'PASS' if good else 'FAIL'} |")
+    return ok
+
+
 def ratio_table(rows, keys, title, flops_key):
     print(f"\n### {title}\n")
     print("| " + " | ".join(keys) + " | pass | flex ms | sdpa ms | speed-up of flex | flex TFLOP/s "
@@ -197,6 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", type=Path, help="also write every row as JSON lines here")
+    ap.add_argument("--check-only", action="store_true",
+                    help="only the flex-vs-SDPA equivalence checks (no timing)")
     args = ap.parse_args(argv)
 
     if args.smoke:
@@ -226,6 +290,9 @@ def main(argv=None) -> int:
     if fwd_only_flex:
         print("smoke run: flex is timed forward-only on CPU, so its ratios are NOT a measurement")
 
+    equivalent = equivalence_checks(device, grads=not fwd_only_flex)
+    if args.check_only:
+        return 0 if equivalent else 1
     rows = []
     for ctx in ctxs:
         for a in anchor_counts:
@@ -251,7 +318,9 @@ def main(argv=None) -> int:
         with args.json.open("w") as fh:
             for r in rows + step_rows:
                 fh.write(json.dumps(r) + "\n")
-    return 0
+    if not equivalent:
+        print("\nFAIL: flex and SDPA disagree beyond tolerance (table above)")
+    return 0 if equivalent else 1
 
 
 if __name__ == "__main__":

@@ -180,3 +180,22 @@ def test_new_anchors_each_step_do_not_recompile_flex(device):
     with torch.compiler.set_stance("fail_on_recompile"):
         for seed in (1, 2, 3):
             call(seed)
+
+
+@pytest.mark.parametrize("batch, ctx, n_anchors", [(2, 64, 3), (1, 300, 20), (3, 1000, 40)])
+def test_block_mask_has_the_same_tiles_as_torchs_create_block_mask(batch, ctx, n_anchors):
+    from dflash_train.attention.masks import dflash_block_mask, reference_block_mask
+
+    g = torch.Generator().manual_seed(ctx)
+    anchors = torch.stack([torch.randperm(ctx - 16, generator=g)[:n_anchors].sort().values + 1
+                           for _ in range(batch)])
+    mine, ref = dflash_block_mask(anchors, ctx, 16), reference_block_mask(anchors, ctx, 16)
+    assert mine.seq_lengths == ref.seq_lengths
+    for num, idx in (("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices"),
+                     ("q_num_blocks", "q_indices"), ("full_q_num_blocks", "full_q_indices")):
+        a_num, b_num = getattr(mine, num), getattr(ref, num)
+        assert torch.equal(a_num, b_num), num
+        a_idx, b_idx = getattr(mine, idx), getattr(ref, idx)
+        for pos in torch.nonzero(a_num >= 0).tolist():
+            n = int(a_num[tuple(pos)])
+            assert torch.equal(a_idx[tuple(pos)][:n].long(), b_idx[tuple(pos)][:n].long()), idx

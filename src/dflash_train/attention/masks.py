@@ -8,6 +8,9 @@ Queries are the noise blocks. A query in block i (anchored at a_i) sees the cont
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 
@@ -42,9 +45,47 @@ def dense_mask(anchors: torch.Tensor, ctx_len: int, block_size: int) -> torch.Te
     return dflash_mask_mod(anchors, ctx_len, block_size)(b, h, q, kv)
 
 
-def dflash_block_mask(anchors: torch.Tensor, ctx_len: int, block_size: int):
-    """The flex BlockMask for the same mask. Built eagerly (not compiled): compiling it would
-    add a second per-shape torch.compile call in every worker, outside the compile gate."""
+@functools.cache
+def _from_kv_blocks_takes_seq_lengths() -> bool:
+    from torch.nn.attention.flex_attention import BlockMask
+
+    return "seq_lengths" in inspect.signature(BlockMask.from_kv_blocks).parameters
+
+
+def _sparse_index(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[..., q_tiles, kv_tiles] bool -> (count per q tile, kv tile indices with the set ones
+    first, in order): the layout BlockMask.from_kv_blocks takes."""
+    num = tiles.sum(-1, dtype=torch.int32)
+    order = torch.argsort((~tiles).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return num, order
+
+
+def dflash_block_mask(anchors: torch.Tensor, ctx_len: int, block_size: int, tile: int = 128):
+    """The flex BlockMask for the same mask, built from the dense mask by tile counts.
+
+    Same block structure as create_block_mask(dflash_mask_mod(...)) (tested), without its vmap:
+    that path materialises int64 intermediates of the full [Q, KV] size (GBs at 8k context), and
+    compiling it instead would add a second per-shape torch.compile in every worker, outside the
+    compile gate. Tiles are `full` (kernel skips mask_mod) or `partial` (kernel applies it)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    if not _from_kv_blocks_takes_seq_lengths():
+        return reference_block_mask(anchors, ctx_len, block_size)  # older torch: its own way
+    batch, q_len, kv_len = mask_shape(anchors, ctx_len, block_size)
+    q_tiles, kv_tiles = -(-q_len // tile), -(-kv_len // tile)
+    dense = torch.nn.functional.pad(dense_mask(anchors, ctx_len, block_size),
+                                    (0, kv_tiles * tile - kv_len, 0, q_tiles * tile - q_len))
+    counts = dense.view(batch, 1, q_tiles, tile, kv_tiles, tile).sum(dim=(3, 5))
+    full = counts == tile * tile
+    kv_num, kv_idx = _sparse_index((counts > 0) & ~full)
+    full_num, full_idx = _sparse_index(full)
+    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=tile,
+                                    mask_mod=dflash_mask_mod(anchors, ctx_len, block_size),
+                                    seq_lengths=(q_len, kv_len))
+
+
+def reference_block_mask(anchors: torch.Tensor, ctx_len: int, block_size: int):
+    """torch's own construction (create_block_mask over dflash_mask_mod), for comparison."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     batch, q_len, kv_len = mask_shape(anchors, ctx_len, block_size)
