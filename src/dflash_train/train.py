@@ -286,11 +286,12 @@ class Trainer:
     def _check_replicas_identical(self) -> None:
         import torch
 
-        ref = [p.detach().cpu() for p in self.replicas[0].parameters()]
+        ref = list(self.replicas[0].parameters())
         for r, m in enumerate(self.replicas[1:], 1):
-            for a, b in zip(ref, m.parameters()):
-                if not torch.equal(a, b.detach().cpu()):
-                    raise RuntimeError(f"drafter replica {r} was not initialised identically to replica 0")
+            for (name, b), a in zip(m.named_parameters(), ref):
+                if not torch.equal(a.detach(), b.detach().to(a.device)):
+                    raise RuntimeError(f"drafter replica {r} differs from replica 0 in {name}: the replicas "
+                                       "must stay bit-identical (gradient averaging is broken)")
 
     # -- resume / checkpoint -----------------------------------------------------------------
 
@@ -329,6 +330,8 @@ class Trainer:
         if step == self.last_saved_step:
             return
         t0 = time.monotonic()
+        # Only replica 0 is saved, so prove here that it stands for all of them.
+        self._check_replicas_identical()
         state = {
             "step": step,
             "drafter": self.replicas[0].state_dict(),
