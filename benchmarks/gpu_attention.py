@@ -30,6 +30,7 @@ import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 
 from dflash_train.attention import FlexAttention, SdpaAttention  # noqa: E402
+from dflash_train.attention.masks import reference_block_mask  # noqa: E402
 from dflash_train.config import ModelConfig  # noqa: E402
 from dflash_train.model.drafter import DFlashDrafter, build_drafter  # noqa: E402
 from dflash_train.model.target import TargetModel  # noqa: E402
@@ -93,6 +94,10 @@ def attention_case(device, dtype, ctx, num_anchors, heads, kv_heads, head_dim, b
         mask = backend.build_mask(anchors, ctx, block)  # first build warms vmap up (flex)
         # The trainer rebuilds the mask every step (anchors change): its cost is part of a step.
         mask_s = timed(lambda: backend.build_mask(anchors, ctx, block), device, 3, 0)
+        ref_mask_s = None
+        if backend.name == "flex":  # the alternative: torch's create_block_mask (vmap)
+            reference_block_mask(anchors, ctx, block)
+            ref_mask_s = timed(lambda: reference_block_mask(anchors, ctx, block), device, 3, 0)
         qq, kk, vv = (t.clone().requires_grad_(backward) for t in (q, k, v))
 
         def step():
@@ -113,7 +118,8 @@ def attention_case(device, dtype, ctx, num_anchors, heads, kv_heads, head_dim, b
         rows.append(dict(part="attention", backend=backend.name, ctx=ctx, anchors=num_anchors,
                          q_len=q_len, kv_len=ctx + q_len, pass_="fwd+bwd" if backward else "fwd",
                          ms=sec * 1e3, tflops=flops / sec / 1e12, first_call_s=first_s,
-                         mask_ms=mask_s * 1e3, kernel=kernel))
+                         mask_ms=mask_s * 1e3, kernel=kernel,
+                         create_block_mask_ms=ref_mask_s and ref_mask_s * 1e3))
     return rows
 
 
@@ -313,7 +319,9 @@ def main(argv=None) -> int:
     print("\nMask build per step (BlockMask for flex, dense bool for sdpa):")
     for r in rows:
         print(f"  mask build {r['backend']:5s} ctx={r['ctx']} anchors={r['anchors']}: "
-              f"{r['mask_ms']:.1f} ms (median of 3, after a warm-up build); kernel: {r['kernel']}")
+              f"{r['mask_ms']:.1f} ms (median of 3, after a warm-up build); kernel: {r['kernel']}"
+              + (f"; torch create_block_mask: {r['create_block_mask_ms']:.1f} ms"
+                 if r["create_block_mask_ms"] else ""))
     if args.json:
         with args.json.open("w") as fh:
             for r in rows + step_rows:
