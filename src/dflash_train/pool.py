@@ -24,8 +24,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -79,7 +78,6 @@ class PoolSpec:
     on_thread_beat: Callable[[str, int | None], None] = lambda name, step: None
     # context manager around waits released by another thread (barriers): see Telemetry.parked
     parked: Callable[[str], Any] = lambda name: contextlib.nullcontext()
-    thread_names: dict[str, list[str]] = field(default_factory=dict)
 
 
 def drafter_thread_name(r: int) -> str:
