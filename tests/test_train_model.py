@@ -160,3 +160,25 @@ def test_checkpoint_target_taps_match_transformers_hidden_states(tmp_path):
     drafter = build_drafter(cfg, target, seed=0)
     noise = build_noise_blocks(ids, torch.tensor([[5, 20]]), cfg.block_size, cfg.mask_token_id)
     assert drafter(out.taps, noise, torch.tensor([[5, 20]]), SdpaAttention()).shape == (1, 32, 300)
+
+
+def test_traced_drafter_does_not_recompile_for_new_anchors(target):
+    # The runtime traces the drafter with dynamo; a value check that reads the anchors would make
+    # dynamo specialise on them and recompile every step (seen once: "___stack0 == 2" guards).
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    drafter = build_drafter(CFG, target, seed=0)
+    traced = torch.compile(drafter, backend="eager", dynamic=False)
+    ids = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(0))
+    taps = target(ids).taps
+
+    def call(anchors):
+        anchors = torch.tensor(anchors)
+        noise = build_noise_blocks(ids, anchors, CFG.block_size, CFG.mask_token_id)
+        return traced(taps, noise, anchors, SdpaAttention())
+
+    call([[1, 9, 20, 30, 33, 40, 41, 48]] * 2)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for lo in (2, 3, 5):
+            call([[lo, 9, 20, 30, 33, 40, 41, 47]] * 2)

@@ -92,8 +92,9 @@ class DFlashDrafter(nn.Module):
         if tuple(noise_ids.shape) != expect:
             raise ValueError(f"noise_ids must be {list(expect)} = [batch, num_anchors x block "
                              f"{cfg.block_size}] (got {list(noise_ids.shape)})")
-        if anchors.device.type == "cpu" and anchors.numel():
-            # Value checks only where they cost no device sync.
+        if anchors.device.type == "cpu" and anchors.numel() and not torch.compiler.is_compiling():
+            # Value checks only where they cost no device sync, and never inside a traced graph:
+            # dynamo would specialise on the values and recompile for every new set of anchors.
             lo, hi = int(anchors.min()), int(anchors.max())
             if lo < 0 or hi >= t:
                 raise ValueError(f"anchors must lie in [0, {t - 1}] for a context of {t} "

@@ -34,8 +34,9 @@ def check_token_batch(input_ids: torch.Tensor, cfg: ModelConfig, what: str = "in
     if input_ids.shape[1] > cfg.max_seq_len:
         raise ValueError(f"{what} has {input_ids.shape[1]} positions, more than max_seq_len "
                          f"{cfg.max_seq_len}: use a shorter sequence bucket or a larger preset")
-    if input_ids.device.type == "cpu" and input_ids.numel():
-        # Value check only where it costs no device sync (on CUDA it would be an opaque assert).
+    if input_ids.device.type == "cpu" and input_ids.numel() and not torch.compiler.is_compiling():
+        # Value check only where it costs no device sync (on CUDA it would be an opaque assert),
+        # and not while dynamo traces (it would specialise the graph on the ids' values).
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"{what} holds token ids {lo}..{hi} outside the vocab of "
