@@ -9,6 +9,7 @@ import json
 import os
 import threading
 
+import pytest
 import torch
 
 from dflash_train import schema
@@ -80,6 +81,7 @@ def test_compile_state_events(tmp_path):
     assert states == ["warming", "compiled"]
 
 
+@pytest.mark.slow
 def test_heartbeat_continues_while_compiling_and_compiles_are_attributed(tmp_path):
     tel = Telemetry(str(tmp_path), "r1", 10, stdout=io.StringIO(), heartbeat_interval_s=0.05)
     tel.register_thread("drafter0", "drafter", "cpu")
