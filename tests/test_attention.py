@@ -25,6 +25,21 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def room_for_every_compiled_shape():
+    # Each (shape, device, grad mode) here is one compiled entry of the one flex function; past
+    # dynamo's default limit of 8 it would silently run eager and test the wrong thing.
+    import torch._dynamo
+
+    names = [n for n in ("recompile_limit", "cache_size_limit") if hasattr(torch._dynamo.config, n)]
+    before = {n: getattr(torch._dynamo.config, n) for n in names}
+    for n in names:
+        setattr(torch._dynamo.config, n, 64)
+    yield
+    for n, v in before.items():
+        setattr(torch._dynamo.config, n, v)
+
+
 def reference_mask(anchors: torch.Tensor, ctx_len: int, block: int) -> torch.Tensor:
     """The mask as DESIGN.md words it, by plain loops: independent of dflash_mask_mod."""
     b, a = anchors.shape
