@@ -182,3 +182,18 @@ def test_traced_drafter_does_not_recompile_for_new_anchors(target):
     with torch.compiler.set_stance("fail_on_recompile"):
         for lo in (2, 3, 5):
             call([[lo, 9, 20, 30, 33, 40, 41, 47]] * 2)
+
+
+def test_checkpoint_target_refuses_a_config_that_does_not_match(tmp_path, monkeypatch):
+    # The shapes check runs before transformers loads any weights, so it needs no transformers.
+    import sys
+    import types
+
+    (tmp_path / "config.json").write_text('{"hidden_size": 128, "num_hidden_layers": 6, '
+                                          '"num_attention_heads": 4, "vocab_size": 300, '
+                                          '"intermediate_size": 256}')
+    fake = types.ModuleType("transformers")
+    fake.AutoModelForCausalLM = None  # never reached: the mismatch is caught first
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    with pytest.raises(CheckpointError, match=r"hidden_size 64 \(checkpoint: 128\).*config_from_checkpoint"):
+        load_hf_target(tmp_path, CFG, "cpu", torch.float32)

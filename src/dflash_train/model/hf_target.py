@@ -112,6 +112,13 @@ def load_hf_target(checkpoint_dir: str | Path, cfg: ModelConfig, device, dtype) 
         raise CheckpointError("a target checkpoint needs the `transformers` package: "
                               "pip install 'dflash-tui[hf]' (or run without --target-checkpoint "
                               "to use the built-in target)") from None
-    read_hf_config(checkpoint_dir)
+    expected = config_from_checkpoint(checkpoint_dir, cfg)
+    shape = ("vocab_size", "hidden_size", "num_target_layers", "num_heads", "num_kv_heads", "head_dim")
+    wrong = [f"{k} {getattr(cfg, k)} (checkpoint: {getattr(expected, k)})" for k in shape
+             if getattr(cfg, k) != getattr(expected, k)]
+    if wrong or max(cfg.target_layer_ids) >= expected.num_target_layers:
+        raise CheckpointError(f"model config does not match the checkpoint {checkpoint_dir}: "
+                              f"{', '.join(wrong) or 'tapped layers out of range'}; derive it with "
+                              "config_from_checkpoint(dir, preset)")
     model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), torch_dtype=dtype)
     return freeze(HFTargetModel(model, cfg).to(device))
