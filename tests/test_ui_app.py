@@ -50,7 +50,7 @@ def make(report=None, gpu=None, *, crash_log=False, on_action=None, profiles=("h
     return app, sources
 
 
-async def until(pilot, cond, timeout: float = 3.0) -> None:
+async def until(pilot, cond, timeout: float = 10.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not cond():
@@ -337,7 +337,7 @@ async def test_switch_log_follow_top_bottom():
         await pilot.press("l")
         assert app.log_pane.log_name == "events.jsonl"
         await until(pilot, lambda: lines.line_count == len(R.events()))
-        assert lines.lines()[0].startswith('{"accuracy"')
+        assert lines.lines()[0].startswith('{"acc":')
         await pilot.press("l")
         assert app.log_pane.log_name == "train.log"
         await until(pilot, lambda: lines.line_count == n + 1)
@@ -487,3 +487,21 @@ async def test_reports_render_even_when_the_log_poll_hangs():
         await until(pilot, lambda: app.report is not None, timeout=2)
         src.push_report(R.crashed())
         await until(pilot, lambda: "CRASHED" in header_text(app), timeout=2)
+
+
+@pytest.mark.parametrize("verdict, launches", [(Verdict.NO_RUN, ["launch"]), (Verdict.RUNNING, [])])
+async def test_builtin_demo_launches_only_when_there_is_no_run(verdict, launches):
+    async def act(name: str) -> str:
+        return "launched run r-1 in 0.4 s: STARTING"
+
+    report = R.healthy() if verdict is Verdict.RUNNING else R._report(
+        Verdict.NO_RUN, [Check("launch_json", "launch.json", CheckState.PENDING, "nothing launched")],
+        "no run in /srv/runs/dflash-8b")
+    src = R.ReplaySource(reports=[report], on_action=act)
+    app = DashboardApp(lambda name: src, "local", clock=Clock(), launch_if_no_run=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.pause(0.3)
+        src.push_report(report)                  # a second NO RUN later is the user's business
+        await pilot.pause(0.3)
+        assert src.calls == launches

@@ -29,6 +29,7 @@ from textual.widgets import Footer, TabbedContent, TabPane
 from ..gpu.sample import GpuSnapshot
 from ..remote.base import TargetError
 from ..run.report import RunReport
+from ..run.verdict import Verdict
 from .fmt import one_line
 from .gpus import GpuPane
 from .header import RunHeader
@@ -79,7 +80,7 @@ class DashboardApp(App[None]):
     busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
 
     def __init__(self, source_factory: SourceFactory, profile: str, profiles: Iterable[str] = (),
-                 *, clock: Callable[[], float] = time.time) -> None:
+                 *, clock: Callable[[], float] = time.time, launch_if_no_run: bool = False) -> None:
         super().__init__()
         self.source_factory = source_factory
         self.profile = profile
@@ -92,6 +93,9 @@ class DashboardApp(App[None]):
         self._run_id: str | None = None
         self._report_arrived = asyncio.Event()
         self._pending_report: RunReport | None = None
+        # The built-in demo (no config file): launch the local run if there is none yet, so
+        # the first screen shows a real run start, compile and train.
+        self.launch_if_no_run = launch_if_no_run
         self.quit_message = ""
 
     # -- layout -----------------------------------------------------------------------------
@@ -228,6 +232,12 @@ class DashboardApp(App[None]):
 
     def on_report(self, report: RunReport) -> None:
         self.report = report
+        if self.launch_if_no_run and report.connected:
+            self.launch_if_no_run = False   # once: a later NO RUN is the user's choice
+            if report.checklist.verdict is Verdict.NO_RUN and not self.busy:
+                self.notify("no config file: launching the built-in local run (CPU trainer). "
+                            "s stops it, q leaves it running.", title="local demo", timeout=8)
+                self.do_run_action("launch")
         self.received_at = self.clock()
         run_id = report.launch.run_id if report.launch else None
         if run_id != self._run_id:
@@ -432,7 +442,8 @@ def run_app(config, profile_name: str) -> int:
     def source_for(name: str) -> DashboardSource:
         return SessionSource(config.profile(name))
 
-    app = DashboardApp(source_for, profile_name, sorted(config.profiles))
+    builtin = config.path is None   # no config file at all: the embedded `local` demo
+    app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin)
     app.run()
     if app.quit_message:
         print(app.quit_message)

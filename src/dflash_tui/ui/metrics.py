@@ -1,6 +1,7 @@
 """The Metrics pane: loss, accuracy, τ and tokens/s over the steps of this run.
 
-Fed by the "step" records of events.jsonl (parsed with the shared schema, so a half-written
+Fed by the "step" records of events.jsonl (loss, accuracy, tokens/s) and its "eval" records
+(τ, measured by block verification every few hundred steps) (parsed with the shared schema, so a half-written
 last line is skipped, never fatal). A trainer that writes no step events still gets a curve:
 then each new step seen in status.json adds a point. History is bounded; a new run id starts
 a fresh history.
@@ -36,14 +37,15 @@ SERIES: tuple[tuple[tuple[str, ...], str, str], ...] = (
 class StepPoint:
     step: int
     values: dict[str, float]
+    kind: str = EventKind.STEP.value
 
 
 def step_points(lines: Iterable[str]) -> tuple[list[StepPoint], int]:
-    """Step records from events.jsonl lines, and how many lines could not be parsed."""
+    """Step and eval records from events.jsonl lines, and how many lines could not be parsed."""
     batch = parse_events(lines)
     points = []
     for ev in batch.events:
-        if ev.get("kind") != EventKind.STEP.value:
+        if ev.get("kind") not in (EventKind.STEP.value, EventKind.EVAL.value):
             continue
         values: dict[str, float] = {}
         for names, label, _ in SERIES:
@@ -51,7 +53,7 @@ def step_points(lines: Iterable[str]) -> tuple[list[StepPoint], int]:
             if v is not None:
                 values[label] = v
         step = ev.get("step")
-        points.append(StepPoint(step if isinstance(step, int) else -1, values))
+        points.append(StepPoint(step if isinstance(step, int) else -1, values, ev["kind"]))
     return points, batch.skipped
 
 
@@ -110,15 +112,16 @@ class MetricsPane(OnScreenOnly, Vertical):
         self.skipped += skipped
         if not points and not skipped:
             return
-        if points and not self.from_events:
+        if not self.from_events and any(p.kind == EventKind.STEP.value for p in points):
             # Step events are the full record: they replace what status.json sampled.
             self.from_events = True
+            self.last_step = None
             for h in self.history.values():
                 h.clear()
         for p in points:
             for label, v in p.values.items():
                 self.history[label].append(v)
-            self.last_step = p.step
+            self.last_step = max(p.step, self.last_step or -1)
         self._redraw()
 
     def _redraw(self) -> None:

@@ -284,9 +284,13 @@ def train_log(crash: bool = False) -> list[str]:
 
 
 def events(steps: int = 60) -> list[str]:
+    """events.jsonl as the bundled trainer writes it: step records, and an eval record (τ)
+    every fifth of them."""
     out = []
     for s in range(steps):
         out.append(to_json(make_event("step", T0 - steps + s, step=s * 25, loss=3.2 - 1.0 * s / steps,
-                                      accuracy=0.1 + 0.3 * s / steps, tau=1.0 + 2.3 * s / steps,
-                                      tokens_per_s=18000.0 + (s % 7) * 90)))
+                                      acc=0.1 + 0.3 * s / steps, tokens_per_s=18000.0 + (s % 7) * 90)))
+        if s % 5 == 0:
+            out.append(to_json(make_event("eval", T0 - steps + s, step=s * 25, tau=1.0 + 2.3 * s / steps,
+                                          prompts=8, new_tokens=32)))
     return out

@@ -63,9 +63,8 @@ class SessionSource:
             yield report
 
     def _follow_run_on_gpus(self, report: RunReport) -> None:
-        from ..gpu.sources import RunRef
-        launch = report.launch
-        ref = RunRef(launch.pid, launch.start_ticks) if launch is not None and report.pid_alive else None
+        from ..gpu.sources import run_ref_from_launch
+        ref = run_ref_from_launch(report.launch) if report.pid_alive else None
         if ref != self._run_ref:
             self._run_ref = ref
             if self._gpu_stream is not None:
@@ -89,9 +88,12 @@ class SessionSource:
             self._gpu_stream = GpuStream(source, interval=self.gpu_interval, run=self._run_ref)
             self._gpu_stream.start()
             # The checklist's "gpus" check reads the same snapshots the GPU pane shows.
-            self.monitor.gpu_snapshot = lambda: self._gpu_stream.latest
+            self.monitor.gpu_snapshot = self._latest_gpu_snapshot
         async for snap in self._gpu_stream:
             yield snap
+
+    def _latest_gpu_snapshot(self) -> GpuSnapshot | None:
+        return self._gpu_stream.latest if self._gpu_stream is not None else None
 
     def follow(self, name: str) -> SessionFollower:
         return SessionFollower(self.session, posixpath.join(self.session.profile.run_dir, name))
