@@ -7,7 +7,6 @@ is how the lead checks equivalence on the device machine:
 
 from __future__ import annotations
 
-import warnings
 
 import pytest
 import torch

@@ -10,7 +10,7 @@ from dflash_train.attention import SdpaAttention
 from dflash_train.config import ModelConfig
 from dflash_train.model.drafter import build_drafter
 from dflash_train.model.hf_target import CheckpointError, config_from_checkpoint, load_hf_target
-from dflash_train.model.target import TargetModel, build_target
+from dflash_train.model.target import build_target
 from dflash_train.objective import build_noise_blocks
 
 CFG = ModelConfig.preset("tiny").with_(target_pretrain_steps=0)
