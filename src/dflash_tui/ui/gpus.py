@@ -18,8 +18,13 @@ from .fmt import NA, gib, num, sparkline
 from .tables import OnScreenOnly, sync_rows
 
 HISTORY = 120          # samples of utilisation kept per GPU (2 minutes at 1 Hz)
-SPARK_WIDTH = 20
-COLUMNS = ("gpu", "name", "util", "history", "memory", "temp", "power", "clocks sm/mem", "run procs")
+SPARK_WIDTH = 12       # fixed: the column is as wide from the first sample on, so nothing shifts
+COLUMNS = ("gpu", "name", "util", "history", "memory", "temp", "power", "sm/mem MHz", "run procs")
+
+
+def short_name(name: str) -> str:
+    """'NVIDIA H200' -> 'H200': every row says NVIDIA; the model is what differs."""
+    return name[len("NVIDIA "):] if name.startswith("NVIDIA ") else name
 
 
 def run_processes(g: GpuSample) -> str:
@@ -90,8 +95,8 @@ class GpuPane(OnScreenOnly, Vertical):
     def _cells(self, g: GpuSample) -> list[Text]:
         if g.lost:
             red = "bold red"
-            return [Text(str(g.index), red), Text(g.name, red), Text("LOST", red),
-                    Text(sparkline(self._history[g.index], SPARK_WIDTH, 0, 100)),
+            return [Text(str(g.index), red), Text(short_name(g.name), red), Text("LOST", red),
+                    Text(sparkline(self._history[g.index], SPARK_WIDTH, 0, 100).rjust(SPARK_WIDTH)),
                     Text("fell off the bus", red), *(Text("") for _ in range(4))]
         mine = any(p.is_run_process for p in g.processes)
         mem = (f"{gib(g.mem_used_bytes)}/{gib(g.mem_total_bytes)}"
@@ -102,9 +107,9 @@ class GpuPane(OnScreenOnly, Vertical):
         clocks = f"{num(g.sm_clock_mhz)}/{num(g.mem_clock_mhz)}"
         return [
             Text(str(g.index), "bold" if mine else ""),
-            Text(g.name, no_wrap=True, overflow="ellipsis"),
+            Text(short_name(g.name), no_wrap=True, overflow="ellipsis"),
             Text(num(g.util_sm_pct, "{:.0f}", "%"), justify="right"),
-            Text(sparkline(self._history[g.index], SPARK_WIDTH, 0, 100), style="cyan"),
+            Text(sparkline(self._history[g.index], SPARK_WIDTH, 0, 100).rjust(SPARK_WIDTH), style="cyan"),
             Text(mem),
             Text(num(g.temperature_c, "{:.0f}", "C")),
             Text(power),

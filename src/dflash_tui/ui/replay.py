@@ -264,6 +264,18 @@ def gpu_snapshot(n: int = 8, *, run_gpus: int = 8, util: float = 97.0) -> GpuSna
                        latency_ms=0.4)
 
 
+def gpu_history(n: int = 20) -> list[GpuSnapshot]:
+    """n one-second samples of 8 busy GPUs whose load dips at each checkpoint/eval."""
+    import dataclasses
+    out = []
+    for k in range(n):
+        snap = gpu_snapshot()
+        gpus = tuple(dataclasses.replace(g, util_sm_pct=max(0.0, (g.util_sm_pct or 0) - (60 if (k + g.index) % 9 == 0 else 0) - (k % 3) * 4))
+                     for g in snap.gpus)
+        out.append(dataclasses.replace(snap, time=T0 - n + k + 1, gpus=gpus))
+    return out
+
+
 def nvml_unavailable() -> GpuSnapshot:
     return GpuSnapshot(time=T0, source="none", error=GpuError(
         GpuErrorKind.LIBRARY_NOT_FOUND,
