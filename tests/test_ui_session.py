@@ -15,11 +15,12 @@ from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.header import RunHeader
+from dflash_tui.ui.logview import MARKER
 from dflash_tui.ui.session_source import SessionSource
 
 from tests.run_standins import PROGRAM
 
-pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 
 def alive(pid: int) -> bool:
@@ -47,6 +48,8 @@ def header(app) -> str:
     return console.export_text()
 
 
+@pytest.mark.sshd
+@pytest.mark.slow
 async def test_ssh_drop_marks_stale_then_resumes_and_the_run_lives(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     profile = Profile(name="drop", run_dir=str(tmp_path / "run"), host=sshd.host, port=sshd.port,
@@ -87,3 +90,29 @@ async def test_ssh_drop_marks_stale_then_resumes_and_the_run_lives(sshd, tmp_pat
     finally:
         async with Session(profile) as s:
             await s.stop()
+
+
+async def test_log_pane_survives_truncation_and_rotation_on_the_live_path(tmp_path, monkeypatch):
+    """The real LogFollower (through the local agent) behind the pane: a truncated and then a
+    rotated train.log keep flowing, and the follower's notes are shown as such."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    log = run_dir / "train.log"
+    log.write_text("".join(f"old {i}\n" for i in range(50)))
+    profile = Profile(name="logs", run_dir=str(run_dir), python=sys.executable)
+    app = DashboardApp(lambda name: SessionSource(profile), "logs")
+    async with app.run_test(size=(100, 32)) as pilot:
+        lines = app.log_pane.lines
+        await until(pilot, lambda: lines.last_line() == "old 49", 15)
+
+        log.write_text("after truncate 1\n")            # truncated (smaller than our offset)
+        await until(pilot, lambda: lines.last_line() == "after truncate 1", 10)
+        assert any("was truncated" in line for line in lines.lines())
+
+        log.rename(run_dir / "train.log.1")             # rotated: a new file, a new inode
+        log.write_text("rotated 1\nrotated 2\n")
+        await until(pilot, lambda: lines.last_line() == "rotated 2", 10)
+        notes = [(line, kind) for line, kind in zip(lines.lines(), lines.kinds()) if "dflash-tui:" in line]
+        assert any("rotated" in line for line, _ in notes)
+        assert all(kind == MARKER for _, kind in notes)

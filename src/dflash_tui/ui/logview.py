@@ -32,6 +32,8 @@ _ERROR = re.compile(r"Error:|Exception:|\b(?:ERROR|CRITICAL|FATAL)\b|\"kind\":\s
 # Literal pieces every _ERROR match contains: a plain substring scan (fast) rules a batch out.
 _ERROR_HINTS = ("Error:", "Exception:", "ERROR", "CRITICAL", "FATAL", '"error"')
 _TB_START = "Traceback (most recent call last):"
+# What run/logtail.LogFollower says about the file itself (truncated, rotated, skipped).
+_FOLLOWER_NOTE = "[dflash-tui: "
 _TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 MAX_LINE_CHARS = 2000
 
@@ -52,6 +54,9 @@ class LineClassifier:
         self.in_traceback = False
 
     def __call__(self, line: str) -> int:
+        if line.startswith(_FOLLOWER_NOTE):
+            self.in_traceback = False
+            return MARKER
         if line.startswith(_TB_START):
             self.in_traceback = True
             return TRACEBACK
@@ -141,7 +146,8 @@ class LogLines(ScrollView, can_focus=True):
         self._lines.extend(cleaned)
         classify = self._classify
         blob = "\n".join(cleaned)
-        if classify.in_traceback or _TB_START in blob or any(h in blob for h in _ERROR_HINTS):
+        if (classify.in_traceback or _TB_START in blob or _FOLLOWER_NOTE in blob
+                or any(h in blob for h in _ERROR_HINTS)):
             self._kinds.extend(classify(line) for line in cleaned)
         else:
             self._kinds.extend([PLAIN] * len(cleaned))   # one search over the batch said: no errors
