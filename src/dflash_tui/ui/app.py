@@ -273,7 +273,7 @@ class DashboardApp(App[None]):
         header = self.header_bar
         header.show(self.report, profile=self.profile, now=self.clock(),
                     received_at=self.received_at, busy=self.busy)
-        stale = header.query_one("#verdict").has_class("-stale")
+        stale = header.badge.has_class("-stale")
         self.main_screen.set_class(stale, "-stale")
 
     # -- run actions ------------------------------------------------------------------------

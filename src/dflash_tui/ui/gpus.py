@@ -38,10 +38,11 @@ def run_processes(g: GpuSample) -> str:
 
 class GpuPane(OnScreenOnly, Vertical):
     def compose(self):
-        yield Static("waiting for the first GPU sample…", id="gpu-banner")
-        table = DataTable(id="gpu-table", zebra_stripes=True, cursor_type="row")
-        table.add_columns(*COLUMNS)
-        yield table
+        self.banner = Static("waiting for the first GPU sample…", id="gpu-banner")
+        self.table = DataTable(id="gpu-table", zebra_stripes=True, cursor_type="row")
+        self.table.add_columns(*COLUMNS)
+        yield self.banner
+        yield self.table
 
     def on_mount(self) -> None:
         self._history: dict[int, deque[float | None]] = {}
@@ -50,7 +51,7 @@ class GpuPane(OnScreenOnly, Vertical):
         self._last_good: GpuSnapshot | None = None
 
     def _set_banner(self, text: str, error: bool) -> None:
-        banner = self.query_one("#gpu-banner", Static)
+        banner = self.banner
         banner.display = bool(text)
         if (text, error) != self._banner:
             self._banner = (text, error)
@@ -75,7 +76,7 @@ class GpuPane(OnScreenOnly, Vertical):
         snap = self.snapshot
         if snap is None:
             return
-        table = self.query_one(DataTable)
+        table = self.table
         if snap.error is not None:
             where = f" (GPU {snap.error.gpu_index})" if snap.error.gpu_index is not None else ""
             self._set_banner(f"GPU data unavailable{where}: {snap.error.message}", True)

@@ -23,14 +23,19 @@ class RunHeader(Horizontal):
         super().__init__(**kwargs)
         self._badge: tuple[str, str] | None = None
         self._where: str | None = None
+        # Held, not queried: a timer may still fire while the app tears the screen down.
+        self.badge = Static("…", id="verdict")
+        self.where = Static("", id="where")
 
     def compose(self):
-        yield Static("…", id="verdict")
-        yield Static("", id="where")
+        yield self.badge
+        yield self.where
 
     def _set(self, badge_text: str, badge_class: str, where: Text) -> None:
         """Touch the widgets only when what they show changed (this runs every second)."""
-        badge = self.query_one("#verdict", Static)
+        badge = self.badge
+        if not badge.is_attached:
+            return   # shutting down
         if (badge_text, badge_class) != self._badge:
             old_text = self._badge[0] if self._badge else None
             self._badge = (badge_text, badge_class)
@@ -38,7 +43,7 @@ class RunHeader(Horizontal):
             badge.update(badge_text, layout=badge_text != old_text)   # its width follows the text
         if where.plain != self._where:
             self._where = where.plain
-            self.query_one("#where", Static).update(where, layout=False)   # fixed 2 lines, 1fr
+            self.where.update(where, layout=False)   # fixed 2 lines, 1fr
 
     def show(self, report: RunReport | None, *, profile: str, now: float,
              received_at: float | None, busy: str = "") -> None:

@@ -275,20 +275,18 @@ class LogPane(Vertical):
 
     def __init__(self, max_lines: int = 5000, **kwargs) -> None:
         super().__init__(**kwargs)
-        self._max_lines = max_lines
         self._title = ""
+        # Held, not queried: the log worker may append while the app tears the screen down.
+        self.title_bar = Static(id="log-title")
+        self.lines = LogLines(max_lines=max_lines, id="log-lines")
+        self.search_box = Input(placeholder="search the log (enter: next match, escape: close)",
+                                id="log-search")
+        self.search_box.display = False
 
     def compose(self):
-        yield Static(id="log-title")
-        yield LogLines(max_lines=self._max_lines, id="log-lines")
-        search = Input(placeholder="search the log (enter: next, shift+enter/escape: close)",
-                       id="log-search")
-        search.display = False
-        yield search
-
-    @property
-    def lines(self) -> LogLines:
-        return self.query_one(LogLines)
+        yield self.title_bar
+        yield self.lines
+        yield self.search_box
 
     def on_mount(self) -> None:
         self.watch(self.lines, "follow", lambda _: self.update_title())
@@ -318,17 +316,16 @@ class LogPane(Vertical):
         title = " · ".join(parts)
         if title != self._title:
             self._title = title   # one fixed line: never worth a relayout
-            self.query_one("#log-title", Static).update(Text(title, no_wrap=True, overflow="ellipsis"),
-                                                        layout=False)
+            self.title_bar.update(Text(title, no_wrap=True, overflow="ellipsis"), layout=False)
 
     def open_search(self) -> None:
-        box = self.query_one("#log-search", Input)
+        box = self.search_box
         box.display = True
         box.value = self.lines.search_term
         box.focus()
 
     def close_search(self) -> None:
-        box = self.query_one("#log-search", Input)
+        box = self.search_box
         box.display = False
         self.lines.focus()
 
@@ -343,6 +340,6 @@ class LogPane(Vertical):
             self.app.notify(f"no line contains {event.value!r}", severity="warning", timeout=3)
 
     def on_key(self, event) -> None:
-        if event.key == "escape" and self.query_one("#log-search", Input).has_focus:
+        if event.key == "escape" and self.search_box.has_focus:
             event.stop()
             self.close_search()

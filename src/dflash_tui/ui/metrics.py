@@ -71,15 +71,18 @@ class MetricRow(Horizontal):
         self.label, self.fmt = label, fmt
 
     def compose(self):
-        yield Static(self.label, classes="metric-value")
-        yield Sparkline([], classes="metric-spark")
+        self.value = Static(self.label, classes="metric-value")
+        self.spark = Sparkline([], classes="metric-spark")
+        yield self.value
+        yield self.spark
 
 
 class MetricsPane(OnScreenOnly, Vertical):
     def compose(self):
-        yield Static("no step events yet", id="metrics-note")
-        for i, (_, label, fmt) in enumerate(SERIES):
-            yield MetricRow(label, fmt, id=f"metric-{i}")
+        self.note = Static("no step events yet", id="metrics-note")
+        self.rows = [MetricRow(label, fmt, id=f"metric-{i}") for i, (_, label, fmt) in enumerate(SERIES)]
+        yield self.note
+        yield from self.rows
 
     def on_mount(self) -> None:
         self.history: dict[str, deque[float]] = {label: deque(maxlen=HISTORY) for _, label, _ in SERIES}
@@ -129,7 +132,7 @@ class MetricsPane(OnScreenOnly, Vertical):
             self.draw()
 
     def draw(self) -> None:
-        note = self.query_one("#metrics-note", Static)
+        note = self.note
         extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
         if self.last_step is None:
             note.update("no steps yet" + extra, layout=False)
@@ -138,12 +141,12 @@ class MetricsPane(OnScreenOnly, Vertical):
             note.update(f"step {self.last_step} · up to {HISTORY} points from {where}{extra}",
                         layout=False)
         for i, (_, label, fmt) in enumerate(SERIES):
-            row = self.query_one(f"#metric-{i}", MetricRow)
+            row = self.rows[i]
             h = self.history[label]
             value = Text(label + " ", style="bold")
             value.append(fmt.format(h[-1]) if h else "n/a")
-            row.query_one(".metric-value", Static).update(value, layout=False)  # fixed 26 cells
-            spark = row.query_one(Sparkline)
+            row.value.update(value, layout=False)  # fixed 26 cells
+            spark = row.spark
             show = len(h) > 1              # a flat baseline for no data would read as "zero"
             if spark.display != show:      # (setting it, even unchanged, costs a relayout)
                 spark.display = show

@@ -44,10 +44,11 @@ class ThreadsPane(OnScreenOnly, Vertical):
         self.limits = limits
 
     def compose(self):
-        yield Static("no status.json yet: the trainer has not published its threads", id="threads-note")
-        table = DataTable(id="threads-table", zebra_stripes=True, cursor_type="row")
-        table.add_columns(*COLUMNS)
-        yield table
+        self.note = Static("no status.json yet: the trainer has not published its threads", id="threads-note")
+        self.table = DataTable(id="threads-table", zebra_stripes=True, cursor_type="row")
+        self.table.add_columns(*COLUMNS)
+        yield self.note
+        yield self.table
 
     def trouble_count(self) -> int:
         return self._trouble
@@ -58,7 +59,7 @@ class ThreadsPane(OnScreenOnly, Vertical):
         self.report: RunReport | None = None
 
     def _set_note(self, text: str, style: str = "") -> None:
-        note = self.query_one("#threads-note", Static)
+        note = self.note
         note.display = bool(text)
         if text != self._note:
             self._note = text
@@ -77,7 +78,7 @@ class ThreadsPane(OnScreenOnly, Vertical):
         report = self.report
         if report is None:
             return
-        table = self.query_one(DataTable)
+        table = self.table
         status = report.status
         if status is None or not status.threads:
             self._set_note("no status.json yet: the trainer has not published its threads")
