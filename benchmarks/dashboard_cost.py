@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+COLS, ROWS = 120, 40
 CPU_TARGET_PCT = 5.0
 RSS_TARGET_MB = 150.0
 LAG_TARGET_S = 1.0
@@ -92,6 +93,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     from dflash_tui.ui.session_source import SessionSource
 
     profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
+    breakdown = _instrument() if os.environ.get("DFLASH_BENCH_BREAKDOWN") else None
 
     class FakeGpuSessionSource(SessionSource):
         """The live source, except that NVML is the fake one with `gpus` busy GPUs."""
@@ -113,6 +115,8 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             self.run_worker(self.measure(), group="bench")
 
         async def measure(self) -> None:
+            if os.environ.get("DFLASH_BENCH_TAB"):   # experiment knob: which pane is on screen
+                self.action_show_tab(os.environ["DFLASH_BENCH_TAB"])
             me = psutil.Process()
             await asyncio.sleep(warmup)
             # The agent works for the dashboard: its CPU counts. Listed once, so the
@@ -135,6 +139,8 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 prof = cProfile.Profile()
                 prof.enable()
             frames = _count_frames(self.screen)
+            if breakdown is not None:
+                breakdown.clear()
             c0, a0, w0 = cpu(), cpu(helpers), time.monotonic()
             lags, rss, agent_rss = [], 0, 0
             tick = 0
@@ -160,6 +166,8 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 prof.disable()
                 prof.dump_stats(os.environ["DFLASH_BENCH_CPROFILE"])
             lags.sort()
+            if breakdown is not None:
+                result["breakdown"] = {k: round(v, 4) for k, v in breakdown.items()}
             result.update(frames=frames[0], cpu_s=c1 - c0, agent_cpu_s=a1 - a0, wall_s=w1 - w0, rss=rss, agent_rss=agent_rss,
                           lag_max=lags[-1] if lags else None,
                           lag_p50=lags[len(lags) // 2] if lags else None,
@@ -173,9 +181,83 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             self.exit()
 
     app = MeasuredApp(lambda name: FakeGpuSessionSource(profile), profile.name)
-    app.run(headless=True, size=(120, 40))
+    # In a real terminal (the pty the orchestrator gives it): painting includes writing the
+    # escape sequences, which a headless run would skip.
+    app.run(headless=not sys.stdout.isatty())
     Path(out).write_text(json.dumps(result))
     return 0
+
+
+def _instrument() -> dict:
+    """DFLASH_BENCH_BREAKDOWN=1: seconds spent in the dashboard's synchronous stages."""
+    import collections
+    import functools
+
+    from dflash_tui.run import health, observe, tracebacks
+    from dflash_tui.ui import app as app_mod, logview, metrics
+    from textual.screen import Screen
+    spent: dict = collections.Counter()
+
+    def wrap(owner, name, label):
+        fn = getattr(owner, name)
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] += time.perf_counter() - t
+        setattr(owner, name, timed)
+
+    wrap(Screen, "_compositor_refresh", "paint (compositor)")
+    from textual.widget import Widget
+    render_lines = Widget.render_lines
+
+    def per_widget(self, crop):
+        t = time.perf_counter()
+        try:
+            return render_lines(self, crop)
+        finally:
+            spent[f"  render {type(self).__name__}#{self.id}"] += time.perf_counter() - t
+    Widget.render_lines = per_widget
+    wrap(Screen, "_refresh_layout", "layout")
+    wrap(logview.LogLines, "append", "log append")
+    wrap(metrics.MetricsPane, "add_lines", "metrics parse")
+    wrap(app_mod.DashboardApp, "on_report", "report -> panes")
+    wrap(app_mod.DashboardApp, "on_gpu_snapshot", "gpu -> pane")
+    wrap(health, "evaluate", "checklist (run/health)")
+    wrap(tracebacks, "last_traceback", "traceback scan (run/)")
+    return spent
+
+
+def _terminal(cols: int, rows: int) -> tuple[int, int]:
+    """A pseudo-terminal of cols x rows for the dashboard to draw into."""
+    import fcntl
+    import struct
+    import termios
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return master, slave
+
+
+def _drain(fd: int) -> bytearray:
+    """Read everything the dashboard writes to its terminal, in a thread, keeping the last 64 KiB."""
+    import threading
+    seen = bytearray()
+
+    def run() -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return   # the dashboard closed its side
+            if not chunk:
+                return
+            seen.extend(chunk)
+            del seen[:-65536]
+    threading.Thread(target=run, daemon=True).start()
+    return seen
 
 
 def _count_frames(screen) -> list[int]:
@@ -244,10 +326,14 @@ def main() -> int:
     try:
         profile_json = json.dumps({k: v for k, v in profile.__dict__.items()})
         out = tmp / "dashboard.json"
+        master, slave = _terminal(COLS, ROWS)
         dash = subprocess.Popen([sys.executable, __file__, "--dashboard", profile_json, "--out", str(out),
                                  "--seconds", str(args.seconds), "--warmup", str(args.warmup),
                                  "--gpus", str(args.gpus)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                                env={**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"})
+        os.close(slave)
+        screen_bytes = _drain(master)   # the terminal emulator's side: read and discard
         tail = subprocess.Popen(["tail", "-F", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         tp = psutil.Process(tail.pid)
         time.sleep(args.warmup)
@@ -260,10 +346,11 @@ def main() -> int:
         t1, w1 = sum(tp.cpu_times()[:2]), time.monotonic()
         tail.terminate()
         tail.wait(10)
-        _, err = dash.communicate(timeout=args.seconds + 120)
+        dash.wait(timeout=args.seconds + 120)
         if dash.returncode != 0 or not out.exists() or "cpu_s" not in json.loads(out.read_text() or "{}"):
-            print(f"dashboard_cost: the dashboard process failed:\n{err.decode(errors='replace')[-3000:]}",
-                  file=sys.stderr)
+            tail_of_screen = bytes(screen_bytes[-4000:]).decode(errors="replace")
+            print(f"dashboard_cost: the dashboard process failed (exit {dash.returncode}); "
+                  f"the end of its terminal output:\n{tail_of_screen}", file=sys.stderr)
             return 1
         r = json.loads(out.read_text())
     finally:
@@ -278,6 +365,8 @@ def main() -> int:
     print(f"of which the agent: {100 * r['agent_cpu_s'] / r['wall_s']:.2f}% of one core")
     print(f"repaints: {r['frames'] / r['wall_s']:.1f} a second; load average during the run: "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    if "breakdown" in r:
+        print("breakdown (seconds in the window): " + ", ".join(f"{k} {v}" for k, v in r["breakdown"].items()))
     print(f"dashboard saw: verdict {r['verdict']}, {r['gpus_shown']} GPUs, {r['threads_shown']} threads, "
           f"{r['lines_kept']} log lines kept")
     print()

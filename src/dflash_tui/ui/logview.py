@@ -261,8 +261,11 @@ class LogLines(ScrollView, can_focus=True):
             text = Text(line, style=style, no_wrap=True, end="")
             text.highlight_words([term], self._style("loglines--match"), case_sensitive=False)
             segments = list(text.render(self.app.console))
+        elif scroll_x == 0 and line.isascii() and len(line) <= width:
+            # The common row: ASCII, fits, not scrolled sideways: one padded segment, no crop.
+            return Strip([Segment(line, style), Segment(" " * (width - len(line)), base)], width)
         else:
-            segments = [Segment(line, style)]   # the common row: one segment, no rich render
+            segments = [Segment(line, style)]
         return Strip(segments, cell_len(line)).crop_extend(scroll_x, scroll_x + width, base)
 
 
