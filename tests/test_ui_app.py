@@ -213,6 +213,7 @@ async def test_metrics_from_status_until_step_events_arrive():
     app = DashboardApp(factory, "h200", clock=Clock())
     async with app.run_test(size=SIZE) as pilot:
         metrics = app.query_one(MetricsPane)
+        await pilot.press("4")
         await until(pilot, lambda: metrics.last_step == 1527)
         assert list(metrics.history["τ (accept len)"]) == [3.27] and not metrics.from_events
         later = R.healthy()

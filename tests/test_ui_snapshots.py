@@ -37,13 +37,15 @@ def settled(*keys: str, started: bool = True):
         loop = asyncio.get_running_loop()
         end = loop.time() + 5
         while not (app.report is not None and app.query_one(GpuPane).snapshot is not None
-                   and ((app.log_pane.lines.line_count > 0
-                         and app.query_one(MetricsPane).from_events) if started
-                        else app.log_pane.missing)):
+                   and (app.log_pane.lines.line_count > 0 if started else app.log_pane.missing)):
             assert loop.time() < end, "streams did not deliver"
             await pilot.pause(0.02)
         if keys:
             await pilot.press(*keys)
+        if "4" in keys:   # events.jsonl is read once the Metrics tab is shown
+            while not app.query_one(MetricsPane).from_events:
+                assert loop.time() < end, "events did not arrive"
+                await pilot.pause(0.02)
         await pilot.pause()
     return run_before
 

@@ -6,7 +6,7 @@ so no call that waits on a target ever runs on Textual's event loop:
 - reports (1 Hz, from RunMonitor)  -> header, Health, Threads
 - GPU snapshots (1 Hz, GpuStream)  -> GPUs
 - the selected log file, polled every 0.5 s -> Log (so it never lags the file by a second)
-- events.jsonl, polled every second -> Metrics
+- events.jsonl, polled every second while the Metrics tab is shown -> Metrics
 
 Keys act through the source's launch/stop/relaunch/canary; while one is in flight the
 others are disabled (check_action), and the checklist shows the new run fill in by itself.
@@ -139,7 +139,22 @@ class DashboardApp(App[None]):
         self.watch_reports()
         self.watch_gpus()
         self.follow_log()
+        if self.tabs.active == "tab-metrics":
+            self._restart_metrics()
+
+    def _restart_metrics(self) -> None:
+        """events.jsonl is read only while the Metrics tab is on screen: a fresh follower
+        starts at the file's tail window, which is the recent history the sparklines show."""
+        self.metrics_pane.reset()
+        if self.report is not None:
+            self.metrics_pane.add_status(self.report.status)   # until the events arrive
         self.follow_events()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "tab-metrics":
+            self._restart_metrics()
+        else:
+            self.workers.cancel_group(self, "events")
 
     @work(exclusive=True, group="reports")
     async def watch_reports(self) -> None:
