@@ -60,21 +60,22 @@ class DashboardApp(App[None]):
         Binding("r", "relaunch", "Relaunch", tooltip="stop this run by pid (verified) and launch it again"),
         Binding("s", "stop", "Stop", tooltip="stop this run by pid: SIGTERM, grace period, SIGKILL"),
         Binding("c", "canary", "Canary", tooltip="launch `sleep` through the same wrapper and check it outlives the channel"),
-        Binding("l", "switch_log", "Log file", tooltip="switch the log pane between train.log and events.jsonl"),
+        Binding("l", "switch_log", "Log", tooltip="switch the log pane between train.log and events.jsonl"),
         Binding("f", "toggle_follow", "Follow", tooltip="follow the end of the log on/off"),
         Binding("slash", "search", "Search", tooltip="search the log; n / N for next / previous match"),
         Binding("n", "search_next", "Next match", show=False),
         Binding("N", "search_prev", "Previous match", show=False),
-        Binding("e", "first_error", "1st error", tooltip="jump to the first traceback or error line in the log"),
-        Binding("g", "log_top", "Top", show=False, tooltip="top of the log (follow off)"),
-        Binding("G", "log_bottom", "Bottom", show=False, tooltip="bottom of the log (follow on)"),
+        Binding("e", "first_error", "Error", tooltip="jump to the first traceback or error line in the log"),
         Binding("1", "show_tab('tab-log')", "Log", show=False),
         Binding("2", "show_tab('tab-threads')", "Threads", show=False),
         Binding("3", "show_tab('tab-gpus')", "GPUs", show=False),
         Binding("4", "show_tab('tab-metrics')", "Metrics", show=False),
-        Binding("p", "switch_profile", "Profile", tooltip="watch another profile (this run keeps running)"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit", tooltip="leave the dashboard; the run keeps running"),
+        # Last: in the footer from 100 columns (it scrolls), always in ? help and the palette.
+        Binding("p", "switch_profile", "Profile", tooltip="watch another profile (this run keeps running)"),
+        Binding("g", "log_top", "Top", tooltip="top of the log (follow off)"),
+        Binding("G", "log_bottom", "End", tooltip="bottom of the log (follow on)"),
     ]
 
     busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
@@ -111,7 +112,7 @@ class DashboardApp(App[None]):
                 yield GpuPane(id="gpus")
             with TabPane("Metrics", id="tab-metrics"):
                 yield MetricsPane(id="metrics")
-        yield Footer()
+        yield Footer(compact=True)   # single-spaced: r s c l f / e ? q fit in 80 columns
 
     def on_mount(self) -> None:
         # Held references, not queries: App.query_one searches the *active* screen, and the
