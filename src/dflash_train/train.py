@@ -477,32 +477,37 @@ class Trainer:
             self.tel.log(f"nothing to do: checkpoint is at step {start}, --steps is {args.steps}")
             return start
         self.tel.update(step=start)
-        self.warm_up()
-        spec = PoolSpec(
-            seed=args.seed, start_step=start, total_steps=args.steps,
-            target_devices=plan.target, drafter_devices=plan.drafter,
-            queue_depth=args.queue_depth, max_grad_norm=args.max_grad_norm,
-            produce=self.produce, compute_loss=self.compute_loss,
-            replicas=self.replicas, optimizers=self.optimizers, on_step_end=self.on_step_end,
-            lr_at=lambda step: args.lr * min(1.0, (step + 1) / args.warmup_steps) if args.warmup_steps else args.lr,
-            on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
-            on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
-        )
-        pool = ThreadPool(spec, self.gate)
-        if args.eval_every:
-            # the baseline: tau of the drafter as it starts (untrained, or as resumed)
-            tau = self.evaluate(start)
-            self.tel.log(f"eval: step {start} tau {tau:.2f}")
-        self.tel.set_phase(Phase.TRAINING)
-        self.tel.log(f"training: steps {start}..{args.steps}, {len(plan.target)} target thread(s) on "
-                     f"{', '.join(plan.target)}, {len(plan.drafter)} drafter thread(s) on {', '.join(plan.drafter)}")
-        pool.start()
-        pool.join(poll=self.tel.publish)
-        if pool.error is not None:
-            name, exc = pool.error
-            self.tel.thread_failed(name, exc)
-            raise WorkerFailed(name, exc)
-        return pool.last_completed_step
+        try:
+            self.warm_up()
+            spec = PoolSpec(
+                seed=args.seed, start_step=start, total_steps=args.steps,
+                target_devices=plan.target, drafter_devices=plan.drafter,
+                queue_depth=args.queue_depth, max_grad_norm=args.max_grad_norm,
+                produce=self.produce, compute_loss=self.compute_loss,
+                replicas=self.replicas, optimizers=self.optimizers, on_step_end=self.on_step_end,
+                lr_at=lambda step: args.lr * min(1.0, (step + 1) / args.warmup_steps) if args.warmup_steps else args.lr,
+                on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
+                on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
+            )
+            pool = ThreadPool(spec, self.gate)
+            if args.eval_every:
+                # the baseline: tau of the drafter as it starts (untrained, or as resumed)
+                tau = self.evaluate(start)
+                self.tel.log(f"eval: step {start} tau {tau:.2f}")
+            self.tel.set_phase(Phase.TRAINING)
+            self.tel.log(f"training: steps {start}..{args.steps}, {len(plan.target)} target thread(s) on "
+                         f"{', '.join(plan.target)}, {len(plan.drafter)} drafter thread(s) on {', '.join(plan.drafter)}")
+            pool.start()
+            pool.join(poll=self.tel.publish)
+            if pool.error is not None:
+                name, exc = pool.error
+                self.tel.thread_failed(name, exc)
+                raise WorkerFailed(name, exc)
+            return pool.last_completed_step
+        finally:
+            # The stance is process-global: give it back, so an in-process caller (a test, a
+            # notebook) does not inherit fail_on_recompile.
+            self.compile_control.default_stance()
 
 
 class WorkerFailed(RuntimeError):
