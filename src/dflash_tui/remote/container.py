@@ -65,7 +65,14 @@ class ContainerTarget(Target):
             "is not running" in err or "No such container" in err)
 
     def _tool_missing(self, res: CommandResult) -> bool:
-        return res.exit_status == 127 and not res.stdout
+        # 127 alone is not enough: a program missing INSIDE the container also exits 127 through
+        # `pct exec`. Only the shell's own complaint about `pct`/`docker` itself counts.
+        if res.exit_status != 127 or res.stdout:
+            return False
+        first = res.stderr.strip().splitlines()[:1]
+        return bool(first) and re.search(
+            rf"(^|[\s:]){re.escape(self.kind)}: (command not found|not found|No such file or directory)",
+            first[0]) is not None
 
     async def run(self, argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = 30.0) -> CommandResult:
