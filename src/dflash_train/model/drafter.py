@@ -16,21 +16,10 @@ from torch import nn
 
 from ..attention.backends import AttentionBackend
 from ..config import ModelConfig
-from .layers import RMSNorm, SwiGLU, apply_rope, init_weights, rope_cos_sin
+from .layers import AttentionProjections, RMSNorm, SwiGLU, apply_rope, init_weights, rope_cos_sin
 
 
-class DrafterAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        h, d = cfg.hidden_size, cfg.head_dim
-        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
-        self.q_norm = RMSNorm(d, cfg.rms_eps) if cfg.qk_norm else nn.Identity()
-        self.k_norm = RMSNorm(d, cfg.rms_eps) if cfg.qk_norm else nn.Identity()
-
+class DrafterAttention(AttentionProjections):
     def forward(self, x, context, rope_q, rope_kv, mask, attention: AttentionBackend):
         b, q_len, _ = x.shape
         d = self.cfg.head_dim

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from .layers import RMSNorm, SwiGLU, apply_rope, init_weights, rope_cos_sin
+from .layers import AttentionProjections, RMSNorm, SwiGLU, apply_rope, init_weights, rope_cos_sin
 
 
 @dataclass
@@ -43,18 +43,7 @@ def check_token_batch(input_ids: torch.Tensor, cfg: ModelConfig, what: str = "in
                              f"{cfg.vocab_size}: the data's tokenizer does not match the target")
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        h, d = cfg.hidden_size, cfg.head_dim
-        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
-        self.q_norm = RMSNorm(d, cfg.rms_eps) if cfg.qk_norm else nn.Identity()
-        self.k_norm = RMSNorm(d, cfg.rms_eps) if cfg.qk_norm else nn.Identity()
-
+class CausalSelfAttention(AttentionProjections):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         d = self.cfg.head_dim
