@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 # end-to-end dashboard test, util-linux for the pct stand-in's PID namespaces.
 SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux
 
-.PHONY: run test venv system-tools bench clean
+.PHONY: run test venv system-tools clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,8 +39,6 @@ system-tools:
 test: venv system-tools
 	$(BIN)/python -m pytest -q
 
-bench: venv system-tools
-	$(BIN)/python -m benchmarks
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

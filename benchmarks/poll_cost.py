@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from benchmarks.results_file import replace_section  # noqa: E402
+
 from dflash_tui.remote.agent import AgentOps  # noqa: E402
 from dflash_tui.remote.container import ContainerTarget  # noqa: E402
 from dflash_tui.remote.shell_ops import ShellOps  # noqa: E402
@@ -225,15 +227,7 @@ def report(results: dict, command: str) -> str:
 
 
 def append(section: str) -> None:
-    path = ROOT / "benchmarks" / "RESULTS.md"
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    if HEADING in text:
-        start = text.index(HEADING)
-        nxt = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + section + (text[nxt + 1:] if nxt != -1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    replace_section(HEADING, section)
 
 
 def main() -> None:

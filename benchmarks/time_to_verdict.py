@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from benchmarks.results_file import replace_section  # noqa: E402
+
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.remote.agent import open_ops  # noqa: E402
 from dflash_tui.remote.factory import make_targets  # noqa: E402
@@ -163,15 +165,7 @@ def report(results: dict, command: str, reps: int) -> str:
 
 
 def append(section: str) -> None:
-    path = ROOT / "benchmarks" / "RESULTS.md"
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    if HEADING in text:
-        start = text.index(HEADING)
-        nxt = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + section + (text[nxt + 1:] if nxt != -1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    replace_section(HEADING, section)
 
 
 def main() -> None:
