@@ -149,6 +149,7 @@ class DashboardApp(App[None]):
         self.metrics_pane.reset()
         if self.report is not None:
             self.metrics_pane.add_status(self.report.status)   # until the events arrive
+        self.metrics_pane.flush()
         self.follow_events()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -181,6 +182,8 @@ class DashboardApp(App[None]):
         report, self._pending_report = self._pending_report, None
         if report is not None:
             self.on_report(report)
+        # events.jsonl points (polled beside the log, see follow_events) join this frame.
+        self.metrics_pane.flush()
 
     @work(exclusive=True, group="gpus")
     async def watch_gpus(self) -> None:
@@ -206,6 +209,7 @@ class DashboardApp(App[None]):
                 lines = await follower.poll()
             except (TargetError, OSError, ValueError) as exc:
                 pane.problem = f"cannot read: {one_line(str(exc))}"
+                self.metrics_pane.flush()   # the points still show while the log cannot be read
                 delay = min(max(delay * 2, 1.0), RETRY_MAX_S)
             else:
                 self._apply_pending_report()   # same synchronous block: one frame for both
@@ -231,7 +235,7 @@ class DashboardApp(App[None]):
             else:
                 delay = EVENTS_POLL_S
                 if lines:
-                    metrics.add_lines(lines)
+                    metrics.add_lines(lines)   # drawn with the next log poll's frame (flush)
             await self._next_poll(delay)
 
     async def _next_poll(self, delay: float) -> None:

@@ -103,6 +103,8 @@ class LogLines(ScrollView, can_focus=True):
         self.search_term = ""
         self.cursor: int | None = None   # absolute line number of the current search hit
         self._styles: dict[str, Style] = {}
+        self._hidden = False          # set by Hide (another tab on top), cleared by Show
+        self._fell_off_hidden = 0     # lines dropped while hidden: the scroll fix-up owed on show
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -173,9 +175,25 @@ class LogLines(ScrollView, can_focus=True):
         self._after_change(0)
         self.scroll_to(0, 0, animate=False)
 
-    def _after_change(self, fell_off: int) -> None:
+    def on_hide(self) -> None:
+        self._hidden = True
+
+    def on_show(self) -> None:
+        if self._hidden:
+            self._hidden = False
+            fell_off, self._fell_off_hidden = self._fell_off_hidden, 0
+            self._after_change(0, shift=fell_off)
+
+    def _after_change(self, fell_off: int, shift: int = 0) -> None:
         self._dropped += fell_off
-        self.virtual_size = Size(self._width, len(self._lines))
+        self.virtual_size = Size(self._width, len(self._lines))   # unchanged once the ring is full
+        if self._hidden:
+            # Behind another tab: a refresh or scroll of a widget that is not on screen makes
+            # Textual rebuild the whole screen map on the next frame (and repaint it all).
+            # Scrolled and painted once, when shown again (on_show).
+            self._fell_off_hidden += fell_off
+            return
+        fell_off += shift
         if self.follow:
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
         elif fell_off:

@@ -89,6 +89,8 @@ class MetricsPane(OnScreenOnly, Vertical):
         self.last_step: int | None = None
         self.skipped = 0
         self.from_events = False     # once step events arrive, status.json points are not added
+        self.dirty = False           # new points not drawn yet (see flush)
+        self._shown: dict[object, object] = {}   # widget -> what it shows: unchanged, not redrawn
 
     def reset(self) -> None:
         for h in self.history.values():
@@ -108,7 +110,7 @@ class MetricsPane(OnScreenOnly, Vertical):
         for label, v in values.items():
             self.history[label].append(v)
         self.last_step = status.step
-        self._redraw()
+        self.dirty = True
 
     def add_lines(self, lines: list[str]) -> None:
         points, skipped = step_points(lines)
@@ -125,29 +127,50 @@ class MetricsPane(OnScreenOnly, Vertical):
             for label, v in p.values.items():
                 self.history[label].append(v)
             self.last_step = max(p.step, self.last_step or -1)
-        self._redraw()
+        self.dirty = True
+
+    def flush(self) -> None:
+        """Draw the points added since the last draw. The app calls this in the same
+        synchronous block as the log and checklist updates, so new points share their frame
+        instead of costing a frame (and a compositor pass) of their own."""
+        if self.dirty:
+            self._redraw()
 
     def _redraw(self) -> None:
+        self.dirty = False
         if self.on_screen:
             self.draw()
 
     def draw(self) -> None:
+        self.dirty = False
         note = self.note
         extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
         if self.last_step is None:
-            note.update("no steps yet" + extra, layout=False)
+            self._set(note, "no steps yet" + extra)
         else:
             where = "events.jsonl" if self.from_events else "status.json (no step events)"
-            note.update(f"step {self.last_step} · up to {HISTORY} points from {where}{extra}",
-                        layout=False)
+            self._set(note, f"step {self.last_step} · up to {HISTORY} points from {where}{extra}")
         for i, (_, label, fmt) in enumerate(SERIES):
             row = self.rows[i]
             h = self.history[label]
-            value = Text(label + " ", style="bold")
-            value.append(fmt.format(h[-1]) if h else "n/a")
-            row.value.update(value, layout=False)  # fixed 26 cells
+            self._set(row.value, fmt.format(h[-1]) if h else "n/a", bold=label + " ")  # fixed 26 cells
             spark = row.spark
             show = len(h) > 1              # a flat baseline for no data would read as "zero"
             if spark.display != show:      # (setting it, even unchanged, costs a relayout)
                 spark.display = show
-            spark.data = list(h)
+            data = list(h)
+            if self._shown.get(spark) != data:   # a steady series draws the same bars
+                self._shown[spark] = data
+                spark.data = data
+
+    def _set(self, static: Static, text: str, bold: str = "") -> None:
+        """Update a one-line Static only when its text changed: an update costs a repaint."""
+        if self._shown.get(static) == (bold, text):
+            return
+        self._shown[static] = (bold, text)
+        if bold:
+            content = Text(bold, style="bold")
+            content.append(text)
+            static.update(content, layout=False)
+        else:
+            static.update(text, layout=False)
