@@ -8,6 +8,7 @@
   thread    the process beats, but thread "drafter1" stops beating, stuck "compiling" (STALLED)
   ignoreterm  beat, and ignore SIGTERM (stop must escalate to SIGKILL)
   argv      write its argv as JSON to $DFLASH_RUN_DIR/argv.json, then behave like `beat`
+`--device=cuda:0` makes every thread report that device instead of "cpu" (the GPU check).
 Uses the real run-dir schema (dflash_train.schema), stdlib only.
 """
 
@@ -41,6 +42,7 @@ def main(argv: list[str]) -> int:
     run_dir = Path(os.environ["DFLASH_RUN_DIR"])
     run_id = os.environ["DFLASH_RUN_ID"]
     interval = float(opts.get("--interval", "0.1"))
+    device = opts.get("--device", "cpu")
     print(f"standin {mode} pid {os.getpid()} run {run_id}", flush=True)
 
     if mode == "argv":
@@ -67,7 +69,7 @@ def main(argv: list[str]) -> int:
         for n in names:
             if not (mode == "thread" and n == "drafter1" and i >= beats):
                 last_beat[n] = now
-        threads = [ThreadStatus(name=n, role="main" if n == "main" else "drafter", device="cpu",
+        threads = [ThreadStatus(name=n, role="main" if n == "main" else "drafter", device=device,
                                 compile_state="compiling" if (mode == "thread" and n == "drafter1") else "compiled",
                                 step=step, last_step_time=now, last_beat_time=last_beat[n]) for n in names]
         atomic_write_text(run_dir / STATUS_JSON, _status(run_id, step, threads, now))

@@ -2,7 +2,8 @@
 
 Exit codes (README, "Exit codes"):
   0  healthy: RUNNING or FINISHED (for --stop: the run is stopped; --canary: it passed)
-  1  failing verdict: NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, NOT LAUNCHED
+  1  failing verdict: NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, NOT LAUNCHED,
+     GPU LOST (a GPU of the host fell off the bus while the run is alive)
      (for --stop: nothing signalled because the pid was reused, or it survived SIGKILL;
       --canary: it failed)
   2  usage or config error
@@ -10,6 +11,11 @@ Exit codes (README, "Exit codes"):
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
+
+--check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
+from one GPU sample of the profile's host per check (run/health.py `with_gpu_check`, the same
+function the dashboard calls). It is bounded to a few seconds: a hung or missing NVML is a
+warn check with the reason, never a hang or an exit code of its own.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dflash-tui", description=(
         "Launch a training run on a GPU box, verified, and watch it live. Without a mode flag, "
         "starts the dashboard."),
-        epilog="exit codes: 0 healthy (RUNNING/FINISHED), 1 failing verdict, 2 usage or config error, "
+        epilog="exit codes: 0 healthy (RUNNING/FINISHED), 1 failing verdict (GPU LOST included), "
+               "2 usage or config error, "
                "3 target unreachable, 4 no verdict yet (STARTING / NO RUN)")
     p.add_argument("--config", metavar="FILE",
                    help=f"profiles file (default {default_config_path()}; absent: built-in 'local')")
@@ -123,7 +130,7 @@ async def _check_until(session, wait_s: float, first=None):
     tracker = HealthTracker()
     deadline = time.monotonic() + max(0.0, wait_s)
     while True:
-        ev, cl = first if first is not None else await session.check()
+        ev, cl = first if first is not None else await session.check(gpus=True)
         first = None
         cl = tracker.update(cl, ev.now, current_run_id(ev))
         decided = cl.verdict.healthy or cl.verdict.failing
@@ -155,6 +162,8 @@ async def _run_mode(args, profile: Profile) -> int:
             if outcome.checklist.verdict is Verdict.NOT_LAUNCHED:
                 return _emit(args, profile, outcome.checklist, pid=None, run_id=None)
             ev, cl = outcome.evidence, outcome.checklist
+            if ev is not None:
+                cl = await session.with_gpus(ev, cl)
             if args.wait > 0 and not (cl.verdict.healthy or cl.verdict.failing):
                 ev, cl = await _check_until(session, args.wait)
             stopped = [outcome.stopped.message] if outcome.stopped else []

@@ -3,6 +3,8 @@
 It builds the host and run targets from the profile (remote/factory.py), opens RemoteOps on the
 run target (the persistent agent, or one-shot shell commands where there is no python3), and
 offers the run's verbs: check, launch, relaunch, stop, canary, and a RunMonitor for the UI.
+`check(gpus=True)` adds the dashboard's "gpus" check from one bounded GPU sample of the HOST
+(NVML runs there, not in the container), for the headless modes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from .remote.base import Target, TargetError
 from .remote.ops import RemoteOps
 from .run.attempts import LaunchAttempt, load_attempt, save_attempt
 from .run.canary import CanaryResult, run_canary
-from .run.health import Limits, evaluate
+from .run.health import Limits, evaluate, with_gpu_check
 from .run.launch import LaunchOutcome, launch_run, not_launched
 from .run.preflight import run_preflight
 from .run.observe import Evidence, gather
@@ -42,6 +44,7 @@ class Session:
         self.host, self.target = targets if targets is not None else build_targets(profile)
         self._ops: RemoteOps | None = None
         self._ops_lock = asyncio.Lock()
+        self._gpu = None   # OneShotGpuProbe, opened by the first gpu_snapshot()
         self.attempt: LaunchAttempt | None = load_attempt(profile)
 
     @property
@@ -67,6 +70,9 @@ class Session:
             return self.target, self._ops
 
     async def _close_quietly(self) -> None:
+        gpu, self._gpu = self._gpu, None
+        if gpu is not None:
+            await gpu.close()   # before the host's transport it rides on
         for thing in (self._ops, self.target, self.host):
             if thing is None:
                 continue
@@ -89,9 +95,26 @@ class Session:
     async def evidence(self) -> Evidence:
         return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt)
 
-    async def check(self) -> tuple[Evidence, Checklist]:
+    async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
+        """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""
         ev = await self.evidence()
-        return ev, evaluate(ev, self.limits)
+        cl = evaluate(ev, self.limits)
+        return ev, (await self.with_gpus(ev, cl) if gpus else cl)
+
+    async def gpu_snapshot(self, ev: Evidence):
+        """One GPU snapshot of the profile's host, the run's processes marked. Never raises and
+        never takes more than a few seconds: a hung or missing NVML is the snapshot's error."""
+        from .gpu.oneshot import OneShotGpuProbe
+        from .gpu.sources import run_ref_from_launch
+        async with self._ops_lock:
+            if self._gpu is None:
+                self._gpu = OneShotGpuProbe(self.host, python=self.profile.python)
+            gpu = self._gpu
+        return await gpu.sample(run_ref_from_launch(ev.launch))
+
+    async def with_gpus(self, ev: Evidence, checklist: Checklist) -> Checklist:
+        """`checklist` plus the "gpus" check, combined exactly as the dashboard combines it."""
+        return with_gpu_check(checklist, ev, await self.gpu_snapshot(ev))
 
     async def launch(self, *, relaunch: bool = False, preflight: bool = True) -> LaunchOutcome:
         try:

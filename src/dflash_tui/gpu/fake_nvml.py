@@ -298,6 +298,7 @@ ENV_GPUS = "DFLASH_FAKE_NVML_GPUS"
 ENV_SCENARIO = "DFLASH_FAKE_NVML_SCENARIO"
 ENV_PROCS = "DFLASH_FAKE_NVML_PROCS"   # "gpu:pid:bytes,gpu:pid:bytes"
 ENV_HANG = "DFLASH_FAKE_NVML_HANG_S"   # every power reading takes this long (a failing GPU)
+ENV_LOST = "DFLASH_FAKE_NVML_LOST"     # "1,3": these GPUs fell off the bus (Xid 79)
 _SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
               "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
 _FROM_ENV: FakeNvml | None = None
@@ -307,7 +308,8 @@ def from_env() -> FakeNvml:
     """One process-wide fake, shaped by DFLASH_FAKE_NVML_GPUS (default 8),
     DFLASH_FAKE_NVML_SCENARIO (ok | library_missing | no_driver | version_mismatch) and
     DFLASH_FAKE_NVML_PROCS (processes on GPUs, "gpu:pid:bytes,...") and
-    DFLASH_FAKE_NVML_HANG_S (seconds each power reading hangs, as on a failing GPU)."""
+    DFLASH_FAKE_NVML_HANG_S (seconds each power reading hangs, as on a failing GPU) and
+    DFLASH_FAKE_NVML_LOST (indices of GPUs that fell off the bus, "1,3")."""
     global _FROM_ENV
     if _FROM_ENV is None:
         import os
@@ -327,6 +329,11 @@ def from_env() -> FakeNvml:
                 raise ValueError(f"{ENV_PROCS}: {item!r} is not gpu:pid:bytes") from None
         for gpu, plist in procs.items():
             fake.set_processes(gpu, plist)
+        for item in filter(None, os.environ.get(ENV_LOST, "").split(",")):
+            if not item.strip().isdigit() or int(item) >= len(fake.gpus):
+                raise ValueError(f"{ENV_LOST}: {item!r} is not the index of one of the "
+                                 f"{len(fake.gpus)} fake GPUs")
+            fake.lose_gpu(int(item))
         hang = float(os.environ.get(ENV_HANG, "0") or 0)
         if hang > 0:
             import time

@@ -1,7 +1,9 @@
 """The checklist's GPU check ("gpus"), from the latest GpuSnapshot and what the run reported.
 
-- fail    a GPU fell off the bus (any GPU of the host: the run's or a neighbour, both end runs)
-- warn    NVML/nvidia-smi unavailable (the one-line reason); or, after the run's compile
+- fail    a GPU fell off the bus (any GPU of the host: the run's or a neighbour, both end runs;
+          a live run's verdict then becomes GPU LOST: run/health.py `with_gpu_check`)
+- warn    NVML/nvidia-smi unavailable (the one-line reason); a lost GPU under a run that uses
+          only CPU devices; or, after the run's compile
           finished, its GPUs do not all show a process of the run (a thread that never reached
           its device, or a run that silently fell back to CPU)
 - pending no GPU data yet, or the run is still starting/compiling
@@ -58,6 +60,10 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
         if lost or (snap.error is not None and snap.error.kind is GpuErrorKind.GPU_LOST):
             names = ", ".join(f"GPU {g.index}" for g in lost) or "a GPU"
             msg = snap.error.message if snap.error is not None else f"{names} fell off the bus"
+            if cpu_only:
+                # The host is sick, but this run never touches a GPU: not a reason to fail it.
+                return check(CheckState.WARN, f"{msg} (the run uses only CPU devices)",
+                             "reset the GPU (nvidia-smi -r) or reboot before a GPU run")
             return check(CheckState.FAIL, msg,
                          "check dmesg for Xid 79; reset the GPU (nvidia-smi -r) or reboot, then relaunch")
 
@@ -70,7 +76,7 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
             GpuErrorKind.LIBRARY_NOT_FOUND: "GPU numbers are unavailable; the run itself is not affected",
             GpuErrorKind.NO_DRIVER: "without a driver CUDA cannot run either: check nvidia-smi on the host",
             GpuErrorKind.VERSION_MISMATCH: "CUDA programs started now may fail too: reboot the host when you can",
-            GpuErrorKind.PROBE_FAILED: "the probe is retried every second",
+            GpuErrorKind.PROBE_FAILED: "the dashboard retries every second; --check samples once",
         }.get(snap.error.kind, "")
         return check(CheckState.WARN, snap.error.message, hint)
     if not snap.gpus:
@@ -111,8 +117,8 @@ def gpu_check_for_status(snap: GpuSnapshot | None, status: "TrainStatus | None",
                          pid_alive: bool | None) -> Check:
     """`gpu_check` fed from what RunMonitor already has: status.json and whether the pid lives.
 
-    Wiring (run/monitor.py): append `gpu_check_for_status(gpu_stream.latest, ev.status, alive)`
-    to the checklist's checks before `HealthTracker.update`, which then keeps its `since`.
+    Wiring: run/health.py `with_gpu_check` appends it (and applies its one verdict rule) for
+    both RunMonitor and `dflash-tui --check`, before `HealthTracker.update` keeps its `since`.
     """
     threads = list(status.threads) if status is not None else []
     devices = [t.device for t in threads] or None

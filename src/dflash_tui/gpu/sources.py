@@ -13,6 +13,8 @@ and never raises: a failure is the snapshot's `error`.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
@@ -360,18 +362,34 @@ class FallbackSource:
             await self._fallback.close()
 
 
-async def open_gpu_source(host_target: Target, *, ops: Any = None, nvml_spec: str = "pynvml",
-                          python: str = "python3") -> GpuSource:
+#: Names the NVML module the GPU sources read ("module" or "module:factory"; default pynvml).
+#: `DFLASH_TUI_NVML=dflash_tui.gpu.fake_nvml:from_env` shows fake GPUs, shaped by the
+#: DFLASH_FAKE_NVML_* variables, on a machine without one (demos, tests, benchmarks).
+ENV_NVML_SPEC = "DFLASH_TUI_NVML"
+
+
+async def open_gpu_source(host_target: Target, *, ops: Any = None, nvml_spec: str | None = None,
+                          python: str = "python3", isolate: bool = False) -> GpuSource:
     """The GPU source for a host: in-process NVML for this machine, the host agent's probe for a
     remote one (falling back to nvidia-smi), nvidia-smi alone where the host has no python3.
 
     Pass `ops` when the host's agent was already started with `gpu_agent_sources()` among its
     extra sources, to share it; otherwise a dedicated agent is started on `host_target` (over
     the same pooled SSH connection) and closed with the source.
+
+    `isolate=True` reads NVML in a child process (an agent running this interpreter) even for
+    this machine: an NVML call hung on an in-process thread would hold the interpreter's exit
+    until it returns, which a one-shot command like `--check` cannot afford.
+    `nvml_spec` defaults to $DFLASH_TUI_NVML, else "pynvml".
     """
-    if isinstance(host_target, LocalTarget) and nvml_spec == "pynvml":
+    if nvml_spec is None:
+        nvml_spec = os.environ.get(ENV_NVML_SPEC) or "pynvml"
+    local = isinstance(host_target, LocalTarget)
+    if local and nvml_spec == "pynvml" and not isolate:
         return FallbackSource(LocalNvmlSource(),
                               lambda: SmiStreamSource(host_target, annotate=local_annotator()))
+    if local and isolate:
+        python = sys.executable   # the interpreter whose pynvml the in-process reader would use
     owns = False
     if ops is None or OP_NAME not in (getattr(ops, "info", {}) or {}).get("ops", ()):
         from ..remote.agent import open_ops

@@ -8,6 +8,7 @@
 | pid gone, no exit.json                                  | KILLED        |
 | pid alive, no heartbeat for longer than the stall limit | STALLED       |
 | pid alive, heartbeats fresh, steps advancing            | RUNNING       |
+| pid alive (STARTING/RUNNING), a GPU of the host is lost | GPU LOST      |  (`with_gpu_check`)
 
 Between those: STARTING (alive, log present, no step yet, within limits) and NO RUN (nothing was
 ever launched here). `HealthTracker` keeps each check's `since` across polls: the time its
@@ -19,6 +20,7 @@ from __future__ import annotations
 import re
 import signal as _signal
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from dflash_train.schema import LAUNCH_OUT, LAUNCH_SH, TRAIN_LOG, CompileState, Phase
 
@@ -26,6 +28,9 @@ from ..config import Profile
 from .observe import Evidence, current_run_id, process_matches
 from .tracebacks import exception_line
 from .verdict import Check, CheckState, Checklist, Verdict
+
+if TYPE_CHECKING:
+    from ..gpu.sample import GpuSnapshot
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -254,6 +259,27 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     total = f"/{st.total_steps}" if st.total_steps else ""
     extra = "".join(f", {k} {v:.3g}" for k, v in (("loss", st.loss), ("τ", st.tau)) if v is not None)
     return Checklist(Verdict.RUNNING, checks, f"step {st.step}{total}{extra}, up {_duration(uptime)}")
+
+
+def with_gpu_check(checklist: Checklist, ev: Evidence, snap: "GpuSnapshot | None") -> Checklist:
+    """`checklist` with the "gpus" check (gpu/health.py) from one GPU snapshot of the run's host.
+
+    The one place both RunMonitor (the dashboard) and `dflash-tui --check` add it, so the two
+    never disagree. The check changes the verdict in one case only: it fails (a GPU fell off
+    the bus) while the run's process is alive (STARTING or RUNNING), which gives GPU LOST: the
+    process may still beat for a while, but a run on a host with a lost GPU cannot go on.
+    A warn or pending GPU check (no NVML, still compiling) never changes the verdict, and a
+    run that already ended keeps the verdict its own evidence gives.
+    """
+    from ..gpu.health import gpu_check_for_status
+    alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
+    gpus = gpu_check_for_status(snap, ev.status, alive)
+    checks = [*checklist.checks, gpus]
+    if gpus.state is FAIL and alive and checklist.verdict in (Verdict.STARTING, Verdict.RUNNING):
+        pid = ev.launch.pid if ev.launch is not None else "?"
+        return Checklist(Verdict.GPU_LOST, checks,
+                         _one_line(f"{gpus.cause}; pid {pid} is still alive but cannot go on", 400))
+    return replace(checklist, checks=checks)
 
 
 def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, AsyncIterator
 
 from ..remote.base import TargetError
-from .health import HealthTracker, evaluate
+from .health import HealthTracker, evaluate, with_gpu_check
 from .observe import current_run_id, process_matches
 from .report import RunReport
 from .verdict import Check, CheckState, Checklist, Verdict
@@ -66,9 +66,7 @@ class RunMonitor:
         self._backoff = 0.0
         checklist = evaluate(ev, self.session.limits)
         if self.gpu_snapshot is not None:
-            from ..gpu.health import gpu_check_for_status
-            running = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
-            checklist.checks.append(gpu_check_for_status(self.gpu_snapshot(), ev.status, running))
+            checklist = with_gpu_check(checklist, ev, self.gpu_snapshot())
         checklist = self.tracker.update(checklist, ev.now, current_run_id(ev))
         alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
         report = RunReport(

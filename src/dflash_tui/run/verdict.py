@@ -25,6 +25,9 @@ class Verdict(str, Enum):
     NO_RUN = "NO RUN"                 # nothing was ever launched in this run dir
     # Added by run/ (additive): a --launch that preflight refused; nothing was started.
     NOT_LAUNCHED = "NOT LAUNCHED"
+    # Added by run/health.py `with_gpu_check` (additive): the run's process is alive (it was
+    # STARTING or RUNNING) but a GPU of its host fell off the bus; the run cannot go on.
+    GPU_LOST = "GPU LOST"
 
     @property
     def healthy(self) -> bool:
@@ -33,7 +36,7 @@ class Verdict(str, Enum):
     @property
     def failing(self) -> bool:
         return self in (Verdict.NEVER_STARTED, Verdict.LOG_MISSING, Verdict.CRASHED,
-                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED)
+                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED, Verdict.GPU_LOST)
 
 
 class CheckState(str, Enum):
