@@ -11,10 +11,13 @@ SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux
 
 .PHONY: run test venv system-tools clean
 
-$(BIN)/.installed: pyproject.toml
+# Extra hf (transformers, for --target-checkpoint and its tests) costs ~45 MB of wheels and ~30 s,
+# and leaves the torch installed first alone (transformers does not depend on torch).
+# The Makefile is a prerequisite so that a change of extras here reaches an existing venv.
+$(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[train,test]"
+	$(BIN)/pip install -q -e ".[train,test,hf]"
 	touch $@
 
 venv: $(BIN)/.installed

@@ -111,11 +111,28 @@ class SyntheticCorpus:
             size += len(s)
         return "".join(parts)[:num_bytes]
 
-    def stream(self, num_tokens: int = 400_000, seed: int = 0) -> TokenStream:
-        data = self.text(num_tokens, seed).encode("ascii")
-        tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
-        return TokenStream(tokens, torch.ones_like(tokens, dtype=torch.bool),
-                           f"synthetic(language={self.language_seed})")
+    def stream(self, num_tokens: int = 400_000, seed: int = 0, tokenizer: Any | None = None) -> TokenStream:
+        """Byte ids by default. With a model's own `tokenizer` (a checkpoint target), the same
+        text is tokenized by it instead, so the ids are ones that model knows; the stream is
+        then shorter than `num_tokens` (its length is counted in bytes of text)."""
+        text = self.text(num_tokens, seed)
+        name = f"synthetic(language={self.language_seed})"
+        if tokenizer is None or isinstance(tokenizer, ByteTokenizer):
+            data = text.encode("ascii")
+            tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
+        else:
+            # In chunks cut at line ends: one 400 kB call would hold the whole text in one
+            # encoding, one call per sentence would pay the call overhead 40k times.
+            lines = text.splitlines(keepends=True)
+            ids: list[int] = []
+            for i in range(0, len(lines), 64):
+                ids.extend(tokenizer.encode("".join(lines[i:i + 64])))
+            if not ids:
+                raise DataError(f"the tokenizer ({getattr(tokenizer, 'name', type(tokenizer).__name__)}) "
+                                "turned the synthetic text into no tokens; use --data with a text file")
+            tokens = torch.tensor(ids, dtype=torch.int64)
+            name = f"synthetic(language={self.language_seed}, {getattr(tokenizer, 'name', type(tokenizer).__name__)})"
+        return TokenStream(tokens, torch.ones_like(tokens, dtype=torch.bool), name)
 
 
 def _require_file(path: Path) -> None:
@@ -189,9 +206,10 @@ def load_jsonl(path: str | Path, tokenizer: Any | None = None) -> TokenStream:
 
 def open_stream(spec: str | None = "synthetic", *, seed: int = 0, tokenizer: Any | None = None,
                 synthetic_tokens: int = 400_000) -> TokenStream:
-    """`synthetic` (default), a .jsonl/.json file, or any other file read as plain text."""
+    """`synthetic` (default), a .jsonl/.json file, or any other file read as plain text.
+    `tokenizer` (default: bytes) tokenizes files and the synthetic text alike."""
     if spec in (None, "", "synthetic"):
-        return SyntheticCorpus().stream(synthetic_tokens, seed)
+        return SyntheticCorpus().stream(synthetic_tokens, seed, tokenizer)
     path = Path(spec)
     if path.suffix.lower() in (".jsonl", ".json"):
         return load_jsonl(path, tokenizer)

@@ -128,10 +128,11 @@ def prepare(args: TrainArgs) -> Prepared:
         cfg = ModelConfig.preset(args.preset)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if args.target_checkpoint is not None and not os.path.isdir(args.target_checkpoint):
-        raise ConfigError(f"--target-checkpoint {args.target_checkpoint}: no such directory")
     if args.data not in ("", "synthetic") and not os.path.isfile(args.data):
         raise ConfigError(f"--data {args.data}: no such file (give a .jsonl or text file, or 'synthetic')")
+    tokenizer = None
+    if args.target_checkpoint is not None:
+        cfg, tokenizer = _checkpoint_target(args, cfg)
     device_type = "cuda" if plan.uses_cuda else "cpu"
     buckets = _parse_lengths(args.buckets, "--buckets") if args.buckets else default_buckets(device_type, cfg.max_seq_len)
     cold = _parse_lengths(args.cold_buckets, "--cold-buckets") if args.cold_buckets else ()
@@ -139,13 +140,23 @@ def prepare(args: TrainArgs) -> Prepared:
         if lengths and (lengths[0] <= cfg.block_size + cfg.anchors_per_seq - 1 or lengths[-1] > cfg.max_seq_len):
             raise ConfigError(
                 f"{option} {list(lengths)}: each length must be >= block size + anchors per sequence "
-                f"({cfg.block_size + cfg.anchors_per_seq}) and <= the preset's max_seq_len {cfg.max_seq_len}")
+                f"({cfg.block_size + cfg.anchors_per_seq}) and <= the model's max_seq_len {cfg.max_seq_len}")
     if not buckets:
         raise ConfigError("--buckets is empty: give sequence lengths like 64,128")
     try:
-        stream = open_stream(args.data, seed=args.seed)
+        stream = open_stream(args.data, seed=args.seed, tokenizer=tokenizer)
     except DataError as exc:
         raise ConfigError(str(exc)) from None
+    top = int(stream.tokens.max())
+    if top >= cfg.vocab_size:
+        # Only a checkpoint can get here: the presets' vocab holds every byte id.
+        if tokenizer is None:
+            raise ConfigError(f"--data {args.data or 'synthetic'}: the target checkpoint has no tokenizer, so the data "
+                              f"are byte ids, up to {top}, outside its vocab of {cfg.vocab_size}: copy the "
+                              "model's tokenizer files into the checkpoint directory")
+        raise ConfigError(f"--data {args.data or 'synthetic'}: the checkpoint's tokenizer gives token id {top}, "
+                          f"outside the model's vocab of {cfg.vocab_size} (config.json vocab_size): the "
+                          "tokenizer files do not belong to this model")
     from dflash_train.data import BatchSource
 
     cold_only = tuple(b for b in cold if b not in buckets)
@@ -170,6 +181,30 @@ def prepare(args: TrainArgs) -> Prepared:
     return Prepared(plan=plan, cfg=cfg, stream=stream, buckets=buckets, cold_buckets=cold_only,
                     compile_backend=None if compile_backend == "off" else compile_backend,
                     source=source, prompts=prompts)
+
+
+def _checkpoint_target(args: TrainArgs, preset_cfg):
+    """(ModelConfig, tokenizer or None) for --target-checkpoint, from its config.json and
+    tokenizer alone: no weights load here. The target's shapes come from the checkpoint; the
+    drafter's settings (layers, block size, anchors, loss) stay the preset's."""
+    from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_loadable,
+                                              config_from_checkpoint, has_tokenizer)
+
+    ckpt = args.target_checkpoint
+    try:
+        cfg = config_from_checkpoint(ckpt, preset_cfg)
+        check_loadable(ckpt)
+        if has_tokenizer(ckpt):
+            return cfg, HFTokenizer(ckpt)
+    except CheckpointError as exc:
+        raise ConfigError(f"--target-checkpoint: {exc}") from None
+    except ValueError as exc:  # the derived ModelConfig itself is invalid (e.g. odd head_dim)
+        raise ConfigError(f"--target-checkpoint {ckpt}: {exc}") from None
+    if args.data not in ("", "synthetic"):
+        raise ConfigError(f"--target-checkpoint {ckpt} has no tokenizer files, so --data {args.data} cannot be "
+                          "tokenized for it: copy the model's tokenizer into the directory, or use --data synthetic")
+    # Synthetic data without a tokenizer stays byte ids; prepare() checks they fit the vocab.
+    return cfg, None
 
 
 def _parse_lengths(text: str, option: str) -> tuple[int, ...]:
@@ -233,6 +268,11 @@ class Trainer:
         self.tel.log(f"data: {prep.stream.name}, {len(prep.stream)} tokens, buckets {list(prep.buckets)}{cold}, "
                      f"batch {args.batch_size} per drafter thread")
 
+        if args.target_checkpoint is not None:
+            cfg = prep.cfg
+            self.tel.log(f"target: checkpoint {os.path.abspath(args.target_checkpoint)}, "
+                         f"{cfg.num_target_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}, "
+                         f"tapped layers {list(cfg.target_layer_ids)}")
         self.targets: dict[str, Any] = {}
         for dev in dict.fromkeys(plan.target + plan.drafter[:1]):
             # one frozen target per device that needs one: the target threads' devices, and the

@@ -20,6 +20,25 @@ class CheckpointError(ValueError):
     """A target checkpoint directory that cannot be used."""
 
 
+INSTALL_HINT = "pip install 'dflash-tui[hf]'"
+# Files a transformers tokenizer is loaded from; a checkpoint without any of them has none.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def require_transformers():
+    """The `transformers` module, or a one-line CheckpointError naming the install command."""
+    try:
+        import transformers
+    except ImportError:
+        raise CheckpointError(f"a target checkpoint needs the `transformers` package: {INSTALL_HINT} "
+                              "(or run without --target-checkpoint to use the built-in target)") from None
+    return transformers
+
+
+def has_tokenizer(checkpoint_dir: str | Path) -> bool:
+    return any((Path(checkpoint_dir) / name).is_file() for name in TOKENIZER_FILES)
+
+
 def read_hf_config(checkpoint_dir: str | Path) -> dict:
     path = Path(checkpoint_dir)
     if not path.is_dir():
@@ -37,29 +56,67 @@ def config_from_checkpoint(checkpoint_dir: str | Path, base: ModelConfig, num_ta
     """Target shapes from the checkpoint; drafter settings (layers, block, loss) from `base`.
     Taps: `num_taps` layers spread from layer 1 to layer L-3, as DFlash does."""
     hf = read_hf_config(checkpoint_dir)
+    _check_causal_lm(checkpoint_dir, hf)
     try:
         hidden, layers = int(hf["hidden_size"]), int(hf["num_hidden_layers"])
         heads = int(hf["num_attention_heads"])
         vocab, inter = int(hf["vocab_size"]), int(hf["intermediate_size"])
+        kv = int(hf.get("num_key_value_heads") or heads)
+        head_dim = int(hf.get("head_dim") or hidden // heads)
+        theta = float(hf.get("rope_theta", base.rope_theta))
+        eps = float(hf.get("rms_norm_eps", base.rms_eps))
+        positions = int(hf.get("max_position_embeddings", base.max_seq_len))
     except KeyError as e:
         raise CheckpointError(f"{checkpoint_dir}/config.json lacks {e.args[0]!r}: "
                               "is this a decoder-only causal LM?") from None
-    kv = int(hf.get("num_key_value_heads", heads))
-    head_dim = int(hf.get("head_dim") or hidden // heads)
+    except (TypeError, ValueError, ZeroDivisionError) as e:
+        raise CheckpointError(f"{checkpoint_dir}/config.json has a malformed shape field ({e}): "
+                              "fix the file or re-save the checkpoint with transformers") from None
     lo, hi = 1, max(1, layers - 3)
     n = max(1, min(num_taps, hi - lo + 1))
     taps = tuple(sorted({lo + round(i * (hi - lo) / max(n - 1, 1)) for i in range(n)}))
     return base.with_(
         vocab_size=vocab, hidden_size=hidden, num_target_layers=layers, num_heads=heads,
         num_kv_heads=kv, head_dim=head_dim, intermediate_size=inter, target_layer_ids=taps,
-        max_seq_len=min(int(hf.get("max_position_embeddings", base.max_seq_len)), 1 << 16),
-        rope_theta=float(hf.get("rope_theta", base.rope_theta)),
-        rms_eps=float(hf.get("rms_norm_eps", base.rms_eps)),
+        max_seq_len=min(positions, 1 << 16), rope_theta=theta, rms_eps=eps,
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qk_norm=str(hf.get("model_type", "")).startswith("qwen3"),
         mask_token_id=base.mask_token_id if base.mask_token_id < vocab else vocab - 1,
         target_pretrain_steps=0,
     )
+
+
+def _check_causal_lm(checkpoint_dir: str | Path, hf: dict) -> None:
+    """The drafter needs a decoder-only LM's per-layer hidden states and its LM head; an
+    encoder, an encoder-decoder or a bare backbone (no head) cannot be a target."""
+    archs = hf.get("architectures") or []
+    kind = hf.get("model_type", "?")
+    if hf.get("is_encoder_decoder") or (archs and not any(str(a).endswith("ForCausalLM") for a in archs)):
+        raise CheckpointError(f"{checkpoint_dir}: unsupported architecture {', '.join(map(str, archs)) or kind} "
+                              f"(model_type {kind!r}): the target must be a decoder-only *ForCausalLM "
+                              "checkpoint such as Qwen3 or Llama")
+
+
+def check_loadable(checkpoint_dir: str | Path) -> None:
+    """Fail before any weights load if the installed transformers cannot build this checkpoint
+    as a causal LM (unknown model_type, or a model_type with no causal-LM class)."""
+    transformers = require_transformers()
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    kind = read_hf_config(checkpoint_dir).get("model_type")
+    try:
+        AutoConfig.from_pretrained(str(checkpoint_dir))
+    except Exception as e:  # noqa: BLE001 - config classes validate with their own exception types
+        # the first sentence: transformers' messages run on with advice about its own install
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
+        raise CheckpointError(f"{checkpoint_dir}: transformers {transformers.__version__} cannot read "
+                              f"its config (model_type {kind!r}): {first[:200]}; upgrade transformers "
+                              "or use a Qwen3/Llama checkpoint") from None
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise CheckpointError(f"{checkpoint_dir}: unsupported architecture: model_type {kind!r} has no "
+                              f"causal-LM class in transformers {transformers.__version__}; the target "
+                              "must be a decoder-only causal LM such as Qwen3 or Llama")
 
 
 class HFTargetModel(nn.Module):
@@ -87,14 +144,22 @@ class HFTokenizer:
     for --data files when the target is a checkpoint (byte ids would mean nothing to it)."""
 
     def __init__(self, checkpoint_dir: str | Path) -> None:
+        require_transformers()
+        from transformers import AutoTokenizer
+
+        if not has_tokenizer(checkpoint_dir):
+            raise CheckpointError(f"{checkpoint_dir} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): "
+                                  "copy the model's tokenizer into it (--data files are tokenized with it)")
         try:
-            from transformers import AutoTokenizer
-        except ImportError:
-            raise CheckpointError("a target checkpoint needs the `transformers` package: "
-                                  "pip install 'dflash-tui[hf]'") from None
-        self.tok = AutoTokenizer.from_pretrained(str(checkpoint_dir))
+            self.tok = AutoTokenizer.from_pretrained(str(checkpoint_dir))
+        except Exception as e:  # noqa: BLE001 - tokenizer backends raise anything; the message says which
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise CheckpointError(f"cannot load the tokenizer of {checkpoint_dir} "
+                                  f"({type(e).__name__}: {first[:200]}): fix or replace its tokenizer files") from None
         self.eos_id = self.tok.eos_token_id if self.tok.eos_token_id is not None else 0
         self.vocab_size = len(self.tok)
+        # Part of the token stream's name, which a resume checks: same checkpoint, same tokens.
+        self.name = f"tokenizer of {Path(checkpoint_dir).resolve()}"
 
     def encode(self, text: str | bytes) -> list[int]:
         if isinstance(text, bytes):
@@ -106,12 +171,9 @@ class HFTokenizer:
 
 
 def load_hf_target(checkpoint_dir: str | Path, cfg: ModelConfig, device, dtype) -> HFTargetModel:
-    try:
-        from transformers import AutoModelForCausalLM
-    except ImportError:
-        raise CheckpointError("a target checkpoint needs the `transformers` package: "
-                              "pip install 'dflash-tui[hf]' (or run without --target-checkpoint "
-                              "to use the built-in target)") from None
+    transformers = require_transformers()
+    from transformers import AutoModelForCausalLM
+
     expected = config_from_checkpoint(checkpoint_dir, cfg)
     shape = ("vocab_size", "hidden_size", "num_target_layers", "num_heads", "num_kv_heads", "head_dim")
     wrong = [f"{k} {getattr(cfg, k)} (checkpoint: {getattr(expected, k)})" for k in shape
@@ -120,5 +182,8 @@ def load_hf_target(checkpoint_dir: str | Path, cfg: ModelConfig, device, dtype) 
         raise CheckpointError(f"model config does not match the checkpoint {checkpoint_dir}: "
                               f"{', '.join(wrong) or 'tapped layers out of range'}; derive it with "
                               "config_from_checkpoint(dir, preset)")
-    model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), torch_dtype=dtype)
+    # transformers 4.56 renamed torch_dtype to dtype (the old name still works, with a warning).
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), **{dtype_kw: dtype})
     return freeze(HFTargetModel(model, cfg).to(device))
