@@ -80,6 +80,8 @@ def test_prepare_takes_target_shapes_from_the_checkpoint_and_drafter_settings_fr
     text = SyntheticCorpus().text(400_000, seed=0)
     assert prep.stream.tokens[:50].tolist() == tok.encode(text[:2000], add_special_tokens=False)[:50]
     assert int(prep.stream.tokens.max()) < len(tok) <= VOCAB
+    # the mask is the embedding's last (padding) row, which no text ever encodes to
+    assert cfg.mask_token_id == VOCAB - 1 and int(prep.stream.tokens.max()) < cfg.mask_token_id
 
 
 def test_data_file_is_tokenized_with_the_checkpoint_tokenizer(tmp_path, checkpoint):

@@ -81,7 +81,10 @@ def config_from_checkpoint(checkpoint_dir: str | Path, base: ModelConfig, num_ta
         max_seq_len=min(positions, 1 << 16), rope_theta=theta, rms_eps=eps,
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qk_norm=str(hf.get("model_type", "")).startswith("qwen3"),
-        mask_token_id=base.mask_token_id if base.mask_token_id < vocab else vocab - 1,
+        # The mask must be a token the data never holds. A checkpoint's embedding matrix is
+        # padded past its tokenizer (Qwen3: 151,936 rows for 151,669 tokens; Llama 3 ends in
+        # reserved specials), so its last row is such a token; the preset's id is not.
+        mask_token_id=vocab - 1,
         target_pretrain_steps=0,
     )
 
