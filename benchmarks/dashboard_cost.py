@@ -231,6 +231,15 @@ def _instrument() -> dict:
     wrap(app_mod.DashboardApp, "on_gpu_snapshot", "gpu -> pane")
     wrap(health, "evaluate", "checklist (run/health)")
     wrap(tracebacks, "last_traceback", "traceback scan (run/)")
+    import gc
+    started: list[float] = []
+
+    def collecting(phase, info):   # the cyclic garbage collector's pauses, by generation
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            spent[f"gc gen{info['generation']}"] += time.perf_counter() - started.pop()
+    gc.callbacks.append(collecting)
     return spent
 
 

@@ -506,3 +506,23 @@ async def test_builtin_demo_launches_only_when_there_is_no_run(verdict, launches
         src.push_report(report)                  # a second NO RUN later is the user's business
         await pilot.pause(0.3)
         assert src.calls == launches
+
+
+async def test_log_behind_another_tab_keeps_lines_and_shows_the_end_on_return():
+    app, sources = make()
+    async with app.run_test(size=SIZE) as pilot:
+        lines = app.log_pane.lines
+        await until(pilot, lambda: lines.line_count == len(R.train_log()))
+        await pilot.press("4")
+        await until(pilot, lambda: lines._hidden)
+        extra = [f"step {2000 + i} loss 2.0" for i in range(60)]
+        sources["h200"].push_log("train.log", extra)
+        await until(pilot, lambda: lines.last_line() == extra[-1])
+        # Hidden: the data is in, but it was neither scrolled nor painted.
+        assert lines.scroll_y < lines.max_scroll_y
+        await pilot.press("1")
+        await until(pilot, lambda: not lines._hidden)
+        await pilot.pause()
+        assert lines.follow and lines.scroll_y == lines.max_scroll_y
+        rows = [lines.render_line(y).text.strip() for y in range(lines.scrollable_content_region.height)]
+        assert extra[-1] in rows
