@@ -526,3 +526,15 @@ async def test_log_behind_another_tab_keeps_lines_and_shows_the_end_on_return():
         assert lines.follow and lines.scroll_y == lines.max_scroll_y
         rows = [lines.render_line(y).text.strip() for y in range(lines.scrollable_content_region.height)]
         assert extra[-1] in rows
+
+
+def test_checklist_signature_follows_the_drawn_age():
+    from dflash_tui.ui.health import signature
+    r = R.healthy()
+    checks = tuple(dataclasses.replace(c, since=r.time - 2 * 3600 - 60) for c in r.checklist.checks)
+    hours = dataclasses.replace(r, checklist=dataclasses.replace(r.checklist, checks=checks))
+    # 2h01m and 2h01m+10s read the same: no repaint; a minute later they read 2h02m.
+    assert signature(hours) == signature(dataclasses.replace(hours, time=hours.time + 10))
+    assert signature(hours) != signature(dataclasses.replace(hours, time=hours.time + 60))
+    # Under an hour the age reads in seconds ("11m34s"): every second is a change.
+    assert signature(r) != signature(dataclasses.replace(r, time=r.time + 1))

@@ -44,8 +44,10 @@ class HealthPane(Static):
 
 def signature(report: RunReport) -> tuple:
     cl = report.checklist
+    # The age as drawn, not in seconds: from an hour on it reads "2h05m", so a long-quiet
+    # check keeps its words (and the pane its pixels) for a minute instead of a second.
     rows = tuple((c.state, c.label, c.cause, c.hint,
-                  None if c.since is None else int(report.time - c.since)) for c in cl.checks)
+                  None if c.since is None else age(report.time - c.since)) for c in cl.checks)
     tb = report.last_traceback if cl.verdict is Verdict.CRASHED else None
     return (cl.verdict, cl.summary, report.error, tb, rows)
 
