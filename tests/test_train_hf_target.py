@@ -189,6 +189,16 @@ def test_a_tokenizer_bigger_than_the_vocab_is_refused(tmp_path):
         prepare(_args(tmp_path, ckpt))
 
 
+def test_a_tokenizer_that_leaves_no_free_id_for_the_mask_is_refused(tmp_path, checkpoint):
+    # The mask is the embedding's last row; an embedding exactly as large as the ids the text
+    # uses leaves that row to a real token.
+    top = int(prepare(_args(tmp_path / "a", checkpoint)).stream.tokens.max())
+    ckpt = _config_only(tmp_path / "ckpt", _qwen3_config(vocab_size=top + 1))
+    _tokenizer().save_pretrained(ckpt)
+    with pytest.raises(ConfigError, match=rf"holds token id {top}, which the drafter uses as its mask token"):
+        prepare(_args(tmp_path / "b", ckpt))
+
+
 def test_a_malformed_config_field_is_a_one_line_error(tmp_path):
     ckpt = _config_only(tmp_path / "ckpt", _qwen3_config())
     cfg = json.loads((ckpt / "config.json").read_text())

@@ -157,6 +157,12 @@ def prepare(args: TrainArgs) -> Prepared:
         raise ConfigError(f"--data {args.data or 'synthetic'}: the checkpoint's tokenizer gives token id {top}, "
                           f"outside the model's vocab of {cfg.vocab_size} (config.json vocab_size): the "
                           "tokenizer files do not belong to this model")
+    if bool((stream.tokens == cfg.mask_token_id).any()):
+        # The noise blocks are [anchor, MASK x 15]: a data token equal to MASK would be
+        # indistinguishable from "to be predicted".
+        raise ConfigError(f"--data {args.data or 'synthetic'}: the text holds token id {cfg.mask_token_id}, which the "
+                          "drafter uses as its mask token (the embedding's last row): this checkpoint's "
+                          "tokenizer fills its whole vocab, so there is no free id for the mask")
     from dflash_train.data import BatchSource
 
     cold_only = tuple(b for b in cold if b not in buckets)
