@@ -32,10 +32,10 @@ echo "end=1"
 
 # Run by the profile's python: which python, and what torch sees. A JSON line, always.
 _PYTHON_PROBE = r'''
-import json, sys
+import importlib, json, sys
 out = {"python": sys.executable, "version": sys.version.split()[0]}
 try:
-    import torch
+    torch = importlib.import_module("torch")   # in the profile's python on the target, never here
     out["torch"] = torch.__version__
     out["cuda"] = torch.cuda.is_available()
     out["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if out["cuda"] else []
