@@ -538,3 +538,18 @@ def test_checklist_signature_follows_the_drawn_age():
     assert signature(hours) != signature(dataclasses.replace(hours, time=hours.time + 60))
     # Under an hour the age reads in seconds ("11m34s"): every second is a change.
     assert signature(r) != signature(dataclasses.replace(r, time=r.time + 1))
+
+
+def test_threads_of_an_ended_run_are_silent_not_stuck():
+    # A finished run's threads stopped beating because the process ended: the Threads pane must
+    # not call them STUCK (the checklist's STALLED, too, needs a live pid).
+    from dataclasses import replace
+
+    from dflash_train.schema import ThreadStatus
+    from dflash_tui.ui.threads import thread_trouble
+
+    t = ThreadStatus(name="drafter0", role="drafter", device="cpu", compile_state="compiled",
+                     last_beat_time=1000.0)
+    assert thread_trouble(t, 5000.0) == "STUCK"
+    assert thread_trouble(t, 5000.0, live=False) == ""
+    assert thread_trouble(replace(t, compile_state="failed"), 5000.0, live=False) == "FAILED"

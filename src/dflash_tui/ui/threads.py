@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from dflash_train.schema import CompileState, ThreadStatus
+from dflash_train.schema import CompileState, Phase, ThreadStatus
 
 from ..run.report import RunReport
 from .fmt import age, one_line
@@ -28,14 +28,23 @@ COLUMNS = ("thread", "role", "device", "compile", "graphs", "recomp", "compile s
            "last step", "beat")
 
 
-def thread_trouble(t: ThreadStatus, now: float, limits: Limits = Limits()) -> str:
-    """'FAILED', 'STUCK' or '' for a healthy (or not yet started) thread."""
+def thread_trouble(t: ThreadStatus, now: float, limits: Limits = Limits(), *, live: bool = True) -> str:
+    """'FAILED', 'STUCK' or '' for a healthy (or not yet started) thread. A thread of a run that
+    has ended is silent by nature, never STUCK: STALLED, too, needs a live pid."""
     if t.compile_state == CompileState.FAILED.value or t.error:
         return "FAILED"
+    if not live:
+        return ""
     limit = limits.compile_stall_after_s if t.compile_state in COMPILING else limits.stall_after_s
     if t.last_beat_time is not None and now - t.last_beat_time > limit:
         return "STUCK"
     return ""
+
+
+def _run_is_live(report: RunReport) -> bool:
+    status = report.status
+    return report.pid_alive is not False and not (
+        status is not None and status.phase in (Phase.FINISHED.value, Phase.FAILED.value))
 
 
 class ThreadsPane(OnScreenOnly, Vertical):
@@ -70,7 +79,8 @@ class ThreadsPane(OnScreenOnly, Vertical):
         status = report.status
         threads = status.threads if status is not None else []
         # Counted even while hidden: the tab's label says how many threads need attention.
-        self._trouble = sum(1 for t in threads if thread_trouble(t, report.time, self.limits))
+        live = _run_is_live(report)
+        self._trouble = sum(1 for t in threads if thread_trouble(t, report.time, self.limits, live=live))
         if self.on_screen:
             self.draw()
 
@@ -87,7 +97,7 @@ class ThreadsPane(OnScreenOnly, Vertical):
         now = report.time
         rows = []
         for t in status.threads:
-            trouble = thread_trouble(t, now, self.limits)
+            trouble = thread_trouble(t, now, self.limits, live=_run_is_live(report))
             rows.append((0 if trouble else 1, t.name, t, trouble))
         rows.sort(key=lambda r: (r[0], r[1]))
         names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
