@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.run_standins import PROGRAM
+from tests.support.runs import alive
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -73,14 +74,6 @@ class Tmux:
 def _sh(s: str) -> str:
     import shlex
     return shlex.quote(s)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def cmdline(pid: int) -> str:

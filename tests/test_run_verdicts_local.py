@@ -24,18 +24,11 @@ from dflash_tui.run.verdict import CheckState, Verdict
 from dflash_tui.session import Session
 
 from tests.run_standins import PROGRAM
+from tests.support.runs import standin_profile
 
 pytestmark = pytest.mark.timeout(60)
 
 HOSTILE = "we ird 'q\" $(touch /tmp/pwned-dflash) `touch /tmp/pwned-dflash`\nline2 ;&|"
-
-
-def standin_profile(run_dir: Path, mode: str, *args: str, **kw) -> Profile:
-    base = dict(name="t", run_dir=str(run_dir), python=sys.executable,
-                command=(sys.executable, PROGRAM, mode), train_args=tuple(args),
-                stall_after_s=1.5, compile_stall_after_s=1.5, stop_grace_s=2.0, min_free_gb=0.0)
-    base.update(kw)
-    return Profile(**base)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from dflash_tui.run.verdict import CheckState, Verdict
 from dflash_tui.session import Session
 
 from tests.run_standins import PROGRAM
+from tests.support.runs import standin_profile
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(180)]
 
@@ -28,12 +29,10 @@ HOSTILE = "we ird 'q\" $(touch /tmp/pwned-dflash-ssh) `touch /tmp/pwned-dflash-s
 
 
 def ssh_profile(sshd, run_dir: Path, mode: str, *args: str, container: str | None = CT, **kw) -> Profile:
-    base = dict(name="ssh", run_dir=str(run_dir), host=sshd.host, port=sshd.port, user=sshd.user,
-                identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts), container=container,
-                python=sys.executable, command=(sys.executable, PROGRAM, mode), train_args=tuple(args),
-                stall_after_s=1.5, compile_stall_after_s=1.5, stop_grace_s=2.0, min_free_gb=0.0)
-    base.update(kw)
-    return Profile(**base)
+    return standin_profile(run_dir, mode, *args, **{
+        "name": "ssh", "host": sshd.host, "port": sshd.port, "user": sshd.user,
+        "identity_file": str(sshd.client_key), "known_hosts": str(sshd.known_hosts),
+        "container": container, **kw})
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,16 +18,9 @@ from dflash_tui.ui.logview import MARKER
 from dflash_tui.ui.session_source import SessionSource
 
 from tests.run_standins import PROGRAM
+from tests.support.runs import alive
 
 pytestmark = [pytest.mark.timeout(120)]
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 async def until(pilot, cond, timeout: float) -> None:
