@@ -70,6 +70,12 @@ class DashboardApp(App[None]):
         Binding("2", "show_tab('tab-threads')", "Threads", show=False),
         Binding("3", "show_tab('tab-gpus')", "GPUs", show=False),
         Binding("4", "show_tab('tab-metrics')", "Metrics", show=False),
+        Binding("k", "toggle_checks", "Checks", show=False, tooltip="show the ok checks one per row, or fold them into one line"),
+        Binding("o", "metrics_smoothing", "Smooth", show=False,
+                tooltip="Metrics: cycle the smoothing (TensorBoard's debiased EMA: off, 0.6, 0.9)"),
+        Binding("z", "metrics_zoom", "Zoom", show=False, tooltip="Metrics: all steps, the last 1000, the last 200"),
+        Binding("m", "metrics_page", "More charts", show=False,
+                tooltip="Metrics: the next page of charts when the run reports more series than fit"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit", tooltip="leave the dashboard; the run keeps running"),
         # Last: in the footer from 100 columns (it scrolls), always in ? help and the palette.
@@ -92,6 +98,7 @@ class DashboardApp(App[None]):
         self.received_at: float | None = None
         self.log_name = TRAIN_LOG
         self._run_id: str | None = None
+        self._log_marker_due = False     # the first run seen is not "new"
         self._report_arrived = asyncio.Event()
         self._pending_report: RunReport | None = None
         # The built-in demo (no config file): launch the local run if there is none yet, so
@@ -112,7 +119,9 @@ class DashboardApp(App[None]):
                 yield GpuPane(id="gpus")
             with TabPane("Metrics", id="tab-metrics"):
                 yield MetricsPane(id="metrics")
-        yield Footer(compact=True)   # single-spaced: r s c l f / e ? q fit in 80 columns
+        # Single-spaced, without the palette item (it ran into the keys at 80 columns; ? help
+        # names ctrl+p): r s c l f / e ? q fit in 80 columns.
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         # Held references, not queries: App.query_one searches the *active* screen, and the
@@ -151,6 +160,7 @@ class DashboardApp(App[None]):
             self.metrics_pane.add_status(self.report.status)   # until the events arrive
         self.metrics_pane.flush()
         self.follow_events()
+        self.load_previous_run()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id == "tab-metrics":
@@ -238,6 +248,17 @@ class DashboardApp(App[None]):
                     metrics.add_lines(lines)   # drawn with the next log poll's frame (flush)
             await self._next_poll(delay)
 
+    @work(exclusive=True, group="previous")
+    async def load_previous_run(self) -> None:
+        """The run dir's previous run (history/), overlaid on the Metrics charts."""
+        try:
+            prev = await self.source.previous_run(exclude=self._run_id)
+        except (TargetError, OSError, ValueError):
+            return   # no overlay; the log pane and header report transport trouble
+        if prev is not None:
+            self.metrics_pane.set_previous(prev.run_id, prev.event_lines)
+            self.metrics_pane.flush()
+
     async def _next_poll(self, delay: float) -> None:
         """Sleep `delay`, or less if a report arrives first: polling right behind the report
         lets the log and the checklist repaint in one frame instead of two."""
@@ -261,10 +282,12 @@ class DashboardApp(App[None]):
         self.received_at = self.clock()
         run_id = report.launch.run_id if report.launch else None
         if run_id != self._run_id:
-            if self._run_id is not None and run_id is not None:
-                self.metrics_pane.reset()
-                self.log_pane.lines.append_marker(f"new run {run_id}")
             self._run_id = run_id
+            if run_id is not None and self.tabs.active == "tab-metrics":
+                self._restart_metrics()   # a relaunch: the run before it is now in history/
+            if run_id is not None and self._log_marker_due:
+                self.log_pane.lines.append_marker(f"new run {run_id}")
+            self._log_marker_due = True
         self.health_pane.show(report)
         self.metrics_pane.add_status(report.status)
         threads = self.threads_pane
@@ -305,6 +328,8 @@ class DashboardApp(App[None]):
     def watch_busy(self) -> None:
         self.refresh_bindings()
         if self.is_mounted:
+            self.health_pane.launching = self.busy if self.busy in ("launch", "relaunch") else ""
+            self.health_pane.show()
             self._render_header()
 
     def _pid_text(self) -> str:
@@ -392,6 +417,30 @@ class DashboardApp(App[None]):
     def action_show_tab(self, tab: str) -> None:
         self.tabs.active = tab
 
+    # -- checklist and metrics keys ---------------------------------------------------------
+    def action_toggle_checks(self) -> None:
+        self.health_pane.toggle()
+
+    def action_metrics_smoothing(self) -> None:
+        self.action_show_tab("tab-metrics")
+        w = self.metrics_pane.cycle_smoothing()
+        self.notify(f"smoothing {w:g}" if w else "smoothing off", timeout=2)
+
+    def action_metrics_zoom(self) -> None:
+        self.action_show_tab("tab-metrics")
+        n = self.metrics_pane.cycle_zoom()
+        self.notify("all steps" if n is None else f"the last {n} steps", timeout=2)
+
+    def action_metrics_page(self) -> None:
+        self.action_show_tab("tab-metrics")
+        self.metrics_pane.next_page()
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """The palette's Screenshot: into the current directory (the default, ~/Downloads,
+        may not exist); the notification names the file."""
+        return super().deliver_screenshot(filename, path or str(Path.cwd()), time_format)
+
     # -- profile, help, quit ----------------------------------------------------------------
     def action_switch_profile(self) -> None:
         if len(self.profiles) < 2:
@@ -408,11 +457,12 @@ class DashboardApp(App[None]):
         except (ValueError, TargetError, OSError) as exc:
             self.notify(one_line(str(exc), 300), title=f"profile {name}", severity="error")
             return
-        for group in ("reports", "gpus", "log", "events"):
+        for group in ("reports", "gpus", "log", "events", "previous"):
             self.workers.cancel_group(self, group)
         old, self.source, self.profile = self.source, new, name
         self.sub_title = name
         self.report, self.received_at, self._run_id = None, None, None
+        self._log_marker_due = False
         self.log_pane.lines.clear()
         self.metrics_pane.reset()
         self.threads_pane.limits = new.limits

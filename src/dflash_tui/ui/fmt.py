@@ -19,6 +19,12 @@ STATE_SYMBOL = {
 _BARS = "▁▂▃▄▅▆▇█"
 
 
+def alarm_style(no_color: bool = False) -> str:
+    """Bad news: bold and reversed, the loudest text on screen. Under NO_COLOR, Textual turns
+    red into a dark grey, so there it is plain reverse (light on dark's opposite) instead."""
+    return "bold reverse" if no_color else "bold reverse red"
+
+
 def verdict_class(verdict: Verdict) -> str:
     """The CSS class a verdict badge gets: -ok, -fail or -wait."""
     if verdict.healthy:

@@ -19,6 +19,7 @@ from dflash_train.schema import (CompileState, ExitRecord, LaunchRecord, Phase, 
 
 from ..gpu.sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
 from ..run.health import Limits
+from ..run.history import PreviousRun
 from ..run.report import RunReport
 from ..run.verdict import Check, CheckState, Checklist, Verdict
 from .source import EVENTS_LOG, TRAIN_LOG, ActionError
@@ -48,7 +49,7 @@ class ReplaySource:
 
     def __init__(self, profile: str = PROFILE, *, reports: list[RunReport] = (),
                  gpus: list[GpuSnapshot] = (), logs: dict[str, list[str]] | None = None,
-                 missing: tuple[str, ...] = (),
+                 missing: tuple[str, ...] = (), previous: PreviousRun | None = None,
                  on_action: Callable[[str], Awaitable[str]] | None = None) -> None:
         self.profile = profile
         self.limits = Limits()
@@ -66,6 +67,7 @@ class ReplaySource:
         self.calls: list[str] = []
         self.closed = False
         self.missing = set(missing)      # files that do not exist on the "target" (yet)
+        self.previous = previous         # the run dir's history/ entry, if any
 
     # -- feeding ----------------------------------------------------------------------------
     def push_report(self, report: RunReport) -> None:
@@ -95,6 +97,10 @@ class ReplaySource:
             f.feed(list(self._logs[name]))   # a new follower starts with the file's tail
         self._followers.setdefault(name, []).append(f)
         return f
+
+    async def previous_run(self, exclude: str | None) -> PreviousRun | None:
+        p = self.previous
+        return None if p is None or p.run_id == exclude else p
 
     async def _act(self, name: str) -> str:
         self.calls.append(name)
@@ -250,26 +256,36 @@ def stale() -> RunReport:
     return r
 
 
-def gpu_snapshot(n: int = 8, *, run_gpus: int = 8, util: float = 97.0) -> GpuSnapshot:
+# Another user's jobs on the same host: what a shared box looks like (nvitop shows them too).
+FOREIGN = {3: (GpuProcess(pid=3_100_417, used_memory_bytes=18 * 2**30, name="python", user="alice"),),
+           6: (GpuProcess(pid=3_100_980, used_memory_bytes=9 * 2**30, name="vllm", user="bob"),
+               GpuProcess(pid=3_101_002, used_memory_bytes=512 * 2**20, name="nvtop", user="bob"))}
+
+
+def gpu_snapshot(n: int = 8, *, run_gpus: int = 8, util: float = 97.0, foreign: bool = False) -> GpuSnapshot:
     gpus = []
     for i in range(n):
         procs = (GpuProcess(pid=2_000_000 + i, used_memory_bytes=71 * 2**30, container_pid=48213,
-                            is_run_process=True, name="python3"),) if i < run_gpus else ()
+                            is_run_process=True, name="python3", user="root"),) if i < run_gpus else ()
+        if foreign:
+            procs += FOREIGN.get(i, ())
         gpus.append(GpuSample(index=i, name="NVIDIA H200", uuid=f"GPU-0000{i}", util_sm_pct=util - i,
                               util_mem_pct=41.0, mem_used_bytes=72 * 2**30, mem_total_bytes=141 * 2**30,
                               temperature_c=61.0 + i, power_w=612.0 - 3 * i, power_limit_w=700.0,
                               sm_clock_mhz=1980, mem_clock_mhz=2619,
+                              throttle_reasons=("sw_power_cap",) if i == 0 else (),
+                              xid_errors=None if i == 7 else (2 if foreign and i == 6 else 0),
                               ecc_errors_uncorrected=None if i == 7 else 0, processes=procs))
     return GpuSnapshot(time=T0, source="nvml", gpus=tuple(gpus), driver_version="570.124.06",
                        latency_ms=0.4)
 
 
-def gpu_history(n: int = 20) -> list[GpuSnapshot]:
+def gpu_history(n: int = 20, *, foreign: bool = False) -> list[GpuSnapshot]:
     """n one-second samples of 8 busy GPUs whose load dips at each checkpoint/eval."""
     import dataclasses
     out = []
     for k in range(n):
-        snap = gpu_snapshot()
+        snap = gpu_snapshot(foreign=foreign)
         gpus = tuple(dataclasses.replace(g, util_sm_pct=max(0.0, (g.util_sm_pct or 0) - (60 if (k + g.index) % 9 == 0 else 0) - (k % 3) * 4))
                      for g in snap.gpus)
         out.append(dataclasses.replace(snap, time=T0 - n + k + 1, gpus=gpus))

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 from dflash_train.schema import CompileState, Phase, ThreadStatus
 
 from ..run.report import RunReport
-from .fmt import age, one_line
+from .fmt import age, alarm_style, one_line
 from .tables import OnScreenOnly, sync_rows
 
 from ..run.health import Limits
@@ -24,8 +24,10 @@ from ..run.health import Limits
 COMPILING = frozenset({CompileState.PENDING.value, CompileState.WARMING.value,
                        CompileState.COMPILING.value, CompileState.WAITING_AT_GATE.value})
 
-COLUMNS = ("thread", "role", "device", "compile", "graphs", "recomp", "compile s", "step",
-           "last step", "beat")
+# What says whether a thread is alive comes first (beat, step), so at 80 columns it is the
+# compile bookkeeping at the end that scrolls off, never the heartbeat.
+COLUMNS = ("thread", "beat", "step", "last step", "compile", "device", "role", "graphs/recomp",
+           "compile s")
 
 
 def thread_trouble(t: ThreadStatus, now: float, limits: Limits = Limits(), *, live: bool = True) -> str:
@@ -102,25 +104,24 @@ class ThreadsPane(OnScreenOnly, Vertical):
         rows.sort(key=lambda r: (r[0], r[1]))
         names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
         self._set_note(f"{self._trouble} thread(s) need attention: {names}" if self._trouble else "",
-                       "bold red")
+                       alarm_style(self.app.no_color))
         table.display = True
         out = []
         for _, _, t, trouble in rows:
-            style = "bold red" if trouble else ""
+            style = alarm_style(self.app.no_color) if trouble else ""
             compile_state = t.compile_state.replace("_", " ")
             if trouble == "FAILED":
                 compile_state = "FAILED" if t.compile_state == CompileState.FAILED.value else compile_state
             cells = [
                 t.name + (f" {trouble}" if trouble else ""),
-                t.role,
-                t.device,
-                compile_state + (f": {one_line(t.error, 60)}" if t.error else ""),
-                str(t.graphs),
-                str(t.recompiles),
-                f"{t.compile_seconds:.1f}",
+                age(now - t.last_beat_time) if t.last_beat_time is not None else "-",
                 str(t.step),
                 age(now - t.last_step_time) if t.last_step_time is not None else "-",
-                age(now - t.last_beat_time) if t.last_beat_time is not None else "-",
+                compile_state + (f": {one_line(t.error, 60)}" if t.error else ""),
+                t.device,
+                t.role,
+                f"{t.graphs}/{t.recompiles}",
+                f"{t.compile_seconds:.1f}",
             ]
             out.append((t.name, [Text(c, style=style) for c in cells]))
         sync_rows(table, out)
