@@ -15,6 +15,10 @@ others are disabled (check_action), and the checklist shows the new run fill in 
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -87,7 +91,8 @@ class DashboardApp(App[None]):
     busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
 
     def __init__(self, source_factory: SourceFactory, profile: str, profiles: Iterable[str] = (),
-                 *, clock: Callable[[], float] = time.time, launch_if_no_run: bool = False) -> None:
+                 *, clock: Callable[[], float] = time.time, launch_if_no_run: bool = False,
+                 command: str = "dflash-tui") -> None:
         super().__init__()
         self.source_factory = source_factory
         self.profile = profile
@@ -98,13 +103,13 @@ class DashboardApp(App[None]):
         self.received_at: float | None = None
         self.log_name = TRAIN_LOG
         self._run_id: str | None = None
-        self._log_marker_due = False     # the first run seen is not "new"
         self._report_arrived = asyncio.Event()
         self._pending_report: RunReport | None = None
         # The built-in demo (no config file): launch the local run if there is none yet, so
         # the first screen shows a real run start, compile and train.
         self.launch_if_no_run = launch_if_no_run
         self.quit_message = ""
+        self.command = command      # how this user runs dflash-tui (for the commands it prints)
 
     # -- layout -----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -282,12 +287,12 @@ class DashboardApp(App[None]):
         self.received_at = self.clock()
         run_id = report.launch.run_id if report.launch else None
         if run_id != self._run_id:
-            self._run_id = run_id
-            if run_id is not None and self.tabs.active == "tab-metrics":
-                self._restart_metrics()   # a relaunch: the run before it is now in history/
-            if run_id is not None and self._log_marker_due:
+            if self._run_id is not None and run_id is not None:
+                self.metrics_pane.reset()
                 self.log_pane.lines.append_marker(f"new run {run_id}")
-            self._log_marker_due = True
+                if self.tabs.active == "tab-metrics":
+                    self.load_previous_run()   # the run before this one is now in history/
+            self._run_id = run_id
         self.health_pane.show(report)
         self.metrics_pane.add_status(report.status)
         threads = self.threads_pane
@@ -462,7 +467,6 @@ class DashboardApp(App[None]):
         old, self.source, self.profile = self.source, new, name
         self.sub_title = name
         self.report, self.received_at, self._run_id = None, None, None
-        self._log_marker_due = False
         self.log_pane.lines.clear()
         self.metrics_pane.reset()
         self.threads_pane.limits = new.limits
@@ -479,8 +483,8 @@ class DashboardApp(App[None]):
         r = self.report
         if r and r.launch and r.pid_alive:
             self.quit_message = (f"dflash-tui: left the dashboard; the run keeps running (pid "
-                                 f"{r.launch.pid} in {r.run_dir}). Stop it with: dflash-tui "
-                                 f"--profile {self.profile} --stop")
+                                 f"{r.launch.pid} in {r.run_dir}). Stop it with: {self.command} "
+                                 f"--profile {shlex.quote(self.profile)} --stop")
         else:
             self.quit_message = "dflash-tui: left the dashboard; nothing was stopped."
         self.exit()
@@ -501,6 +505,22 @@ class DashboardApp(App[None]):
                                 lambda action=b.action: self.run_action(action))
 
 
+def invocation(argv0: str | None = None) -> str:
+    """A command that runs this dflash-tui again from the user's shell: `dflash-tui` when that
+    is on PATH and is this one, else the path it was started by (`make run` starts
+    .venv/bin/dflash-tui, which is not on PATH), or `python -m dflash_tui`."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if not argv0 or argv0.endswith("__main__.py") or argv0 == "-c":
+        return f"{shlex.quote(sys.executable)} -m dflash_tui"
+    on_path = shutil.which("dflash-tui")
+    try:
+        if on_path and os.path.samefile(on_path, argv0):
+            return "dflash-tui"
+    except OSError:
+        pass
+    return shlex.quote(argv0)
+
+
 def run_app(config, profile_name: str) -> int:
     """Start the dashboard on `profile_name` of a loaded config (dflash_tui.config.Config).
 
@@ -513,7 +533,11 @@ def run_app(config, profile_name: str) -> int:
         return SessionSource(config.profile(name))
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
-    app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin)
+    command = invocation()
+    if config.path is not None:
+        command += f" --config {shlex.quote(str(config.path))}"
+    app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
+                       command=command)
     app.run()
     if app.quit_message:
         print(app.quit_message)

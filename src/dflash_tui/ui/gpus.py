@@ -56,13 +56,13 @@ def _pct(v: float | None) -> str:
     return NA if v is None else f"{v:3.0f}%"
 
 
-def run_mark(g: GpuSample) -> Text:
+def run_mark(g: GpuSample, memory: bool = True) -> Text:
     mine = [p for p in g.processes if p.is_run_process]
     others = len(g.processes) - len(mine)
     out = Text()
     if mine:
         used = [p.used_memory_bytes for p in mine if p.used_memory_bytes is not None]
-        out.append(f"● run {gib(sum(used)) if used else NA}", "bold")
+        out.append(f"● run {gib(sum(used)) if used else NA}" if memory else "● run", "bold")
     if others:
         out.append((" " if mine else "") + f"+{others} other", "bold underline")
     if not g.processes:
@@ -74,12 +74,12 @@ def card_lines(g: GpuSample, width: int, two_lines: bool, no_color: bool = False
     """One GPU as one or two lines of at most `width` cells."""
     head = Text(no_wrap=True, overflow="ellipsis")
     head.append(f"{g.index:>2} ", "bold")
-    head.append(f"{short_name(g.name)[:8]:<8} ")
+    wide = width >= WIDE
+    head.append(f"{short_name(g.name)[:8]:<8} " if wide or two_lines else f"{short_name(g.name)[:5]:<5} ")
     if g.lost:
         head.append(f"LOST: fell off the bus (Xid {g.last_xid or 79})", alarm_style(no_color))
         return [head] + ([Text("")] if two_lines else [])
-    wide = width >= WIDE
-    bar_w = 16 if wide else max(4, (width - 66) // 2 + 4)
+    bar_w = 16 if wide else max(4, (width - 72) // 2 + 4)
     head.append("util " if wide else "")
     head.append_text(bar(None if g.util_sm_pct is None else g.util_sm_pct / 100, bar_w))
     head.append(f" {_pct(g.util_sm_pct)} ")
@@ -105,7 +105,7 @@ def card_lines(g: GpuSample, width: int, two_lines: bool, no_color: bool = False
     detail.append(f"  Xid {num(g.xid_errors)}  ECC {num(g.ecc_errors_uncorrected)}")
     if trouble:
         detail.append(f"  {trouble}", alarm_style(no_color))
-    mark = run_mark(g)
+    mark = run_mark(g, memory=wide or two_lines or not (trouble or g.processes and len(g.processes) > 1))
     if two_lines:
         head.append_text(mark)
         line2 = Text("   " + " " * 9, no_wrap=True, overflow="ellipsis")

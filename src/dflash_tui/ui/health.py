@@ -86,11 +86,11 @@ def _height(sig: tuple) -> tuple:
             sum(1 for r in rows if r[0] is CheckState.OK))
 
 
-def _cause_and_hint(cause: str, hint: str) -> Text:
+def _cause_and_hint(cause: str, hint: str, limit: int = 200) -> Text:
     # One column, so a short cause leaves its room to the hint at 80 columns.
-    text = Text(one_line(cause))
+    text = Text(one_line(cause, limit))
     if hint:
-        text.append(" → ", "dim").append(one_line(hint), "italic")
+        text.append(" → ", "bold").append(one_line(hint, limit), "italic")
     return text
 
 
@@ -118,25 +118,38 @@ class ChecklistRows:
         flex = max(8, width - STATE_W - label_w - AGE_W - 3)
         for check in shown:
             since = None if check.since is None else report.time - check.since
-            cause = _cause_and_hint(check.cause, check.hint)
             full = check.state in (CheckState.WARN, CheckState.FAIL)
-            lines = cause.wrap(console, flex) if full else [cause]
-            for i, part in enumerate(lines):
-                row = Text(no_wrap=True, overflow="ellipsis", end="")
-                if i == 0:
-                    row.append(STATE_SYMBOL[check.state].ljust(STATE_W), self.styles[check.state])
-                    row.append(" ")
-                    label = check.label if len(check.label) <= label_w else check.label[: label_w - 1] + "…"
-                    row.append(label.ljust(label_w), "bold" if full else "")
-                else:
-                    row.append(" " * (STATE_W + 1 + label_w))
-                row.append(" ")
-                part = part.copy()
-                part.truncate(flex, overflow="ellipsis", pad=True)
-                row.append_text(part)
-                row.append(" ")
-                row.append((age(since) if since is not None and i == 0 else "").rjust(AGE_W))
-                yield row
+            row = Text(no_wrap=True, overflow="ellipsis", end="")
+            row.append(STATE_SYMBOL[check.state].ljust(STATE_W), self.styles[check.state])
+            row.append(" ")
+            label = check.label if len(check.label) <= label_w else check.label[: label_w - 1] + "…"
+            row.append(label.ljust(label_w), "bold" if full else "")
+            row.append(" ")
+            cause = _cause_and_hint(check.cause, check.hint, FULL_LIMIT if full else 200)
+            rest: list[Text] = []
+            if full and cause.cell_len > flex:
+                # In full: what does not fit the row continues below it, indented, across the
+                # whole width (a long hint, such as a known_hosts command, is never cut).
+                first, _, tail = cause.plain.partition(" → ") if check.hint else (cause.plain, "", "")
+                head = Text(first)
+                lines = head.wrap(console, flex)
+                cause = lines[0]
+                more = Text(" ").join(lines[1:]) if len(lines) > 1 else Text("")
+                if tail:
+                    more = more + Text(" → ", "bold") + Text(tail, "italic") if more.plain else \
+                        Text("→ ", "bold") + Text(tail, "italic")
+                rest = list(more.wrap(console, max(8, width - CONT_INDENT))) if more.plain else []
+            cause = cause.copy()
+            cause.truncate(flex, overflow="ellipsis", pad=True)
+            row.append_text(cause)
+            row.append(" ")
+            row.append((age(since) if since is not None else "").rjust(AGE_W))
+            yield row
+            yield Segment.line()
+            for part in rest:
+                line = Text(" " * CONT_INDENT, no_wrap=True, overflow="ellipsis", end="")
+                line.append_text(part)
+                yield line
                 yield Segment.line()
         if ok and not self.expanded:
             row = Text(no_wrap=True, overflow="ellipsis", end="")
@@ -149,7 +162,8 @@ class ChecklistRows:
             yield Segment.line()
 
 
-STATE_W, LABEL_MAX, AGE_W = 9, 26, 6
+STATE_W, LABEL_MAX, AGE_W, CONT_INDENT = 9, 26, 6, 4
+FULL_LIMIT = 2000   # a warn/fail cause or hint is cut only past this (hostile input stays bounded)
 
 
 def render_checklist(report: RunReport, *, expanded: bool = False, note: str = "",
