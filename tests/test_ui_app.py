@@ -11,10 +11,11 @@ import dataclasses
 import re
 
 import pytest
-from textual.widgets import DataTable, Input, TabbedContent
+from textual.widgets import Input, TabbedContent
 
 from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
 from dflash_tui.ui import replay as R
+from dflash_tui.ui.rows import RowTable
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.gpus import GpuPane
 from dflash_tui.ui.header import RunHeader
@@ -116,7 +117,7 @@ async def test_stalled_thread_stands_out_in_threads_pane():
         await until(pilot, lambda: app.report is not None)
         await pilot.press("2")
         assert app.query_one(TabbedContent).active == "tab-threads"
-        table = app.query_one("#threads-table", DataTable)
+        table = app.query_one("#threads-table", RowTable)
         await until(pilot, lambda: table.row_count > 0)
         first = [str(c) for c in table.get_row_at(0)]
         assert first[0] == "drafter-1 STUCK" and first[4] == "compiled" and first[1] == "5m05s"
@@ -131,7 +132,7 @@ async def test_failed_thread_is_marked_failed():
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.report is not None)
         await pilot.press("2")
-        table = app.query_one("#threads-table", DataTable)
+        table = app.query_one("#threads-table", RowTable)
         await until(pilot, lambda: table.row_count > 0)
         row = [str(c) for c in table.get_row_at(0)]
         assert row[0] == "drafter-2 FAILED" and row[4].startswith("FAILED: RuntimeError")
@@ -155,7 +156,7 @@ async def test_nvml_unavailable_banner_and_lost_gpu():
         cards = text_of(app.query_one("#gpu-cards")).splitlines()
         assert cards[3].split()[:3] == ["3", "H200", "LOST:"] and "fell off the bus" in cards[3]
         assert "● run 71.0G" in cards[0]
-        table = app.query_one("#gpu-procs", DataTable)
+        table = app.query_one("#gpu-procs", RowTable)
         first = [str(c) for c in table.get_row_at(0)]
         assert first[:4] == ["0", "2000000", "48213", "root"] and first[6] == "● run"
         assert "GPUs (1 lost)" in str(app.query_one(TabbedContent).get_tab("tab-gpus").label)
@@ -169,9 +170,9 @@ async def test_unsupported_gpu_fields_read_na():
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one(GpuPane)
         await until(pilot, lambda: pane.snapshot is not None)
-        assert app.query_one("#gpu-procs", DataTable).row_count == 0   # hidden tab: not drawn yet
+        assert app.query_one("#gpu-procs", RowTable).row_count == 0   # hidden tab: not drawn yet
         await pilot.press("3")
-        await until(pilot, lambda: app.query_one("#gpu-procs", DataTable).row_count == 1)
+        await until(pilot, lambda: app.query_one("#gpu-procs", RowTable).row_count == 1)
         card = text_of(app.query_one("#gpu-cards"))
         # temperature, then power (and its limit): n/a, never 0
         assert re.search(r"\b0 H200 .* 51%\s+n/a\s+n/a ● run 71\.0G", card), card

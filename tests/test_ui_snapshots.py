@@ -86,7 +86,7 @@ def test_gpus_healthy(snap_compare):
 
 
 def test_metrics(snap_compare):
-    assert snap_compare(app_for(R.healthy()), terminal_size=(100, 32), run_before=settled("4"))
+    assert snap_compare(app_for(R.healthy()), terminal_size=(100, 32), run_before=drawn("4"))
 
 
 # -- the denser views -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable
+
 
 from dflash_train.schema import make_event, to_json
 from dflash_tui.remote.agent import open_ops
@@ -23,6 +23,7 @@ from dflash_tui.run.history import PreviousRun, previous_run
 from dflash_tui.run.series import Point, points_from_events, points_from_status
 from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
 from dflash_tui.ui import replay as R
+from dflash_tui.ui.rows import RowTable
 from dflash_tui.ui.app import DashboardApp, invocation
 from dflash_tui.ui.gpus import GpuPane
 from dflash_tui.ui.health import HealthPane
@@ -158,7 +159,7 @@ async def test_eight_gpus_with_foreign_processes_fit_160x48():
         for i in range(8):
             assert f" {i} H200     util" in text
         assert "throttle sw_power_cap" in text and "! 2 Xid" in text
-        procs = app.query_one("#gpu-procs", DataTable)
+        procs = app.query_one("#gpu-procs", RowTable)
         rows = [[str(c) for c in procs.get_row_at(i)] for i in range(procs.row_count)]
         assert procs.row_count == 11 and procs.size.height >= 12   # every process on screen
         foreign = [r for r in rows if r[6] == "other"]

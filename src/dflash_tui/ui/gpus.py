@@ -21,15 +21,17 @@ from collections import deque
 
 from rich.text import Text
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ..gpu.sample import GpuSample, GpuSnapshot
 from .fmt import NA, alarm_style, gib, num
-from .tables import OnScreenOnly, sync_rows
+from .rows import RowTable
+from .tables import OnScreenOnly
 
 HISTORY = 300              # seconds of utilisation kept per GPU (1 Hz samples)
-GRAPH_INTERVAL_S = 2.0     # the history graph is rebuilt at most this often
+GRAPH_INTERVAL_S = 5.0     # the history graph is rebuilt at most this often (a plotext build
+                           # of 8 lines is ~10 ms: at 1 Hz it alone would cost 1% of a core)
 WIDE = 120                 # from this width on, a card has room for clocks and throttle reasons
 GRAPH_MIN_ROWS = 10        # the history graph is shown only with at least this many rows
 PROC_COLUMNS = ("gpu", "pid", "ctr pid", "user", "command", "GPU mem", "")
@@ -179,8 +181,7 @@ class GpuPane(OnScreenOnly, Vertical):
     def compose(self):
         self.banner = Static("waiting for the first GPU sample…", id="gpu-banner")
         self.cards = Static("", id="gpu-cards")
-        self.procs = DataTable(id="gpu-procs", zebra_stripes=True, cursor_type="row")
-        self.procs.add_columns(*PROC_COLUMNS)
+        self.procs = RowTable(PROC_COLUMNS, id="gpu-procs")
         self.graph = GpuHistory(id="gpu-history")
         yield self.banner
         yield self.cards
@@ -262,14 +263,17 @@ class GpuPane(OnScreenOnly, Vertical):
             self.graph.display = graph
         width = self.size.width
         no_color = self.app.no_color
-        cards = (snap.time, width, two, tuple(snap.gpus))
+        # Samples that read the same draw nothing (a steady GPU repaints no cell), and only a
+        # change in the number of lines costs a relayout.
+        cards = (width, two, no_color, snap.gpus)
         if cards != self._cards:
+            relayout = self._cards is None or self._cards[:2] != cards[:2] or len(self._cards[3]) != len(snap.gpus)
             self._cards = cards
             lines = [line for g in snap.gpus for line in card_lines(g, width, two, no_color)]
             text = Text("\n").join(lines)
             text.no_wrap, text.overflow = True, "ellipsis"
-            self.cards.update(text)
-        sync_rows(self.procs, rows)
+            self.cards.update(text, layout=relayout)
+        self.procs.set_rows(rows)
         if graph and time.monotonic() - self._graph_at >= GRAPH_INTERVAL_S:
             self._graph_at = time.monotonic()
             self.graph.draw(self._history)

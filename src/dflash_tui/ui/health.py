@@ -45,7 +45,7 @@ class HealthPane(Static):
         report = self.report
         if report is None:
             return
-        seen = (signature(report), self.expanded, self._launch_note(report), self.size.width)
+        seen = (signature(report, self.expanded), self.expanded, self._launch_note(report), self.size.width)
         if seen == self._shown:
             return   # same words on screen: no repaint
         # A relayout only when the pane's height can change (number of lines), not each second.
@@ -70,12 +70,15 @@ class HealthPane(Static):
         return ""
 
 
-def signature(report: RunReport) -> tuple:
+def signature(report: RunReport, expanded: bool = True) -> tuple:
+    """What the pane would draw, as a value: the pane repaints only when it changes."""
     cl = report.checklist
     # The age as drawn, not in seconds: from an hour on it reads "2h05m", so a long-quiet
     # check keeps its words (and the pane its pixels) for a minute instead of a second.
-    rows = tuple((c.state, c.label, c.cause, c.hint,
-                  None if c.since is None else age(report.time - c.since)) for c in cl.checks)
+    # A folded ok check shows only its label: its cause and age changing redraw nothing.
+    rows = tuple((c.state, c.label, "", "", None) if c.state is CheckState.OK and not expanded else
+                 (c.state, c.label, c.cause, c.hint, None if c.since is None else age(report.time - c.since))
+                 for c in cl.checks)
     tb = report.last_traceback if cl.verdict is Verdict.CRASHED else None
     return (cl.verdict, cl.summary, report.error, tb, rows)
 

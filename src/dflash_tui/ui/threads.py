@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from dflash_train.schema import CompileState, Phase, ThreadStatus
 
 from ..run.report import RunReport
 from .fmt import age, alarm_style, one_line
-from .tables import OnScreenOnly, sync_rows
+from .rows import RowTable
+from .tables import OnScreenOnly
 
 from ..run.health import Limits
 
@@ -56,8 +57,7 @@ class ThreadsPane(OnScreenOnly, Vertical):
 
     def compose(self):
         self.note = Static("no status.json yet: the trainer has not published its threads", id="threads-note")
-        self.table = DataTable(id="threads-table", zebra_stripes=True, cursor_type="row")
-        self.table.add_columns(*COLUMNS)
+        self.table = RowTable(COLUMNS, id="threads-table")
         yield self.note
         yield self.table
 
@@ -124,4 +124,4 @@ class ThreadsPane(OnScreenOnly, Vertical):
                 f"{t.compile_seconds:.1f}",
             ]
             out.append((t.name, [Text(c, style=style) for c in cells]))
-        sync_rows(table, out)
+        table.set_rows(out)
