@@ -153,10 +153,10 @@ class MetricChart(PlotextPlot):
             pxs, pys = previous.window(None, smoothing)
             keep = [i for i, s in enumerate(pxs) if xs[0] <= s <= xs[-1]]   # same step range
             if keep:
-                pxs, pys = thin([pxs[i] for i in keep], [pys[i] for i in keep], width * 2)
+                pxs, pys = thin([pxs[i] for i in keep], [pys[i] for i in keep], width)
                 plt.plot(pxs, pys, marker=PREVIOUS_MARKER, color=PREVIOUS_COLOR, label=f"prev {previous_id}")
         if xs:
-            xs, ys = thin(xs, ys, width * 2)
+            xs, ys = thin(xs, ys, width)   # a point per column: plotext joins them with lines
             plt.plot(xs, ys, marker=CURRENT_MARKER, color=CURRENT_COLOR,
                      label="this run" if previous is not None else None)
         self.refresh()
