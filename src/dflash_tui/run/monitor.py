@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
 from ..remote.base import TargetError
+from ..session import Session
 from .health import HealthTracker, evaluate, with_gpu_check
 from .observe import current_run_id, process_matches
 from .report import RunReport
 from .verdict import Check, CheckState, Checklist, Verdict
-
-if TYPE_CHECKING:
-    from ..session import Session
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -33,7 +31,7 @@ class ActionInFlight(RuntimeError):
 
 
 class RunMonitor:
-    def __init__(self, session: "Session", interval: float = 1.0) -> None:
+    def __init__(self, session: Session, interval: float = 1.0) -> None:
         self.session = session
         self.interval = interval
         self.tracker = HealthTracker()
