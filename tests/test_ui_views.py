@@ -22,7 +22,7 @@ from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.history import PreviousRun, previous_run
 from dflash_tui.run.series import Point, points_from_events, points_from_status
 from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
-from dflash_tui.ui import replay as R
+from tests.support import scenarios as R
 from dflash_tui.ui.rows import RowTable
 from dflash_tui.ui.app import DashboardApp, invocation
 from dflash_tui.ui.gpus import GpuPane
@@ -226,9 +226,7 @@ async def test_a_launch_in_flight_is_not_called_nothing_launched():
     async def on_action(name):
         await gate.wait()
         return "launched"
-    no_run = R._report(Verdict.NO_RUN, [Check("launch_json", "Wrapper ran (launch.json)", CheckState.PENDING,
-                                              f"nothing launched in {R.RUN_DIR}", "launch with --launch or press r")],
-                       f"no run in {R.RUN_DIR}")
+    no_run = R.no_run()
     app, _ = app_with(report=no_run, on_action=on_action)
     async with app.run_test(size=(100, 32)) as pilot:
         await until(pilot, lambda: app.report is not None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from dflash_train.schema import EVENTS_JSONL
+from ..contract.rundir import EVENTS_JSONL
 
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from dflash_train.schema import EventKind, TrainStatus, parse_events
+from ..contract.rundir import EventKind, TrainStatus, parse_events
 
 # Fields of a record that are not measurements of the run.
 _NOT_SERIES = frozenset({"v", "kind", "time", "step", "epoch", "pid", "thread", "device", "rank",
-                         "total_steps", "prompts", "new_tokens", "heartbeat_time"})
+                         "total_steps", "prompts", "new_tokens", "heartbeat_time", "peak_tflops"})
 ALIASES = {"acc": "accuracy", "tok_s": "tokens_per_s", "tokens/s": "tokens_per_s"}
 _STATUS_FIELDS = ("loss", "accuracy", "tau", "tokens_per_s")
 _KINDS = (EventKind.STEP.value, EventKind.EVAL.value)

@@ -27,7 +27,7 @@ from textual.containers import Grid, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from dflash_train.schema import TrainStatus
+from ..contract.rundir import TrainStatus
 
 from ..run.series import Point, points_from_events, points_from_status
 from .tables import OnScreenOnly
