@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 
-from dflash_train.schema import make_event, to_json
+from dflash_tui.contract.rundir import make_event, to_json
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.history import PreviousRun, previous_run
@@ -61,7 +61,7 @@ def test_every_numeric_field_of_step_and_eval_records_is_a_series():
              '{"v":1,"kind":"step","step":12,"loss":',     # half-written last line
              '{"v":1,"kind":"step","time":4.0,"step":12,"loss":NaN}']   # NaN: no point
     points, skipped = points_from_events(lines)
-    assert skipped == 1
+    assert skipped == 2   # the half-written line, and the NaN the run-dir contract refuses
     assert sorted(points, key=lambda p: p.name) == [
         Point("accuracy", 10, 0.3), Point("grad_norm", 10, 1.25), Point("loss", 10, 2.5),
         Point("lr", 10, 3e-4), Point("tau", 10, 2.1)]
@@ -194,10 +194,10 @@ async def test_healthy_checks_fold_into_one_line_and_k_expands():
         await until(pilot, lambda: app.report is not None)
         await pilot.pause()
         assert health.size.height == 2   # the summary, and one line for 7 ok checks
-        assert "7 checks ok: target reachable, launch.json" in screen_text(app)
+        assert "7 checks ok: Wrapper ran (launch.json), Log (train.log), Process" in screen_text(app)
         await pilot.press("k")
         await pilot.pause()
-        assert health.size.height == 8 and "heartbeat" in screen_text(app)
+        assert health.size.height == 8 and "last heartbeat just now" in screen_text(app)
         await pilot.press("k")
         await pilot.pause()
         assert health.size.height == 2
@@ -217,7 +217,7 @@ async def test_warn_and_fail_checks_show_in_full_at_80x24():
         await pilot.pause()
         text = " ".join(screen_text(app).split())
         assert "answer yes)" in text and "UserKnownHostsFile=/home/me/.config/dflash-tui/known_hosts" in text
-        assert "drafter-1 (cuda:6, compiled) silent 5m05s" in text and "5 checks ok" in text
+        assert "drafter1 (cuda:6, compiled) silent 5 min ago" in text and "6 checks ok" in text
 
 
 async def test_a_launch_in_flight_is_not_called_nothing_launched():
