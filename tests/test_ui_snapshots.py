@@ -118,9 +118,7 @@ def drawn(*keys: str, wait_previous: bool = False):
 
 
 def test_metrics_with_previous_run(snap_compare):
-    # The run before this relaunch: higher loss at the same steps.
-    before = [line.replace('"loss":3', '"loss":4').replace('"loss":2', '"loss":3') for line in R.events(60)]
-    app = _with(R.healthy(), [R.gpu_snapshot()], previous=("r-20260531-2210", "/h", before))
+    app = _with(R.healthy(), [R.gpu_snapshot()], previous=(R.PREVIOUS_RUN_ID, "/h", R.previous_events()))
     assert snap_compare(app, terminal_size=(120, 36), run_before=drawn("4", wait_previous=True))
 
 

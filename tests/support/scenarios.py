@@ -232,3 +232,18 @@ def events(steps: int = 60) -> list[str]:
             out.append(to_json(make_event("eval", T0 - steps + s, step=s * 25, tau=1.0 + 2.3 * s / steps,
                                           prompts=8, new_tokens=32)))
     return out
+
+
+PREVIOUS_RUN_ID = "20260531-221000-f00d42"
+
+
+def previous_events(steps: int = 60) -> list[str]:
+    """events.jsonl of the run before a relaunch (history/<id>/): it learned more slowly."""
+    out = []
+    for s in range(steps):
+        out.append(to_json(make_event("step", T0 - 4000 + s, step=s * 25, loss=3.4 - 0.6 * s / steps,
+                                      accuracy=0.08 + 0.2 * s / steps, tokens_per_s=17400.0 + (s % 5) * 60)))
+        if s % 5 == 0:
+            out.append(to_json(make_event("eval", T0 - 4000 + s, step=s * 25, tau=1.0 + 1.5 * s / steps,
+                                          prompts=8, new_tokens=32)))
+    return out

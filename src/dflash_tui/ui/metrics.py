@@ -154,11 +154,12 @@ class MetricChart(PlotextPlot):
             keep = [i for i, s in enumerate(pxs) if xs[0] <= s <= xs[-1]]   # same step range
             if keep:
                 pxs, pys = thin([pxs[i] for i in keep], [pys[i] for i in keep], width)
-                plt.plot(pxs, pys, marker=PREVIOUS_MARKER, color=PREVIOUS_COLOR, label=f"prev {previous_id}")
+                # No legend: plotext draws it over the plot's top-left corner, where a falling
+                # loss starts. The note above the charts says which line is which.
+                plt.plot(pxs, pys, marker=PREVIOUS_MARKER, color=PREVIOUS_COLOR)
         if xs:
             xs, ys = thin(xs, ys, width)   # a point per column: plotext joins them with lines
-            plt.plot(xs, ys, marker=CURRENT_MARKER, color=CURRENT_COLOR,
-                     label="this run" if previous is not None else None)
+            plt.plot(xs, ys, marker=CURRENT_MARKER, color=CURRENT_COLOR)
         self.refresh()
 
 
@@ -304,12 +305,12 @@ class MetricsPane(OnScreenOnly, Vertical):
             return "no steps yet" + extra
         where = "events.jsonl" if self.from_events else "status.json (no step events)"
         parts = [f"step {self.last_step}", f"{n_series} series from {where}"]
+        if pages > 1:
+            parts[-1] += f" (m: page {self.page + 1}/{pages})"
         if self.previous_id:
             parts.append(f"dots: previous run {self.previous_id}")
         parts.append(f"o smoothing {self.smoothing:g}" if self.smoothing else "o smoothing off")
         parts.append("z all steps" if self.zoom is None else f"z last {self.zoom} steps")
-        if pages > 1:
-            parts.append(f"m page {self.page + 1}/{pages}")
         return " · ".join(parts) + extra
 
     def _set_note(self, text: str) -> None:
