@@ -15,19 +15,18 @@ from pathlib import Path
 
 import pytest
 
-
 from dflash_tui.contract.rundir import make_event, to_json
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.history import PreviousRun, previous_run
 from dflash_tui.run.series import Point, points_from_events, points_from_status
-from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
-from tests.support import scenarios as R
-from dflash_tui.ui.rows import RowTable
+from dflash_tui.run.verdict import Check, CheckState
 from dflash_tui.ui.app import DashboardApp, invocation
 from dflash_tui.ui.gpus import GpuPane
 from dflash_tui.ui.health import HealthPane
-from dflash_tui.ui.metrics import MetricChart, MetricsPane, ema
+from dflash_tui.ui.metrics import CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema
+from dflash_tui.ui.rows import RowTable
+from tests.support import scenarios as R
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,6 +117,10 @@ async def test_metrics_charts_overlay_the_previous_run_and_take_new_series():
         text = screen_text(app)
         assert "loss" in text and "step" in text and "•" in text   # the previous run's dots
         assert "(m: page 1/2)" in text and "dots: previous run r-before" in text
+        # New points wait as long as the last drawing cost, over its share of a core.
+        assert all(c.render_s > 0 for c in charts)
+        cost = sum(c.render_s for c in charts)
+        assert metrics.chart_interval() == min(CHART_MAX_S, max(CHART_MIN_S, cost / CHART_CPU_SHARE))
         await pilot.press("m")
         await pilot.pause()
         assert "grad norm" in screen_text(app)

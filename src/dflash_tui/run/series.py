@@ -10,8 +10,7 @@ Names are normalised through ALIASES so `acc` and `accuracy` are one series.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from ..contract.rundir import EventKind, TrainStatus, parse_events
 
@@ -23,8 +22,7 @@ _STATUS_FIELDS = ("loss", "accuracy", "tau", "tokens_per_s")
 _KINDS = (EventKind.STEP.value, EventKind.EVAL.value)
 
 
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):   # a tuple: a hundred a second are made while Metrics is shown
     name: str
     step: int
     value: float

@@ -11,9 +11,9 @@ Keys (app bindings): o cycles the smoothing (TensorBoard's debiased EMA, 0 / 0.6
 z zooms to the last N steps, m shows the next page of charts when there are more series
 than fit.
 
-Cost: a chart is rebuilt only when its points, size or settings changed, and new points
-are drawn at most every CHART_INTERVAL_S (a training curve gains nothing from 1 Hz, and a
-plotext build is a few milliseconds per chart); the note's step counter follows every poll.
+Cost: a chart is rebuilt only when its points, size or settings changed, and new points are
+drawn only as often as keeps the charts within CHART_CPU_SHARE of a core (a training curve
+gains nothing from 1 Hz); the note's step counter follows every poll.
 """
 
 from __future__ import annotations
@@ -33,10 +33,16 @@ from ..run.series import Point, points_from_events, points_from_status
 from .tables import OnScreenOnly
 
 HISTORY = 5000                 # points kept per series
-# New points reach the charts at most this often (TensorBoard reloads every 30 s); the step
-# counter above them is live. A plotext chart costs ~15 ms to build and paint, so four charts
-# redrawn each second would cost 6% of a core by themselves. Keys and resizes redraw at once.
-CHART_INTERVAL_S = 10.0
+# New points reach the charts when their last drawing has been paid off: a plotext chart costs
+# 10-30 ms to build and paint (four redrawn each second would be 4-12% of a core), so the
+# charts are redrawn no more often than keeps them within their share of one core, between
+# CHART_MIN_S and CHART_MAX_S apart (TensorBoard reloads every 30 s). The step counter above
+# them is live; keys and resizes redraw at once.
+# render_s times plotext's build; laying the result out and painting it costs about as much
+# again (measured: benchmarks/dashboard_cost.py, Metrics tab, with and without redraws), so
+# this is half the share the charts may take in all: 0.5% of a core.
+CHART_CPU_SHARE = 0.0025
+CHART_MIN_S, CHART_MAX_S = 5.0, 30.0
 SMOOTHING = (0.0, 0.6, 0.9)    # o cycles; 0.6 is TensorBoard's default
 ZOOMS = (None, 1000, 200)      # z cycles: all steps, then the last N
 # Known series first, in this order; any other series follows by name.
@@ -102,11 +108,11 @@ class Series:
 
 def series_from(points: Iterable[Point], into: dict[str, Series] | None = None) -> dict[str, Series]:
     out = {} if into is None else into
-    for p in points:
-        s = out.get(p.name)
+    for name, step, value in points:
+        s = out.get(name)
         if s is None:
-            s = out[p.name] = Series(p.name)
-        s.add(p.step, p.value)
+            s = out[name] = Series(name)
+        s.add(step, value)
     return out
 
 
@@ -122,6 +128,14 @@ class MetricChart(PlotextPlot):
         super().__init__(**kwargs)
         self.drawn: tuple | None = None
         self._args: tuple | None = None
+        self.render_s = 0.0       # what its last build and paint cost (the pane's redraw budget)
+
+    def render(self):
+        t0 = time.perf_counter()
+        try:
+            return super().render()
+        finally:
+            self.render_s = time.perf_counter() - t0
 
     def on_resize(self) -> None:
         if self._args is not None:
@@ -245,17 +259,22 @@ class MetricsPane(OnScreenOnly, Vertical):
 
     # -- drawing ----------------------------------------------------------------------------
     def flush(self) -> None:
-        """Draw the points added since the last draw, at most every CHART_INTERVAL_S. The app
+        """Draw the points added since the last draw, at most every chart_interval(). The app
         calls this in the same synchronous block as the log and checklist updates, so new
         points share their frame instead of costing one of their own."""
         if not self.dirty or not self.on_screen:
             return
-        if time.monotonic() - self._drawn_at >= CHART_INTERVAL_S:
+        if time.monotonic() - self._drawn_at >= self.chart_interval():
             self._redraw()
         else:
             names = len(self.series)
             cols, rows = self._layout()
             self._set_note(self._note_text(names, max(1, -(-names // (cols * rows)))))
+
+    def chart_interval(self) -> float:
+        """Seconds between redraws for new points: the charts' last cost over their share."""
+        cost = sum(c.render_s for c in self.charts)
+        return min(CHART_MAX_S, max(CHART_MIN_S, cost / CHART_CPU_SHARE))
 
     def _redraw(self, force: bool = False) -> None:
         if self.on_screen:
