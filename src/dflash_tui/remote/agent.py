@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, Process, Target, TargetError
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
 
 # Reads one line (the program, zlib + base64) from stdin and runs it: small enough to read in
 # `ps`, and independent of how long the program grows with extra sources.
@@ -65,6 +65,14 @@ def pidinfo_from(d: dict) -> PidInfo:
     return PidInfo(pid=int(d["pid"]), alive=bool(d["alive"]), start_ticks=d["start_ticks"],
                    cmdline=tuple(d["cmdline"]), state=d["state"], pgid=d["pgid"],
                    nspid=tuple(d["nspid"]))
+
+
+def proctree_from(d: dict) -> ProcTree:
+    return ProcTree(pid=int(d["pid"]), root=pidinfo_from(d["root"]), procs=int(d["procs"]),
+                    cpu_s=float(d["cpu_s"]), threads=int(d["threads"]),
+                    states=tuple(sorted((str(k), int(v)) for k, v in d["states"].items())),
+                    main_pid=d["main_pid"], main_argv=tuple(d["main_argv"]),
+                    truncated=bool(d["truncated"]))
 
 
 def diskfree_from(d: dict) -> DiskFree:
@@ -280,6 +288,9 @@ class AgentOps:
 
     async def pid_info(self, pids: list[int]) -> list[PidInfo]:
         return [pidinfo_from(d) for d in await self.call("pid_info", pids=[int(p) for p in pids])]
+
+    async def proc_tree(self, pid: int) -> ProcTree:
+        return proctree_from(await self.call("proc_tree", pid=int(pid)))
 
     async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
                      cmdline_contains: str | None, group: bool = False) -> str:
