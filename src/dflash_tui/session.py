@@ -14,6 +14,7 @@ import asyncio
 from .config import ConfigError, Profile
 from .remote.base import Target, TargetError
 from .remote.ops import RemoteOps
+from .run.activity import ProgressTracker
 from .run.attempts import LaunchAttempt, load_attempt, save_attempt
 from .run.canary import CanaryResult, run_canary
 from .run.health import Limits, evaluate, with_gpu_check
@@ -46,6 +47,8 @@ class Session:
         self._ops_lock = asyncio.Lock()
         self._gpu = None   # OneShotGpuProbe, opened by the first gpu_snapshot()
         self.attempt: LaunchAttempt | None = load_attempt(profile)
+        # What advanced between this session's looks (CPU, log, steps): memory across polls.
+        self.progress = ProgressTracker(profile.progress_regex)
 
     @property
     def label(self) -> str:
@@ -93,7 +96,8 @@ class Session:
     # -- the verbs --------------------------------------------------------------------------
 
     async def evidence(self) -> Evidence:
-        return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt)
+        return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt,
+                            tracker=self.progress)
 
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""

@@ -1,7 +1,8 @@
 """RunMonitor: one RunReport per interval for the dashboard, through connection drops.
 
 Each poll gathers evidence, evaluates the checklist and keeps each check's `since` across polls
-(HealthTracker). When the transport fails, the report repeats the last known data with
+(HealthTracker); what advanced between polls (CPU time, the log, steps) is the session's
+ProgressTracker's memory (run/activity.py), which `session.evidence()` feeds. When the transport fails, the report repeats the last known data with
 `connected=False` and `stale_since` set, and the next polls reconnect with capped exponential
 backoff; the run on the target is not touched by any of it.
 
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, AsyncIterator
 from ..remote.base import TargetError
 from .health import HealthTracker, evaluate, with_gpu_check
 from .observe import current_run_id, process_matches
-from .report import RunReport
+from .report import RunProgress, RunReport
 from .verdict import Check, CheckState, Checklist, Verdict
 
 if TYPE_CHECKING:
@@ -74,7 +75,8 @@ class RunMonitor:
             run_dir=ev.run_dir, checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop,
             status=ev.status, pid_alive=alive,
             uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
-            connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback)
+            connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback,
+            progress=RunProgress.of(ev), activity=ev.activity)
         self.last = report
         return report
 

@@ -41,6 +41,7 @@ _RATE = re.compile(r"(" + _NUM + r")\s*(it/s|s/it|tok(?:ens)?/s|samples/s)")
 _EPOCH = re.compile(r"\bepoch\b\s*[:=]?\s*(" + _NUM + r")", re.IGNORECASE)
 _CHECKPOINT = re.compile(r"(?:saving model checkpoint to|checkpoint\b.*?\bsaved to)\s+(\S+)", re.IGNORECASE)
 _SPLIT = re.compile(r"[\r\n]")
+_DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
 
 _STEP_KEYS = ("step", "global_step", "iteration", "iter")
 _LOSS_KEYS = ("loss", "train_loss")
@@ -82,6 +83,8 @@ class LogProgress:
     records: int = 0                # progress segments read so far: each new one is progress
     last_line: str = ""             # the latest progress segment, trimmed
     checkpoint: str = ""            # the latest checkpoint path the program said it saved
+    output: int = 0                 # segments of the program's own output (not the wrapper's)
+    disk_error: str = ""            # the latest line that said the disk is full (ENOSPC)
 
     @property
     def seen(self) -> bool:
@@ -158,6 +161,10 @@ class ProgressParser:
         if not seg.strip() or seg.startswith("dflash-tui: "):   # the wrapper's own lines
             return 0
         p = self.progress
+        if count:
+            p.output += 1
+        if _DISK_FULL.search(seg):
+            p.disk_error = " ".join(seg.split())[:200]
         cp = _CHECKPOINT.search(seg)
         if cp:
             p.checkpoint = cp.group(1).rstrip(".,;")

@@ -18,7 +18,7 @@ from ..contract.rundir import (CompileState, ExitRecord, LaunchRecord, Phase, Th
                                  TrainStatus, make_event, to_json)
 
 from ..gpu.sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
-from ..run.health import Limits
+from ..run.health import Limits, thread_states
 from ..run.report import RunReport
 from ..run.verdict import Check, CheckState, Checklist, Verdict
 from .source import EVENTS_LOG, TRAIN_LOG, ActionError
@@ -166,7 +166,13 @@ def _report(verdict: Verdict, checks: list[Check], summary: str, **kw) -> RunRep
     base = dict(time=T0, profile=PROFILE, target_label=TARGET, run_dir=RUN_DIR,
                 checklist=Checklist(verdict, checks, summary))
     base.update(kw)
-    return RunReport(**base)
+    report = RunReport(**base)
+    # The thread states are the engine's, judged as evaluate() judges them.
+    st = report.status
+    live = report.pid_alive is not False and not (
+        st is not None and st.phase in (Phase.FINISHED.value, Phase.FAILED.value))
+    report.checklist.threads = thread_states(report.status, T0, Limits(), live=live)
+    return report
 
 
 def _healthy_checks() -> list[Check]:
