@@ -35,7 +35,7 @@ CPU_WINDOW_S = 1.0
 # heartbeat thread, the clock tick's granularity at CPU_WINDOW_S).
 BUSY_CORES = 0.05
 # CPU samples older than this are forgotten: the rate is the recent one.
-_CPU_HISTORY_S = 10.0
+_CPU_HISTORY_S = 3.0
 # Free space is asked for at most this often (statvfs runs in a thread of the agent).
 DISK_EVERY_S = 10.0
 # Below this much free space the run dir's filesystem is full for any practical purpose.
