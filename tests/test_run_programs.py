@@ -50,6 +50,8 @@ def program_profile(run_dir: Path, command: tuple[str, ...], **kw) -> Profile:
 async def where(request, monkeypatch, tmp_path):
     """(make_session(run_dir, command) -> Session, label). Sessions are stopped and closed after."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    # As over SSH: nothing in the environment makes Python unbuffered but the wrapper.
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
     made: list[Session] = []
     if request.param == "local":
         def make(run_dir: Path, command) -> Session:
