@@ -339,3 +339,17 @@ def test_disk_full_is_named_on_the_checks_and_the_verdict():
                      launch=launch(log_error="./launch.sh: 40: cannot create /r/train.log: No space left on device")),
                   LIM)
     assert cl.verdict is Verdict.LOG_MISSING and cl.summary.startswith("disk full:")
+
+
+def test_a_stalled_summary_says_whether_the_run_s_gpus_work():
+    from dflash_tui.gpu.sample import GpuProcess, GpuSample, GpuSnapshot
+    from dflash_tui.run.health import with_gpu_check
+
+    a = act(log_grew_at=NOW - 200, program_output=True, cpu_cores=0.0, cpu_window_s=1.0)
+    e = plain(activity=a)
+    cl = evaluate(e, LIM)
+    snap = GpuSnapshot(NOW, "fake", gpus=(GpuSample(0, "H200", "u0", util_sm_pct=0.0,
+                                                    processes=(GpuProcess(100, 1 << 30, is_run_process=True),)),))
+    out = with_gpu_check(cl, e, snap)
+    assert out.verdict is Verdict.STALLED and out.summary.endswith("GPU idle (0 % SM on the run's 1 GPU(s))")
+    assert out.summary.startswith("idle hang")

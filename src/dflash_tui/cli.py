@@ -105,7 +105,7 @@ def render_text(profile: Profile, checklist: Checklist, *, pid: int | None, now:
 def checklist_json(profile: Profile, checklist: Checklist, *, pid: int | None, run_id: str | None,
                    **extra: Any) -> dict[str, Any]:
     d = checklist.to_dict()
-    return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"],
+    return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
             "run_dir": profile.run_dir, "pid": pid, "run_id": run_id, "profile": profile.name,
             "target": profile.where(), "exit_code": exit_code_for(checklist.verdict), **extra}
 

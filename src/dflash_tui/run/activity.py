@@ -2,9 +2,9 @@
 
 The verdict rule (run/health.py) needs evidence that only two observations give: is the
 process tree's CPU time advancing, did the log grow, did a step go by. `ProgressTracker` keeps
-that memory for one run dir; `gather(..., tracker=...)` calls `observe()` once per poll with
-what the poll already fetched (the stat of train.log and events.jsonl, the process tree), and
-it reads only the NEW bytes of those two files (by offset, bounded to a window; a truncated or
+that memory for one run dir; `gather(..., tracker=...)` calls `read_files()` (beside its
+proc_tree request) and `observe()` once per poll with what the poll already fetched (the stat
+of train.log and events.jsonl, the process tree); it reads only the NEW bytes of those files (by offset, bounded to a window; a truncated or
 replaced file is read again from its start). The result is an `Activity`, put into Evidence.
 
 Polled every second (the dashboard, `--wait`), the tracker compares with its own earlier
@@ -17,6 +17,7 @@ after the first (`needs_second_sample`). Every time here is the target's clock.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import posixpath
 import re
@@ -184,35 +185,43 @@ class ProgressTracker:
             return None
         return max(0.0, c1 - c0) / (t1 - t0), t1 - t0
 
-    async def observe(self, ops: RemoteOps, run_dir: str, run_id: str | None, now: float,
-                      files: dict[str, FileStat], tree: ProcTree | None) -> Activity:
+    async def read_files(self, ops: RemoteOps, run_dir: str, run_id: str | None, now: float,
+                         files: dict[str, FileStat]) -> None:
+        """The I/O half of an observation: the new bytes of train.log and events.jsonl and (at
+        most every DISK_EVERY_S) the free space, all at once; the caller runs it beside its
+        own proc_tree request, so a poll costs one more round trip at most."""
         if run_id != self.run_id:
             self._start(run_id)
-        self.samples += 1
-        self.sample_cpu(now, tree)
-        log = files.get(TRAIN_LOG)
+        log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
+        (log_data, restarted), (ev_data, _), _ = await asyncio.gather(
+            self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
+            self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
+            self._ask_disk(ops, run_dir, now))
         if log is not None:
-            data, restarted = await self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log)
             if restarted:
                 self.parser.reset()
             before_output, before_records = self.parser.progress.output, self.parser.progress.records
-            if data:
-                self.parser.feed(data)
+            if log_data:
+                self.parser.feed(log_data)
             p = self.parser.progress
             if p.output > before_output:
                 self._log_grew_at = log.mtime
                 self._output_polls += 1
             if p.records > before_records:
                 self._step_at, self._step_source = log.mtime, "log"
-        events = files.get(EVENTS_JSONL)
-        if events is not None:
-            data, _ = await self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events)
-            if data:
-                self._events_fed(data)
-        await self._ask_disk(ops, run_dir, now)
+        if ev_data:
+            self._events_fed(ev_data)
+
+    def observe(self, now: float, tree: ProcTree | None) -> Activity:
+        """The other half: this poll's process tree sampled, and what advanced."""
+        self.samples += 1
+        self.sample_cpu(now, tree)
         return self.activity(now, tree)
 
-    async def _read(self, ops: RemoteOps, path: str, st: FileStat, cursor: _FileCursor) -> tuple[bytes, bool]:
+    async def _read(self, ops: RemoteOps, path: str, st: FileStat | None,
+                    cursor: _FileCursor) -> tuple[bytes, bool]:
+        if st is None:
+            return b"", False
         try:
             return await cursor.new_bytes(ops, path, st)
         except (TargetUnreachable, CommandTimeout, ContainerNotRunning):

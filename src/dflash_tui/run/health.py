@@ -467,7 +467,8 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: "GpuSnapshot | None
     The one place both RunMonitor (the dashboard) and `dflash-tui --check` add it, so the two
     never disagree. The check changes the verdict in one case only: it fails (a GPU fell off
     the bus) while the run's process is alive (STARTING or RUNNING), which gives GPU LOST: the
-    process may still beat for a while, but a run on a host with a lost GPU cannot go on.
+    process may still beat for a while, but a run on a host with a lost GPU cannot go on. A
+    STALLED summary gets the GPU words too: busy or idle, the SM use on the run's GPUs.
     A warn or pending GPU check (no NVML, still compiling) never changes the verdict, and a
     run that already ended keeps the verdict its own evidence gives.
     """
@@ -478,8 +479,17 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: "GpuSnapshot | None
     if gpus.state is FAIL and alive and checklist.verdict in (Verdict.STARTING, Verdict.RUNNING):
         pid = ev.launch.pid if ev.launch is not None else "?"
         return Checklist(Verdict.GPU_LOST, checks,
-                         _one_line(f"{gpus.cause}; pid {pid} is still alive but cannot go on", 400))
-    return replace(checklist, checks=checks)
+                         _one_line(f"{gpus.cause}; pid {pid} is still alive but cannot go on", 400),
+                         checklist.threads)
+    summary = checklist.summary
+    if checklist.verdict is Verdict.STALLED and snap is not None and snap.error is None:
+        # What the GPUs do belongs to "what is silent and what is not" too.
+        used = [g for g in snap.gpus if any(p.is_run_process for p in g.processes)]
+        if used:
+            util = max((g.util_sm_pct or 0.0) for g in used)
+            summary = _one_line(f"{summary}; GPU {'busy' if util >= 5 else 'idle'} ({util:.0f} % SM "
+                                f"on the run's {len(used)} GPU(s))", 400)
+    return replace(checklist, checks=checks, summary=summary)
 
 
 def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:

@@ -160,8 +160,10 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status_problem = f"status.json belongs to run {ev.status.run_id}"
             ev.status = None
 
+    tracker = tracker or ProgressTracker(second_sample=False)
     if ev.launch is not None:
-        ev.tree = await ops.proc_tree(ev.launch.pid)
+        ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid),
+                                          tracker.read_files(ops, run_dir, run_id, ev.now, ev.files))
         ev.proc = ev.tree.root
     elif attempt is not None and attempt.pid and attempt.run_id == run_id:
         (ev.detached_proc,) = await ops.pid_info([attempt.pid])
@@ -190,12 +192,12 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     elif ev.launch is not None and ev.launch.log_error and ev.exists(LAUNCH_OUT):
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
     if ev.launch is not None:
-        await _observe_activity(ops, ev, tracker or ProgressTracker(second_sample=False), run_id)
+        await _observe_activity(ops, ev, tracker)
     return ev
 
 
-async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTracker, run_id: str | None) -> None:
-    ev.activity = await tracker.observe(ops, ev.run_dir, run_id, ev.now, ev.files, ev.tree)
+async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTracker) -> None:
+    ev.activity = tracker.observe(ev.now, ev.tree)
     if tracker.needs_second_sample(ev.now, ev.files.get(TRAIN_LOG), ev.tree) and ev.exit is None:
         # One-shot: busy or idle needs a CPU rate, and a rate needs a second sample.
         t0 = time.monotonic()
