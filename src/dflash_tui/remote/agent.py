@@ -21,7 +21,9 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, Process, Target, TargetError
+from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
+from .shell_ops import ShellOps
 
 # Reads one line (the program, zlib + base64) from stdin and runs it: small enough to read in
 # `ps`, and independent of how long the program grows with extra sources.
@@ -48,41 +50,6 @@ def build_program(extra_sources: Sequence[str] = ()) -> bytes:
 
 
 # -- answers → the contract's dataclasses (ShellOps builds the same dicts) ------------------
-
-
-def filestat_from(d: dict) -> FileStat:
-    return FileStat(path=d["path"], exists=bool(d["exists"]), size=int(d["size"]),
-                    mtime=float(d["mtime"]), inode=int(d["inode"]), is_dir=bool(d["is_dir"]),
-                    error=d.get("error", ""))
-
-
-def chunk_from(d: dict) -> FileChunk:
-    return FileChunk(path=d["path"], offset=int(d["offset"]), data=base64.b64decode(d["data"]),
-                     size=int(d["size"]), inode=int(d["inode"]), exists=bool(d["exists"]))
-
-
-def pidinfo_from(d: dict) -> PidInfo:
-    return PidInfo(pid=int(d["pid"]), alive=bool(d["alive"]), start_ticks=d["start_ticks"],
-                   cmdline=tuple(d["cmdline"]), state=d["state"], pgid=d["pgid"],
-                   nspid=tuple(d["nspid"]))
-
-
-def proctree_from(d: dict) -> ProcTree:
-    return ProcTree(pid=int(d["pid"]), root=pidinfo_from(d["root"]), procs=int(d["procs"]),
-                    cpu_s=float(d["cpu_s"]), threads=int(d["threads"]),
-                    states=tuple(sorted((str(k), int(v)) for k, v in d["states"].items())),
-                    main_pid=d["main_pid"], main_argv=tuple(d["main_argv"]),
-                    truncated=bool(d["truncated"]))
-
-
-def diskfree_from(d: dict) -> DiskFree:
-    return DiskFree(path=d["path"], checked=d["checked"], free=int(d["free"]),
-                    total=int(d["total"]))
-
-
-def dirprobe_from(d: dict) -> DirProbe:
-    return DirProbe(path=d["path"], exists=bool(d["exists"]), created=bool(d["created"]),
-                    writable=bool(d["writable"]), error=d.get("error", ""))
 
 
 class AgentOps:
@@ -311,10 +278,6 @@ class AgentOps:
         return [filestat_from(d) for d in await self.call("list_dir", path=path)]
 
 
-#: the name the gpu/ brief uses
-AgentClient = AgentOps
-
-
 class _ChannelLost(Exception):
     pass
 
@@ -325,8 +288,6 @@ async def open_ops(target: Target, *, python: str = "python3",
 
     `prefer="shell"` forces ShellOps. The result's `.kind` says which ("agent" / "shell");
     a ShellOps made because the agent could not start has `.fallback_reason`."""
-    from .shell_ops import ShellOps
-
     if prefer not in ("auto", "agent", "shell"):
         raise ValueError(f"prefer must be auto, agent or shell, not {prefer!r}")
     if prefer == "shell":

@@ -1,4 +1,5 @@
-"""Evidence → Checklist: the verdict table (evaluate's docstring), and nothing the evidence lacks.
+"""Evidence → Checklist: the verdict table (evaluate's docstring; docs/ARCHITECTURE.md tells it
+in prose), and nothing the evidence lacks.
 
 `HealthTracker` keeps each check's `since` across polls: the time its state last changed.
 The words (ages, durations, one-line causes) are dflash_tui/words.py's.
@@ -8,19 +9,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from ..contract.rundir import LAUNCH_OUT, LAUNCH_SH, TRAIN_LOG, CompileState, Phase, ThreadStatus, TrainStatus
 
 from ..config import Profile
+from ..gpu.health import gpu_check_for_status
+from ..gpu.sample import GpuSnapshot
 from ..words import age_at as _age, duration as _duration, cpu_use, one_line as _one_line, signame as _signame, size
 from .activity import Activity
 from .observe import Evidence, current_run_id, process_matches
 from .tracebacks import exception_line
 from .verdict import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
-
-if TYPE_CHECKING:
-    from ..gpu.sample import GpuSnapshot
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -461,7 +460,7 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     return Checklist(Verdict.RUNNING, checks, f"step {st.step}{total}{extra}, up {_duration(uptime)}", judged)
 
 
-def with_gpu_check(checklist: Checklist, ev: Evidence, snap: "GpuSnapshot | None") -> Checklist:
+def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None) -> Checklist:
     """`checklist` with the "gpus" check (gpu/health.py) from one GPU snapshot of the run's host.
 
     The one place both RunMonitor (the dashboard) and `dflash-tui --check` add it, so the two
@@ -472,7 +471,6 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: "GpuSnapshot | None
     A warn or pending GPU check (no NVML, still compiling) never changes the verdict, and a
     run that already ended keeps the verdict its own evidence gives.
     """
-    from ..gpu.health import gpu_check_for_status
     alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
     gpus = gpu_check_for_status(snap, ev.status, alive)
     checks = [*checklist.checks, gpus]

@@ -12,7 +12,7 @@ from typing import Any
 
 
 class Verdict(str, Enum):
-    # The verdict table is evaluate()'s docstring (run/health.py):
+    # The verdict table (docs/ARCHITECTURE.md; run/health.py `evaluate`):
     NEVER_STARTED = "NEVER STARTED"   # no launch.json by the deadline: the launch shell never ran
     LOG_MISSING = "LOG MISSING"       # launch.json but no train.log
     FINISHED = "FINISHED"             # pid gone, exit.json code 0
@@ -25,8 +25,8 @@ class Verdict(str, Enum):
     NO_RUN = "NO RUN"                 # nothing was ever launched in this run dir
     # A --launch that preflight refused; nothing was started.
     NOT_LAUNCHED = "NOT LAUNCHED"
-    # From run/health.py `with_gpu_check`: the run's process is alive (it was STARTING or
-    # RUNNING) but a GPU of its host fell off the bus; the run cannot go on.
+    # From run/health.py `with_gpu_check`: the run's process is alive (it was
+    # STARTING or RUNNING) but a GPU of its host fell off the bus; the run cannot go on.
     GPU_LOST = "GPU LOST"
     # The run ended after a stop request for it (stop.json), whatever its exit code or signal.
     STOPPED = "STOPPED"

@@ -1,5 +1,4 @@
-"""The header: verdict badge, then profile, target (host · container), run dir, pid, uptime,
-and how far the run is (step, loss: the report's `progress`, from any source).
+"""The header: verdict badge, then profile, target (host · container), run dir, pid, uptime.
 
 When the transport is down it says how old the data is instead of freezing: the age is
 counted on the local clock from the report's `stale_since` (or from the last report that
@@ -70,11 +69,6 @@ class RunHeader(Horizontal):
                 line1.append(" (gone)", "red")
         if report.uptime_s is not None:
             line1.append("  up ", "dim").append(age(report.uptime_s))
-        prog = report.progress
-        if prog is not None and prog.step is not None:
-            line1.append("  step ", "dim").append(f"{prog.step}" + (f"/{prog.total}" if prog.total else ""))
-            if prog.loss is not None:
-                line1.append("  loss ", "dim").append(f"{prog.loss:.4g}")
         if busy:
             line1.append(f"  {busy}…", "bold yellow")
 
