@@ -10,6 +10,7 @@ program is watched for longer than both, all at once, so a broken rule shows in 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from dflash_tui.config import Profile
 from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.monitor import RunMonitor
 from dflash_tui.run.verdict import CheckState, Verdict
 from dflash_tui.session import Session
 
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.timeout(240)
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 PY = sys.executable
-STALL_S, BUSY_LIMIT_S = 4.0, 10.0
+STALL_S, BUSY_LIMIT_S = 4.0, 14.0
 WATCH_S = BUSY_LIMIT_S + 5   # every run is watched until it is up longer than this
 
 SCENARIOS = {
@@ -87,9 +89,9 @@ async def test_programs_that_are_not_ours(where, tmp_path):
     t0 = time.monotonic()
     stopped = None
     while time.monotonic() - t0 < 120:
+        looks = await asyncio.gather(*(s.check() for s in sessions.values()))
         youngest = None
-        for name, s in sessions.items():
-            ev, cl = await s.check()
+        for name, (ev, cl) in zip(sessions, looks):
             up = ev.now - ev.launch.start_time if ev.launch is not None else 0.0
             youngest = up if youngest is None else min(youngest, up)
             seen[name].append((up, cl.verdict, cl.summary, {c.id: c for c in cl.checks}))
@@ -119,7 +121,7 @@ async def test_programs_that_are_not_ours(where, tmp_path):
     # Idle hang vs busy silent phase: the same silence, never the same words.
     idle = [(t, v, s) for t, v, s, _ in seen["idle_hang"]]
     assert idle[-1][1] is Verdict.STALLED and idle[-1][2].startswith("idle hang"), (label, idle[-3:])
-    assert "0 % CPU" in idle[-1][2] and "sleeping" in idle[-1][2], idle[-1]
+    assert re.search(r"idle \(0 % CPU", idle[-1][2]) and "sleeping" in idle[-1][2], idle[-1]
     assert Verdict.RUNNING in verdicts("idle_hang")                 # its two steps, before the hang
     assert all(v is Verdict.STALLED for up, v, _, _ in seen["idle_hang"] if up > STALL_S + 2), (label, idle)
     busy = seen["busy_silent"]
@@ -129,7 +131,7 @@ async def test_programs_that_are_not_ours(where, tmp_path):
     assert any(x[3]["progress"].state is CheckState.WARN and "busy" in x[3]["progress"].cause for x in middle)
     assert all(x[1] is Verdict.STALLED for x in busy if x[0] > BUSY_LIMIT_S + 2), (label, [x[:3] for x in busy])
     assert busy[-1][2].startswith("busy but silent"), (label, busy[-1][:3])
-    assert "% CPU" in busy[-1][2] and "0 % CPU" not in busy[-1][2]
+    assert int(re.search(r"(\d+) % CPU", busy[-1][2]).group(1)) >= 5, busy[-1][2]
 
     crash = last("crash")
     assert crash[1] is Verdict.CRASHED and "exit code 1: ValueError: shape mismatch" in crash[2], crash[:3]
@@ -147,7 +149,7 @@ async def test_report_carries_the_parsed_progress(tmp_path, monkeypatch):
                 targets=(LocalTarget(), LocalTarget()))
     try:
         await s.launch(preflight=False)
-        mon = s.monitor(interval=0.2)
+        mon = RunMonitor(s, interval=0.2)
         deadline = time.monotonic() + 20
         rep = await mon.poll()
         while not (rep.progress and rep.progress.step and rep.progress.step >= 3) and time.monotonic() < deadline:
