@@ -159,15 +159,40 @@ def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk
     return rec
 
 
-def _children_of(pid):
-    kids = []
+def _proc_bytes(path):
+    """A small /proc file's bytes, or None; raw os calls: this runs for every process of the
+    tree on every poll."""
     try:
-        tids = os.listdir("/proc/%d/task" % pid)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return kids
+        return None
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 65536)
+            if not b:
+                return b"".join(chunks)
+            chunks.append(b)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _children_of(pid, threads):
+    """Children of every thread of pid (a child forked by a worker thread is listed under that
+    thread's task); a single-threaded process has one task, its own pid, so no listdir."""
+    if threads <= 1:
+        tids = [str(pid)]
+    else:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            return []
+    kids = []
     for tid in tids:
-        raw = _maybe("/proc/%d/task/%s/children" % (pid, tid))
-        if raw is not None:
+        raw = _proc_bytes("/proc/%d/task/%s/children" % (pid, tid))
+        if raw:
             kids.extend(parse_children(raw.decode("ascii", "replace")))
     return kids
 
@@ -183,19 +208,26 @@ def op_proc_tree(pid, max_procs=MAX_TREE):
         if p in seen:
             continue
         seen.add(p)
-        stat_raw = _maybe("/proc/%d/stat" % p)
+        stat_raw = _proc_bytes("/proc/%d/stat" % p)
         if stat_raw is None:
             if p == pid:
                 break   # the root is gone: nothing below it to walk
             continue
-        kids = _children_of(p)
+        try:
+            threads = parse_stat_usage(stat_raw.decode("utf-8", "replace"))[3]
+        except (ValueError, IndexError):
+            threads = 2   # unparseable: look at every task
+        kids = _children_of(p, threads)
         walked.append((p, stat_raw, kids))
         queue.extend(kids)
     base = "/proc/%d/" % pid
     main = walked[0][2][0] if walked and walked[0][2] else None
-    return proc_tree_record(pid, walked, _maybe(base + "cmdline"), _maybe(base + "status"),
-                            _maybe("/proc/%d/cmdline" % main) if main else None,
-                            os.sysconf("SC_CLK_TCK"), bool(queue))
+    return proc_tree_record(pid, walked, _proc_bytes(base + "cmdline"), _proc_bytes(base + "status"),
+                            _proc_bytes("/proc/%d/cmdline" % main) if main else None,
+                            _CLK_TCK, bool(queue))
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cmdline_matches(cmdline, needle):
