@@ -503,14 +503,17 @@ def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:
     if ex is None:
         why = ev.exit_problem or "no exit.json: the wrapper was killed before the trainer ended"
         hint = "killed from outside: SIGKILL, the OOM killer (dmesg) or a container stop"
-        if disk:
-            why = f"{why}; {disk}, so the wrapper could not write exit.json"
+        summary = f"{gone}, {why}"
+        if disk and not ev.exit_problem:
+            # Not necessarily killed: with the disk full the wrapper could not record the end.
+            why = "no exit.json: the disk is full, so the wrapper could not record how the run ended"
             hint = _DISK_HINT
+            summary = f"{disk}; {gone} and its exit status could not be recorded (no exit.json)"
         add(Check("exit", "Exit status", FAIL, _one_line(why), hint, None))
         if ev.last_traceback:
             add(Check("traceback", "Last traceback", WARN, _one_line(exception_line(ev.last_traceback)),
                       "see the log", None))
-        return Checklist(Verdict.KILLED, checks, _one_line(f"{gone}, {why}", 400), threads)
+        return Checklist(Verdict.KILLED, checks, _one_line(summary, 400), threads)
     if ex.exit_code == 0:
         add(Check("exit", "Exit status", OK, "exit code 0", "", ex.end_time))
         return Checklist(Verdict.FINISHED, checks, "finished with exit code 0", threads)
