@@ -163,3 +163,29 @@ async def test_report_carries_the_parsed_progress(tmp_path, monkeypatch):
     finally:
         await s.stop(grace_s=0.5)
         await s.close()
+
+
+def test_one_shot_check_tells_idle_from_busy(tmp_path, monkeypatch):
+    """`dflash-tui --check` is one look: a second process-tree sample a second later tells an
+    idle hang from a busy silent phase, with no memory of earlier polls."""
+    from tests.test_cli_modes import cli, write_config
+
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    common = {"stall_after_s": 2, "compile_stall_after_s": 600, "min_free_gb": 0, "python": PY}
+    cfg = write_config(tmp_path, idle={"run_dir": str(tmp_path / "idle"), "command": ["sh", SCENARIOS["idle_hang"][1]],
+                                       **common},
+                       busy={"run_dir": str(tmp_path / "busy"), "command": list(SCENARIOS["busy_silent"]), **common})
+    try:
+        for name in ("idle", "busy"):
+            res = cli(tmp_path, "--config", str(cfg), "--profile", name, "--launch", "--no-preflight")
+            assert res.returncode in (0, 4), res.stdout + res.stderr
+        time.sleep(4)
+        idle = cli(tmp_path, "--config", str(cfg), "--profile", "idle", "--check")
+        busy = cli(tmp_path, "--config", str(cfg), "--profile", "busy", "--check")
+        assert idle.returncode == 1 and "STALLED: idle hang" in idle.stdout, idle.stdout
+        assert re.search(r"idle \(0 % CPU over 1 s", idle.stdout), idle.stdout
+        # Busy and silent past stall_after_s but within compile_stall_after_s: RUNNING, warned.
+        assert busy.returncode == 0 and "RUNNING: silent for" in busy.stdout and "but busy" in busy.stdout, busy.stdout
+    finally:
+        for name in ("idle", "busy"):
+            cli(tmp_path, "--config", str(cfg), "--profile", name, "--stop")

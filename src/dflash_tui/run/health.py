@@ -271,7 +271,7 @@ def _parsed_parts(ev: Evidence) -> list[str]:
 
 def _probe_check(ev: Evidence, add, limits: Limits) -> None:
     """The run probe's per-process heartbeats: alive, not progress."""
-    probes = list(getattr(ev, "probes", None) or [])
+    probes = ev.probes
     if not probes:
         return
     beats = [getattr(p, "heartbeat_time", None) for p in probes]
