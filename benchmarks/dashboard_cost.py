@@ -43,7 +43,7 @@ LAG_TARGET_S = 1.0
 # -- the fake trainer (runs under launch.sh) ----------------------------------------------------
 
 def writer(rate: int, n_threads: int) -> int:
-    from dflash_train.schema import (EVENTS_JSONL, STATUS_JSON, Phase, ThreadStatus, TrainStatus,
+    from dflash_tui.contract.rundir import (EVENTS_JSONL, STATUS_JSON, Phase, ThreadStatus, TrainStatus,
                                      atomic_write_text, make_event, to_json)
     run_dir = Path(os.environ["DFLASH_RUN_DIR"])
     run_id = os.environ["DFLASH_RUN_ID"]

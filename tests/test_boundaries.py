@@ -37,7 +37,7 @@ def _loaded_after_importing(modules: list[str], prefixes: tuple[str, ...]) -> li
 
 def test_dashboard_never_imports_torch():
     # A fresh interpreter: importing every dashboard module must not load torch, not even
-    # indirectly (through dflash_train.schema, say).
+    # indirectly (through dflash_tui.contract.rundir, say).
     modules = _all_dflash_tui_modules()
     assert len(modules) > 5, modules
     loaded = _loaded_after_importing(modules, ("torch",))

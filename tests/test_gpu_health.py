@@ -90,7 +90,7 @@ def test_cuda_device_names():
 
 
 def test_check_from_status_json():
-    from dflash_train.schema import ThreadStatus, TrainStatus
+    from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
     from dflash_tui.gpu.health import gpu_check_for_status
 
     fake = FakeNvml(2)

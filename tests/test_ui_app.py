@@ -545,7 +545,7 @@ def test_threads_of_an_ended_run_are_silent_not_stuck():
     # not call them STUCK (the checklist's STALLED, too, needs a live pid).
     from dataclasses import replace
 
-    from dflash_train.schema import ThreadStatus
+    from dflash_tui.contract.rundir import ThreadStatus
     from dflash_tui.ui.threads import thread_trouble
 
     t = ThreadStatus(name="drafter0", role="drafter", device="cpu", compile_state="compiled",

@@ -40,7 +40,7 @@ class RunRef:
 
 
 def run_ref_from_launch(launch: Any) -> "RunRef | None":
-    """The RunRef of a run from its launch.json record (dflash_train.schema.LaunchRecord)."""
+    """The RunRef of a run from its launch.json record (contract.rundir.LaunchRecord)."""
     if launch is None or not isinstance(getattr(launch, "pid", None), int):
         return None
     ticks = getattr(launch, "start_ticks", None)

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from dflash_train.schema import atomic_write_text
+from ..contract.rundir import atomic_write_text
 
 from ..config import Profile, state_dir
 

@@ -22,7 +22,7 @@ import signal as _signal
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from dflash_train.schema import LAUNCH_OUT, LAUNCH_SH, TRAIN_LOG, CompileState, Phase
+from ..contract.rundir import LAUNCH_OUT, LAUNCH_SH, TRAIN_LOG, CompileState, Phase
 
 from ..config import Profile
 from .observe import Evidence, current_run_id, process_matches

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dflash_train.schema import ExitRecord, LaunchRecord, StopRecord, TrainStatus
+from ..contract.rundir import ExitRecord, LaunchRecord, StopRecord, TrainStatus
 
 from .verdict import Checklist
 

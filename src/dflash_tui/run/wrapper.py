@@ -23,7 +23,7 @@ import shlex
 import time
 from typing import Sequence
 
-from dflash_train.schema import EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SCHEMA_VERSION, TRAIN_LOG
+from ..contract.rundir import EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SCHEMA_VERSION, TRAIN_LOG
 
 # launch.sh names its run id on this line, so a reader can tell which launch a wrapper belongs to
 # without parsing shell.

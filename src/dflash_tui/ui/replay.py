@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator, Awaitable, Callable
 
-from dflash_train.schema import (CompileState, ExitRecord, LaunchRecord, Phase, ThreadStatus,
+from ..contract.rundir import (CompileState, ExitRecord, LaunchRecord, Phase, ThreadStatus,
                                  TrainStatus, make_event, to_json)
 
 from ..gpu.sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
