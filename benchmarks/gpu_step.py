@@ -28,8 +28,11 @@ compiled). GPU utilisation is NVML's utilization.gpu sampled every 0.1 s while s
 training; step time, MFU, warm-up seconds and graphs from the run's own events. With 2+ GPUs
 the warm-up is also measured with a drafter on each GPU (ratio against one).
 
+Part "sync": one compiled step of the small preset under torch.cuda.set_sync_debug_mode("error"):
+no host sync up to the optimizer step; the metrics read after it is the one.
+
 Part "graphs": inductor's CUDA graphs (mode="reduce-overhead", CUDAGraph Trees) warmed in the
-main thread, then called from a worker thread, as the trainer's gate would: does it run?
+main thread, then called from one and from two worker threads, as the trainer would: do they run?
 """
 
 from __future__ import annotations
@@ -262,7 +265,9 @@ def gpu_util_sampler(index: int, stop: threading.Event, run_dir: Path, samples: 
             samples.append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
 
 
-def run_trainer(mode: str, drafters: str, opts, out) -> dict:
+def run_trainer(mode: str, drafters: str, opts, out, cache_dir: str | None = None, label: str = "") -> dict:
+    """One trainer process. cache_dir None: inductor's caches off (every graph compiled from
+    scratch); else inductor and Triton cache there (a relaunch of the same run finds them)."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"gpu-step-{mode}-"))
     n_drafters = len(drafters.split(","))
     cmd = [sys.executable, "-m", "dflash_train", "--run-dir", str(run_dir), "--preset", opts.preset,
@@ -270,8 +275,12 @@ def run_trainer(mode: str, drafters: str, opts, out) -> dict:
            "--steps", str(opts.trainer_steps), "--batch-size", str(opts.batch), "--buckets", opts.buckets,
            "--eval-every", "0", "--checkpoint-every", "100000", "--log-every", "50", *opts.extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "DFLASH_RUN_ID": f"gpu-step-{mode}",
-           "NCCL_NVLS_ENABLE": "0"}
+           "DFLASH_RUN_ID": f"gpu-step-{mode}", "NCCL_NVLS_ENABLE": "0"}
+    if cache_dir is None:
+        env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    else:
+        env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        env["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
     samples: list[int] = []
     stop = threading.Event()
     sampler = threading.Thread(target=gpu_util_sampler, args=(0, stop, run_dir, samples), daemon=True)
@@ -292,7 +301,7 @@ def run_trainer(mode: str, drafters: str, opts, out) -> dict:
     step_s = [e["step_time_s"] for e in later if e.get("step_time_s")]
     mfus = [e["mfu"] for e in later if e.get("mfu") is not None]
     busy = samples[len(samples) // 4:]
-    row = dict(part="trainer", compile=mode, drafter_devices=drafters, drafters=n_drafters,
+    row = dict(part="trainer", compile=mode, caches=label or "off", drafter_devices=drafters, drafters=n_drafters,
                batch=opts.batch, rc=proc.returncode, warmup_s=warm.get("seconds"), graphs=warm.get("graphs"),
                first_step_s=round(steps[0]["time"] - t0, 1) if steps else None, steps=len(steps),
                step_ms_median=statistics.median(step_s) * 1e3 if step_s else None,
@@ -306,64 +315,216 @@ def run_trainer(mode: str, drafters: str, opts, out) -> dict:
 
 
 def part_trainer(opts, out):
-    rows = [run_trainer(mode, opts.trainer_device, opts, out) for mode in ("off", "auto")]
+    rows = []
+    for spec in opts.trainer_modes.split(","):
+        if spec == "auto+cache":  # the same launch twice over one fresh cache: cold, then warm
+            cache = tempfile.mkdtemp(prefix="gpu-step-cache-")
+            rows.append(run_trainer("auto", opts.trainer_device, opts, out, cache, "cold"))
+            rows.append(run_trainer("auto", opts.trainer_device, opts, out, cache, "warm"))
+        else:
+            rows.append(run_trainer(spec, opts.trainer_device, opts, out))
     if opts.trainer_device != "cpu" and torch.cuda.device_count() >= 2:
         rows.append(run_trainer("auto", "cuda:0,cuda:1", opts, out))
     print(f"\n### Trainer, {opts.preset} preset, batch {opts.batch}, buckets {opts.buckets}, "
           "target + drafter on cuda:0\n")
-    print("| --compile | drafter devices | rc | GPU util % | step ms | warm-up s | graphs | start -> first step s |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --compile | inductor caches | drafter devices | rc | GPU util % | step ms | warm-up s | graphs | start -> first step s |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         util = "-" if r["gpu_util_mean"] is None else f"{r['gpu_util_mean']:.0f}"
         ms = "-" if r["step_ms_median"] is None else f"{r['step_ms_median']:.1f}"
-        print(f"| {r['compile']} | {r['drafter_devices']} | {r['rc']} | {util} | {ms} | {r['warmup_s']} | "
+        print(f"| {r['compile']} | {r['caches']} | {r['drafter_devices']} | {r['rc']} | {util} | {ms} | {r['warmup_s']} | "
               f"{r['graphs']} | {r['first_step_s']} |")
     multi = [r for r in rows if r["drafters"] > 1]
-    if multi and rows[1]["warmup_s"] and multi[0]["warmup_s"]:
-        print(f"\nwarm-up, 2 devices against 1: {multi[0]['warmup_s'] / rows[1]['warmup_s']:.2f}x")
+    single = [r for r in rows if r["drafters"] == 1 and r["compile"] == "auto" and r["caches"] == "off"]
+    if multi and single and single[0]["warmup_s"] and multi[0]["warmup_s"]:
+        print(f"\nwarm-up, 2 devices against 1: {multi[0]['warmup_s'] / single[0]['warmup_s']:.2f}x")
 
 
 # -- part "graphs" ---------------------------------------------------------------------------
 
 def part_graphs(device, out):
-    """reduce-overhead (CUDAGraph Trees) warmed in the main thread, then run in a worker."""
+    """reduce-overhead (CUDAGraph Trees) warmed in the main thread, then run in one worker
+    thread, then in two at once: the trainer's pattern (warm-up in main, steps in workers)."""
     model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)]).to(device)
     fn = torch.compile(model, mode="reduce-overhead")
-    x = torch.randn(8, 256, device=device, requires_grad=True)
     result = {}
 
     def step():
+        # as the trainer does: grads set to None (a grad living in the graph's pool would be
+        # overwritten by the next replay), one mark per step
+        model.zero_grad(set_to_none=True)
+        torch.compiler.cudagraph_mark_step_begin()
+        x = torch.randn(8, 256, device=device, requires_grad=True)
         y = fn(x)
         y.sum().backward()
         return float(y.detach().sum())
+
+    def attempt(key, n_threads):
+        errors = []
+
+        def worker():
+            try:
+                with torch.compiler.set_stance("fail_on_recompile"):
+                    for _ in range(5):
+                        step()
+            except Exception as exc:  # noqa: BLE001 - the outcome is what we report
+                errors.append(f"{type(exc).__name__}: {str(exc)[:400]}")
+
+        threads = [threading.Thread(target=worker, name=f"drafter{i}") for i in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        result[key] = errors[0] if errors else "ok"
 
     try:
         for _ in range(3):
             step()
         result["main_thread"] = "ok"
-    except Exception as exc:  # noqa: BLE001 - the outcome is what we report
-        result["main_thread"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-
-    def worker():
-        try:
-            with torch.compiler.set_stance("fail_on_recompile"):
-                for _ in range(3):
-                    step()
-            result["worker_thread"] = "ok"
-        except Exception as exc:  # noqa: BLE001
-            result["worker_thread"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            result["worker_trace"] = traceback.format_exc()[-1500:]
-
-    t = threading.Thread(target=worker, name="drafter0")
-    t.start()
-    t.join(120)
+    except Exception as exc:  # noqa: BLE001
+        result["main_thread"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+    attempt("one_worker_thread", 1)
+    attempt("two_worker_threads", 2)
     emit(out, dict(part="graphs", torch=torch.__version__, **result))
+
+
+def part_sync(device, out):
+    """One compiled step of the small preset under torch.cuda.set_sync_debug_mode("error"):
+    everything up to and including backward and the optimizer step must not synchronise; the
+    metrics read afterwards is the step's one sync and must raise there."""
+    cfg = ModelConfig.preset("small")
+    embed = torch.randn(cfg.vocab_size, cfg.hidden_size, device=device, dtype=torch.bfloat16) * 0.02
+    with torch.device(device):
+        drafter = DFlashDrafter(cfg, embed, embed)
+    drafter = drafter.to(torch.bfloat16).train()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (8, 2048), generator=g)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    tb = TargetBatch(ids.to(device), mask.to(device),
+                     torch.randn(8, 2048, cfg.tap_size, generator=g).to(device, torch.bfloat16),
+                     torch.randint(0, 256, (8, 2048), generator=g).to(device), host_loss_mask=mask)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=1e-5, fused=True)
+    step = compiled_objective("inductor")
+    attention = FlexAttention()
+
+    def one(seed):
+        loss, metrics = drafter_loss(drafter, tb, torch.Generator().manual_seed(seed), attention, step=step)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return metrics
+
+    one(0)["loss"]  # compile, Adam state
+    sync(device)
+    row = dict(part="sync")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        metrics = one(1)
+        row["step_without_sync"] = "ok"
+        try:
+            metrics["loss"]
+            row["metrics_read"] = "did not sync (unexpected)"
+        except RuntimeError as exc:
+            row["metrics_read"] = f"synchronised, as expected: {str(exc)[:120]}"
+    except RuntimeError as exc:
+        row["step_without_sync"] = f"FAILED: {traceback.format_exc()[-1500:]}"
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    emit(out, row)
+
+
+def part_small(device, out, iters):
+    """The small preset's drafter step alone (batch 8, lengths cycling 1024/2048/4096 as the
+    trainer's buckets do): wall time per step against the GPU's kernel time in it (torch
+    profiler), with and without a second thread running one eager target forward per step
+    (the trainer's target thread, competing for the GIL)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from dflash_train.data import Batch
+    from dflash_train.model.drafter import build_drafter
+    from dflash_train.model.target import build_target
+    from dflash_train.objective import target_forward
+
+    dtype = torch.bfloat16
+    cfg = ModelConfig.preset("small").with_(target_pretrain_steps=0)
+    target = build_target(cfg, seed=0, device=device, dtype=dtype)
+    drafter = build_drafter(cfg, target, 0, device, dtype).train()
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for length in (1024, 2048, 4096):
+        ids = torch.randint(0, 256, (8, length), generator=g)
+        batches.append(Batch(ids, torch.ones_like(ids, dtype=torch.bool)))
+    tbs = [target_forward(target, b) for b in batches]
+    rows = []
+    for variant in ("today", "new"):
+        attention = FlexAttention()
+        step = compiled_objective("inductor") if variant == "new" else None
+        opt = torch.optim.AdamW(drafter.parameters(), lr=1e-6, **({"fused": True} if variant == "new" else {}))
+
+        def one(i):
+            tb = tbs[i % 3]
+            gen = torch.Generator().manual_seed(i)
+            drafter.zero_grad(set_to_none=True)
+            if variant == "new":
+                loss, metrics = drafter_loss(drafter, tb, gen, attention, step=step)
+            else:
+                loss, metrics = drafter_loss_full_logits(drafter, tb, gen, attention)
+            loss.backward()
+            opt.step()
+            return metrics["loss"]
+
+        for i in range(6):
+            one(i)
+        sync(device)
+        for contention in (False, True):
+            stop = threading.Event()
+            go = threading.Semaphore(0)
+
+            def target_loop():
+                i = 0
+                while not stop.is_set():
+                    if go.acquire(timeout=0.2):
+                        target_forward(target, batches[i % 3])
+                        i += 1
+
+            t = threading.Thread(target=target_loop, name="target0", daemon=True)
+            if contention:
+                t.start()
+            t0 = time.perf_counter()
+            for i in range(iters):
+                go.release()
+                one(i)
+            sync(device)
+            wall = (time.perf_counter() - t0) / iters
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for i in range(6):
+                    go.release()
+                    one(i)
+                sync(device)
+            stop.set()
+            if contention:
+                t.join(5)
+            kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
+            gpu_s = sum(e.self_device_time_total for e in kernels) / 1e6 / 6
+            row = dict(part="small", variant=variant, with_target_thread=contention, wall_ms=wall * 1e3,
+                       gpu_ms=gpu_s * 1e3, gpu_busy=gpu_s / wall,
+                       kernels_per_step=sum(e.count for e in kernels) / 6)
+            rows.append(row)
+            emit(out, row)
+        del opt
+    print("\n### Small preset drafter step alone (batch 8, lengths 1024/2048/4096 in turn)\n")
+    print("| step | + target thread | wall ms | GPU kernel ms | GPU busy | kernels/step |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['variant']} | {r['with_target_thread']} | {r['wall_ms']:.1f} | {r['gpu_ms']:.1f} | "
+              f"{r['gpu_busy']:.0%} | {r['kernels_per_step']:.0f} |")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, to check the script")
-    p.add_argument("--part", default="step,trainer,graphs")
+    p.add_argument("--part", default="step,sync,graphs,trainer")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--peak-tflops", type=float, default=0.0, help="default: perf.PEAK_BF16_TFLOPS by device")
@@ -373,6 +534,9 @@ def main() -> int:
     p.add_argument("--buckets", default="1024,2048,4096")
     p.add_argument("--trainer-steps", type=int, default=200)
     p.add_argument("--trainer-timeout", type=int, default=200)
+    p.add_argument("--trainer-modes", default="off,auto",
+                   help="--compile values to run; 'auto+cache' runs auto twice over one fresh "
+                        "inductor cache (cold, then a relaunch)")
     opts = p.parse_args()
     opts.extra = []
     opts.trainer_device = "cuda:0"
@@ -394,8 +558,12 @@ def main() -> int:
     print(f"gpu_step: torch {torch.__version__}, {name}, {dtype}, peak {peak} TFLOP/s", flush=True)
     if "step" in parts:
         part_step(opts, device, dtype, peak, opts.out)
+    if "sync" in parts and device.type == "cuda":
+        part_sync(device, opts.out)
     if "graphs" in parts and device.type == "cuda":
         part_graphs(device, opts.out)
+    if "small" in parts and device.type == "cuda":
+        part_small(device, opts.out, opts.iters * 3)
     if "trainer" in parts:
         part_trainer(opts, opts.out)
     return 0
