@@ -383,9 +383,23 @@ def part_graphs(device, out):
         result["main_thread"] = "ok"
     except Exception as exc:  # noqa: BLE001
         result["main_thread"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+    print(json.dumps(dict(part="graphs-progress", **result)), flush=True)
     attempt("one_worker_thread", 1)
+    print(json.dumps(dict(part="graphs-progress", **result)), flush=True)
     attempt("two_worker_threads", 2)
-    emit(out, dict(part="graphs", torch=torch.__version__, **result))
+    print(json.dumps(dict(part="graphs-progress", **result)), flush=True)
+
+
+def part_graphs_isolated(out):
+    """part_graphs in its own process: a failure there may abort the process, not raise."""
+    proc = subprocess.run([sys.executable, __file__, "--part", "graphs-probe"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    progress = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"part": "graphs-progress"')]
+    last = progress[-1] if progress else {}
+    err = [line for line in proc.stderr.splitlines() if "what()" in line or "Error" in line][:3]
+    emit(out, dict(part="graphs", torch=torch.__version__, rc=proc.returncode,
+                   **{k: v for k, v in last.items() if k != "part"},
+                   died_with=" | ".join(err) if proc.returncode else None))
 
 
 def part_sync(device, out):
@@ -560,8 +574,10 @@ def main() -> int:
         part_step(opts, device, dtype, peak, opts.out)
     if "sync" in parts and device.type == "cuda":
         part_sync(device, opts.out)
+    if "graphs-probe" in parts:
+        part_graphs(device, None)
     if "graphs" in parts and device.type == "cuda":
-        part_graphs(device, opts.out)
+        part_graphs_isolated(opts.out)
     if "small" in parts and device.type == "cuda":
         part_small(device, opts.out, opts.iters * 3)
     if "trainer" in parts:

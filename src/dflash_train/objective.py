@@ -125,7 +125,7 @@ def decay_weights(block_size: int, gamma: float, device: torch.device | str = "c
 
 # -- the LM head's cross-entropy, chunked -----------------------------------------------------
 
-# Rows per chunk: about this many bytes of fp32 logits at a time (1 GiB: 1,766 rows at vocab
+# Rows per chunk: at most this many bytes of fp32 logits at a time (1 GiB: 1,728 rows at vocab
 # 151,936, so 5 chunks for 512 anchors x 15 scored positions; the 8 GB whole is never made).
 CE_CHUNK_BYTES = 1 << 30
 
