@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dflash_train import perf
 from dflash_train.checkpoint import CheckpointStore
 from dflash_train.compile_gate import CompileGate, TorchCompileControl
 from dflash_train.devices import DevicePlan
@@ -312,13 +313,12 @@ class Trainer:
             for m, dev in zip(self.replicas, plan.drafter)
         ]
         from dflash_train.objective import compiled_objective
-        from dflash_train.perf import assumed_peak_tflops
 
         # ONE compiled step for every replica: the gate governs its compiles, and replicas on
         # one device share its graphs.
         self.step_fn = compiled_objective(prep.compile_backend) if prep.compile_backend else None
         first = torch.device(plan.drafter[0])
-        self.peak_tflops = assumed_peak_tflops(
+        self.peak_tflops = perf.assumed_peak_tflops(
             torch.cuda.get_device_name(first) if first.type == "cuda" else "cpu", args.peak_tflops)
         self._step_flops: dict[int, Any] = {}
         self._t_last_step_end: float | None = None
@@ -519,13 +519,11 @@ class Trainer:
     def _step_time_and_mfu(self, now: float) -> tuple[float | None, float | None]:
         """Wall seconds since the previous step's bookkeeping ended (so an eval or checkpoint
         there is not billed to this step), and the drafter devices' MFU over them."""
-        from dflash_train.perf import mfu
-
         if self._t_last_step_end is None:
             return None, None
         seconds = now - self._t_last_step_end
         flops = sum(f.total for f in self._step_flops.values())
-        return seconds, mfu(flops, seconds, self.peak_tflops, devices=len(set(self.prep.plan.drafter)))
+        return seconds, perf.mfu(flops, seconds, self.peak_tflops, devices=len(set(self.prep.plan.drafter)))
 
     def evaluate(self, step: int) -> float:
         from dflash_train.verify import acceptance_length
