@@ -538,7 +538,7 @@ def part_small(device, out, iters):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, to check the script")
-    p.add_argument("--part", default="step,sync,graphs,trainer")
+    p.add_argument("--part", default="step,sync,graphs,small,trainer")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--peak-tflops", type=float, default=0.0, help="default: perf.PEAK_BF16_TFLOPS by device")
