@@ -15,15 +15,16 @@ import time
 from dataclasses import asdict
 from typing import Sequence
 
-from dflash_tui.contract import rundir
+from dflash_train.pool import drafter_thread_name, target_thread_name
+from dflash_train.telemetry import Telemetry, new_run_id
+from dflash_train.train import (COMPILE_CHOICES, ConfigError, StopRequested, StopSwitch, Trainer, TrainArgs,
+                                WorkerFailed, prepare)
 from dflash_tui.contract.rundir import EventKind, Phase
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dflash_train.train import COMPILE_CHOICES, TrainArgs
-
     d = TrainArgs(run_dir="")
     p = argparse.ArgumentParser(
         prog="dflash-train",
@@ -72,9 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _to_args(ns: argparse.Namespace):
-    from dflash_train.train import TrainArgs
-
+def _to_args(ns: argparse.Namespace) -> TrainArgs:
     return TrainArgs(**{k: v for k, v in vars(ns).items()})
 
 
@@ -93,9 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     ns.run_dir = run_dir
     args = _to_args(ns)
-
-    from dflash_train.telemetry import Telemetry, new_run_id
-
     run_id = os.environ.get("DFLASH_RUN_ID") or new_run_id()
     tel = Telemetry(run_dir, run_id, args.steps)
     tel.register_thread("main", "main", "-")
@@ -108,20 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         tel.close()
 
 
-def _run(args, tel) -> int:
-    from dflash_train.train import ConfigError, StopRequested, Trainer, WorkerFailed, prepare
-
+def _run(args: TrainArgs, tel: Telemetry) -> int:
+    stop = StopSwitch()
     trainer: Trainer | None = None
-    phase_box = {"stoppable": False}
 
     def on_signal(signum, frame):
         name = signal.Signals(signum).name
-        if trainer is not None:
-            trainer.stop_requested.set()
-        if not phase_box["stoppable"]:
-            # Still building or warming up: nothing trained since the last checkpoint, so
-            # interrupt right here instead of finishing a minutes-long compile first.
-            raise StopRequested(name)
+        stop.request(name)      # raises StopRequested while building or warming up
         tel.log(f"{name} received: finishing the current step, then saving a checkpoint")
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -130,33 +119,21 @@ def _run(args, tel) -> int:
             prep = prepare(args)
         except ConfigError as exc:
             return _fail_usage(tel, str(exc))
-        from dflash_train.pool import drafter_thread_name, target_thread_name
-
         for j, dev in enumerate(prep.plan.target):
             tel.register_thread(target_thread_name(j), "target", dev)
         for r, dev in enumerate(prep.plan.drafter):
             tel.register_thread(drafter_thread_name(r), "drafter", dev)
         tel.publish(force=True)
-        trainer = Trainer(args, prep, tel)
+        trainer = Trainer(args, prep, tel, stop)
         tel.install_compile_callbacks()
         t0 = time.monotonic()
         trainer.build()
         tel.log(f"build: models ready in {time.monotonic() - t0:.1f}s")
-        # From here a signal means "stop at the next step end"; train() arms it after warm-up.
-        orig_warm = trainer.warm_up
-
-        def warm_then_arm():
-            orig_warm()
-            phase_box["stoppable"] = True
-            if trainer.stop_requested.is_set():
-                raise StopRequested("signal during warm-up")
-
-        trainer.warm_up = warm_then_arm
         try:
             done = trainer.train()
         except ConfigError as exc:
             return _fail_usage(tel, str(exc))
-        stopped = trainer.stop_requested.is_set()
+        stopped = stop.requested.is_set()
         tel.update(step=done)
         tel.event(EventKind.EXIT, code=EXIT_OK, step=done, reason="stopped" if stopped else "finished",
                   gate=asdict(trainer.gate.stats))

@@ -14,6 +14,7 @@ Order matters and is the point of this file:
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 import threading
@@ -21,12 +22,23 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
+
+from dflash_train import objective
+from dflash_train.attention.backends import choose_backend
 from dflash_train.checkpoint import CheckpointStore
 from dflash_train.compile_gate import CompileGate, TorchCompileControl
-from dflash_train.devices import DevicePlan
+from dflash_train.config import ModelConfig
+from dflash_train.data import Batch, BatchSource, DataError, default_buckets, open_stream
+from dflash_train.devices import DeviceError, DevicePlan, plan_devices
+from dflash_train.model.drafter import build_drafter
+from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_loadable, config_from_checkpoint,
+                                          has_tokenizer)
+from dflash_train.model.target import build_target
 from dflash_train.pool import PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, target_thread_name
-from dflash_tui.contract.rundir import CompileState, EventKind, Phase
 from dflash_train.telemetry import Telemetry
+from dflash_train.verify import acceptance_length, eval_context_len
+from dflash_tui.contract.rundir import CompileState, EventKind, Phase
 
 COMPILE_CHOICES = ("auto", "off", "eager", "aot_eager", "inductor")
 
@@ -37,6 +49,36 @@ class ConfigError(ValueError):
 
 class StopRequested(BaseException):
     """SIGTERM/SIGINT during start-up or warm-up: there is nothing to save yet."""
+
+
+class StopSwitch:
+    """What SIGTERM/SIGINT does: until training begins, interrupt at once (nothing trained since
+    the last checkpoint, so there is nothing to save and no reason to finish a minutes-long
+    compile first); once armed, finish the current step and save a checkpoint."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.armed = False
+
+    def request(self, why: str) -> None:
+        """Called from the signal handler (main thread)."""
+        self.requested.set()
+        if not self.armed:
+            raise StopRequested(why)
+
+    def arm(self) -> None:
+        """Training begins: from here a stop request ends the run at a step end."""
+        self.armed = True
+        if self.requested.is_set():
+            raise StopRequested("signal during warm-up")
+
+
+def warmup_then_constant_lr(step: int, *, lr: float, warmup_steps: int) -> float:
+    """Linear warm-up over the first `warmup_steps` steps, then `lr`: a pure function of the
+    step, so --resume needs no scheduler state."""
+    if not warmup_steps:
+        return lr
+    return lr * min(1.0, (step + 1) / warmup_steps)
 
 
 @dataclass
@@ -95,10 +137,6 @@ class Prepared:
 
 def prepare(args: TrainArgs) -> Prepared:
     """All validation that can fail on user input, before any model is built."""
-    from dflash_train.config import ModelConfig
-    from dflash_train.data import DataError, default_buckets, open_stream
-    from dflash_train.devices import DeviceError, plan_devices
-
     for name in ("steps", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every", "queue_depth",
                  "eval_prompts", "eval_prompt_len", "eval_new_tokens"):
         if getattr(args, name) < 1:
@@ -163,8 +201,6 @@ def prepare(args: TrainArgs) -> Prepared:
         raise ConfigError(f"--data {args.data or 'synthetic'}: the text holds token id {cfg.mask_token_id}, which the "
                           "drafter uses as its mask token (the embedding's last row): this checkpoint's "
                           "tokenizer fills its whole vocab, so there is no free id for the mask")
-    from dflash_train.data import BatchSource
-
     cold_only = tuple(b for b in cold if b not in buckets)
     try:
         source = BatchSource(stream, args.batch_size, buckets + cold_only, seed=args.seed)
@@ -172,8 +208,6 @@ def prepare(args: TrainArgs) -> Prepared:
     except DataError as exc:
         raise ConfigError(str(exc)) from None
     if args.eval_every:
-        from dflash_train.verify import eval_context_len
-
         try:
             eval_context_len(args.eval_prompt_len, args.eval_new_tokens, cfg.block_size, cfg.max_seq_len)
         except ValueError as exc:
@@ -193,9 +227,6 @@ def _checkpoint_target(args: TrainArgs, preset_cfg):
     """(ModelConfig, tokenizer or None) for --target-checkpoint, from its config.json and
     tokenizer alone: no weights load here. The target's shapes come from the checkpoint; the
     drafter's settings (layers, block size, anchors, loss) stay the preset's."""
-    from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_loadable,
-                                              config_from_checkpoint, has_tokenizer)
-
     ckpt = args.target_checkpoint
     try:
         cfg = config_from_checkpoint(ckpt, preset_cfg)
@@ -221,11 +252,12 @@ def _parse_lengths(text: str, option: str) -> tuple[int, ...]:
 
 
 class Trainer:
-    def __init__(self, args: TrainArgs, prep: Prepared, tel: Telemetry) -> None:
+    def __init__(self, args: TrainArgs, prep: Prepared, tel: Telemetry, stop: StopSwitch | None = None) -> None:
         self.args = args
         self.prep = prep
         self.tel = tel
-        self.stop_requested = threading.Event()
+        self.stop = stop or StopSwitch()
+        self.stop_requested = self.stop.requested
         self.store = CheckpointStore(args.run_dir, keep=args.keep_checkpoints)
         self.compile_control = TorchCompileControl(
             recompile_limit=max(64, 4 * len(prep.buckets) * (len(prep.plan.drafter) + 1)))
@@ -254,12 +286,6 @@ class Trainer:
     # -- build --------------------------------------------------------------------------------
 
     def build(self) -> None:
-        import torch
-
-        from dflash_train.attention.backends import choose_backend
-        from dflash_train.model.drafter import build_drafter
-        from dflash_train.model.target import build_target
-
         args, prep, plan = self.args, self.prep, self.prep.plan
         any_cuda = plan.uses_cuda
         if args.dtype == "auto":
@@ -267,7 +293,7 @@ class Trainer:
         else:
             self.dtype = getattr(torch, args.dtype)
         torch.manual_seed(args.seed)
-        self._set_cpu_threads(torch)
+        self._set_cpu_threads()
 
         self.source = prep.source
         cold = f" + cold {list(prep.cold_buckets)} (not warmed)" if prep.cold_buckets else ""
@@ -311,7 +337,7 @@ class Trainer:
         self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
         self.prompts = prep.prompts
 
-    def _set_cpu_threads(self, torch) -> None:
+    def _set_cpu_threads(self) -> None:
         """Intra-op threads per worker on CPU.
 
         Several worker threads each run small ops; letting every one of them spin up an OpenMP
@@ -330,8 +356,6 @@ class Trainer:
         self.tel.log(f"cpu: {n} intra-op thread(s) per worker ({n_cpu_workers} cpu worker thread(s))")
 
     def _check_replicas_identical(self) -> None:
-        import torch
-
         ref = list(self.replicas[0].parameters())
         for r, m in enumerate(self.replicas[1:], 1):
             for (name, b), a in zip(m.named_parameters(), ref):
@@ -344,8 +368,6 @@ class Trainer:
     def resume(self) -> int:
         if not self.args.resume:
             return 0
-        from dflash_train.data import BatchSource, DataError
-
         loaded = self.store.load_latest(warn=self.tel.log)
         if loaded is None:
             self.tel.log(f"resume: no checkpoint in {self.store.root}; starting at step 0")
@@ -395,18 +417,12 @@ class Trainer:
     # -- warm-up ----------------------------------------------------------------------------
 
     def _warm_batch(self, length: int):
-        from dflash_train.data import Batch
-
         n = self.args.batch_size * length
         toks = self.prep.stream.tokens[:n].view(self.args.batch_size, length)
         mask = self.prep.stream.loss_mask[:n].view(self.args.batch_size, length)
         return Batch(toks.clone(), mask.clone())
 
     def warm_up(self) -> None:
-        import torch
-
-        from dflash_train.objective import target_forward
-
         plan = self.prep.plan
         self.tel.set_phase(Phase.WARMING)
         self.tel.set_compile_state("main", CompileState.WARMING)
@@ -418,7 +434,7 @@ class Trainer:
             self.tel.set_compile_state(name, CompileState.WARMING)
             with self.tel.attribute_compiles_to(name):
                 for length in self.prep.buckets:
-                    target_forward(self.targets[dev], self._warm_batch(length))
+                    objective.target_forward(self.targets[dev], self._warm_batch(length))
             self.tel.set_compile_state(name, CompileState.COMPILED)
         for r, dev in enumerate(plan.drafter):
             name = drafter_thread_name(r)
@@ -428,7 +444,7 @@ class Trainer:
                 for length in self.prep.buckets:
                     if self.stop_requested.is_set():
                         raise StopRequested()
-                    tb = target_forward(self.targets[plan.target[r % len(plan.target)]], self._warm_batch(length))
+                    tb = objective.target_forward(self.targets[plan.target[r % len(plan.target)]], self._warm_batch(length))
                     gen = torch.Generator().manual_seed(0)
                     loss, _ = self.compute_loss(r, tb.to(torch.device(dev)), gen)
                     loss.backward()
@@ -451,17 +467,15 @@ class Trainer:
     # -- the per-step pieces the pool calls --------------------------------------------------------
 
     def produce(self, batch_index: int, j: int):
-        from dflash_train.objective import target_forward
-
         dev = self.prep.plan.target[j]
-        return target_forward(self.targets[dev], self.source.batch_at(batch_index))
+        return objective.target_forward(self.targets[dev], self.source.batch_at(batch_index))
 
     def compute_loss(self, r: int, tb, gen):
-        from dflash_train.objective import drafter_loss
+        return objective.drafter_loss(self.step_models[r], tb, gen, self.attn[r])
 
-        return drafter_loss(self.step_models[r], tb, gen, self.attn[r])
-
-    def on_step_end(self, step: int, metrics: list[StepMetrics]) -> bool:
+    def on_step_end(self, step: int, metrics: list[StepMetrics], stopping: bool) -> bool:
+        """Bookkeeping of a finished step, while every drafter thread waits: metrics, eval,
+        checkpoint. `stopping`: a stop was agreed, so this step is the last."""
         args = self.args
         done = step + 1
         loss = sum(m.loss for m in metrics) / len(metrics)
@@ -485,7 +499,9 @@ class Trainer:
             tau_s = f" tau {tau:.2f}" if tau is not None else ""
             tps_s = f" tok/s {tps:,.0f}" if tps else ""
             self.tel.log(f"step {done}/{args.steps} loss {loss:.4f} acc {acc:.3f}{tau_s}{tps_s}")
-        stop = self.stop_requested.is_set()
+        stop = stopping
+        if stop:
+            self.stop_requested.set()   # agreed: another process may have been the one asked
         if done % args.checkpoint_every == 0 or done == args.steps or stop:
             self.tel.set_phase(Phase.CHECKPOINTING)
             self.save_checkpoint(done)
@@ -496,8 +512,6 @@ class Trainer:
         return stop
 
     def evaluate(self, step: int) -> float:
-        from dflash_train.verify import acceptance_length
-
         dev = self.prep.plan.drafter[0]
         t0 = time.monotonic()
         model = self.replicas[0]
@@ -525,13 +539,15 @@ class Trainer:
         self.tel.update(step=start)
         try:
             self.warm_up()
+            self.stop.arm()
             spec = PoolSpec(
                 seed=args.seed, start_step=start, total_steps=args.steps,
                 target_devices=plan.target, drafter_devices=plan.drafter,
                 queue_depth=args.queue_depth, max_grad_norm=args.max_grad_norm,
                 produce=self.produce, compute_loss=self.compute_loss,
                 replicas=self.replicas, optimizers=self.optimizers, on_step_end=self.on_step_end,
-                lr_at=lambda step: args.lr * min(1.0, (step + 1) / args.warmup_steps) if args.warmup_steps else args.lr,
+                lr_at=functools.partial(warmup_then_constant_lr, lr=args.lr, warmup_steps=args.warmup_steps),
+                stop_requested=self.stop_requested.is_set,
                 on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
                 on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
             )
