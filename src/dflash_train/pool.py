@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -128,6 +129,7 @@ class ThreadPool:
         self._stopping = False              # a stop was agreed: the current step is the last
         self._stop_after_step = False
         self.last_completed_step = spec.start_step   # steps done (next step to run)
+        self.all_reduce_seconds = 0.0                # wall time in the cross-process all_reduce
         self._trainable = [[p for p in m.parameters() if p.requires_grad] for m in spec.replicas]
         self.threads: list[threading.Thread] = []
 
@@ -175,7 +177,9 @@ class ThreadPool:
         if self.spec.stop_requested():
             total[-1] = 1
         if self.spec.all_reduce is not None:
+            t0 = time.perf_counter()
             self.spec.all_reduce(total)
+            self.all_reduce_seconds += time.perf_counter() - t0
         self._stopping = bool(total[-1] > 0)
         total = total[:-1]
         total /= self.global_replicas

@@ -31,6 +31,7 @@ from dflash_train.compile_gate import CompileGate, TorchCompileControl
 from dflash_train.config import ModelConfig
 from dflash_train.data import Batch, BatchSource, DataError, default_buckets, open_stream
 from dflash_train.devices import DeviceError, DevicePlan, plan_devices
+from dflash_train.distributed import Collectives, World, weights_digest
 from dflash_train.model.drafter import build_drafter
 from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_loadable, config_from_checkpoint,
                                           has_tokenizer)
@@ -112,6 +113,8 @@ class TrainArgs:
     threads_per_gpu: int = 1
     cpu_threads: int = 0           # intra-op threads; 0 = split the cores between cpu workers
     cold_buckets: str = ""         # lengths trained on but deliberately not warmed (exercises the gate)
+    dist_timeout: float = 600.0    # torch.distributed: seconds a collective may wait for the other ranks
+    peer_timeout: float = 60.0     # torch.distributed: seconds of silence after which a rank is given up
 
     def fingerprint(self, n_replicas: int) -> dict[str, Any]:
         """What must not change across --resume for the result to be the same run."""
@@ -137,6 +140,9 @@ class Prepared:
 
 def prepare(args: TrainArgs) -> Prepared:
     """All validation that can fail on user input, before any model is built."""
+    for name in ("dist_timeout", "peer_timeout"):
+        if not (getattr(args, name) > 0 and math.isfinite(getattr(args, name))):
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive number of seconds (got {getattr(args, name)})")
     for name in ("steps", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every", "queue_depth",
                  "eval_prompts", "eval_prompt_len", "eval_new_tokens"):
         if getattr(args, name) < 1:
@@ -252,10 +258,15 @@ def _parse_lengths(text: str, option: str) -> tuple[int, ...]:
 
 
 class Trainer:
-    def __init__(self, args: TrainArgs, prep: Prepared, tel: Telemetry, stop: StopSwitch | None = None) -> None:
+    def __init__(self, args: TrainArgs, prep: Prepared, tel: Telemetry, stop: StopSwitch | None = None,
+                 comm: Collectives | None = None) -> None:
         self.args = args
         self.prep = prep
         self.tel = tel
+        self.comm = comm or Collectives(World())
+        self.world = self.comm.world
+        # every process holds as many replicas as this one (checked in train())
+        self.global_replicas = len(prep.plan.drafter) * self.world.world_size
         self.stop = stop or StopSwitch()
         self.stop_requested = self.stop.requested
         self.store = CheckpointStore(args.run_dir, keep=args.keep_checkpoints)
@@ -366,33 +377,47 @@ class Trainer:
     # -- resume / checkpoint -----------------------------------------------------------------
 
     def resume(self) -> int:
+        """--resume: every rank continues from rank 0's newest checkpoint (only rank 0 writes
+        checkpoints, so on several nodes only its run directory holds them)."""
         if not self.args.resume:
             return 0
-        loaded = self.store.load_latest(warn=self.tel.log)
-        if loaded is None:
+        offer = self.comm.broadcast_from_leader(self._checkpoint_offer() if self.world.is_leader else None)
+        if offer["error"] is not None:
+            raise ConfigError(offer["error"] if self.world.is_leader else f"rank 0: {offer['error']}")
+        if offer["step"] is None:
             self.tel.log(f"resume: no checkpoint in {self.store.root}; starting at step 0")
             return 0
-        info, state = loaded
-        want = self.args.fingerprint(len(self.replicas))
-        got = state.get("fingerprint", {})
-        diff = [f"--{k.replace('_', '-')} {got.get(k)!r} (now {v!r})" for k, v in want.items() if got.get(k) != v]
-        if diff:
-            raise ConfigError(f"checkpoint {info.path} was made with {', '.join(diff)}: resume with the "
-                              "same arguments, or use a new --run-dir")
-        try:
-            BatchSource.from_state(self.prep.stream, state["data"])
-        except DataError as exc:
-            raise ConfigError(str(exc)) from None
+        step, path, state = offer["step"], offer["path"], offer["state"]
         for m, opt in zip(self.replicas, self.optimizers):
             m.load_state_dict(state["drafter"])
             # A copy per replica: Optimizer.load_state_dict keeps tensors that already have the
             # right dtype/device, so without it every replica would step one shared Adam state.
             opt.load_state_dict(copy.deepcopy(state["optimizer"]))
         self._check_replicas_identical()
-        self.last_saved_step = info.step
-        self.tel.log(f"resume: loaded checkpoint at step {info.step} from {info.path}")
-        self.tel.event(EventKind.CHECKPOINT, step=info.step, path=info.path, action="resumed")
-        return info.step
+        self.last_saved_step = step
+        sender = "" if self.world.is_leader else ", sent by rank 0"
+        self.tel.log(f"resume: loaded checkpoint at step {step} from {path}{sender}")
+        self.tel.event(EventKind.CHECKPOINT, step=step, path=path, action="resumed")
+        return step
+
+    def _checkpoint_offer(self) -> dict[str, Any]:
+        """Rank 0's newest usable checkpoint, or why there is none to resume from."""
+        none = {"error": None, "step": None, "path": None, "state": None}
+        loaded = self.store.load_latest(warn=self.tel.log)
+        if loaded is None:
+            return none
+        info, state = loaded
+        want = self.args.fingerprint(self.global_replicas)
+        got = state.get("fingerprint", {})
+        diff = [f"--{k.replace('_', '-')} {got.get(k)!r} (now {v!r})" for k, v in want.items() if got.get(k) != v]
+        if diff:
+            return {**none, "error": f"checkpoint {info.path} was made with {', '.join(diff)}: resume with the "
+                                     "same arguments, or use a new --run-dir"}
+        try:
+            BatchSource.from_state(self.prep.stream, state["data"])
+        except DataError as exc:
+            return {**none, "error": str(exc)}
+        return {"error": None, "step": info.step, "path": info.path, "state": state}
 
     def save_checkpoint(self, step: int) -> None:
         if step == self.last_saved_step:
@@ -405,7 +430,7 @@ class Trainer:
             "drafter": self.replicas[0].state_dict(),
             "optimizer": self.optimizers[0].state_dict(),
             "data": self.source.state(),
-            "fingerprint": self.args.fingerprint(len(self.replicas)),
+            "fingerprint": self.args.fingerprint(self.global_replicas),
             "config": self.prep.cfg.to_dict(),
         }
         info = self.store.save(step, state, {"run_id": self.tel.run_id, "args": asdict(self.args)})
@@ -493,7 +518,7 @@ class Trainer:
         self.tel.event(EventKind.STEP, step=done, loss=round(loss, 5), accuracy=round(acc, 5),
                        acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1))
         tau = None
-        if args.eval_every and (done % args.eval_every == 0 or done == args.steps):
+        if self.world.is_leader and args.eval_every and (done % args.eval_every == 0 or done == args.steps):
             tau = self.evaluate(done)
         if done % args.log_every == 0 or done == args.steps or tau is not None:
             tau_s = f" tau {tau:.2f}" if tau is not None else ""
@@ -502,13 +527,14 @@ class Trainer:
         stop = stopping
         if stop:
             self.stop_requested.set()   # agreed: another process may have been the one asked
-        if done % args.checkpoint_every == 0 or done == args.steps or stop:
+        if self.world.is_leader and (done % args.checkpoint_every == 0 or done == args.steps or stop):
             self.tel.set_phase(Phase.CHECKPOINTING)
             self.save_checkpoint(done)
             self.tel.set_phase(Phase.TRAINING)
         self.tel.publish()
         if stop:
-            self.tel.log(f"stop requested: checkpoint at step {done} saved, exiting")
+            saved = f"checkpoint at step {done} saved" if self.world.is_leader else f"rank 0 saves step {done}"
+            self.tel.log(f"stop requested: {saved}, exiting")
         return stop
 
     def evaluate(self, step: int) -> float:
@@ -531,8 +557,9 @@ class Trainer:
 
     def train(self) -> int:
         """Returns the number of completed steps; raises the first worker error."""
-        args, plan = self.args, self.prep.plan
+        args, plan, world = self.args, self.prep.plan, self.world
         start = self.resume()
+        self.check_ranks_agree("at the start")
         if start >= args.steps:
             self.tel.log(f"nothing to do: checkpoint is at step {start}, --steps is {args.steps}")
             return start
@@ -540,6 +567,7 @@ class Trainer:
         try:
             self.warm_up()
             self.stop.arm()
+            n_local = len(plan.drafter)
             spec = PoolSpec(
                 seed=args.seed, start_step=start, total_steps=args.steps,
                 target_devices=plan.target, drafter_devices=plan.drafter,
@@ -548,28 +576,57 @@ class Trainer:
                 replicas=self.replicas, optimizers=self.optimizers, on_step_end=self.on_step_end,
                 lr_at=functools.partial(warmup_then_constant_lr, lr=args.lr, warmup_steps=args.warmup_steps),
                 stop_requested=self.stop_requested.is_set,
+                all_reduce=self.comm.all_reduce, first_replica=world.rank * n_local,
+                global_replicas=self.global_replicas,
                 on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
                 on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
             )
             pool = ThreadPool(spec, self.gate)
-            if args.eval_every:
+            if args.eval_every and world.is_leader:
                 # the baseline: tau of the drafter as it starts (untrained, or as resumed)
                 tau = self.evaluate(start)
                 self.tel.log(f"eval: step {start} tau {tau:.2f}")
             self.tel.set_phase(Phase.TRAINING)
+            ranks = f" on each of {world.world_size} ranks ({self.comm.backend})" if world.launched else ""
             self.tel.log(f"training: steps {start}..{args.steps}, {len(plan.target)} target thread(s) on "
-                         f"{', '.join(plan.target)}, {len(plan.drafter)} drafter thread(s) on {', '.join(plan.drafter)}")
+                         f"{', '.join(plan.target)}, {n_local} drafter thread(s) on {', '.join(plan.drafter)}{ranks}")
+            t0 = time.monotonic()
             pool.start()
             pool.join(poll=self.tel.publish)
             if pool.error is not None:
                 name, exc = pool.error
                 self.tel.thread_failed(name, exc)
                 raise WorkerFailed(name, exc)
+            self.train_seconds = time.monotonic() - t0
+            self.all_reduce_seconds = pool.all_reduce_seconds
+            if world.launched:
+                steps = max(1, pool.last_completed_step - start)
+                self.tel.log(f"all_reduce: {1000 * pool.all_reduce_seconds / steps:.2f} ms a step, "
+                             f"{100 * pool.all_reduce_seconds / max(self.train_seconds, 1e-9):.1f}% of the "
+                             "training time (waiting for the slowest rank included)")
+                self.check_ranks_agree("at the end")
             return pool.last_completed_step
         finally:
             # The stance is process-global: give it back, so an in-process caller (a test, a
             # notebook) does not inherit fail_on_recompile.
             self.compile_control.default_stance()
+
+    def check_ranks_agree(self, when: str) -> None:
+        """Every rank holds as many replicas as this one, and bit-identical weights."""
+        self.digest = weights_digest(self.replicas[0]) if self.world.launched else None
+        mine = (len(self.prep.plan.drafter), self.digest)
+        everyone = self.comm.gather(mine)
+        counts = [n for n, _ in everyone]
+        if len(set(counts)) > 1:
+            raise ConfigError(f"the ranks hold {counts} drafter replicas (rank order): give every node the same "
+                              "number of --drafter-devices")
+        differ = [r for r, (_, d) in enumerate(everyone) if d != everyone[0][1]]
+        if differ:
+            raise RuntimeError(f"{when}, the drafter weights of rank(s) {differ} differ from rank 0's: "
+                               "every rank must start from the same seed and checkpoint")
+        if self.world.launched:
+            self.tel.log(f"ranks agree {when}: {self.world.world_size} x {counts[0]} replica(s), "
+                         f"weights sha256 {self.digest[:16]}")
 
 
 class WorkerFailed(RuntimeError):
