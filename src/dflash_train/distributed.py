@@ -122,8 +122,7 @@ class Collectives:
         if drafter_device.startswith("cuda"):
             device = torch.device(drafter_device)
             torch.cuda.set_device(device)
-            self._grad_group = dist.new_group(backend="nccl", timeout=timedelta(seconds=timeout_s),
-                                              device_id=device)
+            self._grad_group = dist.new_group(backend="nccl", timeout=timedelta(seconds=timeout_s))
         else:
             self._grad_group = dist.group.WORLD
 
