@@ -97,7 +97,8 @@ def main() -> int:
     for way in results:
         tok = mean(way, "tok_s")
         share, ar = mean(way, "share"), mean(way, "ar_ms")
-        rows.append(f"| {way} | {tok:,.0f} | {', '.join(f'{m['tok_s']:,.0f}' for m in results[way])} | "
+        rounds = ", ".join(f"{m['tok_s']:,.0f}" for m in results[way])
+        rows.append(f"| {way} | {tok:,.0f} | {rounds} | "
                     f"{mean(way, 'step_ms'):.1f} ms | {tok / base:.2f}x | "
                     f"{'-' if ar is None else f'{ar:.2f} ms'} | {'-' if share is None else f'{100 * share:.1f}%'} |")
     text = "\n".join([

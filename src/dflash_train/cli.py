@@ -157,8 +157,7 @@ def _run(args: TrainArgs, tel: Telemetry, world: World) -> int:
     comm = Collectives(world)
 
     def failed(message: str, usage: bool = False, gate: dict | None = None) -> int:
-        if not ending.acquire(blocking=False):
-            ending.acquire()    # the peer watch is ending the process: wait for it to
+        ending.acquire()    # blocks for good if the peer watch is already ending the process
         watch.report_failed(message)
         return _fail_usage(tel, message) if usage else _fail(tel, message, gate=gate)
 

@@ -279,6 +279,9 @@ class Trainer:
             parked=tel.parked,
         )
         self.last_saved_step = -1
+        self.digest: str | None = None      # sha256 of replica 0's weights, when launched
+        self.train_seconds = 0.0            # wall time of the pool
+        self.all_reduce_seconds = 0.0       # of it, in the cross-process all_reduce
         self._tok_window: list[tuple[float, int]] = []
         self._t_last_log = time.monotonic()
 
