@@ -1,11 +1,12 @@
 """dflash-train under torchrun on CPU (gloo), as real processes: one process per "node", the
 thread pool inside each.
 
-- 2 ranks x 1 drafter replica train 6 steps, then --resume to 12 on both ranks; the final
-  weights equal, bit for bit (tolerance: exact, torch.equal), a 1-process run of 2 replicas
-  with the same global batch (--cpu-threads 1 everywhere, so no kernel's reduction order
-  depends on a thread count). Every rank writes its own status/events with its rank and node,
-  the ranks' weight digests agree, and only rank 0 writes checkpoints.
+- 2 ranks x 1 drafter replica train until SIGTERM reaches their torchrun (as a stop does):
+  both ranks end after the same step S, rank 0 alone saves step S; then --resume on both ranks
+  to step 24. The final weights equal, bit for bit (tolerance: exact, torch.equal), a
+  1-process run of 2 replicas with the same global batch (--cpu-threads 1 everywhere, so no
+  kernel's reduction order depends on a thread count). Every rank writes its own status and
+  events with its rank and node, and the ranks' weight digests agree.
 - two torchrun agents, as two nodes with their own run directories: SIGKILL one rank's
   process (rank 1, or rank 0, whose node holds the rendezvous store), or SIGSTOP it (a hang:
   no socket closes, so no collective fails before --dist-timeout), and the other exits on its
@@ -69,30 +70,44 @@ def _weights(run_dir, step):
 
 
 @pytest.mark.slow
-def test_two_ranks_resume_and_end_bitwise_equal_to_one_process(tmp_path):
+def test_two_ranks_stop_together_resume_and_end_bitwise_equal_to_one_process(tmp_path):
+    steps = 24
     alone, ranks = tmp_path / "alone", tmp_path / "ranks"
-    _run([sys.executable, *_train(alone, "--drafter-devices", "cpu,cpu", "--steps", "12", *COMMON)], "alone")
+    _run([sys.executable, *_train(alone, "--drafter-devices", "cpu,cpu", "--steps", str(steps), *COMMON)], "alone")
     standalone = [*TORCHRUN, "--standalone", "--nproc_per_node", "2"]
-    _run([*standalone, *_train(ranks, "--drafter-devices", "cpu", "--steps", "6", *COMMON)], "ranks")
-    _run([*standalone, *_train(ranks, "--drafter-devices", "cpu", "--steps", "12", "--resume", *COMMON)], "ranks")
+    agent = subprocess.Popen([*standalone, *_train(ranks, "--drafter-devices", "cpu", "--steps", "100000",
+                                                   "--checkpoint-every", "100000", *COMMON)],
+                             env=_env("ranks"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: min(_step(ranks, r) for r in (0, 1)) >= 3, 240, "both ranks at step 3")
+        agent.send_signal(signal.SIGTERM)     # torchrun passes it on to every rank
+        agent.wait(120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(30)
+    stopped = [_status(ranks, r) for r in (0, 1)]
+    stop_step = stopped[0].step
+    assert [st.phase for st in stopped] == ["finished"] * 2 and stopped[1].step == stop_step < steps
+    assert os.listdir(ranks / rundir.CHECKPOINTS_DIR) == [f"step-{stop_step:08d}"]
+    _run([*standalone, *_train(ranks, "--drafter-devices", "cpu", "--steps", str(steps), "--resume", *COMMON)],
+         "ranks")
 
-    a, b = _weights(alone, 12), _weights(ranks, 12)
+    a, b = _weights(alone, steps), _weights(ranks, steps)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert sorted(os.listdir(ranks / rundir.CHECKPOINTS_DIR)) == ["step-00000006", "step-00000012"]
 
     digests = []
     for rank in (0, 1):
         st = _status(ranks, rank)
-        assert (st.rank, st.world_size, st.phase, st.step) == (rank, 2, "finished", 12)
+        assert (st.rank, st.world_size, st.phase, st.step) == (rank, 2, "finished", steps)
         assert st.node == socket.gethostname() and st.run_id == "ranks"
         events = _events(ranks, rank)
         assert {e["rank"] for e in events} == {rank} and all(e["node"] == st.node for e in events)
         resumed = [e for e in events if e["kind"] == "checkpoint" and e["action"] == "resumed"]
-        assert [e["step"] for e in resumed] == [6]
-        steps = [e["step"] for e in events if e["kind"] == "step"]
-        assert steps == list(range(1, 13))
+        assert [e["step"] for e in resumed] == [stop_step]
+        assert [e["step"] for e in events if e["kind"] == "step"] == list(range(1, steps + 1))
         exits = [e for e in events if e["kind"] == "exit"]
-        assert [e["reason"] for e in exits] == ["finished", "finished"]
+        assert [(e["code"], e["reason"]) for e in exits] == [(0, "stopped"), (0, "finished")]
         digests.append(exits[-1]["weights_sha256"])
         assert exits[-1]["all_reduce_s"] > 0
     assert digests[0] == digests[1]          # the replicas are identical across the ranks
