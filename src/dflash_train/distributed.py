@@ -199,6 +199,10 @@ class PeerWatch:
         self._store = dist.TCPStore(self.world.store_addr, self.world.store_port, is_master=False,
                                     timeout=timedelta(seconds=max(5.0, 3 * self.interval_s)))
         self._publish("alive")
+        now = self._clock()
+        with self._state_lock:
+            for peer in self._peers.values():
+                peer.changed = now       # every rank has joined by now: silence counts from here
         self._thread = threading.Thread(target=self._loop, name="peer-watch", daemon=True)
         self._thread.start()
 

@@ -154,14 +154,14 @@ class ThreadPool:
             acc_per_pos=[float(a) for a in metrics.get("acc_per_pos", [])],
             tokens=int(batch.input_ids.numel()),
         )
-        self._together(name, self.sync_gradients)
+        self._together(name, lambda: self.sync_gradients(name))
         if spec.lr_at is not None:
             set_lr(opt, spec.lr_at(step))
         opt.step()
         spec.on_thread_beat(name, step + 1)
         self._together(name, lambda: self._end_step(step))
 
-    def sync_gradients(self) -> None:
+    def sync_gradients(self, name: str) -> None:
         """Every replica's gradient := the mean over all replicas of all processes, clipped.
 
         One flat buffer: the local replicas' gradients summed in replica order, plus one trailing
@@ -178,9 +178,12 @@ class ThreadPool:
             total[-1] = 1
         if self.spec.all_reduce is not None:
             t0 = time.perf_counter()
-            self.spec.all_reduce(total)
+            with self.spec.parked(name):    # waiting for the other processes, as at a barrier
+                self.spec.all_reduce(total)
+                self._stopping = bool(total[-1] > 0)   # on CUDA this waits for the collective's end
             self.all_reduce_seconds += time.perf_counter() - t0
-        self._stopping = bool(total[-1] > 0)
+        else:
+            self._stopping = bool(total[-1] > 0)
         total = total[:-1]
         total /= self.global_replicas
         if self.spec.max_grad_norm > 0:
