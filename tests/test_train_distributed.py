@@ -15,7 +15,6 @@ thread pool inside each.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
