@@ -169,3 +169,19 @@ def test_losing_one_rank_makes_the_other_exit_naming_it(tmp_path, how, victim):
     errors = [e for e in _events(dirs[survivor], survivor) if e["kind"] == "error"]
     assert errors and errors[-1]["fatal"] and expect in errors[-1]["message"]
     assert [e["code"] for e in _events(dirs[survivor], survivor) if e["kind"] == "exit"] == [1]
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"RANK": "0"}, "RANK set but WORLD_SIZE, MASTER_ADDR, MASTER_PORT not: start the trainer with torchrun"),
+    ({"RANK": "x", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, "must be integers"),
+    ({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, "RANK 2 is outside 0..WORLD_SIZE-1"),
+])
+def test_a_broken_torchrun_environment_is_one_line_naming_the_variable(env, words):
+    from dflash_train.distributed import World, WorldError
+
+    with pytest.raises(WorldError, match=words.replace("(", r"\(")):
+        World.from_env(env)
+    assert not World.from_env({}).launched
+    world = World.from_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                            "MASTER_PORT": "29500"})
+    assert (world.rank, world.world_size, world.launched, world.is_leader) == (1, 2, True, False)

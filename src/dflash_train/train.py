@@ -7,8 +7,12 @@ Order matters and is the point of this file:
    building and compile warm-up;
 3. warm-up compiles every (drafter device, shape bucket) in the MAIN thread, publishing each
    worker's compile state, then switches torch to fail_on_recompile;
-4. only then do the worker threads start; the compile gate handles any recompile that still
-   happens, and every step end is a consistent point for eval, checkpoint and SIGTERM.
+4. only then do the worker threads start; each runs `ThreadPool.train_step` (pool.py), one
+   optimizer step top to bottom; the compile gate handles any recompile that still happens,
+   and every step end (`Trainer.on_step_end`) is a consistent point for eval, checkpoint and
+   SIGTERM.
+Under torchrun every rank runs this same file (distributed.py says what crosses processes):
+rank 0 alone evaluates and writes checkpoints, and --resume starts every rank from rank 0's.
 """
 
 from __future__ import annotations
