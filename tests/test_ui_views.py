@@ -217,7 +217,9 @@ async def test_warn_and_fail_checks_show_in_full_at_80x24():
         await pilot.pause()
         text = " ".join(screen_text(app).split())
         assert "answer yes)" in text and "UserKnownHostsFile=/home/me/.config/dflash-tui/known_hosts" in text
-        assert "drafter1 (cuda:6, compiled) silent 5 min ago" in text and "6 checks ok" in text
+        assert "drafter1 (cuda:6, compiled) silent 5 min ago" in text and "5 checks ok" in text
+        assert "(limit 60 s) → the named threads stopped" in text
+        assert "heartbeats without steps: a worker is stuck (see Threads)" in text   # both fails in full
 
 
 async def test_a_launch_in_flight_is_not_called_nothing_launched():
@@ -310,3 +312,25 @@ async def test_no_color_failures_are_reversed_not_dimmed(monkeypatch):
         row = next(s for s in strips if "exit code 1" in s.text)
         styles = [seg.style for seg in row if "exit code 1" in seg.text]
         assert styles and styles[0].reverse and styles[0].bold
+
+
+async def test_metrics_chart_the_progress_a_programs_own_log_shows():
+    # A program that writes neither status.json nor events (a tqdm loop): the report's
+    # progress, parsed from its log by the engine, is what the charts get.
+    from dflash_tui.run.report import RunProgress
+    r1 = dataclasses.replace(R.healthy(), status=None,
+                             progress=RunProgress("log", step=450, total=1000, loss=2.1, rate=44.3, rate_unit="it/s"))
+    r2 = dataclasses.replace(r1, progress=dataclasses.replace(r1.progress, step=460, loss=2.05, rate=44.9))
+    app, src = app_with(report=r1, events=[])
+    async with app.run_test(size=(100, 32)) as pilot:
+        metrics = app.query_one(MetricsPane)
+        await pilot.press("4")
+        await until(pilot, lambda: metrics.last_step == 450)
+        src.push_report(r2)
+        await until(pilot, lambda: metrics.last_step == 460)
+        assert list(metrics.series["loss"].values) == [2.1, 2.05]
+        assert list(metrics.series["it/s"].steps) == [450, 460]
+        metrics.draw()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "2 series from log progress (no step events)" in text and "it/s" in text

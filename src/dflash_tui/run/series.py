@@ -3,7 +3,9 @@
 Every source reduces to the same points, so the dashboard's charts take any of them:
 - events.jsonl "step" and "eval" records: every numeric field except the bookkeeping ones
   (a trainer that adds a field gets a chart for it without a change here);
-- status.json: its numeric fields at its step, for a trainer that writes no events.
+- status.json: its numeric fields at its step, for a trainer that writes no events;
+- the report's progress (run/report.RunProgress): the step, loss and rate a program that
+  knows nothing of dflash prints to its own log (tqdm, Lightning, transformers, "step N").
 
 Names are normalised through ALIASES so `acc` and `accuracy` are one series.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Iterable, NamedTuple
 
 from ..contract.rundir import EventKind, TrainStatus, parse_events
+from .report import RunProgress
 
 # Fields of a record that are not measurements of the run.
 _NOT_SERIES = frozenset({"v", "kind", "time", "step", "epoch", "pid", "thread", "device", "rank",
@@ -61,4 +64,18 @@ def points_from_status(status: TrainStatus | None) -> list[Point]:
         value = _number(getattr(status, name, None))
         if value is not None:
             out.append(Point(name, status.step, value))
+    return out
+
+
+def points_from_progress(progress: RunProgress | None) -> list[Point]:
+    """The loss and rate a program's own output gave at its step (none without a step)."""
+    if progress is None or progress.step is None:
+        return []
+    out = []
+    loss = _number(progress.loss)
+    if loss is not None:
+        out.append(Point("loss", progress.step, loss))
+    rate = _number(progress.rate)
+    if rate is not None and progress.rate_unit:
+        out.append(Point(ALIASES.get(progress.rate_unit, progress.rate_unit), progress.step, rate))
     return out

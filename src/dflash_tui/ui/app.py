@@ -162,7 +162,7 @@ class DashboardApp(App[None]):
         starts at the file's tail window, which is the recent history the sparklines show."""
         self.metrics_pane.reset()
         if self.report is not None:
-            self.metrics_pane.add_status(self.report.status)   # until the events arrive
+            self.metrics_pane.add_report(self.report)   # until the events arrive
         self.metrics_pane.flush()
         self.follow_events()
         self.load_previous_run()
@@ -294,7 +294,7 @@ class DashboardApp(App[None]):
                     self.load_previous_run()   # the run before this one is now in history/
             self._run_id = run_id
         self.health_pane.show(report)
-        self.metrics_pane.add_status(report.status)
+        self.metrics_pane.add_report(report)
         threads = self.threads_pane
         threads.show(report)
         trouble = threads.trouble_count()

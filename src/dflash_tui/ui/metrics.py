@@ -1,8 +1,9 @@
 """The Metrics pane: a chart per numeric series of the run, the previous run overlaid.
 
 Everything arrives as run/series.Point (name, step, value), whatever its source: the step
-and eval records of events.jsonl (every numeric field they carry), or status.json's values
-when the trainer writes no events. A new source only has to produce points. Each chart is a
+and eval records of events.jsonl (every numeric field they carry), or, when the program
+writes no events, status.json's values or the step/loss/rate its own log showed (the
+report's progress). A new source only has to produce points. Each chart is a
 textual-plotext PlotextPlot: step on x, the value on y, both with ticks; the previous run of
 the same run dir (RUN_DIR/history/, read by run/history.py) is drawn under it in a second,
 dimmer line, so a relaunch compares at a glance.
@@ -27,9 +28,9 @@ from textual.containers import Grid, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..contract.rundir import TrainStatus
+from ..run.report import RunReport
 
-from ..run.series import Point, points_from_events, points_from_status
+from ..run.series import Point, points_from_events, points_from_progress, points_from_status
 from .tables import OnScreenOnly
 
 HISTORY = 5000                 # points kept per series
@@ -190,7 +191,8 @@ class MetricsPane(OnScreenOnly, Vertical):
         self.previous_id = ""
         self.last_step: int | None = None
         self.skipped = 0
-        self.from_events = False     # once step events arrive, status.json points are not added
+        self.from_events = False     # once step events arrive, report points are not added
+        self.point_source = "status.json"   # where report points come from (status or a log)
         self.dirty = False           # new points not drawn yet (see flush)
         self.smoothing = SMOOTHING[0]
         self.zoom = ZOOMS[0]
@@ -216,11 +218,18 @@ class MetricsPane(OnScreenOnly, Vertical):
         self.dirty = True
         self._drawn_at = 0.0
 
-    def add_status(self, status: TrainStatus | None) -> None:
+    def add_report(self, report: RunReport) -> None:
+        """A point per new step from the report: status.json's values, else the progress the
+        program's own log showed. Unused once events.jsonl has step records."""
         if self.from_events:
             return
-        points = points_from_status(status)
+        points = points_from_status(report.status)
+        source = "status.json"
+        if not points:
+            points = points_from_progress(report.progress)
+            source = f"{report.progress.source} progress" if points else source
         if points and points[0].step != self.last_step:
+            self.point_source = source
             self._add(points)
 
     def add_lines(self, lines: list[str]) -> None:
@@ -322,7 +331,7 @@ class MetricsPane(OnScreenOnly, Vertical):
         extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
         if self.last_step is None:
             return "no steps yet" + extra
-        where = "events.jsonl" if self.from_events else "status.json (no step events)"
+        where = "events.jsonl" if self.from_events else f"{self.point_source} (no step events)"
         parts = [f"step {self.last_step}", f"{n_series} series from {where}"]
         if pages > 1:
             parts[-1] += f" (m: page {self.page + 1}/{pages})"
