@@ -1,0 +1,171 @@
+"""A run on several nodes, for real: two loopback "hosts" (this machine, and the same machine
+through the real sshd by its ~/.ssh/config alias), each node a real process of a small gloo
+torch.distributed program (tests/programs/gloo_allreduce.py) launched through the wrapper.
+The nodes share this machine's filesystem, so the run dir names the node ({node})."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.config import parse_config
+from dflash_tui.contract.rundir import STATUS_JSON, parse_status
+from dflash_tui.multinode import NodesSession
+from dflash_tui.run.verdict import Verdict
+
+from tests.programs.gloo_allreduce import PROGRAM
+from tests.support.runs import alive
+
+pytestmark = [pytest.mark.sshd, pytest.mark.timeout(240)]
+
+LOCAL = "localhost"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def nodes_toml(sshd, tmp_path: Path, *train_args: str, **extra) -> str:
+    keys = {"nodes": [LOCAL, sshd.alias], "ssh_config": str(sshd.ssh_config),
+            "run_dir": str(tmp_path / "run-{node}"), "python": sys.executable,
+            "command": [sys.executable, PROGRAM], "train_args": list(train_args),
+            "master_port": free_port(),
+            # A loaded 2-core machine: importing torch and joining the group take seconds.
+            "stall_after_s": 30, "compile_stall_after_s": 60, "launch_deadline_s": 10,
+            "stop_grace_s": 10, "min_free_gb": 0, **extra}
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in keys.items())
+    return f"[profile.two]\n{body}\n"
+
+
+def nodes_profile(sshd, tmp_path: Path, *train_args: str, **extra):
+    return parse_config(nodes_toml(sshd, tmp_path, *train_args, **extra), str(tmp_path / "c.toml")).profiles["two"]
+
+
+@pytest.fixture
+async def nodes_session(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    made: list[NodesSession] = []
+
+    def make(profile) -> NodesSession:
+        s = NodesSession(profile)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        try:
+            await s.stop()   # nothing outlives the test
+        finally:
+            await s.close()
+
+
+async def wait_run(nodes: NodesSession, want: set[Verdict], timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        run = await nodes.check()
+        if run.verdict in want or time.monotonic() > deadline:
+            return run
+        await asyncio.sleep(0.2)
+
+
+def program_pid(run_dir: str) -> int:
+    return parse_status(Path(run_dir, STATUS_JSON).read_text()).pid
+
+
+async def test_two_nodes_reach_running_then_finished(sshd, nodes_session, tmp_path):
+    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--steps=40", "--interval=0.1"))
+    out = await nodes.launch()
+    assert out.launched, out.run.summary
+    assert {o.preflight.ok for o in out.outcomes.values()} == {True}
+    run = await wait_run(nodes, {Verdict.RUNNING, Verdict.FINISHED} | {v for v in Verdict if v.failing})
+    assert run.verdict is Verdict.RUNNING, run.summary
+    assert [n.verdict for n in run.nodes] == [Verdict.RUNNING, Verdict.RUNNING]
+    assert run.summary == f"2 nodes running: {LOCAL}, {sshd.alias}"
+    # Each node is its own wrapper, run dir and rank; the SSH node was reached through sshd.
+    local, remote = run.nodes
+    assert local.report.run_dir == str(tmp_path / f"run-{LOCAL}")
+    assert remote.report.run_dir == str(tmp_path / f"run-{sshd.alias}")
+    assert local.report.target_label == "local" and sshd.alias in remote.report.target_label
+    assert local.report.launch.argv[:2] == ["env", f"DFLASH_NODE={LOCAL}"]
+    assert "RANK=1" in remote.report.launch.argv and "MASTER_ADDR=127.0.0.1" in remote.report.launch.argv
+    run = await wait_run(nodes, {Verdict.FINISHED} | {v for v in Verdict if v.failing})
+    assert run.verdict is Verdict.FINISHED, run.summary
+    for n in run.nodes:
+        assert "finished 40 steps" in Path(n.report.run_dir, "train.log").read_text()
+
+    # --check and --check --json report the nodes, from another process.
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(nodes_toml(sshd, tmp_path))
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    res = subprocess.run([sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--check", "--json"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "FINISHED" and doc["exit_code"] == 0 and doc["unreachable"] == []
+    assert [(n["node"], n["rank"], n["verdict"]) for n in doc["nodes"]] == [(LOCAL, 0, "FINISHED"),
+                                                                           (sshd.alias, 1, "FINISHED")]
+    assert all({c["id"] for c in n["checks"]} >= {"launch_json", "train_log", "process", "exit"}
+               for n in doc["nodes"])
+    res = subprocess.run([sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--check"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    assert f"node {sshd.alias} (rank 1)" in res.stdout and "FINISHED: 2 nodes finished" in res.stdout
+
+
+async def test_a_killed_node_fails_the_run_by_name_and_its_peer_exits(sshd, nodes_session, tmp_path):
+    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1", "--timeout=15"))
+    out = await nodes.launch()
+    assert out.launched, out.run.summary
+    run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
+    assert run.verdict is Verdict.RUNNING, run.summary
+    local, remote = run.nodes
+    os.kill(program_pid(remote.report.run_dir), signal.SIGKILL)
+    run = await wait_run(nodes, {v for v in Verdict if v.failing}, timeout=30)
+    assert run.verdict is Verdict.CRASHED, run.summary
+    assert run.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL"), run.summary
+    # The surviving node's program ends by itself (its collective fails), within its timeout.
+    t0 = time.monotonic()
+    while alive(local.report.launch.pid) and time.monotonic() - t0 < 15 + 30:
+        await asyncio.sleep(0.2)
+    assert not alive(local.report.launch.pid), "the surviving node hangs"
+    run = await nodes.check()
+    assert [n.verdict for n in run.nodes] == [Verdict.CRASHED, Verdict.CRASHED]
+    # Named first although both failed: the killed node, then its peer's reaction.
+    assert run.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL; also node {LOCAL}: CRASHED exit code 1")
+    assert run.checklist().checks[0].id == f"node:{LOCAL}"
+
+
+async def test_stop_and_relaunch_act_on_every_node(sshd, nodes_session, tmp_path):
+    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1"))
+    first = await nodes.launch()
+    assert first.launched, first.run.summary
+    run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
+    assert run.verdict is Verdict.RUNNING, run.summary
+    old_pids = [n.report.launch.pid for n in run.nodes]
+
+    again = await nodes.launch(relaunch=True)
+    assert again.launched, again.run.summary
+    assert {r.outcome for r in again.stopped.values()} == {"terminated"}
+    assert not any(alive(p) for p in old_pids)
+    assert {o.run_id for o in again.outcomes.values()}.isdisjoint({o.run_id for o in first.outcomes.values()})
+    run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
+    assert run.verdict is Verdict.RUNNING, run.summary
+    new_pids = [n.report.launch.pid for n in run.nodes]
+
+    stopped = await nodes.stop()
+    assert {n: r.outcome for n, r in stopped.items()} == {LOCAL: "terminated", sshd.alias: "terminated"}
+    assert not any(alive(p) for p in new_pids)
+    run = await nodes.check()
+    # Every node ended after the same step, with 0: a stop is not a crash of the run.
+    assert run.verdict is Verdict.FINISHED, run.summary
+    assert all("after a stop request" in n.report.checklist.summary for n in run.nodes)
