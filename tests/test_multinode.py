@@ -44,7 +44,7 @@ def nodes_toml(sshd, tmp_path: Path, *train_args: str, **extra) -> str:
             # A loaded 2-core machine: importing torch and joining the group take seconds.
             "stall_after_s": 30, "compile_stall_after_s": 60, "launch_deadline_s": 10,
             "stop_grace_s": 10, "min_free_gb": 0, **extra}
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in keys.items())
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in keys.items() if v is not None)
     return f"[profile.two]\n{body}\n"
 
 
@@ -169,3 +169,66 @@ async def test_stop_and_relaunch_act_on_every_node(sshd, nodes_session, tmp_path
     # Every node ended after the same step, with 0: a stop is not a crash of the run.
     assert run.verdict is Verdict.FINISHED, run.summary
     assert all("after a stop request" in n.report.checklist.summary for n in run.nodes)
+
+
+async def test_the_bundled_trainer_under_torchrun_on_two_nodes(sshd, nodes_session, tmp_path):
+    """No `command`: each node runs `python -m torch.distributed.run ... -m dflash_train`, the two
+    torchrun agents meet at the first node (static rendezvous), and both nodes finish."""
+    nodes = nodes_session(nodes_profile(
+        sshd, tmp_path, "--target-devices", "cpu", "--drafter-devices", "cpu", "--steps", "8",
+        "--compile", "off", "--eval-every", "0", "--log-every", "2", "--batch-size", "2", command=None))
+    out = await nodes.launch()
+    assert out.launched, out.run.summary
+    run = await wait_run(nodes, {Verdict.FINISHED} | {v for v in Verdict if v.failing}, timeout=180)
+    assert run.verdict is Verdict.FINISHED, run.summary
+    for n in run.nodes:
+        argv = n.report.launch.argv
+        assert argv[argv.index("--node_rank") + 1] == str(n.rank) and "torch.distributed.run" in argv
+        assert n.report.status.step == 8 and n.report.status.phase == "finished"
+
+
+async def test_a_node_that_fails_its_preflight_means_no_node_starts(sshd, nodes_session, tmp_path):
+    (tmp_path / f"run-{sshd.alias}").write_text("a file where the run dir should be")
+    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1"))
+    out = await nodes.launch()
+    assert not out.launched and out.run.verdict is Verdict.NOT_LAUNCHED
+    assert out.run.summary.startswith(f"node {LOCAL}: NOT LAUNCHED not launched: the preflight of node "
+                                      f"{sshd.alias} failed"), out.run.summary
+    assert not (tmp_path / f"run-{LOCAL}" / "launch.json").exists()
+    assert (await nodes.check()).verdict is Verdict.NO_RUN
+
+
+def run_cli(cfg: Path, tmp_path: Path, *args: str) -> tuple[int, dict]:
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    res = subprocess.run([sys.executable, "-m", "dflash_tui", "--config", str(cfg), *args, "--json"],
+                         capture_output=True, text=True, timeout=180, env=env)
+    assert res.stdout.count("\n") == 1, (res.stdout, res.stderr)
+    return res.returncode, json.loads(res.stdout)
+
+
+def test_cli_launch_relaunch_stop_on_every_node(sshd, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(nodes_toml(sshd, tmp_path, "--interval=0.1"))
+    try:
+        code, doc = run_cli(cfg, tmp_path, "--launch", "--wait", "90")
+        assert (code, doc["verdict"]) == (0, "RUNNING"), doc
+        assert [n["verdict"] for n in doc["nodes"]] == ["RUNNING", "RUNNING"]
+        first = doc["run_ids"]
+        assert set(first) == {LOCAL, sshd.alias} and all(first.values())
+
+        code, doc = run_cli(cfg, tmp_path, "--launch")
+        # The preflight of every node refuses a second launch over its live run.
+        assert (code, doc["verdict"]) == (1, "NOT LAUNCHED"), doc
+        assert doc["summary"].startswith(f"node {LOCAL}: NOT LAUNCHED"), doc["summary"]
+        assert all(first[n["node"]] in n["summary"] for n in doc["nodes"]), doc["nodes"]
+
+        code, doc = run_cli(cfg, tmp_path, "--relaunch", "--wait", "90")
+        assert (code, doc["verdict"]) == (0, "RUNNING"), doc
+        assert set(doc["stopped"]) == {LOCAL, sshd.alias}
+        assert all(doc["run_ids"][n] != first[n] for n in first)
+        pids = [n["pid"] for n in doc["nodes"]]
+    finally:
+        code, doc = run_cli(cfg, tmp_path, "--stop")
+    assert code == 0, doc
+    assert {n: s["outcome"] for n, s in doc["stop"].items()} == {LOCAL: "terminated", sshd.alias: "terminated"}
+    assert doc["verdict"] == "FINISHED" and not any(alive(p) for p in pids)
