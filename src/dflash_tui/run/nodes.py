@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..config import NODE_PLACEHOLDER, Profile
+from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ..remote.ssh import SSHParams, resolve
 from .report import RunReport
 from .verdict import Check, CheckState, Checklist, Verdict
@@ -139,6 +140,50 @@ class RunOfNodes:
                                 "" if state is CheckState.OK else f"see node {n.node}'s checks below"))
             checks += [replace(c, id=f"{n.node}:{c.id}", label=f"{n.node} · {c.label}") for c in cl.checks]
         return Checklist(self.verdict, checks, self.summary)
+
+    def report(self, profile: str, target_label: str, run_dir: str) -> RunReport:
+        """The run as one RunReport, for the panes: the combined checklist; every node's
+        threads, each named "NODE/thread" (so a table sorted by name groups them by node);
+        the first node's launch, step, loss and log. Nothing is judged here."""
+        reports = [n.report for n in self.nodes]
+        lead = reports[0]
+        with_status = [(n.node, n.report.status) for n in self.nodes if n.report.status is not None]
+        status = None
+        if with_status:
+            base = lead.status if lead.status is not None else with_status[0][1]
+            status = replace(base, threads=[replace(t, name=f"{node}/{t.name}") for node, st in with_status
+                                            for t in st.threads])
+        alive = [r.pid_alive for r in reports]
+        first_failing = next((n.report for n in self.nodes if n.verdict is self.verdict and self.verdict.failing), None)
+        errors = [f"node {n.node}: {n.report.error}" for n in self.nodes if n.report.error]
+        stale = [r.stale_since for r in reports if r.stale_since is not None]
+        return RunReport(
+            time=max(r.time for r in reports), profile=profile, target_label=target_label, run_dir=run_dir,
+            checklist=self.checklist(), launch=lead.launch, exit=lead.exit, stop=lead.stop, status=status,
+            # Alive only when every node's process is: a thread of a dead node is not STUCK.
+            pid_alive=False if False in alive else (None if None in alive else True),
+            uptime_s=lead.uptime_s, connected=all(r.connected for r in reports),
+            stale_since=min(stale) if stale else None, error="; ".join(errors) or None,
+            last_traceback=(first_failing or lead).last_traceback)
+
+
+def merge_gpu_snapshots(snaps: list[tuple[str, GpuSnapshot]]) -> GpuSnapshot:
+    """Every node's GPUs in one snapshot, grouped by node in rank order: numbered on from one
+    node to the next (the pane keys rows by index) and named "NODE:INDEX MODEL"."""
+    gpus = []
+    errors = []
+    for node, snap in snaps:
+        for g in snap.gpus:
+            model = g.name[len("NVIDIA "):] if g.name.startswith("NVIDIA ") else g.name
+            gpus.append(replace(g, index=len(gpus), name=f"{node}:{g.index} {model}"))
+        if snap.error is not None:
+            errors.append(f"node {node}: {snap.error.message}")
+    kinds = {snap.error.kind for _, snap in snaps if snap.error is not None}
+    error = GpuError(kinds.pop() if len(kinds) == 1 else GpuErrorKind.PROBE_FAILED, "; ".join(errors)) if errors else None
+    times = [snap.time for _, snap in snaps]
+    return GpuSnapshot(time=max(times) if times else 0.0, source="+".join(sorted({s.source for _, s in snaps})),
+                       gpus=tuple(gpus), error=error,
+                       driver_version=", ".join(sorted({s.driver_version for _, s in snaps if s.driver_version})))
 
 
 def _failed_at(n: NodeReport) -> float:
