@@ -232,3 +232,32 @@ def test_cli_launch_relaunch_stop_on_every_node(sshd, tmp_path):
     assert code == 0, doc
     assert {n: s["outcome"] for n, s in doc["stop"].items()} == {LOCAL: "terminated", sshd.alias: "terminated"}
     assert doc["verdict"] == "FINISHED" and not any(alive(p) for p in pids)
+
+
+async def test_a_hung_node_is_named_before_its_peer_that_timed_out(sshd, nodes_session, tmp_path):
+    """SIGSTOP one node's program: its peer's collective times out (the peer crashes) and it goes silent
+    (STALLED); the run names the hung node first, although its peer's exit came first."""
+    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1", "--timeout=6",
+                                        stall_after_s=4, stop_grace_s=1))
+    out = await nodes.launch()
+    assert out.launched, out.run.summary
+    run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
+    assert run.verdict is Verdict.RUNNING, run.summary
+    local, remote = run.nodes
+    hung = program_pid(remote.report.run_dir)
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            run = await nodes.check()
+            if [n.verdict for n in run.nodes] == [Verdict.CRASHED, Verdict.STALLED]:
+                break
+            await asyncio.sleep(0.2)
+        assert [n.verdict for n in run.nodes] == [Verdict.CRASHED, Verdict.STALLED], run.summary
+        assert run.verdict is Verdict.STALLED
+        assert run.summary.startswith(f"node {sshd.alias}: STALLED"), run.summary
+        # gloo's timeout, as the peer reported it (it may end by exit code or by SIGABRT).
+        assert f"also node {LOCAL}: CRASHED" in run.summary and "Timed out" in run.summary
+    finally:
+        await nodes.stop()   # SIGTERM waits while it is stopped; SIGKILL after the grace does not
+        os.kill(hung, signal.SIGCONT) if alive(hung) else None

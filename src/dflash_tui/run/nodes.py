@@ -11,9 +11,11 @@ The combination rule (docs/ARCHITECTURE.md, "Runs on several nodes"):
 1. any node with a failing verdict (NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, GPU
    LOST, NOT LAUNCHED) fails the run: the run's verdict is that node's, its summary names it
    ("node gpu2: CRASHED killed by SIGKILL; also node gpu1: CRASHED exit code 1: ..."). When
-   several failed, the first named is the one that failed first (exit time, else when its
-   failing check turned); within the same second a node killed, stalled or never started
-   comes before one that exited with a code, which is how a peer reacts to another's death;
+   several failed, the first named is the one that stopped first: its exit time, else its last
+   heartbeat or step (a hung node stopped before its peers' collective timeouts fired), else
+   when its failing check turned; within the same second a node killed, stalled or never
+   started comes before one that exited with a code, which is how a peer reacts to another's
+   death;
 2. else, every node RUNNING: RUNNING; every node FINISHED: FINISHED; every node NO RUN: NO RUN;
 3. else STARTING (no verdict yet), naming the nodes that are not RUNNING yet (or, at the end,
    the ones still running after others finished).
@@ -187,9 +189,20 @@ def merge_gpu_snapshots(snaps: list[tuple[str, GpuSnapshot]]) -> GpuSnapshot:
 
 
 def _failed_at(n: NodeReport) -> float:
+    """When the node stopped: its exit, else its last sign of life (a hung or killed node's
+    last heartbeat or step, which comes before its peers' collective timeouts), else when its
+    failing check turned."""
     r = n.report
     if r.exit is not None:
         return float(r.exit.end_time)
+    st = r.status
+    if st is not None:
+        steps = [t.last_step_time for t in st.threads if t.last_step_time is not None]
+        beats = [t for t in (st.heartbeat_time, max(steps, default=None)) if t is not None]
+        if n.verdict is Verdict.STALLED and beats:
+            return min(beats)   # a process that beats but makes no step stopped at its last step
+        if beats:
+            return max(beats)
     times = [c.since for c in r.checklist.checks if c.state is CheckState.FAIL and c.since is not None]
     return min(times) if times else r.time
 
