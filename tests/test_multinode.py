@@ -145,32 +145,6 @@ async def test_a_killed_node_fails_the_run_by_name_and_its_peer_exits(sshd, node
     assert run.checklist().checks[0].id == f"node:{LOCAL}"
 
 
-async def test_stop_and_relaunch_act_on_every_node(sshd, nodes_session, tmp_path):
-    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1"))
-    first = await nodes.launch()
-    assert first.launched, first.run.summary
-    run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
-    assert run.verdict is Verdict.RUNNING, run.summary
-    old_pids = [n.report.launch.pid for n in run.nodes]
-
-    again = await nodes.launch(relaunch=True)
-    assert again.launched, again.run.summary
-    assert {r.outcome for r in again.stopped.values()} == {"terminated"}
-    assert not any(alive(p) for p in old_pids)
-    assert {o.run_id for o in again.outcomes.values()}.isdisjoint({o.run_id for o in first.outcomes.values()})
-    run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
-    assert run.verdict is Verdict.RUNNING, run.summary
-    new_pids = [n.report.launch.pid for n in run.nodes]
-
-    stopped = await nodes.stop()
-    assert {n: r.outcome for n, r in stopped.items()} == {LOCAL: "terminated", sshd.alias: "terminated"}
-    assert not any(alive(p) for p in new_pids)
-    run = await nodes.check()
-    # Every node ended after the same step, with 0: a stop is not a crash of the run.
-    assert run.verdict is Verdict.FINISHED, run.summary
-    assert all("after a stop request" in n.report.checklist.summary for n in run.nodes)
-
-
 async def test_the_bundled_trainer_under_torchrun_on_two_nodes(sshd, nodes_session, tmp_path):
     """No `command`: each node runs `python -m torch.distributed.run ... -m dflash_train`, the two
     torchrun agents meet at the first node (static rendezvous), and both nodes finish."""
@@ -215,6 +189,7 @@ def test_cli_launch_relaunch_stop_on_every_node(sshd, tmp_path):
         assert [n["verdict"] for n in doc["nodes"]] == ["RUNNING", "RUNNING"]
         first = doc["run_ids"]
         assert set(first) == {LOCAL, sshd.alias} and all(first.values())
+        old_pids = [n["pid"] for n in doc["nodes"]]
 
         code, doc = run_cli(cfg, tmp_path, "--launch")
         # The preflight of every node refuses a second launch over its live run.
@@ -224,7 +199,10 @@ def test_cli_launch_relaunch_stop_on_every_node(sshd, tmp_path):
 
         code, doc = run_cli(cfg, tmp_path, "--relaunch", "--wait", "90")
         assert (code, doc["verdict"]) == (0, "RUNNING"), doc
+        # Every node was stopped (by its own pid) before any started again.
         assert set(doc["stopped"]) == {LOCAL, sshd.alias}
+        assert all("ended after SIGTERM" in m for m in doc["stopped"].values()), doc["stopped"]
+        assert not any(alive(p) for p in old_pids)
         assert all(doc["run_ids"][n] != first[n] for n in first)
         pids = [n["pid"] for n in doc["nodes"]]
     finally:
@@ -232,6 +210,8 @@ def test_cli_launch_relaunch_stop_on_every_node(sshd, tmp_path):
     assert code == 0, doc
     assert {n: s["outcome"] for n, s in doc["stop"].items()} == {LOCAL: "terminated", sshd.alias: "terminated"}
     assert doc["verdict"] == "FINISHED" and not any(alive(p) for p in pids)
+    # Every node ended after the same step, with 0: a stop is not a crash of the run.
+    assert all("after a stop request" in n["summary"] for n in doc["nodes"]), doc["nodes"]
 
 
 async def test_a_hung_node_is_named_before_its_peer_that_timed_out(sshd, nodes_session, tmp_path):

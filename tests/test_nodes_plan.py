@@ -144,3 +144,24 @@ def test_an_unreachable_node_is_exit_3_unless_the_run_already_failed():
     assert run.checklist().checks[-2].state is CheckState.WARN and "unreachable: timed out" in run.checklist().checks[-2].cause
     failed = combine([node("a", 0, Verdict.KILLED, "pid gone"), node("b", 1, Verdict.RUNNING, connected=False)])
     assert nodes_exit_code(failed) == EXIT_FAILING
+
+
+def test_cli_with_an_unreachable_node_exits_3_and_starts_no_node(tmp_path):
+    import os
+    import subprocess
+    cfg = tmp_path / "c.toml"
+    # Port 1 on loopback: a real connection refused, at once.
+    cfg.write_text(f'[profile.u]\nnodes = ["localhost", "127.0.0.1"]\nport = 1\npython = {json.dumps(sys.executable)}\n'
+                   f'run_dir = {json.dumps(str(tmp_path / "run-{node}"))}\ncommand = ["sleep", "60"]\n')
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    for mode in ("--check", "--launch"):
+        res = subprocess.run([sys.executable, "-m", "dflash_tui", "--config", str(cfg), mode, "--json"],
+                             capture_output=True, text=True, timeout=120, env=env)
+        doc = json.loads(res.stdout)
+        assert res.returncode == EXIT_UNREACHABLE == doc["exit_code"], (mode, doc)
+        assert doc["unreachable"] == ["127.0.0.1"] and "connection refused" in doc["nodes"][1]["error"]
+        assert doc["nodes"][0]["connected"] is True
+    assert not (tmp_path / "run-localhost" / "launch.json").exists()
+    res = subprocess.run([sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--check"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == EXIT_UNREACHABLE and "node 127.0.0.1 (rank 1)" in res.stdout and "UNREACHABLE" in res.stdout

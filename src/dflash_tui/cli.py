@@ -237,12 +237,14 @@ def render_nodes_text(profile: Profile, run, *, now: float, extra: Sequence[str]
     return "\n".join(lines)
 
 
-def _emit_nodes(args, profile: Profile, run, *, extra_text: Sequence[str] = (), **extra: Any) -> int:
+def _emit_nodes(args, profile: Profile, run, *, extra_text: Sequence[str] = (), code: int | None = None,
+                **extra: Any) -> int:
+    code = nodes_exit_code(run) if code is None else code
     if args.json:
-        print(json.dumps(nodes_json(profile, run, **extra)))
+        print(json.dumps({**nodes_json(profile, run, **extra), "exit_code": code}))
     else:
         print(render_nodes_text(profile, run, now=time.time(), extra=extra_text))
-    return nodes_exit_code(run)
+    return code
 
 
 async def _nodes_until(nodes, wait_s: float, first=None):
@@ -270,7 +272,10 @@ async def _run_nodes_mode(args, profile: Profile) -> int:
             if out.launched and args.wait > 0:
                 run = await _nodes_until(nodes, args.wait, first=run)
             stopped = [f"node {n}: {r.message}" for n, r in out.stopped.items()]
-            return _emit_nodes(args, profile, run, extra_text=stopped, launch_seconds=round(out.seconds, 3),
+            # No node started because one could not be reached: 3, as for one host.
+            code = EXIT_UNREACHABLE if not out.launched and run.unreachable else None
+            return _emit_nodes(args, profile, run, extra_text=stopped, code=code,
+                               launch_seconds=round(out.seconds, 3),
                                run_ids={n: o.run_id for n, o in out.outcomes.items()},
                                **({"stopped": {n: r.message for n, r in out.stopped.items()}} if out.stopped else {}))
         if args.stop:

@@ -152,7 +152,8 @@ class NodesSession:
             else:
                 report = RunReport(time=time.time(), profile=plan.profile.name, target_label=s.label,
                                    run_dir=plan.profile.run_dir, checklist=out.checklist,
-                                   connected=not out.unreachable)
+                                   connected=not out.unreachable,
+                                   error=out.checklist.summary if out.unreachable else None)
             nodes.append(NodeReport(plan.node, plan.rank, report))
         return combine(nodes)
 
