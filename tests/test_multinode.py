@@ -145,20 +145,27 @@ async def test_a_killed_node_fails_the_run_by_name_and_its_peer_exits(sshd, node
     assert run.checklist().checks[0].id == f"node:{LOCAL}"
 
 
-async def test_the_bundled_trainer_under_torchrun_on_two_nodes(sshd, nodes_session, tmp_path):
-    """No `command`: each node runs `python -m torch.distributed.run ... -m dflash_train`, the two
-    torchrun agents meet at the first node (static rendezvous), and both nodes finish."""
+async def test_the_bundled_trainer_on_two_nodes_runs_and_stops(sshd, nodes_session, tmp_path):
+    """No `command`: each node runs `python -m dflash_train` as the wrapper's own child, with
+    the environment torchrun gives a worker; a stop reaches both trainers (SIGTERM: checkpoint
+    and exit 0), and no trainer process is left behind."""
     nodes = nodes_session(nodes_profile(
-        sshd, tmp_path, "--target-devices", "cpu", "--drafter-devices", "cpu", "--steps", "8",
+        sshd, tmp_path, "--target-devices", "cpu", "--drafter-devices", "cpu", "--steps", "100000",
         "--compile", "off", "--eval-every", "0", "--log-every", "2", "--batch-size", "2", command=None))
     out = await nodes.launch()
     assert out.launched, out.run.summary
-    run = await wait_run(nodes, {Verdict.FINISHED} | {v for v in Verdict if v.failing}, timeout=180)
-    assert run.verdict is Verdict.FINISHED, run.summary
+    run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing}, timeout=180)
+    assert run.verdict is Verdict.RUNNING, run.summary
+    trainers = [n.report.status.pid for n in run.nodes]
     for n in run.nodes:
         argv = n.report.launch.argv
-        assert argv[argv.index("--node_rank") + 1] == str(n.rank) and "torch.distributed.run" in argv
-        assert n.report.status.step == 8 and n.report.status.phase == "finished"
+        assert f"RANK={n.rank}" in argv and argv[argv.index("-m") + 1] == "dflash_train"
+    stopped = await nodes.stop()
+    assert {r.outcome for r in stopped.values()} == {"terminated"}, stopped
+    assert not any(alive(p) for p in trainers)
+    run = await nodes.check()
+    assert run.verdict is Verdict.FINISHED, run.summary
+    assert all(n.report.status.phase == "finished" for n in run.nodes)
 
 
 async def test_a_node_that_fails_its_preflight_means_no_node_starts(sshd, nodes_session, tmp_path):

@@ -80,14 +80,14 @@ def test_each_node_gets_its_rank_run_dir_and_rendezvous(tmp_path):
     assert "MASTER_ADDR=10.9.9.9" in plan_nodes(profile(command=["x"], master_addr="10.9.9.9"))[1].argv
 
 
-def test_the_bundled_trainer_runs_under_torchrun():
-    p = profile(python="/venv/bin/python", train_args=["--steps", "5"])
+def test_the_bundled_trainer_gets_what_torchrun_gives_a_worker():
+    p = profile(nodes=["gpu1", "gpu2"], python="/venv/bin/python", run_dir="/runs/{node}", train_args=["--steps", "5"])
     argv = plan_nodes(p)[1].argv
     i = argv.index("/venv/bin/python")
-    assert argv[:i] == ("env", "DFLASH_NODE=gpu2", "DFLASH_NODE_RANK=1", "DFLASH_NNODES=2")
-    assert argv[i:] == ("/venv/bin/python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-                        "--node_rank", "1", "--master_addr", "gpu1", "--master_port", "29500",
-                        "-m", "dflash_train", "--run-dir", "/runs/d", "--steps", "5")
+    assert argv[i:] == ("/venv/bin/python", "-m", "dflash_train", "--run-dir", "/runs/gpu2", "--steps", "5")
+    env = dict(a.split("=", 1) for a in argv[1:i])
+    assert argv[0] == "env" and {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")} == {
+        "MASTER_ADDR": "gpu1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0"}
 
 
 # -- the combination ----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 A profile with ``nodes = ["gpu1", "gpu2", ...]`` is ONE torch.distributed run: node R runs on
 host ``nodes[R]`` (``localhost`` is this machine) through the same launch wrapper as a
-single-host run, with the rendezvous at the first node. `plan_nodes` turns the profile into one
+single-host run, with the rendezvous at the first node (the environment torchrun gives a
+worker: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, see `node_argv`). `plan_nodes` turns the profile into one
 single-host Profile and argv per node; `combine` turns the nodes' RunReports (each judged by
 run/health.py `evaluate`, never re-judged here) into the run's verdict.
 
@@ -63,23 +64,29 @@ def rendezvous_addr(profile: Profile) -> str:
                              ssh_config=profile.ssh_config))[0]
 
 
-def node_argv(profile: Profile, node: str, rank: int, master_addr: str) -> tuple[str, ...]:
-    """The argv of node `rank`: torchrun around the bundled trainer, or the profile's `command`
-    with the environment torchrun gives its workers (and the PET_* variables torchrun itself
-    reads, so a `command` that is torchrun works too). `env` sets them: the wrapper only runs
-    an argv, and env is POSIX."""
-    n = len(profile.nodes)
-    ours = [f"DFLASH_NODE={node}", f"DFLASH_NODE_RANK={rank}", f"DFLASH_NNODES={n}"]
-    if profile.uses_bundled_trainer:
-        return ("env", *ours, profile.python, "-m", "torch.distributed.run",
-                "--nnodes", str(n), "--nproc_per_node", "1", "--node_rank", str(rank),
-                "--master_addr", master_addr, "--master_port", str(profile.master_port),
-                "-m", "dflash_train", "--run-dir", node_run_dir(profile, node), *profile.train_args)
-    worker = [f"MASTER_ADDR={master_addr}", f"MASTER_PORT={profile.master_port}", f"WORLD_SIZE={n}",
-              f"RANK={rank}", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1", f"GROUP_RANK={rank}"]
-    launcher = [f"PET_NNODES={n}", f"PET_NODE_RANK={rank}", "PET_NPROC_PER_NODE=1",
-                f"PET_MASTER_ADDR={master_addr}", f"PET_MASTER_PORT={profile.master_port}"]
-    return ("env", *ours, *worker, *launcher, *profile.command, *profile.train_args)
+def node_env(profile: Profile, node: str, rank: int, master_addr: str) -> list[str]:
+    """NAME=VALUE for node `rank`: what torchrun gives each worker (one process per node), the
+    PET_* variables torchrun itself reads (so a `command` that is torchrun works too), and the
+    node's name."""
+    n, port = len(profile.nodes), profile.master_port
+    return [f"DFLASH_NODE={node}", f"DFLASH_NODE_RANK={rank}", f"DFLASH_NNODES={n}",
+            f"MASTER_ADDR={master_addr}", f"MASTER_PORT={port}", f"WORLD_SIZE={n}", f"RANK={rank}",
+            "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1", f"GROUP_RANK={rank}",
+            f"PET_NNODES={n}", f"PET_NODE_RANK={rank}", "PET_NPROC_PER_NODE=1",
+            f"PET_MASTER_ADDR={master_addr}", f"PET_MASTER_PORT={port}"]
+
+
+def node_argv(profile: Profile, node_profile: Profile, rank: int, master_addr: str) -> tuple[str, ...]:
+    """The argv of node `rank`: `env` with `node_env`, then the node's trainer (or `command`).
+
+    The environment torchrun would give its worker, not torchrun: torchrun starts each worker
+    in a session of its own, so the wrapper's group signal (stop's SIGKILL after the grace, a
+    kill from outside) would miss the trainer and leave it running without its launcher. As
+    the wrapper's own child, the trainer is stopped by its verified pid like any single-host
+    run, and its exit code is its own. `env` because the wrapper runs an argv, and env is POSIX.
+    """
+    node = profile.nodes[rank]
+    return ("env", *node_env(profile, node, rank, master_addr), *node_profile.trainer_argv)
 
 
 def plan_nodes(profile: Profile) -> list[NodePlan]:
@@ -97,7 +104,7 @@ def plan_nodes(profile: Profile) -> list[NodePlan]:
             user=None if local else profile.user, port=None if local else profile.port,
             identity_file=None if local else profile.identity_file,
             known_hosts=None if local else profile.known_hosts)
-        plans.append(NodePlan(node, rank, single, node_argv(profile, node, rank, addr)))
+        plans.append(NodePlan(node, rank, single, node_argv(profile, single, rank, addr)))
     return plans
 
 
