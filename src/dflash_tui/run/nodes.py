@@ -3,8 +3,8 @@
 A profile with ``nodes = ["gpu1", "gpu2", ...]`` is ONE torch.distributed run: node R runs on
 host ``nodes[R]`` (``localhost`` is this machine) through the same launch wrapper as a
 single-host run, with the rendezvous at the first node (the environment torchrun gives a
-worker: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, see `node_argv`). `plan_nodes` turns the profile into one
-single-host Profile and argv per node; `combine` turns the nodes' RunReports (each judged by
+worker: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, see `node_argv`). `plan_nodes` turns the
+profile into one single-host Profile and argv per node; `combine` turns the nodes' RunReports (each judged by
 run/health.py `evaluate`, never re-judged here) into the run's verdict.
 
 The combination rule (docs/ARCHITECTURE.md, "Runs on several nodes"):
