@@ -76,7 +76,13 @@ def test_each_node_gets_its_rank_run_dir_and_rendezvous(tmp_path):
     assert env["MASTER_ADDR"] == "10.1.2.3" and env["MASTER_PORT"] == "29611"
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["DFLASH_NODE"]) == ("2", "3", "0", "gpu3")
     assert (env["PET_NNODES"], env["PET_NODE_RANK"], env["PET_MASTER_ADDR"]) == ("3", "2", "10.1.2.3")
-    assert plan_nodes(profile(nodes=["localhost", "gpu2"], command=["x"]))[1].argv.count("MASTER_ADDR=127.0.0.1") == 1
+    loop = tmp_path / "loop_config"
+    loop.write_text("Host gpu2\n  HostName 127.0.0.1\n")
+    local_first = profile(nodes=["localhost", "gpu2"], command=["x"], ssh_config=str(loop))
+    assert plan_nodes(local_first)[1].argv.count("MASTER_ADDR=127.0.0.1") == 1
+    # This machine first, a node elsewhere: 127.0.0.1 would be the other node itself.
+    with pytest.raises(ConfigError, match="the first node is localhost and gpu2 cannot reach it at 127.0.0.1; set master_addr"):
+        plan_nodes(profile(nodes=["localhost", "gpu2"], command=["x"], ssh_config=str(ssh_config)))
     assert "MASTER_ADDR=10.9.9.9" in plan_nodes(profile(command=["x"], master_addr="10.9.9.9"))[1].argv
 
 

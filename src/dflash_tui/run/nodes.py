@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..config import NODE_PLACEHOLDER, Profile
+from ..config import NODE_PLACEHOLDER, ConfigError, Profile
 from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ..remote.ssh import SSHParams, resolve
 from .report import RunReport
@@ -53,15 +53,28 @@ def node_run_dir(profile: Profile, node: str) -> str:
 
 def rendezvous_addr(profile: Profile) -> str:
     """Where the other nodes reach the first one: `master_addr`, else the first node's
-    address as this machine's ssh config resolves it (its HostName), 127.0.0.1 for localhost."""
+    address as this machine's ssh config resolves it (its HostName), 127.0.0.1 for localhost
+    (a ConfigError when a node elsewhere would have to reach this machine by that)."""
     if profile.master_addr:
         return profile.master_addr
     first = profile.nodes[0]
-    if first == LOCALHOST:
-        return LOOPBACK
-    return resolve(SSHParams(host=first, port=profile.port, user=profile.user,
-                             identity_file=profile.identity_file, known_hosts=profile.known_hosts,
-                             ssh_config=profile.ssh_config))[0]
+    if first != LOCALHOST:
+        return _hostname(profile, first)
+    remote = [n for n in profile.nodes[1:] if n != LOCALHOST and not _is_loopback(_hostname(profile, n))]
+    if remote:
+        raise ConfigError(f"{profile.source}: [profile.{profile.name}]: the first node is localhost and "
+                          f"{remote[0]} cannot reach it at {LOOPBACK}; set master_addr to this machine's "
+                          "address as the other nodes see it, or put another node first")
+    return LOOPBACK
+
+
+def _hostname(profile: Profile, node: str) -> str:
+    return resolve(SSHParams(host=node, port=profile.port, user=profile.user, identity_file=profile.identity_file,
+                             known_hosts=profile.known_hosts, ssh_config=profile.ssh_config))[0]
+
+
+def _is_loopback(host: str) -> bool:
+    return host in (LOCALHOST, "::1") or host.startswith("127.")
 
 
 def node_env(profile: Profile, node: str, rank: int, master_addr: str) -> list[str]:
