@@ -248,3 +248,10 @@ async def test_a_hung_node_is_named_before_its_peer_that_timed_out(sshd, nodes_s
     finally:
         await nodes.stop()   # SIGTERM waits while it is stopped; SIGKILL after the grace does not
         os.kill(hung, signal.SIGCONT) if alive(hung) else None
+
+
+async def test_the_canary_runs_on_every_node(sshd, nodes_session, tmp_path):
+    nodes = nodes_session(nodes_profile(sshd, tmp_path))
+    results = await nodes.canary(sleep_s=3)
+    assert set(results) == {LOCAL, sshd.alias}
+    assert all(r.ok for r in results.values()), {n: r.message for n, r in results.items()}

@@ -10,6 +10,9 @@ Exit codes (README, "Exit codes"):
   3  target unreachable (connect, auth, host key, container not running)
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
+A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
+the run fails (any node failing: run/nodes.py `combine`), else 3 while a node is unreachable,
+else the combined verdict's (`nodes_exit_code`).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
@@ -217,7 +220,7 @@ def nodes_json(profile: Profile, run, **extra: Any) -> dict[str, Any]:
     for n in run.nodes:
         r = n.report
         nodes.append({"node": n.node, "rank": n.rank, "target": r.target_label, "run_dir": r.run_dir,
-                      **{k: v for k, v in r.checklist.to_dict().items()},
+                      **r.checklist.to_dict(),
                       "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
                       "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
     return {"verdict": run.verdict.value, "summary": run.summary,
