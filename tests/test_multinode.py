@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.config import parse_config
-from dflash_tui.contract.rundir import STATUS_JSON, parse_status
+from dflash_tui.contract.rundir import STATUS_JSON, parse_status, rank_file
 from dflash_tui.multinode import NodesSession
 from dflash_tui.run.verdict import Verdict
 
@@ -78,8 +78,8 @@ async def wait_run(nodes: NodesSession, want: set[Verdict], timeout: float = 90.
         await asyncio.sleep(0.2)
 
 
-def program_pid(run_dir: str) -> int:
-    return parse_status(Path(run_dir, STATUS_JSON).read_text()).pid
+def program_pid(run_dir: str, rank: int) -> int:
+    return parse_status(Path(run_dir, rank_file(STATUS_JSON, rank)).read_text()).pid
 
 
 async def test_two_nodes_reach_running_then_finished(sshd, nodes_session, tmp_path):
@@ -129,7 +129,7 @@ async def test_a_killed_node_fails_the_run_by_name_and_its_peer_exits(sshd, node
     run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
     assert run.verdict is Verdict.RUNNING, run.summary
     local, remote = run.nodes
-    os.kill(program_pid(remote.report.run_dir), signal.SIGKILL)
+    os.kill(program_pid(remote.report.run_dir, remote.rank), signal.SIGKILL)
     run = await wait_run(nodes, {v for v in Verdict if v.failing}, timeout=30)
     assert run.verdict is Verdict.CRASHED, run.summary
     assert run.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL"), run.summary
@@ -231,7 +231,7 @@ async def test_a_hung_node_is_named_before_its_peer_that_timed_out(sshd, nodes_s
     run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
     assert run.verdict is Verdict.RUNNING, run.summary
     local, remote = run.nodes
-    hung = program_pid(remote.report.run_dir)
+    hung = program_pid(remote.report.run_dir, remote.rank)
     os.kill(hung, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 60

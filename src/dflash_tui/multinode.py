@@ -47,7 +47,7 @@ class NodesSession:
         self.profile = profile
         self.limits = Limits.from_profile(profile)
         self.plans: list[NodePlan] = plan_nodes(profile)
-        self.sessions: list[Session] = [Session(p.profile, ops_kind=ops_kind, argv=p.argv) for p in self.plans]
+        self.sessions: list[Session] = [Session(p.profile, ops_kind=ops_kind, argv=p.argv, rank=p.rank) for p in self.plans]
         self._trackers = [HealthTracker() for _ in self.plans]
         self._last: list[RunReport | None] = [None] * len(self.plans)
 

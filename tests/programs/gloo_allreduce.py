@@ -2,8 +2,8 @@
 
 Run by launch.sh with the environment torchrun gives its workers (MASTER_ADDR, MASTER_PORT,
 WORLD_SIZE, RANK), it joins the process group, then each step all-reduces a tensor, checks the
-sum, and publishes status.json (a heartbeat thread beats every 0.25 s, through the rendezvous
-too). Options, `--name=value`:
+sum, and publishes its rank's status file (status.json, status.rank1.json, ...; a heartbeat
+thread beats every 0.25 s, through the rendezvous too). Options, `--name=value`:
   --steps=N       exit 0 after N steps (default: run until stopped)
   --interval=S    seconds between steps (default 0.1)
   --timeout=S     the process group's collective timeout (default 20)
@@ -26,14 +26,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent.parent / "src"))
 
-from dflash_tui.contract.rundir import STATUS_JSON, ThreadStatus, TrainStatus, atomic_write_text, to_json  # noqa: E402
+from dflash_tui.contract.rundir import (STATUS_JSON, ThreadStatus, TrainStatus, atomic_write_text,  # noqa: E402
+                                       rank_file, to_json)
 
 PROGRAM = str(HERE)
 
 
 class Beat:
-    def __init__(self, run_dir: Path, run_id: str, name: str) -> None:
-        self.path, self.run_id, self.name = run_dir / STATUS_JSON, run_id, name
+    def __init__(self, run_dir: Path, run_id: str, rank: int, world: int) -> None:
+        # The contract's per-rank name: status.json for rank 0, status.rank<R>.json after it.
+        self.path, self.run_id, self.rank, self.world = run_dir / rank_file(STATUS_JSON, rank), run_id, rank, world
+        self.name = f"rank{rank}"
         self.step, self.phase, self.last_step = 0, "starting", None
         self.lock = threading.Lock()
         self.done = threading.Event()
@@ -44,7 +47,8 @@ class Beat:
             thread = ThreadStatus(name=self.name, role="drafter", device="cpu", compile_state="compiled",
                                   step=self.step, last_step_time=self.last_step, last_beat_time=now)
             st = TrainStatus(run_id=self.run_id, pid=os.getpid(), time=now, phase=self.phase, step=self.step,
-                             heartbeat_time=now, threads=[thread])
+                             heartbeat_time=now, threads=[thread], rank=self.rank, world_size=self.world,
+                             node=os.environ.get("DFLASH_NODE", ""))
             atomic_write_text(self.path, to_json(st))
 
     def run(self) -> None:
@@ -58,7 +62,7 @@ def main(argv: list[str]) -> int:
     interval = float(opts.get("interval", "0.1"))
     timeout = float(opts.get("timeout", "20"))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    beat = Beat(Path(os.environ["DFLASH_RUN_DIR"]), os.environ["DFLASH_RUN_ID"], f"rank{rank}")
+    beat = Beat(Path(os.environ["DFLASH_RUN_DIR"]), os.environ["DFLASH_RUN_ID"], rank, world)
     beat.write()
     threading.Thread(target=beat.run, daemon=True).start()
     stopping = threading.Event()
