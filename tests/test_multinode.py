@@ -201,8 +201,10 @@ async def test_a_node_that_fails_its_preflight_means_no_node_starts(sshd, nodes_
     nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1"))
     out = await nodes.launch()
     assert not out.launched and out.run.verdict is Verdict.NOT_LAUNCHED
-    assert out.run.summary.startswith(f"node {LOCAL}: NOT LAUNCHED not launched: the preflight of node "
-                                      f"{sshd.alias} failed"), out.run.summary
+    # The node whose preflight failed is named first; the other was refused because of it.
+    assert out.run.summary.startswith(f"node {sshd.alias}: NOT LAUNCHED cannot create "), out.run.summary
+    assert out.run.summary.endswith(f"also node {LOCAL}: NOT LAUNCHED not launched: the preflight of node "
+                                    f"{sshd.alias} failed"), out.run.summary
     assert not (tmp_path / f"run-{LOCAL}" / "launch.json").exists()
     assert (await nodes.check()).verdict is Verdict.NO_RUN
 

@@ -236,8 +236,9 @@ def _reaction_like(n: NodeReport) -> bool:
 def combine(nodes: list[NodeReport]) -> RunOfNodes:
     """The run's verdict from its nodes' verdicts (the rule in this module's docstring)."""
     unreachable = [n.node for n in nodes if not n.report.connected]
+    # exit.json's end_time has whole seconds: within one second, the kind of failure decides.
     failing = sorted((n for n in nodes if n.verdict.failing),
-                     key=lambda n: (int(_failed_at(n)), _reaction_like(n), n.rank))
+                     key=lambda n: (int(_failed_at(n)), _reaction_like(n), _failed_at(n), n.rank))
     if failing:
         first, rest = failing[0], failing[1:]
         summary = first.line() + "".join(f"; also {n.line()}" for n in rest)
