@@ -9,7 +9,7 @@ from textual.widgets import DataTable
 
 from dflash_tui.gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot, GpuError
 from dflash_tui.multinode import NodesSession
-from dflash_tui.run.nodes import merge_gpu_snapshots
+from dflash_tui.run.combine import merge_gpu_snapshots
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.nodes_source import NodesSource

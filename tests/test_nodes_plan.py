@@ -1,18 +1,20 @@
 """`nodes` in a profile: the config's one-line errors, each node's plan (profile, run dir, argv,
-rendezvous), and the rule that combines the nodes' verdicts into the run's (run/nodes.py)."""
+rendezvous), and the rule that combines the nodes' verdicts into the run's (run/nodes.py, run/combine.py)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from dflash_tui.cli import EXIT_FAILING, EXIT_HEALTHY, EXIT_UNDECIDED, EXIT_UNREACHABLE, nodes_exit_code
 from dflash_tui.config import ConfigError, parse_config
 from dflash_tui.contract.rundir import ExitRecord
-from dflash_tui.run.nodes import NodeReport, combine, plan_nodes
+from dflash_tui.run.combine import NodeReport, combine
+from dflash_tui.run.nodes import plan_nodes
 from dflash_tui.run.report import RunReport
 from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
 
@@ -153,8 +155,6 @@ def test_an_unreachable_node_is_exit_3_unless_the_run_already_failed():
 
 
 def test_cli_with_an_unreachable_node_exits_3_and_starts_no_node(tmp_path):
-    import os
-    import subprocess
     cfg = tmp_path / "c.toml"
     # Port 1 on loopback: a real connection refused, at once.
     cfg.write_text(f'[profile.u]\nnodes = ["localhost", "127.0.0.1"]\nport = 1\npython = {json.dumps(sys.executable)}\n'

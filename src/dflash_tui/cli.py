@@ -11,7 +11,7 @@ Exit codes (README, "Exit codes"):
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
-the run fails (any node failing: run/nodes.py `combine`), else 3 while a node is unreachable,
+the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
 else the combined verdict's (`nodes_exit_code`).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
@@ -206,7 +206,7 @@ async def _run_mode(args, profile: Profile) -> int:
     raise AssertionError("no mode")
 
 
-# -- a run on several nodes (run/nodes.py has the combination rule) ------------------------------
+# -- a run on several nodes (run/combine.py has the combination rule) ------------------------------
 
 def nodes_exit_code(run) -> int:
     """1 for a failing run, else 3 while a node is unreachable, else the verdict's own code."""

@@ -19,7 +19,8 @@ from .remote.base import TargetError
 from .run.canary import CanaryResult
 from .run.health import HealthTracker, Limits
 from .run.launch import LaunchOutcome, LaunchRefused, not_launched
-from .run.nodes import NodePlan, NodeReport, RunOfNodes, combine, plan_nodes
+from .run.combine import NodeReport, RunOfNodes, combine
+from .run.nodes import NodePlan, plan_nodes
 from .run.observe import current_run_id, process_matches
 from .run.preflight import PreflightResult, run_preflight
 from .run.report import RunReport, report_from

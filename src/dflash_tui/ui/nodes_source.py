@@ -1,7 +1,7 @@
 """The DashboardSource of a run on several nodes: one SessionSource per node, shown as one run.
 
 Each node keeps its own RunMonitor and GPU stream (so each node's checklist carries its own
-"gpus" check). This module only merges the streams: reports through run/nodes.py `combine`
+"gpus" check). This module only merges the streams: reports through run/combine.py `combine`
 and `RunOfNodes.report` (the verdict is decided there, never here), GPU snapshots through
 `merge_gpu_snapshots`, train.log as every node's lines prefixed with "[NODE] ", and
 events.jsonl from the first node (rank 0 logs the run's steps and evals). The actions are
@@ -17,7 +17,7 @@ from ..config import Profile
 from ..gpu.sample import GpuSnapshot
 from ..multinode import NodesSession
 from ..run.launch import LaunchRefused
-from ..run.nodes import NodeReport, combine, merge_gpu_snapshots
+from ..run.combine import NodeReport, combine, merge_gpu_snapshots
 from ..run.report import RunReport
 from .session_source import SessionFollower, SessionSource
 from .source import EVENTS_LOG, ActionError
