@@ -51,7 +51,7 @@ async def test_dashboard_shows_one_run_of_two_nodes_and_stops_both(sshd, tmp_pat
             await pilot.press("s")
             await pilot.press("y")
             await until(pilot, lambda: not any(alive(p) for p in pids), 30)
-            await until(pilot, lambda: app.report.checklist.verdict is Verdict.FINISHED, 15)
+            await until(pilot, lambda: app.report.checklist.verdict is Verdict.STOPPED, 15)
     finally:
         async with NodesSession(profile) as nodes:
             await nodes.stop()

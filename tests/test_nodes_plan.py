@@ -142,7 +142,10 @@ def test_running_and_finished_need_every_node():
     assert half.verdict is Verdict.STARTING and nodes_exit_code(half) == EXIT_UNDECIDED
     assert half.summary == "waiting for node b: STARTING waiting for the first heartbeat"
     ending = combine([node("a", 0, Verdict.FINISHED), node("b", 1, Verdict.RUNNING, "step 40")])
-    assert ending.verdict is Verdict.STARTING and ending.summary == "finished on a; still going: node b: RUNNING step 40"
+    assert ending.verdict is Verdict.STARTING and ending.summary == "ended on a; still going: node b: RUNNING step 40"
+    stopped = combine([node("a", 0, Verdict.STOPPED), node("b", 1, Verdict.FINISHED)])
+    assert stopped.verdict is Verdict.STOPPED and nodes_exit_code(stopped) == EXIT_HEALTHY
+    assert stopped.summary == "2 nodes stopped: a, b"
     assert combine([node("a", 0, Verdict.NO_RUN), node("b", 1, Verdict.NO_RUN)]).verdict is Verdict.NO_RUN
 
 

@@ -11,12 +11,13 @@ The combination rule (docs/ARCHITECTURE.md, "Runs on several nodes"):
    when its failing check turned; within the same second a node killed, stalled or never
    started comes before one that exited with a code, which is how a peer reacts to another's
    death;
-2. else, every node RUNNING: RUNNING; every node FINISHED: FINISHED; every node NO RUN: NO RUN;
+2. else, every node RUNNING: RUNNING; every node NO RUN: NO RUN; every node ended (FINISHED or
+   STOPPED): STOPPED if any node was stopped, else FINISHED;
 3. else STARTING (no verdict yet), naming the nodes that are not RUNNING yet (or, at the end,
-   the ones still running after others finished).
+   the ones still going after others ended).
 A node that could not be reached this poll keeps its last known report; `unreachable` names
 it, and the CLI's exit code is 1 for a failing run, else 3 while a node is unreachable, else
-the verdict's own (0 RUNNING/FINISHED, 4 STARTING/NO RUN).
+the verdict's own (0 RUNNING/FINISHED/STOPPED, 4 STARTING/NO RUN).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class RunOfNodes:
             checks.append(Check(f"node:{n.node}", f"node {n.node} (rank {n.rank})", state, cause,
                                 "" if state is CheckState.OK else f"see node {n.node}'s checks below"))
             checks += [replace(c, id=f"{n.node}:{c.id}", label=f"{n.node} · {c.label}") for c in cl.checks]
-        return Checklist(self.verdict, checks, self.summary)
+        threads = [replace(t, name=f"{n.node}/{t.name}") for n in self.nodes for t in n.report.checklist.threads]
+        return Checklist(self.verdict, checks, self.summary, threads)
 
     def report(self, profile: str, target_label: str, run_dir: str) -> RunReport:
         """The run as one RunReport, for the panes: the combined checklist; every node's
@@ -91,7 +93,7 @@ class RunOfNodes:
             pid_alive=False if False in alive else (None if None in alive else True),
             uptime_s=lead.uptime_s, connected=all(r.connected for r in reports),
             stale_since=min(stale) if stale else None, error="; ".join(errors) or None,
-            last_traceback=(first_failing or lead).last_traceback)
+            last_traceback=(first_failing or lead).last_traceback, progress=lead.progress, activity=lead.activity)
 
 
 def merge_gpu_snapshots(snaps: list[tuple[str, GpuSnapshot]]) -> GpuSnapshot:
@@ -138,6 +140,9 @@ def _reaction_like(n: NodeReport) -> bool:
     return n.verdict is Verdict.CRASHED and r.exit is not None and r.exit.exit_code is not None
 
 
+_ENDED = frozenset({Verdict.FINISHED, Verdict.STOPPED})
+
+
 def combine(nodes: list[NodeReport]) -> RunOfNodes:
     """The run's verdict from its nodes' verdicts (the rule in this module's docstring)."""
     unreachable = [n.node for n in nodes if not n.report.connected]
@@ -149,15 +154,19 @@ def combine(nodes: list[NodeReport]) -> RunOfNodes:
         summary = first.line() + "".join(f"; also {n.line()}" for n in rest)
         return RunOfNodes(first.verdict, summary, nodes, unreachable)
     verdicts = {n.verdict for n in nodes}
-    if len(verdicts) == 1 and verdicts <= {Verdict.RUNNING, Verdict.FINISHED, Verdict.NO_RUN}:
-        (verdict,) = verdicts
-        names = ", ".join(n.node for n in nodes)
-        what = {Verdict.RUNNING: "running", Verdict.FINISHED: "finished", Verdict.NO_RUN: "no run on"}[verdict]
-        return RunOfNodes(verdict, f"{len(nodes)} nodes {what}: {names}"
-                          if verdict is not Verdict.NO_RUN else f"no run on {names}", nodes, unreachable)
-    if Verdict.FINISHED in verdicts:
-        done = ", ".join(n.node for n in nodes if n.verdict is Verdict.FINISHED)
-        waiting = "; ".join(n.line() for n in nodes if n.verdict is not Verdict.FINISHED)
-        return RunOfNodes(Verdict.STARTING, f"finished on {done}; still going: {waiting}", nodes, unreachable)
+    names = ", ".join(n.node for n in nodes)
+    if verdicts == {Verdict.RUNNING}:
+        return RunOfNodes(Verdict.RUNNING, f"{len(nodes)} nodes running: {names}", nodes, unreachable)
+    if verdicts == {Verdict.NO_RUN}:
+        return RunOfNodes(Verdict.NO_RUN, f"no run on {names}", nodes, unreachable)
+    if verdicts <= _ENDED:
+        # A stop that reached a node after it had finished still stopped the run.
+        verdict = Verdict.STOPPED if Verdict.STOPPED in verdicts else Verdict.FINISHED
+        what = "stopped" if verdict is Verdict.STOPPED else "finished"
+        return RunOfNodes(verdict, f"{len(nodes)} nodes {what}: {names}", nodes, unreachable)
+    if verdicts & _ENDED:
+        done = ", ".join(n.node for n in nodes if n.verdict in _ENDED)
+        waiting = "; ".join(n.line() for n in nodes if n.verdict not in _ENDED)
+        return RunOfNodes(Verdict.STARTING, f"ended on {done}; still going: {waiting}", nodes, unreachable)
     waiting = "; ".join(n.line() for n in nodes if n.verdict is not Verdict.RUNNING)
     return RunOfNodes(Verdict.STARTING, f"waiting for {waiting}", nodes, unreachable)
