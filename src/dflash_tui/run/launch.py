@@ -22,6 +22,7 @@ from ..config import Profile
 from ..remote.base import CommandTimeout, Target, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps
 from .attempts import LaunchAttempt
+from .claim import ClaimRefused, take_claim
 from .health import Limits, evaluate
 from .observe import Evidence, gather, process_matches
 from .preflight import PreflightResult, run_preflight
@@ -43,7 +44,8 @@ _WRITE = ('set -e; umask 022; mkdir -p -- "$1"; tmp="$2.tmp.$$"; cat > "$tmp"; c
 
 
 class LaunchRefused(Exception):
-    """A second launch into a run dir whose run is alive (relaunch stops it first)."""
+    """A second launch into a run dir whose run is alive (relaunch stops it first), or one
+    that another launch of the same run dir is in progress (run/claim.py)."""
 
 
 @dataclass
@@ -97,6 +99,22 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
             out.seconds = time.monotonic() - t0
             return out
 
+    # From here to the first verdict this launch owns the run dir: nothing below (the live-run
+    # check, the stop, the archive, the write, the detach) may interleave with another launch.
+    try:
+        claim = await take_claim(target, ops, run_dir, "relaunch" if relaunch else "launch")
+    except ClaimRefused as exc:
+        raise LaunchRefused(str(exc)) from None
+    try:
+        return await _launch_claimed(profile, target, ops, run_dir=run_dir, argv=argv, pre=pre,
+                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0)
+    finally:
+        await claim.release()
+
+
+async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, run_dir: str,
+                          argv: list[str], pre: PreflightResult | None, relaunch: bool, limits: Limits,
+                          on_attempt, t0: float) -> LaunchOutcome:
     ev = await gather(ops, run_dir)
     stopped = None
     if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
