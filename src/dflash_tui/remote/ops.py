@@ -25,6 +25,13 @@ class FileStat:
     inode: int = 0
     is_dir: bool = False
     error: str = ""   # e.g. "Permission denied" when it exists but cannot be read/stat'd
+    # "file", "dir", "fifo", "socket", "char-device", "block-device", "other"; "" when it does
+    # not exist. Only a "file" is ever opened: a FIFO would block the reader.
+    kind: str = ""
+
+    @property
+    def is_regular(self) -> bool:
+        return self.exists and self.kind in ("file", "") and not self.is_dir
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,13 @@ SENTINEL = "@@dflash-ok@@"
 START = "@@dflash-start@@\0"
 
 # Shared by every script: C messages (we parse strerror), the sentinel, and `st PATH`, which
-# prints one stat record: "S<readable><isdir> <size> <inode> <mtime %y>" or "E<message>".
+# prints one stat record: "S<readable><isdir> <size> <inode> <mode, hex> <mtime %y>" or
+# "E<message>".
 _PRELUDE = r"""LC_ALL=C; export LC_ALL; set -f
 printf '@@dflash-start@@\0'
 trap 'printf "\0@@dflash-ok@@\n"' EXIT
 st() {
-  if o=$(stat -L -c '%s %i %y' -- "$1" 2>&1); then
+  if o=$(stat -L -c '%s %i %f %y' -- "$1" 2>&1); then
     r=1; [ -r "$1" ] || r=0
     d=0; [ -d "$1" ] && d=1
     printf 'S%s%s %s\0' "$r" "$d" "$o"
@@ -51,6 +52,9 @@ _READ = r"""
 p=$1 off=$2 n=$3
 if ! o=$(stat -L -c '%s %i' -- "$p" 2>&1); then printf 'E%s\0' "$o"
 elif [ -d "$p" ]; then printf 'FIs a directory\0'
+elif [ ! -f "$p" ]; then
+  k=other; [ -p "$p" ] && k=fifo; [ -S "$p" ] && k=socket; [ -c "$p" ] && k=char-device; [ -b "$p" ] && k=block-device
+  printf 'Fit is a %s, not a regular file\0' "$k"
 elif [ ! -r "$p" ]; then printf 'FPermission denied\0'
 else
   set -- $o; size=$1 ino=$2
@@ -166,16 +170,17 @@ def _strerror(message: str) -> str:
 
 def _stat_record(path: str, field: str) -> dict:
     rec = {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0,
-           "is_dir": False, "error": ""}
+           "is_dir": False, "kind": "", "error": ""}
     if field.startswith("E"):
         err = _strerror(field[1:])
         if err != "No such file or directory":
             rec["error"] = err
         return rec
     readable, is_dir = field[1] == "1", field[2] == "1"
-    size, inode, when = field[4:].split(" ", 2)
+    size, inode, mode, when = field[4:].split(" ", 3)
     rec.update(exists=True, size=int(size), inode=int(inode), mtime=parse_stat_time(when),
-               is_dir=is_dir, error="" if readable else "Permission denied")
+               is_dir=is_dir, kind=agent_server.file_kind(int(mode, 16)),
+               error="" if readable else "Permission denied")
     return rec
 
 
