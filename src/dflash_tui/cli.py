@@ -29,7 +29,7 @@ import time
 from typing import Any, Sequence
 
 from . import __version__
-from .config import Config, ConfigError, Profile, default_config_path, load_config
+from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
 from .remote.base import TargetError
 from .run.verdict import CheckState, Checklist, Verdict
 
@@ -45,9 +45,26 @@ def exit_code_for(verdict: Verdict) -> int:
     return EXIT_UNDECIDED
 
 
+def one_line(message: str) -> str:
+    """The message with every control character escaped: an error is always ONE line, whatever
+    a path, a profile name or a target's answer held."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in message)
+
+
+def wait_seconds(text: str) -> float:
+    """--wait's value: a finite number of seconds from 0 to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0.0 <= value <= MAX_WAIT_S):   # False for nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range; use 0 to {MAX_WAIT_S:g} seconds")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, like every other usage problem
-        self.exit(EXIT_USAGE, f"dflash-tui: {message} (see dflash-tui --help)\n")
+        self.exit(EXIT_USAGE, f"dflash-tui: {one_line(message)} (see dflash-tui --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="launch `sleep` through the same wrapper/transport and check it outlives the channel")
     mode.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS",
                    help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
     p.add_argument("--no-preflight", action="store_true", help="with --launch/--relaunch: skip the preflight")
     p.add_argument("--version", action="version", version=f"dflash-tui {__version__}")
@@ -214,6 +231,7 @@ def _start_dashboard(config: Config, profile: Profile) -> int:
 
 def _fail(args, code: int, message: str) -> int:
     """One line on stderr; with --json also one object on stdout, so a script always parses."""
+    message = one_line(message)
     print(f"dflash-tui: {message}", file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"verdict": None, "error": message, "exit_code": code}))
@@ -223,8 +241,6 @@ def _fail(args, code: int, message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.wait < 0:
-            raise ConfigError(f"--wait {args.wait:g}: must be >= 0 seconds")
         config = load_config(args.config)
         if args.list_profiles:
             for name, prof in sorted(config.profiles.items()):
