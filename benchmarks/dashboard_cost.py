@@ -14,7 +14,7 @@ What runs (all real product code, on this machine):
 Measured over the same window after a warm-up: CPU seconds of the dashboard process plus its
 agent child, and of tail; peak RSS of both; the log pane's lag behind the file (every line
 carries the time it was written; sampled every 100 ms as now - time of the pane's last line).
-Targets (issue 5): <= 5% of one core, <= 150 MB RSS, lag never above 1 s.
+Targets: <= 5% of one core, <= 150 MB RSS, lag never above 1 s.
 Exit status 1 when a target is missed.
 """
 
@@ -43,7 +43,7 @@ LAG_TARGET_S = 1.0
 # -- the fake trainer (runs under launch.sh) ----------------------------------------------------
 
 def writer(rate: int, n_threads: int) -> int:
-    from dflash_train.schema import (EVENTS_JSONL, STATUS_JSON, Phase, ThreadStatus, TrainStatus,
+    from dflash_tui.contract.rundir import (EVENTS_JSONL, STATUS_JSON, Phase, ThreadStatus, TrainStatus,
                                      atomic_write_text, make_event, to_json)
     run_dir = Path(os.environ["DFLASH_RUN_DIR"])
     run_id = os.environ["DFLASH_RUN_ID"]

@@ -9,7 +9,7 @@
   ignoreterm  beat, and ignore SIGTERM (stop must escalate to SIGKILL)
   argv      write its argv as JSON to $DFLASH_RUN_DIR/argv.json, then behave like `beat`
 `--device=cuda:0` makes every thread report that device instead of "cpu" (the GPU check).
-Uses the real run-dir schema (dflash_train.schema), stdlib only.
+Uses the real run-dir schema (dflash_tui.contract.rundir), stdlib only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve()
 SRC = HERE.parent.parent / "src"
 sys.path.insert(0, str(SRC))
 
-from dflash_train.schema import (STATUS_JSON, ThreadStatus, TrainStatus, atomic_write_text,  # noqa: E402
+from dflash_tui.contract.rundir import (STATUS_JSON, ThreadStatus, TrainStatus, atomic_write_text,  # noqa: E402
                                  to_json)
 
 PROGRAM = str(HERE)

@@ -23,7 +23,7 @@ from dflash_train.compile_gate import (
     is_fx_race_error,
     is_recompile_error,
 )
-from dflash_train.schema import CompileState
+from dflash_tui.contract.rundir import CompileState
 
 
 class RacyCompiledFn:

@@ -90,7 +90,7 @@ def test_cuda_device_names():
 
 
 def test_check_from_status_json():
-    from dflash_train.schema import ThreadStatus, TrainStatus
+    from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
     from dflash_tui.gpu.health import gpu_check_for_status
 
     fake = FakeNvml(2)
@@ -112,12 +112,13 @@ async def test_run_monitor_adds_the_gpu_check_from_the_stream(tmp_path):
     and HealthTracker keeps its `since` like any other check."""
     from dflash_tui.config import Profile
     from dflash_tui.remote.local import LocalTarget
+    from dflash_tui.run.monitor import RunMonitor
     from dflash_tui.session import Session
 
     session = Session(Profile(name="gpu", run_dir=str(tmp_path / "run")),
                       targets=(LocalTarget(), LocalTarget()))
     try:
-        monitor = session.monitor()
+        monitor = RunMonitor(session)
         report = await monitor.poll()
         assert CHECK_ID not in [c.id for c in report.checklist.checks]   # no stream: no check
         monitor.gpu_snapshot = lambda: snap_of(FakeNvml(library_missing=True))

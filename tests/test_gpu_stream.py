@@ -210,7 +210,7 @@ async def test_open_gpu_source_for_this_machine_never_raises():
 
 
 def test_run_ref_from_launch_record():
-    from dflash_train.schema import LaunchRecord
+    from dflash_tui.contract.rundir import LaunchRecord
     from dflash_tui.gpu.sources import run_ref_from_launch
 
     rec = LaunchRecord(run_id="r", pid=42, pgid=42, start_ticks=9000, start_time=0.0, argv=["x"])

@@ -6,7 +6,7 @@ end-to-end scenarios that produce each row for real are in test_run_verdicts_*.p
 
 from __future__ import annotations
 
-from dflash_train.schema import ExitRecord, LaunchRecord, StopRecord, ThreadStatus, TrainStatus
+from dflash_tui.contract.rundir import ExitRecord, LaunchRecord, StopRecord, ThreadStatus, TrainStatus
 
 from dflash_tui.remote.ops import FileStat, PidInfo
 from dflash_tui.run.attempts import LaunchAttempt

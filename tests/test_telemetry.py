@@ -1,4 +1,4 @@
-"""Telemetry: the files the dashboard reads parse with dflash_train.schema, status.json is
+"""Telemetry: the files the dashboard reads parse with dflash_tui.contract.rundir, status.json is
 atomic and rate-limited, heartbeats keep coming while a thread compiles, and compiles are
 attributed to the thread that ran them from torch's own callbacks."""
 
@@ -12,8 +12,8 @@ import threading
 import pytest
 import torch
 
-from dflash_train import schema
-from dflash_train.schema import CompileState, Phase
+from dflash_tui.contract import rundir
+from dflash_tui.contract.rundir import CompileState, Phase
 from dflash_train.telemetry import Telemetry
 
 
@@ -26,8 +26,8 @@ class FakeClock:
 
 
 def _events(run_dir):
-    with open(os.path.join(run_dir, schema.EVENTS_JSONL)) as fh:
-        batch = schema.parse_events(fh)
+    with open(os.path.join(run_dir, rundir.EVENTS_JSONL)) as fh:
+        batch = rundir.parse_events(fh)
     assert batch.skipped == 0
     return batch.events
 
@@ -43,11 +43,11 @@ def test_status_rate_limited_atomic_and_parseable(tmp_path):
     assert not tel.publish(force=True)  # still held back, but remembered
     clock.t += 0.6
     assert tel.publish()
-    st = schema.parse_status((tmp_path / schema.STATUS_JSON).read_text())
+    st = rundir.parse_status((tmp_path / rundir.STATUS_JSON).read_text())
     assert st.run_id == "r1" and st.step == 5 and st.loss == 1.5
     assert st.threads[0].name == "drafter0" and st.threads[0].compile_state == "pending"
     tel.set_phase(Phase.FINISHED)       # the final write ignores the limit
-    assert schema.parse_status((tmp_path / schema.STATUS_JSON).read_text()).phase == "finished"
+    assert rundir.parse_status((tmp_path / rundir.STATUS_JSON).read_text()).phase == "finished"
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
     tel.close()
 
@@ -58,16 +58,16 @@ def test_log_goes_to_train_log_unless_stdout_is_it(tmp_path):
     tel.log("step 1 loss 2.0")
     tel.close()
     assert "step 1 loss 2.0" in out.getvalue()
-    assert "step 1 loss 2.0" in (tmp_path / schema.TRAIN_LOG).read_text()
+    assert "step 1 loss 2.0" in (tmp_path / rundir.TRAIN_LOG).read_text()
 
     # the launcher's wrapper: stdout already is train.log -> written once, not twice
     d2 = tmp_path / "wrapped"
     d2.mkdir()
-    with open(d2 / schema.TRAIN_LOG, "a") as fh:
+    with open(d2 / rundir.TRAIN_LOG, "a") as fh:
         tel2 = Telemetry(str(d2), "r2", 10, stdout=fh)
         tel2.log("only once")
         tel2.close()
-    assert (d2 / schema.TRAIN_LOG).read_text().count("only once") == 1
+    assert (d2 / rundir.TRAIN_LOG).read_text().count("only once") == 1
 
 
 def test_compile_state_events(tmp_path):
@@ -118,8 +118,8 @@ def test_heartbeat_continues_while_compiling_and_compiles_are_attributed(tmp_pat
     span = ends[0]["time"] - starts[0]["time"]
     assert span < 0.2 or beats_during, f"no heartbeat during a {span:.2f}s compile"
     beats = [e["time"] for e in events if e["kind"] == "heartbeat"]
-    assert max(b - a for a, b in zip(beats, beats[1:])) < schema.HEARTBEAT_INTERVAL_S
-    json.loads((tmp_path / schema.STATUS_JSON).read_text())
+    assert max(b - a for a, b in zip(beats, beats[1:])) < rundir.HEARTBEAT_INTERVAL_S
+    json.loads((tmp_path / rundir.STATUS_JSON).read_text())
 
 
 def test_parked_threads_stay_fresh_and_stalled_ones_do_not(tmp_path):

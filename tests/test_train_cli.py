@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from dflash_train import schema
+from dflash_tui.contract import rundir
 
 FAST = ["--compile", "off", "--eval-every", "0", "--log-every", "4", "--batch-size", "2"]
 
@@ -27,14 +27,14 @@ def _env(run_id="test-run"):
 
 
 def _events(run_dir):
-    with open(os.path.join(run_dir, schema.EVENTS_JSONL)) as fh:
-        batch = schema.parse_events(fh)
+    with open(os.path.join(run_dir, rundir.EVENTS_JSONL)) as fh:
+        batch = rundir.parse_events(fh)
     assert batch.skipped == 0
     return batch.events
 
 
 def _status(run_dir):
-    return schema.parse_status(open(os.path.join(run_dir, schema.STATUS_JSON)).read())
+    return rundir.parse_status(open(os.path.join(run_dir, rundir.STATUS_JSON)).read())
 
 
 @pytest.mark.parametrize("args, expect", [
@@ -57,7 +57,7 @@ def test_bad_arguments_fail_fast_with_one_line(tmp_path, args, expect):
     assert st.phase == "failed" and expect in st.last_error and st.run_id == "test-run"
     kinds = [e["kind"] for e in _events(tmp_path)]
     assert "error" in kinds and kinds[-1] == "exit"
-    assert not os.path.exists(tmp_path / schema.CHECKPOINTS_DIR)   # nothing was built
+    assert not os.path.exists(tmp_path / rundir.CHECKPOINTS_DIR)   # nothing was built
     assert time.monotonic() - t0 < 60
 
 
@@ -75,7 +75,7 @@ def _wait_for(predicate, timeout, proc=None, what=""):
 def _status_step(run_dir):
     try:
         return _status(run_dir).step
-    except (OSError, schema.SchemaError):
+    except (OSError, rundir.SchemaError):
         return -1
 
 
@@ -92,16 +92,16 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
             proc.kill()
     final = _status(tmp_path)
     assert final.phase == "finished"
-    ckpts = sorted(os.listdir(tmp_path / schema.CHECKPOINTS_DIR))
+    ckpts = sorted(os.listdir(tmp_path / rundir.CHECKPOINTS_DIR))
     assert ckpts == [f"step-{final.step:08d}"] and final.step >= 6
     exits = [e for e in _events(tmp_path) if e["kind"] == "exit"]
     assert exits[-1]["reason"] == "stopped" and exits[-1]["code"] == 0
-    log = (tmp_path / schema.TRAIN_LOG).read_text()
+    log = (tmp_path / rundir.TRAIN_LOG).read_text()
     assert "SIGTERM received" in log and f"checkpoint: step {final.step} saved" in log
 
 
 def _load_final(run_dir, step):
-    return torch.load(os.path.join(run_dir, schema.CHECKPOINTS_DIR, f"step-{step:08d}", "state.pt"),
+    return torch.load(os.path.join(run_dir, rundir.CHECKPOINTS_DIR, f"step-{step:08d}", "state.pt"),
                       weights_only=True)
 
 
@@ -123,7 +123,7 @@ def test_kill_9_then_resume_is_bitwise_identical_to_a_straight_run(tmp_path):
     # the same run, with room to go on, SIGKILLed right after its first checkpoint
     proc = subprocess.Popen(_cmd(killed, "--steps", "100000", *common), env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt = killed / schema.CHECKPOINTS_DIR / f"step-{every:08d}"
+    ckpt = killed / rundir.CHECKPOINTS_DIR / f"step-{every:08d}"
     try:
         _wait_for(lambda: ckpt.is_dir(), 240, proc, "the first checkpoint")
         proc.kill()
@@ -137,8 +137,8 @@ def test_kill_9_then_resume_is_bitwise_identical_to_a_straight_run(tmp_path):
     proc = subprocess.run(_cmd(killed, "--steps", str(steps), "--resume", *common), env=_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    log = (killed / schema.TRAIN_LOG).read_text()
-    resumed_from = max(int(n[5:]) for n in os.listdir(killed / schema.CHECKPOINTS_DIR) if n != f"step-{steps:08d}")
+    log = (killed / rundir.TRAIN_LOG).read_text()
+    resumed_from = max(int(n[5:]) for n in os.listdir(killed / rundir.CHECKPOINTS_DIR) if n != f"step-{steps:08d}")
     assert f"resume: loaded checkpoint at step" in log
 
     a, b = _load_final(straight, steps), _load_final(killed, steps)
@@ -175,7 +175,7 @@ def test_a_worker_exception_fails_the_run_cleanly(tmp_path, monkeypatch):
     monkeypatch.setenv("DFLASH_RUN_ID", "fault-run")
     rc = cli.main(["--run-dir", str(tmp_path), "--drafter-devices", "cpu,cpu", "--steps", "50", *FAST])
     assert rc == 1
-    log = (tmp_path / schema.TRAIN_LOG).read_text()
+    log = (tmp_path / rundir.TRAIN_LOG).read_text()
     assert "error in thread drafter1: RuntimeError: injected fault in drafter1" in log
     assert "Traceback (most recent call last)" in log
     st = _status(tmp_path)

@@ -3,7 +3,7 @@ preset, 300 steps on the synthetic corpus, as the dashboard launches it.
 
 Stated margins: the step loss falls by more than 40% from the first logged step to the last;
 acceptance length tau starts at ~1 (untrained drafter: 1.00 measured) and ends at >= 1.5
-(measured: 3.09 at step 300 with seed 0). Every telemetry file parses with dflash_train.schema.
+(measured: 3.09 at step 300 with seed 0). Every telemetry file parses with dflash_tui.contract.rundir.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from dflash_train import schema
+from dflash_tui.contract import rundir
 
 STEPS = 300
 
@@ -29,8 +29,8 @@ def test_two_drafter_threads_learn_and_telemetry_parses(tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=880)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
-    with open(tmp_path / schema.EVENTS_JSONL) as fh:
-        batch = schema.parse_events(fh)
+    with open(tmp_path / rundir.EVENTS_JSONL) as fh:
+        batch = rundir.parse_events(fh)
     assert batch.skipped == 0
     events = batch.events
     steps = [e for e in events if e["kind"] == "step"]
@@ -44,7 +44,7 @@ def test_two_drafter_threads_learn_and_telemetry_parses(tmp_path):
     assert evals[-1]["tau"] >= 1.5, evals
     assert len(steps[-1]["acc_per_pos"]) == 15
 
-    st = schema.parse_status((tmp_path / schema.STATUS_JSON).read_text())
+    st = rundir.parse_status((tmp_path / rundir.STATUS_JSON).read_text())
     assert st.run_id == "ci-learn" and st.phase == "finished" and st.step == STEPS
     assert st.tau == evals[-1]["tau"] or abs(st.tau - evals[-1]["tau"]) < 1e-3
     threads = {t.name: t for t in st.threads}
@@ -59,10 +59,10 @@ def test_two_drafter_threads_learn_and_telemetry_parses(tmp_path):
     assert any(e["state"] == "end" and e["thread"] == "drafter0" for e in compile_events)
 
     beats = [e["time"] for e in events if e["kind"] == "heartbeat"]
-    assert beats and max(b - a for a, b in zip(beats, beats[1:])) <= schema.HEARTBEAT_INTERVAL_S + 0.5
+    assert beats and max(b - a for a, b in zip(beats, beats[1:])) <= rundir.HEARTBEAT_INTERVAL_S + 0.5
     assert events[-1]["kind"] in ("exit", "heartbeat")
     assert [e for e in events if e["kind"] == "exit"][-1]["reason"] == "finished"
 
-    log = (tmp_path / schema.TRAIN_LOG).read_text()
+    log = (tmp_path / rundir.TRAIN_LOG).read_text()
     assert f"step {STEPS}/{STEPS} loss" in log and " tau " in log and "tok/s" in log
     assert "compile: warmed drafter0" in log

@@ -1,7 +1,7 @@
 """dflash_train: the bundled thread-pooled DFlash drafter trainer.
 
-This __init__ stays torch-free: the dashboard imports `dflash_train.schema` (the run-directory
-contract) and must not pull torch in with it.
+It writes its run directory through `dflash_tui.contract.rundir` (the stdlib-only contract the
+dashboard owns); nothing in the dashboard imports this package.
 """
 
 __version__ = "0.1.0"

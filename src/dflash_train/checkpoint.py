@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_train.schema import CHECKPOINTS_DIR, SCHEMA_VERSION
+from dflash_tui.contract.rundir import CHECKPOINTS_DIR, SCHEMA_VERSION
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "state.pt"

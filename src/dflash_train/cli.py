@@ -15,8 +15,7 @@ import time
 from dataclasses import asdict
 from typing import Sequence
 
-from dflash_train import schema
-from dflash_train.schema import EventKind, Phase
+from dflash_tui.contract.rundir import EventKind, Phase
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

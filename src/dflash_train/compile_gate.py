@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, TypeVar
 
-from dflash_train.schema import CompileState
+from dflash_tui.contract.rundir import CompileState
 
 T = TypeVar("T")
 

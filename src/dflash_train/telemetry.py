@@ -23,8 +23,8 @@ import time
 import traceback
 from typing import Any, Callable, Iterator
 
-from dflash_train import schema
-from dflash_train.schema import CompileState, EventKind, Phase, ThreadStatus, TrainStatus
+from dflash_tui.contract import rundir
+from dflash_tui.contract.rundir import CompileState, EventKind, Phase, ThreadStatus, TrainStatus
 
 
 def new_run_id() -> str:
@@ -40,7 +40,7 @@ class Telemetry:
         *,
         clock: Callable[[], float] = time.time,
         stdout: Any = None,
-        heartbeat_interval_s: float = schema.HEARTBEAT_INTERVAL_S / 2,
+        heartbeat_interval_s: float = rundir.HEARTBEAT_INTERVAL_S / 2,
     ) -> None:
         self.run_dir = run_dir
         self.clock = clock
@@ -50,9 +50,9 @@ class Telemetry:
         self._threads: dict[str, ThreadStatus] = {}
         self._last_publish = float("-inf")
         self._dirty = False
-        self._events = open(os.path.join(run_dir, schema.EVENTS_JSONL), "a", encoding="utf-8")
+        self._events = open(os.path.join(run_dir, rundir.EVENTS_JSONL), "a", encoding="utf-8")
         self._log_file = None if self._stdout_is_train_log() else open(
-            os.path.join(run_dir, schema.TRAIN_LOG), "a", encoding="utf-8"
+            os.path.join(run_dir, rundir.TRAIN_LOG), "a", encoding="utf-8"
         )
         self._beat_interval = heartbeat_interval_s
         self._beat_stop = threading.Event()
@@ -70,7 +70,7 @@ class Telemetry:
 
     def _stdout_is_train_log(self) -> bool:
         try:
-            return os.path.samestat(os.fstat(self._stdout.fileno()), os.stat(os.path.join(self.run_dir, schema.TRAIN_LOG)))
+            return os.path.samestat(os.fstat(self._stdout.fileno()), os.stat(os.path.join(self.run_dir, rundir.TRAIN_LOG)))
         except (OSError, AttributeError, ValueError):
             return False
 
@@ -95,7 +95,7 @@ class Telemetry:
     # -- events ----------------------------------------------------------------------------
 
     def event(self, kind: EventKind | str, **fields: Any) -> None:
-        line = schema.to_json(schema.make_event(kind, self.clock(), **fields))
+        line = rundir.to_json(rundir.make_event(kind, self.clock(), **fields))
         with self._lock:
             self._events.write(line + "\n")
             self._events.flush()
@@ -193,15 +193,15 @@ class Telemetry:
         """
         with self._lock:
             now = self.clock()
-            if not final and now - self._last_publish < schema.STATUS_MIN_INTERVAL_S:
+            if not final and now - self._last_publish < rundir.STATUS_MIN_INTERVAL_S:
                 self._dirty = self._dirty or force
                 return False
             self._dirty = False
             self._status.time = now
             self._status.threads = list(self._threads.values())
-            text = schema.to_json(self._status)
+            text = rundir.to_json(self._status)
             self._last_publish = now
-            schema.atomic_write_text(os.path.join(self.run_dir, schema.STATUS_JSON), text + "\n")
+            rundir.atomic_write_text(os.path.join(self.run_dir, rundir.STATUS_JSON), text + "\n")
             return True
 
     # -- heartbeat ---------------------------------------------------------------------------

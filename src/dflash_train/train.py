@@ -25,7 +25,7 @@ from dflash_train.checkpoint import CheckpointStore
 from dflash_train.compile_gate import CompileGate, TorchCompileControl
 from dflash_train.devices import DevicePlan
 from dflash_train.pool import PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, target_thread_name
-from dflash_train.schema import CompileState, EventKind, Phase
+from dflash_tui.contract.rundir import CompileState, EventKind, Phase
 from dflash_train.telemetry import Telemetry
 
 COMPILE_CHOICES = ("auto", "off", "eager", "aot_eager", "inductor")
@@ -476,7 +476,7 @@ class Trainer:
         self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps)
         per_pos = [round(sum(m.acc_per_pos[k] for m in metrics) / len(metrics), 4)
                    for k in range(min(len(m.acc_per_pos) for m in metrics))] if metrics else []
-        self.tel.event(EventKind.STEP, step=done, loss=round(loss, 5), acc=round(acc, 5),
+        self.tel.event(EventKind.STEP, step=done, loss=round(loss, 5), accuracy=round(acc, 5),
                        acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1))
         tau = None
         if args.eval_every and (done % args.eval_every == 0 or done == args.steps):

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .remote.container import parse_container_spec
+
 DEFAULT_PROFILE = "local"
 
 # A small CPU run of the bundled trainer: one target thread and two drafter threads, so the
 # embedded default exercises the thread pool and the compile gate without a GPU.
 LOCAL_TRAIN_ARGS = ("--target-devices", "cpu", "--drafter-devices", "cpu,cpu", "--steps", "2000")
 
-_CONTAINER_RE = re.compile(r"^(pct:\d+|docker:[A-Za-z0-9][A-Za-z0-9_.-]*)$")
 _PROFILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # A config file is a few KiB; anything this big is the wrong file, and is never read whole.
@@ -240,9 +241,11 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
     for key in _NUMBER_RANGES:
         if key in values:
             check_number(key, values[key], where)
-    if "container" in values and not _CONTAINER_RE.match(values["container"]):
-        raise ConfigError(f"{where}: container = {show_value(values['container'])} is not "
-                          f'"pct:ID" (digits) or "docker:NAME"')
+    if "container" in values:
+        try:
+            parse_container_spec(values["container"])
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     if "command" in values and not values["command"]:
         raise ConfigError(f"{where}: command = [] is empty; remove it to run the bundled trainer")
     if "command" in values and not values["command"][0]:

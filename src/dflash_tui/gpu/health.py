@@ -22,7 +22,7 @@ from ..run.verdict import Check, CheckState
 from .sample import GpuErrorKind, GpuSnapshot
 
 if TYPE_CHECKING:
-    from dflash_train.schema import TrainStatus
+    from ..contract.rundir import TrainStatus
 
 CHECK_ID = "gpus"
 LABEL = "GPUs in use by the run"
@@ -109,7 +109,7 @@ def _list(items: Iterable[int]) -> str:
     return ", ".join(str(i) for i in items)
 
 
-# Trainer phases after the main-thread compile warm-up (dflash_train.schema.Phase values).
+# Trainer phases after the main-thread compile warm-up (contract.rundir.Phase values).
 _PAST_COMPILE = {"training", "checkpointing", "finished"}
 
 

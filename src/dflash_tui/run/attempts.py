@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from dflash_train.schema import atomic_write_text
+from ..contract.rundir import atomic_write_text
 
 from ..config import Profile, state_dir
 
@@ -74,10 +73,3 @@ def load_attempt(profile: Profile) -> LaunchAttempt | None:
     except (OSError, ValueError, TypeError):
         return None
     return attempt if attempt.run_dir == profile.run_dir else None
-
-
-def forget_attempt(profile: Profile) -> None:
-    try:
-        os.unlink(_path_for(profile))
-    except OSError:
-        pass

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from dflash_train.schema import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
+from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
                                  STOP_JSON, TRAIN_LOG)
 
 from ..config import Profile

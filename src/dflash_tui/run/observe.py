@@ -12,7 +12,7 @@ import asyncio
 import posixpath
 from dataclasses import dataclass, field
 
-from dflash_train.schema import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
+from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
                                  TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord, TrainStatus,
                                  parse_exit, parse_launch, parse_status, parse_stop)
 

@@ -16,7 +16,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from dflash_train.schema import STOP_JSON, StopRecord, to_json
+from ..contract.rundir import STOP_JSON, StopRecord, to_json
 
 from ..remote.base import Target, TargetError
 from ..remote.ops import RemoteOps

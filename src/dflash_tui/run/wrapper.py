@@ -1,6 +1,6 @@
 """launch.sh: the POSIX-sh wrapper that proves, file by file, how far a launch got.
 
-Order matters and is the whole point (DESIGN.md, Launch):
+Order matters and is the whole point (docs/ARCHITECTURE.md, Launch):
 1. open train.log (``exec >>train.log 2>&1``) — if that fails, launch.json still gets written,
    with ``log_error`` saying why, and the trainer is not started (verdict LOG MISSING);
 2. write launch.json atomically (pid, pgid, start_ticks, start time, argv, host, user, python);
@@ -23,7 +23,7 @@ import shlex
 import time
 from typing import Sequence
 
-from dflash_train.schema import EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SCHEMA_VERSION, TRAIN_LOG
+from ..contract.rundir import EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SCHEMA_VERSION, TRAIN_LOG
 
 # launch.sh names its run id on this line, so a reader can tell which launch a wrapper belongs to
 # without parsing shell.

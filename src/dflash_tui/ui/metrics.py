@@ -1,7 +1,7 @@
 """The Metrics pane: loss, accuracy, τ and tokens/s over the steps of this run.
 
 Fed by the "step" records of events.jsonl (loss, accuracy, tokens/s) and its "eval" records
-(τ, measured by block verification every few hundred steps) (parsed with the shared schema, so a half-written
+(τ, measured by block verification every few hundred steps) (parsed with the run-dir contract, so a half-written
 last line is skipped, never fatal). A trainer that writes no step events still gets a curve:
 then each new step seen in status.json adds a point. History is bounded; a new run id starts
 a fresh history.
@@ -17,7 +17,7 @@ from rich.text import Text
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from dflash_train.schema import EventKind, TrainStatus, parse_events
+from ..contract.rundir import EventKind, TrainStatus, parse_events
 
 from .tables import OnScreenOnly
 
@@ -27,9 +27,9 @@ HISTORY = 600
 # first name is also the TrainStatus attribute.
 SERIES: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("loss",), "loss", "{:.4f}"),
-    (("accuracy", "acc"), "accuracy", "{:.3f}"),
+    (("accuracy",), "accuracy", "{:.3f}"),
     (("tau",), "τ (accept len)", "{:.2f}"),
-    (("tokens_per_s", "tok_s"), "tokens/s", "{:,.0f}"),
+    (("tokens_per_s",), "tokens/s", "{:,.0f}"),
 )
 
 

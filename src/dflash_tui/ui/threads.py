@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from dflash_train.schema import CompileState, Phase, ThreadStatus
+from ..contract.rundir import CompileState, Phase, ThreadStatus
 
 from ..run.report import RunReport
 from .fmt import age, one_line

@@ -1,0 +1,459 @@
+"""The run-directory contract: file names, records, events, and how each is validated.
+
+Stdlib-only and self-contained (it imports nothing of this package), so the same file is
+imported by the dashboard and the bundled trainer and copied verbatim into a run directory by
+the run probe. docs/ARCHITECTURE.md describes the contract in prose.
+
+Layout of RUN_DIR:
+
+    launch.sh      generated POSIX-sh wrapper
+    launch.json    written by the wrapper after train.log exists: proves the shell ran
+    launch.out     stdout/stderr of the wrapper itself (before train.log is open)
+    train.log      stdout+stderr of the trainer, human lines
+    events.jsonl   one JSON object per line (heartbeat, compile, step, eval, checkpoint, error, exit)
+    status.json    atomic snapshot, rewritten at most once a second
+    exit.json      written by the wrapper when the trainer ends
+    stop.json      written by `dflash-tui --stop` before it signals: who asked, when, how
+    checkpoints/   atomic checkpoints
+
+Every record carries ``"v": SCHEMA_VERSION`` and is validated field by field where it is read:
+a record a program wrote with a wrong type (``"pid": "abc"``), a non-finite or absurd number,
+or JSON nested too deep raises `SchemaError` naming the file, the field and the value, never
+anything else. events.jsonl readers skip and count such lines instead: a half-written last line
+is normal there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import math
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any, Iterable
+
+SCHEMA_VERSION = 1
+
+LAUNCH_SH = "launch.sh"
+LAUNCH_JSON = "launch.json"
+LAUNCH_OUT = "launch.out"
+TRAIN_LOG = "train.log"
+EVENTS_JSONL = "events.jsonl"
+STATUS_JSON = "status.json"
+EXIT_JSON = "exit.json"
+STOP_JSON = "stop.json"
+CHECKPOINTS_DIR = "checkpoints"
+
+# The trainer promises a heartbeat at least this often, compiling or not.
+HEARTBEAT_INTERVAL_S = 2.0
+# status.json is rewritten at most this often.
+STATUS_MIN_INTERVAL_S = 1.0
+
+
+class SchemaError(ValueError):
+    """A record that exists but cannot be understood (corrupt, wrong version, wrong shape)."""
+
+
+class CompileState(str, Enum):
+    PENDING = "pending"
+    WARMING = "warming"
+    COMPILED = "compiled"
+    WAITING_AT_GATE = "waiting_at_gate"
+    COMPILING = "compiling"
+    FAILED = "failed"
+
+
+class EventKind(str, Enum):
+    HEARTBEAT = "heartbeat"
+    COMPILE = "compile"
+    STEP = "step"
+    EVAL = "eval"
+    CHECKPOINT = "checkpoint"
+    ERROR = "error"
+    EXIT = "exit"
+
+
+class Phase(str, Enum):
+    STARTING = "starting"      # parsing args, building models
+    WARMING = "warming"        # main-thread compile warm-up
+    TRAINING = "training"
+    CHECKPOINTING = "checkpointing"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+@dataclass
+class LaunchRecord:
+    """launch.json: written by launch.sh once train.log exists, before the trainer starts."""
+
+    run_id: str
+    pid: int = field(metadata={"min": 1})   # the wrapper's pid; also its session and group leader
+    pgid: int = field(metadata={"min": 1})
+    start_ticks: int | None  # field 22 of /proc/<pid>/stat: guards a stop against pid reuse
+    start_time: float     # epoch seconds, target clock
+    argv: list[str]
+    host: str = ""
+    user: str = ""
+    python: str = ""
+    cwd: str = ""
+    v: int = SCHEMA_VERSION
+    # Set when the wrapper could not open train.log (why, as the shell said it): the wrapper
+    # then writes launch.json anyway and does not start the trainer (verdict LOG MISSING).
+    log_error: str = ""
+
+
+@dataclass
+class ExitRecord:
+    """exit.json: written by launch.sh when the trainer ends (not when it is SIGKILLed)."""
+
+    run_id: str
+    exit_code: int | None  # None when the trainer died of a signal
+    signal: int | None     # signal number when it died of one (shell reports 128+N)
+    end_time: float
+    v: int = SCHEMA_VERSION
+
+
+@dataclass
+class StopRecord:
+    """stop.json: written by the stopper before it sends any signal."""
+
+    run_id: str
+    pid: int = field(metadata={"min": 1})
+    requested_time: float
+    requested_by: str = ""
+    signal_sent: str = ""   # "SIGTERM", then "SIGKILL" if the grace period ran out
+    v: int = SCHEMA_VERSION
+
+
+@dataclass
+class ThreadStatus:
+    """One trainer thread, as the dashboard's Threads pane shows it."""
+
+    name: str
+    role: str                      # "target" | "drafter" | "main"
+    device: str
+    compile_state: str = CompileState.PENDING.value
+    graphs: int = 0                # compiled graphs (frames) this thread has caused
+    recompiles: int = 0
+    compile_seconds: float = 0.0
+    step: int = 0
+    last_step_time: float | None = None
+    last_beat_time: float | None = None   # the thread's own liveness, not the process's
+    error: str | None = None
+
+
+@dataclass
+class TrainStatus:
+    """status.json: the trainer's atomic snapshot of itself."""
+
+    run_id: str
+    pid: int = field(metadata={"min": 1})
+    time: float                    # when this snapshot was written (epoch, trainer clock)
+    phase: str = Phase.STARTING.value
+    step: int = 0
+    total_steps: int = 0
+    loss: float | None = None
+    accuracy: float | None = None
+    tau: float | None = None       # mean acceptance length from block verification
+    tokens_per_s: float | None = None
+    heartbeat_time: float | None = None
+    threads: list[ThreadStatus] = field(default_factory=list)
+    last_error: str | None = None
+    v: int = SCHEMA_VERSION
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainStatus":
+        return build_record(cls, data, STATUS_JSON)
+
+
+# -- events -------------------------------------------------------------------------------
+# One dataclass per kind: the fields a reader may rely on. Writers may add more (forward
+# compatibility); a known field of the wrong type makes the line unreadable, never a crash.
+
+@dataclass
+class StepEvent:
+    step: int = field(metadata={"min": 0})
+    loss: float | None = None
+    accuracy: float | None = None
+    tokens_per_s: float | None = None
+    step_time_s: float | None = None
+    mfu: float | None = None             # model FLOPs utilisation, 0..1, against `peak_tflops`
+    peak_tflops: float | None = None
+    acc_per_pos: list[float] = field(default_factory=list)
+
+
+@dataclass
+class EvalEvent:
+    step: int = field(metadata={"min": 0})
+    tau: float | None = None             # mean acceptance length from block verification
+    seconds: float | None = None
+    prompts: int | None = None
+    new_tokens: int | None = None
+
+
+@dataclass
+class CompileEvent:
+    thread: str
+    state: str                           # a CompileState value, or "start" / "end" / "recompile" / "warmup_done"
+    seconds: float | None = None
+
+
+@dataclass
+class CheckpointEvent:
+    step: int = field(metadata={"min": 0})
+    path: str = ""
+    action: str = ""                     # "saved" | "resumed"
+
+
+@dataclass
+class HeartbeatEvent:
+    phase: str = ""
+    step: int = 0
+
+
+@dataclass
+class ErrorEvent:
+    message: str = ""
+    fatal: bool = False
+
+
+@dataclass
+class ExitEvent:
+    code: int | None = None
+    step: int | None = None
+    reason: str = ""
+
+
+EVENT_TYPES: dict[str, type] = {
+    EventKind.STEP.value: StepEvent, EventKind.EVAL.value: EvalEvent,
+    EventKind.COMPILE.value: CompileEvent, EventKind.CHECKPOINT.value: CheckpointEvent,
+    EventKind.HEARTBEAT.value: HeartbeatEvent, EventKind.ERROR.value: ErrorEvent,
+    EventKind.EXIT.value: ExitEvent,
+}
+
+
+# -- validation -----------------------------------------------------------------------------
+# Bounds that no honest writer reaches: they keep a hostile record from costing memory or time.
+_INT_LIMIT = 1 << 63
+_MAX_ITEMS = 4096          # list fields (threads, argv, per-position accuracy)
+_MAX_DEPTH = 32            # JSON nesting: deeper is refused before the parser recurses on it
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_word(hint: Any) -> str:
+    words = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        parts = [_type_word(a) for a in typing.get_args(hint) if a is not type(None)]
+        return " or ".join(parts) + " or null"
+    if typing.get_origin(hint) is list:
+        return "a list"
+    return words.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _value(hint: Any, value: Any, where: str, meta: Any) -> Any:
+    """`value` as `hint` requires, or SchemaError naming `where` and the value."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            try:
+                return _value(inner[0], value, where, meta)
+            except SchemaError:
+                pass
+        raise SchemaError(f"{where} is {_show(value)}, expected {_type_word(hint)}")
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        if not isinstance(value, list):
+            raise SchemaError(f"{where} is {_show(value)}, expected a list")
+        if len(value) > _MAX_ITEMS:
+            raise SchemaError(f"{where} has {len(value)} items, more than {_MAX_ITEMS}")
+        return [_value(item, v, f"{where}[{i}]", None) for i, v in enumerate(value)]
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise SchemaError(f"{where} is {_show(value)}, expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int) or not -_INT_LIMIT < value < _INT_LIMIT:
+            raise SchemaError(f"{where} is {_show(value)}, expected an integer")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT):
+            raise SchemaError(f"{where} is {_show(value)}, expected a number")
+        value = float(value)
+        if not math.isfinite(value):
+            raise SchemaError(f"{where} is {_show(value)}, expected a finite number")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise SchemaError(f"{where} is {_show(value)}, expected a string")
+        return value
+    elif isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+        if not isinstance(value, dict):
+            raise SchemaError(f"{where} is {_show(value)}, expected an object")
+        return build_record(hint, value, where)
+    else:
+        raise TypeError(f"rundir: no rule for field type {hint!r}")
+    low = (meta or {}).get("min")
+    if low is not None and value < low:
+        raise SchemaError(f"{where} is {_show(value)}, expected at least {low}")
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def build_record(cls: type, data: dict[str, Any], what: str):
+    """A `cls` dataclass from a parsed JSON object, every known field type-checked.
+
+    Unknown keys are ignored (newer writers may add fields); a missing required field, or a
+    known one of the wrong type, raises SchemaError with the file (`what`), the field and the
+    value, e.g. ``launch.json: field 'pid' is 'abc', expected an integer``.
+    """
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise SchemaError(f"{what}: field {f.name!r} is missing")
+            continue
+        kwargs[f.name] = _value(hints[f.name], data[f.name], f"{what}: field {f.name!r}", f.metadata)
+    return cls(**kwargs)
+
+
+def _too_deep(text: str) -> bool:
+    if text.count("[") + text.count("{") <= _MAX_DEPTH:    # the common case, at C speed
+        return False
+    depth = 0
+    in_str = escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > _MAX_DEPTH:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
+def loads_object(text: str, what: str) -> dict[str, Any]:
+    """One JSON object of this schema version, or SchemaError saying what is wrong with it."""
+    if _too_deep(text):
+        raise SchemaError(f"{what} is nested more than {_MAX_DEPTH} levels deep: not a record of ours")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno} col {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:   # e.g. an integer of more than 4300 digits
+        raise SchemaError(f"{what} cannot be read: {str(exc)[:120]}") from None
+    if not isinstance(obj, dict):
+        raise SchemaError(f"{what} holds a {type(obj).__name__}, expected a JSON object")
+    v = obj.get("v")
+    if v != SCHEMA_VERSION or isinstance(v, bool):
+        raise SchemaError(f"{what} has schema version {_show(v)}, this reader understands {SCHEMA_VERSION}")
+    return obj
+
+
+def to_json(record: Any) -> str:
+    """One line of JSON for a record dataclass or a plain dict."""
+    obj = asdict(record) if hasattr(record, "__dataclass_fields__") else record
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True, allow_nan=False, default=str)
+
+
+def parse_launch(text: str) -> LaunchRecord:
+    return build_record(LaunchRecord, loads_object(text, LAUNCH_JSON), LAUNCH_JSON)
+
+
+def parse_exit(text: str) -> ExitRecord:
+    return build_record(ExitRecord, loads_object(text, EXIT_JSON), EXIT_JSON)
+
+
+def parse_stop(text: str) -> StopRecord:
+    return build_record(StopRecord, loads_object(text, STOP_JSON), STOP_JSON)
+
+
+def parse_status(text: str) -> TrainStatus:
+    return build_record(TrainStatus, loads_object(text, STATUS_JSON), STATUS_JSON)
+
+
+@dataclass
+class EventBatch:
+    events: list[dict[str, Any]]   # each a validated event: "kind", "time", and its kind's fields
+    skipped: int                   # lines that were not a valid event of this schema version
+
+
+def parse_event(line: str) -> dict[str, Any]:
+    """One events.jsonl line as a dict whose known fields have their declared types."""
+    obj = loads_object(line, EVENTS_JSONL)
+    kind = obj.get("kind")
+    if not isinstance(kind, str):
+        raise SchemaError(f"{EVENTS_JSONL}: field 'kind' is {_show(kind)}, expected a string")
+    obj["time"] = _value(float, obj.get("time"), f"{EVENTS_JSONL}: field 'time'", None)
+    cls = EVENT_TYPES.get(kind)
+    if cls is not None:
+        obj.update(asdict(build_record(cls, obj, f"{EVENTS_JSONL} ({kind})")))
+    return obj
+
+
+def parse_events(lines: Iterable[str]) -> EventBatch:
+    """Parse events.jsonl lines; count (never raise on) the ones that do not parse."""
+    events: list[dict[str, Any]] = []
+    skipped = 0
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            events.append(parse_event(line))
+        except SchemaError:
+            skipped += 1
+    return EventBatch(events, skipped)
+
+
+def make_event(kind: EventKind | str, time: float, **fields_: Any) -> dict[str, Any]:
+    """An event record; the fields its kind declares are checked as a reader will check them."""
+    kind = EventKind(kind).value
+    cls = EVENT_TYPES.get(kind)
+    if cls is not None:
+        build_record(cls, fields_, f"{kind} event")
+    return {"v": SCHEMA_VERSION, "kind": kind, "time": time, **fields_}
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write then rename, so a reader sees the old file or the new one, never half of one."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,95 @@
+"""The run-directory contract validates every field where a record is read.
+
+A record a program wrote with a wrong type, a non-finite or absurd number, or JSON nested too
+deep is a SchemaError that names the file, the field and the value; never another exception.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dflash_tui.contract.rundir import (SchemaError, make_event, parse_events, parse_exit, parse_launch,
+                                        parse_status, parse_stop)
+
+LAUNCH = {"v": 1, "run_id": "r1", "pid": 42, "pgid": 42, "start_ticks": 100, "start_time": 1.0e9,
+          "argv": ["python3", "train.py"], "host": "h", "user": "u", "python": "", "cwd": "/tmp", "log_error": ""}
+STATUS = {"v": 1, "run_id": "r1", "pid": 42, "time": 1.0e9, "phase": "training", "step": 3,
+          "threads": [{"name": "main", "role": "main", "device": "cpu"}]}
+
+
+def _with(base, **changes):
+    d = json.loads(json.dumps(base))
+    d.update(changes)
+    return json.dumps(d)
+
+
+def test_good_records_parse_with_their_types():
+    rec = parse_launch(json.dumps(LAUNCH))
+    assert rec.pid == 42 and rec.argv == ["python3", "train.py"] and isinstance(rec.start_time, float)
+    st = parse_status(json.dumps(STATUS))
+    assert st.step == 3 and st.threads[0].name == "main"
+    assert parse_exit('{"v":1,"run_id":"r1","exit_code":null,"signal":15,"end_time":5}').signal == 15
+    assert parse_stop('{"v":1,"run_id":"r1","pid":7,"requested_time":3}').pid == 7
+
+
+@pytest.mark.parametrize("parse,base,field,value,words", [
+    (parse_launch, LAUNCH, "pid", "abc", "launch.json: field 'pid' is 'abc', expected an integer"),
+    (parse_launch, LAUNCH, "pid", 0, "launch.json: field 'pid' is 0, expected at least 1"),
+    (parse_launch, LAUNCH, "pid", -5, "expected at least 1"),
+    (parse_launch, LAUNCH, "pid", True, "expected an integer"),
+    (parse_launch, LAUNCH, "log_error", ["a"], "launch.json: field 'log_error' is ['a'], expected a string"),
+    (parse_launch, LAUNCH, "argv", "python3 train.py", "field 'argv'"),
+    (parse_launch, LAUNCH, "argv", ["ok", 3], "field 'argv'[1] is 3, expected a string"),
+    (parse_launch, LAUNCH, "start_ticks", 2 ** 70, "field 'start_ticks'"),
+    (parse_status, STATUS, "step", "3", "status.json: field 'step' is '3', expected an integer"),
+    (parse_status, STATUS, "loss", "nan", "field 'loss'"),
+    (parse_status, STATUS, "threads", {"name": "x"}, "field 'threads'"),
+    (parse_status, STATUS, "threads", [{"name": 1, "role": "r", "device": "d"}], "field 'name' is 1"),
+])
+def test_a_wrong_type_names_the_file_field_and_value(parse, base, field, value, words):
+    with pytest.raises(SchemaError) as err:
+        parse(_with(base, **{field: value}))
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("text,words", [
+    ("[" * 100000 + "]" * 100000, "nested more than"),
+    ('{"v":1,"run_id":"r","pid":' + "9" * 5000 + ',"pgid":1}', "cannot be read"),
+    ('{"v":1,"run_id":"r","exit_code":0,"signal":null,"end_time":Infinity}', "finite"),
+    ('{"v":1,"run_id":"r","exit_code":0,"signal":null,"end_time":1e999}', "finite"),
+    ('{"v":true,"run_id":"r"}', "schema version"),
+    ("", "not valid JSON"),
+    ("\x00\x01", "not valid JSON"),
+])
+def test_hostile_json_is_a_schema_error(text, words):
+    with pytest.raises(SchemaError) as err:
+        parse_exit(text)
+    assert words in str(err.value)
+
+
+def test_a_missing_required_field_is_named():
+    d = dict(LAUNCH)
+    del d["pid"]
+    with pytest.raises(SchemaError, match="launch.json: field 'pid' is missing"):
+        parse_launch(json.dumps(d))
+
+
+def test_events_are_typed_and_bad_lines_are_counted_not_raised():
+    good = json.dumps(make_event("step", 1.0, step=3, loss=2.5, accuracy=0.4, tokens_per_s=10.0))
+    lines = [good,
+             '{"v":1,"kind":"step","time":1,"step":"3"}',      # wrong type: skipped
+             '{"v":1,"kind":"eval","time":1,"step":3,"tau":2}',  # int tau is a number
+             '{"v":1,"kind":"custom","time":2,"anything":[1]}',  # unknown kinds pass through
+             '{"v":1,"kind":"step","time":1,"st',                # half-written last line
+             "[" * 50000]
+    batch = parse_events(lines)
+    assert batch.skipped == 3
+    assert [e["kind"] for e in batch.events] == ["step", "eval", "custom"]
+    assert batch.events[1]["tau"] == 2.0 and isinstance(batch.events[1]["tau"], float)
+
+
+def test_make_event_refuses_what_a_reader_would_refuse():
+    with pytest.raises(SchemaError, match="step event: field 'loss'"):
+        make_event("step", 1.0, step=1, loss="low")
