@@ -108,7 +108,7 @@ def test_claim_of_a_live_launcher_refuses_launch_and_relaunch(tmp_path):
             line = res.stderr.strip()
             assert len(line.splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr
             assert "another launch of this run dir is in progress, started by ops@elsewhere " \
-                   f"(pid {holder.pid}) at " in line and str(claim) in line, line
+                   f"(pid {holder.pid}, launch) at " in line and str(claim) in line, line
             assert trainers(tag) == [] and claim.exists()
     finally:
         holder.kill()

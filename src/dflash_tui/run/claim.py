@@ -18,7 +18,6 @@ cannot remove a fresh one.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import posixpath
 import secrets
@@ -27,10 +26,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from ..contract.rundir import LAUNCH_CLAIM, ClaimRecord, SchemaError, parse_claim, to_json
 from ..remote.base import Target, TargetError
 from ..remote.ops import RemoteOps
 
-CLAIM_NAME = ".launch-claim"
 # Longer than any launch can take with the profile limits bounded as config.py bounds them
 # (preflight, a relaunch's stop with its grace, archive, write, detach, the launch deadline).
 CLAIM_STALE_AFTER_S = 30 * 60
@@ -113,42 +112,35 @@ def _launcher() -> str:
 
 @dataclass(frozen=True)
 class Holder:
-    """What a claim says about the launch that holds it (fields may be missing: not ours)."""
+    """The claim found in the run dir: its exact text, and its record when it is one of ours."""
 
     text: str
-    launcher: str = "?"
-    pid: int | None = None
-    start_ticks: int | None = None
-    machine: str = ""
-    action: str = "launch"
-    token: str = ""
+    record: ClaimRecord | None
 
     @classmethod
     def parse(cls, text: str) -> "Holder":
         try:
-            obj = json.loads(text)
-        except ValueError:
-            return cls(text)
-        if not isinstance(obj, dict):
-            return cls(text)
+            return cls(text, parse_claim(text))
+        except SchemaError:
+            return cls(text, None)
 
-        def get(key, kind, default):
-            value = obj.get(key)
-            return value if isinstance(value, kind) and not isinstance(value, bool) else default
-        launcher = "".join(ch if ch.isprintable() else "?" for ch in get("launcher", str, "?"))[:120]
-        return cls(text, launcher, get("pid", int, None), get("start_ticks", int, None),
-                   get("machine", str, ""), get("action", str, "launch")[:20], get("token", str, ""))
+    def who(self) -> str:
+        if self.record is None:
+            return "an unknown launcher (the claim is not one of ours)"
+        launcher = "".join(ch if ch.isprintable() else "?" for ch in self.record.launcher)[:120]
+        return f"{launcher} (pid {self.record.pid}, {self.record.action[:20]})"
 
     def alive_here(self) -> bool | None:
         """True/False when this machine can tell whether the holder still runs, else None."""
-        if self.machine != machine_id() or self.pid is None or self.pid <= 0:
+        rec = self.record
+        if rec is None or rec.machine != machine_id():
             return None
-        if self.pid == os.getpid():
-            return self.token in _HELD
-        ticks = _own_start_ticks(self.pid)
+        if rec.pid == os.getpid():
+            return rec.token in _HELD
+        ticks = _own_start_ticks(rec.pid)
         if ticks is None:
             return False
-        return self.start_ticks is None or ticks == self.start_ticks
+        return rec.start_ticks is None or ticks == rec.start_ticks
 
 
 def _utc(t: float) -> str:
@@ -175,12 +167,11 @@ class Claim:
 
 async def take_claim(target: Target, ops: RemoteOps, run_dir: str, action: str) -> Claim:
     """Take RUN_DIR/.launch-claim, breaking a stale one; raises ClaimRefused when it is held."""
-    path = posixpath.join(run_dir, CLAIM_NAME)
+    path = posixpath.join(run_dir, LAUNCH_CLAIM)
     token = secrets.token_hex(8)
     pid = os.getpid()
-    text = json.dumps({"v": 1, "token": token, "launcher": _launcher(), "pid": pid,
-                       "start_ticks": _own_start_ticks(pid), "machine": machine_id(),
-                       "action": action}, ensure_ascii=True, separators=(",", ":"))
+    text = to_json(ClaimRecord(token=token, launcher=_launcher(), pid=pid, start_ticks=_own_start_ticks(pid),
+                               machine=machine_id(), action=action))
     for _ in range(4):
         res = await target.run(["sh", "-c", _TAKE, "dflash-claim", run_dir, path, text], timeout=30)
         answer = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
@@ -203,9 +194,8 @@ async def take_claim(target: Target, ops: RemoteOps, run_dir: str, action: str) 
             await _break(target, ops, path, holder.text)
             continue
         since = f"{_utc(time.time() - age)}, {age:.0f} s ago" if age < 7200 else _utc(time.time() - age)
-        who = f"{holder.launcher} (pid {holder.pid})" if holder.pid is not None else holder.launcher
-        raise ClaimRefused(f"another launch of this run dir is in progress, started by {who} at {since} "
-                           f"({holder.action}); wait for it to finish, or remove {path} if that launcher is gone")
+        raise ClaimRefused(f"another launch of this run dir is in progress, started by {holder.who()} at {since}; "
+                           f"wait for it to finish, or remove {path} if that launcher is gone")
     raise ClaimRefused(f"{path} keeps changing under this launch; another launcher is racing for it, "
                        "try again in a moment")
 
