@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 
 from ..contract.rundir import LAUNCH_CLAIM, ClaimRecord, SchemaError, parse_claim, to_json
-from ..remote.base import Target, TargetError
+from ..remote.base import CommandResult, Target, TargetError
 from ..remote.ops import RemoteOps
 
 # Longer than any launch can take with the profile limits bounded as config.py bounds them
@@ -72,7 +72,12 @@ _HELD: set[str] = set()
 
 
 class ClaimRefused(Exception):
-    """The run dir is claimed by another launch (or the claim cannot be taken): one line."""
+    """The run dir is claimed by another launch (or the claim cannot be taken): one line.
+    `ran_nothing` is the claim command's result when the transport did not run it at all."""
+
+    def __init__(self, message: str, ran_nothing: CommandResult | None = None) -> None:
+        super().__init__(message)
+        self.ran_nothing = ran_nothing
 
 
 def _read_first(path: str) -> str:
@@ -183,7 +188,7 @@ async def take_claim(target: Target, ops: RemoteOps, run_dir: str, action: str) 
                                "fix the run dir's permissions")
         if answer != "held":
             raise ClaimRefused(f"the launch-claim command printed {res.stdout.strip()[-200:]!r} "
-                               f"(exit status {res.exit_status}): the transport did not run it")
+                               f"(exit status {res.exit_status}): the transport did not run it", res)
         holder, age, problem = await _inspect(ops, path)
         if problem:
             raise ClaimRefused(f"{path} {problem}; remove it if no launch of this run dir is in progress")

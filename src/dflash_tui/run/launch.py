@@ -19,7 +19,7 @@ from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT,
                                  STOP_JSON, TRAIN_LOG)
 
 from ..config import Profile
-from ..remote.base import CommandTimeout, Target, TargetError, TargetUnreachable
+from ..remote.base import CommandResult, CommandTimeout, Target, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps
 from .attempts import LaunchAttempt
 from .claim import ClaimRefused, take_claim
@@ -88,6 +88,7 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
     monitor store it); the returned outcome holds the first verdict."""
     t0 = time.monotonic()
     run_dir = run_dir or profile.run_dir
+    own_trainer = argv is None
     argv = list(argv) if argv is not None else profile.trainer_argv
     limits = limits or Limits.from_profile(profile)
     pre = None
@@ -98,13 +99,24 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
             out = not_launched(pre)
             out.seconds = time.monotonic() - t0
             return out
+        if own_trainer and pre.program:
+            # Run exactly what preflight checked: the program as found from the run dir.
+            argv[0] = pre.program
 
     # From here to the first verdict this launch owns the run dir: nothing below (the live-run
     # check, the stop, the archive, the write, the detach) may interleave with another launch.
     try:
         claim = await take_claim(target, ops, run_dir, "relaunch" if relaunch else "launch")
     except ClaimRefused as exc:
-        raise LaunchRefused(str(exc)) from None
+        if exc.ran_nothing is None:
+            raise LaunchRefused(str(exc)) from None
+        # The transport runs nothing (the incident's `pct exec`): no launch can happen through
+        # it, so the evidence is the claim command's own status, judged like a failed write.
+        attempt = await _unwritten(new_run_id(), run_dir, target, ops, exc.ran_nothing)
+        if on_attempt is not None:
+            on_attempt(attempt)
+        ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
+        return LaunchOutcome(checklist, attempt.run_id, pre, attempt, ev, seconds=time.monotonic() - t0)
     try:
         return await _launch_claimed(profile, target, ops, run_dir=run_dir, argv=argv, pre=pre,
                                      relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0)
@@ -140,7 +152,8 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
                                  seconds=time.monotonic() - t0)
 
     run_id = new_run_id()
-    script = render_wrapper(run_dir, run_id, argv, python=profile.python).encode()
+    python = pre.program if pre is not None and pre.program and profile.uses_bundled_trainer else profile.python
+    script = render_wrapper(run_dir, run_id, argv, python=python).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None
@@ -155,10 +168,7 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
     if not written:
         # No launch.sh on the target: sending the detach would only fail later; the evidence
         # is the write command's own status.
-        attempt = LaunchAttempt(run_id=run_id, run_dir=run_dir, target=target.label, local_time=time.time(),
-                                target_time=await ops.now(), exit_status=write_res.exit_status if write_res else None,
-                                stdout=write_res.stdout if write_res else "", stderr=write_res.stderr if write_res else "",
-                                wrapper_written=False)
+        attempt = await _unwritten(run_id, run_dir, target, ops, write_res)
     else:
         try:
             res = await target.run(detach_argv(run_dir), timeout=20)
@@ -177,6 +187,16 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
 
     ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
     return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0)
+
+
+async def _unwritten(run_id: str, run_dir: str, target: Target, ops: RemoteOps,
+                     res: CommandResult | None) -> LaunchAttempt:
+    """The attempt of a launch whose launch.sh never reached the target: `res` is the command
+    that should have put it (or the claim) there."""
+    return LaunchAttempt(run_id=run_id, run_dir=run_dir, target=target.label, local_time=time.time(),
+                         target_time=await ops.now(), exit_status=res.exit_status if res else None,
+                         stdout=res.stdout if res else "", stderr=res.stderr if res else "",
+                         wrapper_written=False)
 
 
 async def first_verdict(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,

@@ -8,6 +8,7 @@ a one-shot command. Each check is a `Check`; the first failure says what to fix.
 from __future__ import annotations
 
 import json
+import posixpath
 import time
 from dataclasses import dataclass, field
 
@@ -49,16 +50,32 @@ except Exception as exc:
 print("dflash-probe " + json.dumps(out))
 '''
 
-_WHICH = 'command -v -- "$1" || echo "dflash-which: not found"'
+# The program is looked up the way the wrapper will run it: from the run dir (launch.sh runs
+# there), so a relative path means RUN_DIR/path, and a bare name is a PATH search. Both print
+# the absolute path found, which is what the launch then runs. $1 = run dir, $2 = program.
+_RESOLVE = r'''
+cd -- "$1" 2>/dev/null || { echo "dflash-which: no-dir"; exit 0; }
+p=$(command -v -- "$2" 2>/dev/null) || { echo "dflash-which: not found"; exit 0; }
+case $p in
+  /*) ;;
+  */*) p="$PWD/$p" ;;
+  *) echo "dflash-which: not found"; exit 0 ;;
+esac
+echo "dflash-which $p"
+'''
 # Runs the probe only if the interpreter exists, and says so otherwise: a bare 127 is ambiguous
-# through `pct exec`/`docker exec` (the tool itself missing gives the same status).
-_RUN_IF_FOUND = 'command -v -- "$1" >/dev/null 2>&1 || { echo "dflash-probe-missing"; exit 3; }; exec "$@"'
+# through `pct exec`/`docker exec` (the tool itself missing gives the same status). $1 = the
+# absolute path _RESOLVE found.
+_RUN_IF_FOUND = '[ -x "$1" ] || { echo "dflash-probe-missing"; exit 3; }; exec "$@"'
 
 
 @dataclass
 class PreflightResult:
     checks: list[Check] = field(default_factory=list)
     unreachable: bool = False   # the CLI's exit code 3
+    # The absolute path of python (bundled trainer) or command[0], found from the run dir as
+    # the wrapper would find it: the launch runs this path, so preflight and run agree.
+    program: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -136,19 +153,19 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
                       f"free space or lower min_free_gb (now {profile.min_free_gb})" if state is FAIL else "", now))
 
         # 5. python / torch (bundled trainer) or the command's program
-        if profile.uses_bundled_trainer:
-            await _probe_python(profile, target, add, now)
+        what = "Python found" if profile.uses_bundled_trainer else "Program found"
+        prog = profile.python if profile.uses_bundled_trainer else profile.command[0]
+        found, why = await resolve_program(target, profile.run_dir, prog)
+        if found is None:
+            add(Check("pre_python", what, FAIL, why,
+                      f"set {'python' if profile.uses_bundled_trainer else 'command'} in the profile to an "
+                      "absolute path on the target", now))
+        elif profile.uses_bundled_trainer:
+            out.program = found
+            await _probe_python(profile, found, target, add, now)
         else:
-            prog = profile.command[0]
-            res = await target.run(["sh", "-c", _WHICH, "dflash-which", prog], timeout=30)
-            found = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
-            if not found:
-                add(Check("pre_python", "Program found", FAIL, _ran_nothing(res, "`command -v`"), "", now))
-            elif found.startswith("dflash-which:"):
-                add(Check("pre_python", "Program found", FAIL, f"{prog!r} not found on the target's PATH",
-                          "fix `command` in the profile (an absolute path is safest)", now))
-            else:
-                add(Check("pre_python", "Program found", OK, found, "", now))
+            out.program = found
+            add(Check("pre_python", what, OK, found, "", now))
     except (TargetUnreachable, CommandTimeout) as exc:
         out.unreachable = isinstance(exc, TargetUnreachable)
         add(Check("pre_transport", "Transport", FAIL, exc.message, exc.hint, now))
@@ -166,8 +183,24 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
     return out
 
 
-async def _probe_python(profile: Profile, target: Target, add, now: float) -> None:
-    res = await target.run(["sh", "-c", _RUN_IF_FOUND, "dflash-python", profile.python, "-c", _PYTHON_PROBE],
+async def resolve_program(target: Target, run_dir: str, prog: str) -> tuple[str | None, str]:
+    """(absolute path, "") of `prog` as the wrapper will find it from `run_dir`, or (None, why)."""
+    res = await target.run(["sh", "-c", _RESOLVE, "dflash-which", run_dir, prog], timeout=30)
+    line = next((l for l in reversed(res.stdout.splitlines()) if l.startswith("dflash-which")), "")
+    if line.startswith("dflash-which /"):
+        return posixpath.normpath(line[len("dflash-which "):]), ""
+    if not line:
+        return None, _ran_nothing(res, "`command -v`")
+    if line == "dflash-which: no-dir":
+        return None, f"cannot enter the run dir {run_dir} to look for {prog!r}"
+    if "/" in prog and not prog.startswith("/"):
+        return None, (f"{prog!r} not found in {run_dir}: a relative path is resolved from the run dir, "
+                      "where the wrapper runs")
+    return None, f"{prog!r} not found on the target's PATH"
+
+
+async def _probe_python(profile: Profile, python: str, target: Target, add, now: float) -> None:
+    res = await target.run(["sh", "-c", _RUN_IF_FOUND, "dflash-python", python, "-c", _PYTHON_PROBE],
                            timeout=120)
     line = next((l for l in res.stdout.splitlines() if l.startswith("dflash-probe ")), None)
     if line is None:
@@ -186,7 +219,7 @@ async def _probe_python(profile: Profile, target: Target, add, now: float) -> No
     except ValueError:
         add(Check("pre_python", "Python found", FAIL, "the python probe answered garbage", "", now))
         return
-    add(Check("pre_python", "Python found", OK, f"{info.get('python')} ({info.get('version')})", "", now))
+    add(Check("pre_python", "Python found", OK, f"{python} (python {info.get('version')})", "", now))
     if "torch_error" in info:
         add(Check("pre_torch", "import torch", FAIL, info["torch_error"],
                   f"install torch for {profile.python} (pip install 'dflash-tui[train]')", now))
