@@ -1,15 +1,19 @@
 """dflash-tui: the dashboard, or a headless check/launch/stop/canary with an exit code.
 
-Exit codes (README, "Exit codes"):
-  0  healthy: RUNNING or FINISHED (for --stop: the run is stopped; --canary: it passed)
+Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
+  0  healthy: RUNNING or FINISHED (for --stop: the run is stopped or was not running;
+     --canary: it passed)
   1  failing verdict: NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, NOT LAUNCHED,
-     GPU LOST (a GPU of the host fell off the bus while the run is alive)
-     (for --stop: nothing signalled because the pid was reused, or it survived SIGKILL;
-      --canary: it failed)
-  2  usage or config error
-  3  target unreachable (connect, auth, host key, container not running)
+     GPU LOST (a GPU of the host fell off the bus while the run is alive); a refused launch
+     (another launch of the run dir in progress, or its run still alive); --stop signalled
+     nothing (pid reused, or launch.json has no start time to verify it) or the process
+     survived SIGKILL; --canary failed (an operation the target refused on its own files,
+     should one ever reach this far, exits 1 too: it is bad data there, not a dead link)
+  2  usage or config error, out-of-range number or unusable SSH file included
+  3  target unreachable (connect, auth, host key, timeout, container not running)
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
+  130  interrupted (Ctrl-C); the run on the target keeps running
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
@@ -30,7 +34,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
-from .remote.base import TargetError
+from .remote.base import OpRefused, TargetError
 from .run.verdict import CheckState, Checklist, Verdict
 
 EXIT_HEALTHY, EXIT_FAILING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNDECIDED = 0, 1, 2, 3, 4
@@ -255,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_run_mode(args, profile))
     except ConfigError as exc:
         return _fail(args, EXIT_USAGE, str(exc))
+    except OpRefused as exc:     # the target answered: what it refused is bad data there, not a dead link
+        return _fail(args, EXIT_FAILING, str(exc))
     except TargetError as exc:   # unreachable, auth, host key, container stopped, timeout
         return _fail(args, EXIT_UNREACHABLE, str(exc))
     except BrokenPipeError:

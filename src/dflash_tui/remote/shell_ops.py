@@ -20,7 +20,7 @@ from typing import Sequence
 
 from . import agent_server
 from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from
-from .base import CommandResult, Target, TargetError
+from .base import CommandResult, OpRefused, Target, TargetError
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
 
 SENTINEL = "@@dflash-ok@@"
@@ -252,9 +252,9 @@ class ShellOps:
             if err == "No such file or directory":
                 return chunk_from({"path": path, "offset": 0 if offset == "tail" else int(offset),
                                    "data": "", "size": 0, "inode": 0, "exists": False})
-            raise TargetError(f"{op} on {self.label}: cannot read {path}: {err}")
+            raise OpRefused(f"{op} on {self.label}: cannot read {path}: {err}")
         if head.startswith("F"):
-            raise TargetError(f"{op} on {self.label}: cannot read {path}: {head[1:]}")
+            raise OpRefused(f"{op} on {self.label}: cannot read {path}: {head[1:]}")
         off, size, ino = head[1:].split()
         data = fields[1].replace("\n", "") if len(fields) > 1 else ""
         return chunk_from({"path": path, "offset": int(off), "data": data, "size": int(size),
@@ -262,7 +262,7 @@ class ShellOps:
 
     async def read(self, path: str, offset: int = 0, max_bytes: int = 1 << 20) -> FileChunk:
         if offset < 0 or max_bytes < 0:
-            raise TargetError(f"read on {self.label}: offset and max_bytes must not be negative")
+            raise OpRefused(f"read on {self.label}: offset and max_bytes must not be negative")
         return await self._read("read", path, str(int(offset)), max_bytes)
 
     async def read_tail(self, path: str, max_bytes: int = 64 << 10) -> FileChunk:
@@ -272,7 +272,7 @@ class ShellOps:
         pids = [int(p) for p in pids]
         for p in pids:
             if p <= 0:
-                raise TargetError(f"pid_info on {self.label}: pid must be a positive integer, got {p}")
+                raise OpRefused(f"pid_info on {self.label}: pid must be a positive integer, got {p}")
         if not pids:
             return []
         fields = await self._run("pid_info", _PID_INFO, *map(str, pids))
@@ -289,14 +289,14 @@ class ShellOps:
                      cmdline_contains: str | None, group: bool = False) -> str:
         pid, sig = int(pid), int(sig)
         if pid <= 0:
-            raise TargetError(f"signal on {self.label}: pid must be a positive integer, got {pid}")
+            raise OpRefused(f"signal on {self.label}: pid must be a positive integer, got {pid}")
         (answer,) = await self._run(
             "signal", _SIGNAL, str(pid), str(sig),
             "" if start_ticks is None else str(int(start_ticks)),
             "0" if cmdline_contains is None else "1", cmdline_contains or "",
             "1" if group else "0")
         if answer.startswith("F"):
-            raise TargetError(f"signal on {self.label}: not permitted to signal pid {pid}: "
+            raise OpRefused(f"signal on {self.label}: not permitted to signal pid {pid}: "
                               f"{_strerror(answer[1:])}")
         return answer
 
@@ -317,7 +317,7 @@ class ShellOps:
         start = posixpath.normpath(start)
         fields = await self._run("disk_free", _DISK_FREE, start)
         if fields[0].startswith("E"):
-            raise TargetError(f"disk_free on {self.label}: cannot measure free space at "
+            raise OpRefused(f"disk_free on {self.label}: cannot measure free space at "
                               f"{start}: {_strerror(fields[0][1:])}")
         avail, frsize, blocks = (int(x) for x in fields[1].split())
         return diskfree_from({"path": path, "checked": fields[0][1:], "free": avail * frsize,
@@ -332,7 +332,7 @@ class ShellOps:
         prefix = path if path.endswith("/") else path + "/"
         fields = await self._run("list_dir", _LIST_DIR, path, prefix)
         if fields and fields[0].startswith("F"):
-            raise TargetError(f"list_dir on {self.label}: cannot list {path}: {fields[0][1:]}")
+            raise OpRefused(f"list_dir on {self.label}: cannot list {path}: {fields[0][1:]}")
         recs = []
         for name_f, stat_f in zip(fields[0::2], fields[1::2], strict=True):
             recs.append(_stat_record(name_f[1:], stat_f))

@@ -73,6 +73,9 @@ async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: flo
     t0 = time.monotonic()
     ev = await gather(ops, run_dir)
     launch = ev.launch
+    if launch is None and ev.launch_problem:
+        return StopResult("unverified", None, None, time.monotonic() - t0,
+                          f"{ev.launch_problem}: no process can be verified as the run, nothing was signalled")
     if launch is None:
         return StopResult("no-run", None, None, 0.0, f"no launch.json in {run_dir}: nothing to stop")
     proc = ev.proc
