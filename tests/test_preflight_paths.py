@@ -60,3 +60,32 @@ def test_relative_command_in_the_run_dir_launches_its_absolute_path(tmp_path):
         assert launch["argv"][0] == str(run / "bin" / "prog")
     finally:
         cli_in(tmp_path, tmp_path, "--config", str(cfg), "--stop")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_run_file_that_is_not_regular_is_refused_before_the_launch(tmp_path, kind):
+    run = tmp_path / "run"
+    run.mkdir()
+    if kind == "fifo":
+        os.mkfifo(run / "train.log")     # the wrapper's `exec >>train.log` would block on it forever
+    else:
+        (run / "exit.json").mkdir()
+    cfg = write_config(tmp_path, p={"run_dir": str(run), "min_free_gb": 0, "command": [sys.executable, PROGRAM, "beat"]})
+    t0 = time.monotonic()
+    res = cli_in(tmp_path, tmp_path, "--config", str(cfg), "--launch", "--json")
+    assert time.monotonic() - t0 < 20
+    out = json.loads(res.stdout)
+    name = "train.log" if kind == "fifo" else "exit.json"
+    assert res.returncode == 1 and out["verdict"] == "NOT LAUNCHED", out
+    assert f"{run}/{name} is a {'FIFO' if kind == 'fifo' else 'directory'}, not a regular file" in out["summary"], out
+    assert not (run / "launch.sh").exists()
+
+
+def test_run_dir_behind_a_symlink_into_a_system_dir_is_refused(tmp_path):
+    (tmp_path / "data").symlink_to("/etc")
+    cfg = write_config(tmp_path, p={"run_dir": str(tmp_path / "data" / "dflash-run"), "min_free_gb": 0,
+                                    "command": ["true"]})
+    res = cli_in(tmp_path, tmp_path, "--config", str(cfg), "--launch", "--json")
+    out = json.loads(res.stdout)
+    assert res.returncode == 1 and "/etc/dflash-run on the target (through a symlink)" in out["summary"], out
+    assert not os.path.exists("/etc/dflash-run")

@@ -184,6 +184,14 @@ def check_number(key: str, value: float, where: str) -> None:
                           f"{rel} {low:g} and <= {high:g}")
 
 
+def system_dir(path: str) -> bool:
+    """Whether an absolute, normalised path is, or is inside, a system directory (or is one of
+    the shared top-level ones itself): no place for a run dir."""
+    inside = any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIRS)
+    excepted = any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIR_EXCEPTIONS)
+    return path == "/" or (inside and not excepted) or path in _TOP_LEVEL_DIRS
+
+
 def check_run_dir(run_dir: str, where: str) -> str:
     """The run dir, normalised; a ConfigError for '..', a control character, a relative path or
     a system directory."""
@@ -199,9 +207,7 @@ def check_run_dir(run_dir: str, where: str) -> str:
     if norm == "/":
         raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} would put run files in the root; "
                           "choose a directory")
-    inside = any(norm == d or norm.startswith(d + "/") for d in _SYSTEM_DIRS)
-    excepted = any(norm == d or norm.startswith(d + "/") for d in _SYSTEM_DIR_EXCEPTIONS)
-    if (inside and not excepted) or norm in _TOP_LEVEL_DIRS:
+    if system_dir(norm):
         raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} is a system directory (or inside "
                           "one); choose a directory of its own, e.g. /srv/dflash/runs/NAME")
     return norm

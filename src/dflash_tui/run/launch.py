@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
-                                 STOP_JSON, TRAIN_LOG)
+from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
+                               STOP_JSON, TRAIN_LOG)
 
 from ..config import Profile
 from ..remote.base import CommandResult, CommandTimeout, Target, TargetError, TargetUnreachable
@@ -25,13 +25,13 @@ from .attempts import LaunchAttempt
 from .claim import ClaimRefused, take_claim
 from .health import Limits, evaluate
 from .observe import Evidence, gather, process_matches
-from .preflight import PreflightResult, run_preflight
+from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
 from .stop import StopResult, stop_run
 from .verdict import Check, CheckState, Checklist, Verdict
 from .wrapper import detach_argv, new_run_id, parse_detach_output, render_wrapper
 
-# The files that describe one run; checkpoints/ stays, so a relaunch can --resume.
-PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON)
+# The files that describe one run (preflight.PER_RUN_FILES); checkpoints/ stays, so a relaunch
+# can --resume.
 HISTORY_DIR = "history"
 
 # $1 = run dir, $2 = history sub-dir name, then the file names. Moves regular files only: a

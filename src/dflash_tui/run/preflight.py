@@ -12,13 +12,17 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 
-from ..config import Profile
+from ..config import Profile, system_dir
+from ..contract.rundir import EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON, TRAIN_LOG
 from ..remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps
 from .observe import gather, process_matches
 from .verdict import Check, CheckState
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
+
+# The files that describe one run (run/launch.py moves them to history/ on the next launch).
+PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON)
 
 # $1 = run dir. Prints key=value lines; each step's failure is printed, not fatal, so one
 # round trip answers all of them. `df -P` is POSIX (1024-byte blocks with -k).
@@ -28,6 +32,28 @@ if err=$(mkdir -p -- "$d" 2>&1); then echo "mkdir=ok"; else echo "mkdir=$err" | 
 p="$d/.dflash-write-probe.$$"
 if err=$( (echo probe >"$p") 2>&1 ); then rm -f -- "$p"; echo "write=ok"; else echo "write=$err" | tr '\n' ' '; echo; fi
 df -Pk -- "$d" 2>/dev/null | awk 'NR==2 {print "avail_kb=" $4}'
+echo "end=1"
+'''
+
+# Before anything is created: where the run dir really is (symlinks resolved, from its nearest
+# existing ancestor), and which of the per-run files exist as something other than a regular
+# file (a FIFO train.log would block the wrapper; the archive moves regular files only).
+# $1 = run dir, then the per-run file names.
+_WHERE_PROBE = r'''
+d=$1; shift
+p=$d rest=
+while [ ! -d "$p" ]; do rest="/${p##*/}$rest"; q=$(dirname -- "$p"); [ "$q" = "$p" ] && break; p=$q; done
+if r=$(cd -- "$p" 2>/dev/null && pwd -P); then echo "real=${r%/}$rest"; fi
+for f do
+  if [ -e "$d/$f" ] || [ -L "$d/$f" ]; then
+    if [ -d "$d/$f" ]; then echo "odd=$f directory"
+    elif [ ! -f "$d/$f" ]; then
+      k="special file"; [ -p "$d/$f" ] && k=FIFO; [ -S "$d/$f" ] && k=socket; [ -c "$d/$f" ] && k="character device"
+      [ -b "$d/$f" ] && k="block device"; [ -L "$d/$f" ] && [ ! -e "$d/$f" ] && k="dangling symlink"
+      echo "odd=$f $k"
+    fi
+  fi
+done
 echo "end=1"
 '''
 
@@ -127,6 +153,30 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
         add(Check("pre_container", "Container running", OK, f"{profile.container} is running", "", now))
 
     try:
+        # 3a. the run dir is not a system directory behind a symlink, and holds no run file that
+        # is not a regular file
+        res = await target.run(["sh", "-c", _WHERE_PROBE, "dflash-where", profile.run_dir, *PER_RUN_FILES],
+                               timeout=30)
+        lines = res.stdout.splitlines()
+        if "end=1" not in lines:
+            add(Check("pre_run_dir", "Run dir writable", FAIL, _ran_nothing(res, "the run-dir probe"),
+                      "try `true` through the same transport; for pct, check `pct exec` works", now))
+            return out
+        real = next((l[5:] for l in lines if l.startswith("real=")), "")
+        if real and real != profile.run_dir and system_dir(real):
+            add(Check("pre_run_dir", "Run dir writable", FAIL,
+                      f"{profile.run_dir} is {real} on the target (through a symlink), a system directory",
+                      "choose a run_dir of its own, e.g. /srv/dflash/runs/NAME", now))
+            return out
+        odd = [l[4:] for l in lines if l.startswith("odd=")]
+        if odd:
+            name, _, kind = odd[0].partition(" ")
+            add(Check("pre_run_files", "Run files", FAIL,
+                      f"{profile.run_dir}/{name} is a {kind}, not a regular file"
+                      + (f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""),
+                      "remove it: the wrapper and the archive handle regular files only", now))
+            return out
+
         # 3. run dir creatable + writable, 4. free disk
         res = await target.run(["sh", "-c", _DIR_PROBE, "dflash-preflight", profile.run_dir], timeout=30)
         kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
