@@ -315,6 +315,8 @@ def parse_config(text: str, path: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
+        raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
     extra = sorted(set(data) - {"profile"})
     if extra:
         raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}; profiles go under [profile.NAME]")
