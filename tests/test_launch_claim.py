@@ -148,3 +148,65 @@ def test_claim_that_is_not_a_regular_file_is_refused_by_name(tmp_path):
     res = cli(tmp_path, "--config", str(cfg), "--launch", timeout=30)
     assert time.monotonic() - t0 < 20
     assert res.returncode == 1 and f"{tmp_path / 'run' / CLAIM} is not a regular file" in res.stderr, res.stderr
+
+
+async def test_the_dashboards_r_and_a_script_at_once_start_one_trainer(tmp_path, monkeypatch):
+    """The dashboard's `r` (SessionSource.relaunch, as the key calls it) racing a script's
+    `--launch` of the same profile: one trainer; the loser is told why."""
+    import asyncio
+
+    from dflash_tui.config import load_config
+    from dflash_tui.ui.source import ActionError
+    from dflash_tui.ui.session_source import SessionSource
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    tag = f"--tag={uuid.uuid4().hex}"
+    cfg = write_config(tmp_path, race=local(tmp_path / "run", "beat", tag))
+    argv = [sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--launch", "--wait", "20"]
+    source = SessionSource(load_config(cfg).profile("race"))
+    try:
+        for attempt in range(3):
+            script = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                          env=env_for(tmp_path))
+            try:
+                said = await source.relaunch()
+            except ActionError as exc:
+                said = f"refused: {exc}"
+            out, err = await script.communicate()
+            assert len(trainers(tag)) == 1, (attempt, said, out, err)
+            if said.startswith("refused"):
+                assert "another launch of this run dir is in progress" in said or "still running" in said, said
+            else:
+                assert script.returncode == 1, (said, out, err)   # the script lost
+            await source.session.stop(grace_s=2)
+            deadline = time.monotonic() + 20
+            while trainers(tag) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+    finally:
+        kill_each(trainers(tag))
+        await source.session.close()
+
+
+def test_a_launcher_killed_inside_its_claim_leaves_no_lasting_lock(tmp_path):
+    """SIGKILL a real launcher while it holds the claim: the next launch breaks the claim
+    (its holder is dead) and launches, instead of being refused for ever."""
+    tag = f"--tag={uuid.uuid4().hex}"
+    cfg = write_config(tmp_path, k=local(tmp_path / "run", "beat", tag))
+    claim = tmp_path / "run" / CLAIM
+    argv = [sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--launch", "--no-preflight"]
+    try:
+        for attempt in range(5):
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_for(tmp_path))
+            deadline = time.monotonic() + 30
+            while not claim.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.002)
+            proc.kill()
+            proc.wait()
+            if claim.exists():
+                break
+            kill_each(trainers(tag))
+        assert claim.exists(), "never caught the launcher inside its claim"
+        res = cli(tmp_path, "--config", str(cfg), "--relaunch", "--wait", "20")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert len(trainers(tag)) == 1 and not claim.exists()
+    finally:
+        kill_each(trainers(tag))

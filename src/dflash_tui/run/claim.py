@@ -17,17 +17,17 @@ cannot remove a fresh one.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import os
 import posixpath
 import secrets
 import socket
-import asyncio
 import time
 from dataclasses import dataclass
 
 from ..contract.rundir import LAUNCH_CLAIM, ClaimRecord, SchemaError, parse_claim, to_json
-from ..remote.base import CommandResult, Target, TargetError
+from ..remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps
 
 # Longer than any launch can take with the profile limits bounded as config.py bounds them
@@ -195,9 +195,11 @@ async def take_claim(target: Target, ops: RemoteOps, run_dir: str, action: str) 
         if holder is None:
             continue        # given back between our attempt and our look: try again
         alive = holder.alive_here()
-        if alive is False or (alive is None and age > CLAIM_STALE_AFTER_S):
+        # A claim dated far in the future (a clock set wrong, a touched file) would never age.
+        if alive is False or (alive is None and abs(age) > CLAIM_STALE_AFTER_S):
             await _break(target, ops, path, holder.text)
             continue
+        age = max(0.0, age)
         since = f"{_utc(time.time() - age)}, {age:.0f} s ago" if age < 7200 else _utc(time.time() - age)
         raise ClaimRefused(f"another launch of this run dir is in progress, started by {holder.who()} at {since}; "
                            f"wait for it to finish, or remove {path} if that launcher is gone")
@@ -214,13 +216,15 @@ async def _inspect(ops: RemoteOps, path: str) -> tuple[Holder | None, float, str
         return None, 0.0, "is not a regular file"
     try:
         chunk = await ops.read(path, 0, _MAX_CLAIM_BYTES)
+    except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+        raise
     except TargetError as exc:
         return None, 0.0, f"cannot be read ({exc.message})"
     if not chunk.exists:
         return None, 0.0, ""
     now = await ops.now()
     text = chunk.data.decode("utf-8", "replace").rstrip("\n")
-    return Holder.parse(text), max(0.0, now - st.mtime), ""
+    return Holder.parse(text), now - st.mtime, ""
 
 
 async def _break(target: Target, ops: RemoteOps, path: str, text: str) -> None:
