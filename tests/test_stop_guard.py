@@ -53,3 +53,24 @@ def test_stop_never_signals_an_unverified_process(tmp_path, case):
     finally:
         proc.kill()
         proc.wait()
+
+
+async def test_both_ops_refuse_to_signal_without_a_start_time():
+    import signal as sig
+
+    from dflash_tui.remote.agent import AgentOps
+    from dflash_tui.remote.local import LocalTarget
+    from dflash_tui.remote.shell_ops import ShellOps
+    proc = foreign_process()
+    target = LocalTarget()
+    agent = await AgentOps.start(target)
+    try:
+        for ops in (agent, await ShellOps.start(target)):
+            assert await ops.signal(proc.pid, sig.SIGTERM, start_ticks=None, cmdline_contains="launch.sh",
+                                    group=True) == "mismatch"
+        time.sleep(0.3)
+        assert proc.poll() is None and alive(proc.pid)
+    finally:
+        await agent.close()
+        proc.kill()
+        proc.wait()

@@ -223,7 +223,8 @@ def op_signal(pid, sig, start_ticks=None, cmdline_contains=None, group=False):
     info = pid_info_one(pid)
     if not info["alive"]:
         return "gone"
-    if start_ticks is not None and info["start_ticks"] != int(start_ticks):
+    # No start time, no proof that pid is still that process: nothing is sent.
+    if start_ticks is None or info["start_ticks"] != int(start_ticks):
         return "mismatch"
     if cmdline_contains is not None and not cmdline_matches(info["cmdline"], cmdline_contains):
         return "mismatch"

@@ -65,7 +65,8 @@ class RemoteOps(Protocol):
                      cmdline_contains: str | None, group: bool = False) -> str:
         """Send sig to pid (or to its process group when `group`, pid being the group
         leader) only if pid still has that start time and cmdline. Returns "sent", "gone" or
-        "mismatch" (pid reused: nothing was sent). Never a pattern kill."""
+        "mismatch" (pid reused, or no start_ticks to verify it by: nothing was sent). Never a
+        pattern kill."""
     async def close(self) -> None: ...
 
 

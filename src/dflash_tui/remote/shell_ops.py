@@ -84,7 +84,7 @@ else
   state=$1 pgid=$3 start=${20}
   cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null); cmd=${cmd% }
   if [ "$state" = Z ] || [ "$state" = X ]; then printf 'gone\0'
-  elif [ -n "$want" ] && [ "$start" != "$want" ]; then printf 'mismatch\0'
+  elif [ -z "$want" ] || [ "$start" != "$want" ]; then printf 'mismatch\0'
   elif [ "$hasneedle" = 1 ] && case $cmd in *"$needle"*) false;; *) true;; esac; then printf 'mismatch\0'
   elif [ "$group" = 1 ] && [ "$pgid" != "$pid" ]; then printf 'mismatch\0'
   else
