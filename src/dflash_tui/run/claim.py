@@ -100,11 +100,14 @@ def _own_start_ticks(pid: int) -> int | None:
 def machine_id() -> str:
     """This machine as a launcher: host name, boot and pid namespace (all three, because
     containers on one kernel share the boot id and may share a host name)."""
+    boot = _read_first("/proc/sys/kernel/random/boot_id")
     try:
         pidns = os.readlink("/proc/self/ns/pid")
     except OSError:
         pidns = ""
-    return f"{socket.gethostname()}|{_read_first('/proc/sys/kernel/random/boot_id')}|{pidns}"
+    # Without /proc (macOS) a pid cannot be checked by its start time: "" says so, and such a
+    # holder is judged by the claim's age only.
+    return f"{socket.gethostname()}|{boot}|{pidns}" if boot and pidns else ""
 
 
 def _launcher() -> str:
@@ -138,7 +141,7 @@ class Holder:
     def alive_here(self) -> bool | None:
         """True/False when this machine can tell whether the holder still runs, else None."""
         rec = self.record
-        if rec is None or rec.machine != machine_id():
+        if rec is None or not rec.machine or rec.machine != machine_id():
             return None
         if rec.pid == os.getpid():
             return rec.token in _HELD
