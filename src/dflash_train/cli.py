@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm, help="0 disables clipping")
     p.add_argument("--attention", default=d.attention, help="auto (flex on CUDA, sdpa elsewhere), flex, sdpa")
     p.add_argument("--compile", default=d.compile, choices=COMPILE_CHOICES,
-                   help="torch.compile backend for the drafter; auto: off on CUDA (the flex kernel is "
-                        "compiled anyway), 'eager' (dynamo tracing only) on CPU")
+                   help="torch.compile backend for the drafter's whole step (forward, attention, "
+                        "loss); auto: inductor on CUDA, 'eager' (dynamo tracing only) on CPU; off: "
+                        "eager step (the flex kernel is still compiled)")
     p.add_argument("--dtype", default=d.dtype, help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16")
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
     p.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints)
@@ -67,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cold-buckets", default=d.cold_buckets,
                    help="extra sequence lengths trained on but NOT warmed up: each one recompiles "
                         "mid-run through the compile gate (for testing the gate)")
+    p.add_argument("--peak-tflops", type=float, default=d.peak_tflops,
+                   help="per-device peak TFLOP/s that MFU divides by (default 0: 789 on an H200, the "
+                        "measured bf16 matmul rate; no MFU on other devices)")
     p.add_argument("--target-checkpoint", default=None, help="local transformers checkpoint dir for the target")
     return p
 

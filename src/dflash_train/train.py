@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dflash_train import perf
 from dflash_train.checkpoint import CheckpointStore
 from dflash_train.compile_gate import CompileGate, TorchCompileControl
 from dflash_train.devices import DevicePlan
@@ -70,6 +71,7 @@ class TrainArgs:
     threads_per_gpu: int = 1
     cpu_threads: int = 0           # intra-op threads; 0 = split the cores between cpu workers
     cold_buckets: str = ""         # lengths trained on but deliberately not warmed (exercises the gate)
+    peak_tflops: float = 0.0       # per-device peak for MFU; 0 = perf.PEAK_BF16_TFLOPS by device name
 
     def fingerprint(self, n_replicas: int) -> dict[str, Any]:
         """What must not change across --resume for the result to be the same run."""
@@ -105,6 +107,8 @@ def prepare(args: TrainArgs) -> Prepared:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     if args.cpu_threads < 0:
         raise ConfigError(f"--cpu-threads must be >= 0 (0 = automatic; got {args.cpu_threads})")
+    if not (args.peak_tflops >= 0 and math.isfinite(args.peak_tflops)):
+        raise ConfigError(f"--peak-tflops must be a number >= 0 (0 = by device name; got {args.peak_tflops})")
     if args.warmup_steps < 0:
         raise ConfigError(f"--warmup-steps must be >= 0 (got {args.warmup_steps})")
     if args.eval_every < 0:
@@ -180,10 +184,11 @@ def prepare(args: TrainArgs) -> Prepared:
             raise ConfigError(f"--eval-prompt-len/--eval-new-tokens: {exc}") from None
     compile_backend = args.compile
     if compile_backend == "auto":
-        # CUDA: the flex kernel is compiled by the attention backend; the rest stays eager.
-        # CPU: trace the drafter with dynamo (cheap 'eager' backend) so the compile machinery,
+        # CUDA: inductor compiles the whole step (drafter forward, flex attention, chunked
+        # loss) as one graph per (device, bucket), and its backward.
+        # CPU: trace the same step with dynamo (cheap 'eager' backend) so the compile machinery,
         # the gate and the dashboard's compile view are exercised without a GPU.
-        compile_backend = "off" if plan.uses_cuda else "eager"
+        compile_backend = "inductor" if plan.uses_cuda else "eager"
     return Prepared(plan=plan, cfg=cfg, stream=stream, buckets=buckets, cold_buckets=cold_only,
                     compile_backend=None if compile_backend == "off" else compile_backend,
                     source=source, prompts=prompts)
@@ -301,13 +306,22 @@ class Trainer:
                      f"{trainable / 1e6:.2f}M trainable parameters, attention {type(self.attn[0]).__name__}, "
                      f"compile {prep.compile_backend or 'off'}")
         self.optimizers = [
+            # fused on CUDA: one kernel over all parameters instead of a dozen foreach passes
             torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=args.lr,
-                              betas=(0.9, 0.95), weight_decay=args.weight_decay)
-            for m in self.replicas
+                              betas=(0.9, 0.95), weight_decay=args.weight_decay,
+                              **({"fused": True} if dev.startswith("cuda") else {}))
+            for m, dev in zip(self.replicas, plan.drafter)
         ]
-        backend = prep.compile_backend
-        self.step_models = [torch.compile(m, backend=backend, dynamic=False) if backend else m
-                            for m in self.replicas]
+        from dflash_train.objective import compiled_objective
+
+        # ONE compiled step for every replica: the gate governs its compiles, and replicas on
+        # one device share its graphs.
+        self.step_fn = compiled_objective(prep.compile_backend) if prep.compile_backend else None
+        first = torch.device(plan.drafter[0])
+        self.peak_tflops = perf.assumed_peak_tflops(
+            torch.cuda.get_device_name(first) if first.type == "cuda" else "cpu", args.peak_tflops)
+        self._step_flops: dict[int, Any] = {}
+        self._t_last_step_end: float | None = None
         self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
         self.prompts = prep.prompts
 
@@ -459,7 +473,9 @@ class Trainer:
     def compute_loss(self, r: int, tb, gen):
         from dflash_train.objective import drafter_loss
 
-        return drafter_loss(self.step_models[r], tb, gen, self.attn[r])
+        loss, metrics = drafter_loss(self.replicas[r], tb, gen, self.attn[r], step=self.step_fn)
+        self._step_flops[r] = metrics.flops  # host-side count, for MFU at the step's end
+        return loss, metrics
 
     def on_step_end(self, step: int, metrics: list[StepMetrics]) -> bool:
         args = self.args
@@ -473,11 +489,15 @@ class Trainer:
         tps = sum(n for _, n in self._tok_window[1:]) / span if span > 0 else None
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at step {done}: lower --lr or check the data")
-        self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps)
+        step_s, mfu = self._step_time_and_mfu(now)
+        self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps, step_time_s=step_s, mfu=mfu,
+                        peak_tflops=self.peak_tflops)
         per_pos = [round(sum(m.acc_per_pos[k] for m in metrics) / len(metrics), 4)
                    for k in range(min(len(m.acc_per_pos) for m in metrics))] if metrics else []
         self.tel.event(EventKind.STEP, step=done, loss=round(loss, 5), accuracy=round(acc, 5),
-                       acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1))
+                       acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1),
+                       step_time_s=step_s and round(step_s, 5), mfu=mfu and round(mfu, 4),
+                       peak_tflops=self.peak_tflops)
         tau = None
         if args.eval_every and (done % args.eval_every == 0 or done == args.steps):
             tau = self.evaluate(done)
@@ -493,7 +513,17 @@ class Trainer:
         self.tel.publish()
         if stop:
             self.tel.log(f"stop requested: checkpoint at step {done} saved, exiting")
+        self._t_last_step_end = time.monotonic()
         return stop
+
+    def _step_time_and_mfu(self, now: float) -> tuple[float | None, float | None]:
+        """Wall seconds since the previous step's bookkeeping ended (so an eval or checkpoint
+        there is not billed to this step), and the drafter devices' MFU over them."""
+        if self._t_last_step_end is None:
+            return None, None
+        seconds = now - self._t_last_step_end
+        flops = sum(f.total for f in self._step_flops.values())
+        return seconds, perf.mfu(flops, seconds, self.peak_tflops, devices=len(set(self.prep.plan.drafter)))
 
     def evaluate(self, step: int) -> float:
         from dflash_train.verify import acceptance_length
@@ -543,6 +573,7 @@ class Trainer:
             self.tel.set_phase(Phase.TRAINING)
             self.tel.log(f"training: steps {start}..{args.steps}, {len(plan.target)} target thread(s) on "
                          f"{', '.join(plan.target)}, {len(plan.drafter)} drafter thread(s) on {', '.join(plan.drafter)}")
+            self._t_last_step_end = time.monotonic()
             pool.start()
             pool.join(poll=self.tel.publish)
             if pool.error is not None:

@@ -174,6 +174,9 @@ class TrainStatus:
     accuracy: float | None = None
     tau: float | None = None       # mean acceptance length from block verification
     tokens_per_s: float | None = None
+    step_time_s: float | None = None   # wall seconds between the last two step ends
+    mfu: float | None = None           # model FLOPs utilisation of the drafter devices, 0..1, against peak_tflops
+    peak_tflops: float | None = None   # the per-device peak MFU divides by (assumed or --peak-tflops); None: no MFU
     heartbeat_time: float | None = None
     threads: list[ThreadStatus] = field(default_factory=list)
     last_error: str | None = None
