@@ -212,3 +212,25 @@ def test_a_launcher_killed_inside_its_claim_leaves_no_lasting_lock(tmp_path):
         assert len(trainers(tag)) == 1 and not claim.exists()
     finally:
         kill_each(trainers(tag))
+
+
+def test_a_wrapper_slower_than_the_deadline_keeps_the_claim(tmp_path):
+    """A launch deadline shorter than the wrapper needs: the launch keeps its claim while its
+    wrapper is alive and reports the run it started (not NEVER STARTED), and a launch at the
+    same moment is refused, not let in beside it."""
+    tag = f"--tag={uuid.uuid4().hex}"
+    cfg = write_config(tmp_path, slow=local(tmp_path / "run", "beat", tag, launch_deadline_s=0.001))
+    argv = [sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--launch", "--no-preflight", "--json"]
+    try:
+        for attempt in range(3):
+            procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=env_for(tmp_path)) for _ in range(2)]
+            outs = [p.communicate(timeout=90) for p in procs]
+            assert len(trainers(tag)) == 1, (attempt, outs)
+            verdicts = sorted(json.loads(o[0])["verdict"] or "refused" for o in outs)
+            assert verdicts[0] in ("RUNNING", "STARTING") and verdicts[1] == "refused", (attempt, outs)
+            res = cli(tmp_path, "--config", str(cfg), "--stop")
+            assert res.returncode == 0, res.stdout + res.stderr
+            kill_each(trainers(tag))
+    finally:
+        kill_each(trainers(tag))

@@ -33,6 +33,9 @@ from .wrapper import detach_argv, new_run_id, parse_detach_output, render_wrappe
 # The files that describe one run (preflight.PER_RUN_FILES); checkpoints/ stays, so a relaunch
 # can --resume.
 HISTORY_DIR = "history"
+# How long a launch waits, past its deadline, for a detached wrapper that is alive but has not
+# written launch.json yet, before it gives the claim back.
+SETTLE_S = 30.0
 
 # $1 = run dir, $2 = history sub-dir name, then the file names. Moves regular files only: a
 # train.log that is a directory stays where it is, and the next launch says so (LOG MISSING).
@@ -186,7 +189,23 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
         on_attempt(attempt)
 
     ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
+    ev, checklist = await _settle(ops, run_dir, attempt, limits, ev, checklist)
     return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0)
+
+
+async def _settle(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,
+                  ev: Evidence, checklist: Checklist) -> tuple[Evidence, Checklist]:
+    """A detached wrapper still alive without launch.json is a launch in progress, however
+    late (a loaded target can take longer than the deadline): the claim stays ours, and we
+    keep looking, until it writes launch.json or is gone (at most SETTLE_S). Another launch
+    let in meanwhile would start a second trainer beside it."""
+    deadline = time.monotonic() + SETTLE_S
+    while (checklist.verdict is Verdict.NEVER_STARTED and ev.launch is None and ev.detached_proc is not None
+           and ev.detached_proc.alive and ev.detached_proc.state != "Z" and time.monotonic() < deadline):
+        await asyncio.sleep(0.1)
+        ev = await gather(ops, run_dir, attempt=attempt)
+        checklist = evaluate(ev, limits)
+    return ev, checklist
 
 
 async def _unwritten(run_id: str, run_dir: str, target: Target, ops: RemoteOps,
