@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .remote.container import parse_container_spec
+from .run.progress import ProgressRegexError, compile_progress_regex
 
 DEFAULT_PROFILE = "local"
 
@@ -75,6 +76,9 @@ class Profile:
     launch_deadline_s: float = 1.0     # no launch.json this long after the launch: NEVER STARTED
     stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
+    # A regular expression for the program's progress lines, with named groups step, loss
+    # and/or total (run/progress.py); tried before the built-in forms.
+    progress_regex: str | None = None
     source: str = "<built-in>"         # the file the profile came from, for messages
 
     @property
@@ -162,6 +166,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "launch_deadline_s": ((int, float), "a number of seconds"),
     "stop_grace_s": ((int, float), "a number of seconds"),
     "min_free_gb": ((int, float), "a number of GiB"),
+    "progress_regex": ((str,), "a regular expression with (?P<step>...), (?P<loss>...) and/or (?P<total>...)"),
 }
 
 
@@ -238,7 +243,7 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
                 raise ConfigError(f"{where}: {key} has {show_value(nul[0])}, which holds a NUL character "
                                   "(no argument can); remove it")
             value = tuple(value)
-        elif isinstance(value, str) and key != "run_dir" and _CONTROL_RE.search(value):
+        elif isinstance(value, str) and key not in ("run_dir", "progress_regex") and _CONTROL_RE.search(value):
             raise ConfigError(f"{where}: {key} = {show_value(value)} holds a control character; remove it")
         values[key] = value
 
@@ -251,6 +256,11 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
         try:
             parse_container_spec(values["container"])
         except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    if "progress_regex" in values:
+        try:
+            compile_progress_regex(values["progress_regex"])
+        except ProgressRegexError as exc:
             raise ConfigError(f"{where}: {exc}") from None
     if "command" in values and not values["command"]:
         raise ConfigError(f"{where}: command = [] is empty; remove it to run the bundled trainer")
