@@ -134,7 +134,12 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
 
     async def wrapper_id():
         if ev.exists(LAUNCH_SH):
-            chunk = await ops.read(ev.path(LAUNCH_SH), 0, 512)
+            try:
+                chunk = await ops.read(ev.path(LAUNCH_SH), 0, 512)
+            except TargetError as exc:
+                if _is_transport_failure(exc):
+                    raise
+                return   # a launch.sh that is a directory or a FIFO names no run
             ev.wrapper_run_id = run_id_of_wrapper(chunk.data.decode("utf-8", "replace"))
 
     async def launch():
