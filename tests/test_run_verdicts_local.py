@@ -200,6 +200,9 @@ async def test_second_launch_refused_relaunch_replaces(make_session, tmp_path):
     s = await make_session(standin_profile(tmp_path / "run", "beat"))
     await s.launch(preflight=False)
     ev1, _ = await wait_verdict(s, {Verdict.RUNNING})
+    # Files of other ranks belong to this run too, and must leave with it.
+    for name in ("status.rank1.json", "events.rank1.jsonl", "train.rank12.log"):
+        (tmp_path / "run" / name).write_text("{}\n")
     with pytest.raises(LaunchRefused):
         await s.launch(preflight=False)
     out = await s.launch()          # preflight refuses too, with a check that says why
@@ -212,6 +215,8 @@ async def test_second_launch_refused_relaunch_replaces(make_session, tmp_path):
     # The first run's files were put aside, not mixed into the second.
     hist = tmp_path / "run" / "history" / ev1.launch.run_id
     assert (hist / "launch.json").exists() and (hist / "train.log").exists()
+    for name in ("status.rank1.json", "events.rank1.jsonl", "train.rank12.log"):
+        assert (hist / name).exists() and not (tmp_path / "run" / name).exists(), name
 
 
 async def test_stop_escalates_to_sigkill(make_session, tmp_path):

@@ -75,6 +75,11 @@ def rank_file(name: str, rank: int) -> str:
     return f"{stem}{_RANK_INFIX}{rank}{dot}{ext}"
 
 
+def rank_file_globs() -> tuple[str, ...]:
+    """Shell glob patterns that match every rank >= 1 file, e.g. ``status.rank*.json``."""
+    return tuple(f"{stem}{_RANK_INFIX}*.{ext}" for stem, _, ext in (n.rpartition(".") for n in PER_RANK_FILES))
+
+
 def parse_rank_file(filename: str) -> tuple[str, int] | None:
     """(per-rank file, rank) for a name `rank_file` makes, e.g. ``status.rank3.json`` ->
     (``status.json``, 3); None for any other name."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
-                               STOP_JSON, TRAIN_LOG)
+                               STOP_JSON, TRAIN_LOG, rank_file_globs)
 
 from ..config import Profile
 from ..remote.base import CommandResult, CommandTimeout, Target, TargetError, TargetUnreachable
@@ -39,8 +39,11 @@ SETTLE_S = 30.0
 
 # $1 = run dir, $2 = history sub-dir name, then the file names. Moves regular files only: a
 # train.log that is a directory stays where it is, and the next launch says so (LOG MISSING).
-_ARCHIVE = ('d=$1; h="$1/$2"; shift 2; mkdir -p -- "$h" || exit 1; '
-            'for f in "$@"; do if [ -f "$d/$f" ]; then mv -f -- "$d/$f" "$h/$f" || exit 1; fi; done; echo archived')
+_ARCHIVE = ('d=$1; h=$2; shift 2; cd -- "$d" || exit 1; mkdir -p -- "$h" || exit 1; '
+            # plain names are moved if present; a name with * is a glob (the per-rank files)
+            'for f in "$@"; do case $f in *"*"*) ;; *) if [ -f "$f" ]; then mv -f -- "$f" "$h/$f" || exit 1; fi; '
+            'continue ;; esac; for g in $f; do if [ -f "$g" ]; then mv -f -- "$g" "$h/$g" || exit 1; fi; done; '
+            'done; echo archived')
 # $1 = run dir, $2 = launch.sh path; the script arrives on stdin.
 _WRITE = ('set -e; umask 022; mkdir -p -- "$1"; tmp="$2.tmp.$$"; cat > "$tmp"; chmod 755 "$tmp"; '
           'mv -f "$tmp" "$2"; echo written')
@@ -146,7 +149,8 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
     if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)):
         old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
         res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir,
-                                posixpath.join(HISTORY_DIR, _history_name(old, ev.now)), *PER_RUN_FILES], timeout=30)
+                                posixpath.join(HISTORY_DIR, _history_name(old, ev.now)), *PER_RUN_FILES,
+                                *rank_file_globs()], timeout=30)
         if not res.ok:
             check = Check("archive", "Previous run set aside", CheckState.FAIL,
                           f"could not move the last run's files to {run_dir}/{HISTORY_DIR}: "
