@@ -1,16 +1,22 @@
 """dflash-tui: the dashboard, or a headless check/launch/stop/canary with an exit code.
 
-Exit codes (README, "Exit codes"):
-  0  healthy: RUNNING, FINISHED or STOPPED (ended after a stop request)
-     (for --stop: the run is stopped; --canary: it passed)
+Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
+  0  healthy: RUNNING, FINISHED or STOPPED (ended after a stop request) (for --stop: the run
+     is stopped or was not running; --canary: it passed)
   1  failing verdict: NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, NOT LAUNCHED,
-     GPU LOST (a GPU of the host fell off the bus while the run is alive)
-     (for --stop: nothing signalled because the pid was reused, or it survived SIGKILL;
-      --canary: it failed)
-  2  usage or config error
-  3  target unreachable (connect, auth, host key, container not running)
+     GPU LOST (a GPU of the host fell off the bus while the run is alive); a refused launch
+     (another launch of the run dir in progress, or its run still alive); --stop signalled
+     nothing (pid reused, or launch.json has no start time to verify it) or the process
+     survived SIGKILL; --canary failed (an operation the target refused on its own files,
+     should one ever reach this far, exits 1 too: it is bad data there, not a dead link)
+  2  usage or config error, out-of-range number or unusable SSH file included
+  3  target unreachable (connect, auth, host key, timeout, container not running)
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
+  130  interrupted (Ctrl-C); the run on the target keeps running
+A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
+the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
+else the combined verdict's (`nodes_exit_code`).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
@@ -30,8 +36,8 @@ import time
 from typing import Any, Sequence
 
 from . import __version__
-from .config import Config, ConfigError, Profile, default_config_path, load_config
-from .remote.base import TargetError
+from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
+from .remote.base import OpRefused, TargetError
 from .run.verdict import CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
 from .words import compact
@@ -48,9 +54,26 @@ def exit_code_for(verdict: Verdict) -> int:
     return EXIT_UNDECIDED
 
 
+def one_line(message: str) -> str:
+    """The message with every control character escaped: an error is always ONE line, whatever
+    a path, a profile name or a target's answer held."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in message)
+
+
+def wait_seconds(text: str) -> float:
+    """--wait's value: a finite number of seconds from 0 to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0.0 <= value <= MAX_WAIT_S):   # False for nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range; use 0 to {MAX_WAIT_S:g} seconds")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, like every other usage problem
-        self.exit(EXIT_USAGE, f"dflash-tui: {message} (see dflash-tui --help)\n")
+        self.exit(EXIT_USAGE, f"dflash-tui: {one_line(message)} (see dflash-tui --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="launch `sleep` through the same wrapper/transport and check it outlives the channel")
     mode.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS",
                    help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
     p.add_argument("--no-preflight", action="store_true", help="with --launch/--relaunch: skip the preflight")
     p.add_argument("--version", action="version", version=f"dflash-tui {__version__}")
@@ -161,6 +184,8 @@ async def _check_until(session, wait_s: float, first=None):
 
 
 async def _run_mode(args, profile: Profile) -> int:
+    if profile.is_multinode:
+        return await _run_nodes_mode(args, profile)
     from .session import Session
     async with Session(profile) as session:
         if args.check:
@@ -222,6 +247,107 @@ async def _run_mode(args, profile: Profile) -> int:
     raise AssertionError("no mode")
 
 
+# -- a run on several nodes (run/combine.py has the combination rule) ------------------------------
+
+def nodes_exit_code(run) -> int:
+    """1 for a failing run, else 3 while a node is unreachable, else the verdict's own code."""
+    if run.verdict.failing:
+        return EXIT_FAILING
+    return EXIT_UNREACHABLE if run.unreachable else exit_code_for(run.verdict)
+
+
+def nodes_json(profile: Profile, run, **extra: Any) -> dict[str, Any]:
+    nodes = []
+    for n in run.nodes:
+        r = n.report
+        nodes.append({"node": n.node, "rank": n.rank, "target": r.target_label, "run_dir": r.run_dir,
+                      **r.checklist.to_dict(),
+                      "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
+                      "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
+    return {"verdict": run.verdict.value, "summary": run.summary,
+            "checks": [c.to_dict() for c in run.checklist().checks if c.id.startswith("node:")],
+            "nodes": nodes, "unreachable": run.unreachable, "profile": profile.name,
+            "target": profile.where(), "run_dir": profile.run_dir, "exit_code": nodes_exit_code(run), **extra}
+
+
+def render_nodes_text(profile: Profile, run, *, now: float, extra: Sequence[str] = ()) -> str:
+    lines = [f"{profile.name} · {profile.where()} · {profile.run_dir}", f"{run.verdict.value}: {run.summary}"]
+    lines += [f"  {x}" for x in extra]
+    for n in run.nodes:
+        r = n.report
+        lines.append(f"node {n.node} (rank {n.rank}) · {r.target_label} · {r.run_dir}"
+                     + ("" if r.connected else f" · UNREACHABLE: {r.error}"))
+        lines += render_text(profile, r.checklist, pid=None, now=now).splitlines()[1:]
+    return "\n".join(lines)
+
+
+def _emit_nodes(args, profile: Profile, run, *, extra_text: Sequence[str] = (), code: int | None = None,
+                **extra: Any) -> int:
+    code = nodes_exit_code(run) if code is None else code
+    if args.json:
+        print(json.dumps({**nodes_json(profile, run, **extra), "exit_code": code}))
+    else:
+        print(render_nodes_text(profile, run, now=time.time(), extra=extra_text))
+    return code
+
+
+async def _nodes_until(nodes, wait_s: float, first=None):
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while True:
+        run = first if first is not None else await nodes.check(gpus=True)
+        first = None
+        if run.verdict.healthy or run.verdict.failing or time.monotonic() >= deadline:
+            return run
+        await asyncio.sleep(WAIT_INTERVAL_S)
+
+
+async def _run_nodes_mode(args, profile: Profile) -> int:
+    from .multinode import NodesSession
+    async with NodesSession(profile) as nodes:
+        if args.check:
+            return _emit_nodes(args, profile, await _nodes_until(nodes, args.wait))
+        if args.launch or args.relaunch:
+            from .run.launch import LaunchRefused
+            try:
+                out = await nodes.launch(relaunch=args.relaunch, preflight=not args.no_preflight)
+            except LaunchRefused as exc:
+                return _fail(args, EXIT_FAILING, str(exc))
+            run = out.run
+            if out.launched and args.wait > 0:
+                run = await _nodes_until(nodes, args.wait, first=run)
+            stopped = [f"node {n}: {r.message}" for n, r in out.stopped.items()]
+            # No node started because one could not be reached: 3, as for one host.
+            code = EXIT_UNREACHABLE if not out.launched and run.unreachable else None
+            return _emit_nodes(args, profile, run, extra_text=stopped, code=code,
+                               launch_seconds=round(out.seconds, 3),
+                               run_ids={n: o.run_id for n, o in out.outcomes.items()},
+                               **({"stopped": {n: r.message for n, r in out.stopped.items()}} if out.stopped else {}))
+        if args.stop:
+            results = await nodes.stop()
+            ok = all(r.ok for r in results.values())
+            run = await nodes.check()
+            lines = [f"stop node {n}: {r.message}" for n, r in results.items()]
+            if args.json:
+                print(json.dumps({**nodes_json(profile, run), "exit_code": EXIT_HEALTHY if ok else EXIT_FAILING,
+                                  "stop": {n: {"outcome": r.outcome, "message": r.message, "pid": r.pid,
+                                               "seconds": round(r.seconds, 3)} for n, r in results.items()}}))
+            else:
+                print(render_nodes_text(profile, run, now=time.time(), extra=lines))
+            return EXIT_HEALTHY if ok else EXIT_FAILING
+        if args.canary:
+            results = await nodes.canary()
+            ok = all(r.ok for r in results.values())
+            if args.json:
+                print(json.dumps({"canary": "ok" if ok else "fail", "exit_code": EXIT_HEALTHY if ok else EXIT_FAILING,
+                                  "nodes": [{"node": n, "canary": "ok" if r.ok else "fail", "message": r.message}
+                                            for n, r in results.items()]}))
+            else:
+                for n, r in results.items():
+                    print(f"node {n}: canary {'passed' if r.ok else 'FAILED'}: {r.message}")
+            return EXIT_HEALTHY if ok else EXIT_FAILING
+    raise AssertionError("no mode")
+
+
 def _start_dashboard(config: Config, profile: Profile) -> int:
     try:
         from .ui.app import run_app
@@ -235,6 +361,7 @@ def _start_dashboard(config: Config, profile: Profile) -> int:
 
 def _fail(args, code: int, message: str) -> int:
     """One line on stderr; with --json also one object on stdout, so a script always parses."""
+    message = one_line(message)
     print(f"dflash-tui: {message}", file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"verdict": None, "error": message, "exit_code": code}))
@@ -244,8 +371,6 @@ def _fail(args, code: int, message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.wait < 0:
-            raise ConfigError(f"--wait {args.wait:g}: must be >= 0 seconds")
         config = load_config(args.config)
         if args.list_profiles:
             for name, prof in sorted(config.profiles.items()):
@@ -262,6 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_run_mode(args, profile))
     except ConfigError as exc:
         return _fail(args, EXIT_USAGE, str(exc))
+    except OpRefused as exc:     # the target answered: what it refused is bad data there, not a dead link
+        return _fail(args, EXIT_FAILING, str(exc))
     except TargetError as exc:   # unreachable, auth, host key, container stopped, timeout
         return _fail(args, EXIT_UNREACHABLE, str(exc))
     except BrokenPipeError:

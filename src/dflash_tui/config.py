@@ -8,8 +8,11 @@ this machine.
 
 from __future__ import annotations
 
+import math
 import os
+import posixpath
 import re
+import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -25,7 +28,27 @@ DEFAULT_PROFILE = "local"
 # embedded default exercises the thread pool and the compile gate without a GPU.
 LOCAL_TRAIN_ARGS = ("--target-devices", "cpu", "--drafter-devices", "cpu,cpu", "--steps", "2000")
 
-_PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_PROFILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# A config file is a few KiB; anything this big is the wrong file, and is never read whole.
+MAX_CONFIG_BYTES = 1 << 20
+
+# Numeric settings: (lowest, lowest allowed itself, highest). The highs keep every limit a
+# launch waits on far below run/claim.py's CLAIM_STALE_AFTER_S.
+_NUMBER_RANGES: dict[str, tuple[float, bool, float]] = {
+    "stall_after_s": (0.0, False, 7 * 86400.0),
+    "compile_stall_after_s": (0.0, False, 7 * 86400.0),
+    "launch_deadline_s": (0.0, False, 600.0),
+    "stop_grace_s": (0.0, True, 600.0),
+    "min_free_gb": (0.0, True, float(1 << 20)),
+}
+# --wait's ceiling: a day.
+MAX_WAIT_S = 86400.0
+
+# A run dir here would write launch.sh, logs and history/ among the system's own files.
+_SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/proc", "/sys", "/dev")
+_SYSTEM_DIR_EXCEPTIONS = ("/usr/local", "/dev/shm")
+_TOP_LEVEL_DIRS = ("/home", "/root", "/tmp", "/var", "/opt", "/srv", "/mnt", "/media", "/run")
 
 
 class ConfigError(ValueError):
@@ -57,10 +80,18 @@ class Profile:
     # and/or total (run/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
     source: str = "<built-in>"         # the file the profile came from, for messages
+    # -- a run across several hosts (run/nodes.py) -------------------------------------------
+    nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
+    master_addr: str | None = None     # None: the first node's address (its ssh HostName)
+    master_port: int = 29500           # torch.distributed rendezvous port on the first node
 
     @property
     def is_local(self) -> bool:
-        return self.host is None
+        return self.host is None and not self.nodes
+
+    @property
+    def is_multinode(self) -> bool:
+        return bool(self.nodes)
 
     @property
     def trainer_argv(self) -> list[str]:
@@ -75,7 +106,9 @@ class Profile:
 
     def where(self) -> str:
         """Human label of the target, e.g. "root@gpu1:2222 · pct:200" or "local"."""
-        if self.host is None:
+        if self.nodes:
+            base = f"nodes {','.join(self.nodes)}"
+        elif self.host is None:
             base = "local"
         else:
             base = f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
@@ -138,18 +171,69 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "command": ((list,), "a non-empty list of strings"),
     "known_hosts": ((str,), "a path to a known_hosts file"),
     "ssh_config": ((str,), "a path to an ssh config file"),
-    "stall_after_s": ((int, float), "a number of seconds > 0"),
-    "compile_stall_after_s": ((int, float), "a number of seconds > 0"),
-    "launch_deadline_s": ((int, float), "a number of seconds > 0"),
-    "stop_grace_s": ((int, float), "a number of seconds >= 0"),
-    "min_free_gb": ((int, float), "a number of GiB >= 0"),
+    "stall_after_s": ((int, float), "a number of seconds"),
+    "compile_stall_after_s": ((int, float), "a number of seconds"),
+    "launch_deadline_s": ((int, float), "a number of seconds"),
+    "stop_grace_s": ((int, float), "a number of seconds"),
+    "min_free_gb": ((int, float), "a number of GiB"),
     "progress_regex": ((str,), "a regular expression with (?P<step>...), (?P<loss>...) and/or (?P<total>...)"),
+    "nodes": ((list,), 'a list of host names or ssh aliases, e.g. ["gpu1", "gpu2"]'),
+    "master_addr": ((str,), "the address the other nodes reach the first node at"),
+    "master_port": ((int,), "a port number (1-65535)"),
 }
 
 
+def show_value(value: Any) -> str:
+    """A value as one short line for a message: repr, with huge numbers and long strings cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<a {value.bit_length()}-bit integer>"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_number(key: str, value: float, where: str) -> None:
+    """A finite number inside the setting's range, or a ConfigError naming both."""
+    low, low_ok, high = _NUMBER_RANGES[key]
+    ok = isinstance(value, int) or math.isfinite(value)
+    ok = ok and (value >= low if low_ok else value > low) and value <= high
+    if not ok:
+        rel = ">=" if low_ok else ">"
+        raise ConfigError(f"{where}: {key} = {show_value(value)} is out of range; use a number "
+                          f"{rel} {low:g} and <= {high:g}")
+
+
+def system_dir(path: str) -> bool:
+    """Whether an absolute, normalised path is, or is inside, a system directory (or is one of
+    the shared top-level ones itself): no place for a run dir."""
+    inside = any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIRS)
+    excepted = any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIR_EXCEPTIONS)
+    return path == "/" or (inside and not excepted) or path in _TOP_LEVEL_DIRS
+
+
+def check_run_dir(run_dir: str, where: str) -> str:
+    """The run dir, normalised; a ConfigError for '..', a control character, a relative path or
+    a system directory."""
+    if _CONTROL_RE.search(run_dir):
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} holds a control character; "
+                          "write the path without it")
+    if not run_dir.startswith("/"):
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} must be an absolute path on the target")
+    if ".." in run_dir.split("/"):
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} has '..' components; "
+                          "write the absolute path without '..'")
+    norm = "/" + posixpath.normpath(run_dir).lstrip("/")
+    if norm == "/":
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} would put run files in the root; "
+                          "choose a directory")
+    if system_dir(norm):
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} is a system directory (or inside "
+                          "one); choose a directory of its own, e.g. /srv/dflash/runs/NAME")
+    return norm
+
+
 def _profile_from_table(path: str, name: str, table: Any) -> Profile:
-    where = f"{path}: [profile.{name}]"
-    if not _PROFILE_NAME_RE.match(name):
+    where = f"{path}: [profile.{name}]" if _PROFILE_NAME_RE.fullmatch(name) else f"{path}: profile {name!r}"
+    if not _PROFILE_NAME_RE.fullmatch(name):
         raise ConfigError(f"{where}: profile names use letters, digits, '_', '.', '-'; rename it")
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table (write it as [profile.{name}] with keys below)")
@@ -157,27 +241,30 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
     for key, value in table.items():
         if key not in _KEYS:
             known = ", ".join(sorted(_KEYS))
-            raise ConfigError(f"{where}: unknown key {key!r} (known keys: {known})")
+            raise ConfigError(f"{where}: unknown key {show_value(key)} (known keys: {known})")
         types, desc = _KEYS[key]
         # TOML booleans are ints to Python; a port of `true` is a mistake, not 1.
         if isinstance(value, bool) or not isinstance(value, types):
-            raise ConfigError(f"{where}: {key} = {value!r} is not {desc}")
+            raise ConfigError(f"{where}: {key} = {show_value(value)} is not {desc}")
         if isinstance(value, list):
             bad = [v for v in value if not isinstance(v, str)]
             if bad:
-                raise ConfigError(f"{where}: {key} must be {desc}; {bad[0]!r} is not a string "
+                raise ConfigError(f"{where}: {key} must be {desc}; {show_value(bad[0])} is not a string "
                                   f"(quote it)")
+            nul = [v for v in value if "\x00" in v]
+            if nul:
+                raise ConfigError(f"{where}: {key} has {show_value(nul[0])}, which holds a NUL character "
+                                  "(no argument can); remove it")
             value = tuple(value)
+        elif isinstance(value, str) and key not in ("run_dir", "progress_regex") and _CONTROL_RE.search(value):
+            raise ConfigError(f"{where}: {key} = {show_value(value)} holds a control character; remove it")
         values[key] = value
 
     if "port" in values and not 1 <= values["port"] <= 65535:
-        raise ConfigError(f"{where}: port = {values['port']} is not a port number (1-65535)")
-    for key in ("stall_after_s", "compile_stall_after_s", "launch_deadline_s"):
-        if key in values and values[key] <= 0:
-            raise ConfigError(f"{where}: {key} = {values[key]} must be > 0")
-    for key in ("stop_grace_s", "min_free_gb"):
-        if key in values and values[key] < 0:
-            raise ConfigError(f"{where}: {key} = {values[key]} must be >= 0")
+        raise ConfigError(f"{where}: port = {show_value(values['port'])} is not a port number (1-65535)")
+    for key in _NUMBER_RANGES:
+        if key in values:
+            check_number(key, values[key], where)
     if "container" in values:
         try:
             parse_container_spec(values["container"])
@@ -190,33 +277,99 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
             raise ConfigError(f"{where}: {exc}") from None
     if "command" in values and not values["command"]:
         raise ConfigError(f"{where}: command = [] is empty; remove it to run the bundled trainer")
+    if "command" in values and not values["command"][0]:
+        raise ConfigError(f"{where}: command starts with an empty program name; name the program first")
     for key in ("host", "user", "python", "identity_file", "known_hosts", "ssh_config"):
         if key in values and (not values[key] or values[key] != values[key].strip()):
-            raise ConfigError(f"{where}: {key} = {values[key]!r} is empty or has surrounding spaces")
-    if any(k in values for k in ("user", "port", "identity_file")) and "host" not in values:
+            raise ConfigError(f"{where}: {key} = {show_value(values[key])} is empty or has surrounding spaces")
+    _check_nodes(where, values)
+    if any(k in values for k in ("user", "port", "identity_file")) and not ("host" in values or "nodes" in values):
         raise ConfigError(f"{where}: user/port/identity_file are set but host is not; "
                           "add host = \"...\" or remove them to run locally")
 
     if "run_dir" not in values:
-        if "host" in values:
+        if "host" in values or "nodes" in values:
             raise ConfigError(f"{where}: run_dir is missing; add run_dir = \"/abs/path\" "
                               "(a directory on the target)")
         values["run_dir"] = str(state_dir() / "runs" / name)
-    run_dir = values["run_dir"]
-    if not run_dir.startswith("/") or "\x00" in run_dir:
-        raise ConfigError(f"{where}: run_dir = {run_dir!r} must be an absolute path on the target")
-    if run_dir != "/":
-        values["run_dir"] = run_dir.rstrip("/")
-    else:
-        raise ConfigError(f"{where}: run_dir = '/' would put run files in the root; choose a directory")
+    values["run_dir"] = check_run_dir(values["run_dir"], where)
     if "identity_file" in values:
         values["identity_file"] = os.path.expanduser(values["identity_file"])
     for key in ("known_hosts", "ssh_config"):
         if key in values:
             values[key] = os.path.expanduser(values[key])
-    if "python" not in values and "host" not in values and "container" not in values:
+    if not any(k in values for k in ("python", "host", "container", "nodes")):
         values["python"] = sys.executable   # local: the interpreter that has dflash_train
     return Profile(name=name, source=path, **values)
+
+
+# A node name is a host name, an IPv4 address or an ~/.ssh/config alias; it also names the
+# node's run dir where run_dir holds "{node}" (nodes that share a filesystem), so no "/".
+_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NODE_PLACEHOLDER = "{node}"
+
+
+def _check_nodes(where: str, values: dict[str, Any]) -> None:
+    """`nodes`, `master_addr`, `master_port`: a run across several hosts (run/nodes.py)."""
+    if "nodes" not in values:
+        extra = [k for k in ("master_addr", "master_port") if k in values]
+        if extra:
+            raise ConfigError(f"{where}: {extra[0]} is set but nodes is not; add nodes = [...] or remove it")
+        if NODE_PLACEHOLDER in values.get("run_dir", ""):
+            raise ConfigError(f"{where}: run_dir holds {NODE_PLACEHOLDER} but nodes is not set; "
+                              "add nodes = [...] or write the directory out")
+        return
+    nodes = values["nodes"]
+    if "host" in values:
+        raise ConfigError(f"{where}: host and nodes are both set; a run on several hosts lists "
+                          "them all in nodes (remove host)")
+    if not nodes:
+        raise ConfigError(f"{where}: nodes = [] is empty; list the hosts, e.g. nodes = [\"gpu1\", \"gpu2\"]")
+    for node in nodes:
+        if not _NODE_RE.match(node):
+            raise ConfigError(f"{where}: nodes entry {node!r} is not a host name or ssh alias "
+                              "(letters, digits, '.', '_', '-'; put user and port in user/port or ~/.ssh/config)")
+    dup = next((n for i, n in enumerate(nodes) if n in nodes[:i]), None)
+    if dup is not None:
+        raise ConfigError(f"{where}: nodes lists {dup!r} twice; each host runs one process, list it once")
+    if "master_port" in values and not 1 <= values["master_port"] <= 65535:
+        raise ConfigError(f"{where}: master_port = {values['master_port']} is not a port number (1-65535)")
+    if "master_addr" in values and (not values["master_addr"] or values["master_addr"] != values["master_addr"].strip()):
+        raise ConfigError(f"{where}: master_addr = {values['master_addr']!r} is empty or has surrounding spaces")
+    run_dir = values.get("run_dir", "")
+    if run_dir.count("{") != run_dir.count(NODE_PLACEHOLDER) or "}" in run_dir.replace(NODE_PLACEHOLDER, ""):
+        raise ConfigError(f"{where}: run_dir = {run_dir!r}: the only placeholder is {NODE_PLACEHOLDER}")
+
+
+def read_small_text_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_CONFIG_BYTES) -> str:
+    """The UTF-8 text of a small REGULAR file, or a ConfigError naming it. Its type and size
+    are checked before it is opened, and the open never waits: a FIFO, /dev/zero or a 6 GB
+    file is refused without reading a byte. FileNotFoundError is left to the caller."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"{path}: is a directory, expected a {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file (a FIFO, device or socket); point it at a {what}")
+        if st.st_size > max_bytes:
+            raise ConfigError(f"{path}: {st.st_size} bytes is too big for a {what} (at most {max_bytes})")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):   # swapped since the stat
+                raise ConfigError(f"{path}: not a regular file; point it at a {what}")
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied; make it readable (chmod u+r)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"{path}: too big for a {what} (more than {max_bytes} bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
 def parse_config(text: str, path: str) -> Config:
@@ -224,6 +377,8 @@ def parse_config(text: str, path: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
+        raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
     extra = sorted(set(data) - {"profile"})
     if extra:
         raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}; profiles go under [profile.NAME]")
@@ -244,17 +399,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     explicit = path is not None
     p = Path(path) if explicit else default_config_path()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_small_text_file(p, "config file")
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"{p}: no such config file; check the --config path") from None
         return Config(path=None, profiles={DEFAULT_PROFILE: builtin_local_profile()})
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: is a directory, expected a TOML file") from None
-    except PermissionError:
-        raise ConfigError(f"{p}: permission denied; make it readable (chmod u+r)") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     config = parse_config(text, str(p))
     # Without --profile: the file's only profile, or its `local`; several and no `local` is
     # ambiguous. The built-in `local` stays reachable by name unless the file overrides it.

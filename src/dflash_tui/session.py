@@ -11,6 +11,7 @@ polls a Session for the UI).
 from __future__ import annotations
 
 import asyncio
+from typing import Sequence
 
 from .config import ConfigError, Profile
 from .gpu.oneshot import OneShotGpuProbe
@@ -40,9 +41,14 @@ def build_targets(profile: Profile) -> tuple[Target, Target]:
 
 class Session:
     def __init__(self, profile: Profile, *, targets: tuple[Target, Target] | None = None,
-                 ops_kind: str = "auto") -> None:
-        """`ops_kind`: "auto" (the agent where python3 runs, else shell), "agent" or "shell"."""
+                 ops_kind: str = "auto", argv: Sequence[str] | None = None, rank: int = 0) -> None:
+        """`ops_kind`: "auto" (the agent where python3 runs, else shell), "agent" or "shell".
+        `argv`: what launches run instead of the profile's trainer_argv (one node of a run on
+        several hosts: run/nodes.py); `rank`: that node's torch.distributed rank, whose status
+        file the run dir holds."""
         self.profile = profile
+        self.argv = list(argv) if argv is not None else None
+        self.rank = rank
         self.ops_kind = ops_kind
         self.limits = Limits.from_profile(profile)
         self._given_targets = targets is not None
@@ -99,7 +105,7 @@ class Session:
 
     async def evidence(self) -> Evidence:
         return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt,
-                            tracker=self.progress)
+                            tracker=self.progress, rank=self.rank)
 
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""
@@ -131,7 +137,7 @@ class Session:
             if not pre.ok:
                 return not_launched(pre)
             raise
-        return await launch_run(self.profile, self.host, self.target, ops,
+        return await launch_run(self.profile, self.host, self.target, ops, argv=self.argv,
                                 preflight=preflight, relaunch=relaunch, limits=self.limits,
                                 on_attempt=self._remember)
 

@@ -14,6 +14,7 @@ Layout of RUN_DIR:
     status.json    atomic snapshot, rewritten at most once a second
     exit.json      written by the wrapper when the trainer ends
     stop.json      written by `dflash-tui --stop` before it signals: who asked, when, how
+    .launch-claim  held by the one launch in progress (run/claim.py): who, which process
     checkpoints/   atomic checkpoints
 
 A trainer under torch.distributed (torchrun, one process per node) runs as ranks 0..N-1, each
@@ -55,6 +56,7 @@ STATUS_JSON = "status.json"
 EXIT_JSON = "exit.json"
 STOP_JSON = "stop.json"
 CHECKPOINTS_DIR = "checkpoints"
+LAUNCH_CLAIM = ".launch-claim"
 # The files every rank writes for itself (see the module docstring).
 PER_RANK_FILES = (STATUS_JSON, EVENTS_JSONL, TRAIN_LOG)
 _RANK_INFIX = ".rank"
@@ -71,6 +73,11 @@ def rank_file(name: str, rank: int) -> str:
         return name
     stem, dot, ext = name.rpartition(".")
     return f"{stem}{_RANK_INFIX}{rank}{dot}{ext}"
+
+
+def rank_file_globs() -> tuple[str, ...]:
+    """Shell glob patterns that match every rank >= 1 file, e.g. ``status.rank*.json``."""
+    return tuple(f"{stem}{_RANK_INFIX}*.{ext}" for stem, _, ext in (n.rpartition(".") for n in PER_RANK_FILES))
 
 
 def parse_rank_file(filename: str) -> tuple[str, int] | None:
@@ -164,6 +171,19 @@ class StopRecord:
     requested_time: float
     requested_by: str = ""
     signal_sent: str = ""   # "SIGTERM", then "SIGKILL" if the grace period ran out
+    v: int = SCHEMA_VERSION
+
+
+@dataclass
+class ClaimRecord:
+    """.launch-claim: written (atomically, by a hard link) by the launch that holds the run dir."""
+
+    token: str            # random; only the holder's release removes a claim with its token
+    launcher: str         # user@host of the launching process, for the refusal message
+    pid: int = field(metadata={"min": 1})   # the launching process, on the launcher's machine
+    start_ticks: int | None = None           # its /proc start time there, against pid reuse
+    machine: str = ""     # host name | boot id | pid namespace of the launcher's machine
+    action: str = "launch"   # "launch" or "relaunch"
     v: int = SCHEMA_VERSION
 
 
@@ -444,6 +464,10 @@ def parse_exit(text: str) -> ExitRecord:
 
 def parse_stop(text: str) -> StopRecord:
     return build_record(StopRecord, loads_object(text, STOP_JSON), STOP_JSON)
+
+
+def parse_claim(text: str) -> ClaimRecord:
+    return build_record(ClaimRecord, loads_object(text, LAUNCH_CLAIM), LAUNCH_CLAIM)
 
 
 def parse_status(text: str) -> TrainStatus:

@@ -527,10 +527,12 @@ def run_app(config, profile_name: str) -> int:
     Returns the process exit code. Leaving the dashboard never touches the run; the last line
     printed says so, with the command that would stop it.
     """
+    from .nodes_source import NodesSource
     from .session_source import SessionSource
 
     def source_for(name: str) -> DashboardSource:
-        return SessionSource(config.profile(name))
+        profile = config.profile(name)
+        return NodesSource(profile) if profile.is_multinode else SessionSource(profile)
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
     command = invocation()
