@@ -51,6 +51,7 @@ class Profile:
     launch_deadline_s: float = 1.0     # no launch.json this long after the launch: NEVER STARTED
     stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
+    probe: bool = True                 # the run probe in every Python process (run/probe_install.py)
     source: str = "<built-in>"         # the file the profile came from, for messages
 
     @property
@@ -138,6 +139,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "launch_deadline_s": ((int, float), "a number of seconds > 0"),
     "stop_grace_s": ((int, float), "a number of seconds >= 0"),
     "min_free_gb": ((int, float), "a number of GiB >= 0"),
+    "probe": ((bool,), "true or false"),
 }
 
 
@@ -154,7 +156,7 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
             raise ConfigError(f"{where}: unknown key {key!r} (known keys: {known})")
         types, desc = _KEYS[key]
         # TOML booleans are ints to Python; a port of `true` is a mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             raise ConfigError(f"{where}: {key} = {value!r} is not {desc}")
         if isinstance(value, list):
             bad = [v for v in value if not isinstance(v, str)]

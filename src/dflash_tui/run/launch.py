@@ -25,6 +25,7 @@ from .attempts import LaunchAttempt
 from .health import Limits, evaluate
 from .observe import Evidence, gather, process_matches
 from .preflight import PreflightResult, run_preflight
+from .probe_install import install_probe
 from .stop import StopResult, stop_run
 from .verdict import Check, CheckState, Checklist, Verdict
 from .wrapper import detach_argv, new_run_id, parse_detach_output, render_wrapper
@@ -110,10 +111,10 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
             return _not_launched(check, [check], preflight=pre, stopped=stopped, seconds=time.monotonic() - t0)
 
     # Put the previous run's files aside (history/<run id>/), so nothing of it is read as ours.
+    old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
+    aside = posixpath.join(HISTORY_DIR, _history_name(old, ev.now))
     if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)):
-        old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
-        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir,
-                                posixpath.join(HISTORY_DIR, _history_name(old, ev.now)), *PER_RUN_FILES], timeout=30)
+        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *PER_RUN_FILES], timeout=30)
         if not res.ok:
             check = Check("archive", "Previous run set aside", CheckState.FAIL,
                           f"could not move the last run's files to {run_dir}/{HISTORY_DIR}: "
@@ -122,7 +123,11 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
                                  seconds=time.monotonic() - t0)
 
     run_id = new_run_id()
-    script = render_wrapper(run_dir, run_id, argv, python=profile.python).encode()
+    notes: list[str] = []
+    probe_problem = await install_probe(target, ops, run_dir, aside) if profile.probe else None
+    if probe_problem:
+        notes.append(probe_problem)
+    script = render_wrapper(run_dir, run_id, argv, python=profile.python, probe=profile.probe).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None
@@ -158,7 +163,7 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
         on_attempt(attempt)
 
     ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
-    return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0)
+    return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0, notes=notes)
 
 
 async def first_verdict(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,

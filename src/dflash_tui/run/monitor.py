@@ -74,7 +74,8 @@ class RunMonitor:
             run_dir=ev.run_dir, checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop,
             status=ev.status, pid_alive=alive,
             uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
-            connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback)
+            connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback,
+            probes=list(ev.probes))
         self.last = report
         return report
 

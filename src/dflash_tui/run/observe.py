@@ -19,6 +19,7 @@ from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, ST
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import FileStat, PidInfo, RemoteOps
 from .attempts import LaunchAttempt
+from .probe_files import ProbeReport, gather_probes
 from .tracebacks import last_traceback
 from .wrapper import run_id_of_wrapper
 
@@ -46,6 +47,7 @@ class Evidence:
     log_tail: str = ""                           # last lines of train.log, when read
     launch_out: str = ""                         # the wrapper's own stdout/stderr, when read
     attempt: LaunchAttempt | None = None
+    probes: list[ProbeReport] = field(default_factory=list)   # the run probe's, one per Python process
 
     def path(self, name: str) -> str:
         return posixpath.join(self.run_dir, name)
@@ -147,6 +149,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status_problem = f"status.json belongs to run {ev.status.run_id}"
             ev.status = None
 
+    ev.probes = await gather_probes(ops, run_dir, run_id)
     if ev.launch is not None:
         (ev.proc,) = await ops.pid_info([ev.launch.pid])
     elif attempt is not None and attempt.pid and attempt.run_id == run_id:

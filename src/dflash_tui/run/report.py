@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..contract.rundir import ExitRecord, LaunchRecord, StopRecord, TrainStatus
+from ..contract.rundir import ExitRecord, LaunchRecord, ProbeReport, StopRecord, TrainStatus
 
 from .verdict import Checklist
 
@@ -29,3 +29,4 @@ class RunReport:
     stale_since: float | None = None  # local epoch seconds when the data stopped being fresh
     error: str | None = None          # transport/read error of this poll, one line
     last_traceback: str | None = None  # last Python traceback found in train.log, if any
+    probes: list[ProbeReport] = field(default_factory=list)  # the run probe's, one per Python process
