@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,15 +52,20 @@ def train(run_dir: Path, probe: bool, steps: int) -> dict:
     argv = [sys.executable, "-m", "dflash_train", "--run-dir", str(run_dir), "--target-devices", "cpu",
             "--drafter-devices", "cpu,cpu", "--steps", str(steps), "--eval-every", "0",
             "--checkpoint-every", str(steps * 10)]
+    env = env_for(run_dir, probe)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    res = subprocess.run(argv, env=env_for(run_dir, probe), capture_output=True, text=True, timeout=900)
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if res.returncode != 0:
         raise SystemExit(f"trainer failed ({res.returncode}): {res.stderr[-2000:]}")
     events = parse_events((run_dir / EVENTS_JSONL).read_text().splitlines()).events
     rates = [e["tokens_per_s"] for e in events if e["kind"] == "step" and e.get("tokens_per_s")
              and e["step"] > steps // 4]
-    out = {"tokens_per_s": statistics.fmean(rates), "wall_s": wall}
+    # CPU seconds per step moves far less with the load of other jobs than tokens/s does.
+    out = {"tokens_per_s": statistics.fmean(rates), "wall_s": wall, "cpu_ms_per_step": 1000 * cpu / steps}
     if probe:
         reports = [parse_probe(p.read_text()) for p in (run_dir / PROBE_DIR).glob("[0-9]*.json")]
         out["reports"] = len(reports)
@@ -99,7 +105,8 @@ def main() -> int:
             for probe in order:
                 r = train(base / f"run{i}-{'probe' if probe else 'bare'}", probe, args.steps)
                 runs[probe].append(r)
-                print(f"pair {i} probe={probe}: {r['tokens_per_s']:,.0f} tok/s, {r['wall_s']:.1f} s"
+                print(f"pair {i} probe={probe}: {r['tokens_per_s']:,.0f} tok/s, {r['wall_s']:.1f} s, "
+                      f"{r['cpu_ms_per_step']:.1f} CPU ms/step"
                       + (f", {r['reports']} report(s), probe CPU {max(r['probe_cpu_pct']):.3f} % of a core"
                          if probe else ""), flush=True)
         for i in range(args.starts):
@@ -111,6 +118,8 @@ def main() -> int:
     bare_tps = [r["tokens_per_s"] for r in runs[False]]
     ratio = statistics.median(with_tps) / statistics.median(bare_tps)
     pair_ratios = [w / b for w, b in zip(with_tps, bare_tps)]
+    cpu_ratio = (statistics.median(r["cpu_ms_per_step"] for r in runs[True])
+                 / statistics.median(r["cpu_ms_per_step"] for r in runs[False]))
     probe_pct = [p for r in runs[True] for p in r["probe_cpu_pct"]]
     start_with, start_bare = statistics.median(starts[True]), statistics.median(starts[False])
     command = "`.venv/bin/python benchmarks/probe_cost.py" + (
@@ -118,6 +127,7 @@ def main() -> int:
         (args.pairs, args.steps, args.starts) != (4, 120, 20) else "") + " --append`"
     rows = "\n".join(
         f"| {i} | {b['tokens_per_s']:,.0f} | {w['tokens_per_s']:,.0f} | {w['tokens_per_s'] / b['tokens_per_s']:.3f} "
+        f"| {b['cpu_ms_per_step']:.1f} | {w['cpu_ms_per_step']:.1f} "
         f"| {max(w['probe_cpu_pct']):.3f} % | {w['probe_cpu_s'] * 1000:.1f} ms of {w['cpu_s']:.1f} s |"
         for i, (w, b) in enumerate(zip(runs[True], runs[False])))
     section = f"""{HEADING}
@@ -131,12 +141,13 @@ tokens/s is the mean of its step events after the first quarter. Load average {l
 before, {load_after:.1f} after (other jobs share the cores: absolute numbers move, the ratio is
 from the same run).
 
-| pair | tokens/s without | tokens/s with probe | ratio | probe CPU (of one core) | probe CPU / process CPU |
-| ---: | ---: | ---: | ---: | ---: | ---: |
+| pair | tokens/s without | tokens/s with probe | ratio | CPU ms/step without | with | probe CPU (of one core) | probe CPU / process CPU |
+| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
 {rows}
 
 Median tokens/s with the probe / without: **{ratio:.3f}** (per-pair ratios {min(pair_ratios):.3f} to
 {max(pair_ratios):.3f}; target: no measurable loss, the probe's thread at most 1 % of one core).
+Median CPU time per step (the whole process tree, start-up included) with / without: **{cpu_ratio:.3f}**.
 The probe's own CPU per process, over the process's life: median {statistics.median(probe_pct):.3f} %,
 max {max(probe_pct):.3f} % of one core. Every process's last report was marked ended:
 {all(r['ended'] for r in runs[True])}.

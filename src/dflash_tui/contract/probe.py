@@ -160,11 +160,11 @@ class _Probe:
 
     # -- the heartbeat thread -------------------------------------------------------------------
 
-    def start_thread(self) -> None:
+    def start_thread(self, first_beat_after_s: float = 0.0) -> None:
         self._probe_cpu_before += self._thread_cpu
         self._thread_cpu = 0.0
         self._stop = threading.Event()
-        thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
+        thread = threading.Thread(target=self._loop, args=(first_beat_after_s,), name=THREAD_NAME, daemon=True)
         self._thread = thread
         thread.start()
 
@@ -175,8 +175,10 @@ class _Probe:
             thread.join(timeout)
         self._thread = None
 
-    def _loop(self) -> None:
+    def _loop(self, first_beat_after_s: float) -> None:
         stop = self._stop
+        if first_beat_after_s and stop.wait(first_beat_after_s):
+            return
         while True:
             self.beat()
             self._thread_cpu = time.thread_time()
@@ -387,8 +389,8 @@ class _Probe:
 
     def _after_fork_parent(self) -> None:
         try:
-            if getattr(self, "_paused", False):
-                self.start_thread()
+            if self._paused:   # the next beat when it was due (a program may fork often)
+                self.start_thread(first_beat_after_s=self.interval_s)
         except Exception as exc:   # noqa: BLE001
             self.note_error("fork", exc)
 
@@ -399,8 +401,10 @@ class _Probe:
             self._compile_lock = threading.Lock()
             self._events_lock = threading.Lock()
             self._reset_for_this_process()
-            if getattr(self, "_paused", False):
-                self.start_thread()
+            if self._paused:
+                # A child that lives less than a beat (fork, then exec or os._exit: most of
+                # them) leaves no report behind.
+                self.start_thread(first_beat_after_s=self.interval_s)
         except Exception as exc:   # noqa: BLE001
             self.note_error("fork", exc)
 

@@ -60,8 +60,15 @@ def _dflash_shadowed():
         here = _dflash_os.path.dirname(_dflash_os.path.abspath(__file__))
         rest = [p for p in _dflash_sys.path
                 if _dflash_os.path.abspath(p or _dflash_os.curdir) != here]
-        import importlib.machinery
-        return importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        try:
+            import importlib.machinery
+            return importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        except ImportError:   # Python 2: a (file, path, description) triple, or None
+            import imp
+            try:
+                return imp.find_module("sitecustomize", rest)
+            except ImportError:
+                return None
     except Exception as exc:
         if _dflash_os.environ.get("DFLASH_RUN_DIR"):
             _dflash_note("chain", exc)
@@ -70,7 +77,14 @@ def _dflash_shadowed():
 
 _dflash_start()
 _dflash_spec = _dflash_shadowed()
-if _dflash_spec is not None and _dflash_spec.loader is not None:
+if isinstance(_dflash_spec, tuple):
+    import imp as _dflash_imp
+    try:
+        _dflash_imp.load_module("sitecustomize", *_dflash_spec)
+    finally:
+        if _dflash_spec[0] is not None:
+            _dflash_spec[0].close()
+elif _dflash_spec is not None and _dflash_spec.loader is not None:
     # Theirs runs as "sitecustomize", as it would without us; its errors are its own, and
     # site.py reports them as it always does.
     import importlib.util as _dflash_util
