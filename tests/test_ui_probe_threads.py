@@ -8,7 +8,7 @@ import pytest
 from textual.widgets import DataTable
 
 from dflash_tui.contract.rundir import ProbeReport, ProbeThread
-from dflash_tui.ui import replay as R
+from tests.support import scenarios as R
 
 from tests.test_ui_app import SIZE, make, until
 
