@@ -200,6 +200,29 @@ def test_torchrun_two_gloo_ranks_and_their_threads(tmp_path):
     assert "rank 0 step" in out and "rank 1 step" in out
 
 
+def test_accelerate_launch_launcher_and_worker_report(tmp_path, monkeypatch):
+    pytest.importorskip("accelerate")   # the [test] extra; a bare environment may lack it
+    run = tmp_path / "run"
+    env = probe_env(run)
+    env["HOME"] = str(tmp_path)         # no accelerate config of the user's is read
+    accelerate = str(Path(sys.executable).with_name("accelerate"))
+    proc = subprocess.Popen([accelerate, "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
+                             "--mixed_precision", "no", "--dynamo_backend", "no", str(PROGRAMS / "accel_cpu.py"), "30"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def training(rs):
+            return any((m := thread(r, "MainThread")) and any("accel_cpu.py" in f for f in m.frames) for r in rs)
+        got = wait_reports(run, training, timeout=150)
+        launcher = next(r for r in got if r.pid == proc.pid)
+        worker = next(r for r in got if r.ppid == proc.pid)
+        assert launcher.argv[:2] == [accelerate, "launch"] and worker.argv == [str(PROGRAMS / "accel_cpu.py"), "30"]
+        assert worker.torch and worker.errors == 0 and launcher.errors == 0
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert "step 1 loss" in out
+
+
 def test_one_line_api_steps_land_as_typed_step_events(tmp_path):
     prog = write(tmp_path / "log.py", """\
         import os, threading

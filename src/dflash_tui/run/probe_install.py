@@ -1,4 +1,4 @@
-"""Put the run probe into RUN_DIR/probe/ on the target, the way launch.sh is written there.
+"""Put the run probe into RUN_DIR/probe/ on the target (Target.write_file: temp + rename).
 
 Three files: ``dflash_rundir.py`` (the contract, verbatim), ``dflash_probe.py``
 (contract/probe.py, verbatim) and ``sitecustomize.py`` (SITECUSTOMIZE below). The wrapper puts
@@ -97,8 +97,6 @@ elif _dflash_spec is not None and _dflash_spec.loader is not None:
 _SET_ASIDE = ('set -e; umask 022; d="$1/' + PROBE_DIR + '"; '
               'if [ -d "$d" ]; then mkdir -p -- "$1/$2"; rm -rf -- "$1/$2/' + PROBE_DIR + '"; '
               'mv -f -- "$d" "$1/$2/' + PROBE_DIR + '"; fi; mkdir -p -- "$d"; echo ready')
-# $1 = probe dir, $2 = file name; the content arrives on stdin.
-_WRITE = 'set -e; umask 022; tmp="$1/.$2.tmp.$$"; cat > "$tmp"; mv -f "$tmp" "$1/$2"; echo written'
 
 
 def probe_files() -> dict[str, bytes]:
@@ -128,8 +126,8 @@ async def install_probe(target: Target, ops: RemoteOps, run_dir: str, aside: str
         res = await target.run(["sh", "-c", _SET_ASIDE, "dflash-probe", run_dir, aside], timeout=30)
         if not res.ok:
             return f"run probe not installed: cannot prepare {probe_dir}: {res.stderr.strip() or res.exit_status}"
-        await asyncio.gather(*(target.run(["sh", "-c", _WRITE, "dflash-probe", probe_dir, name],
-                                          input=data, timeout=30) for name, data in files.items()))
+        await asyncio.gather(*(target.write_file(posixpath.join(probe_dir, name), data)
+                               for name, data in files.items()))
         stats = await ops.stat([posixpath.join(probe_dir, name) for name in files])
     except (CommandTimeout, TargetError) as exc:
         return f"run probe not installed: {exc}"
