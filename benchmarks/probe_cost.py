@@ -152,9 +152,10 @@ The probe's own CPU per process, over the process's life: median {statistics.med
 max {max(probe_pct):.3f} % of one core. Every process's last report was marked ended:
 {all(r['ended'] for r in runs[True])}.
 Start-up of one Python process (`python -c pass`, {args.starts} each, alternating): median
-{start_bare * 1000:.1f} ms bare, {start_with * 1000:.1f} ms with the probe (+{(start_with - start_bare) * 1000:.1f} ms:
-importing the contract's dataclasses/typing/json once, in the main thread at start-up, so the
-probe's thread never imports anything concurrently with the program).
+{start_bare * 1000:.1f} ms bare, {start_with * 1000:.1f} ms with the probe (+{(start_with - start_bare) * 1000:.1f} ms, under the
+load above: importing dataclasses, typing, enum and json and building the contract's records,
+once per process, in the main thread at start-up, so that the probe's thread never imports
+anything while the program does; next to `import torch` it is noise).
 """
     print(section)
     if args.append:

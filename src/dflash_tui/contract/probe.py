@@ -51,6 +51,9 @@ _ERRORS_MAX_BYTES = 64 << 10
 _ERRORS_PER_KIND = 3          # the same failure is noted this often, then only counted
 _EVENT_MAX_BYTES = 64 << 10
 _TORCH_WATCH_S = 0.05         # how often to look for torch._dynamo until its callbacks are ours
+# The first report a moment after start-up, not during it: a process that lives less (a
+# `python -c ...` from a shell script) leaves no report, and start-up never waits on the probe.
+FIRST_BEAT_S = 0.25
 
 # A thread whose stack passes through one of these is compiling now, whether or not torch's
 # callbacks told us (they fire once for overlapping compiles of several threads).
@@ -415,7 +418,8 @@ class _Probe:
             if self.pid != os.getpid():
                 return
             self.stop_thread(timeout=0.5)
-            self.beat(ended=True)
+            if self.seq:   # it has reported: its last report says it ended
+                self.beat(ended=True)
         except Exception as exc:   # noqa: BLE001
             self.note_error("exit", exc)
 
@@ -500,7 +504,7 @@ def start(interval_s: float | None = None) -> bool:
         try:
             probe.hook_fork()
             atexit.register(probe.at_exit)
-            probe.start_thread()
+            probe.start_thread(first_beat_after_s=FIRST_BEAT_S)
         except Exception as exc:   # noqa: BLE001
             probe.note_error("start", exc)
         return True

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import math
 import types
 import typing
@@ -513,6 +512,11 @@ def make_event(kind: EventKind | str, time: float, **fields_: Any) -> dict[str, 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write then rename, so a reader sees the old file or the new one, never half of one."""
+    # Imported here, not at the top: a measured start-up cost (tempfile pulls in shutil and
+    # random) that every Python process of a run would pay through the run probe, which
+    # never calls this.
+    import tempfile
+
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)

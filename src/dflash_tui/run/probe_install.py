@@ -48,7 +48,17 @@ def _dflash_start():
     if not _dflash_os.environ.get("DFLASH_RUN_DIR") or _dflash_sys.version_info < (3, 10):
         return
     try:
-        import dflash_probe
+        # The standard modules the probe needs, as the program's settings would load them;
+        # then our two, compiled once per run into probe/__pycache__ even where the program
+        # says PYTHONDONTWRITEBYTECODE (Docker images do): else every process compiles them.
+        import atexit, dataclasses, enum, json, math, threading, time, types, typing
+        keep = _dflash_sys.dont_write_bytecode
+        _dflash_sys.dont_write_bytecode = False
+        try:
+            import dflash_rundir
+            import dflash_probe
+        finally:
+            _dflash_sys.dont_write_bytecode = keep
         dflash_probe.start()
     except Exception as exc:
         _dflash_note("start", exc)
