@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/probe_cost.py [--pairs 4] [--steps 120] [--starts 20] [--append]
 
 Runs the bundled trainer (CPU: one target thread, two drafter threads, dynamo's eager
-compile) `--pairs` times with the probe and as often without, alternating (so drift in the
-shared machine's load hits both alike), each in a fresh run dir with the environment launch.sh
+compile) in `--pairs` pairs, one run with the probe and one without, the two of a pair at the
+same time (so the shared machine's load hits both alike), each in a fresh run dir with the environment launch.sh
 gives it (DFLASH_RUN_DIR, DFLASH_RUN_ID; the probe first on PYTHONPATH or not at all). Reports:
 - tokens/s: the mean of the trainer's step events after the first quarter of steps, per run;
   median per side and the ratio with/without;
@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -47,20 +46,23 @@ def env_for(run_dir: Path, probe: bool) -> dict[str, str]:
     return env
 
 
-def train(run_dir: Path, probe: bool, steps: int) -> dict:
+def start_training(run_dir: Path, probe: bool, steps: int) -> tuple[subprocess.Popen, float]:
     run_dir.mkdir(parents=True)
     argv = [sys.executable, "-m", "dflash_train", "--run-dir", str(run_dir), "--target-devices", "cpu",
             "--drafter-devices", "cpu,cpu", "--steps", str(steps), "--eval-every", "0",
             "--checkpoint-every", str(steps * 10)]
-    env = env_for(run_dir, probe)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    with open(run_dir / "out.txt", "wb") as out:
+        proc = subprocess.Popen(argv, env=env_for(run_dir, probe), stdout=out, stderr=subprocess.STDOUT)
+    return proc, time.monotonic()
+
+
+def finish_training(run_dir: Path, probe: bool, steps: int, proc: subprocess.Popen, t0: float) -> dict:
+    _, status, usage = os.wait4(proc.pid, 0)     # this child's own CPU, not its twin's
+    proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if res.returncode != 0:
-        raise SystemExit(f"trainer failed ({res.returncode}): {res.stderr[-2000:]}")
+    cpu = usage.ru_utime + usage.ru_stime
+    if proc.returncode != 0:
+        raise SystemExit(f"trainer failed ({proc.returncode}): {(run_dir / 'out.txt').read_text()[-2000:]}")
     events = parse_events((run_dir / EVENTS_JSONL).read_text().splitlines()).events
     rates = [e["tokens_per_s"] for e in events if e["kind"] == "step" and e.get("tokens_per_s")
              and e["step"] > steps // 4]
@@ -101,9 +103,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="probe-cost-") as tmp:
         base = Path(tmp)
         for i in range(args.pairs):
+            # The two of a pair run at the same time, so the load of other jobs hits both.
             order = (True, False) if i % 2 == 0 else (False, True)
+            started = {probe: start_training(base / f"run{i}-{'probe' if probe else 'bare'}", probe, args.steps)
+                       for probe in order}
             for probe in order:
-                r = train(base / f"run{i}-{'probe' if probe else 'bare'}", probe, args.steps)
+                r = finish_training(base / f"run{i}-{'probe' if probe else 'bare'}", probe, args.steps,
+                                    *started[probe])
                 runs[probe].append(r)
                 print(f"pair {i} probe={probe}: {r['tokens_per_s']:,.0f} tok/s, {r['wall_s']:.1f} s, "
                       f"{r['cpu_ms_per_step']:.1f} CPU ms/step"
@@ -136,8 +142,10 @@ Command: {command}
 
 Machine: {platform.machine()}, {os.cpu_count()} CPU cores (shared), CPython {platform.python_version()}.
 The bundled trainer on CPU (`--target-devices cpu --drafter-devices cpu,cpu`, {args.steps} steps,
-dynamo eager compile), {args.pairs} runs with the probe and {args.pairs} without, alternating;
-tokens/s is the mean of its step events after the first quarter. Load average {load_before:.1f}
+dynamo eager compile), {args.pairs} pairs of runs, one with the probe and one without, the two
+of a pair at the same time (so other jobs' load hits both alike; which starts first alternates);
+tokens/s is the mean of its step events after the first quarter, CPU per step the process
+tree's own (wait4). Load average {load_before:.1f}
 before, {load_after:.1f} after (other jobs share the cores: absolute numbers move, the ratio is
 from the same run).
 

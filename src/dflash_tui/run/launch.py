@@ -123,16 +123,16 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
                                  seconds=time.monotonic() - t0)
 
     run_id = new_run_id()
-    notes: list[str] = []
-    probe_problem = await install_probe(target, ops, run_dir, aside) if profile.probe else None
-    if probe_problem:
-        notes.append(probe_problem)
     script = render_wrapper(run_dir, run_id, argv, python=profile.python, probe=profile.probe).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None
+    probe_problem = None
     try:
-        write_res = await target.run(["sh", "-c", _WRITE, "dflash-write", run_dir, wrapper_path], input=script, timeout=30)
+        # The run probe goes in beside launch.sh, at the same time (a launch costs no extra round trip).
+        write_res, probe_problem = await asyncio.gather(
+            target.run(["sh", "-c", _WRITE, "dflash-write", run_dir, wrapper_path], input=script, timeout=30),
+            install_probe(target, ops, run_dir, aside) if profile.probe else asyncio.sleep(0))
         (st,) = await ops.stat([wrapper_path])
         written = st.exists and st.size == len(script)
     except CommandTimeout:
@@ -159,6 +159,7 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
                                     stdout=res.stdout[-2000:], stderr=res.stderr[-2000:], pid=pid, via=via,
                                     own_session=own)
         attempt.target_time = await ops.now()
+    notes = [probe_problem] if probe_problem else []
     if on_attempt is not None:
         on_attempt(attempt)
 

@@ -1,4 +1,4 @@
-"""Put the run probe into RUN_DIR/probe/ on the target (Target.write_file: temp + rename).
+"""Put the run probe into RUN_DIR/probe/ on the target: one sh script on stdin, temp + rename.
 
 Three files: ``dflash_rundir.py`` (the contract, verbatim), ``dflash_probe.py``
 (contract/probe.py, verbatim) and ``sitecustomize.py`` (SITECUSTOMIZE below). The wrapper puts
@@ -9,8 +9,8 @@ The last run's probe directory is moved aside with the rest of its files (histor
 
 from __future__ import annotations
 
-import asyncio
 import posixpath
+import secrets
 from pathlib import Path
 
 from ..contract.rundir import PROBE_CONTRACT, PROBE_DIR, PROBE_MODULE, PROBE_SITECUSTOMIZE
@@ -103,10 +103,26 @@ elif _dflash_spec is not None and _dflash_spec.loader is not None:
     _dflash_spec.loader.exec_module(_dflash_module)
 '''
 
-# $1 = run dir, $2 = where the last run's probe dir goes (relative to $1).
-_SET_ASIDE = ('set -e; umask 022; d="$1/' + PROBE_DIR + '"; '
+# One sh script on stdin, so the install costs one round trip: move the last run's probe dir
+# to $1/$2/probe, then write each file (quoted here-document, temp + rename). $1 = run dir,
+# $2 = where the last run's files went (relative to $1).
+_SET_ASIDE = ('set -e; umask 022; d="$1/' + PROBE_DIR + '"\n'
               'if [ -d "$d" ]; then mkdir -p -- "$1/$2"; rm -rf -- "$1/$2/' + PROBE_DIR + '"; '
-              'mv -f -- "$d" "$1/$2/' + PROBE_DIR + '"; fi; mkdir -p -- "$d"; echo ready')
+              'mv -f -- "$d" "$1/$2/' + PROBE_DIR + '"; fi\nmkdir -p -- "$d"\n')
+
+
+def install_script(files: dict[str, bytes]) -> bytes:
+    """The script that installs `files` (text, each ending in a newline) into RUN_DIR/probe/."""
+    parts = [_SET_ASIDE]
+    for name, data in files.items():
+        text = data.decode("utf-8")
+        marker = "DFLASH_PROBE_EOF_" + secrets.token_hex(8)   # a line that no file holds
+        if marker in text or not text.endswith("\n"):
+            raise ValueError(f"{name} cannot be sent in a here-document")
+        parts.append(f"cat > \"$d/.{name}.tmp.$$\" <<'{marker}'\n{text}{marker}\n"
+                     f"mv -f \"$d/.{name}.tmp.$$\" \"$d/{name}\"\n")
+    parts.append("echo installed\n")
+    return "".join(parts).encode("utf-8")
 
 
 def probe_files() -> dict[str, bytes]:
@@ -133,11 +149,9 @@ async def install_probe(target: Target, ops: RemoteOps, run_dir: str, aside: str
     probe_dir = posixpath.join(run_dir, PROBE_DIR)
     files = probe_files()
     try:
-        res = await target.run(["sh", "-c", _SET_ASIDE, "dflash-probe", run_dir, aside], timeout=30)
+        res = await target.run(["sh", "-s", "--", run_dir, aside], input=install_script(files), timeout=30)
         if not res.ok:
-            return f"run probe not installed: cannot prepare {probe_dir}: {res.stderr.strip() or res.exit_status}"
-        await asyncio.gather(*(target.write_file(posixpath.join(probe_dir, name), data)
-                               for name, data in files.items()))
+            return f"run probe not installed in {probe_dir}: {res.stderr.strip()[-300:] or res.exit_status}"
         stats = await ops.stat([posixpath.join(probe_dir, name) for name in files])
     except (CommandTimeout, TargetError) as exc:
         return f"run probe not installed: {exc}"
