@@ -52,7 +52,7 @@ def test_plain_program_reports_threads_and_frames(tmp_path):
         got = wait_reports(run, lambda rs: any(thread(r, "loader") and thread(r, "loader").frames for r in rs))
         (r,) = got
         assert r.pid == proc.pid and r.ppid == os.getpid() and r.run_id == "run-probe-test"
-        assert r.argv == [str(prog), "60"] and r.rank is None and not r.ended and r.host == os.uname().nodename
+        assert r.argv == [str(prog), "60"] and r.rank is None and not r.ended and r.node == os.uname().nodename
         loader, main = thread(r, "loader"), thread(r, "MainThread")
         assert loader.daemon and loader.frames[0].startswith(f"{prog}:5 wait_for_work"), loader.frames
         assert main.frames[0].startswith(f"{prog}:10 <module>"), main.frames
@@ -255,6 +255,7 @@ def test_one_line_api_steps_land_as_typed_step_events(tmp_path):
     steps = [e for e in batch.events if e["kind"] == "step"]
     assert sorted(e["step"] for e in steps) == sorted([*range(0, 50), *range(100, 150), *range(1000, 1050), 5000])
     assert {e["rank"] for e in steps} == {3} and len({e["pid"] for e in steps}) == 2
+    assert {e["node"] for e in steps} == {os.uname().nodename}
     assert all(e["loss"] == 2.5 and e["lr"] == 1e-4 for e in steps if e["step"] != 5000)
     nan = next(e for e in steps if e["step"] == 5000)
     assert nan["loss"] is None and nan["nonfinite"] == ["loss"]

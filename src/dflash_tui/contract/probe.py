@@ -133,6 +133,7 @@ class _Probe:
         self.rank = _int_env("RANK")
         self.local_rank = _int_env("LOCAL_RANK")
         self.world_size = _int_env("WORLD_SIZE")
+        self.node = os.uname().nodename
 
     # -- failures: swallowed, counted, noted ---------------------------------------------------
 
@@ -257,7 +258,7 @@ class _Probe:
         totals = list(self._compiles.values())
         return _rd.ProbeReport(
             run_id=self.run_id, pid=self.pid, time=now, ppid=self.ppid, start_time=self.start_time,
-            seq=self.seq, host=os.uname().nodename, rank=self.rank, local_rank=self.local_rank,
+            seq=self.seq, node=self.node, rank=self.rank, local_rank=self.local_rank,
             world_size=self.world_size, argv=[str(a)[:_MAX_TEXT] for a in sys.argv[:_MAX_ARGV]],
             executable=sys.executable or "", python=sys.version.split()[0],
             cpu_s=round(times.user + times.system, 3), probe_cpu_s=round(probe_cpu, 4),
@@ -445,7 +446,9 @@ class _Probe:
         if nonfinite:
             fields["nonfinite"] = nonfinite
         now = time.time()
-        event = _rd.make_event(_rd.EventKind.STEP, now, pid=os.getpid(), rank=self.rank, **fields)
+        # Every event names its writer: rank (0 outside torch.distributed, as the trainer's) and node.
+        event = _rd.make_event(_rd.EventKind.STEP, now, pid=os.getpid(), rank=self.rank or 0, node=self.node,
+                               **fields)
         data = (_rd.to_json(event) + "\n").encode("utf-8")
         if len(data) > _EVENT_MAX_BYTES:
             raise ValueError("step event of %d bytes, more than %d" % (len(data), _EVENT_MAX_BYTES))
@@ -462,7 +465,7 @@ class _Probe:
             return self._events_fd
 
 
-_RESERVED = frozenset({"v", "kind", "time", "pid", "rank", "nonfinite"})
+_RESERVED = frozenset({"v", "kind", "time", "pid", "rank", "node", "nonfinite"})
 
 
 def _plain(value):
