@@ -17,6 +17,7 @@ from dflash_tui.config import ConfigError, Profile, parse_config
 from dflash_tui.contract.rundir import PROBE_DIR, probe_report_name, to_json
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.probe_files import MAX_REPORTS, gather_probes
+from dflash_tui.run.verdict import CheckState
 from dflash_tui.session import Session
 
 from tests.support.probe import thread
@@ -88,6 +89,9 @@ async def test_launched_program_reports_through_gather(sessions, tmp_path, monke
     assert thread(p, "loader").frames[0].endswith(" feed_batches")
     log = (tmp_path / "run" / "train.log").read_text()
     assert f"PYTHONPATH {tmp_path / 'run' / PROBE_DIR}:/user/own/path" in log   # prepended, theirs kept
+    _, checklist = await s.check()                  # the engine reads the same reports
+    probe_check = next(c for c in checklist.checks if c.id == "probe")
+    assert probe_check.state is CheckState.OK and "1 of 1 process(es) beating" in probe_check.cause, probe_check
     # Relaunch: the last run's probe directory goes to history/ with its other files.
     out2 = await s.launch(preflight=False, relaunch=True)
     ev = await wait_probes(s, lambda ps: loader_seen(ps) and all(x.run_id == out2.run_id for x in ps))
