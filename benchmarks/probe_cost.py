@@ -9,13 +9,15 @@ gives it (DFLASH_RUN_DIR, DFLASH_RUN_ID; the probe first on PYTHONPATH or not at
 - tokens/s: the mean of the trainer's step events after the first quarter of steps, per run;
   median per side and the ratio with/without;
 - the probe's own CPU per process (probe_cpu_s of its last report over the process's life);
-- the start-up cost per Python process: `python -c pass`, `--starts` times each way.
+- the start-up cost per Python process: `python -c pass`, `--starts` times each way;
+- the dashboard's cost of reading the reports per poll (`--polls` polls through the agent).
 --append writes the section into benchmarks/RESULTS.md (replacing an earlier one of this script).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -32,7 +34,13 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from benchmarks.results_file import replace_section  # noqa: E402
 from dflash_tui.contract.rundir import EVENTS_JSONL, PROBE_DIR, parse_events, parse_probe  # noqa: E402
+from dflash_tui.config import Profile  # noqa: E402
+from dflash_tui.contract.rundir import ProbeReport, ProbeThread, probe_report_name, to_json  # noqa: E402
+from dflash_tui.remote.local import LocalTarget  # noqa: E402
+from dflash_tui.run.observe import gather  # noqa: E402
+from dflash_tui.run.probe_files import gather_probes  # noqa: E402
 from dflash_tui.run.probe_install import write_probe_dir  # noqa: E402
+from dflash_tui.session import Session  # noqa: E402
 
 HEADING = "## probe: the run probe's cost on the bundled trainer (benchmarks/probe_cost.py)"
 
@@ -90,11 +98,43 @@ def start_cost(base: Path, probe: bool, n: int) -> list[float]:
     return times
 
 
+async def poll_cost(base: Path, polls: int) -> dict[int, tuple[float, float]]:
+    """Median wall ms of gather_probes and of a whole gather() through the agent, for a probe
+    dir with 0, 4, 16 and 32 reports of 8 threads each (torchrun with 8 ranks is ~10)."""
+    run_dir = base / "poll"
+    run_dir.mkdir()
+    session = Session(Profile(name="poll", run_dir=str(run_dir), python=sys.executable),
+                      targets=(LocalTarget(), LocalTarget()))
+    ops = await session.ops()
+    threads = [ProbeThread(name=f"thread-{i}", ident=i, frames=[f"/x/train.py:{i} step"] * 6) for i in range(8)]
+    out = {}
+    try:
+        for n in (0, 4, 16, 32):
+            (run_dir / PROBE_DIR).mkdir(exist_ok=True)
+            for pid in range(1000, 1000 + n):
+                (run_dir / PROBE_DIR / probe_report_name(pid)).write_text(to_json(ProbeReport(
+                    run_id="poll", pid=pid, time=time.time(), threads=threads)))
+            probes, whole = [], []
+            for _ in range(polls):
+                t = time.perf_counter()
+                got = await gather_probes(ops, str(run_dir), "poll")
+                probes.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await gather(ops, str(run_dir))
+                whole.append(time.perf_counter() - t)
+            assert len(got) == n
+            out[n] = (1000 * statistics.median(probes), 1000 * statistics.median(whole))
+    finally:
+        await session.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--starts", type=int, default=20)
+    ap.add_argument("--polls", type=int, default=300)
     ap.add_argument("--append", action="store_true")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
@@ -118,6 +158,7 @@ def main() -> int:
         for i in range(args.starts):
             for probe in ((True, False) if i % 2 == 0 else (False, True)):
                 starts[probe].extend(start_cost(base, probe, 1))
+        polls = asyncio.run(poll_cost(base, args.polls))
     load_after = os.getloadavg()[0]
 
     with_tps = [r["tokens_per_s"] for r in runs[True]]
@@ -130,7 +171,8 @@ def main() -> int:
     start_with, start_bare = statistics.median(starts[True]), statistics.median(starts[False])
     command = "`.venv/bin/python benchmarks/probe_cost.py" + (
         f" --pairs {args.pairs} --steps {args.steps} --starts {args.starts}" if
-        (args.pairs, args.steps, args.starts) != (4, 120, 20) else "") + " --append`"
+        (args.pairs, args.steps, args.starts) != (4, 120, 20) else "") + (
+        f" --polls {args.polls}" if args.polls != 300 else "") + " --append`"
     rows = "\n".join(
         f"| {i} | {b['tokens_per_s']:,.0f} | {w['tokens_per_s']:,.0f} | {w['tokens_per_s'] / b['tokens_per_s']:.3f} "
         f"| {b['cpu_ms_per_step']:.1f} | {w['cpu_ms_per_step']:.1f} "
@@ -164,7 +206,13 @@ Start-up of one Python process (`python -c pass`, {args.starts} each, alternatin
 load above: importing dataclasses, typing, enum and json and building the contract's records,
 once per process, in the main thread at start-up, so that the probe's thread never imports
 anything while the program does; next to `import torch` it is noise).
-"""
+
+Reading the reports, per poll, through the agent on this machine ({args.polls} polls each; one
+listing of probe/, then one read per report, concurrently; at most 32 are read):
+
+| reports in probe/ | gather_probes, median | whole gather() (it included), median |
+| ---: | ---: | ---: |
+""" + "\n".join(f"| {n} | {p:.2f} ms | {w:.2f} ms |" for n, (p, w) in polls.items()) + "\n"
     print(section)
     if args.append:
         replace_section(HEADING, section)
