@@ -79,6 +79,7 @@ class Profile:
     # A regular expression for the program's progress lines, with named groups step, loss
     # and/or total (run/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
+    probe: bool = True                 # the run probe in every Python process (run/probe_install.py)
     source: str = "<built-in>"         # the file the profile came from, for messages
     # -- a run across several hosts (run/nodes.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
@@ -180,6 +181,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "nodes": ((list,), 'a list of host names or ssh aliases, e.g. ["gpu1", "gpu2"]'),
     "master_addr": ((str,), "the address the other nodes reach the first node at"),
     "master_port": ((int,), "a port number (1-65535)"),
+    "probe": ((bool,), "true or false"),
 }
 
 
@@ -244,7 +246,7 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
             raise ConfigError(f"{where}: unknown key {show_value(key)} (known keys: {known})")
         types, desc = _KEYS[key]
         # TOML booleans are ints to Python; a port of `true` is a mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             raise ConfigError(f"{where}: {key} = {show_value(value)} is not {desc}")
         if isinstance(value, list):
             bad = [v for v in value if not isinstance(v, str)]

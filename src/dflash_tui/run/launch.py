@@ -26,6 +26,7 @@ from .claim import ClaimRefused, take_claim
 from .health import Limits, evaluate
 from .observe import Evidence, gather, process_matches
 from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
+from .probe_install import install_probe
 from .stop import StopResult, stop_run
 from .verdict import Check, CheckState, Checklist, Verdict
 from .wrapper import detach_argv, new_run_id, parse_detach_output, render_wrapper
@@ -146,10 +147,10 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
             return _not_launched(check, [check], preflight=pre, stopped=stopped, seconds=time.monotonic() - t0)
 
     # Put the previous run's files aside (history/<run id>/), so nothing of it is read as ours.
+    old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
+    aside = posixpath.join(HISTORY_DIR, _history_name(old, ev.now))
     if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)):
-        old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
-        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir,
-                                posixpath.join(HISTORY_DIR, _history_name(old, ev.now)), *PER_RUN_FILES,
+        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *PER_RUN_FILES,
                                 *rank_file_globs()], timeout=30)
         if not res.ok:
             check = Check("archive", "Previous run set aside", CheckState.FAIL,
@@ -160,12 +161,16 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
 
     run_id = new_run_id()
     python = pre.program if pre is not None and pre.program and profile.uses_bundled_trainer else profile.python
-    script = render_wrapper(run_dir, run_id, argv, python=python).encode()
+    script = render_wrapper(run_dir, run_id, argv, python=python, probe=profile.probe).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None
+    probe_problem = None
     try:
-        write_res = await target.run(["sh", "-c", _WRITE, "dflash-write", run_dir, wrapper_path], input=script, timeout=30)
+        # The run probe goes in beside launch.sh, at the same time (a launch costs no extra round trip).
+        write_res, probe_problem = await asyncio.gather(
+            target.run(["sh", "-c", _WRITE, "dflash-write", run_dir, wrapper_path], input=script, timeout=30),
+            install_probe(target, ops, run_dir, aside) if profile.probe else asyncio.sleep(0))
         (st,) = await ops.stat([wrapper_path])
         written = st.exists and st.size == len(script)
     except CommandTimeout:
@@ -189,12 +194,13 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
                                     stdout=res.stdout[-2000:], stderr=res.stderr[-2000:], pid=pid, via=via,
                                     own_session=own)
         attempt.target_time = await ops.now()
+    notes = [probe_problem] if probe_problem else []
     if on_attempt is not None:
         on_attempt(attempt)
 
     ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
     ev, checklist = await _settle(ops, run_dir, attempt, limits, ev, checklist)
-    return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0)
+    return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0, notes=notes)
 
 
 async def _settle(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,

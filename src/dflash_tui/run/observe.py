@@ -24,6 +24,7 @@ from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, Targ
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from .activity import CPU_WINDOW_S, Activity, ProgressTracker
 from .attempts import LaunchAttempt
+from .probe_files import ProbeReport, gather_probes
 from .tracebacks import last_traceback
 from .wrapper import run_id_of_wrapper
 
@@ -55,7 +56,7 @@ class Evidence:
     activity: Activity | None = None             # what advanced: CPU, log, steps (ProgressTracker)
     # Per-process reports of the run probe (RUN_DIR/probe/<pid>.json), when a program runs
     # under it: heartbeats prove a process alive; its step events (events.jsonl) are progress.
-    probes: list = field(default_factory=list)
+    probes: list[ProbeReport] = field(default_factory=list)
 
     def path(self, name: str) -> str:
         return posixpath.join(self.run_dir, name)
@@ -170,6 +171,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status_problem = f"{status_name} belongs to run {ev.status.run_id}"
             ev.status = None
 
+    ev.probes = await gather_probes(ops, run_dir, run_id)
     tracker = tracker or ProgressTracker(second_sample=False)
     if ev.launch is not None:
         ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid),
