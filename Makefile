@@ -6,8 +6,10 @@ BIN := $(VENV)/bin
 # TORCH_SPEC to the CUDA build you want (e.g. TORCH_SPEC=torch==2.11.0).
 TORCH_SPEC ?= torch==2.13.0
 # System tools the tests drive for real: an OpenSSH server on 127.0.0.1, tmux for the
-# end-to-end dashboard test, util-linux for the pct stand-in's PID namespaces.
-SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux
+# end-to-end dashboard test, util-linux for the pct stand-in's PID namespaces, Chromium and its
+# WebDriver for the --serve browser test (iproute2's ss: the bind-address check).
+SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux chromium:chromium \
+	chromedriver:chromium-driver ss:iproute2
 
 .PHONY: run test venv system-tools clean
 

@@ -14,7 +14,7 @@ What runs (all real product code, on this machine):
 Measured over the same window after a warm-up: CPU seconds of the dashboard process plus its
 agent child, and of tail; peak RSS of both; the log pane's lag behind the file (every line
 carries the time it was written; sampled every 100 ms as now - time of the pane's last line).
-Targets: <= 5% of one core, <= 150 MB RSS, lag never above 1 s.
+Targets: <= 2% of one core on every tab, <= 100 MB RSS, lag never above 1 s.
 Exit status 1 when a target is missed.
 """
 
@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 COLS, ROWS = 120, 40
-CPU_TARGET_PCT = 5.0
-RSS_TARGET_MB = 150.0
+CPU_TARGET_PCT = 2.0
+RSS_TARGET_MB = 100.0
 LAG_TARGET_S = 1.0
 
 

@@ -110,7 +110,9 @@ stop_grace_s = 5.0
     assert r.returncode == 0, f"launch failed: {r.stdout} {r.stderr}"
     try:
         tmux.start(base, env)
-        m = tmux.wait(r"RUNNING[\s\S]*?pid (\d+)", timeout=40)
+        # The header's pid (its first line): the folded checklist does not repeat it, and the
+        # log below may name other pids.
+        m = tmux.wait(r"RUNNING[^\n]*?pid (\d+)", timeout=40)
         old = int(m.group(1))
         assert alive(old) and "launch.sh" in cmdline(old)
 
@@ -119,7 +121,7 @@ stop_grace_s = 5.0
         tmux.wait(rf"Stops pid {old}")
         tmux.keys("y")
         # The checklist resets and fills in again, now for a new pid.
-        m = tmux.wait(rf"RUNNING[\s\S]*?pid (?!{old}\b)(\d+)", timeout=60)
+        m = tmux.wait(rf"RUNNING[^\n]*?pid (?!{old}\b)(\d+)", timeout=60)
         new = int(m.group(1))
         assert new != old
         assert alive(new) and "launch.sh" in cmdline(new), "the new run is not running"

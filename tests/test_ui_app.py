@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 
 import pytest
-from textual.widgets import DataTable, Input, TabbedContent
+from textual.widgets import Input, TabbedContent
 
 from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
 from tests.support import scenarios as R
+from dflash_tui.ui.rows import RowTable
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.gpus import GpuPane
 from dflash_tui.ui.header import RunHeader
@@ -115,10 +117,10 @@ async def test_stalled_thread_stands_out_in_threads_pane():
         await until(pilot, lambda: app.report is not None)
         await pilot.press("2")
         assert app.query_one(TabbedContent).active == "tab-threads"
-        table = app.query_one("#threads-table", DataTable)
+        table = app.query_one("#threads-table", RowTable)
         await until(pilot, lambda: table.row_count > 0)
         first = [str(c) for c in table.get_row_at(0)]
-        assert first[0] == "drafter1 STUCK" and first[3] == "compiled" and first[9] == "5m05s"
+        assert first[0] == "drafter1 STUCK" and first[4] == "compiled" and first[1] == "5m05s"
         assert app.query_one(ThreadsPane).trouble_count() == 1
         assert "Threads (1 !)" in str(app.query_one(TabbedContent).get_tab("tab-threads").label)
 
@@ -128,10 +130,10 @@ async def test_failed_thread_is_marked_failed():
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.report is not None)
         await pilot.press("2")
-        table = app.query_one("#threads-table", DataTable)
+        table = app.query_one("#threads-table", RowTable)
         await until(pilot, lambda: table.row_count > 0)
         row = [str(c) for c in table.get_row_at(0)]
-        assert row[0] == "drafter2 FAILED" and row[3].startswith("FAILED: RuntimeError")
+        assert row[0] == "drafter2 FAILED" and row[4].startswith("FAILED: RuntimeError")
 
 
 async def test_nvml_unavailable_banner_and_lost_gpu():
@@ -149,9 +151,12 @@ async def test_nvml_unavailable_banner_and_lost_gpu():
         gpus[3] = dataclasses.replace(gpus[3], lost=True, util_sm_pct=None)
         sources["h200"].push_gpu(dataclasses.replace(snap, gpus=tuple(gpus)))
         await until(pilot, lambda: not banner.display)
-        table = app.query_one("#gpu-table", DataTable)
-        assert [str(c) for c in table.get_row_at(3)][2] == "LOST"
-        assert [str(c) for c in table.get_row_at(0)][8].startswith("● 48213")
+        cards = text_of(app.query_one("#gpu-cards")).splitlines()
+        assert cards[3].split()[:3] == ["3", "H200", "LOST:"] and "fell off the bus" in cards[3]
+        assert "● run 71.0G" in cards[0]
+        table = app.query_one("#gpu-procs", RowTable)
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[:4] == ["0", "2000000", "48213", "root"] and first[6] == "● run"
         assert "GPUs (1 lost)" in str(app.query_one(TabbedContent).get_tab("tab-gpus").label)
 
 
@@ -163,11 +168,12 @@ async def test_unsupported_gpu_fields_read_na():
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one(GpuPane)
         await until(pilot, lambda: pane.snapshot is not None)
-        assert app.query_one("#gpu-table", DataTable).row_count == 0   # hidden tab: not drawn yet
+        assert app.query_one("#gpu-procs", RowTable).row_count == 0   # hidden tab: not drawn yet
         await pilot.press("3")
-        await until(pilot, lambda: app.query_one("#gpu-table", DataTable).row_count == 1)
-        row = [str(c) for c in app.query_one("#gpu-table", DataTable).get_row_at(0)]
-        assert row[5] == "n/a" and row[6] == "n/a" and row[7] == "n/a/2619"
+        await until(pilot, lambda: app.query_one("#gpu-procs", RowTable).row_count == 1)
+        card = text_of(app.query_one("#gpu-cards"))
+        # temperature, then power (and its limit): n/a, never 0
+        assert re.search(r"\b0 H200 .* 51%\s+n/a\s+n/a ● run 71\.0G", card), card
 
 
 async def test_stale_connection_shows_age_and_keeps_ticking():
@@ -213,18 +219,18 @@ async def test_metrics_from_status_until_step_events_arrive():
         metrics = app.query_one(MetricsPane)
         await pilot.press("4")
         await until(pilot, lambda: metrics.last_step == 1527)
-        assert list(metrics.history["τ (accept len)"]) == [3.27] and not metrics.from_events
+        assert list(metrics.series["tau"].values) == [3.27] and not metrics.from_events
         later = R.healthy()
         later.status.step, later.status.tau = 1528, 3.3
         sources["h200"].push_report(later)
         await until(pilot, lambda: metrics.last_step == 1528)
-        assert list(metrics.history["τ (accept len)"]) == [3.27, 3.3]
+        assert list(metrics.series["tau"].values) == [3.27, 3.3]
         sources["h200"].push_log("events.jsonl", R.events(5) + ['{"v":1,"kind":"step",'])
         await until(pilot, lambda: metrics.from_events)
-        assert len(metrics.history["loss"]) == 5 and metrics.skipped == 1 and metrics.last_step == 100
+        assert len(metrics.series["loss"].steps) == 5 and metrics.skipped == 1 and metrics.last_step == 100
         sources["h200"].push_report(R.healthy())          # status no longer adds points
         await pilot.pause(0.2)
-        assert len(metrics.history["loss"]) == 5
+        assert len(metrics.series["loss"].steps) == 5
 
 
 async def test_missing_log_is_named():
@@ -246,7 +252,7 @@ async def test_new_run_resets_metrics_and_marks_log():
         sources["h200"].push_report(r)
         await until(pilot, lambda: app.report.launch.run_id == "r-next")
         # Fresh history: only the new run's own status.json point, until its step events arrive.
-        assert not metrics.from_events and list(metrics.history["loss"]) == [r.status.loss]
+        assert not metrics.from_events and list(metrics.series["loss"].values) == [r.status.loss]
         assert app.log_pane.lines.lines()[-1] == "── new run r-next ──"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from textual.widgets import DataTable
+from dflash_tui.ui.rows import RowTable
 
 from dflash_tui.contract.rundir import ProbeReport, ProbeThread
 from tests.support import scenarios as R
@@ -35,7 +35,7 @@ async def test_probe_threads_grouped_by_process_without_status_json():
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.report is not None)
         await pilot.press("2")
-        table = app.query_one("#probe-table", DataTable)
+        table = app.query_one("#probe-table", RowTable)
         await until(pilot, lambda: table.row_count == 4)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(4)]
         assert rows[0] == ["rank 0 · pid 11", "MainThread", "-", "0", "0", "0.0", "<module> (train.py:12)", "1s"]
@@ -43,5 +43,5 @@ async def test_probe_threads_grouped_by_process_without_status_json():
                            "_compile (convert_frame.py:900)", ""]
         assert rows[2][:2] == ["rank 1 · pid 12", "MainThread"]
         assert rows[3][0] == "pid 10 (ended)" and rows[3][6] == "<module> (torchrun:12)"
-        assert not app.query_one("#threads-table", DataTable).display
+        assert not app.query_one("#threads-table", RowTable).display
         assert "run probe" in str(app.query_one("#threads-note").render())

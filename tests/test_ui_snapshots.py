@@ -87,4 +87,64 @@ def test_gpus_healthy(snap_compare):
 
 
 def test_metrics(snap_compare):
-    assert snap_compare(app_for(R.healthy()), terminal_size=(100, 32), run_before=settled("4"))
+    assert snap_compare(app_for(R.healthy()), terminal_size=(100, 32), run_before=drawn("4"))
+
+
+# -- the denser views -------------------------------------------------------------------------
+
+def _with(report, gpus, previous=None) -> DashboardApp:
+    from dflash_tui.run.history import PreviousRun
+    prev = PreviousRun(*previous) if previous else None
+    src = R.ReplaySource(R.PROFILE, reports=[report], gpus=gpus, previous=prev,
+                         logs={"train.log": R.train_log(), "events.jsonl": R.events()})
+    return DashboardApp(lambda name: src, R.PROFILE, [R.PROFILE], clock=lambda: R.T0)
+
+
+def drawn(*keys: str, wait_previous: bool = False):
+    async def run_before(pilot) -> None:
+        await settled(*keys)(pilot)
+        app = pilot.app
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 5
+        if wait_previous:
+            while not app.query_one(MetricsPane).previous_id:
+                assert loop.time() < end, "the previous run did not arrive"
+                await pilot.pause(0.02)
+        for pane in (app.query_one(MetricsPane), app.query_one(GpuPane)):
+            if pane.on_screen:
+                pane.draw()
+        await pilot.pause(0.1)
+    return run_before
+
+
+def test_metrics_with_previous_run(snap_compare):
+    app = _with(R.healthy(), [R.gpu_snapshot()], previous=(R.PREVIOUS_RUN_ID, "/h", R.previous_events()))
+    assert snap_compare(app, terminal_size=(120, 36), run_before=drawn("4", wait_previous=True))
+
+
+def test_gpus_eight_with_foreign_processes_160x48(snap_compare):
+    app = _with(R.healthy(), R.gpu_history(40, foreign=True))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=drawn("3"))
+
+
+def test_gpus_eight_with_foreign_processes_80x24(snap_compare):
+    app = _with(R.healthy(), R.gpu_history(40, foreign=True))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=drawn("3"))
+
+
+def test_checklist_expanded(snap_compare):
+    assert snap_compare(app_for(R.healthy()), terminal_size=(100, 32), run_before=settled("k"))
+
+
+def test_stalled_80x24_no_color(snap_compare, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert snap_compare(app_for(R.stalled()), terminal_size=(80, 24), run_before=settled())
+
+
+def test_crashed_80x24_no_color(snap_compare, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert snap_compare(app_for(R.crashed(), crash_log=True), terminal_size=(80, 24), run_before=settled())
+
+
+def test_help_80x24(snap_compare):
+    assert snap_compare(app_for(R.healthy()), terminal_size=(80, 24), run_before=settled("question_mark"))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repo root, for tests.support
 
+from dflash_tui.run.history import PreviousRun  # noqa: E402
 from dflash_tui.ui.app import DashboardApp  # noqa: E402
 from tests.support import scenarios as R  # noqa: E402
 
@@ -24,8 +25,8 @@ SHOTS = {
                       "NEVER STARTED at the first poll"),
     "crashed": (R.crashed, R.gpu_snapshot, True, ("e",), "CRASHED: exit code and the traceback"),
     "stalled": (R.stalled, R.gpu_snapshot, False, ("2",), "STALLED: the thread that stopped"),
-    "gpus": (R.healthy, R.gpu_snapshot, False, ("3",), "GPUs: the run's processes marked"),
-    "metrics": (R.healthy, R.gpu_snapshot, False, ("4",), "Metrics: loss, accuracy, τ, tokens/s"),
+    "gpus": (R.healthy, R.gpu_snapshot, False, ("3",), "GPUs: the run's processes marked, another user's too"),
+    "metrics": (R.healthy, R.gpu_snapshot, False, ("4",), "Metrics: every series, the previous run in dots"),
     "stale": (R.stale, R.gpu_snapshot, False, (), "Connection lost: last data, marked stale"),
 }
 
@@ -33,11 +34,12 @@ SHOTS = {
 async def shoot(name: str, outdir: Path) -> Path:
     make_report, make_gpu, crash_log, keys, title = SHOTS[name]
     started = make_report is not R.never_started
-    gpus = R.gpu_history(24) if make_gpu is R.gpu_snapshot else [make_gpu()]
+    gpus = R.gpu_history(40, foreign=True) if make_gpu is R.gpu_snapshot else [make_gpu()]
     src = R.ReplaySource(reports=[make_report()], gpus=gpus,
                          logs={"train.log": R.train_log(crash=crash_log), "events.jsonl": R.events()}
                          if started else None,
-                         missing=() if started else ("train.log", "events.jsonl"))
+                         missing=() if started else ("train.log", "events.jsonl"),
+                         previous=PreviousRun(R.PREVIOUS_RUN_ID, f"history/{R.PREVIOUS_RUN_ID}", R.previous_events()))
     app = DashboardApp(lambda profile: src, R.PROFILE, [R.PROFILE, "local"], clock=lambda: R.T0)
     async with app.run_test(size=SIZE) as pilot:
         for _ in range(100):
@@ -47,6 +49,10 @@ async def shoot(name: str, outdir: Path) -> Path:
             await pilot.pause(0.05)
         if keys:
             await pilot.press(*keys)
+        await pilot.pause(0.3)
+        for pane in (app.metrics_pane, app.gpu_pane):   # charts take new points every few seconds
+            if pane.on_screen:
+                pane.draw()
         await pilot.pause(0.2)
         path = outdir / f"{name}.svg"
         path.write_text(app.export_screenshot(title=f"dflash-tui · {title}"), encoding="utf-8")

@@ -39,6 +39,7 @@ from . import __version__
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
 from .remote.base import OpRefused, TargetError
 from .run.verdict import CheckState, Checklist, Verdict
+from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
 from .words import compact
 
 EXIT_HEALTHY, EXIT_FAILING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNDECIDED = 0, 1, 2, 3, 4
@@ -99,7 +100,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
     p.add_argument("--no-preflight", action="store_true", help="with --launch/--relaunch: skip the preflight")
     p.add_argument("--version", action="version", version=f"dflash-tui {__version__}")
+    _add_serve_arguments(p)
     return p
+
+
+# -- --serve: the dashboard in a browser (ui/serve.py; the token: serve_auth.py) ---------------
+
+def _add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--serve", action="store_true",
+                   help="serve the dashboard to a browser (textual-serve); every request needs the printed token")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"with --serve: address to bind (default {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"with --serve: port (default {DEFAULT_PORT})")
+
+
+def _serve(args, config: Config, profile: Profile) -> int:
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port}: must be 1-65535")
+    try:
+        from .ui.serve import serve   # the optional browser stack (textual-serve, aiohttp)
+    except ImportError as exc:
+        raise ConfigError(f"--serve needs textual-serve ({exc}); pip install textual-serve") from None
+    return serve(str(config.path) if config.path else None, profile.name,
+                 host=args.host, port=args.port, token=new_token())
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -356,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}")
             return EXIT_HEALTHY
         profile = config.profile(args.profile)
+        if args.serve:
+            return _serve(args, config, profile)
         if not (args.check or args.launch or args.relaunch or args.stop or args.canary):
             if args.json or args.wait:
                 raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")

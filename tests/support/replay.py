@@ -13,6 +13,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from dflash_tui.gpu.sample import GpuSnapshot
 from dflash_tui.run.health import Limits
+from dflash_tui.run.history import PreviousRun
 from dflash_tui.run.report import RunReport
 from dflash_tui.ui.source import EVENTS_LOG, TRAIN_LOG, ActionError
 
@@ -38,7 +39,7 @@ class ReplaySource:
 
     def __init__(self, profile: str = PROFILE, *, reports: list[RunReport] = (),
                  gpus: list[GpuSnapshot] = (), logs: dict[str, list[str]] | None = None,
-                 missing: tuple[str, ...] = (),
+                 missing: tuple[str, ...] = (), previous: PreviousRun | None = None,
                  on_action: Callable[[str], Awaitable[str]] | None = None) -> None:
         self.profile = profile
         self.limits = Limits()
@@ -56,6 +57,7 @@ class ReplaySource:
         self.calls: list[str] = []
         self.closed = False
         self.missing = set(missing)      # files that do not exist on the "target" (yet)
+        self.previous = previous         # the run dir's history/ entry, if any
 
     # -- feeding ----------------------------------------------------------------------------
     def push_report(self, report: RunReport) -> None:
@@ -85,6 +87,10 @@ class ReplaySource:
             f.feed(list(self._logs[name]))   # a new follower starts with the file's tail
         self._followers.setdefault(name, []).append(f)
         return f
+
+    async def previous_run(self, exclude: str | None) -> PreviousRun | None:
+        p = self.previous
+        return None if p is None or p.run_id == exclude else p
 
     async def _act(self, name: str) -> str:
         self.calls.append(name)

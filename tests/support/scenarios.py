@@ -167,25 +167,35 @@ def stale() -> RunReport:
 
 # -- GPU snapshots and log lines ---------------------------------------------------------------
 
-def gpu_snapshot(n: int = 8, *, run_gpus: int = 8, util: float = 97.0) -> GpuSnapshot:
+# Another user's jobs on the same host: what a shared box looks like (nvitop shows them too).
+FOREIGN = {3: (GpuProcess(pid=3_100_417, used_memory_bytes=18 * 2**30, name="python", user="alice"),),
+           6: (GpuProcess(pid=3_100_980, used_memory_bytes=9 * 2**30, name="vllm", user="bob"),
+               GpuProcess(pid=3_101_002, used_memory_bytes=512 * 2**20, name="nvtop", user="bob"))}
+
+
+def gpu_snapshot(n: int = 8, *, run_gpus: int = 8, util: float = 97.0, foreign: bool = False) -> GpuSnapshot:
     gpus = []
     for i in range(n):
         procs = (GpuProcess(pid=2_000_000 + i, used_memory_bytes=71 * 2**30, container_pid=WRAPPER_PID + 2,
-                            is_run_process=True, name="python3"),) if i < run_gpus else ()
+                            is_run_process=True, name="python3", user="root"),) if i < run_gpus else ()
+        if foreign:
+            procs += FOREIGN.get(i, ())
         gpus.append(GpuSample(index=i, name="NVIDIA H200", uuid=f"GPU-0000{i}", util_sm_pct=util - i,
                               util_mem_pct=41.0, mem_used_bytes=72 * 2**30, mem_total_bytes=141 * 2**30,
                               temperature_c=61.0 + i, power_w=612.0 - 3 * i, power_limit_w=700.0,
                               sm_clock_mhz=1980, mem_clock_mhz=2619,
+                              throttle_reasons=("sw_power_cap",) if i == 0 else (),
+                              xid_errors=None if i == 7 else (2 if foreign and i == 6 else 0),
                               ecc_errors_uncorrected=None if i == 7 else 0, processes=procs))
     return GpuSnapshot(time=T0, source="nvml", gpus=tuple(gpus), driver_version="570.124.06",
                        latency_ms=0.4)
 
 
-def gpu_history(n: int = 20) -> list[GpuSnapshot]:
+def gpu_history(n: int = 20, *, foreign: bool = False) -> list[GpuSnapshot]:
     """n one-second samples of 8 busy GPUs whose load dips at each checkpoint/eval."""
     out = []
     for k in range(n):
-        snap = gpu_snapshot()
+        snap = gpu_snapshot(foreign=foreign)
         gpus = tuple(dataclasses.replace(g, util_sm_pct=max(0.0, (g.util_sm_pct or 0)
                                                             - (60 if (k + g.index) % 9 == 0 else 0) - (k % 3) * 4))
                      for g in snap.gpus)
@@ -223,5 +233,20 @@ def events(steps: int = 60) -> list[str]:
                                       accuracy=0.1 + 0.3 * s / steps, tokens_per_s=18000.0 + (s % 7) * 90)))
         if s % 5 == 0:
             out.append(to_json(make_event("eval", T0 - steps + s, step=s * 25, tau=1.0 + 2.3 * s / steps,
+                                          prompts=8, new_tokens=32)))
+    return out
+
+
+PREVIOUS_RUN_ID = "20260531-221000-f00d42"
+
+
+def previous_events(steps: int = 60) -> list[str]:
+    """events.jsonl of the run before a relaunch (history/<id>/): it learned more slowly."""
+    out = []
+    for s in range(steps):
+        out.append(to_json(make_event("step", T0 - 4000 + s, step=s * 25, loss=3.4 - 0.6 * s / steps,
+                                      accuracy=0.08 + 0.2 * s / steps, tokens_per_s=17400.0 + (s % 5) * 60)))
+        if s % 5 == 0:
+            out.append(to_json(make_event("eval", T0 - 4000 + s, step=s * 25, tau=1.0 + 1.5 * s / steps,
                                           prompts=8, new_tokens=32)))
     return out

@@ -56,6 +56,7 @@ def process_from_dict(d: Any) -> GpuProcess:
         container_pid=cpid if isinstance(cpid, int) else None,
         is_run_process=bool(d.get("is_run_process", False)),
         name=str(d.get("name", "")),
+        user=str(d.get("user", "")),
     )
 
 

@@ -14,7 +14,27 @@ library or driver is the snapshot's `error`. The output keys are the field names
 `gpu/sample.py`'s dataclasses so that `gpu/codec.py` can rebuild them one to one.
 """
 
+import os
 import time
+
+try:
+    import pwd
+except ImportError:  # not on every platform the probe may run on
+    pwd = None
+
+
+def _user_of(proc_dir):
+    """The owner of /proc/<pid> by name (its uid as text when it has no passwd entry)."""
+    try:
+        uid = os.stat(proc_dir).st_uid
+    except OSError:
+        return ""
+    if pwd is not None:
+        try:
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            pass
+    return str(uid)
 
 # NVML return codes (nvml.h; the same numbers pynvml exposes as NVML_ERROR_*). Spelled out
 # here because pynvml may not be importable where this runs.
@@ -160,7 +180,7 @@ class NvmlReader(object):
         self._xid_count = {}      # uuid -> Xid events seen since this reader started
         self._last_xid = {}       # uuid -> last Xid code
         self._known = {}          # uuid -> (index, name): GPUs seen once, to report the lost ones
-        self._names = {}          # pid -> process name (cached: pids are reused rarely within a run)
+        self._names = {}          # pid -> (process name, user) (cached: pids are reused rarely within a run)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -379,22 +399,25 @@ class NvmlReader(object):
                 pid = int(p.pid)
                 if pid in seen and seen[pid]["used_memory_bytes"] is not None:
                     continue  # same process as a compute and a graphics client: count it once
+                name, user = self._process_owner(pid)
                 seen[pid] = {"pid": pid, "used_memory_bytes": None if used is None else int(used),
-                             "name": self._process_name(pid)}
+                             "name": name, "user": user}
         return [seen[pid] for pid in sorted(seen)]
 
-    def _process_name(self, pid):
-        name = self._names.get(pid)
-        if name is None:
+    def _process_owner(self, pid):
+        """(comm, user name) of a host pid; "" for what cannot be read (another namespace)."""
+        known = self._names.get(pid)
+        if known is None:
             try:
                 with open("%s/%d/comm" % (self._proc_root, pid)) as fh:
                     name = fh.read().strip()
             except (OSError, ValueError):
                 name = ""
+            known = (name, _user_of("%s/%d" % (self._proc_root, pid)))
             if len(self._names) > 4096:
                 self._names.clear()
-            self._names[pid] = name
-        return name
+            self._names[pid] = known
+        return known
 
     def _drain_xid_events(self):
         """Xid events since the last sample, as {uuid: [xid, ...]} (non-blocking)."""

@@ -34,6 +34,7 @@ class GpuProcess:
     container_pid: int | None = None  # pid inside the run's container (NSpid), if mapped
     is_run_process: bool = False      # belongs to the watched run
     name: str = ""
+    user: str = ""                    # owner of the host pid ("" when it could not be read)
 
 
 @dataclass(frozen=True)

@@ -283,8 +283,9 @@ class SSHConnection:
         return TargetUnreachable(
             f"{self.label}: unknown host key for {entry} (not in {', '.join(files)}); refusing "
             "to connect",
-            f"verify its fingerprint, then accept it: {keyscan} (or `ssh -p {port} {host}` "
-            f"once and answer yes), or point `known_hosts = \"...\"` in the profile at a file "
+            f"verify its fingerprint, then accept it: {keyscan} (or `ssh -o "
+            f"UserKnownHostsFile={kh} -p {port} {host}` once and answer yes: into the file this "
+            f"profile reads, not ~/.ssh/known_hosts), or point `known_hosts = \"...\"` in the profile at a file "
             "that has it")
 
     async def channel(self, timeout: float | None) -> None:

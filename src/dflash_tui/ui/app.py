@@ -15,6 +15,10 @@ others are disabled (check_action), and the checklist shows the new run fill in 
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -70,6 +74,12 @@ class DashboardApp(App[None]):
         Binding("2", "show_tab('tab-threads')", "Threads", show=False),
         Binding("3", "show_tab('tab-gpus')", "GPUs", show=False),
         Binding("4", "show_tab('tab-metrics')", "Metrics", show=False),
+        Binding("k", "toggle_checks", "Checks", show=False, tooltip="show the ok checks one per row, or fold them into one line"),
+        Binding("o", "metrics_smoothing", "Smooth", show=False,
+                tooltip="Metrics: cycle the smoothing (TensorBoard's debiased EMA: off, 0.6, 0.9)"),
+        Binding("z", "metrics_zoom", "Zoom", show=False, tooltip="Metrics: all steps, the last 1000, the last 200"),
+        Binding("m", "metrics_page", "More charts", show=False,
+                tooltip="Metrics: the next page of charts when the run reports more series than fit"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit", tooltip="leave the dashboard; the run keeps running"),
         # Last: in the footer from 100 columns (it scrolls), always in ? help and the palette.
@@ -81,7 +91,8 @@ class DashboardApp(App[None]):
     busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
 
     def __init__(self, source_factory: SourceFactory, profile: str, profiles: Iterable[str] = (),
-                 *, clock: Callable[[], float] = time.time, launch_if_no_run: bool = False) -> None:
+                 *, clock: Callable[[], float] = time.time, launch_if_no_run: bool = False,
+                 command: str = "dflash-tui") -> None:
         super().__init__()
         self.source_factory = source_factory
         self.profile = profile
@@ -98,6 +109,7 @@ class DashboardApp(App[None]):
         # the first screen shows a real run start, compile and train.
         self.launch_if_no_run = launch_if_no_run
         self.quit_message = ""
+        self.command = command      # how this user runs dflash-tui (for the commands it prints)
 
     # -- layout -----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -112,7 +124,9 @@ class DashboardApp(App[None]):
                 yield GpuPane(id="gpus")
             with TabPane("Metrics", id="tab-metrics"):
                 yield MetricsPane(id="metrics")
-        yield Footer(compact=True)   # single-spaced: r s c l f / e ? q fit in 80 columns
+        # Single-spaced, without the palette item (it ran into the keys at 80 columns; ? help
+        # names ctrl+p): r s c l f / e ? q fit in 80 columns.
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         # Held references, not queries: App.query_one searches the *active* screen, and the
@@ -148,9 +162,10 @@ class DashboardApp(App[None]):
         starts at the file's tail window, which is the recent history the sparklines show."""
         self.metrics_pane.reset()
         if self.report is not None:
-            self.metrics_pane.add_status(self.report.status)   # until the events arrive
+            self.metrics_pane.add_report(self.report)   # until the events arrive
         self.metrics_pane.flush()
         self.follow_events()
+        self.load_previous_run()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id == "tab-metrics":
@@ -238,6 +253,17 @@ class DashboardApp(App[None]):
                     metrics.add_lines(lines)   # drawn with the next log poll's frame (flush)
             await self._next_poll(delay)
 
+    @work(exclusive=True, group="previous")
+    async def load_previous_run(self) -> None:
+        """The run dir's previous run (history/), overlaid on the Metrics charts."""
+        try:
+            prev = await self.source.previous_run(exclude=self._run_id)
+        except (TargetError, OSError, ValueError):
+            return   # no overlay; the log pane and header report transport trouble
+        if prev is not None:
+            self.metrics_pane.set_previous(prev.run_id, prev.event_lines)
+            self.metrics_pane.flush()
+
     async def _next_poll(self, delay: float) -> None:
         """Sleep `delay`, or less if a report arrives first: polling right behind the report
         lets the log and the checklist repaint in one frame instead of two."""
@@ -264,9 +290,11 @@ class DashboardApp(App[None]):
             if self._run_id is not None and run_id is not None:
                 self.metrics_pane.reset()
                 self.log_pane.lines.append_marker(f"new run {run_id}")
+                if self.tabs.active == "tab-metrics":
+                    self.load_previous_run()   # the run before this one is now in history/
             self._run_id = run_id
         self.health_pane.show(report)
-        self.metrics_pane.add_status(report.status)
+        self.metrics_pane.add_report(report)
         threads = self.threads_pane
         threads.show(report)
         trouble = threads.trouble_count()
@@ -305,6 +333,8 @@ class DashboardApp(App[None]):
     def watch_busy(self) -> None:
         self.refresh_bindings()
         if self.is_mounted:
+            self.health_pane.launching = self.busy if self.busy in ("launch", "relaunch") else ""
+            self.health_pane.show()
             self._render_header()
 
     def _pid_text(self) -> str:
@@ -392,6 +422,30 @@ class DashboardApp(App[None]):
     def action_show_tab(self, tab: str) -> None:
         self.tabs.active = tab
 
+    # -- checklist and metrics keys ---------------------------------------------------------
+    def action_toggle_checks(self) -> None:
+        self.health_pane.toggle()
+
+    def action_metrics_smoothing(self) -> None:
+        self.action_show_tab("tab-metrics")
+        w = self.metrics_pane.cycle_smoothing()
+        self.notify(f"smoothing {w:g}" if w else "smoothing off", timeout=2)
+
+    def action_metrics_zoom(self) -> None:
+        self.action_show_tab("tab-metrics")
+        n = self.metrics_pane.cycle_zoom()
+        self.notify("all steps" if n is None else f"the last {n} steps", timeout=2)
+
+    def action_metrics_page(self) -> None:
+        self.action_show_tab("tab-metrics")
+        self.metrics_pane.next_page()
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """The palette's Screenshot: into the current directory (the default, ~/Downloads,
+        may not exist); the notification names the file."""
+        return super().deliver_screenshot(filename, path or str(Path.cwd()), time_format)
+
     # -- profile, help, quit ----------------------------------------------------------------
     def action_switch_profile(self) -> None:
         if len(self.profiles) < 2:
@@ -408,7 +462,7 @@ class DashboardApp(App[None]):
         except (ValueError, TargetError, OSError) as exc:
             self.notify(one_line(str(exc), 300), title=f"profile {name}", severity="error")
             return
-        for group in ("reports", "gpus", "log", "events"):
+        for group in ("reports", "gpus", "log", "events", "previous"):
             self.workers.cancel_group(self, group)
         old, self.source, self.profile = self.source, new, name
         self.sub_title = name
@@ -429,8 +483,8 @@ class DashboardApp(App[None]):
         r = self.report
         if r and r.launch and r.pid_alive:
             self.quit_message = (f"dflash-tui: left the dashboard; the run keeps running (pid "
-                                 f"{r.launch.pid} in {r.run_dir}). Stop it with: dflash-tui "
-                                 f"--profile {self.profile} --stop")
+                                 f"{r.launch.pid} in {r.run_dir}). Stop it with: {self.command} "
+                                 f"--profile {shlex.quote(self.profile)} --stop")
         else:
             self.quit_message = "dflash-tui: left the dashboard; nothing was stopped."
         self.exit()
@@ -451,6 +505,22 @@ class DashboardApp(App[None]):
                                 lambda action=b.action: self.run_action(action))
 
 
+def invocation(argv0: str | None = None) -> str:
+    """A command that runs this dflash-tui again from the user's shell: `dflash-tui` when that
+    is on PATH and is this one, else the path it was started by (`make run` starts
+    .venv/bin/dflash-tui, which is not on PATH), or `python -m dflash_tui`."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if not argv0 or argv0.endswith("__main__.py") or argv0 == "-c":
+        return f"{shlex.quote(sys.executable)} -m dflash_tui"
+    on_path = shutil.which("dflash-tui")
+    try:
+        if on_path and os.path.samefile(on_path, argv0):
+            return "dflash-tui"
+    except OSError:
+        pass
+    return shlex.quote(argv0)
+
+
 def run_app(config, profile_name: str) -> int:
     """Start the dashboard on `profile_name` of a loaded config (dflash_tui.config.Config).
 
@@ -465,7 +535,11 @@ def run_app(config, profile_name: str) -> int:
         return NodesSource(profile) if profile.is_multinode else SessionSource(profile)
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
-    app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin)
+    command = invocation()
+    if config.path is not None:
+        command += f" --config {shlex.quote(str(config.path))}"
+    app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
+                       command=command)
     app.run()
     if app.quit_message:
         print(app.quit_message)

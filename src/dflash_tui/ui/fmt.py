@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 from ..run.verdict import CheckState, Verdict
 from ..words import NA, compact as age, one_line
 
-__all__ = ("NA", "STATE_SYMBOL", "age", "gib", "num", "one_line", "sparkline", "verdict_class")
+__all__ = ("NA", "STATE_SYMBOL", "age", "alarm_style", "gib", "num", "one_line", "sparkline", "verdict_class")
 
 # Symbols as well as colours, so a check's state still reads under NO_COLOR.
 STATE_SYMBOL = {
@@ -21,6 +21,12 @@ STATE_SYMBOL = {
 }
 
 _BARS = "▁▂▃▄▅▆▇█"
+
+
+def alarm_style(no_color: bool = False) -> str:
+    """Bad news: bold and reversed, the loudest text on screen. Under NO_COLOR, Textual turns
+    red into a dark grey, so there it is plain reverse (light on dark's opposite) instead."""
+    return "bold reverse" if no_color else "bold reverse red"
 
 
 def verdict_class(verdict: Verdict) -> str:

@@ -66,7 +66,7 @@ class RunHeader(Horizontal):
         if pid is not None:
             line1.append("  pid ", "dim").append(str(pid))
             if report.pid_alive is False:
-                line1.append(" (gone)", "red")
+                line1.append(" (gone)", "bold")
         if report.uptime_s is not None:
             line1.append("  up ", "dim").append(age(report.uptime_s))
         if busy:

@@ -3,6 +3,12 @@
 Every check shows its state (as a word and a symbol, so it reads under NO_COLOR), its
 one-line cause, its hint and how long it has been in that state. Ages are measured on the
 report's own clock (the target's), so they never depend on skew between laptop and host.
+
+Healthy (ok) checks fold into one summary line unless the pane is expanded (the app's k
+key); a warn, fail or pending check is always drawn, and a warn or fail one in full: its
+cause and hint wrap onto as many lines as they need instead of being cut at the edge.
+The states are told apart by words and by bold/reverse, never by colour alone, so a
+failure is the most visible thing on screen under NO_COLOR too.
 """
 
 from __future__ import annotations
@@ -14,13 +20,13 @@ from textual.widgets import Static
 
 from ..run.report import RunReport
 from ..run.verdict import CheckState, Verdict
-from .fmt import STATE_SYMBOL, age, one_line
+from .fmt import STATE_SYMBOL, age, alarm_style, one_line
 
 _STATE_STYLE = {
     CheckState.OK: "green",
-    CheckState.WARN: "yellow",
-    CheckState.FAIL: "bold red",
-    CheckState.PENDING: "dim",
+    CheckState.WARN: "bold yellow",
+    CheckState.FAIL: alarm_style(),
+    CheckState.PENDING: "italic",
 }
 TRACEBACK_LINES = 6   # the tail of the last traceback shown under a CRASHED checklist
 
@@ -29,91 +35,156 @@ class HealthPane(Static):
     def __init__(self, **kwargs) -> None:
         super().__init__("waiting for the first poll…", **kwargs)
         self.report: RunReport | None = None
+        self.expanded = False      # show the ok checks one per row too
+        self.launching = ""        # the launch/relaunch in flight, while its run has no report yet
         self._shown: tuple | None = None
 
-    def show(self, report: RunReport) -> None:
-        self.report = report
-        seen = signature(report)
+    def show(self, report: RunReport | None = None) -> None:
+        if report is not None:
+            self.report = report
+        report = self.report
+        if report is None:
+            return
+        seen = (signature(report, self.expanded), self.expanded, self._launch_note(report), self.size.width)
         if seen == self._shown:
             return   # same words on screen: no repaint
         # A relayout only when the pane's height can change (number of lines), not each second.
-        layout = self._shown is None or _height(seen) != _height(self._shown)
+        layout = self._shown is None or _height(seen[0]) != _height(self._shown[0]) or seen[1:] != self._shown[1:]
         self._shown = seen
-        self.update(render_checklist(report), layout=layout)
+        self.update(render_checklist(report, expanded=self.expanded, note=seen[2],
+                                     no_color=self.app.no_color), layout=layout)
+
+    def toggle(self) -> bool:
+        self.expanded = not self.expanded
+        self.show()
+        return self.expanded
+
+    def on_resize(self) -> None:
+        self.show()   # wrapped warn/fail rows change height with the width
+
+    def _launch_note(self, report: RunReport) -> str:
+        """While a launch is in flight and the checklist still describes the run dir before
+        it (NO RUN), say so instead of letting "nothing launched" contradict the header."""
+        if self.launching and report.checklist.verdict is Verdict.NO_RUN:
+            return f"{self.launching} under way: the checklist fills in as the run starts"
+        return ""
 
 
-def signature(report: RunReport) -> tuple:
+def signature(report: RunReport, expanded: bool = True) -> tuple:
+    """What the pane would draw, as a value: the pane repaints only when it changes."""
     cl = report.checklist
     # The age as drawn, not in seconds: from an hour on it reads "2h05m", so a long-quiet
     # check keeps its words (and the pane its pixels) for a minute instead of a second.
-    rows = tuple((c.state, c.label, c.cause, c.hint,
-                  None if c.since is None else age(report.time - c.since)) for c in cl.checks)
+    # A folded ok check shows only its label: its cause and age changing redraw nothing.
+    rows = tuple((c.state, c.label, "", "", None) if c.state is CheckState.OK and not expanded else
+                 (c.state, c.label, c.cause, c.hint, None if c.since is None else age(report.time - c.since))
+                 for c in cl.checks)
     tb = report.last_traceback if cl.verdict is Verdict.CRASHED else None
     return (cl.verdict, cl.summary, report.error, tb, rows)
 
 
 def _height(sig: tuple) -> tuple:
     _, summary, error, tb, rows = sig
-    return (bool(summary), bool(error), tb, len(rows))
+    return (bool(summary), error, tb, tuple((r[0], r[2], r[3]) for r in rows if r[0] is not CheckState.OK),
+            sum(1 for r in rows if r[0] is CheckState.OK))
 
 
-def _cause_and_hint(cause: str, hint: str) -> Text:
+def _cause_and_hint(cause: str, hint: str, limit: int = 200) -> Text:
     # One column, so a short cause leaves its room to the hint at 80 columns.
-    text = Text(one_line(cause))
+    text = Text(one_line(cause, limit))
     if hint:
-        text.append(" → ", "dim").append(one_line(hint), "italic")
+        text.append(" → ", "bold").append(one_line(hint, limit), "italic")
     return text
 
 
 class ChecklistRows:
-    """The checks as aligned one-line rows: state, check, cause → hint, age.
+    """The checks as aligned rows: state, check, cause → hint, age.
 
     Laid out by hand rather than with rich's Table: this redraws every second, and fixed
     columns with an ellipsis on the one flexible column cost a fraction of a table measure.
+    An ok check is one row (or, folded, a part of the summary row); a warn or fail check's
+    cause and hint wrap under the flexible column, so nothing of a fix is cut off.
     """
 
-    def __init__(self, report: RunReport) -> None:
+    def __init__(self, report: RunReport, expanded: bool = False, no_color: bool = False) -> None:
         self.report = report
+        self.expanded = expanded
+        self.styles = {**_STATE_STYLE, CheckState.FAIL: alarm_style(no_color)}
 
     def __rich_console__(self, console, options):
         report = self.report
         checks = report.checklist.checks
+        ok = [c for c in checks if c.state is CheckState.OK]
+        shown = checks if self.expanded else [c for c in checks if c.state is not CheckState.OK]
         width = options.max_width
-        label_w = min(LABEL_MAX, max((len(c.label) for c in checks), default=0))
+        label_w = min(LABEL_MAX, max((len(c.label) for c in shown), default=0))
         flex = max(8, width - STATE_W - label_w - AGE_W - 3)
-        for check in checks:
+        for check in shown:
             since = None if check.since is None else report.time - check.since
+            full = check.state in (CheckState.WARN, CheckState.FAIL)
             row = Text(no_wrap=True, overflow="ellipsis", end="")
-            row.append(STATE_SYMBOL[check.state].ljust(STATE_W), _STATE_STYLE[check.state])
+            row.append(STATE_SYMBOL[check.state].ljust(STATE_W), self.styles[check.state])
             row.append(" ")
             label = check.label if len(check.label) <= label_w else check.label[: label_w - 1] + "…"
-            row.append(label.ljust(label_w))
+            row.append(label.ljust(label_w), "bold" if full else "")
             row.append(" ")
-            cause = _cause_and_hint(check.cause, check.hint)
+            cause = _cause_and_hint(check.cause, check.hint, FULL_LIMIT if full else 200)
+            rest: list[Text] = []
+            if full and cause.cell_len > flex:
+                # In full: what does not fit the row continues below it, indented, across the
+                # whole width (a long hint, such as a known_hosts command, is never cut).
+                first, _, tail = cause.plain.partition(" → ") if check.hint else (cause.plain, "", "")
+                head = Text(first)
+                lines = head.wrap(console, flex)
+                cause = lines[0]
+                more = Text(" ").join(lines[1:]) if len(lines) > 1 else Text("")
+                if tail:
+                    more = more + Text(" → ", "bold") + Text(tail, "italic") if more.plain else \
+                        Text("→ ", "bold") + Text(tail, "italic")
+                rest = list(more.wrap(console, max(8, width - CONT_INDENT))) if more.plain else []
+            cause = cause.copy()
             cause.truncate(flex, overflow="ellipsis", pad=True)
             row.append_text(cause)
             row.append(" ")
             row.append((age(since) if since is not None else "").rjust(AGE_W))
             yield row
             yield Segment.line()
+            for part in rest:
+                line = Text(" " * CONT_INDENT, no_wrap=True, overflow="ellipsis", end="")
+                line.append_text(part)
+                yield line
+                yield Segment.line()
+        if ok and not self.expanded:
+            row = Text(no_wrap=True, overflow="ellipsis", end="")
+            row.append(STATE_SYMBOL[CheckState.OK].ljust(STATE_W), _STATE_STYLE[CheckState.OK])
+            row.append(" ")
+            row.append(f"{len(ok)} checks ok: " if len(ok) > 1 else "1 check ok: ")
+            row.append(", ".join(c.label for c in ok))
+            row.append("  (k: show them)", "italic")
+            yield row
+            yield Segment.line()
 
 
-STATE_W, LABEL_MAX, AGE_W = 9, 26, 6
+STATE_W, LABEL_MAX, AGE_W, CONT_INDENT = 9, 26, 6, 4
+FULL_LIMIT = 2000   # a warn/fail cause or hint is cut only past this (hostile input stays bounded)
 
 
-def render_checklist(report: RunReport) -> Group:
+def render_checklist(report: RunReport, *, expanded: bool = False, note: str = "",
+                     no_color: bool = False) -> Group:
     cl = report.checklist
     parts: list = []
-    if cl.summary:
-        style = "bold red" if cl.verdict.failing else ("green" if cl.verdict.healthy else "")
+    if note:
+        parts.append(Text(note, style="bold", no_wrap=True, overflow="ellipsis"))
+    elif cl.summary:
+        # Worse news is louder: a failing summary is bold and reversed, never dimmer.
+        style = alarm_style(no_color) if cl.verdict.failing else ("green" if cl.verdict.healthy else "bold")
         parts.append(Text(one_line(cl.summary, 400), style=style, no_wrap=True, overflow="ellipsis"))
     if report.error:
-        parts.append(Text(f"poll error: {one_line(report.error)}", style="yellow", no_wrap=True,
-                          overflow="ellipsis"))
-    parts.append(ChecklistRows(report))
+        parts.append(Text(f"poll error: {one_line(report.error)}", style="bold yellow"))
+    parts.append(ChecklistRows(report, expanded, no_color))
     if cl.verdict is Verdict.CRASHED and report.last_traceback:
         tail = report.last_traceback.rstrip().splitlines()[-TRACEBACK_LINES:]
-        tb = Text("\n".join(tail), style="red", no_wrap=True, overflow="ellipsis")
+        tb = Text("\n".join(tail), style="bold" if no_color else "red", no_wrap=True, overflow="ellipsis")
         parts.append(Text("last traceback (e: jump to it in the log)", style="bold"))
         parts.append(tb)
     return Group(*parts)

@@ -1,176 +1,347 @@
-"""The Metrics pane: loss, accuracy, τ and tokens/s over the steps of this run.
+"""The Metrics pane: a chart per numeric series of the run, the previous run overlaid.
 
-Fed by the "step" records of events.jsonl (loss, accuracy, tokens/s) and its "eval" records
-(τ, measured by block verification every few hundred steps) (parsed with the run-dir contract, so a half-written
-last line is skipped, never fatal). A trainer that writes no step events still gets a curve:
-then each new step seen in status.json adds a point. History is bounded; a new run id starts
-a fresh history.
+Everything arrives as run/series.Point (name, step, value), whatever its source: the step
+and eval records of events.jsonl (every numeric field they carry), or, when the program
+writes no events, status.json's values or the step/loss/rate its own log showed (the
+report's progress). A new source only has to produce points. Each chart is a
+textual-plotext PlotextPlot: step on x, the value on y, both with ticks; the previous run of
+the same run dir (RUN_DIR/history/, read by run/history.py) is drawn under it in a second,
+dimmer line, so a relaunch compares at a glance.
+
+Keys (app bindings): o cycles the smoothing (TensorBoard's debiased EMA, 0 / 0.6 / 0.9),
+z zooms to the last N steps, m shows the next page of charts when there are more series
+than fit.
+
+Cost: a chart is rebuilt only when its points, size or settings changed, and new points are
+drawn only as often as keeps the charts within CHART_CPU_SHARE of a core (a training curve
+gains nothing from 1 Hz); the note's step counter follows every poll.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable, Sequence
 
 from rich.text import Text
-from textual.containers import Horizontal, Vertical
-from textual.widgets import Sparkline, Static
+from textual.containers import Grid, Vertical
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
 
-from ..contract.rundir import EventKind, TrainStatus, parse_events
+from ..run.report import RunReport
 
+from ..run.series import Point, points_from_events, points_from_progress, points_from_status
 from .tables import OnScreenOnly
 
-HISTORY = 600
-
-# (event field(s), label, format): the first field present in a step event is used; the
-# first name is also the TrainStatus attribute.
-SERIES: tuple[tuple[tuple[str, ...], str, str], ...] = (
-    (("loss",), "loss", "{:.4f}"),
-    (("accuracy",), "accuracy", "{:.3f}"),
-    (("tau",), "τ (accept len)", "{:.2f}"),
-    (("tokens_per_s",), "tokens/s", "{:,.0f}"),
-)
-
-
-@dataclass
-class StepPoint:
-    step: int
-    values: dict[str, float]
-    kind: str = EventKind.STEP.value
-
-
-def step_points(lines: Iterable[str]) -> tuple[list[StepPoint], int]:
-    """Step and eval records from events.jsonl lines, and how many lines could not be parsed."""
-    batch = parse_events(lines)
-    points = []
-    for ev in batch.events:
-        if ev.get("kind") not in (EventKind.STEP.value, EventKind.EVAL.value):
-            continue
-        values: dict[str, float] = {}
-        for names, label, _ in SERIES:
-            v = _first(ev, names)
-            if v is not None:
-                values[label] = v
-        step = ev.get("step")
-        points.append(StepPoint(step if isinstance(step, int) else -1, values, ev["kind"]))
-    return points, batch.skipped
+HISTORY = 5000                 # points kept per series
+# New points reach the charts when their last drawing has been paid off: a plotext chart costs
+# 10-30 ms to build and paint (four redrawn each second would be 4-12% of a core), so the
+# charts are redrawn no more often than keeps them within their share of one core, between
+# CHART_MIN_S and CHART_MAX_S apart (TensorBoard reloads every 30 s). The step counter above
+# them is live; keys and resizes redraw at once.
+# render_s times plotext's build; laying the result out and painting it costs about as much
+# again (measured: benchmarks/dashboard_cost.py, Metrics tab, with and without redraws), so
+# this is half the share the charts may take in all: 0.5% of a core.
+CHART_CPU_SHARE = 0.0025
+CHART_MIN_S, CHART_MAX_S = 5.0, 30.0
+SMOOTHING = (0.0, 0.6, 0.9)    # o cycles; 0.6 is TensorBoard's default
+ZOOMS = (None, 1000, 200)      # z cycles: all steps, then the last N
+# Known series first, in this order; any other series follows by name.
+ORDER = ("loss", "accuracy", "tau", "tokens_per_s")
+LABELS = {"loss": "loss", "accuracy": "accuracy", "tau": "τ (accept len)", "tokens_per_s": "tokens/s"}
+CURRENT_COLOR, PREVIOUS_COLOR = "cyan", "gray"
+CURRENT_MARKER, PREVIOUS_MARKER = "braille", "dot"   # tell the lines apart without colour
 
 
-def _first(ev: dict[str, Any], names: tuple[str, ...]) -> float | None:
-    for n in names:
-        v = ev.get(n)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return None
+def label_of(name: str) -> str:
+    return LABELS.get(name, name.replace("_", " "))
 
 
-class MetricRow(Horizontal):
-    def __init__(self, label: str, fmt: str, **kwargs) -> None:
+def ema(values: Sequence[float], weight: float) -> list[float]:
+    """TensorBoard's smoothing: an exponential moving average with its start-up bias removed."""
+    if weight <= 0:
+        return list(values)
+    out, last, n = [], 0.0, 0
+    for v in values:
+        last = last * weight + (1 - weight) * v
+        n += 1
+        out.append(last / (1 - weight ** n))
+    return out
+
+
+def thin(xs: Sequence[int], ys: Sequence[float], limit: int) -> tuple[list[int], list[float]]:
+    """At most `limit` points, evenly strided, the last one kept (what a chart `limit` cells
+    wide can show anyway)."""
+    n = len(xs)
+    if n <= limit or limit < 2:
+        return list(xs), list(ys)
+    stride = n / (limit - 1)
+    idx = sorted({min(n - 1, int(i * stride)) for i in range(limit - 1)} | {n - 1})
+    return [xs[i] for i in idx], [ys[i] for i in idx]
+
+
+class Series:
+    """One named series: (step, value) in step order, bounded."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps: deque[int] = deque(maxlen=HISTORY)
+        self.values: deque[float] = deque(maxlen=HISTORY)
+
+    def add(self, step: int, value: float) -> None:
+        if self.steps and step <= self.steps[-1]:
+            if step == self.steps[-1]:
+                self.values[-1] = value   # the same step again (status.json re-read): latest wins
+                return
+            self.steps.clear()            # steps went back: a new run wrote into the same file
+            self.values.clear()
+        self.steps.append(step)
+        self.values.append(value)
+
+    def window(self, last_steps: int | None, smoothing: float) -> tuple[list[int], list[float]]:
+        xs, ys = list(self.steps), ema(list(self.values), smoothing)
+        if last_steps is not None and xs:
+            lo = xs[-1] - last_steps
+            start = next((i for i, s in enumerate(xs) if s >= lo), len(xs))
+            xs, ys = xs[start:], ys[start:]
+        return xs, ys
+
+
+def series_from(points: Iterable[Point], into: dict[str, Series] | None = None) -> dict[str, Series]:
+    out = {} if into is None else into
+    for name, step, value in points:
+        s = out.get(name)
+        if s is None:
+            s = out[name] = Series(name)
+        s.add(step, value)
+    return out
+
+
+def ordered(names: Iterable[str]) -> list[str]:
+    rank = {n: i for i, n in enumerate(ORDER)}
+    return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), n))
+
+
+class MetricChart(PlotextPlot):
+    """One series' chart; rebuilt only when what it would draw changed."""
+
+    def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.label, self.fmt = label, fmt
+        self.drawn: tuple | None = None
+        self._args: tuple | None = None
+        self.render_s = 0.0       # what its last build and paint cost (the pane's redraw budget)
 
-    def compose(self):
-        self.value = Static(self.label, classes="metric-value")
-        self.spark = Sparkline([], classes="metric-spark")
-        yield self.value
-        yield self.spark
+    def render(self):
+        t0 = time.perf_counter()
+        try:
+            return super().render()
+        finally:
+            self.render_s = time.perf_counter() - t0
+
+    def on_resize(self) -> None:
+        if self._args is not None:
+            self.draw(*self._args)   # the points are thinned to the width
+
+    def draw(self, current: Series | None, previous: Series | None, previous_id: str,
+             zoom: int | None, smoothing: float) -> None:
+        self._args = (current, previous, previous_id, zoom, smoothing)
+        width = max(10, self.size.width)
+        last = (current.steps[-1], current.values[-1]) if current and current.steps else None
+        key = (current.name if current else None, width, self.size.height, zoom, smoothing,
+               last, len(current.steps) if current else 0, previous_id if previous else "")
+        if key == self.drawn:
+            return
+        self.drawn = key
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        if current is None:
+            self.refresh()
+            return
+        xs, ys = current.window(zoom, smoothing)
+        title = label_of(current.name)
+        if ys:
+            title += f"  {ys[-1]:.4g}" + (f" (smoothed {smoothing:g})" if smoothing else "")
+        plt.title(title)
+        plt.xlabel("step")
+        if previous is not None and xs:
+            pxs, pys = previous.window(None, smoothing)
+            keep = [i for i, s in enumerate(pxs) if xs[0] <= s <= xs[-1]]   # same step range
+            if keep:
+                pxs, pys = thin([pxs[i] for i in keep], [pys[i] for i in keep], width)
+                # No legend: plotext draws it over the plot's top-left corner, where a falling
+                # loss starts. The note above the charts says which line is which.
+                plt.plot(pxs, pys, marker=PREVIOUS_MARKER, color=PREVIOUS_COLOR)
+        if xs:
+            xs, ys = thin(xs, ys, width)   # a point per column: plotext joins them with lines
+            plt.plot(xs, ys, marker=CURRENT_MARKER, color=CURRENT_COLOR)
+        self.refresh()
 
 
 class MetricsPane(OnScreenOnly, Vertical):
     def compose(self):
-        self.note = Static("no step events yet", id="metrics-note")
-        self.rows = [MetricRow(label, fmt, id=f"metric-{i}") for i, (_, label, fmt) in enumerate(SERIES)]
+        self.note = Static("no steps yet", id="metrics-note")
+        self.grid = Grid(id="metrics-grid")
         yield self.note
-        yield from self.rows
+        yield self.grid
 
     def on_mount(self) -> None:
-        self.history: dict[str, deque[float]] = {label: deque(maxlen=HISTORY) for _, label, _ in SERIES}
+        self.series: dict[str, Series] = {}
+        self.previous: dict[str, Series] = {}
+        self.previous_id = ""
         self.last_step: int | None = None
         self.skipped = 0
-        self.from_events = False     # once step events arrive, status.json points are not added
+        self.from_events = False     # once step events arrive, report points are not added
+        self.point_source = "status.json"   # where report points come from (status or a log)
         self.dirty = False           # new points not drawn yet (see flush)
-        self._shown: dict[object, object] = {}   # widget -> what it shows: unchanged, not redrawn
+        self.smoothing = SMOOTHING[0]
+        self.zoom = ZOOMS[0]
+        self.page = 0
+        self.charts: list[MetricChart] = []
+        self._drawn_at = 0.0
+        self._note: str | None = None
 
+    # -- data -------------------------------------------------------------------------------
     def reset(self) -> None:
-        for h in self.history.values():
-            h.clear()
+        self.series.clear()
         self.last_step = None
         self.skipped = 0
         self.from_events = False
-        self._redraw()
+        self._drawn_at = 0.0
+        self._redraw(force=True)
 
-    def add_status(self, status: TrainStatus | None) -> None:
-        if self.from_events or status is None or status.step == self.last_step:
-            return
-        values = {label: float(v) for names, label, _ in SERIES
-                  if isinstance(v := getattr(status, names[0], None), (int, float))}
-        if not values:
-            return
-        for label, v in values.items():
-            self.history[label].append(v)
-        self.last_step = status.step
+    def set_previous(self, run_id: str, event_lines: list[str]) -> None:
+        """The previous run of this run dir, drawn under the current one."""
+        points, _ = points_from_events(event_lines)
+        self.previous = series_from(points)
+        self.previous_id = run_id if self.previous else ""
         self.dirty = True
+        self._drawn_at = 0.0
+
+    def add_report(self, report: RunReport) -> None:
+        """A point per new step from the report: status.json's values, else the progress the
+        program's own log showed. Unused once events.jsonl has step records."""
+        if self.from_events:
+            return
+        points = points_from_status(report.status)
+        source = "status.json"
+        if not points:
+            points = points_from_progress(report.progress)
+            source = f"{report.progress.source} progress" if points else source
+        if points and points[0].step != self.last_step:
+            self.point_source = source
+            self._add(points)
 
     def add_lines(self, lines: list[str]) -> None:
-        points, skipped = step_points(lines)
+        points, skipped = points_from_events(lines)
         self.skipped += skipped
-        if not points and not skipped:
+        if not points:
+            self.dirty = self.dirty or bool(skipped)
             return
-        if not self.from_events and any(p.kind == EventKind.STEP.value for p in points):
-            # Step events are the full record: they replace what status.json sampled.
+        if not self.from_events:
+            # Events are the full record: they replace what status.json sampled.
             self.from_events = True
+            self.series.clear()
             self.last_step = None
-            for h in self.history.values():
-                h.clear()
-        for p in points:
-            for label, v in p.values.items():
-                self.history[label].append(v)
-            self.last_step = max(p.step, self.last_step or -1)
+            self._drawn_at = 0.0   # a new source: drawn with the next frame, not the next interval
+        self._add(points)
+
+    def _add(self, points: list[Point]) -> None:
+        series_from(points, self.series)
+        self.last_step = max(max(p.step for p in points), self.last_step or 0)
         self.dirty = True
 
-    def flush(self) -> None:
-        """Draw the points added since the last draw. The app calls this in the same
-        synchronous block as the log and checklist updates, so new points share their frame
-        instead of costing a frame (and a compositor pass) of their own."""
-        if self.dirty:
-            self._redraw()
+    # -- settings (app keys) ----------------------------------------------------------------
+    def cycle_smoothing(self) -> float:
+        self.smoothing = SMOOTHING[(SMOOTHING.index(self.smoothing) + 1) % len(SMOOTHING)]
+        self._redraw(force=True)
+        return self.smoothing
 
-    def _redraw(self) -> None:
-        self.dirty = False
+    def cycle_zoom(self) -> int | None:
+        self.zoom = ZOOMS[(ZOOMS.index(self.zoom) + 1) % len(ZOOMS)]
+        self._redraw(force=True)
+        return self.zoom
+
+    def next_page(self) -> None:
+        self.page += 1
+        self._redraw(force=True)
+
+    # -- drawing ----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Draw the points added since the last draw, at most every chart_interval(). The app
+        calls this in the same synchronous block as the log and checklist updates, so new
+        points share their frame instead of costing one of their own."""
+        if not self.dirty or not self.on_screen:
+            return
+        if time.monotonic() - self._drawn_at >= self.chart_interval():
+            self._redraw()
+        else:
+            names = len(self.series)
+            cols, rows = self._layout()
+            self._set_note(self._note_text(names, max(1, -(-names // (cols * rows)))))
+
+    def chart_interval(self) -> float:
+        """Seconds between redraws for new points: the charts' last cost over their share."""
+        cost = sum(c.render_s for c in self.charts)
+        return min(CHART_MAX_S, max(CHART_MIN_S, cost / CHART_CPU_SHARE))
+
+    def _redraw(self, force: bool = False) -> None:
+        if self.on_screen:
+            self.draw()
+        elif force:
+            self.dirty = True
+
+    def on_resize(self) -> None:
         if self.on_screen:
             self.draw()
 
+    def _layout(self) -> tuple[int, int]:
+        """(columns, rows) of charts: two side by side, two rows when there is height."""
+        h = self.size.height - 1
+        w = self.size.width
+        cols = 2 if w >= 60 else 1
+        rows = 2 if h >= 16 else 1
+        return cols, rows
+
     def draw(self) -> None:
         self.dirty = False
-        note = self.note
+        self._drawn_at = time.monotonic()
+        names = ordered(self.series)
+        cols, rows = self._layout()
+        per_page = cols * rows
+        pages = max(1, -(-len(names) // per_page))
+        self.page %= pages
+        shown = names[self.page * per_page:(self.page + 1) * per_page]
+        self._set_note(self._note_text(len(names), pages))
+        grid = self.grid
+        grid.styles.grid_size_columns = cols
+        grid.styles.grid_size_rows = rows
+        want = max(1, len(shown)) if names else 0
+        while len(self.charts) < want:
+            chart = MetricChart(classes="metric-chart")
+            self.charts.append(chart)
+            grid.mount(chart)
+        while len(self.charts) > want:
+            self.charts.pop().remove()
+        for chart, name in zip(self.charts, shown):
+            chart.draw(self.series[name], self.previous.get(name), self.previous_id,
+                       self.zoom, self.smoothing)
+
+    def _note_text(self, n_series: int, pages: int) -> str:
         extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
         if self.last_step is None:
-            self._set(note, "no steps yet" + extra)
-        else:
-            where = "events.jsonl" if self.from_events else "status.json (no step events)"
-            self._set(note, f"step {self.last_step} · up to {HISTORY} points from {where}{extra}")
-        for i, (_, label, fmt) in enumerate(SERIES):
-            row = self.rows[i]
-            h = self.history[label]
-            self._set(row.value, fmt.format(h[-1]) if h else "n/a", bold=label + " ")  # fixed 26 cells
-            spark = row.spark
-            show = len(h) > 1              # a flat baseline for no data would read as "zero"
-            if spark.display != show:      # (setting it, even unchanged, costs a relayout)
-                spark.display = show
-            data = list(h)
-            if self._shown.get(spark) != data:   # a steady series draws the same bars
-                self._shown[spark] = data
-                spark.data = data
+            return "no steps yet" + extra
+        where = "events.jsonl" if self.from_events else f"{self.point_source} (no step events)"
+        parts = [f"step {self.last_step}", f"{n_series} series from {where}"]
+        if pages > 1:
+            parts[-1] += f" (m: page {self.page + 1}/{pages})"
+        if self.previous_id:
+            parts.append(f"dots: previous run {self.previous_id}")
+        parts.append(f"o smoothing {self.smoothing:g}" if self.smoothing else "o smoothing off")
+        parts.append("z all steps" if self.zoom is None else f"z last {self.zoom} steps")
+        return " · ".join(parts) + extra
 
-    def _set(self, static: Static, text: str, bold: str = "") -> None:
-        """Update a one-line Static only when its text changed: an update costs a repaint."""
-        if self._shown.get(static) == (bold, text):
-            return
-        self._shown[static] = (bold, text)
-        if bold:
-            content = Text(bold, style="bold")
-            content.append(text)
-            static.update(content, layout=False)
-        else:
-            static.update(text, layout=False)
+    def _set_note(self, text: str) -> None:
+        if text != self._note:
+            self._note = text
+            self.note.update(Text(text, no_wrap=True, overflow="ellipsis"), layout=False)

@@ -75,13 +75,29 @@ class HelpScreen(ModalScreen[None]):
         self.rows = bindings
 
     def compose(self):
-        table = Table.grid(padding=(0, 2))
-        table.add_column("key", style="bold", no_wrap=True)
-        table.add_column("what it does")
-        for key, description, tooltip in self.rows:
-            table.add_row(key, description + (f": {tooltip}" if tooltip else ""))
-        with Vertical(id="dialog"):
+        # Every key must be on screen at 80x24: where one row per key (with what it does)
+        # does not fit the height, the keys go in two columns with their short names, and
+        # the long descriptions stay in the command palette.
+        width, height = self.app.size
+        one_column = height - 8 >= len(self.rows)
+        if one_column:
+            table = Table.grid(padding=(0, 2))
+            table.add_column("key", style="bold", no_wrap=True)
+            table.add_column("what it does", no_wrap=True, overflow="ellipsis")
+            for key, description, tooltip in self.rows:
+                table.add_row(key, description + (f": {tooltip}" if tooltip else ""))
+        else:
+            table = Table.grid(padding=(0, 1))
+            for _ in range(2):
+                table.add_column("key", style="bold", no_wrap=True, justify="right")
+                table.add_column("what", no_wrap=True, overflow="ellipsis", ratio=1)
+            half = -(-len(self.rows) // 2)
+            left, right = self.rows[:half], self.rows[half:]
+            for i, (key, description, _) in enumerate(left):
+                other = right[i] if i < len(right) else ("", "", "")
+                table.add_row(key, description, other[0], other[1])
+        with Vertical(id="dialog", classes="-compact" if not one_column else ""):
             yield Static(Text("dflash-tui keys", style="bold"), id="dialog-title")
             yield Static(table)
-            yield Static(Text("ctrl+p opens the command palette with the same actions. "
-                              "Quitting leaves the run running.", style="italic"))
+            yield Static(Text("ctrl+p: the command palette, with what each key does. "
+                              "q leaves the run running.", style="italic"))

@@ -15,6 +15,7 @@ from typing import AsyncIterator
 from ..config import Profile
 from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ..remote.base import TargetError
+from ..run.history import PreviousRun, previous_run
 from ..run.logtail import LogFollower
 from ..gpu.sources import open_gpu_source, run_ref_from_launch
 from ..gpu.stream import GpuStream
@@ -97,6 +98,9 @@ class SessionSource:
 
     def follow(self, name: str) -> SessionFollower:
         return SessionFollower(self.session, posixpath.join(self.session.profile.run_dir, name))
+
+    async def previous_run(self, exclude: str | None) -> PreviousRun | None:
+        return await previous_run(await self.session.ops(), self.session.profile.run_dir, exclude=exclude)
 
     # -- actions ----------------------------------------------------------------------------
     async def launch(self) -> str:

@@ -6,6 +6,7 @@ itself. It consumes a `DashboardSource`:
 - `reports()`       RunReports from the headless monitor (the same ones `--check` prints),
 - `gpu_snapshots()` GpuSnapshots from the GPU stream,
 - `follow(name)`    a line follower for "train.log" or "events.jsonl" (new complete lines per poll),
+- `previous_run(exclude)`  the run dir's last set-aside run (run/history.PreviousRun) or None,
 - `launch()/stop()/relaunch()/canary()`  the monitor's actions, each returning one line that
   says what happened (raising `ActionError` with a one-line message when it could not).
 
@@ -20,6 +21,7 @@ from typing import AsyncIterator, Protocol
 
 from ..gpu.sample import GpuSnapshot
 from ..run.health import Limits
+from ..run.history import PreviousRun
 from ..run.report import RunReport
 
 TRAIN_LOG = "train.log"
@@ -47,6 +49,8 @@ class DashboardSource(Protocol):
     def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]: ...
 
     def follow(self, name: str) -> LineFollower: ...
+
+    async def previous_run(self, exclude: str | None) -> PreviousRun | None: ...
 
     async def launch(self) -> str: ...
 

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from ..contract.rundir import CompileState, ProbeReport
 
 from ..run.health import Limits
 from ..run.report import RunReport
-from .fmt import age, one_line
-from .tables import OnScreenOnly, sync_rows
+from .fmt import age, alarm_style, one_line
+from .rows import RowTable
+from .tables import OnScreenOnly
 
-COLUMNS = ("thread", "role", "device", "compile", "graphs", "recomp", "compile s", "step",
-           "last step", "beat")
+# What says whether a thread is alive comes first (beat, step), so at 80 columns it is the
+# compile bookkeeping at the end that scrolls off, never the heartbeat.
+COLUMNS = ("thread", "beat", "step", "last step", "compile", "device", "role", "graphs/recomp",
+           "compile s")
 PROBE_COLUMNS = ("process", "thread", "compile", "graphs", "recomp", "compile s", "where", "report")
 
 
@@ -73,10 +76,8 @@ class ThreadsPane(OnScreenOnly, Vertical):
 
     def compose(self):
         self.note = Static("no status.json yet: the trainer has not published its threads", id="threads-note")
-        self.table = DataTable(id="threads-table", zebra_stripes=True, cursor_type="row")
-        self.table.add_columns(*COLUMNS)
-        self.probe_table = DataTable(id="probe-table", zebra_stripes=True, cursor_type="row")
-        self.probe_table.add_columns(*PROBE_COLUMNS)
+        self.table = RowTable(COLUMNS, id="threads-table")
+        self.probe_table = RowTable(PROBE_COLUMNS, id="probe-table")
         self.probe_table.display = False
         yield self.note
         yield self.table
@@ -115,8 +116,8 @@ class ThreadsPane(OnScreenOnly, Vertical):
         probes = report.probes
         self.probe_table.display = bool(probes)
         if probes:
-            sync_rows(self.probe_table, [(key, [Text(c) for c in cells])
-                                         for key, cells in probe_rows(probes, report.time)])
+            self.probe_table.set_rows([(key, [Text(c) for c in cells])
+                                       for key, cells in probe_rows(probes, report.time)])
         if status is None or not status.threads:
             self._set_note("no status.json: the run probe's threads below" if probes else
                            "no status.json yet: the trainer has not published its threads")
@@ -130,25 +131,24 @@ class ThreadsPane(OnScreenOnly, Vertical):
         rows.sort(key=lambda r: (r[0], r[1]))
         names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
         self._set_note(f"{self._trouble} thread(s) need attention: {names}" if self._trouble else "",
-                       "bold red")
+                       alarm_style(self.app.no_color))
         table.display = True
         out = []
         for _, _, t, trouble in rows:
-            style = "bold red" if trouble else ""
+            style = alarm_style(self.app.no_color) if trouble else ""
             compile_state = t.compile_state.replace("_", " ")
             if trouble == "FAILED":
                 compile_state = "FAILED" if t.compile_state == CompileState.FAILED.value else compile_state
             cells = [
                 t.name + (f" {trouble}" if trouble else ""),
-                t.role,
-                t.device,
-                compile_state + (f": {one_line(t.error, 60)}" if t.error else ""),
-                str(t.graphs),
-                str(t.recompiles),
-                f"{t.compile_seconds:.1f}",
+                age(now - t.last_beat_time) if t.last_beat_time is not None else "-",
                 str(t.step),
                 age(now - t.last_step_time) if t.last_step_time is not None else "-",
-                age(now - t.last_beat_time) if t.last_beat_time is not None else "-",
+                compile_state + (f": {one_line(t.error, 60)}" if t.error else ""),
+                t.device,
+                t.role,
+                f"{t.graphs}/{t.recompiles}",
+                f"{t.compile_seconds:.1f}",
             ]
             out.append((t.name, [Text(c, style=style) for c in cells]))
-        sync_rows(table, out)
+        table.set_rows(out)

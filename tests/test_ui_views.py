@@ -1,0 +1,336 @@
+"""The denser views: charts of any series with the previous run overlaid, the nvitop-like GPU
+pane, the folded checklist, and what 80x24 and NO_COLOR must still show.
+
+Driven through ReplaySource (real RunReport/GpuSnapshot dataclasses and real events.jsonl
+lines); the history reader runs against real files through the real local RemoteOps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.contract.rundir import make_event, to_json
+from dflash_tui.remote.agent import open_ops
+from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.history import PreviousRun, previous_run
+from dflash_tui.run.series import Point, points_from_events, points_from_status
+from dflash_tui.run.verdict import Check, CheckState
+from dflash_tui.ui.app import DashboardApp, invocation
+from dflash_tui.ui.gpus import GpuPane
+from dflash_tui.ui.health import HealthPane
+from dflash_tui.ui.metrics import CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema
+from dflash_tui.ui.rows import RowTable
+from tests.support import scenarios as R
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def screen_text(app) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def until(pilot, cond, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached in time"
+        await pilot.pause(0.02)
+
+
+def app_with(report=None, gpus=None, events=None, previous=None, **kw):
+    src = R.ReplaySource(reports=[report or R.healthy()], gpus=gpus or [R.gpu_snapshot()],
+                         logs={"train.log": R.train_log(), "events.jsonl": R.events() if events is None else events},
+                         previous=previous, **kw)
+    return DashboardApp(lambda name: src, R.PROFILE, [R.PROFILE], clock=lambda: R.T0), src
+
+
+# -- series and history (headless) -----------------------------------------------------------
+
+def test_every_numeric_field_of_step_and_eval_records_is_a_series():
+    lines = [to_json(make_event("step", 1.0, step=10, loss=2.5, acc=0.3, grad_norm=1.25, lr=3e-4,
+                                thread="drafter-0", ok=True, note="x")),
+             to_json(make_event("eval", 2.0, step=10, tau=2.1, prompts=8)),
+             to_json(make_event("heartbeat", 3.0, step=11, loss=9.9)),
+             '{"v":1,"kind":"step","step":12,"loss":',     # half-written last line
+             '{"v":1,"kind":"step","time":4.0,"step":12,"loss":NaN}']   # NaN: no point
+    points, skipped = points_from_events(lines)
+    assert skipped == 2   # the half-written line, and the NaN the run-dir contract refuses
+    assert sorted(points, key=lambda p: p.name) == [
+        Point("accuracy", 10, 0.3), Point("grad_norm", 10, 1.25), Point("loss", 10, 2.5),
+        Point("lr", 10, 3e-4), Point("tau", 10, 2.1)]
+    assert points_from_status(R.healthy().status) == [
+        Point("loss", 1527, 2.184), Point("accuracy", 1527, 0.412), Point("tau", 1527, 3.27),
+        Point("tokens_per_s", 1527, 18450.0)]
+
+
+def test_ema_is_tensorboards_debiased_smoothing():
+    assert ema([1.0, 1.0, 1.0], 0.6) == pytest.approx([1.0, 1.0, 1.0])   # no start-up bias
+    out = ema([0.0, 10.0], 0.6)
+    assert out[0] == 0.0 and out[1] == pytest.approx(10 * 0.4 / (1 - 0.36))
+    assert ema([3.0, 1.0], 0.0) == [3.0, 1.0]
+
+
+@pytest.mark.parametrize("prefer", ["agent", "shell"])
+async def test_previous_run_is_the_newest_history_entry_with_events(tmp_path: Path, prefer):
+    run_dir = tmp_path / "run"
+    (run_dir / "history").mkdir(parents=True)
+    for i, run_id in enumerate(("r-old", "r-prev", "r-empty")):
+        d = run_dir / "history" / run_id
+        d.mkdir()
+        if run_id != "r-empty":
+            (d / "events.jsonl").write_text("\n".join(R.events(3 + i)) + "\n")
+        os.utime(d, (1000 + i, 1000 + i))
+    ops = await open_ops(LocalTarget(), python=sys.executable, prefer=prefer)
+    try:
+        prev = await previous_run(ops, str(run_dir))
+        assert prev is not None and prev.run_id == "r-prev" and prev.event_lines == R.events(4)
+        assert (await previous_run(ops, str(run_dir), exclude="r-prev")).run_id == "r-old"
+        assert await previous_run(ops, str(tmp_path / "no-such-run")) is None
+        # A tail read that starts mid-line drops the partial first line.
+        tail = await previous_run(ops, str(run_dir), max_bytes=300)
+        assert tail.event_lines and all(line.startswith("{") for line in tail.event_lines)
+    finally:
+        await ops.close()
+
+
+# -- Metrics ---------------------------------------------------------------------------------
+
+async def test_metrics_charts_overlay_the_previous_run_and_take_new_series():
+    prev = PreviousRun("r-before", "/h/r-before", R.events(80))
+    extra = [to_json(make_event("step", R.T0, step=1500, loss=2.0, grad_norm=0.8))]
+    app, src = app_with(events=R.events() + extra, previous=prev)
+    async with app.run_test(size=(120, 40)) as pilot:
+        metrics = app.query_one(MetricsPane)
+        await pilot.press("4")
+        await until(pilot, lambda: metrics.from_events and metrics.previous_id == "r-before")
+        metrics.draw()
+        await pilot.pause()
+        assert set(metrics.series) == {"loss", "accuracy", "tau", "tokens_per_s", "grad_norm"}
+        charts = app.query(MetricChart)
+        assert len(charts) == 4                  # 2x2 at this size; grad_norm on the next page
+        text = screen_text(app)
+        assert "loss" in text and "step" in text and "•" in text   # the previous run's dots
+        assert "(m: page 1/2)" in text and "dots: previous run r-before" in text
+        # New points wait as long as the last drawing cost, over its share of a core.
+        assert all(c.render_s > 0 for c in charts)
+        cost = sum(c.render_s for c in charts)
+        assert metrics.chart_interval() == min(CHART_MAX_S, max(CHART_MIN_S, cost / CHART_CPU_SHARE))
+        await pilot.press("m")
+        await pilot.pause()
+        assert "grad norm" in screen_text(app)
+        await pilot.press("o")
+        assert metrics.smoothing == 0.6
+        await pilot.press("z")
+        assert metrics.zoom == 1000
+        xs, _ = metrics.series["loss"].window(metrics.zoom, 0.0)
+        assert xs[0] >= xs[-1] - 1000
+
+
+async def test_metrics_without_history_draw_one_line_per_chart():
+    app, _ = app_with()
+    async with app.run_test(size=(100, 32)) as pilot:
+        metrics = app.query_one(MetricsPane)
+        await pilot.press("4")
+        await until(pilot, lambda: metrics.from_events and app.query(MetricChart))
+        metrics.draw()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "previous run" not in text and "•" not in text and "loss" in text
+
+
+# -- GPUs ------------------------------------------------------------------------------------
+
+async def test_eight_gpus_with_foreign_processes_fit_160x48():
+    hist = R.gpu_history(30, foreign=True)
+    app, _ = app_with(gpus=hist)
+    async with app.run_test(size=(160, 48)) as pilot:
+        pane = app.query_one(GpuPane)
+        await pilot.press("3")
+        await until(pilot, lambda: pane.snapshot is hist[-1])
+        pane.draw()
+        await pilot.pause()
+        text = screen_text(app)
+        for i in range(8):
+            assert f" {i} H200     util" in text
+        assert "throttle sw_power_cap" in text and "! 2 Xid" in text
+        procs = app.query_one("#gpu-procs", RowTable)
+        rows = [[str(c) for c in procs.get_row_at(i)] for i in range(procs.row_count)]
+        assert procs.row_count == 11 and procs.size.height >= 12   # every process on screen
+        foreign = [r for r in rows if r[6] == "other"]
+        assert {(r[0], r[3], r[4]) for r in foreign} == {("3", "alice", "python"), ("6", "bob", "vllm"),
+                                                         ("6", "bob", "nvtop")}
+        assert all(r[6] == "● run" and r[3] == "root" for r in rows if r not in foreign)
+        assert app.query_one("#gpu-history").display and "seconds ago" in text and "now" in text
+
+
+async def test_eight_gpus_stay_legible_at_80x24():
+    hist = R.gpu_history(5, foreign=True)
+    app, _ = app_with(gpus=hist)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(GpuPane)
+        await pilot.press("3")
+        await until(pilot, lambda: pane.snapshot is hist[-1])
+        pane.draw()
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        cards = [line for line in lines if " H200 " in line]
+        assert len(cards) == 8 and all("%" in c and "W/700W" in c for c in cards)
+        assert "+2 other" in cards[6] and "● run" in cards[6]
+        assert not app.query_one("#gpu-history").display    # no room: the cards and processes win
+
+
+# -- checklist ---------------------------------------------------------------------------------
+
+async def test_healthy_checks_fold_into_one_line_and_k_expands():
+    app, _ = app_with()
+    async with app.run_test(size=(100, 32)) as pilot:
+        health = app.query_one(HealthPane)
+        await until(pilot, lambda: app.report is not None)
+        await pilot.pause()
+        assert health.size.height == 2   # the summary, and one line for 7 ok checks
+        assert "7 checks ok: Wrapper ran (launch.json), Log (train.log), Process" in screen_text(app)
+        await pilot.press("k")
+        await pilot.pause()
+        assert health.size.height == 8 and "last heartbeat just now" in screen_text(app)
+        await pilot.press("k")
+        await pilot.pause()
+        assert health.size.height == 2
+
+
+async def test_warn_and_fail_checks_show_in_full_at_80x24():
+    r = R.stalled()
+    hint = ("verify its fingerprint, then accept it: ssh-keyscan gpu1 >> /home/me/.config/dflash-tui/known_hosts "
+            "(or `ssh -o UserKnownHostsFile=/home/me/.config/dflash-tui/known_hosts -p 22 gpu1` once and answer yes)")
+    checks = [*r.checklist.checks, Check("transport", "Target reachable", CheckState.FAIL,
+                                          "root@gpu1: unknown host key for gpu1; refusing to connect", hint,
+                                          since=R.T0 - 5)]
+    r.checklist = dataclasses.replace(r.checklist, checks=checks)
+    app, _ = app_with(report=r)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.pause()
+        text = " ".join(screen_text(app).split())
+        assert "answer yes)" in text and "UserKnownHostsFile=/home/me/.config/dflash-tui/known_hosts" in text
+        assert "drafter1 (cuda:6, compiled) silent 5 min ago" in text and "5 checks ok" in text
+        assert "(limit 60 s) → the named threads stopped" in text
+        assert "heartbeats without steps: a worker is stuck (see Threads)" in text   # both fails in full
+
+
+async def test_a_launch_in_flight_is_not_called_nothing_launched():
+    gate = asyncio.Event()
+
+    async def on_action(name):
+        await gate.wait()
+        return "launched"
+    no_run = R.no_run()
+    app, _ = app_with(report=no_run, on_action=on_action)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        app.do_run_action("launch")
+        await until(pilot, lambda: app.busy == "launch")
+        await pilot.pause()
+        assert "launch under way: the checklist fills in as the run starts" in screen_text(app)
+        gate.set()
+        await until(pilot, lambda: not app.busy)
+        await pilot.pause()
+        assert "no run in" in screen_text(app)
+
+
+# -- the rest of the 80x24 list ----------------------------------------------------------------
+
+async def test_help_shows_every_key_at_80x24():
+    app, _ = app_with()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = screen_text(app)
+        for key, what in (("q", "Quit"), ("p", "Profile"), ("g", "Top"), ("G", "End"), ("k", "Checks")):
+            assert f"{key} {what}" in text, (key, text)
+
+
+async def test_footer_keys_are_separate_and_threads_keep_beat_at_80x24():
+    app, _ = app_with()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("2")
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        assert "palette" not in lines[-1] and "? Help q Quit" in lines[-1]
+        header = next(line for line in lines if line.strip().startswith("thread"))
+        assert header.split()[:3] == ["thread", "beat", "step"]
+
+
+async def test_palette_screenshot_goes_to_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app, _ = app_with()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        app.deliver_screenshot("shot.svg")
+        await until(pilot, lambda: (tmp_path / "shot.svg").exists() and (tmp_path / "shot.svg").stat().st_size)
+        assert "RUNNING" in (tmp_path / "shot.svg").read_text()
+
+
+def test_printed_commands_work_where_dflash_tui_is_not_on_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))     # nothing named dflash-tui on it
+    assert invocation(".venv/bin/dflash-tui") == ".venv/bin/dflash-tui"
+    assert invocation("/opt/my tools/dflash-tui") == "'/opt/my tools/dflash-tui'"
+    assert invocation("/x/dflash_tui/__main__.py").endswith(" -m dflash_tui")
+    exe = tmp_path / "dflash-tui"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    assert invocation(str(exe)) == "dflash-tui"
+
+
+async def test_quit_message_names_a_command_that_runs():
+    app, _ = app_with()
+    app.command = ".venv/bin/dflash-tui --config cfg.toml"
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("q")
+    assert "Stop it with: .venv/bin/dflash-tui --config cfg.toml --profile h200 --stop" in app.quit_message
+
+
+async def test_no_color_failures_are_reversed_not_dimmed(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app, _ = app_with(report=R.crashed())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.pause()
+        assert app.no_color
+        badge = app.query_one("#verdict")
+        # The failing badge: light background, dark text, bold (the loudest cell on screen).
+        bg, fg = badge.styles.background, badge.styles.color
+        assert bg.brightness > 0.5 > fg.brightness and badge.styles.text_style.bold
+        strips = app.screen._compositor.render_strips()
+        row = next(s for s in strips if "exit code 1" in s.text)
+        styles = [seg.style for seg in row if "exit code 1" in seg.text]
+        assert styles and styles[0].reverse and styles[0].bold
+
+
+async def test_metrics_chart_the_progress_a_programs_own_log_shows():
+    # A program that writes neither status.json nor events (a tqdm loop): the report's
+    # progress, parsed from its log by the engine, is what the charts get.
+    from dflash_tui.run.report import RunProgress
+    r1 = dataclasses.replace(R.healthy(), status=None,
+                             progress=RunProgress("log", step=450, total=1000, loss=2.1, rate=44.3, rate_unit="it/s"))
+    r2 = dataclasses.replace(r1, progress=dataclasses.replace(r1.progress, step=460, loss=2.05, rate=44.9))
+    app, src = app_with(report=r1, events=[])
+    async with app.run_test(size=(100, 32)) as pilot:
+        metrics = app.query_one(MetricsPane)
+        await pilot.press("4")
+        await until(pilot, lambda: metrics.last_step == 450)
+        src.push_report(r2)
+        await until(pilot, lambda: metrics.last_step == 460)
+        assert list(metrics.series["loss"].values) == [2.1, 2.05]
+        assert list(metrics.series["it/s"].steps) == [450, 460]
+        metrics.draw()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "2 series from log progress (no step events)" in text and "it/s" in text
