@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--canary", action="store_true",
                       help="launch `sleep` through the same wrapper/transport and check it outlives the channel")
     mode.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
+    p.add_argument("--all", action="store_true",
+                   help="with --check: every profile of the config file at once (text: one line "
+                        "each; --json: a list); the exit code is the worst, 2 > 1 > 3 > 4 > 0")
+    p.add_argument("--resume", action="store_true",
+                   help="with --launch/--relaunch: the bundled trainer continues from the newest "
+                        "checkpoint in the run dir")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
@@ -150,7 +156,8 @@ async def _run_mode(args, profile: Profile) -> int:
         if args.launch or args.relaunch:
             from .run.launch import LaunchRefused
             try:
-                outcome = await session.launch(relaunch=args.relaunch, preflight=not args.no_preflight)
+                outcome = await session.launch(relaunch=args.relaunch, preflight=not args.no_preflight,
+                                               resume=args.resume)
             except LaunchRefused as exc:
                 return _fail(args, EXIT_FAILING, str(exc))
             if outcome.unreachable:
@@ -201,6 +208,28 @@ async def _run_mode(args, profile: Profile) -> int:
     raise AssertionError("no mode")
 
 
+async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
+    """--check --all: each profile as --check would print it, all at once; the worst exit code."""
+    from .fleet.checkall import check_all, worst_exit_code
+    results = await check_all(profiles, lambda session: _check_until(session, args.wait))
+    objects, lines = [], []
+    width = max(len(p.name) for p in profiles)
+    for r in results:
+        p = r.profile
+        if r.error is not None:
+            word = "CONFIG ERROR" if r.error_code == EXIT_USAGE else "UNREACHABLE"
+            objects.append({"verdict": None, "error": r.error, "exit_code": r.error_code,
+                            "profile": p.name, "target": p.where(), "run_dir": p.run_dir})
+            lines.append(f"{p.name:<{width}}  {word:<13}  {p.where()}  {r.error}")
+            continue
+        ev, cl = r.value
+        objects.append(checklist_json(p, cl, pid=ev.launch.pid if ev.launch else None,
+                                      run_id=ev.launch.run_id if ev.launch else None))
+        lines.append(f"{p.name:<{width}}  {cl.verdict.value:<13}  {p.where()}  {cl.summary}")
+    print(json.dumps(objects) if args.json else "\n".join(lines))
+    return worst_exit_code([o["exit_code"] for o in objects])
+
+
 def _start_dashboard(config: Config, profile: Profile) -> int:
     try:
         from .ui.app import run_app
@@ -231,6 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mark = "*" if name == config.default else " "
                 print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}")
             return EXIT_HEALTHY
+        if args.all:
+            if not args.check or args.profile:
+                raise ConfigError("--all goes with --check (and not with --profile)")
+            return asyncio.run(_check_all_mode(args, config.file_profiles()))
+        if args.resume and not (args.launch or args.relaunch):
+            raise ConfigError("--resume goes with --launch or --relaunch")
         profile = config.profile(args.profile)
         if not (args.check or args.launch or args.relaunch or args.stop or args.canary):
             if args.json or args.wait:
