@@ -230,14 +230,14 @@ async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
     return worst_exit_code([o["exit_code"] for o in objects])
 
 
-def _start_dashboard(config: Config, profile: Profile) -> int:
+def _start_dashboard(config: Config, profile: Profile, fleet_home: bool = True) -> int:
     try:
         from .ui.app import run_app
     except ImportError as exc:
         print(f"dflash-tui: the dashboard is not available in this install ({exc}); "
               "use --check/--launch/--stop/--canary", file=sys.stderr)
         return EXIT_USAGE
-    result = run_app(config, profile.name)
+    result = run_app(config, profile.name, fleet_home=fleet_home)
     return result if isinstance(result, int) else EXIT_HEALTHY
 
 
@@ -266,11 +266,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_check_all_mode(args, config.file_profiles()))
         if args.resume and not (args.launch or args.relaunch):
             raise ConfigError("--resume goes with --launch or --relaunch")
+        no_mode = not (args.check or args.launch or args.relaunch or args.stop or args.canary)
+        if no_mode and args.profile is None and len(config.file_profiles()) > 1:
+            # Several profiles: the dashboard opens on the fleet screen, no choice needed.
+            if args.json or args.wait:
+                raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
+            return _start_dashboard(config, config.file_profiles()[0])
         profile = config.profile(args.profile)
         if not (args.check or args.launch or args.relaunch or args.stop or args.canary):
             if args.json or args.wait:
                 raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
-            return _start_dashboard(config, profile)
+            return _start_dashboard(config, profile, fleet_home=args.profile is None)
         return asyncio.run(_run_mode(args, profile))
     except ConfigError as exc:
         return _fail(args, EXIT_USAGE, str(exc))
