@@ -81,12 +81,14 @@ class DashboardApp(App[None]):
         Binding("q", "quit", "Quit", tooltip="leave the dashboard; the run keeps running"),
         # Last: in the footer from 100 columns (it scrolls), always in ? help and the palette.
         Binding("p", "switch_profile", "Profile", tooltip="watch another profile (this run keeps running)"),
-        Binding("a", "fleet", "Fleet", tooltip="every profile at once (the fleet screen)"),
-        Binding("h", "history", "History", tooltip="this profile's earlier runs, openable read-only"),
-        Binding("escape", "back", "Back", show=False,
-                tooltip="from a history run: the live run; else the fleet screen"),
         Binding("g", "log_top", "Top", tooltip="top of the log (follow off)"),
         Binding("G", "log_bottom", "End", tooltip="bottom of the log (follow on)"),
+        # Not in the footer (full from 100 columns already); in ? help and the palette.
+        Binding("a", "fleet", "Fleet", show=False, tooltip="every profile at once (the fleet screen)"),
+        Binding("h", "history", "History", show=False,
+                tooltip="this profile's earlier runs, openable read-only"),
+        Binding("escape", "back", "Back", show=False,
+                tooltip="from a history run: the live run; else the fleet screen"),
     ]
 
     busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
@@ -341,21 +343,29 @@ class DashboardApp(App[None]):
         return ""
 
     def action_relaunch(self) -> None:
-        self._ask_relaunch()
+        if getattr(self.source, "newest_checkpoint", None) is None:
+            self._confirm_relaunch(None)   # nothing could be resumed: the plain question, now
+        else:
+            self._ask_relaunch()
+
+    def _confirm_relaunch(self, checkpoint: str | None) -> None:
+        run_dir = self.report.run_dir if self.report else "the profile's run dir"
+        detail = relaunch_detail(self.profile, self._pid_text(), run_dir)
+        if checkpoint is None:
+            self.push_screen(ConfirmScreen("Relaunch the run?", detail),
+                             lambda yes: self.do_run_action("relaunch") if yes else None)
+            return
+        self.push_screen(RelaunchScreen(detail, checkpoint),
+                         lambda answer: (self.do_run_action("relaunch", resume=answer == RESUME)
+                                         if answer else None))
 
     @work(exclusive=True, group="ask")
     async def _ask_relaunch(self) -> None:
-        run_dir = self.report.run_dir if self.report else "the profile's run dir"
-        checkpoint = None
-        lookup = getattr(self.source, "newest_checkpoint", None)
-        if lookup is not None:
-            try:
-                checkpoint = await lookup()
-            except (TargetError, OSError):   # no answer about checkpoints: the plain question
-                checkpoint = None
-        self.push_screen(RelaunchScreen(relaunch_detail(self.profile, self._pid_text(), run_dir), checkpoint),
-                         lambda answer: (self.do_run_action("relaunch", resume=answer == RESUME)
-                                         if answer else None))
+        try:
+            checkpoint = await self.source.newest_checkpoint()
+        except (TargetError, OSError):   # no answer about checkpoints: the plain question
+            checkpoint = None
+        self._confirm_relaunch(checkpoint)
 
     def action_stop(self) -> None:
         self.push_screen(ConfirmScreen("Stop the run?", stop_detail(self.profile, self._pid_text())),
@@ -470,8 +480,12 @@ class DashboardApp(App[None]):
             return
         if isinstance(self.screen, FleetScreen):
             return
-        self.push_screen(FleetScreen(self.fleet, self.source_factory, self._open_from_fleet,
-                                     self._history_from_fleet, clock=self.clock))
+        if not self.is_screen_installed("fleet"):
+            # One fleet screen for the app's life: its filter, sort and cursor survive a visit
+            # to a run view, and its rows keep refreshing meanwhile.
+            self.install_screen(FleetScreen(self.fleet, self.source_factory, self._open_from_fleet,
+                                            self._history_from_fleet, clock=self.clock), "fleet")
+        self.push_screen("fleet")
 
     def _open_from_fleet(self, name: str) -> None:
         self.pop_screen()
@@ -545,19 +559,15 @@ class DashboardApp(App[None]):
                                 lambda action=b.action: self.run_action(action))
 
 
-def run_app(config, profile_name: str, *, fleet_home: bool = True) -> int:
-    """Start the dashboard on `profile_name` of a loaded config (dflash_tui.config.Config).
-
-    Returns the process exit code. Leaving the dashboard never touches the run; the last line
-    printed says so, with the command that would stop it.
-    """
+def build_app(config, profile_name: str, *, fleet_home: bool = True) -> DashboardApp:
+    """The live dashboard for a loaded config (dflash_tui.config.Config): with several profiles
+    in the file, a FleetPoller behind the fleet screen, whose session and monitor each run view
+    borrows (one connection and one agent per target, one action at a time per run)."""
     from .session_source import SessionSource
 
     fleet = None
     file_profiles = config.file_profiles()
     if len(file_profiles) > 1:
-        # Several profiles: the fleet screen is the home; each run view borrows the fleet's
-        # session and monitor for its profile (one connection and agent per target).
         from ..fleet.poller import FleetPoller
         fleet = FleetPoller(file_profiles)
 
@@ -568,8 +578,17 @@ def run_app(config, profile_name: str, *, fleet_home: bool = True) -> int:
         return SessionSource(config.profile(name))
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
-    app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
-                       fleet=fleet, fleet_home=fleet_home)
+    return DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
+                        fleet=fleet, fleet_home=fleet_home)
+
+
+def run_app(config, profile_name: str, *, fleet_home: bool = True) -> int:
+    """Start the dashboard on `profile_name` of a loaded config (dflash_tui.config.Config).
+
+    Returns the process exit code. Leaving the dashboard never touches the run; the last line
+    printed says so, with the command that would stop it.
+    """
+    app = build_app(config, profile_name, fleet_home=fleet_home)
     app.run()
     if app.quit_message:
         print(app.quit_message)

@@ -135,8 +135,11 @@ class FleetScreen(Screen[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        # Held references: the screen stays installed (and refreshing) while the run view is on top.
         self.table = self.query_one("#fleet-table", DataTable)
         self.filter_input = self.query_one("#fleet-filter", Input)
+        self.title_bar = self.query_one("#fleet-title", Static)
+        self.detail_bar = self.query_one("#fleet-detail", Static)
         self.filter_input.display = False
         self.table.focus()
         self.render_rows()
@@ -163,8 +166,8 @@ class FleetScreen(Screen[None]):
         return rows
 
     def render_rows(self) -> None:
-        if not self.is_mounted:
-            return
+        if not hasattr(self, "table"):
+            return   # not mounted yet
         now = self.clock()
         selected = self.selected_name()
         rows = self.visible_rows(now)
@@ -189,11 +192,11 @@ class FleetScreen(Screen[None]):
             parts.append(f"filter {self.filter_text!r}")
         label = dict(COLUMNS)[self.sort_key]
         parts.append(f"sorted by {label}{' (reversed)' if self.sort_reverse else ''}")
-        self.query_one("#fleet-title", Static).update(Text(" · ".join(parts), style="bold"))
+        self.title_bar.update(Text(" · ".join(parts), style="bold"))
 
     def _render_detail(self, now: float) -> None:
         row = self.selected_row()
-        detail = self.query_one("#fleet-detail", Static)
+        detail = self.detail_bar
         if row is None:
             detail.update(Text("no rows match" if (self.filter_text or self.attention) else "", style="dim"))
         else:
@@ -341,8 +344,3 @@ class FleetScreen(Screen[None]):
             if poke is not None:
                 poke(name)
             self.render_rows()
-
-    async def close_sources(self) -> None:
-        sources, self._sources = list(self._sources.values()), {}
-        for s in sources:
-            await s.close()
