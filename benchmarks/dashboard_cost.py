@@ -14,7 +14,7 @@ What runs (all real product code, on this machine):
 Measured over the same window after a warm-up: CPU seconds of the dashboard process plus its
 agent child, and of tail; peak RSS of both; the log pane's lag behind the file (every line
 carries the time it was written; sampled every 100 ms as now - time of the pane's last line).
-Targets (issue 5): <= 5% of one core, <= 150 MB RSS, lag never above 1 s.
+Targets: <= 5% of one core, <= 150 MB RSS, lag never above 1 s.
 Exit status 1 when a target is missed.
 """
 

@@ -11,7 +11,7 @@ In one run it measures:
   B. the alternative: a new process per sample. With real NVML it is the real
      `nvidia-smi --query-gpu=...`; with the fake it is a fresh python that loads the same fake
      and samples once (what starting any `nvidia-smi`-like tool per sample costs at least).
-Targets (issue 4): A at most 0.5 % of one core at 1 Hz, sample latency under 5 ms.
+Targets: A at most 0.5 % of one core at 1 Hz, sample latency under 5 ms.
 """
 
 from __future__ import annotations

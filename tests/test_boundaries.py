@@ -1,10 +1,13 @@
-"""Package boundaries that the design promises (DESIGN.md, Packages)."""
+"""Package boundaries that docs/ARCHITECTURE.md promises: what each package may import."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import dflash_tui
 
@@ -35,13 +38,109 @@ def _loaded_after_importing(modules: list[str], prefixes: tuple[str, ...]) -> li
     return out.stdout.split()
 
 
-def test_dashboard_never_imports_torch():
-    # A fresh interpreter: importing every dashboard module must not load torch, not even
-    # indirectly (through dflash_tui.contract.rundir, say).
+def test_dashboard_never_imports_torch_or_the_trainer():
+    # A fresh interpreter: importing every dashboard module must load neither torch nor the
+    # trainer, not even indirectly; the dashboard depends only on the run-dir contract it owns.
     modules = _all_dflash_tui_modules()
     assert len(modules) > 5, modules
-    loaded = _loaded_after_importing(modules, ("torch",))
-    assert not [m for m in loaded if m == "torch" or m.startswith("torch.")], loaded[:5]
+    loaded = _loaded_after_importing(modules, ("torch", "dflash_train"))
+    assert not loaded, loaded[:5]
+
+
+SRC = PACKAGE_DIR.parent
+
+
+def _import_graph(package: str) -> dict[str, set[str]]:
+    """module -> the modules of `package` it imports, function-local and TYPE_CHECKING ones included."""
+    files = {}
+    for path in sorted((SRC / package).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        files[".".join(parts)] = path
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = pkg.split(".")
+                    parts = parts[: len(parts) - (node.level - 1)]
+                    base = ".".join(parts + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            for name in names:
+                target = resolve(name)
+                # A package's own __init__ imported by its submodules is not a loop of design.
+                if target and target != mod and not mod.startswith(target + "."):
+                    graph[mod].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("package", ["dflash_tui"])
+def test_no_import_cycles(package):
+    graph = _import_graph(package)
+    assert len(graph) > 5
+    assert _cycles(graph) == []
 
 
 def test_headless_core_knows_nothing_of_the_ui():

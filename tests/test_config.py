@@ -132,3 +132,21 @@ def test_parse_config_is_pure():
     cfg = parse_config('[profile.x]\ncommand = ["sleep", "5"]', "<test>")
     assert cfg.profiles["x"].trainer_argv == ["sleep", "5"]
     assert not cfg.profiles["x"].uses_bundled_trainer
+
+
+@pytest.mark.parametrize("spec,ok", [("pct:200", True), ("docker:trainer", True), ("pct:5", False),
+                                     ("pct:abc", False), ("lxc:200", False), ("docker:-x", False)])
+def test_one_container_rule_for_config_and_targets(tmp_path, spec, ok):
+    # The config accepts exactly what ContainerTarget accepts: one parser decides.
+    from dflash_tui.remote.container import ContainerTarget
+    from dflash_tui.remote.local import LocalTarget
+    cfg = tmp_path / "p.toml"
+    cfg.write_text(f'[profile.a]\ncontainer = "{spec}"\n')
+    if ok:
+        load_config(cfg)
+        ContainerTarget(LocalTarget(), spec)
+    else:
+        with pytest.raises(ConfigError, match="pct:ID"):
+            load_config(cfg)
+        with pytest.raises(ValueError):
+            ContainerTarget(LocalTarget(), spec)

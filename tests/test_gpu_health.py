@@ -112,12 +112,13 @@ async def test_run_monitor_adds_the_gpu_check_from_the_stream(tmp_path):
     and HealthTracker keeps its `since` like any other check."""
     from dflash_tui.config import Profile
     from dflash_tui.remote.local import LocalTarget
+    from dflash_tui.run.monitor import RunMonitor
     from dflash_tui.session import Session
 
     session = Session(Profile(name="gpu", run_dir=str(tmp_path / "run")),
                       targets=(LocalTarget(), LocalTarget()))
     try:
-        monitor = session.monitor()
+        monitor = RunMonitor(session)
         report = await monitor.poll()
         assert CHECK_ID not in [c.id for c in report.checklist.checks]   # no stream: no check
         monitor.gpu_snapshot = lambda: snap_of(FakeNvml(library_missing=True))

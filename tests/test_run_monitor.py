@@ -11,7 +11,7 @@ import time
 import pytest
 
 from dflash_tui.config import Profile
-from dflash_tui.run.monitor import ActionInFlight
+from dflash_tui.run.monitor import ActionInFlight, RunMonitor
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
 
@@ -38,7 +38,7 @@ async def until(mon, pred, timeout=15.0):
 async def test_monitor_survives_a_connection_drop(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     session = Session(profile(sshd, tmp_path / "run"))
-    mon = session.monitor(interval=0.2)
+    mon = RunMonitor(session, interval=0.2)
     try:
         first = await mon.poll()
         assert first.connected and first.checklist.verdict is Verdict.NO_RUN
@@ -79,7 +79,7 @@ async def test_monitor_survives_a_connection_drop(sshd, tmp_path, monkeypatch):
 async def test_reports_iterator_ticks(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     session = Session(profile(sshd, tmp_path / "run"))
-    mon = session.monitor(interval=0.1)
+    mon = RunMonitor(session, interval=0.1)
     try:
         got = []
         t0 = time.monotonic()

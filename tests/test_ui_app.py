@@ -13,7 +13,7 @@ import pytest
 from textual.widgets import DataTable, Input, TabbedContent
 
 from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
-from dflash_tui.ui import replay as R
+from tests.support import scenarios as R
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.gpus import GpuPane
 from dflash_tui.ui.header import RunHeader
@@ -101,7 +101,7 @@ async def test_crashed_shows_traceback_and_e_jumps_to_it():
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.report is not None and app.log_pane.lines.line_count > 0)
         health = text_of(app.query_one(HealthPane))
-        assert "ValueError: drafter-1: loss is nan" in health and "last traceback" in health
+        assert "ValueError: drafter1: loss is nan" in health and "last traceback" in health.lower()
         assert "(gone)" in header_text(app)
         lines = app.log_pane.lines
         await pilot.press("e")
@@ -118,22 +118,20 @@ async def test_stalled_thread_stands_out_in_threads_pane():
         table = app.query_one("#threads-table", DataTable)
         await until(pilot, lambda: table.row_count > 0)
         first = [str(c) for c in table.get_row_at(0)]
-        assert first[0] == "drafter-1 STUCK" and first[3] == "compiled" and first[9] == "5m05s"
+        assert first[0] == "drafter1 STUCK" and first[3] == "compiled" and first[9] == "5m05s"
         assert app.query_one(ThreadsPane).trouble_count() == 1
         assert "Threads (1 !)" in str(app.query_one(TabbedContent).get_tab("tab-threads").label)
 
 
 async def test_failed_thread_is_marked_failed():
-    report = R.healthy()
-    report.status.threads = R.threads(failed="drafter-2")
-    app, _ = make(report)
+    app, _ = make(R.failed_thread("drafter2"))
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.report is not None)
         await pilot.press("2")
         table = app.query_one("#threads-table", DataTable)
         await until(pilot, lambda: table.row_count > 0)
         row = [str(c) for c in table.get_row_at(0)]
-        assert row[0] == "drafter-2 FAILED" and row[3].startswith("FAILED: RuntimeError")
+        assert row[0] == "drafter2 FAILED" and row[3].startswith("FAILED: RuntimeError")
 
 
 async def test_nvml_unavailable_banner_and_lost_gpu():
@@ -338,7 +336,7 @@ async def test_switch_log_follow_top_bottom():
         await pilot.press("l")
         assert app.log_pane.log_name == "events.jsonl"
         await until(pilot, lambda: lines.line_count == len(R.events()))
-        assert lines.lines()[0].startswith('{"acc":')
+        assert lines.lines()[0].startswith('{"accuracy":')
         await pilot.press("l")
         assert app.log_pane.log_name == "train.log"
         await until(pilot, lambda: lines.line_count == n + 1)
@@ -495,9 +493,7 @@ async def test_builtin_demo_launches_only_when_there_is_no_run(verdict, launches
     async def act(name: str) -> str:
         return "launched run r-1 in 0.4 s: STARTING"
 
-    report = R.healthy() if verdict is Verdict.RUNNING else R._report(
-        Verdict.NO_RUN, [Check("launch_json", "launch.json", CheckState.PENDING, "nothing launched")],
-        "no run in /srv/runs/dflash-8b")
+    report = R.healthy() if verdict is Verdict.RUNNING else R.no_run()
     src = R.ReplaySource(reports=[report], on_action=act)
     app = DashboardApp(lambda name: src, "local", clock=Clock(), launch_if_no_run=True)
     async with app.run_test(size=SIZE) as pilot:

@@ -1,6 +1,6 @@
 """SVG snapshots of the fleet screen and of a profile's history, in the states a user must tell
 apart at a glance: mixed verdicts with one host down, the attention view, a filter, and the
-history list. Recorded rows (ui/fleet_replay.py, made by the real row_from_report) on a fixed
+history list. Recorded rows (tests/support/fleet_replay.py, made by the real row_from_report) on a fixed
 clock; the history is real archived run files read by run/history.py.
 
 Update after an intended change with:
@@ -16,8 +16,8 @@ import time
 import pytest
 
 from dflash_tui.contract.rundir import (ExitRecord, LaunchRecord, StopRecord, TrainStatus, to_json)
-from dflash_tui.ui import fleet_replay as FR
-from dflash_tui.ui import replay as R
+from tests.support import fleet_replay as FR
+from tests.support import scenarios as R
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.fleet import FleetScreen
 from dflash_tui.ui.history import HistoryScreen

@@ -1,6 +1,7 @@
 """SVG snapshots of the dashboard in the states a user must tell apart at a glance.
 
-Recorded states (ui/replay.py) on a fixed clock, so no wall-clock age reaches an image.
+States built from evidence through the real engine (tests/support/scenarios.py) on a fixed
+clock, so no wall-clock age reaches an image.
 Update after an intended change with:
     .venv/bin/python -m pytest tests/test_ui_snapshots.py --snapshot-update
 and look at the SVGs under tests/__snapshots__/test_ui_snapshots/ before committing them.
@@ -12,7 +13,7 @@ import asyncio
 
 import pytest
 
-from dflash_tui.ui import replay as R
+from tests.support import scenarios as R
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.gpus import GpuPane
 from dflash_tui.ui.metrics import MetricsPane

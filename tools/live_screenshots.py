@@ -1,7 +1,7 @@
 """Screenshots of the REAL dashboard on a real run: `python tools/live_screenshots.py OUTDIR`.
 
 Launches the profile's run if there is none (like `make run`), waits until the checklist says
-RUNNING, then saves one SVG per tab (Log, Threads, GPUs, Metrics). Unlike ui/screenshots.py
+RUNNING, then saves one SVG per tab (Log, Threads, GPUs, Metrics). Unlike tools/screenshots.py
 (recorded states, fixed clock, for the snapshot tests), nothing here is replayed.
 
     python tools/live_screenshots.py out/ --config my.toml --profile gpu --wait 300

@@ -15,7 +15,6 @@ import time
 from dataclasses import asdict
 from typing import Sequence
 
-from dflash_tui.contract import rundir
 from dflash_tui.contract.rundir import EventKind, Phase
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .remote.container import parse_container_spec
+
 DEFAULT_PROFILE = "local"
 
 # A small CPU run of the bundled trainer: one target thread and two drafter threads, so the
 # embedded default exercises the thread pool and the compile gate without a GPU.
 LOCAL_TRAIN_ARGS = ("--target-devices", "cpu", "--drafter-devices", "cpu,cpu", "--steps", "2000")
 
-_CONTAINER_RE = re.compile(r"^(pct:\d+|docker:[A-Za-z0-9][A-Za-z0-9_.-]*)$")
 _PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -178,9 +179,11 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
     for key in ("stop_grace_s", "min_free_gb"):
         if key in values and values[key] < 0:
             raise ConfigError(f"{where}: {key} = {values[key]} must be >= 0")
-    if "container" in values and not _CONTAINER_RE.match(values["container"]):
-        raise ConfigError(f"{where}: container = {values['container']!r} is not "
-                          f'"pct:ID" (digits) or "docker:NAME"')
+    if "container" in values:
+        try:
+            parse_container_spec(values["container"])
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     if "command" in values and not values["command"]:
         raise ConfigError(f"{where}: command = [] is empty; remove it to run the bundled trainer")
     for key in ("host", "user", "python", "identity_file", "known_hosts", "ssh_config"):

@@ -2,7 +2,8 @@
 
 It builds the host and run targets from the profile (remote/factory.py), opens RemoteOps on the
 run target (the persistent agent, or one-shot shell commands where there is no python3), and
-offers the run's verbs: check, launch, relaunch, stop, canary, and a RunMonitor for the UI.
+offers the run's verbs: check, launch, relaunch, stop, canary (run/monitor.py's RunMonitor
+polls a Session for the UI).
 `check(gpus=True)` adds the dashboard's "gpus" check from one bounded GPU sample of the HOST
 (NVML runs there, not in the container), for the headless modes.
 
@@ -18,7 +19,11 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from .config import ConfigError, Profile
+from .gpu.oneshot import OneShotGpuProbe
+from .gpu.sources import run_ref_from_launch
+from .remote.agent import open_ops
 from .remote.base import Target, TargetError
+from .remote.factory import make_targets
 from .remote.ops import RemoteOps
 from .run.attempts import LaunchAttempt, load_attempt, save_attempt
 from .run.canary import CanaryResult, run_canary
@@ -35,7 +40,6 @@ if TYPE_CHECKING:
 
 
 def build_targets(profile: Profile) -> tuple[Target, Target]:
-    from .remote.factory import make_targets
     try:
         return make_targets(profile.host, profile.user, profile.port, profile.identity_file, profile.container,
                             known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
@@ -72,7 +76,6 @@ class Session:
                 if self.transport is not None:
                     self._ops = await self.transport.ops(self.profile)
                 else:
-                    from .remote.agent import open_ops
                     self._ops = await open_ops(self.target, prefer=self.ops_kind)
             return self._ops
 
@@ -84,7 +87,6 @@ class Session:
             await self._close_quietly()
             if not self._given_targets:
                 self.host, self.target = build_targets(self.profile)
-            from .remote.agent import open_ops
             self._ops = await open_ops(self.target, prefer=self.ops_kind)
             return self.target, self._ops
 
@@ -126,8 +128,6 @@ class Session:
     async def gpu_snapshot(self, ev: Evidence):
         """One GPU snapshot of the profile's host, the run's processes marked. Never raises and
         never takes more than a few seconds: a hung or missing NVML is the snapshot's error."""
-        from .gpu.oneshot import OneShotGpuProbe
-        from .gpu.sources import run_ref_from_launch
         if self.transport is not None:
             return await self.transport.gpu_sample(self.profile, run_ref_from_launch(ev.launch))
         async with self._ops_lock:
@@ -186,10 +186,6 @@ class Session:
     async def canary(self, sleep_s: int = 30) -> CanaryResult:
         return await run_canary(self.profile, self.host, self.target, await self.ops(), self.reopen,
                                 sleep_s=sleep_s)
-
-    def monitor(self, interval: float = 1.0):
-        from .run.monitor import RunMonitor
-        return RunMonitor(self, interval=interval)
 
     async def __aenter__(self) -> "Session":
         return self

@@ -19,6 +19,7 @@ from typing import AsyncIterator, Callable, Sequence
 
 from ..config import ConfigError, Profile
 from ..gpu.sample import GpuSnapshot
+from ..gpu.sources import run_ref_from_launch
 from ..run.monitor import RunMonitor
 from ..session import Session
 from .row import FleetRow, config_error_row, row_from_report
@@ -170,7 +171,6 @@ class FleetPoller:
             self._changed.set()
 
     async def _sample_gpus(self, names: list[str]) -> None:
-        from ..gpu.sources import run_ref_from_launch
         while True:
             t0 = time.monotonic()
             for n in names:

@@ -14,16 +14,16 @@ transport's owner (the fleet poller, `--check --all`) closes everything once, at
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from ..config import ConfigError, Profile
+from ..gpu.oneshot import OneShotGpuProbe
+from ..gpu.sample import GpuSnapshot
+from ..gpu.sources import RunRef
+from ..remote.agent import open_ops
 from ..remote.base import Target, TargetError
-
-if TYPE_CHECKING:
-    from ..gpu.oneshot import OneShotGpuProbe
-    from ..gpu.sample import GpuSnapshot
-    from ..gpu.sources import RunRef
-    from ..remote.ops import RemoteOps
+from ..remote.container import ContainerTarget
+from ..remote.factory import make_targets
+from ..remote.ops import RemoteOps
 
 
 def host_key(profile: Profile) -> tuple:
@@ -44,9 +44,9 @@ class SharedTransport:
         self.ops_kind = ops_kind
         self._hosts: dict[tuple, Target] = {}
         self._targets: dict[tuple, Target] = {}
-        self._ops: dict[tuple, "RemoteOps"] = {}
+        self._ops: dict[tuple, RemoteOps] = {}
         self._ops_locks: dict[tuple, asyncio.Lock] = {}
-        self._gpu: dict[tuple, "OneShotGpuProbe"] = {}
+        self._gpu: dict[tuple, OneShotGpuProbe] = {}
         self._gpu_locks: dict[tuple, asyncio.Lock] = {}
 
     def targets(self, profile: Profile) -> tuple[Target, Target]:
@@ -56,8 +56,6 @@ class SharedTransport:
         target = self._targets.get(tkey)
         if target is not None:
             return self._hosts[host_key(profile)], target
-        from ..remote.container import ContainerTarget
-        from ..remote.factory import make_targets
         hkey = host_key(profile)
         host = self._hosts.get(hkey)
         if host is None:
@@ -74,22 +72,20 @@ class SharedTransport:
         self._targets[tkey] = target
         return host, target
 
-    async def ops(self, profile: Profile) -> "RemoteOps":
+    async def ops(self, profile: Profile) -> RemoteOps:
         """The one RemoteOps of `profile`'s run target, opened on first use. Raises TargetError."""
         tkey = target_key(profile)
         lock = self._ops_locks.setdefault(tkey, asyncio.Lock())
         async with lock:
             ops = self._ops.get(tkey)
             if ops is None:
-                from ..remote.agent import open_ops
                 _, target = self.targets(profile)
                 ops = self._ops[tkey] = await open_ops(target, prefer=self.ops_kind)
             return ops
 
-    async def gpu_sample(self, profile: Profile, run: "RunRef | None") -> "GpuSnapshot":
+    async def gpu_sample(self, profile: Profile, run: RunRef | None) -> GpuSnapshot:
         """One GPU snapshot of `profile`'s host with `run`'s processes marked. Never raises;
         bounded in time by the probe (gpu/oneshot.py)."""
-        from ..gpu.oneshot import OneShotGpuProbe
         hkey = host_key(profile)
         lock = self._gpu_locks.setdefault(hkey, asyncio.Lock())
         async with lock:

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
+from ..remote.agent import open_ops
 from ..remote.base import Target, TargetError
 from ..remote.local import LocalTarget
 from .agent_probe import OP_NAME, gpu_agent_sources
@@ -392,8 +393,6 @@ async def open_gpu_source(host_target: Target, *, ops: Any = None, nvml_spec: st
         python = sys.executable   # the interpreter whose pynvml the in-process reader would use
     owns = False
     if ops is None or OP_NAME not in (getattr(ops, "info", {}) or {}).get("ops", ()):
-        from ..remote.agent import open_ops
-
         ops = await open_ops(host_target, python=python,
                              extra_sources=gpu_agent_sources(nvml_spec))
         if getattr(ops, "kind", "") != "agent" and python != "python3":

@@ -4,12 +4,12 @@
 the persistent agent where the target has python3, one-shot sh commands where it has not.
 """
 
-from .agent import AgentClient, AgentOps, AgentUnavailable, open_ops
+from .agent import AgentOps, AgentUnavailable, open_ops
 from .base import (CommandResult, CommandTimeout, ContainerNotRunning, Process, Target,
                    TargetError, TargetUnreachable)
 from .local import LocalTarget
 from .shell_ops import ShellOps
 
-__all__ = ["AgentClient", "AgentOps", "AgentUnavailable", "CommandResult", "CommandTimeout",
+__all__ = ["AgentOps", "AgentUnavailable", "CommandResult", "CommandTimeout",
            "ContainerNotRunning", "LocalTarget", "Process", "ShellOps", "Target", "TargetError",
            "TargetUnreachable", "open_ops"]

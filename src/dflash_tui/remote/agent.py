@@ -21,7 +21,9 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, Process, Target, TargetError
+from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
+from .shell_ops import ShellOps
 
 # Reads one line (the program, zlib + base64) from stdin and runs it: small enough to read in
 # `ps`, and independent of how long the program grows with extra sources.
@@ -48,33 +50,6 @@ def build_program(extra_sources: Sequence[str] = ()) -> bytes:
 
 
 # -- answers → the contract's dataclasses (ShellOps builds the same dicts) ------------------
-
-
-def filestat_from(d: dict) -> FileStat:
-    return FileStat(path=d["path"], exists=bool(d["exists"]), size=int(d["size"]),
-                    mtime=float(d["mtime"]), inode=int(d["inode"]), is_dir=bool(d["is_dir"]),
-                    error=d.get("error", ""))
-
-
-def chunk_from(d: dict) -> FileChunk:
-    return FileChunk(path=d["path"], offset=int(d["offset"]), data=base64.b64decode(d["data"]),
-                     size=int(d["size"]), inode=int(d["inode"]), exists=bool(d["exists"]))
-
-
-def pidinfo_from(d: dict) -> PidInfo:
-    return PidInfo(pid=int(d["pid"]), alive=bool(d["alive"]), start_ticks=d["start_ticks"],
-                   cmdline=tuple(d["cmdline"]), state=d["state"], pgid=d["pgid"],
-                   nspid=tuple(d["nspid"]))
-
-
-def diskfree_from(d: dict) -> DiskFree:
-    return DiskFree(path=d["path"], checked=d["checked"], free=int(d["free"]),
-                    total=int(d["total"]))
-
-
-def dirprobe_from(d: dict) -> DirProbe:
-    return DirProbe(path=d["path"], exists=bool(d["exists"]), created=bool(d["created"]),
-                    writable=bool(d["writable"]), error=d.get("error", ""))
 
 
 class AgentOps:
@@ -300,10 +275,6 @@ class AgentOps:
         return [filestat_from(d) for d in await self.call("list_dir", path=path)]
 
 
-#: the name the gpu/ brief uses
-AgentClient = AgentOps
-
-
 class _ChannelLost(Exception):
     pass
 
@@ -314,8 +285,6 @@ async def open_ops(target: Target, *, python: str = "python3",
 
     `prefer="shell"` forces ShellOps. The result's `.kind` says which ("agent" / "shell");
     a ShellOps made because the agent could not start has `.fallback_reason`."""
-    from .shell_ops import ShellOps
-
     if prefer not in ("auto", "agent", "shell"):
         raise ValueError(f"prefer must be auto, agent or shell, not {prefer!r}")
     if prefer == "shell":

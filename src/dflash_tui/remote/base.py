@@ -43,7 +43,7 @@ class CommandResult:
     stdout: str
     stderr: str
     seconds: float
-    # added by remote/ (additive): the signal name ("KILL", "HUP") when the command was killed
+    # the signal name ("KILL", "HUP") when the command was killed rather than exiting
     exit_signal: str | None = None
 
     @property

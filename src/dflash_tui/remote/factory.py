@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import Target
-from .container import ContainerTarget, parse_container_spec
+from .container import ContainerTarget
 from .local import LocalTarget
 from .ssh import SSHTarget
 
@@ -15,8 +15,6 @@ def make_targets(host: str | None = None, user: str | None = None, port: int | N
     """(host_target, run_target): the machine (LocalTarget when `host` is empty, else an
     SSHTarget) and where the run lives (the container on it, if any, else the machine).
     Raises ValueError with a one-line message naming the bad field."""
-    if container:
-        parse_container_spec(container)   # fail before connecting anything
     if not host:
         extra = [n for n, v in (("user", user), ("port", port), ("identity_file", identity_file),
                                 ("known_hosts", known_hosts)) if v]

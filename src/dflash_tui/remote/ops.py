@@ -62,7 +62,7 @@ class RemoteOps(Protocol):
     async def close(self) -> None: ...
 
 
-# -- added by remote/ (additive): the preflight questions, answered by both AgentOps and ShellOps
+# -- the preflight questions, answered by both AgentOps and ShellOps
 
 
 @dataclass(frozen=True)

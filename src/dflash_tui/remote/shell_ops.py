@@ -19,7 +19,7 @@ import re
 from typing import Sequence
 
 from . import agent_server
-from .agent import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from
+from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from
 from .base import CommandResult, Target, TargetError
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
 
@@ -337,12 +337,4 @@ class ShellOps:
         """Nothing persistent to release: every op was its own command."""
 
 
-def shell_script(op: str) -> str:
-    """The full script text an op runs (for docs and the benchmark's incident comparison)."""
-    scripts: dict[str, str] = {"stat": _STAT, "read": _READ, "pid_info": _PID_INFO,
-                               "signal": _SIGNAL, "which": _WHICH, "disk_free": _DISK_FREE,
-                               "probe_dir": _PROBE_DIR, "list_dir": _LIST_DIR, "now": _NOW}
-    return _PRELUDE + scripts[op]
-
-
-__all__: Sequence[str] = ("ShellOps", "shell_script", "parse_stat_time")
+__all__: Sequence[str] = ("ShellOps", "parse_stat_time")

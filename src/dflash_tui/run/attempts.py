@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -74,10 +73,3 @@ def load_attempt(profile: Profile) -> LaunchAttempt | None:
     except (OSError, ValueError, TypeError):
         return None
     return attempt if attempt.run_dir == profile.run_dir else None
-
-
-def forget_attempt(profile: Profile) -> None:
-    try:
-        os.unlink(_path_for(profile))
-    except OSError:
-        pass

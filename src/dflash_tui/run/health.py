@@ -1,4 +1,4 @@
-"""Evidence → Checklist: DESIGN.md's verdict table, exactly, and nothing the evidence lacks.
+"""Evidence → Checklist: the verdict table (docs/ARCHITECTURE.md), and nothing the evidence lacks.
 
 | observed after the launch command returns               | verdict       |
 | no launch.json by the deadline (about a second)         | NEVER STARTED |
@@ -20,17 +20,15 @@ from __future__ import annotations
 import re
 import signal as _signal
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from ..contract.rundir import LAUNCH_OUT, LAUNCH_SH, TRAIN_LOG, CompileState, Phase
 
 from ..config import Profile
+from ..gpu.health import gpu_check_for_status
+from ..gpu.sample import GpuSnapshot
 from .observe import Evidence, current_run_id, process_matches
 from .tracebacks import exception_line
 from .verdict import Check, CheckState, Checklist, Verdict
-
-if TYPE_CHECKING:
-    from ..gpu.sample import GpuSnapshot
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -261,7 +259,7 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     return Checklist(Verdict.RUNNING, checks, f"step {st.step}{total}{extra}, up {_duration(uptime)}")
 
 
-def with_gpu_check(checklist: Checklist, ev: Evidence, snap: "GpuSnapshot | None") -> Checklist:
+def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None) -> Checklist:
     """`checklist` with the "gpus" check (gpu/health.py) from one GPU snapshot of the run's host.
 
     The one place both RunMonitor (the dashboard) and `dflash-tui --check` add it, so the two
@@ -271,7 +269,6 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: "GpuSnapshot | None
     A warn or pending GPU check (no NVML, still compiling) never changes the verdict, and a
     run that already ended keeps the verdict its own evidence gives.
     """
-    from ..gpu.health import gpu_check_for_status
     alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
     gpus = gpu_check_for_status(snap, ev.status, alive)
     checks = [*checklist.checks, gpus]

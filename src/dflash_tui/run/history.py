@@ -20,7 +20,7 @@ from ..remote.ops import RemoteOps
 from .health import Limits, evaluate
 from .launch import HISTORY_DIR
 from .observe import Evidence, gather
-from .report import RunReport
+from .report import RunReport, report_from
 from .verdict import Checklist, Verdict
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
@@ -53,11 +53,7 @@ class HistoryRun:
 
     def report(self, profile: str, target_label: str) -> RunReport:
         """The run as the single-run view shows it (read-only: nothing in it is live)."""
-        ev = self.evidence
-        return RunReport(time=ev.now, profile=profile, target_label=target_label, run_dir=self.path,
-                         checklist=self.checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop,
-                         status=ev.status, pid_alive=False, uptime_s=None, connected=True,
-                         last_traceback=ev.last_traceback)
+        return report_from(self.evidence, self.checklist, profile=profile, target_label=target_label)
 
 
 @dataclass(frozen=True)

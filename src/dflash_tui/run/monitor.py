@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
 from ..remote.base import TargetError
+from ..session import Session
 from .health import HealthTracker, evaluate, with_gpu_check
-from .observe import current_run_id, process_matches
-from .report import RunReport
+from .observe import current_run_id
+from .report import RunReport, report_from
 from .verdict import Check, CheckState, Checklist, Verdict
-
-if TYPE_CHECKING:
-    from ..session import Session
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -33,7 +31,7 @@ class ActionInFlight(RuntimeError):
 
 
 class RunMonitor:
-    def __init__(self, session: "Session", interval: float = 1.0,
+    def __init__(self, session: Session, interval: float = 1.0,
                  poll_timeout: float | None = None) -> None:
         """`poll_timeout`: the longest one observation may take; past it the poll reports the
         target as not answering (stale, with a retry), like any other transport failure."""
@@ -82,13 +80,8 @@ class RunMonitor:
         if self.gpu_snapshot is not None:
             checklist = with_gpu_check(checklist, ev, self.gpu_snapshot())
         checklist = self.tracker.update(checklist, ev.now, current_run_id(ev))
-        alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
-        report = RunReport(
-            time=ev.now, profile=self.session.profile.name, target_label=self.session.label,
-            run_dir=ev.run_dir, checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop,
-            status=ev.status, pid_alive=alive,
-            uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
-            connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback)
+        report = report_from(ev, checklist, profile=self.session.profile.name,
+                             target_label=self.session.label)
         self.last = report
         return report
 

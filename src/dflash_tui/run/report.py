@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..contract.rundir import ExitRecord, LaunchRecord, StopRecord, TrainStatus
 
+from .observe import Evidence, process_matches
 from .verdict import Checklist
 
 
@@ -29,3 +30,14 @@ class RunReport:
     stale_since: float | None = None  # local epoch seconds when the data stopped being fresh
     error: str | None = None          # transport/read error of this poll, one line
     last_traceback: str | None = None  # last Python traceback found in train.log, if any
+
+
+def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str) -> RunReport:
+    """The report of one fresh observation: what `--check` prints and a pane renders."""
+    alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
+    return RunReport(
+        time=ev.now, profile=profile, target_label=target_label, run_dir=ev.run_dir,
+        checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop, status=ev.status,
+        pid_alive=alive,
+        uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
+        connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback)

@@ -12,7 +12,7 @@ from typing import Any
 
 
 class Verdict(str, Enum):
-    # From DESIGN.md's verdict table:
+    # The verdict table (docs/ARCHITECTURE.md; run/health.py `evaluate`):
     NEVER_STARTED = "NEVER STARTED"   # no launch.json by the deadline: the launch shell never ran
     LOG_MISSING = "LOG MISSING"       # launch.json but no train.log
     FINISHED = "FINISHED"             # pid gone, exit.json code 0
@@ -23,9 +23,9 @@ class Verdict(str, Enum):
     # Not failures, not yet healthy:
     STARTING = "STARTING"             # pid alive, log present, no heartbeat yet / compiling (within limits)
     NO_RUN = "NO RUN"                 # nothing was ever launched in this run dir
-    # Added by run/ (additive): a --launch that preflight refused; nothing was started.
+    # A --launch that preflight refused; nothing was started.
     NOT_LAUNCHED = "NOT LAUNCHED"
-    # Added by run/health.py `with_gpu_check` (additive): the run's process is alive (it was
+    # From run/health.py `with_gpu_check`: the run's process is alive (it was
     # STARTING or RUNNING) but a GPU of its host fell off the bus; the run cannot go on.
     GPU_LOST = "GPU LOST"
 

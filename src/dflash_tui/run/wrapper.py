@@ -1,6 +1,6 @@
 """launch.sh: the POSIX-sh wrapper that proves, file by file, how far a launch got.
 
-Order matters and is the whole point (DESIGN.md, Launch):
+Order matters and is the whole point (docs/ARCHITECTURE.md, Launch):
 1. open train.log (``exec >>train.log 2>&1``) — if that fails, launch.json still gets written,
    with ``log_error`` saying why, and the trainer is not started (verdict LOG MISSING);
 2. write launch.json atomically (pid, pgid, start_ticks, start time, argv, host, user, python);

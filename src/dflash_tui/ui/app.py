@@ -26,6 +26,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
+from ..fleet.poller import FleetPoller
 from ..gpu.sample import GpuSnapshot
 from ..remote.base import TargetError
 from ..run.report import RunReport
@@ -568,7 +569,6 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
     fleet = None
     file_profiles = config.file_profiles()
     if len(file_profiles) > 1:
-        from ..fleet.poller import FleetPoller
         fleet = FleetPoller(file_profiles)
 
     def source_for(name: str) -> DashboardSource:

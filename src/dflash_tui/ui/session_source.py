@@ -12,10 +12,13 @@ import asyncio
 import posixpath
 from typing import AsyncIterator
 
-from ..config import Profile
+from ..config import ConfigError, Profile
 from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ..remote.base import TargetError
 from ..run.logtail import LogFollower
+from ..gpu.sources import open_gpu_source, run_ref_from_launch
+from ..gpu.stream import GpuStream
+from ..run.launch import LaunchRefused
 from ..run.monitor import ActionInFlight, RunMonitor
 from ..run.report import RunReport
 from ..session import Session
@@ -54,7 +57,7 @@ class SessionSource:
         self.profile = profile.name
         self.session = session if session is not None else Session(profile)
         self.limits = self.session.limits
-        self.monitor = monitor if monitor is not None else self.session.monitor(interval=monitor_interval)
+        self.monitor = monitor if monitor is not None else RunMonitor(self.session, interval=monitor_interval)
         self._fleet_gpu_snapshot = self.monitor.gpu_snapshot
         self.gpu_interval = gpu_interval
         self._gpu_stream = None
@@ -67,7 +70,6 @@ class SessionSource:
             yield report
 
     def _follow_run_on_gpus(self, report: RunReport) -> None:
-        from ..gpu.sources import run_ref_from_launch
         ref = run_ref_from_launch(report.launch) if report.pid_alive else None
         if ref != self._run_ref:
             self._run_ref = ref
@@ -75,8 +77,6 @@ class SessionSource:
                 self._gpu_stream.set_run(ref)   # mark this run's processes on the GPUs
 
     async def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]:
-        from ..gpu.sources import open_gpu_source
-        from ..gpu.stream import GpuStream
         delay = 1.0
         while self._gpu_stream is None:
             try:
@@ -110,8 +110,6 @@ class SessionSource:
         return await self._launch(relaunch=True, resume=resume)
 
     async def _launch(self, relaunch: bool, resume: bool = False) -> str:
-        from ..config import ConfigError
-        from ..run.launch import LaunchRefused
         try:
             outcome = await (self.monitor.relaunch(resume=resume) if relaunch else self.monitor.launch())
         except (LaunchRefused, ActionInFlight, ConfigError) as exc:

@@ -1,7 +1,7 @@
-"""Write the README's screenshots: `python -m dflash_tui.ui.screenshots [OUTDIR]`.
+"""Write the README's screenshots: `python tools/screenshots.py [OUTDIR]`.
 
-The same recorded states as the snapshot tests (ui/replay.py, fixed clock), rendered as SVG
-at 100x32, so the pictures in the README are the states the tests pin down.
+The same states as the snapshot tests (tests/support/scenarios.py: evidence through the real
+engine, fixed clock), rendered as SVG at 100x32, so the README shows what the tests pin down.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import asyncio
 import sys
 from pathlib import Path
 
-from . import replay as R
-from .app import DashboardApp
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repo root, for tests.support
+
+from dflash_tui.ui.app import DashboardApp  # noqa: E402
+from tests.support import scenarios as R  # noqa: E402
 
 SIZE = (100, 32)
 

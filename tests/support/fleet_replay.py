@@ -1,8 +1,9 @@
 """Recorded fleets for the fleet screen: the test double of fleet/poller.py `FleetPoller`.
 
-Rows are made by the real `fleet.row.row_from_report` from the recorded RunReports of
-ui/replay.py on its fixed clock (`T0`), so snapshot tests and screenshots show exactly what
-the live poller would make of those states, and no wall-clock age reaches an image.
+Rows are made by the real `fleet.row.row_from_report` from the reports of
+tests/support/scenarios.py (evidence through the real engine) on its fixed clock (`T0`), so
+snapshot tests show exactly what the live poller would make of those states, and no
+wall-clock age reaches an image.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import asyncio
 from dataclasses import replace
 from typing import AsyncIterator
 
-from ..config import Profile
-from ..fleet.row import FleetRow, row_from_report
-from ..run.report import RunReport
-from ..run.verdict import Check, CheckState, Checklist, Verdict
-from . import replay as R
+from dflash_tui.config import Profile
+from dflash_tui.fleet.row import FleetRow, row_from_report
+from dflash_tui.run.report import RunReport
+from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
+
+from tests.support import scenarios as R
 
 
 class ReplayFleet:

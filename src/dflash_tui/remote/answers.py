@@ -1,0 +1,39 @@
+"""The agent's JSON answers as RemoteOps records.
+
+AgentOps decodes the agent's replies with these; ShellOps builds the same dicts from shell
+output (through agent_server's own functions) and decodes them the same way, so both
+implementations give identical records.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
+
+
+def filestat_from(d: dict) -> FileStat:
+    return FileStat(path=d["path"], exists=bool(d["exists"]), size=int(d["size"]),
+                    mtime=float(d["mtime"]), inode=int(d["inode"]), is_dir=bool(d["is_dir"]),
+                    error=d.get("error", ""))
+
+
+def chunk_from(d: dict) -> FileChunk:
+    return FileChunk(path=d["path"], offset=int(d["offset"]), data=base64.b64decode(d["data"]),
+                     size=int(d["size"]), inode=int(d["inode"]), exists=bool(d["exists"]))
+
+
+def pidinfo_from(d: dict) -> PidInfo:
+    return PidInfo(pid=int(d["pid"]), alive=bool(d["alive"]), start_ticks=d["start_ticks"],
+                   cmdline=tuple(d["cmdline"]), state=d["state"], pgid=d["pgid"],
+                   nspid=tuple(d["nspid"]))
+
+
+def diskfree_from(d: dict) -> DiskFree:
+    return DiskFree(path=d["path"], checked=d["checked"], free=int(d["free"]),
+                    total=int(d["total"]))
+
+
+def dirprobe_from(d: dict) -> DirProbe:
+    return DirProbe(path=d["path"], exists=bool(d["exists"]), created=bool(d["created"]),
+                    writable=bool(d["writable"]), error=d.get("error", ""))
