@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from dataclasses import replace
 from typing import AsyncIterator, Callable, Sequence
 
 from ..config import ConfigError, Profile
@@ -165,8 +166,9 @@ class FleetPoller:
         row = row_from_report(self.profiles[name], report, gpu=self._gpu.get(name),
                               polled_at=polled_at, poll_s=poll_s, fresh_at=self._fresh_at.get(name),
                               retry_in_s=monitor.retry_in, busy=_busy_word(monitor))
-        if row != self.rows.get(name):
-            self.rows[name] = row
+        old = self.rows.get(name)
+        self.rows[name] = row
+        if old is None or _what_shows(row) != _what_shows(old):
             self._dirty.add(name)
             self._changed.set()
 
@@ -181,6 +183,12 @@ class FleetPoller:
                 self._gpu[n] = await self.transport.gpu_sample(self.profiles[n],
                                                                run_ref_from_launch(last.launch))
             await asyncio.sleep(max(0.1, self.gpu_interval - (time.monotonic() - t0)))
+
+
+def _what_shows(row: FleetRow) -> FleetRow:
+    """The row less its timestamps: a poll that only refreshed them changed nothing on screen
+    (the ages tick on the screen's own 1 s timer)."""
+    return replace(row, polled_at=None, poll_s=None, fresh_at=None, retry_in_s=None)
 
 
 def _busy_word(monitor: RunMonitor) -> str:

@@ -86,7 +86,7 @@ async def _read_record(ops: RemoteOps, ev: Evidence, name: str, parse):
     if text is None:
         return None, problem
     try:
-        return parse(text), None
+        return _parsed(parse, text), None
     except SchemaError as exc:
         return None, str(exc)
 
@@ -116,8 +116,14 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
 
     async def wrapper_id():
         if ev.exists(LAUNCH_SH):
+            st = ev.files[LAUNCH_SH]
+            key = (ev.path(LAUNCH_SH), st.inode, st.size, st.mtime)
+            if key in _WRAPPER_IDS:   # the same launch.sh as at the last look: the same run id
+                ev.wrapper_run_id = _WRAPPER_IDS[key]
+                return
             chunk = await ops.read(ev.path(LAUNCH_SH), 0, 512)
             ev.wrapper_run_id = run_id_of_wrapper(chunk.data.decode("utf-8", "replace"))
+            _remember(_WRAPPER_IDS, key, ev.wrapper_run_id)
 
     async def launch():
         ev.launch, ev.launch_problem = await _read_record(ops, ev, LAUNCH_JSON, parse_launch)
@@ -176,6 +182,29 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     elif ev.launch is not None and ev.launch.log_error and ev.exists(LAUNCH_OUT):
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
     return ev
+
+
+# A dashboard looks at the same records every second; most of them have not changed since
+# (launch.json never does). Records are read-only evidence, so an unchanged text gives the same
+# parsed record, and an unchanged launch.sh (same inode, size, mtime) the same run id.
+_CACHE_MAX = 4096
+_PARSED: dict[tuple, object] = {}
+_WRAPPER_IDS: dict[tuple, str | None] = {}
+
+
+def _remember(cache: dict, key: tuple, value) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+
+
+def _parsed(parse, text: str):
+    key = (parse, text)
+    record = _PARSED.get(key)
+    if record is None:
+        record = parse(text)   # a SchemaError is raised, not remembered
+        _remember(_PARSED, key, record)
+    return record
 
 
 def current_run_id(ev: Evidence) -> str | None:

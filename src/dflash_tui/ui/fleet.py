@@ -15,6 +15,7 @@ confirmations and guards, h lists its history.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable, Sequence
 
@@ -22,15 +23,15 @@ from rich.text import Text
 from textual import work
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 
 from ..remote.base import TargetError
 from ..fleet.row import DOWN, FAIL, OK, SEVERITY_RANK, WAIT, FleetRow
 from .fmt import NA, age, gib, num, one_line
 from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
 from .screens import ConfirmScreen
+from .fleet_table import FleetHeader, FleetTable
 from .source import ActionError
-from .tables import sync_rows
 
 STYLE = {OK: "bold green", FAIL: "bold white on red", DOWN: "bold magenta", WAIT: "bold yellow"}
 # (key, header, sort key). The verdict sorts worst first; numbers sort missing last.
@@ -40,6 +41,7 @@ COLUMNS: Sequence[tuple[str, str]] = (
     ("uptime", "Up"), ("age", "Age"),
 )
 _BIG = float("inf")
+COALESCE_S = 0.4   # well inside the 2 s a failure may take to turn its row red
 
 
 def _sort_value(row: FleetRow, key: str, now: float):
@@ -61,15 +63,29 @@ def _gpu_cell(row: FleetRow) -> str:
     return f"{g.count}× {util}·{gib(g.mem_bytes)}"
 
 
-def row_cells(row: FleetRow, now: float) -> list[Text]:
-    style = STYLE[row.severity]
+def uptime(seconds: float | None) -> str:
+    """Minutes, not seconds, past the first minute: a column of 50 uptimes that each tick every
+    second would redraw every row every second for nothing a person reads."""
+    if seconds is None:
+        return "-"
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    return age(s)
+
+
+def row_cells(row: FleetRow, now: float) -> list[tuple[str, str]]:
+    """(text, style) per column: the verdict in its colour, as a word too."""
     state = row.state + (f" ({row.busy}…)" if row.busy else "")
     step = NA if row.step is None else (f"{row.step}/{row.total_steps}" if row.total_steps else str(row.step))
     data_age = age(row.age_s(now)) if row.fresh_at is not None else "never"
-    return [Text(row.profile, style="bold"), Text(row.host), Text(row.container or "-"),
-            Text(state, style=style), Text(step), Text(num(row.loss, "{:.3f}")),
-            Text(num(row.tau, "{:.2f}")), Text(num(row.tokens_per_s, "{:.0f}")), Text(_gpu_cell(row)),
-            Text(age(row.uptime_s) if row.uptime_s is not None else "-"), Text(data_age)]
+    cells = [row.profile, row.host, row.container or "-", state, step, num(row.loss, "{:.3f}"),
+             num(row.tau, "{:.2f}"), num(row.tokens_per_s, "{:.0f}"), _gpu_cell(row),
+             uptime(row.uptime_s), data_age]
+    styles = {0: "bold", 3: STYLE[row.severity]}
+    return [(c, styles.get(i, "")) for i, c in enumerate(cells)]
 
 
 def detail_line(row: FleetRow, now: float) -> Text:
@@ -122,12 +138,12 @@ class FleetScreen(Screen[None]):
         self.busy: dict[str, str] = {}
         self._sources: dict[str, object] = {}
         self.shown: list[FleetRow] = []
+        self._rendered_at = 0.0
 
     def compose(self):
         yield Static("", id="fleet-title")
-        table = DataTable(id="fleet-table", cursor_type="row", zebra_stripes=False)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
+        table = FleetTable([label for _, label in COLUMNS], id="fleet-table")
+        yield FleetHeader(table, id="fleet-header")
         yield table
         yield Static("", id="fleet-detail")
         yield Input(placeholder="filter: part of a name, host, container or verdict (Enter keeps it, Escape clears)",
@@ -136,7 +152,7 @@ class FleetScreen(Screen[None]):
 
     def on_mount(self) -> None:
         # Held references: the screen stays installed (and refreshing) while the run view is on top.
-        self.table = self.query_one("#fleet-table", DataTable)
+        self.table = self.query_one("#fleet-table", FleetTable)
         self.filter_input = self.query_one("#fleet-filter", Input)
         self.title_bar = self.query_one("#fleet-title", Static)
         self.detail_bar = self.query_one("#fleet-detail", Static)
@@ -144,11 +160,14 @@ class FleetScreen(Screen[None]):
         self.table.focus()
         self.render_rows()
         self.watch_fleet()
-        self.set_interval(1.0, self.render_rows)   # ages keep ticking between polls
+        self.set_interval(1.0, self._tick)   # ages keep ticking between polls
 
     @work(exclusive=True, group="fleet")
     async def watch_fleet(self) -> None:
         async for _names in self.fleet.changes():
+            # Changes of the other targets' polls in the next moment join this redraw: one
+            # table update for many rows, still well inside a second of the poll.
+            await asyncio.sleep(COALESCE_S)
             self.render_rows()
 
     # -- rendering ----------------------------------------------------------------------------
@@ -165,17 +184,22 @@ class FleetScreen(Screen[None]):
         rows.sort(key=lambda r: _sort_value(r, self.sort_key, now), reverse=self.sort_reverse)
         return rows
 
+    def _tick(self) -> None:
+        if time.monotonic() - self._rendered_at > 0.9:   # a poll's redraw already did it
+            self.render_rows()
+
     def render_rows(self) -> None:
         if not hasattr(self, "table"):
             return   # not mounted yet
+        self._rendered_at = time.monotonic()
         now = self.clock()
         selected = self.selected_name()
         rows = self.visible_rows(now)
         self.shown = rows
-        sync_rows(self.table, [(r.profile, row_cells(r, now)) for r in rows])
+        self.table.set_rows([(r.profile, row_cells(r, now)) for r in rows])
         names = [r.profile for r in rows]
         if selected in names and self.table.cursor_row != names.index(selected):
-            self.table.move_cursor(row=names.index(selected), animate=False)
+            self.table.move_cursor(row=names.index(selected))
         self._render_title(now)
         self._render_detail(now)
 
@@ -203,7 +227,7 @@ class FleetScreen(Screen[None]):
             detail.update(detail_line(row, now))
 
     def selected_name(self) -> str | None:
-        if not self.shown or not self.is_mounted:
+        if not self.shown or not hasattr(self, "table"):
             return None
         i = self.table.cursor_row
         return self.shown[i].profile if 0 <= i < len(self.shown) else None
@@ -212,14 +236,14 @@ class FleetScreen(Screen[None]):
         name = self.selected_name()
         return next((r for r in self.shown if r.profile == name), None)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_fleet_table_cursor_moved(self, event: FleetTable.CursorMoved) -> None:
         self._render_detail(self.clock())
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_fleet_table_selected(self, event: FleetTable.Selected) -> None:
         self.action_open()
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        key = event.column_key.value
+    def on_fleet_header_clicked(self, event: FleetHeader.Clicked) -> None:
+        key = COLUMNS[event.column][0]
         if key == self.sort_key:
             self.sort_reverse = not self.sort_reverse
         else:
