@@ -10,6 +10,8 @@ Exit codes (README, "Exit codes"):
   3  target unreachable (connect, auth, host key, container not running)
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
+`--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
+(fleet/checkall.py EXIT_PRECEDENCE).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,

@@ -80,15 +80,21 @@ async def _read_text(ops: RemoteOps, path: str, max_bytes: int = _RECORD_MAX) ->
 async def _read_record(ops: RemoteOps, ev: Evidence, name: str, parse):
     if not ev.exists(name):
         return None, None
-    if ev.files[name].is_dir:
+    st = ev.files[name]
+    if st.is_dir:
         return None, f"{ev.path(name)} is a directory"
+    key = (ev.path(name), st.inode, st.size, st.mtime, parse)
+    if key in _RECORDS:   # the same file as at the last look: not read or parsed again
+        return _RECORDS[key], None
     text, problem = await _read_text(ops, ev.path(name))
     if text is None:
         return None, problem
     try:
-        return _parsed(parse, text), None
+        record = parse(text)
     except SchemaError as exc:
         return None, str(exc)
+    _remember(_RECORDS, key, record)
+    return record, None
 
 
 async def _read_tail_text(ops: RemoteOps, path: str, max_bytes: int) -> str:
@@ -185,10 +191,11 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
 
 
 # A dashboard looks at the same records every second; most of them have not changed since
-# (launch.json never does). Records are read-only evidence, so an unchanged text gives the same
-# parsed record, and an unchanged launch.sh (same inode, size, mtime) the same run id.
+# (launch.json never does, status.json at most once a second, always by an atomic rename).
+# Records are read-only evidence, so a file with the same inode, size and mtime as at the last
+# look gives the same parsed record, and such a launch.sh the same run id, without a read.
 _CACHE_MAX = 4096
-_PARSED: dict[tuple, object] = {}
+_RECORDS: dict[tuple, object] = {}
 _WRAPPER_IDS: dict[tuple, str | None] = {}
 
 
@@ -196,15 +203,6 @@ def _remember(cache: dict, key: tuple, value) -> None:
     if len(cache) >= _CACHE_MAX:
         cache.clear()
     cache[key] = value
-
-
-def _parsed(parse, text: str):
-    key = (parse, text)
-    record = _PARSED.get(key)
-    if record is None:
-        record = parse(text)   # a SchemaError is raised, not remembered
-        _remember(_PARSED, key, record)
-    return record
 
 
 def current_run_id(ev: Evidence) -> str | None:

@@ -103,6 +103,14 @@ def detail_line(row: FleetRow, now: float) -> Text:
     return out
 
 
+def _set_line(bar: Static, text: Text) -> None:
+    """A one-line bar's new text, redrawn only when it changed and without a relayout (its
+    height is fixed)."""
+    if getattr(bar, "_shown", None) != text.markup:
+        bar._shown = text.markup
+        bar.update(text, layout=False)
+
+
 class FleetScreen(Screen[None]):
     CSS_PATH = "fleet.tcss"
     BINDINGS = [
@@ -216,15 +224,15 @@ class FleetScreen(Screen[None]):
             parts.append(f"filter {self.filter_text!r}")
         label = dict(COLUMNS)[self.sort_key]
         parts.append(f"sorted by {label}{' (reversed)' if self.sort_reverse else ''}")
-        self.title_bar.update(Text(" · ".join(parts), style="bold"))
+        _set_line(self.title_bar, Text(" · ".join(parts), style="bold"))
 
     def _render_detail(self, now: float) -> None:
         row = self.selected_row()
-        detail = self.detail_bar
         if row is None:
-            detail.update(Text("no rows match" if (self.filter_text or self.attention) else "", style="dim"))
+            _set_line(self.detail_bar, Text("no rows match" if (self.filter_text or self.attention) else "",
+                                            style="dim"))
         else:
-            detail.update(detail_line(row, now))
+            _set_line(self.detail_bar, detail_line(row, now))
 
     def selected_name(self) -> str | None:
         if not self.shown or not hasattr(self, "table"):

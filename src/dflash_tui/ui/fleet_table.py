@@ -150,8 +150,11 @@ class FleetTable(ScrollView, can_focus=True):
         plain = self._style("", selected)
         segments = []
         for (text, style), w in zip(self.cells[row], self.widths):
-            segments.append(Segment(fit(text, w), self._style(style, selected)))
-            segments.append(Segment(" " * GAP, plain))
+            if " on " in f" {style} ":   # a background colour stays on the word itself
+                segments.append(Segment(fit(text, w), self._style(style, selected)))
+                segments.append(Segment(" " * GAP, plain))
+            else:                        # one run per cell, gap included (SVG exports align)
+                segments.append(Segment(fit(text, w) + " " * GAP, self._style(style, selected)))
         strip = Strip(segments).crop(self.scroll_offset.x, self.scroll_offset.x + width)
         strip = strip.extend_cell_length(width, plain)
         self._strips[row] = (key, strip)
