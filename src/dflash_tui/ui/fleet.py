@@ -76,11 +76,20 @@ def uptime(seconds: float | None) -> str:
     return age(s)
 
 
+FRESH_S = 2.0   # data younger than two polls reads "<2s": it does not flip 0s/1s every second
+
+
+def _data_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return "<2s" if seconds < FRESH_S else age(seconds)
+
+
 def row_cells(row: FleetRow, now: float) -> list[tuple[str, str]]:
     """(text, style) per column: the verdict in its colour, as a word too."""
     state = row.state + (f" ({row.busy}…)" if row.busy else "")
     step = NA if row.step is None else (f"{row.step}/{row.total_steps}" if row.total_steps else str(row.step))
-    data_age = age(row.age_s(now)) if row.fresh_at is not None else "never"
+    data_age = _data_age(row.age_s(now))
     cells = [row.profile, row.host, row.container or "-", state, step, num(row.loss, "{:.3f}"),
              num(row.tau, "{:.2f}"), num(row.tokens_per_s, "{:.0f}"), _gpu_cell(row),
              uptime(row.uptime_s), data_age]
