@@ -6,7 +6,7 @@
 Part 1, attention alone, forward + backward, at DFlash shapes: 32 query heads x 128 (8 KV
 heads, Qwen3-8B's GQA), 256 or 512 anchors x block 16 over 2k/4k/8k context; the mask is the
 DFlash mask of the trainer (attention/masks.py) with anchors sampled as in training.
-Part 2, the whole drafter step (objective.drafter_loss forward + backward + AdamW step) of the
+Part 2, the whole drafter step (objective.drafter_loss_full_logits forward + backward + AdamW step) of the
 dflash-8b-like preset with random taps, each backend, same anchors.
 
 TFLOP/s are "effective": the attention FLOPs that the mask allows (4*H*D per allowed query-key
@@ -34,8 +34,8 @@ from dflash_train.attention.masks import reference_block_mask  # noqa: E402
 from dflash_train.config import ModelConfig  # noqa: E402
 from dflash_train.model.drafter import DFlashDrafter, build_drafter  # noqa: E402
 from dflash_train.model.target import TargetModel  # noqa: E402
-from dflash_train.objective import (TargetBatch, build_noise_blocks, drafter_loss,  # noqa: E402
-                                    sample_anchors)
+from dflash_train.objective import (TargetBatch, build_noise_blocks,  # noqa: E402
+                                    drafter_loss_full_logits, sample_anchors)
 
 
 def sync(device):
@@ -154,13 +154,13 @@ def drafter_step_case(device, dtype, cfg, ctx, iters, warmup, fwd_only_flex):
         def step():
             gen = torch.Generator().manual_seed(0)  # same anchors every step, both backends
             if backward:
-                loss, _ = drafter_loss(drafter, tb, gen, backend)
+                loss, _ = drafter_loss_full_logits(drafter, tb, gen, backend)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
             else:
                 with torch.no_grad():
-                    drafter_loss(drafter, tb, gen, backend)
+                    drafter_loss_full_logits(drafter, tb, gen, backend)
 
         t0 = time.perf_counter()
         step()

@@ -136,7 +136,7 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("package", ["dflash_tui"])
+@pytest.mark.parametrize("package", ["dflash_tui", "dflash_train"])
 def test_no_import_cycles(package):
     graph = _import_graph(package)
     assert len(graph) > 5

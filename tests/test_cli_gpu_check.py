@@ -110,7 +110,7 @@ def test_lost_gpu_fails_the_check_and_a_live_run(tmp_path):
     # A run that already ended keeps the verdict its own evidence gives; the check still fails.
     res = cli(tmp_path, "--config", str(cfg), "--check", "--json", env=lost)
     out = json.loads(res.stdout)
-    assert out["verdict"] == "CRASHED" and gpus_of(out)["state"] == "fail", res.stdout
+    assert out["verdict"] == "STOPPED" and gpus_of(out)["state"] == "fail", res.stdout
 
 
 def _agents_with(marker: str) -> list[psutil.Process]:

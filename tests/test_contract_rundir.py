@@ -93,3 +93,41 @@ def test_events_are_typed_and_bad_lines_are_counted_not_raised():
 def test_make_event_refuses_what_a_reader_would_refuse():
     with pytest.raises(SchemaError, match="step event: field 'loss'"):
         make_event("step", 1.0, step=1, loss="low")
+
+
+def test_each_rank_has_its_own_files_and_rank_0_keeps_the_plain_names():
+    from dflash_tui.contract.rundir import PER_RANK_FILES, parse_rank_file, rank_file
+
+    assert [rank_file(n, 0) for n in PER_RANK_FILES] == ["status.json", "events.jsonl", "train.log"]
+    assert [rank_file(n, 3) for n in PER_RANK_FILES] == ["status.rank3.json", "events.rank3.jsonl", "train.rank3.log"]
+    for name in PER_RANK_FILES:
+        for rank in (0, 1, 12):
+            assert parse_rank_file(rank_file(name, rank)) == (name, rank)
+    for other in ("launch.json", "status.rank.json", "status.rank01.json", "status.rank-1.json",
+                  "status.rank١.json", "events.rank2.json", "status.json.tmp"):
+        assert parse_rank_file(other) is None, other
+    with pytest.raises(ValueError, match="not a per-rank file"):
+        rank_file("launch.json", 1)
+    with pytest.raises(ValueError, match="rank must be an integer >= 0"):
+        rank_file("status.json", -1)
+
+
+def test_status_and_events_carry_rank_and_node_validated():
+    st = parse_status(_with(STATUS, rank=1, world_size=2, node="gpu2"))
+    assert (st.rank, st.world_size, st.node) == (1, 2, "gpu2")
+    old = parse_status(json.dumps(STATUS))            # a writer of one process: rank 0 of 1
+    assert (old.rank, old.world_size, old.node) == (0, 1, "")
+    with pytest.raises(SchemaError, match="field 'rank' is 2, expected less than world_size 2"):
+        parse_status(_with(STATUS, rank=2, world_size=2))
+    with pytest.raises(SchemaError, match="field 'world_size' is 0, expected at least 1"):
+        parse_status(_with(STATUS, world_size=0))
+    with pytest.raises(SchemaError, match="field 'node' is 5, expected a string"):
+        parse_status(_with(STATUS, node=5))
+    ev = parse_events([json.dumps(make_event("heartbeat", 1.0, rank=1, node="gpu2", phase="training")),
+                       '{"v":1,"kind":"heartbeat","time":1}',
+                       '{"v":1,"kind":"heartbeat","time":1,"rank":-1}',
+                       '{"v":1,"kind":"custom","time":1,"node":["x"]}'])
+    assert ev.skipped == 2
+    assert [(e["rank"], e["node"]) for e in ev.events] == [(1, "gpu2"), (0, "")]
+    with pytest.raises(SchemaError, match="step event: field 'rank'"):
+        make_event("step", 1.0, step=1, rank="one")

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from dflash_train.attention import SdpaAttention
 from dflash_train.config import ModelConfig
 from dflash_train.data import Batch
 from dflash_train.model.target import TargetModel
@@ -65,20 +66,25 @@ def test_target_forward_greedy_is_the_targets_next_token():
 
 
 class OracleDrafter(nn.Module):
-    """Returns logits that put all mass on greedy[anchor + k + shift]: with shift 0 the loss must
-    be ~0 and accuracy 1, which pins down the label alignment drafter_loss uses."""
+    """Hidden states that, through its identity LM head, put all mass on greedy[anchor + k +
+    shift]: with shift 0 the loss must be ~0 and accuracy 1, which pins down the label
+    alignment drafter_loss uses."""
 
     def __init__(self, greedy: torch.Tensor, shift: int) -> None:
         super().__init__()
         self.cfg = CFG
         self.greedy, self.shift = greedy, shift
         self.scale = nn.Parameter(torch.tensor(30.0))
+        self.register_buffer("head_weight", torch.eye(CFG.vocab_size))
 
-    def forward(self, taps, noise_ids, anchors, attention):
+    def hidden_states(self, taps, noise_ids, anchors, attention, mask=None):
         blk = self.cfg.block_size
         pos = (anchors[:, :, None] + torch.arange(blk) + self.shift).clamp(max=self.greedy.shape[1] - 1)
         want = self.greedy.gather(1, pos.flatten(1))
         return nn.functional.one_hot(want, self.cfg.vocab_size).float() * self.scale
+
+    def forward(self, taps, noise_ids, anchors, attention):
+        return self.hidden_states(taps, noise_ids, anchors, attention) @ self.head_weight.t()
 
 
 def _batch_with_structure():
@@ -91,17 +97,17 @@ def _batch_with_structure():
 
 def test_loss_labels_are_the_targets_greedy_tokens_at_anchor_plus_k():
     tb = _batch_with_structure()
-    loss, m = drafter_loss(OracleDrafter(tb.greedy, 0), tb, torch.Generator().manual_seed(0), None)
+    loss, m = drafter_loss(OracleDrafter(tb.greedy, 0), tb, torch.Generator().manual_seed(0), SdpaAttention())
     assert m["acc"] == 1.0 and m["loss"] < 1e-6 and m["acc_per_pos"] == [1.0] * 15
     assert m["positions"] == 2 * CFG.anchors_per_seq * 15
     loss.backward()  # differentiable
-    _, off = drafter_loss(OracleDrafter(tb.greedy, 1), tb, torch.Generator().manual_seed(0), None)
+    _, off = drafter_loss(OracleDrafter(tb.greedy, 1), tb, torch.Generator().manual_seed(0), SdpaAttention())
     assert off["acc"] < 0.1 and off["loss"] > 10
 
 
 def test_loss_ignores_positions_outside_the_loss_mask():
     tb = _batch_with_structure()
     tb.loss_mask[:, 40:] = False
-    _, m = drafter_loss(OracleDrafter(tb.greedy, 0), tb, torch.Generator().manual_seed(0), None)
+    _, m = drafter_loss(OracleDrafter(tb.greedy, 0), tb, torch.Generator().manual_seed(0), SdpaAttention())
     # Blocks anchored before 40 still score their positions < 40, never any at or after 40.
     assert 0 < m["positions"] < 2 * CFG.anchors_per_seq * 15

@@ -154,7 +154,8 @@ def test_no_status_yet_is_starting_then_stalled():
     cl = evaluate(ev(files=fs, launch=launch(start_time=NOW - 5), proc=alive()), LIM)
     assert cl.verdict is Verdict.STARTING
     cl = evaluate(ev(files=fs, launch=launch(start_time=NOW - 500), proc=alive()), LIM)
-    assert cl.verdict is Verdict.STALLED and "no heartbeat" in cl.summary
+    # No status.json is not a stall by itself: a program is judged by its output and CPU.
+    assert cl.verdict is Verdict.STALLED and "no log output for 8 min" in cl.summary, cl.summary
 
 
 def test_steps_not_advancing_while_beating_is_stalled():
@@ -169,7 +170,8 @@ def test_stop_request_is_shown_on_the_end_verdict():
     fs = files("launch.sh", "launch.json", "train.log")
     cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False),
                      stop=StopRecord("r1", 100, NOW - 3, "me@laptop", "SIGKILL")), LIM)
-    assert cl.verdict is Verdict.KILLED and "stop request (SIGKILL by me@laptop)" in cl.summary
+    assert cl.verdict is Verdict.STOPPED and cl.summary.startswith("stopped by me@laptop 3 s ago"), cl.summary
+    assert "SIGKILL after the grace period" in cl.summary and cl.verdict.healthy
 
 
 def test_tracker_keeps_since_until_the_state_changes():
@@ -219,3 +221,135 @@ def test_a_warm_up_that_never_ends_is_a_stall():
     assert cl.verdict is Verdict.STARTING
     cl = evaluate(ev(files=fs, launch=launch(start_time=NOW - 700), proc=alive(), status=st), LIM)
     assert cl.verdict is Verdict.STALLED and "phase warming, no step in" in cl.summary
+
+
+# -- any program's evidence: log, events, CPU (run/activity.py's Activity) ------------------
+
+from dflash_tui.remote.ops import DiskFree  # noqa: E402
+from dflash_tui.run.activity import Activity  # noqa: E402
+from dflash_tui.run.verdict import ThreadState  # noqa: E402
+
+
+def act(**kw) -> Activity:
+    base = dict(samples=2, procs=2, threads=3, states="2 sleeping", cpu_s=10.0)
+    base.update(kw)
+    return Activity(**base)
+
+
+def plain(**kw) -> Evidence:
+    """A program that writes no status.json, up 300 s."""
+    base = dict(files=files("launch.sh", "launch.json", "train.log"), launch=launch(), proc=alive())
+    base.update(kw)
+    return ev(**base)
+
+
+def test_a_plain_program_printing_steps_is_running():
+    a = act(log_grew_at=NOW - 2, program_output=True, step=120, total=1000, loss=2.31, rate=3.2,
+            rate_unit="it/s", step_at=NOW - 2, step_source="log", cpu_cores=0.9, cpu_window_s=1.0)
+    cl = evaluate(plain(activity=a), LIM)
+    assert cl.verdict is Verdict.RUNNING, cl
+    assert cl.summary.startswith("step 120/1000, loss 2.31, 3.2 it/s"), cl.summary
+    assert by_id(cl)["progress"].state is CheckState.OK and "90 % CPU" in by_id(cl)["cpu"].cause
+
+
+def test_no_output_yet_is_starting_within_the_limit():
+    cl = evaluate(ev(files=files("launch.sh", "launch.json", "train.log"), launch=launch(start_time=NOW - 5),
+                     proc=alive(), activity=act(cpu_cores=0.0, cpu_window_s=1.0)), LIM)
+    assert cl.verdict is Verdict.STARTING and "no output from the program yet" in cl.summary
+
+
+def test_idle_hang_and_busy_silent_phase_never_read_the_same():
+    silent = dict(log_grew_at=NOW - 120, program_output=True, step=5, step_at=NOW - 120, cpu_window_s=1.0)
+    idle = evaluate(plain(activity=act(cpu_cores=0.0, **silent)), LIM)
+    busy = evaluate(plain(activity=act(cpu_cores=1.0, cpu_busy_since=NOW - 120, **silent)), LIM)
+    assert idle.verdict is Verdict.STALLED and idle.summary.startswith("idle hang: no step, no log output for 2 min")
+    assert "0 % CPU" in idle.summary and "2 sleeping" in idle.summary
+    # Busy and silent: within compile_stall_after_s it is still RUNNING, with a warn naming the CPU.
+    assert busy.verdict is Verdict.RUNNING and "busy (100 % CPU)" in busy.summary, busy.summary
+    assert by_id(busy)["progress"].state is CheckState.WARN and "compile_stall_after_s" in by_id(busy)["progress"].hint
+    assert idle.summary != busy.summary
+    # Past the compile limit a busy silence is a stall too, in its own words.
+    long = dict(silent, log_grew_at=NOW - 700, step_at=NOW - 700)
+    cl = evaluate(plain(launch=launch(start_time=NOW - 800), activity=act(cpu_cores=1.0, **long)), LIM)
+    assert cl.verdict is Verdict.STALLED and cl.summary.startswith("busy but silent"), cl.summary
+    assert "100 % CPU" in cl.summary
+
+
+def test_busy_before_any_output_is_starting_not_stalled():
+    cl = evaluate(plain(activity=act(cpu_cores=2.0, cpu_window_s=1.0)), LIM)   # up 300 s, silent
+    assert cl.verdict is Verdict.STARTING and "busy (200 % CPU)" in cl.summary, cl.summary
+
+
+def test_trainer_heartbeat_loss_with_busy_cpu_gets_the_compile_limit():
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    old = status(heartbeat_time=NOW - 120, time=NOW - 120)
+    busy = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=old,
+                       activity=act(cpu_cores=1.0, cpu_window_s=1.0)), LIM)
+    assert by_id(busy)["heartbeat"].state is CheckState.OK
+    idle = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=old,
+                       activity=act(cpu_cores=0.0, cpu_window_s=1.0)), LIM)
+    assert idle.verdict is Verdict.STALLED and "idle hang" in idle.summary and "no heartbeat" in idle.summary
+
+
+def test_main_thread_after_warm_up_is_never_a_stall():
+    """The bundled trainer's main thread waits for the pool once the warm-up is over."""
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    threads = [ThreadStatus("main", "main", "-", "compiled", last_beat_time=NOW - 80),
+               ThreadStatus("drafter0", "drafter", "cpu", "compiled", step=50, last_step_time=NOW - 1,
+                            last_beat_time=NOW - 1)]
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status(threads=threads)), LIM)
+    assert cl.verdict is Verdict.RUNNING, cl.summary
+    assert cl.thread("main").state is ThreadState.DONE and cl.thread("drafter0").state is ThreadState.OK
+    # A thread that reported an error is FAILED, in the checklist and the thread states alike.
+    threads[1].error = "ValueError: bad shape"
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status(threads=threads)), LIM)
+    assert cl.verdict is Verdict.STALLED and cl.thread("drafter0").state is ThreadState.FAILED
+    assert "bad shape" in by_id(cl)["threads"].cause
+
+
+def test_stopped_whatever_the_exit_and_crash_or_kill_without_a_request():
+    fs = files("launch.sh", "launch.json", "train.log", "exit.json")
+    stop = StopRecord("r1", 100, NOW - 10, "me@laptop", "SIGTERM")
+    for exit_ in (ExitRecord("r1", None, 15, NOW - 9), ExitRecord("r1", 1, None, NOW - 9),
+                  ExitRecord("r1", 0, None, NOW - 9)):
+        cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False), exit=exit_, stop=stop,
+                         activity=act(checkpoint="/r/checkpoints/step-400", checkpoint_step=400)), LIM)
+        assert cl.verdict is Verdict.STOPPED, cl
+        assert cl.summary.startswith("stopped by me@laptop 10 s ago"), cl.summary
+        assert "last checkpoint step 400 /r/checkpoints/step-400" in cl.summary
+        assert by_id(cl)["process"].state is CheckState.OK
+    # A crash before the stop request stays a crash.
+    cl = evaluate(ev(files=fs, launch=launch(), proc=PidInfo(100, False), stop=stop,
+                     exit=ExitRecord("r1", 1, None, NOW - 60)), LIM)
+    assert cl.verdict is Verdict.CRASHED
+
+
+def test_disk_full_is_named_on_the_checks_and_the_verdict():
+    full = DiskFree("/r", "/r", free=0, total=16 << 10)
+    cl = evaluate(ev(files=files("launch.sh", "launch.json", "train.log"), launch=launch(),
+                     proc=PidInfo(100, False), activity=act(disk=full)), LIM)
+    assert cl.verdict is Verdict.KILLED and cl.summary.startswith("disk full: 0 B free on /r"), cl.summary
+    assert "exit status could not be recorded" in cl.summary
+    assert by_id(cl)["disk"].state is CheckState.FAIL and "free space" in by_id(cl)["disk"].hint
+    a = act(disk_error="OSError: [Errno 28] No space left on device", log_grew_at=NOW - 200,
+            program_output=True, cpu_cores=0.0, cpu_window_s=1.0)
+    cl = evaluate(plain(activity=a), LIM)
+    assert cl.verdict is Verdict.STALLED and cl.summary.startswith("disk full: the log says"), cl.summary
+    cl = evaluate(ev(files=files("launch.sh", "launch.json"), proc=alive(),
+                     launch=launch(log_error="./launch.sh: 40: cannot create /r/train.log: No space left on device")),
+                  LIM)
+    assert cl.verdict is Verdict.LOG_MISSING and cl.summary.startswith("disk full:")
+
+
+def test_a_stalled_summary_says_whether_the_run_s_gpus_work():
+    from dflash_tui.gpu.sample import GpuProcess, GpuSample, GpuSnapshot
+    from dflash_tui.run.health import with_gpu_check
+
+    a = act(log_grew_at=NOW - 200, program_output=True, cpu_cores=0.0, cpu_window_s=1.0)
+    e = plain(activity=a)
+    cl = evaluate(e, LIM)
+    snap = GpuSnapshot(NOW, "fake", gpus=(GpuSample(0, "H200", "u0", util_sm_pct=0.0,
+                                                    processes=(GpuProcess(100, 1 << 30, is_run_process=True),)),))
+    out = with_gpu_check(cl, e, snap)
+    assert out.verdict is Verdict.STALLED and out.summary.endswith("GPU idle (0 % SM on the run's 1 GPU(s))")
+    assert out.summary.startswith("idle hang")

@@ -71,7 +71,7 @@ async def test_monitor_survives_a_connection_drop(sshd, tmp_path, monkeypatch):
 
         await mon.stop()
         rep = await mon.poll()
-        assert rep.checklist.verdict is Verdict.CRASHED and rep.stop is not None
+        assert rep.checklist.verdict is Verdict.STOPPED and rep.stop is not None
     finally:
         await session.close()
 

@@ -82,8 +82,9 @@ async def test_running_then_stop(make_session, tmp_path):
     assert res.outcome == "terminated", res
     assert gone(pid)
     ev, cl = await s.check()
-    # SIGTERM killed the stand-in (it has no handler): the wrapper recorded the signal.
-    assert cl.verdict is Verdict.CRASHED and "SIGTERM" in cl.summary and "stop request" in cl.summary, cl
+    # SIGTERM killed the stand-in (it has no handler): a stop the user asked for, so STOPPED.
+    assert cl.verdict is Verdict.STOPPED and "killed by SIGTERM" in cl.summary, cl
+    assert cl.summary.startswith("stopped by "), cl.summary
 
 
 async def test_finished(make_session, tmp_path):
@@ -220,7 +221,7 @@ async def test_stop_escalates_to_sigkill(make_session, tmp_path):
     res = await s.stop()
     assert res.outcome == "killed", res
     ev, cl = await s.check()
-    assert cl.verdict is Verdict.KILLED and "SIGKILL" in cl.summary
+    assert cl.verdict is Verdict.STOPPED and "SIGKILL after the grace period" in cl.summary, cl.summary
     stop = json.loads((tmp_path / "run" / "stop.json").read_text())
     assert stop["signal_sent"] == "SIGKILL"
 

@@ -57,7 +57,7 @@ def _spec(n_replicas=2, steps=25, fail_at=None, jitter=False, on_step_end=None):
         seed=3, start_step=0, total_steps=steps, target_devices=["cpu"], drafter_devices=["cpu"] * n_replicas,
         queue_depth=2, max_grad_norm=1.0, produce=produce, compute_loss=compute_loss,
         replicas=replicas, optimizers=opts,
-        on_step_end=on_step_end or (lambda step, metrics: seen.append((step, [m.loss for m in metrics])) and False),
+        on_step_end=on_step_end or (lambda step, metrics, stopping: seen.append((step, [m.loss for m in metrics])) and False),
     )
     return spec, seen
 
@@ -111,7 +111,7 @@ def test_a_failing_thread_stops_every_thread():
 def test_stop_request_ends_after_a_whole_step():
     stop_at = 7
 
-    def on_step_end(step, metrics):
+    def on_step_end(step, metrics, stopping):
         return step + 1 == stop_at
 
     spec, _ = _spec(n_replicas=2, steps=1000, on_step_end=on_step_end)

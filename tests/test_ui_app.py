@@ -541,11 +541,16 @@ def test_threads_of_an_ended_run_are_silent_not_stuck():
     # not call them STUCK (the checklist's STALLED, too, needs a live pid).
     from dataclasses import replace
 
-    from dflash_tui.contract.rundir import ThreadStatus
-    from dflash_tui.ui.threads import thread_trouble
+    from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
+    from dflash_tui.run.health import Limits, thread_states
 
     t = ThreadStatus(name="drafter0", role="drafter", device="cpu", compile_state="compiled",
                      last_beat_time=1000.0)
-    assert thread_trouble(t, 5000.0) == "STUCK"
-    assert thread_trouble(t, 5000.0, live=False) == ""
-    assert thread_trouble(replace(t, compile_state="failed"), 5000.0, live=False) == "FAILED"
+    st = TrainStatus(run_id="r", pid=1, time=5000.0, phase="training", threads=[t])
+    (judged,) = thread_states(st, 5000.0, Limits(), live=True)
+    assert judged.state.value == "STUCK"
+    (judged,) = thread_states(st, 5000.0, Limits(), live=False)
+    assert judged.state.value == "ended" and not judged.trouble
+    st.threads = [replace(t, compile_state="failed")]
+    (judged,) = thread_states(st, 5000.0, Limits(), live=False)
+    assert judged.state.value == "FAILED"

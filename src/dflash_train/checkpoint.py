@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from dflash_tui.contract.rundir import CHECKPOINTS_DIR, SCHEMA_VERSION
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -70,8 +72,6 @@ class CheckpointStore:
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
     def save(self, step: int, state: dict[str, Any], meta: dict[str, Any] | None = None) -> CheckpointInfo:
-        import torch
-
         os.makedirs(self.root, exist_ok=True)
         self._remove_stale_temps()
         final = os.path.join(self.root, f"step-{step:08d}")
@@ -100,8 +100,6 @@ class CheckpointStore:
         return CheckpointInfo(step, final)
 
     def load(self, info: CheckpointInfo) -> dict[str, Any]:
-        import torch
-
         path = os.path.join(info.path, STATE_FILE)
         try:
             with open(path, "rb") as fh:

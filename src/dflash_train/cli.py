@@ -3,6 +3,11 @@
 Exit codes: 0 finished or stopped cleanly by SIGTERM/SIGINT (checkpoint saved); 1 the run
 failed (traceback in train.log, an "error" event, phase "failed"); 2 bad arguments or inputs
 (one line naming the problem and the fix, before anything is built or compiled).
+
+Under torchrun (see distributed.py) every rank runs this same program. A rank that fails tells
+the others (its beat in the rendezvous store); a rank whose peer is gone ends with exit 1 and
+an error naming that rank, from whichever notices first: a failed collective in the main path,
+or the peer watch thread.
 """
 
 from __future__ import annotations
@@ -11,18 +16,22 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict
 from typing import Sequence
 
+from dflash_train.distributed import Collectives, PeerWatch, World, WorldError, is_collective_error
+from dflash_train.pool import drafter_thread_name, target_thread_name
+from dflash_train.telemetry import Telemetry, new_run_id
+from dflash_train.train import (COMPILE_CHOICES, ConfigError, StopRequested, StopSwitch, Trainer, TrainArgs,
+                                WorkerFailed, prepare)
 from dflash_tui.contract.rundir import EventKind, Phase
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dflash_train.train import COMPILE_CHOICES, TrainArgs
-
     d = TrainArgs(run_dir="")
     p = argparse.ArgumentParser(
         prog="dflash-train",
@@ -47,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm, help="0 disables clipping")
     p.add_argument("--attention", default=d.attention, help="auto (flex on CUDA, sdpa elsewhere), flex, sdpa")
     p.add_argument("--compile", default=d.compile, choices=COMPILE_CHOICES,
-                   help="torch.compile backend for the drafter; auto: off on CUDA (the flex kernel is "
-                        "compiled anyway), 'eager' (dynamo tracing only) on CPU")
+                   help="torch.compile backend for the drafter's whole step (forward, attention, "
+                        "loss); auto: inductor on CUDA, 'eager' (dynamo tracing only) on CPU; off: "
+                        "eager step (the flex kernel is still compiled)")
     p.add_argument("--dtype", default=d.dtype, help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16")
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
     p.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints)
@@ -67,13 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cold-buckets", default=d.cold_buckets,
                    help="extra sequence lengths trained on but NOT warmed up: each one recompiles "
                         "mid-run through the compile gate (for testing the gate)")
+    p.add_argument("--peak-tflops", type=float, default=d.peak_tflops,
+                   help="per-device peak TFLOP/s that MFU divides by (default 0: 789 on an H200, the "
+                        "measured bf16 matmul rate; no MFU on other devices)")
     p.add_argument("--target-checkpoint", default=None, help="local transformers checkpoint dir for the target")
+    p.add_argument("--dist-timeout", type=float, default=d.dist_timeout,
+                   help="under torchrun: seconds a collective waits for the other ranks (rank 0's eval "
+                        f"and checkpoint included) before it fails (default {d.dist_timeout:g})")
+    p.add_argument("--peer-timeout", type=float, default=d.peer_timeout,
+                   help="under torchrun: seconds without a heartbeat from another rank before this one "
+                        f"gives it up and exits (default {d.peer_timeout:g})")
     return p
 
 
-def _to_args(ns: argparse.Namespace):
-    from dflash_train.train import TrainArgs
-
+def _to_args(ns: argparse.Namespace) -> TrainArgs:
     return TrainArgs(**{k: v for k, v in vars(ns).items()})
 
 
@@ -82,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = os.path.abspath(ns.run_dir)
     try:
         os.makedirs(run_dir, exist_ok=True)
-        probe = os.path.join(run_dir, ".write-probe")
+        probe = os.path.join(run_dir, f".write-probe-{os.getpid()}")   # ranks may share the directory
         with open(probe, "w"):
             pass
         os.unlink(probe)
@@ -92,87 +109,116 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     ns.run_dir = run_dir
     args = _to_args(ns)
-
-    from dflash_train.telemetry import Telemetry, new_run_id
-
+    try:
+        world = World.from_env()
+    except WorldError as exc:
+        print(f"dflash-train: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     run_id = os.environ.get("DFLASH_RUN_ID") or new_run_id()
-    tel = Telemetry(run_dir, run_id, args.steps)
+    tel = Telemetry(run_dir, run_id, args.steps, rank=world.rank, world_size=world.world_size, node=world.node)
     tel.register_thread("main", "main", "-")
     tel.start_heartbeat()
-    tel.log(f"dflash-train run {run_id} pid {os.getpid()} in {run_dir}")
+    ranks = f" rank {world.rank}/{world.world_size} on {world.node}" if world.launched else ""
+    tel.log(f"dflash-train run {run_id} pid {os.getpid()}{ranks} in {run_dir}")
     tel.log("args: " + " ".join(sys.argv[1:] if argv is None else list(argv)))
     try:
-        return _run(args, tel)
+        rc = _run(args, tel, world)
     finally:
         tel.close()
+    if world.launched and rc != EXIT_OK:
+        # A process group with a dead peer aborts in its destructors at interpreter exit
+        # (SIGABRT, "terminate called without an active exception"): leave before them, so
+        # the exit code stays the one the files above record.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
-def _run(args, tel) -> int:
-    from dflash_train.train import ConfigError, StopRequested, Trainer, WorkerFailed, prepare
-
+def _run(args: TrainArgs, tel: Telemetry, world: World) -> int:
+    stop = StopSwitch()
     trainer: Trainer | None = None
-    phase_box = {"stoppable": False}
+    ending = threading.Lock()   # held by whichever path ends a failing run: main thread or peer watch
 
     def on_signal(signum, frame):
         name = signal.Signals(signum).name
-        if trainer is not None:
-            trainer.stop_requested.set()
-        if not phase_box["stoppable"]:
-            # Still building or warming up: nothing trained since the last checkpoint, so
-            # interrupt right here instead of finishing a minutes-long compile first.
-            raise StopRequested(name)
+        stop.request(name)      # raises StopRequested while building or warming up
         tel.log(f"{name} received: finishing the current step, then saving a checkpoint")
+
+    def on_peer_lost(message: str) -> None:
+        # The watch thread: the main thread may be blocked in a collective that will not
+        # return (NCCL waits for its timeout), so this thread ends the process itself.
+        if not ending.acquire(blocking=False):
+            return
+        tel.log(f"error: {message}; exiting")
+        _fail(tel, message)
+        tel.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_FAILED)
+
+    watch = PeerWatch(world, on_peer_lost, timeout_s=args.peer_timeout)
+    comm = Collectives(world)
+
+    def failed(message: str, usage: bool = False, gate: dict | None = None) -> int:
+        ending.acquire()    # blocks for good if the peer watch is already ending the process
+        watch.report_failed(message)
+        return _fail_usage(tel, message) if usage else _fail(tel, message, gate=gate)
+
+    def naming_the_lost_peer(message: str, exc: BaseException) -> str:
+        lost = watch.diagnose() if world.launched and is_collective_error(exc) else None
+        return f"{lost} (here: {message[:240]})" if lost else message
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        if world.launched:
+            comm = Collectives.join(world, args.dist_timeout)
+            watch.start()
+            tel.log(f"torch.distributed: rank {world.rank} of {world.world_size} joined "
+                    f"(store {world.store_addr}:{world.store_port})")
         try:
             prep = prepare(args)
         except ConfigError as exc:
-            return _fail_usage(tel, str(exc))
-        from dflash_train.pool import drafter_thread_name, target_thread_name
-
+            return failed(str(exc), usage=True)
+        comm.use_devices(prep.plan.drafter[0], args.dist_timeout)
         for j, dev in enumerate(prep.plan.target):
             tel.register_thread(target_thread_name(j), "target", dev)
         for r, dev in enumerate(prep.plan.drafter):
             tel.register_thread(drafter_thread_name(r), "drafter", dev)
         tel.publish(force=True)
-        trainer = Trainer(args, prep, tel)
+        trainer = Trainer(args, prep, tel, stop, comm)
         tel.install_compile_callbacks()
         t0 = time.monotonic()
         trainer.build()
         tel.log(f"build: models ready in {time.monotonic() - t0:.1f}s")
-        # From here a signal means "stop at the next step end"; train() arms it after warm-up.
-        orig_warm = trainer.warm_up
-
-        def warm_then_arm():
-            orig_warm()
-            phase_box["stoppable"] = True
-            if trainer.stop_requested.is_set():
-                raise StopRequested("signal during warm-up")
-
-        trainer.warm_up = warm_then_arm
         try:
             done = trainer.train()
         except ConfigError as exc:
-            return _fail_usage(tel, str(exc))
-        stopped = trainer.stop_requested.is_set()
+            return failed(str(exc), usage=True)
+        watch.stop("done")
+        stopped = stop.requested.is_set()
         tel.update(step=done)
+        extra = {"weights_sha256": trainer.digest, "all_reduce_s": round(trainer.all_reduce_seconds, 4),
+                 "train_s": round(trainer.train_seconds, 4)} if world.launched else {}
         tel.event(EventKind.EXIT, code=EXIT_OK, step=done, reason="stopped" if stopped else "finished",
-                  gate=asdict(trainer.gate.stats))
+                  gate=asdict(trainer.gate.stats), **extra)
         tel.log(("stopped" if stopped else "finished") + f" at step {done}")
         tel.set_phase(Phase.FINISHED)
+        comm.close()
         return EXIT_OK
     except StopRequested as exc:
+        watch.stop("stopped", f"stopped by {exc} before training began")
         tel.log(f"stopped by {exc} before training began; nothing to save")
         tel.event(EventKind.EXIT, code=EXIT_OK, step=tel.status.step, reason="stopped before training")
         tel.set_phase(Phase.FINISHED)
         return EXIT_OK
     except WorkerFailed as exc:
         tel.log_exception(f"thread {exc.thread}", exc.exc)
-        return _fail(tel, str(exc), gate=asdict(trainer.gate.stats) if trainer is not None else None)
+        return failed(naming_the_lost_peer(str(exc), exc.exc),
+                      gate=asdict(trainer.gate.stats) if trainer is not None else None)
     except Exception as exc:  # noqa: BLE001 - every failure ends as a logged, typed exit
         tel.log_exception("main", exc)
-        return _fail(tel, f"{type(exc).__name__}: {exc}")
+        return failed(naming_the_lost_peer(f"{type(exc).__name__}: {exc}", exc))
     finally:
         for s, h in old.items():
             signal.signal(s, h)

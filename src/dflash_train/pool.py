@@ -1,22 +1,30 @@
 """The thread pool: target threads feed bounded queues, one drafter thread per drafter device,
-gradients averaged across drafter replicas every step.
+and `train_step` (below) is one optimizer step of one drafter replica, top to bottom.
 
-Determinism (what makes --resume bit-for-bit and keeps replicas identical):
-- drafter replica r at step s trains on batch index s*R + r, produced by target thread
-  r % n_targets, which walks its replicas in step order: who runs faster never changes what
-  anyone computes;
-- the anchor/noise generator of (s, r) is seeded from (seed, s, r), so a step's randomness is a
+A process holds `len(drafter_devices)` replicas; under torch.distributed every process holds
+the same number, and replica r of process p is global replica `first_replica + r`.
+
+Determinism (what makes --resume bit-for-bit and keeps every replica identical):
+- global replica g at step s trains on batch index s*G + g (G replicas in all), produced by
+  target thread r % n_targets, which walks its replicas in step order: who runs faster never
+  changes what anyone computes;
+- the anchor/noise generator of (s, g) is seeded from (seed, s, g), so a step's randomness is a
   pure function of its coordinates and nothing but the step number needs checkpointing;
-- gradients are summed in replica order on one device, divided, clipped once, and copied back
-  to every replica, so every replica applies bit-identical updates from bit-identical state.
+- gradients are summed in replica order on one device, summed across processes by ONE
+  all_reduce, divided, clipped once and copied back to every replica, so every replica applies
+  bit-identical updates from bit-identical state.
 
-Synchronisation per step, two barriers:
-  grads  (after backward)        action: average + clip gradients
-  end    (after optimizer.step)  action: `on_step_end(step, metrics)` — bookkeeping, eval,
-                                 checkpoint, stop decision; every drafter replica is quiescent
-                                 while it runs, so a checkpoint is a consistent snapshot.
-Any exception in any thread aborts the barriers, the queues and the compile gate, so every other
-thread unblocks and ends; the first error is re-raised by `run()`.
+The drafter threads meet twice a step; at each meeting one of them runs an action while the
+others wait (`_together`):
+  after backward           `sync_gradients`: average (+ all_reduce) and clip;
+  after optimizer.step     `on_step_end(step, metrics, stopping)`: bookkeeping, eval,
+                           checkpoint; every replica is quiescent, so a checkpoint is a
+                           consistent snapshot.
+So collectives are issued by one thread per process, in step order, the same on every rank
+(NCCL communicators are not thread-safe). A stop (SIGTERM) is agreed inside that all_reduce:
+every process ends after the same step.
+Any exception in any thread aborts the barrier, the queues and the compile gate, so every other
+thread unblocks and ends; the first error is kept for the caller (`error`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -39,7 +48,7 @@ class PoolStopped(Exception):
 
 
 def step_generator(seed: int, step: int, replica: int) -> torch.Generator:
-    """The anchor/noise generator of (step, replica): CPU, because anchors are drawn on the host."""
+    """The anchor/noise generator of (step, global replica): CPU, because anchors are drawn on the host."""
     g = torch.Generator()
     g.manual_seed((int(seed) * 1_000_003 + step * 1009 + replica) % (2**63 - 1))
     return g
@@ -70,10 +79,18 @@ class PoolSpec:
     compute_loss: Callable[[int, Any, torch.Generator], tuple[torch.Tensor, dict[str, Any]]]
     replicas: Sequence[torch.nn.Module]
     optimizers: Sequence[torch.optim.Optimizer]
-    # called with (step, [StepMetrics per replica]) by one drafter thread while all wait; returns True to stop
-    on_step_end: Callable[[int, list[StepMetrics]], bool]
+    # called with (step, [StepMetrics per local replica], stopping) by one drafter thread while
+    # all wait; `stopping`: a stop was agreed and this is the last step. Returns True to stop
+    # after this step (under torch.distributed only a decision every process makes alike).
+    on_step_end: Callable[[int, list[StepMetrics], bool], bool]
     # learning rate of a step: a pure function of the step, so resume needs no scheduler state
     lr_at: Callable[[int], float] | None = None
+    # True once this process was asked to stop (SIGTERM); agreed between processes each step
+    stop_requested: Callable[[], bool] = lambda: False
+    # torch.distributed: sums a tensor across processes in place (None: this process is alone)
+    all_reduce: Callable[[torch.Tensor], None] | None = None
+    first_replica: int = 0                 # global index of local replica 0
+    global_replicas: int | None = None     # replicas of every process together (None: the local ones)
     on_thread_start: Callable[[str, str], None] = lambda name, role: None
     on_thread_beat: Callable[[str, int | None], None] = lambda name, step: None
     # context manager around waits released by another thread (barriers): see Telemetry.parked
@@ -88,6 +105,11 @@ def target_thread_name(j: int) -> str:
     return f"target{j}"
 
 
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
 class ThreadPool:
     def __init__(self, spec: PoolSpec, gate: CompileGate) -> None:
         self.spec = spec
@@ -96,19 +118,105 @@ class ThreadPool:
         if n_r != len(spec.replicas) or n_r != len(spec.optimizers):
             raise ValueError("one replica and one optimizer per drafter device")
         self.n_replicas = n_r
+        self.global_replicas = spec.global_replicas or n_r
         self.queues = [queue.Queue(maxsize=spec.queue_depth) for _ in range(n_r)]
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._error_thread: str | None = None
         self._error_lock = threading.Lock()
         self._metrics: list[StepMetrics | None] = [None] * n_r
-        self._grad_barrier = threading.Barrier(n_r, action=self._average_grads)
-        self._end_barrier = threading.Barrier(n_r, action=self._step_end)
-        self._current_step = spec.start_step
+        self._barrier = threading.Barrier(n_r)
+        self._stopping = False              # a stop was agreed: the current step is the last
         self._stop_after_step = False
         self.last_completed_step = spec.start_step   # steps done (next step to run)
+        self.all_reduce_seconds = 0.0                # wall time in the cross-process all_reduce
         self._trainable = [[p for p in m.parameters() if p.requires_grad] for m in spec.replicas]
         self.threads: list[threading.Thread] = []
+
+    # -- one optimizer step of drafter replica r -------------------------------------------------
+
+    def train_step(self, r: int, step: int) -> None:
+        """Batch in, forward + backward under the compile gate, gradients averaged over every
+        replica of every process, optimizer step at the scheduled learning rate, step end."""
+        spec, name = self.spec, drafter_thread_name(r)
+        model, opt = spec.replicas[r], spec.optimizers[r]
+        batch = self._next_batch(r, name).to(torch.device(spec.drafter_devices[r]))
+
+        def forward_backward() -> dict[str, Any]:
+            loss, metrics = spec.compute_loss(r, batch, step_generator(spec.seed, step, spec.first_replica + r))
+            loss.backward()
+            return metrics
+
+        model.zero_grad(set_to_none=True)
+        metrics = self.gate.run(name, forward_backward, before_retry=lambda: model.zero_grad(set_to_none=True))
+        self._metrics[r] = StepMetrics(
+            loss=float(metrics["loss"]), acc=float(metrics["acc"]),
+            acc_per_pos=[float(a) for a in metrics.get("acc_per_pos", [])],
+            tokens=int(batch.input_ids.numel()),
+        )
+        self._together(name, lambda: self.sync_gradients(name))
+        if spec.lr_at is not None:
+            set_lr(opt, spec.lr_at(step))
+        opt.step()
+        spec.on_thread_beat(name, step + 1)
+        self._together(name, lambda: self._end_step(step))
+
+    def sync_gradients(self, name: str) -> None:
+        """Every replica's gradient := the mean over all replicas of all processes, clipped.
+
+        One flat buffer: the local replicas' gradients summed in replica order, plus one trailing
+        element, this process's stop request; one all_reduce sums both across processes."""
+        flat = []
+        for params in self._trainable:
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            flat.append(torch._utils._flatten_dense_tensors(grads))
+        home = flat[0].device
+        total = torch.cat([flat[0], torch.zeros(1, dtype=flat[0].dtype, device=home)])
+        for f in flat[1:]:
+            total[:-1] += f.to(home)
+        if self.spec.stop_requested():
+            total[-1] = 1
+        if self.spec.all_reduce is not None:
+            t0 = time.perf_counter()
+            with self.spec.parked(name):    # waiting for the other processes, as at a barrier
+                self.spec.all_reduce(total)
+                self._stopping = bool(total[-1] > 0)   # on CUDA this waits for the collective's end
+            self.all_reduce_seconds += time.perf_counter() - t0
+        else:
+            self._stopping = bool(total[-1] > 0)
+        total = total[:-1]
+        total /= self.global_replicas
+        if self.spec.max_grad_norm > 0:
+            norm = torch.linalg.vector_norm(total.float())
+            scale = (self.spec.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
+            total.mul_(scale.to(total.dtype))
+        for params in self._trainable:
+            dev = params[0].device
+            mine = total.to(dev) if dev != home else total
+            for p, g in zip(params, torch._utils._unflatten_dense_tensors(mine, params)):
+                if p.grad is None:
+                    p.grad = g.clone()
+                else:
+                    p.grad.copy_(g)
+
+    def _end_step(self, step: int) -> None:
+        metrics = [m for m in self._metrics if m is not None]
+        self.last_completed_step = step + 1
+        if self.spec.on_step_end(step, metrics, self._stopping) or self._stopping:
+            self._stop_after_step = True
+
+    def _together(self, name: str, action: Callable[[], None]) -> None:
+        """Every drafter thread waits here; one of them runs `action` while the others wait."""
+        if self._wait(name) == 0:
+            action()
+        self._wait(name)
+
+    def _wait(self, name: str) -> int:
+        try:
+            with self.spec.parked(name):
+                return self._barrier.wait()
+        except threading.BrokenBarrierError:
+            raise PoolStopped() from None
 
     # -- failure handling --------------------------------------------------------------------
 
@@ -121,15 +229,14 @@ class ThreadPool:
     def stop(self) -> None:
         """Ask every thread to end; blocked ones are woken."""
         self._stop.set()
-        self._grad_barrier.abort()
-        self._end_barrier.abort()
+        self._barrier.abort()
         self.gate.abort("the run is stopping")
 
     @property
     def error(self) -> tuple[str, BaseException] | None:
         return (self._error_thread or "?", self._error) if self._error is not None else None
 
-    # -- target threads -------------------------------------------------------------------------
+    # -- the threads ------------------------------------------------------------------------------
 
     def _target_loop(self, j: int) -> None:
         spec = self.spec
@@ -138,7 +245,7 @@ class ThreadPool:
         step = spec.start_step
         while not self._stop.is_set() and step < spec.total_steps:
             for r in mine:
-                tb = spec.produce(step * self.n_replicas + r, j)
+                tb = spec.produce(step * self.global_replicas + spec.first_replica + r, j)
                 while True:
                     if self._stop.is_set():
                         return
@@ -150,8 +257,6 @@ class ThreadPool:
             spec.on_thread_beat(name, step)
             step += 1
 
-    # -- drafter threads ------------------------------------------------------------------------
-
     def _next_batch(self, r: int, name: str) -> Any:
         while True:
             if self._stop.is_set():
@@ -162,89 +267,10 @@ class ThreadPool:
                 self.spec.on_thread_beat(name, None)
 
     def _drafter_loop(self, r: int) -> None:
-        spec = self.spec
-        name = drafter_thread_name(r)
-        device = torch.device(spec.drafter_devices[r])
-        model, opt = spec.replicas[r], spec.optimizers[r]
-        step = spec.start_step
-        while step < spec.total_steps and not self._stop.is_set():
-            tb = self._next_batch(r, name).to(device)
-            model.zero_grad(set_to_none=True)
-
-            def compute() -> dict[str, Any]:
-                gen = step_generator(spec.seed, step, r)
-                loss, metrics = spec.compute_loss(r, tb, gen)
-                loss.backward()
-                return metrics
-
-            def before_retry() -> None:
-                model.zero_grad(set_to_none=True)
-
-            metrics = self.gate.run(name, compute, before_retry=before_retry)
-            self._metrics[r] = StepMetrics(
-                loss=float(metrics["loss"]), acc=float(metrics["acc"]),
-                acc_per_pos=[float(a) for a in metrics.get("acc_per_pos", [])],
-                tokens=int(tb.input_ids.numel()),
-            )
-            self._wait(self._grad_barrier, name)
-            if spec.lr_at is not None:
-                lr = spec.lr_at(step)
-                for group in opt.param_groups:
-                    group["lr"] = lr
-            opt.step()
-            spec.on_thread_beat(name, step + 1)
-            self._wait(self._end_barrier, name)
+        step = self.spec.start_step
+        while step < self.spec.total_steps and not self._stop.is_set() and not self._stop_after_step:
+            self.train_step(r, step)
             step += 1
-            if self._stop_after_step:
-                return
-
-    def _wait(self, barrier: threading.Barrier, name: str) -> None:
-        try:
-            with self.spec.parked(name):
-                barrier.wait()
-        except threading.BrokenBarrierError:
-            raise PoolStopped() from None
-
-    # -- barrier actions (run by one drafter thread while the others wait) -----------------------
-
-    def _average_grads(self) -> None:
-        try:
-            flat = []
-            for params in self._trainable:
-                grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-                flat.append(torch._utils._flatten_dense_tensors(grads))
-            home = flat[0].device
-            total = flat[0].clone()
-            for f in flat[1:]:
-                total += f.to(home)
-            total /= self.n_replicas
-            if self.spec.max_grad_norm > 0:
-                norm = torch.linalg.vector_norm(total.float())
-                scale = (self.spec.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
-                total.mul_(scale.to(total.dtype))
-            for params in self._trainable:
-                dev = params[0].device
-                mine = total.to(dev) if dev != home else total
-                for p, g in zip(params, torch._utils._unflatten_dense_tensors(mine, params)):
-                    if p.grad is None:
-                        p.grad = g.clone()
-                    else:
-                        p.grad.copy_(g)
-        except BaseException as exc:
-            self.fail(threading.current_thread().name, exc)
-            raise
-
-    def _step_end(self) -> None:
-        step = self._current_step
-        try:
-            metrics = [m for m in self._metrics if m is not None]
-            self.last_completed_step = step + 1
-            self._current_step = step + 1
-            if self.spec.on_step_end(step, metrics):
-                self._stop_after_step = True
-        except BaseException as exc:
-            self.fail(threading.current_thread().name, exc)
-            raise
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -254,7 +280,7 @@ class ThreadPool:
             fn()
         except (PoolStopped, GateAborted):
             pass
-        except BaseException as exc:  # noqa: BLE001 - recorded and re-raised by run()
+        except BaseException as exc:  # noqa: BLE001 - recorded and re-raised by the caller
             self.fail(name, exc)
 
     def start(self) -> None:

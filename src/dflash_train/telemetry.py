@@ -1,6 +1,8 @@
 """The trainer's half of the run-directory contract: train.log lines, events.jsonl, status.json.
 
-One `Telemetry` object per run, shared by every thread (all mutation under one lock):
+One `Telemetry` object per process, shared by every thread (all mutation under one lock). Under
+torch.distributed each rank has its own, writing the per-rank names of these files
+(rundir.rank_file: status.rank1.json, ...) with its rank and node in every record:
 - `log(msg)`       a human line on stdout, and in RUN_DIR/train.log unless stdout already is it
                    (the launcher's wrapper points stdout there; a hand-started trainer does not);
 - `event(kind,..)` one JSON line appended to events.jsonl;
@@ -41,19 +43,27 @@ class Telemetry:
         clock: Callable[[], float] = time.time,
         stdout: Any = None,
         heartbeat_interval_s: float = rundir.HEARTBEAT_INTERVAL_S / 2,
+        rank: int = 0,
+        world_size: int = 1,
+        node: str = "",
     ) -> None:
         self.run_dir = run_dir
         self.clock = clock
+        self.rank = rank
+        self._origin = {"rank": rank, "node": node}
+        # torchrun gives every rank of a node one stdout: say whose line it is
+        self._prefix = f"[rank {rank}] " if world_size > 1 else ""
         self._lock = threading.RLock()
         self._stdout = stdout if stdout is not None else sys.stdout
-        self._status = TrainStatus(run_id=run_id, pid=os.getpid(), time=clock(), total_steps=total_steps)
+        self._status = TrainStatus(run_id=run_id, pid=os.getpid(), time=clock(), total_steps=total_steps,
+                                   rank=rank, world_size=world_size, node=node)
         self._threads: dict[str, ThreadStatus] = {}
         self._last_publish = float("-inf")
         self._dirty = False
-        self._events = open(os.path.join(run_dir, rundir.EVENTS_JSONL), "a", encoding="utf-8")
-        self._log_file = None if self._stdout_is_train_log() else open(
-            os.path.join(run_dir, rundir.TRAIN_LOG), "a", encoding="utf-8"
-        )
+        self._status_path = os.path.join(run_dir, rundir.rank_file(rundir.STATUS_JSON, rank))
+        self._events = open(os.path.join(run_dir, rundir.rank_file(rundir.EVENTS_JSONL, rank)), "a", encoding="utf-8")
+        self._log_path = os.path.join(run_dir, rundir.rank_file(rundir.TRAIN_LOG, rank))
+        self._log_file = None if self._stdout_is_train_log() else open(self._log_path, "a", encoding="utf-8")
         self._beat_interval = heartbeat_interval_s
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
@@ -70,14 +80,14 @@ class Telemetry:
 
     def _stdout_is_train_log(self) -> bool:
         try:
-            return os.path.samestat(os.fstat(self._stdout.fileno()), os.stat(os.path.join(self.run_dir, rundir.TRAIN_LOG)))
+            return os.path.samestat(os.fstat(self._stdout.fileno()), os.stat(self._log_path))
         except (OSError, AttributeError, ValueError):
             return False
 
     # -- human log -------------------------------------------------------------------------
 
     def log(self, msg: str) -> None:
-        line = time.strftime("%H:%M:%S ", time.localtime(self.clock())) + msg
+        line = time.strftime("%H:%M:%S ", time.localtime(self.clock())) + self._prefix + msg
         with self._lock:
             for fh in (self._stdout, self._log_file):
                 if fh is None:
@@ -95,7 +105,7 @@ class Telemetry:
     # -- events ----------------------------------------------------------------------------
 
     def event(self, kind: EventKind | str, **fields: Any) -> None:
-        line = rundir.to_json(rundir.make_event(kind, self.clock(), **fields))
+        line = rundir.to_json(rundir.make_event(kind, self.clock(), **self._origin, **fields))
         with self._lock:
             self._events.write(line + "\n")
             self._events.flush()
@@ -201,7 +211,7 @@ class Telemetry:
             self._status.threads = list(self._threads.values())
             text = rundir.to_json(self._status)
             self._last_publish = now
-            rundir.atomic_write_text(os.path.join(self.run_dir, rundir.STATUS_JSON), text + "\n")
+            rundir.atomic_write_text(self._status_path, text + "\n")
             return True
 
     # -- heartbeat ---------------------------------------------------------------------------
@@ -279,6 +289,8 @@ class Telemetry:
         )
 
     def install_compile_callbacks(self) -> None:
+        # Imported here, not at the top: torch._dynamo takes ~2.7 s to import (measured on the
+        # loaded 2-core CI box), and this module is imported before the heartbeat starts.
         from torch._dynamo.callback import callback_handler
 
         start, end = self._on_compile_start, self._on_compile_end
@@ -289,7 +301,7 @@ class Telemetry:
     def remove_compile_callbacks(self) -> None:
         if self._callbacks_installed is None:
             return
-        from torch._dynamo.callback import callback_handler
+        from torch._dynamo.callback import callback_handler  # see install_compile_callbacks
 
         start, end = self._callbacks_installed
         with contextlib.suppress(ValueError):
@@ -310,7 +322,7 @@ class Telemetry:
 def dynamo_counters() -> dict[str, int]:
     """The headline numbers from torch._dynamo.utils.counters (process-wide)."""
     try:
-        from torch._dynamo.utils import counters
+        from torch._dynamo.utils import counters  # see install_compile_callbacks
     except Exception:  # noqa: BLE001 - telemetry must never take the run down
         return {}
     return {

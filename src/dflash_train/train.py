@@ -14,6 +14,7 @@ Order matters and is the point of this file:
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 import threading
@@ -21,12 +22,24 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
+
+from dflash_train import objective, perf
+from dflash_train.attention.backends import choose_backend
 from dflash_train.checkpoint import CheckpointStore
 from dflash_train.compile_gate import CompileGate, TorchCompileControl
-from dflash_train.devices import DevicePlan
+from dflash_train.config import ModelConfig
+from dflash_train.data import Batch, BatchSource, DataError, default_buckets, open_stream
+from dflash_train.devices import DeviceError, DevicePlan, plan_devices
+from dflash_train.distributed import Collectives, World, weights_digest
+from dflash_train.model.drafter import build_drafter
+from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_loadable, config_from_checkpoint,
+                                          has_tokenizer)
+from dflash_train.model.target import build_target
 from dflash_train.pool import PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, target_thread_name
-from dflash_tui.contract.rundir import CompileState, EventKind, Phase
 from dflash_train.telemetry import Telemetry
+from dflash_train.verify import acceptance_length, eval_context_len
+from dflash_tui.contract.rundir import CompileState, EventKind, Phase
 
 COMPILE_CHOICES = ("auto", "off", "eager", "aot_eager", "inductor")
 
@@ -37,6 +50,36 @@ class ConfigError(ValueError):
 
 class StopRequested(BaseException):
     """SIGTERM/SIGINT during start-up or warm-up: there is nothing to save yet."""
+
+
+class StopSwitch:
+    """What SIGTERM/SIGINT does: until training begins, interrupt at once (nothing trained since
+    the last checkpoint, so there is nothing to save and no reason to finish a minutes-long
+    compile first); once armed, finish the current step and save a checkpoint."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.armed = False
+
+    def request(self, why: str) -> None:
+        """Called from the signal handler (main thread)."""
+        self.requested.set()
+        if not self.armed:
+            raise StopRequested(why)
+
+    def arm(self) -> None:
+        """Training begins: from here a stop request ends the run at a step end."""
+        self.armed = True
+        if self.requested.is_set():
+            raise StopRequested("signal during warm-up")
+
+
+def warmup_then_constant_lr(step: int, *, lr: float, warmup_steps: int) -> float:
+    """Linear warm-up over the first `warmup_steps` steps, then `lr`: a pure function of the
+    step, so --resume needs no scheduler state."""
+    if not warmup_steps:
+        return lr
+    return lr * min(1.0, (step + 1) / warmup_steps)
 
 
 @dataclass
@@ -70,6 +113,9 @@ class TrainArgs:
     threads_per_gpu: int = 1
     cpu_threads: int = 0           # intra-op threads; 0 = split the cores between cpu workers
     cold_buckets: str = ""         # lengths trained on but deliberately not warmed (exercises the gate)
+    dist_timeout: float = 600.0    # torch.distributed: seconds a collective may wait for the other ranks
+    peer_timeout: float = 60.0     # torch.distributed: seconds of silence after which a rank is given up
+    peak_tflops: float = 0.0       # per-device peak for MFU; 0 = perf.PEAK_BF16_TFLOPS by device name
 
     def fingerprint(self, n_replicas: int) -> dict[str, Any]:
         """What must not change across --resume for the result to be the same run."""
@@ -95,16 +141,17 @@ class Prepared:
 
 def prepare(args: TrainArgs) -> Prepared:
     """All validation that can fail on user input, before any model is built."""
-    from dflash_train.config import ModelConfig
-    from dflash_train.data import DataError, default_buckets, open_stream
-    from dflash_train.devices import DeviceError, plan_devices
-
+    for name in ("dist_timeout", "peer_timeout"):
+        if not (getattr(args, name) > 0 and math.isfinite(getattr(args, name))):
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive number of seconds (got {getattr(args, name)})")
     for name in ("steps", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every", "queue_depth",
                  "eval_prompts", "eval_prompt_len", "eval_new_tokens"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     if args.cpu_threads < 0:
         raise ConfigError(f"--cpu-threads must be >= 0 (0 = automatic; got {args.cpu_threads})")
+    if not (args.peak_tflops >= 0 and math.isfinite(args.peak_tflops)):
+        raise ConfigError(f"--peak-tflops must be a number >= 0 (0 = by device name; got {args.peak_tflops})")
     if args.warmup_steps < 0:
         raise ConfigError(f"--warmup-steps must be >= 0 (got {args.warmup_steps})")
     if args.eval_every < 0:
@@ -163,8 +210,6 @@ def prepare(args: TrainArgs) -> Prepared:
         raise ConfigError(f"--data {args.data or 'synthetic'}: the text holds token id {cfg.mask_token_id}, which the "
                           "drafter uses as its mask token (the embedding's last row): this checkpoint's "
                           "tokenizer fills its whole vocab, so there is no free id for the mask")
-    from dflash_train.data import BatchSource
-
     cold_only = tuple(b for b in cold if b not in buckets)
     try:
         source = BatchSource(stream, args.batch_size, buckets + cold_only, seed=args.seed)
@@ -172,18 +217,17 @@ def prepare(args: TrainArgs) -> Prepared:
     except DataError as exc:
         raise ConfigError(str(exc)) from None
     if args.eval_every:
-        from dflash_train.verify import eval_context_len
-
         try:
             eval_context_len(args.eval_prompt_len, args.eval_new_tokens, cfg.block_size, cfg.max_seq_len)
         except ValueError as exc:
             raise ConfigError(f"--eval-prompt-len/--eval-new-tokens: {exc}") from None
     compile_backend = args.compile
     if compile_backend == "auto":
-        # CUDA: the flex kernel is compiled by the attention backend; the rest stays eager.
-        # CPU: trace the drafter with dynamo (cheap 'eager' backend) so the compile machinery,
+        # CUDA: inductor compiles the whole step (drafter forward, flex attention, chunked
+        # loss) as one graph per (device, bucket), and its backward.
+        # CPU: trace the same step with dynamo (cheap 'eager' backend) so the compile machinery,
         # the gate and the dashboard's compile view are exercised without a GPU.
-        compile_backend = "off" if plan.uses_cuda else "eager"
+        compile_backend = "inductor" if plan.uses_cuda else "eager"
     return Prepared(plan=plan, cfg=cfg, stream=stream, buckets=buckets, cold_buckets=cold_only,
                     compile_backend=None if compile_backend == "off" else compile_backend,
                     source=source, prompts=prompts)
@@ -193,9 +237,6 @@ def _checkpoint_target(args: TrainArgs, preset_cfg):
     """(ModelConfig, tokenizer or None) for --target-checkpoint, from its config.json and
     tokenizer alone: no weights load here. The target's shapes come from the checkpoint; the
     drafter's settings (layers, block size, anchors, loss) stay the preset's."""
-    from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_loadable,
-                                              config_from_checkpoint, has_tokenizer)
-
     ckpt = args.target_checkpoint
     try:
         cfg = config_from_checkpoint(ckpt, preset_cfg)
@@ -221,11 +262,17 @@ def _parse_lengths(text: str, option: str) -> tuple[int, ...]:
 
 
 class Trainer:
-    def __init__(self, args: TrainArgs, prep: Prepared, tel: Telemetry) -> None:
+    def __init__(self, args: TrainArgs, prep: Prepared, tel: Telemetry, stop: StopSwitch | None = None,
+                 comm: Collectives | None = None) -> None:
         self.args = args
         self.prep = prep
         self.tel = tel
-        self.stop_requested = threading.Event()
+        self.comm = comm or Collectives(World())
+        self.world = self.comm.world
+        # every process holds as many replicas as this one (checked in train())
+        self.global_replicas = len(prep.plan.drafter) * self.world.world_size
+        self.stop = stop or StopSwitch()
+        self.stop_requested = self.stop.requested
         self.store = CheckpointStore(args.run_dir, keep=args.keep_checkpoints)
         self.compile_control = TorchCompileControl(
             recompile_limit=max(64, 4 * len(prep.buckets) * (len(prep.plan.drafter) + 1)))
@@ -236,6 +283,9 @@ class Trainer:
             parked=tel.parked,
         )
         self.last_saved_step = -1
+        self.digest: str | None = None      # sha256 of replica 0's weights, when launched
+        self.train_seconds = 0.0            # wall time of the pool
+        self.all_reduce_seconds = 0.0       # of it, in the cross-process all_reduce
         self._tok_window: list[tuple[float, int]] = []
         self._t_last_log = time.monotonic()
 
@@ -254,12 +304,6 @@ class Trainer:
     # -- build --------------------------------------------------------------------------------
 
     def build(self) -> None:
-        import torch
-
-        from dflash_train.attention.backends import choose_backend
-        from dflash_train.model.drafter import build_drafter
-        from dflash_train.model.target import build_target
-
         args, prep, plan = self.args, self.prep, self.prep.plan
         any_cuda = plan.uses_cuda
         if args.dtype == "auto":
@@ -267,7 +311,7 @@ class Trainer:
         else:
             self.dtype = getattr(torch, args.dtype)
         torch.manual_seed(args.seed)
-        self._set_cpu_threads(torch)
+        self._set_cpu_threads()
 
         self.source = prep.source
         cold = f" + cold {list(prep.cold_buckets)} (not warmed)" if prep.cold_buckets else ""
@@ -301,17 +345,24 @@ class Trainer:
                      f"{trainable / 1e6:.2f}M trainable parameters, attention {type(self.attn[0]).__name__}, "
                      f"compile {prep.compile_backend or 'off'}")
         self.optimizers = [
+            # fused on CUDA: one kernel over all parameters instead of a dozen foreach passes
             torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=args.lr,
-                              betas=(0.9, 0.95), weight_decay=args.weight_decay)
-            for m in self.replicas
+                              betas=(0.9, 0.95), weight_decay=args.weight_decay,
+                              **({"fused": True} if dev.startswith("cuda") else {}))
+            for m, dev in zip(self.replicas, plan.drafter)
         ]
-        backend = prep.compile_backend
-        self.step_models = [torch.compile(m, backend=backend, dynamic=False) if backend else m
-                            for m in self.replicas]
+        # ONE compiled step for every replica: the gate governs its compiles, and replicas on
+        # one device share its graphs.
+        self.step_fn = objective.compiled_objective(prep.compile_backend) if prep.compile_backend else None
+        first = torch.device(plan.drafter[0])
+        self.peak_tflops = perf.assumed_peak_tflops(
+            torch.cuda.get_device_name(first) if first.type == "cuda" else "cpu", args.peak_tflops)
+        self._step_flops: dict[int, Any] = {}
+        self._t_last_step_end: float | None = None
         self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
         self.prompts = prep.prompts
 
-    def _set_cpu_threads(self, torch) -> None:
+    def _set_cpu_threads(self) -> None:
         """Intra-op threads per worker on CPU.
 
         Several worker threads each run small ops; letting every one of them spin up an OpenMP
@@ -330,8 +381,6 @@ class Trainer:
         self.tel.log(f"cpu: {n} intra-op thread(s) per worker ({n_cpu_workers} cpu worker thread(s))")
 
     def _check_replicas_identical(self) -> None:
-        import torch
-
         ref = list(self.replicas[0].parameters())
         for r, m in enumerate(self.replicas[1:], 1):
             for (name, b), a in zip(m.named_parameters(), ref):
@@ -342,35 +391,47 @@ class Trainer:
     # -- resume / checkpoint -----------------------------------------------------------------
 
     def resume(self) -> int:
+        """--resume: every rank continues from rank 0's newest checkpoint (only rank 0 writes
+        checkpoints, so on several nodes only its run directory holds them)."""
         if not self.args.resume:
             return 0
-        from dflash_train.data import BatchSource, DataError
-
-        loaded = self.store.load_latest(warn=self.tel.log)
-        if loaded is None:
+        offer = self.comm.broadcast_from_leader(self._checkpoint_offer() if self.world.is_leader else None)
+        if offer["error"] is not None:
+            raise ConfigError(offer["error"] if self.world.is_leader else f"rank 0: {offer['error']}")
+        if offer["step"] is None:
             self.tel.log(f"resume: no checkpoint in {self.store.root}; starting at step 0")
             return 0
-        info, state = loaded
-        want = self.args.fingerprint(len(self.replicas))
-        got = state.get("fingerprint", {})
-        diff = [f"--{k.replace('_', '-')} {got.get(k)!r} (now {v!r})" for k, v in want.items() if got.get(k) != v]
-        if diff:
-            raise ConfigError(f"checkpoint {info.path} was made with {', '.join(diff)}: resume with the "
-                              "same arguments, or use a new --run-dir")
-        try:
-            BatchSource.from_state(self.prep.stream, state["data"])
-        except DataError as exc:
-            raise ConfigError(str(exc)) from None
+        step, path, state = offer["step"], offer["path"], offer["state"]
         for m, opt in zip(self.replicas, self.optimizers):
             m.load_state_dict(state["drafter"])
             # A copy per replica: Optimizer.load_state_dict keeps tensors that already have the
             # right dtype/device, so without it every replica would step one shared Adam state.
             opt.load_state_dict(copy.deepcopy(state["optimizer"]))
         self._check_replicas_identical()
-        self.last_saved_step = info.step
-        self.tel.log(f"resume: loaded checkpoint at step {info.step} from {info.path}")
-        self.tel.event(EventKind.CHECKPOINT, step=info.step, path=info.path, action="resumed")
-        return info.step
+        self.last_saved_step = step
+        sender = "" if self.world.is_leader else ", sent by rank 0"
+        self.tel.log(f"resume: loaded checkpoint at step {step} from {path}{sender}")
+        self.tel.event(EventKind.CHECKPOINT, step=step, path=path, action="resumed")
+        return step
+
+    def _checkpoint_offer(self) -> dict[str, Any]:
+        """Rank 0's newest usable checkpoint, or why there is none to resume from."""
+        none = {"error": None, "step": None, "path": None, "state": None}
+        loaded = self.store.load_latest(warn=self.tel.log)
+        if loaded is None:
+            return none
+        info, state = loaded
+        want = self.args.fingerprint(self.global_replicas)
+        got = state.get("fingerprint", {})
+        diff = [f"--{k.replace('_', '-')} {got.get(k)!r} (now {v!r})" for k, v in want.items() if got.get(k) != v]
+        if diff:
+            return {**none, "error": f"checkpoint {info.path} was made with {', '.join(diff)}: resume with the "
+                                     "same arguments, or use a new --run-dir"}
+        try:
+            BatchSource.from_state(self.prep.stream, state["data"])
+        except DataError as exc:
+            return {**none, "error": str(exc)}
+        return {"error": None, "step": info.step, "path": info.path, "state": state}
 
     def save_checkpoint(self, step: int) -> None:
         if step == self.last_saved_step:
@@ -383,7 +444,7 @@ class Trainer:
             "drafter": self.replicas[0].state_dict(),
             "optimizer": self.optimizers[0].state_dict(),
             "data": self.source.state(),
-            "fingerprint": self.args.fingerprint(len(self.replicas)),
+            "fingerprint": self.args.fingerprint(self.global_replicas),
             "config": self.prep.cfg.to_dict(),
         }
         info = self.store.save(step, state, {"run_id": self.tel.run_id, "args": asdict(self.args)})
@@ -395,18 +456,12 @@ class Trainer:
     # -- warm-up ----------------------------------------------------------------------------
 
     def _warm_batch(self, length: int):
-        from dflash_train.data import Batch
-
         n = self.args.batch_size * length
         toks = self.prep.stream.tokens[:n].view(self.args.batch_size, length)
         mask = self.prep.stream.loss_mask[:n].view(self.args.batch_size, length)
         return Batch(toks.clone(), mask.clone())
 
     def warm_up(self) -> None:
-        import torch
-
-        from dflash_train.objective import target_forward
-
         plan = self.prep.plan
         self.tel.set_phase(Phase.WARMING)
         self.tel.set_compile_state("main", CompileState.WARMING)
@@ -418,7 +473,7 @@ class Trainer:
             self.tel.set_compile_state(name, CompileState.WARMING)
             with self.tel.attribute_compiles_to(name):
                 for length in self.prep.buckets:
-                    target_forward(self.targets[dev], self._warm_batch(length))
+                    objective.target_forward(self.targets[dev], self._warm_batch(length))
             self.tel.set_compile_state(name, CompileState.COMPILED)
         for r, dev in enumerate(plan.drafter):
             name = drafter_thread_name(r)
@@ -428,7 +483,7 @@ class Trainer:
                 for length in self.prep.buckets:
                     if self.stop_requested.is_set():
                         raise StopRequested()
-                    tb = target_forward(self.targets[plan.target[r % len(plan.target)]], self._warm_batch(length))
+                    tb = objective.target_forward(self.targets[plan.target[r % len(plan.target)]], self._warm_batch(length))
                     gen = torch.Generator().manual_seed(0)
                     loss, _ = self.compute_loss(r, tb.to(torch.device(dev)), gen)
                     loss.backward()
@@ -451,17 +506,17 @@ class Trainer:
     # -- the per-step pieces the pool calls --------------------------------------------------------
 
     def produce(self, batch_index: int, j: int):
-        from dflash_train.objective import target_forward
-
         dev = self.prep.plan.target[j]
-        return target_forward(self.targets[dev], self.source.batch_at(batch_index))
+        return objective.target_forward(self.targets[dev], self.source.batch_at(batch_index))
 
     def compute_loss(self, r: int, tb, gen):
-        from dflash_train.objective import drafter_loss
+        loss, metrics = objective.drafter_loss(self.replicas[r], tb, gen, self.attn[r], step=self.step_fn)
+        self._step_flops[r] = metrics.flops  # host-side count, for MFU at the step's end
+        return loss, metrics
 
-        return drafter_loss(self.step_models[r], tb, gen, self.attn[r])
-
-    def on_step_end(self, step: int, metrics: list[StepMetrics]) -> bool:
+    def on_step_end(self, step: int, metrics: list[StepMetrics], stopping: bool) -> bool:
+        """Bookkeeping of a finished step, while every drafter thread waits: metrics, eval,
+        checkpoint. `stopping`: a stop was agreed, so this step is the last."""
         args = self.args
         done = step + 1
         loss = sum(m.loss for m in metrics) / len(metrics)
@@ -473,31 +528,46 @@ class Trainer:
         tps = sum(n for _, n in self._tok_window[1:]) / span if span > 0 else None
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at step {done}: lower --lr or check the data")
-        self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps)
+        step_s, mfu = self._step_time_and_mfu(now)
+        self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps, step_time_s=step_s, mfu=mfu,
+                        peak_tflops=self.peak_tflops)
         per_pos = [round(sum(m.acc_per_pos[k] for m in metrics) / len(metrics), 4)
                    for k in range(min(len(m.acc_per_pos) for m in metrics))] if metrics else []
         self.tel.event(EventKind.STEP, step=done, loss=round(loss, 5), accuracy=round(acc, 5),
-                       acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1))
+                       acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1),
+                       step_time_s=step_s and round(step_s, 5), mfu=mfu and round(mfu, 4),
+                       peak_tflops=self.peak_tflops)
         tau = None
-        if args.eval_every and (done % args.eval_every == 0 or done == args.steps):
+        if self.world.is_leader and args.eval_every and (done % args.eval_every == 0 or done == args.steps):
             tau = self.evaluate(done)
         if done % args.log_every == 0 or done == args.steps or tau is not None:
             tau_s = f" tau {tau:.2f}" if tau is not None else ""
             tps_s = f" tok/s {tps:,.0f}" if tps else ""
             self.tel.log(f"step {done}/{args.steps} loss {loss:.4f} acc {acc:.3f}{tau_s}{tps_s}")
-        stop = self.stop_requested.is_set()
-        if done % args.checkpoint_every == 0 or done == args.steps or stop:
+        stop = stopping
+        if stop:
+            self.stop_requested.set()   # agreed: another process may have been the one asked
+        if self.world.is_leader and (done % args.checkpoint_every == 0 or done == args.steps or stop):
             self.tel.set_phase(Phase.CHECKPOINTING)
             self.save_checkpoint(done)
             self.tel.set_phase(Phase.TRAINING)
         self.tel.publish()
         if stop:
-            self.tel.log(f"stop requested: checkpoint at step {done} saved, exiting")
+            saved = f"checkpoint at step {done} saved" if self.world.is_leader else f"rank 0 saves step {done}"
+            self.tel.log(f"stop requested: {saved}, exiting")
+        self._t_last_step_end = time.monotonic()
         return stop
 
-    def evaluate(self, step: int) -> float:
-        from dflash_train.verify import acceptance_length
+    def _step_time_and_mfu(self, now: float) -> tuple[float | None, float | None]:
+        """Wall seconds since the previous step's bookkeeping ended (so an eval or checkpoint
+        there is not billed to this step), and the drafter devices' MFU over them."""
+        if self._t_last_step_end is None:
+            return None, None
+        seconds = now - self._t_last_step_end
+        flops = sum(f.total for f in self._step_flops.values())
+        return seconds, perf.mfu(flops, seconds, self.peak_tflops, devices=len(set(self.prep.plan.drafter)))
 
+    def evaluate(self, step: int) -> float:
         dev = self.prep.plan.drafter[0]
         t0 = time.monotonic()
         model = self.replicas[0]
@@ -517,43 +587,77 @@ class Trainer:
 
     def train(self) -> int:
         """Returns the number of completed steps; raises the first worker error."""
-        args, plan = self.args, self.prep.plan
+        args, plan, world = self.args, self.prep.plan, self.world
         start = self.resume()
+        self.check_ranks_agree("at the start")
         if start >= args.steps:
             self.tel.log(f"nothing to do: checkpoint is at step {start}, --steps is {args.steps}")
             return start
         self.tel.update(step=start)
         try:
             self.warm_up()
+            self.stop.arm()
+            n_local = len(plan.drafter)
             spec = PoolSpec(
                 seed=args.seed, start_step=start, total_steps=args.steps,
                 target_devices=plan.target, drafter_devices=plan.drafter,
                 queue_depth=args.queue_depth, max_grad_norm=args.max_grad_norm,
                 produce=self.produce, compute_loss=self.compute_loss,
                 replicas=self.replicas, optimizers=self.optimizers, on_step_end=self.on_step_end,
-                lr_at=lambda step: args.lr * min(1.0, (step + 1) / args.warmup_steps) if args.warmup_steps else args.lr,
+                lr_at=functools.partial(warmup_then_constant_lr, lr=args.lr, warmup_steps=args.warmup_steps),
+                stop_requested=self.stop_requested.is_set,
+                all_reduce=self.comm.all_reduce, first_replica=world.rank * n_local,
+                global_replicas=self.global_replicas,
                 on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
                 on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
             )
             pool = ThreadPool(spec, self.gate)
-            if args.eval_every:
+            if args.eval_every and world.is_leader:
                 # the baseline: tau of the drafter as it starts (untrained, or as resumed)
                 tau = self.evaluate(start)
                 self.tel.log(f"eval: step {start} tau {tau:.2f}")
             self.tel.set_phase(Phase.TRAINING)
+            ranks = f" on each of {world.world_size} ranks ({self.comm.backend})" if world.launched else ""
             self.tel.log(f"training: steps {start}..{args.steps}, {len(plan.target)} target thread(s) on "
-                         f"{', '.join(plan.target)}, {len(plan.drafter)} drafter thread(s) on {', '.join(plan.drafter)}")
+                         f"{', '.join(plan.target)}, {n_local} drafter thread(s) on {', '.join(plan.drafter)}{ranks}")
+            t0 = time.monotonic()
+            self._t_last_step_end = time.monotonic()
             pool.start()
             pool.join(poll=self.tel.publish)
             if pool.error is not None:
                 name, exc = pool.error
                 self.tel.thread_failed(name, exc)
                 raise WorkerFailed(name, exc)
+            self.train_seconds = time.monotonic() - t0
+            self.all_reduce_seconds = pool.all_reduce_seconds
+            if world.launched:
+                steps = max(1, pool.last_completed_step - start)
+                self.tel.log(f"all_reduce: {1000 * pool.all_reduce_seconds / steps:.2f} ms a step, "
+                             f"{100 * pool.all_reduce_seconds / max(self.train_seconds, 1e-9):.1f}% of the "
+                             "training time (waiting for the slowest rank included)")
+                self.check_ranks_agree("at the end")
             return pool.last_completed_step
         finally:
             # The stance is process-global: give it back, so an in-process caller (a test, a
             # notebook) does not inherit fail_on_recompile.
             self.compile_control.default_stance()
+
+    def check_ranks_agree(self, when: str) -> None:
+        """Every rank holds as many replicas as this one, and bit-identical weights."""
+        self.digest = weights_digest(self.replicas[0]) if self.world.launched else None
+        mine = (len(self.prep.plan.drafter), self.digest)
+        everyone = self.comm.gather(mine)
+        counts = [n for n, _ in everyone]
+        if len(set(counts)) > 1:
+            raise ConfigError(f"the ranks hold {counts} drafter replicas (rank order): give every node the same "
+                              "number of --drafter-devices")
+        differ = [r for r, (_, d) in enumerate(everyone) if d != everyone[0][1]]
+        if differ:
+            raise RuntimeError(f"{when}, the drafter weights of rank(s) {differ} differ from rank 0's: "
+                               "every rank must start from the same seed and checkpoint")
+        if self.world.launched:
+            self.tel.log(f"ranks agree {when}: {self.world.world_size} x {counts[0]} replica(s), "
+                         f"weights sha256 {self.digest[:16]}")
 
 
 class WorkerFailed(RuntimeError):

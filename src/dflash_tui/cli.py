@@ -1,7 +1,8 @@
 """dflash-tui: the dashboard, or a headless check/launch/stop/canary with an exit code.
 
 Exit codes (README, "Exit codes"):
-  0  healthy: RUNNING or FINISHED (for --stop: the run is stopped; --canary: it passed)
+  0  healthy: RUNNING, FINISHED or STOPPED (ended after a stop request)
+     (for --stop: the run is stopped; --canary: it passed)
   1  failing verdict: NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, NOT LAUNCHED,
      GPU LOST (a GPU of the host fell off the bus while the run is alive)
      (for --stop: nothing signalled because the pid was reused, or it survived SIGKILL;
@@ -34,6 +35,7 @@ from . import __version__
 from .config import Config, ConfigError, Profile, default_config_path, load_config
 from .remote.base import TargetError
 from .run.verdict import CheckState, Checklist, Verdict
+from .words import compact
 
 EXIT_HEALTHY, EXIT_FAILING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNDECIDED = 0, 1, 2, 3, 4
 WAIT_INTERVAL_S = 0.25
@@ -56,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dflash-tui", description=(
         "Launch a training run on a GPU box, verified, and watch it live. Without a mode flag, "
         "starts the dashboard."),
-        epilog="exit codes: 0 healthy (RUNNING/FINISHED), 1 failing verdict (GPU LOST included), "
+        epilog="exit codes: 0 healthy (RUNNING/FINISHED/STOPPED), 1 failing verdict (GPU LOST included), "
                "2 usage or config error, "
                "3 target unreachable, 4 no verdict yet (STARTING / NO RUN)")
     p.add_argument("--config", metavar="FILE",
@@ -91,10 +93,7 @@ _MARK = {CheckState.OK: "ok", CheckState.WARN: "warn", CheckState.FAIL: "FAIL", 
 
 
 def _fmt_since(since: float | None, now: float) -> str:
-    if since is None:
-        return ""
-    s = max(0.0, now - since)
-    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h"
+    return "" if since is None else compact(now - since)
 
 
 def render_text(profile: Profile, checklist: Checklist, *, pid: int | None, now: float,
@@ -114,7 +113,7 @@ def render_text(profile: Profile, checklist: Checklist, *, pid: int | None, now:
 def checklist_json(profile: Profile, checklist: Checklist, *, pid: int | None, run_id: str | None,
                    **extra: Any) -> dict[str, Any]:
     d = checklist.to_dict()
-    return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"],
+    return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
             "run_dir": profile.run_dir, "pid": pid, "run_id": run_id, "profile": profile.name,
             "target": profile.where(), "exit_code": exit_code_for(checklist.verdict), **extra}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .remote.container import parse_container_spec
+from .run.progress import ProgressRegexError, compile_progress_regex
 
 DEFAULT_PROFILE = "local"
 
@@ -52,6 +53,9 @@ class Profile:
     launch_deadline_s: float = 1.0     # no launch.json this long after the launch: NEVER STARTED
     stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
+    # A regular expression for the program's progress lines, with named groups step, loss
+    # and/or total (run/progress.py); tried before the built-in forms.
+    progress_regex: str | None = None
     source: str = "<built-in>"         # the file the profile came from, for messages
 
     @property
@@ -145,6 +149,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "launch_deadline_s": ((int, float), "a number of seconds > 0"),
     "stop_grace_s": ((int, float), "a number of seconds >= 0"),
     "min_free_gb": ((int, float), "a number of GiB >= 0"),
+    "progress_regex": ((str,), "a regular expression with (?P<step>...), (?P<loss>...) and/or (?P<total>...)"),
 }
 
 
@@ -183,6 +188,11 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
         try:
             parse_container_spec(values["container"])
         except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    if "progress_regex" in values:
+        try:
+            compile_progress_regex(values["progress_regex"])
+        except ProgressRegexError as exc:
             raise ConfigError(f"{where}: {exc}") from None
     if "command" in values and not values["command"]:
         raise ConfigError(f"{where}: command = [] is empty; remove it to run the bundled trainer")

@@ -25,6 +25,7 @@ from .remote.agent import open_ops
 from .remote.base import Target, TargetError
 from .remote.factory import make_targets
 from .remote.ops import RemoteOps
+from .run.activity import ProgressTracker
 from .run.attempts import LaunchAttempt, load_attempt, save_attempt
 from .run.canary import CanaryResult, run_canary
 from .run.health import Limits, evaluate, with_gpu_check
@@ -64,6 +65,8 @@ class Session:
         self._ops_lock = asyncio.Lock()
         self._gpu = None   # OneShotGpuProbe, opened by the first gpu_snapshot()
         self.attempt: LaunchAttempt | None = load_attempt(profile)
+        # What advanced between this session's looks (CPU, log, steps): memory across polls.
+        self.progress = ProgressTracker(profile.progress_regex)
 
     @property
     def label(self) -> str:
@@ -117,7 +120,8 @@ class Session:
     # -- the verbs --------------------------------------------------------------------------
 
     async def evidence(self) -> Evidence:
-        return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt)
+        return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt,
+                            tracker=self.progress)
 
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""

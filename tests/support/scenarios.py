@@ -59,7 +59,7 @@ def threads(n_drafters: int = 3, n_targets: int = 5, *, stuck: str | None = None
             failed: str | None = None) -> list[ThreadStatus]:
     """The pool's threads as the bundled trainer names them: main, target0.., drafter0.."""
     out = [ThreadStatus(name="main", role="main", device="-", compile_state=CompileState.COMPILED.value,
-                        graphs=24, compile_seconds=61.8, last_beat_time=T0 - 0.5)]
+                        graphs=24, compile_seconds=61.8, last_beat_time=WARMUP_DONE)]
     for i in range(n_targets):
         out.append(ThreadStatus(name=f"target{i}", role="target", device=f"cuda:{i}",
                                 compile_state=CompileState.COMPILED.value, graphs=2,
@@ -72,11 +72,14 @@ def threads(n_drafters: int = 3, n_targets: int = 5, *, stuck: str | None = None
                          compile_seconds=48.2 + j, step=1527, last_step_time=T0 - 0.6,
                          last_beat_time=T0 - 0.6)
         if name == stuck:
-            t.last_step_time, t.last_beat_time = T0 - 312, T0 - 305
+            t.last_beat_time = T0 - 305
         if name == failed:
             t.compile_state = CompileState.FAILED.value
             t.error = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function"
         out.append(t)
+    if stuck:   # the step barrier holds every other thread at the step the stuck one never ended
+        for t in out[1:]:
+            t.last_step_time = T0 - 312
     return out
 
 

@@ -85,9 +85,12 @@ class FlexAttention(AttentionBackend):
                 q.requires_grad or k.requires_grad or v.requires_grad):
             raise RuntimeError("flex_attention has no backward on CPU in this torch; "
                                "train on CPU with attention 'sdpa' (or 'auto')")
-        if self.compiled:
+        if self.compiled and not torch.compiler.is_compiling():
             fn = compiled_flex_attention()
         else:
+            # Eager on purpose, or inside a compiled region (the whole objective step): there
+            # the enclosing compile lowers flex itself, and the shared wrapper's lock would
+            # break the graph.
             from torch.nn.attention.flex_attention import flex_attention as fn
         return fn(q, k, v, block_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
 

@@ -60,22 +60,45 @@ def _sparse_index(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return num, order
 
 
+def _allowed_per_query_and_kv_tile(anchors: torch.Tensor, ctx_len: int, block_size: int,
+                                   q_tiles: int, kv_tiles: int, tile: int) -> torch.Tensor:
+    """[B, q_tiles*tile, kv_tiles]: how many keys of each kv tile each query may see.
+
+    The mask of a query in block i is two intervals, [0, a_i) and its own block
+    [ctx + i*block, ctx + (i+1)*block), so its count in a tile is two interval overlaps: no
+    [Q, KV] mask is ever built (that was 100 MB of bool plus its padding and reduction per
+    step at 4k context / 512 anchors). Padding queries count 0."""
+    batch, num_anchors = anchors.shape
+    dev = anchors.device
+    start = torch.arange(kv_tiles, device=dev) * tile          # [kv_tiles]
+    end = start + tile
+
+    def overlap(lo, hi):                                        # [B, A] intervals -> [B, A, kv_tiles]
+        return (torch.minimum(hi[..., None], end) - torch.maximum(lo[..., None], start)).clamp_min(0)
+
+    zero = torch.zeros_like(anchors)
+    own = ctx_len + torch.arange(num_anchors, device=dev) * block_size
+    per_block = overlap(zero, anchors) + overlap(own.expand_as(anchors), (own + block_size).expand_as(anchors))
+    per_query = per_block.repeat_interleave(block_size, dim=1)  # [B, Q, kv_tiles]
+    return torch.nn.functional.pad(per_query, (0, 0, 0, q_tiles * tile - per_query.shape[1]))
+
+
 def dflash_block_mask(anchors: torch.Tensor, ctx_len: int, block_size: int, tile: int = 128):
-    """The flex BlockMask for the same mask, built from the dense mask by tile counts.
+    """The flex BlockMask for the same mask, from tile counts computed in closed form.
 
     Same block structure as create_block_mask(dflash_mask_mod(...)) (tested), without its vmap:
     that path materialises int64 intermediates of the full [Q, KV] size (GBs at 8k context), and
     compiling it instead would add a second per-shape torch.compile in every worker, outside the
-    compile gate. Tiles are `full` (kernel skips mask_mod) or `partial` (kernel applies it)."""
+    compile gate. Tiles are `full` (kernel skips mask_mod) or `partial` (kernel applies it).
+    Every op is on the anchors' device and none reads a value back: no host sync."""
     from torch.nn.attention.flex_attention import BlockMask
 
     if not _from_kv_blocks_takes_seq_lengths():
         return reference_block_mask(anchors, ctx_len, block_size)  # older torch: its own way
     batch, q_len, kv_len = mask_shape(anchors, ctx_len, block_size)
     q_tiles, kv_tiles = -(-q_len // tile), -(-kv_len // tile)
-    dense = torch.nn.functional.pad(dense_mask(anchors, ctx_len, block_size),
-                                    (0, kv_tiles * tile - kv_len, 0, q_tiles * tile - q_len))
-    counts = dense.view(batch, 1, q_tiles, tile, kv_tiles, tile).sum(dim=(3, 5))
+    per_query = _allowed_per_query_and_kv_tile(anchors, ctx_len, block_size, q_tiles, kv_tiles, tile)
+    counts = per_query.view(batch, 1, q_tiles, tile, kv_tiles).sum(dim=3)
     full = counts == tile * tile
     kv_num, kv_idx = _sparse_index((counts > 0) & ~full)
     full_num, full_idx = _sparse_index(full)

@@ -89,9 +89,11 @@ class DFlashDrafter(nn.Module):
                 raise ValueError(f"anchors must lie in [0, {t - 1}] for a context of {t} "
                                  f"positions (got {lo}..{hi})")
 
-    def forward(self, taps: torch.Tensor, noise_ids: torch.Tensor, anchors: torch.Tensor,
-                attention: AttentionBackend) -> torch.Tensor:
-        """taps [B, T, tap_size], noise_ids [B, A*block], anchors [B, A] -> logits [B, A*block, V]."""
+    def hidden_states(self, taps: torch.Tensor, noise_ids: torch.Tensor, anchors: torch.Tensor,
+                      attention: AttentionBackend, mask=None) -> torch.Tensor:
+        """[B, A*block, hidden]: the final-normed states the LM head reads. `mask` is the
+        backend's mask for these anchors, when the caller built it already (outside a
+        compiled region, say); None builds it here."""
         self.check_inputs(taps, noise_ids, anchors)
         cfg = self.cfg
         dtype = self.fc.weight.dtype
@@ -106,10 +108,17 @@ class DFlashDrafter(nn.Module):
         rope_q = rope_cos_sin(noise_pos, cfg.head_dim, cfg.rope_theta, dtype)
         rope_kv = rope_cos_sin(torch.cat([ctx_pos, noise_pos], dim=1), cfg.head_dim,
                                cfg.rope_theta, dtype)
-        mask = attention.build_mask(anchors, ctx_len, cfg.block_size)
+        if mask is None:
+            mask = attention.build_mask(anchors, ctx_len, cfg.block_size)
         for layer in self.layers:
             x = layer(x, context, rope_q, rope_kv, mask, attention)
-        return F.linear(self.norm(x), self.head_weight.to(dtype))
+        return self.norm(x)
+
+    def forward(self, taps: torch.Tensor, noise_ids: torch.Tensor, anchors: torch.Tensor,
+                attention: AttentionBackend) -> torch.Tensor:
+        """taps [B, T, tap_size], noise_ids [B, A*block], anchors [B, A] -> logits [B, A*block, V]."""
+        hidden = self.hidden_states(taps, noise_ids, anchors, attention)
+        return F.linear(hidden, self.head_weight.to(hidden.dtype))
 
 
 def build_drafter(cfg: ModelConfig, target: nn.Module, seed: int,

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .target import TargetOutput, check_token_batch, freeze
+from .output import TargetOutput, check_token_batch, freeze
 
 
 class CheckpointError(ValueError):

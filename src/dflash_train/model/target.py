@@ -7,7 +7,6 @@ directory can replace it (hf_target.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,32 +14,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .hf_target import load_hf_target
 from .layers import AttentionProjections, RMSNorm, SwiGLU, apply_rope, init_weights, rope_cos_sin
-
-
-@dataclass
-class TargetOutput:
-    logits: torch.Tensor  # [B, T, V]
-    taps: torch.Tensor    # [B, T, len(target_layer_ids) * hidden]
-
-
-def check_token_batch(input_ids: torch.Tensor, cfg: ModelConfig, what: str = "input_ids") -> None:
-    """Shape checks with messages that name the fix (a bad batch must not surface as a CUDA
-    index assert deep inside an embedding)."""
-    if input_ids.dim() != 2:
-        raise ValueError(f"{what} must be [batch, seq] (got shape {tuple(input_ids.shape)})")
-    if input_ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{what} must hold integer token ids (got {input_ids.dtype})")
-    if input_ids.shape[1] > cfg.max_seq_len:
-        raise ValueError(f"{what} has {input_ids.shape[1]} positions, more than max_seq_len "
-                         f"{cfg.max_seq_len}: use a shorter sequence bucket or a larger preset")
-    if input_ids.device.type == "cpu" and input_ids.numel() and not torch.compiler.is_compiling():
-        # Value check only where it costs no device sync (on CUDA it would be an opaque assert),
-        # and not while dynamo traces (it would specialise the graph on the ids' values).
-        lo, hi = int(input_ids.min()), int(input_ids.max())
-        if lo < 0 or hi >= cfg.vocab_size:
-            raise ValueError(f"{what} holds token ids {lo}..{hi} outside the vocab of "
-                             f"{cfg.vocab_size}: the data's tokenizer does not match the target")
+from .output import TargetOutput, check_token_batch, freeze
+from .pretrain import load_or_pretrain
 
 
 class CausalSelfAttention(AttentionProjections):
@@ -104,12 +81,6 @@ class TargetModel(nn.Module):
         return TargetOutput(logits=logits, taps=taps)
 
 
-def freeze(model: nn.Module) -> nn.Module:
-    model.eval()
-    model.requires_grad_(False)
-    return model
-
-
 def build_target(cfg: ModelConfig, seed: int, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, checkpoint_dir: str | Path | None = None,
                  cache_dir: str | Path | None = None) -> nn.Module:
@@ -121,12 +92,10 @@ def build_target(cfg: ModelConfig, seed: int, device: torch.device | str = "cpu"
     resume of the same setup gets bit-identical target weights.
     """
     if checkpoint_dir is not None:
-        from .hf_target import load_hf_target
         return load_hf_target(checkpoint_dir, cfg, device, dtype)
     device = torch.device(device)
     model = TargetModel(cfg)
     init_weights(model, torch.Generator().manual_seed(seed))
     if cfg.target_pretrain_steps > 0:
-        from .pretrain import load_or_pretrain
         load_or_pretrain(model, cfg, seed, device, cache_dir)
     return freeze(model.to(device=device, dtype=dtype))

@@ -16,6 +16,15 @@ Layout of RUN_DIR:
     stop.json      written by `dflash-tui --stop` before it signals: who asked, when, how
     checkpoints/   atomic checkpoints
 
+A trainer under torch.distributed (torchrun, one process per node) runs as ranks 0..N-1, each
+writing its own status.json, events.jsonl and train.log: rank 0 under the names above (so a
+one-process run, and a dashboard that watches rank 0, see what they always saw), rank R >= 1
+under the same names with ``.rank<R>`` before the extension (``status.rank1.json``,
+``events.rank1.jsonl``, ``train.rank1.log``; see `rank_file`). Each rank writes them into its
+own node's RUN_DIR; ranks that share a machine share the directory. Every status record and
+every event carries the ``rank`` and the ``node`` (host name) that wrote it. Only rank 0 writes
+checkpoints/.
+
 Every record carries ``"v": SCHEMA_VERSION`` and is validated field by field where it is read:
 a record a program wrote with a wrong type (``"pid": "abc"``), a non-finite or absurd number,
 or JSON nested too deep raises `SchemaError` naming the file, the field and the value, never
@@ -46,6 +55,36 @@ STATUS_JSON = "status.json"
 EXIT_JSON = "exit.json"
 STOP_JSON = "stop.json"
 CHECKPOINTS_DIR = "checkpoints"
+# The files every rank writes for itself (see the module docstring).
+PER_RANK_FILES = (STATUS_JSON, EVENTS_JSONL, TRAIN_LOG)
+_RANK_INFIX = ".rank"
+
+
+def rank_file(name: str, rank: int) -> str:
+    """The name rank `rank` writes `name` under: `name` itself for rank 0, else
+    ``status.json`` -> ``status.rank3.json``."""
+    if name not in PER_RANK_FILES:
+        raise ValueError(f"{name} is not a per-rank file (those are {', '.join(PER_RANK_FILES)})")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an integer >= 0 (got {rank!r})")
+    if rank == 0:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}{_RANK_INFIX}{rank}{dot}{ext}"
+
+
+def parse_rank_file(filename: str) -> tuple[str, int] | None:
+    """(per-rank file, rank) for a name `rank_file` makes, e.g. ``status.rank3.json`` ->
+    (``status.json``, 3); None for any other name."""
+    if filename in PER_RANK_FILES:
+        return filename, 0
+    for name in PER_RANK_FILES:
+        stem, _, ext = name.rpartition(".")
+        head, tail = f"{stem}{_RANK_INFIX}", f".{ext}"
+        digits = filename[len(head):-len(tail)] if filename.startswith(head) and filename.endswith(tail) else ""
+        if digits.isdigit() and digits.isascii() and not digits.startswith("0") and len(digits) <= 9:
+            return name, int(digits)
+    return None
 
 # The trainer promises a heartbeat at least this often, compiling or not.
 HEARTBEAT_INTERVAL_S = 2.0
@@ -159,9 +198,15 @@ class TrainStatus:
     accuracy: float | None = None
     tau: float | None = None       # mean acceptance length from block verification
     tokens_per_s: float | None = None
+    step_time_s: float | None = None   # wall seconds between the last two step ends
+    mfu: float | None = None           # model FLOPs utilisation of the drafter devices, 0..1, against peak_tflops
+    peak_tflops: float | None = None   # the per-device peak MFU divides by (assumed or --peak-tflops); None: no MFU
     heartbeat_time: float | None = None
     threads: list[ThreadStatus] = field(default_factory=list)
     last_error: str | None = None
+    rank: int = field(default=0, metadata={"min": 0})         # torch.distributed rank; 0 when alone
+    world_size: int = field(default=1, metadata={"min": 1})   # processes in the run
+    node: str = ""                                            # host name of the writer
     v: int = SCHEMA_VERSION
 
     @classmethod
@@ -172,6 +217,14 @@ class TrainStatus:
 # -- events -------------------------------------------------------------------------------
 # One dataclass per kind: the fields a reader may rely on. Writers may add more (forward
 # compatibility); a known field of the wrong type makes the line unreadable, never a crash.
+
+@dataclass
+class EventOrigin:
+    """Fields of every event, whatever its kind: who wrote it."""
+
+    rank: int = field(default=0, metadata={"min": 0})
+    node: str = ""
+
 
 @dataclass
 class StepEvent:
@@ -394,7 +447,10 @@ def parse_stop(text: str) -> StopRecord:
 
 
 def parse_status(text: str) -> TrainStatus:
-    return build_record(TrainStatus, loads_object(text, STATUS_JSON), STATUS_JSON)
+    st = build_record(TrainStatus, loads_object(text, STATUS_JSON), STATUS_JSON)
+    if st.rank >= st.world_size:
+        raise SchemaError(f"{STATUS_JSON}: field 'rank' is {st.rank}, expected less than world_size {st.world_size}")
+    return st
 
 
 @dataclass
@@ -410,6 +466,7 @@ def parse_event(line: str) -> dict[str, Any]:
     if not isinstance(kind, str):
         raise SchemaError(f"{EVENTS_JSONL}: field 'kind' is {_show(kind)}, expected a string")
     obj["time"] = _value(float, obj.get("time"), f"{EVENTS_JSONL}: field 'time'", None)
+    obj.update(asdict(build_record(EventOrigin, obj, EVENTS_JSONL)))
     cls = EVENT_TYPES.get(kind)
     if cls is not None:
         obj.update(asdict(build_record(cls, obj, f"{EVENTS_JSONL} ({kind})")))
@@ -434,6 +491,7 @@ def parse_events(lines: Iterable[str]) -> EventBatch:
 def make_event(kind: EventKind | str, time: float, **fields_: Any) -> dict[str, Any]:
     """An event record; the fields its kind declares are checked as a reader will check them."""
     kind = EventKind(kind).value
+    build_record(EventOrigin, fields_, f"{kind} event")
     cls = EVENT_TYPES.get(kind)
     if cls is not None:
         build_record(cls, fields_, f"{kind} event")

@@ -21,8 +21,8 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, Process, Target, TargetError
-from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
+from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
 from .shell_ops import ShellOps
 
 # Reads one line (the program, zlib + base64) from stdin and runs it: small enough to read in
@@ -273,6 +273,9 @@ class AgentOps:
 
     async def pid_info(self, pids: list[int]) -> list[PidInfo]:
         return [pidinfo_from(d) for d in await self.call("pid_info", pids=[int(p) for p in pids])]
+
+    async def proc_tree(self, pid: int) -> ProcTree:
+        return proctree_from(await self.call("proc_tree", pid=int(pid)))
 
     async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
                      cmdline_contains: str | None, group: bool = False) -> str:

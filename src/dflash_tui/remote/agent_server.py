@@ -114,6 +114,123 @@ def pid_info_one(pid):
                       _maybe(base + "status"))
 
 
+# -- the run's process tree (one answer per poll: CPU time, states, threads, the program) ----
+
+# A run whose tree is bigger than this is summarised from its first MAX_TREE processes.
+MAX_TREE = 512
+
+
+def parse_stat_usage(text):
+    """(state, ppid, cpu ticks incl. reaped children, threads) from /proc/<pid>/stat."""
+    rest = text[text.rindex(")") + 2:].split()
+    ticks = int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])   # utime stime cutime cstime
+    return rest[0], int(rest[1]), ticks, int(rest[17])
+
+
+def parse_children(raw):
+    """The pids in /proc/<pid>/task/<tid>/children files (space-separated, concatenated)."""
+    return [int(x) for x in raw.split() if x.isdigit()]
+
+
+def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk_tck, truncated):
+    """The ProcTree-shaped dict from what a walk of the tree read, raw.
+
+    walked: [(pid, stat bytes, children pids)] in walk order, the root first. CPU seconds are
+    utime+stime of every live process of the tree plus the times of the children each one has
+    reaped (cutime+cstime), so a worker that ended still counts and none counts twice."""
+    rec = {"pid": pid, "root": pid_record(pid, walked[0][1] if walked else None, cmdline_raw,
+                                          status_raw),
+           "procs": 0, "cpu_s": 0.0, "threads": 0, "states": {}, "main_pid": None,
+           "main_argv": [], "clk_tck": clk_tck, "truncated": bool(truncated)}
+    ticks = 0
+    for i, (p, stat_raw, kids) in enumerate(walked):
+        try:
+            state, _ppid, t, threads = parse_stat_usage(stat_raw.decode("utf-8", "replace"))
+        except (ValueError, IndexError):
+            continue
+        rec["procs"] += 1
+        rec["threads"] += threads
+        rec["states"][state] = rec["states"].get(state, 0) + 1
+        ticks += t
+        if i == 0 and kids:
+            rec["main_pid"] = kids[0]
+    rec["cpu_s"] = ticks / float(clk_tck or 100)
+    if main_cmdline_raw is not None:
+        rec["main_argv"] = parse_cmdline(main_cmdline_raw)
+    return rec
+
+
+def _proc_bytes(path):
+    """A small /proc file's bytes, or None; raw os calls: this runs for every process of the
+    tree on every poll."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 65536)
+            if not b:
+                return b"".join(chunks)
+            chunks.append(b)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _children_of(pid, threads):
+    """Children of every thread of pid (a child forked by a worker thread is listed under that
+    thread's task); a single-threaded process has one task, its own pid, so no listdir."""
+    if threads <= 1:
+        tids = [str(pid)]
+    else:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            return []
+    kids = []
+    for tid in tids:
+        raw = _proc_bytes("/proc/%d/task/%s/children" % (pid, tid))
+        if raw:
+            kids.extend(parse_children(raw.decode("ascii", "replace")))
+    return kids
+
+
+def op_proc_tree(pid, max_procs=MAX_TREE):
+    """The wrapper `pid` and every descendant: one answer that replaces pid_info for a run."""
+    pid, max_procs = int(pid), max(1, min(int(max_procs), MAX_TREE))
+    if pid <= 0:
+        raise OpFailed("pid must be a positive integer, got %d" % pid)
+    walked, queue, seen = [], [pid], set()
+    while queue and len(walked) < max_procs:
+        p = queue.pop(0)
+        if p in seen:
+            continue
+        seen.add(p)
+        stat_raw = _proc_bytes("/proc/%d/stat" % p)
+        if stat_raw is None:
+            if p == pid:
+                break   # the root is gone: nothing below it to walk
+            continue
+        try:
+            threads = parse_stat_usage(stat_raw.decode("utf-8", "replace"))[3]
+        except (ValueError, IndexError):
+            threads = 2   # unparseable: look at every task
+        kids = _children_of(p, threads)
+        walked.append((p, stat_raw, kids))
+        queue.extend(kids)
+    base = "/proc/%d/" % pid
+    main = walked[0][2][0] if walked and walked[0][2] else None
+    return proc_tree_record(pid, walked, _proc_bytes(base + "cmdline"), _proc_bytes(base + "status"),
+                            _proc_bytes("/proc/%d/cmdline" % main) if main else None,
+                            _CLK_TCK, bool(queue))
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 def cmdline_matches(cmdline, needle):
     return needle in " ".join(cmdline)
 
@@ -293,7 +410,8 @@ def op_list_dir(path):
 for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("read", op_read),
                    ("read_tail", op_read_tail), ("pid_info", op_pid_info),
                    ("signal", op_signal), ("which", op_which), ("disk_free", op_disk_free),
-                   ("probe_dir", op_probe_dir), ("list_dir", op_list_dir)):
+                   ("probe_dir", op_probe_dir), ("list_dir", op_list_dir),
+                   ("proc_tree", op_proc_tree)):
     # statvfs on a dead NFS mount can hang: keep it off the line that answers stat.
     register(_name, _fn, blocking=(_name == "disk_free"))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
 
 
 def filestat_from(d: dict) -> FileStat:
@@ -27,6 +27,14 @@ def pidinfo_from(d: dict) -> PidInfo:
     return PidInfo(pid=int(d["pid"]), alive=bool(d["alive"]), start_ticks=d["start_ticks"],
                    cmdline=tuple(d["cmdline"]), state=d["state"], pgid=d["pgid"],
                    nspid=tuple(d["nspid"]))
+
+
+def proctree_from(d: dict) -> ProcTree:
+    return ProcTree(pid=int(d["pid"]), root=pidinfo_from(d["root"]), procs=int(d["procs"]),
+                    cpu_s=float(d["cpu_s"]), threads=int(d["threads"]),
+                    states=tuple(sorted((str(k), int(v)) for k, v in d["states"].items())),
+                    main_pid=d["main_pid"], main_argv=tuple(d["main_argv"]),
+                    truncated=bool(d["truncated"]))
 
 
 def diskfree_from(d: dict) -> DiskFree:

@@ -48,6 +48,21 @@ class PidInfo:
     nspid: tuple[int, ...] = ()      # NSpid line of /proc/<pid>/status (host view → innermost)
 
 
+@dataclass(frozen=True)
+class ProcTree:
+    """A run's process tree in one answer: the wrapper's pid and all its descendants."""
+
+    pid: int
+    root: PidInfo                    # the wrapper itself, as pid_info gives it
+    procs: int = 0                   # processes in the tree, the wrapper included
+    cpu_s: float = 0.0               # utime+stime of them all, plus their reaped children's
+    threads: int = 0
+    states: tuple[tuple[str, int], ...] = ()   # (/proc state letter, how many), e.g. (("R", 1), ("S", 2))
+    main_pid: int | None = None      # the wrapper's child: the program it runs
+    main_argv: tuple[str, ...] = ()
+    truncated: bool = False          # a tree bigger than the agent's cap (counted in part)
+
+
 class RemoteOps(Protocol):
     async def now(self) -> float: ...
     async def stat(self, paths: list[str]) -> list[FileStat]: ...
@@ -59,6 +74,8 @@ class RemoteOps(Protocol):
         """Send sig to pid (or to its process group when `group`, pid being the group
         leader) only if pid still has that start time and cmdline. Returns "sent", "gone" or
         "mismatch" (pid reused: nothing was sent). Never a pattern kill."""
+    async def proc_tree(self, pid: int) -> ProcTree:
+        """pid_info of `pid` plus the CPU time, states and threads of its whole tree."""
     async def close(self) -> None: ...
 
 

@@ -19,9 +19,9 @@ import re
 from typing import Sequence
 
 from . import agent_server
-from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from
+from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from
 from .base import CommandResult, Target, TargetError
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
 
 SENTINEL = "@@dflash-ok@@"
 START = "@@dflash-start@@\0"
@@ -68,6 +68,36 @@ for pid do
   for f in stat cmdline status; do
     if b=$(base64 < "/proc/$pid/$f" 2>/dev/null); then printf '%s\0' "$b"; else printf -- '-\0'; fi
   done
+done
+"""
+
+# $1 root pid, $2 most processes: a walk of /proc/<pid>/task/*/children from the root; the
+# records are parsed by agent_server.proc_tree_record, as the agent's own walk is.
+_PROC_TREE = r"""
+root=$1 max=$2 n=0 main= first=1 seen=' ' q=$1
+clk=$(getconf CLK_TCK 2>/dev/null) || clk=100
+printf 'C%s\0' "${clk:-100}"
+while [ "$n" -lt "$max" ]; do
+  set -- $q; [ "$#" -gt 0 ] || break
+  p=$1; shift; q=$*
+  case $seen in *" $p "*) continue ;; esac
+  seen="$seen$p "
+  if s=$(base64 < "/proc/$p/stat" 2>/dev/null); then
+    set +f; k=$(cat /proc/"$p"/task/*/children 2>/dev/null); set -f
+    k=$(echo $k)
+    printf 'P%s\0%s\0%s\0' "$p" "$s" "$k"
+    if [ "$first" = 1 ]; then set -- $k; main=${1:-}; fi
+    q="$q $k"; n=$((n + 1))
+  elif [ "$first" = 1 ]; then q=; break
+  fi
+  first=0
+done
+set -- $q; t=0; [ "$#" -gt 0 ] && t=1
+printf 'T%s\0' "$t"
+for f in "/proc/$root/cmdline" "/proc/$root/status" "/proc/${main:-0}/cmdline"; do
+  if [ -n "$main" ] || [ "$f" != /proc/0/cmdline ]; then
+    if b=$(base64 < "$f" 2>/dev/null); then printf '%s\0' "$b"; else printf -- '-\0'; fi
+  else printf -- '-\0'; fi
 done
 """
 
@@ -279,6 +309,25 @@ class ShellOps:
             out.append(pidinfo_from(agent_server.pid_record(
                 pid, _b64(rec[1]), _b64(rec[2]), _b64(rec[3]))))
         return out
+
+    async def proc_tree(self, pid: int) -> ProcTree:
+        pid = int(pid)
+        if pid <= 0:
+            raise TargetError(f"proc_tree on {self.label}: pid must be a positive integer, got {pid}")
+        fields = await self._run("proc_tree", _PROC_TREE, str(pid), str(agent_server.MAX_TREE))
+        try:
+            clk = int(fields[0][1:]) if fields[0].startswith("C") and fields[0][1:].isdigit() else 100
+            walked, i = [], 1
+            while fields[i].startswith("P"):
+                walked.append((int(fields[i][1:]), _b64(fields[i + 1]),
+                               agent_server.parse_children(fields[i + 2])))
+                i += 3
+            truncated = fields[i] == "T1"
+            cmdline, status, main_cmdline = fields[i + 1: i + 4]
+        except (IndexError, ValueError):
+            raise TargetError(f"proc_tree on {self.label}: garbled answer for pid {pid}") from None
+        return proctree_from(agent_server.proc_tree_record(
+            pid, walked, _b64(cmdline), _b64(status), _b64(main_cmdline), clk, truncated))
 
     async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
                      cmdline_contains: str | None, group: bool = False) -> str:

@@ -1,9 +1,11 @@
 """RunMonitor: one RunReport per interval for the dashboard, through connection drops.
 
 Each poll gathers evidence, evaluates the checklist and keeps each check's `since` across polls
-(HealthTracker). When the transport fails, the report repeats the last known data with
-`connected=False` and `stale_since` set, and the next polls reconnect with capped exponential
-backoff; the run on the target is not touched by any of it.
+(HealthTracker); what advanced between polls (CPU time, the log, steps) is the session's
+ProgressTracker's memory (run/activity.py), which `session.evidence()` feeds. When the
+transport fails, the report repeats the last known data with `connected=False` and
+`stale_since` set, and the next polls reconnect with capped exponential backoff; the run on
+the target is not touched by any of it.
 
 The actions the dashboard's keys call (launch, relaunch, stop, canary) are here too, serialized:
 `busy` says one is in flight, and a second one is refused rather than interleaved.

@@ -1,28 +1,33 @@
-"""Gather the evidence about one run directory through RemoteOps: files, records, the pid.
+"""Gather the evidence about one run directory through RemoteOps: files, records, the process tree.
 
 One poll is: the target's clock, one stat of every run file, small reads of the JSON records
-that exist, and one pid_info for the wrapper's pid. The log's tail is read only when the
-verdict needs it (a dead process: CRASHED's traceback; a launch that never started:
-launch.out). What cannot be parsed is kept as a `problem` string, never raised.
+that exist, and one proc_tree of the wrapper's pid (its liveness, and the CPU time, states and
+threads of every process under it). Then the run's `ProgressTracker` (run/activity.py) reads
+the new bytes of train.log and events.jsonl, only when they grew, and says what advanced.
+The log's tail is read only when the verdict needs it (a dead process: CRASHED's traceback; a
+launch that never started: launch.out). What cannot be parsed is kept as a `problem` string,
+never raised.
 """
 
 from __future__ import annotations
 
 import asyncio
 import posixpath
+import time
 from dataclasses import dataclass, field
 
-from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
+from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
                                  TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord, TrainStatus,
                                  parse_exit, parse_launch, parse_status, parse_stop)
 
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
-from ..remote.ops import FileStat, PidInfo, RemoteOps
+from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
+from .activity import CPU_WINDOW_S, Activity, ProgressTracker
 from .attempts import LaunchAttempt
 from .tracebacks import last_traceback
 from .wrapper import run_id_of_wrapper
 
-RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON)
+RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON, EVENTS_JSONL)
 # Records are tiny; anything bigger is not ours (and must not cost a big read every second).
 _RECORD_MAX = 256 << 10
 
@@ -46,6 +51,11 @@ class Evidence:
     log_tail: str = ""                           # last lines of train.log, when read
     launch_out: str = ""                         # the wrapper's own stdout/stderr, when read
     attempt: LaunchAttempt | None = None
+    tree: ProcTree | None = None                 # the wrapper's process tree (proc_tree), while launched
+    activity: Activity | None = None             # what advanced: CPU, log, steps (ProgressTracker)
+    # Per-process reports of the run probe (RUN_DIR/probe/<pid>.json), when a program runs
+    # under it: heartbeats prove a process alive; its step events (events.jsonl) are progress.
+    probes: list = field(default_factory=list)
 
     def path(self, name: str) -> str:
         return posixpath.join(self.run_dir, name)
@@ -114,7 +124,10 @@ async def _read_tail_text(ops: RemoteOps, path: str, max_bytes: int) -> str:
 
 
 async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None = None,
-                 tail_bytes: int = 64 << 10) -> Evidence:
+                 tail_bytes: int = 64 << 10, tracker: ProgressTracker | None = None) -> Evidence:
+    """One observation. `tracker` is the run's memory across polls (the dashboard's and a
+    session's); without one, a fresh tracker makes this a one-shot look without the second CPU
+    sample (the stop and launch paths, which need no busy/idle judgement)."""
     now, stats = await asyncio.gather(
         ops.now(), ops.stat([posixpath.join(run_dir, n) for n in RUN_FILES]))
     ev = Evidence(now=now, run_dir=run_dir, attempt=attempt,
@@ -159,8 +172,11 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status_problem = f"status.json belongs to run {ev.status.run_id}"
             ev.status = None
 
+    tracker = tracker or ProgressTracker(second_sample=False)
     if ev.launch is not None:
-        (ev.proc,) = await ops.pid_info([ev.launch.pid])
+        ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid),
+                                          tracker.read_files(ops, run_dir, run_id, ev.now, ev.files))
+        ev.proc = ev.tree.root
     elif attempt is not None and attempt.pid and attempt.run_id == run_id:
         (ev.detached_proc,) = await ops.pid_info([attempt.pid])
         if not ev.detached_proc.alive or ev.detached_proc.state == "Z":
@@ -168,7 +184,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             # again before calling it NEVER STARTED.
             (again,) = await ops.stat([ev.path(LAUNCH_JSON)])
             if again.exists:
-                return await gather(ops, run_dir, attempt=attempt, tail_bytes=tail_bytes)
+                return await gather(ops, run_dir, attempt=attempt, tail_bytes=tail_bytes, tracker=tracker)
 
     wrapper_gone = ev.launch is not None and not process_matches(ev.launch, ev.proc)
     if wrapper_gone and ev.exit is None:
@@ -187,6 +203,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
     elif ev.launch is not None and ev.launch.log_error and ev.exists(LAUNCH_OUT):
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
+    if ev.launch is not None:
+        await _observe_activity(ops, ev, tracker)
     return ev
 
 
@@ -203,6 +221,20 @@ def _remember(cache: dict, key: tuple, value) -> None:
     if len(cache) >= _CACHE_MAX:
         cache.clear()
     cache[key] = value
+
+
+async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTracker) -> None:
+    ev.activity = tracker.observe(ev.now, ev.tree)
+    if tracker.needs_second_sample(ev.now, ev.files.get(TRAIN_LOG), ev.tree) and ev.exit is None:
+        # One-shot: busy or idle needs a CPU rate, and a rate needs a second sample.
+        t0 = time.monotonic()
+        await asyncio.sleep(CPU_WINDOW_S)
+        tree = await ops.proc_tree(ev.launch.pid)
+        later = ev.now + (time.monotonic() - t0)
+        tracker.sample_cpu(later, tree)
+        if not process_matches(ev.launch, tree.root):
+            return      # it ended in the meantime: the next look says how
+        ev.activity = tracker.activity(later, tree)
 
 
 def current_run_id(ev: Evidence) -> str | None:

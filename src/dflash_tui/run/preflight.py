@@ -25,7 +25,7 @@ _DIR_PROBE = r'''
 d=$1
 if err=$(mkdir -p -- "$d" 2>&1); then echo "mkdir=ok"; else echo "mkdir=$err" | tr '\n' ' '; echo; fi
 p="$d/.dflash-write-probe.$$"
-if err=$( (echo probe >"$p") 2>&1 ); then rm -f -- "$p"; echo "write=ok"; else echo "write=$err" | tr '\n' ' '; echo; fi
+if err=$( (echo probe >"$p") 2>&1 ); then rm -f -- "$p"; echo "write=ok"; else rm -f -- "$p"; echo "write=$err" | tr '\n' ' '; echo; fi
 df -Pk -- "$d" 2>/dev/null | awk 'NR==2 {print "avail_kb=" $4}'
 echo "end=1"
 '''
@@ -122,8 +122,17 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
                       "choose a run_dir the target user can create", now))
             return out
         if kv.get("write") != "ok":
-            add(Check("pre_run_dir", "Run dir writable", FAIL, f"cannot write in {profile.run_dir}: {kv.get('write', '').strip()}",
-                      "fix its permissions or choose another run_dir", now))
+            err = kv.get("write", "").strip()
+            free_kb = int(kv["avail_kb"]) if kv.get("avail_kb", "").isdigit() else None
+            # dash's echo says only "I/O error" for ENOSPC: the free space tells.
+            if "No space left on device" in err or "Disk quota exceeded" in err or (
+                    free_kb is not None and free_kb < 4096):
+                add(Check("pre_run_dir", "Run dir writable", FAIL, f"disk full: cannot write in {profile.run_dir} "
+                          f"({free_kb if free_kb is not None else '?'} KiB free): {err}",
+                          "free space on the run dir's filesystem (old runs, history/, checkpoints)", now))
+            else:
+                add(Check("pre_run_dir", "Run dir writable", FAIL, f"cannot write in {profile.run_dir}: {err}",
+                          "fix its permissions or choose another run_dir", now))
             return out
         add(Check("pre_run_dir", "Run dir writable", OK, f"{profile.run_dir} created and writable", "", now))
         try:

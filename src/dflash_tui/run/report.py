@@ -9,8 +9,36 @@ from dataclasses import dataclass
 
 from ..contract.rundir import ExitRecord, LaunchRecord, StopRecord, TrainStatus
 
+from .activity import Activity
 from .observe import Evidence, process_matches
 from .verdict import Checklist
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """How far the run is, from its richest source: status.json, else events.jsonl or the log.
+
+    For the header's summary and the Metrics tab; the verdict does not read it."""
+
+    source: str                       # "status.json" | "events" | "log"
+    step: int | None = None
+    total: int | None = None
+    loss: float | None = None
+    rate: float | None = None         # in rate_unit
+    rate_unit: str = ""               # "it/s", "s/it", "tok/s", "samples/s"
+    time: float | None = None         # when this step was reached (target clock), if known
+
+    @classmethod
+    def of(cls, ev: Evidence) -> "RunProgress | None":
+        st, act = ev.status, ev.activity
+        if st is not None and (st.step > 0 or st.loss is not None):
+            last = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
+            return cls("status.json", st.step, st.total_steps or None, st.loss, st.tokens_per_s,
+                       "tok/s" if st.tokens_per_s is not None else "", last or st.time)
+        if act is not None and (act.step is not None or act.loss is not None or act.rate is not None):
+            return cls(act.step_source or "log", act.step, act.total, act.loss, act.rate, act.rate_unit,
+                       act.step_at)
+        return None
 
 
 @dataclass
@@ -30,6 +58,8 @@ class RunReport:
     stale_since: float | None = None  # local epoch seconds when the data stopped being fresh
     error: str | None = None          # transport/read error of this poll, one line
     last_traceback: str | None = None  # last Python traceback found in train.log, if any
+    progress: RunProgress | None = None  # step / loss / rate from status.json, events or the log
+    activity: Activity | None = None     # CPU of the process tree, log growth, disk (run/activity.py)
 
 
 def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str) -> RunReport:
@@ -40,4 +70,5 @@ def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_labe
         checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop, status=ev.status,
         pid_alive=alive,
         uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
-        connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback)
+        connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback,
+        progress=RunProgress.of(ev), activity=ev.activity)

@@ -18,20 +18,22 @@ class Verdict(str, Enum):
     FINISHED = "FINISHED"             # pid gone, exit.json code 0
     CRASHED = "CRASHED"               # pid gone, exit.json non-zero / signal
     KILLED = "KILLED"                 # pid gone, no exit.json
-    STALLED = "STALLED"               # pid alive, heartbeat older than the stall limit
-    RUNNING = "RUNNING"               # pid alive, heartbeats fresh, steps advancing
+    STALLED = "STALLED"               # pid alive, nothing advanced for the stall limit
+    RUNNING = "RUNNING"               # pid alive, progress advancing (steps, output, events)
     # Not failures, not yet healthy:
-    STARTING = "STARTING"             # pid alive, log present, no heartbeat yet / compiling (within limits)
+    STARTING = "STARTING"             # pid alive, log present, no progress yet / compiling (within limits)
     NO_RUN = "NO RUN"                 # nothing was ever launched in this run dir
     # A --launch that preflight refused; nothing was started.
     NOT_LAUNCHED = "NOT LAUNCHED"
     # From run/health.py `with_gpu_check`: the run's process is alive (it was
     # STARTING or RUNNING) but a GPU of its host fell off the bus; the run cannot go on.
     GPU_LOST = "GPU LOST"
+    # The run ended after a stop request for it (stop.json), whatever its exit code or signal.
+    STOPPED = "STOPPED"
 
     @property
     def healthy(self) -> bool:
-        return self in (Verdict.RUNNING, Verdict.FINISHED)
+        return self in (Verdict.RUNNING, Verdict.FINISHED, Verdict.STOPPED)
 
     @property
     def failing(self) -> bool:
@@ -61,12 +63,39 @@ class Check:
         return d
 
 
+class ThreadState(str, Enum):
+    """One thread of the run as the engine judges it (the Threads pane draws it as is)."""
+
+    OK = "ok"              # beating within its limit
+    WAITING = "waiting"    # a worker before the training phase: waiting for the warm-up
+    DONE = "done"          # its role is over (the main thread after the warm-up): silence is expected
+    ENDED = "ended"        # the run has ended: silent by nature
+    STUCK = "STUCK"        # silent longer than its limit while the run lives
+    FAILED = "FAILED"      # its compile failed or it reported an error
+
+
+@dataclass
+class ThreadHealth:
+    name: str
+    state: ThreadState
+    why: str = ""          # one line, for a STUCK or FAILED thread
+
+    @property
+    def trouble(self) -> bool:
+        return self.state in (ThreadState.STUCK, ThreadState.FAILED)
+
+
 @dataclass
 class Checklist:
     verdict: Verdict
     checks: list[Check] = field(default_factory=list)
     summary: str = ""  # one line explaining the verdict, e.g. "exit code 1: ValueError: ..."
+    threads: list[ThreadHealth] = field(default_factory=list)   # status.json's threads, judged
+
+    def thread(self, name: str) -> ThreadHealth | None:
+        return next((t for t in self.threads if t.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "summary": self.summary,
-                "checks": [c.to_dict() for c in self.checks]}
+                "checks": [c.to_dict() for c in self.checks],
+                "threads": [{"name": t.name, "state": t.state.value, "why": t.why} for t in self.threads]}

@@ -18,6 +18,8 @@ Works under dash and busybox sh: no bashisms, no `local`, no arrays.
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 import secrets
 import shlex
 import time
@@ -50,8 +52,12 @@ json_str() {{
 }}
 
 write_json() {{
-  # Atomic: a reader sees the old file or the new one, never half of one.
-  printf '%s\n' "$2" > "$RUN_DIR/.$1.tmp.$$" && mv -f "$RUN_DIR/.$1.tmp.$$" "$RUN_DIR/$1"
+  # Atomic: a reader sees the old file or the new one, never half of one. A write that fails
+  # (a full disk) leaves no temporary file behind.
+  _tmp="$RUN_DIR/.$1.tmp.$$"
+  if printf '%s\n' "$2" > "$_tmp" && mv -f "$_tmp" "$RUN_DIR/$1"; then return 0; fi
+  rm -f "$_tmp"
+  return 1
 }}
 
 stat_field() {{
@@ -90,6 +96,10 @@ DFLASH_RUN_ID=$RUN_ID
 DFLASH_RUN_DIR=$RUN_DIR
 export DFLASH_RUN_ID DFLASH_RUN_DIR
 set -- {argv}
+# Output line by line, so train.log shows it as it happens: Python unbuffered unless the
+# environment already says otherwise; other programs' C stdio line-buffered where stdbuf exists.
+if [ -z "${{PYTHONUNBUFFERED+set}}" ]; then PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED; fi
+{line_buffered}
 got=
 trap 'got=TERM' TERM
 trap 'got=INT' INT
@@ -107,6 +117,17 @@ write_json {exit_json} "{{\"v\":{version},\"run_id\":$(json_str "$RUN_ID"),\"exi
 echo "dflash-tui: run $RUN_ID ended: exit status $rc${{got:+ (wrapper got SIG$got)}}"
 exit "$rc"
 """
+
+
+_STDBUF = 'if command -v stdbuf >/dev/null 2>&1; then set -- stdbuf -oL -eL "$@"; fi'
+_PYTHON_NAME = re.compile(r"^(python|pypy)[0-9.]*$")
+_PYTHON_LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "lightning", "uv", "poetry"})
+
+
+def is_python(argv: Sequence[str]) -> bool:
+    """Whether argv runs a Python program (its output obeys PYTHONUNBUFFERED, not stdbuf)."""
+    name = posixpath.basename(argv[0]) if argv else ""
+    return bool(_PYTHON_NAME.match(name)) or name in _PYTHON_LAUNCHERS
 
 
 def new_run_id() -> str:
@@ -134,6 +155,7 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         exit_json=EXIT_JSON,
         version=SCHEMA_VERSION,
         argv=" ".join(shlex.quote(a) for a in argv),
+        line_buffered="" if is_python(argv) else _STDBUF,
     )
 
 

@@ -1,12 +1,16 @@
-"""Small, pure formatting helpers shared by the panes (no Textual imports: easy to test)."""
+"""Small, pure formatting helpers shared by the panes (no Textual imports: easy to test).
+
+Ages and one-line causes are dflash_tui/words.py's, the words `--check` speaks too.
+"""
 
 from __future__ import annotations
 
 from typing import Iterable, Sequence
 
 from ..run.verdict import CheckState, Verdict
+from ..words import NA, compact as age, one_line
 
-NA = "n/a"
+__all__ = ("NA", "STATE_SYMBOL", "age", "gib", "num", "one_line", "sparkline", "verdict_class")
 
 # Symbols as well as colours, so a check's state still reads under NO_COLOR.
 STATE_SYMBOL = {
@@ -26,20 +30,6 @@ def verdict_class(verdict: Verdict) -> str:
     if verdict.failing:
         return "-fail"
     return "-wait"
-
-
-def age(seconds: float | None) -> str:
-    """A short age: 4s, 3m12s, 2h05m, 3d4h. None or negative clock skew reads sensibly."""
-    if seconds is None:
-        return NA
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600}h"
 
 
 def gib(n_bytes: int | None) -> str:
@@ -74,11 +64,3 @@ def sparkline(values: Iterable[float | None], width: int, lo: float = 0.0, hi: f
         frac = min(1.0, max(0.0, (v - lo) / span))
         out.append(_BARS[min(len(_BARS) - 1, int(frac * (len(_BARS) - 1) + 0.5))])
     return "".join(out)
-
-
-def one_line(text: str | None, limit: int = 200) -> str:
-    """First line of a message, trimmed: panes show causes, not essays."""
-    if not text:
-        return ""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"

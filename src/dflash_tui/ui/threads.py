@@ -1,8 +1,8 @@
 """The Threads pane: one row per trainer thread from status.json.
 
-A thread whose compile failed or that reported an error is marked FAILED; one whose own
-heartbeat is older than the stall limit is marked STUCK. Both rows are drawn in the error
-style and sorted to the top, so they stand out among sixteen healthy ones.
+Each thread's state is the engine's (run/health.py `thread_states`, carried in the report's
+checklist): FAILED and STUCK rows are drawn in the error style and sorted to the top, so they
+stand out among sixteen healthy ones. The pane judges nothing itself.
 """
 
 from __future__ import annotations
@@ -11,46 +11,27 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from ..contract.rundir import CompileState, Phase, ThreadStatus
+from ..contract.rundir import CompileState
 
+from ..run.health import Limits
 from ..run.report import RunReport
 from .fmt import age, one_line
 from .tables import OnScreenOnly, sync_rows
-
-from ..run.health import Limits
-
-# A thread in these states may legitimately be silent for the (long) compile limit; the same
-# rule as the checklist's "threads" check, so STUCK here means what STALLED means in --check.
-COMPILING = frozenset({CompileState.PENDING.value, CompileState.WARMING.value,
-                       CompileState.COMPILING.value, CompileState.WAITING_AT_GATE.value})
 
 COLUMNS = ("thread", "role", "device", "compile", "graphs", "recomp", "compile s", "step",
            "last step", "beat")
 
 
-def thread_trouble(t: ThreadStatus, now: float, limits: Limits = Limits(), *, live: bool = True) -> str:
-    """'FAILED', 'STUCK' or '' for a healthy (or not yet started) thread. A thread of a run that
-    has ended is silent by nature, never STUCK: STALLED, too, needs a live pid."""
-    if t.compile_state == CompileState.FAILED.value or t.error:
-        return "FAILED"
-    if not live:
-        return ""
-    limit = limits.compile_stall_after_s if t.compile_state in COMPILING else limits.stall_after_s
-    if t.last_beat_time is not None and now - t.last_beat_time > limit:
-        return "STUCK"
-    return ""
-
-
-def _run_is_live(report: RunReport) -> bool:
-    status = report.status
-    return report.pid_alive is not False and not (
-        status is not None and status.phase in (Phase.FINISHED.value, Phase.FAILED.value))
+def thread_trouble(report: RunReport, name: str) -> str:
+    """'FAILED', 'STUCK' or '' as the engine judged thread `name` in this report."""
+    judged = report.checklist.thread(name)
+    return judged.state.value if judged is not None and judged.trouble else ""
 
 
 class ThreadsPane(OnScreenOnly, Vertical):
     def __init__(self, limits: Limits = Limits(), **kwargs) -> None:
         super().__init__(**kwargs)
-        self.limits = limits
+        self.limits = limits   # the profile's; the engine applied them to the report's thread states
 
     def compose(self):
         self.note = Static("no status.json yet: the trainer has not published its threads", id="threads-note")
@@ -79,8 +60,7 @@ class ThreadsPane(OnScreenOnly, Vertical):
         status = report.status
         threads = status.threads if status is not None else []
         # Counted even while hidden: the tab's label says how many threads need attention.
-        live = _run_is_live(report)
-        self._trouble = sum(1 for t in threads if thread_trouble(t, report.time, self.limits, live=live))
+        self._trouble = sum(1 for t in threads if thread_trouble(report, t.name))
         if self.on_screen:
             self.draw()
 
@@ -97,7 +77,7 @@ class ThreadsPane(OnScreenOnly, Vertical):
         now = report.time
         rows = []
         for t in status.threads:
-            trouble = thread_trouble(t, now, self.limits, live=_run_is_live(report))
+            trouble = thread_trouble(report, t.name)
             rows.append((0 if trouble else 1, t.name, t, trouble))
         rows.sort(key=lambda r: (r[0], r[1]))
         names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])

@@ -1,0 +1,276 @@
+"""What advanced since the last look: CPU time, the log, steps. Memory across polls.
+
+The verdict rule (run/health.py) needs evidence that only two observations give: is the
+process tree's CPU time advancing, did the log grow, did a step go by. `ProgressTracker` keeps
+that memory for one run dir; `gather(..., tracker=...)` calls `read_files()` (beside its
+proc_tree request) and `observe()` once per poll with what the poll already fetched (the stat
+of train.log and events.jsonl, the process tree); it reads only the NEW bytes of those files (by offset, bounded to a window; a truncated or
+replaced file is read again from its start). The result is an `Activity`, put into Evidence.
+
+Polled every second (the dashboard, `--wait`), the tracker compares with its own earlier
+samples. For a one-shot `--check`, the first observation proves what the run dir alone
+proves: the log's mtime says when it last grew, events carry their own times, status.json its
+own; only the CPU rate needs two samples, so when the log has not grown in the last
+CPU_WINDOW_S and the process is alive, `gather` takes a second process-tree sample that long
+after the first (`needs_second_sample`). Every time here is the target's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import posixpath
+import re
+from dataclasses import dataclass
+
+from ..contract.rundir import EVENTS_JSONL, TRAIN_LOG, EventKind, parse_events
+from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
+from .progress import LogProgress, ProgressParser
+
+# Bytes read per file per poll at most; a faster writer is skipped to its newest window.
+WINDOW = 64 << 10
+# The interval of the second sample a one-shot check takes to tell busy from idle.
+CPU_WINDOW_S = 1.0
+# A tree using less than this share of one core is idle (the noise of a sleeping process, a
+# heartbeat thread, the clock tick's granularity at CPU_WINDOW_S).
+BUSY_CORES = 0.05
+# CPU samples older than this are forgotten: the rate is the recent one.
+_CPU_HISTORY_S = 3.0
+# Free space is asked for at most this often (statvfs runs in a thread of the agent).
+DISK_EVERY_S = 10.0
+# Below this much free space the run dir's filesystem is full for any practical purpose.
+DISK_FULL_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What the run did, as far as its process tree, log and events show (target clock)."""
+
+    samples: int                          # observations of this run so far (1: a one-shot look)
+    log_grew_at: float | None = None      # when train.log last grew with the program's output
+    program_output: bool = False          # the log holds output of the program (not only the wrapper's)
+    output_polls: int = 0                 # observations that found new output of the program
+    step: int | None = None               # latest step from the log or events.jsonl
+    step_at: float | None = None          # when a step or a progress line was last seen to advance
+    step_source: str = ""                 # "log" | "events"
+    total: int | None = None              # total steps, where the log says (N/M)
+    loss: float | None = None             # latest loss the log or a step event gave
+    rate: float | None = None             # latest rate the log gave, in rate_unit
+    rate_unit: str = ""                   # "it/s", "s/it", "tok/s", "samples/s"
+    epoch: float | None = None
+    cpu_s: float | None = None            # CPU seconds of the tree so far
+    cpu_cores: float | None = None        # recent CPU use in cores (None: one sample only)
+    cpu_window_s: float | None = None     # over how long cpu_cores was measured
+    cpu_busy_since: float | None = None   # start of the current stretch of busy samples
+    procs: int = 0
+    threads: int = 0
+    states: str = ""                      # e.g. "1 running, 2 sleeping"
+    checkpoint: str = ""                  # the latest checkpoint the program reported
+    checkpoint_step: int | None = None
+    disk: DiskFree | None = None          # free space of the run dir's filesystem, when asked
+    disk_error: str = ""                  # a line of the log that said the disk is full
+
+    @property
+    def advancing(self) -> bool:
+        """Progress was seen, not only a first word: a step or progress line, or output that
+        kept coming after the first look."""
+        return self.step_at is not None or self.output_polls >= 2
+
+    @property
+    def cpu_busy(self) -> bool | None:
+        return None if self.cpu_cores is None else self.cpu_cores >= BUSY_CORES
+
+    @property
+    def disk_full(self) -> bool:
+        return self.disk is not None and self.disk.free < DISK_FULL_BYTES
+
+
+_STATE_WORDS = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O wait", "T": "stopped",
+                "t": "traced", "Z": "zombie", "I": "idle"}
+
+
+def states_words(tree: ProcTree) -> str:
+    return ", ".join(f"{n} {_STATE_WORDS.get(s, s)}" for s, n in tree.states)
+
+
+class _FileCursor:
+    """Where the last read of one growing file ended, and its identity (inode)."""
+
+    def __init__(self) -> None:
+        self.offset: int | None = None   # None: never read
+        self.inode: int | None = None
+
+    async def new_bytes(self, ops: RemoteOps, path: str, st: FileStat) -> tuple[bytes, bool]:
+        """(the bytes written since the last call, whether the file was restarted)."""
+        if not st.exists or st.is_dir or st.error:
+            return b"", False
+        restarted = self.offset is not None and (st.inode != self.inode or st.size < self.offset)
+        if self.offset is None or restarted:
+            start = max(0, st.size - WINDOW)      # first look, or a new file: its newest window
+        elif st.size == self.offset:
+            return b"", False                      # nothing new: no read at all
+        else:
+            start = max(self.offset, st.size - WINDOW)
+        chunk = await ops.read(path, start, WINDOW)
+        if not chunk.exists:
+            return b"", False
+        data = chunk.data
+        if start > 0 and (self.offset is None or restarted or start > self.offset) and b"\n" in data:
+            data = data.split(b"\n", 1)[1]         # began mid-line
+        self.offset, self.inode = chunk.offset + len(chunk.data), chunk.inode
+        return data, restarted
+
+
+class ProgressTracker:
+    """Memory across polls of one run dir; a new run id starts it afresh."""
+
+    def __init__(self, progress_regex: re.Pattern[str] | str | None = None, *,
+                 second_sample: bool = True) -> None:
+        self.progress_regex = progress_regex
+        self.second_sample = second_sample
+        self._start(None)
+
+    def _start(self, run_id: str | None) -> None:
+        self.run_id = run_id
+        self.samples = 0
+        self.parser = ProgressParser(self.progress_regex)
+        self._log = _FileCursor()
+        self._events = _FileCursor()
+        self._cpu: collections.deque[tuple[float, float]] = collections.deque()
+        self._busy_since: float | None = None
+        self._log_grew_at: float | None = None
+        self._output_polls = 0
+        self._records = 0
+        self._step_at: float | None = None
+        self._step_source = ""
+        self._ev_step: int | None = None
+        self._ev_step_at: float | None = None
+        self._ev_loss: float | None = None
+        self._checkpoint = ""
+        self._checkpoint_step: int | None = None
+        self._disk: DiskFree | None = None
+        self._disk_at: float | None = None
+
+    @property
+    def progress(self) -> LogProgress:
+        return self.parser.progress
+
+    def needs_second_sample(self, now: float, log: FileStat | None, tree: ProcTree | None) -> bool:
+        """A one-shot look that cannot tell busy from idle yet: alive, one CPU sample, and a log
+        that has not grown in the last CPU_WINDOW_S (a growing log already proves progress)."""
+        if not self.second_sample or tree is None or not tree.root.alive or len(self._cpu) != 1:
+            return False
+        return log is None or not log.exists or now - log.mtime > CPU_WINDOW_S
+
+    def sample_cpu(self, now: float, tree: ProcTree | None) -> None:
+        if tree is None or not tree.root.alive:
+            return
+        self._cpu.append((now, tree.cpu_s))
+        while len(self._cpu) > 2 and now - self._cpu[1][0] >= _CPU_HISTORY_S:
+            self._cpu.popleft()
+        rate = self._cpu_rate()
+        if rate is not None:
+            if rate[0] >= BUSY_CORES:
+                if self._busy_since is None:
+                    self._busy_since = self._cpu[0][0]
+            else:
+                self._busy_since = None
+
+    def _cpu_rate(self) -> tuple[float, float] | None:
+        if len(self._cpu) < 2:
+            return None
+        (t0, c0), (t1, c1) = self._cpu[0], self._cpu[-1]
+        if t1 - t0 <= 0.2:
+            return None
+        return max(0.0, c1 - c0) / (t1 - t0), t1 - t0
+
+    async def read_files(self, ops: RemoteOps, run_dir: str, run_id: str | None, now: float,
+                         files: dict[str, FileStat]) -> None:
+        """The I/O half of an observation: the new bytes of train.log and events.jsonl and (at
+        most every DISK_EVERY_S) the free space, all at once; the caller runs it beside its
+        own proc_tree request, so a poll costs one more round trip at most."""
+        if run_id != self.run_id:
+            self._start(run_id)
+        log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
+        (log_data, restarted), (ev_data, _), _ = await asyncio.gather(
+            self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
+            self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
+            self._ask_disk(ops, run_dir, now))
+        if log is not None:
+            if restarted:
+                self.parser.reset()
+            before_output, before_records = self.parser.progress.output, self.parser.progress.records
+            if log_data:
+                self.parser.feed(log_data)
+            p = self.parser.progress
+            if p.output > before_output:
+                self._log_grew_at = log.mtime
+                self._output_polls += 1
+            if p.records > before_records:
+                self._step_at, self._step_source = log.mtime, "log"
+        if ev_data:
+            self._events_fed(ev_data)
+
+    def observe(self, now: float, tree: ProcTree | None) -> Activity:
+        """The other half: this poll's process tree sampled, and what advanced."""
+        self.samples += 1
+        self.sample_cpu(now, tree)
+        return self.activity(now, tree)
+
+    async def _read(self, ops: RemoteOps, path: str, st: FileStat | None,
+                    cursor: _FileCursor) -> tuple[bytes, bool]:
+        if st is None:
+            return b"", False
+        try:
+            return await cursor.new_bytes(ops, path, st)
+        except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+            raise
+        except TargetError:
+            return b"", False      # unreadable now: the log check says why
+
+    def _events_fed(self, data: bytes) -> None:
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data) and self._events.offset is not None:
+            # A half-written last line is read again, whole, at the next poll.
+            self._events.offset -= len(data) - cut
+        for e in parse_events(data[:cut].decode("utf-8", "replace").splitlines()).events:
+            kind = e.get("kind")
+            if kind == EventKind.STEP.value:
+                self._ev_step, self._ev_step_at, self._ev_loss = e["step"], e["time"], e.get("loss")
+            elif kind == EventKind.CHECKPOINT.value and e.get("action") in ("saved", ""):
+                self._checkpoint, self._checkpoint_step = e.get("path") or "", e.get("step")
+
+    async def _ask_disk(self, ops: RemoteOps, run_dir: str, now: float) -> None:
+        if self._disk_at is not None and now - self._disk_at < DISK_EVERY_S:
+            return
+        self._disk_at = now
+        disk_free = getattr(ops, "disk_free", None)
+        if disk_free is None:
+            return
+        try:
+            self._disk = await disk_free(run_dir)
+        except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+            raise
+        except TargetError:
+            self._disk = None
+
+    def activity(self, now: float, tree: ProcTree | None) -> Activity:
+        p = self.parser.progress
+        rate = self._cpu_rate()
+        step, step_at, source = p.step, self._step_at, self._step_source
+        if self._ev_step_at is not None and (step_at is None or self._ev_step_at >= step_at):
+            step, step_at, source = self._ev_step, self._ev_step_at, "events"
+        return Activity(
+            samples=self.samples, log_grew_at=self._log_grew_at, program_output=p.output > 0,
+            output_polls=self._output_polls,
+            step=step, step_at=step_at, step_source=source, total=p.total,
+            loss=self._ev_loss if source == "events" and self._ev_loss is not None else p.loss,
+            rate=p.rate, rate_unit=p.rate_unit, epoch=p.epoch,
+            cpu_s=tree.cpu_s if tree is not None and tree.root.alive else None,
+            cpu_cores=rate[0] if rate else None, cpu_window_s=rate[1] if rate else None,
+            cpu_busy_since=self._busy_since,
+            procs=tree.procs if tree is not None else 0, threads=tree.threads if tree is not None else 0,
+            states=states_words(tree) if tree is not None else "",
+            checkpoint=self._checkpoint or p.checkpoint, checkpoint_step=self._checkpoint_step,
+            disk=self._disk, disk_error=p.disk_error)

@@ -1,0 +1,234 @@
+"""Progress read from a program's own output: the steps, loss and rate any trainer prints.
+
+A program that knows nothing of status.json still says how far it is, in one of a few forms
+this parser reads from train.log's new bytes:
+
+    step 120 loss 2.31            "step N", "Step N/M", "iter N", "global_step=N", "loss X"
+     45%|████▌     | 450/1000 [00:10<00:12, 44.3it/s, loss=2.1]     tqdm (carriage returns)
+    Epoch 0:  45%|████▌ | 450/1000 [00:10<00:12, 44.30it/s, v_num=0, train_loss=2.10]  Lightning
+    {'loss': 2.1, 'grad_norm': 0.9, 'learning_rate': 5e-05, 'epoch': 0.3}   transformers Trainer
+    {"step": 10, "loss": 2.1}                                               JSON lines
+
+plus a profile's own `progress_regex` (named groups `step`, `loss`, `total`), tried first.
+A carriage return ends a segment like a newline does, so a tqdm bar that rewrites one line for
+minutes is read at every update, and the bar's latest state is read even before its line ends.
+Also noted: a checkpoint the program says it saved ("Saving model checkpoint to PATH",
+"checkpoint: step N saved to PATH"), for the words of a STOPPED run.
+
+Pure and bounded: segments longer than MAX_SEGMENT are cut, a dict line is parsed only when
+short, and nothing here does I/O (run/observe.py's ProgressTracker feeds it).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass
+
+# One segment (a line, or one carriage-return update) is read up to this many characters.
+MAX_SEGMENT = 4096
+# Metric dicts longer than this are not parsed (ast/json on hostile input costs time).
+MAX_DICT = 2048
+
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_STEP = re.compile(r"\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=#]?\s*(\d+)(?:\s*(?:/|of)\s*(\d+))?",
+                   re.IGNORECASE)
+_BAR = re.compile(r"(?:\|\s*|\s)(\d+)/(\d+)\s*\[")         # tqdm: "| 450/1000 [00:10<..."
+_LOSS = re.compile(r"\b(?:train[_ ])?loss\b\s*[:=]?\s*(" + _NUM + r"|nan|inf)", re.IGNORECASE)
+_RATE = re.compile(r"(" + _NUM + r")\s*(it/s|s/it|tok(?:ens)?/s|samples/s)")
+_EPOCH = re.compile(r"\bepoch\b\s*[:=]?\s*(" + _NUM + r")", re.IGNORECASE)
+_CHECKPOINT = re.compile(r"(?:saving model checkpoint to|checkpoint\b.*?\bsaved to)\s+(\S+)", re.IGNORECASE)
+_SPLIT = re.compile(r"[\r\n]")
+_DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
+
+_STEP_KEYS = ("step", "global_step", "iteration", "iter")
+_LOSS_KEYS = ("loss", "train_loss")
+_TOTAL_KEYS = ("total_steps", "max_steps", "total")
+
+
+class ProgressRegexError(ValueError):
+    """A profile's progress_regex that cannot be used, phrased for the user."""
+
+
+def compile_progress_regex(pattern: str) -> re.Pattern[str]:
+    """The profile's `progress_regex`, or ProgressRegexError saying what to fix."""
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise ProgressRegexError(f"progress_regex {pattern!r} is not a valid regular expression "
+                                 f"({exc}); fix it or remove the key") from None
+    names = set(rx.groupindex)
+    unknown = names - {"step", "loss", "total"}
+    if unknown:
+        raise ProgressRegexError(f"progress_regex {pattern!r} has group(s) {', '.join(sorted(unknown))}; "
+                                 "only (?P<step>...), (?P<loss>...) and (?P<total>...) are read")
+    if not names & {"step", "loss"}:
+        raise ProgressRegexError(f"progress_regex {pattern!r} names no group; add (?P<step>\\d+) "
+                                 "and/or (?P<loss>[0-9.]+)")
+    return rx
+
+
+@dataclass
+class LogProgress:
+    """What the log said last about the run's progress (latest values, not maxima)."""
+
+    step: int | None = None
+    total: int | None = None
+    loss: float | None = None
+    rate: float | None = None
+    rate_unit: str = ""             # "it/s", "s/it", "tok/s", "samples/s"
+    epoch: float | None = None
+    records: int = 0                # progress segments read so far: each new one is progress
+    last_line: str = ""             # the latest progress segment, trimmed
+    checkpoint: str = ""            # the latest checkpoint path the program said it saved
+    output: int = 0                 # segments of the program's own output (not the wrapper's)
+    disk_error: str = ""            # the latest line that said the disk is full (ENOSPC)
+
+    @property
+    def seen(self) -> bool:
+        return self.records > 0
+
+
+def _finite(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _int(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and 0 <= value < 1 << 63:
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value.is_integer():
+        return int(value)
+    return None
+
+
+def _num(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def _metrics_dict(seg: str) -> dict | None:
+    """A JSON object or a Python dict literal on its own line (Trainer's `{'loss': ...}`)."""
+    s = seg.strip()
+    if not (s.startswith("{") and s.endswith("}")) or len(s) > MAX_DICT:
+        return None
+    try:
+        obj = json.loads(s)
+    except ValueError:
+        try:
+            obj = ast.literal_eval(s)
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            return None
+    return obj if isinstance(obj, dict) else None
+
+
+class ProgressParser:
+    """Feed it a log's bytes in order (`feed`); `progress` holds what they said."""
+
+    def __init__(self, regex: re.Pattern[str] | str | None = None) -> None:
+        self.regex = compile_progress_regex(regex) if isinstance(regex, str) else regex
+        self.progress = LogProgress()
+        self._partial = ""
+
+    def reset(self) -> None:
+        """The file was truncated or replaced: forget the partial segment, keep the values."""
+        self._partial = ""
+
+    def feed(self, data: bytes | str) -> int:
+        """Parse the new text; return how many new progress segments it held."""
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        segs = _SPLIT.split(self._partial + text)
+        self._partial = segs.pop()[-MAX_SEGMENT:]
+        found = 0
+        for seg in segs:
+            found += self._segment(seg[:MAX_SEGMENT])
+        # The unterminated tail is a tqdm bar's current state (tqdm writes "\r" first): read its
+        # values now, count it once its segment ends.
+        if self._partial.strip():
+            self._segment(self._partial, count=False)
+        return found
+
+    def _segment(self, seg: str, count: bool = True) -> int:
+        if not seg.strip() or seg.startswith("dflash-tui: "):   # the wrapper's own lines
+            return 0
+        p = self.progress
+        if count:
+            p.output += 1
+        if _DISK_FULL.search(seg):
+            p.disk_error = " ".join(seg.split())[:200]
+        cp = _CHECKPOINT.search(seg)
+        if cp:
+            p.checkpoint = cp.group(1).rstrip(".,;")
+        step = total = None
+        loss = rate = epoch = None
+        unit = ""
+        hit = False
+        if self.regex is not None:
+            m = self.regex.search(seg)
+            if m:
+                gd = m.groupdict()
+                step = _int_text(gd.get("step"))
+                total = _int_text(gd.get("total"))
+                loss = _finite(gd["loss"]) if gd.get("loss") else None
+                hit = step is not None or loss is not None
+        if not hit:
+            d = _metrics_dict(seg)
+            if d is not None:
+                step = next((v for v in (_int(d.get(k)) for k in _STEP_KEYS) if v is not None), None)
+                total = next((v for v in (_int(d.get(k)) for k in _TOTAL_KEYS) if v is not None), None)
+                loss = next((v for v in (_num(d.get(k)) for k in _LOSS_KEYS) if v is not None), None)
+                epoch = _num(d.get("epoch"))
+                hit = step is not None or loss is not None or epoch is not None
+            else:
+                m = _BAR.search(seg) or _STEP.search(seg)
+                if m:
+                    step, total = _int_text(m.group(1)), _int_text(m.group(2))
+                lm = _LOSS.search(seg)
+                if lm:
+                    loss = _finite(lm.group(1))
+                rm = _RATE.search(seg)
+                if rm:
+                    rate, unit = _finite(rm.group(1)), rm.group(2).replace("tokens/s", "tok/s")
+                em = _EPOCH.search(seg)
+                if em:
+                    epoch = _finite(em.group(1))
+                hit = step is not None or loss is not None or rate is not None
+        if not hit and not cp:
+            return 0
+        if step is not None:
+            p.step = step
+        if total:
+            p.total = total
+        if loss is not None:
+            p.loss = loss
+        if rate is not None:
+            p.rate, p.rate_unit = rate, unit
+        if epoch is not None:
+            p.epoch = epoch
+        p.last_line = " ".join(seg.split())[:200]
+        if count:
+            p.records += 1
+            return 1
+        return 0
+
+
+def _int_text(text: str | None) -> int | None:
+    if not text or not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
+
+
+def parse_text(text: str, regex: re.Pattern[str] | str | None = None) -> LogProgress:
+    """All of `text` at once (a log's tail, a test's sample)."""
+    parser = ProgressParser(regex)
+    parser.feed(text)
+    return parser.progress

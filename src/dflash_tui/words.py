@@ -1,0 +1,91 @@
+"""The words every view speaks: ages, durations, CPU use, byte counts and one-line causes.
+
+One module, so `--check`, the checklist's causes (run/health.py) and the dashboard's panes
+(ui/fmt.py) never phrase the same fact two ways. Pure functions, stdlib only.
+
+Two registers:
+- prose, for causes and summaries: `ago(12)` "12 s ago", `duration(300)` "5 min";
+- compact, for columns and badges: `compact(192)` "3m12s".
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+
+NA = "n/a"
+
+
+def duration(seconds: float) -> str:
+    """A length of time in prose: "12 s", "5 min", "1.5 h". Negative (clock skew) reads 0 s."""
+    s = max(0.0, seconds)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def ago(seconds: float | None) -> str:
+    """How long ago, in prose: "just now", "12 s ago", "5 min ago"; None is "never"."""
+    if seconds is None:
+        return "never"
+    if max(0.0, seconds) < 1:
+        return "just now"
+    return duration(seconds) + " ago"
+
+
+def age_at(now: float, t: float | None) -> str:
+    """`ago` of an event at time `t`, seen at `now` (both on one clock)."""
+    return ago(None if t is None else now - t)
+
+
+def compact(seconds: float | None) -> str:
+    """A short age for a column: 4s, 3m12s, 2h05m, 3d4h. None reads n/a."""
+    if seconds is None:
+        return NA
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def cpu_use(cores: float | None) -> str:
+    """CPU use of a process tree as a share of one core: "0 % CPU", "180 % CPU"."""
+    if cores is None:
+        return "CPU not measured"
+    return f"{cores * 100:.0f} % CPU"
+
+
+def size(n_bytes: int | None) -> str:
+    """A byte count a person reads: "512 B", "3.2 KiB", "1.5 GiB"."""
+    if n_bytes is None:
+        return NA
+    n = float(n_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"   # pragma: no cover - the loop returns at GiB
+
+
+def signame(num: int | None) -> str:
+    """SIGTERM for 15; "signal 77" for a number with no name; "?" for None."""
+    if num is None:
+        return "?"
+    try:
+        return _signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def one_line(text: str | None, limit: int = 160) -> str:
+    """A cause on one line: every run of whitespace (newlines too) is one space, and a text
+    longer than `limit` ends in an ellipsis. Causes, not essays."""
+    if not text:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

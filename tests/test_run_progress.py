@@ -1,0 +1,99 @@
+"""The log progress parser over lines in the formats real trainers print.
+
+tqdm bars come from the real tqdm (installed with transformers), written to a buffer exactly as
+they reach a log file: carriage-return updates on one line. The Trainer and Lightning lines are
+verbatim shapes of what transformers' ProgressCallback and Lightning's TQDMProgressBar print.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import tqdm
+
+from dflash_tui.run.progress import (ProgressParser, ProgressRegexError, compile_progress_regex,
+                                     parse_text)
+
+
+def test_step_loss_lines():
+    p = parse_text("loading data\nstep 1 loss 2.5000\nstep 2 loss 2.2500\n")
+    assert (p.step, p.loss, p.records) == (2, 2.25, 2)
+    p = parse_text("Step 30/100 | loss: 1.25e-1 | 12.5 it/s\n")
+    assert (p.step, p.total, p.loss, p.rate, p.rate_unit) == (30, 100, 0.125, 12.5, "it/s")
+    p = parse_text("iter 7, train_loss=0.9, 3.1 s/it\n")
+    assert (p.step, p.loss, p.rate, p.rate_unit) == (7, 0.9, 3.1, "s/it")
+    p = parse_text("10:01:02 step 99/2000 loss 0.4312 acc 0.710 tok/s 1234\n")   # the bundled trainer
+    assert (p.step, p.total, p.loss) == (99, 2000, 0.4312)
+
+
+def test_lines_that_are_not_progress():
+    p = parse_text("dflash-tui: run 1 started by pid 3 at 2026-01-01T00:00:00Z\n"
+                   "Downloading model...\nwarming up on 12/31\nmax_steps_total set\n")
+    assert not p.seen and p.step is None
+
+
+def test_real_tqdm_bar_carriage_returns_and_the_unfinished_line():
+    buf = io.StringIO()
+    bar = tqdm.tqdm(total=1000, file=buf, mininterval=0, miniters=1, ascii=False)
+    parser = ProgressParser()
+    offset = 0
+    for i in range(5):
+        bar.update(100)
+        bar.set_postfix(loss=f"{2.0 - i * 0.1:.2f}", refresh=True)
+        text = buf.getvalue()
+        parser.feed(text[offset:])
+        offset = len(text)
+        # No newline yet: the bar's current state is read all the same.
+        assert parser.progress.step == 100 * (i + 1), repr(text[-120:])
+        assert parser.progress.total == 1000
+        assert parser.progress.loss == pytest.approx(2.0 - i * 0.1)
+    assert "\n" not in buf.getvalue().rstrip("\n")
+    assert parser.progress.rate_unit in ("it/s", "s/it")
+    bar.close()
+
+
+def test_lightning_bar():
+    line = ("\rEpoch 0:  45%|████▌     | 450/1000 [00:10<00:12, 44.30it/s, v_num=0, train_loss=2.100]"
+            "\rEpoch 0:  46%|████▌     | 460/1000 [00:10<00:12, 44.31it/s, v_num=0, train_loss=2.050]")
+    p = parse_text(line)
+    assert (p.step, p.total, p.loss, p.rate, p.epoch) == (460, 1000, 2.05, 44.31, 0.0)
+
+
+def test_transformers_trainer_dicts():
+    text = ("{'loss': 2.1043, 'grad_norm': 1.532, 'learning_rate': 4.5e-05, 'epoch': 0.3}\n"
+            "{'eval_loss': 1.9, 'eval_runtime': 1.2, 'epoch': 0.5}\n"
+            "{'loss': 1.7, 'grad_norm': 0.9, 'learning_rate': 4e-05, 'epoch': 0.6}\n"
+            "Saving model checkpoint to out/checkpoint-500\n")
+    p = parse_text(text)
+    assert (p.loss, p.epoch, p.records) == (1.7, 0.6, 4)
+    assert p.checkpoint == "out/checkpoint-500"
+
+
+def test_json_lines():
+    p = parse_text('{"step": 10, "loss": 2.5, "max_steps": 50}\n{"step": 11, "loss": 2.4}\n')
+    assert (p.step, p.total, p.loss, p.records) == (11, 50, 2.4, 2)
+    # Hostile numbers and shapes are no progress, never an exception.
+    p = parse_text('{"step": "3", "loss": NaN}\n{"step": 1e400}\n{' + "[" * 5000 + "\n")
+    assert p.step is None and p.loss is None
+
+
+def test_profile_regex_first_and_its_validation():
+    rx = compile_progress_regex(r"it=(?P<step>\d+) of (?P<total>\d+) L=(?P<loss>[0-9.]+)")
+    p = parse_text("it=5 of 9 L=0.5\n", rx)
+    assert (p.step, p.total, p.loss) == (5, 9, 0.5)
+    with pytest.raises(ProgressRegexError, match="not a valid regular expression"):
+        compile_progress_regex("step (")
+    with pytest.raises(ProgressRegexError, match="only"):
+        compile_progress_regex(r"(?P<epoch>\d+)")
+    with pytest.raises(ProgressRegexError, match="names no group"):
+        compile_progress_regex(r"step \d+")
+
+
+def test_a_segment_split_across_reads_counts_once():
+    parser = ProgressParser()
+    assert parser.feed(b"step 4") == 0
+    assert parser.feed(b"2 loss 1.0\n") == 1
+    assert parser.progress.step == 42 and parser.progress.records == 1
+    assert parser.feed(b"x" * 100_000) == 0            # no newline: bounded, not buffered whole
+    assert len(parser._partial) <= 4096
