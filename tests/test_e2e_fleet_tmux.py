@@ -7,8 +7,10 @@ that goes down turns its row UNREACHABLE while the other host's rows stay live.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ import pytest
 from tests.run_standins import PROGRAM
 from tests.support.runs import alive
 from tests.support.sshd import start_sshd
-from tests.test_e2e_tmux import CLI, Tmux, tmux  # noqa: F401  (the fixture)
+from tests.test_e2e_tmux import CLI, tmux  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -66,7 +68,6 @@ def test_fleet_over_two_hosts(sshd, tmux, tmp_path):  # noqa: F811
             r = subprocess.run([*base, "--profile", name, "--launch", "--wait", "20", "--json"],
                                capture_output=True, text=True, timeout=60, env=run_env)
             assert r.returncode == 0, f"launch {name} failed: {r.stdout} {r.stderr}"
-            import json
             pids[name] = json.loads(r.stdout)["pid"]
         before = sshd.accepted_connections()
 
@@ -95,12 +96,13 @@ def test_fleet_over_two_hosts(sshd, tmux, tmp_path):  # noqa: F811
         assert not alive(pids["bravo"]) and alive(pids["alpha"]) and alive(pids["charlie"])
 
         # Enter opens alpha's run view; Escape returns to the fleet. The cursor stayed on bravo,
-        # which now sorts first (worst first).
+        # wherever its new verdict sorts it: go to the top, then down to alpha.
+        tmux.keys("Home")
         for _ in range(3):
+            time.sleep(0.3)
             if re.search(r"RUNNING\s+alpha:", tmux.screen()):
                 break
             tmux.keys("Down")
-            time.sleep(0.3)
         tmux.wait(r"RUNNING\s+alpha:")
         tmux.keys("Enter")
         tmux.wait(rf"profile alpha[\s\S]*RUNNING|RUNNING[\s\S]*profile alpha", timeout=20)
@@ -129,5 +131,4 @@ def test_fleet_over_two_hosts(sshd, tmux, tmp_path):  # noqa: F811
 
 
 def _q(s: str) -> str:
-    import shlex
     return shlex.quote(s)

@@ -10,8 +10,9 @@ detached runs, a port that refuses and a "host" that accepts TCP and then never 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
-import sys
 import time
 
 import pytest
@@ -123,8 +124,6 @@ async def test_fleet_rows_mixed_verdicts_and_a_dead_host_delays_nobody(sshd, tmp
             # A failing run turns its row red within a poll or two.
             async with Session(beat) as s:
                 ev = await s.evidence()
-            import os
-            import signal
             t_kill = time.time()
             os.killpg(ev.launch.pid, signal.SIGKILL)
             await until(lambda: rows["beat"].severity == FAIL, 5, "the killed run's row turns red")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.config import ConfigError, Profile
-from dflash_tui.run.history import HistoryError, list_runs, open_run, run_path
+from dflash_tui.run.history import HistoryError, run_path
 from dflash_tui.run.launch import LaunchRefused
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
@@ -58,7 +58,7 @@ async def test_history_lists_each_run_as_it_ended_and_reads_nothing_into_it(tmp_
     async with Session(finish) as s:
         third = await s.launch(relaunch=True)   # moves the stopped run aside too
         await wait_verdict(s, {Verdict.FINISHED})
-        assert await s.history() and True
+        assert len(await s.history()) == 2
 
         before = tree(run_dir / "history")
         runs = await s.history()

@@ -140,3 +140,25 @@ async def test_fleet_screen_live(tmp_path, monkeypatch):
         for p in (beat, other, crash):
             async with Session(p) as s:
                 await s.stop()
+
+
+async def test_relaunch_dialog_offers_resume_only_with_a_checkpoint():
+    from textual.app import App
+
+    answers = []
+
+    class Host(App):
+        pass
+
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        for checkpoint, keys in (("step 120 (step-00000120)", ("u",)), ("step 120 (step-00000120)", ("y",)),
+                                 (None, ("u", "y")), (None, ("n",))):
+            app.push_screen(RelaunchScreen("Stops pid 1 …", checkpoint), answers.append)
+            await pilot.pause()
+            text = " ".join(str(w.render()) for w in app.screen.query("Static"))
+            assert ("step 120" in text) == (checkpoint is not None)
+            await pilot.press(*keys)
+            await pilot.pause()
+    # u resumes only when there is something to resume from; without, u does nothing.
+    assert answers == ["resume", "fresh", "fresh", None]
