@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import time
@@ -132,4 +133,32 @@ async def test_fleet_rows_mixed_verdicts_and_a_dead_host_delays_nobody(sshd, tmp
         async with Session(local) as s:
             await s.stop()
         async with Session(crash) as s:
+            await s.stop()
+
+
+async def test_fleet_row_shows_the_runs_gpus_from_the_hosts_nvml(tmp_path, monkeypatch):
+    """The GPU cells: the host's NVML (the fake NVML module, read by a real probe process on
+    the host) with the run's trainer on GPU 0 of 2: one GPU, its memory, and the GPU check."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    p = standin_profile(tmp_path / "run", "beat", "--interval=0.2", "--device=cuda:0", name="gpu-run",
+                        stall_after_s=30.0)
+    async with Session(p) as s:
+        out = await s.launch()
+        assert out.run_id, out.checklist
+    try:
+        log = tmp_path / "run" / "train.log"
+        await until(lambda: log.exists() and "standin beat pid" in log.read_text(), 10, "the trainer started")
+        trainer = int(re.search(r"standin beat pid (\d+)", log.read_text()).group(1))
+        monkeypatch.setenv("DFLASH_TUI_NVML", "dflash_tui.gpu.fake_nvml:from_env")
+        monkeypatch.setenv("DFLASH_FAKE_NVML_GPUS", "2")
+        monkeypatch.setenv("DFLASH_FAKE_NVML_PROCS", f"0:{trainer}:{20 << 30}")
+        async with FleetPoller([p], interval=0.5, gpu_interval=0.5) as poller:
+            row = lambda: poller.rows["gpu-run"]   # noqa: E731
+            await until(lambda: row().gpus.count == 1, 30, "the run's GPU in its row")
+            assert row().gpus.mem_bytes == 20 << 30 and row().gpus.util_pct is not None
+            await until(lambda: any(c.id == "gpus" and c.state.value == "ok"
+                                    for c in poller.monitors["gpu-run"].last.checklist.checks), 10,
+                        "the same sample in the verdict's gpus check")
+    finally:
+        async with Session(p) as s:
             await s.stop()
