@@ -11,6 +11,9 @@ Exit codes (README, "Exit codes"):
   3  target unreachable (connect, auth, host key, container not running)
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
+A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
+the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
+else the combined verdict's (`nodes_exit_code`).
 `--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
 (fleet/checkall.py EXIT_PRECEDENCE).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
@@ -147,6 +150,8 @@ async def _check_until(session, wait_s: float, first=None):
 
 
 async def _run_mode(args, profile: Profile) -> int:
+    if profile.is_multinode:
+        return await _run_nodes_mode(args, profile)
     from .session import Session
     async with Session(profile) as session:
         if args.check:
@@ -209,24 +214,146 @@ async def _run_mode(args, profile: Profile) -> int:
     raise AssertionError("no mode")
 
 
+# -- a run on several nodes (run/combine.py has the combination rule) ------------------------------
+
+def nodes_exit_code(run) -> int:
+    """1 for a failing run, else 3 while a node is unreachable, else the verdict's own code."""
+    if run.verdict.failing:
+        return EXIT_FAILING
+    return EXIT_UNREACHABLE if run.unreachable else exit_code_for(run.verdict)
+
+
+def nodes_json(profile: Profile, run, **extra: Any) -> dict[str, Any]:
+    nodes = []
+    for n in run.nodes:
+        r = n.report
+        nodes.append({"node": n.node, "rank": n.rank, "target": r.target_label, "run_dir": r.run_dir,
+                      **r.checklist.to_dict(),
+                      "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
+                      "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
+    return {"verdict": run.verdict.value, "summary": run.summary,
+            "checks": [c.to_dict() for c in run.checklist().checks if c.id.startswith("node:")],
+            "nodes": nodes, "unreachable": run.unreachable, "profile": profile.name,
+            "target": profile.where(), "run_dir": profile.run_dir, "exit_code": nodes_exit_code(run), **extra}
+
+
+def render_nodes_text(profile: Profile, run, *, now: float, extra: Sequence[str] = ()) -> str:
+    lines = [f"{profile.name} · {profile.where()} · {profile.run_dir}", f"{run.verdict.value}: {run.summary}"]
+    lines += [f"  {x}" for x in extra]
+    for n in run.nodes:
+        r = n.report
+        lines.append(f"node {n.node} (rank {n.rank}) · {r.target_label} · {r.run_dir}"
+                     + ("" if r.connected else f" · UNREACHABLE: {r.error}"))
+        lines += render_text(profile, r.checklist, pid=None, now=now).splitlines()[1:]
+    return "\n".join(lines)
+
+
+def _emit_nodes(args, profile: Profile, run, *, extra_text: Sequence[str] = (), code: int | None = None,
+                **extra: Any) -> int:
+    code = nodes_exit_code(run) if code is None else code
+    if args.json:
+        print(json.dumps({**nodes_json(profile, run, **extra), "exit_code": code}))
+    else:
+        print(render_nodes_text(profile, run, now=time.time(), extra=extra_text))
+    return code
+
+
+async def _nodes_until(nodes, wait_s: float, first=None):
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while True:
+        run = first if first is not None else await nodes.check(gpus=True)
+        first = None
+        if run.verdict.healthy or run.verdict.failing or time.monotonic() >= deadline:
+            return run
+        await asyncio.sleep(WAIT_INTERVAL_S)
+
+
+async def _run_nodes_mode(args, profile: Profile) -> int:
+    from .multinode import NodesSession
+    async with NodesSession(profile) as nodes:
+        if args.check:
+            return _emit_nodes(args, profile, await _nodes_until(nodes, args.wait))
+        if args.launch or args.relaunch:
+            from .run.launch import LaunchRefused
+            try:
+                out = await nodes.launch(relaunch=args.relaunch, preflight=not args.no_preflight)
+            except LaunchRefused as exc:
+                return _fail(args, EXIT_FAILING, str(exc))
+            run = out.run
+            if out.launched and args.wait > 0:
+                run = await _nodes_until(nodes, args.wait, first=run)
+            stopped = [f"node {n}: {r.message}" for n, r in out.stopped.items()]
+            # No node started because one could not be reached: 3, as for one host.
+            code = EXIT_UNREACHABLE if not out.launched and run.unreachable else None
+            return _emit_nodes(args, profile, run, extra_text=stopped, code=code,
+                               launch_seconds=round(out.seconds, 3),
+                               run_ids={n: o.run_id for n, o in out.outcomes.items()},
+                               **({"stopped": {n: r.message for n, r in out.stopped.items()}} if out.stopped else {}))
+        if args.stop:
+            results = await nodes.stop()
+            ok = all(r.ok for r in results.values())
+            run = await nodes.check()
+            lines = [f"stop node {n}: {r.message}" for n, r in results.items()]
+            if args.json:
+                print(json.dumps({**nodes_json(profile, run), "exit_code": EXIT_HEALTHY if ok else EXIT_FAILING,
+                                  "stop": {n: {"outcome": r.outcome, "message": r.message, "pid": r.pid,
+                                               "seconds": round(r.seconds, 3)} for n, r in results.items()}}))
+            else:
+                print(render_nodes_text(profile, run, now=time.time(), extra=lines))
+            return EXIT_HEALTHY if ok else EXIT_FAILING
+        if args.canary:
+            results = await nodes.canary()
+            ok = all(r.ok for r in results.values())
+            if args.json:
+                print(json.dumps({"canary": "ok" if ok else "fail", "exit_code": EXIT_HEALTHY if ok else EXIT_FAILING,
+                                  "nodes": [{"node": n, "canary": "ok" if r.ok else "fail", "message": r.message}
+                                            for n, r in results.items()]}))
+            else:
+                for n, r in results.items():
+                    print(f"node {n}: canary {'passed' if r.ok else 'FAILED'}: {r.message}")
+            return EXIT_HEALTHY if ok else EXIT_FAILING
+    raise AssertionError("no mode")
+
+
 async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
     """--check --all: each profile as --check would print it, all at once; the worst exit code."""
     from .fleet.checkall import check_all, worst_exit_code
-    results = await check_all(profiles, lambda session: _check_until(session, args.wait))
-    objects, lines = [], []
-    width = max(len(p.name) for p in profiles)
+    single = [p for p in profiles if not p.is_multinode]
+    several = [p for p in profiles if p.is_multinode]
+
+    async def nodes_check(p: Profile):
+        from .multinode import NodesSession
+        try:
+            async with NodesSession(p) as nodes:
+                return p, await _nodes_until(nodes, args.wait), None
+        except ConfigError as exc:
+            return p, None, str(exc)
+
+    results, node_runs = await asyncio.gather(
+        check_all(single, lambda session: _check_until(session, args.wait)),
+        asyncio.gather(*(nodes_check(p) for p in several)))
+    by_name: dict[str, tuple[dict, str]] = {}
     for r in results:
         p = r.profile
         if r.error is not None:
             word = "CONFIG ERROR" if r.error_code == EXIT_USAGE else "UNREACHABLE"
-            objects.append({"verdict": None, "error": r.error, "exit_code": r.error_code,
-                            "profile": p.name, "target": p.where(), "run_dir": p.run_dir})
-            lines.append(f"{p.name:<{width}}  {word:<13}  {p.where()}  {r.error}")
+            by_name[p.name] = ({"verdict": None, "error": r.error, "exit_code": r.error_code,
+                                "profile": p.name, "target": p.where(), "run_dir": p.run_dir},
+                               f"{word:<13}  {p.where()}  {r.error}")
             continue
         ev, cl = r.value
-        objects.append(checklist_json(p, cl, pid=ev.launch.pid if ev.launch else None,
-                                      run_id=ev.launch.run_id if ev.launch else None))
-        lines.append(f"{p.name:<{width}}  {cl.verdict.value:<13}  {p.where()}  {cl.summary}")
+        by_name[p.name] = (checklist_json(p, cl, pid=ev.launch.pid if ev.launch else None,
+                                          run_id=ev.launch.run_id if ev.launch else None),
+                           f"{cl.verdict.value:<13}  {p.where()}  {cl.summary}")
+    for p, run, error in node_runs:
+        if error is not None:
+            by_name[p.name] = ({"verdict": None, "error": error, "exit_code": EXIT_USAGE, "profile": p.name,
+                                "target": p.where(), "run_dir": p.run_dir}, f"{'CONFIG ERROR':<13}  {p.where()}  {error}")
+        else:
+            by_name[p.name] = (nodes_json(p, run), f"{run.verdict.value:<13}  {p.where()}  {run.summary}")
+    width = max(len(p.name) for p in profiles)
+    objects = [by_name[p.name][0] for p in profiles]
+    lines = [f"{p.name:<{width}}  {by_name[p.name][1]}" for p in profiles]
     print(json.dumps(objects) if args.json else "\n".join(lines))
     return worst_exit_code([o["exit_code"] for o in objects])
 

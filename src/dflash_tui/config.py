@@ -57,10 +57,18 @@ class Profile:
     # and/or total (run/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
     source: str = "<built-in>"         # the file the profile came from, for messages
+    # -- a run across several hosts (run/nodes.py) -------------------------------------------
+    nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
+    master_addr: str | None = None     # None: the first node's address (its ssh HostName)
+    master_port: int = 29500           # torch.distributed rendezvous port on the first node
 
     @property
     def is_local(self) -> bool:
-        return self.host is None
+        return self.host is None and not self.nodes
+
+    @property
+    def is_multinode(self) -> bool:
+        return bool(self.nodes)
 
     @property
     def trainer_argv(self) -> list[str]:
@@ -75,7 +83,9 @@ class Profile:
 
     def where(self) -> str:
         """Human label of the target, e.g. "root@gpu1:2222 · pct:200" or "local"."""
-        if self.host is None:
+        if self.nodes:
+            base = f"nodes {','.join(self.nodes)}"
+        elif self.host is None:
             base = "local"
         else:
             base = f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
@@ -150,6 +160,9 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "stop_grace_s": ((int, float), "a number of seconds >= 0"),
     "min_free_gb": ((int, float), "a number of GiB >= 0"),
     "progress_regex": ((str,), "a regular expression with (?P<step>...), (?P<loss>...) and/or (?P<total>...)"),
+    "nodes": ((list,), 'a list of host names or ssh aliases, e.g. ["gpu1", "gpu2"]'),
+    "master_addr": ((str,), "the address the other nodes reach the first node at"),
+    "master_port": ((int,), "a port number (1-65535)"),
 }
 
 
@@ -199,12 +212,13 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
     for key in ("host", "user", "python", "identity_file", "known_hosts", "ssh_config"):
         if key in values and (not values[key] or values[key] != values[key].strip()):
             raise ConfigError(f"{where}: {key} = {values[key]!r} is empty or has surrounding spaces")
-    if any(k in values for k in ("user", "port", "identity_file")) and "host" not in values:
+    _check_nodes(where, values)
+    if any(k in values for k in ("user", "port", "identity_file")) and not ("host" in values or "nodes" in values):
         raise ConfigError(f"{where}: user/port/identity_file are set but host is not; "
                           "add host = \"...\" or remove them to run locally")
 
     if "run_dir" not in values:
-        if "host" in values:
+        if "host" in values or "nodes" in values:
             raise ConfigError(f"{where}: run_dir is missing; add run_dir = \"/abs/path\" "
                               "(a directory on the target)")
         values["run_dir"] = str(state_dir() / "runs" / name)
@@ -220,9 +234,47 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
     for key in ("known_hosts", "ssh_config"):
         if key in values:
             values[key] = os.path.expanduser(values[key])
-    if "python" not in values and "host" not in values and "container" not in values:
+    if not any(k in values for k in ("python", "host", "container", "nodes")):
         values["python"] = sys.executable   # local: the interpreter that has dflash_train
     return Profile(name=name, source=path, **values)
+
+
+# A node name is a host name, an IPv4 address or an ~/.ssh/config alias; it also names the
+# node's run dir where run_dir holds "{node}" (nodes that share a filesystem), so no "/".
+_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NODE_PLACEHOLDER = "{node}"
+
+
+def _check_nodes(where: str, values: dict[str, Any]) -> None:
+    """`nodes`, `master_addr`, `master_port`: a run across several hosts (run/nodes.py)."""
+    if "nodes" not in values:
+        extra = [k for k in ("master_addr", "master_port") if k in values]
+        if extra:
+            raise ConfigError(f"{where}: {extra[0]} is set but nodes is not; add nodes = [...] or remove it")
+        if NODE_PLACEHOLDER in values.get("run_dir", ""):
+            raise ConfigError(f"{where}: run_dir holds {NODE_PLACEHOLDER} but nodes is not set; "
+                              "add nodes = [...] or write the directory out")
+        return
+    nodes = values["nodes"]
+    if "host" in values:
+        raise ConfigError(f"{where}: host and nodes are both set; a run on several hosts lists "
+                          "them all in nodes (remove host)")
+    if not nodes:
+        raise ConfigError(f"{where}: nodes = [] is empty; list the hosts, e.g. nodes = [\"gpu1\", \"gpu2\"]")
+    for node in nodes:
+        if not _NODE_RE.match(node):
+            raise ConfigError(f"{where}: nodes entry {node!r} is not a host name or ssh alias "
+                              "(letters, digits, '.', '_', '-'; put user and port in user/port or ~/.ssh/config)")
+    dup = next((n for i, n in enumerate(nodes) if n in nodes[:i]), None)
+    if dup is not None:
+        raise ConfigError(f"{where}: nodes lists {dup!r} twice; each host runs one process, list it once")
+    if "master_port" in values and not 1 <= values["master_port"] <= 65535:
+        raise ConfigError(f"{where}: master_port = {values['master_port']} is not a port number (1-65535)")
+    if "master_addr" in values and (not values["master_addr"] or values["master_addr"] != values["master_addr"].strip()):
+        raise ConfigError(f"{where}: master_addr = {values['master_addr']!r} is empty or has surrounding spaces")
+    run_dir = values.get("run_dir", "")
+    if run_dir.count("{") != run_dir.count(NODE_PLACEHOLDER) or "}" in run_dir.replace(NODE_PLACEHOLDER, ""):
+        raise ConfigError(f"{where}: run_dir = {run_dir!r}: the only placeholder is {NODE_PLACEHOLDER}")
 
 
 def parse_config(text: str, path: str) -> Config:

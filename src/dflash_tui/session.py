@@ -16,7 +16,7 @@ the next request and the connection reconnects with backoff, for every profile a
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from .config import ConfigError, Profile
 from .gpu.oneshot import OneShotGpuProbe
@@ -50,9 +50,15 @@ def build_targets(profile: Profile) -> tuple[Target, Target]:
 
 class Session:
     def __init__(self, profile: Profile, *, targets: tuple[Target, Target] | None = None,
-                 ops_kind: str = "auto", transport: "SharedTransport | None" = None) -> None:
-        """`ops_kind`: "auto" (the agent where python3 runs, else shell), "agent" or "shell"."""
+                 ops_kind: str = "auto", argv: Sequence[str] | None = None, rank: int = 0,
+                 transport: "SharedTransport | None" = None) -> None:
+        """`ops_kind`: "auto" (the agent where python3 runs, else shell), "agent" or "shell".
+        `argv`: what launches run instead of the profile's trainer_argv (one node of a run on
+        several hosts: run/nodes.py); `rank`: that node's torch.distributed rank, whose status
+        file the run dir holds. `transport`: borrow the targets and agent from a SharedTransport."""
         self.profile = profile
+        self.argv = list(argv) if argv is not None else None
+        self.rank = rank
         self.ops_kind = ops_kind
         self.limits = Limits.from_profile(profile)
         self.transport = transport
@@ -121,7 +127,7 @@ class Session:
 
     async def evidence(self) -> Evidence:
         return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt,
-                            tracker=self.progress)
+                            tracker=self.progress, rank=self.rank)
 
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""
@@ -148,13 +154,13 @@ class Session:
                      resume: bool = False) -> LaunchOutcome:
         """`resume`: the bundled trainer continues from the newest checkpoint in the run dir
         (checkpoints/ stays where it is when the last run is moved to history/)."""
-        argv = None
+        argv = self.argv
         if resume:
             if not self.profile.uses_bundled_trainer:
                 raise ConfigError(f"profile {self.profile.name} runs its own command; resume "
                                   "works with the bundled trainer (add your program's own flag "
                                   "to train_args instead)")
-            argv = [*self.profile.trainer_argv, "--resume"]
+            argv = [*(self.argv if self.argv is not None else self.profile.trainer_argv), "--resume"]
         try:
             ops = await self.ops()
         except TargetError:

@@ -21,6 +21,10 @@ from typing import AsyncIterator, Callable, Sequence
 from ..config import ConfigError, Profile
 from ..gpu.sample import GpuSnapshot
 from ..gpu.sources import run_ref_from_launch
+from ..multinode import NodesSession
+from ..remote.base import TargetError
+from ..run.report import RunReport
+from ..run.verdict import Check, CheckState, Checklist, Verdict
 from ..run.monitor import RunMonitor
 from ..session import Session
 from .row import FleetRow, config_error_row, row_from_report
@@ -50,6 +54,8 @@ class FleetPoller:
         self._sem = asyncio.Semaphore(max_concurrent)
         self.sessions: dict[str, Session] = {}
         self.monitors: dict[str, RunMonitor] = {}
+        self.nodes: dict[str, NodesSession] = {}   # profiles with `nodes`: one run on several hosts
+        self._nodes_last: dict[str, RunReport] = {}
         self.rows: dict[str, FleetRow] = {}
         self._gpu: dict[str, GpuSnapshot] = {}
         self._fresh_at: dict[str, float] = {}
@@ -61,6 +67,14 @@ class FleetPoller:
         # per target: how long each poll of it took (seconds), newest last
         self.latencies: dict[tuple, deque[float]] = {}
         for p in profiles:
+            if p.is_multinode:
+                try:
+                    self.nodes[p.name] = NodesSession(p)
+                except ConfigError as exc:
+                    self.rows[p.name] = config_error_row(p, str(exc))
+                    continue
+                self.rows[p.name] = row_from_report(p, None)
+                continue
             try:
                 session = Session(p, transport=self.transport)
             except ConfigError as exc:
@@ -82,6 +96,10 @@ class FleetPoller:
             self.latencies[key] = deque(maxlen=LATENCY_SAMPLES)
             self._tasks.append(asyncio.create_task(self._poll_target(key, names),
                                                    name=f"fleet-poll {names[0]}"))
+        for name in self.nodes:
+            self._wake[("nodes", name)] = asyncio.Event()
+            self.latencies[("nodes", name)] = deque(maxlen=LATENCY_SAMPLES)
+            self._tasks.append(asyncio.create_task(self._poll_nodes(name), name=f"fleet-poll {name}"))
         if self.gpu_interval is not None:
             hosts: dict[tuple, list[str]] = {}
             for names in self._groups.values():
@@ -100,6 +118,8 @@ class FleetPoller:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass   # it was told to stop; how it ended changes nothing
+        for ns in self.nodes.values():
+            await ns.close()
         await self.transport.close()
 
     async def __aenter__(self) -> "FleetPoller":
@@ -124,7 +144,10 @@ class FleetPoller:
 
     def poke(self, name: str | None = None) -> None:
         """Poll now: `name`'s target, or every target."""
-        keys = [target_key(self.profiles[name])] if name is not None else list(self._wake)
+        if name is None:
+            keys = list(self._wake)
+        else:
+            keys = [("nodes", name) if name in self.nodes else target_key(self.profiles[name])]
         for k in keys:
             if k in self._wake:
                 self._wake[k].set()
@@ -160,17 +183,45 @@ class FleetPoller:
         self._set_row(name, report, polled_at=self.clock(), poll_s=took)
 
     def _set_row(self, name: str, report, *, polled_at: float | None, poll_s: float | None) -> None:
-        monitor = self.monitors[name]
+        monitor = self.monitors.get(name)
         if report is not None and report.connected:
             self._fresh_at[name] = polled_at if polled_at is not None else self.clock()
         row = row_from_report(self.profiles[name], report, gpu=self._gpu.get(name),
                               polled_at=polled_at, poll_s=poll_s, fresh_at=self._fresh_at.get(name),
-                              retry_in_s=monitor.retry_in, busy=_busy_word(monitor))
+                              retry_in_s=monitor.retry_in if monitor is not None else None,
+                              busy=_busy_word(monitor) if monitor is not None else "")
         old = self.rows.get(name)
         self.rows[name] = row
         if old is None or _what_shows(row) != _what_shows(old):
             self._dirty.add(name)
             self._changed.set()
+
+    async def _poll_nodes(self, name: str) -> None:
+        """A run across several hosts: every node observed at once (multinode.NodesSession),
+        one row with the combined verdict (run/combine.py), on its own schedule."""
+        profile, ns, wake = self.profiles[name], self.nodes[name], self._wake[("nodes", name)]
+        while True:
+            t0 = time.monotonic()
+            async with self._sem:
+                try:
+                    run = await asyncio.wait_for(ns.check(), self.poll_timeout)
+                    report = run.report(name, profile.where(), profile.run_dir)
+                    if any(n.report.connected for n in run.nodes):
+                        # The combined verdict already accounts for a node that did not answer.
+                        report = replace(report, connected=True)
+                    self._nodes_last[name] = report
+                except (asyncio.TimeoutError, TargetError, OSError) as exc:
+                    why = (f"no node answered within {self.poll_timeout:.0f} s"
+                           if isinstance(exc, asyncio.TimeoutError) else str(exc))
+                    report = _unanswered(self._nodes_last.get(name), profile, why)
+            took = time.monotonic() - t0
+            self.latencies[("nodes", name)].append(took)
+            self._set_row(name, report, polled_at=self.clock(), poll_s=took)
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), max(0.0, self.interval - (time.monotonic() - t0)))
+            except asyncio.TimeoutError:
+                pass
 
     async def _sample_gpus(self, names: list[str]) -> None:
         while True:
@@ -183,6 +234,17 @@ class FleetPoller:
                 self._gpu[n] = await self.transport.gpu_sample(self.profiles[n],
                                                                run_ref_from_launch(last.launch))
             await asyncio.sleep(max(0.1, self.gpu_interval - (time.monotonic() - t0)))
+
+
+def _unanswered(last: RunReport | None, profile: Profile, why: str) -> RunReport:
+    """The last report marked stale, or (never answered) what RunMonitor says in that case."""
+    now = time.time()
+    if last is not None:
+        return replace(last, connected=False, stale_since=last.stale_since or now, error=why)
+    check = Check("transport", "Target reachable", CheckState.FAIL, why, "", now)
+    return RunReport(time=now, profile=profile.name, target_label=profile.where(), run_dir=profile.run_dir,
+                     checklist=Checklist(Verdict.NO_RUN, [check], why), connected=False,
+                     stale_since=now, error=why)
 
 
 def _what_shows(row: FleetRow) -> FleetRow:

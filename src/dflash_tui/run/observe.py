@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
                                  TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord, TrainStatus,
-                                 parse_exit, parse_launch, parse_status, parse_stop)
+                                 parse_exit, parse_launch, parse_status, parse_stop, rank_file)
 
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
@@ -124,14 +124,19 @@ async def _read_tail_text(ops: RemoteOps, path: str, max_bytes: int) -> str:
 
 
 async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None = None,
-                 tail_bytes: int = 64 << 10, tracker: ProgressTracker | None = None) -> Evidence:
+                 tail_bytes: int = 64 << 10, tracker: ProgressTracker | None = None,
+                 rank: int = 0) -> Evidence:
     """One observation. `tracker` is the run's memory across polls (the dashboard's and a
     session's); without one, a fresh tracker makes this a one-shot look without the second CPU
-    sample (the stop and launch paths, which need no busy/idle judgement)."""
+    sample (the stop and launch paths, which need no busy/idle judgement). `rank`: the
+    torch.distributed rank whose status this run dir holds (a node of a run on several hosts;
+    its file is `rank_file(STATUS_JSON, rank)`)."""
+    status_name = rank_file(STATUS_JSON, rank)
+    names = tuple(status_name if n == STATUS_JSON else n for n in RUN_FILES)
     now, stats = await asyncio.gather(
-        ops.now(), ops.stat([posixpath.join(run_dir, n) for n in RUN_FILES]))
+        ops.now(), ops.stat([posixpath.join(run_dir, n) for n in names]))
     ev = Evidence(now=now, run_dir=run_dir, attempt=attempt,
-                  files={name: st for name, st in zip(RUN_FILES, stats)})
+                  files={name: st for name, st in zip(names, stats)})
 
     async def wrapper_id():
         if ev.exists(LAUNCH_SH):
@@ -154,7 +159,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         ev.stop, _ = await _read_record(ops, ev, STOP_JSON, parse_stop)
 
     async def status():
-        ev.status, ev.status_problem = await _read_record(ops, ev, STATUS_JSON, parse_status)
+        ev.status, ev.status_problem = await _read_record(ops, ev, status_name, parse_status)
 
     await asyncio.gather(wrapper_id(), launch(), exit_(), stop(), status())
 
@@ -169,7 +174,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         if ev.stop is not None and ev.stop.run_id != run_id:
             ev.stop = None
         if ev.status is not None and ev.status.run_id != run_id:
-            ev.status_problem = f"status.json belongs to run {ev.status.run_id}"
+            ev.status_problem = f"{status_name} belongs to run {ev.status.run_id}"
             ev.status = None
 
     tracker = tracker or ProgressTracker(second_sample=False)
@@ -184,7 +189,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             # again before calling it NEVER STARTED.
             (again,) = await ops.stat([ev.path(LAUNCH_JSON)])
             if again.exists:
-                return await gather(ops, run_dir, attempt=attempt, tail_bytes=tail_bytes, tracker=tracker)
+                return await gather(ops, run_dir, attempt=attempt, tail_bytes=tail_bytes, tracker=tracker,
+                                    rank=rank)
 
     wrapper_gone = ev.launch is not None and not process_matches(ev.launch, ev.proc)
     if wrapper_gone and ev.exit is None:

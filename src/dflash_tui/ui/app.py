@@ -564,6 +564,7 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
     """The live dashboard for a loaded config (dflash_tui.config.Config): with several profiles
     in the file, a FleetPoller behind the fleet screen, whose session and monitor each run view
     borrows (one connection and one agent per target, one action at a time per run)."""
+    from .nodes_source import NodesSource
     from .session_source import SessionSource
 
     fleet = None
@@ -572,10 +573,12 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
         fleet = FleetPoller(file_profiles)
 
     def source_for(name: str) -> DashboardSource:
+        profile = config.profile(name)
+        if profile.is_multinode:
+            return NodesSource(profile)
         if fleet is not None and name in fleet.sessions:
-            return SessionSource(config.profile(name), session=fleet.sessions[name],
-                                 monitor=fleet.monitors[name])
-        return SessionSource(config.profile(name))
+            return SessionSource(profile, session=fleet.sessions[name], monitor=fleet.monitors[name])
+        return SessionSource(profile)
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
     return DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
