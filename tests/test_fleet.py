@@ -10,15 +10,18 @@ detached runs, a port that refuses and a "host" that accepts TCP and then never 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
-from dflash_tui.config import Profile
+from dflash_tui.config import Profile, parse_config
 from dflash_tui.fleet.checkall import EXIT_PRECEDENCE, check_all, worst_exit_code
 from dflash_tui.fleet.poller import FleetPoller
 from dflash_tui.fleet.row import DOWN, FAIL, OK, UNREACHABLE
@@ -162,3 +165,26 @@ async def test_fleet_row_shows_the_runs_gpus_from_the_hosts_nvml(tmp_path, monke
     finally:
         async with Session(p) as s:
             await s.stop()
+
+
+@pytest.mark.sshd
+async def test_a_run_on_several_nodes_is_one_row_and_one_check_all_object(sshd, tmp_path, monkeypatch):
+    """A profile with `nodes` (this machine and the loopback sshd) gets one row with the combined
+    verdict, and --check --all prints the object `--check --json` prints for it."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    toml = (f'[profile.two]\nnodes = ["localhost", "{sshd.alias}"]\nssh_config = "{sshd.ssh_config}"\n'
+            f'run_dir = "{tmp_path}/run-{{node}}"\n'
+            f'[profile.one]\nrun_dir = "{tmp_path}/one"\n')
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    profiles = parse_config(toml, str(cfg)).file_profiles()
+    async with FleetPoller(profiles, interval=0.5, gpu_interval=None) as poller:
+        await until(lambda: all(r.verdict is not None for r in poller.rows.values()), 30, "both rows decided")
+        assert poller.rows["two"].verdict is Verdict.NO_RUN and poller.rows["two"].host.startswith("nodes ")
+        assert poller.rows["one"].verdict is Verdict.NO_RUN
+    r = subprocess.run([sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--check", "--all", "--json"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")})
+    objs = json.loads(r.stdout)
+    assert r.returncode == 4 and [o["profile"] for o in objs] == ["two", "one"], (r.stdout, r.stderr)
+    assert [n["node"] for n in objs[0]["nodes"]] == ["localhost", sshd.alias] and objs[0]["verdict"] == "NO RUN"

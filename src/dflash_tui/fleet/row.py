@@ -25,6 +25,8 @@ SEVERITY_RANK = {FAIL: 0, DOWN: 1, WAIT: 2, OK: 3}
 
 
 def host_label(profile: Profile) -> str:
+    if profile.nodes:
+        return f"nodes {','.join(profile.nodes)}"
     if profile.host is None:
         return "local"
     return f"{profile.user + '@' if profile.user else ''}{profile.host}" + (
