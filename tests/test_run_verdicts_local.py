@@ -200,6 +200,9 @@ async def test_second_launch_refused_relaunch_replaces(make_session, tmp_path):
     s = await make_session(standin_profile(tmp_path / "run", "beat"))
     await s.launch(preflight=False)
     ev1, _ = await wait_verdict(s, {Verdict.RUNNING})
+    # Files of other ranks belong to this run too, and must leave with it.
+    for name in ("status.rank1.json", "events.rank1.jsonl", "train.rank12.log"):
+        (tmp_path / "run" / name).write_text("{}\n")
     with pytest.raises(LaunchRefused):
         await s.launch(preflight=False)
     out = await s.launch()          # preflight refuses too, with a check that says why
@@ -212,6 +215,8 @@ async def test_second_launch_refused_relaunch_replaces(make_session, tmp_path):
     # The first run's files were put aside, not mixed into the second.
     hist = tmp_path / "run" / "history" / ev1.launch.run_id
     assert (hist / "launch.json").exists() and (hist / "train.log").exists()
+    for name in ("status.rank1.json", "events.rank1.jsonl", "train.rank12.log"):
+        assert (hist / name).exists() and not (tmp_path / "run" / name).exists(), name
 
 
 async def test_stop_escalates_to_sigkill(make_session, tmp_path):
@@ -240,7 +245,7 @@ async def test_stop_refuses_a_reused_pid(make_session, tmp_path):
         ev, cl = await s.check()
         assert cl.verdict is Verdict.KILLED and "pid reused" in cl.summary, cl.summary
         res = await s.stop()
-        assert res.outcome == "not-running"
+        assert res.outcome == "mismatch" and not res.ok   # README: --stop on a reused pid exits 1
         # Same start time but not our command line: signal() must refuse it too.
         ops = await s.ops()
         (info,) = await ops.pid_info([bystander.pid])

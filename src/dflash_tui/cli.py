@@ -1,16 +1,19 @@
 """dflash-tui: the dashboard, or a headless check/launch/stop/canary with an exit code.
 
-Exit codes (README, "Exit codes"):
-  0  healthy: RUNNING, FINISHED or STOPPED (ended after a stop request)
-     (for --stop: the run is stopped; --canary: it passed)
+Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
+  0  healthy: RUNNING, FINISHED or STOPPED (ended after a stop request) (for --stop: the run
+     is stopped or was not running; --canary: it passed)
   1  failing verdict: NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, NOT LAUNCHED,
-     GPU LOST (a GPU of the host fell off the bus while the run is alive)
-     (for --stop: nothing signalled because the pid was reused, or it survived SIGKILL;
-      --canary: it failed)
-  2  usage or config error
-  3  target unreachable (connect, auth, host key, container not running)
+     GPU LOST (a GPU of the host fell off the bus while the run is alive); a refused launch
+     (another launch of the run dir in progress, or its run still alive); --stop signalled
+     nothing (pid reused, or launch.json has no start time to verify it) or the process
+     survived SIGKILL; --canary failed (an operation the target refused on its own files,
+     should one ever reach this far, exits 1 too: it is bad data there, not a dead link)
+  2  usage or config error, out-of-range number or unusable SSH file included
+  3  target unreachable (connect, auth, host key, timeout, container not running)
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
+  130  interrupted (Ctrl-C); the run on the target keeps running
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
 the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
 else the combined verdict's (`nodes_exit_code`).
@@ -35,8 +38,8 @@ import time
 from typing import Any, Sequence
 
 from . import __version__
-from .config import Config, ConfigError, Profile, default_config_path, load_config
-from .remote.base import TargetError
+from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
+from .remote.base import OpRefused, TargetError
 from .run.verdict import CheckState, Checklist, Verdict
 from .words import compact
 
@@ -52,9 +55,26 @@ def exit_code_for(verdict: Verdict) -> int:
     return EXIT_UNDECIDED
 
 
+def one_line(message: str) -> str:
+    """The message with every control character escaped: an error is always ONE line, whatever
+    a path, a profile name or a target's answer held."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in message)
+
+
+def wait_seconds(text: str) -> float:
+    """--wait's value: a finite number of seconds from 0 to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0.0 <= value <= MAX_WAIT_S):   # False for nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range; use 0 to {MAX_WAIT_S:g} seconds")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, like every other usage problem
-        self.exit(EXIT_USAGE, f"dflash-tui: {message} (see dflash-tui --help)\n")
+        self.exit(EXIT_USAGE, f"dflash-tui: {one_line(message)} (see dflash-tui --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --launch/--relaunch: the bundled trainer continues from the newest "
                         "checkpoint in the run dir")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS",
                    help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
     p.add_argument("--no-preflight", action="store_true", help="with --launch/--relaunch: skip the preflight")
     p.add_argument("--version", action="version", version=f"dflash-tui {__version__}")
@@ -371,6 +391,7 @@ def _start_dashboard(config: Config, profile: Profile, fleet_home: bool = True) 
 
 def _fail(args, code: int, message: str) -> int:
     """One line on stderr; with --json also one object on stdout, so a script always parses."""
+    message = one_line(message)
     print(f"dflash-tui: {message}", file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"verdict": None, "error": message, "exit_code": code}))
@@ -380,8 +401,6 @@ def _fail(args, code: int, message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.wait < 0:
-            raise ConfigError(f"--wait {args.wait:g}: must be >= 0 seconds")
         config = load_config(args.config)
         if args.list_profiles:
             for name, prof in sorted(config.profiles.items()):
@@ -408,6 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_run_mode(args, profile))
     except ConfigError as exc:
         return _fail(args, EXIT_USAGE, str(exc))
+    except OpRefused as exc:     # the target answered: what it refused is bad data there, not a dead link
+        return _fail(args, EXIT_FAILING, str(exc))
     except TargetError as exc:   # unreachable, auth, host key, container stopped, timeout
         return _fail(args, EXIT_UNREACHABLE, str(exc))
     except BrokenPipeError:

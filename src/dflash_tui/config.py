@@ -8,8 +8,11 @@ this machine.
 
 from __future__ import annotations
 
+import math
 import os
+import posixpath
 import re
+import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -25,7 +28,27 @@ DEFAULT_PROFILE = "local"
 # embedded default exercises the thread pool and the compile gate without a GPU.
 LOCAL_TRAIN_ARGS = ("--target-devices", "cpu", "--drafter-devices", "cpu,cpu", "--steps", "2000")
 
-_PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_PROFILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# A config file is a few KiB; anything this big is the wrong file, and is never read whole.
+MAX_CONFIG_BYTES = 1 << 20
+
+# Numeric settings: (lowest, lowest allowed itself, highest). The highs keep every limit a
+# launch waits on far below run/claim.py's CLAIM_STALE_AFTER_S.
+_NUMBER_RANGES: dict[str, tuple[float, bool, float]] = {
+    "stall_after_s": (0.0, False, 7 * 86400.0),
+    "compile_stall_after_s": (0.0, False, 7 * 86400.0),
+    "launch_deadline_s": (0.0, False, 600.0),
+    "stop_grace_s": (0.0, True, 600.0),
+    "min_free_gb": (0.0, True, float(1 << 20)),
+}
+# --wait's ceiling: a day.
+MAX_WAIT_S = 86400.0
+
+# A run dir here would write launch.sh, logs and history/ among the system's own files.
+_SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/proc", "/sys", "/dev")
+_SYSTEM_DIR_EXCEPTIONS = ("/usr/local", "/dev/shm")
+_TOP_LEVEL_DIRS = ("/home", "/root", "/tmp", "/var", "/opt", "/srv", "/mnt", "/media", "/run")
 
 
 class ConfigError(ValueError):
@@ -56,6 +79,7 @@ class Profile:
     # A regular expression for the program's progress lines, with named groups step, loss
     # and/or total (run/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
+    probe: bool = True                 # the run probe in every Python process (run/probe_install.py)
     source: str = "<built-in>"         # the file the profile came from, for messages
     # -- a run across several hosts (run/nodes.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
@@ -154,21 +178,70 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "command": ((list,), "a non-empty list of strings"),
     "known_hosts": ((str,), "a path to a known_hosts file"),
     "ssh_config": ((str,), "a path to an ssh config file"),
-    "stall_after_s": ((int, float), "a number of seconds > 0"),
-    "compile_stall_after_s": ((int, float), "a number of seconds > 0"),
-    "launch_deadline_s": ((int, float), "a number of seconds > 0"),
-    "stop_grace_s": ((int, float), "a number of seconds >= 0"),
-    "min_free_gb": ((int, float), "a number of GiB >= 0"),
+    "stall_after_s": ((int, float), "a number of seconds"),
+    "compile_stall_after_s": ((int, float), "a number of seconds"),
+    "launch_deadline_s": ((int, float), "a number of seconds"),
+    "stop_grace_s": ((int, float), "a number of seconds"),
+    "min_free_gb": ((int, float), "a number of GiB"),
     "progress_regex": ((str,), "a regular expression with (?P<step>...), (?P<loss>...) and/or (?P<total>...)"),
     "nodes": ((list,), 'a list of host names or ssh aliases, e.g. ["gpu1", "gpu2"]'),
     "master_addr": ((str,), "the address the other nodes reach the first node at"),
     "master_port": ((int,), "a port number (1-65535)"),
+    "probe": ((bool,), "true or false"),
 }
 
 
+def show_value(value: Any) -> str:
+    """A value as one short line for a message: repr, with huge numbers and long strings cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<a {value.bit_length()}-bit integer>"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_number(key: str, value: float, where: str) -> None:
+    """A finite number inside the setting's range, or a ConfigError naming both."""
+    low, low_ok, high = _NUMBER_RANGES[key]
+    ok = isinstance(value, int) or math.isfinite(value)
+    ok = ok and (value >= low if low_ok else value > low) and value <= high
+    if not ok:
+        rel = ">=" if low_ok else ">"
+        raise ConfigError(f"{where}: {key} = {show_value(value)} is out of range; use a number "
+                          f"{rel} {low:g} and <= {high:g}")
+
+
+def system_dir(path: str) -> bool:
+    """Whether an absolute, normalised path is, or is inside, a system directory (or is one of
+    the shared top-level ones itself): no place for a run dir."""
+    inside = any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIRS)
+    excepted = any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIR_EXCEPTIONS)
+    return path == "/" or (inside and not excepted) or path in _TOP_LEVEL_DIRS
+
+
+def check_run_dir(run_dir: str, where: str) -> str:
+    """The run dir, normalised; a ConfigError for '..', a control character, a relative path or
+    a system directory."""
+    if _CONTROL_RE.search(run_dir):
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} holds a control character; "
+                          "write the path without it")
+    if not run_dir.startswith("/"):
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} must be an absolute path on the target")
+    if ".." in run_dir.split("/"):
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} has '..' components; "
+                          "write the absolute path without '..'")
+    norm = "/" + posixpath.normpath(run_dir).lstrip("/")
+    if norm == "/":
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} would put run files in the root; "
+                          "choose a directory")
+    if system_dir(norm):
+        raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} is a system directory (or inside "
+                          "one); choose a directory of its own, e.g. /srv/dflash/runs/NAME")
+    return norm
+
+
 def _profile_from_table(path: str, name: str, table: Any) -> Profile:
-    where = f"{path}: [profile.{name}]"
-    if not _PROFILE_NAME_RE.match(name):
+    where = f"{path}: [profile.{name}]" if _PROFILE_NAME_RE.fullmatch(name) else f"{path}: profile {name!r}"
+    if not _PROFILE_NAME_RE.fullmatch(name):
         raise ConfigError(f"{where}: profile names use letters, digits, '_', '.', '-'; rename it")
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table (write it as [profile.{name}] with keys below)")
@@ -176,27 +249,30 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
     for key, value in table.items():
         if key not in _KEYS:
             known = ", ".join(sorted(_KEYS))
-            raise ConfigError(f"{where}: unknown key {key!r} (known keys: {known})")
+            raise ConfigError(f"{where}: unknown key {show_value(key)} (known keys: {known})")
         types, desc = _KEYS[key]
         # TOML booleans are ints to Python; a port of `true` is a mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, types):
-            raise ConfigError(f"{where}: {key} = {value!r} is not {desc}")
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise ConfigError(f"{where}: {key} = {show_value(value)} is not {desc}")
         if isinstance(value, list):
             bad = [v for v in value if not isinstance(v, str)]
             if bad:
-                raise ConfigError(f"{where}: {key} must be {desc}; {bad[0]!r} is not a string "
+                raise ConfigError(f"{where}: {key} must be {desc}; {show_value(bad[0])} is not a string "
                                   f"(quote it)")
+            nul = [v for v in value if "\x00" in v]
+            if nul:
+                raise ConfigError(f"{where}: {key} has {show_value(nul[0])}, which holds a NUL character "
+                                  "(no argument can); remove it")
             value = tuple(value)
+        elif isinstance(value, str) and key not in ("run_dir", "progress_regex") and _CONTROL_RE.search(value):
+            raise ConfigError(f"{where}: {key} = {show_value(value)} holds a control character; remove it")
         values[key] = value
 
     if "port" in values and not 1 <= values["port"] <= 65535:
-        raise ConfigError(f"{where}: port = {values['port']} is not a port number (1-65535)")
-    for key in ("stall_after_s", "compile_stall_after_s", "launch_deadline_s"):
-        if key in values and values[key] <= 0:
-            raise ConfigError(f"{where}: {key} = {values[key]} must be > 0")
-    for key in ("stop_grace_s", "min_free_gb"):
-        if key in values and values[key] < 0:
-            raise ConfigError(f"{where}: {key} = {values[key]} must be >= 0")
+        raise ConfigError(f"{where}: port = {show_value(values['port'])} is not a port number (1-65535)")
+    for key in _NUMBER_RANGES:
+        if key in values:
+            check_number(key, values[key], where)
     if "container" in values:
         try:
             parse_container_spec(values["container"])
@@ -209,9 +285,11 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
             raise ConfigError(f"{where}: {exc}") from None
     if "command" in values and not values["command"]:
         raise ConfigError(f"{where}: command = [] is empty; remove it to run the bundled trainer")
+    if "command" in values and not values["command"][0]:
+        raise ConfigError(f"{where}: command starts with an empty program name; name the program first")
     for key in ("host", "user", "python", "identity_file", "known_hosts", "ssh_config"):
         if key in values and (not values[key] or values[key] != values[key].strip()):
-            raise ConfigError(f"{where}: {key} = {values[key]!r} is empty or has surrounding spaces")
+            raise ConfigError(f"{where}: {key} = {show_value(values[key])} is empty or has surrounding spaces")
     _check_nodes(where, values)
     if any(k in values for k in ("user", "port", "identity_file")) and not ("host" in values or "nodes" in values):
         raise ConfigError(f"{where}: user/port/identity_file are set but host is not; "
@@ -222,13 +300,7 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
             raise ConfigError(f"{where}: run_dir is missing; add run_dir = \"/abs/path\" "
                               "(a directory on the target)")
         values["run_dir"] = str(state_dir() / "runs" / name)
-    run_dir = values["run_dir"]
-    if not run_dir.startswith("/") or "\x00" in run_dir:
-        raise ConfigError(f"{where}: run_dir = {run_dir!r} must be an absolute path on the target")
-    if run_dir != "/":
-        values["run_dir"] = run_dir.rstrip("/")
-    else:
-        raise ConfigError(f"{where}: run_dir = '/' would put run files in the root; choose a directory")
+    values["run_dir"] = check_run_dir(values["run_dir"], where)
     if "identity_file" in values:
         values["identity_file"] = os.path.expanduser(values["identity_file"])
     for key in ("known_hosts", "ssh_config"):
@@ -277,11 +349,44 @@ def _check_nodes(where: str, values: dict[str, Any]) -> None:
         raise ConfigError(f"{where}: run_dir = {run_dir!r}: the only placeholder is {NODE_PLACEHOLDER}")
 
 
+def read_small_text_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_CONFIG_BYTES) -> str:
+    """The UTF-8 text of a small REGULAR file, or a ConfigError naming it. Its type and size
+    are checked before it is opened, and the open never waits: a FIFO, /dev/zero or a 6 GB
+    file is refused without reading a byte. FileNotFoundError is left to the caller."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"{path}: is a directory, expected a {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file (a FIFO, device or socket); point it at a {what}")
+        if st.st_size > max_bytes:
+            raise ConfigError(f"{path}: {st.st_size} bytes is too big for a {what} (at most {max_bytes})")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):   # swapped since the stat
+                raise ConfigError(f"{path}: not a regular file; point it at a {what}")
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied; make it readable (chmod u+r)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"{path}: too big for a {what} (more than {max_bytes} bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
 def parse_config(text: str, path: str) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
+        raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
     extra = sorted(set(data) - {"profile"})
     if extra:
         raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}; profiles go under [profile.NAME]")
@@ -302,17 +407,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     explicit = path is not None
     p = Path(path) if explicit else default_config_path()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_small_text_file(p, "config file")
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"{p}: no such config file; check the --config path") from None
         return Config(path=None, profiles={DEFAULT_PROFILE: builtin_local_profile()})
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: is a directory, expected a TOML file") from None
-    except PermissionError:
-        raise ConfigError(f"{p}: permission denied; make it readable (chmod u+r)") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     config = parse_config(text, str(p))
     # Without --profile: the file's only profile, or its `local`; several and no `local` is
     # ambiguous. The built-in `local` stays reachable by name unless the file overrides it.

@@ -14,7 +14,11 @@ Layout of RUN_DIR:
     status.json    atomic snapshot, rewritten at most once a second
     exit.json      written by the wrapper when the trainer ends
     stop.json      written by `dflash-tui --stop` before it signals: who asked, when, how
+    .launch-claim  held by the one launch in progress (run/claim.py): who, which process
     checkpoints/   atomic checkpoints
+    probe/         the run probe (when the profile allows it): sitecustomize.py, dflash_probe.py,
+                   dflash_rundir.py (a copy of this file), written by the launcher; then one
+                   <pid>.json report per Python process of the run, and errors.log
 
 A trainer under torch.distributed (torchrun, one process per node) runs as ranks 0..N-1, each
 writing its own status.json, events.jsonl and train.log: rank 0 under the names above (so a
@@ -36,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import math
 import types
 import typing
@@ -55,6 +58,12 @@ STATUS_JSON = "status.json"
 EXIT_JSON = "exit.json"
 STOP_JSON = "stop.json"
 CHECKPOINTS_DIR = "checkpoints"
+LAUNCH_CLAIM = ".launch-claim"
+PROBE_DIR = "probe"
+PROBE_SITECUSTOMIZE = "sitecustomize.py"
+PROBE_MODULE = "dflash_probe.py"
+PROBE_CONTRACT = "dflash_rundir.py"      # this file, copied verbatim
+PROBE_ERRORS_LOG = "errors.log"          # what the probe swallowed, bounded
 # The files every rank writes for itself (see the module docstring).
 PER_RANK_FILES = (STATUS_JSON, EVENTS_JSONL, TRAIN_LOG)
 _RANK_INFIX = ".rank"
@@ -73,6 +82,11 @@ def rank_file(name: str, rank: int) -> str:
     return f"{stem}{_RANK_INFIX}{rank}{dot}{ext}"
 
 
+def rank_file_globs() -> tuple[str, ...]:
+    """Shell glob patterns that match every rank >= 1 file, e.g. ``status.rank*.json``."""
+    return tuple(f"{stem}{_RANK_INFIX}*.{ext}" for stem, _, ext in (n.rpartition(".") for n in PER_RANK_FILES))
+
+
 def parse_rank_file(filename: str) -> tuple[str, int] | None:
     """(per-rank file, rank) for a name `rank_file` makes, e.g. ``status.rank3.json`` ->
     (``status.json``, 3); None for any other name."""
@@ -88,6 +102,8 @@ def parse_rank_file(filename: str) -> tuple[str, int] | None:
 
 # The trainer promises a heartbeat at least this often, compiling or not.
 HEARTBEAT_INTERVAL_S = 2.0
+# The run probe rewrites each process's report about this often.
+PROBE_INTERVAL_S = 1.0
 # status.json is rewritten at most this often.
 STATUS_MIN_INTERVAL_S = 1.0
 
@@ -168,6 +184,19 @@ class StopRecord:
 
 
 @dataclass
+class ClaimRecord:
+    """.launch-claim: written (atomically, by a hard link) by the launch that holds the run dir."""
+
+    token: str            # random; only the holder's release removes a claim with its token
+    launcher: str         # user@host of the launching process, for the refusal message
+    pid: int = field(metadata={"min": 1})   # the launching process, on the launcher's machine
+    start_ticks: int | None = None           # its /proc start time there, against pid reuse
+    machine: str = ""     # host name | boot id | pid namespace of the launcher's machine
+    action: str = "launch"   # "launch" or "relaunch"
+    v: int = SCHEMA_VERSION
+
+
+@dataclass
 class ThreadStatus:
     """One trainer thread, as the dashboard's Threads pane shows it."""
 
@@ -212,6 +241,67 @@ class TrainStatus:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainStatus":
         return build_record(cls, data, STATUS_JSON)
+
+
+@dataclass
+class ProbeThread:
+    """One thread of a probed process, as `py-spy dump` would show it."""
+
+    name: str
+    ident: int
+    native_id: int | None = None
+    daemon: bool = False
+    frames: list[str] = field(default_factory=list)   # "file:line function", innermost first
+    compile_state: str = ""        # "" (never compiled), CompileState.COMPILING or .COMPILED
+    compiling_for_s: float | None = None   # how long the compile in progress has run
+    graphs: int = 0                # dynamo graphs this thread compiled (torch's end callbacks)
+    recompiles: int = 0            # of those, recompiles of a frame compiled before
+    compile_seconds: float = 0.0
+
+
+@dataclass
+class ProbeReport:
+    """probe/<pid>.json: one Python process of the run, rewritten by the probe every second.
+
+    Written by any Python program the run starts (torchrun workers included) with no code of
+    its own: the launcher puts the probe on PYTHONPATH as a sitecustomize."""
+
+    run_id: str
+    pid: int = field(metadata={"min": 1})
+    time: float                    # when this report was written (epoch, target clock)
+    ppid: int = 0
+    start_time: float | None = None     # when the probe started in this process
+    seq: int = 0                   # reports written so far by this process
+    node: str = ""                 # host name of the machine it runs on
+    rank: int | None = None        # $RANK, $LOCAL_RANK, $WORLD_SIZE as torchrun/accelerate set them
+    local_rank: int | None = None
+    world_size: int | None = None
+    argv: list[str] = field(default_factory=list)
+    executable: str = ""
+    python: str = ""               # version
+    cpu_s: float = 0.0             # user+system CPU time of the whole process so far
+    probe_cpu_s: float = 0.0       # of which the probe's own thread used
+    threads: list[ProbeThread] = field(default_factory=list)
+    torch: str = ""                # torch.__version__ once the program imported torch
+    graphs: int = 0                # process totals: dynamo graphs, recompiles, compile seconds
+    recompiles: int = 0
+    compile_seconds: float = 0.0
+    unique_graphs: int = 0         # torch._dynamo.utils.counters, process-wide
+    graph_breaks: int = 0
+    step: int | None = None        # the last dflash_probe.log(step=...) of this process
+    step_time: float | None = None
+    ended: bool = False            # the process exited normally (atexit): the last report
+    errors: int = 0                # failures the probe swallowed (probe/errors.log says which)
+    v: int = SCHEMA_VERSION
+
+
+def probe_report_name(pid: int) -> str:
+    """The file name of one process's report inside PROBE_DIR."""
+    return f"{int(pid)}.json"
+
+
+def parse_probe(text: str, what: str = PROBE_DIR + "/<pid>.json") -> ProbeReport:
+    return build_record(ProbeReport, loads_object(text, what), what)
 
 
 # -- events -------------------------------------------------------------------------------
@@ -446,6 +536,10 @@ def parse_stop(text: str) -> StopRecord:
     return build_record(StopRecord, loads_object(text, STOP_JSON), STOP_JSON)
 
 
+def parse_claim(text: str) -> ClaimRecord:
+    return build_record(ClaimRecord, loads_object(text, LAUNCH_CLAIM), LAUNCH_CLAIM)
+
+
 def parse_status(text: str) -> TrainStatus:
     st = build_record(TrainStatus, loads_object(text, STATUS_JSON), STATUS_JSON)
     if st.rank >= st.world_size:
@@ -500,6 +594,11 @@ def make_event(kind: EventKind | str, time: float, **fields_: Any) -> dict[str, 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write then rename, so a reader sees the old file or the new one, never half of one."""
+    # Imported here, not at the top: a measured start-up cost (tempfile pulls in shutil and
+    # random) that every Python process of a run would pay through the run probe, which
+    # never calls this.
+    import tempfile
+
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import agent_server
-from .base import CommandTimeout, Process, Target, TargetError
+from .base import CommandTimeout, OpRefused, Process, Target, TargetError
 from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
 from .shell_ops import ShellOps
@@ -237,7 +237,7 @@ class AgentOps:
             self._pending.pop(rid, None)
             raise _ChannelLost() from None
         if not msg.get("ok"):
-            raise TargetError(f"{op} on {self.label}: {msg.get('error', 'failed')}")
+            raise OpRefused(f"{op} on {self.label}: {msg.get('error', 'failed')}")
         return msg.get("result")
 
     def _send(self, proc: Process, line: bytes) -> asyncio.Task:

@@ -15,7 +15,7 @@ from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
 def filestat_from(d: dict) -> FileStat:
     return FileStat(path=d["path"], exists=bool(d["exists"]), size=int(d["size"]),
                     mtime=float(d["mtime"]), inode=int(d["inode"]), is_dir=bool(d["is_dir"]),
-                    error=d.get("error", ""))
+                    error=d.get("error", ""), kind=d.get("kind", ""))
 
 
 def chunk_from(d: dict) -> FileChunk:

@@ -32,6 +32,11 @@ class ContainerNotRunning(TargetError):
     """The host answered but the container is stopped or missing."""
 
 
+class OpRefused(TargetError):
+    """The target answered, and the operation failed THERE: a path that is not a regular file,
+    a permission, a bad argument. Not a transport failure (the CLI's exit code 1, not 3)."""
+
+
 class CommandTimeout(TargetError):
     """A command did not finish in time (e.g. a PTY-like hang holding the channel)."""
 

@@ -25,6 +25,13 @@ class FileStat:
     inode: int = 0
     is_dir: bool = False
     error: str = ""   # e.g. "Permission denied" when it exists but cannot be read/stat'd
+    # "file", "dir", "fifo", "socket", "char-device", "block-device", "other"; "" when it does
+    # not exist. Only a "file" is ever opened: a FIFO would block the reader.
+    kind: str = ""
+
+    @property
+    def is_regular(self) -> bool:
+        return self.exists and self.kind in ("file", "") and not self.is_dir
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,8 @@ class RemoteOps(Protocol):
                      cmdline_contains: str | None, group: bool = False) -> str:
         """Send sig to pid (or to its process group when `group`, pid being the group
         leader) only if pid still has that start time and cmdline. Returns "sent", "gone" or
-        "mismatch" (pid reused: nothing was sent). Never a pattern kill."""
+        "mismatch" (pid reused, or no start_ticks to verify it by: nothing was sent). Never a
+        pattern kill."""
     async def proc_tree(self, pid: int) -> ProcTree:
         """pid_info of `pid` plus the CPU time, states and threads of its whole tree."""
     async def close(self) -> None: ...

@@ -20,19 +20,20 @@ from typing import Sequence
 
 from . import agent_server
 from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from
-from .base import CommandResult, Target, TargetError
+from .base import CommandResult, OpRefused, Target, TargetError
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
 
 SENTINEL = "@@dflash-ok@@"
 START = "@@dflash-start@@\0"
 
 # Shared by every script: C messages (we parse strerror), the sentinel, and `st PATH`, which
-# prints one stat record: "S<readable><isdir> <size> <inode> <mtime %y>" or "E<message>".
+# prints one stat record: "S<readable><isdir> <size> <inode> <mode, hex> <mtime %y>" or
+# "E<message>".
 _PRELUDE = r"""LC_ALL=C; export LC_ALL; set -f
 printf '@@dflash-start@@\0'
 trap 'printf "\0@@dflash-ok@@\n"' EXIT
 st() {
-  if o=$(stat -L -c '%s %i %y' -- "$1" 2>&1); then
+  if o=$(stat -L -c '%s %i %f %y' -- "$1" 2>&1); then
     r=1; [ -r "$1" ] || r=0
     d=0; [ -d "$1" ] && d=1
     printf 'S%s%s %s\0' "$r" "$d" "$o"
@@ -51,6 +52,9 @@ _READ = r"""
 p=$1 off=$2 n=$3
 if ! o=$(stat -L -c '%s %i' -- "$p" 2>&1); then printf 'E%s\0' "$o"
 elif [ -d "$p" ]; then printf 'FIs a directory\0'
+elif [ ! -f "$p" ]; then
+  k=other; [ -p "$p" ] && k=fifo; [ -S "$p" ] && k=socket; [ -c "$p" ] && k=char-device; [ -b "$p" ] && k=block-device
+  printf 'Fit is a %s, not a regular file\0' "$k"
 elif [ ! -r "$p" ]; then printf 'FPermission denied\0'
 else
   set -- $o; size=$1 ino=$2
@@ -110,7 +114,7 @@ else
   state=$1 pgid=$3 start=${20}
   cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null); cmd=${cmd% }
   if [ "$state" = Z ] || [ "$state" = X ]; then printf 'gone\0'
-  elif [ -n "$want" ] && [ "$start" != "$want" ]; then printf 'mismatch\0'
+  elif [ -z "$want" ] || [ "$start" != "$want" ]; then printf 'mismatch\0'
   elif [ "$hasneedle" = 1 ] && case $cmd in *"$needle"*) false;; *) true;; esac; then printf 'mismatch\0'
   elif [ "$group" = 1 ] && [ "$pgid" != "$pid" ]; then printf 'mismatch\0'
   else
@@ -196,16 +200,17 @@ def _strerror(message: str) -> str:
 
 def _stat_record(path: str, field: str) -> dict:
     rec = {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0,
-           "is_dir": False, "error": ""}
+           "is_dir": False, "kind": "", "error": ""}
     if field.startswith("E"):
         err = _strerror(field[1:])
         if err != "No such file or directory":
             rec["error"] = err
         return rec
     readable, is_dir = field[1] == "1", field[2] == "1"
-    size, inode, when = field[4:].split(" ", 2)
+    size, inode, mode, when = field[4:].split(" ", 3)
     rec.update(exists=True, size=int(size), inode=int(inode), mtime=parse_stat_time(when),
-               is_dir=is_dir, error="" if readable else "Permission denied")
+               is_dir=is_dir, kind=agent_server.file_kind(int(mode, 16)),
+               error="" if readable else "Permission denied")
     return rec
 
 
@@ -277,9 +282,9 @@ class ShellOps:
             if err == "No such file or directory":
                 return chunk_from({"path": path, "offset": 0 if offset == "tail" else int(offset),
                                    "data": "", "size": 0, "inode": 0, "exists": False})
-            raise TargetError(f"{op} on {self.label}: cannot read {path}: {err}")
+            raise OpRefused(f"{op} on {self.label}: cannot read {path}: {err}")
         if head.startswith("F"):
-            raise TargetError(f"{op} on {self.label}: cannot read {path}: {head[1:]}")
+            raise OpRefused(f"{op} on {self.label}: cannot read {path}: {head[1:]}")
         off, size, ino = head[1:].split()
         data = fields[1].replace("\n", "") if len(fields) > 1 else ""
         return chunk_from({"path": path, "offset": int(off), "data": data, "size": int(size),
@@ -287,7 +292,7 @@ class ShellOps:
 
     async def read(self, path: str, offset: int = 0, max_bytes: int = 1 << 20) -> FileChunk:
         if offset < 0 or max_bytes < 0:
-            raise TargetError(f"read on {self.label}: offset and max_bytes must not be negative")
+            raise OpRefused(f"read on {self.label}: offset and max_bytes must not be negative")
         return await self._read("read", path, str(int(offset)), max_bytes)
 
     async def read_tail(self, path: str, max_bytes: int = 64 << 10) -> FileChunk:
@@ -297,7 +302,7 @@ class ShellOps:
         pids = [int(p) for p in pids]
         for p in pids:
             if p <= 0:
-                raise TargetError(f"pid_info on {self.label}: pid must be a positive integer, got {p}")
+                raise OpRefused(f"pid_info on {self.label}: pid must be a positive integer, got {p}")
         if not pids:
             return []
         fields = await self._run("pid_info", _PID_INFO, *map(str, pids))
@@ -333,14 +338,14 @@ class ShellOps:
                      cmdline_contains: str | None, group: bool = False) -> str:
         pid, sig = int(pid), int(sig)
         if pid <= 0:
-            raise TargetError(f"signal on {self.label}: pid must be a positive integer, got {pid}")
+            raise OpRefused(f"signal on {self.label}: pid must be a positive integer, got {pid}")
         (answer,) = await self._run(
             "signal", _SIGNAL, str(pid), str(sig),
             "" if start_ticks is None else str(int(start_ticks)),
             "0" if cmdline_contains is None else "1", cmdline_contains or "",
             "1" if group else "0")
         if answer.startswith("F"):
-            raise TargetError(f"signal on {self.label}: not permitted to signal pid {pid}: "
+            raise OpRefused(f"signal on {self.label}: not permitted to signal pid {pid}: "
                               f"{_strerror(answer[1:])}")
         return answer
 
@@ -361,7 +366,7 @@ class ShellOps:
         start = posixpath.normpath(start)
         fields = await self._run("disk_free", _DISK_FREE, start)
         if fields[0].startswith("E"):
-            raise TargetError(f"disk_free on {self.label}: cannot measure free space at "
+            raise OpRefused(f"disk_free on {self.label}: cannot measure free space at "
                               f"{start}: {_strerror(fields[0][1:])}")
         avail, frsize, blocks = (int(x) for x in fields[1].split())
         return diskfree_from({"path": path, "checked": fields[0][1:], "free": avail * frsize,
@@ -376,7 +381,7 @@ class ShellOps:
         prefix = path if path.endswith("/") else path + "/"
         fields = await self._run("list_dir", _LIST_DIR, path, prefix)
         if fields and fields[0].startswith("F"):
-            raise TargetError(f"list_dir on {self.label}: cannot list {path}: {fields[0][1:]}")
+            raise OpRefused(f"list_dir on {self.label}: cannot list {path}: {fields[0][1:]}")
         recs = []
         for name_f, stat_f in zip(fields[0::2], fields[1::2], strict=True):
             recs.append(_stat_record(name_f[1:], stat_f))

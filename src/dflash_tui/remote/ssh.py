@@ -16,6 +16,7 @@ import functools
 import os
 import shlex
 import socket
+import stat
 import time
 import weakref
 from collections import deque
@@ -32,6 +33,42 @@ BACKOFF_FIRST, BACKOFF_CAP = 0.5, 30.0
 # OpenSSH's default MaxSessions is 10 channels per connection; stay under it so a burst of
 # polls waits for a free channel instead of failing with "open failed".
 DEFAULT_MAX_CHANNELS = 8
+# The local files a profile names are small; a bigger one is the wrong file, never read whole.
+MAX_LOCAL_FILE_BYTES = 16 << 20
+DEFAULT_SSH_CONFIG = "~/.ssh/config"
+
+
+def check_local_file(field_name: str, value: str, *, text: bool) -> None:
+    """Refuse (ValueError, one line) a profile-named local file that is not a small, readable,
+    regular file (and, when `text`, UTF-8): asyncssh would otherwise read a FIFO or /dev/zero
+    forever, or die on the decoding. A missing file is left to the connect, which says so."""
+    path = os.path.expanduser(value)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(f"{field_name} {value}: {exc.strerror or exc}; fix `{field_name}`") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket)"
+        raise ValueError(f"{field_name} {value} is {kind}; point `{field_name}` at a file")
+    if st.st_size > MAX_LOCAL_FILE_BYTES:
+        raise ValueError(f"{field_name} {value} is {st.st_size} bytes, too big for an SSH file; "
+                         f"fix `{field_name}`")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except PermissionError:
+        raise ValueError(f"{field_name} {value} is not readable; make it readable (chmod u+r)") from None
+    except OSError as exc:
+        raise ValueError(f"{field_name} {value}: {exc.strerror or exc}; fix `{field_name}`") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_LOCAL_FILE_BYTES + 1) if text else b""
+    if text:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{field_name} {value} is not UTF-8 text (byte {exc.start}); "
+                             "save it as UTF-8") from None
 
 
 # AES-GCM first: with AES in hardware it costs less CPU per packet in asyncssh than
@@ -398,14 +435,28 @@ class SSHTarget(Target):
                  keepalive_interval: float = DEFAULT_KEEPALIVE,
                  max_channels: int = DEFAULT_MAX_CHANNELS,
                  pool: SSHPool | None = None) -> None:
-        if not host or host.startswith("-") or any(c.isspace() for c in host):
+        if not host or host.startswith("-") or any(c.isspace() or not c.isprintable() for c in host):
             raise ValueError(f"not a usable SSH host name: {host!r}")
+        for field_name, value, text in (("identity_file", identity_file, False),
+                                        ("known_hosts", known_hosts, True),
+                                        ("ssh_config", ssh_config or DEFAULT_SSH_CONFIG, True)):
+            if value:
+                check_local_file(field_name, value, text=text)
         self.params = SSHParams(host=host, port=port, user=user, identity_file=identity_file,
                                 known_hosts=known_hosts, ssh_config=ssh_config,
                                 connect_timeout=connect_timeout,
                                 keepalive_interval=keepalive_interval, max_channels=max_channels)
         self._pool = pool
         self._conn: SSHConnection | None = None
+        config = os.path.expanduser(ssh_config or DEFAULT_SSH_CONFIG)
+        if os.path.isfile(config):
+            try:
+                asyncssh.SSHClientConnectionOptions(host=host, port=port if port else (),
+                                                    username=user if user else (), config=[config])
+            except asyncssh.config.ConfigParseError as exc:
+                raise ValueError(f"ssh_config: {exc}; fix that line") from None
+            except (asyncssh.Error, OSError, ValueError):
+                pass   # key files and the like: the connect reports those with their own hint
 
     @property
     def label(self) -> str:   # type: ignore[override]

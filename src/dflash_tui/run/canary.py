@@ -19,7 +19,7 @@ from ..config import Profile
 from ..remote.base import Target, TargetError
 from ..remote.ops import RemoteOps
 from .health import Limits, evaluate
-from .launch import launch_run
+from .launch import LaunchRefused, launch_run
 from .observe import gather, process_matches
 from .stop import stop_run
 from .verdict import Check, CheckState
@@ -47,8 +47,11 @@ async def run_canary(profile: Profile, host: Target, target: Target, ops: Remote
     run_dir = posixpath.join(profile.run_dir, CANARY_DIR)
     checks: list[Check] = []
     limits = Limits.from_profile(profile)
-    outcome = await launch_run(profile, host, target, ops, argv=["sleep", str(int(sleep_s))],
-                               run_dir=run_dir, preflight=False, relaunch=True, limits=limits)
+    try:
+        outcome = await launch_run(profile, host, target, ops, argv=["sleep", str(int(sleep_s))],
+                                   run_dir=run_dir, preflight=False, relaunch=True, limits=limits)
+    except LaunchRefused as exc:   # another canary of this run dir in progress, or no claim possible
+        return CanaryResult(False, f"canary not launched: {exc}", run_dir, None, time.monotonic() - t0, checks)
     checks.extend(outcome.checklist.checks)
     if outcome.evidence is None or outcome.evidence.launch is None:
         return CanaryResult(False, f"canary {outcome.checklist.verdict.value}: {outcome.checklist.summary}",

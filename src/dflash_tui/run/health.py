@@ -271,10 +271,10 @@ def _parsed_parts(ev: Evidence) -> list[str]:
 
 def _probe_check(ev: Evidence, add, limits: Limits) -> None:
     """The run probe's per-process heartbeats: alive, not progress."""
-    probes = ev.probes
+    probes = [p for p in ev.probes if not p.ended]   # one that exited normally beats no more
     if not probes:
         return
-    beats = [getattr(p, "heartbeat_time", None) for p in probes]
+    beats = [p.time for p in probes]                 # each report is rewritten by its heartbeat
     fresh = [b for b in beats if b is not None and ev.now - b <= limits.stall_after_s]
     state = OK if len(fresh) == len(probes) else WARN
     newest = max((b for b in beats if b is not None), default=None)

@@ -15,35 +15,44 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
-                                 STOP_JSON, TRAIN_LOG)
+from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
+                               STOP_JSON, TRAIN_LOG, rank_file_globs)
 
 from ..config import Profile
-from ..remote.base import CommandTimeout, Target, TargetError, TargetUnreachable
+from ..remote.base import CommandResult, CommandTimeout, Target, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps
 from .attempts import LaunchAttempt
+from .claim import ClaimRefused, take_claim
 from .health import Limits, evaluate
 from .observe import Evidence, gather, process_matches
-from .preflight import PreflightResult, run_preflight
+from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
+from .probe_install import install_probe
 from .stop import StopResult, stop_run
 from .verdict import Check, CheckState, Checklist, Verdict
 from .wrapper import detach_argv, new_run_id, parse_detach_output, render_wrapper
 
-# The files that describe one run; checkpoints/ stays, so a relaunch can --resume.
-PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON)
+# The files that describe one run (preflight.PER_RUN_FILES); checkpoints/ stays, so a relaunch
+# can --resume.
 HISTORY_DIR = "history"
+# How long a launch waits, past its deadline, for a detached wrapper that is alive but has not
+# written launch.json yet, before it gives the claim back.
+SETTLE_S = 30.0
 
 # $1 = run dir, $2 = history sub-dir name, then the file names. Moves regular files only: a
 # train.log that is a directory stays where it is, and the next launch says so (LOG MISSING).
-_ARCHIVE = ('d=$1; h="$1/$2"; shift 2; mkdir -p -- "$h" || exit 1; '
-            'for f in "$@"; do if [ -f "$d/$f" ]; then mv -f -- "$d/$f" "$h/$f" || exit 1; fi; done; echo archived')
+_ARCHIVE = ('d=$1; h=$2; shift 2; cd -- "$d" || exit 1; mkdir -p -- "$h" || exit 1; '
+            # plain names are moved if present; a name with * is a glob (the per-rank files)
+            'for f in "$@"; do case $f in *"*"*) ;; *) if [ -f "$f" ]; then mv -f -- "$f" "$h/$f" || exit 1; fi; '
+            'continue ;; esac; for g in $f; do if [ -f "$g" ]; then mv -f -- "$g" "$h/$g" || exit 1; fi; done; '
+            'done; echo archived')
 # $1 = run dir, $2 = launch.sh path; the script arrives on stdin.
 _WRITE = ('set -e; umask 022; mkdir -p -- "$1"; tmp="$2.tmp.$$"; cat > "$tmp"; chmod 755 "$tmp"; '
           'mv -f "$tmp" "$2"; echo written')
 
 
 class LaunchRefused(Exception):
-    """A second launch into a run dir whose run is alive (relaunch stops it first)."""
+    """A second launch into a run dir whose run is alive (relaunch stops it first), or one
+    that another launch of the same run dir is in progress (run/claim.py)."""
 
 
 @dataclass
@@ -86,6 +95,7 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
     monitor store it); the returned outcome holds the first verdict."""
     t0 = time.monotonic()
     run_dir = run_dir or profile.run_dir
+    own_trainer = argv is None
     argv = list(argv) if argv is not None else profile.trainer_argv
     limits = limits or Limits.from_profile(profile)
     pre = None
@@ -96,7 +106,34 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
             out = not_launched(pre)
             out.seconds = time.monotonic() - t0
             return out
+        if own_trainer and pre.program:
+            # Run exactly what preflight checked: the program as found from the run dir.
+            argv[0] = pre.program
 
+    # From here to the first verdict this launch owns the run dir: nothing below (the live-run
+    # check, the stop, the archive, the write, the detach) may interleave with another launch.
+    try:
+        claim = await take_claim(target, ops, run_dir, "relaunch" if relaunch else "launch")
+    except ClaimRefused as exc:
+        if exc.ran_nothing is None:
+            raise LaunchRefused(str(exc)) from None
+        # The transport runs nothing (the incident's `pct exec`): no launch can happen through
+        # it, so the evidence is the claim command's own status, judged like a failed write.
+        attempt = await _unwritten(new_run_id(), run_dir, target, ops, exc.ran_nothing)
+        if on_attempt is not None:
+            on_attempt(attempt)
+        ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
+        return LaunchOutcome(checklist, attempt.run_id, pre, attempt, ev, seconds=time.monotonic() - t0)
+    try:
+        return await _launch_claimed(profile, target, ops, run_dir=run_dir, argv=argv, pre=pre,
+                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0)
+    finally:
+        await claim.release()
+
+
+async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, run_dir: str,
+                          argv: list[str], pre: PreflightResult | None, relaunch: bool, limits: Limits,
+                          on_attempt, t0: float) -> LaunchOutcome:
     ev = await gather(ops, run_dir)
     stopped = None
     if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
@@ -110,10 +147,11 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
             return _not_launched(check, [check], preflight=pre, stopped=stopped, seconds=time.monotonic() - t0)
 
     # Put the previous run's files aside (history/<run id>/), so nothing of it is read as ours.
+    old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
+    aside = posixpath.join(HISTORY_DIR, _history_name(old, ev.now))
     if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)):
-        old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
-        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir,
-                                posixpath.join(HISTORY_DIR, _history_name(old, ev.now)), *PER_RUN_FILES], timeout=30)
+        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *PER_RUN_FILES,
+                                *rank_file_globs()], timeout=30)
         if not res.ok:
             check = Check("archive", "Previous run set aside", CheckState.FAIL,
                           f"could not move the last run's files to {run_dir}/{HISTORY_DIR}: "
@@ -122,12 +160,17 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
                                  seconds=time.monotonic() - t0)
 
     run_id = new_run_id()
-    script = render_wrapper(run_dir, run_id, argv, python=profile.python).encode()
+    python = pre.program if pre is not None and pre.program and profile.uses_bundled_trainer else profile.python
+    script = render_wrapper(run_dir, run_id, argv, python=python, probe=profile.probe).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None
+    probe_problem = None
     try:
-        write_res = await target.run(["sh", "-c", _WRITE, "dflash-write", run_dir, wrapper_path], input=script, timeout=30)
+        # The run probe goes in beside launch.sh, at the same time (a launch costs no extra round trip).
+        write_res, probe_problem = await asyncio.gather(
+            target.run(["sh", "-c", _WRITE, "dflash-write", run_dir, wrapper_path], input=script, timeout=30),
+            install_probe(target, ops, run_dir, aside) if profile.probe else asyncio.sleep(0))
         (st,) = await ops.stat([wrapper_path])
         written = st.exists and st.size == len(script)
     except CommandTimeout:
@@ -137,10 +180,7 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
     if not written:
         # No launch.sh on the target: sending the detach would only fail later; the evidence
         # is the write command's own status.
-        attempt = LaunchAttempt(run_id=run_id, run_dir=run_dir, target=target.label, local_time=time.time(),
-                                target_time=await ops.now(), exit_status=write_res.exit_status if write_res else None,
-                                stdout=write_res.stdout if write_res else "", stderr=write_res.stderr if write_res else "",
-                                wrapper_written=False)
+        attempt = await _unwritten(run_id, run_dir, target, ops, write_res)
     else:
         try:
             res = await target.run(detach_argv(run_dir), timeout=20)
@@ -154,11 +194,38 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
                                     stdout=res.stdout[-2000:], stderr=res.stderr[-2000:], pid=pid, via=via,
                                     own_session=own)
         attempt.target_time = await ops.now()
+    notes = [probe_problem] if probe_problem else []
     if on_attempt is not None:
         on_attempt(attempt)
 
     ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
-    return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0)
+    ev, checklist = await _settle(ops, run_dir, attempt, limits, ev, checklist)
+    return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0, notes=notes)
+
+
+async def _settle(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,
+                  ev: Evidence, checklist: Checklist) -> tuple[Evidence, Checklist]:
+    """A detached wrapper still alive without launch.json is a launch in progress, however
+    late (a loaded target can take longer than the deadline): the claim stays ours, and we
+    keep looking, until it writes launch.json or is gone (at most SETTLE_S). Another launch
+    let in meanwhile would start a second trainer beside it."""
+    deadline = time.monotonic() + SETTLE_S
+    while (checklist.verdict is Verdict.NEVER_STARTED and ev.launch is None and ev.detached_proc is not None
+           and ev.detached_proc.alive and ev.detached_proc.state != "Z" and time.monotonic() < deadline):
+        await asyncio.sleep(0.1)
+        ev = await gather(ops, run_dir, attempt=attempt)
+        checklist = evaluate(ev, limits)
+    return ev, checklist
+
+
+async def _unwritten(run_id: str, run_dir: str, target: Target, ops: RemoteOps,
+                     res: CommandResult | None) -> LaunchAttempt:
+    """The attempt of a launch whose launch.sh never reached the target: `res` is the command
+    that should have put it (or the claim) there."""
+    return LaunchAttempt(run_id=run_id, run_dir=run_dir, target=target.label, local_time=time.time(),
+                         target_time=await ops.now(), exit_status=res.exit_status if res else None,
+                         stdout=res.stdout if res else "", stderr=res.stderr if res else "",
+                         wrapper_written=False)
 
 
 async def first_verdict(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,

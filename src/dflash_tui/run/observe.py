@@ -24,6 +24,7 @@ from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, Targ
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from .activity import CPU_WINDOW_S, Activity, ProgressTracker
 from .attempts import LaunchAttempt
+from .probe_files import ProbeReport, gather_probes
 from .tracebacks import last_traceback
 from .wrapper import run_id_of_wrapper
 
@@ -55,7 +56,7 @@ class Evidence:
     activity: Activity | None = None             # what advanced: CPU, log, steps (ProgressTracker)
     # Per-process reports of the run probe (RUN_DIR/probe/<pid>.json), when a program runs
     # under it: heartbeats prove a process alive; its step events (events.jsonl) are progress.
-    probes: list = field(default_factory=list)
+    probes: list[ProbeReport] = field(default_factory=list)
 
     def path(self, name: str) -> str:
         return posixpath.join(self.run_dir, name)
@@ -145,7 +146,12 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             if key in _WRAPPER_IDS:   # the same launch.sh as at the last look: the same run id
                 ev.wrapper_run_id = _WRAPPER_IDS[key]
                 return
-            chunk = await ops.read(ev.path(LAUNCH_SH), 0, 512)
+            try:
+                chunk = await ops.read(ev.path(LAUNCH_SH), 0, 512)
+            except TargetError as exc:
+                if _is_transport_failure(exc):
+                    raise
+                return   # a launch.sh that is a directory or a FIFO names no run
             ev.wrapper_run_id = run_id_of_wrapper(chunk.data.decode("utf-8", "replace"))
             _remember(_WRAPPER_IDS, key, ev.wrapper_run_id)
 
@@ -177,6 +183,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status_problem = f"{status_name} belongs to run {ev.status.run_id}"
             ev.status = None
 
+    ev.probes = await gather_probes(ops, run_dir, run_id)
     tracker = tracker or ProgressTracker(second_sample=False)
     if ev.launch is not None:
         ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid),

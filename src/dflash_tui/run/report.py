@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..contract.rundir import ExitRecord, LaunchRecord, StopRecord, TrainStatus
+from ..contract.rundir import ExitRecord, LaunchRecord, ProbeReport, StopRecord, TrainStatus
 
 from .activity import Activity
 from .observe import Evidence, process_matches
@@ -60,6 +60,7 @@ class RunReport:
     last_traceback: str | None = None  # last Python traceback found in train.log, if any
     progress: RunProgress | None = None  # step / loss / rate from status.json, events or the log
     activity: Activity | None = None     # CPU of the process tree, log growth, disk (run/activity.py)
+    probes: list[ProbeReport] = field(default_factory=list)  # the run probe's, one per Python process
 
 
 def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str) -> RunReport:
@@ -71,4 +72,4 @@ def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_labe
         pid_alive=alive,
         uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
         connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback,
-        progress=RunProgress.of(ev), activity=ev.activity)
+        progress=RunProgress.of(ev), activity=ev.activity, probes=list(ev.probes))

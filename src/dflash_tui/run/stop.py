@@ -28,7 +28,9 @@ WRAPPER_CMDLINE = "launch.sh"
 
 @dataclass
 class StopResult:
-    outcome: str          # "not-running" | "terminated" | "killed" | "mismatch" | "survived" | "no-run"
+    # "not-running" | "terminated" | "killed" | "no-run": ok; "mismatch" (the pid is another
+    # process now), "unverified" (launch.json has no start time), "survived": nothing stopped
+    outcome: str
     pid: int | None
     run_id: str | None
     seconds: float
@@ -71,8 +73,23 @@ async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: flo
     t0 = time.monotonic()
     ev = await gather(ops, run_dir)
     launch = ev.launch
+    if launch is None and ev.launch_problem:
+        return StopResult("unverified", None, None, time.monotonic() - t0,
+                          f"{ev.launch_problem}: no process can be verified as the run, nothing was signalled")
     if launch is None:
         return StopResult("no-run", None, None, 0.0, f"no launch.json in {run_dir}: nothing to stop")
+    proc = ev.proc
+    if proc is not None and proc.alive and proc.state != "Z":
+        if launch.start_ticks is None:
+            # Without the start time nothing tells this pid from a process that reused it.
+            return StopResult("unverified", launch.pid, launch.run_id, time.monotonic() - t0,
+                              f"launch.json of run {launch.run_id} has no start time, so pid {launch.pid} cannot "
+                              "be verified as the run: nothing was signalled; check it on the target "
+                              f"(`ps -o pid,lstart,args -p {launch.pid}`) and stop it by hand")
+        if proc.start_ticks != launch.start_ticks:
+            return StopResult("mismatch", launch.pid, launch.run_id, time.monotonic() - t0,
+                              f"pid {launch.pid} now belongs to another process (its start time differs): "
+                              f"nothing was signalled; run {launch.run_id} is not running")
     if not process_matches(launch, ev.proc):
         return StopResult("not-running", launch.pid, launch.run_id, time.monotonic() - t0,
                           f"run {launch.run_id} (pid {launch.pid}) is not running")

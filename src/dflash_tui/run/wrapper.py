@@ -25,7 +25,8 @@ import shlex
 import time
 from typing import Sequence
 
-from ..contract.rundir import EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SCHEMA_VERSION, TRAIN_LOG
+from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, PROBE_DIR, PROBE_SITECUSTOMIZE,
+                                 SCHEMA_VERSION, TRAIN_LOG)
 
 # launch.sh names its run id on this line, so a reader can tell which launch a wrapper belongs to
 # without parsing shell.
@@ -95,7 +96,7 @@ echo "dflash-tui: run $RUN_ID started by pid $pid at $(date -u '+%Y-%m-%dT%H:%M:
 DFLASH_RUN_ID=$RUN_ID
 DFLASH_RUN_DIR=$RUN_DIR
 export DFLASH_RUN_ID DFLASH_RUN_DIR
-set -- {argv}
+{probe_block}set -- {argv}
 # Output line by line, so train.log shows it as it happens: Python unbuffered unless the
 # environment already says otherwise; other programs' C stdio line-buffered where stdbuf exists.
 if [ -z "${{PYTHONUNBUFFERED+set}}" ]; then PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED; fi
@@ -135,7 +136,20 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str = "") -> str:
+# The run probe (run/probe_install.py): its directory goes first on PYTHONPATH, the user's own
+# entries after it, so every Python process of the run imports its sitecustomize. Only when the
+# probe's files are there, and only for a run dir that PYTHONPATH can name (no ':').
+PROBE_BLOCK = f"""case "$RUN_DIR" in *:*) ;; *)
+  if [ -f "$RUN_DIR/{PROBE_DIR}/{PROBE_SITECUSTOMIZE}" ]; then
+    PYTHONPATH="$RUN_DIR/{PROBE_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
+    export PYTHONPATH
+  fi ;;
+esac
+"""
+
+
+def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str = "", *,
+                   probe: bool = False) -> str:
     if not argv:
         raise ValueError("the trainer argv is empty")
     # Everything but the shell-found fields, as a JSON object body without braces; the shell
@@ -156,6 +170,7 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         version=SCHEMA_VERSION,
         argv=" ".join(shlex.quote(a) for a in argv),
         line_buffered="" if is_python(argv) else _STDBUF,
+        probe_block=PROBE_BLOCK if probe else "",
     )
 
 

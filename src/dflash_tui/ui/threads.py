@@ -1,8 +1,12 @@
-"""The Threads pane: one row per trainer thread from status.json.
+"""The Threads pane: one row per trainer thread from status.json, then the run probe's threads.
 
 Each thread's state is the engine's (run/health.py `thread_states`, carried in the report's
 checklist): FAILED and STUCK rows are drawn in the error style and sorted to the top, so they
 stand out among sixteen healthy ones. The pane judges nothing itself.
+
+Below them, for any program, the run probe's view (probe/<pid>.json): every thread of every
+Python process of the run, grouped by process (rank, pid), with its compile state and where it
+is now (its innermost frame, as `py-spy dump` shows it).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from ..contract.rundir import CompileState
+from ..contract.rundir import CompileState, ProbeReport
 
 from ..run.health import Limits
 from ..run.report import RunReport
@@ -20,6 +24,40 @@ from .tables import OnScreenOnly, sync_rows
 
 COLUMNS = ("thread", "role", "device", "compile", "graphs", "recomp", "compile s", "step",
            "last step", "beat")
+PROBE_COLUMNS = ("process", "thread", "compile", "graphs", "recomp", "compile s", "where", "report")
+
+
+def _process_label(p: ProbeReport) -> str:
+    rank = f"rank {p.rank} · " if p.rank is not None else ""
+    return f"{rank}pid {p.pid}" + (" (ended)" if p.ended else "")
+
+
+def _where(frame: str) -> str:
+    """"file:line function" as py-spy prints it: "function (file.py:line)", the file's last part."""
+    loc, _, func = frame.rpartition(" ")
+    path, _, line = loc.rpartition(":")
+    return f"{func} ({path.rsplit('/', 1)[-1]}:{line})" if loc and path else frame
+
+
+def probe_rows(probes: list[ProbeReport], now: float) -> list[tuple[str, list[str]]]:
+    """(row key, cells) for the probe table: processes by rank then pid, each thread once;
+    the process is named on its first row only, so the rows read as groups."""
+    rows = []
+    for p in probes:
+        threads = sorted(p.threads, key=lambda t: (t.name != "MainThread", t.name, t.ident))
+        for i, t in enumerate(threads or [None]):
+            label = _process_label(p) if i == 0 else ""
+            report_age = age(now - p.time) if i == 0 else ""
+            if t is None:
+                rows.append((f"{p.pid}", [label, "-", "", "", "", "", "", report_age]))
+                continue
+            state = t.compile_state or "-"
+            if t.compiling_for_s is not None:
+                state += f" {age(t.compiling_for_s)}"
+            rows.append((f"{p.pid}/{t.ident}", [
+                label, t.name, state, str(t.graphs), str(t.recompiles), f"{t.compile_seconds:.1f}",
+                one_line(_where(t.frames[0]), 80) if t.frames else "-", report_age]))
+    return rows
 
 
 def thread_trouble(report: RunReport, name: str) -> str:
@@ -37,8 +75,12 @@ class ThreadsPane(OnScreenOnly, Vertical):
         self.note = Static("no status.json yet: the trainer has not published its threads", id="threads-note")
         self.table = DataTable(id="threads-table", zebra_stripes=True, cursor_type="row")
         self.table.add_columns(*COLUMNS)
+        self.probe_table = DataTable(id="probe-table", zebra_stripes=True, cursor_type="row")
+        self.probe_table.add_columns(*PROBE_COLUMNS)
+        self.probe_table.display = False
         yield self.note
         yield self.table
+        yield self.probe_table
 
     def trouble_count(self) -> int:
         return self._trouble
@@ -70,8 +112,14 @@ class ThreadsPane(OnScreenOnly, Vertical):
             return
         table = self.table
         status = report.status
+        probes = report.probes
+        self.probe_table.display = bool(probes)
+        if probes:
+            sync_rows(self.probe_table, [(key, [Text(c) for c in cells])
+                                         for key, cells in probe_rows(probes, report.time)])
         if status is None or not status.threads:
-            self._set_note("no status.json yet: the trainer has not published its threads")
+            self._set_note("no status.json: the run probe's threads below" if probes else
+                           "no status.json yet: the trainer has not published its threads")
             table.display = False
             return
         now = report.time

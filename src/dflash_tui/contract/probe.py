@@ -1,0 +1,544 @@
+"""The run probe: what every Python process of a run reports about itself, with no code change.
+
+The launcher copies this file into RUN_DIR/probe/ as ``dflash_probe.py`` (beside
+``dflash_rundir.py``, a verbatim copy of the contract, and a ``sitecustomize.py`` that calls
+`start()`), and the wrapper puts that directory first on PYTHONPATH. Then each Python process
+of the run -- the bundled trainer, ``python train.py``, torchrun's and accelerate's workers --
+runs a daemon thread that rewrites RUN_DIR/probe/<pid>.json (a `ProbeReport`) about once a
+second: pid, ppid, rank, argv, CPU time, each thread's name and innermost frames (what
+``py-spy dump`` shows), and, once the program has imported torch, each thread's compile state
+from torch's own compile callbacks and dynamo's counters.
+
+Rules the probe keeps, because it runs inside programs that are not ours:
+- it never raises into the program: every failure is counted and noted in probe/errors.log
+  (bounded), and the report goes on without the part that failed;
+- it never imports torch (or anything the program has not imported): it reads sys.modules;
+- it costs well under 1 % of one core (one small file write a second);
+- it leaves stdout, stderr, signal handlers and the exit code alone; its thread is a daemon;
+  around os.fork() it stops its thread and starts it again in both parent and child, so a
+  child never inherits a lock or a half-written file of ours.
+
+`log(step=..., loss=..., **metrics)` is the optional one-line API for exact metrics: it appends
+a typed step event to RUN_DIR/events.jsonl (one O_APPEND write per line, safe from many
+threads and processes).
+
+Stdlib only. Self-contained except for the contract (``dflash_rundir`` in a run dir).
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import sys
+import threading
+import time
+
+if __package__:   # imported inside dflash_tui (tests, tooling): the contract beside it
+    from . import rundir as _rd
+else:             # in a run dir: the launcher's verbatim copy of the contract beside this file
+    import dflash_rundir as _rd
+
+__all__ = ["log", "start", "stop"]
+
+THREAD_NAME = "dflash-probe"
+FRAMES_PER_THREAD = 6         # innermost frames kept per thread
+_STACK_WALK_MAX = 512         # frames looked at per thread to tell whether it is compiling
+_MAX_THREADS = 256
+_MAX_ARGV = 64
+_MAX_TEXT = 400               # characters kept of one argv item or one frame line
+_ERRORS_MAX_BYTES = 64 << 10
+_ERRORS_PER_KIND = 3          # the same failure is noted this often, then only counted
+_EVENT_MAX_BYTES = 64 << 10
+_TORCH_WATCH_S = 0.05         # how often to look for torch._dynamo until its callbacks are ours
+# The first report a moment after start-up, not during it: a process that lives less (a
+# `python -c ...` from a shell script) leaves no report, and start-up never waits on the probe.
+FIRST_BEAT_S = 0.25
+
+# A thread whose stack passes through one of these is compiling now, whether or not torch's
+# callbacks told us (they fire once for overlapping compiles of several threads).
+_OWN_FILE = __file__
+_COMPILE_FRAMES = (os.sep + os.path.join("torch", "_dynamo", "convert_frame.py"),
+                   os.sep + os.path.join("torch", "_inductor", "compile_fx.py"))
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _initialised(module) -> bool:
+    """A module some thread of the program has finished importing (never one mid-import)."""
+    if module is None:
+        return False
+    spec = getattr(module, "__spec__", None)
+    return not getattr(spec, "_initializing", False)
+
+
+def _recompile(compile_id: str) -> bool:
+    """Dynamo's compile ids read "frame/attempt" (maybe "!0/3_1"): attempt > 0 recompiles a frame."""
+    try:
+        return int(compile_id.rsplit("/", 1)[1].split("_", 1)[0]) > 0
+    except (IndexError, ValueError):
+        return False
+
+
+class _ThreadCompiles:
+    __slots__ = ("graphs", "recompiles", "seconds", "started")
+
+    def __init__(self) -> None:
+        self.graphs = 0
+        self.recompiles = 0
+        self.seconds = 0.0
+        self.started: float | None = None    # monotonic start of the compile in progress
+
+
+class _Probe:
+    def __init__(self, run_dir: str, run_id: str, interval_s: float) -> None:
+        self.run_dir = run_dir
+        self.run_id = run_id
+        self.interval_s = interval_s
+        self.probe_dir = os.path.join(run_dir, _rd.PROBE_DIR)
+        self._write_lock = threading.Lock()     # report writes (may wait on a slow disk)
+        self._compile_lock = threading.Lock()   # compile bookkeeping: held for microseconds
+        self._events_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._events_fd: int | None = None
+        self._torch_done = False             # dynamo's callbacks registered (or that failed)
+        self._fork_hooked = False
+        self._paused = False                 # the thread was stopped for a fork in progress
+        self._reset_for_this_process()
+
+    # -- process identity (again after a fork) -----------------------------------------------
+
+    def _reset_for_this_process(self) -> None:
+        self.pid = os.getpid()
+        self.ppid = os.getppid()
+        self.start_time = time.time()
+        self.seq = 0
+        self.errors = 0
+        self._error_kinds: dict[str, int] = {}
+        self._compiles: dict[int, _ThreadCompiles] = {}
+        self._probe_cpu_before = 0.0         # CPU of this process's earlier probe threads
+        self._thread_cpu = 0.0               # the current probe thread's, at its last beat
+        self.step: int | None = None
+        self.step_time: float | None = None
+        self.log_calls = 0
+        self.report_path = os.path.join(self.probe_dir, _rd.probe_report_name(self.pid))
+        self.tmp_path = os.path.join(self.probe_dir, ".%d.tmp" % self.pid)
+        self.rank = _int_env("RANK")
+        self.local_rank = _int_env("LOCAL_RANK")
+        self.world_size = _int_env("WORLD_SIZE")
+        self.node = os.uname().nodename
+
+    # -- failures: swallowed, counted, noted ---------------------------------------------------
+
+    def note_error(self, where: str, exc: BaseException) -> None:
+        try:
+            self.errors += 1
+            kind = where + ":" + type(exc).__name__
+            seen = self._error_kinds.get(kind, 0)
+            self._error_kinds[kind] = seen + 1
+            if seen >= _ERRORS_PER_KIND:
+                return
+            path = os.path.join(self.probe_dir, _rd.PROBE_ERRORS_LOG)
+            try:
+                if os.stat(path).st_size >= _ERRORS_MAX_BYTES:
+                    return
+            except OSError:
+                pass
+            line = "%s pid %d %s: %s: %s\n" % (
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), self.pid, where,
+                type(exc).__name__, str(exc)[:300].replace("\n", " "))
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, line.encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+        except Exception:   # noqa: BLE001 - nowhere left to note it; the count says it happened
+            pass
+
+    # -- the heartbeat thread -------------------------------------------------------------------
+
+    def start_thread(self, first_beat_after_s: float = 0.0) -> None:
+        self._probe_cpu_before += self._thread_cpu
+        self._thread_cpu = 0.0
+        self._stop = threading.Event()
+        thread = threading.Thread(target=self._loop, args=(first_beat_after_s,), name=THREAD_NAME, daemon=True)
+        self._thread = thread
+        thread.start()
+
+    def stop_thread(self, timeout: float = 1.0) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self._thread = None
+
+    def _loop(self, first_beat_after_s: float) -> None:
+        stop = self._stop
+        if first_beat_after_s and stop.wait(first_beat_after_s):
+            return
+        while True:
+            self.beat()
+            self._thread_cpu = time.thread_time()
+            deadline = time.monotonic() + self.interval_s
+            # Once torch is imported and until dynamo's callbacks are registered, look often:
+            # a compile that starts before they are misses its start (dict lookups: ~free).
+            while not self._torch_done and "torch" in sys.modules:
+                if stop.wait(_TORCH_WATCH_S):
+                    return
+                self._try_watch_torch()
+                if time.monotonic() >= deadline:
+                    break
+            else:
+                if stop.wait(max(0.0, deadline - time.monotonic())):
+                    return
+
+    def _try_watch_torch(self) -> None:
+        try:
+            self._watch_torch()
+        except Exception as exc:   # noqa: BLE001 - the probe never raises into the program
+            self._torch_done = True   # a torch unlike the one we know: report without callbacks
+            self.note_error("torch", exc)
+
+    def beat(self, ended: bool = False) -> None:
+        self._try_watch_torch()
+        try:
+            report = self.report(ended)
+            text = _rd.to_json(report) + "\n"
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("report", exc)
+            return
+        # At exit, never wait long for a heartbeat thread stuck in a write (a hung mount).
+        if not self._write_lock.acquire(timeout=0.5 if ended else -1):
+            return
+        try:
+            self._write(text)
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("write", exc)
+        finally:
+            self._write_lock.release()
+
+    def _write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(self.tmp_path, self.report_path)
+        except BaseException:
+            try:
+                os.unlink(self.tmp_path)
+            except OSError:
+                pass
+            raise
+        self.seq += 1
+
+    # -- what one report holds -----------------------------------------------------------------
+
+    def report(self, ended: bool = False):
+        now = time.time()
+        times = os.times()
+        me = self._thread.ident if self._thread is not None else None
+        threads = self._threads(me)
+        dynamo = self._dynamo_counters()
+        torch_mod = sys.modules.get("torch")
+        torch_version = getattr(torch_mod, "__version__", "") if _initialised(torch_mod) else ""
+        in_thread = self._thread is not None and threading.current_thread() is self._thread
+        probe_cpu = self._probe_cpu_before + (time.thread_time() if in_thread else self._thread_cpu)
+        totals = list(self._compiles.values())
+        return _rd.ProbeReport(
+            run_id=self.run_id, pid=self.pid, time=now, ppid=self.ppid, start_time=self.start_time,
+            seq=self.seq, node=self.node, rank=self.rank, local_rank=self.local_rank,
+            world_size=self.world_size, argv=[str(a)[:_MAX_TEXT] for a in sys.argv[:_MAX_ARGV]],
+            executable=sys.executable or "", python=sys.version.split()[0],
+            cpu_s=round(times.user + times.system, 3), probe_cpu_s=round(probe_cpu, 4),
+            threads=threads, torch=str(torch_version or ""),
+            graphs=sum(c.graphs for c in totals), recompiles=sum(c.recompiles for c in totals),
+            compile_seconds=round(sum(c.seconds for c in totals), 3),
+            unique_graphs=dynamo[0], graph_breaks=dynamo[1],
+            step=self.step, step_time=self.step_time, ended=ended, errors=self.errors)
+
+    def _threads(self, me: int | None) -> list:
+        frames = sys._current_frames()
+        known = {t.ident: t for t in threading.enumerate()}
+        now = time.monotonic()
+        out = []
+        for ident, frame in frames.items():
+            if ident == me:
+                continue
+            if len(out) >= _MAX_THREADS:
+                break
+            t = known.get(ident)
+            lines: list[str] = []
+            compiling_in_stack = False
+            f, depth = frame, 0
+            while f is not None and f.f_code.co_filename == _OWN_FILE:   # the probe itself, at exit
+                f = f.f_back
+            while f is not None and depth < _STACK_WALK_MAX:
+                code = f.f_code
+                if depth < FRAMES_PER_THREAD:
+                    lines.append(("%s:%s %s" % (code.co_filename, f.f_lineno, code.co_name))[:_MAX_TEXT])
+                if code.co_filename.endswith(_COMPILE_FRAMES):
+                    compiling_in_stack = True
+                    if depth >= FRAMES_PER_THREAD:
+                        break
+                f = f.f_back
+                depth += 1
+            del f, frame
+            comp = self._compiles.get(ident)
+            started = comp.started if comp is not None else None
+            if started is not None or compiling_in_stack:
+                state = _rd.CompileState.COMPILING.value
+            elif comp is not None and comp.graphs:
+                state = _rd.CompileState.COMPILED.value
+            else:
+                state = ""
+            out.append(_rd.ProbeThread(
+                name=str(t.name)[:_MAX_TEXT] if t is not None else "<not a threading.Thread>",
+                ident=ident, native_id=getattr(t, "native_id", None), daemon=bool(getattr(t, "daemon", False)),
+                frames=lines, compile_state=state,
+                compiling_for_s=round(now - started, 3) if started is not None else None,
+                graphs=comp.graphs if comp is not None else 0,
+                recompiles=comp.recompiles if comp is not None else 0,
+                compile_seconds=round(comp.seconds, 3) if comp is not None else 0.0))
+        return out
+
+    # -- torch, once the program imported it ----------------------------------------------------
+
+    def _watch_torch(self) -> None:
+        if self._torch_done:
+            return
+        module = sys.modules.get("torch._dynamo.callback")
+        if not _initialised(module):
+            return
+        handler = getattr(module, "callback_handler", None)
+        if handler is None:
+            return
+        handler.register_start_callback(self._on_compile_start)
+        handler.register_end_callback(self._on_compile_end)
+        self._torch_done = True
+
+    def _dynamo_counters(self) -> tuple[int, int]:
+        module = sys.modules.get("torch._dynamo.utils")
+        counters = getattr(module, "counters", None) if _initialised(module) else None
+        if counters is None:
+            return 0, 0
+        try:
+            # .get, never [...]: counters is a defaultdict, and a read must not add keys to
+            # a dict that dynamo's threads iterate.
+            stats = counters.get("stats") or {}
+            breaks = counters.get("graph_break") or {}
+            return int(stats.get("unique_graphs", 0)), int(sum(list(breaks.values())))
+        except RuntimeError:    # changed size while we summed: the next beat reads it
+            return 0, 0
+
+    # Both run inside torch's compile, under its callback lock: quick, and never raise.
+    def _on_compile_start(self, args=None) -> None:
+        try:
+            with self._compile_lock:
+                comp = self._compiles.setdefault(threading.get_ident(), _ThreadCompiles())
+                comp.started = time.monotonic()
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("compile_start", exc)
+
+    def _on_compile_end(self, args=None) -> None:
+        try:
+            trigger = getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")
+            compile_id = str(getattr(args, "compile_id", ""))
+            with self._compile_lock:
+                comp = self._compiles.get(threading.get_ident())
+                if comp is None or comp.started is None:
+                    # Overlapping compiles: torch ends them in the last thread to finish; the
+                    # compile belongs to the thread that started it.
+                    comp = next((c for c in self._compiles.values() if c.started is not None), None)
+                if comp is None:   # began before the callbacks were registered
+                    comp = self._compiles.setdefault(threading.get_ident(), _ThreadCompiles())
+                if comp.started is not None:
+                    comp.seconds += time.monotonic() - comp.started
+                    comp.started = None
+                if trigger == "DYNAMO":
+                    comp.graphs += 1
+                    comp.recompiles += _recompile(compile_id)
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("compile_end", exc)
+
+    # -- os.fork --------------------------------------------------------------------------------
+
+    def hook_fork(self) -> None:
+        if self._fork_hooked or not hasattr(os, "register_at_fork"):
+            return
+        os.register_at_fork(before=self._before_fork, after_in_parent=self._after_fork_parent,
+                            after_in_child=self._after_fork_child)
+        self._fork_hooked = True
+
+    def _before_fork(self) -> None:
+        try:
+            if self._thread is not None:
+                self.stop_thread(timeout=0.5)
+                self._paused = True
+            else:
+                self._paused = False
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("fork", exc)
+
+    def _after_fork_parent(self) -> None:
+        try:
+            if self._paused:   # the next beat when it was due (a program may fork often)
+                self.start_thread(first_beat_after_s=self.interval_s)
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("fork", exc)
+
+    def _after_fork_child(self) -> None:
+        try:
+            # The parent's locks may have been held at the fork by a thread the child lacks.
+            self._write_lock = threading.Lock()
+            self._compile_lock = threading.Lock()
+            self._events_lock = threading.Lock()
+            self._reset_for_this_process()
+            if self._paused:
+                # A child that lives less than a beat (fork, then exec or os._exit: most of
+                # them) leaves no report behind.
+                self.start_thread(first_beat_after_s=self.interval_s)
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("fork", exc)
+
+    # -- exit -----------------------------------------------------------------------------------
+
+    def at_exit(self) -> None:
+        try:
+            if self.pid != os.getpid():
+                return
+            self.stop_thread(timeout=0.5)
+            if self.seq:   # it has reported: its last report says it ended
+                self.beat(ended=True)
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("exit", exc)
+
+    # -- the one-line API -----------------------------------------------------------------------
+
+    def log_step(self, step, loss, metrics: dict) -> bool:
+        self.log_calls += 1
+        if step is None:
+            step = self.log_calls - 1
+        fields: dict = {}
+        nonfinite: list[str] = []
+        for name, value in (("step", step), ("loss", loss), *metrics.items()):
+            if name in _RESERVED:
+                self.note_error("log", ValueError("metric name %r is reserved; rename it" % name))
+                continue
+            value = _plain(value)
+            if isinstance(value, float) and not math.isfinite(value):
+                nonfinite.append(name)
+                value = None
+            fields[name] = value
+        if isinstance(fields.get("step"), float) and fields["step"].is_integer():
+            fields["step"] = int(fields["step"])
+        if nonfinite:
+            fields["nonfinite"] = nonfinite
+        now = time.time()
+        # Every event names its writer: rank (0 outside torch.distributed, as the trainer's) and node.
+        event = _rd.make_event(_rd.EventKind.STEP, now, pid=os.getpid(), rank=self.rank or 0, node=self.node,
+                               **fields)
+        data = (_rd.to_json(event) + "\n").encode("utf-8")
+        if len(data) > _EVENT_MAX_BYTES:
+            raise ValueError("step event of %d bytes, more than %d" % (len(data), _EVENT_MAX_BYTES))
+        fd = self._events()
+        os.write(fd, data)   # one write on an O_APPEND fd: lines from many writers never interleave
+        self.step, self.step_time = fields["step"], now
+        return True
+
+    def _events(self) -> int:
+        with self._events_lock:
+            if self._events_fd is None:
+                self._events_fd = os.open(os.path.join(self.run_dir, _rd.EVENTS_JSONL),
+                                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            return self._events_fd
+
+
+_RESERVED = frozenset({"v", "kind", "time", "pid", "rank", "node", "nonfinite"})
+
+
+def _plain(value):
+    """A JSON-able value: numbers, strings, booleans and None as they are; a tensor or numpy
+    scalar through .item(); a list of numbers item by item; anything else as its str()."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value[:4096]]
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            got = item()
+            if isinstance(got, (bool, int, float)):
+                return got
+        except Exception:   # noqa: BLE001 - e.g. a tensor of many elements: its str() below
+            pass
+    return str(value)[:_MAX_TEXT]
+
+
+_probe: _Probe | None = None
+_start_lock = threading.Lock()
+
+
+def start(interval_s: float | None = None) -> bool:
+    """Start the probe in this process if it runs as part of a run ($DFLASH_RUN_DIR set).
+    Idempotent; never raises. True when the probe runs."""
+    global _probe
+    try:
+        with _start_lock:
+            if _probe is not None:
+                return True
+            run_dir = os.environ.get("DFLASH_RUN_DIR", "")
+            if not run_dir:
+                return False
+            probe = _Probe(run_dir, os.environ.get("DFLASH_RUN_ID", ""),
+                           interval_s if interval_s is not None else _rd.PROBE_INTERVAL_S)
+            _probe = probe
+        try:
+            probe.hook_fork()
+            atexit.register(probe.at_exit)
+            probe.start_thread(first_beat_after_s=FIRST_BEAT_S)
+        except Exception as exc:   # noqa: BLE001
+            probe.note_error("start", exc)
+        return True
+    except Exception:   # noqa: BLE001 - not even the run dir is known: nowhere to note it
+        return False
+
+
+def stop() -> None:
+    """Stop the heartbeat thread (the report stays as last written)."""
+    try:
+        if _probe is not None:
+            _probe.stop_thread()
+    except Exception as exc:   # noqa: BLE001
+        _probe.note_error("stop", exc)
+
+
+def log(step: int | None = None, loss: float | None = None, **metrics) -> bool:
+    """Append one typed step event to RUN_DIR/events.jsonl, with this process's pid and rank:
+
+        import dflash_probe; dflash_probe.log(step=s, loss=l, lr=lr, tokens_per_s=tps)
+
+    `step` defaults to the number of earlier calls; tensors are read with .item(); a NaN or
+    infinite value is written as null and named in "nonfinite". Never raises: False when
+    nothing was written (not part of a run, or the write failed: probe/errors.log says why)."""
+    probe = _probe
+    if probe is None:
+        if not start() or _probe is None:
+            return False
+        probe = _probe
+    try:
+        return probe.log_step(step, loss, metrics)
+    except Exception as exc:   # noqa: BLE001
+        probe.note_error("log", exc)
+        return False

@@ -1,0 +1,100 @@
+"""Hostile settings are config errors: one line naming the file, key and fix, exit 2, and
+nothing read that is not a regular file (a real `dflash-tui` process per case)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.config import ConfigError, parse_config
+from tests.test_cli_modes import cli, one_line_error
+
+pytestmark = pytest.mark.timeout(180)
+
+NUMERIC = ("stall_after_s", "compile_stall_after_s", "launch_deadline_s", "stop_grace_s", "min_free_gb")
+
+
+def profile(tmp_path: Path, body: str, name: str = "p") -> Path:
+    path = tmp_path / "config.toml"
+    command = "" if body.startswith("command") else 'command = ["true"]\n'
+    path.write_text(f'[profile.{name}]\nrun_dir = "{tmp_path / "run"}"\n{command}{body}\n')
+    return path
+
+
+def usage_error(tmp_path: Path, *args: str) -> str:
+    t0 = time.monotonic()
+    res = cli(tmp_path, *args, timeout=30)
+    assert time.monotonic() - t0 < 10, "a config error must not wait on anything"
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    return one_line_error(res)
+
+
+@pytest.mark.parametrize("key", NUMERIC)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300"])
+def test_non_finite_and_absurd_numbers_are_refused(key, value):
+    with pytest.raises(ConfigError) as err:
+        parse_config(f'[profile.p]\nrun_dir = "/srv/run"\n{key} = {value}\n', "c.toml")
+    msg = str(err.value)
+    assert "\n" not in msg and f"{key} = " in msg and "c.toml" in msg, msg
+
+
+def test_numeric_bounds_through_the_cli(tmp_path):
+    assert "stop_grace_s = nan" in usage_error(tmp_path, "--config", str(profile(tmp_path, "stop_grace_s = nan")), "--check")
+    line = usage_error(tmp_path, "--config", str(profile(tmp_path, "launch_deadline_s = 1e9")), "--check")
+    assert "launch_deadline_s" in line and "600" in line, line
+    for wait in ("nan", "inf", "-1", "1e12", "abc"):
+        line = usage_error(tmp_path, "--config", str(profile(tmp_path, "")), "--check", "--wait", wait)
+        assert "--wait" in line, line
+
+
+@pytest.mark.parametrize("run_dir, why", [
+    ("/x/../../etc", "'..'"), ("/srv/run/../../etc", "'..'"), ("/etc", "system directory"),
+    ("/etc/dflash", "system directory"), ("/usr", "system directory"), ("/", "root"),
+    ("/proc/self", "system directory"), ("/dev", "system directory"), ("/boot/r", "system directory"),
+    ("/bin", "system directory"), ("/sys/x", "system directory"), ("relative/run", "absolute"),
+    ("/srv/run\nx", "control character"),
+])
+def test_run_dir_refused(tmp_path, run_dir, why):
+    path = tmp_path / "config.toml"
+    path.write_text(f"[profile.p]\nrun_dir = {json.dumps(run_dir)}\n")   # a JSON string is a TOML string
+    line = usage_error(tmp_path, "--config", str(path), "--check")
+    assert "run_dir" in line and why in line, line
+    assert not Path("/etc/launch.sh").exists()
+
+
+def test_run_dir_is_normalised():
+    cfg = parse_config('[profile.p]\nrun_dir = "/srv//runs/./a/"\n', "c.toml")
+    assert cfg.profiles["p"].run_dir == "/srv/runs/a"
+    for fine in ("/dev/shm/run", "/usr/local/runs/a", "/tmp/run", "/home/me/run"):
+        assert parse_config(f'[profile.p]\nrun_dir = "{fine}"\n', "c.toml").profiles["p"].run_dir == fine
+
+
+def test_nul_and_control_characters_are_config_errors(tmp_path):
+    for body in ('python = "py\\u0000thon"', 'command = ["a\\u0000b"]', 'train_args = ["--x", "\\u0000"]',
+                 'host = "gpu\\n1"', 'user = "ro\\u0000ot"\nhost = "h"'):
+        line = usage_error(tmp_path, "--config", str(profile(tmp_path, body)), "--check")
+        assert "control character" in line or "NUL" in line, (body, line)
+
+
+def test_a_newline_in_a_profile_name_is_one_line(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[profile."a\\nb"]\nrun_dir = "/srv/run"\n')
+    line = usage_error(tmp_path, "--config", str(path), "--check")
+    assert "profile names" in line and "'a\\nb'" in line, line
+
+
+def test_config_files_that_are_not_regular_files_are_never_read(tmp_path):
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    assert "not a regular file" in usage_error(tmp_path, "--config", str(fifo), "--check")
+    assert "not a regular file" in usage_error(tmp_path, "--config", "/dev/zero", "--check")
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * (2 << 20))
+    assert "too big" in usage_error(tmp_path, "--config", str(big), "--check")
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b"# caf\xe9\n")
+    assert "not UTF-8" in usage_error(tmp_path, "--config", str(latin), "--check")

@@ -1,0 +1,300 @@
+"""Seeded fuzzing of the headless CLI over hostile configs, argument lists and run-directory
+files: every case ends within 10 s, with an exit code from the README's table, one line on
+stderr at most for an error, and never a traceback or "internal error".
+
+Most cases call `dflash_tui.cli.main` in this process (a worker thread, so a hang is seen and
+not waited out); the run-directory cases go through real agents and real files (FIFOs, device
+symlinks, directories, crafted records), and a sample of every kind is repeated as a real
+`python -m dflash_tui` process. DFLASH_FUZZ_SEED and DFLASH_FUZZ_SCALE (a multiplier of the
+case counts) reproduce or widen a run; the counts are in benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_tui import cli
+from tests.test_cli_modes import write_config
+
+pytestmark = pytest.mark.timeout(170)
+
+SEED = int(os.environ.get("DFLASH_FUZZ_SEED", "20261201"))
+SCALE = float(os.environ.get("DFLASH_FUZZ_SCALE", "1"))
+CASES = {"config": int(250 * SCALE), "argv": int(100 * SCALE), "rundir": int(25 * SCALE)}
+REAL_PROCESS_SAMPLE = max(1, int(2 * SCALE))   # of each kind, also run as a real process
+CASE_LIMIT_S = 10.0
+EXIT_CODES = {0, 1, 2, 3, 4}       # the README table's, but 130 (only Ctrl-C gives it)
+TAG = "--fuzz-tag"                 # the programs a case may launch are `true`, `false`, `sleep 0`
+
+# -- values ---------------------------------------------------------------------------------
+
+HOSTILE_STRINGS = ["", " ", "a\x00b", "line\nbreak", "\x1b[31mred", "$(touch /tmp/dflash-pwned)", "'; rm -rf /",
+                   "../../etc", "~", "-oProxyCommand=sh", "é" * 3, "x" * 5000, "\ud7ff", "nan", "None"]
+NUMBERS = ["nan", "inf", "-inf", "+inf", "0", "-0.0", "-1", "1e308", "1e-308", "5", "0.5", "600", "601",
+           "1" * 5000, "9223372036854775808", "true", '"3"', "[1]", "{a = 1}", "0x10", "1_000"]
+PATHS = ["/dev/zero", "/dev/null", "/proc/self/mem", "/etc", "/", "relative/x", "~/nope", "/x/../../etc",
+         "/nonexistent/dflash", "FIFO", "DIR", "NOTUTF8", "GOOD"]
+
+
+def toml_value(rng: random.Random, key: str, ctx: dict) -> str:
+    numeric = key in ("stall_after_s", "compile_stall_after_s", "launch_deadline_s", "stop_grace_s",
+                      "min_free_gb", "port")
+    roll = rng.random()
+    if numeric and roll < 0.8:
+        return rng.choice(NUMBERS + ["22", str(ctx["closed_port"])] * (key == "port"))
+    if key in ("ssh_config", "known_hosts", "identity_file") and roll < 0.85:
+        p = rng.choice(PATHS)
+        return json.dumps(ctx["files"].get(p, p))
+    if key == "run_dir" and roll < 0.85:
+        return json.dumps(rng.choice([str(ctx["tmp"] / "run"), "/x/../../etc", "/etc", "/", "/usr/local/../bin",
+                                      "relative", str(ctx["tmp"] / "run") + "/", "//" + str(ctx["tmp"]),
+                                      "/dev", "/proc/1", str(ctx["tmp"] / "a\nb"), "/dev/shm/../../etc"]))
+    if key in ("command", "train_args") and roll < 0.85:
+        items = rng.choice([["true", TAG], ["/bin/false", TAG], [], [""], ["a\x00b"], ["sleep", "0", TAG],
+                            ["relative/prog", TAG], [1, 2], [["nested"]]])
+        return json.dumps(items)
+    if key == "host" and roll < 0.85:
+        return json.dumps(rng.choice(["127.0.0.1", "-oProxyCommand=x", "h o", "", "a\x00", "127.0.0.1 "]))
+    if key == "container" and roll < 0.85:
+        return json.dumps(rng.choice(["pct:200", "pct:", "docker:", "docker:-x", "lxc:1", "pct:1\n", "docker:a b"]))
+    pool = [json.dumps(rng.choice(HOSTILE_STRINGS)), rng.choice(NUMBERS), "true", "[]", '["x", 1]', "{}",
+            "1979-05-27T07:32:00Z", "[[1], [2]]", '"""multi\nline"""']
+    return rng.choice(pool)
+
+
+KEYS = ["host", "user", "port", "identity_file", "container", "run_dir", "python", "train_args", "command",
+        "known_hosts", "ssh_config", "stall_after_s", "compile_stall_after_s", "launch_deadline_s",
+        "stop_grace_s", "min_free_gb", "bogus_key"]
+NAMES = ["p", "gpu1", "local", '"a b"', '"x\\ny"', '"-lead"', '"é"', '"a.b"', "_", '"' + "n" * 300 + '"']
+
+
+def fuzz_config(rng: random.Random, ctx: dict) -> bytes:
+    roll = rng.random()
+    if roll < 0.06:
+        return rng.choice([b"\xff\xfe\x00garbage", b"[profile.p\n", b"x = " + b"[" * 20000, b"",
+                           b"[profile]\n", b"profile = 3\n", b"[[profile.p]]\n", b"x = " + b"1" * 5000])
+    lines = []
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        name = rng.choice(NAMES)
+        lines.append(f"[profile.{name}]")
+        keys = rng.sample(KEYS, rng.randint(0, 6))
+        if rng.random() < 0.7:      # mostly local profiles that would otherwise load
+            keys = [k for k in keys if k not in ("host", "user", "port", "identity_file")]
+            lines.append(f"run_dir = {json.dumps(str(ctx['tmp'] / 'run'))}")
+            lines.append(f'command = ["true", "{TAG}"]')
+            keys = [k for k in keys if k not in ("run_dir", "command")]
+        for key in keys:
+            lines.append(f"{key} = {toml_value(rng, key, ctx)}")
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+
+
+def fuzz_argv(rng: random.Random, ctx: dict) -> list[str]:
+    modes = ["--check", "--stop", "--list-profiles", "--launch", "--relaunch", "--version", "--help"]
+    extra = ["--json", "--no-preflight", "--wait", "--profile", "-p", "--config", "--", "-", "", "--wait=nan",
+             "--check=1", "-x", "--verbose", "é", "a\nb", "--prof", "--ch"]
+    values = ["nan", "inf", "-1", "0", "1e309", "0.2", "", "1" * 400, "p", "nope", str(ctx["cfg"]), "/dev/zero",
+              str(ctx["files"]["FIFO"]), str(ctx["tmp"])]
+    argv = ["--config", str(ctx["cfg"])] if rng.random() < 0.8 else []
+    for _ in range(rng.randint(0, 5)):
+        argv.append(rng.choice(extra + values + modes))
+    if not any(m in argv for m in modes):
+        argv.append(rng.choice(modes[:3]))
+    if argv[:2] != ["--config", str(ctx["cfg"])]:
+        # Without our config the built-in profile is the bundled trainer: check it, never launch it.
+        argv = ["--check" if a in ("--launch", "--relaunch") else a for a in argv]
+    return argv
+
+
+# -- run-directory files --------------------------------------------------------------------
+
+def _launch_record(rng: random.Random) -> dict:
+    pid = rng.choice([4194000 + rng.randint(0, 300), 0, -7, 2 ** 63, 2 ** 40])
+    return {"v": 1, "run_id": "fuzz-run", "pid": pid, "pgid": pid, "start_ticks": rng.choice([None, 12345]),
+            "start_time": time.time() - 30, "argv": ["sh", "./launch.sh"], "host": "h", "user": "u",
+            "log_error": ""}
+
+
+RECORDS = {
+    "launch.json": _launch_record,
+    "status.json": lambda rng: {"v": 1, "run_id": "fuzz-run", "pid": 4194301, "time": time.time(), "step": 3,
+                                "phase": "training", "heartbeat_time": time.time(),
+                                "threads": [{"name": "main", "role": "main", "device": "cpu"}]},
+    "exit.json": lambda rng: {"v": 1, "run_id": "fuzz-run", "exit_code": 1, "signal": None, "end_time": time.time()},
+    "stop.json": lambda rng: {"v": 1, "run_id": "fuzz-run", "pid": 4194301, "requested_time": time.time()},
+    ".launch-claim": lambda rng: {"v": 1, "token": "t", "launcher": "x@y", "pid": 4194302, "machine": "m"},
+}
+BAD_VALUES = ["3", "abc", [], {}, None, True, 1e308, -1, 0, [[[[[[]]]]]], "x" * 10000, {"nested": [1, {"a": []}]}]
+RAW_BAD = ["NaN", "Infinity", "-Infinity", "1" * 5000, "[" * 5000 + "]" * 5000, '{"v": 1', "\xff\xfe", "",
+           "null", "[]", '"a string"', '{"v": "1"}', '{"v": 2}', "{" * 40 + "}" * 40]
+
+
+def write_run_file(rng: random.Random, run: Path, name: str) -> str:
+    path = run / name
+    how = rng.choice(["record", "record", "mutated", "mutated", "raw", "fifo", "dir", "devzero", "loop",
+                      "huge", "binary"])
+    if name in ("launch.sh", "train.log", "launch.out", "events.jsonl") and how in ("record", "mutated", "raw"):
+        how = rng.choice(["text", "fifo", "dir", "devzero", "binary"])
+    if how in ("record", "mutated"):
+        rec = RECORDS[name](rng)
+        if how == "mutated":
+            for _ in range(rng.randint(1, 3)):
+                rec[rng.choice(list(rec) + ["v", "extra"])] = rng.choice(BAD_VALUES)
+        text = json.dumps(rec)
+        if rng.random() < 0.3:      # numbers JSON can say but a record must not hold
+            text = text.replace("12345", rng.choice(["NaN", "1" * 5000, "1e999", "-0"]), 1)
+        path.write_text(text)
+    elif how == "raw":
+        path.write_bytes(rng.choice(RAW_BAD).encode("utf-8", "surrogateescape"))
+    elif how == "text":
+        path.write_text(rng.choice(["#!/bin/sh\n# dflash-run-id: fuzz-run\n", "# dflash-run-id: \x1b[2J\n",
+                                    "Traceback (most recent call last):\n  x\nValueError: y\n" * 50,
+                                    '{"v":1,"kind":"step","step":"x"}\n' * 20]))
+    elif how == "fifo":
+        os.mkfifo(path)
+    elif how == "dir":
+        path.mkdir()
+    elif how == "devzero":
+        path.symlink_to("/dev/zero")
+    elif how == "loop":
+        path.symlink_to(path)
+    elif how == "huge":
+        path.write_bytes(b"{" + b" " * (300 << 10) + b"}")
+    else:
+        path.write_bytes(bytes(rng.randrange(256) for _ in range(200)))
+    return how
+
+
+def fuzz_rundir(rng: random.Random, ctx: dict, i: int) -> tuple[list[str], str]:
+    run = ctx["tmp"] / f"rd{i}"
+    run.mkdir()
+    made = []
+    for name in rng.sample(["launch.json", "status.json", "exit.json", "stop.json", "launch.sh", "train.log",
+                            "launch.out", "events.jsonl", ".launch-claim"], rng.randint(1, 5)):
+        made.append(f"{name}:{write_run_file(rng, run, name)}")
+    cfg_dir = ctx["tmp"] / f"rdc{i}"
+    cfg_dir.mkdir()
+    cfg = write_config(cfg_dir, p={"run_dir": str(run), "command": ["true", TAG], "min_free_gb": 0,
+                                   "stop_grace_s": 0.5, "launch_deadline_s": 2})
+    mode = rng.choice(["--check", "--check", "--check", "--stop", "--launch", "--relaunch"])
+    return ["--config", str(cfg), mode, *(["--json"] if rng.random() < 0.5 else [])], ",".join(made)
+
+
+# -- running a case -------------------------------------------------------------------------
+
+def run_in_process(argv: list[str]) -> tuple[int | None, str, str, float]:
+    """(exit code or None if it hung, stdout, stderr, seconds) of cli.main(argv)."""
+    out, err = io.StringIO(), io.StringIO()
+    result: dict = {}
+
+    def work():
+        try:
+            result["code"] = cli.main(argv)
+        except SystemExit as exc:      # argparse's --help, --version and usage errors
+            result["code"] = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        except BaseException as exc:   # what main let through: printed as the interpreter would
+            import traceback
+            err.write("Traceback (most recent call last):\n" + "".join(traceback.format_exception(exc)))
+            result["code"] = 1
+    t0 = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        worker.join(CASE_LIMIT_S)
+    return result.get("code"), out.getvalue(), err.getvalue(), time.monotonic() - t0
+
+
+def run_as_process(argv: list[str], env: dict) -> tuple[int | None, str, str, float]:
+    t0 = time.monotonic()
+    try:
+        res = subprocess.run([sys.executable, "-m", "dflash_tui", *argv], capture_output=True, text=True,
+                             env=env, timeout=CASE_LIMIT_S, errors="replace")
+    except subprocess.TimeoutExpired as exc:
+        return None, str(exc.stdout or ""), str(exc.stderr or ""), time.monotonic() - t0
+    return res.returncode, res.stdout, res.stderr, time.monotonic() - t0
+
+
+def judge(kind: str, case: str, code, out: str, err: str, took: float) -> str | None:
+    """What is wrong with a case's outcome, or None."""
+    if code is None:
+        return f"hung past {CASE_LIMIT_S:.0f} s"
+    if code not in EXIT_CODES:
+        return f"exit code {code} is not in the README's table"
+    if "Traceback" in err or "Traceback" in out:
+        return "printed a traceback"
+    if "internal error" in err or "internal error" in out:
+        return "printed 'internal error'"
+    if code != 0 and err.strip() and len(err.strip().splitlines()) > 1:
+        return f"a {len(err.strip().splitlines())}-line error"
+    return None
+
+
+def test_fuzz_configs_arguments_and_run_dirs(tmp_path, monkeypatch, capsys):
+    rng = random.Random(SEED)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))      # no ~/.ssh of this machine's user
+    monkeypatch.delenv("DFLASH_TUI_DEBUG", raising=False)
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    files = {"FIFO": tmp_path / "fifo", "DIR": tmp_path / "adir", "NOTUTF8": tmp_path / "latin",
+             "GOOD": tmp_path / "good_ssh_config"}
+    os.mkfifo(files["FIFO"])
+    files["DIR"].mkdir()
+    files["NOTUTF8"].write_bytes(b"Host *\n  User caf\xe9\n")
+    files["GOOD"].write_text("Host *\n  ConnectTimeout 2\n")
+    ctx = {"tmp": tmp_path, "closed_port": closed_port, "files": {k: str(v) for k, v in files.items()},
+           "cfg": write_config(tmp_path, p={"run_dir": str(tmp_path / "run"), "command": ["true", TAG],
+                                            "min_free_gb": 0, "launch_deadline_s": 2})}
+    env = {**os.environ}
+
+    cases: list[tuple[str, str, list[str]]] = []
+    for i in range(CASES["config"]):
+        path = tmp_path / f"c{i}.toml"
+        path.write_bytes(fuzz_config(rng, ctx))
+        mode = rng.choice(["--check", "--check", "--list-profiles", "--stop"])
+        cases.append(("config", path.read_bytes()[:300].decode("utf-8", "replace"), ["--config", str(path), mode]))
+    for _ in range(CASES["argv"]):
+        argv = fuzz_argv(rng, ctx)
+        cases.append(("argv", repr(argv), argv))
+    for i in range(CASES["rundir"]):
+        argv, made = fuzz_rundir(rng, ctx, i)
+        cases.append(("rundir", made, argv))
+
+    failures, tried, started = [], {"config": 0, "argv": 0, "rundir": 0, "process": 0}, time.monotonic()
+    spent = dict.fromkeys(tried, 0.0)
+    sampled: dict[str, int] = {}
+    for kind, desc, argv in cases:
+        code, out, err, took = run_in_process(argv)
+        tried[kind] += 1
+        spent[kind] += took
+        why = judge(kind, desc, code, out, err, took)
+        if why:
+            failures.append(f"{kind} {desc!r} {argv}: {why}\n    stderr: {err.strip()[:400]}")
+        if sampled.get(kind, 0) < REAL_PROCESS_SAMPLE and rng.random() < 0.1:
+            sampled[kind] = sampled.get(kind, 0) + 1
+            code, out, err, took = run_as_process(argv, {**env, **{k: os.environ[k] for k in
+                                                                   ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "HOME")}})
+            tried["process"] += 1
+            spent["process"] += took
+            why = judge(kind, desc, code, out, err, took)
+            if why:
+                failures.append(f"process {kind} {desc!r} {argv}: {why}\n    stderr: {err.strip()[:400]}")
+    seconds = time.monotonic() - started
+    with capsys.disabled():
+        print(f"\nfuzz seed {SEED}: {sum(tried.values())} cases ({tried}) in {seconds:.1f} s, "
+              f"{len(failures)} failed; seconds per kind {({k: round(v, 1) for k, v in spent.items()})}")
+    assert not failures, f"{len(failures)} of {sum(tried.values())} cases failed:\n" + "\n".join(failures[:25])

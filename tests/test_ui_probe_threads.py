@@ -1,0 +1,47 @@
+"""The Threads pane shows the run probe's threads of every process, grouped by rank and pid."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from textual.widgets import DataTable
+
+from dflash_tui.contract.rundir import ProbeReport, ProbeThread
+from tests.support import scenarios as R
+
+from tests.test_ui_app import SIZE, make, until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def probes() -> list[ProbeReport]:
+    def main(path: str) -> ProbeThread:
+        return ProbeThread(name="MainThread", ident=1, frames=[f"{path}:12 <module>"])
+    return [
+        ProbeReport(run_id="r", pid=11, time=R.T0 - 1, rank=0, threads=[
+            ProbeThread(name="allreduce-loop", ident=2, compile_state="compiling", compiling_for_s=42.0,
+                        graphs=3, recompiles=1, compile_seconds=40.5,
+                        frames=["/venv/torch/_dynamo/convert_frame.py:900 _compile", "/x/train.py:30 step"]),
+            main("/x/train.py")]),
+        ProbeReport(run_id="r", pid=12, time=R.T0 - 2, rank=1, threads=[main("/x/train.py")]),
+        ProbeReport(run_id="r", pid=10, time=R.T0 - 65, ended=True, threads=[main("/venv/bin/torchrun")]),
+    ]
+
+
+async def test_probe_threads_grouped_by_process_without_status_json():
+    report = dataclasses.replace(R.healthy(), status=None, probes=probes())
+    app, _ = make(report)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("2")
+        table = app.query_one("#probe-table", DataTable)
+        await until(pilot, lambda: table.row_count == 4)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(4)]
+        assert rows[0] == ["rank 0 · pid 11", "MainThread", "-", "0", "0", "0.0", "<module> (train.py:12)", "1s"]
+        assert rows[1] == ["", "allreduce-loop", "compiling 42s", "3", "1", "40.5",
+                           "_compile (convert_frame.py:900)", ""]
+        assert rows[2][:2] == ["rank 1 · pid 12", "MainThread"]
+        assert rows[3][0] == "pid 10 (ended)" and rows[3][6] == "<module> (torchrun:12)"
+        assert not app.query_one("#threads-table", DataTable).display
+        assert "run probe" in str(app.query_one("#threads-note").render())
