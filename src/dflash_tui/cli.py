@@ -17,6 +17,8 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
 the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
 else the combined verdict's (`nodes_exit_code`).
+`--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
+(fleet/checkall.py EXIT_PRECEDENCE).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
@@ -95,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--canary", action="store_true",
                       help="launch `sleep` through the same wrapper/transport and check it outlives the channel")
     mode.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
+    p.add_argument("--all", action="store_true",
+                   help="with --check: every profile of the config file at once (text: one line "
+                        "each; --json: a list); the exit code is the worst, 2 > 1 > 3 > 4 > 0")
+    p.add_argument("--resume", action="store_true",
+                   help="with --launch/--relaunch: the bundled trainer continues from the newest "
+                        "checkpoint in the run dir")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS",
                    help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
@@ -196,7 +204,8 @@ async def _run_mode(args, profile: Profile) -> int:
         if args.launch or args.relaunch:
             from .run.launch import LaunchRefused
             try:
-                outcome = await session.launch(relaunch=args.relaunch, preflight=not args.no_preflight)
+                outcome = await session.launch(relaunch=args.relaunch, preflight=not args.no_preflight,
+                                               resume=args.resume)
             except LaunchRefused as exc:
                 return _fail(args, EXIT_FAILING, str(exc))
             if outcome.unreachable:
@@ -348,14 +357,57 @@ async def _run_nodes_mode(args, profile: Profile) -> int:
     raise AssertionError("no mode")
 
 
-def _start_dashboard(config: Config, profile: Profile) -> int:
+async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
+    """--check --all: each profile as --check would print it, all at once; the worst exit code."""
+    from .fleet.checkall import check_all, worst_exit_code
+    single = [p for p in profiles if not p.is_multinode]
+    several = [p for p in profiles if p.is_multinode]
+
+    async def nodes_check(p: Profile):
+        from .multinode import NodesSession
+        try:
+            async with NodesSession(p) as nodes:
+                return p, await _nodes_until(nodes, args.wait), None
+        except ConfigError as exc:
+            return p, None, str(exc)
+
+    results, node_runs = await asyncio.gather(
+        check_all(single, lambda session: _check_until(session, args.wait)),
+        asyncio.gather(*(nodes_check(p) for p in several)))
+    by_name: dict[str, tuple[dict, str]] = {}
+    for r in results:
+        p = r.profile
+        if r.error is not None:
+            word = "CONFIG ERROR" if r.error_code == EXIT_USAGE else "UNREACHABLE"
+            by_name[p.name] = ({"verdict": None, "error": r.error, "exit_code": r.error_code,
+                                "profile": p.name, "target": p.where(), "run_dir": p.run_dir},
+                               f"{word:<13}  {p.where()}  {r.error}")
+            continue
+        ev, cl = r.value
+        by_name[p.name] = (checklist_json(p, cl, pid=ev.launch.pid if ev.launch else None,
+                                          run_id=ev.launch.run_id if ev.launch else None),
+                           f"{cl.verdict.value:<13}  {p.where()}  {cl.summary}")
+    for p, run, error in node_runs:
+        if error is not None:
+            by_name[p.name] = ({"verdict": None, "error": error, "exit_code": EXIT_USAGE, "profile": p.name,
+                                "target": p.where(), "run_dir": p.run_dir}, f"{'CONFIG ERROR':<13}  {p.where()}  {error}")
+        else:
+            by_name[p.name] = (nodes_json(p, run), f"{run.verdict.value:<13}  {p.where()}  {run.summary}")
+    width = max(len(p.name) for p in profiles)
+    objects = [by_name[p.name][0] for p in profiles]
+    lines = [f"{p.name:<{width}}  {by_name[p.name][1]}" for p in profiles]
+    print(json.dumps(objects) if args.json else "\n".join(lines))
+    return worst_exit_code([o["exit_code"] for o in objects])
+
+
+def _start_dashboard(config: Config, profile: Profile, fleet_home: bool = True) -> int:
     try:
         from .ui.app import run_app
     except ImportError as exc:
         print(f"dflash-tui: the dashboard is not available in this install ({exc}); "
               "use --check/--launch/--stop/--canary", file=sys.stderr)
         return EXIT_USAGE
-    result = run_app(config, profile.name)
+    result = run_app(config, profile.name, fleet_home=fleet_home)
     return result if isinstance(result, int) else EXIT_HEALTHY
 
 
@@ -377,13 +429,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mark = "*" if name == config.default else " "
                 print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}")
             return EXIT_HEALTHY
+        if args.all:
+            if not args.check or args.profile:
+                raise ConfigError("--all goes with --check (and not with --profile)")
+            return asyncio.run(_check_all_mode(args, config.file_profiles()))
+        if args.resume and not (args.launch or args.relaunch):
+            raise ConfigError("--resume goes with --launch or --relaunch")
+        no_mode = not (args.check or args.launch or args.relaunch or args.stop or args.canary)
+        if no_mode and args.profile is None and len(config.file_profiles()) > 1:
+            # Several profiles: the dashboard opens on the fleet screen, no choice needed.
+            if args.json or args.wait:
+                raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
+            return _start_dashboard(config, config.file_profiles()[0])
         profile = config.profile(args.profile)
         if args.serve:
             return _serve(args, config, profile)
         if not (args.check or args.launch or args.relaunch or args.stop or args.canary):
             if args.json or args.wait:
                 raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
-            return _start_dashboard(config, profile)
+            return _start_dashboard(config, profile, fleet_home=args.profile is None)
         return asyncio.run(_run_mode(args, profile))
     except ConfigError as exc:
         return _fail(args, EXIT_USAGE, str(exc))

@@ -139,6 +139,12 @@ class Config:
                               f"add a [profile.{name}] table or pick another") from None
 
 
+    def file_profiles(self) -> list[Profile]:
+        """The profiles the config file defines, in its order (the built-in `local` without one)."""
+        mine = [p for p in self.profiles.values() if p.source == self.path]
+        return mine or list(self.profiles.values())
+
+
 def state_dir() -> Path:
     """$XDG_STATE_HOME/dflash-tui (default ~/.local/state/dflash-tui)."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")

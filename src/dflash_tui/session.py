@@ -6,12 +6,17 @@ offers the run's verbs: check, launch, relaunch, stop, canary (run/monitor.py's 
 polls a Session for the UI).
 `check(gpus=True)` adds the dashboard's "gpus" check from one bounded GPU sample of the HOST
 (NVML runs there, not in the container), for the headless modes.
+
+With `transport=` (fleet/transport.py) the targets, the agent and the GPU probe are borrowed
+from a SharedTransport, so profiles on one host share one connection and one agent; such a
+session closes nothing it borrowed, and `reopen()` keeps them (the agent restarts itself on
+the next request and the connection reconnects with backoff, for every profile at once).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .config import ConfigError, Profile
 from .gpu.oneshot import OneShotGpuProbe
@@ -24,11 +29,15 @@ from .run.activity import ProgressTracker
 from .run.attempts import LaunchAttempt, load_attempt, save_attempt
 from .run.canary import CanaryResult, run_canary
 from .run.health import Limits, evaluate, with_gpu_check
-from .run.launch import LaunchOutcome, launch_run, not_launched
+from .run.history import CheckpointRef, HistoryRun, list_runs, newest_checkpoint, open_run
+from .run.launch import LaunchOutcome, LaunchRefused, launch_run, not_launched
 from .run.preflight import run_preflight
 from .run.observe import Evidence, gather
 from .run.stop import StopResult, stop_run
 from .run.verdict import Checklist
+
+if TYPE_CHECKING:
+    from .fleet.transport import SharedTransport
 
 
 def build_targets(profile: Profile) -> tuple[Target, Target]:
@@ -41,18 +50,23 @@ def build_targets(profile: Profile) -> tuple[Target, Target]:
 
 class Session:
     def __init__(self, profile: Profile, *, targets: tuple[Target, Target] | None = None,
-                 ops_kind: str = "auto", argv: Sequence[str] | None = None, rank: int = 0) -> None:
+                 ops_kind: str = "auto", argv: Sequence[str] | None = None, rank: int = 0,
+                 transport: "SharedTransport | None" = None) -> None:
         """`ops_kind`: "auto" (the agent where python3 runs, else shell), "agent" or "shell".
         `argv`: what launches run instead of the profile's trainer_argv (one node of a run on
         several hosts: run/nodes.py); `rank`: that node's torch.distributed rank, whose status
-        file the run dir holds."""
+        file the run dir holds. `transport`: borrow the targets and agent from a SharedTransport."""
         self.profile = profile
         self.argv = list(argv) if argv is not None else None
         self.rank = rank
         self.ops_kind = ops_kind
         self.limits = Limits.from_profile(profile)
-        self._given_targets = targets is not None
-        self.host, self.target = targets if targets is not None else build_targets(profile)
+        self.transport = transport
+        self._given_targets = targets is not None or transport is not None
+        if transport is not None:
+            self.host, self.target = transport.targets(profile)
+        else:
+            self.host, self.target = targets if targets is not None else build_targets(profile)
         self._ops: RemoteOps | None = None
         self._ops_lock = asyncio.Lock()
         self._gpu = None   # OneShotGpuProbe, opened by the first gpu_snapshot()
@@ -68,11 +82,16 @@ class Session:
         """RemoteOps on the run target, opened on first use. Raises TargetError."""
         async with self._ops_lock:
             if self._ops is None:
-                self._ops = await open_ops(self.target, prefer=self.ops_kind)
+                if self.transport is not None:
+                    self._ops = await self.transport.ops(self.profile)
+                else:
+                    self._ops = await open_ops(self.target, prefer=self.ops_kind)
             return self._ops
 
     async def reopen(self) -> tuple[Target, RemoteOps]:
         """Drop the transport (every channel and the connection) and open fresh ops over a new one."""
+        if self.transport is not None:
+            return self.target, await self.ops()
         async with self._ops_lock:
             await self._close_quietly()
             if not self._given_targets:
@@ -81,6 +100,9 @@ class Session:
             return self.target, self._ops
 
     async def _close_quietly(self) -> None:
+        if self.transport is not None:
+            self._ops = None   # borrowed: the transport's owner closes it
+            return
         gpu, self._gpu = self._gpu, None
         if gpu is not None:
             await gpu.close()   # before the host's transport it rides on
@@ -116,6 +138,8 @@ class Session:
     async def gpu_snapshot(self, ev: Evidence):
         """One GPU snapshot of the profile's host, the run's processes marked. Never raises and
         never takes more than a few seconds: a hung or missing NVML is the snapshot's error."""
+        if self.transport is not None:
+            return await self.transport.gpu_sample(self.profile, run_ref_from_launch(ev.launch))
         async with self._ops_lock:
             if self._gpu is None:
                 self._gpu = OneShotGpuProbe(self.host, python=self.profile.python)
@@ -126,7 +150,17 @@ class Session:
         """`checklist` plus the "gpus" check, combined exactly as the dashboard combines it."""
         return with_gpu_check(checklist, ev, await self.gpu_snapshot(ev))
 
-    async def launch(self, *, relaunch: bool = False, preflight: bool = True) -> LaunchOutcome:
+    async def launch(self, *, relaunch: bool = False, preflight: bool = True,
+                     resume: bool = False) -> LaunchOutcome:
+        """`resume`: the bundled trainer continues from the newest checkpoint in the run dir
+        (checkpoints/ stays where it is when the last run is moved to history/)."""
+        argv = self.argv
+        if resume:
+            if not self.profile.uses_bundled_trainer:
+                raise ConfigError(f"profile {self.profile.name} runs its own command; resume "
+                                  "works with the bundled trainer (add your program's own flag "
+                                  "to train_args instead)")
+            argv = [*(self.argv if self.argv is not None else self.profile.trainer_argv), "--resume"]
         try:
             ops = await self.ops()
         except TargetError:
@@ -137,9 +171,23 @@ class Session:
             if not pre.ok:
                 return not_launched(pre)
             raise
-        return await launch_run(self.profile, self.host, self.target, ops, argv=self.argv,
+        if resume and await newest_checkpoint(ops, self.profile.run_dir) is None:
+            raise LaunchRefused(f"no checkpoint in {self.profile.run_dir}/checkpoints to resume "
+                                "from; relaunch without resume")
+        return await launch_run(self.profile, self.host, self.target, ops, argv=argv,
                                 preflight=preflight, relaunch=relaunch, limits=self.limits,
                                 on_attempt=self._remember)
+
+    async def history(self) -> list[HistoryRun]:
+        """The runs in the run dir's history/, newest first, each judged as it ended."""
+        return await list_runs(await self.ops(), self.profile.run_dir, self.limits)
+
+    async def history_run(self, run_id: str) -> HistoryRun:
+        return await open_run(await self.ops(), self.profile.run_dir, run_id, self.limits)
+
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        """What a resumed relaunch would continue from (None: nothing to resume)."""
+        return await newest_checkpoint(await self.ops(), self.profile.run_dir)
 
     async def stop(self, grace_s: float | None = None) -> StopResult:
         return await stop_run(await self.ops(), self.target, self.profile.run_dir,

@@ -73,6 +73,7 @@ class AgentOps:
         self._ids = itertools.count(1)
         self._start_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
+        self._outbox: tuple[Process, list[bytes], asyncio.Task] | None = None
         self._closed = False
 
     @classmethod
@@ -224,8 +225,7 @@ class AgentOps:
         line = (json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":"))
                 + "\n").encode("utf-8")
         try:
-            async with self._write_lock:
-                await proc.write(line)
+            await asyncio.shield(self._send(proc, line))
             msg = await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
             self._pending.pop(rid, None)
@@ -239,6 +239,24 @@ class AgentOps:
         if not msg.get("ok"):
             raise OpRefused(f"{op} on {self.label}: {msg.get('error', 'failed')}")
         return msg.get("result")
+
+    def _send(self, proc: Process, line: bytes) -> asyncio.Task:
+        """Queue `line` for the agent; every request made in the same event-loop tick goes out
+        in ONE write. A poll asks several things at once (and a fleet polls several profiles of
+        one target at once): one SSH packet for all of them instead of one each."""
+        box = self._outbox
+        if box is None or box[0] is not proc or box[2].done():
+            lines: list[bytes] = []
+            box = self._outbox = (proc, lines, asyncio.ensure_future(self._flush(proc, lines)))
+        box[1].append(line)
+        return box[2]
+
+    async def _flush(self, proc: Process, lines: list[bytes]) -> None:
+        await asyncio.sleep(0)   # let the requests of this tick join
+        if self._outbox is not None and self._outbox[1] is lines:
+            self._outbox = None  # later requests start the next write
+        async with self._write_lock:
+            await proc.write(b"".join(lines))
 
     # -- RemoteOps ------------------------------------------------------------------------
     async def now(self) -> float:

@@ -19,6 +19,7 @@ Keep this file free of anything newer than Python 3.8 and of non-stdlib imports.
 import base64
 import json
 import os
+import select
 import shutil
 import socket
 import stat as statmod
@@ -466,12 +467,26 @@ class Server(object):
         self.inp = inp
         self.out = out
         self.lock = threading.Lock()
+        self.serving = threading.current_thread()
 
     def send(self, obj):
         line = (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
         with self.lock:
             self.out.write(line)
-            self.out.flush()
+            # The serving loop flushes once no request is waiting (one packet for the answers
+            # to a batch of requests); a blocking op's thread answers at once.
+            if threading.current_thread() is not self.serving:
+                self.out.flush()
+
+    def flush_if_idle(self):
+        """Flush the answers unless another request is already waiting to be read."""
+        try:
+            waiting = bool(select.select([self.inp], [], [], 0)[0])
+        except (OSError, ValueError):
+            waiting = False
+        if not waiting:
+            with self.lock:
+                self.out.flush()
 
     def answer(self, rid, op, args):
         try:
@@ -510,12 +525,15 @@ class Server(object):
 
     def serve(self):
         self.answer(0, "hello", {})
+        with self.lock:
+            self.out.flush()
         while True:
             line = self.inp.readline()
             if not line:
                 return   # EOF: the channel closed, so the dashboard is gone
             if line.strip():
                 self.handle_line(line)
+            self.flush_if_idle()
 
 
 def load_extras(extras):

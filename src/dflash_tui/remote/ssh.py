@@ -71,6 +71,14 @@ def check_local_file(field_name: str, value: str, *, text: bool) -> None:
                              "save it as UTF-8") from None
 
 
+# AES-GCM first: with AES in hardware it costs less CPU per packet in asyncssh than
+# chacha20-poly1305 (its default first choice), which adds up over a fleet polled every second
+# (benchmarks/RESULTS.md, "fleet"). The server still picks from this list what it allows.
+_CIPHERS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
+            *(a.decode() for a in asyncssh.encryption.get_default_encryption_algs()
+              if a not in (b"aes128-gcm@openssh.com", b"aes256-gcm@openssh.com"))]
+
+
 @dataclass
 class ConnectionState:
     """What the UI shows about a host's connection."""
@@ -193,6 +201,7 @@ class SSHConnection:
             "connect_timeout": p.connect_timeout,
             "keepalive_interval": p.keepalive_interval,
             "keepalive_count_max": 3,
+            "encryption_algs": _CIPHERS,
         }
         if p.port:
             kw["port"] = p.port

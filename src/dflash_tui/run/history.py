@@ -1,23 +1,136 @@
-"""Earlier runs of a run dir: `RUN_DIR/history/<run id>/`, where a relaunch sets them aside.
+"""The runs kept in RUN_DIR/history/<id>/: the one reader of them, read-only.
 
-The reader the dashboard's Metrics overlay uses to compare a relaunch with the run before it.
-Everything goes through RemoteOps, so it works the same on a local, SSH or container target;
-an absent or unreadable history is "no previous run", never an error.
+A launch moves the last run's files there (run/launch.py); checkpoints/ stays in the run dir,
+so the next run can --resume from it. A history run is judged exactly as a live one: the real
+`observe.gather` over its directory, then `health.evaluate` (its pid is long gone, so the
+verdict is the one its exit.json, stop.json and log give). Nothing here writes anything.
+
+API: `list_runs` (newest first), `open_run` (one, by id), `run_path`, `newest_checkpoint`, and
+`previous_run` (the newest set-aside run's events, for the Metrics overlay of a relaunch).
 """
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
+import re
 from dataclasses import dataclass
 
-from ..contract.rundir import EVENTS_JSONL
-
+from ..contract.rundir import CHECKPOINTS_DIR, EVENTS_JSONL, LAUNCH_JSON, TRAIN_LOG
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps
+from .health import Limits, evaluate
 from .launch import HISTORY_DIR
+from .observe import Evidence, gather
+from .report import RunReport, report_from
+from .verdict import Checklist, Verdict
 
-# The tail of the previous run's events.jsonl that is read: its recent curve, bounded.
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+_CHECKPOINT_META = "meta.json"   # what the trainer writes last into a complete checkpoint
+MAX_RUNS = 200                   # the newest this many are read; older ones are left alone
+_CONCURRENT_READS = 8
+# The tail of the previous run's events.jsonl that the Metrics overlay reads: its recent curve.
 EVENTS_TAIL_BYTES = 1 << 20
+
+
+class HistoryError(ValueError):
+    """A history run that cannot be opened; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class HistoryRun:
+    run_id: str                  # its directory under history/
+    path: str
+    verdict: Verdict
+    summary: str
+    checklist: Checklist         # as it ended
+    evidence: Evidence
+    start_time: float | None = None
+    end_time: float | None = None
+    steps: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    tau: float | None = None
+    stopped_by: str | None = None
+    stopped_at: float | None = None
+
+    def report(self, profile: str, target_label: str) -> RunReport:
+        """The run as the single-run view shows it (read-only: nothing in it is live)."""
+        return report_from(self.evidence, self.checklist, profile=profile, target_label=target_label)
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    step: int
+    path: str
+
+
+def run_path(run_dir: str, run_id: str) -> str:
+    """history/<run_id> of `run_dir`; a run id that is not one plain path component is refused."""
+    if not _SAFE_ID.match(run_id) or run_id in (".", ".."):
+        raise HistoryError(f"{run_id!r} is not a run id of {run_dir}/{HISTORY_DIR} "
+                           "(letters, digits, '_', '.', '-')")
+    return posixpath.join(run_dir, HISTORY_DIR, run_id)
+
+
+async def _judge(ops: RemoteOps, run_id: str, path: str, limits: Limits) -> HistoryRun:
+    ev = await gather(ops, path)
+    cl = evaluate(ev, limits)
+    st, ex, stop = ev.status, ev.exit, ev.stop
+    end = ex.end_time if ex is not None else (stop.requested_time if stop is not None else None)
+    if end is None and ev.exists(TRAIN_LOG):
+        end = ev.files[TRAIN_LOG].mtime   # killed from outside: its log's last write
+    return HistoryRun(run_id=run_id, path=path, verdict=cl.verdict, summary=cl.summary, checklist=cl,
+                      evidence=ev, start_time=ev.launch.start_time if ev.launch else None, end_time=end,
+                      steps=st.step if st else None, total_steps=(st.total_steps or None) if st else None,
+                      loss=st.loss if st else None, tau=st.tau if st else None,
+                      stopped_by=(stop.requested_by or "?") if stop else None,
+                      stopped_at=stop.requested_time if stop else None)
+
+
+async def list_runs(ops: RemoteOps, run_dir: str, limits: Limits = Limits(), *,
+                    max_runs: int = MAX_RUNS) -> list[HistoryRun]:
+    """Every run in history/, newest first (by start time, else by directory mtime).
+    Raises TargetError when the target cannot be asked; an unreadable run is a verdict of its own."""
+    entries = [e for e in await ops.list_dir(posixpath.join(run_dir, HISTORY_DIR))
+               if e.is_dir and _SAFE_ID.match(posixpath.basename(e.path))]
+    entries.sort(key=lambda e: e.mtime, reverse=True)
+    sem = asyncio.Semaphore(_CONCURRENT_READS)
+
+    async def one(e) -> HistoryRun:
+        async with sem:
+            return await _judge(ops, posixpath.basename(e.path), e.path, limits)
+
+    runs = await asyncio.gather(*(one(e) for e in entries[:max_runs]))
+    mtimes = {e.path: e.mtime for e in entries}
+    return sorted(runs, key=lambda r: r.start_time if r.start_time is not None else mtimes[r.path],
+                  reverse=True)
+
+
+async def open_run(ops: RemoteOps, run_dir: str, run_id: str, limits: Limits = Limits()) -> HistoryRun:
+    """One history run by id. Raises HistoryError when there is none by that id."""
+    path = run_path(run_dir, run_id)
+    (st,) = await ops.stat([path])
+    if not st.exists or not st.is_dir:
+        raise HistoryError(f"no run {run_id} in {run_dir}/{HISTORY_DIR}")
+    run = await _judge(ops, run_id, path, limits)
+    if not run.evidence.exists(LAUNCH_JSON) and run.verdict is Verdict.NO_RUN:
+        raise HistoryError(f"{path} holds no run files")
+    return run
+
+
+async def newest_checkpoint(ops: RemoteOps, run_dir: str) -> CheckpointRef | None:
+    """The newest complete checkpoint in RUN_DIR/checkpoints/ (what the trainer's --resume
+    loads), or None."""
+    root = posixpath.join(run_dir, CHECKPOINTS_DIR)
+    found = sorted(((int(m.group(1)), e.path) for e in await ops.list_dir(root)
+                    if e.is_dir and (m := _STEP_DIR.match(posixpath.basename(e.path)))), reverse=True)
+    for step, path in found:
+        (meta,) = await ops.stat([posixpath.join(path, _CHECKPOINT_META)])
+        if meta.exists and not meta.is_dir:
+            return CheckpointRef(step, path)
+    return None
 
 
 @dataclass(frozen=True)
@@ -29,14 +142,14 @@ class PreviousRun:
 
 async def previous_run(ops: RemoteOps, run_dir: str, *, exclude: str | None = None,
                        max_bytes: int = EVENTS_TAIL_BYTES) -> PreviousRun | None:
-    """The most recently set-aside run of `run_dir` (not `exclude`) that has events.jsonl."""
-    history = posixpath.join(run_dir, HISTORY_DIR)
+    """The most recently set-aside run of `run_dir` (not `exclude`) that has events.jsonl, with
+    the tail of its events; an absent or unreadable history is None, never an error."""
     try:
-        entries = await ops.list_dir(history)
+        entries = await ops.list_dir(posixpath.join(run_dir, HISTORY_DIR))
     except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
         raise
-    except (TargetError, AttributeError):
-        return None   # no history/ yet, or a transport without list_dir
+    except TargetError:
+        return None   # no history/ yet
     dirs = [e for e in entries if e.exists and e.is_dir and posixpath.basename(e.path) != exclude]
     # Newest first: the directory's mtime is when the relaunch moved the files into it.
     for entry in sorted(dirs, key=lambda e: e.mtime, reverse=True):

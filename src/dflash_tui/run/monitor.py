@@ -33,9 +33,13 @@ class ActionInFlight(RuntimeError):
 
 
 class RunMonitor:
-    def __init__(self, session: Session, interval: float = 1.0) -> None:
+    def __init__(self, session: Session, interval: float = 1.0,
+                 poll_timeout: float | None = None) -> None:
+        """`poll_timeout`: the longest one observation may take; past it the poll reports the
+        target as not answering (stale, with a retry), like any other transport failure."""
         self.session = session
         self.interval = interval
+        self.poll_timeout = poll_timeout
         self.tracker = HealthTracker()
         self.last: RunReport | None = None
         self._action = asyncio.Lock()
@@ -50,6 +54,13 @@ class RunMonitor:
     def busy(self) -> bool:
         return self._action.locked()
 
+    @property
+    def retry_in(self) -> float | None:
+        """Seconds until the next reconnect attempt while disconnected (None when connected)."""
+        if self.last is None or self.last.connected:
+            return None
+        return max(0.0, self._next_try - time.monotonic())
+
     # -- polling ----------------------------------------------------------------------------
 
     async def poll(self) -> RunReport:
@@ -59,9 +70,12 @@ class RunMonitor:
             return self.last
         try:
             if disconnected:
-                await self.session.reopen()   # a fresh connection and agent
-            ev = await self.session.evidence()
-        except (TargetError, OSError, asyncio.TimeoutError) as exc:
+                await asyncio.wait_for(self.session.reopen(), self.poll_timeout)   # a fresh connection and agent
+            ev = await asyncio.wait_for(self.session.evidence(), self.poll_timeout)
+        except asyncio.TimeoutError:
+            return self._stale(TargetError(f"{self.session.label} did not answer within "
+                                           f"{self.poll_timeout:.0f} s"))
+        except (TargetError, OSError) as exc:
             return self._stale(exc)
         self._backoff = 0.0
         checklist = evaluate(ev, self.session.limits)
@@ -118,9 +132,9 @@ class RunMonitor:
         self.tracker.reset()
         return await self._run_action(lambda: self.session.launch())
 
-    async def relaunch(self):
+    async def relaunch(self, resume: bool = False):
         self.tracker.reset()
-        return await self._run_action(lambda: self.session.launch(relaunch=True))
+        return await self._run_action(lambda: self.session.launch(relaunch=True, resume=resume))
 
     async def stop(self):
         return await self._run_action(lambda: self.session.stop())

@@ -91,15 +91,21 @@ async def _read_text(ops: RemoteOps, path: str, max_bytes: int = _RECORD_MAX) ->
 async def _read_record(ops: RemoteOps, ev: Evidence, name: str, parse):
     if not ev.exists(name):
         return None, None
-    if ev.files[name].is_dir:
+    st = ev.files[name]
+    if st.is_dir:
         return None, f"{ev.path(name)} is a directory"
+    key = (ev.path(name), st.inode, st.size, st.mtime, parse)
+    if key in _RECORDS:   # the same file as at the last look: not read or parsed again
+        return _RECORDS[key], None
     text, problem = await _read_text(ops, ev.path(name))
     if text is None:
         return None, problem
     try:
-        return parse(text), None
+        record = parse(text)
     except SchemaError as exc:
         return None, str(exc)
+    _remember(_RECORDS, key, record)
+    return record, None
 
 
 async def _read_tail_text(ops: RemoteOps, path: str, max_bytes: int) -> str:
@@ -135,6 +141,11 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
 
     async def wrapper_id():
         if ev.exists(LAUNCH_SH):
+            st = ev.files[LAUNCH_SH]
+            key = (ev.path(LAUNCH_SH), st.inode, st.size, st.mtime)
+            if key in _WRAPPER_IDS:   # the same launch.sh as at the last look: the same run id
+                ev.wrapper_run_id = _WRAPPER_IDS[key]
+                return
             try:
                 chunk = await ops.read(ev.path(LAUNCH_SH), 0, 512)
             except TargetError as exc:
@@ -142,6 +153,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
                     raise
                 return   # a launch.sh that is a directory or a FIFO names no run
             ev.wrapper_run_id = run_id_of_wrapper(chunk.data.decode("utf-8", "replace"))
+            _remember(_WRAPPER_IDS, key, ev.wrapper_run_id)
 
     async def launch():
         ev.launch, ev.launch_problem = await _read_record(ops, ev, LAUNCH_JSON, parse_launch)
@@ -207,6 +219,21 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     if ev.launch is not None:
         await _observe_activity(ops, ev, tracker)
     return ev
+
+
+# A dashboard looks at the same records every second; most of them have not changed since
+# (launch.json never does, status.json at most once a second, always by an atomic rename).
+# Records are read-only evidence, so a file with the same inode, size and mtime as at the last
+# look gives the same parsed record, and such a launch.sh the same run id, without a read.
+_CACHE_MAX = 4096
+_RECORDS: dict[tuple, object] = {}
+_WRAPPER_IDS: dict[tuple, str | None] = {}
+
+
+def _remember(cache: dict, key: tuple, value) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
 
 
 async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTracker) -> None:

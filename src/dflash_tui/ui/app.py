@@ -30,6 +30,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
+from ..fleet.poller import FleetPoller
 from ..gpu.sample import GpuSnapshot
 from ..remote.base import TargetError
 from ..run.report import RunReport
@@ -40,6 +41,9 @@ from .header import RunHeader
 from .health import HealthPane
 from .logview import LogPane
 from .metrics import MetricsPane
+from .fleet import FleetScreen
+from .history import HistoryScreen, HistorySource
+from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
 from .screens import ConfirmScreen, HelpScreen, ProfileScreen
 from .source import LOG_NAMES, TRAIN_LOG, EVENTS_LOG, ActionError, DashboardSource
 from .threads import ThreadsPane
@@ -49,6 +53,10 @@ EVENTS_POLL_S = 1.0
 RETRY_MAX_S = 5.0
 REPORT_HOLD_S = 0.2   # the longest a report waits for the log poll it triggers
 RUN_ACTIONS = ("relaunch", "stop", "canary")
+# The run view's own keys: off while the fleet or a history list is on top of it.
+RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "search", "search_next",
+                              "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
+                              "switch_profile", "fleet", "history", "back"})
 TABS = ("tab-log", "tab-threads", "tab-gpus", "tab-metrics")
 
 SourceFactory = Callable[[str], DashboardSource]
@@ -86,14 +94,27 @@ class DashboardApp(App[None]):
         Binding("p", "switch_profile", "Profile", tooltip="watch another profile (this run keeps running)"),
         Binding("g", "log_top", "Top", tooltip="top of the log (follow off)"),
         Binding("G", "log_bottom", "End", tooltip="bottom of the log (follow on)"),
+        # Not in the footer (full from 100 columns already); in ? help and the palette.
+        Binding("a", "fleet", "Fleet", show=False, tooltip="every profile at once (the fleet screen)"),
+        Binding("h", "history", "History", show=False,
+                tooltip="this profile's earlier runs, openable read-only"),
+        Binding("escape", "back", "Back", show=False,
+                tooltip="from a history run: the live run; else the fleet screen"),
     ]
 
     busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
 
     def __init__(self, source_factory: SourceFactory, profile: str, profiles: Iterable[str] = (),
                  *, clock: Callable[[], float] = time.time, launch_if_no_run: bool = False,
-                 command: str = "dflash-tui") -> None:
+                 command: str = "dflash-tui", fleet=None, fleet_home: bool = True) -> None:
+        """`command`: how the user starts this dashboard again (for the quit message); `fleet`: a
+        FleetPoller (fleet/poller.py); with one (and `fleet_home`), the fleet screen is the home
+        and the run view opens from it."""
         super().__init__()
+        self.fleet = fleet
+        self.fleet_home = fleet is not None and fleet_home
+        self._streams_started = False
+        self._live_source: DashboardSource | None = None   # while a history run is shown
         self.source_factory = source_factory
         self.profile = profile
         self.profiles = list(profiles) or [profile]
@@ -141,9 +162,14 @@ class DashboardApp(App[None]):
         self._log_pane = self.query_one("#log", LogPane)
         self.sub_title = self.profile
         self._render_header()
-        self._start_streams()
         self.set_interval(1.0, self._render_header)  # ages keep ticking while data is stale
         self._log_pane.lines.focus()
+        if self.fleet is not None:
+            self.fleet.start()
+        if self.fleet_home:
+            self.action_fleet()
+        else:
+            self._start_streams()
 
     @property
     def log_pane(self) -> LogPane:
@@ -151,6 +177,7 @@ class DashboardApp(App[None]):
 
     # -- streams ----------------------------------------------------------------------------
     def _start_streams(self) -> None:
+        self._streams_started = True
         self.watch_reports()
         self.watch_gpus()
         self.follow_log()
@@ -326,7 +353,10 @@ class DashboardApp(App[None]):
 
     # -- run actions ------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in RUN_ACTIONS and self.busy:
+        if action in RUN_VIEW_ACTIONS and any(isinstance(s, (FleetScreen, HistoryScreen))
+                                              for s in self.screen_stack):
+            return False
+        if action in RUN_ACTIONS and (self.busy or getattr(self.source, "read_only", False)):
             return None  # shown disabled in the Footer while a launch or stop is in flight
         return True
 
@@ -344,30 +374,43 @@ class DashboardApp(App[None]):
         return ""
 
     def action_relaunch(self) -> None:
-        pid = self._pid_text()
+        if getattr(self.source, "newest_checkpoint", None) is None:
+            self._confirm_relaunch(None)   # nothing could be resumed: the plain question, now
+        else:
+            self._ask_relaunch()
+
+    def _confirm_relaunch(self, checkpoint: str | None) -> None:
         run_dir = self.report.run_dir if self.report else "the profile's run dir"
-        first = (f"Stops {pid} (SIGTERM, then SIGKILL after the grace period, only if that pid is "
-                 f"still this run), then launches" if pid else "No live run: launches")
-        detail = (f"{first} profile {self.profile} in {run_dir}.\n"
-                  "The checklist resets and fills in as the new run starts.")
-        self.push_screen(ConfirmScreen("Relaunch the run?", detail),
-                         lambda yes: self.do_run_action("relaunch") if yes else None)
+        detail = relaunch_detail(self.profile, self._pid_text(), run_dir)
+        if checkpoint is None:
+            self.push_screen(ConfirmScreen("Relaunch the run?", detail),
+                             lambda yes: self.do_run_action("relaunch") if yes else None)
+            return
+        self.push_screen(RelaunchScreen(detail, checkpoint),
+                         lambda answer: (self.do_run_action("relaunch", resume=answer == RESUME)
+                                         if answer else None))
+
+    @work(exclusive=True, group="ask")
+    async def _ask_relaunch(self) -> None:
+        try:
+            checkpoint = await self.source.newest_checkpoint()
+        except (TargetError, OSError):   # no answer about checkpoints: the plain question
+            checkpoint = None
+        self._confirm_relaunch(checkpoint)
 
     def action_stop(self) -> None:
-        pid = self._pid_text() or "the run"
-        detail = (f"Stops {pid} of profile {self.profile}: SIGTERM, a grace period, then SIGKILL.\n"
-                  "Only that pid with its recorded start time is signalled, never a pattern.")
-        self.push_screen(ConfirmScreen("Stop the run?", detail),
+        self.push_screen(ConfirmScreen("Stop the run?", stop_detail(self.profile, self._pid_text())),
                          lambda yes: self.do_run_action("stop") if yes else None)
 
     def action_canary(self) -> None:
         self.do_run_action("canary")
 
     @work(exclusive=True, group="action")
-    async def do_run_action(self, name: str) -> None:
+    async def do_run_action(self, name: str, resume: bool = False) -> None:
         self.busy = name
         try:
-            outcome = await getattr(self.source, name)()
+            fn = getattr(self.source, name)
+            outcome = await (fn(resume=True) if resume else fn())
         except (ActionError, TargetError, OSError) as exc:
             self.notify(one_line(str(exc), 300), title=f"{name} failed", severity="error", timeout=10)
         else:
@@ -455,24 +498,86 @@ class DashboardApp(App[None]):
         self.push_screen(ProfileScreen(self.profiles, self.profile), self._switch_profile)
 
     async def _switch_profile(self, name: str | None) -> None:
-        if not name or name == self.profile:
+        if not name or (name == self.profile and self._live_source is None):
             return
         try:
             new = self.source_factory(name)
         except (ValueError, TargetError, OSError) as exc:
             self.notify(one_line(str(exc), 300), title=f"profile {name}", severity="error")
             return
+        await self._use_source(name, new)
+
+    async def _use_source(self, name: str, new: DashboardSource, subtitle: str | None = None) -> None:
+        """Show `new` (a profile's live source, or a history run's) in the run view."""
         for group in ("reports", "gpus", "log", "events", "previous"):
             self.workers.cancel_group(self, group)
         old, self.source, self.profile = self.source, new, name
-        self.sub_title = name
+        live, self._live_source = self._live_source, None
+        if isinstance(new, HistorySource):
+            self._live_source = new.live   # kept open: Escape returns to it
+        elif live is not None and live is not new:
+            await live.close()
+        self.sub_title = subtitle or name
         self.report, self.received_at, self._run_id = None, None, None
         self.log_pane.lines.clear()
         self.metrics_pane.reset()
         self.threads_pane.limits = new.limits
         self._render_header()
         self._start_streams()
-        await old.close()
+        if old is not new and old is not self._live_source:
+            await old.close()
+
+    # -- fleet and history --------------------------------------------------------------------
+    def action_fleet(self) -> None:
+        if self.fleet is None:
+            self.notify("one profile only: the fleet screen shows several (add profiles to the "
+                        "config file)", timeout=4)
+            return
+        if isinstance(self.screen, FleetScreen):
+            return
+        if not self.is_screen_installed("fleet"):
+            # One fleet screen for the app's life: its filter, sort and cursor survive a visit
+            # to a run view, and its rows keep refreshing meanwhile.
+            self.install_screen(FleetScreen(self.fleet, self.source_factory, self._open_from_fleet,
+                                            self._history_from_fleet, clock=self.clock), "fleet")
+        self.push_screen("fleet")
+
+    def _open_from_fleet(self, name: str) -> None:
+        self.pop_screen()
+        self.run_worker(self.open_profile(name), group="open", exclusive=True)
+
+    def _history_from_fleet(self, name: str) -> None:
+        self.push_screen(HistoryScreen(name, self.source_factory(name), self._open_history))
+
+    async def open_profile(self, name: str) -> None:
+        """The single-run view of `name`, live."""
+        if name != self.profile or self._live_source is not None:
+            await self._switch_profile(name)
+        elif not self._streams_started:
+            self._start_streams()
+
+    def action_history(self) -> None:
+        live = self._live_source or self.source
+        self.push_screen(HistoryScreen(self.profile, live, self._open_history))
+
+    def _open_history(self, profile: str, run) -> None:
+        """Show history `run` of `profile` read-only in the run view (from a HistoryScreen)."""
+        while not self.screen is self.main_screen and len(self.screen_stack) > 1:
+            self.pop_screen()
+        live = self._live_source if self._live_source is not None and profile == self.profile else None
+        if live is None:
+            live = self.source if profile == self.profile and not isinstance(self.source, HistorySource) \
+                else self.source_factory(profile)
+        source = HistorySource(live, run)
+        self.run_worker(self._use_source(profile, source, f"{profile} · {source.label}"),
+                        group="open", exclusive=True)
+
+    def action_back(self) -> None:
+        if self._live_source is not None:
+            live = self._live_source
+            self.run_worker(self._use_source(self.profile, live), group="open", exclusive=True)
+        elif self.fleet is not None:
+            self.action_fleet()
 
     def action_help(self) -> None:
         rows = [(b.key_display or self.get_key_display(b), b.description, b.tooltip)
@@ -491,6 +596,10 @@ class DashboardApp(App[None]):
 
     async def on_unmount(self) -> None:
         await self.source.close()
+        if self._live_source is not None:
+            await self._live_source.close()
+        if self.fleet is not None:
+            await self.fleet.close()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -521,25 +630,41 @@ def invocation(argv0: str | None = None) -> str:
     return shlex.quote(argv0)
 
 
-def run_app(config, profile_name: str) -> int:
-    """Start the dashboard on `profile_name` of a loaded config (dflash_tui.config.Config).
-
-    Returns the process exit code. Leaving the dashboard never touches the run; the last line
-    printed says so, with the command that would stop it.
-    """
+def build_app(config, profile_name: str, *, fleet_home: bool = True) -> DashboardApp:
+    """The live dashboard for a loaded config (dflash_tui.config.Config): with several profiles
+    in the file, a FleetPoller behind the fleet screen, whose session and monitor each run view
+    borrows (one connection and one agent per target, one action at a time per run)."""
     from .nodes_source import NodesSource
     from .session_source import SessionSource
 
+    fleet = None
+    file_profiles = config.file_profiles()
+    if len(file_profiles) > 1:
+        fleet = FleetPoller(file_profiles)
+
     def source_for(name: str) -> DashboardSource:
         profile = config.profile(name)
-        return NodesSource(profile) if profile.is_multinode else SessionSource(profile)
+        if profile.is_multinode:
+            return NodesSource(profile)
+        if fleet is not None and name in fleet.sessions:
+            return SessionSource(profile, session=fleet.sessions[name], monitor=fleet.monitors[name])
+        return SessionSource(profile)
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
     command = invocation()
     if config.path is not None:
         command += f" --config {shlex.quote(str(config.path))}"
-    app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
-                       command=command)
+    return DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
+                        command=command, fleet=fleet, fleet_home=fleet_home)
+
+
+def run_app(config, profile_name: str, *, fleet_home: bool = True) -> int:
+    """Start the dashboard on `profile_name` of a loaded config (dflash_tui.config.Config).
+
+    Returns the process exit code. Leaving the dashboard never touches the run; the last line
+    printed says so, with the command that would stop it.
+    """
+    app = build_app(config, profile_name, fleet_home=fleet_home)
     app.run()
     if app.quit_message:
         print(app.quit_message)

@@ -12,7 +12,7 @@ import asyncio
 import posixpath
 from typing import AsyncIterator
 
-from ..config import Profile
+from ..config import ConfigError, Profile
 from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ..remote.base import TargetError
 from ..run.history import PreviousRun, previous_run
@@ -51,11 +51,15 @@ class SessionFollower:
 
 class SessionSource:
     def __init__(self, profile: Profile, *, session: Session | None = None,
-                 gpu_interval: float = 1.0, monitor_interval: float = 1.0) -> None:
+                 gpu_interval: float = 1.0, monitor_interval: float = 1.0,
+                 monitor: RunMonitor | None = None) -> None:
+        """`monitor`: a RunMonitor shared with the fleet poller, so the run view and the fleet
+        guard one action at a time on the same object."""
         self.profile = profile.name
         self.session = session if session is not None else Session(profile)
         self.limits = self.session.limits
-        self.monitor = RunMonitor(self.session, interval=monitor_interval)
+        self.monitor = monitor if monitor is not None else RunMonitor(self.session, interval=monitor_interval)
+        self._fleet_gpu_snapshot = self.monitor.gpu_snapshot
         self.gpu_interval = gpu_interval
         self._gpu_stream = None
         self._run_ref = None
@@ -106,13 +110,13 @@ class SessionSource:
     async def launch(self) -> str:
         return await self._launch(relaunch=False)
 
-    async def relaunch(self) -> str:
-        return await self._launch(relaunch=True)
+    async def relaunch(self, resume: bool = False) -> str:
+        return await self._launch(relaunch=True, resume=resume)
 
-    async def _launch(self, relaunch: bool) -> str:
+    async def _launch(self, relaunch: bool, resume: bool = False) -> str:
         try:
-            outcome = await (self.monitor.relaunch() if relaunch else self.monitor.launch())
-        except (LaunchRefused, ActionInFlight) as exc:
+            outcome = await (self.monitor.relaunch(resume=resume) if relaunch else self.monitor.launch())
+        except (LaunchRefused, ActionInFlight, ConfigError) as exc:
             raise ActionError(str(exc)) from None
         cl = outcome.checklist
         if outcome.unreachable or not outcome.run_id:
@@ -143,7 +147,24 @@ class SessionSource:
             raise ActionError(f"canary FAILED: {res.message}")
         return f"canary passed: {res.message}"
 
+    # -- history ----------------------------------------------------------------------------
+    async def newest_checkpoint(self) -> str | None:
+        """How the relaunch dialog names what a resume continues from (None: nothing, or a
+        profile that runs its own command, which has no --resume of ours)."""
+        if not self.session.profile.uses_bundled_trainer:
+            return None
+        ref = await self.session.newest_checkpoint()
+        return None if ref is None else f"step {ref.step} ({posixpath.basename(ref.path)})"
+
+    async def history(self):
+        return await self.session.history()
+
+    def follow_path(self, path: str) -> SessionFollower:
+        return SessionFollower(self.session, path)
+
     async def close(self) -> None:
+        if self.monitor.gpu_snapshot == self._latest_gpu_snapshot:
+            self.monitor.gpu_snapshot = self._fleet_gpu_snapshot   # the fleet's samples again
         stream, self._gpu_stream = self._gpu_stream, None
         if stream is not None:
             await stream.stop()

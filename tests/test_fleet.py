@@ -1,0 +1,190 @@
+"""The fleet's headless core for real: profiles on the loopback sshd and on this machine, real
+detached runs, a port that refuses and a "host" that accepts TCP and then never speaks.
+
+- profiles on one host share ONE SSH connection and ONE agent per host/container target;
+- each row says what its run's checklist says; a dead host is UNREACHABLE with the reason and
+  the next retry (never NO RUN), and it does not slow the others down;
+- --check --all's exit code is the worst by the documented precedence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dflash_tui.config import Profile, parse_config
+from dflash_tui.fleet.checkall import EXIT_PRECEDENCE, check_all, worst_exit_code
+from dflash_tui.fleet.poller import FleetPoller
+from dflash_tui.fleet.row import DOWN, FAIL, OK, UNREACHABLE
+from dflash_tui.fleet.transport import SharedTransport
+from dflash_tui.run.verdict import Verdict
+from dflash_tui.session import Session
+
+from tests.support.runs import standin_profile
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+def ssh_profile(sshd, name: str, run_dir, mode: str = "beat", **kw) -> Profile:
+    return standin_profile(run_dir, mode, "--interval=0.2", name=name, host=sshd.host, port=sshd.port,
+                           user=sshd.user, identity_file=str(sshd.client_key),
+                           known_hosts=str(sshd.known_hosts), **kw)
+
+
+async def until(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"not reached in {timeout:.0f} s: {what}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def silent_port():
+    """A TCP port that completes the handshake and then never sends an SSH banner (a wedged host)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    yield s.getsockname()[1]
+    s.close()
+
+
+def test_exit_precedence_is_the_documented_one():
+    assert EXIT_PRECEDENCE == (2, 1, 3, 4, 0)
+    assert worst_exit_code([0, 4, 3]) == 3
+    assert worst_exit_code([3, 1, 0]) == 1
+    assert worst_exit_code([4, 0]) == 4
+    assert worst_exit_code([1, 2]) == 2
+    assert worst_exit_code([0, 0]) == 0 and worst_exit_code([]) == 0
+
+
+@pytest.mark.sshd
+async def test_profiles_on_one_host_share_one_connection_and_one_agent(sshd, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    profiles = [ssh_profile(sshd, f"p{i}", tmp_path / f"run{i}") for i in range(3)]
+    before = sshd.accepted_connections()
+    transport = SharedTransport()
+    try:
+        results = await check_all(profiles, lambda s: s.check(), transport=transport)
+        assert [r.value[1].verdict for r in results] == [Verdict.NO_RUN] * 3, results
+        assert transport.host_count == 1 and transport.agent_count == 1
+        deadline = time.monotonic() + 5
+        while sshd.accepted_connections() - before < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert sshd.accepted_connections() - before == 1, sshd.log_tail()
+    finally:
+        await transport.close()
+
+
+@pytest.mark.sshd
+async def test_fleet_rows_mixed_verdicts_and_a_dead_host_delays_nobody(sshd, tmp_path, monkeypatch, silent_port):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    beat = ssh_profile(sshd, "beat", tmp_path / "beat")
+    crash = ssh_profile(sshd, "crash", tmp_path / "crash", mode="crash")
+    local = standin_profile(tmp_path / "local", "beat", "--interval=0.2", name="local-beat")
+    refused = Profile(name="refused", host="127.0.0.1", port=1, run_dir="/nowhere")
+    wedged = Profile(name="wedged", host="127.0.0.1", port=silent_port, run_dir="/nowhere",
+                     known_hosts=str(sshd.known_hosts))
+    for p in (beat, crash, local):
+        async with Session(p) as s:
+            out = await s.launch()
+            assert out.run_id, out.checklist
+
+    poller = FleetPoller([beat, crash, local, refused, wedged], interval=0.5, poll_timeout=1.5,
+                         gpu_interval=None)
+    try:
+        async with poller:
+            rows = poller.rows
+            await until(lambda: rows["beat"].verdict is Verdict.RUNNING and rows["crash"].verdict is Verdict.CRASHED
+                        and rows["local-beat"].verdict is Verdict.RUNNING
+                        and rows["refused"].state == UNREACHABLE and rows["wedged"].state == UNREACHABLE,
+                        30, "every row reaches its verdict")
+            assert rows["beat"].severity == OK and rows["crash"].severity == FAIL
+            assert "RuntimeError" in rows["crash"].cause
+            assert rows["beat"].step and rows["beat"].loss is not None and rows["beat"].uptime_s is not None
+            assert rows["refused"].severity == DOWN and rows["refused"].verdict is None
+            assert "connection refused" in rows["refused"].cause and "next retry in" in rows["refused"].cause
+            assert "did not answer within" in rows["wedged"].cause, rows["wedged"].cause
+            assert rows["refused"].fresh_at is None and rows["refused"].step is None   # no data it never had
+
+            # While the wedged host eats its whole poll timeout, the others keep their 0.5 s rhythm.
+            steps0 = rows["beat"].step
+            await asyncio.sleep(3.0)
+            assert rows["beat"].step > steps0
+            assert rows["beat"].age_s(time.time()) < 1.5 and rows["local-beat"].age_s(time.time()) < 1.5
+            good = [k for k in poller.latencies if k[0] == "local" or k[2] == sshd.port]
+            assert good and all(max(poller.latencies[k]) < 1.5 for k in good), poller.latencies
+            # beat and crash ride the same target: one agent; local is another.
+            assert poller.transport.agent_count == 2
+
+            # A failing run turns its row red within a poll or two.
+            async with Session(beat) as s:
+                ev = await s.evidence()
+            t_kill = time.time()
+            os.killpg(ev.launch.pid, signal.SIGKILL)
+            await until(lambda: rows["beat"].severity == FAIL, 5, "the killed run's row turns red")
+            assert rows["beat"].verdict is Verdict.KILLED and time.time() - t_kill < 3.0
+    finally:
+        async with Session(local) as s:
+            await s.stop()
+        async with Session(crash) as s:
+            await s.stop()
+
+
+async def test_fleet_row_shows_the_runs_gpus_from_the_hosts_nvml(tmp_path, monkeypatch):
+    """The GPU cells: the host's NVML (the fake NVML module, read by a real probe process on
+    the host) with the run's trainer on GPU 0 of 2: one GPU, its memory, and the GPU check."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    p = standin_profile(tmp_path / "run", "beat", "--interval=0.2", "--device=cuda:0", name="gpu-run",
+                        stall_after_s=30.0)
+    async with Session(p) as s:
+        out = await s.launch()
+        assert out.run_id, out.checklist
+    try:
+        log = tmp_path / "run" / "train.log"
+        await until(lambda: log.exists() and "standin beat pid" in log.read_text(), 10, "the trainer started")
+        trainer = int(re.search(r"standin beat pid (\d+)", log.read_text()).group(1))
+        monkeypatch.setenv("DFLASH_TUI_NVML", "dflash_tui.gpu.fake_nvml:from_env")
+        monkeypatch.setenv("DFLASH_FAKE_NVML_GPUS", "2")
+        monkeypatch.setenv("DFLASH_FAKE_NVML_PROCS", f"0:{trainer}:{20 << 30}")
+        async with FleetPoller([p], interval=0.5, gpu_interval=0.5) as poller:
+            row = lambda: poller.rows["gpu-run"]   # noqa: E731
+            await until(lambda: row().gpus.count == 1, 30, "the run's GPU in its row")
+            assert row().gpus.mem_bytes == 20 << 30 and row().gpus.util_pct is not None
+            await until(lambda: any(c.id == "gpus" and c.state.value == "ok"
+                                    for c in poller.monitors["gpu-run"].last.checklist.checks), 10,
+                        "the same sample in the verdict's gpus check")
+    finally:
+        async with Session(p) as s:
+            await s.stop()
+
+
+@pytest.mark.sshd
+async def test_a_run_on_several_nodes_is_one_row_and_one_check_all_object(sshd, tmp_path, monkeypatch):
+    """A profile with `nodes` (this machine and the loopback sshd) gets one row with the combined
+    verdict, and --check --all prints the object `--check --json` prints for it."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    toml = (f'[profile.two]\nnodes = ["localhost", "{sshd.alias}"]\nssh_config = "{sshd.ssh_config}"\n'
+            f'run_dir = "{tmp_path}/run-{{node}}"\n'
+            f'[profile.one]\nrun_dir = "{tmp_path}/one"\n')
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    profiles = parse_config(toml, str(cfg)).file_profiles()
+    async with FleetPoller(profiles, interval=0.5, gpu_interval=None) as poller:
+        await until(lambda: all(r.verdict is not None for r in poller.rows.values()), 30, "both rows decided")
+        assert poller.rows["two"].verdict is Verdict.NO_RUN and poller.rows["two"].host.startswith("nodes ")
+        assert poller.rows["one"].verdict is Verdict.NO_RUN
+    r = subprocess.run([sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--check", "--all", "--json"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")})
+    objs = json.loads(r.stdout)
+    assert r.returncode == 4 and [o["profile"] for o in objs] == ["two", "one"], (r.stdout, r.stderr)
+    assert [n["node"] for n in objs[0]["nodes"]] == ["localhost", sshd.alias] and objs[0]["verdict"] == "NO RUN"

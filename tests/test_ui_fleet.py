@@ -1,0 +1,164 @@
+"""The fleet screen on the live path (a real FleetPoller over real local runs and a host that
+refuses), driven with Pilot like a user: mixed verdicts, the unreachable row, the attention
+toggle, a filter, sorting, Enter into the single-run view and Escape back, s on a row with
+its confirmation, and a history run opened read-only."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from dflash_tui.config import Config
+from dflash_tui.fleet.row import UNREACHABLE
+from dflash_tui.run.verdict import Verdict
+from dflash_tui.session import Session
+from dflash_tui.ui.app import build_app
+from dflash_tui.ui.fleet import FleetScreen
+from dflash_tui.ui.history import HistoryScreen, HistorySource
+from dflash_tui.ui.relaunch import RelaunchScreen
+from dflash_tui.ui.screens import ConfirmScreen
+from dflash_tui.config import Profile
+
+from tests.support.runs import alive, standin_profile
+
+pytestmark = [pytest.mark.timeout(150)]
+
+
+async def until(pilot, cond, timeout: float, what: str = "") -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, f"not reached in {timeout:.0f} s: {what}"
+        await pilot.pause(0.1)
+
+
+def shown(app) -> list[str]:
+    return [r.profile for r in app.screen.shown]
+
+
+async def test_fleet_screen_live(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    beat = standin_profile(tmp_path / "beat", "beat", "--interval=0.2", name="beat", source="cfg")
+    crash = standin_profile(tmp_path / "crash", "crash", name="crash", source="cfg")
+    other = standin_profile(tmp_path / "other", "beat", "--interval=0.2", name="other", source="cfg",
+                            stall_after_s=30.0)
+    down = Profile(name="down", host="127.0.0.1", port=1, run_dir="/nowhere", source="cfg")
+    pids = {}
+    for p in (beat, crash, other):
+        async with Session(p) as s:
+            out = await s.launch()
+            assert out.run_id, out.checklist
+            pids[p.name] = out.evidence.launch.pid if out.evidence and out.evidence.launch else None
+    config = Config(path="cfg", profiles={p.name: p for p in (beat, crash, other, down)})
+    app = build_app(config, "beat")
+    try:
+        async with app.run_test(size=(130, 30)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, FleetScreen), 10, "the fleet is the home")
+            fleet = app.fleet
+            rows = fleet.rows
+            await until(pilot, lambda: rows["beat"].verdict is Verdict.RUNNING
+                        and rows["other"].verdict is Verdict.RUNNING
+                        and rows["crash"].verdict is Verdict.CRASHED and rows["down"].state == UNREACHABLE,
+                        30, "mixed verdicts")
+            screen = app.screen
+            # Worst first: the crash, then the unreachable host, then the healthy ones (drawn
+            # with the next coalesced redraw).
+            await until(pilot, lambda: shown(app)[:2] == ["crash", "down"], 5, "the screen shows the worst first")
+            assert set(shown(app)[2:]) == {"beat", "other"}
+            assert "connection refused" in rows["down"].cause and rows["down"].verdict is None
+
+            await pilot.press("exclamation_mark")
+            await pilot.pause(0.2)
+            assert shown(app) == ["crash", "down"]
+            await pilot.press("exclamation_mark")
+            await pilot.press("slash", "o", "t", "h")
+            await pilot.pause(0.2)
+            assert shown(app) == ["other"]
+            await pilot.press("enter")           # keeps the filter, back to the table
+            await pilot.press("escape")          # clears it
+            await pilot.pause(0.2)
+            assert len(shown(app)) == 4
+            await pilot.press("o")               # sort by the next column: Step, missing last
+            await pilot.pause(0.2)
+            assert set(shown(app)[2:]) == {"crash", "down"} and screen.sort_key == "step"
+            steps = [rows[n].step for n in shown(app)[:2]]
+            assert steps == sorted(steps)
+            screen.sort_key = "profile"
+            screen.render_rows()
+            assert shown(app) == ["beat", "crash", "down", "other"]
+
+            # Enter: beat's single-run view; Escape: back to the fleet.
+            screen.table.move_cursor(row=0)
+            await pilot.press("enter")
+            await until(pilot, lambda: not isinstance(app.screen, FleetScreen), 5, "left the fleet")
+            await until(pilot, lambda: app.report is not None and app.profile == "beat"
+                        and app.report.checklist.verdict is Verdict.RUNNING, 20, "beat's run view")
+            assert app.source.session is fleet.sessions["beat"]     # borrowed, not a second agent
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, FleetScreen), 5, "back on the fleet")
+            screen = app.screen
+
+            # s on the 'other' row asks first, with the run view's words, then stops it by pid.
+            screen.table.move_cursor(row=shown(app).index("other"))
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "stop asks")
+            await pilot.press("y")
+            await until(pilot, lambda: rows["other"].verdict not in (Verdict.RUNNING, None), 30,
+                        "the stopped run's row changes")
+            assert not alive(pids["other"])
+            assert alive(pids["beat"]), "stopping one row touched another run"
+
+            # r on the crashed row: relaunch (asked first); its old run goes to history/.
+            screen = app.screen
+            screen.table.move_cursor(row=shown(app).index("crash"))
+            await pilot.press("r")
+            await until(pilot, lambda: isinstance(app.screen, RelaunchScreen), 10, "relaunch asks")
+            await pilot.press("y")
+            await until(pilot, lambda: (tmp_path / "crash" / "history").is_dir()
+                        and rows["crash"].verdict is Verdict.CRASHED, 30, "relaunched")
+
+            # h: the crash profile's history; Enter opens the old run read-only.
+            screen = app.screen
+            screen.table.move_cursor(row=shown(app).index("crash"))
+            await pilot.press("h")
+            await until(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen.loaded, 15, "history")
+            hist = app.screen
+            assert len(hist.runs) == 1 and hist.runs[0].verdict is Verdict.CRASHED
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.source, HistorySource) and app.report is not None
+                        and "history" in app.report.run_dir, 10, "the history run in the run view")
+            assert app.report.checklist.verdict is Verdict.CRASHED and app.report.pid_alive is False
+            await until(pilot, lambda: app.log_pane.lines.line_count > 0, 10, "its archived log")
+            assert app.check_action("relaunch", ()) is None and app.check_action("stop", ()) is None
+            await pilot.press("escape")          # the live run of the same profile
+            await until(pilot, lambda: not isinstance(app.source, HistorySource)
+                        and app.report is not None and "history" not in app.report.run_dir, 10, "live again")
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, FleetScreen), 5, "fleet again")
+    finally:
+        for p in (beat, other, crash):
+            async with Session(p) as s:
+                await s.stop()
+
+
+async def test_relaunch_dialog_offers_resume_only_with_a_checkpoint():
+    from textual.app import App
+
+    answers = []
+
+    class Host(App):
+        pass
+
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        for checkpoint, keys in (("step 120 (step-00000120)", ("u",)), ("step 120 (step-00000120)", ("y",)),
+                                 (None, ("u", "y")), (None, ("n",))):
+            app.push_screen(RelaunchScreen("Stops pid 1 …", checkpoint), answers.append)
+            await pilot.pause()
+            text = " ".join(str(w.render()) for w in app.screen.query("Static"))
+            assert ("step 120" in text) == (checkpoint is not None)
+            await pilot.press(*keys)
+            await pilot.pause()
+    # u resumes only when there is something to resume from; without, u does nothing.
+    assert answers == ["resume", "fresh", "fresh", None]
