@@ -39,9 +39,15 @@ from typing import Any, Sequence
 
 from . import __version__
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
+from .fleet.checkall import check_all, worst_exit_code
+from .multinode import NodesSession
 from .remote.base import OpRefused, TargetError
+from .run.health import HealthTracker
+from .run.launch import LaunchRefused
+from .run.observe import current_run_id
 from .run.verdict import CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
+from .session import Session
 from .words import compact
 
 EXIT_HEALTHY, EXIT_FAILING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNDECIDED = 0, 1, 2, 3, 4
@@ -175,15 +181,12 @@ def _emit(args, profile: Profile, checklist: Checklist, *, pid: int | None, run_
 
 # -- modes -------------------------------------------------------------------------------------
 
-async def _check_until(session, wait_s: float, first=None):
+async def _check_until(session, wait_s: float):
     """(evidence, checklist) now, or — with --wait — once it is decided or the time is up."""
-    from .run.health import HealthTracker
-    from .run.observe import current_run_id
     tracker = HealthTracker()
     deadline = time.monotonic() + max(0.0, wait_s)
     while True:
-        ev, cl = first if first is not None else await session.check(gpus=True)
-        first = None
+        ev, cl = await session.check(gpus=True)
         cl = tracker.update(cl, ev.now, current_run_id(ev))
         decided = cl.verdict.healthy or cl.verdict.failing
         if decided or time.monotonic() >= deadline:
@@ -194,7 +197,6 @@ async def _check_until(session, wait_s: float, first=None):
 async def _run_mode(args, profile: Profile) -> int:
     if profile.is_multinode:
         return await _run_nodes_mode(args, profile)
-    from .session import Session
     async with Session(profile) as session:
         if args.check:
             ev, cl = await _check_until(session, args.wait)
@@ -202,7 +204,6 @@ async def _run_mode(args, profile: Profile) -> int:
                          run_id=ev.launch.run_id if ev.launch else None)
 
         if args.launch or args.relaunch:
-            from .run.launch import LaunchRefused
             try:
                 outcome = await session.launch(relaunch=args.relaunch, preflight=not args.no_preflight,
                                                resume=args.resume)
@@ -311,12 +312,10 @@ async def _nodes_until(nodes, wait_s: float, first=None):
 
 
 async def _run_nodes_mode(args, profile: Profile) -> int:
-    from .multinode import NodesSession
     async with NodesSession(profile) as nodes:
         if args.check:
             return _emit_nodes(args, profile, await _nodes_until(nodes, args.wait))
         if args.launch or args.relaunch:
-            from .run.launch import LaunchRefused
             try:
                 out = await nodes.launch(relaunch=args.relaunch, preflight=not args.no_preflight)
             except LaunchRefused as exc:
@@ -359,12 +358,10 @@ async def _run_nodes_mode(args, profile: Profile) -> int:
 
 async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
     """--check --all: each profile as --check would print it, all at once; the worst exit code."""
-    from .fleet.checkall import check_all, worst_exit_code
     single = [p for p in profiles if not p.is_multinode]
     several = [p for p in profiles if p.is_multinode]
 
     async def nodes_check(p: Profile):
-        from .multinode import NodesSession
         try:
             async with NodesSession(p) as nodes:
                 return p, await _nodes_until(nodes, args.wait), None
@@ -402,13 +399,12 @@ async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
 
 def _start_dashboard(config: Config, profile: Profile, fleet_home: bool = True) -> int:
     try:
-        from .ui.app import run_app
+        from .ui.app import run_app   # Textual: a start-up cost the headless modes never pay
     except ImportError as exc:
         print(f"dflash-tui: the dashboard is not available in this install ({exc}); "
               "use --check/--launch/--stop/--canary", file=sys.stderr)
         return EXIT_USAGE
-    result = run_app(config, profile.name, fleet_home=fleet_home)
-    return result if isinstance(result, int) else EXIT_HEALTHY
+    return run_app(config, profile.name, fleet_home=fleet_home)
 
 
 def _fail(args, code: int, message: str) -> int:

@@ -405,13 +405,16 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
         parts = [f"{j.name} ({by_name[j.name].device}) failed: {j.why}" if j.state is ThreadState.FAILED
                  else f"{j.name} ({by_name[j.name].device}, {by_name[j.name].compile_state}) {j.why}"
                  for j in trouble]
+        went_silent = min((by_name[j.name].last_beat_time for j in trouble
+                           if by_name[j.name].last_beat_time is not None), default=None)
         add(Check("threads", "Threads", FAIL, _one_line("; ".join(parts)),
-                  "the named threads stopped; their compile state says where", None))
+                  "the named threads stopped; their compile state says where", went_silent))
     elif st.threads:
         states = sorted({t.compile_state for t in st.threads})
         waiting = any(j.state is ThreadState.WAITING for j in judged)
         what = "waiting for the warm-up" if waiting else "beating"
-        add(Check("threads", "Threads", OK, f"{len(st.threads)} threads {what} ({', '.join(states)})", ""))
+        add(Check("threads", "Threads", OK, f"{len(st.threads)} threads {what} ({', '.join(states)})", "",
+                  launch.start_time))
 
     last_step = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
     training = st.phase == Phase.TRAINING.value
@@ -430,11 +433,12 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     elif uptime > limits.compile_stall_after_s:
         # Heartbeats alone do not make progress: a warm-up that never ends is a stall too.
         add(Check("steps", "Steps advancing", FAIL, f"phase {st.phase}, no step in {_duration(uptime)}",
-                  f"longer than compile_stall_after_s ({limits.compile_stall_after_s:.0f} s): see the log", None))
+                  f"longer than compile_stall_after_s ({limits.compile_stall_after_s:.0f} s): see the log",
+                  launch.start_time + limits.compile_stall_after_s))
     else:
-        add(Check("steps", "Steps advancing", PENDING, f"phase {st.phase}, no step yet", ""))
+        add(Check("steps", "Steps advancing", PENDING, f"phase {st.phase}, no step yet", "", launch.start_time))
     if st.last_error:
-        add(Check("errors", "Trainer errors", WARN, _one_line(st.last_error), "see the log", None))
+        add(Check("errors", "Trainer errors", WARN, _one_line(st.last_error), "see the log", st.time))
     _probe_check(ev, add, limits)
     _cpu_check(add, ev.activity)
     disk = _disk_check(ev, add)
@@ -457,6 +461,10 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
                          judged)
     total = f"/{st.total_steps}" if st.total_steps else ""
     extra = "".join(f", {k} {v:.3g}" for k, v in (("loss", st.loss), ("τ", st.tau)) if v is not None)
+    if st.step_time_s is not None:
+        extra += f", {st.step_time_s * 1000:.0f} ms/step"
+    if st.mfu is not None:
+        extra += f", MFU {st.mfu * 100:.0f} %"
     return Checklist(Verdict.RUNNING, checks, f"step {st.step}{total}{extra}, up {_duration(uptime)}", judged)
 
 
@@ -509,10 +517,12 @@ def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:
             why = "no exit.json: the disk is full, so the wrapper could not record how the run ended"
             hint = _DISK_HINT
             summary = f"{disk}; {gone} and its exit status could not be recorded (no exit.json)"
-        add(Check("exit", "Exit status", FAIL, _one_line(why), hint, None))
+        # When the wrapper died is not recorded; its log's last write is the nearest evidence.
+        last_write = ev.files[TRAIN_LOG].mtime if ev.exists(TRAIN_LOG) else None
+        add(Check("exit", "Exit status", FAIL, _one_line(why), hint, last_write))
         if ev.last_traceback:
             add(Check("traceback", "Last traceback", WARN, _one_line(exception_line(ev.last_traceback)),
-                      "see the log", None))
+                      "see the log", last_write))
         return Checklist(Verdict.KILLED, checks, _one_line(summary, 400), threads)
     if ex.exit_code == 0:
         add(Check("exit", "Exit status", OK, "exit code 0", "", ex.end_time))

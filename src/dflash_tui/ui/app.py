@@ -47,6 +47,8 @@ from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
 from .screens import ConfirmScreen, HelpScreen, ProfileScreen
 from .source import LOG_NAMES, TRAIN_LOG, EVENTS_LOG, ActionError, DashboardSource
 from .threads import ThreadsPane
+from .nodes_source import NodesSource
+from .session_source import SessionSource
 
 LOG_POLL_S = 0.5   # two polls a second: under 1 s behind the file, half the redraws of 4 Hz
 EVENTS_POLL_S = 1.0
@@ -634,9 +636,6 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
     """The live dashboard for a loaded config (dflash_tui.config.Config): with several profiles
     in the file, a FleetPoller behind the fleet screen, whose session and monitor each run view
     borrows (one connection and one agent per target, one action at a time per run)."""
-    from .nodes_source import NodesSource
-    from .session_source import SessionSource
-
     fleet = None
     file_profiles = config.file_profiles()
     if len(file_profiles) > 1:
