@@ -69,7 +69,7 @@ async def test_disk_full_is_said_on_the_verdict_and_the_preflight(sshd, standin,
         assert pre["pre_run_dir"].state is CheckState.FAIL, pre
         assert pre["pre_run_dir"].cause.startswith("disk full:") and "permissions" not in pre["pre_run_dir"].hint
         listing = in_container(standin, 'ls -a "$1"', str(run)).stdout.split()
-        assert not [n for n in listing if "probe" in n or ".tmp" in n], listing
+        assert not [n for n in listing if n.startswith(".dflash-write-probe") or ".tmp" in n], listing
     finally:
         try:
             await s.stop(grace_s=0.5)

@@ -70,9 +70,7 @@ def _weights(run_dir, step):
 
 @pytest.mark.slow
 def test_two_ranks_stop_together_resume_and_end_bitwise_equal_to_one_process(tmp_path):
-    steps = 24
     alone, ranks = tmp_path / "alone", tmp_path / "ranks"
-    _run([sys.executable, *_train(alone, "--drafter-devices", "cpu,cpu", "--steps", str(steps), *COMMON)], "alone")
     standalone = [*TORCHRUN, "--standalone", "--nproc_per_node", "2"]
     agent = subprocess.Popen([*standalone, *_train(ranks, "--drafter-devices", "cpu", "--steps", "100000",
                                                    "--checkpoint-every", "100000", *COMMON)],
@@ -87,7 +85,11 @@ def test_two_ranks_stop_together_resume_and_end_bitwise_equal_to_one_process(tmp
             agent.wait(30)
     stopped = [_status(ranks, r) for r in (0, 1)]
     stop_step = stopped[0].step
-    assert [st.phase for st in stopped] == ["finished"] * 2 and stopped[1].step == stop_step < steps
+    assert [st.phase for st in stopped] == ["finished"] * 2 and stopped[1].step == stop_step >= 3
+    # However fast the stop arrived (a loaded machine runs many steps before it does), the
+    # resumed run goes on past it and the one-process run trains the same number of steps.
+    steps = stop_step + 8
+    _run([sys.executable, *_train(alone, "--drafter-devices", "cpu,cpu", "--steps", str(steps), *COMMON)], "alone")
     assert os.listdir(ranks / rundir.CHECKPOINTS_DIR) == [f"step-{stop_step:08d}"]
     _run([*standalone, *_train(ranks, "--drafter-devices", "cpu", "--steps", str(steps), "--resume", *COMMON)],
          "ranks")
