@@ -6,8 +6,8 @@ The launcher copies this file into RUN_DIR/probe/ as ``dflash_probe.py`` (beside
 of the run -- the bundled trainer, ``python train.py``, torchrun's and accelerate's workers --
 runs a daemon thread that rewrites RUN_DIR/probe/<pid>.json (a `ProbeReport`) about once a
 second: pid, ppid, rank, argv, CPU time, each thread's name and innermost frames (what
-``py-spy dump`` shows), and, once the program has imported torch, each thread's compile state
-from torch's own compile callbacks and dynamo's counters.
+``py-spy dump`` shows), and, once the program has imported torch, each thread's compile state,
+read from torch's own compile callbacks and dynamo's counters.
 
 Rules the probe keeps, because it runs inside programs that are not ours:
 - it never raises into the program: every failure is counted and noted in probe/errors.log

@@ -27,6 +27,8 @@ class NodePlan:
     argv: tuple[str, ...]  # what the node's launch wrapper runs
 
 
+_SSH_FIELDS = ("user", "port", "identity_file", "known_hosts")
+
 def node_run_dir(profile: Profile, node: str) -> str:
     return profile.run_dir.replace(NODE_PLACEHOLDER, node)
 
@@ -90,12 +92,9 @@ def plan_nodes(profile: Profile) -> list[NodePlan]:
     plans = []
     for rank, node in enumerate(profile.nodes):
         local = node == LOCALHOST
-        single = replace(
-            profile, name=f"{profile.name}@{node}", nodes=(), master_addr=None,
-            host=None if local else node, run_dir=node_run_dir(profile, node),
-            # This machine needs no SSH settings (make_targets refuses them without a host).
-            user=None if local else profile.user, port=None if local else profile.port,
-            identity_file=None if local else profile.identity_file,
-            known_hosts=None if local else profile.known_hosts)
+        # This machine needs no SSH settings (make_targets refuses them without a host).
+        no_ssh = {f: None for f in _SSH_FIELDS} if local else {}
+        single = replace(profile, name=f"{profile.name}@{node}", nodes=(), master_addr=None,
+                         host=None if local else node, run_dir=node_run_dir(profile, node), **no_ssh)
         plans.append(NodePlan(node, rank, single, node_argv(profile, single, rank, addr)))
     return plans

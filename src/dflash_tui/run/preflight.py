@@ -69,8 +69,8 @@ try:
 except Exception as exc:
     out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
 try:
-    import dflash_train
-    out["dflash_train"] = getattr(dflash_train, "__file__", "") or "ok"
+    trainer = importlib.import_module("dflash_train")   # on the target, never in the dashboard
+    out["dflash_train"] = getattr(trainer, "__file__", "") or "ok"
 except Exception as exc:
     out["trainer_error"] = "%s: %s" % (type(exc).__name__, exc)
 print("dflash-probe " + json.dumps(out))
