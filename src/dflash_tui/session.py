@@ -16,9 +16,10 @@ the next request and the connection reconnects with backoff, for every profile a
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from .config import ConfigError, Profile
+from .fleet.transport import SharedTransport
 from .gpu.oneshot import OneShotGpuProbe
 from .gpu.sources import run_ref_from_launch
 from .remote.agent import open_ops
@@ -36,8 +37,6 @@ from .run.observe import Evidence, gather
 from .run.stop import StopResult, stop_run
 from .run.verdict import Checklist
 
-if TYPE_CHECKING:
-    from .fleet.transport import SharedTransport
 
 
 def build_targets(profile: Profile) -> tuple[Target, Target]:
@@ -51,7 +50,7 @@ def build_targets(profile: Profile) -> tuple[Target, Target]:
 class Session:
     def __init__(self, profile: Profile, *, targets: tuple[Target, Target] | None = None,
                  ops_kind: str = "auto", argv: Sequence[str] | None = None, rank: int = 0,
-                 transport: "SharedTransport | None" = None) -> None:
+                 transport: SharedTransport | None = None) -> None:
         """`ops_kind`: "auto" (the agent where python3 runs, else shell), "agent" or "shell".
         `argv`: what launches run instead of the profile's trainer_argv (one node of a run on
         several hosts: run/nodes.py); `rank`: that node's torch.distributed rank, whose status
