@@ -38,7 +38,6 @@ from .run.stop import StopResult, stop_run
 from .run.verdict import Checklist
 
 
-
 def build_targets(profile: Profile) -> tuple[Target, Target]:
     try:
         return make_targets(profile.host, profile.user, profile.port, profile.identity_file, profile.container,
