@@ -16,13 +16,11 @@ process with how many CUDA devices the run uses, never index against index.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
+from ..contract.rundir import TrainStatus
 from ..run.verdict import Check, CheckState
 from .sample import GpuErrorKind, GpuSnapshot
-
-if TYPE_CHECKING:
-    from ..contract.rundir import TrainStatus
 
 CHECK_ID = "gpus"
 LABEL = "GPUs in use by the run"
