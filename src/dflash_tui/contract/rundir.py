@@ -400,60 +400,148 @@ def _type_word(hint: Any) -> str:
     return words.get(hint, getattr(hint, "__name__", str(hint)))
 
 
-def _value(hint: Any, value: Any, where: str, meta: Any) -> Any:
-    """`value` as `hint` requires, or SchemaError naming `where` and the value."""
+class _Bad(Exception):
+    """A value that breaks its field's rule; build_record adds the file and the field's path."""
+
+    def __init__(self, tail: str, path: str = "") -> None:
+        super().__init__(tail)
+        self.tail, self.path = tail, path
+
+
+def _wrong(value: Any, expected: str) -> _Bad:
+    return _Bad(f"is {_show(value)}, expected {expected}")
+
+
+def _checker(hint: Any, meta: Any = None):
+    """A function value -> value as `hint` requires (ints stay ints, numbers become floats),
+    raising _Bad. Built once per field, so reading a record dispatches on no types."""
     origin = typing.get_origin(hint)
+    low = (meta or {}).get("min")
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return None
+        optional = type(None) in args
         inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1:
-            try:
-                return _value(inner[0], value, where, meta)
-            except SchemaError:
-                pass
-        raise SchemaError(f"{where} is {_show(value)}, expected {_type_word(hint)}")
+        inner_check = _checker(inner[0], meta) if len(inner) == 1 else None
+        word = _type_word(hint)
+
+        def check_union(value):
+            if value is None and optional:
+                return None
+            if inner_check is not None:
+                try:
+                    return inner_check(value)
+                except _Bad:
+                    pass
+            raise _wrong(value, word)
+        return check_union
     if origin is list:
         (item,) = typing.get_args(hint) or (Any,)
-        if not isinstance(value, list):
-            raise SchemaError(f"{where} is {_show(value)}, expected a list")
-        if len(value) > _MAX_ITEMS:
-            raise SchemaError(f"{where} has {len(value)} items, more than {_MAX_ITEMS}")
-        return [_value(item, v, f"{where}[{i}]", None) for i, v in enumerate(value)]
+        item_check = _checker(item)
+
+        def check_list(value):
+            if not isinstance(value, list):
+                raise _wrong(value, "a list")
+            if len(value) > _MAX_ITEMS:
+                raise _Bad(f"has {len(value)} items, more than {_MAX_ITEMS}")
+            out = []
+            for i, v in enumerate(value):
+                try:
+                    out.append(item_check(v))
+                except _Bad as bad:
+                    bad.path = f"[{i}]{bad.path}"
+                    raise
+            return out
+        return check_list
     if hint is Any:
-        return value
+        return lambda value: value
     if hint is bool:
-        if not isinstance(value, bool):
-            raise SchemaError(f"{where} is {_show(value)}, expected true or false")
-        return value
+        def check_bool(value):
+            if not isinstance(value, bool):
+                raise _wrong(value, "true or false")
+            return value
+        return check_bool
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int) or not -_INT_LIMIT < value < _INT_LIMIT:
-            raise SchemaError(f"{where} is {_show(value)}, expected an integer")
-    elif hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT):
-            raise SchemaError(f"{where} is {_show(value)}, expected a number")
-        value = float(value)
-        if not math.isfinite(value):
-            raise SchemaError(f"{where} is {_show(value)}, expected a finite number")
-    elif hint is str:
-        if not isinstance(value, str):
-            raise SchemaError(f"{where} is {_show(value)}, expected a string")
-        return value
-    elif isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
-        if not isinstance(value, dict):
-            raise SchemaError(f"{where} is {_show(value)}, expected an object")
-        return build_record(hint, value, where)
-    else:
-        raise TypeError(f"rundir: no rule for field type {hint!r}")
-    low = (meta or {}).get("min")
-    if low is not None and value < low:
-        raise SchemaError(f"{where} is {_show(value)}, expected at least {low}")
-    return value
+        def check_int(value):
+            if isinstance(value, bool) or not isinstance(value, int) or not -_INT_LIMIT < value < _INT_LIMIT:
+                raise _wrong(value, "an integer")
+            if low is not None and value < low:
+                raise _wrong(value, f"at least {low}")
+            return value
+        return check_int
+    if hint is float:
+        def check_float(value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                    isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT):
+                raise _wrong(value, "a number")
+            value = float(value)
+            if not math.isfinite(value):
+                raise _wrong(value, "a finite number")
+            if low is not None and value < low:
+                raise _wrong(value, f"at least {low}")
+            return value
+        return check_float
+    if hint is str:
+        def check_str(value):
+            if not isinstance(value, str):
+                raise _wrong(value, "a string")
+            return value
+        return check_str
+    if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+        def check_record(value):
+            if not isinstance(value, dict):
+                raise _wrong(value, "an object")
+            return hint(**_coerce(hint, value))
+        return check_record
+    raise TypeError(f"rundir: no rule for field type {hint!r}")
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+# cls -> [(field name, required, default factory, checker)], built on first use.
+_PLANS: dict[type, list[tuple[str, bool, Any, Any]]] = {}
+
+
+def _default_of(f) -> Any:
+    if f.default is not MISSING:
+        return lambda: f.default
+    return f.default_factory if f.default_factory is not MISSING else None
+
+
+def _plan(cls: type) -> list[tuple[str, bool, Any, Any]]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = typing.get_type_hints(cls)
+        plan = _PLANS[cls] = [
+            (f.name, f.default is MISSING and f.default_factory is MISSING, _default_of(f),
+             _checker(hints[f.name], f.metadata))
+            for f in fields(cls)]
+    return plan
+
+
+def _coerce(cls: type, data: dict[str, Any], fill: bool = False) -> dict[str, Any]:
+    """The known fields of `data`, each checked and converted by its field's rule; with
+    `fill`, the absent optional ones at their defaults too."""
+    out: dict[str, Any] = {}
+    for name, required, default, check in _plan(cls):
+        if name not in data:
+            if required:
+                raise _Bad("is missing", f": field {name!r}")
+            if fill:
+                out[name] = default()
+            continue
+        try:
+            out[name] = check(data[name])
+        except _Bad as bad:
+            bad.path = f": field {name!r}{bad.path}"
+            raise
+    return out
+
+
+def validated_fields(cls: type, data: dict[str, Any], what: str, *, fill: bool = False) -> dict[str, Any]:
+    """`data`'s fields known to `cls`, type-checked (SchemaError naming `what`, the field, the
+    value); with `fill`, every field of `cls`, the absent ones at their defaults."""
+    try:
+        return _coerce(cls, data, fill)
+    except _Bad as bad:
+        raise SchemaError(f"{what}{bad.path} {bad.tail}") from None
 
 
 def build_record(cls: type, data: dict[str, Any], what: str):
@@ -463,17 +551,10 @@ def build_record(cls: type, data: dict[str, Any], what: str):
     known one of the wrong type, raises SchemaError with the file (`what`), the field and the
     value, e.g. ``launch.json: field 'pid' is 'abc', expected an integer``.
     """
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name not in data:
-            if f.default is MISSING and f.default_factory is MISSING:
-                raise SchemaError(f"{what}: field {f.name!r} is missing")
-            continue
-        kwargs[f.name] = _value(hints[f.name], data[f.name], f"{what}: field {f.name!r}", f.metadata)
-    return cls(**kwargs)
+    return cls(**validated_fields(cls, data, what))
+
+
+_TIME = _checker(float)
 
 
 def _too_deep(text: str) -> bool:
@@ -559,11 +640,14 @@ def parse_event(line: str) -> dict[str, Any]:
     kind = obj.get("kind")
     if not isinstance(kind, str):
         raise SchemaError(f"{EVENTS_JSONL}: field 'kind' is {_show(kind)}, expected a string")
-    obj["time"] = _value(float, obj.get("time"), f"{EVENTS_JSONL}: field 'time'", None)
-    obj.update(asdict(build_record(EventOrigin, obj, EVENTS_JSONL)))
+    try:
+        obj["time"] = _TIME(obj.get("time"))
+    except _Bad as bad:
+        raise SchemaError(f"{EVENTS_JSONL}: field 'time' {bad.tail}") from None
+    obj.update(validated_fields(EventOrigin, obj, EVENTS_JSONL, fill=True))
     cls = EVENT_TYPES.get(kind)
     if cls is not None:
-        obj.update(asdict(build_record(cls, obj, f"{EVENTS_JSONL} ({kind})")))
+        obj.update(validated_fields(cls, obj, f"{EVENTS_JSONL} ({kind})", fill=True))
     return obj
 
 
