@@ -76,3 +76,44 @@ async def test_disk_full_is_said_on_the_verdict_and_the_preflight(sshd, standin,
         finally:
             await s.close()
             in_container(standin, 'umount "$1"', str(disk))
+
+
+async def test_a_stop_on_a_full_disk_still_reads_stopped(sshd, standin, tmp_path, monkeypatch):
+    # stop.json cannot be written on a full disk (nor exit.json): the stop this machine asked
+    # for is remembered here, so the run reads STOPPED, not KILLED, now and to a later --check.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    standin.container("pct:200", mode="ok")
+    disk = tmp_path / "small-disk"
+    disk.mkdir()
+    res = in_container(standin, 'mount -t tmpfs -o size=256k dflash-test "$1"', str(disk))
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in the stand-in container: {res.stderr.strip()}")
+    run = disk / "run"
+    profile = program_profile(run, (sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"),
+                              host=sshd.host, port=sshd.port, user=sshd.user, identity_file=str(sshd.client_key),
+                              known_hosts=str(sshd.known_hosts), container="pct:200")
+    s = Session(profile)
+    try:
+        out = await s.launch()
+        assert out.preflight.ok, out.preflight.checks
+        deadline = time.monotonic() + 30
+        while True:
+            ev, cl = await s.check()
+            if ev.launch is not None or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert ev.launch is not None, cl
+        in_container(standin, 'dd if=/dev/zero of="$1/fill" bs=4k 2>/dev/null; true', str(disk))
+        res = await s.stop(grace_s=2)
+        assert res.ok and not res.recorded, res
+        ev, cl = await s.check()
+        assert cl.verdict is Verdict.STOPPED, cl
+        later = Session(profile)          # a later --check, another process's Session
+        try:
+            ev, cl = await later.check()
+            assert cl.verdict is Verdict.STOPPED and res.record.requested_by in cl.summary, cl
+        finally:
+            await later.close()
+    finally:
+        await s.close()
+        in_container(standin, 'umount "$1"', str(disk))

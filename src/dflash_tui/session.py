@@ -27,7 +27,7 @@ from .remote.base import Target, TargetError
 from .remote.factory import make_targets
 from .remote.ops import RemoteOps
 from .run.activity import ProgressTracker
-from .run.attempts import LaunchAttempt, load_attempt, save_attempt
+from .run.attempts import LaunchAttempt, load_attempt, load_local_stop, save_attempt, save_local_stop
 from .run.canary import CanaryResult, run_canary
 from .run.health import Limits, evaluate, with_gpu_check
 from .run.history import CheckpointRef, HistoryRun, list_runs, newest_checkpoint, open_run
@@ -69,6 +69,7 @@ class Session:
         self._ops_lock = asyncio.Lock()
         self._gpu = None   # OneShotGpuProbe, opened by the first gpu_snapshot()
         self.attempt: LaunchAttempt | None = load_attempt(profile)
+        self.local_stop = load_local_stop(profile)
         # What advanced between this session's looks (CPU, log, steps): memory across polls.
         self.progress = ProgressTracker(profile.progress_regex)
 
@@ -125,7 +126,7 @@ class Session:
 
     async def evidence(self) -> Evidence:
         return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt,
-                            tracker=self.progress, rank=self.rank)
+                            tracker=self.progress, rank=self.rank, local_stop=self.local_stop)
 
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""
@@ -188,8 +189,12 @@ class Session:
         return await newest_checkpoint(await self.ops(), self.profile.run_dir)
 
     async def stop(self, grace_s: float | None = None) -> StopResult:
-        return await stop_run(await self.ops(), self.target, self.profile.run_dir,
-                              grace_s=self.profile.stop_grace_s if grace_s is None else grace_s)
+        res = await stop_run(await self.ops(), self.target, self.profile.run_dir,
+                             grace_s=self.profile.stop_grace_s if grace_s is None else grace_s)
+        if res.record is not None and not res.recorded:
+            self.local_stop = res.record
+            save_local_stop(self.profile, res.record)
+        return res
 
     async def canary(self, sleep_s: int = 30) -> CanaryResult:
         return await run_canary(self.profile, self.host, self.target, await self.ops(), self.reopen,

@@ -1,4 +1,5 @@
-"""The launcher's own memory of what it sent: the launch command's exit status and output.
+"""This machine's own memory of what it sent: the launch command's exit status and output, and
+a stop request whose stop.json the target could not take (its disk full).
 
 The target cannot tell us that the transport ran nothing (the incident: `pct exec` exited 0 and
 no shell ever ran, so no file on the target records the attempt). This machine can: every
@@ -13,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from ..contract.rundir import atomic_write_text
+from ..contract.rundir import SchemaError, StopRecord, atomic_write_text, build_record
 
 from ..config import Profile, state_dir
 
@@ -73,3 +74,26 @@ def load_attempt(profile: Profile) -> LaunchAttempt | None:
     except (OSError, ValueError, TypeError):
         return None
     return attempt if attempt.run_dir == profile.run_dir else None
+
+
+def _stop_path_for(profile: Profile) -> Path:
+    return _path_for(profile).with_suffix(".stop.json")
+
+
+def save_local_stop(profile: Profile, record: StopRecord) -> None:
+    """Remember a stop request here when stop.json could not be written on the target, so the
+    run that ends of it still reads STOPPED, to this process and to a later `--check`."""
+    path = _stop_path_for(profile)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(asdict(record), sort_keys=True))
+    except OSError:
+        pass   # only the verdict's wording of the end depends on it; the stop itself is done
+
+
+def load_local_stop(profile: Profile) -> StopRecord | None:
+    try:
+        return build_record(StopRecord, json.loads(_stop_path_for(profile).read_text(encoding="utf-8")),
+                            "the local stop record")
+    except (OSError, ValueError, SchemaError, TypeError):
+        return None

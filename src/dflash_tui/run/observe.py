@@ -126,12 +126,13 @@ async def _read_tail_text(ops: RemoteOps, path: str, max_bytes: int) -> str:
 
 async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None = None,
                  tail_bytes: int = 64 << 10, tracker: ProgressTracker | None = None,
-                 rank: int = 0) -> Evidence:
+                 rank: int = 0, local_stop: StopRecord | None = None) -> Evidence:
     """One observation. `tracker` is the run's memory across polls (the dashboard's and a
     session's); without one, a fresh tracker makes this a one-shot look without the second CPU
     sample (the stop and launch paths, which need no busy/idle judgement). `rank`: the
     torch.distributed rank whose status this run dir holds (a node of a run on several hosts;
-    its file is `rank_file(STATUS_JSON, rank)`)."""
+    its file is `rank_file(STATUS_JSON, rank)`). `local_stop`: this machine's record of a stop
+    request whose stop.json the target could not take; it stands in for a missing stop.json."""
     status_name = rank_file(STATUS_JSON, rank)
     names = tuple(status_name if n == STATUS_JSON else n for n in RUN_FILES)
     now, stats = await asyncio.gather(
@@ -179,6 +180,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.exit = None
         if ev.stop is not None and ev.stop.run_id != run_id:
             ev.stop = None
+        if ev.stop is None and local_stop is not None and local_stop.run_id == run_id:
+            ev.stop = local_stop
         if ev.status is not None and ev.status.run_id != run_id:
             ev.status_problem = f"{status_name} belongs to run {ev.status.run_id}"
             ev.status = None
@@ -197,7 +200,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             (again,) = await ops.stat([ev.path(LAUNCH_JSON)])
             if again.exists:
                 return await gather(ops, run_dir, attempt=attempt, tail_bytes=tail_bytes, tracker=tracker,
-                                    rank=rank)
+                                    rank=rank, local_stop=local_stop)
 
     wrapper_gone = ev.launch is not None and not process_matches(ev.launch, ev.proc)
     if wrapper_gone and ev.exit is None:

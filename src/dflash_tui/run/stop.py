@@ -35,6 +35,8 @@ class StopResult:
     run_id: str | None
     seconds: float
     message: str          # one line for the user
+    record: StopRecord | None = None   # the request, once one was made
+    recorded: bool = True              # stop.json was written on the target
 
     @property
     def ok(self) -> bool:
@@ -48,13 +50,14 @@ def _requested_by() -> str:
         return "dflash-tui"
 
 
-async def _write_stop(target: Target, run_dir: str, record: StopRecord) -> None:
+async def _write_stop(target: Target, run_dir: str, record: StopRecord) -> bool:
     try:
         await target.write_file(posixpath.join(run_dir, STOP_JSON), (to_json(record) + "\n").encode())
+        return True
     except TargetError:
         # stop.json explains the end of the run to a later reader; a run that must stop is
-        # stopped even when this note cannot be written.
-        pass
+        # stopped even when this note cannot be written (the caller remembers it locally).
+        return False
 
 
 async def _wait_gone(ops: RemoteOps, launch, seconds: float) -> bool:
@@ -95,29 +98,28 @@ async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: flo
                           f"run {launch.run_id} (pid {launch.pid}) is not running")
     record = StopRecord(run_id=launch.run_id, pid=launch.pid, requested_time=await ops.now(),
                         requested_by=requested_by or _requested_by(), signal_sent="SIGTERM")
-    await _write_stop(target, run_dir, record)
+    recorded = await _write_stop(target, run_dir, record)
+
+    def result(outcome: str, message: str) -> StopResult:
+        return StopResult(outcome, launch.pid, launch.run_id, time.monotonic() - t0, message,
+                          record=record, recorded=recorded)
 
     sent = await ops.signal(launch.pid, signal.SIGTERM, start_ticks=launch.start_ticks,
                             cmdline_contains=WRAPPER_CMDLINE, group=True)
     if sent == "mismatch":
-        return StopResult("mismatch", launch.pid, launch.run_id, time.monotonic() - t0,
-                          f"pid {launch.pid} now belongs to another process (start time or command line "
-                          "differs): nothing was signalled")
+        return result("mismatch", f"pid {launch.pid} now belongs to another process (start time or command "
+                                  "line differs): nothing was signalled")
     if sent == "gone" or await _wait_gone(ops, launch, grace_s):
-        return StopResult("terminated", launch.pid, launch.run_id, time.monotonic() - t0,
-                          f"run {launch.run_id} (pid {launch.pid}) ended after SIGTERM")
+        return result("terminated", f"run {launch.run_id} (pid {launch.pid}) ended after SIGTERM")
 
     record.signal_sent = "SIGKILL"
-    await _write_stop(target, run_dir, record)
+    recorded = await _write_stop(target, run_dir, record) and recorded
     sent = await ops.signal(launch.pid, signal.SIGKILL, start_ticks=launch.start_ticks,
                             cmdline_contains=WRAPPER_CMDLINE, group=True)
     if sent == "mismatch":
-        return StopResult("mismatch", launch.pid, launch.run_id, time.monotonic() - t0,
-                          f"pid {launch.pid} was reused during the grace period: SIGKILL not sent")
+        return result("mismatch", f"pid {launch.pid} was reused during the grace period: SIGKILL not sent")
     if sent == "gone" or await _wait_gone(ops, launch, 5.0):
-        return StopResult("killed", launch.pid, launch.run_id, time.monotonic() - t0,
-                          f"run {launch.run_id} (pid {launch.pid}) ignored SIGTERM for {grace_s:.0f} s; "
-                          "SIGKILL ended it")
-    return StopResult("survived", launch.pid, launch.run_id, time.monotonic() - t0,
-                      f"pid {launch.pid} is still alive after SIGKILL (uninterruptible sleep? "
-                      f"check `cat /proc/{launch.pid}/stat` on the target)")
+        return result("killed", f"run {launch.run_id} (pid {launch.pid}) ignored SIGTERM for {grace_s:.0f} s; "
+                                "SIGKILL ended it")
+    return result("survived", f"pid {launch.pid} is still alive after SIGKILL (uninterruptible sleep? "
+                              f"check `cat /proc/{launch.pid}/stat` on the target)")
