@@ -5,7 +5,7 @@ node's log lines, and the stop key stopping every node."""
 from __future__ import annotations
 
 import pytest
-from textual.widgets import DataTable
+from dflash_tui.ui.rows import RowTable
 
 from dflash_tui.gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot, GpuError
 from dflash_tui.multinode import NodesSession
@@ -40,7 +40,7 @@ async def test_dashboard_shows_one_run_of_two_nodes_and_stops_both(sshd, tmp_pat
             assert f"{sshd.alias} · Process" in labels and f"{LOCAL} · Heartbeat" in labels
 
             await pilot.press("2")
-            table = app.query_one("#threads-table", DataTable)
+            table = app.query_one("#threads-table", RowTable)
             await until(pilot, lambda: table.row_count == 2, 10)
             assert [str(table.get_row_at(i)[0]) for i in range(2)] == [f"{sshd.alias}/rank1", f"{LOCAL}/rank0"]
 
