@@ -97,3 +97,17 @@ def test_a_segment_split_across_reads_counts_once():
     assert parser.progress.step == 42 and parser.progress.records == 1
     assert parser.feed(b"x" * 100_000) == 0            # no newline: bounded, not buffered whole
     assert len(parser._partial) <= 4096
+
+
+def test_a_rate_written_after_its_unit():
+    # The bundled trainer's own line: the number after "tok/s" is the rate, not tau's before it.
+    p = parse_text("step 12/2000 loss 2.3000 acc 0.400 tau 1.21 tok/s 18,450\n")
+    assert (p.step, p.total, p.loss, p.rate, p.rate_unit) == (12, 2000, 2.3, 18450.0, "tok/s")
+    p = parse_text(" 45%|████▌     | 450/1000 [00:10<00:12, 44.3it/s, loss=2.1]")
+    assert (p.rate, p.rate_unit) == (44.3, "it/s")
+
+
+def test_a_busy_poll_parses_its_newest_lines_and_counts_them_all():
+    text = "".join(f"step {i} loss {2 + i / 1000:.3f} tok/s {1000 + i}\n" for i in range(5000))
+    p = parse_text(text)
+    assert (p.step, p.loss, p.rate, p.records, p.output) == (4999, 6.999, 5999.0, 5000, 5000)

@@ -38,10 +38,18 @@ _STEP = re.compile(r"\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=#]?\s*(\d+)
 _BAR = re.compile(r"(?:\|\s*|\s)(\d+)/(\d+)\s*\[")         # tqdm: "| 450/1000 [00:10<..."
 _LOSS = re.compile(r"\b(?:train[_ ])?loss\b\s*[:=]?\s*(" + _NUM + r"|nan|inf)", re.IGNORECASE)
 _RATE = re.compile(r"(" + _NUM + r")\s*(it/s|s/it|tok(?:ens)?/s|samples/s)")
+# The other order, "tok/s 18,450" (the bundled trainer's log): the unit, then its number.
+_RATE_AFTER = re.compile(r"\b(it/s|s/it|tok(?:ens)?/s|samples/s)\s*[:=]?\s*(\d{1,3}(?:,\d{3})+(?:\.\d+)?|" + _NUM + r")")
 _EPOCH = re.compile(r"\bepoch\b\s*[:=]?\s*(" + _NUM + r")", re.IGNORECASE)
 _CHECKPOINT = re.compile(r"(?:saving model checkpoint to|checkpoint\b.*?\bsaved to)\s+(\S+)", re.IGNORECASE)
 _SPLIT = re.compile(r"[\r\n]")
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
+# Every progress form holds one of these (lower-cased): a substring test per line, at C speed,
+# keeps the regular expressions off the lines that cannot match.
+_HINTS = ("step", "iter", "loss", "epoch", "/")
+# Of one poll's new progress lines, only this many of the newest are parsed in full: the older
+# ones are counted (they advanced) but their values would be overwritten by the newer ones.
+DETAIL_LAST = 32
 
 _STEP_KEYS = ("step", "global_step", "iteration", "iter")
 _LOSS_KEYS = ("loss", "train_loss")
@@ -146,28 +154,41 @@ class ProgressParser:
     def feed(self, data: bytes | str) -> int:
         """Parse the new text; return how many new progress segments it held."""
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-        segs = _SPLIT.split(self._partial + text)
+        chunk = self._partial + text
+        segs = _SPLIT.split(chunk)
         self._partial = segs.pop()[-MAX_SEGMENT:]
-        found = 0
+        p = self.progress
+        # Rare lines: one search over the whole chunk decides whether any segment needs a look.
+        disk = _DISK_FULL.search(chunk) is not None
+        checkpoint = _CHECKPOINT.search(chunk) is not None
+        candidates = []
         for seg in segs:
-            found += self._segment(seg[:MAX_SEGMENT])
+            seg = seg[:MAX_SEGMENT]
+            if not seg.strip() or seg.startswith("dflash-tui: "):   # the wrapper's own lines
+                continue
+            p.output += 1
+            if disk and _DISK_FULL.search(seg):
+                p.disk_error = " ".join(seg.split())[:200]
+            saved = checkpoint and self._checkpoint(seg)
+            if saved or self.regex is not None or seg.lstrip().startswith("{") or _may_progress(seg):
+                candidates.append(seg)
+        older = max(0, len(candidates) - DETAIL_LAST)
+        p.records += older
+        found = older + sum(self._segment(seg) for seg in candidates[older:])
         # The unterminated tail is a tqdm bar's current state (tqdm writes "\r" first): read its
         # values now, count it once its segment ends.
-        if self._partial.strip():
+        if self._partial.strip() and not self._partial.startswith("dflash-tui: "):
             self._segment(self._partial, count=False)
         return found
 
-    def _segment(self, seg: str, count: bool = True) -> int:
-        if not seg.strip() or seg.startswith("dflash-tui: "):   # the wrapper's own lines
-            return 0
-        p = self.progress
-        if count:
-            p.output += 1
-        if _DISK_FULL.search(seg):
-            p.disk_error = " ".join(seg.split())[:200]
+    def _checkpoint(self, seg: str) -> bool:
         cp = _CHECKPOINT.search(seg)
         if cp:
-            p.checkpoint = cp.group(1).rstrip(".,;")
+            self.progress.checkpoint = cp.group(1).rstrip(".,;")
+        return cp is not None
+
+    def _segment(self, seg: str, count: bool = True) -> int:
+        p = self.progress
         step = total = None
         loss = rate = epoch = None
         unit = ""
@@ -195,14 +216,20 @@ class ProgressParser:
                 lm = _LOSS.search(seg)
                 if lm:
                     loss = _finite(lm.group(1))
-                rm = _RATE.search(seg)
-                if rm:
-                    rate, unit = _finite(rm.group(1)), rm.group(2).replace("tokens/s", "tok/s")
+                if "/s" in seg or "s/it" in seg:
+                    after = _RATE_AFTER.search(seg)
+                    if after:
+                        rate, unit = _finite(after.group(2).replace(",", "")), after.group(1)
+                    else:
+                        rm = _RATE.search(seg)
+                        if rm:
+                            rate, unit = _finite(rm.group(1)), rm.group(2)
+                    unit = unit.replace("tokens/s", "tok/s")
                 em = _EPOCH.search(seg)
                 if em:
                     epoch = _finite(em.group(1))
                 hit = step is not None or loss is not None or rate is not None
-        if not hit and not cp:
+        if not hit and not _CHECKPOINT.search(seg):
             return 0
         if step is not None:
             p.step = step
@@ -219,6 +246,11 @@ class ProgressParser:
             p.records += 1
             return 1
         return 0
+
+
+def _may_progress(seg: str) -> bool:
+    low = seg.lower()
+    return any(h in low for h in _HINTS)
 
 
 def _int_text(text: str | None) -> int | None:
