@@ -1,4 +1,4 @@
-"""Item (a) and (b) of the trainer issue, in ONE run on the device machine.
+"""The threads-and-torch.compile race, and the gate that prevents it, in ONE run on the device machine.
 
 (a) The naive pattern fails on this machine:
     a1  one shared torch.compile(flex_attention), first called by several threads at once;

@@ -1,4 +1,4 @@
-"""Item (d) of the trainer issue: compile warm-up cost of N drafter threads against one.
+"""Compile warm-up cost of N drafter threads against one.
 
 Each configuration is a fresh `python -m dflash_train` process (as the dashboard launches it),
 with inductor's on-disk caches disabled so every run compiles from scratch; the trainer's own

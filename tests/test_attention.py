@@ -1,7 +1,7 @@
 """The DFlash mask and the two attention paths (flex_attention vs dense-mask SDPA).
 
 Runs on CPU here; on a machine with CUDA the same tests also run on cuda (compiled flex), which
-is how the lead checks equivalence on the device machine:
+is how equivalence is checked on the device machine:
     python -m pytest tests/test_attention.py -q
 """
 
