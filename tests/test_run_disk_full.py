@@ -25,7 +25,9 @@ def in_container(standin, script: str, *args: str):
     return standin.tool("pct", "exec", "200", "--", "sh", "-c", script, "sh", *args, check=False)
 
 
-async def test_disk_full_is_said_on_the_verdict_and_the_preflight(sshd, standin, tmp_path, monkeypatch):
+@pytest.fixture
+def small_disk(standin, tmp_path, monkeypatch):
+    """A 256 KiB tmpfs mounted inside the running stand-in container pct:200 (unmounted after)."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     standin.container("pct:200", mode="ok")
     disk = tmp_path / "small-disk"
@@ -33,11 +35,19 @@ async def test_disk_full_is_said_on_the_verdict_and_the_preflight(sshd, standin,
     res = in_container(standin, 'mount -t tmpfs -o size=256k dflash-test "$1"', str(disk))
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs in the stand-in container: {res.stderr.strip()}")
-    run = disk / "run"
-    profile = program_profile(run, (sys.executable, PRINT_LOOP, "1000000", "0.05"), host=sshd.host, port=sshd.port,
-                              user=sshd.user, identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts),
-                              container="pct:200")
-    s = Session(profile)
+    yield disk
+    in_container(standin, 'umount "$1"', str(disk))
+
+
+def _profile_on(disk, sshd, argv):
+    return program_profile(disk / "run", argv, host=sshd.host, port=sshd.port, user=sshd.user,
+                           identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts),
+                           container="pct:200")
+
+
+async def test_disk_full_is_said_on_the_verdict_and_the_preflight(sshd, standin, small_disk):
+    disk, run = small_disk, small_disk / "run"
+    s = Session(_profile_on(disk, sshd, (sys.executable, PRINT_LOOP, "1000000", "0.05")))
     try:
         out = await s.launch()
         assert out.preflight.ok, out.preflight.checks
@@ -75,23 +85,13 @@ async def test_disk_full_is_said_on_the_verdict_and_the_preflight(sshd, standin,
             await s.stop(grace_s=0.5)
         finally:
             await s.close()
-            in_container(standin, 'umount "$1"', str(disk))
 
 
-async def test_a_stop_on_a_full_disk_still_reads_stopped(sshd, standin, tmp_path, monkeypatch):
+async def test_a_stop_on_a_full_disk_still_reads_stopped(sshd, standin, small_disk):
     # stop.json cannot be written on a full disk (nor exit.json): the stop this machine asked
     # for is remembered here, so the run reads STOPPED, not KILLED, now and to a later --check.
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    standin.container("pct:200", mode="ok")
-    disk = tmp_path / "small-disk"
-    disk.mkdir()
-    res = in_container(standin, 'mount -t tmpfs -o size=256k dflash-test "$1"', str(disk))
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs in the stand-in container: {res.stderr.strip()}")
-    run = disk / "run"
-    profile = program_profile(run, (sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"),
-                              host=sshd.host, port=sshd.port, user=sshd.user, identity_file=str(sshd.client_key),
-                              known_hosts=str(sshd.known_hosts), container="pct:200")
+    disk = small_disk
+    profile = _profile_on(disk, sshd, (sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"))
     s = Session(profile)
     try:
         out = await s.launch()
@@ -116,4 +116,3 @@ async def test_a_stop_on_a_full_disk_still_reads_stopped(sshd, standin, tmp_path
             await later.close()
     finally:
         await s.close()
-        in_container(standin, 'umount "$1"', str(disk))
