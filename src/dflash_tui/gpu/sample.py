@@ -35,6 +35,10 @@ class GpuProcess:
     is_run_process: bool = False      # belongs to the watched run
     name: str = ""
     user: str = ""                    # owner of the host pid ("" when it could not be read)
+    # This process's share of the GPU's SM and memory-controller time over the last sample period
+    # (NVML's per-process utilisation), None where the driver does not give it.
+    sm_util_pct: float | None = None
+    mem_util_pct: float | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, Targ
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from .activity import CPU_WINDOW_S, Activity, ProgressTracker
 from .attempts import LaunchAttempt
+from .hang_evidence import HangEvidence
 from .probe_files import ProbeReport, gather_probes
 from .tracebacks import last_traceback
 from .wrapper import run_id_of_wrapper
@@ -57,6 +58,8 @@ class Evidence:
     # Per-process reports of the run probe (RUN_DIR/probe/<pid>.json), when a program runs
     # under it: heartbeats prove a process alive; its step events (events.jsonl) are progress.
     probes: list[ProbeReport] = field(default_factory=list)
+    # Stacks of processes whose reports went stale, collectives per rank, the first failure.
+    hang: HangEvidence = field(default_factory=HangEvidence)
 
     def path(self, name: str) -> str:
         return posixpath.join(self.run_dir, name)
