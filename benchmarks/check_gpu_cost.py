@@ -3,7 +3,7 @@ fresh Session (what one CLI invocation does) without and with the GPU sample, si
 
     .venv/bin/python benchmarks/check_gpu_cost.py [--runs 15] [--append]
 
-Runs a stand-in trainer locally (tests/run_standins.py), so it needs no GPU. Three ways, the
+Runs a stand-in trainer locally (tests/support/run_standins.py), so it needs no GPU. Three ways, the
 first two interleaved run by run: (a) no GPU sample; (b) the sample on this machine's real
 path (here: no NVML library, then no nvidia-smi: the library-missing path; on a GPU host the
 real NVML); (c) 8 fake H200s (DFLASH_TUI_NVML=dflash_tui.gpu.fake_nvml:from_env); and last
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.session import Session  # noqa: E402
 from benchmarks.results_file import replace_section  # noqa: E402
-from tests.run_standins import PROGRAM  # noqa: E402
+from tests.support.run_standins import PROGRAM  # noqa: E402
 
 HEADING = "## cli: what the GPU check adds to `--check` (benchmarks/check_gpu_cost.py)"
 FAKE = {"DFLASH_TUI_NVML": "dflash_tui.gpu.fake_nvml:from_env", "DFLASH_FAKE_NVML_GPUS": "8"}

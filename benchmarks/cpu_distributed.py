@@ -5,7 +5,7 @@ and the all_reduce's share of a step, on CPU, side by side in alternating rounds
 (b) torchrun --standalone --nproc_per_node 2, --drafter-devices cpu in each: 2 processes x 1
     replica, gradients summed by one gloo all_reduce per step.
 Both train the same global batch (2 x --batch-size sequences a step) and end with bit-identical
-weights (tests/test_train_distributed.py); what differs is the cost. Tokens/s counts every
+weights (tests/train/test_distributed.py); what differs is the cost. Tokens/s counts every
 replica's tokens from step SKIP to the last step, over the wall time between those step events.
 
     .venv/bin/python benchmarks/cpu_distributed.py --steps 60 --rounds 2 --append

@@ -1,6 +1,6 @@
 """The compile gate against the injected hazard, many trials, side by side (CPU, no torch compile).
 
-The hazard is the stand-in of tests/test_compile_gate.py: a compiled-function double whose
+The hazard is the stand-in of tests/train/test_compile_gate.py: a compiled-function double whose
 "tracing" raises a process-global flag, and any other thread entering it meanwhile fails with
 the FX-tracing error, as torch 2.9-2.13 do. N threads x STEPS steps, each meeting new shapes.
 

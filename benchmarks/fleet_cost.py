@@ -4,7 +4,7 @@
                                               [--loop-window 40] [--append]
 
 Starts --hosts real OpenSSH sshd servers on 127.0.0.1 (tests/support/sshd.py), launches
---per-host detached runs on each (tests/run_standins.py `beat`, through the product's own
+--per-host detached runs on each (tests/support/run_standins.py `beat`, through the product's own
 wrapper and SSH transport), then measures in one run, side by side:
 
   (a) the dashboard: the real app (ui/app.py `build_app`, fleet screen as home, headless
@@ -48,7 +48,7 @@ from benchmarks.results_file import replace_section  # noqa: E402
 from dflash_tui.config import load_config  # noqa: E402
 from dflash_tui.fleet.transport import SharedTransport  # noqa: E402
 from dflash_tui.session import Session  # noqa: E402
-from tests.run_standins import PROGRAM  # noqa: E402
+from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 
 HEADING = "## fleet: 50 profiles on 10 hosts, the fleet screen beside a `--check` loop (benchmarks/fleet_cost.py)"

@@ -185,7 +185,7 @@ def max_diff(a, b) -> float:
 def equivalence_checks(device, grads: bool) -> bool:
     """Same inputs through both paths: attention alone (fp32 forward; bf16 forward and
     gradients at a DFlash shape) and the whole drafter forward. The pytest-free twin of
-    tests/test_attention.py for a machine without pytest. Returns True when all pass."""
+    tests/train/test_attention.py for a machine without pytest. Returns True when all pass."""
     flex, sdpa = FlexAttention(compiled=True), SdpaAttention()
     g = torch.Generator().manual_seed(0)
     results = []

@@ -44,7 +44,7 @@ from dflash_tui.remote.factory import make_targets  # noqa: E402
 from dflash_tui.run.health import Limits, evaluate  # noqa: E402
 from dflash_tui.run.launch import launch_run  # noqa: E402
 from dflash_tui.run.observe import gather  # noqa: E402
-from tests.run_standins import PROGRAM  # noqa: E402
+from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.containers import Standins  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 

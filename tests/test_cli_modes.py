@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,7 +4,7 @@ Torch-free: the trainer counts a step from its shapes and the host-side anchors 
 sync), and a reader can recompute any figure it reports.
 
 What counts (forward + backward of `objective.drafter_loss`, as torch's FlopCounterMode counts
-the plain full-logits step, tests/test_perf.py):
+the plain full-logits step, tests/train/test_perf.py):
 - every linear layer: 2*m*n*k forward; backward 2x that (input and weight gradients), except
   the context projection `fc`, whose input (the target's taps) needs no gradient (1x), and the
   frozen LM head, which needs only the input gradient (1x);

@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 from dflash_tui.config import Profile
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 
 
 def standin_profile(run_dir: Path, mode: str, *args: str, **kw) -> Profile:
-    """A profile whose "trainer" is tests/run_standins.py in `mode`, with short limits so
+    """A profile whose "trainer" is tests/support/run_standins.py in `mode`, with short limits so
     every verdict is reached in seconds. `kw` overrides (host, container, limits, ...)."""
     base = dict(name="t", run_dir=str(run_dir), python=sys.executable,
                 command=(sys.executable, PROGRAM, mode), train_args=tuple(args),

@@ -4,7 +4,7 @@ Each op is ONE `target.run(["sh", "-c", SCRIPT, "sh", args...])`: the data trave
 positional arguments, never inside the script text, so no path or pattern can inject
 anything. Output fields are NUL-separated (paths may hold newlines), file contents and /proc
 files travel base64-encoded, and /proc is parsed by the very functions the agent uses, so both
-ways give the same answers (tests/test_remote_ops_parity.py holds them to that).
+ways give the same answers (tests/remote/test_shell_ops_parity.py holds them to that).
 
 Every script ends by printing a sentinel from an EXIT trap. A command that "succeeds" without
 the sentinel never ran: that is the incident's `pct exec` (exit 0, nothing executed), and it is

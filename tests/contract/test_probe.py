@@ -20,7 +20,7 @@ from tests.support.probe import PYTHON, probe_env, reports, thread, wait_reports
 
 pytestmark = pytest.mark.timeout(240)
 
-PROGRAMS = Path(__file__).parent / "programs"
+PROGRAMS = Path(__file__).parents[1] / "programs"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 

@@ -25,7 +25,7 @@ from dflash_tui.session import Session
 
 pytestmark = pytest.mark.timeout(240)
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
 PY = sys.executable
 STALL_S, BUSY_LIMIT_S = 4.0, 14.0
 WATCH_S = BUSY_LIMIT_S + 5   # every run is watched until it is up longer than this

@@ -14,11 +14,11 @@ import pytest
 
 from dflash_tui.run.verdict import CheckState, Verdict
 from dflash_tui.session import Session
-from tests.test_run_programs import program_profile
+from tests.run.test_verdicts_programs import program_profile
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(120)]
 
-PRINT_LOOP = str(Path(__file__).resolve().parent / "programs" / "print_loop.py")
+PRINT_LOOP = str(Path(__file__).resolve().parents[1] / "programs" / "print_loop.py")
 
 
 def in_container(standin, script: str, *args: str):

@@ -15,7 +15,7 @@ from dflash_tui.run.monitor import ActionInFlight, RunMonitor
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(120)]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 from tests.test_cli_modes import write_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def cli_in(cwd: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-           "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     return subprocess.run([sys.executable, "-m", "dflash_tui", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=90)
 

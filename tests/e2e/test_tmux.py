@@ -1,7 +1,7 @@
 """End to end, as a person would: the real dashboard in a real terminal (tmux), over the
 loopback sshd, watching a real detached run; press r, confirm, and see the run replaced.
 
-The "trainer" is tests/run_standins.py in `beat` mode (the real run-dir schema, heartbeats and
+The "trainer" is tests/support/run_standins.py in `beat` mode (the real run-dir schema, heartbeats and
 steps), launched through the product's own wrapper and SSH transport.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 from tests.support.runs import alive
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -99,7 +99,7 @@ command = ["{sys.executable}", "{PROGRAM}", "beat"]
 train_args = ["--interval=0.3"]
 stop_grace_s = 5.0
 """)
-    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": str(Path(__file__).parent.parent / "src"),
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": str(Path(__file__).parents[2] / "src"),
            "TERM": "xterm-256color", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     run_env = {**os.environ, **env}
     base = [*CLI, "--config", str(cfg), "--profile", "e2e"]

@@ -175,7 +175,7 @@ async def test_host_agent_probe_marks_a_containers_run(container):
     proc, inner = container()
     host_trainer = _host_pid_of(inner["trainer"], proc.pid)
     host_other = _host_pid_of(inner["other"], proc.pid)
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env = dict(os.environ, PYTHONPATH=src, DFLASH_FAKE_NVML_GPUS="2",
                DFLASH_FAKE_NVML_PROCS=f"1:{host_trainer}:{20 << 30},1:{host_other}:{1 << 30}")
     ops = await AgentOps.start(LocalTarget(env=env), python=sys.executable,

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-SRC = HERE.parent.parent / "src"
+SRC = HERE.parents[2] / "src"
 sys.path.insert(0, str(SRC))
 
 from dflash_tui.contract.rundir import (STATUS_JSON, ThreadStatus, TrainStatus, atomic_write_text,  # noqa: E402

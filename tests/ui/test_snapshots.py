@@ -3,7 +3,7 @@
 States built from evidence through the real engine (tests/support/scenarios.py) on a fixed
 clock, so no wall-clock age reaches an image.
 Update after an intended change with:
-    .venv/bin/python -m pytest tests/test_ui_snapshots.py --snapshot-update
+    .venv/bin/python -m pytest tests/ui/test_snapshots.py --snapshot-update
 and look at the SVGs under tests/__snapshots__/test_ui_snapshots/ before committing them.
 """
 

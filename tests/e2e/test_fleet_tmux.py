@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 from tests.support.runs import alive
 from tests.support.sshd import start_sshd
-from tests.test_e2e_tmux import CLI, tmux  # noqa: F401  (the fixture)
+from tests.e2e.test_tmux import CLI, tmux  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -56,7 +56,7 @@ def test_fleet_over_two_hosts(sshd, tmux, tmp_path):  # noqa: F811
     runs = {n: tmp_path / f"run-{n}" for n in ("alpha", "bravo", "charlie")}
     cfg.write_text(profile_toml("alpha", sshd, runs["alpha"]) + profile_toml("bravo", sshd, runs["bravo"])
                    + profile_toml("charlie", second, runs["charlie"]))
-    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": str(Path(__file__).parent.parent / "src"),
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": str(Path(__file__).parents[2] / "src"),
            "TERM": "xterm-256color", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            # Textual takes COLUMNS/LINES over the terminal's size: the pane's own, not pytest's.
            "COLUMNS": str(COLS), "LINES": str(ROWS)}

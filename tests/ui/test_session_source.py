@@ -17,7 +17,7 @@ from dflash_tui.ui.header import RunHeader
 from dflash_tui.ui.logview import MARKER
 from dflash_tui.ui.session_source import SessionSource
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 from tests.support.runs import alive
 
 pytestmark = [pytest.mark.timeout(120)]

@@ -16,7 +16,7 @@ from dflash_tui.ui.nodes_source import NodesSource
 
 from tests.support.runs import alive
 from tests.test_multinode import LOCAL, nodes_profile
-from tests.test_ui_session import header, until
+from tests.ui.test_session_source import header, until
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(180)]
 

@@ -23,8 +23,8 @@ from dflash_tui.gpu.stream import GpuStream
 from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-FIX = Path(__file__).parent / "fixtures" / "nvidia_smi"
+SRC = Path(__file__).resolve().parents[2] / "src"
+FIX = Path(__file__).parents[1] / "fixtures" / "nvidia_smi"
 
 
 class SlowSource:

@@ -19,7 +19,7 @@ from dflash_tui.run.stop import stop_run
 from dflash_tui.run.verdict import CheckState, Verdict
 from dflash_tui.session import Session
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 from tests.support.runs import standin_profile
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(180)]

@@ -22,7 +22,7 @@ from dflash_train.data import SyntheticCorpus  # noqa: E402
 from dflash_train.model.target import build_target  # noqa: E402
 from dflash_train.train import ConfigError, TrainArgs, prepare  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VOCAB = 320        # > the tokenizer's 300 ids, as real checkpoints pad their embedding
 LAYERS = 2         # differs from the tiny preset's 4: proves the config came from the checkpoint
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 from tests.test_cli_modes import cli, local, write_config
 
 pytestmark = pytest.mark.timeout(240)

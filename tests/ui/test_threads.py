@@ -10,7 +10,7 @@ from dflash_tui.ui.rows import RowTable
 from dflash_tui.contract.rundir import ProbeReport, ProbeThread
 from tests.support import scenarios as R
 
-from tests.test_ui_app import SIZE, make, until
+from tests.ui.test_app import SIZE, make, until
 
 pytestmark = pytest.mark.timeout(60)
 

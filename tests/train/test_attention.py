@@ -2,7 +2,7 @@
 
 Runs on CPU here; on a machine with CUDA the same tests also run on cuda (compiled flex), which
 is how equivalence is checked on the device machine:
-    python -m pytest tests/test_attention.py -q
+    python -m pytest tests/train/test_attention.py -q
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from dflash_tui.run.launch import LaunchRefused
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
 
-from tests.run_standins import PROGRAM
+from tests.support.run_standins import PROGRAM
 from tests.support.runs import standin_profile
 
 pytestmark = [pytest.mark.timeout(120)]

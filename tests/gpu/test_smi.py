@@ -20,7 +20,7 @@ from dflash_tui.gpu.codec import snapshot_from_dict
 from dflash_tui.gpu.sources import RunRef, SmiStreamSource, local_annotator
 from dflash_tui.remote.local import LocalTarget
 
-FIX = Path(__file__).parent / "fixtures" / "nvidia_smi"
+FIX = Path(__file__).parents[1] / "fixtures" / "nvidia_smi"
 H200_UUID = "GPU-28f0e6e8-9cd8-2cbb-4132-4135bbed0eec"
 MIB = 1024 * 1024
 
