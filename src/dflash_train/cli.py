@@ -75,8 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-threads", type=int, default=d.cpu_threads,
                    help="torch intra-op threads (default 0: cores divided by the cpu worker threads)")
     p.add_argument("--cold-buckets", default=d.cold_buckets,
-                   help="extra sequence lengths trained on but NOT warmed up: each one recompiles "
-                        "mid-run through the compile gate (for testing the gate)")
+                   help="extra sequence lengths trained on but NOT warmed up: each one is compiled "
+                        "in the background when first met, its steps eager until then (for testing)")
+    p.add_argument("--wait-for-compile", action="store_true",
+                   help="compile every bucket before the first step instead of training eagerly "
+                        "meanwhile: a slower start, but every step compiled, so a relaunch on CUDA "
+                        "repeats the run bit for bit")
     p.add_argument("--peak-tflops", type=float, default=d.peak_tflops,
                    help="per-device peak TFLOP/s that MFU divides by (default 0: 789 on an H200, the "
                         "measured bf16 matmul rate; no MFU on other devices)")

@@ -95,6 +95,14 @@ class PoolSpec:
     on_thread_beat: Callable[[str, int | None], None] = lambda name, step: None
     # context manager around waits released by another thread (barriers): see Telemetry.parked
     parked: Callable[[str], Any] = lambda name: contextlib.nullcontext()
+    # The compiled step's graphs built in the background (step_compiler.StepCompiler, keyed by
+    # (drafter device, sequence length)): until a shape's graph is built, and while any is being
+    # built, steps run `eager_loss` (same signature as compute_loss, no compiled code). None:
+    # every step runs compute_loss.
+    compiler: Any = None
+    eager_loss: Callable[[int, Any, torch.Generator], tuple[torch.Tensor, dict[str, Any]]] | None = None
+    # told (first step of the new mode, compiled?) when the steps switch between eager and compiled
+    on_step_mode: Callable[[int, bool], None] = lambda step, compiled: None
 
 
 def drafter_thread_name(r: int) -> str:
@@ -132,6 +140,9 @@ class ThreadPool:
         self.all_reduce_seconds = 0.0                # wall time in the cross-process all_reduce
         self._trainable = [[p for p in m.parameters() if p.requires_grad] for m in spec.replicas]
         self.threads: list[threading.Thread] = []
+        self.compiled_steps = spec.compiler is None   # the current step's mode (see step_compiler.py)
+        if spec.compiler is not None:
+            self._decide_step_mode(spec.start_step)
 
     # -- one optimizer step of drafter replica r -------------------------------------------------
 
@@ -142,13 +153,19 @@ class ThreadPool:
         model, opt = spec.replicas[r], spec.optimizers[r]
         batch = self._next_batch(r, name).to(torch.device(spec.drafter_devices[r]))
 
-        def forward_backward() -> dict[str, Any]:
-            loss, metrics = spec.compute_loss(r, batch, step_generator(spec.seed, step, spec.first_replica + r))
+        def forward_backward(loss_fn) -> dict[str, Any]:
+            loss, metrics = loss_fn(r, batch, step_generator(spec.seed, step, spec.first_replica + r))
             loss.backward()
             return metrics
 
         model.zero_grad(set_to_none=True)
-        metrics = self.gate.run(name, forward_backward, before_retry=lambda: model.zero_grad(set_to_none=True))
+        shape = (spec.drafter_devices[r], int(batch.input_ids.shape[1]))
+        if spec.compiler is None or (self.compiled_steps and spec.compiler.ready(shape)):
+            metrics = self.gate.run(name, lambda: forward_backward(spec.compute_loss),
+                                    before_retry=lambda: model.zero_grad(set_to_none=True))
+        else:
+            spec.compiler.request(shape)   # no-op when built or queued
+            metrics = forward_backward(spec.eager_loss)
         self._metrics[r] = StepMetrics(
             loss=float(metrics["loss"]), acc=float(metrics["acc"]),
             acc_per_pos=[float(a) for a in metrics.get("acc_per_pos", [])],
@@ -204,6 +221,16 @@ class ThreadPool:
         self.last_completed_step = step + 1
         if self.spec.on_step_end(step, metrics, self._stopping) or self._stopping:
             self._stop_after_step = True
+        if self.spec.compiler is not None:
+            self._decide_step_mode(step + 1)
+
+    def _decide_step_mode(self, step: int) -> None:
+        """Eager or compiled for `step`, for every local replica alike: decided while every
+        drafter thread waits (or before any runs)."""
+        compiled = self.spec.compiler.at_step_boundary()
+        if compiled != self.compiled_steps:
+            self.compiled_steps = compiled
+            self.spec.on_step_mode(step, compiled)
 
     def _together(self, name: str, action: Callable[[], None]) -> None:
         """Every drafter thread waits here; one of them runs `action` while the others wait."""

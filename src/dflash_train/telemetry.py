@@ -29,6 +29,22 @@ from dflash_tui.contract import rundir
 from dflash_tui.contract.rundir import CompileState, EventKind, Phase, ThreadStatus, TrainStatus
 
 
+_IMPORTED_AT = time.time()
+
+
+def process_start_time() -> float:
+    """When this process started (epoch seconds), as the kernel recorded it, so the
+    interpreter's start and torch's import count; where /proc has no answer, when this module
+    was imported."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            after_name = fh.read().rsplit(")", 1)[1].split()
+        since_boot = int(after_name[19]) / os.sysconf("SC_CLK_TCK")   # field 22: starttime
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _IMPORTED_AT
+
+
 def new_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S", time.gmtime()) + f"-{os.getpid()}"
 
@@ -69,7 +85,7 @@ class Telemetry:
         self._beat_thread: threading.Thread | None = None
         # compile attribution
         self._parked: dict[str, int] = {}
-        self._attribute_to: str | None = None
+        self._attribute_to: dict[int, str] = {}   # thread ident -> the worker its compiles count for
         self._compile_started: dict[str, float] = {}
         self._compile_owner: dict[str, str] = {}
         self._callbacks_installed: tuple[Callable, Callable] | None = None
@@ -247,20 +263,19 @@ class Telemetry:
 
     @contextlib.contextmanager
     def attribute_compiles_to(self, name: str) -> Iterator[None]:
-        """While the main thread warms a worker's device, its compiles count for that worker."""
+        """While this thread (the step compiler) builds a worker's graphs, its compiles count
+        for that worker."""
+        me = threading.get_ident()
         with self._lock:
-            self._attribute_to = name
+            self._attribute_to[me] = name
         try:
             yield
         finally:
             with self._lock:
-                self._attribute_to = None
+                self._attribute_to.pop(me, None)
 
     def _compile_thread_name(self) -> str:
-        me = threading.current_thread().name
-        if self._attribute_to is not None and me == threading.main_thread().name:
-            return self._attribute_to
-        return me
+        return self._attribute_to.get(threading.get_ident()) or threading.current_thread().name
 
     def _on_compile_start(self, args: Any = None) -> None:
         cid = str(getattr(args, "compile_id", "?"))

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from dflash_train import objective, perf
-from dflash_train.attention.backends import choose_backend
+from dflash_train.attention.backends import FlexAttention, choose_backend
 from dflash_train.checkpoint import CheckpointStore
 from dflash_train.compile_gate import CompileGate, TorchCompileControl
 from dflash_train.config import ModelConfig
@@ -37,7 +37,8 @@ from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_lo
                                           has_tokenizer)
 from dflash_train.model.target import build_target
 from dflash_train.pool import PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, target_thread_name
-from dflash_train.telemetry import Telemetry
+from dflash_train.step_compiler import COMPILER_THREAD, StepCompiler, keep_compile_cache_in
+from dflash_train.telemetry import Telemetry, process_start_time
 from dflash_train.verify import acceptance_length, eval_context_len
 from dflash_tui.contract.rundir import CompileState, EventKind, Phase
 
@@ -112,7 +113,8 @@ class TrainArgs:
     target_checkpoint: str | None = None
     threads_per_gpu: int = 1
     cpu_threads: int = 0           # intra-op threads; 0 = split the cores between cpu workers
-    cold_buckets: str = ""         # lengths trained on but deliberately not warmed (exercises the gate)
+    cold_buckets: str = ""         # lengths trained on but deliberately not warmed (compiled when met)
+    wait_for_compile: bool = False # compile every bucket before the first step (no eager steps)
     dist_timeout: float = 600.0    # torch.distributed: seconds a collective may wait for the other ranks
     peer_timeout: float = 60.0     # torch.distributed: seconds of silence after which a rank is given up
     peak_tflops: float = 0.0       # per-device peak for MFU; 0 = perf.PEAK_BF16_TFLOPS by device name
@@ -288,6 +290,10 @@ class Trainer:
         self.all_reduce_seconds = 0.0       # of it, in the cross-process all_reduce
         self._tok_window: list[tuple[float, int]] = []
         self._t_last_log = time.monotonic()
+        self.compiler: StepCompiler | None = None
+        self._pool: ThreadPool | None = None
+        self._warm_reported = False
+        self._first_step_seen = False
 
     # -- gate callbacks ------------------------------------------------------------------------
 
@@ -339,6 +345,8 @@ class Trainer:
             model.train()
             self.replicas.append(model)
             self.attn.append(choose_backend(args.attention, torch.device(dev)))
+        # the step while the compiled one is built: nothing in it is compiled
+        self.eager_attn = [choose_backend("sdpa", torch.device(dev)) for dev in plan.drafter]
         self._check_replicas_identical()
         trainable = sum(p.numel() for p in self.replicas[0].parameters() if p.requires_grad)
         self.tel.log(f"drafter: {len(self.replicas)} replica(s) on {', '.join(plan.drafter)}, "
@@ -461,47 +469,97 @@ class Trainer:
         mask = self.prep.stream.loss_mask[:n].view(self.args.batch_size, length)
         return Batch(toks.clone(), mask.clone())
 
-    def warm_up(self) -> None:
+    def compiles(self) -> bool:
+        """Does the step run compiled code (the whole step, or the flex kernel on its own)?"""
+        return self.prep.compile_backend is not None or any(
+            isinstance(a, FlexAttention) and a.compiled for a in self.attn)
+
+    def start_compiler(self) -> None:
+        """Build the compiled step's graphs, every (drafter device, bucket), in the background
+        (step_compiler.py): the drafter threads train with the eager step meanwhile."""
         plan = self.prep.plan
         self.tel.set_phase(Phase.WARMING)
-        self.tel.set_compile_state("main", CompileState.WARMING)
-        self.compile_control.default_stance()
-        self.compile_control.apply_thread_compile_config()
-        t_all = time.monotonic()
-        for j, dev in enumerate(plan.target):
-            name = target_thread_name(j)
-            self.tel.set_compile_state(name, CompileState.WARMING)
-            with self.tel.attribute_compiles_to(name):
-                for length in self.prep.buckets:
-                    objective.target_forward(self.targets[dev], self._warm_batch(length))
-            self.tel.set_compile_state(name, CompileState.COMPILED)
-        for r, dev in enumerate(plan.drafter):
-            name = drafter_thread_name(r)
-            self.tel.set_compile_state(name, CompileState.WARMING)
-            t0 = time.monotonic()
-            with self.tel.attribute_compiles_to(name):
-                for length in self.prep.buckets:
-                    if self.stop_requested.is_set():
-                        raise StopRequested()
-                    tb = objective.target_forward(self.targets[plan.target[r % len(plan.target)]], self._warm_batch(length))
-                    gen = torch.Generator().manual_seed(0)
-                    loss, _ = self.compute_loss(r, tb.to(torch.device(dev)), gen)
-                    loss.backward()
-                    self.replicas[r].zero_grad(set_to_none=True)
-            ts = self.tel.thread(name)
-            self.tel.set_compile_state(name, CompileState.COMPILED)
-            self.tel.log(f"compile: warmed {name} on {dev} for buckets {list(self.prep.buckets)} in "
-                         f"{time.monotonic() - t0:.1f}s ({ts.graphs} graph(s))")
-        if plan.uses_cuda:
-            torch.cuda.synchronize()
-        self.compile_control.fail_on_recompile()
         self.tel.set_compile_state("main", CompileState.COMPILED)
-        secs = time.monotonic() - t_all
-        graphs = sum(self.tel.thread(drafter_thread_name(r)).graphs for r in range(len(plan.drafter)))
-        self.tel.event(EventKind.COMPILE, thread="main", state="warmup_done", seconds=round(secs, 3),
-                       graphs=graphs, buckets=list(self.prep.buckets), drafter_devices=list(plan.drafter))
-        self.tel.log(f"compile: warm-up done in {secs:.1f}s; workers run with "
-                     "fail_on_recompile (an unwarmed shape recompiles under the exclusive gate)")
+        if not self.compiles():
+            for r in range(len(plan.drafter)):
+                self.tel.set_compile_state(drafter_thread_name(r), CompileState.COMPILED)
+            return
+        if plan.uses_cuda:
+            cache = keep_compile_cache_in(self.args.run_dir)
+            self.tel.log(f"compile: inductor's caches in {cache or os.environ['TORCHINDUCTOR_CACHE_DIR']}")
+        self.compile_control.fail_on_recompile()   # the compiler flips it while it holds the gate
+        for r in range(len(plan.drafter)):
+            self.tel.set_compile_state(drafter_thread_name(r), CompileState.WARMING)
+        # A private copy of each device's drafter to compile with: its backward must not
+        # accumulate into a replica that a drafter thread is training. Frozen weights are shared.
+        self._compile_models = {}
+        for r, dev in enumerate(plan.drafter):
+            if dev not in self._compile_models:
+                model = self.replicas[r]
+                memo = {id(p): p for p in model.parameters() if not p.requires_grad}
+                self._compile_models[dev] = (r, copy.deepcopy(model, memo))
+        self._warm_shapes = {(dev, length) for dev in self._compile_models for length in self.prep.buckets}
+        self._t_compile = time.monotonic()
+        self.compiler = StepCompiler(self.gate, self._compile_shape, on_compiled=self._on_shape_compiled,
+                                     on_error=self._on_compile_failed)
+        self.compiler.start(sorted(self._warm_shapes, key=lambda k: (k[0], k[1])))
+        self.tel.log(f"compile: building the compiled step for buckets {list(self.prep.buckets)} on "
+                     f"{', '.join(self._compile_models)} in the background; the steps run eager until it is ready")
+
+    def _wait_for_compiler(self) -> None:
+        """--wait-for-compile: the first step waits until every warm-up graph is built."""
+        while self.compiler is not None and not self.compiler.idle and self.compiler.failed is None:
+            if self.stop_requested.is_set():
+                raise StopRequested()
+            time.sleep(0.05)
+
+    def _compile_shape(self, shape: tuple[str, int]) -> None:
+        """One forward and backward of the compiled step on `shape`, on the device's private copy
+        (runs in the compiler thread under the gate's exclusive hold)."""
+        dev, length = shape
+        r, model = self._compile_models[dev]
+        self.compile_control.apply_thread_compile_config()
+        name = drafter_thread_name(r)
+        target = self.targets[self.prep.plan.target[r % len(self.prep.plan.target)]]
+        with self.tel.attribute_compiles_to(name), self.compile_control.allow_compile():
+            tb = objective.target_forward(target, self._warm_batch(length))
+            loss, _ = objective.drafter_loss(model, tb.to(torch.device(dev)), torch.Generator().manual_seed(0),
+                                             self.attn[r], step=self.step_fn)
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            if dev.startswith("cuda"):
+                torch.cuda.synchronize(dev)
+
+    def _on_shape_compiled(self, shape: tuple[str, int], seconds: float) -> None:
+        dev, length = shape
+        r, _ = self._compile_models[dev]
+        ts = self.tel.thread(drafter_thread_name(r))
+        self.tel.log(f"compile: built the step for length {length} on {dev} in {seconds:.1f}s "
+                     f"({ts.graphs} graph(s) so far)")
+        self._warm_shapes.discard(shape)
+        if not self._warm_shapes and not self._warm_reported:
+            self._warm_reported = True
+            secs = time.monotonic() - self._t_compile
+            graphs = sum(self.tel.thread(drafter_thread_name(r)).graphs for r in range(len(self.prep.plan.drafter)))
+            self.tel.event(EventKind.COMPILE, thread="main", state="warmup_done", seconds=round(secs, 3),
+                           graphs=graphs, buckets=list(self.prep.buckets), drafter_devices=list(self.prep.plan.drafter))
+            self.tel.log(f"compile: warm-up done in {secs:.1f}s (in the background); the steps switch to the "
+                         "compiled step at the next step boundary")
+
+    def _on_compile_failed(self, exc: BaseException) -> None:
+        self.tel.log_exception("the step compiler", exc)
+        pool = self._pool
+        if pool is not None:
+            pool.fail(COMPILER_THREAD, exc)
+
+    def _on_step_mode(self, step: int, compiled: bool) -> None:
+        """Every local replica switches at the same step (decided between steps)."""
+        state = CompileState.COMPILED if compiled else CompileState.WARMING
+        for r in range(len(self.prep.plan.drafter)):
+            self.tel.set_compile_state(drafter_thread_name(r), state)
+        mode = "compiled" if compiled else "eager"
+        self.tel.event(EventKind.COMPILE, thread="main", state="step_mode", mode=mode, step=step)
+        self.tel.log(f"compile: steps from {step + 1} run the {mode} step")
 
     # -- the per-step pieces the pool calls --------------------------------------------------------
 
@@ -512,6 +570,12 @@ class Trainer:
     def compute_loss(self, r: int, tb, gen):
         loss, metrics = objective.drafter_loss(self.replicas[r], tb, gen, self.attn[r], step=self.step_fn)
         self._step_flops[r] = metrics.flops  # host-side count, for MFU at the step's end
+        return loss, metrics
+
+    def eager_loss(self, r: int, tb, gen):
+        """The step with no compiled code (SDPA attention), while the compiled one is built."""
+        loss, metrics = objective.drafter_loss(self.replicas[r], tb, gen, self.eager_attn[r])
+        self._step_flops[r] = metrics.flops
         return loss, metrics
 
     def on_step_end(self, step: int, metrics: list[StepMetrics], stopping: bool) -> bool:
@@ -529,6 +593,13 @@ class Trainer:
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at step {done}: lower --lr or check the data")
         step_s, mfu = self._step_time_and_mfu(now)
+        first_step_s = None
+        if not self._first_step_seen:
+            self._first_step_seen = True
+            first_step_s = round(time.time() - process_start_time(), 3)
+            mode = "compiled" if self._pool is not None and self._pool.compiled_steps else "eager"
+            self.tel.log(f"first step: {first_step_s:.1f}s after the process started ({mode} step)")
+            self.tel.update(first_step_s=first_step_s)
         self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps, step_time_s=step_s, mfu=mfu,
                         peak_tflops=self.peak_tflops)
         per_pos = [round(sum(m.acc_per_pos[k] for m in metrics) / len(metrics), 4)
@@ -536,7 +607,8 @@ class Trainer:
         self.tel.event(EventKind.STEP, step=done, loss=round(loss, 5), accuracy=round(acc, 5),
                        acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1),
                        step_time_s=step_s and round(step_s, 5), mfu=mfu and round(mfu, 4),
-                       peak_tflops=self.peak_tflops)
+                       peak_tflops=self.peak_tflops,
+                       **({"first_step_s": first_step_s} if first_step_s is not None else {}))
         tau = None
         if self.world.is_leader and args.eval_every and (done % args.eval_every == 0 or done == args.steps):
             tau = self.evaluate(done)
@@ -595,7 +667,9 @@ class Trainer:
             return start
         self.tel.update(step=start)
         try:
-            self.warm_up()
+            self.start_compiler()
+            if args.wait_for_compile:
+                self._wait_for_compiler()
             self.stop.arm()
             n_local = len(plan.drafter)
             spec = PoolSpec(
@@ -610,8 +684,9 @@ class Trainer:
                 global_replicas=self.global_replicas,
                 on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
                 on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
+                compiler=self.compiler, eager_loss=self.eager_loss, on_step_mode=self._on_step_mode,
             )
-            pool = ThreadPool(spec, self.gate)
+            pool = self._pool = ThreadPool(spec, self.gate)
             if args.eval_every and world.is_leader:
                 # the baseline: tau of the drafter as it starts (untrained, or as resumed)
                 tau = self.evaluate(start)
@@ -620,6 +695,8 @@ class Trainer:
             ranks = f" on each of {world.world_size} ranks ({self.comm.backend})" if world.launched else ""
             self.tel.log(f"training: steps {start}..{args.steps}, {len(plan.target)} target thread(s) on "
                          f"{', '.join(plan.target)}, {n_local} drafter thread(s) on {', '.join(plan.drafter)}{ranks}")
+            if self.compiler is not None and self.compiler.failed is not None:
+                raise WorkerFailed(COMPILER_THREAD, self.compiler.failed)
             t0 = time.monotonic()
             self._t_last_step_end = time.monotonic()
             pool.start()
@@ -638,6 +715,9 @@ class Trainer:
                 self.check_ranks_agree("at the end")
             return pool.last_completed_step
         finally:
+            if self.compiler is not None:
+                self.gate.abort("the run is stopping")   # a compile waiting for its turn gives up
+                self.compiler.stop()
             # The stance is process-global: give it back, so an in-process caller (a test, a
             # notebook) does not inherit fail_on_recompile.
             self.compile_control.default_stance()

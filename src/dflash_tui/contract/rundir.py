@@ -230,6 +230,7 @@ class TrainStatus:
     step_time_s: float | None = None   # wall seconds between the last two step ends
     mfu: float | None = None           # model FLOPs utilisation of the drafter devices, 0..1, against peak_tflops
     peak_tflops: float | None = None   # the per-device peak MFU divides by (assumed or --peak-tflops); None: no MFU
+    first_step_s: float | None = None  # seconds from the process's start to the end of its first step
     heartbeat_time: float | None = None
     threads: list[ThreadStatus] = field(default_factory=list)
     last_error: str | None = None
@@ -326,6 +327,7 @@ class StepEvent:
     mfu: float | None = None             # model FLOPs utilisation, 0..1, against `peak_tflops`
     peak_tflops: float | None = None
     acc_per_pos: list[float] = field(default_factory=list)
+    first_step_s: float | None = None    # on the process's first step: seconds since the process started
 
 
 @dataclass
