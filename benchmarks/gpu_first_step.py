@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT: Path | None = None    # --out: every row is appended to OUT/rows.jsonl as soon as it exists
 
 
 class Watch:
@@ -137,6 +138,9 @@ def run_trainer(label: str, src: Path, run_dir: Path, cache_dir: Path | None, ar
     if proc.returncode != 0:
         row["tail"] = (run_dir / f"stdout-{'resume' if resume else 'first'}.txt").read_text()[-2000:]
     print(json.dumps(row), flush=True)
+    if OUT is not None:
+        with (OUT / "rows.jsonl").open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
     return row
 
 
@@ -228,7 +232,12 @@ def main() -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--settle", type=int, default=30, help="steps after the last compile before the stop")
+    p.add_argument("--caps", default="", help="seconds a run may take: cold,warm,threads (default 215,45,75)")
     opts = p.parse_args()
+    global OUT
+    OUT = opts.out
+    if OUT is not None:
+        OUT.mkdir(parents=True, exist_ok=True)
     opts.new_src = ROOT / "src"
     opts.old_src = opts.old_src.resolve()
     opts.extra = []
@@ -243,7 +252,9 @@ def main() -> int:
         opts.device, opts.preset, opts.batch = "cuda:0", "small", 4
         opts.buckets, opts.cold_buckets, opts.thread_bucket = "1024,2048,4096", "1536,3072", "2048"
         opts.threads_cold, opts.thread_counts = 6, (1, 3, 6)
-        opts.cap_cold, opts.cap_warm, opts.cap_threads = 230, 50, 75
+        opts.cap_cold, opts.cap_warm, opts.cap_threads = 215, 45, 75
+    if opts.caps:
+        opts.cap_cold, opts.cap_warm, opts.cap_threads = (float(x) for x in opts.caps.split(","))
         opts.mfu_shapes = ((4096, 512),)
     work = Path(tempfile.mkdtemp(prefix="first-step-"))
     parts = opts.part.split(",")
@@ -256,7 +267,6 @@ def main() -> int:
         rows += part_mfu(opts)
     table(rows)
     if opts.out:
-        opts.out.mkdir(parents=True, exist_ok=True)
         (opts.out / f"first_step_{'_'.join(parts)}.json").write_text(json.dumps(rows, indent=1))
     return 0 if all(r.get("rc", 0) == 0 for r in rows) else 1
 

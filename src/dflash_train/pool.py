@@ -19,7 +19,8 @@ others wait (`_together`):
   after backward           `sync_gradients`: average (+ all_reduce) and clip;
   after optimizer.step     `on_step_end(step, metrics, stopping)`: bookkeeping, eval,
                            checkpoint; every replica is quiescent, so a checkpoint is a
-                           consistent snapshot.
+                           consistent snapshot; then the next step's mode, eager or compiled
+                           (step_compiler.py), for every local replica alike.
 So collectives are issued by one thread per process, in step order, the same on every rank
 (NCCL communicators are not thread-safe). A stop (SIGTERM) is agreed inside that all_reduce:
 every process ends after the same step.

@@ -5,10 +5,13 @@ Order matters and is the point of this file:
    kernel compiled, so a typo fails in a second with a one-line message;
 2. the heartbeat thread starts first, so the dashboard sees the trainer alive through model
    building and compile warm-up;
-3. warm-up compiles every (drafter device, shape bucket) in the MAIN thread, publishing each
-   worker's compile state, then switches torch to fail_on_recompile;
-4. only then do the worker threads start; the compile gate handles any recompile that still
-   happens, and every step end is a consistent point for eval, checkpoint and SIGTERM.
+3. the step compiler (step_compiler.py) starts building the compiled step for every (drafter
+   device, shape bucket) in its own thread, under the compile gate, with torch switched to
+   fail_on_recompile;
+4. the worker threads start at once (unless --wait-for-compile) and run the eager step until
+   the compiled one is built, then switch together at a step boundary; the compile gate
+   handles any recompile that still happens, and every step end is a consistent point for
+   eval, checkpoint and SIGTERM.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The compiled step in the real trainer (a subprocess, CPU, tiny preset, as the dashboard
-launches it): its graphs are warmed in the main thread and counted in the compile telemetry,
-an unwarmed length recompiles through the gate and is counted too, and every step reports its
-wall time and MFU (against the peak it assumed) in status.json and the step events."""
+launches it): its graphs are built by the step compiler and counted in the compile telemetry,
+the first step does not wait for them (unless --wait-for-compile), an unwarmed length is
+compiled once in the background instead of through the gate, and every step reports its wall
+time and MFU (against the peak it assumed) in status.json and the step events, the first one
+also the seconds since the process started."""
 
 from __future__ import annotations
 
@@ -33,8 +35,8 @@ def _events(run_dir):
 
 
 @pytest.mark.slow
-def test_step_graphs_are_warmed_counted_and_report_mfu(tmp_path):
-    proc = _run(tmp_path, "--cold-buckets", "96", "--peak-tflops", "0.5")
+def test_step_graphs_are_built_counted_and_report_mfu(tmp_path):
+    proc = _run(tmp_path, "--wait-for-compile", "--peak-tflops", "0.5")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     events = _events(tmp_path)
     warm = [e for e in events if e.get("state") == "warmup_done"]
@@ -42,18 +44,25 @@ def test_step_graphs_are_warmed_counted_and_report_mfu(tmp_path):
     assert len(warm) == 1 and warm[0]["graphs"] == 2
     ends = [e["thread"] for e in events if e["kind"] == "compile" and e.get("state") == "end"
             and e.get("trigger") == "DYNAMO"]
-    assert ends.count("drafter0") == 2 and len(ends) == 3        # + the cold length, once
+    assert ends == ["drafter0", "drafter0"]
+    # --wait-for-compile: every step compiled, switched to before the first
+    modes = [(e["mode"], e["step"]) for e in events if e.get("state") == "step_mode"]
+    assert modes == [("compiled", 0)]
     exit_ev = [e for e in events if e["kind"] == "exit"][-1]
-    assert exit_ev["gate"]["recompiles"] == 1 and exit_ev["gate"]["fx_race_errors"] == 0
+    assert exit_ev["gate"]["recompiles"] == 0 and exit_ev["gate"]["fx_race_errors"] == 0
 
     st = rundir.parse_status((tmp_path / rundir.STATUS_JSON).read_text())
     threads = {t.name: t for t in st.threads}
-    assert threads["drafter0"].graphs + threads["drafter1"].graphs == 3
-    assert sum(t.recompiles for t in st.threads) == 1
+    assert threads["drafter0"].graphs == 2 and threads["drafter1"].graphs == 0
+    assert {threads["drafter0"].compile_state, threads["drafter1"].compile_state} == {"compiled"}
     assert st.peak_tflops == 0.5 and st.step_time_s > 0 and 0 < st.mfu < 1
 
     steps = [e for e in events if e["kind"] == "step"]
     assert [e["step"] for e in steps] == list(range(1, 17))
+    # the first step says how long after the process's start it ended; it waited for the compile
+    assert 0 < steps[0]["first_step_s"] == st.first_step_s < 300
+    assert all("first_step_s" not in e for e in steps[1:])
+    assert steps[0]["time"] > warm[0]["time"]
     for e in steps:
         assert e["step_time_s"] > 0 and e["peak_tflops"] == 0.5 and 0 < e["mfu"] < 1
     # MFU x time x peak gives back the step's FLOPs: two replicas' steps on one device, between
@@ -64,6 +73,25 @@ def test_step_graphs_are_warmed_counted_and_report_mfu(tmp_path):
     hi = 2 * drafter_step_flops(cfg, 2, 128, a, 2 * a * blk * 128).total
     for e in steps:
         assert 0.98 * lo <= e["mfu"] * e["step_time_s"] * 0.5e12 <= 1.02 * hi
+
+
+@pytest.mark.slow
+def test_the_first_step_runs_eager_while_the_step_compiles(tmp_path):
+    """Without --wait-for-compile the first step never waits for a compile; a cold length is
+    compiled in the background, not through the gate, and no compile ever raced a step."""
+    proc = _run(tmp_path, "--cold-buckets", "96", "--steps", "300", "--log-every", "100")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    events = _events(tmp_path)
+    steps = [e for e in events if e["kind"] == "step"]
+    first_compile_end = min(e["time"] for e in events if e["kind"] == "compile" and e.get("state") == "end")
+    assert steps[0]["time"] < first_compile_end and steps[0]["first_step_s"] > 0
+    modes = [(e["mode"], e["step"]) for e in events if e.get("state") == "step_mode"]
+    assert modes and modes[0][0] == "compiled" and modes[0][1] > 0   # eager steps came first
+    exit_ev = [e for e in events if e["kind"] == "exit"][-1]
+    assert exit_ev["gate"]["recompiles"] == 0 and exit_ev["gate"]["fx_race_errors"] == 0
+    ends = [e["thread"] for e in events if e["kind"] == "compile" and e.get("state") == "end"
+            and e.get("trigger") == "DYNAMO"]
+    assert 2 <= len(ends) <= 3 and set(ends) == {"drafter0"}   # + the cold length, once, if met in time
 
 
 @pytest.mark.slow
