@@ -74,7 +74,12 @@ def summarize(events: list[dict], t_launch: float) -> dict:
     times = [e["step_time_s"] for e in after if e.get("step_time_s")]
     mfus = [e["mfu"] for e in after if e.get("mfu") is not None]
     rel = lambda t: None if t is None else round(t - t_launch, 2)  # noqa: E731
+    evals = [e for e in events if e["kind"] == "eval"]
     return {
+        "first_event_s": rel(events[0]["time"]) if events else None,
+        "first_compile_s": rel(min((e["time"] for e in compiles), default=None)),
+        "first_eval_s": rel(evals[0]["time"]) if evals else None,
+        "first_eval_seconds": evals[0].get("seconds") if evals else None,
         "first_step_s": rel(steps[0]["time"]) if steps else None,
         "first_step_s_field": next((e.get("first_step_s") for e in steps if e.get("first_step_s")), None),
         "all_compiled_s": rel(last_compile),
@@ -154,17 +159,19 @@ def trainer_args(opts, threads: int, buckets: str, cold: str) -> list[str]:
 def part_cold(opts, work: Path) -> list[dict]:
     rows = []
     args = trainer_args(opts, opts.threads_cold, opts.buckets, opts.cold_buckets)
-    for label, src in (("new", opts.new_src), ("old", opts.old_src)):
+    for label, src in opts.trees:
         run_dir = work / f"cold-{label}"
         cache = work / f"cache-{label}" if label == "old" else None   # new: RUN_DIR/compile_cache
         rows.append(run_trainer(f"{label}-cold", src, run_dir, cache, args, opts.cap_cold, opts.settle))
         rows.append(run_trainer(f"{label}-warm", src, run_dir, cache, args, opts.cap_warm, opts.settle, resume=True))
+        if OUT is not None:
+            (OUT / f"train-{label}.log").write_text((run_dir / "train.log").read_text())
     return rows
 
 
 def part_threads(opts, work: Path) -> list[dict]:
     rows = []
-    for label, src in (("new", opts.new_src), ("old", opts.old_src)):
+    for label, src in opts.trees:
         for n in opts.thread_counts:
             run_dir = work / f"threads-{label}-{n}"
             cache = work / f"cache-threads-{label}-{n}" if label == "old" else None
@@ -232,6 +239,8 @@ def main() -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--settle", type=int, default=30, help="steps after the last compile before the stop")
+    p.add_argument("--trees", default="new,old", help="which code to run: new, old or both")
+    p.add_argument("--thread-counts", default="", help="drafter threads of part threads (default 1,3,6)")
     p.add_argument("--caps", default="", help="seconds a run may take: cold,warm,threads (default 215,45,75)")
     opts = p.parse_args()
     global OUT
@@ -253,6 +262,9 @@ def main() -> int:
         opts.buckets, opts.cold_buckets, opts.thread_bucket = "1024,2048,4096", "1536,3072", "2048"
         opts.threads_cold, opts.thread_counts = 6, (1, 3, 6)
         opts.cap_cold, opts.cap_warm, opts.cap_threads = 215, 45, 75
+    opts.trees = [(t, opts.new_src if t == "new" else opts.old_src) for t in opts.trees.split(",")]
+    if opts.thread_counts:
+        opts.thread_counts = tuple(int(x) for x in opts.thread_counts.split(","))
     if opts.caps:
         opts.cap_cold, opts.cap_warm, opts.cap_threads = (float(x) for x in opts.caps.split(","))
         opts.mfu_shapes = ((4096, 512),)

@@ -297,6 +297,7 @@ class Trainer:
         self._pool: ThreadPool | None = None
         self._warm_reported = False
         self._first_step_seen = False
+        self._baseline: list[torch.Tensor] | None = None   # weights of the step-0 eval, until it runs
 
     # -- gate callbacks ------------------------------------------------------------------------
 
@@ -612,6 +613,10 @@ class Trainer:
                        step_time_s=step_s and round(step_s, 5), mfu=mfu and round(mfu, 4),
                        peak_tflops=self.peak_tflops,
                        **({"first_step_s": first_step_s} if first_step_s is not None else {}))
+        if self._baseline is not None:
+            weights, self._baseline = self._baseline, None
+            tau0 = self.evaluate(step, weights)
+            self.tel.log(f"eval: step {step} tau {tau0:.2f} (the weights the run started from)")
         tau = None
         if self.world.is_leader and args.eval_every and (done % args.eval_every == 0 or done == args.steps):
             tau = self.evaluate(done)
@@ -642,16 +647,29 @@ class Trainer:
         flops = sum(f.total for f in self._step_flops.values())
         return seconds, perf.mfu(flops, seconds, self.peak_tflops, devices=len(set(self.prep.plan.drafter)))
 
-    def evaluate(self, step: int) -> float:
+    def evaluate(self, step: int, weights: list[torch.Tensor] | None = None) -> float:
+        """tau of replica 0, or of `weights` (its trainable parameters in order) put in its place
+        for the evaluation and then taken out again, bit for bit (every drafter thread waits)."""
         dev = self.prep.plan.drafter[0]
         t0 = time.monotonic()
         model = self.replicas[0]
+        params = [p for p in model.parameters() if p.requires_grad]
+        current = None
+        if weights is not None:
+            with torch.no_grad():
+                current = [p.detach().clone() for p in params]
+                for p, w in zip(params, weights):
+                    p.copy_(w)
         model.eval()
         try:
             tau = float(acceptance_length(self.targets[dev], model, self.prompts, self.eval_attention,
                                           self.args.eval_new_tokens))
         finally:
             model.train()
+            if current is not None:
+                with torch.no_grad():
+                    for p, c in zip(params, current):
+                        p.copy_(c)
         secs = time.monotonic() - t0
         self.tel.update(tau=tau)
         self.tel.event(EventKind.EVAL, step=step, tau=round(tau, 4), seconds=round(secs, 3),
@@ -691,9 +709,11 @@ class Trainer:
             )
             pool = self._pool = ThreadPool(spec, self.gate)
             if args.eval_every and world.is_leader:
-                # the baseline: tau of the drafter as it starts (untrained, or as resumed)
-                tau = self.evaluate(start)
-                self.tel.log(f"eval: step {start} tau {tau:.2f}")
+                # the baseline, tau of the drafter as it starts (untrained, or as resumed), is
+                # measured at the first step's end from these weights: the first step does not
+                # wait for an evaluation
+                self._baseline = [p.detach().to("cpu", copy=True)
+                                  for p in self.replicas[0].parameters() if p.requires_grad]
             self.tel.set_phase(Phase.TRAINING)
             ranks = f" on each of {world.world_size} ranks ({self.comm.backend})" if world.launched else ""
             self.tel.log(f"training: steps {start}..{args.steps}, {len(plan.target)} target thread(s) on "
