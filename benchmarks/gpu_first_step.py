@@ -240,7 +240,7 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--settle", type=int, default=30, help="steps after the last compile before the stop")
     p.add_argument("--trees", default="new,old", help="which code to run: new, old or both")
-    p.add_argument("--thread-counts", default="", help="drafter threads of part threads (default 1,3,6)")
+    p.add_argument("--thread-counts", dest="thread_counts_arg", default="", help="drafter threads of part threads (default 1,3,6)")
     p.add_argument("--caps", default="", help="seconds a run may take: cold,warm,threads (default 215,45,75)")
     opts = p.parse_args()
     global OUT
@@ -263,8 +263,8 @@ def main() -> int:
         opts.threads_cold, opts.thread_counts = 6, (1, 3, 6)
         opts.cap_cold, opts.cap_warm, opts.cap_threads = 215, 45, 75
     opts.trees = [(t, opts.new_src if t == "new" else opts.old_src) for t in opts.trees.split(",")]
-    if opts.thread_counts:
-        opts.thread_counts = tuple(int(x) for x in opts.thread_counts.split(","))
+    if opts.thread_counts_arg:
+        opts.thread_counts = tuple(int(x) for x in opts.thread_counts_arg.split(","))
     if opts.caps:
         opts.cap_cold, opts.cap_warm, opts.cap_threads = (float(x) for x in opts.caps.split(","))
         opts.mfu_shapes = ((4096, 512),)

@@ -23,6 +23,7 @@ from typing import Sequence
 
 from dflash_train.distributed import Collectives, PeerWatch, World, WorldError, is_collective_error
 from dflash_train.pool import drafter_thread_name, target_thread_name
+from dflash_train.step_compiler import keep_compile_cache_in
 from dflash_train.telemetry import Telemetry, new_run_id
 from dflash_train.train import (COMPILE_CHOICES, ConfigError, StopRequested, StopSwitch, Trainer, TrainArgs,
                                 WorkerFailed, prepare)
@@ -184,6 +185,10 @@ def _run(args: TrainArgs, tel: Telemetry, world: World) -> int:
             prep = prepare(args)
         except ConfigError as exc:
             return failed(str(exc), usage=True)
+        if prep.plan.uses_cuda:
+            # before anything imports torch._dynamo, which fixes inductor's cache directory
+            mine = keep_compile_cache_in(args.run_dir)
+            tel.log(f"compile: inductor's caches in {mine or os.environ['TORCHINDUCTOR_CACHE_DIR']}")
         comm.use_devices(prep.plan.drafter[0], args.dist_timeout)
         for j, dev in enumerate(prep.plan.target):
             tel.register_thread(target_thread_name(j), "target", dev)

@@ -42,8 +42,9 @@ def keep_compile_cache_in(run_dir: str, environ: dict[str, str] = os.environ) ->
     """Point inductor's on-disk caches (FX graphs, AOT autograd, Triton kernels: the Triton
     cache lives under inductor's unless TRITON_CACHE_DIR says otherwise) at RUN_DIR/compile_cache,
     so a relaunch of the run finds them even where /tmp did not survive. A directory the user
-    chose (TORCHINDUCTOR_CACHE_DIR) wins. Read lazily by inductor, so this works until the first
-    compile. Returns the directory now in use, or None if the user's."""
+    chose (TORCHINDUCTOR_CACHE_DIR) wins. Must run before torch._dynamo is imported: its import
+    fixes the directory (and writes it into the environment). Returns the directory now in use,
+    or None if the user's."""
     if environ.get("TORCHINDUCTOR_CACHE_DIR"):
         return None
     path = os.path.join(os.path.abspath(run_dir), COMPILE_CACHE_DIR)

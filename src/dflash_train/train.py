@@ -40,7 +40,7 @@ from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_lo
                                           has_tokenizer)
 from dflash_train.model.target import build_target
 from dflash_train.pool import PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, target_thread_name
-from dflash_train.step_compiler import COMPILER_THREAD, StepCompiler, keep_compile_cache_in
+from dflash_train.step_compiler import COMPILER_THREAD, StepCompiler
 from dflash_train.telemetry import Telemetry, process_start_time
 from dflash_train.verify import acceptance_length, eval_context_len
 from dflash_tui.contract.rundir import CompileState, EventKind, Phase
@@ -488,9 +488,6 @@ class Trainer:
             for r in range(len(plan.drafter)):
                 self.tel.set_compile_state(drafter_thread_name(r), CompileState.COMPILED)
             return
-        if plan.uses_cuda:
-            cache = keep_compile_cache_in(self.args.run_dir)
-            self.tel.log(f"compile: inductor's caches in {cache or os.environ['TORCHINDUCTOR_CACHE_DIR']}")
         self.compile_control.fail_on_recompile()   # the compiler flips it while it holds the gate
         for r in range(len(plan.drafter)):
             self.tel.set_compile_state(drafter_thread_name(r), CompileState.WARMING)

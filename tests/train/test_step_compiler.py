@@ -6,6 +6,9 @@ bitwise identical throughout."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -207,3 +210,17 @@ def test_compile_caches_go_to_the_run_dir_unless_the_user_chose_one(tmp_path):
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile_cache")
     mine = {"TORCHINDUCTOR_CACHE_DIR": "/data/inductor"}
     assert keep_compile_cache_in(str(tmp_path), mine) is None and mine["TORCHINDUCTOR_CACHE_DIR"] == "/data/inductor"
+
+
+def test_inductor_takes_the_run_dir_cache_when_set_before_dynamo_is_imported(tmp_path):
+    """The trainer sets it before its first torch._dynamo import (which fixes the directory)."""
+    code = ("import sys; from dflash_train.step_compiler import keep_compile_cache_in; "
+            "keep_compile_cache_in(sys.argv[1]); import torch._dynamo; "
+            "from torch._inductor.runtime.cache_dir_utils import cache_dir, triton_cache_dir; "
+            "print(cache_dir()); print(triton_cache_dir(0))")
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    inductor, triton = out.stdout.split()
+    assert inductor == str(tmp_path / "compile_cache") and triton.startswith(inductor + os.sep)

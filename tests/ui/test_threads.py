@@ -45,3 +45,15 @@ async def test_probe_threads_grouped_by_process_without_status_json():
         assert rows[3][0] == "pid 10 (ended)" and rows[3][6] == "<module> (torchrun:12)"
         assert not app.query_one("#threads-table", RowTable).display
         assert "run probe" in str(app.query_one("#threads-note").render())
+
+
+async def test_the_first_step_time_is_shown_above_healthy_threads():
+    healthy = R.healthy()
+    report = dataclasses.replace(healthy, status=dataclasses.replace(healthy.status, first_step_s=21.37))
+    app, _ = make(report)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("2")
+        note = app.query_one("#threads-note")
+        await until(pilot, lambda: "first step" in str(note.render()))
+        assert str(note.render()) == "first step 21.4 s after the trainer started"

@@ -130,8 +130,11 @@ class ThreadsPane(OnScreenOnly, Vertical):
             rows.append((0 if trouble else 1, t.name, t, trouble))
         rows.sort(key=lambda r: (r[0], r[1]))
         names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
-        self._set_note(f"{self._trouble} thread(s) need attention: {names}" if self._trouble else "",
-                       alarm_style(self.app.no_color))
+        if self._trouble:
+            self._set_note(f"{self._trouble} thread(s) need attention: {names}", alarm_style(self.app.no_color))
+        else:
+            first = status.first_step_s
+            self._set_note(f"first step {first:.1f} s after the trainer started" if first is not None else "")
         table.display = True
         out = []
         for _, _, t, trouble in rows:
