@@ -23,7 +23,7 @@ from typing import Sequence
 
 from dflash_train.distributed import Collectives, PeerWatch, World, WorldError, is_collective_error
 from dflash_train.pool import drafter_thread_name, target_thread_name
-from dflash_train.step_compiler import keep_compile_cache_in
+from dflash_train.step_compiler import COMPILER_THREAD, keep_compile_cache_in
 from dflash_train.telemetry import Telemetry, new_run_id
 from dflash_train.train import (COMPILE_CHOICES, ConfigError, StopRequested, StopSwitch, Trainer, TrainArgs,
                                 WorkerFailed, prepare)
@@ -126,10 +126,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ranks = f" rank {world.rank}/{world.world_size} on {world.node}" if world.launched else ""
     tel.log(f"dflash-train run {run_id} pid {os.getpid()}{ranks} in {run_dir}")
     tel.log("args: " + " ".join(sys.argv[1:] if argv is None else list(argv)))
+    # argv None: this is the process's entry point (dflash-train, python -m dflash_train), not an
+    # in-process caller (a test) that may compile again after this returns
+    process_entry = argv is None
     try:
-        rc = _run(args, tel, world)
+        rc = _run(args, tel, world, wait_for_compiles=not process_entry)
     finally:
         tel.close()
+    if process_entry and any(t.name == COMPILER_THREAD and t.is_alive() for t in threading.enumerate()):
+        # The step compiler is inside a compile that cannot be interrupted (up to ~30 s) and the
+        # run has ended, checkpoint and files written: leave now instead of outliving the stop's
+        # grace and being killed for it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
     if world.launched and rc != EXIT_OK:
         # A process group with a dead peer aborts in its destructors at interpreter exit
         # (SIGABRT, "terminate called without an active exception"): leave before them, so
@@ -140,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return rc
 
 
-def _run(args: TrainArgs, tel: Telemetry, world: World) -> int:
+def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool = True) -> int:
     stop = StopSwitch()
     trainer: Trainer | None = None
     ending = threading.Lock()   # held by whichever path ends a failing run: main thread or peer watch
@@ -231,6 +241,8 @@ def _run(args: TrainArgs, tel: Telemetry, world: World) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if wait_for_compiles and trainer is not None and trainer.compiler is not None:
+            trainer.compiler.stop(wait=True)
 
 
 def _fail_usage(tel, msg: str) -> int:

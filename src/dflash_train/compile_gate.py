@@ -5,7 +5,9 @@ a frame for torch.compile, any other thread that enters a dynamo-optimized funct
 and dies with "Detected that you are using FX to symbolically trace a dynamo-optimized
 function". The trainer therefore:
 
-1. warms up every (device, shape bucket) in the main thread before any worker starts;
+1. builds every (device, shape bucket) before any worker runs compiled code: the step compiler
+   (step_compiler.py) compiles them under this gate's EXCLUSIVE hold, in its own thread, while
+   the workers run the eager step (no compiled code at all);
 2. switches to torch.compiler.set_stance("fail_on_recompile"), so an unforeseen recompile in a
    worker raises at the entry of the compiled frame, before anything is traced;
 3. runs each worker's compiled compute (one step's forward+backward) under a SHARED hold of this

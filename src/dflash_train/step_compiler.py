@@ -111,13 +111,14 @@ class StepCompiler:
         with self._cond:
             return not self._queue and self._busy is None
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """No further compile starts. `wait`: also wait for the one in progress (an in-process
+        caller that compiles next must, or the two would race); a process about to exit need
+        not: a compile takes up to half a minute, longer than a stop's grace before SIGKILL."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            # a compile in progress finishes first: a thread left compiling would race the
-            # next compile of an in-process caller (a test, a notebook)
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
     # -- the thread -----------------------------------------------------------------------------

@@ -737,7 +737,7 @@ class Trainer:
         finally:
             if self.compiler is not None:
                 self.gate.abort("the run is stopping")   # a compile waiting for its turn gives up
-                self.compiler.stop()
+                self.compiler.stop(wait=False)           # the caller decides whether to wait
             # The stance is process-global: give it back, so an in-process caller (a test, a
             # notebook) does not inherit fail_on_recompile.
             self.compile_control.default_stance()

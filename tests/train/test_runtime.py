@@ -65,4 +65,5 @@ def test_two_drafter_threads_learn_and_telemetry_parses(tmp_path):
 
     log = (tmp_path / rundir.TRAIN_LOG).read_text()
     assert f"step {STEPS}/{STEPS} loss" in log and " tau " in log and "tok/s" in log
-    assert "compile: warmed drafter0" in log
+    assert "compile: built the step for length 64 on cpu" in log and "first step: " in log
+    assert "compile: steps from " in log and " run the compiled step" in log

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -224,3 +225,24 @@ def test_inductor_takes_the_run_dir_cache_when_set_before_dynamo_is_imported(tmp
     assert out.returncode == 0, out.stderr[-2000:]
     inductor, triton = out.stdout.split()
     assert inductor == str(tmp_path / "compile_cache") and triton.startswith(inductor + os.sep)
+
+
+def test_stop_without_waiting_leaves_the_compile_in_progress_and_starts_no_other():
+    """A process that ends may leave a compile behind (it cannot be interrupted, and may take
+    longer than a stop's grace); nothing queued starts after the stop."""
+    inside, release, done = threading.Event(), threading.Event(), []
+
+    def slow(key):
+        inside.set()
+        release.wait(30)
+        done.append(key)
+
+    compiler = StepCompiler(CompileGate(), slow)
+    compiler.start([("cuda:0", 1024), ("cuda:0", 2048)])
+    assert inside.wait(5)
+    t0 = time.monotonic()
+    compiler.stop(wait=False)
+    assert time.monotonic() - t0 < 0.5
+    release.set()
+    compiler.stop(wait=True)
+    assert done == [("cuda:0", 1024)]
