@@ -240,7 +240,8 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--settle", type=int, default=30, help="steps after the last compile before the stop")
     p.add_argument("--trees", default="new,old", help="which code to run: new, old or both")
-    p.add_argument("--thread-counts", dest="thread_counts_arg", default="", help="drafter threads of part threads (default 1,3,6)")
+    p.add_argument("--thread-counts", dest="thread_counts_arg", default="",
+                   help="drafter threads of part threads (default 1,3,6)")
     p.add_argument("--caps", default="", help="seconds a run may take: cold,warm,threads (default 215,45,75)")
     opts = p.parse_args()
     global OUT
