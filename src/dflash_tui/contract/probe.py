@@ -14,9 +14,18 @@ Rules the probe keeps, because it runs inside programs that are not ours:
   (bounded), and the report goes on without the part that failed;
 - it never imports torch (or anything the program has not imported): it reads sys.modules;
 - it costs well under 1 % of one core (one small file write a second);
-- it leaves stdout, stderr, signal handlers and the exit code alone; its thread is a daemon;
-  around os.fork() it stops its thread and starts it again in both parent and child, so a
-  child never inherits a lock or a half-written file of ours.
+- it leaves stdout, stderr, the program's signal handlers and the exit code alone; its thread
+  is a daemon; around os.fork() it stops its thread and starts it again in both parent and
+  child, so a child never inherits a lock or a half-written file of ours.
+
+Stacks when Python cannot run: a report stops being rewritten exactly when no thread can run
+Python (a C call holding the GIL, a deadlock inside the compiler). For that case the probe
+registers faulthandler, which dumps every thread's stack from a C signal handler, without the
+GIL, into RUN_DIR/probe/<pid>.stack, on one real-time signal that no handler of the program
+catches or ignores (read from /proc/self/status, so C-level handlers count too), and declares
+that signal in its report. The agent sends it only to a process whose report went stale and
+declares it (remote/agent_server.py `dump_stacks`). A program that later takes the signal for
+itself (signal.signal) is seen at the next beat, and the report stops declaring it.
 
 `log(step=..., loss=..., **metrics)` is the optional one-line API for exact metrics: it appends
 a typed step event to RUN_DIR/events.jsonl (one O_APPEND write per line, safe from many
@@ -28,8 +37,10 @@ Stdlib only. Self-contained except for the contract (``dflash_rundir`` in a run 
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -50,6 +61,10 @@ _MAX_TEXT = 400               # characters kept of one argv item or one frame li
 _ERRORS_MAX_BYTES = 64 << 10
 _ERRORS_PER_KIND = 3          # the same failure is noted this often, then only counted
 _EVENT_MAX_BYTES = 64 << 10
+# Real-time signals the probe may take for stack dumps, the first free one wins. High ones:
+# libraries that use real-time signals (timers, profilers, MPI) count up from SIGRTMIN.
+_STACK_SIGNALS = tuple(range(getattr(signal, "SIGRTMAX", 0) - 2, getattr(signal, "SIGRTMAX", 0) - 10, -1)
+                       ) if hasattr(signal, "SIGRTMAX") else ()
 _TORCH_WATCH_S = 0.05         # how often to look for torch._dynamo until its callbacks are ours
 # The first report a moment after start-up, not during it: a process that lives less (a
 # `python -c ...` from a shell script) leaves no report, and start-up never waits on the probe.
@@ -68,6 +83,37 @@ def _int_env(name: str) -> int | None:
         return int(value) if value else None
     except ValueError:
         return None
+
+
+def _signal_mask(status: str, key: str) -> int:
+    for line in status.splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1], 16)
+    raise ValueError("no %s line in /proc/self/status" % key)
+
+
+def _own_start_ticks() -> int | None:
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _free_stack_signal() -> int | None:
+    """A real-time signal that this process neither catches (Python or C handler) nor ignores,
+    or None. Without /proc to prove it, none: a signal the program handles is never taken."""
+    try:
+        with open("/proc/self/status") as fh:
+            status = fh.read()
+        taken = _signal_mask(status, "SigCgt") | _signal_mask(status, "SigIgn")
+    except (OSError, ValueError):
+        return None
+    for sig in _STACK_SIGNALS:
+        if not taken & (1 << (sig - 1)) and signal.getsignal(sig) == signal.SIG_DFL:
+            return sig
+    return None
 
 
 def _initialised(module) -> bool:
@@ -111,6 +157,8 @@ class _Probe:
         self._torch_done = False             # dynamo's callbacks registered (or that failed)
         self._fork_hooked = False
         self._paused = False                 # the thread was stopped for a fork in progress
+        self._stack_fd: int | None = None    # probe/<pid>.stack, held by faulthandler
+        self.stack_signal: int | None = None
         self._reset_for_this_process()
 
     # -- process identity (again after a fork) -----------------------------------------------
@@ -134,6 +182,8 @@ class _Probe:
         self.local_rank = _int_env("LOCAL_RANK")
         self.world_size = _int_env("WORLD_SIZE")
         self.node = os.uname().nodename
+        self.start_ticks = _own_start_ticks()
+        self.stack_path = os.path.join(self.probe_dir, _rd.probe_stack_name(self.pid))
 
     # -- failures: swallowed, counted, noted ---------------------------------------------------
 
@@ -208,6 +258,8 @@ class _Probe:
 
     def beat(self, ended: bool = False) -> None:
         self._try_watch_torch()
+        if not ended:
+            self._keep_stack_dump()
         try:
             report = self.report(ended)
             text = _rd.to_json(report) + "\n"
@@ -243,6 +295,45 @@ class _Probe:
             raise
         self.seq += 1
 
+    # -- stack dumps from C, for when no thread can run Python ---------------------------------
+
+    def _keep_stack_dump(self) -> None:
+        """Arm the dump at the first beat (a process that lives less leaves no file behind);
+        disarm it for good if the program has since put a handler of its own on the signal."""
+        try:
+            if self.stack_signal is None:
+                if self._stack_fd is None:
+                    self._arm_stack_dump()
+            elif signal.getsignal(self.stack_signal) != signal.SIG_DFL:
+                self.stack_signal = None       # theirs now: never declared again
+        except Exception as exc:   # noqa: BLE001
+            self.stack_signal = None
+            self.note_error("stack_dump", exc)
+
+    def _arm_stack_dump(self) -> None:
+        sig = _free_stack_signal()
+        if sig is None:
+            self._stack_fd = -1                # looked once: nothing free, no dumps
+            return
+        # O_APPEND: the agent empties the file before each request, and a dump then starts at 0.
+        fd = os.open(self.stack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            faulthandler.register(sig, file=fd, all_threads=True, chain=False)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._stack_fd = fd
+        self.stack_signal = sig
+
+    def _remove_stack_file(self) -> None:
+        """At exit: the file goes, the handler and its fd stay (closing the fd could let a late
+        dump write into a file the program opens under the same number)."""
+        if self._stack_fd is not None and self._stack_fd >= 0:
+            try:
+                os.unlink(self.stack_path)
+            except OSError:
+                pass
+
     # -- what one report holds -----------------------------------------------------------------
 
     def report(self, ended: bool = False):
@@ -266,7 +357,8 @@ class _Probe:
             graphs=sum(c.graphs for c in totals), recompiles=sum(c.recompiles for c in totals),
             compile_seconds=round(sum(c.seconds for c in totals), 3),
             unique_graphs=dynamo[0], graph_breaks=dynamo[1],
-            step=self.step, step_time=self.step_time, ended=ended, errors=self.errors)
+            step=self.step, step_time=self.step_time, ended=ended, errors=self.errors,
+            start_ticks=self.start_ticks, stack_signal=None if ended else self.stack_signal)
 
     def _threads(self, me: int | None) -> list:
         frames = sys._current_frames()
@@ -404,6 +496,13 @@ class _Probe:
             self._write_lock = threading.Lock()
             self._compile_lock = threading.Lock()
             self._events_lock = threading.Lock()
+            # The parent's dump file and handler: the child arms its own at its first beat.
+            sig, fd = self.stack_signal, self._stack_fd
+            self.stack_signal, self._stack_fd = None, None
+            if sig is not None:
+                faulthandler.unregister(sig)
+            if fd is not None and fd >= 0:
+                os.close(fd)
             self._reset_for_this_process()
             if self._paused:
                 # A child that lives less than a beat (fork, then exec or os._exit: most of
@@ -421,6 +520,7 @@ class _Probe:
             self.stop_thread(timeout=0.5)
             if self.seq:   # it has reported: its last report says it ended
                 self.beat(ended=True)
+            self._remove_stack_file()
         except Exception as exc:   # noqa: BLE001
             self.note_error("exit", exc)
 

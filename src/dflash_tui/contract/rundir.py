@@ -292,12 +292,23 @@ class ProbeReport:
     step_time: float | None = None
     ended: bool = False            # the process exited normally (atexit): the last report
     errors: int = 0                # failures the probe swallowed (probe/errors.log says which)
+    # /proc/<pid>/stat field 22: with pid, proof that a later signal reaches this very process.
+    start_ticks: int | None = None
+    # The signal on which this process dumps every thread's stack into probe/<pid>.stack
+    # (faulthandler, from C: it works while another thread holds the GIL). None: no handler
+    # registered, and then that signal must never be sent.
+    stack_signal: int | None = None
     v: int = SCHEMA_VERSION
 
 
 def probe_report_name(pid: int) -> str:
     """The file name of one process's report inside PROBE_DIR."""
     return f"{int(pid)}.json"
+
+
+def probe_stack_name(pid: int) -> str:
+    """The file inside PROBE_DIR that a process's stack dumps are written to."""
+    return f"{int(pid)}.stack"
 
 
 def parse_probe(text: str, what: str = PROBE_DIR + "/<pid>.json") -> ProbeReport:

@@ -26,6 +26,7 @@ from .activity import CPU_WINDOW_S, Activity, ProgressTracker
 from .attempts import LaunchAttempt
 from .hang_evidence import HangEvidence
 from .probe_files import ProbeReport, gather_probes
+from .stack_dumps import gather_stack_dumps
 from .tracebacks import last_traceback
 from .wrapper import run_id_of_wrapper
 
@@ -222,9 +223,17 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
     elif ev.launch is not None and ev.launch.log_error and ev.exists(LAUNCH_OUT):
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
+    if ev.launch is not None and not wrapper_gone and ev.exit is None:
+        await _gather_hang(ops, ev)
     if ev.launch is not None:
         await _observe_activity(ops, ev, tracker)
     return ev
+
+
+async def _gather_hang(ops: RemoteOps, ev: Evidence) -> None:
+    """Stacks of the processes whose probe reports went stale (only while the run lives)."""
+    ev.hang.stack_dumps, problems = await gather_stack_dumps(ops, ev.run_dir, ev.probes, ev.now)
+    ev.hang.problems.extend(problems)
 
 
 # A dashboard looks at the same records every second; most of them have not changed since
