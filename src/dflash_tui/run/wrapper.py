@@ -100,6 +100,12 @@ export DFLASH_RUN_ID DFLASH_RUN_DIR
 # Output line by line, so train.log shows it as it happens: Python unbuffered unless the
 # environment already says otherwise; other programs' C stdio line-buffered where stdbuf exists.
 if [ -z "${{PYTHONUNBUFFERED+set}}" ]; then PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED; fi
+# Progress bars that draw only on a terminal (rich's, so Lightning's) draw into train.log as on
+# one: rich reads TTY_COMPATIBLE / TTY_INTERACTIVE; COLUMNS gives rich and tqdm the width a
+# terminal would. The environment's own values win.
+if [ -z "${{TTY_COMPATIBLE+set}}" ]; then TTY_COMPATIBLE=1; export TTY_COMPATIBLE; fi
+if [ -z "${{TTY_INTERACTIVE+set}}" ]; then TTY_INTERACTIVE=1; export TTY_INTERACTIVE; fi
+if [ -z "${{COLUMNS+set}}" ]; then COLUMNS=120; export COLUMNS; fi
 {line_buffered}
 got=
 trap 'got=TERM' TERM
