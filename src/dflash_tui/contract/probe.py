@@ -61,6 +61,18 @@ _MAX_TEXT = 400               # characters kept of one argv item or one frame li
 _ERRORS_MAX_BYTES = 64 << 10
 _ERRORS_PER_KIND = 3          # the same failure is noted this often, then only counted
 _EVENT_MAX_BYTES = 64 << 10
+_DIST_DIR = os.sep + os.path.join("torch", "distributed") + os.sep
+# How long a thread may sit in torch.distributed before the probe dumps the Flight Recorder
+# (tests shorten it through the environment).
+def _float_env(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        return default
+
+
+_FR_AFTER_S = _float_env("DFLASH_FR_DUMP_AFTER_S", _rd.FR_DUMP_AFTER_S)
+
 # Real-time signals the probe may take for stack dumps, the first free one wins. High ones:
 # libraries that use real-time signals (timers, profilers, MPI) count up from SIGRTMIN.
 _STACK_SIGNALS = tuple(range(getattr(signal, "SIGRTMAX", 0) - 2, getattr(signal, "SIGRTMAX", 0) - 10, -1)
@@ -158,6 +170,8 @@ class _Probe:
         self._fork_hooked = False
         self._paused = False                 # the thread was stopped for a fork in progress
         self._stack_fd: int | None = None    # probe/<pid>.stack, held by faulthandler
+        self._dist_waits: dict[int, tuple[str, float]] = {}   # ident -> (innermost frames, since)
+        self._fr_dumped_at: float | None = None
         self.stack_signal: int | None = None
         self._reset_for_this_process()
 
@@ -347,6 +361,8 @@ class _Probe:
         in_thread = self._thread is not None and threading.current_thread() is self._thread
         probe_cpu = self._probe_cpu_before + (time.thread_time() if in_thread else self._thread_cpu)
         totals = list(self._compiles.values())
+        if not ended:
+            self._watch_collectives(threads)
         return _rd.ProbeReport(
             run_id=self.run_id, pid=self.pid, time=now, ppid=self.ppid, start_time=self.start_time,
             seq=self.seq, node=self.node, rank=self.rank, local_rank=self.local_rank,
@@ -404,6 +420,53 @@ class _Probe:
                 recompiles=comp.recompiles if comp is not None else 0,
                 compile_seconds=round(comp.seconds, 3) if comp is not None else 0.0))
         return out
+
+    # -- the Flight Recorder, when a thread waits in torch.distributed ------------------------
+
+    def _watch_collectives(self, threads: list) -> None:
+        """Dump PyTorch's Flight Recorder (where every collective of this rank stands) when a
+        thread has sat in the same torch.distributed frame for _FR_AFTER_S: the collective hang
+        that NCCL's watchdog reports only after its timeout (30 min by default). The waiting
+        thread has released the GIL, so this thread runs; torch's own watchdog thread reads the
+        same buffer the same way."""
+        now = time.monotonic()
+        waits = {}
+        for t in threads:
+            if any(_DIST_DIR in f for f in t.frames):
+                where = "\n".join(t.frames)
+                seen = self._dist_waits.get(t.ident)
+                waits[t.ident] = seen if seen is not None and seen[0] == where else (where, now)
+        self._dist_waits = waits
+        if not waits or min(since for _, since in waits.values()) > now - _FR_AFTER_S:
+            return
+        if self._fr_dumped_at is not None and now - self._fr_dumped_at < _rd.FR_DUMP_EVERY_S:
+            return
+        self._fr_dumped_at = now
+        try:
+            self._dump_flight_recorder()
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("flight_recorder", exc)
+
+    def _dump_flight_recorder(self) -> None:
+        prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+        c10d = sys.modules.get("torch._C._distributed_c10d")
+        dist = sys.modules.get("torch.distributed")
+        if not prefix or not _initialised(c10d) or not _initialised(dist) or not dist.is_initialized():
+            return
+        dump = getattr(c10d, "_dump_nccl_trace", None) or getattr(c10d, "_dump_fr_trace", None)
+        if dump is None:
+            return
+        data = dump()
+        path = prefix + str(dist.get_rank())
+        tmp = "%s.%d.tmp" % (path, self.pid)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
 
     # -- torch, once the program imported it ----------------------------------------------------
 

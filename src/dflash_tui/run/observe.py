@@ -24,6 +24,7 @@ from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, Targ
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from .activity import CPU_WINDOW_S, Activity, ProgressTracker
 from .attempts import LaunchAttempt
+from .flight_recorder import gather_collectives, gather_root_cause
 from .hang_evidence import HangEvidence
 from .probe_files import ProbeReport, gather_probes
 from .stack_dumps import gather_stack_dumps
@@ -191,6 +192,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status = None
 
     ev.probes = await gather_probes(ops, run_dir, run_id)
+    await _gather_distributed(ops, ev)
     tracker = tracker or ProgressTracker(second_sample=False)
     if ev.launch is not None:
         ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid),
@@ -228,6 +230,18 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     if ev.launch is not None:
         await _observe_activity(ops, ev, tracker)
     return ev
+
+
+async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
+    """Where each rank's collectives stand (Flight Recorder) and the first failure (torchelastic),
+    from the files the run left in its probe directory; live or ended."""
+    listing = getattr(ev.probes, "listing", [])
+    if not listing:
+        return
+    (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await asyncio.gather(
+        gather_collectives(ops, ev.run_dir, listing, ev.probes),
+        gather_root_cause(ops, ev.run_dir, listing, ev.probes))
+    ev.hang.problems.extend(fr_problems + err_problems)
 
 
 async def _gather_hang(ops: RemoteOps, ev: Evidence) -> None:
