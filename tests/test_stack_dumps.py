@@ -19,9 +19,9 @@ from dflash_tui.config import Profile
 from dflash_tui.contract.rundir import PROBE_DIR, probe_stack_name
 from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.remote.shell_ops import ShellOps
-from dflash_tui.run.stack_dumps import parse_faulthandler, parse_py_spy, stack_dump_of
 from dflash_tui.remote.ops import StackDumpAnswer
+from dflash_tui.remote.shell_ops import ShellOps
+from dflash_tui.run.stack_dumps import forget_dumps, gather_stack_dumps, parse_faulthandler, parse_py_spy, stack_dump_of
 from dflash_tui.session import Session
 
 from tests.support.probe import probe_env, wait_reports
@@ -145,7 +145,6 @@ async def test_never_a_signal_the_program_does_not_catch(both, tmp_path):
         armed = wait_reports(run_dir, lambda rs: any(r.stack_signal == sig for r in rs), timeout=30)
         assert armed[0].start_ticks is not None
         disarmed = wait_reports(run_dir, lambda rs: any(r.stack_signal is None and r.seq > 2 for r in rs), timeout=30)
-        from dflash_tui.run.stack_dumps import gather_stack_dumps
         for ops in both:
             deadline = time.monotonic() + 30
             while True:
@@ -155,11 +154,46 @@ async def test_never_a_signal_the_program_does_not_catch(both, tmp_path):
                     break
                 await asyncio.sleep(0.3)
             dumps, problems = await gather_stack_dumps(ops, str(run_dir), [report], now)
-            assert dumps == {} and problems == [], (dumps, problems)
+            # No signal: py-spy's view where the target has it, else nothing.
+            assert all(d.source == "py-spy" for d in dumps.values()) and problems == [], (dumps, problems)
         assert disarmed and taker.poll() is None and not marker.exists()
     finally:
         plain.kill()
         taker.kill()
+
+
+async def test_py_spy_where_no_signal_is_declared(tmp_path, monkeypatch):
+    """A program that took the probe's signal for itself: its stacks come from `py-spy dump`,
+    from outside the process, with no signal sent; threads named as py-spy reads them."""
+    spy = Path(sys.executable).with_name("py-spy")
+    assert spy.exists(), "py-spy is in the test extra"
+    monkeypatch.setenv("PATH", f"{spy.parent}{os.pathsep}{os.environ['PATH']}")
+    prog = tmp_path / "takes.py"
+    prog.write_text(textwrap.dedent(TAKES_THE_SIGNAL))
+    run_dir, marker = tmp_path / "run", tmp_path / "theirs-called"
+    taker = subprocess.Popen([sys.executable, str(prog), str(signal.SIGRTMAX - 2), str(marker)], env=probe_env(run_dir))
+    agent = await AgentOps.start(LocalTarget())
+    try:
+        wait_reports(run_dir, lambda rs: any(r.stack_signal is None and r.seq > 2 for r in rs), timeout=30)
+        deadline = time.monotonic() + 30
+        while True:
+            (report,) = wait_reports(run_dir, bool)
+            if time.time() - report.time > 4 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.3)
+        for ops in (agent, ShellOps(LocalTarget())):
+            forget_dumps()
+            dumps, problems = await gather_stack_dumps(ops, str(run_dir), [report], time.time())
+            assert problems == [], problems
+            dump = dumps[report.pid]
+            main = next(t for t in dump.threads if t.name == "MainThread")
+            assert dump.source == "py-spy" and main.frames[0].endswith(" match"), dump
+            assert main.native_id == report.pid and main.ident == next(
+                t.ident for t in report.threads if t.name == "MainThread")    # matched to the report
+        assert taker.poll() is None and not marker.exists()
+    finally:
+        taker.kill()
+        await agent.close()
 
 
 async def test_dump_parity_and_refusals(both, tmp_path):

@@ -115,6 +115,11 @@ _LAST: dict[tuple[str, int, int | None], tuple[float, StackDump | None]] = {}
 _LAST_MAX = 1024
 
 
+def forget_dumps() -> None:
+    """Drop the remembered dumps, so the next look asks the target again."""
+    _LAST.clear()
+
+
 async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport) -> tuple[StackDump | None, str | None]:
     key = (run_dir, report.pid, report.start_ticks)
     asked = _LAST.get(key)
