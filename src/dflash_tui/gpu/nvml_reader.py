@@ -388,7 +388,8 @@ class NvmlReader(object):
             "ecc_errors_uncorrected": _int(ecc),
             "xid_errors": self._xid_count.get(dev.uuid) if dev.xid_registered else None,
             "last_xid": self._last_xid.get(dev.uuid),
-            "processes": self._with_utilisation(self._processes(nvml, h), self._process_utilisation(nvml, dev)),
+            "processes": self._with_utilisation(self._processes(nvml, h), self._process_utilisation(nvml, dev),
+                                                util),
             "lost": False,
         }
 
@@ -396,7 +397,7 @@ class NvmlReader(object):
         """{pid: (SM %, memory %)} over the samples since the last look (NVML keeps a short ring
         of per-process samples, a few a second): the run's own share of the GPU, so another
         user's kernel is never read as the run's. None where the driver does not give it; {}
-        when it has no sample since (no process used the GPU: NVML_ERROR_NOT_FOUND)."""
+        when it has no sample since (NVML_ERROR_NOT_FOUND: on an idle GPU, no process used it)."""
         fn = getattr(nvml, "nvmlDeviceGetProcessUtilization", None)
         if fn is None or not dev.proc_util:
             return None
@@ -429,7 +430,11 @@ class NvmlReader(object):
         return {pid: (sm / float(n), mem / float(n)) for pid, (sm, mem, n) in sums.items()}
 
     @staticmethod
-    def _with_utilisation(procs, util):
+    def _with_utilisation(procs, util, device_util):
+        # No sample at all while the GPU as a whole is busy (seen where processes live in another
+        # pid namespace, e.g. a gVisor sandbox): nobody's share is known, not everybody's 0.
+        if util == {} and (device_util is None or float(device_util.gpu) > 0):
+            util = None
         for p in procs:
             if util is None:
                 p["sm_util_pct"] = p["mem_util_pct"] = None
