@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import socket
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,12 @@ from dflash_tui.session import Session
 pytestmark = pytest.mark.timeout(240)
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "gloo_stuck_rank.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def torchrun(mode: str, port: int) -> tuple[str, ...]:
@@ -63,8 +70,8 @@ async def watch(session: Session, ok, timeout: float = 120.0):
 
 
 async def test_a_rank_that_never_joins_and_a_rank_that_raised(sessions, tmp_path):
-    hang = sessions("hang", torchrun("hang", 29731))
-    crash = sessions("crash", torchrun("crash", 29732))
+    hang = sessions("hang", torchrun("hang", free_port()))
+    crash = sessions("crash", torchrun("crash", free_port()))
     await asyncio.gather(hang.launch(preflight=False), crash.launch(preflight=False))
 
     ev = await watch(hang, lambda ev: any(c.pending_op for c in ev.hang.collectives))

@@ -432,7 +432,9 @@ class _Probe:
         now = time.monotonic()
         waits = {}
         for t in threads:
-            if any(_DIST_DIR in f for f in t.frames):
+            # Its innermost frame: a wait inside torch.distributed (all_reduce, barrier, wait),
+            # not a program that merely runs under a decorator of it (elastic's @record).
+            if t.frames and _DIST_DIR in t.frames[0]:
                 where = "\n".join(t.frames)
                 seen = self._dist_waits.get(t.ident)
                 waits[t.ident] = seen if seen is not None and seen[0] == where else (where, now)

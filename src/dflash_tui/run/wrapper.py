@@ -154,7 +154,9 @@ PROBE_BLOCK = f"""case "$RUN_DIR" in *:*) ;; *)
     PYTHONPATH="$RUN_DIR/{PROBE_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
     export PYTHONPATH
     if [ -z "${{TORCH_FR_BUFFER_SIZE+set}}${{TORCH_NCCL_TRACE_BUFFER_SIZE+set}}" ]; then
-      TORCH_NCCL_TRACE_BUFFER_SIZE=2000; export TORCH_NCCL_TRACE_BUFFER_SIZE
+      # Both names: torch >= 2.10 reads the first (and warns if only the old one is set).
+      TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_TRACE_BUFFER_SIZE=2000
+      export TORCH_FR_BUFFER_SIZE TORCH_NCCL_TRACE_BUFFER_SIZE
     fi
     if [ -z "${{TORCH_NCCL_DUMP_ON_TIMEOUT+set}}" ]; then TORCH_NCCL_DUMP_ON_TIMEOUT=1; export TORCH_NCCL_DUMP_ON_TIMEOUT; fi
     if [ -z "${{TORCH_FR_DUMP_TEMP_FILE+set}}${{TORCH_NCCL_DEBUG_INFO_TEMP_FILE+set}}" ]; then
