@@ -158,6 +158,8 @@ torch.distributed) and without, the two of a pair at the same time.
 | ---: | ---: | ---: | ---: | ---: | ---: |
 {chr(10).join(rows)}
 
+The process CPU of a pair is what its busy main thread got from the shared cores, so its ratio
+moves with the load; the probe thread's own CPU (measured inside the process) is the cost.
 The probe's own thread: max {max(share):.3f} % of one core (target: at most 1 %). Arming the dump costs
 one open() and one sigaction at the first beat; nothing runs per beat for it but a getsignal().
 
