@@ -124,5 +124,6 @@ def test_error_file_forms():
     f = failure_of('{"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "Traceback...", '
                    '"timestamp": "1700000000"}}}', "e.json", rank=1)
     assert (f.time, f.message, f.rank, f.traceback) == (1700000000.0, "ValueError: x", 1, "Traceback...")
-    with pytest.raises(FlightRecorderError, match="not JSON"):
-        failure_of("{", "e.json")
+    for hostile in ("{", "[" * 100_000, '{"message": 3}'):
+        with pytest.raises(FlightRecorderError, match="e.json is not"):
+            failure_of(hostile, "e.json")

@@ -112,7 +112,7 @@ def failure_of(text: str, what: str, *, rank: int | None = None, pid: int | None
     """A torchelastic error file (the @record format) as a RankFailure, or FlightRecorderError."""
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise FlightRecorderError(f"{what} is not JSON") from None
     msg = obj.get("message") if isinstance(obj, dict) else None
     if isinstance(msg, str):                 # the newer plain form
