@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,9 @@ import pytest
 from textual.app import App
 
 from dflash_tui.config import Profile
+from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.logtail import LogFollower
 from dflash_tui.run.progress import ProgressParser
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
@@ -175,3 +178,37 @@ async def test_log_pane_shows_a_redrawn_row_once(tmp_path):
 class LogApp(App):
     def compose(self):
         yield LogLines(max_lines=100)
+
+
+async def test_log_pane_shows_a_tqdm_bar_before_its_line_ends(tmp_path):
+    """Real tqdm writes one line of carriage-return updates for as long as the bar runs: the
+    pane shows that line at its latest state, once, while it is being written."""
+    log = tmp_path / "train.log"
+    with log.open("wb") as fh:
+        bar = subprocess.Popen([PY, str(PROGRAMS / "tqdm_bar.py"), "1000", "0.01"], stdout=fh, stderr=fh)
+        time.sleep(2.0)
+        bar.kill()
+        bar.wait()
+    assert b"\r" in log.read_bytes() and b"\n" not in log.read_bytes()
+    ops = await AgentOps.start(LocalTarget())
+    try:
+        follower = LogFollower(ops, str(log))
+        app = LogApp()
+        async with app.run_test(size=(120, 10)) as pilot:
+            ll = app.query_one(LogLines)
+            ll.append(await follower.poll())
+            ll.show_partial(follower.partial)
+            await pilot.pause()
+            assert ll.line_count == 0 and ll.virtual_size.height == 1
+            assert re.search(r"\d+%\|.*\| *\d+/1000 \[", ll.partial) and "\r" not in ll.partial, ll.partial
+            seen = int(re.search(r"(\d+)/1000", ll.partial).group(1))
+            assert seen >= 10, ll.partial
+            with log.open("ab") as fh:
+                fh.write(b"\ndone\n")
+            ll.append(await follower.poll())
+            ll.show_partial(follower.partial)
+            await pilot.pause()
+            assert ll.partial == "" and [x for x in ll.lines() if x.strip()][-2:] == [ll.lines()[-2], "done"]
+            assert f"{seen}/1000" in ll.lines()[-2] and ll.virtual_size.height == ll.line_count
+    finally:
+        await ops.close()

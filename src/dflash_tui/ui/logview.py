@@ -126,6 +126,7 @@ class LogLines(ScrollView, can_focus=True):
         self._hidden = False          # set by Hide (another tab on top), cleared by Show
         self._fell_off_hidden = 0     # lines dropped while hidden: the scroll fix-up owed on show
         self._back = 0                # rows the cursor is above the end (a display redrawn in place)
+        self._partial = ""            # the line being written now (shown below the lines)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -204,6 +205,21 @@ class LogLines(ScrollView, can_focus=True):
             self._back = max(0, len(self._lines) - (row + 1))
         self._after_change(before + appended - len(self._lines))
 
+    def show_partial(self, raw: str) -> None:
+        """Show the line the program is writing now, not ended yet, at its latest state (a tqdm
+        bar redraws one line with carriage returns for minutes): one row below the lines,
+        replaced at each call, gone once the line ends and arrives through `append`."""
+        shown = final_state(raw) if raw else ""
+        if shown == self._partial:
+            return
+        self._partial = shown
+        self._width = max(self._width, len(shown))
+        self._after_change(0)
+
+    @property
+    def partial(self) -> str:
+        return self._partial
+
     def append_marker(self, text: str) -> None:
         """A line of our own (file switched, truncated, unavailable), styled apart from the log."""
         before = len(self._lines)
@@ -213,6 +229,8 @@ class LogLines(ScrollView, can_focus=True):
         self._after_change(before + 1 - len(self._lines))
 
     def clear(self) -> None:
+        self._partial = ""
+        self._back = 0
         self._lines.clear()
         self._kinds.clear()
         self._dropped = 0
@@ -233,7 +251,8 @@ class LogLines(ScrollView, can_focus=True):
 
     def _after_change(self, fell_off: int, shift: int = 0) -> None:
         self._dropped += fell_off
-        self.virtual_size = Size(self._width, len(self._lines))   # unchanged once the ring is full
+        # Unchanged once the ring is full; one row more while a line is being written.
+        self.virtual_size = Size(self._width, len(self._lines) + bool(self._partial))
         if self._hidden:
             # Behind another tab: a refresh or scroll of a widget that is not on screen makes
             # Textual rebuild the whole screen map on the next frame (and repaint it all).
@@ -314,6 +333,9 @@ class LogLines(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         base = self._style("base")
         if index >= len(self._lines):
+            if index == len(self._lines) and self._partial:
+                line = self._partial
+                return Strip([Segment(line, base)], cell_len(line)).crop_extend(scroll_x, scroll_x + width, base)
             return Strip.blank(width, base)
         line = self._lines[index]
         kind_style = self._KIND_STYLE.get(self._kinds[index])
