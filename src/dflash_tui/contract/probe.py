@@ -62,17 +62,6 @@ _ERRORS_MAX_BYTES = 64 << 10
 _ERRORS_PER_KIND = 3          # the same failure is noted this often, then only counted
 _EVENT_MAX_BYTES = 64 << 10
 _DIST_DIR = os.sep + os.path.join("torch", "distributed") + os.sep
-# How long a thread may sit in torch.distributed before the probe dumps the Flight Recorder
-# (tests shorten it through the environment).
-def _float_env(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, "").strip() or default)
-    except ValueError:
-        return default
-
-
-_FR_AFTER_S = _float_env("DFLASH_FR_DUMP_AFTER_S", _rd.FR_DUMP_AFTER_S)
-
 # Real-time signals the probe may take for stack dumps, the first free one wins. High ones:
 # libraries that use real-time signals (timers, profilers, MPI) count up from SIGRTMIN.
 _STACK_SIGNALS = tuple(range(getattr(signal, "SIGRTMAX", 0) - 2, getattr(signal, "SIGRTMAX", 0) - 10, -1)
@@ -95,6 +84,18 @@ def _int_env(name: str) -> int | None:
         return int(value) if value else None
     except ValueError:
         return None
+
+
+def _float_env(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        return default
+
+
+# How long a thread may sit in torch.distributed before the probe dumps the Flight Recorder
+# (tests shorten it through the environment).
+_FR_AFTER_S = _float_env("DFLASH_FR_DUMP_AFTER_S", _rd.FR_DUMP_AFTER_S)
 
 
 def _signal_mask(status: str, key: str) -> int:
@@ -322,6 +323,8 @@ class _Probe:
                 self.stack_signal = None       # theirs now: never declared again
         except Exception as exc:   # noqa: BLE001
             self.stack_signal = None
+            if self._stack_fd is None:
+                self._stack_fd = -1            # not armed (e.g. the run dir is read-only): not again
             self.note_error("stack_dump", exc)
 
     def _arm_stack_dump(self) -> None:
@@ -455,7 +458,8 @@ class _Probe:
         dist = sys.modules.get("torch.distributed")
         if not prefix or not _initialised(c10d) or not _initialised(dist) or not dist.is_initialized():
             return
-        dump = getattr(c10d, "_dump_nccl_trace", None) or getattr(c10d, "_dump_fr_trace", None)
+        # The backend-neutral Flight Recorder of newer torch, else NCCL's (torch < 2.12).
+        dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
         if dump is None:
             return
         data = dump()

@@ -224,7 +224,7 @@ async def gather_root_cause(ops: PreflightOps, run_dir: str, listing: list[FileS
                             found.append((st, int(posixpath.basename(local.path))))
                 if len(found) >= MAX_ERROR_FILES:
                     break
-    failures: list[RankFailure] = []
+    failures: list[tuple[RankFailure, float]] = []     # with the file's mtime
     problems: list[str] = []
     for st, local_rank in found[:MAX_ERROR_FILES]:
         report = next((r for r in reports if local_rank is not None and r.local_rank == local_rank), None)
@@ -245,9 +245,11 @@ async def gather_root_cause(ops: PreflightOps, run_dir: str, listing: list[FileS
         if isinstance(got, str):
             problems.append(got)
         else:
-            failures.append(got)
+            failures.append((got, st.mtime))
     # torchrun's own file copies the first failure without its rank: a worker's, when there is
-    # one, says whose it was.
-    workers = [f for f in failures if f.rank is not None]
-    first = min(workers or failures, key=lambda f: f.time, default=None)
-    return first, problems
+    # one, says whose it was. The files' timestamps are whole seconds, and the ranks that fail
+    # because a peer died (gloo: "Connection closed by peer") fail within the same second: the
+    # mtime says which file was written first.
+    workers = [f for f in failures if f[0].rank is not None]
+    first = min(workers or failures, key=lambda f: (f[0].time, f[1]), default=None)
+    return (first[0] if first else None), problems
