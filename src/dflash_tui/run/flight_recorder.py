@@ -11,6 +11,7 @@ traceback, as torchrun's "Root Cause" does.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import pickle
@@ -214,16 +215,15 @@ async def gather_root_cause(ops: PreflightOps, run_dir: str, listing: list[FileS
     if ELASTIC_ERROR_FILE in names:
         found.append((names[ELASTIC_ERROR_FILE], None))
     if ELASTIC_LOG_DIR in names and names[ELASTIC_LOG_DIR].is_dir:
-        # <log dir>/<torchrun run id>/attempt_<n>/<local rank>/error.json
-        for run in await _list(ops, posixpath.join(probe_dir, ELASTIC_LOG_DIR)):
-            for attempt in (await _list(ops, run.path)) if run.is_dir else []:
-                for local in (await _list(ops, attempt.path)) if attempt.is_dir else []:
-                    if local.is_dir and posixpath.basename(local.path).isdigit():
-                        (st,) = await ops.stat([posixpath.join(local.path, ELASTIC_ERROR_FILE)])
-                        if st.exists:
-                            found.append((st, int(posixpath.basename(local.path))))
-                if len(found) >= MAX_ERROR_FILES:
-                    break
+        # <log dir>/<torchrun run id>/attempt_<n>/<local rank>/error.json: one round trip per
+        # level (the listings of a level asked at once), then one stat of every error file.
+        level = [posixpath.join(probe_dir, ELASTIC_LOG_DIR)]
+        for _ in range(3):
+            listings = await asyncio.gather(*(_list(ops, d) for d in level[:MAX_ERROR_FILES]))
+            level = [st.path for listing in listings for st in listing if st.is_dir]
+        locals_ = [d for d in level if posixpath.basename(d).isdigit()][:MAX_ERROR_FILES]
+        stats = await ops.stat([posixpath.join(d, ELASTIC_ERROR_FILE) for d in locals_]) if locals_ else []
+        found += [(st, int(posixpath.basename(d))) for d, st in zip(locals_, stats) if st.exists]
     failures: list[tuple[RankFailure, float]] = []     # with the file's mtime
     problems: list[str] = []
     for st, local_rank in found[:MAX_ERROR_FILES]:
