@@ -14,9 +14,18 @@ Rules the probe keeps, because it runs inside programs that are not ours:
   (bounded), and the report goes on without the part that failed;
 - it never imports torch (or anything the program has not imported): it reads sys.modules;
 - it costs well under 1 % of one core (one small file write a second);
-- it leaves stdout, stderr, signal handlers and the exit code alone; its thread is a daemon;
-  around os.fork() it stops its thread and starts it again in both parent and child, so a
-  child never inherits a lock or a half-written file of ours.
+- it leaves stdout, stderr, the program's signal handlers and the exit code alone; its thread
+  is a daemon; around os.fork() it stops its thread and starts it again in both parent and
+  child, so a child never inherits a lock or a half-written file of ours.
+
+Stacks when Python cannot run: a report stops being rewritten exactly when no thread can run
+Python (a C call holding the GIL, a deadlock inside the compiler). For that case the probe
+registers faulthandler, which dumps every thread's stack from a C signal handler, without the
+GIL, into RUN_DIR/probe/<pid>.stack, on one real-time signal that no handler of the program
+catches or ignores (read from /proc/self/status, so C-level handlers count too), and declares
+that signal in its report. The agent sends it only to a process whose report went stale and
+declares it (remote/agent_server.py `dump_stacks`). A program that later takes the signal for
+itself (signal.signal) is seen at the next beat, and the report stops declaring it.
 
 `log(step=..., loss=..., **metrics)` is the optional one-line API for exact metrics: it appends
 a typed step event to RUN_DIR/events.jsonl (one O_APPEND write per line, safe from many
@@ -28,8 +37,10 @@ Stdlib only. Self-contained except for the contract (``dflash_rundir`` in a run 
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -50,6 +61,11 @@ _MAX_TEXT = 400               # characters kept of one argv item or one frame li
 _ERRORS_MAX_BYTES = 64 << 10
 _ERRORS_PER_KIND = 3          # the same failure is noted this often, then only counted
 _EVENT_MAX_BYTES = 64 << 10
+_DIST_DIR = os.sep + os.path.join("torch", "distributed") + os.sep
+# Real-time signals the probe may take for stack dumps, the first free one wins. High ones:
+# libraries that use real-time signals (timers, profilers, MPI) count up from SIGRTMIN.
+_STACK_SIGNALS = tuple(range(getattr(signal, "SIGRTMAX", 0) - 2, getattr(signal, "SIGRTMAX", 0) - 10, -1)
+                       ) if hasattr(signal, "SIGRTMAX") else ()
 _TORCH_WATCH_S = 0.05         # how often to look for torch._dynamo until its callbacks are ours
 # The first report a moment after start-up, not during it: a process that lives less (a
 # `python -c ...` from a shell script) leaves no report, and start-up never waits on the probe.
@@ -68,6 +84,49 @@ def _int_env(name: str) -> int | None:
         return int(value) if value else None
     except ValueError:
         return None
+
+
+def _float_env(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        return default
+
+
+# How long a thread may sit in torch.distributed before the probe dumps the Flight Recorder
+# (tests shorten it through the environment).
+_FR_AFTER_S = _float_env("DFLASH_FR_DUMP_AFTER_S", _rd.FR_DUMP_AFTER_S)
+
+
+def _signal_mask(status: str, key: str) -> int:
+    for line in status.splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1], 16)
+    raise ValueError("no %s line in /proc/self/status" % key)
+
+
+def _own_start_ticks() -> int | None:
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _free_stack_signal() -> int | None:
+    """A real-time signal that this process neither catches (Python or C handler) nor ignores,
+    or None. Without /proc to prove it, none: a signal the program handles is never taken."""
+    try:
+        with open("/proc/self/status") as fh:
+            status = fh.read()
+        taken = _signal_mask(status, "SigCgt") | _signal_mask(status, "SigIgn")
+    except (OSError, ValueError):
+        return None
+    for sig in _STACK_SIGNALS:
+        if not taken & (1 << (sig - 1)) and signal.getsignal(sig) == signal.SIG_DFL:
+            return sig
+    return None
 
 
 def _initialised(module) -> bool:
@@ -111,6 +170,10 @@ class _Probe:
         self._torch_done = False             # dynamo's callbacks registered (or that failed)
         self._fork_hooked = False
         self._paused = False                 # the thread was stopped for a fork in progress
+        self._stack_fd: int | None = None    # probe/<pid>.stack, held by faulthandler
+        self._dist_waits: dict[int, tuple[str, float]] = {}   # ident -> (innermost frames, since)
+        self._fr_dumped_at: float | None = None
+        self.stack_signal: int | None = None
         self._reset_for_this_process()
 
     # -- process identity (again after a fork) -----------------------------------------------
@@ -134,6 +197,8 @@ class _Probe:
         self.local_rank = _int_env("LOCAL_RANK")
         self.world_size = _int_env("WORLD_SIZE")
         self.node = os.uname().nodename
+        self.start_ticks = _own_start_ticks()
+        self.stack_path = os.path.join(self.probe_dir, _rd.probe_stack_name(self.pid))
 
     # -- failures: swallowed, counted, noted ---------------------------------------------------
 
@@ -208,6 +273,8 @@ class _Probe:
 
     def beat(self, ended: bool = False) -> None:
         self._try_watch_torch()
+        if not ended:
+            self._keep_stack_dump()
         try:
             report = self.report(ended)
             text = _rd.to_json(report) + "\n"
@@ -243,6 +310,47 @@ class _Probe:
             raise
         self.seq += 1
 
+    # -- stack dumps from C, for when no thread can run Python ---------------------------------
+
+    def _keep_stack_dump(self) -> None:
+        """Arm the dump at the first beat (a process that lives less leaves no file behind);
+        disarm it for good if the program has since put a handler of its own on the signal."""
+        try:
+            if self.stack_signal is None:
+                if self._stack_fd is None:
+                    self._arm_stack_dump()
+            elif signal.getsignal(self.stack_signal) != signal.SIG_DFL:
+                self.stack_signal = None       # theirs now: never declared again
+        except Exception as exc:   # noqa: BLE001
+            self.stack_signal = None
+            if self._stack_fd is None:
+                self._stack_fd = -1            # not armed (e.g. the run dir is read-only): not again
+            self.note_error("stack_dump", exc)
+
+    def _arm_stack_dump(self) -> None:
+        sig = _free_stack_signal()
+        if sig is None:
+            self._stack_fd = -1                # looked once: nothing free, no dumps
+            return
+        # O_APPEND: the agent empties the file before each request, and a dump then starts at 0.
+        fd = os.open(self.stack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            faulthandler.register(sig, file=fd, all_threads=True, chain=False)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._stack_fd = fd
+        self.stack_signal = sig
+
+    def _remove_stack_file(self) -> None:
+        """At exit: the file goes, the handler and its fd stay (closing the fd could let a late
+        dump write into a file the program opens under the same number)."""
+        if self._stack_fd is not None and self._stack_fd >= 0:
+            try:
+                os.unlink(self.stack_path)
+            except OSError:
+                pass
+
     # -- what one report holds -----------------------------------------------------------------
 
     def report(self, ended: bool = False):
@@ -256,6 +364,8 @@ class _Probe:
         in_thread = self._thread is not None and threading.current_thread() is self._thread
         probe_cpu = self._probe_cpu_before + (time.thread_time() if in_thread else self._thread_cpu)
         totals = list(self._compiles.values())
+        if not ended:
+            self._watch_collectives(threads)
         return _rd.ProbeReport(
             run_id=self.run_id, pid=self.pid, time=now, ppid=self.ppid, start_time=self.start_time,
             seq=self.seq, node=self.node, rank=self.rank, local_rank=self.local_rank,
@@ -266,7 +376,8 @@ class _Probe:
             graphs=sum(c.graphs for c in totals), recompiles=sum(c.recompiles for c in totals),
             compile_seconds=round(sum(c.seconds for c in totals), 3),
             unique_graphs=dynamo[0], graph_breaks=dynamo[1],
-            step=self.step, step_time=self.step_time, ended=ended, errors=self.errors)
+            step=self.step, step_time=self.step_time, ended=ended, errors=self.errors,
+            start_ticks=self.start_ticks, stack_signal=None if ended else self.stack_signal)
 
     def _threads(self, me: int | None) -> list:
         frames = sys._current_frames()
@@ -312,6 +423,56 @@ class _Probe:
                 recompiles=comp.recompiles if comp is not None else 0,
                 compile_seconds=round(comp.seconds, 3) if comp is not None else 0.0))
         return out
+
+    # -- the Flight Recorder, when a thread waits in torch.distributed ------------------------
+
+    def _watch_collectives(self, threads: list) -> None:
+        """Dump PyTorch's Flight Recorder (where every collective of this rank stands) when a
+        thread has sat in the same torch.distributed frame for _FR_AFTER_S: the collective hang
+        that NCCL's watchdog reports only after its timeout (30 min by default). The waiting
+        thread has released the GIL, so this thread runs; torch's own watchdog thread reads the
+        same buffer the same way."""
+        now = time.monotonic()
+        waits = {}
+        for t in threads:
+            # Its innermost frame: a wait inside torch.distributed (all_reduce, barrier, wait),
+            # not a program that merely runs under a decorator of it (elastic's @record).
+            if t.frames and _DIST_DIR in t.frames[0]:
+                where = "\n".join(t.frames)
+                seen = self._dist_waits.get(t.ident)
+                waits[t.ident] = seen if seen is not None and seen[0] == where else (where, now)
+        self._dist_waits = waits
+        if not waits or min(since for _, since in waits.values()) > now - _FR_AFTER_S:
+            return
+        if self._fr_dumped_at is not None and now - self._fr_dumped_at < _rd.FR_DUMP_EVERY_S:
+            return
+        self._fr_dumped_at = now
+        try:
+            self._dump_flight_recorder()
+        except Exception as exc:   # noqa: BLE001
+            self.note_error("flight_recorder", exc)
+
+    def _dump_flight_recorder(self) -> None:
+        prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+        c10d = sys.modules.get("torch._C._distributed_c10d")
+        dist = sys.modules.get("torch.distributed")
+        if not prefix or not _initialised(c10d) or not _initialised(dist) or not dist.is_initialized():
+            return
+        # The backend-neutral Flight Recorder of newer torch, else NCCL's (torch < 2.12).
+        dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
+        if dump is None:
+            return
+        data = dump()
+        path = prefix + str(dist.get_rank())
+        tmp = "%s.%d.tmp" % (path, self.pid)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
 
     # -- torch, once the program imported it ----------------------------------------------------
 
@@ -404,6 +565,13 @@ class _Probe:
             self._write_lock = threading.Lock()
             self._compile_lock = threading.Lock()
             self._events_lock = threading.Lock()
+            # The parent's dump file and handler: the child arms its own at its first beat.
+            sig, fd = self.stack_signal, self._stack_fd
+            self.stack_signal, self._stack_fd = None, None
+            if sig is not None:
+                faulthandler.unregister(sig)
+            if fd is not None and fd >= 0:
+                os.close(fd)
             self._reset_for_this_process()
             if self._paused:
                 # A child that lives less than a beat (fork, then exec or os._exit: most of
@@ -421,6 +589,7 @@ class _Probe:
             self.stop_thread(timeout=0.5)
             if self.seq:   # it has reported: its last report says it ended
                 self.beat(ended=True)
+            self._remove_stack_file()
         except Exception as exc:   # noqa: BLE001
             self.note_error("exit", exc)
 

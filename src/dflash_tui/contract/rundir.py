@@ -64,6 +64,17 @@ PROBE_SITECUSTOMIZE = "sitecustomize.py"
 PROBE_MODULE = "dflash_probe.py"
 PROBE_CONTRACT = "dflash_rundir.py"      # this file, copied verbatim
 PROBE_ERRORS_LOG = "errors.log"          # what the probe swallowed, bounded
+# PyTorch's Flight Recorder dumps, one per rank: PROBE_DIR/FR_DUMP_PREFIX<rank> (the prefix is
+# torch's TORCH_FR_DUMP_TEMP_FILE; torch writes it on an NCCL watchdog timeout, the probe when a
+# process has waited in torch.distributed for FR_DUMP_AFTER_S).
+FR_DUMP_PREFIX = "fr_rank_"
+FR_DUMP_AFTER_S = 30.0
+FR_DUMP_EVERY_S = 60.0
+# torchelastic's error files: PROBE_DIR/ELASTIC_ERROR_FILE (TORCHELASTIC_ERROR_FILE: torchrun's
+# own, a copy of the first failure, or a @record program's) and, per worker, torchrun's
+# PROBE_DIR/ELASTIC_LOG_DIR/<run>/attempt_<n>/<local rank>/error.json (its --log-dir).
+ELASTIC_ERROR_FILE = "error.json"
+ELASTIC_LOG_DIR = "torchelastic"
 # The files every rank writes for itself (see the module docstring).
 PER_RANK_FILES = (STATUS_JSON, EVENTS_JSONL, TRAIN_LOG)
 _RANK_INFIX = ".rank"
@@ -293,12 +304,23 @@ class ProbeReport:
     step_time: float | None = None
     ended: bool = False            # the process exited normally (atexit): the last report
     errors: int = 0                # failures the probe swallowed (probe/errors.log says which)
+    # /proc/<pid>/stat field 22: with pid, proof that a later signal reaches this very process.
+    start_ticks: int | None = None
+    # The signal on which this process dumps every thread's stack into probe/<pid>.stack
+    # (faulthandler, from C: it works while another thread holds the GIL). None: no handler
+    # registered, and then that signal must never be sent.
+    stack_signal: int | None = None
     v: int = SCHEMA_VERSION
 
 
 def probe_report_name(pid: int) -> str:
     """The file name of one process's report inside PROBE_DIR."""
     return f"{int(pid)}.json"
+
+
+def probe_stack_name(pid: int) -> str:
+    """The file inside PROBE_DIR that a process's stack dumps are written to."""
+    return f"{int(pid)}.stack"
 
 
 def parse_probe(text: str, what: str = PROBE_DIR + "/<pid>.json") -> ProbeReport:

@@ -57,6 +57,8 @@ def process_from_dict(d: Any) -> GpuProcess:
         is_run_process=bool(d.get("is_run_process", False)),
         name=str(d.get("name", "")),
         user=str(d.get("user", "")),
+        sm_util_pct=_opt(d.get("sm_util_pct"), float, "sm_util_pct"),
+        mem_util_pct=_opt(d.get("mem_util_pct"), float, "mem_util_pct"),
     )
 
 

@@ -14,12 +14,17 @@ Failure scenarios, each reproducing what the real library does:
 - `.lose_gpu(i)`: every call on GPU i, and getting its handle, raises GpuIsLost.
 - `FakeGpu(open_error=NVML_ERROR_NO_PERMISSION)`: that GPU's handle cannot be had.
 - `.set_processes(i, [(pid, bytes), ...])`, `.inject_xid(i, 79)`.
+- `.set_process_util(i, {pid: (sm %, mem %)})`: per-process utilisation samples, a few a
+  second per busy process, as the driver keeps them; none since the timestamp asked (an idle
+  GPU) raises NotFound, and `FakeGpu(unsupported={"process_utilization"})` NotSupported (as
+  on GPUs and vGPUs without per-process accounting).
 - `missing_module_loader()`: `import pynvml` itself fails (python package not installed).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Callable, Iterable
@@ -42,7 +47,8 @@ nvmlMemory_v2 = _real.nvmlMemory_v2
 
 #: Field groups a FakeGpu can declare unsupported (the getter raises NotSupported).
 FIELDS = frozenset({"utilization", "memory", "temperature", "power", "power_limit", "clocks",
-                    "throttle", "ecc", "processes", "events"})
+                    "throttle", "ecc", "processes", "events", "process_utilization"})
+PROCESS_SAMPLE_S = 1 / 6      # the driver's per-process sampling period
 
 
 @dataclass
@@ -56,6 +62,7 @@ class FakeGpu:
     mem_used: int = 0
     unsupported: set[str] = field(default_factory=set)
     processes: list[tuple[int, int | None]] = field(default_factory=list)
+    process_util: dict[int, tuple[float, float]] = field(default_factory=dict)   # pid -> (SM %, mem %)
     ecc_uncorrected: int = 0
     throttle_mask: int = 0x1                   # gpu_idle
     lost: bool = False
@@ -102,6 +109,7 @@ class FakeNvml:
         self._event_sets: dict[int, set[int]] = {}
         self.init_calls = 0
         self.calls = 0
+        self.clock: Callable[[], float] = time.time    # the driver's timestamps (CPU clock)
 
     # -- scenario controls -----------------------------------------------------------------
 
@@ -120,6 +128,9 @@ class FakeNvml:
 
     def set_processes(self, index: int, procs: list[tuple[int, int | None]]) -> None:
         self.gpus[index].processes = list(procs)
+
+    def set_process_util(self, index: int, util: dict[int, tuple[float, float]]) -> None:
+        self.gpus[index].process_util = dict(util)
 
     def set_load(self, index: int, pct: float) -> None:
         self.gpus[index].load_pct = pct
@@ -249,6 +260,20 @@ class FakeNvml:
         g = self._gpu(handle, "processes")
         return [SimpleNamespace(pid=pid, usedGpuMemory=mem, gpuInstanceId=0xFFFFFFFF,
                                 computeInstanceId=0xFFFFFFFF) for pid, mem in g.processes]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: _Handle, timeStamp: int) -> list[SimpleNamespace]:
+        """Samples newer than `timeStamp` (µs, CPU clock) of the processes that used the GPU:
+        the last second's, one per sampling period per busy process."""
+        g = self._gpu(handle, "process_utilization")
+        now_us = int(self.clock() * 1e6)
+        period = int(PROCESS_SAMPLE_S * 1e6)
+        start = max(int(timeStamp), now_us - 1_000_000)
+        out = [SimpleNamespace(pid=pid, timeStamp=t, smUtil=int(sm), memUtil=int(mem), encUtil=0, decUtil=0)
+               for t in range(start - start % period + period, now_us + 1, period)
+               for pid, (sm, mem) in sorted(g.process_util.items()) if sm or mem]
+        if not out:
+            raise NVMLError(_real.NVML_ERROR_NOT_FOUND)
+        return out
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
         self._gpu(handle, "processes")

@@ -38,6 +38,7 @@ def _user_of(proc_dir):
 
 # NVML return codes (nvml.h; the same numbers pynvml exposes as NVML_ERROR_*). Spelled out
 # here because pynvml may not be importable where this runs.
+NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
@@ -58,6 +59,8 @@ NVML_CLOCK_MEM = 2
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 NVML_EVENT_TYPE_XID_CRITICAL_ERROR = 0x8
+# Per-process utilisation on the first look covers this much of the driver's recent samples.
+PROC_UTIL_FIRST_WINDOW_S = 2.0
 NVML_MEMORY_V2 = 0x02000028   # nvmlMemory_v2: "used" without the driver's reserved memory
 
 # Codes that mean "this field is not available here": shown as n/a, never an error.
@@ -146,7 +149,7 @@ def _describe(exc):
 
 
 class _Device(object):
-    __slots__ = ("index", "handle", "name", "uuid", "lost", "xid_registered")
+    __slots__ = ("index", "handle", "name", "uuid", "lost", "xid_registered", "util_since", "proc_util")
 
     def __init__(self, index, handle, name, uuid):
         self.index = index
@@ -155,6 +158,8 @@ class _Device(object):
         self.uuid = uuid
         self.lost = False
         self.xid_registered = False
+        self.util_since = None    # the newest per-process utilisation sample read (driver µs)
+        self.proc_util = True     # False once the driver said NOT_SUPPORTED: not asked again
 
 
 class NvmlReader(object):
@@ -383,9 +388,59 @@ class NvmlReader(object):
             "ecc_errors_uncorrected": _int(ecc),
             "xid_errors": self._xid_count.get(dev.uuid) if dev.xid_registered else None,
             "last_xid": self._last_xid.get(dev.uuid),
-            "processes": self._processes(nvml, h),
+            "processes": self._with_utilisation(self._processes(nvml, h), self._process_utilisation(nvml, dev),
+                                                util),
             "lost": False,
         }
+
+    def _process_utilisation(self, nvml, dev):
+        """{pid: (SM %, memory %)} over the samples since the last look (NVML keeps a short ring
+        of per-process samples, a few a second): the run's own share of the GPU, so another
+        user's kernel is never read as the run's. None where the driver does not give it; {}
+        when it has no sample since (NVML_ERROR_NOT_FOUND: on an idle GPU, no process used it)."""
+        fn = getattr(nvml, "nvmlDeviceGetProcessUtilization", None)
+        if fn is None or not dev.proc_util:
+            return None
+        since = dev.util_since
+        if since is None:
+            since = int((self._clock() - PROC_UTIL_FIRST_WINDOW_S) * 1e6)
+        try:
+            samples = fn(dev.handle, since)
+        except Exception as exc:
+            code = getattr(exc, "value", None)
+            # pynvml raises NVMLError(NVML_SUCCESS) when the size query finds no sample at all.
+            if code in (NVML_ERROR_NOT_FOUND, NVML_SUCCESS):
+                return {}
+            if code in _GPU_GONE or code in _NVML_DOWN:
+                raise
+            if code == NVML_ERROR_NOT_SUPPORTED:
+                dev.proc_util = False
+            if code in _FIELD_UNAVAILABLE or type(exc).__name__ == "NVMLLibraryMismatchError":
+                return None
+            raise
+        sums = {}
+        for smp in samples or ():
+            pid, stamp = int(smp.pid), int(smp.timeStamp)
+            if stamp <= since:
+                continue
+            sm, mem, n = sums.get(pid, (0, 0, 0))
+            sums[pid] = (sm + int(smp.smUtil), mem + int(smp.memUtil), n + 1)
+            if dev.util_since is None or stamp > dev.util_since:
+                dev.util_since = stamp
+        return {pid: (sm / float(n), mem / float(n)) for pid, (sm, mem, n) in sums.items()}
+
+    @staticmethod
+    def _with_utilisation(procs, util, device_util):
+        # No sample at all while the GPU as a whole is busy (seen where processes live in another
+        # pid namespace, e.g. a gVisor sandbox): nobody's share is known, not everybody's 0.
+        if util == {} and (device_util is None or float(device_util.gpu) > 0):
+            util = None
+        for p in procs:
+            if util is None:
+                p["sm_util_pct"] = p["mem_util_pct"] = None
+            else:
+                p["sm_util_pct"], p["mem_util_pct"] = util.get(p["pid"], (0.0, 0.0))
+        return procs
 
     def _processes(self, nvml, handle):
         seen = {}

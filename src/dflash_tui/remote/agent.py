@@ -21,8 +21,9 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, OpRefused, Process, Target, TargetError
-from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
+from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from,
+                      stackdump_from)
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 from .shell_ops import ShellOps
 
 # Reads one line (the program, zlib + base64) from stdin and runs it: small enough to read in
@@ -204,13 +205,13 @@ class AgentOps:
     # -- requests ------------------------------------------------------------------------
     async def call(self, op: str, timeout: float | None = None, **args: Any) -> Any:
         """One request; retried once on a fresh agent when the channel died under it
-        (every op but `signal` is a read, so repeating it is harmless)."""
+        (every op but `signal` and `dump_stacks` is a read, so repeating it is harmless)."""
         for attempt in (1, 2):
             await self._ensure()
             try:
                 return await self._call_once(op, args, timeout or self.request_timeout)
             except _ChannelLost:
-                if attempt == 2 or op == "signal":
+                if attempt == 2 or op in ("signal", "dump_stacks"):
                     raise TargetError(f"lost the agent on {self.label} during {op}",
                                       "check the connection; it is retried on the next poll") from None
         raise AssertionError("unreachable")
@@ -281,6 +282,15 @@ class AgentOps:
                      cmdline_contains: str | None, group: bool = False) -> str:
         return await self.call("signal", pid=int(pid), sig=int(sig), start_ticks=start_ticks,
                                cmdline_contains=cmdline_contains, group=bool(group))
+
+    async def dump_stacks(self, pid: int, sig: int, *, start_ticks: int | None, path: str,
+                          min_interval_s: float = 5.0) -> StackDumpAnswer:
+        return stackdump_from(await self.call("dump_stacks", pid=int(pid), sig=int(sig), start_ticks=start_ticks,
+                                              path=path, min_interval_s=float(min_interval_s)))
+
+    async def py_spy_dump(self, pid: int, *, start_ticks: int | None) -> StackDumpAnswer:
+        return stackdump_from(await self.call("py_spy_dump", timeout=agent_server.PY_SPY_TIMEOUT_S + 5,
+                                              pid=int(pid), start_ticks=start_ticks))
 
     # -- PreflightOps ---------------------------------------------------------------------
     async def which(self, names: list[str]) -> dict[str, str | None]:

@@ -23,6 +23,7 @@ import select
 import shutil
 import socket
 import stat as statmod
+import subprocess
 import sys
 import threading
 import time
@@ -361,6 +362,96 @@ def op_signal(pid, sig, start_ticks=None, cmdline_contains=None, group=False):
     return "sent"
 
 
+# -- stacks of a process that cannot run Python (its probe registered faulthandler) ---------
+
+DUMP_WAIT_S = 1.0            # how long a dump may take to appear
+DUMP_SETTLE_S = 0.03         # a dump is whole once its file stopped growing this long
+DUMP_MAX_BYTES = 256 << 10
+
+
+def signal_caught(status_raw, sig):
+    """Whether /proc/<pid>/status's SigCgt says the process has a handler for `sig`."""
+    for line in (status_raw or b"").decode("ascii", "replace").splitlines():
+        if line.startswith("SigCgt:"):
+            try:
+                return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
+def _dump_answer(status, data=b"", mtime=0.0):
+    return {"status": status, "data": base64.b64encode(data[:DUMP_MAX_BYTES]).decode("ascii"),
+            "time": mtime}
+
+
+def op_dump_stacks(pid, sig, start_ticks, path, min_interval_s=5):
+    """Ask process `pid` for every thread's stack on `sig`, the signal its probe registered
+    faulthandler on, written to `path` (opened by the probe with O_APPEND, so emptying it
+    first makes the dump start at 0). Sent only to that very process (start time), only if it
+    catches `sig` (SigCgt: never a signal the program did not register a handler for), and at
+    most once per `min_interval_s` (a dump newer than that is answered as "recent")."""
+    info = pid_info_one(pid)
+    if not info["alive"]:
+        return _dump_answer("gone")
+    if start_ticks is None or info["start_ticks"] != int(start_ticks):
+        return _dump_answer("mismatch")
+    if not signal_caught(_maybe("/proc/%d/status" % info["pid"]), sig):
+        return _dump_answer("no-handler")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise OpFailed("cannot open %s: %s" % (path, exc.strerror or exc))
+    try:
+        st = os.fstat(fd)
+        if file_kind(st.st_mode) != "file":
+            raise OpFailed("cannot open %s: it is a %s, not a regular file" % (path, file_kind(st.st_mode)))
+        # Whole seconds, as `stat -c %Y` and `date +%s` give them to the shell's twin.
+        if st.st_size > 0 and int(time.time()) - int(st.st_mtime) < int(min_interval_s):
+            return _dump_answer("recent", os.pread(fd, DUMP_MAX_BYTES, 0), st.st_mtime)
+        os.ftruncate(fd, 0)
+        try:
+            os.kill(info["pid"], int(sig))
+        except ProcessLookupError:
+            return _dump_answer("gone")
+        except PermissionError:
+            raise OpFailed("not permitted to signal pid %d (owned by another user)" % info["pid"])
+        deadline = time.time() + DUMP_WAIT_S
+        size = 0
+        while time.time() < deadline:
+            time.sleep(DUMP_SETTLE_S)
+            now_size = os.fstat(fd).st_size
+            if now_size and now_size == size:
+                break
+            size = now_size
+        st = os.fstat(fd)
+        return _dump_answer("dumped" if st.st_size else "no-dump", os.pread(fd, DUMP_MAX_BYTES, 0), st.st_mtime)
+    finally:
+        os.close(fd)
+
+
+PY_SPY_TIMEOUT_S = 10
+
+
+def op_py_spy_dump(pid, start_ticks):
+    """`py-spy dump --pid` of that very process, where py-spy is installed (it reads the
+    stacks from outside, by ptrace; nothing of ours needs to run in the process)."""
+    info = pid_info_one(pid)
+    if not info["alive"]:
+        return _dump_answer("gone")
+    if start_ticks is None or info["start_ticks"] != int(start_ticks):
+        return _dump_answer("mismatch")
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return _dump_answer("no-py-spy")
+    try:
+        res = subprocess.run([exe, "dump", "--pid", str(info["pid"])], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=PY_SPY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return _dump_answer("failed", b"py-spy dump took more than %d s" % PY_SPY_TIMEOUT_S)
+    return _dump_answer("dumped" if res.returncode == 0 else "failed", res.stdout, time.time())
+
+
 def _user():
     try:
         import pwd
@@ -450,11 +541,13 @@ for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("re
                    ("read_tail", op_read_tail), ("pid_info", op_pid_info),
                    ("signal", op_signal), ("which", op_which), ("disk_free", op_disk_free),
                    ("probe_dir", op_probe_dir), ("list_dir", op_list_dir),
-                   ("proc_tree", op_proc_tree)):
+                   ("proc_tree", op_proc_tree), ("dump_stacks", op_dump_stacks),
+                   ("py_spy_dump", op_py_spy_dump)):
     # statvfs on a dead NFS mount can hang: keep it off the line that answers stat. Reads stay
     # on that line (a thread per request costs ~1 ms against 0.1 ms): they cannot block on a
     # FIFO or device, as op_read opens non-blocking and refuses anything but a regular file.
-    register(_name, _fn, blocking=(_name == "disk_free"))
+    # A stack dump waits up to a second for the dump to be written; py-spy runs a process.
+    register(_name, _fn, blocking=_name in ("disk_free", "dump_stacks", "py_spy_dump"))
 
 EXTRAS_FAILED = []
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 
 
 def filestat_from(d: dict) -> FileStat:
@@ -45,3 +45,7 @@ def diskfree_from(d: dict) -> DiskFree:
 def dirprobe_from(d: dict) -> DirProbe:
     return DirProbe(path=d["path"], exists=bool(d["exists"]), created=bool(d["created"]),
                     writable=bool(d["writable"]), error=d.get("error", ""))
+
+
+def stackdump_from(d: dict) -> StackDumpAnswer:
+    return StackDumpAnswer(status=str(d["status"]), data=base64.b64decode(d["data"]), time=float(d["time"]))

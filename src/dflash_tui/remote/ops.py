@@ -70,6 +70,19 @@ class ProcTree:
     truncated: bool = False          # a tree bigger than the agent's cap (counted in part)
 
 
+@dataclass(frozen=True)
+class StackDumpAnswer:
+    """What a request for a process's stacks got (`dump_stacks`, `py_spy_dump`)."""
+
+    # "dumped"; "recent" (a dump younger than the rate limit, returned without a new signal);
+    # "gone", "mismatch" (pid reused or no start time: nothing sent); "no-handler" (the process
+    # does not catch that signal: nothing sent); "no-dump" (sent, nothing written in time);
+    # "no-py-spy"; "failed" (py-spy's own message is the data).
+    status: str
+    data: bytes = b""
+    time: float = 0.0     # when the dump was written (target clock)
+
+
 class RemoteOps(Protocol):
     async def now(self) -> float: ...
     async def stat(self, paths: list[str]) -> list[FileStat]: ...
@@ -84,6 +97,13 @@ class RemoteOps(Protocol):
         pattern kill."""
     async def proc_tree(self, pid: int) -> ProcTree:
         """pid_info of `pid` plus the CPU time, states and threads of its whole tree."""
+    async def dump_stacks(self, pid: int, sig: int, *, start_ticks: int | None, path: str,
+                          min_interval_s: float = 5.0) -> StackDumpAnswer:
+        """Empty `path`, send `sig` to pid -- only if it still has that start time and its
+        SigCgt shows a handler for sig, and no dump in `path` is younger than min_interval_s
+        -- and return what the handler wrote there (the run probe's faulthandler)."""
+    async def py_spy_dump(self, pid: int, *, start_ticks: int | None) -> StackDumpAnswer:
+        """`py-spy dump --pid` of that process where py-spy is installed ("no-py-spy" else)."""
     async def close(self) -> None: ...
 
 

@@ -19,9 +19,10 @@ import re
 from typing import Sequence
 
 from . import agent_server
-from .answers import chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from
+from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from,
+                      stackdump_from)
 from .base import CommandResult, OpRefused, Target, TargetError
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 
 SENTINEL = "@@dflash-ok@@"
 START = "@@dflash-start@@\0"
@@ -125,6 +126,62 @@ else
   fi
 fi
 """
+
+# $1 pid $2 sig $3 start_ticks or "" $4 dump file $5 least seconds between dumps; the same
+# rules as agent_server.op_dump_stacks. Answers "S<status>", then the file's %y and base64.
+_DUMP_STACKS = r"""
+pid=$1 sig=$2 want=$3 f=$4 min=$5
+answer() { printf 'S%s\0' "$1"; if [ -n "$2" ]; then stat -c '%y' -- "$f"; printf '\0'; head -c 262144 -- "$f" | base64; printf '\0'; fi; }
+if ! s=$(cat "/proc/$pid/stat" 2>/dev/null); then answer gone
+else
+  set -- ${s##*) }
+  state=$1 start=${20}
+  m=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
+  if [ "$state" = Z ] || [ "$state" = X ]; then answer gone
+  elif [ -z "$want" ] || [ "$start" != "$want" ]; then answer mismatch
+  elif [ -z "$m" ] || [ $(( (0x$m >> (sig - 1)) & 1 )) != 1 ]; then answer no-handler
+  elif [ -L "$f" ]; then printf 'FToo many levels of symbolic links\0'
+  elif [ ! -e "$f" ]; then printf 'FNo such file or directory\0'
+  elif [ -d "$f" ]; then printf 'FIs a directory\0'
+  elif [ ! -f "$f" ]; then
+    k=other; [ -p "$f" ] && k=fifo; [ -S "$f" ] && k=socket; [ -c "$f" ] && k=char-device; [ -b "$f" ] && k=block-device
+    printf 'Fit is a %s, not a regular file\0' "$k"
+  elif [ ! -w "$f" ] || [ ! -r "$f" ]; then printf 'FPermission denied\0'
+  elif [ "$(stat -c %s -- "$f")" -gt 0 ] && [ $(( $(date +%s) - $(stat -c %Y -- "$f") )) -lt "$min" ]; then answer recent 1
+  else
+    : > "$f"
+    if e=$(kill -"$sig" "$pid" 2>&1); then
+      i=0 last=0
+      while [ "$i" -lt 33 ]; do
+        sleep 0.03; n=$(stat -c %s -- "$f")
+        if [ "$n" -gt 0 ] && [ "$n" = "$last" ]; then break; fi
+        last=$n i=$((i + 1))
+      done
+      if [ "$n" -gt 0 ]; then answer dumped 1; else answer no-dump 1; fi
+    elif [ ! -e "/proc/$pid" ]; then answer gone
+    else printf 'Fnot permitted to signal pid %s (owned by another user)\0' "$pid"; fi
+  fi
+fi
+"""
+
+# $1 pid $2 start_ticks or "": py-spy dump of that very process, where py-spy is installed.
+_PY_SPY_DUMP = r"""
+pid=$1 want=$2
+if ! s=$(cat "/proc/$pid/stat" 2>/dev/null); then printf 'Sgone\0'
+else
+  set -- ${s##*) }
+  state=$1 start=${20}
+  if [ "$state" = Z ] || [ "$state" = X ]; then printf 'Sgone\0'
+  elif [ -z "$want" ] || [ "$start" != "$want" ]; then printf 'Smismatch\0'
+  elif ! command -v py-spy >/dev/null 2>&1; then printf 'Sno-py-spy\0'
+  else
+    if o=$(timeout %(timeout)d py-spy dump --pid "$pid" </dev/null 2>&1); then st=dumped
+    elif [ $? = 124 ]; then st=failed o="py-spy dump took more than %(timeout)d s"
+    else st=failed; fi
+    printf 'S%%s\0' "$st"; date +%%s; printf '\0'; printf '%%s\n' "$o" | base64; printf '\0'
+  fi
+fi
+""" % {"timeout": agent_server.PY_SPY_TIMEOUT_S}
 
 # PATH search like shutil.which (files only, executable), not `command -v` (builtins, aliases)
 _WHICH = r"""
@@ -348,6 +405,28 @@ class ShellOps:
             raise OpRefused(f"signal on {self.label}: not permitted to signal pid {pid}: "
                               f"{_strerror(answer[1:])}")
         return answer
+
+    async def dump_stacks(self, pid: int, sig: int, *, start_ticks: int | None, path: str,
+                          min_interval_s: float = 5.0) -> StackDumpAnswer:
+        fields = await self._run("dump_stacks", _DUMP_STACKS, str(int(pid)), str(int(sig)),
+                                 "" if start_ticks is None else str(int(start_ticks)), path,
+                                 str(int(min_interval_s)))
+        return self._dump_answer("dump_stacks", path, fields, parse_stat_time)
+
+    async def py_spy_dump(self, pid: int, *, start_ticks: int | None) -> StackDumpAnswer:
+        fields = await self._run("py_spy_dump", _PY_SPY_DUMP, str(int(pid)),
+                                 "" if start_ticks is None else str(int(start_ticks)))
+        return self._dump_answer("py_spy_dump", "", fields, float)
+
+    def _dump_answer(self, op: str, path: str, fields: list[str], when) -> StackDumpAnswer:
+        head = fields[0]
+        if head.startswith("F"):
+            raise OpRefused(f"{op} on {self.label}: " + (f"cannot open {path}: {head[1:]}"
+                                                         if not head.startswith("Fnot permitted") else head[1:]))
+        if len(fields) < 3:
+            return stackdump_from({"status": head[1:], "data": "", "time": 0.0})
+        return stackdump_from({"status": head[1:], "data": fields[2].replace("\n", ""),
+                               "time": when(fields[1].strip())})
 
     # -- PreflightOps ---------------------------------------------------------------------
     async def which(self, names: list[str]) -> dict[str, str | None]:

@@ -29,6 +29,12 @@ class LogFollower:
         self.resets = 0            # rotations + truncations seen
         self.exists = False
 
+    @property
+    def partial(self) -> str:
+        """The line being written now, not ended yet: a progress bar that redraws itself with
+        carriage returns (tqdm) lives there until it ends."""
+        return self._partial.decode("utf-8", "replace")
+
     def set_ops(self, ops: RemoteOps) -> None:
         """After a reconnect: same file, same position, new transport."""
         self.ops = ops
@@ -87,6 +93,10 @@ class LogFollower:
     def _lines(self, data: bytes) -> list[str]:
         buf = self._partial + data
         *complete, rest = buf.split(b"\n")
+        if len(rest) > MAX_LINE and b"\r" in rest.rstrip(b"\r"):
+            # A line redrawn with carriage returns (a progress bar): what it shows is its last
+            # drawing, so the drawings before it go, and the line is never cut.
+            rest = rest[rest.rstrip(b"\r").rindex(b"\r"):]
         if len(rest) > MAX_LINE:
             complete.append(rest[:MAX_LINE] + b" [dflash-tui: line cut]")
             rest = b""

@@ -24,8 +24,10 @@ from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, Targ
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from .activity import CPU_WINDOW_S, Activity, ProgressTracker
 from .attempts import LaunchAttempt
+from .flight_recorder import gather_collectives, gather_root_cause
 from .hang_evidence import HangEvidence
 from .probe_files import ProbeReport, gather_probes
+from .stack_dumps import gather_stack_dumps
 from .tracebacks import last_traceback
 from .wrapper import run_id_of_wrapper
 
@@ -190,6 +192,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status = None
 
     ev.probes = await gather_probes(ops, run_dir, run_id)
+    await _gather_distributed(ops, ev)
     tracker = tracker or ProgressTracker(second_sample=False)
     if ev.launch is not None:
         ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid),
@@ -222,9 +225,29 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
     elif ev.launch is not None and ev.launch.log_error and ev.exists(LAUNCH_OUT):
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
+    if ev.launch is not None and not wrapper_gone and ev.exit is None:
+        await _gather_hang(ops, ev)
     if ev.launch is not None:
         await _observe_activity(ops, ev, tracker)
     return ev
+
+
+async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
+    """Where each rank's collectives stand (Flight Recorder) and the first failure (torchelastic),
+    from the files the run left in its probe directory; live or ended."""
+    listing = getattr(ev.probes, "listing", [])
+    if not listing:
+        return
+    (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await asyncio.gather(
+        gather_collectives(ops, ev.run_dir, listing, ev.probes),
+        gather_root_cause(ops, ev.run_dir, listing, ev.probes))
+    ev.hang.problems.extend(fr_problems + err_problems)
+
+
+async def _gather_hang(ops: RemoteOps, ev: Evidence) -> None:
+    """Stacks of the processes whose probe reports went stale (only while the run lives)."""
+    ev.hang.stack_dumps, problems = await gather_stack_dumps(ops, ev.run_dir, ev.probes, ev.now)
+    ev.hang.problems.extend(problems)
 
 
 # A dashboard looks at the same records every second; most of them have not changed since

@@ -24,10 +24,12 @@ _REPORT_NAME = re.compile(r"^[1-9][0-9]{0,9}\.json$")
 class ProbeReports(list):
     """The reports found (a list of ProbeReport, by rank then pid), plus what went wrong."""
 
-    def __init__(self, reports=(), problems=(), skipped: int = 0) -> None:
+    def __init__(self, reports=(), problems=(), skipped: int = 0, listing=()) -> None:
         super().__init__(reports)
         self.problems: list[str] = list(problems)   # one line per unreadable report
         self.skipped = skipped                      # reports beyond MAX_REPORTS, not read
+        # Every entry of the probe directory (stack dumps, Flight Recorder dumps, error files).
+        self.listing: list[FileStat] = list(listing)
 
 
 def _transport(exc: TargetError) -> bool:
@@ -70,4 +72,5 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None) -> 
     results = await asyncio.gather(*(_read_one(ops, st) for st in read))
     reports = [r for r, _ in results if r is not None and (run_id is None or r.run_id == run_id)]
     reports.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
-    return ProbeReports(reports, [p for _, p in results if p], skipped=len(candidates) - len(read))
+    return ProbeReports(reports, [p for _, p in results if p], skipped=len(candidates) - len(read),
+                        listing=listing)

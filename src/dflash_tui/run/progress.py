@@ -9,9 +9,15 @@ this parser reads from train.log's new bytes:
     {'loss': 2.1, 'grad_norm': 0.9, 'learning_rate': 5e-05, 'epoch': 0.3}   transformers Trainer
     {"step": 10, "loss": 2.1}                                               JSON lines
 
+    Epoch 0/9 ━━━━━━━━━━━━ 450/1000 0:00:10 • 0:00:12 44.30it/s train_loss: 2.10   rich (Lightning)
+
 plus a profile's own `progress_regex` (named groups `step`, `loss`, `total`), tried first.
-A carriage return ends a segment like a newline does, so a tqdm bar that rewrites one line for
-minutes is read at every update, and the bar's latest state is read even before its line ends.
+A carriage return, and a cursor movement up a line (how rich redraws a bar of several lines),
+ends a segment like a newline does, so a bar that rewrites its line for minutes is read at every
+update, and its latest state is read even before its line ends; every other terminal escape
+(colours, erase, cursor shown or hidden, hyperlinks) is dropped before a segment is read. A
+redraw that says what the last one said (rich redraws ten times a second, also while the program
+hangs) is neither progress nor output.
 Also noted: a checkpoint the program says it saved ("Saving model checkpoint to PATH",
 "checkpoint: step N saved to PATH"), for the words of a STOPPED run.
 
@@ -42,7 +48,12 @@ _RATE = re.compile(r"(" + _NUM + r")\s*(it/s|s/it|tok(?:ens)?/s|samples/s)")
 _RATE_AFTER = re.compile(r"\b(it/s|s/it|tok(?:ens)?/s|samples/s)\s*[:=]?\s*(\d{1,3}(?:,\d{3})+(?:\.\d+)?|" + _NUM + r")")
 _EPOCH = re.compile(r"\bepoch\b\s*[:=]?\s*(" + _NUM + r")", re.IGNORECASE)
 _CHECKPOINT = re.compile(r"(?:saving model checkpoint to|checkpoint\b.*?\bsaved to)\s+(\S+)", re.IGNORECASE)
-_SPLIT = re.compile(r"[\r\n]")
+_BAR_RICH = re.compile(r"[━╸╺]\s+(\d+)/(\d+)\b")   # rich: "━━━╸━━ 450/1000 0:00:10"
+# Segment ends: a newline starts a new line; "\r" and a cursor-up (CSI n A / CSI n F) start a
+# redraw of a line already written.
+_SPLIT = re.compile(r"(\n|\r|\x1b\[[0-9]*[AF])")
+# Other escape sequences: CSI (colours, erase, cursor), OSC (titles, hyperlinks), two-byte ESC.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
 # Every progress form holds one of these (lower-cased): a substring test per line, at C speed,
 # keeps the regular expressions off the lines that cannot match.
@@ -146,39 +157,72 @@ class ProgressParser:
         self.regex = compile_progress_regex(regex) if isinstance(regex, str) else regex
         self.progress = LogProgress()
         self._partial = ""
+        self._partial_redraw = False     # the partial segment began with "\r" or a cursor-up
+        self._up = 0                     # lines the cursor went up: their newlines redraw too
+        self._said: tuple | None = None  # (step, total, loss, epoch) of the last progress segment
 
     def reset(self) -> None:
         """The file was truncated or replaced: forget the partial segment, keep the values."""
         self._partial = ""
+        self._partial_redraw = False
+        self._up = 0
 
     def feed(self, data: bytes | str) -> int:
         """Parse the new text; return how many new progress segments it held."""
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         chunk = self._partial + text
-        segs = _SPLIT.split(chunk)
+        parts = _SPLIT.split(chunk)
+        # parts alternate segment, separator, segment, ...: a segment after "\r" or a cursor-up
+        # redraws a line; after "\n" it is a new line, unless the cursor went up before (a bar
+        # of several lines redraws them all, newlines included).
+        redraws = [self._partial_redraw]
+        for sep in parts[1::2]:
+            if sep == "\n":
+                redraws.append(self._up > 0)
+                self._up = max(0, self._up - 1)
+            elif sep == "\r":
+                redraws.append(True)
+            else:
+                self._up += int(sep[2:-1] or 1)
+                redraws.append(True)
+        segs = parts[0::2]
         self._partial = segs.pop()[-MAX_SEGMENT:]
+        self._partial_redraw = redraws.pop()
         p = self.progress
+        escapes = "\x1b" in chunk
         # Rare lines: one search over the whole chunk decides whether any segment needs a look.
         disk = _DISK_FULL.search(chunk) is not None
         checkpoint = _CHECKPOINT.search(chunk) is not None
         candidates = []
-        for seg in segs:
+        for seg, redraw in zip(segs, redraws):
             seg = seg[:MAX_SEGMENT]
+            if escapes:
+                seg = _ESCAPES.sub("", seg)
             if not seg.strip() or seg.startswith("dflash-tui: "):   # the wrapper's own lines
                 continue
-            p.output += 1
+            if not redraw:
+                p.output += 1          # a redraw is output only when it says something new (below)
             if disk and _DISK_FULL.search(seg):
                 p.disk_error = " ".join(seg.split())[:200]
             saved = checkpoint and self._checkpoint(seg)
             if saved or self.regex is not None or seg.lstrip().startswith("{") or _may_progress(seg):
-                candidates.append(seg)
+                candidates.append((seg, redraw))
         older = max(0, len(candidates) - DETAIL_LAST)
-        p.records += older
-        found = older + sum(self._segment(seg) for seg in candidates[older:])
-        # The unterminated tail is a tqdm bar's current state (tqdm writes "\r" first): read its
-        # values now, count it once its segment ends.
-        if self._partial.strip() and not self._partial.startswith("dflash-tui: "):
-            self._segment(self._partial, count=False)
+        # The older ones are counted unread (the newer say the latest values); an older redraw
+        # is not: whether it said anything new is unknown, and the newer ones say where it got.
+        counted = sum(1 for _, redraw in candidates[:older] if not redraw)
+        p.records += counted
+        found = counted
+        for seg, redraw in candidates[older:]:
+            got = self._segment(seg, redraw=redraw)
+            found += got
+            if redraw and got:
+                p.output += 1
+        # The unterminated tail is a bar's current state (tqdm and rich write "\r" first): read
+        # its values now, count it once its segment ends.
+        tail = _ESCAPES.sub("", self._partial) if "\x1b" in self._partial else self._partial
+        if tail.strip() and not tail.startswith("dflash-tui: "):
+            self._segment(tail, count=False)
         return found
 
     def _checkpoint(self, seg: str) -> bool:
@@ -187,7 +231,7 @@ class ProgressParser:
             self.progress.checkpoint = cp.group(1).rstrip(".,;")
         return cp is not None
 
-    def _segment(self, seg: str, count: bool = True) -> int:
+    def _segment(self, seg: str, count: bool = True, redraw: bool = False) -> int:
         p = self.progress
         step = total = None
         loss = rate = epoch = None
@@ -210,7 +254,7 @@ class ProgressParser:
                 epoch = _num(d.get("epoch"))
                 hit = step is not None or loss is not None or epoch is not None
             else:
-                m = _BAR.search(seg) or _STEP.search(seg)
+                m = _BAR.search(seg) or _BAR_RICH.search(seg) or _STEP.search(seg)
                 if m:
                     step, total = _int_text(m.group(1)), _int_text(m.group(2))
                 lm = _LOSS.search(seg)
@@ -231,6 +275,11 @@ class ProgressParser:
                 hit = step is not None or loss is not None or rate is not None
         if not hit and not _CHECKPOINT.search(seg):
             return 0
+        said = (step, total, loss, epoch)
+        if redraw and count and said == self._said:
+            return 0                   # the same state drawn again: a bar's clock ticking, no progress
+        if count:
+            self._said = said
         if step is not None:
             p.step = step
         if total:

@@ -25,8 +25,8 @@ import shlex
 import time
 from typing import Sequence
 
-from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, PROBE_DIR, PROBE_SITECUSTOMIZE,
-                                 SCHEMA_VERSION, TRAIN_LOG)
+from ..contract.rundir import (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, EXIT_JSON, FR_DUMP_PREFIX, LAUNCH_JSON,
+                                 LAUNCH_OUT, LAUNCH_SH, PROBE_DIR, PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG)
 
 # launch.sh names its run id on this line, so a reader can tell which launch a wrapper belongs to
 # without parsing shell.
@@ -100,6 +100,12 @@ export DFLASH_RUN_ID DFLASH_RUN_DIR
 # Output line by line, so train.log shows it as it happens: Python unbuffered unless the
 # environment already says otherwise; other programs' C stdio line-buffered where stdbuf exists.
 if [ -z "${{PYTHONUNBUFFERED+set}}" ]; then PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED; fi
+# Progress bars that draw only on a terminal (rich's, so Lightning's) draw into train.log as on
+# one: rich reads TTY_COMPATIBLE / TTY_INTERACTIVE; COLUMNS gives rich and tqdm the width a
+# terminal would. The environment's own values win.
+if [ -z "${{TTY_COMPATIBLE+set}}" ]; then TTY_COMPATIBLE=1; export TTY_COMPATIBLE; fi
+if [ -z "${{TTY_INTERACTIVE+set}}" ]; then TTY_INTERACTIVE=1; export TTY_INTERACTIVE; fi
+if [ -z "${{COLUMNS+set}}" ]; then COLUMNS=120; export COLUMNS; fi
 {line_buffered}
 got=
 trap 'got=TERM' TERM
@@ -139,10 +145,29 @@ def new_run_id() -> str:
 # The run probe (run/probe_install.py): its directory goes first on PYTHONPATH, the user's own
 # entries after it, so every Python process of the run imports its sitecustomize. Only when the
 # probe's files are there, and only for a run dir that PYTHONPATH can name (no ':').
+# With it, the evidence of a distributed hang goes into the probe directory unless the
+# environment says otherwise: PyTorch's Flight Recorder (every collective's state per rank; torch
+# dumps it on an NCCL watchdog timeout, both its old and new variable names) and torchelastic's
+# error files (torchrun's root cause, and each worker's through torchrun's --log-dir).
 PROBE_BLOCK = f"""case "$RUN_DIR" in *:*) ;; *)
   if [ -f "$RUN_DIR/{PROBE_DIR}/{PROBE_SITECUSTOMIZE}" ]; then
     PYTHONPATH="$RUN_DIR/{PROBE_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
     export PYTHONPATH
+    if [ -z "${{TORCH_FR_BUFFER_SIZE+set}}${{TORCH_NCCL_TRACE_BUFFER_SIZE+set}}" ]; then
+      # Both names: torch >= 2.10 reads the first (and warns if only the old one is set).
+      TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_TRACE_BUFFER_SIZE=2000
+      export TORCH_FR_BUFFER_SIZE TORCH_NCCL_TRACE_BUFFER_SIZE
+    fi
+    if [ -z "${{TORCH_NCCL_DUMP_ON_TIMEOUT+set}}" ]; then TORCH_NCCL_DUMP_ON_TIMEOUT=1; export TORCH_NCCL_DUMP_ON_TIMEOUT; fi
+    if [ -z "${{TORCH_FR_DUMP_TEMP_FILE+set}}${{TORCH_NCCL_DEBUG_INFO_TEMP_FILE+set}}" ]; then
+      TORCH_FR_DUMP_TEMP_FILE="$RUN_DIR/{PROBE_DIR}/{FR_DUMP_PREFIX}"
+      TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$TORCH_FR_DUMP_TEMP_FILE
+      export TORCH_FR_DUMP_TEMP_FILE TORCH_NCCL_DEBUG_INFO_TEMP_FILE
+    fi
+    if [ -z "${{TORCHELASTIC_ERROR_FILE+set}}" ]; then
+      TORCHELASTIC_ERROR_FILE="$RUN_DIR/{PROBE_DIR}/{ELASTIC_ERROR_FILE}"; export TORCHELASTIC_ERROR_FILE
+    fi
+    if [ -z "${{PET_LOG_DIR+set}}" ]; then PET_LOG_DIR="$RUN_DIR/{PROBE_DIR}/{ELASTIC_LOG_DIR}"; export PET_LOG_DIR; fi
   fi ;;
 esac
 """

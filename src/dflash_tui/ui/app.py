@@ -264,6 +264,8 @@ class DashboardApp(App[None]):
                 if lines:
                     pane.lines.append(lines)
                     pane.update_title()
+                # A bar redrawn with carriage returns shows at its latest state before its line ends.
+                pane.lines.show_partial(getattr(follower, "partial", ""))
             await self._next_poll(delay)
 
     @work(exclusive=True, group="events")

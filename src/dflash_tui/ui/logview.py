@@ -36,6 +36,8 @@ _TB_START = "Traceback (most recent call last):"
 _FOLLOWER_NOTE = "[dflash-tui: "
 _TB_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 MAX_LINE_CHARS = 2000
+# Cursor up N lines (CSI N A, CSI N F): how rich redraws a display of several lines in place.
+_CURSOR_UP = re.compile(r"\x1b\[([0-9]*)[AF]")
 
 
 def clean(line: str) -> str:
@@ -45,6 +47,24 @@ def clean(line: str) -> str:
         line = line.rsplit("\r", 1)[-1]
     line = _CONTROL.sub("", line.expandtabs(4))
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+
+
+def final_state(text: str) -> str:
+    """What a terminal shows of one row written as `text`: after the last carriage return that
+    is followed by something (a bar that ends with "\r" + erase shows its last drawing until
+    the next one arrives)."""
+    pieces = _ANSI.sub("", text).split("\r")
+    shown = next((piece for piece in reversed(pieces) if piece.strip()), "")
+    return clean(shown)
+
+
+def cursor_moves(line: str) -> list[tuple[int, str]]:
+    """A complete line cut at its cursor-up sequences: (rows up before the piece, the piece)."""
+    parts = _CURSOR_UP.split(line)
+    out = [(0, parts[0])]
+    for count, piece in zip(parts[1::2], parts[2::2]):
+        out.append((int(count or 1), piece))
+    return out
 
 
 class LineClassifier:
@@ -105,6 +125,8 @@ class LogLines(ScrollView, can_focus=True):
         self._styles: dict[str, Style] = {}
         self._hidden = False          # set by Hide (another tab on top), cleared by Show
         self._fell_off_hidden = 0     # lines dropped while hidden: the scroll fix-up owed on show
+        self._back = 0                # rows the cursor is above the end (a display redrawn in place)
+        self._partial = ""            # the line being written now (shown below the lines)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -139,6 +161,9 @@ class LogLines(ScrollView, can_focus=True):
     def append(self, lines: list[str]) -> None:
         if not lines:
             return
+        if self._back or any("\x1b[" in raw and _CURSOR_UP.search(raw) for raw in lines):
+            self._append_redrawn(lines)
+            return
         arrived = len(lines)
         if arrived > self.max_lines:
             lines = lines[-self.max_lines:]   # the rest would fall off the ring at once
@@ -157,6 +182,44 @@ class LogLines(ScrollView, can_focus=True):
         fell_off = before + arrived - len(self._lines)
         self._after_change(fell_off)
 
+    def _append_redrawn(self, lines: list[str]) -> None:
+        """Lines of a display that moves the cursor up to redraw itself (rich's progress bars):
+        a redrawn row is replaced in place, so it shows once, at its latest state."""
+        before = len(self._lines)
+        appended = 0
+        for raw in lines:
+            row = len(self._lines) - self._back
+            for up, piece in cursor_moves(raw):
+                row = max(0, row - up)
+                shown = final_state(piece)
+                if row >= len(self._lines):
+                    if shown or up == 0:
+                        self._lines.append(shown)
+                        self._kinds.append(self._classify(shown))
+                        appended += 1
+                        row = len(self._lines) - 1
+                elif shown:
+                    self._lines[row] = shown
+                    self._kinds[row] = self._classify(shown)
+                self._width = max(self._width, len(shown))
+            self._back = max(0, len(self._lines) - (row + 1))
+        self._after_change(before + appended - len(self._lines))
+
+    def show_partial(self, raw: str) -> None:
+        """Show the line the program is writing now, not ended yet, at its latest state (a tqdm
+        bar redraws one line with carriage returns for minutes): one row below the lines,
+        replaced at each call, gone once the line ends and arrives through `append`."""
+        shown = final_state(raw) if raw else ""
+        if shown == self._partial:
+            return
+        self._partial = shown
+        self._width = max(self._width, len(shown))
+        self._after_change(0)
+
+    @property
+    def partial(self) -> str:
+        return self._partial
+
     def append_marker(self, text: str) -> None:
         """A line of our own (file switched, truncated, unavailable), styled apart from the log."""
         before = len(self._lines)
@@ -166,6 +229,8 @@ class LogLines(ScrollView, can_focus=True):
         self._after_change(before + 1 - len(self._lines))
 
     def clear(self) -> None:
+        self._partial = ""
+        self._back = 0
         self._lines.clear()
         self._kinds.clear()
         self._dropped = 0
@@ -186,7 +251,8 @@ class LogLines(ScrollView, can_focus=True):
 
     def _after_change(self, fell_off: int, shift: int = 0) -> None:
         self._dropped += fell_off
-        self.virtual_size = Size(self._width, len(self._lines))   # unchanged once the ring is full
+        # Unchanged once the ring is full; one row more while a line is being written.
+        self.virtual_size = Size(self._width, len(self._lines) + bool(self._partial))
         if self._hidden:
             # Behind another tab: a refresh or scroll of a widget that is not on screen makes
             # Textual rebuild the whole screen map on the next frame (and repaint it all).
@@ -267,6 +333,9 @@ class LogLines(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         base = self._style("base")
         if index >= len(self._lines):
+            if index == len(self._lines) and self._partial:
+                line = self._partial
+                return Strip([Segment(line, base)], cell_len(line)).crop_extend(scroll_x, scroll_x + width, base)
             return Strip.blank(width, base)
         line = self._lines[index]
         kind_style = self._KIND_STYLE.get(self._kinds[index])

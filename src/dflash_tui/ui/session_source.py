@@ -40,6 +40,10 @@ class SessionFollower:
     def exists(self) -> bool:
         return self._follower is not None and self._follower.exists
 
+    @property
+    def partial(self) -> str:
+        return self._follower.partial if self._follower is not None else ""
+
     async def poll(self) -> list[str]:
         ops = await self.session.ops()
         if self._follower is None:
