@@ -21,12 +21,16 @@ import asyncio
 import collections
 import posixpath
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from ..contract.rundir import EVENTS_JSONL, TRAIN_LOG, EventKind, parse_events
+from ..contract.rundir import EVENTS_JSONL, TRAIN_LOG, EventKind, ProbeReport, parse_events
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
+from .hang_evidence import StackDump
 from .progress import LogProgress, ProgressParser
+from .stacks import own_code, parse_frame
 
 # Bytes read per file per poll at most; a faster writer is skipped to its newest window.
 WINDOW = 64 << 10
@@ -70,6 +74,14 @@ class Activity:
     checkpoint_step: int | None = None
     disk: DiskFree | None = None          # free space of the run dir's filesystem, when asked
     disk_error: str = ""                  # a line of the log that said the disk is full
+    # Stacks across polls (the run probe's reports, stack dumps): when a non-daemon thread's
+    # frames in the program's own code last changed from one look to the next (progress that
+    # prints nothing), and where they went; per thread (pid, ident), when its stack took the
+    # form it has now (first seen so); per process, its recent CPU use from its reports.
+    stack_moved_at: float | None = None
+    stack_moved_where: str = ""
+    stack_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    proc_cores: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def advancing(self) -> bool:
@@ -122,6 +134,17 @@ class _FileCursor:
         return data, restarted
 
 
+def _call_chain(frames: list[str]) -> tuple[str, ...]:
+    """A thread's frames in the program's own code, innermost first, the innermost without its
+    line: a loop inside one function (a spin, a busy phase) stays one chain; a call into
+    another function of the program, or back out of it, changes it."""
+    own = [f for f in frames if own_code(parse_frame(f))]
+    if not own:
+        return ()
+    f = parse_frame(own[0])
+    return (f"{f.path} {f.function}", *own[1:])
+
+
 class ProgressTracker:
     """Memory across polls of one run dir; a new run id starts it afresh."""
 
@@ -151,6 +174,11 @@ class ProgressTracker:
         self._checkpoint_step: int | None = None
         self._disk: DiskFree | None = None
         self._disk_at: float | None = None
+        # (pid, ident) -> (own-code frames, first seen with them); pid -> (report time, cpu_s, rate)
+        self._stacks: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
+        self._stack_moved_at: float | None = None
+        self._stack_moved_where = ""
+        self._proc_cpu: dict[int, tuple[float, float, float | None]] = {}
 
     @property
     def progress(self) -> LogProgress:
@@ -212,11 +240,51 @@ class ProgressTracker:
         if ev_data:
             self._events_fed(ev_data)
 
-    def observe(self, now: float, tree: ProcTree | None) -> Activity:
-        """The other half: this poll's process tree sampled, and what advanced."""
+    def observe(self, now: float, tree: ProcTree | None, probes: list[ProbeReport] = (),
+                dumps: Mapping[int, StackDump] | None = None) -> Activity:
+        """The other half: this poll's process tree and stacks sampled, and what advanced."""
         self.samples += 1
         self.sample_cpu(now, tree)
+        self.sample_stacks(probes, dumps)
         return self.activity(now, tree)
+
+    def sample_stacks(self, probes: list[ProbeReport], dumps: Mapping[int, StackDump] | None = None) -> None:
+        """Remember each thread's frames in the program's own code. A report is the process's
+        own view at `report.time`; a stack dump newer than it stands in for it (the report is
+        stale). A non-daemon thread whose own frames differ from the last look's moved: that
+        is progress, even when nothing is printed (a daemon's loop, a heartbeat, is not)."""
+        seen: set[tuple[int, int]] = set()
+        for p in probes:
+            if p.ended:
+                continue
+            dump = (dumps or {}).get(p.pid)
+            threads, at = (dump.threads, dump.time) if dump is not None and dump.time > p.time else (p.threads, p.time)
+            self._sample_proc_cpu(p)
+            for t in threads:
+                key = (p.pid, t.ident)
+                seen.add(key)
+                own = _call_chain(t.frames)
+                before = self._stacks.get(key)
+                if before is not None and before[0] == own:
+                    continue
+                self._stacks[key] = (own, at)
+                if before is not None and own and not t.daemon and (self._stack_moved_at is None
+                                                                    or at >= self._stack_moved_at):
+                    self._stack_moved_at = at
+                    f = next(parse_frame(x) for x in t.frames if own_code(parse_frame(x)))
+                    self._stack_moved_where = f"{t.name} in {f.place}"
+        if probes:
+            for key in [k for k in self._stacks if k not in seen and k[0] in {p.pid for p in probes}]:
+                del self._stacks[key]     # a thread that ended
+
+    def _sample_proc_cpu(self, p: ProbeReport) -> None:
+        before = self._proc_cpu.get(p.pid)
+        if before is not None and p.time == before[0]:
+            return
+        rate = None
+        if before is not None and p.time - before[0] > 0.2:
+            rate = max(0.0, p.cpu_s - before[1]) / (p.time - before[0])
+        self._proc_cpu[p.pid] = (p.time, p.cpu_s, rate if rate is not None else (before[2] if before else None))
 
     async def _read(self, ops: RemoteOps, path: str, st: FileStat | None,
                     cursor: _FileCursor) -> tuple[bytes, bool]:
@@ -273,4 +341,7 @@ class ProgressTracker:
             procs=tree.procs if tree is not None else 0, threads=tree.threads if tree is not None else 0,
             states=states_words(tree) if tree is not None else "",
             checkpoint=self._checkpoint or p.checkpoint, checkpoint_step=self._checkpoint_step,
-            disk=self._disk, disk_error=p.disk_error)
+            disk=self._disk, disk_error=p.disk_error,
+            stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
+            stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
+            proc_cores=MappingProxyType({pid: v[2] for pid, v in self._proc_cpu.items() if v[2] is not None}))
