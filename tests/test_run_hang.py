@@ -164,7 +164,7 @@ def test_a_moving_stack_is_progress_the_log_lacks():
     cl = evaluate(e, LIM)
     assert cl.verdict is Verdict.RUNNING, cl
     progress = by_id(cl)["progress"]
-    assert progress.state is CheckState.WARN and "its stack moves: MainThread in training_step (model.py:12)" \
+    assert progress.state is CheckState.WARN and "its stack moves (MainThread in training_step (model.py:12))" \
         in progress.cause, progress
     assert progress.hint.startswith("its progress does not reach the log"), progress
     # Never printed at all: RUNNING too, past stall_after_s (a Lightning script without a terminal).
@@ -283,3 +283,59 @@ def test_json_threads_carry_class_where_and_since():
         {"name": "MainThread", "state": "STUCK", "why": "blocked in a C call in checkpoint_to_slow_disk (train.py:9)",
          "pid": 202, "rank": 1, "class": "blocked", "doing": "", "where": "checkpoint_to_slow_disk (train.py:9)",
          "since": NOW - 180, "source": "probe", "stale": False}], threads
+
+
+def test_start_up_in_library_code_is_starting_never_stalled():
+    # import torch: deep in library code with no frame of the program in view, busy; its
+    # functions change from look to look. Neither a hang nor the program's progress.
+    a = [rep(201, th("MainThread", f"{STD}/inspect.py:1230 getblock", f"{STD}/inspect.py:1250 getsource"))]
+    b = [rep(201, th("MainThread", f"{SITE}/torch/_ops.py:844 __init__", f"{SITE}/torch/_ops.py:900 load"))]
+    e = looked(*held((NOW - 3, a), (NOW - 1, b)), cpu=1.0, silent_s=200)
+    e = replace(e, activity=replace(e.activity, log_grew_at=None, program_output=False, output_polls=0))
+    cl = evaluate(e, LIM)
+    assert cl.verdict is Verdict.STARTING and cl.summary == ("no output yet but its stack moves in library code "
+                                                              "(MainThread in __init__ (_ops.py:844))"), cl.summary
+    imports = [rep(201, th("MainThread", "<frozen importlib._bootstrap>:1165 _find_and_load", "/w/t.py:1 <module>"))]
+    cl = evaluate(replace(e, probes=imports), LIM)
+    assert cl.verdict is Verdict.STARTING and cl.summary.startswith("importing modules: no output yet"), cl.summary
+
+
+def test_a_library_s_polling_loop_is_not_progress():
+    # The main process polls its DataLoader's queue: the library frames change, the wait does not.
+    a = [rep(201, th("MainThread", f"{STD}/selectors.py:415 select", f"{STD}/multiprocessing/connection.py:947 wait",
+                     f"{SITE}/torch/utils/data/dataloader.py:1291 _try_get_data"))]
+    b = [rep(201, th("MainThread", f"{STD}/multiprocessing/connection.py:440 _poll",
+                     f"{SITE}/torch/utils/data/dataloader.py:1291 _try_get_data"))]
+    cl = evaluate(looked(*held((NOW - 90, a), (NOW - 2, b), (NOW - 1, a))), LIM)
+    assert cl.verdict is Verdict.STALLED and cl.summary.startswith("waiting for DataLoader workers: MainThread in "
+                                                                   "dataloader._try_get_data"), cl.summary
+
+
+def test_check_text_names_each_stuck_thread():
+    from dflash_tui.cli import render_text
+    from dflash_tui.config import Profile
+
+    ranks = [rep(201, th("MainThread", *ALL_REDUCE, "/w/train.py:42 step", ident=7), rank=0),
+             rep(202, th("MainThread", "/w/train.py:9 checkpoint_to_slow_disk", ident=8), rank=1)]
+    cl = evaluate(looked(*held((NOW - 180, ranks), (NOW - 0.5, ranks))), LIM)
+    text = render_text(Profile(name="p", run_dir="/r"), cl, pid=100, now=NOW)
+    assert text.splitlines()[-2:] == [
+        "  thread  rank 0 · pid 201 MainThread: collective all_reduce in step (train.py:42)  (3m00s)",
+        "  thread  rank 1 · pid 202 MainThread: blocked in checkpoint_to_slow_disk (train.py:9)  (3m00s)"], text
+
+
+def test_several_nodes_name_the_node_whose_rank_is_not_in_the_collective():
+    from dflash_tui.run.combine import NodeReport, combine
+    from dflash_tui.run.report import report_from
+
+    gpu1 = looked(*held((NOW - 180, [rep(201, th("MainThread", *ALL_REDUCE, "/w/train.py:42 step"), rank=0)]),
+                        (NOW - 0.5, [rep(201, th("MainThread", *ALL_REDUCE, "/w/train.py:42 step"), rank=0)])))
+    slow = [rep(301, th("MainThread", "/w/train.py:9 checkpoint_to_slow_disk", "/w/train.py:80 main"), rank=1)]
+    gpu2 = looked(*held((NOW - 180, slow), (NOW - 0.5, slow)))
+    nodes = [NodeReport(name, rank, report_from(e, evaluate(e, LIM), profile="p", target_label=name))
+             for name, rank, e in (("gpu1", 0, gpu1), ("gpu2", 1, gpu2))]
+    assert [n.verdict for n in nodes] == [Verdict.STALLED, Verdict.STALLED]
+    run = combine(nodes)
+    assert run.verdict is Verdict.STALLED
+    assert run.summary == ("hung in a collective: node gpu1 (rank 0) waits in all_reduce (train.py:42); "
+                           "node gpu2 (rank 1) is not in it: checkpoint_to_slow_disk (train.py:9)"), run.summary

@@ -40,7 +40,18 @@ STD = "/usr/lib/python3.11"
     ([f"{STD}/threading.py:324 wait", f"{STD}/multiprocessing/queues.py:113 get",
       f"{SITE}/torch/utils/data/dataloader.py:1243 _try_get_data",
       f"{SITE}/torch/utils/data/dataloader.py:1411 _get_data", f"{SITE}/torch/utils/data/dataloader.py:1430 _next_data",
-      "/w/train.py:20 main"], "", C.LOCK, "threading.wait", "main (train.py:20)"),
+      "/w/train.py:20 main"], "", C.DATALOADER, "dataloader._try_get_data", "main (train.py:20)"),
+    # ... as CPython 3.11 shows it, the DataLoader's frame the sixth of six
+    ([f"{STD}/selectors.py:415 select", f"{STD}/multiprocessing/connection.py:947 wait",
+      f"{STD}/multiprocessing/connection.py:440 _poll", f"{STD}/multiprocessing/connection.py:257 poll",
+      f"{STD}/multiprocessing/queues.py:113 get", f"{SITE}/torch/utils/data/dataloader.py:1291 _try_get_data"],
+     "", C.DATALOADER, "dataloader._try_get_data", ""),
+    # a worker process reading for it: its own code (a blocking read is a C call from there)
+    (["/tmp/dl/dl.py:21 __getitem__", f"{SITE}/torch/utils/data/_utils/fetch.py:56 fetch",
+      f"{SITE}/torch/utils/data/_utils/worker.py:374 _worker_loop"], "", C.RUNNING, "", "__getitem__ (dl.py:21)"),
+    # import torch: the import machinery, whatever it loads
+    (["<frozen importlib._bootstrap>:1165 _find_and_load", "<frozen importlib._bootstrap>:241 _call_with_frames_removed",
+      "<frozen importlib._bootstrap_external>:1233 create_module"], "", C.IMPORTING, "import", ""),
     ([f"{SITE}/torch/utils/data/dataloader.py:1243 _try_get_data",
       f"{SITE}/torch/utils/data/dataloader.py:1411 _get_data", "/w/train.py:20 main"], "", C.DATALOADER,
      "dataloader._try_get_data", "main (train.py:20)"),

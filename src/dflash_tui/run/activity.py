@@ -30,7 +30,7 @@ from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, Targ
 from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from .hang_evidence import StackDump
 from .progress import LogProgress, ProgressParser
-from .stacks import own_code, parse_frame
+from .stacks import ThreadClass, classify, own_code, parse_frame
 
 # Bytes read per file per poll at most; a faster writer is skipped to its newest window.
 WINDOW = 64 << 10
@@ -80,6 +80,7 @@ class Activity:
     # form it has now (first seen so); per process, its recent CPU use from its reports.
     stack_moved_at: float | None = None
     stack_moved_where: str = ""
+    stack_moved_own: bool = False         # that move was in the program's own code (not a library's)
     stack_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
     proc_cores: Mapping[int, float] = field(default_factory=dict)
 
@@ -134,15 +135,23 @@ class _FileCursor:
         return data, restarted
 
 
-def _call_chain(frames: list[str]) -> tuple[str, ...]:
-    """A thread's frames in the program's own code, innermost first, the innermost without its
-    line: a loop inside one function (a spin, a busy phase) stays one chain; a call into
-    another function of the program, or back out of it, changes it."""
-    own = [f for f in frames if own_code(parse_frame(f))]
-    if not own:
-        return ()
-    f = parse_frame(own[0])
-    return (f"{f.path} {f.function}", *own[1:])
+def _signature(frames: list[str]) -> tuple[str, ...]:
+    """What of a thread's stack counts as where it is. Its frames in the program's own code,
+    innermost first, the innermost without its line: a loop inside one function (a spin, a
+    busy phase) stays one signature; a call into another function of the program, or back out
+    of it, changes it. A thread with no own frame in view (deep in a library, importing) is
+    where its functions are, lines aside."""
+    parsed = [parse_frame(f) for f in frames]
+    own = [f for f, p in zip(frames, parsed) if own_code(p)]
+    if own:
+        f = parse_frame(own[0])
+        return ("own", f"{f.path} {f.function}", *own[1:])
+    return ("lib", *(f"{p.path} {p.function}" for p in parsed))
+
+
+# Classes of a library stack that waits: a change there is a polling loop going round, not work.
+_WAITS = frozenset({ThreadClass.LOCK, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.GPU, ThreadClass.COLLECTIVE,
+                    ThreadClass.DATALOADER, ThreadClass.UNKNOWN})
 
 
 class ProgressTracker:
@@ -178,6 +187,7 @@ class ProgressTracker:
         self._stacks: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
         self._stack_moved_at: float | None = None
         self._stack_moved_where = ""
+        self._stack_moved_own = False
         self._proc_cpu: dict[int, tuple[float, float, float | None]] = {}
 
     @property
@@ -249,10 +259,11 @@ class ProgressTracker:
         return self.activity(now, tree)
 
     def sample_stacks(self, probes: list[ProbeReport], dumps: Mapping[int, StackDump] | None = None) -> None:
-        """Remember each thread's frames in the program's own code. A report is the process's
-        own view at `report.time`; a stack dump newer than it stands in for it (the report is
-        stale). A non-daemon thread whose own frames differ from the last look's moved: that
-        is progress, even when nothing is printed (a daemon's loop, a heartbeat, is not)."""
+        """Remember where each thread is (`_signature`). A report is the process's own view at
+        `report.time`; a stack dump newer than it stands in for it (the report is stale). A
+        non-daemon thread whose signature differs from the last look's moved: that is progress,
+        even when nothing is printed (a daemon's loop, a heartbeat, is not; nor is a library's
+        polling loop going round in a wait)."""
         seen: set[tuple[int, int]] = set()
         for p in probes:
             if p.ended:
@@ -263,16 +274,21 @@ class ProgressTracker:
             for t in threads:
                 key = (p.pid, t.ident)
                 seen.add(key)
-                own = _call_chain(t.frames)
+                sig = _signature(t.frames)
                 before = self._stacks.get(key)
-                if before is not None and before[0] == own:
+                if before is not None and before[0] == sig:
                     continue
-                self._stacks[key] = (own, at)
-                if before is not None and own and not t.daemon and (self._stack_moved_at is None
-                                                                    or at >= self._stack_moved_at):
-                    self._stack_moved_at = at
-                    f = next(parse_frame(x) for x in t.frames if own_code(parse_frame(x)))
-                    self._stack_moved_where = f"{t.name} in {f.place}"
+                self._stacks[key] = (sig, at)
+                if before is None or t.daemon or len(sig) < 2 or self._stack_moved_at is not None and at < self._stack_moved_at:
+                    continue
+                own = sig[0] == "own"
+                if not own and classify(t.frames, t.compile_state).cls in _WAITS:
+                    continue
+                self._stack_moved_at = at
+                self._stack_moved_own = own
+                c = classify(t.frames, t.compile_state)
+                self._stack_moved_where = (f"{t.name} in {c.where}" if own else
+                                           f"{t.name} in {parse_frame(t.frames[0]).place}")
         if probes:
             for key in [k for k in self._stacks if k not in seen and k[0] in {p.pid for p in probes}]:
                 del self._stacks[key]     # a thread that ended
@@ -343,5 +359,6 @@ class ProgressTracker:
             checkpoint=self._checkpoint or p.checkpoint, checkpoint_step=self._checkpoint_step,
             disk=self._disk, disk_error=p.disk_error,
             stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
+            stack_moved_own=self._stack_moved_own,
             stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
             proc_cores=MappingProxyType({pid: v[2] for pid, v in self._proc_cpu.items() if v[2] is not None}))

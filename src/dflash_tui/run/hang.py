@@ -98,6 +98,7 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
     act = ev.activity
     since_of = act.stack_since if act is not None else {}
     out: list[ThreadView] = []
+    loading: set[int] = set()     # processes whose thread waits for DataLoader workers
     for p in ev.probes:
         if p.ended:
             continue
@@ -114,11 +115,20 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
             inner = parse_frame(t.frames[0]).place if t.frames else ""
             out.append(ThreadView(p.pid, p.rank, t.name, t.ident, c.cls, c.doing, c.where, inner, since,
                                   dump.source if use_dump else "probe", stale, p.time, t.daemon, p.ppid, worker))
-    return out
+            if c.cls is C.DATALOADER:
+                loading.add(p.pid)
+    # A child of a process that waits for its DataLoader workers is one of them, wherever its
+    # stack is (the worker loop may be beyond the frames kept).
+    return [replace(v, dataloader_worker=True) if v.ppid in loading and not v.dataloader_worker else v
+            for v in out]
 
 
 def compiling(views: list[ThreadView]) -> bool:
     return any(v.cls is C.COMPILING for v in views)
+
+
+def importing(views: list[ThreadView]) -> bool:
+    return any(v.cls is C.IMPORTING for v in views)
 
 
 def _busy(ev: Evidence) -> bool | None:
@@ -126,9 +136,10 @@ def _busy(ev: Evidence) -> bool | None:
 
 
 def compiling_busy(ev: Evidence, views: list[ThreadView]) -> bool:
-    """The stacks show a compile that works: a thread in the compiler while the tree uses CPU
-    (or its CPU is not measured yet). A compile at 0 % CPU is not compiling: it is stuck."""
-    return compiling(views) and _busy(ev) is not False
+    """The stacks show a compile (or the imports of start-up) that works: a thread in the
+    compiler or the import machinery while the tree uses CPU (or its CPU is not measured yet).
+    A compile at 0 % CPU is not compiling: it is stuck."""
+    return (compiling(views) or importing(views)) and _busy(ev) is not False
 
 
 def _for(now: float, since: float | None) -> str:
@@ -147,7 +158,7 @@ def _who(v: ThreadView, ranks: bool) -> str:
 
 def _pick(views: list[ThreadView]) -> ThreadView:
     """The thread that speaks for its process: the main thread unless it only waits for another."""
-    order = {C.COLLECTIVE: 0, C.GPU: 1, C.DATALOADER: 2, C.COMPILING: 3, C.IO: 4, C.LOCK: 5, C.BLOCKED: 6,
+    order = {C.COLLECTIVE: 0, C.GPU: 1, C.DATALOADER: 2, C.COMPILING: 3, C.IMPORTING: 3, C.IO: 4, C.LOCK: 5, C.BLOCKED: 6,
              C.RUNNING: 7, C.SLEEP: 8, C.LIBRARY: 9, C.UNKNOWN: 10}
     joining = {v.pid for v in views if v.main and v.doing == "Thread.join"}
     return min(views, key=lambda v: (v.daemon, order[v.cls], not v.main or v.pid in joining, v.name))
@@ -195,12 +206,15 @@ def diagnose(ev: Evidence) -> Hang | None:
     if loader:
         return _dataloader(ev, views, loader)
     if compiling_busy(ev, views):
-        comp = [v for v in views if v.cls is C.COMPILING]
+        cls = C.COMPILING if compiling(views) else C.IMPORTING
+        comp = [v for v in views if v.cls is cls]
         since = _oldest(comp)
-        return Hang("compiling", f"compile never ended: {_threads(comp, ranked)} in the compiler"
-                                 f"{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
+        what = ("compile never ended: {} in the compiler" if cls is C.COMPILING else
+                "start-up never ended: {} importing modules").format(_threads(comp, ranked))
+        return Hang(cls.value, f"{what}{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
     for pid, vs in procs.items():
-        waiting = [v for v in vs if v.cls in (C.LOCK, C.BLOCKED) and v.doing != "Thread.join"]
+        waiting = sorted((v for v in vs if v.cls in (C.LOCK, C.BLOCKED) and v.doing != "Thread.join"),
+                         key=lambda v: v.name)
         if len(waiting) >= 2 and not any(v.cls in (C.RUNNING, C.COMPILING) and not v.daemon for v in vs):
             since = _oldest(waiting)
             parts = "; ".join(_lock_words(v) for v in waiting)
@@ -263,8 +277,10 @@ def _collective(ev: Evidence, views: list[ThreadView], coll: list[ThreadView], r
         parts.append(f"{who} {verb} in {place}{_for(now, _oldest(vs))}")
     words = "hung in a collective: " + "; ".join(parts)
     waiting_pids = {v.pid for v in coll}
+    # The other ranks (a launcher, torchrun, has no rank: it is not one of them).
     others = [vs for pid, vs in _by_process(views).items()
-              if pid not in waiting_pids and not any(v.dataloader_worker for v in vs)]
+              if pid not in waiting_pids and not any(v.dataloader_worker for v in vs)
+              and (not ranked or vs[0].rank is not None)]
     for vs in others:
         v = _pick(vs)
         words += f"; {_who(v, ranked)} is not in it: {v.place()}"

@@ -18,7 +18,7 @@ from ..words import age_at as _age, cpu_use, duration as _duration, one_line as 
 from .checks import (DISK_HINT, cpu_check, cpu_words, disk_check, gpus_check, last_line, last_progress,
                      launch_cmd_check, log_problem, never_started_cause, probe_check, progress_words,
                      run_gpu_util, silence_words, stacks_check, unlogged_progress_words)
-from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, judged_views
+from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
 from .stacks import ThreadClass
 from .observe import Evidence, current_run_id, process_matches
 from .tracebacks import exception_line
@@ -135,7 +135,8 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
 
 
 _WAITING = frozenset({ThreadClass.COLLECTIVE, ThreadClass.GPU, ThreadClass.DATALOADER, ThreadClass.LOCK,
-                      ThreadClass.BLOCKED, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.COMPILING})
+                      ThreadClass.BLOCKED, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.COMPILING,
+                      ThreadClass.IMPORTING})
 
 
 def _with_stacks(cl: Checklist, ev: Evidence) -> Checklist:
@@ -265,30 +266,40 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
         add(Check("progress", "Progress (log, events)", OK, f"{parsed or 'log output'}, last {_age(now, last)}", "", last))
         return verdict(Verdict.RUNNING, f"{parsed + ', ' if parsed else ''}output {_age(now, last)}, up {_duration(uptime)}")
     silent = "no output yet" if last is None else f"no output for {_duration(silent_for)}"
-    if moved:
-        # Its stack moves through its own code: it works, but its progress never reaches the log.
-        why = unlogged_progress_words(ev, views)
+    advanced = act is not None and act.advancing
+    if silent_for <= limit and (compiling(views) or importing(views)):
+        # A compile (or the imports of start-up) that uses CPU: the long limit.
+        what, where = ("compiling", "the compiler") if compiling(views) else ("importing modules", "imports")
+        n = sum(1 for v in views if v.cls.value == ("compiling" if what == "compiling" else "importing"))
         add(Check("progress", "Progress (log, events)", WARN,
-                  f"{silent}, but its stack moves: {act.stack_moved_where} {_age(now, act.stack_moved_at)}",
-                  f"its progress does not reach the log: {why}", act.stack_moved_at))
-        return verdict(Verdict.RUNNING, f"{silent} but its stack moves ({act.stack_moved_where}): its progress "
-                                        f"does not reach the log ({why})")
-    if silent_for <= limit:
-        if compiling(views):
-            comp = [v for v in views if v.cls.value == "compiling"]
-            add(Check("progress", "Progress (log, events)", WARN,
-                      f"{silent}: compiling ({len(comp)} thread(s) in the compiler), {cpu_words(act)}",
-                      f"STALLED after compile_stall_after_s ({limits.compile_stall_after_s:.0f} s) of this", last))
-            summary = f"compiling: {silent}, {cpu_use(act.cpu_cores if act else None)}{'; ' + parsed if parsed else ''}"
+                  f"{silent}: {what} ({n} thread(s) in {where}), {cpu_words(act)}",
+                  f"STALLED after compile_stall_after_s ({limits.compile_stall_after_s:.0f} s) of this", last))
+        return verdict(Verdict.RUNNING if advanced else Verdict.STARTING,
+                       f"{what}: {silent}, {cpu_use(act.cpu_cores if act else None)}{'; ' + parsed if parsed else ''}")
+    if moved:
+        # Its stack moves: it works, but its progress never reaches the log. A move through the
+        # program's own code is progress (RUNNING); one only in a library's keeps a run that
+        # never advanced STARTING (start-up, a library warming up).
+        if act.stack_moved_own:
+            why = unlogged_progress_words(ev, views)
+            moves, hint = f"its stack moves ({act.stack_moved_where})", f"its progress does not reach the log: {why}"
+            summary = f"{silent} but {moves}: its progress does not reach the log ({why})"
         else:
-            # No stacks to tell what it is: busy and silent, within the compile limit.
-            add(Check("progress", "Progress (log, events)", WARN,
-                      f"{silent}, but the process tree is {cpu_words(act)}",
-                      f"a compile or data preparation? STALLED after compile_stall_after_s "
-                      f"({limits.compile_stall_after_s:.0f} s) of this", last))
-            summary = (f"silent for {_duration(silent_for)} but busy ({cpu_use(act.cpu_cores)}): "
+            moves = f"its stack moves in library code ({act.stack_moved_where})"
+            hint = "starting up, or working inside a library: STALLED once its stack stands still"
+            summary = f"{silent} but {moves}"
+        add(Check("progress", "Progress (log, events)", WARN, f"{silent}, but {moves} {_age(now, act.stack_moved_at)}",
+                  hint, act.stack_moved_at))
+        return verdict(Verdict.RUNNING if act.stack_moved_own or advanced else Verdict.STARTING, summary)
+    if silent_for <= limit:
+        # No stacks to tell what it is: busy and silent, within the compile limit.
+        add(Check("progress", "Progress (log, events)", WARN,
+                  f"{silent}, but the process tree is {cpu_words(act)}",
+                  f"a compile or data preparation? STALLED after compile_stall_after_s "
+                  f"({limits.compile_stall_after_s:.0f} s) of this", last))
+        return verdict(Verdict.RUNNING if advanced else Verdict.STARTING,
+                       f"silent for {_duration(silent_for)} but busy ({cpu_use(act.cpu_cores)}): "
                        f"a compile or data preparation?{' ' + parsed if parsed else ''}")
-        return verdict(Verdict.RUNNING if act is not None and act.advancing else Verdict.STARTING, summary)
     why, hang = _stalled_words(ev, views, silent_for)
     if hang is not None:
         hint = "the stacks say where: see the Threads pane"

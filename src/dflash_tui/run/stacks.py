@@ -11,7 +11,11 @@ person looks at.
 What the Python frames cannot show: a C call made from the program's own line (`lock.acquire()`
 on a plain Lock, `time.sleep`, `tensor.item()`) leaves that line as the innermost frame. Native
 frames (py-spy --native) name such calls and are read too; without them the verdict engine
-tells a blocked thread from a running one by time and CPU (run/hang.py), never by the frame.
+tells a blocked thread from a running one by the CPU (run/hang.py), never by the frame.
+
+Three classes are read anywhere in the frames kept, not only innermost: the compiler, the
+DataLoader's wait for its workers and the import machinery exist on a stack only while the
+thread is in them, whatever they wait in below (a lock, a pipe, dlopen).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class ThreadClass(str, Enum):
     """What a thread waits for (`--check --json` threads[].class)."""
 
     COMPILING = "compiling"        # dynamo, inductor, triton, or waiting for inductor's workers
+    IMPORTING = "importing"        # loading modules (import torch takes seconds)
     GPU = "gpu"                    # synchronize, event and stream waits, a copy to the host
     COLLECTIVE = "collective"      # torch.distributed ops, wait, barrier, the rendezvous
     DATALOADER = "dataloader"      # the main process waiting for DataLoader workers
@@ -43,6 +48,7 @@ class ThreadClass(str, Enum):
 
 _WORDS = {
     ThreadClass.COMPILING: "compiling",
+    ThreadClass.IMPORTING: "importing modules",
     ThreadClass.GPU: "waiting on the GPU",
     ThreadClass.COLLECTIVE: "in a collective",
     ThreadClass.DATALOADER: "waiting for DataLoader workers",
@@ -135,7 +141,7 @@ _RULES: tuple[_Rule, ...] = (
                                    "/torch/distributed/fsdp/", "/torch/distributed/_composable/",
                                    "/torch/nn/parallel/distributed.py", "/deepspeed/comm/", "/accelerate/utils/operations.py")),
     _rule(ThreadClass.DATALOADER, ("/torch/utils/data/dataloader.py",),
-          ("_try_get_data", "_get_data", "_next_data", "__next__", "_shutdown_workers")),
+          ("_try_get_data", "_get_data", "_shutdown_workers")),
     _rule(ThreadClass.SLEEP, ("/asyncio/tasks.py",), ("sleep",)),
     _rule(ThreadClass.LOCK, ("/threading.py", "/queue.py", "/concurrent/futures/", "/multiprocessing/synchronize.py",
                              "/multiprocessing/queues.py", "/multiprocessing/pool.py", "/asyncio/locks.py",
@@ -175,9 +181,15 @@ def classify(frames: list[str], compile_state: str = "") -> Classified:
     here = where(parsed)
     # The compiler anywhere on the stack decides, whatever it waits in (a lock: inductor's
     # compile workers; I/O: its cache): frames of dynamo/inductor only exist while compiling.
+    # So do DataLoader's waits for its workers (a queue below them) and the import machinery.
     inner = next((f for f in parsed if _match(f) is ThreadClass.COMPILING), None)
     if compile_state == "compiling" or inner is not None:
         return Classified(ThreadClass.COMPILING, _doing(ThreadClass.COMPILING, inner) if inner else "", here)
+    loader = next((f for f in parsed if _match(f) is ThreadClass.DATALOADER), None)
+    if loader is not None:
+        return Classified(ThreadClass.DATALOADER, _doing(ThreadClass.DATALOADER, loader), here)
+    if any(f.path.startswith("<frozen importlib") for f in parsed):
+        return Classified(ThreadClass.IMPORTING, "import", here)
     if not parsed:
         return Classified(ThreadClass.UNKNOWN)
     for f in parsed:
