@@ -175,10 +175,7 @@ def silence_words(ev: Evidence, silent_for: float, heartbeat: str = "") -> str:
 
 
 def unlogged_progress_words(ev: Evidence, views: list[ThreadView]) -> str:
-    """Why a run whose stack moves prints nothing: what the frames show of a progress bar."""
-    frames = " ".join(v.innermost + " " + v.where for v in views)
-    if "/rich/" in frames or "rich" in frames.split("(")[0]:
-        return "a rich progress bar draws only on a terminal"
+    """Why a run whose own code moves prints nothing, as far as a log can tell."""
     return "it prints nothing, or only to a terminal (a rich or tqdm bar without one)"
 
 
