@@ -339,3 +339,32 @@ def test_several_nodes_name_the_node_whose_rank_is_not_in_the_collective():
     assert run.verdict is Verdict.STALLED
     assert run.summary == ("hung in a collective: node gpu1 (rank 0) waits in all_reduce (train.py:42); "
                            "node gpu2 (rank 1) is not in it: checkpoint_to_slow_disk (train.py:9)"), run.summary
+
+
+def test_threads_compiling_at_zero_cpu_are_a_deadlock_in_the_compiler():
+    # The incident: eight threads sharing one compiled flex_attention, every one in the compiler.
+    p = [rep(201, *(th(f"drafter{i}", f"{SITE}/torch/_dynamo/convert_frame.py:900 _compile",
+                       "/w/attn.py:30 forward", compile_state="compiling", ident=i) for i in range(8)))]
+    cl = evaluate(looked(*held((NOW - 100, p), (NOW - 0.5, p)), cpu=0.0), LIM)
+    assert cl.verdict is Verdict.STALLED, cl
+    assert cl.summary.startswith("deadlock in the compiler: 8 threads in the compiler for 2 min, 0 % CPU"), cl.summary
+    assert "(limit stall_after_s 60 s)" in by_id(cl)["progress"].cause
+
+
+def test_the_fleet_row_leads_with_the_kind_of_hang():
+    from dflash_tui.config import Profile
+    from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
+    from dflash_tui.fleet.row import row_from_report
+    from dflash_tui.run.report import report_from
+
+    # The bundled trainer: its heartbeat check fails first; the row still says the kind first.
+    st = TrainStatus(run_id="r1", pid=201, time=NOW - 90, phase="training", step=5, heartbeat_time=NOW - 90,
+                     threads=[ThreadStatus("MainThread", "main", "cpu", "compiled", last_beat_time=NOW - 90)])
+    p = [rep(201, th("MainThread", *ALL_REDUCE, "/w/train.py:42 step"))]
+    e = looked(*held((NOW - 90, p), (NOW - 0.5, p)), status=st)
+    report = report_from(e, evaluate(e, LIM), profile="p", target_label="t")
+    assert report.checklist.verdict is Verdict.STALLED
+    assert not report.checklist.summary.startswith("hung in a collective"), report.checklist.summary
+    row = row_from_report(Profile(name="p", run_dir="/r"), report)
+    assert row.cause.startswith("hung in a collective: MainThread waits in all_reduce (train.py:42)"), row.cause
+    assert row.cause.count("hung in a collective") == 1, row.cause

@@ -13,11 +13,12 @@ The kind, first match wins (a run is one kind; its other threads wait for the on
 | a thread in a torch.distributed op, wait, barrier, rendezvous   | collective  |
 | a thread in a GPU wait (synchronize, event/stream waits)        | gpu         |
 | a main process waiting for its DataLoader workers               | dataloader  |
-| a thread in the compiler while the tree uses CPU                | compiling   |
+| a thread in the compiler (or importing) while the tree uses CPU | compiling / importing |
 | two or more threads of one process waiting on locks or blocked  | deadlock    |
 |   in a C call (own frames standing still, CPU idle)             |             |
 | a process whose report is stale (no Python runs), busy CPU      | busy_c      |
-| a thread in the compiler while the tree is idle                 | compiler_stuck |
+| threads in the compiler while the tree is idle ("deadlock in   | compiler_stuck |
+|   the compiler" when several)                                   |             |
 | a process whose report is stale, idle CPU                       | stuck_c     |
 | a thread in I/O / on a lock / asleep / blocked in a C call      | io / lock / sleep / blocked |
 | a thread in the program's own code, busy                        | busy        |
@@ -226,9 +227,11 @@ def diagnose(ev: Evidence) -> Hang | None:
         return Hang("busy_c", f"busy in C: {_who(v, ranked)} in {v.place()}" + (f", {cpu}" if cpu else "")
                     + f", stack unchanged{_for(now, since)} (pid {v.pid} runs no Python)", since)
     if compiling(views):
+        # The incident's pattern: threads compiling one function at once wait for each other.
         comp = [v for v in views if v.cls is C.COMPILING]
         since = _oldest(comp)
-        return Hang("compiler_stuck", f"stuck in the compiler: {_threads(comp, ranked)} in the compiler"
+        what = "deadlock in the compiler" if len(comp) > 1 else "stuck in the compiler"
+        return Hang("compiler_stuck", f"{what}: {_threads(comp, ranked)} in the compiler"
                                       f"{_for(now, since)}, {cpu or 'CPU not measured'}", since)
     if stale:
         v = _pick(stale)
