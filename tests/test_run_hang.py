@@ -368,3 +368,17 @@ def test_the_fleet_row_leads_with_the_kind_of_hang():
     row = row_from_report(Profile(name="p", run_dir="/r"), report)
     assert row.cause.startswith("hung in a collective: MainThread waits in all_reduce (train.py:42)"), row.cause
     assert row.cause.count("hung in a collective") == 1, row.cause
+
+
+def test_a_gpu_wait_behind_a_pending_nccl_collective_gets_its_sequence_numbers():
+    # NCCL returns to Python at once: the thread waits at the next sync, the collective is pending.
+    ranks = [rep(200 + r, th("MainThread", f"{SITE}/torch/cuda/__init__.py:1040 synchronize",
+                             "/w/train.py:50 step"), rank=r) for r in range(2)]
+    colls = [CollectiveProgress(rank=0, time=NOW - 1, last_enqueued_seq=40, last_completed_seq=39,
+                                pending_op="allreduce", pending_seq=40),
+             CollectiveProgress(rank=1, time=NOW - 1, last_enqueued_seq=39, last_completed_seq=39)]
+    cl = evaluate(looked(*held((NOW - 120, ranks), (NOW - 0.5, ranks)), cpu=2.0,
+                         hang=HangEvidence(collectives=colls)), LIM)
+    assert cl.summary.startswith("waiting on the GPU: rank 0 in torch.cuda.synchronize (train.py:50); rank 1 in "
+                                 "torch.cuda.synchronize (train.py:50) for 2 min; collectives reached: rank 0 #40 "
+                                 "(allreduce #40 pending), rank 1 #39 (rank 1 lags)"), cl.summary

@@ -107,6 +107,8 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
         use_dump = dump is not None and dump.time > p.time
         threads = list(dump.threads) if use_dump else p.threads
         stale = _stale(ev, p)
+        if stale and not use_dump and idle_worker(p):
+            continue     # a DataLoader worker that ended with its loader (no atexit in workers)
         worker = _worker(p, threads)
         for t in threads:
             c = classify(t.frames, t.compile_state)
@@ -186,7 +188,18 @@ def judged_views(ev: Evidence) -> list[ThreadView]:
 
 
 def diagnose(ev: Evidence) -> Hang | None:
-    """The run's kind of hang, in words, from its threads (None: no stacks to read)."""
+    """The run's kind of hang, in words, from its threads (None: no stacks to read). Where the
+    Flight Recorder says a collective is pending and no thread is seen in one (NCCL returns to
+    Python at once; the thread then waits at a later sync, on the GPU), its words follow."""
+    hang = _diagnose(ev)
+    if hang is None or hang.kind == "collective":
+        return hang
+    pending = [c for c in ev.hang.collectives if c.pending_op]
+    seqs = _collective_words(ev.hang.collectives) if pending else ""
+    return replace(hang, words=f"{hang.words}; {seqs}") if seqs else hang
+
+
+def _diagnose(ev: Evidence) -> Hang | None:
     views = judged_views(ev)
     if not views:
         return None
