@@ -288,8 +288,9 @@ def test_json_threads_carry_class_where_and_since():
 def test_start_up_in_library_code_is_starting_never_stalled():
     # import torch: deep in library code with no frame of the program in view, busy; its
     # functions change from look to look. Neither a hang nor the program's progress.
-    a = [rep(201, th("MainThread", f"{STD}/inspect.py:1230 getblock", f"{STD}/inspect.py:1250 getsource"))]
-    b = [rep(201, th("MainThread", f"{SITE}/torch/_ops.py:844 __init__", f"{SITE}/torch/_ops.py:900 load"))]
+    a = [rep(201, th("MainThread", f"{STD}/inspect.py:1230 getblock", f"{STD}/inspect.py:1250 getsource"), cpu_s=10)]
+    b = [rep(201, th("MainThread", f"{SITE}/torch/_ops.py:844 __init__", f"{SITE}/torch/_ops.py:900 load"),
+             cpu_s=11.8)]
     e = looked(*held((NOW - 3, a), (NOW - 1, b)), cpu=1.0, silent_s=200)
     e = replace(e, activity=replace(e.activity, log_grew_at=None, program_output=False, output_polls=0))
     cl = evaluate(e, LIM)
@@ -382,3 +383,23 @@ def test_a_gpu_wait_behind_a_pending_nccl_collective_gets_its_sequence_numbers()
     assert cl.summary.startswith("waiting on the GPU: rank 0 in torch.cuda.synchronize (train.py:50); rank 1 in "
                                  "torch.cuda.synchronize (train.py:50) for 2 min; collectives reached: rank 0 #40 "
                                  "(allreduce #40 pending), rank 1 #39 (rank 1 lags)"), cl.summary
+
+
+def test_a_launcher_s_loop_and_an_idle_library_loop_are_not_progress():
+    # torchrun's agent polls its workers (library frames that change, at no CPU) while rank 0
+    # waits in a collective: the run is hung, not working.
+    def agent(fn: str, cpu: float) -> ProbeReport:
+        return rep(150, th("MainThread", f"{SITE}/torch/distributed/elastic/agent/server/api.py:900 {fn}"), cpu_s=cpu)
+    worker = rep(201, th("MainThread", *ALL_REDUCE, "/w/train.py:42 step"), rank=0)
+    def looks(cpu: tuple[float, float, float], rank: int | None = 0):
+        w = replace(worker, rank=rank)
+        return held((NOW - 90, [agent("_invoke_run", cpu[0]), w]), (NOW - 2, [agent("_monitor_workers", cpu[1]), w]),
+                    (NOW - 1, [agent("_invoke_run", cpu[2]), w]))
+    # Even a busy launcher's loop is not the run's.
+    cl = evaluate(looked(*looks((1.0, 60.0, 61.0))), LIM)
+    assert cl.verdict is Verdict.STALLED and cl.summary.startswith("hung in a collective"), cl.summary
+    # Without ranks: an idle library loop is no progress (no CPU between the looks); a busy one is.
+    cl = evaluate(looked(*looks((1.0, 1.0, 1.0), rank=None)), LIM)
+    assert cl.verdict is Verdict.STALLED, cl.summary
+    cl = evaluate(looked(*looks((1.0, 60.0, 61.0), rank=None)), LIM)
+    assert cl.verdict is not Verdict.STALLED and "stack moves in library code" in cl.summary, cl.summary

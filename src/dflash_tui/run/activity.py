@@ -265,9 +265,13 @@ class ProgressTracker:
         even when nothing is printed (a daemon's loop, a heartbeat, is not; nor is a library's
         polling loop going round in a wait)."""
         seen: set[tuple[int, int]] = set()
+        # A launcher (torchrun's agent: the one process without a rank among ranked ones)
+        # loops over its workers; that loop is not the run's progress.
+        ranked = any(p.rank is not None for p in probes)
         for p in probes:
             if p.ended:
                 continue
+            launcher = ranked and p.rank is None
             dump = (dumps or {}).get(p.pid)
             threads, at = (dump.threads, dump.time) if dump is not None and dump.time > p.time else (p.threads, p.time)
             self._sample_proc_cpu(p)
@@ -279,11 +283,12 @@ class ProgressTracker:
                 if before is not None and before[0] == sig:
                     continue
                 self._stacks[key] = (sig, at)
-                if before is None or t.daemon or len(sig) < 2 or self._stack_moved_at is not None and at < self._stack_moved_at:
+                if (before is None or t.daemon or launcher or len(sig) < 2
+                        or self._stack_moved_at is not None and at < self._stack_moved_at):
                     continue
                 own = sig[0] == "own"
-                if not own and classify(t.frames, t.compile_state).cls in _WAITS:
-                    continue
+                if not own and (classify(t.frames, t.compile_state).cls in _WAITS or self._idle(p.pid)):
+                    continue   # a library's loop going round in a wait, or at no CPU
                 self._stack_moved_at = at
                 self._stack_moved_own = own
                 c = classify(t.frames, t.compile_state)
@@ -292,6 +297,11 @@ class ProgressTracker:
         if probes:
             for key in [k for k in self._stacks if k not in seen and k[0] in {p.pid for p in probes}]:
                 del self._stacks[key]     # a thread that ended
+
+    def _idle(self, pid: int) -> bool:
+        """The process used less than BUSY_CORES between its last two reports."""
+        rate = self._proc_cpu.get(pid, (0.0, 0.0, None))[2]
+        return rate is not None and rate < BUSY_CORES
 
     def _sample_proc_cpu(self, p: ProbeReport) -> None:
         before = self._proc_cpu.get(p.pid)
