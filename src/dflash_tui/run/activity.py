@@ -1,18 +1,20 @@
-"""What advanced since the last look: CPU time, the log, steps. Memory across polls.
+"""What advanced since the last look: CPU time, the log, steps, stacks. Memory across polls.
 
 The verdict rule (run/health.py) needs evidence that only two observations give: is the
-process tree's CPU time advancing, did the log grow, did a step go by. `ProgressTracker` keeps
-that memory for one run dir; `gather(..., tracker=...)` calls `read_files()` (beside its
-proc_tree request) and `observe()` once per poll with what the poll already fetched (the stat
-of train.log and events.jsonl, the process tree); it reads only the NEW bytes of those files (by offset, bounded to a window; a truncated or
-replaced file is read again from its start). The result is an `Activity`, put into Evidence.
+process tree's CPU time advancing, did the log grow, did a step go by, did a thread's stack
+move. `ProgressTracker` keeps that memory for one run dir; `gather(..., tracker=...)` calls
+`read_files()` (beside its proc_tree request) and `observe()` once per poll with what the poll
+already fetched (the stat of train.log and events.jsonl, the process tree, the run probe's
+reports and stack dumps); it reads only the NEW bytes of those files (by offset, bounded to a
+window; a truncated or replaced file is read again from its start). The result is an
+`Activity`, put into Evidence.
 
 Polled every second (the dashboard, `--wait`), the tracker compares with its own earlier
 samples. For a one-shot `--check`, the first observation proves what the run dir alone
 proves: the log's mtime says when it last grew, events carry their own times, status.json its
-own; only the CPU rate needs two samples, so when the log has not grown in the last
-CPU_WINDOW_S and the process is alive, `gather` takes a second process-tree sample that long
-after the first (`needs_second_sample`). Every time here is the target's clock.
+own; only the CPU rate and moving stacks need two samples, so when the log has not grown in
+the last CPU_WINDOW_S and the process is alive, `gather` takes a second process-tree and probe
+sample that long after the first (`needs_second_sample`). Every time here is the target's clock.
 """
 
 from __future__ import annotations
@@ -74,15 +76,14 @@ class Activity:
     checkpoint_step: int | None = None
     disk: DiskFree | None = None          # free space of the run dir's filesystem, when asked
     disk_error: str = ""                  # a line of the log that said the disk is full
-    # Stacks across polls (the run probe's reports, stack dumps): when a non-daemon thread's
-    # frames in the program's own code last changed from one look to the next (progress that
-    # prints nothing), and where they went; per thread (pid, ident), when its stack took the
-    # form it has now (first seen so); per process, its recent CPU use from its reports.
+    # Stacks across polls (the run probe's reports, stack dumps): when a thread of the run last
+    # moved from one look to the next (ProgressTracker.sample_stacks says which moves count:
+    # progress that prints nothing), and where to; per thread (pid, ident), when its stack took
+    # the form it has now (first seen so).
     stack_moved_at: float | None = None
     stack_moved_where: str = ""
     stack_moved_own: bool = False         # that move was in the program's own code (not a library's)
     stack_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
-    proc_cores: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def advancing(self) -> bool:
@@ -370,5 +371,4 @@ class ProgressTracker:
             disk=self._disk, disk_error=p.disk_error,
             stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
             stack_moved_own=self._stack_moved_own,
-            stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
-            proc_cores=MappingProxyType({pid: v[2] for pid, v in self._proc_cpu.items() if v[2] is not None}))
+            stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}))
