@@ -49,3 +49,22 @@ async def test_probe_threads_grouped_by_process_without_status_json():
         assert rows[3][0] == "pid 10 (ended)" and rows[3][2:4] == ["-", "<module> (torchrun:12)"]
         assert not app.query_one("#threads-table", RowTable).display
         assert "run probe" in str(app.query_one("#threads-note").render())
+
+
+async def test_stuck_probe_threads_are_counted_and_named():
+    """A STALLED run's waiting threads (the engine's STUCK) are in the alarm note and the count."""
+    stuck = [ProbeReport(run_id="r", pid=11, time=R.T0 - 0.5, rank=0, threads=[ProbeThread(
+        name="MainThread", ident=1, frames=["/venv/lib/python3.11/site-packages/torch/distributed/"
+                                            "distributed_c10d.py:3252 all_reduce", "/x/train.py:42 step"])])]
+    report = R.probed_program(stuck)
+    assert report.checklist.verdict.value == "STALLED", report.checklist
+    app, _ = make(report)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("2")
+        table = app.query_one("#probe-table", RowTable)
+        await until(pilot, lambda: table.row_count == 1)
+        assert [str(c) for c in table.get_row_at(0)][2:4] == ["collective all_reduce STUCK", "step (train.py:42)"]
+        note = str(app.query_one("#threads-note").render())
+        assert "1 thread(s) need attention: pid 11 MainThread stuck" in note, note
+        assert app.query_one("ThreadsPane").trouble_count() == 1

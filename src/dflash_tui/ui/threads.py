@@ -120,7 +120,9 @@ class ThreadsPane(OnScreenOnly, Vertical):
         status = report.status
         threads = status.threads if status is not None else []
         # Counted even while hidden: the tab's label says how many threads need attention.
-        self._trouble = sum(1 for t in threads if thread_trouble(report, t.name))
+        names = {t.name for t in threads}
+        self._trouble = sum(1 for t in threads if thread_trouble(report, t.name)) + sum(
+            1 for t in report.checklist.threads if t.pid is not None and t.trouble and t.name not in names)
         if self.on_screen:
             self.draw()
 
@@ -136,9 +138,16 @@ class ThreadsPane(OnScreenOnly, Vertical):
             alarm = alarm_style(self.app.no_color)
             self.probe_table.set_rows([(key, [Text(c, style=alarm if stuck else "") for c in cells])
                                        for key, cells, stuck in probe_rows(report)])
+        stuck = [t for t in report.checklist.threads if t.pid is not None and t.trouble
+                 and not (status is not None and any(s.name == t.name for s in status.threads))]
+        stuck_words = ", ".join(f"pid {t.pid} {t.name} stuck" for t in stuck[:4])
         if status is None or not status.threads:
-            self._set_note("no status.json: the run probe's threads below" if probes else
-                           "no status.json yet: the trainer has not published its threads")
+            if probes and stuck:
+                self._set_note(f"no status.json: the run probe's threads below; {len(stuck)} thread(s) need "
+                               f"attention: {stuck_words}", alarm_style(self.app.no_color))
+            else:
+                self._set_note("no status.json: the run probe's threads below" if probes else
+                               "no status.json yet: the trainer has not published its threads")
             table.display = False
             return
         now = report.time
@@ -147,7 +156,7 @@ class ThreadsPane(OnScreenOnly, Vertical):
             trouble = thread_trouble(report, t.name)
             rows.append((0 if trouble else 1, t.name, t, trouble))
         rows.sort(key=lambda r: (r[0], r[1]))
-        names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
+        names = ", ".join([f"{r[1]} {r[3].lower()}" for r in rows if r[3]] + ([stuck_words] if stuck_words else []))
         self._set_note(f"{self._trouble} thread(s) need attention: {names}" if self._trouble else "",
                        alarm_style(self.app.no_color))
         table.display = True
