@@ -161,3 +161,38 @@ async def test_where_silent_runs_are_stuck(where, tmp_path):
     assert all(x[2].startswith("busy in its own code: MainThread in spin_summaries (compile_then_spin.py:")
                for x in stalled("compile")), [x[:3] for x in stalled("compile")]
     assert "(limit stall_after_s 4 s)" in stalled("compile")[-1][3]["progress"].cause
+
+
+def test_one_shot_check_reads_stacks_from_two_looks(tmp_path, monkeypatch):
+    """`dflash-tui --check` has no memory of earlier polls: its second look a second later (the
+    probe's next reports) tells a loop that prints nothing but moves from a deadlock, and
+    `--json` threads[] carries each thread's class, where and since."""
+    import json
+
+    from tests.test_cli_modes import cli, write_config
+
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    common = {"stall_after_s": 2, "compile_stall_after_s": 600, "min_free_gb": 0, "python": PY}
+    cfg = write_config(tmp_path, quiet={"run_dir": str(tmp_path / "quiet"), "command": [PY, str(PROGRAMS / "quiet_loop.py")],
+                                        **common},
+                       deadlock={"run_dir": str(tmp_path / "deadlock"),
+                                 "command": [PY, str(PROGRAMS / "lock_deadlock.py")], **common})
+    try:
+        for name in ("quiet", "deadlock"):
+            res = cli(tmp_path, "--config", str(cfg), "--profile", name, "--launch", "--no-preflight")
+            assert res.returncode in (0, 4), res.stdout + res.stderr
+        time.sleep(4)
+        quiet = cli(tmp_path, "--config", str(cfg), "--profile", "quiet", "--check")
+        assert quiet.returncode == 0 and "RUNNING: no output yet but its stack moves (MainThread in " in quiet.stdout, \
+            quiet.stdout
+        dl = json.loads(cli(tmp_path, "--config", str(cfg), "--profile", "deadlock", "--check", "--json").stdout)
+        assert dl["verdict"] == "STALLED" and dl["summary"].startswith("deadlock: checkpointer is blocked in "
+                                                                       "save_checkpoint (lock_deadlock.py:"), dl
+        probed = {t["name"]: t for t in dl["threads"] if "pid" in t}
+        assert probed["checkpointer"]["class"] == "blocked" and probed["checkpointer"]["state"] == "STUCK", probed
+        assert re.fullmatch(r"write_metrics \(lock_deadlock\.py:\d+\)", probed["metrics-writer"]["where"]), probed
+        assert probed["MainThread"]["class"] == "lock" and probed["MainThread"]["doing"] == "Thread.join", probed
+        assert all(isinstance(t["since"], float) and t["source"] == "probe" for t in probed.values()), probed
+    finally:
+        for name in ("quiet", "deadlock"):
+            cli(tmp_path, "--config", str(cfg), "--profile", name, "--stop")
