@@ -120,6 +120,12 @@ def _rule(cls: ThreadClass, paths: tuple[str, ...], functions: tuple[str, ...] |
     return cls, paths, frozenset(functions) if functions is not None else None
 
 
+_COLLECTIVE_PATHS = ("/torch/distributed/distributed_c10d.py", "/torch/distributed/c10d_logger.py",
+                     "/torch/distributed/_functional_collectives.py", "/torch/distributed/rendezvous.py",
+                     "/torch/distributed/elastic/rendezvous/", "/torch/distributed/utils.py",
+                     "/torch/distributed/fsdp/", "/torch/distributed/_composable/",
+                     "/torch/nn/parallel/distributed.py", "/deepspeed/comm/", "/accelerate/utils/operations.py")
+
 # Order matters only within one frame: the innermost frame that matches any rule decides.
 _RULES: tuple[_Rule, ...] = (
     _rule(ThreadClass.COMPILING, ("/torch/_dynamo/convert_frame.py", "/torch/_dynamo/symbolic_convert.py",
@@ -135,11 +141,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(ThreadClass.GPU, ("/torch/cuda/__init__.py", "/torch/cuda/streams.py", "/torch/cuda/memory.py",
                             "/torch/xpu/__init__.py", "/torch/mps/__init__.py"),
           ("synchronize", "wait_event", "wait_stream", "query", "elapsed_time", "empty_cache")),
-    _rule(ThreadClass.COLLECTIVE, ("/torch/distributed/distributed_c10d.py", "/torch/distributed/c10d_logger.py",
-                                   "/torch/distributed/_functional_collectives.py", "/torch/distributed/rendezvous.py",
-                                   "/torch/distributed/elastic/rendezvous/", "/torch/distributed/utils.py",
-                                   "/torch/distributed/fsdp/", "/torch/distributed/_composable/",
-                                   "/torch/nn/parallel/distributed.py", "/deepspeed/comm/", "/accelerate/utils/operations.py")),
+    _rule(ThreadClass.COLLECTIVE, _COLLECTIVE_PATHS),
     _rule(ThreadClass.DATALOADER, ("/torch/utils/data/dataloader.py",),
           ("_try_get_data", "_get_data", "_shutdown_workers")),
     _rule(ThreadClass.SLEEP, ("/asyncio/tasks.py",), ("sleep",)),
@@ -225,7 +227,7 @@ def _doing(cls: ThreadClass, f: Frame, parsed: list[Frame] = ()) -> str:
         for g in parsed:
             if own_code(g):
                 break
-            if any(p in g.path for p in _RULES[2][1]) and g.function not in _WRAPPERS:
+            if any(p in g.path for p in _COLLECTIVE_PATHS) and g.function not in _WRAPPERS:
                 op = g.function
         return op
     if cls is ThreadClass.LOCK:
