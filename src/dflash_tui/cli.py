@@ -140,6 +140,7 @@ def _serve(args, config: Config, profile: Profile) -> int:
 
 # -- output ------------------------------------------------------------------------------------
 
+_STUCK_THREADS_SHOWN = 8
 _MARK = {CheckState.OK: "ok", CheckState.WARN: "warn", CheckState.FAIL: "FAIL", CheckState.PENDING: "..."}
 
 
@@ -158,6 +159,12 @@ def render_text(profile: Profile, checklist: Checklist, *, pid: int | None, now:
         lines.append(f"  {_MARK[c.state]:<4}  {c.label:<{width}}  {c.cause}" + (f"  ({since})" if since else ""))
         if c.hint and c.state in (CheckState.FAIL, CheckState.WARN):
             lines.append(f"  {'':<4}  {'':<{width}}  → {c.hint}")
+    # The threads the engine found stuck, each with its class and where (all of them: --json).
+    for t in [t for t in checklist.threads if t.pid is not None and t.trouble][:_STUCK_THREADS_SHOWN]:
+        proc = (f"rank {t.rank} · " if t.rank is not None else "") + f"pid {t.pid}"
+        since = _fmt_since(t.since, now)
+        lines.append(f"  thread  {proc} {t.name}: {t.cls}" + (f" {t.doing}" if t.doing else "")
+                     + (f" in {t.where}" if t.where else "") + (f"  ({since})" if since else ""))
     return "\n".join(lines)
 
 

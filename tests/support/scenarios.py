@@ -110,6 +110,11 @@ def report_of(ev: Evidence, gpu: GpuSnapshot | None = None, *, limits: Limits = 
 
 # -- the states --------------------------------------------------------------------------------
 
+def probed_program(probes) -> RunReport:
+    """A program that writes no status.json, seen through the run probe's reports only."""
+    return report_of(dataclasses.replace(_running_evidence(), status=None, probes=list(probes)))
+
+
 def healthy() -> RunReport:
     return report_of(_running_evidence(), gpu_snapshot())
 

@@ -1,4 +1,5 @@
-"""The Threads pane shows the run probe's threads of every process, grouped by rank and pid."""
+"""The Threads pane shows the run probe's threads of every process, grouped by rank and pid, with
+the class and where the engine read from each stack."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def probes() -> list[ProbeReport]:
 
 
 async def test_probe_threads_grouped_by_process_without_status_json():
-    report = dataclasses.replace(R.healthy(), status=None, probes=probes())
+    report = R.probed_program(probes())
     app, _ = make(report)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.report is not None)
@@ -38,11 +39,14 @@ async def test_probe_threads_grouped_by_process_without_status_json():
         table = app.query_one("#probe-table", RowTable)
         await until(pilot, lambda: table.row_count == 4)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(4)]
-        assert rows[0] == ["rank 0 · pid 11", "MainThread", "-", "0", "0", "0.0", "<module> (train.py:12)", "1s"]
-        assert rows[1] == ["", "allreduce-loop", "compiling 42s", "3", "1", "40.5",
-                           "_compile (convert_frame.py:900)", ""]
-        assert rows[2][:2] == ["rank 1 · pid 12", "MainThread"]
-        assert rows[3][0] == "pid 10 (ended)" and rows[3][6] == "<module> (torchrun:12)"
+        # class and where as the engine read them; the compile bookkeeping after them
+        assert rows[0] == ["rank 0 · pid 11", "MainThread", "running", "<module> (train.py:12)", "", "1s",
+                           "-", "0", "0", "0.0"]
+        assert rows[1] == ["", "allreduce-loop", "compiling convert_frame._compile", "step (train.py:30)", "", "",
+                           "compiling 42s", "3", "1", "40.5"]
+        assert rows[2][:3] == ["rank 1 · pid 12", "MainThread", "running"]
+        # an ended process is not read by the engine: its innermost frame, no class
+        assert rows[3][0] == "pid 10 (ended)" and rows[3][2:4] == ["-", "<module> (torchrun:12)"]
         assert not app.query_one("#threads-table", RowTable).display
         assert "run probe" in str(app.query_one("#threads-note").render())
 
@@ -57,3 +61,22 @@ async def test_the_first_step_time_is_shown_above_healthy_threads():
         note = app.query_one("#threads-note")
         await until(pilot, lambda: "first step" in str(note.render()))
         assert str(note.render()) == "first step 21.4 s after the trainer started"
+
+
+async def test_stuck_probe_threads_are_counted_and_named():
+    """A STALLED run's waiting threads (the engine's STUCK) are in the alarm note and the count."""
+    stuck = [ProbeReport(run_id="r", pid=11, time=R.T0 - 0.5, rank=0, threads=[ProbeThread(
+        name="MainThread", ident=1, frames=["/venv/lib/python3.11/site-packages/torch/distributed/"
+                                            "distributed_c10d.py:3252 all_reduce", "/x/train.py:42 step"])])]
+    report = R.probed_program(stuck)
+    assert report.checklist.verdict.value == "STALLED", report.checklist
+    app, _ = make(report)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("2")
+        table = app.query_one("#probe-table", RowTable)
+        await until(pilot, lambda: table.row_count == 1)
+        assert [str(c) for c in table.get_row_at(0)][2:4] == ["collective all_reduce STUCK", "step (train.py:42)"]
+        note = str(app.query_one("#threads-note").render())
+        assert "1 thread(s) need attention: pid 11 MainThread stuck" in note, note
+        assert app.query_one("ThreadsPane").trouble_count() == 1

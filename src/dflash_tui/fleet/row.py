@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..config import Profile
 from ..gpu.sample import GpuSnapshot
 from ..run.report import RunReport
-from ..run.verdict import Verdict
+from ..run.verdict import CheckState, Verdict
 
 UNREACHABLE = "UNREACHABLE"
 CONNECTING = "CONNECTING"      # no answer yet: the first poll is in flight
@@ -118,8 +118,21 @@ def row_from_report(profile: Profile, report: RunReport | None, *, gpu: GpuSnaps
         return FleetRow(**base, state=UNREACHABLE, verdict=None, cause=f"{reason}{retry}",
                         retry_in_s=retry_in_s, **(numbers if had_data else {}))
     return FleetRow(**base, state=report.checklist.verdict.value, verdict=report.checklist.verdict,
-                    cause=report.checklist.summary, gpus=run_gpus(gpu) if report.pid_alive else RunGpus(),
+                    cause=cause_line(report), gpus=run_gpus(gpu) if report.pid_alive else RunGpus(),
                     uptime_s=report.uptime_s, **numbers)
+
+
+def cause_line(report: RunReport) -> str:
+    """The row's one line: the engine's summary, led by the kind of hang when its stacks named
+    one (the failing "stacks" check: "hung in a collective: rank 0 waits in ..."), so a row
+    among twenty says what kind of trouble before it runs out of width."""
+    cl = report.checklist
+    stacks = next((c for c in cl.checks if c.id == "stacks" and c.state is CheckState.FAIL), None)
+    words = stacks.cause.rstrip("…") if stacks is not None else ""
+    if not words or cl.summary.startswith(words):
+        return cl.summary
+    rest = cl.summary.replace(f"; {words}", "").replace(words, "").strip("; ")
+    return f"{words}; {rest}" if rest else words
 
 
 def config_error_row(profile: Profile, message: str) -> FleetRow:

@@ -1,18 +1,20 @@
-"""What advanced since the last look: CPU time, the log, steps. Memory across polls.
+"""What advanced since the last look: CPU time, the log, steps, stacks. Memory across polls.
 
 The verdict rule (run/health.py) needs evidence that only two observations give: is the
-process tree's CPU time advancing, did the log grow, did a step go by. `ProgressTracker` keeps
-that memory for one run dir; `gather(..., tracker=...)` calls `read_files()` (beside its
-proc_tree request) and `observe()` once per poll with what the poll already fetched (the stat
-of train.log and events.jsonl, the process tree); it reads only the NEW bytes of those files (by offset, bounded to a window; a truncated or
-replaced file is read again from its start). The result is an `Activity`, put into Evidence.
+process tree's CPU time advancing, did the log grow, did a step go by, did a thread's stack
+move. `ProgressTracker` keeps that memory for one run dir; `gather(..., tracker=...)` calls
+`read_files()` (beside its proc_tree request) and `observe()` once per poll with what the poll
+already fetched (the stat of train.log and events.jsonl, the process tree, the run probe's
+reports and stack dumps); it reads only the NEW bytes of those files (by offset, bounded to a
+window; a truncated or replaced file is read again from its start). The result is an
+`Activity`, put into Evidence.
 
 Polled every second (the dashboard, `--wait`), the tracker compares with its own earlier
 samples. For a one-shot `--check`, the first observation proves what the run dir alone
 proves: the log's mtime says when it last grew, events carry their own times, status.json its
-own; only the CPU rate needs two samples, so when the log has not grown in the last
-CPU_WINDOW_S and the process is alive, `gather` takes a second process-tree sample that long
-after the first (`needs_second_sample`). Every time here is the target's clock.
+own; only the CPU rate and moving stacks need two samples, so when the log has not grown in
+the last CPU_WINDOW_S and the process is alive, `gather` takes a second process-tree and probe
+sample that long after the first (`needs_second_sample`). Every time here is the target's clock.
 """
 
 from __future__ import annotations
@@ -21,12 +23,16 @@ import asyncio
 import collections
 import posixpath
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from ..contract.rundir import EVENTS_JSONL, TRAIN_LOG, EventKind, parse_events
+from ..contract.rundir import EVENTS_JSONL, TRAIN_LOG, EventKind, ProbeReport, parse_events
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
+from .hang_evidence import StackDump
 from .progress import LogProgress, ProgressParser
+from .stacks import ThreadClass, classify, own_code, parse_frame
 
 # Bytes read per file per poll at most; a faster writer is skipped to its newest window.
 WINDOW = 64 << 10
@@ -70,6 +76,14 @@ class Activity:
     checkpoint_step: int | None = None
     disk: DiskFree | None = None          # free space of the run dir's filesystem, when asked
     disk_error: str = ""                  # a line of the log that said the disk is full
+    # Stacks across polls (the run probe's reports, stack dumps): when a thread of the run last
+    # moved from one look to the next (ProgressTracker.sample_stacks says which moves count:
+    # progress that prints nothing), and where to; per thread (pid, ident), when its stack took
+    # the form it has now (first seen so).
+    stack_moved_at: float | None = None
+    stack_moved_where: str = ""
+    stack_moved_own: bool = False         # that move was in the program's own code (not a library's)
+    stack_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
 
     @property
     def advancing(self) -> bool:
@@ -122,6 +136,25 @@ class _FileCursor:
         return data, restarted
 
 
+def _signature(frames: list[str]) -> tuple[str, ...]:
+    """What of a thread's stack counts as where it is. Its frames in the program's own code,
+    innermost first, the innermost without its line: a loop inside one function (a spin, a
+    busy phase) stays one signature; a call into another function of the program, or back out
+    of it, changes it. A thread with no own frame in view (deep in a library, importing) is
+    where its functions are, lines aside."""
+    parsed = [parse_frame(f) for f in frames]
+    own = [f for f, p in zip(frames, parsed) if own_code(p)]
+    if own:
+        f = parse_frame(own[0])
+        return ("own", f"{f.path} {f.function}", *own[1:])
+    return ("lib", *(f"{p.path} {p.function}" for p in parsed))
+
+
+# Classes of a library stack that waits: a change there is a polling loop going round, not work.
+_WAITS = frozenset({ThreadClass.LOCK, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.GPU, ThreadClass.COLLECTIVE,
+                    ThreadClass.DATALOADER, ThreadClass.UNKNOWN})
+
+
 class ProgressTracker:
     """Memory across polls of one run dir; a new run id starts it afresh."""
 
@@ -151,6 +184,12 @@ class ProgressTracker:
         self._checkpoint_step: int | None = None
         self._disk: DiskFree | None = None
         self._disk_at: float | None = None
+        # (pid, ident) -> (own-code frames, first seen with them); pid -> (report time, cpu_s, rate)
+        self._stacks: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
+        self._stack_moved_at: float | None = None
+        self._stack_moved_where = ""
+        self._stack_moved_own = False
+        self._proc_cpu: dict[int, tuple[float, float, float | None]] = {}
 
     @property
     def progress(self) -> LogProgress:
@@ -212,11 +251,67 @@ class ProgressTracker:
         if ev_data:
             self._events_fed(ev_data)
 
-    def observe(self, now: float, tree: ProcTree | None) -> Activity:
-        """The other half: this poll's process tree sampled, and what advanced."""
+    def observe(self, now: float, tree: ProcTree | None, probes: list[ProbeReport] = (),
+                dumps: Mapping[int, StackDump] | None = None) -> Activity:
+        """The other half: this poll's process tree and stacks sampled, and what advanced."""
         self.samples += 1
         self.sample_cpu(now, tree)
+        self.sample_stacks(probes, dumps)
         return self.activity(now, tree)
+
+    def sample_stacks(self, probes: list[ProbeReport], dumps: Mapping[int, StackDump] | None = None) -> None:
+        """Remember where each thread is (`_signature`). A report is the process's own view at
+        `report.time`; a stack dump newer than it stands in for it (the report is stale). A
+        non-daemon thread whose signature differs from the last look's moved: that is progress,
+        even when nothing is printed (a daemon's loop, a heartbeat, is not; nor is a library's
+        polling loop going round in a wait)."""
+        seen: set[tuple[int, int]] = set()
+        # A launcher (torchrun's agent: the one process without a rank among ranked ones)
+        # loops over its workers; that loop is not the run's progress.
+        ranked = any(p.rank is not None for p in probes)
+        for p in probes:
+            if p.ended:
+                continue
+            launcher = ranked and p.rank is None
+            dump = (dumps or {}).get(p.pid)
+            threads, at = (dump.threads, dump.time) if dump is not None and dump.time > p.time else (p.threads, p.time)
+            self._sample_proc_cpu(p)
+            for t in threads:
+                key = (p.pid, t.ident)
+                seen.add(key)
+                sig = _signature(t.frames)
+                before = self._stacks.get(key)
+                if before is not None and before[0] == sig:
+                    continue
+                self._stacks[key] = (sig, at)
+                if (before is None or t.daemon or launcher or len(sig) < 2
+                        or self._stack_moved_at is not None and at < self._stack_moved_at):
+                    continue
+                own = sig[0] == "own"
+                if not own and (classify(t.frames, t.compile_state).cls in _WAITS or self._idle(p.pid)):
+                    continue   # a library's loop going round in a wait, or at no CPU
+                self._stack_moved_at = at
+                self._stack_moved_own = own
+                c = classify(t.frames, t.compile_state)
+                self._stack_moved_where = (f"{t.name} in {c.where}" if own else
+                                           f"{t.name} in {parse_frame(t.frames[0]).place}")
+        if probes:
+            for key in [k for k in self._stacks if k not in seen and k[0] in {p.pid for p in probes}]:
+                del self._stacks[key]     # a thread that ended
+
+    def _idle(self, pid: int) -> bool:
+        """The process used less than BUSY_CORES between its last two reports."""
+        rate = self._proc_cpu.get(pid, (0.0, 0.0, None))[2]
+        return rate is not None and rate < BUSY_CORES
+
+    def _sample_proc_cpu(self, p: ProbeReport) -> None:
+        before = self._proc_cpu.get(p.pid)
+        if before is not None and p.time == before[0]:
+            return
+        rate = None
+        if before is not None and p.time - before[0] > 0.2:
+            rate = max(0.0, p.cpu_s - before[1]) / (p.time - before[0])
+        self._proc_cpu[p.pid] = (p.time, p.cpu_s, rate if rate is not None else (before[2] if before else None))
 
     async def _read(self, ops: RemoteOps, path: str, st: FileStat | None,
                     cursor: _FileCursor) -> tuple[bytes, bool]:
@@ -273,4 +368,7 @@ class ProgressTracker:
             procs=tree.procs if tree is not None else 0, threads=tree.threads if tree is not None else 0,
             states=states_words(tree) if tree is not None else "",
             checkpoint=self._checkpoint or p.checkpoint, checkpoint_step=self._checkpoint_step,
-            disk=self._disk, disk_error=p.disk_error)
+            disk=self._disk, disk_error=p.disk_error,
+            stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
+            stack_moved_own=self._stack_moved_own,
+            stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}))

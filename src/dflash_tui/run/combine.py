@@ -15,6 +15,10 @@ The combination rule (docs/ARCHITECTURE.md, "Runs on several nodes"):
    STOPPED): STOPPED if any node was stopped, else FINISHED;
 3. else STARTING (no verdict yet), naming the nodes that are not RUNNING yet (or, at the end,
    the ones still going after others ended).
+A run that is STALLED where some nodes' ranks wait in a collective (their threads' class, as
+each node's engine read its stacks) and another node's ranks are not in it says so first:
+"hung in a collective: node gpu1 (rank 0) waits in all_reduce (train.py:42); node gpu2 (rank 1)
+is not in it: checkpoint_to_slow_disk (train.py:9)" — the node not in it is where to look.
 A node that could not be reached this poll keeps its last known report; `unreachable` names
 it, and the CLI's exit code is 1 for a failing run, else 3 while a node is unreachable, else
 the verdict's own (0 RUNNING/FINISHED/STOPPED, 4 STARTING/NO RUN).
@@ -26,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from .report import RunReport
-from .verdict import Check, CheckState, Checklist, Verdict
+from .verdict import Check, CheckState, Checklist, ThreadHealth, Verdict
 
 
 @dataclass
@@ -143,6 +147,41 @@ def _reaction_like(n: NodeReport) -> bool:
 _ENDED = frozenset({Verdict.FINISHED, Verdict.STOPPED})
 
 
+def _place(t: ThreadHealth) -> str:
+    """ "all_reduce (train.py:42)" or "checkpoint_to_slow_disk (train.py:9)" """
+    if t.doing and t.where and t.cls != "library":
+        return f"{t.doing} ({t.where.rsplit(' (', 1)[-1]}"
+    return t.where or t.doing or "an unknown frame"
+
+
+def _speaker(threads: list[ThreadHealth]) -> ThreadHealth | None:
+    """The thread that speaks for a node's ranks: a rank's main thread, else any rank's thread."""
+    ranked = [t for t in threads if t.rank is not None]
+    return next((t for t in ranked if t.name == "MainThread"), ranked[0] if ranked else None)
+
+
+def _collective_split(nodes: list[NodeReport]) -> str:
+    """ "hung in a collective: node A (rank 0) waits in ...; node B (rank 1) is not in it: ..." when
+    some nodes' ranks wait in a collective and others' do not ("" otherwise)."""
+    waiting, elsewhere = [], []
+    for n in nodes:
+        threads = [t for t in n.report.checklist.threads if t.pid is not None and t.rank is not None]
+        if not threads:
+            continue
+        coll = [t for t in threads if t.cls == "collective"]
+        if coll:
+            waiting.append((n, _speaker(coll) or coll[0]))
+        elif (t := _speaker(threads)) is not None:
+            elsewhere.append((n, t))
+    if not waiting or not elsewhere:
+        return ""
+    def who(n: NodeReport, t: ThreadHealth) -> str:
+        return f"node {n.node} (rank {t.rank})"
+    parts = [f"{who(n, t)} waits in {_place(t)}" for n, t in waiting]
+    parts += [f"{who(n, t)} is not in it: {_place(t)}" for n, t in elsewhere]
+    return "hung in a collective: " + "; ".join(parts)
+
+
 def combine(nodes: list[NodeReport]) -> RunOfNodes:
     """The run's verdict from its nodes' verdicts (the rule in this module's docstring)."""
     unreachable = [n.node for n in nodes if not n.report.connected]
@@ -151,6 +190,9 @@ def combine(nodes: list[NodeReport]) -> RunOfNodes:
                      key=lambda n: (int(_failed_at(n)), _reaction_like(n), _failed_at(n), n.rank))
     if failing:
         first, rest = failing[0], failing[1:]
+        split = _collective_split(nodes) if any(n.verdict is Verdict.STALLED for n in failing) else ""
+        if split:
+            return RunOfNodes(Verdict.STALLED, split, nodes, unreachable)
         summary = first.line() + "".join(f"; also {n.line()}" for n in rest)
         return RunOfNodes(first.verdict, summary, nodes, unreachable)
     verdicts = {n.verdict for n in nodes}

@@ -265,15 +265,31 @@ def _remember(cache: dict, key: tuple, value) -> None:
     cache[key] = value
 
 
+# How often a one-shot look waits another half CPU_WINDOW_S for fresh probe reports.
+_REPORT_RETRIES = 2
+
+
 async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTracker) -> None:
-    ev.activity = tracker.observe(ev.now, ev.tree)
+    ev.activity = tracker.observe(ev.now, ev.tree, ev.probes, ev.hang.stack_dumps)
     if tracker.needs_second_sample(ev.now, ev.files.get(TRAIN_LOG), ev.tree) and ev.exit is None:
-        # One-shot: busy or idle needs a CPU rate, and a rate needs a second sample.
+        # One-shot: busy or idle needs a CPU rate, and a rate needs a second sample; so do
+        # stacks that move (the probe rewrites its reports every second).
         t0 = time.monotonic()
         await asyncio.sleep(CPU_WINDOW_S)
-        tree = await ops.proc_tree(ev.launch.pid)
+        tree, probes = await asyncio.gather(ops.proc_tree(ev.launch.pid),
+                                            gather_probes(ops, ev.run_dir, current_run_id(ev)))
+        before = {p.pid: p.seq for p in ev.probes if not p.ended and ev.now - p.time <= 2 * CPU_WINDOW_S}
+        for _ in range(_REPORT_RETRIES):
+            # A report the probe has not rewritten yet says nothing new: look once more.
+            if all(p.seq != before[p.pid] for p in probes if p.pid in before):
+                break
+            await asyncio.sleep(CPU_WINDOW_S / 2)
+            probes = await gather_probes(ops, ev.run_dir, current_run_id(ev))
         later = ev.now + (time.monotonic() - t0)
         tracker.sample_cpu(later, tree)
+        tracker.sample_stacks(probes, ev.hang.stack_dumps)
+        if probes or not ev.probes:
+            ev.probes = probes
         if not process_matches(ev.launch, tree.root):
             return      # it ended in the meantime: the next look says how
         ev.activity = tracker.activity(later, tree)

@@ -79,10 +79,28 @@ class ThreadHealth:
     name: str
     state: ThreadState
     why: str = ""          # one line, for a STUCK or FAILED thread
+    # From its stack (run/stacks.py, run/hang.py), for a thread of a process the run probe
+    # reports on: the process, what it waits in and where in the program's own code.
+    pid: int | None = None
+    rank: int | None = None
+    ident: int | None = None
+    cls: str = ""          # ThreadClass value: "collective", "gpu", "running", ...
+    doing: str = ""        # the call it is in: "all_reduce", "torch.cuda.synchronize"
+    where: str = ""        # "function (file.py:line)": its innermost frame of the program's own code
+    since: float | None = None   # when its stack took its current form (target clock)
+    source: str = ""       # "probe", or a stack dump's: "faulthandler", "py-spy"
+    stale: bool = False    # its process's report is stale: no Python ran there since
 
     @property
     def trouble(self) -> bool:
         return self.state in (ThreadState.STUCK, ThreadState.FAILED)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "state": self.state.value, "why": self.why}
+        if self.pid is not None:
+            d.update({"pid": self.pid, "rank": self.rank, "class": self.cls, "doing": self.doing,
+                      "where": self.where, "since": self.since, "source": self.source, "stale": self.stale})
+        return d
 
 
 @dataclass
@@ -90,7 +108,8 @@ class Checklist:
     verdict: Verdict
     checks: list[Check] = field(default_factory=list)
     summary: str = ""  # one line explaining the verdict, e.g. "exit code 1: ValueError: ..."
-    threads: list[ThreadHealth] = field(default_factory=list)   # status.json's threads, judged
+    # status.json's threads, judged, then each probed process's threads with their stack's class
+    threads: list[ThreadHealth] = field(default_factory=list)
 
     def thread(self, name: str) -> ThreadHealth | None:
         return next((t for t in self.threads if t.name == name), None)
@@ -98,4 +117,4 @@ class Checklist:
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "summary": self.summary,
                 "checks": [c.to_dict() for c in self.checks],
-                "threads": [{"name": t.name, "state": t.state.value, "why": t.why} for t in self.threads]}
+                "threads": [t.to_dict() for t in self.threads]}

@@ -5,8 +5,10 @@ checklist): FAILED and STUCK rows are drawn in the error style and sorted to the
 stand out among sixteen healthy ones. The pane judges nothing itself.
 
 Below them, for any program, the run probe's view (probe/<pid>.json): every thread of every
-Python process of the run, grouped by process (rank, pid), with its compile state and where it
-is now (its innermost frame, as `py-spy dump` shows it).
+Python process of the run, grouped by process (rank, pid), with the class of what it is in
+(a collective, a GPU wait, a lock, running its own code: run/stacks.py) and where in the
+program's own code, both as the engine read them (the checklist's threads), for how long its
+stack has stood so, and its compile state.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..contract.rundir import CompileState, ProbeReport
 
 from ..run.health import Limits
 from ..run.report import RunReport
+from ..run.verdict import ThreadHealth
 from .fmt import age, alarm_style, one_line
 from .rows import RowTable
 from .tables import OnScreenOnly
@@ -27,7 +30,8 @@ from .tables import OnScreenOnly
 # compile bookkeeping at the end that scrolls off, never the heartbeat.
 COLUMNS = ("thread", "beat", "step", "last step", "compile", "device", "role", "graphs/recomp",
            "compile s")
-PROBE_COLUMNS = ("process", "thread", "compile", "graphs", "recomp", "compile s", "where", "report")
+PROBE_COLUMNS = ("process", "thread", "class", "where", "for", "report", "compile", "graphs", "recomp",
+                 "compile s")
 
 
 def _process_label(p: ProbeReport) -> str:
@@ -42,24 +46,37 @@ def _where(frame: str) -> str:
     return f"{func} ({path.rsplit('/', 1)[-1]}:{line})" if loc and path else frame
 
 
-def probe_rows(probes: list[ProbeReport], now: float) -> list[tuple[str, list[str]]]:
-    """(row key, cells) for the probe table: processes by rank then pid, each thread once;
-    the process is named on its first row only, so the rows read as groups."""
+def probe_rows(report: RunReport) -> list[tuple[str, list[str], bool]]:
+    """(row key, cells, stuck) for the probe table: processes by rank then pid, each thread once;
+    the process is named on its first row only, so the rows read as groups. Class, where and
+    STUCK are the engine's (the checklist's threads with a pid); a thread it did not read (an
+    ended process) shows its innermost frame."""
+    now = report.time
+    judged: dict[tuple[int, int], ThreadHealth] = {
+        (t.pid, t.ident): t for t in report.checklist.threads if t.pid is not None and t.ident is not None}
     rows = []
-    for p in probes:
+    for p in report.probes:
         threads = sorted(p.threads, key=lambda t: (t.name != "MainThread", t.name, t.ident))
         for i, t in enumerate(threads or [None]):
             label = _process_label(p) if i == 0 else ""
             report_age = age(now - p.time) if i == 0 else ""
             if t is None:
-                rows.append((f"{p.pid}", [label, "-", "", "", "", "", "", report_age]))
+                rows.append((f"{p.pid}", [label, "-", "", "", "", report_age, "", "", "", ""], False))
                 continue
             state = t.compile_state or "-"
             if t.compiling_for_s is not None:
                 state += f" {age(t.compiling_for_s)}"
+            j = judged.get((p.pid, t.ident))
+            if j is not None:
+                cls = j.cls + (f" {j.doing}" if j.doing else "") + (" STUCK" if j.trouble else "")
+                where = j.where or "-"
+                since = age(now - j.since) if j.since is not None else ""
+            else:
+                cls, since = "-", ""
+                where = _where(t.frames[0]) if t.frames else "-"
             rows.append((f"{p.pid}/{t.ident}", [
-                label, t.name, state, str(t.graphs), str(t.recompiles), f"{t.compile_seconds:.1f}",
-                one_line(_where(t.frames[0]), 80) if t.frames else "-", report_age]))
+                label, t.name, one_line(cls, 40), one_line(where, 60), since, report_age, state, str(t.graphs),
+                str(t.recompiles), f"{t.compile_seconds:.1f}"], bool(j is not None and j.trouble)))
     return rows
 
 
@@ -103,7 +120,9 @@ class ThreadsPane(OnScreenOnly, Vertical):
         status = report.status
         threads = status.threads if status is not None else []
         # Counted even while hidden: the tab's label says how many threads need attention.
-        self._trouble = sum(1 for t in threads if thread_trouble(report, t.name))
+        names = {t.name for t in threads}
+        self._trouble = sum(1 for t in threads if thread_trouble(report, t.name)) + sum(
+            1 for t in report.checklist.threads if t.pid is not None and t.trouble and t.name not in names)
         if self.on_screen:
             self.draw()
 
@@ -116,11 +135,19 @@ class ThreadsPane(OnScreenOnly, Vertical):
         probes = report.probes
         self.probe_table.display = bool(probes)
         if probes:
-            self.probe_table.set_rows([(key, [Text(c) for c in cells])
-                                       for key, cells in probe_rows(probes, report.time)])
+            alarm = alarm_style(self.app.no_color)
+            self.probe_table.set_rows([(key, [Text(c, style=alarm if stuck else "") for c in cells])
+                                       for key, cells, stuck in probe_rows(report)])
+        stuck = [t for t in report.checklist.threads if t.pid is not None and t.trouble
+                 and not (status is not None and any(s.name == t.name for s in status.threads))]
+        stuck_words = ", ".join(f"pid {t.pid} {t.name} stuck" for t in stuck[:4])
         if status is None or not status.threads:
-            self._set_note("no status.json: the run probe's threads below" if probes else
-                           "no status.json yet: the trainer has not published its threads")
+            if probes and stuck:
+                self._set_note(f"no status.json: the run probe's threads below; {len(stuck)} thread(s) need "
+                               f"attention: {stuck_words}", alarm_style(self.app.no_color))
+            else:
+                self._set_note("no status.json: the run probe's threads below" if probes else
+                               "no status.json yet: the trainer has not published its threads")
             table.display = False
             return
         now = report.time
@@ -129,7 +156,7 @@ class ThreadsPane(OnScreenOnly, Vertical):
             trouble = thread_trouble(report, t.name)
             rows.append((0 if trouble else 1, t.name, t, trouble))
         rows.sort(key=lambda r: (r[0], r[1]))
-        names = ", ".join(f"{r[1]} {r[3].lower()}" for r in rows if r[3])
+        names = ", ".join([f"{r[1]} {r[3].lower()}" for r in rows if r[3]] + ([stuck_words] if stuck_words else []))
         if self._trouble:
             self._set_note(f"{self._trouble} thread(s) need attention: {names}", alarm_style(self.app.no_color))
         else:

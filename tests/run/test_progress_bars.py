@@ -30,7 +30,7 @@ from dflash_tui.ui.logview import LogLines
 
 pytestmark = pytest.mark.timeout(240)
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
 PY = sys.executable
 STALL_S = 4.0
 WATCH_S = STALL_S + 6

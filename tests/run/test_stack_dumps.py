@@ -28,7 +28,7 @@ from tests.support.probe import probe_env, wait_reports
 
 pytestmark = pytest.mark.timeout(180)
 
-GIL_HOLD = Path(__file__).parent / "programs" / "gil_hold.py"
+GIL_HOLD = Path(__file__).parents[1] / "programs" / "gil_hold.py"
 
 
 def profile(tmp_path: Path, command: tuple[str, ...], **kw) -> Profile:

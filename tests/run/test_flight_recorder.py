@@ -23,7 +23,7 @@ from dflash_tui.session import Session
 
 pytestmark = pytest.mark.timeout(240)
 
-PROGRAM = Path(__file__).resolve().parent / "programs" / "gloo_stuck_rank.py"
+PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "gloo_stuck_rank.py"
 
 
 def free_port() -> int:
