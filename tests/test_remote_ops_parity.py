@@ -118,19 +118,19 @@ async def test_signal_is_verified_against_start_time_and_cmdline(kind):
     try:
         (info,) = await ops.pid_info([child.pid])
         bad_start = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks + 1,
-                                     cmdline_contains=None)
+                                     cmdline=None)
         bad_cmd = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
-                                   cmdline_contains="python train")
+                                   cmdline=["python", "train"])
         not_leader = await ops.signal(inner.pid, signal.SIGTERM, start_ticks=None,
-                                      cmdline_contains=None, group=True)
+                                      cmdline=None, group=True)
         assert (bad_start, bad_cmd, not_leader) == ("mismatch", "mismatch", "mismatch")
         assert child.poll() is None and inner.poll() is None
         sent = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
-                                cmdline_contains="marker $(x)", group=True)
+                                cmdline=[*SLEEPER, "marker $(x)"], group=True)
         assert sent == "sent"
         assert child.wait(5) == -signal.SIGTERM
         assert await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
-                                cmdline_contains=None) == "gone"
+                                cmdline=None) == "gone"
     finally:
         for p in (child, inner):
             if p.poll() is None:
