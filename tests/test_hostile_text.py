@@ -213,3 +213,19 @@ def test_a_traceback_with_escapes_is_shown_inert(hostile_run):
         time.sleep(0.1)
     out = check_all_outputs(tmp, cfg, "crashed run")
     assert out["verdict"] == "CRASHED" and "died" in out["summary"], out
+
+
+def test_gpu_answers_are_inert_and_huge_numbers_are_a_bad_answer():
+    """Another user's process on the GPU names itself; the agent's GPU answer carries it."""
+    from dflash_tui.gpu.codec import ProbeAnswerError, snapshot_from_dict
+    rng = random.Random(SEED)
+    e = escapes(rng, 6)
+    snap = snapshot_from_dict({"time": 1.0, "driver_version": "x", "error": {"kind": "unknown", "message": e[0]},
+                               "gpus": [{"index": 0, "name": "H200" + e[1], "uuid": "GPU-" + e[2],
+                                         "throttle_reasons": [e[3]],
+                                         "processes": [{"pid": 7, "name": "evil" + e[4], "user": "u" + e[5]}]}]})
+    g = snap.gpus[0]
+    for text in (snap.error.message, g.name, g.uuid, *g.throttle_reasons, g.processes[0].name, g.processes[0].user):
+        assert not bad_chars(text), text
+    with pytest.raises(ProbeAnswerError):
+        snapshot_from_dict({"time": 1.0, "gpus": [{"index": 0, "power_w": int(HUGE)}]})
