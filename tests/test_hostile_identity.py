@@ -235,3 +235,30 @@ async def test_a_group_that_holds_the_stopper_is_never_signalled(tmp_path, kind)
             holder.kill()
         holder.wait()
         await ops.close()
+
+
+def test_the_identity_rule_case_by_case():
+    """observe.wrapper_refusal / process_matches on the evidence a poll gives."""
+    from dflash_tui.contract.rundir import LaunchRecord
+    from dflash_tui.remote.ops import PidInfo
+    from dflash_tui.run.observe import judged_root, process_matches
+    from dflash_tui.run.wrapper import wrapper_argv
+
+    run, rid = "/srv/runs/a", "20261201-000000-abcdef"
+    argv = wrapper_argv(run, rid)
+    new = LaunchRecord(run_id=rid, pid=4242, pgid=4242, start_ticks=7, start_time=0.0, argv=["x"], wrapper_argv=argv)
+    old = LaunchRecord(run_id=rid, pid=4242, pgid=4242, start_ticks=7, start_time=0.0, argv=["x"])
+
+    def proc(cmdline, in_run_dir, pid=4242):
+        return PidInfo(pid, True, start_ticks=7, cmdline=tuple(cmdline), state="S", pgid=pid, in_run_dir=in_run_dir)
+
+    assert process_matches(new, judged_root(new, run, proc(argv, True)))
+    assert process_matches(new, judged_root(new, run, proc(argv, None)))        # cwd not readable: the argv proves it
+    assert not process_matches(new, judged_root(new, run, proc(argv, False)))   # another cwd
+    assert not process_matches(new, judged_root(new, "/srv/runs/copy", proc(argv, True)))   # a copy of the run dir
+    assert not process_matches(new, judged_root(new, run, proc(["vim", "launch.sh"], True)))
+    assert process_matches(old, proc(["sh", "./launch.sh"], True))             # the previous version, proven
+    assert not process_matches(old, proc(["sh", "./launch.sh"], None))         # ... and not proven
+    assert not process_matches(old, proc(["sh", "./launch.sh"], False))
+    init = LaunchRecord(run_id=rid, pid=1, pgid=1, start_ticks=7, start_time=0.0, argv=["x"], wrapper_argv=argv)
+    assert not process_matches(init, judged_root(init, run, proc(argv, True, pid=1)))

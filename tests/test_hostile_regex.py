@@ -113,3 +113,28 @@ def test_a_catastrophic_user_pattern_cannot_hang_check(tmp_path):
         res, took = run_cli(tmp_path, "--config", str(cfg), "--check", "--json", timeout=30)
         assert took < LIMIT_S, took
         assert json.loads(res.stdout)["verdict"] == "KILLED", res.stdout
+
+
+@pytest.mark.timeout(60)
+async def test_a_catastrophic_user_pattern_cannot_starve_the_dashboard(tmp_path, monkeypatch):
+    from dflash_tui.config import Profile
+    from dflash_tui.ui.app import DashboardApp
+    from dflash_tui.ui.screens import HelpScreen
+    from dflash_tui.ui.session_source import SessionSource
+    from tests.test_ui_app import until
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text(("a" * 40 + "b\n") * 200)
+    (run / "launch.json").write_text(json.dumps({"v": 1, "run_id": "r", "pid": 4194000, "pgid": 4194000,
+                                                 "start_ticks": 1, "start_time": time.time() - 5, "argv": ["x"]}))
+    profile = Profile(name="re", run_dir=str(run), command=("true",), python=sys.executable,
+                      progress_regex="(?P<step>(a|aa)+)+$", min_free_gb=0.0)
+    app = DashboardApp(lambda name: SessionSource(profile), "re")
+    t0 = time.monotonic()
+    async with app.run_test(size=(100, 32)) as pilot:
+        await until(pilot, lambda: app.report is not None and app.report.checklist.verdict.value == "KILLED", 20)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), 5)
+    assert time.monotonic() - t0 < 30
