@@ -361,7 +361,7 @@ def signal_refusal(info, start_ticks, cmdline, cwd_same, group, own):
     """Why `info` (a pid_record) must not be signalled, or None. The identity is proven, not
     guessed: the start time, the exact command line and (when asked) the working directory;
     pid 1, a group id below 2 (kill(-1), kill(0)) and a group that holds the asker are never
-    signalled. Shared with ShellOps, which reads the same facts through sh."""
+    signalled. ShellOps' _SIGNAL applies the same rules in sh (tests/test_remote_ops_parity.py)."""
     if info["pid"] <= 1:
         return "pid %d is init: never signalled" % info["pid"]
     # No start time, no proof that pid is still that process: nothing is sent.
@@ -369,8 +369,8 @@ def signal_refusal(info, start_ticks, cmdline, cwd_same, group, own):
         return "start time differs"
     if cmdline is not None and list(info["cmdline"]) != list(cmdline):
         return "command line differs"
-    if cwd_same is not True and cwd_same is not None:
-        return "working directory differs"
+    if cwd_same is False:
+        return "working directory differs, or cannot be looked at"
     if group:
         pgid = info["pgid"]
         if pgid is None or pgid <= 1 or pgid != info["pid"]:
@@ -391,7 +391,7 @@ def op_signal(pid, sig, start_ticks=None, cmdline=None, cwd=None, group=False):
         return "gone"
     cwd_same = None
     if cwd is not None:
-        cwd_same = bool(same_dir("/proc/%d/cwd" % info["pid"], cwd))   # unreadable: not proven
+        cwd_same = same_dir("/proc/%d/cwd" % info["pid"], cwd) is True   # unreadable: not proven
     if signal_refusal(info, start_ticks, cmdline, cwd_same, group, own_groups()) is not None:
         return "mismatch"
     try:
