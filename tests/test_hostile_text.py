@@ -54,13 +54,19 @@ import json, os, sys, threading, time
 E = json.loads(sys.argv[1])
 run, rid = os.environ["DFLASH_RUN_DIR"], os.environ["DFLASH_RUN_ID"]
 HUGE = "9" * 400
+def out(text):   # raw bytes: a lone surrogate reaches the log as the bytes that encode it
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogatepass") + b"\n")
+    sys.stdout.buffer.flush()
+def no_surrogate(text):
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 threading.current_thread().name = "main" + E[0]
 ns = {"time": time}
-exec(compile("def spin():\n    while True:\n        time.sleep(0.1)\n", "frame" + E[1] + ".py", "exec"), ns)
+exec(compile("def spin():\n    while True:\n        time.sleep(0.1)\n", "frame" + no_surrogate(E[1]) + ".py",
+             "exec"), ns)
 threading.Thread(target=ns["spin"], name="worker" + E[2], daemon=True).start()
-print("step 1 loss 2.0 " + E[3], flush=True)
-print('{"step": 2, "loss": ' + HUGE + ', "epoch": ' + HUGE + '}', flush=True)
-print("step 3 loss " + HUGE + " tok/s " + HUGE, flush=True)
+out("step 1 loss 2.0 " + E[3])
+out('{"step": 2, "loss": ' + HUGE + ', "epoch": ' + HUGE + '}')
+out("step 3 loss " + HUGE + " tok/s " + HUGE)
 def event(**kw):
     with open(os.path.join(run, "events.jsonl"), "a") as f:
         f.write(json.dumps({"v": 1, "time": time.time(), **kw}) + "\n")
@@ -79,7 +85,7 @@ while not os.path.exists(os.path.join(run, "die")):
     with open(tmp, "w") as f:
         f.write(json.dumps(st))
     os.replace(tmp, os.path.join(run, "status.json"))
-    print(f"step {step} loss 1.0", flush=True)
+    out(f"step {step} loss 1.0")
     time.sleep(0.2)
 raise RuntimeError("died" + E[11])
 """
