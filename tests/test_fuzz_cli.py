@@ -1,6 +1,9 @@
 """Seeded fuzzing of the headless CLI over hostile configs, argument lists and run-directory
 files: every case ends within 10 s, with an exit code from the README's table, one line on
-stderr at most for an error, and never a traceback or "internal error".
+stderr at most for an error, never a traceback or "internal error", and never a control
+character but newline in what it prints (escape sequences, lone surrogates and integers too
+large for a float are thrown into every string and number a run dir holds; pathological
+progress_regex values and host names no resolver takes into the config).
 
 Most cases call `dflash_tui.cli.main` in this process (a worker thread, so a hang is seen and
 not waited out); the run-directory cases go through real agents and real files (FIFOs, device
@@ -41,6 +44,14 @@ TAG = "--fuzz-tag"                 # the programs a case may launch are `true`, 
 
 HOSTILE_STRINGS = ["", " ", "a\x00b", "line\nbreak", "\x1b[31mred", "$(touch /tmp/dflash-pwned)", "'; rm -rf /",
                    "../../etc", "~", "-oProxyCommand=sh", "é" * 3, "x" * 5000, "\ud7ff", "nan", "None"]
+# What a terminal would act on: OSC 52 (clipboard), OSC 2 (title), CSI, a C1 CSI, BEL, CR, DEL,
+# a lone surrogate, a line separator.
+ESCAPES = ["\x1b]52;c;ZXZpbA==\x07", "\x1b]2;pwned\x07", "\x1b[2J", "\x9b1m", "\x07", "\rX", "\x7f", "\ud800",
+           "\u2028", "\x1bP+q\x1b\\"]
+HUGE_INT = "9" * 400     # no float holds it
+REGEXES = ["(?P<step>a{1000000000})", "(?P<step>\\d+){1000}{1000}", "(" * 1000 + "(?P<step>a)" + ")" * 1000,
+           "(?P<step>(a|aa)+)+$", "(?P<step>\\d+)(?=x)", "(a)\\1(?P<step>\\d)", "(?P<step>\\d++)",
+           "(?P<step>\\d+", "(?P<step>\\d+)", "x" * 3000]
 NUMBERS = ["nan", "inf", "-inf", "+inf", "0", "-0.0", "-1", "1e308", "1e-308", "5", "0.5", "600", "601",
            "1" * 5000, "9223372036854775808", "true", '"3"', "[1]", "{a = 1}", "0x10", "1_000"]
 PATHS = ["/dev/zero", "/dev/null", "/proc/self/mem", "/etc", "/", "relative/x", "~/nope", "/x/../../etc",
@@ -65,7 +76,10 @@ def toml_value(rng: random.Random, key: str, ctx: dict) -> str:
                             ["relative/prog", TAG], [1, 2], [["nested"]]])
         return json.dumps(items)
     if key == "host" and roll < 0.85:
-        return json.dumps(rng.choice(["127.0.0.1", "-oProxyCommand=x", "h o", "", "a\x00", "127.0.0.1 "]))
+        return json.dumps(rng.choice(["127.0.0.1", "-oProxyCommand=x", "h o", "", "a\x00", "127.0.0.1 ", "a..b",
+                                      ".a", "a" * 64 + ".x", "ab." * 90, "é..x"]))
+    if key == "progress_regex" and roll < 0.9:
+        return json.dumps(rng.choice(REGEXES))
     if key == "container" and roll < 0.85:
         return json.dumps(rng.choice(["pct:200", "pct:", "docker:", "docker:-x", "lxc:1", "pct:1\n", "docker:a b"]))
     pool = [json.dumps(rng.choice(HOSTILE_STRINGS)), rng.choice(NUMBERS), "true", "[]", '["x", 1]', "{}",
@@ -75,7 +89,7 @@ def toml_value(rng: random.Random, key: str, ctx: dict) -> str:
 
 KEYS = ["host", "user", "port", "identity_file", "container", "run_dir", "python", "train_args", "command",
         "known_hosts", "ssh_config", "stall_after_s", "compile_stall_after_s", "launch_deadline_s",
-        "stop_grace_s", "min_free_gb", "bogus_key"]
+        "stop_grace_s", "min_free_gb", "progress_regex", "bogus_key"]
 NAMES = ["p", "gpu1", "local", '"a b"', '"x\\ny"', '"-lead"', '"é"', '"a.b"', "_", '"' + "n" * 300 + '"']
 
 
@@ -134,7 +148,12 @@ RECORDS = {
     "stop.json": lambda rng: {"v": 1, "run_id": "fuzz-run", "pid": 4194301, "requested_time": time.time()},
     ".launch-claim": lambda rng: {"v": 1, "token": "t", "launcher": "x@y", "pid": 4194302, "machine": "m"},
 }
-BAD_VALUES = ["3", "abc", [], {}, None, True, 1e308, -1, 0, [[[[[[]]]]]], "x" * 10000, {"nested": [1, {"a": []}]}]
+BAD_VALUES = ["3", "abc", [], {}, None, True, 1e308, -1, 0, [[[[[[]]]]]], "x" * 10000, {"nested": [1, {"a": []}]},
+              *ESCAPES, ["sh", "\x1b]2;t\x07"], int(HUGE_INT)]
+# Every string field of every record a run dir holds: where an escape is thrown in.
+STRING_FIELDS = {"launch.json": ["run_id", "host", "user", "python", "cwd", "log_error"],
+                 "status.json": ["phase", "node", "last_error"], "stop.json": ["requested_by", "signal_sent"],
+                 "exit.json": [], ".launch-claim": ["launcher", "machine"]}
 RAW_BAD = ["NaN", "Infinity", "-Infinity", "1" * 5000, "[" * 5000 + "]" * 5000, '{"v": 1', "\xff\xfe", "",
            "null", "[]", '"a string"', '{"v": "1"}', '{"v": 2}', "{" * 40 + "}" * 40]
 
@@ -150,6 +169,11 @@ def write_run_file(rng: random.Random, run: Path, name: str) -> str:
         if how == "mutated":
             for _ in range(rng.randint(1, 3)):
                 rec[rng.choice(list(rec) + ["v", "extra"])] = rng.choice(BAD_VALUES)
+        elif rng.random() < 0.6:    # a valid record whose strings carry escapes
+            for key in STRING_FIELDS[name]:
+                rec[key] = rng.choice(["", "x"]) + rng.choice(ESCAPES)
+            for t in rec.get("threads", []):
+                t.update(name="t" + rng.choice(ESCAPES), device=rng.choice(ESCAPES), error=rng.choice(ESCAPES))
         text = json.dumps(rec)
         if rng.random() < 0.3:      # numbers JSON can say but a record must not hold
             text = text.replace("12345", rng.choice(["NaN", "1" * 5000, "1e999", "-0"]), 1)
@@ -157,9 +181,15 @@ def write_run_file(rng: random.Random, run: Path, name: str) -> str:
     elif how == "raw":
         path.write_bytes(rng.choice(RAW_BAD).encode("utf-8", "surrogateescape"))
     elif how == "text":
+        e = rng.choice(ESCAPES)
         path.write_text(rng.choice(["#!/bin/sh\n# dflash-run-id: fuzz-run\n", "# dflash-run-id: \x1b[2J\n",
                                     "Traceback (most recent call last):\n  x\nValueError: y\n" * 50,
-                                    '{"v":1,"kind":"step","step":"x"}\n' * 20]))
+                                    '{"v":1,"kind":"step","step":"x"}\n' * 20,
+                                    f"Traceback (most recent call last):\n  File \"{e}\", line 1\nValueError: {e}\n",
+                                    f'step 1 loss {HUGE_INT}\n{{"step": 2, "loss": {HUGE_INT}}}\n{e}\n',
+                                    f'{{"v":1,"kind":"step","time":1,"step":3,"loss":1,"g":{HUGE_INT}}}\n'
+                                    f'{{"v":1,"kind":"error","time":1,"message":{json.dumps(e)}}}\n']),
+                        errors="surrogateescape")
     elif how == "fifo":
         os.mkfifo(path)
     elif how == "dir":
@@ -236,6 +266,10 @@ def judge(kind: str, case: str, code, out: str, err: str, took: float) -> str | 
         return "printed 'internal error'"
     if code != 0 and err.strip() and len(err.strip().splitlines()) > 1:
         return f"a {len(err.strip().splitlines())}-line error"
+    shown = [c for c in out + err if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f
+             or 0xd800 <= ord(c) <= 0xdfff or c in "\u2028\u2029"]
+    if shown:
+        return f"printed control characters {sorted(set(shown))!r}"
     return None
 
 

@@ -210,6 +210,30 @@ def check_number(key: str, value: float, where: str) -> None:
                           f"{rel} {low:g} and <= {high:g}")
 
 
+_MAX_LABEL, _MAX_NAME = 63, 253     # RFC 1035: what a resolver (and IDNA) takes
+
+
+def check_host_name(key: str, name: str, where: str) -> None:
+    """A host name, address or ssh alias a resolver can take, or a ConfigError naming `key`:
+    no empty label (`a..b`), none longer than 63 characters, at most 253 in all, and no
+    leading '-' (ssh would read it as an option)."""
+    bare = name[:-1] if name.endswith(".") and len(name) > 1 else name
+    labels = bare.split(".")
+    why = ""
+    if name.startswith("-"):
+        why = "starts with '-' (ssh would read it as an option)"
+    elif len(bare) > _MAX_NAME:
+        why = f"is {len(bare)} characters long, more than {_MAX_NAME}"
+    elif any(not label for label in labels):
+        why = "has an empty label (two dots in a row, or a leading dot)"
+    elif any(len(label) > _MAX_LABEL for label in labels):
+        longest = max(labels, key=len)
+        why = f"has a label of {len(longest)} characters, more than {_MAX_LABEL}"
+    if why:
+        raise ConfigError(f"{where}: {key} = {show_value(name)} {why}; write the host name, address "
+                          "or ~/.ssh/config alias as ssh would take it")
+
+
 def system_dir(path: str) -> bool:
     """Whether an absolute, normalised path is, or is inside, a system directory (or is one of
     the shared top-level ones itself): no place for a run dir."""
@@ -290,6 +314,8 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
     for key in ("host", "user", "python", "identity_file", "known_hosts", "ssh_config"):
         if key in values and (not values[key] or values[key] != values[key].strip()):
             raise ConfigError(f"{where}: {key} = {show_value(values[key])} is empty or has surrounding spaces")
+    if "host" in values:
+        check_host_name("host", values["host"], where)
     _check_nodes(where, values)
     if any(k in values for k in ("user", "port", "identity_file")) and not ("host" in values or "nodes" in values):
         raise ConfigError(f"{where}: user/port/identity_file are set but host is not; "
@@ -337,6 +363,7 @@ def _check_nodes(where: str, values: dict[str, Any]) -> None:
         if not _NODE_RE.match(node):
             raise ConfigError(f"{where}: nodes entry {node!r} is not a host name or ssh alias "
                               "(letters, digits, '.', '_', '-'; put user and port in user/port or ~/.ssh/config)")
+        check_host_name("nodes entry", node, where)
     dup = next((n for i, n in enumerate(nodes) if n in nodes[:i]), None)
     if dup is not None:
         raise ConfigError(f"{where}: nodes lists {dup!r} twice; each host runs one process, list it once")

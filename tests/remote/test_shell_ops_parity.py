@@ -118,19 +118,19 @@ async def test_signal_is_verified_against_start_time_and_cmdline(kind):
     try:
         (info,) = await ops.pid_info([child.pid])
         bad_start = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks + 1,
-                                     cmdline_contains=None)
+                                     cmdline=None)
         bad_cmd = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
-                                   cmdline_contains="python train")
+                                   cmdline=["python", "train"])
         not_leader = await ops.signal(inner.pid, signal.SIGTERM, start_ticks=None,
-                                      cmdline_contains=None, group=True)
+                                      cmdline=None, group=True)
         assert (bad_start, bad_cmd, not_leader) == ("mismatch", "mismatch", "mismatch")
         assert child.poll() is None and inner.poll() is None
         sent = await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
-                                cmdline_contains="marker $(x)", group=True)
+                                cmdline=[*SLEEPER, "marker $(x)"], group=True)
         assert sent == "sent"
         assert child.wait(5) == -signal.SIGTERM
         assert await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks,
-                                cmdline_contains=None) == "gone"
+                                cmdline=None) == "gone"
     finally:
         for p in (child, inner):
             if p.poll() is None:
@@ -221,3 +221,32 @@ async def test_agent_in_a_container_that_is_stopped_or_runs_nothing(sshd, standi
             await open_ops(ct)
     finally:
         await ssh.close()
+
+
+async def test_proc_tree_and_signal_prove_the_working_directory_alike(both, tmp_path):
+    """in_run_dir and the signal's cwd/argv proof: the agent and the shell answer the same."""
+    agent, shell = both
+    here, elsewhere = tmp_path / "run dir $(x)", tmp_path / "other"
+    here.mkdir()
+    elsewhere.mkdir()
+    child = subprocess.Popen([*SLEEPER, "sh", str(here / "launch.sh")], cwd=here, start_new_session=True)
+    try:
+        time.sleep(0.2)
+        for run_dir, want in ((str(here), True), (str(elsewhere), False), (str(tmp_path / "gone"), None),
+                              (None, None)):
+            a, s = await agent.proc_tree(child.pid, run_dir=run_dir), await shell.proc_tree(child.pid, run_dir=run_dir)
+            assert a.root == s.root and a.root.in_run_dir is want, (run_dir, a.root, s.root)
+        (info,) = await agent.pid_info([child.pid])
+        argv = [*SLEEPER, "sh", str(here / "launch.sh")]
+        for ops in both:
+            for cmdline, cwd in ((argv[:-1], str(here)), (argv, str(elsewhere)), (argv + ["x"], str(here))):
+                assert await ops.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks, cmdline=cmdline,
+                                        cwd=cwd, group=True) == "mismatch", (ops.kind, cmdline, cwd)
+        assert child.poll() is None
+        assert await shell.signal(child.pid, signal.SIGTERM, start_ticks=info.start_ticks, cmdline=argv,
+                                  cwd=str(here), group=True) == "sent"
+        assert child.wait(5) == -signal.SIGTERM
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()

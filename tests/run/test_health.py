@@ -24,13 +24,20 @@ def files(*names: str, **kw) -> dict[str, FileStat]:
     return {n: FileStat(f"{RUN}/{n}", True, size=10, mtime=NOW - 1, **kw) for n in names}
 
 
+# The wrapper as the launch starts it (`sh RUN/launch.sh RUN_ID`, in the run dir).
+WRAPPER_ARGV = ("sh", f"{RUN}/launch.sh", "r1")
+
+
 def launch(**kw) -> LaunchRecord:
-    base = dict(run_id="r1", pid=100, pgid=100, start_ticks=5, start_time=NOW - 300, argv=["x"])
+    base = dict(run_id="r1", pid=100, pgid=100, start_ticks=5, start_time=NOW - 300, argv=["x"],
+                wrapper_argv=list(WRAPPER_ARGV))
     base.update(kw)
     return LaunchRecord(**base)
 
 
 def alive(**kw) -> PidInfo:
+    kw.setdefault("cmdline", WRAPPER_ARGV)
+    kw.setdefault("in_run_dir", True)
     return PidInfo(100, True, start_ticks=kw.pop("start_ticks", 5), state=kw.pop("state", "S"), **kw)
 
 

@@ -66,7 +66,7 @@ async def test_both_ops_refuse_to_signal_without_a_start_time():
     agent = await AgentOps.start(target)
     try:
         for ops in (agent, await ShellOps.start(target)):
-            assert await ops.signal(proc.pid, sig.SIGTERM, start_ticks=None, cmdline_contains="launch.sh",
+            assert await ops.signal(proc.pid, sig.SIGTERM, start_ticks=None, cmdline=["sh", "./launch.sh"],
                                     group=True) == "mismatch"
         time.sleep(0.3)
         assert proc.poll() is None and alive(proc.pid)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_tui.contract.rundir import inert_text
 from dflash_tui.config import Profile
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.health import Limits, evaluate
@@ -250,7 +251,7 @@ async def test_stop_refuses_a_reused_pid(make_session, tmp_path):
         ops = await s.ops()
         (info,) = await ops.pid_info([bystander.pid])
         assert await ops.signal(bystander.pid, signal.SIGTERM, start_ticks=info.start_ticks,
-                                cmdline_contains="launch.sh", group=True) == "mismatch"
+                                cmdline=["sh", "./launch.sh"], group=True) == "mismatch"
         assert bystander.returncode is None
         os.kill(bystander.pid, 0)
     finally:
@@ -270,8 +271,10 @@ async def test_hostile_strings_pass_through_exactly(make_session, tmp_path):
     ev, cl = await wait_verdict(s, {Verdict.RUNNING})
     assert cl.verdict is Verdict.RUNNING, cl
     assert json.loads((run / "argv.json").read_text()) == ["argv", *args]
-    assert ev.launch.argv == [sys.executable, PROGRAM, "argv", *args]
-    assert ev.launch.cwd == str(run)
+    # What the run dir says is read inert (control characters shown as escapes): the newline
+    # in the run dir's name reads as "\\n".
+    assert ev.launch.argv == [inert_text(a) for a in [sys.executable, PROGRAM, "argv", *args]]
+    assert ev.launch.cwd == inert_text(str(run)) and "\n" not in ev.launch.cwd
     assert not os.path.exists("/tmp/pwned-dflash")
 
 

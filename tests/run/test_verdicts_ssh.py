@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_tui.contract.rundir import inert_text
 from dflash_tui.config import Profile
 from dflash_tui.remote.base import ContainerNotRunning
 from dflash_tui.run.launch import launch_run
@@ -197,7 +198,9 @@ async def test_hostile_strings_over_ssh_pct(sshd, standin, sessions, tmp_path):
     ev, cl = await wait_verdict(s, {Verdict.RUNNING})
     assert cl.verdict is Verdict.RUNNING, cl
     assert json.loads((run / "argv.json").read_text()) == ["argv", *args]
-    assert ev.launch.argv == [sys.executable, PROGRAM, "argv", *args] and ev.launch.cwd == str(run)
+    # Read inert: the newline in the run dir's name reads as "\\n" (docs/ARCHITECTURE.md, trust boundary).
+    assert ev.launch.argv == [inert_text(a) for a in [sys.executable, PROGRAM, "argv", *args]]
+    assert ev.launch.cwd == inert_text(str(run))
     await s.stop(grace_s=1.0)
     assert not os.path.exists("/tmp/pwned-dflash-ssh")
 

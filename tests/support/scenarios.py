@@ -43,12 +43,17 @@ def _stat(name: str, *, size: int = 0, mtime: float = START) -> FileStat:
 def _launch() -> LaunchRecord:
     return LaunchRecord(run_id=RUN_ID, pid=WRAPPER_PID, pgid=WRAPPER_PID, start_ticks=912345, start_time=START,
                         argv=["/usr/bin/python3", "-m", "dflash_train", "--run-dir", RUN_DIR],
-                        host="gpu1", user="root", python="/usr/bin/python3", cwd=RUN_DIR)
+                        host="gpu1", user="root", python="/usr/bin/python3", cwd=RUN_DIR,
+                        wrapper_argv=list(WRAPPER_ARGV))
+
+
+# The wrapper's argv, as the launch started it and /proc shows it; its cwd is the run dir.
+WRAPPER_ARGV = ("sh", posixpath.join(RUN_DIR, "launch.sh"), RUN_ID)
 
 
 def _alive() -> PidInfo:
-    return PidInfo(pid=WRAPPER_PID, alive=True, start_ticks=912345, cmdline=("sh", "./launch.sh"),
-                   state="S", pgid=WRAPPER_PID)
+    return PidInfo(pid=WRAPPER_PID, alive=True, start_ticks=912345, cmdline=WRAPPER_ARGV,
+                   state="S", pgid=WRAPPER_PID, in_run_dir=True)
 
 
 def _gone() -> PidInfo:

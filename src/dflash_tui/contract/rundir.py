@@ -34,6 +34,11 @@ a record a program wrote with a wrong type (``"pid": "abc"``), a non-finite or a
 or JSON nested too deep raises `SchemaError` naming the file, the field and the value, never
 anything else. events.jsonl readers skip and count such lines instead: a half-written last line
 is normal there.
+
+Every string a record or event holds (keys included) is made inert where it is read
+(`inert_text`): a control character, a lone surrogate or a line separator becomes its visible
+escape (``\\x1b``, ``\\ud800``), so nothing a program writes into its run dir can reach a
+terminal as an escape sequence, whatever view prints it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from __future__ import annotations
 import json
 import os
 import math
+import re
 import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -169,6 +175,11 @@ class LaunchRecord:
     # Set when the wrapper could not open train.log (why, as the shell said it): the wrapper
     # then writes launch.json anyway and does not start the trainer (verdict LOG MISSING).
     log_error: str = ""
+    # The wrapper's own argv, exactly as it was started: ["sh", "RUN_DIR/launch.sh", RUN_ID].
+    # It names the run dir and the run id, so /proc/PID/cmdline proves which run dir a live
+    # pid is the wrapper of (a copied run dir cannot adopt the original's process). Empty in
+    # a launch.json of an earlier version, whose wrapper ran as `sh ./launch.sh` in the run dir.
+    wrapper_argv: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -409,6 +420,40 @@ _MAX_ITEMS = 4096          # list fields (threads, argv, per-position accuracy)
 _MAX_DEPTH = 32            # JSON nesting: deeper is refused before the parser recurses on it
 
 
+# -- inert text ---------------------------------------------------------------------------
+# C0 controls, DEL, C1 controls (0x9b is a one-byte CSI to some terminals), line/paragraph
+# separators and lone surrogates (which no UTF-8 output can encode).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_UNSAFE_KEEP_NL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# What in a JSON text can decode to one of those: an escape (\\n, \\u001b, \\ud800) or the raw
+# character (JSON allows raw C1 controls and separators inside strings).
+_JSON_UNSAFE = re.compile(r'\\(?:[bfnrt]|u(?:00[01]|007[fF]|00[89]|202[89]|[dD][89a-fA-F]))'
+                          "|[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _escape(m: "re.Match[str]") -> str:
+    ch = m.group()
+    return ascii(ch)[1:-1] if ch not in "\u2028\u2029" else f"\\u{ord(ch):04x}"
+
+
+def inert_text(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with every character that a terminal could act on shown as its escape
+    (ESC as ``\\x1b``, a lone surrogate as ``\\ud800``); with `keep_newlines`, a newline stays
+    one (a traceback shown as lines)."""
+    rx = _UNSAFE_KEEP_NL if keep_newlines else _UNSAFE
+    return rx.sub(_escape, text) if rx.search(text) else text
+
+
+def _inert_json(value: Any) -> Any:
+    if isinstance(value, str):
+        return inert_text(value)
+    if isinstance(value, list):
+        return [_inert_json(v) for v in value]
+    if isinstance(value, dict):
+        return {inert_text(k): _inert_json(v) for k, v in value.items()}
+    return value
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -617,6 +662,8 @@ def loads_object(text: str, what: str) -> dict[str, Any]:
         raise SchemaError(f"{what} cannot be read: {str(exc)[:120]}") from None
     if not isinstance(obj, dict):
         raise SchemaError(f"{what} holds a {type(obj).__name__}, expected a JSON object")
+    if _JSON_UNSAFE.search(text):
+        obj = _inert_json(obj)
     v = obj.get("v")
     if v != SCHEMA_VERSION or isinstance(v, bool):
         raise SchemaError(f"{what} has schema version {_show(v)}, this reader understands {SCHEMA_VERSION}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..contract.rundir import inert_text
 from .sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
 
 
@@ -28,7 +29,10 @@ def _opt(value: Any, kind: type, where: str) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ProbeAnswerError(f"{where} should be a number or null, got {type(value).__name__}")
-    return kind(value)
+    try:
+        return kind(value)
+    except (OverflowError, ValueError):    # an integer no float holds, int(nan)
+        raise ProbeAnswerError(f"{where} should be a finite number, got {str(value)[:20]}...") from None
 
 
 def error_from_dict(d: Any) -> GpuError | None:
@@ -42,7 +46,7 @@ def error_from_dict(d: Any) -> GpuError | None:
         kind = GpuErrorKind.UNKNOWN
     index = d.get("gpu_index")
     lines = str(d.get("message") or "").strip().splitlines()
-    return GpuError(kind=kind, message=lines[0] if lines else kind.value,
+    return GpuError(kind=kind, message=inert_text(lines[0]) if lines else kind.value,
                     gpu_index=index if isinstance(index, int) and not isinstance(index, bool) else None)
 
 
@@ -55,8 +59,9 @@ def process_from_dict(d: Any) -> GpuProcess:
         used_memory_bytes=_opt(d.get("used_memory_bytes"), int, "used_memory_bytes"),
         container_pid=cpid if isinstance(cpid, int) else None,
         is_run_process=bool(d.get("is_run_process", False)),
-        name=str(d.get("name", "")),
-        user=str(d.get("user", "")),
+        # Another user's process names itself: inert before any pane shows it.
+        name=inert_text(str(d.get("name", ""))),
+        user=inert_text(str(d.get("user", ""))),
         sm_util_pct=_opt(d.get("sm_util_pct"), float, "sm_util_pct"),
         mem_util_pct=_opt(d.get("mem_util_pct"), float, "mem_util_pct"),
     )
@@ -65,8 +70,8 @@ def process_from_dict(d: Any) -> GpuProcess:
 def sample_from_dict(d: Any) -> GpuSample:
     if not isinstance(d, dict) or not isinstance(d.get("index"), int):
         raise ProbeAnswerError("a GPU entry has no integer index")
-    kwargs: dict[str, Any] = {"index": d["index"], "name": str(d.get("name", "")),
-                              "uuid": str(d.get("uuid", ""))}
+    kwargs: dict[str, Any] = {"index": d["index"], "name": inert_text(str(d.get("name", ""))),
+                              "uuid": inert_text(str(d.get("uuid", "")))}
     for name in _FLOAT_FIELDS:
         kwargs[name] = _opt(d.get(name), float, name)
     for name in _INT_FIELDS:
@@ -74,7 +79,7 @@ def sample_from_dict(d: Any) -> GpuSample:
     reasons = d.get("throttle_reasons") or ()
     if not isinstance(reasons, (list, tuple)):
         raise ProbeAnswerError("throttle_reasons should be a list")
-    kwargs["throttle_reasons"] = tuple(str(r) for r in reasons)
+    kwargs["throttle_reasons"] = tuple(inert_text(str(r)) for r in reasons)
     procs = d.get("processes") or ()
     if not isinstance(procs, (list, tuple)):
         raise ProbeAnswerError("processes should be a list")

@@ -275,13 +275,13 @@ class AgentOps:
     async def pid_info(self, pids: list[int]) -> list[PidInfo]:
         return [pidinfo_from(d) for d in await self.call("pid_info", pids=[int(p) for p in pids])]
 
-    async def proc_tree(self, pid: int) -> ProcTree:
-        return proctree_from(await self.call("proc_tree", pid=int(pid)))
+    async def proc_tree(self, pid: int, run_dir: str | None = None) -> ProcTree:
+        return proctree_from(await self.call("proc_tree", pid=int(pid), run_dir=run_dir))
 
     async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
-                     cmdline_contains: str | None, group: bool = False) -> str:
+                     cmdline: Sequence[str] | None, cwd: str | None = None, group: bool = False) -> str:
         return await self.call("signal", pid=int(pid), sig=int(sig), start_ticks=start_ticks,
-                               cmdline_contains=cmdline_contains, group=bool(group))
+                               cmdline=None if cmdline is None else list(cmdline), cwd=cwd, group=bool(group))
 
     async def dump_stacks(self, pid: int, sig: int, *, start_ticks: int | None, path: str,
                           min_interval_s: float = 5.0) -> StackDumpAnswer:

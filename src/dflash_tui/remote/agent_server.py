@@ -134,7 +134,8 @@ def parse_children(raw):
     return [int(x) for x in raw.split() if x.isdigit()]
 
 
-def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk_tck, truncated):
+def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk_tck, truncated,
+                     in_run_dir=None):
     """The ProcTree-shaped dict from what a walk of the tree read, raw.
 
     walked: [(pid, stat bytes, children pids)] in walk order, the root first. CPU seconds are
@@ -144,6 +145,7 @@ def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk
                                           status_raw),
            "procs": 0, "cpu_s": 0.0, "threads": 0, "states": {}, "main_pid": None,
            "main_argv": [], "clk_tck": clk_tck, "truncated": bool(truncated)}
+    rec["root"]["in_run_dir"] = in_run_dir
     ticks = 0
     for i, (p, stat_raw, kids) in enumerate(walked):
         try:
@@ -200,8 +202,19 @@ def _children_of(pid, threads):
     return kids
 
 
-def op_proc_tree(pid, max_procs=MAX_TREE):
-    """The wrapper `pid` and every descendant: one answer that replaces pid_info for a run."""
+def same_dir(a, b):
+    """Whether paths a and b are one directory (device and inode), None when either cannot be
+    looked at (/proc/PID/cwd of another user's process)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return None
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def op_proc_tree(pid, max_procs=MAX_TREE, run_dir=None):
+    """The wrapper `pid` and every descendant: one answer that replaces pid_info for a run.
+    With `run_dir`, the root's `in_run_dir` says whether its working directory is that one."""
     pid, max_procs = int(pid), max(1, min(int(max_procs), MAX_TREE))
     if pid <= 0:
         raise OpFailed("pid must be a positive integer, got %d" % pid)
@@ -225,16 +238,13 @@ def op_proc_tree(pid, max_procs=MAX_TREE):
         queue.extend(kids)
     base = "/proc/%d/" % pid
     main = walked[0][2][0] if walked and walked[0][2] else None
+    in_run_dir = same_dir(base + "cwd", run_dir) if run_dir is not None and walked else None
     return proc_tree_record(pid, walked, _proc_bytes(base + "cmdline"), _proc_bytes(base + "status"),
                             _proc_bytes("/proc/%d/cmdline" % main) if main else None,
-                            _CLK_TCK, bool(queue))
+                            _CLK_TCK, bool(queue), in_run_dir)
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def cmdline_matches(cmdline, needle):
-    return needle in " ".join(cmdline)
 
 
 # -- ops ----------------------------------------------------------------------------------
@@ -337,18 +347,53 @@ def op_pid_info(pids):
     return [pid_info_one(p) for p in pids]
 
 
-def op_signal(pid, sig, start_ticks=None, cmdline_contains=None, group=False):
-    """Signal pid (or its process group) only if it is still the process we were told about."""
+def own_groups():
+    """The process groups a signal must never reach: this process's, and its parent's (the
+    shell or the dashboard that started it)."""
+    groups = {os.getpgrp()}
+    try:
+        groups.add(os.getpgid(os.getppid()))
+    except OSError:
+        pass
+    return groups
+
+
+def signal_refusal(info, start_ticks, cmdline, cwd_same, group, own):
+    """Why `info` (a pid_record) must not be signalled, or None. The identity is proven, not
+    guessed: the start time, the exact command line and (when asked) the working directory;
+    pid 1, a group id below 2 (kill(-1), kill(0)) and a group that holds the asker are never
+    signalled. ShellOps' _SIGNAL applies the same rules in sh (tests/test_remote_ops_parity.py)."""
+    if info["pid"] <= 1:
+        return "pid %d is init: never signalled" % info["pid"]
+    # No start time, no proof that pid is still that process: nothing is sent.
+    if start_ticks is None or info["start_ticks"] != int(start_ticks):
+        return "start time differs"
+    if cmdline is not None and list(info["cmdline"]) != list(cmdline):
+        return "command line differs"
+    if cwd_same is False:
+        return "working directory differs, or cannot be looked at"
+    if group:
+        pgid = info["pgid"]
+        if pgid is None or pgid <= 1 or pgid != info["pid"]:
+            # Signalling the group of a non-leader would reach processes we never verified.
+            return "not a process group leader"
+        if pgid in own:
+            return "its process group holds the stopper"
+    return None
+
+
+def op_signal(pid, sig, start_ticks=None, cmdline=None, cwd=None, group=False):
+    """Signal pid (or its process group) only if it is provably the process we were told
+    about: "sent", "gone" or "mismatch" (nothing was sent)."""
+    if int(pid) <= 1:
+        return "mismatch"
     info = pid_info_one(pid)
     if not info["alive"]:
         return "gone"
-    # No start time, no proof that pid is still that process: nothing is sent.
-    if start_ticks is None or info["start_ticks"] != int(start_ticks):
-        return "mismatch"
-    if cmdline_contains is not None and not cmdline_matches(info["cmdline"], cmdline_contains):
-        return "mismatch"
-    if group and info["pgid"] != info["pid"]:
-        # Signalling the group of a non-leader would reach processes we never verified.
+    cwd_same = None
+    if cwd is not None:
+        cwd_same = same_dir("/proc/%d/cwd" % info["pid"], cwd) is True   # unreadable: not proven
+    if signal_refusal(info, start_ticks, cmdline, cwd_same, group, own_groups()) is not None:
         return "mismatch"
     try:
         if group:

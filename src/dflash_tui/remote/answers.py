@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 
+from ..contract.rundir import inert_text
+
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 
 
@@ -24,16 +26,17 @@ def chunk_from(d: dict) -> FileChunk:
 
 
 def pidinfo_from(d: dict) -> PidInfo:
+    # A command line is anyone's text: inert (contract/rundir.py inert_text) before anything shows it.
     return PidInfo(pid=int(d["pid"]), alive=bool(d["alive"]), start_ticks=d["start_ticks"],
-                   cmdline=tuple(d["cmdline"]), state=d["state"], pgid=d["pgid"],
-                   nspid=tuple(d["nspid"]))
+                   cmdline=tuple(inert_text(a) for a in d["cmdline"]), state=d["state"], pgid=d["pgid"],
+                   nspid=tuple(d["nspid"]), in_run_dir=d.get("in_run_dir"))
 
 
 def proctree_from(d: dict) -> ProcTree:
     return ProcTree(pid=int(d["pid"]), root=pidinfo_from(d["root"]), procs=int(d["procs"]),
                     cpu_s=float(d["cpu_s"]), threads=int(d["threads"]),
                     states=tuple(sorted((str(k), int(v)) for k, v in d["states"].items())),
-                    main_pid=d["main_pid"], main_argv=tuple(d["main_argv"]),
+                    main_pid=d["main_pid"], main_argv=tuple(inert_text(a) for a in d["main_argv"]),
                     truncated=bool(d["truncated"]))
 
 

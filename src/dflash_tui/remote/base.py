@@ -11,11 +11,15 @@ import abc
 from dataclasses import dataclass
 from typing import AsyncIterator, Sequence
 
+from ..contract.rundir import inert_text
+
 
 class TargetError(Exception):
     """Base for transport failures. `hint` says what the user can do about it."""
 
     def __init__(self, message: str, hint: str = "") -> None:
+        # A message quotes what the target said (a tool's stderr, a path): inert, one line.
+        message, hint = inert_text(message), inert_text(hint)
         super().__init__(message)
         self.message = message
         self.hint = hint

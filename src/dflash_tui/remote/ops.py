@@ -13,7 +13,7 @@ between the laptop and the GPU host.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,9 @@ class PidInfo:
     state: str = ""                  # /proc state letter; "Z" counts as not alive
     pgid: int | None = None
     nspid: tuple[int, ...] = ()      # NSpid line of /proc/<pid>/status (host view → innermost)
+    # Whether its working directory is the run dir asked about (proc_tree's `run_dir`); None
+    # when not asked, or when /proc/<pid>/cwd cannot be looked at (another user's process).
+    in_run_dir: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,16 @@ class RemoteOps(Protocol):
     async def read_tail(self, path: str, max_bytes: int = 64 << 10) -> FileChunk: ...
     async def pid_info(self, pids: list[int]) -> list[PidInfo]: ...
     async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
-                     cmdline_contains: str | None, group: bool = False) -> str:
+                     cmdline: Sequence[str] | None, cwd: str | None = None, group: bool = False) -> str:
         """Send sig to pid (or to its process group when `group`, pid being the group
-        leader) only if pid still has that start time and cmdline. Returns "sent", "gone" or
-        "mismatch" (pid reused, or no start_ticks to verify it by: nothing was sent). Never a
+        leader) only if pid provably is that process: the same start time, exactly this
+        command line (unless None), this working directory (unless None; one that cannot be
+        looked at is no proof). Never pid 1, a group id below 2 (kill(-1), kill(0)), or a group
+        that holds the asker. Returns "sent", "gone" or "mismatch" (nothing was sent). Never a
         pattern kill."""
-    async def proc_tree(self, pid: int) -> ProcTree:
-        """pid_info of `pid` plus the CPU time, states and threads of its whole tree."""
+    async def proc_tree(self, pid: int, run_dir: str | None = None) -> ProcTree:
+        """pid_info of `pid` plus the CPU time, states and threads of its whole tree; with
+        `run_dir`, the root's `in_run_dir` too."""
     async def dump_stacks(self, pid: int, sig: int, *, start_ticks: int | None, path: str,
                           min_interval_s: float = 5.0) -> StackDumpAnswer:
         """Empty `path`, send `sig` to pid -- only if it still has that start time and its

@@ -76,9 +76,21 @@ for pid do
 done
 """
 
-# $1 root pid, $2 most processes: a walk of /proc/<pid>/task/*/children from the root; the
-# records are parsed by agent_server.proc_tree_record, as the agent's own walk is.
-_PROC_TREE = r"""
+# Whether two paths are one directory (device:inode): "1", "0", or "-" when either cannot be
+# looked at (agent_server.same_dir).
+_SAME_DIR = r"""
+same_dir() {
+  if a=$(stat -L -c '%d:%i' -- "$1" 2>/dev/null) && b=$(stat -L -c '%d:%i' -- "$2" 2>/dev/null); then
+    if [ "$a" = "$b" ]; then echo 1; else echo 0; fi
+  else echo -; fi
+}
+"""
+
+# $1 root pid, $2 most processes, $3 run dir or "" : a walk of /proc/<pid>/task/*/children
+# from the root; the records are parsed by agent_server.proc_tree_record, as the agent's own
+# walk is.
+_PROC_TREE = _SAME_DIR + r"""
+rundir=$3
 root=$1 max=$2 n=0 main= first=1 seen=' ' q=$1
 clk=$(getconf CLK_TCK 2>/dev/null) || clk=100
 printf 'C%s\0' "${clk:-100}"
@@ -104,20 +116,30 @@ for f in "/proc/$root/cmdline" "/proc/$root/status" "/proc/${main:-0}/cmdline"; 
     if b=$(base64 < "$f" 2>/dev/null); then printf '%s\0' "$b"; else printf -- '-\0'; fi
   else printf -- '-\0'; fi
 done
+if [ -n "$rundir" ] && [ "$n" -gt 0 ]; then printf 'W%s\0' "$(same_dir "/proc/$root/cwd" "$rundir")"
+else printf 'W-\0'; fi
 """
 
-# $1 pid $2 sig $3 start_ticks or "" $4 has-needle (1/0) $5 needle $6 group (1/0)
-_SIGNAL = r"""
-pid=$1 sig=$2 want=$3 hasneedle=$4 needle=$5 group=$6
-if ! s=$(cat "/proc/$pid/stat" 2>/dev/null); then printf 'gone\0'
+# $1 pid $2 sig $3 start_ticks or "" $4 base64 of the NUL-terminated command line, or "-"
+# $5 working directory, or "" $6 group (1/0). The same rules as agent_server.signal_refusal:
+# proven start time, exact command line and directory; never pid 1, a group id below 2, or a
+# group that holds this shell or its parent.
+_SIGNAL = _SAME_DIR + r"""
+pid=$1 sig=$2 want=$3 wantcmd=$4 cwd=$5 group=$6
+pgid_of() { s=$(cat "/proc/$1/stat" 2>/dev/null) || { echo -; return; }; set -- ${s##*) }; echo "$3"; }
+if [ "$pid" -le 1 ]; then printf 'mismatch\0'
+elif ! s=$(cat "/proc/$pid/stat" 2>/dev/null); then printf 'gone\0'
 else
   set -- ${s##*) }
   state=$1 pgid=$3 start=${20}
-  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null); cmd=${cmd% }
+  cmd=$(base64 < "/proc/$pid/cmdline" 2>/dev/null | tr -d '\n')
+  here=-; [ -n "$cwd" ] && here=$(same_dir "/proc/$pid/cwd" "$cwd")
   if [ "$state" = Z ] || [ "$state" = X ]; then printf 'gone\0'
   elif [ -z "$want" ] || [ "$start" != "$want" ]; then printf 'mismatch\0'
-  elif [ "$hasneedle" = 1 ] && case $cmd in *"$needle"*) false;; *) true;; esac; then printf 'mismatch\0'
-  elif [ "$group" = 1 ] && [ "$pgid" != "$pid" ]; then printf 'mismatch\0'
+  elif [ "$wantcmd" != - ] && [ "$cmd" != "$wantcmd" ]; then printf 'mismatch\0'
+  elif [ -n "$cwd" ] && [ "$here" != 1 ]; then printf 'mismatch\0'
+  elif [ "$group" = 1 ] && { [ "$pgid" -le 1 ] || [ "$pgid" != "$pid" ] ||
+       [ "$pgid" = "$(pgid_of $$)" ] || [ "$pgid" = "$(pgid_of $PPID)" ]; }; then printf 'mismatch\0'
   else
     target=$pid; [ "$group" = 1 ] && target=-$pgid
     if e=$(kill -"$sig" "$target" 2>&1); then printf 'sent\0'
@@ -372,11 +394,11 @@ class ShellOps:
                 pid, _b64(rec[1]), _b64(rec[2]), _b64(rec[3]))))
         return out
 
-    async def proc_tree(self, pid: int) -> ProcTree:
+    async def proc_tree(self, pid: int, run_dir: str | None = None) -> ProcTree:
         pid = int(pid)
         if pid <= 0:
             raise TargetError(f"proc_tree on {self.label}: pid must be a positive integer, got {pid}")
-        fields = await self._run("proc_tree", _PROC_TREE, str(pid), str(agent_server.MAX_TREE))
+        fields = await self._run("proc_tree", _PROC_TREE, str(pid), str(agent_server.MAX_TREE), run_dir or "")
         try:
             clk = int(fields[0][1:]) if fields[0].startswith("C") and fields[0][1:].isdigit() else 100
             walked, i = [], 1
@@ -385,21 +407,23 @@ class ShellOps:
                                agent_server.parse_children(fields[i + 2])))
                 i += 3
             truncated = fields[i] == "T1"
-            cmdline, status, main_cmdline = fields[i + 1: i + 4]
+            cmdline, status, main_cmdline, where = fields[i + 1: i + 5]
         except (IndexError, ValueError):
             raise TargetError(f"proc_tree on {self.label}: garbled answer for pid {pid}") from None
+        in_run_dir = {"W1": True, "W0": False}.get(where) if run_dir else None
         return proctree_from(agent_server.proc_tree_record(
-            pid, walked, _b64(cmdline), _b64(status), _b64(main_cmdline), clk, truncated))
+            pid, walked, _b64(cmdline), _b64(status), _b64(main_cmdline), clk, truncated, in_run_dir))
 
     async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
-                     cmdline_contains: str | None, group: bool = False) -> str:
+                     cmdline: Sequence[str] | None, cwd: str | None = None, group: bool = False) -> str:
         pid, sig = int(pid), int(sig)
         if pid <= 0:
             raise OpRefused(f"signal on {self.label}: pid must be a positive integer, got {pid}")
+        want_cmd = "-" if cmdline is None else base64.b64encode(
+            b"".join(a.encode("utf-8", "surrogateescape") + b"\0" for a in cmdline)).decode("ascii")
         (answer,) = await self._run(
             "signal", _SIGNAL, str(pid), str(sig),
-            "" if start_ticks is None else str(int(start_ticks)),
-            "0" if cmdline_contains is None else "1", cmdline_contains or "",
+            "" if start_ticks is None else str(int(start_ticks)), want_cmd, cwd or "",
             "1" if group else "0")
         if answer.startswith("F"):
             raise OpRefused(f"signal on {self.label}: not permitted to signal pid {pid}: "

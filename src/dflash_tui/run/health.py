@@ -111,7 +111,8 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     alive = process_matches(launch, ev.proc)           # STOPPED, FINISHED, CRASHED, KILLED
     if not alive:
         reused = ev.proc is not None and ev.proc.alive and ev.proc.state != "Z"
-        gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused)" if reused else "is gone")
+        gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused, or the run dir is a copy)"
+                                       if reused else "is gone")
         expected = ev.stop is not None or (ev.exit is not None and ev.exit.exit_code == 0)
         checks.append(Check("process", "Process", OK if expected else FAIL, gone, "",
                             ev.exit.end_time if ev.exit else None))

@@ -183,7 +183,7 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
         attempt = await _unwritten(run_id, run_dir, target, ops, write_res)
     else:
         try:
-            res = await target.run(detach_argv(run_dir), timeout=20)
+            res = await target.run(detach_argv(run_dir, run_id), timeout=20)
         except TargetUnreachable as exc:
             attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, None, error=str(exc))
         except (CommandTimeout, TargetError) as exc:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import posixpath
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
                                  TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord, TrainStatus,
-                                 parse_exit, parse_launch, parse_status, parse_stop, rank_file)
+                                 inert_text, parse_exit, parse_launch, parse_status, parse_stop, rank_file)
 
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
@@ -29,7 +29,7 @@ from .hang_evidence import HangEvidence
 from .probe_files import ProbeReport, gather_probes
 from .stack_dumps import gather_stack_dumps
 from .tracebacks import last_traceback
-from .wrapper import run_id_of_wrapper
+from .wrapper import LEGACY_WRAPPER_ARGV, run_id_of_wrapper, wrapper_argv
 
 RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON, EVENTS_JSONL)
 # Records are tiny; anything bigger is not ours (and must not cost a big read every second).
@@ -126,7 +126,8 @@ async def _read_tail_text(ops: RemoteOps, path: str, max_bytes: int) -> str:
     if chunk.offset > 0:
         # The tail may start mid-line: drop the partial first line.
         text = text.split("\n", 1)[1] if "\n" in text else ""
-    return text
+    # Read as lines (a traceback), and inert: nothing of the program's output reaches a terminal.
+    return inert_text(text, keep_newlines=True)
 
 
 async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None = None,
@@ -195,9 +196,9 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     await _gather_distributed(ops, ev)
     tracker = tracker or ProgressTracker(second_sample=False)
     if ev.launch is not None:
-        ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid),
+        ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid, run_dir=run_dir),
                                           tracker.read_files(ops, run_dir, run_id, ev.now, ev.files))
-        ev.proc = ev.tree.root
+        ev.proc = judged_root(ev.launch, run_dir, ev.tree.root)
     elif attempt is not None and attempt.pid and attempt.run_id == run_id:
         (ev.detached_proc,) = await ops.pid_info([attempt.pid])
         if not ev.detached_proc.alive or ev.detached_proc.state == "Z":
@@ -276,7 +277,7 @@ async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTrack
         # stacks that move (the probe rewrites its reports every second).
         t0 = time.monotonic()
         await asyncio.sleep(CPU_WINDOW_S)
-        tree, probes = await asyncio.gather(ops.proc_tree(ev.launch.pid),
+        tree, probes = await asyncio.gather(ops.proc_tree(ev.launch.pid, run_dir=ev.run_dir),
                                             gather_probes(ops, ev.run_dir, current_run_id(ev)))
         before = {p.pid: p.seq for p in ev.probes if not p.ended and ev.now - p.time <= 2 * CPU_WINDOW_S}
         for _ in range(_REPORT_RETRIES):
@@ -290,7 +291,7 @@ async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTrack
         tracker.sample_stacks(probes, ev.hang.stack_dumps)
         if probes or not ev.probes:
             ev.probes = probes
-        if not process_matches(ev.launch, tree.root):
+        if not process_matches(ev.launch, judged_root(ev.launch, ev.run_dir, tree.root)):
             return      # it ended in the meantime: the next look says how
         ev.activity = tracker.activity(later, tree)
 
@@ -309,10 +310,43 @@ def current_run_id(ev: Evidence) -> str | None:
     return ev.launch.run_id if ev.launch is not None else None
 
 
+def judged_root(launch: LaunchRecord, run_dir: str, root: PidInfo) -> PidInfo:
+    """The wrapper's PidInfo as judged for `run_dir`: a launch.json whose wrapper argv names
+    another run dir (a copied run dir) makes its process not this run dir's, whatever its cwd.
+    (Records are read inert, contract/rundir.py `inert_text`: so is the argv they are held to.)"""
+    expected = [inert_text(a) for a in wrapper_argv(run_dir, launch.run_id)]
+    if launch.wrapper_argv and launch.wrapper_argv != expected:
+        return replace(root, in_run_dir=False)
+    return root
+
+
+def wrapper_refusal(launch: LaunchRecord, proc: PidInfo) -> str | None:
+    """Why the live `proc` is not provably the wrapper launch.json records, or None. The proof:
+    its exact command line (which names the run dir and the run id) and its working directory
+    (the run dir; where it can be looked at). A launch.json of an earlier version has no argv
+    of the wrapper's own, so there the working directory must be proven."""
+    if launch.pid <= 1 or launch.pgid <= 1:
+        return f"pid {launch.pid} / group {launch.pgid} cannot be a wrapper (init, or every process)"
+    expected = tuple(launch.wrapper_argv) if launch.wrapper_argv else LEGACY_WRAPPER_ARGV
+    if tuple(proc.cmdline) != expected:
+        return f"its command line is {_argv_words(proc.cmdline)}, not the wrapper's {_argv_words(expected)}"
+    if proc.in_run_dir is False:
+        return "it is the wrapper of another run dir (its command line or working directory names another)"
+    if proc.in_run_dir is None and not launch.wrapper_argv:
+        return "its working directory cannot be looked at, so it cannot be proven to be this run dir's wrapper"
+    return None
+
+
+def _argv_words(argv) -> str:
+    text = " ".join(argv) or "empty"
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
 def process_matches(launch: LaunchRecord, proc: PidInfo | None) -> bool:
-    """The wrapper recorded in launch.json is still alive (and is still the same process)."""
+    """The wrapper recorded in launch.json is still alive, is still the same process (start
+    time), and is provably this run dir's wrapper (`wrapper_refusal`)."""
     if proc is None or not proc.alive or proc.state == "Z":
         return False
-    if launch.start_ticks is not None and proc.start_ticks is not None:
-        return proc.start_ticks == launch.start_ticks
-    return True
+    if launch.start_ticks is not None and proc.start_ticks is not None and proc.start_ticks != launch.start_ticks:
+        return False
+    return wrapper_refusal(launch, proc) is None

@@ -22,7 +22,14 @@ Also noted: a checkpoint the program says it saved ("Saving model checkpoint to 
 "checkpoint: step N saved to PATH"), for the words of a STOPPED run.
 
 Pure and bounded: segments longer than MAX_SEGMENT are cut, a dict line is parsed only when
-short, and nothing here does I/O (run/observe.py's ProgressTracker feeds it).
+short, and nothing here does I/O (run/observe.py's ProgressTracker feeds it). Every regular
+expression here runs in time linear in the text it reads, whatever the log holds: a profile's
+`progress_regex` is matched by RE2 (google-re2; what RE2 cannot bound, such as backreferences
+and lookarounds, is refused when the config is read), and the built-in forms below are written
+so that Python's engine never backtracks (possessive quantifiers, a lookbehind that starts a
+number only at the start of its digits, a bounded gap in the checkpoint form).
+tests/test_hostile_regex.py holds both to that on adversarial lines. The values shown (the last
+progress line, a checkpoint path, a disk error) are made inert (contract/rundir.py `inert_text`).
 """
 
 from __future__ import annotations
@@ -33,27 +40,37 @@ import math
 import re
 from dataclasses import dataclass
 
+import re2
+
+from ..contract.rundir import inert_text
+
 # One segment (a line, or one carriage-return update) is read up to this many characters.
 MAX_SEGMENT = 4096
 # Metric dicts longer than this are not parsed (ast/json on hostile input costs time).
 MAX_DICT = 2048
 
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_STEP = re.compile(r"\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*[:=#]?\s*(\d+)(?:\s*(?:/|of)\s*(\d+))?",
+# A number; the lookbehind starts it only where its digits start, so a long run of digits is
+# tried once, not once per digit.
+_NUM = r"(?<![\d.])[-+]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+"
+_STEP = re.compile(r"\b(?:global[_ ]step|step|iter(?:ation)?)\b\s*+[:=#]?+\s*+(\d++)(?:\s*+(?:/|of)\s*+(\d++))?+",
                    re.IGNORECASE)
-_BAR = re.compile(r"(?:\|\s*|\s)(\d+)/(\d+)\s*\[")         # tqdm: "| 450/1000 [00:10<..."
-_LOSS = re.compile(r"\b(?:train[_ ])?loss\b\s*[:=]?\s*(" + _NUM + r"|nan|inf)", re.IGNORECASE)
-_RATE = re.compile(r"(" + _NUM + r")\s*(it/s|s/it|tok(?:ens)?/s|samples/s)")
+_BAR = re.compile(r"(?:\|\s*+|\s)(\d++)/(\d++)\s*+\[")         # tqdm: "| 450/1000 [00:10<..."
+_LOSS = re.compile(r"\b(?:train[_ ])?loss\b\s*+[:=]?+\s*+(" + _NUM + r"|nan|inf)", re.IGNORECASE)
+_RATE = re.compile(r"(" + _NUM + r")\s*+(it/s|s/it|tok(?:ens)?/s|samples/s)")
 # The other order, "tok/s 18,450" (the bundled trainer's log): the unit, then its number.
-_RATE_AFTER = re.compile(r"\b(it/s|s/it|tok(?:ens)?/s|samples/s)\s*[:=]?\s*(\d{1,3}(?:,\d{3})+(?:\.\d+)?|" + _NUM + r")")
-_EPOCH = re.compile(r"\bepoch\b\s*[:=]?\s*(" + _NUM + r")", re.IGNORECASE)
-_CHECKPOINT = re.compile(r"(?:saving model checkpoint to|checkpoint\b.*?\bsaved to)\s+(\S+)", re.IGNORECASE)
-_BAR_RICH = re.compile(r"[━╸╺]\s+(\d+)/(\d+)\b")   # rich: "━━━╸━━ 450/1000 0:00:10"
+_RATE_AFTER = re.compile(r"\b(it/s|s/it|tok(?:ens)?/s|samples/s)\s*+[:=]?+\s*+"
+                         r"((?>\d{1,3}(?:,\d{3})++(?:\.\d++)?+|" + _NUM + r"))")
+_EPOCH = re.compile(r"\bepoch\b\s*+[:=]?+\s*+(" + _NUM + r")", re.IGNORECASE)
+# "checkpoint: step N saved to PATH": the gap between the two words is bounded, so a line of
+# many "checkpoint" words costs a bounded look at each.
+_CHECKPOINT = re.compile(r"(?:saving model checkpoint to|checkpoint\b.{0,200}?\bsaved to)\s++(\S++)", re.IGNORECASE)
+_BAR_RICH = re.compile(r"[━╸╺]\s++(\d++)/(\d++)\b")   # rich: "━━━╸━━ 450/1000 0:00:10"
 # Segment ends: a newline starts a new line; "\r" and a cursor-up (CSI n A / CSI n F) start a
 # redraw of a line already written.
-_SPLIT = re.compile(r"(\n|\r|\x1b\[[0-9]*[AF])")
+_SPLIT = re.compile(r"(\n|\r|\x1b\[[0-9]*+[AF])")
 # Other escape sequences: CSI (colours, erase, cursor), OSC (titles, hyperlinks), two-byte ESC.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# The character classes of each part are disjoint and possessive: no backtracking.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*+[ -/]*+[@-~]|\x1b\][^\x07\x1b]*+(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
 # Every progress form holds one of these (lower-cased): a substring test per line, at C speed,
 # keeps the regular expressions off the lines that cannot match.
@@ -71,20 +88,79 @@ class ProgressRegexError(ValueError):
     """A profile's progress_regex that cannot be used, phrased for the user."""
 
 
-def compile_progress_regex(pattern: str) -> re.Pattern[str]:
-    """The profile's `progress_regex`, or ProgressRegexError saying what to fix."""
+# What a profile's progress_regex may be: RE2 matches in time linear in the text, and these
+# bound the per-character cost (the compiled program) and refuse what RE2 would read
+# differently from Python (a repeat count over its 1000 is taken as literal text there).
+MAX_REGEX_CHARS = 1000
+MAX_REGEX_DEPTH = 50
+MAX_REGEX_REPEAT = 1000
+MAX_REGEX_PROGRAM = 10000
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False          # errors are ours to phrase, not stderr lines
+_RE2_OPTIONS.max_mem = 8 << 20
+_REPEAT = re.compile(r"(?<!\\)\{(\d++)(?:,(\d*+))?+\}")
+_FIX = "fix it or remove the key"
+# How RE2 names the constructs it refuses because no linear-time match exists for them.
+_UNBOUNDED = ("invalid perl operator", "invalid escape sequence", "bad repetition operator", "invalid named capture")
+
+
+def _regex_depth(pattern: str) -> int:
+    depth = deepest = 0
+    escaped = in_class = False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def compile_progress_regex(pattern: str):
+    """The profile's `progress_regex` compiled by RE2 (linear-time matching), or
+    ProgressRegexError saying what to fix."""
+    shown = repr(pattern) if len(pattern) <= 60 else repr(pattern[:57]) + "..."
+    if len(pattern) > MAX_REGEX_CHARS:
+        raise ProgressRegexError(f"progress_regex {shown} is {len(pattern)} characters long, more than "
+                                 f"{MAX_REGEX_CHARS}; write a shorter one or remove the key")
+    depth = _regex_depth(pattern)
+    if depth > MAX_REGEX_DEPTH:
+        raise ProgressRegexError(f"progress_regex {shown} nests groups {depth} deep, more than "
+                                 f"{MAX_REGEX_DEPTH}; flatten it or remove the key")
+    for m in _REPEAT.finditer(pattern):
+        counts = [int(g) for g in m.groups() if g and len(g) < 12] + [MAX_REGEX_REPEAT + 1] * any(
+            g and len(g) >= 12 for g in m.groups())
+        if counts and max(counts) > MAX_REGEX_REPEAT:
+            raise ProgressRegexError(f"progress_regex {shown} repeats {m.group()}, more than "
+                                     f"{MAX_REGEX_REPEAT} times; use + or * instead, or remove the key")
     try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise ProgressRegexError(f"progress_regex {pattern!r} is not a valid regular expression "
-                                 f"({exc}); fix it or remove the key") from None
+        rx = re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        why = inert_text(exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes)
+                         else str(exc))
+        if any(w in why for w in _UNBOUNDED):
+            raise ProgressRegexError(
+                f"progress_regex {shown} cannot be matched in linear time ({why}): backreferences, "
+                f"lookarounds and possessive or atomic groups are not supported; {_FIX}") from None
+        raise ProgressRegexError(f"progress_regex {shown} is not a valid regular expression ({why}); {_FIX}") from None
+    if rx.programsize > MAX_REGEX_PROGRAM:
+        raise ProgressRegexError(f"progress_regex {shown} compiles to {rx.programsize} RE2 instructions, more than "
+                                 f"{MAX_REGEX_PROGRAM}; write a simpler one or remove the key")
     names = set(rx.groupindex)
     unknown = names - {"step", "loss", "total"}
     if unknown:
-        raise ProgressRegexError(f"progress_regex {pattern!r} has group(s) {', '.join(sorted(unknown))}; "
+        raise ProgressRegexError(f"progress_regex {shown} has group(s) {', '.join(sorted(unknown))}; "
                                  "only (?P<step>...), (?P<loss>...) and (?P<total>...) are read")
     if not names & {"step", "loss"}:
-        raise ProgressRegexError(f"progress_regex {pattern!r} names no group; add (?P<step>\\d+) "
+        raise ProgressRegexError(f"progress_regex {shown} names no group; add (?P<step>\\d+) "
                                  "and/or (?P<loss>[0-9.]+)")
     return rx
 
@@ -129,9 +205,14 @@ def _int(value) -> int | None:
 
 
 def _num(value) -> float | None:
+    """A finite float of a JSON number; None for anything else, an integer too large for a
+    float (`{"loss": 1e400 written out in digits}`) included."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:
+        return None
     return v if math.isfinite(v) else None
 
 
@@ -153,7 +234,8 @@ def _metrics_dict(seg: str) -> dict | None:
 class ProgressParser:
     """Feed it a log's bytes in order (`feed`); `progress` holds what they said."""
 
-    def __init__(self, regex: re.Pattern[str] | str | None = None) -> None:
+    def __init__(self, regex=None) -> None:
+        """`regex`: a profile's progress_regex, as text or from `compile_progress_regex`."""
         self.regex = compile_progress_regex(regex) if isinstance(regex, str) else regex
         self.progress = LogProgress()
         self._partial = ""
@@ -203,7 +285,7 @@ class ProgressParser:
             if not redraw:
                 p.output += 1          # a redraw is output only when it says something new (below)
             if disk and _DISK_FULL.search(seg):
-                p.disk_error = " ".join(seg.split())[:200]
+                p.disk_error = inert_text(" ".join(seg.split())[:200])
             saved = checkpoint and self._checkpoint(seg)
             if saved or self.regex is not None or seg.lstrip().startswith("{") or _may_progress(seg):
                 candidates.append((seg, redraw))
@@ -228,7 +310,7 @@ class ProgressParser:
     def _checkpoint(self, seg: str) -> bool:
         cp = _CHECKPOINT.search(seg)
         if cp:
-            self.progress.checkpoint = cp.group(1).rstrip(".,;")
+            self.progress.checkpoint = inert_text(cp.group(1).rstrip(".,;"))
         return cp is not None
 
     def _segment(self, seg: str, count: bool = True, redraw: bool = False) -> int:
@@ -290,7 +372,7 @@ class ProgressParser:
             p.rate, p.rate_unit = rate, unit
         if epoch is not None:
             p.epoch = epoch
-        p.last_line = " ".join(seg.split())[:200]
+        p.last_line = inert_text(" ".join(seg.split())[:200])
         if count:
             p.records += 1
             return 1
@@ -308,7 +390,7 @@ def _int_text(text: str | None) -> int | None:
     return int(text)
 
 
-def parse_text(text: str, regex: re.Pattern[str] | str | None = None) -> LogProgress:
+def parse_text(text: str, regex=None) -> LogProgress:
     """All of `text` at once (a log's tail, a test's sample)."""
     parser = ProgressParser(regex)
     parser.feed(text)

@@ -32,9 +32,14 @@ class Point(NamedTuple):   # a tuple: a hundred a second are made while Metrics 
 
 
 def _number(v: object) -> float | None:
+    """A finite float; None for anything else, an integer too large for a float included
+    (any field of a step record may hold one)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
     return f if f == f and f not in (float("inf"), float("-inf")) else None
 
 

@@ -1,9 +1,12 @@
 """Stop a run by its recorded pid: stop.json, SIGTERM to its group, grace, SIGKILL.
 
 The wrapper is its own session and process-group leader, so signalling the group reaches the
-trainer and anything it started, and nothing else. Every signal goes through
-`RemoteOps.signal` with the start time and command line from launch.json: a pid that now
-belongs to another process ("mismatch") is never signalled, and that is reported.
+trainer and anything it started, and nothing else. Only a process proven to be this run dir's
+wrapper is signalled (observe.wrapper_refusal: start time, exact command line, working
+directory), and every signal goes through `RemoteOps.signal`, which checks the same proof again
+on the target at the moment it signals: a pid that belongs to another process, to a copy of the
+run dir, or to init, or a group that holds the stopper, is never signalled ("mismatch"), and
+that is reported.
 """
 
 from __future__ import annotations
@@ -20,10 +23,8 @@ from ..contract.rundir import STOP_JSON, StopRecord, to_json
 
 from ..remote.base import Target, TargetError
 from ..remote.ops import RemoteOps
-from .observe import gather, process_matches
-
-# What launch.sh's command line contains ("sh ./launch.sh"); a reused pid will not match it.
-WRAPPER_CMDLINE = "launch.sh"
+from .observe import gather, process_matches, wrapper_refusal
+from .wrapper import LEGACY_WRAPPER_ARGV, wrapper_argv
 
 
 @dataclass
@@ -60,11 +61,16 @@ async def _write_stop(target: Target, run_dir: str, record: StopRecord) -> bool:
         return False
 
 
+def _same_process(launch, info) -> bool:
+    """The process we signalled is still there (alive, the same start time)."""
+    return info.alive and info.state != "Z" and info.start_ticks == launch.start_ticks
+
+
 async def _wait_gone(ops: RemoteOps, launch, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while True:
         (info,) = await ops.pid_info([launch.pid])
-        if not process_matches(launch, info):
+        if not _same_process(launch, info):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -93,9 +99,18 @@ async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: flo
             return StopResult("mismatch", launch.pid, launch.run_id, time.monotonic() - t0,
                               f"pid {launch.pid} now belongs to another process (its start time differs): "
                               f"nothing was signalled; run {launch.run_id} is not running")
+        why = wrapper_refusal(launch, proc)
+        if why is not None:
+            return StopResult("mismatch", launch.pid, launch.run_id, time.monotonic() - t0,
+                              f"pid {launch.pid} is alive but is not provably the wrapper of {run_dir}: {why}; "
+                              "nothing was signalled")
     if not process_matches(launch, ev.proc):
         return StopResult("not-running", launch.pid, launch.run_id, time.monotonic() - t0,
                           f"run {launch.run_id} (pid {launch.pid}) is not running")
+    # What the target checks again at the moment it signals: the same proof as above, the argv
+    # as this run dir's wrapper has it (raw, as /proc holds it).
+    proof = dict(start_ticks=launch.start_ticks, group=True, cwd=run_dir,
+                 cmdline=wrapper_argv(run_dir, launch.run_id) if launch.wrapper_argv else LEGACY_WRAPPER_ARGV)
     record = StopRecord(run_id=launch.run_id, pid=launch.pid, requested_time=await ops.now(),
                         requested_by=requested_by or _requested_by(), signal_sent="SIGTERM")
     recorded = await _write_stop(target, run_dir, record)
@@ -104,18 +119,17 @@ async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: flo
         return StopResult(outcome, launch.pid, launch.run_id, time.monotonic() - t0, message,
                           record=record, recorded=recorded)
 
-    sent = await ops.signal(launch.pid, signal.SIGTERM, start_ticks=launch.start_ticks,
-                            cmdline_contains=WRAPPER_CMDLINE, group=True)
+    sent = await ops.signal(launch.pid, signal.SIGTERM, **proof)
     if sent == "mismatch":
-        return result("mismatch", f"pid {launch.pid} now belongs to another process (start time or command "
-                                  "line differs): nothing was signalled")
+        return result("mismatch", f"pid {launch.pid} could not be proven on the target to be the wrapper "
+                                  "(start time, command line, working directory or process group): "
+                                  "nothing was signalled")
     if sent == "gone" or await _wait_gone(ops, launch, grace_s):
         return result("terminated", f"run {launch.run_id} (pid {launch.pid}) ended after SIGTERM")
 
     record.signal_sent = "SIGKILL"
     recorded = await _write_stop(target, run_dir, record) and recorded
-    sent = await ops.signal(launch.pid, signal.SIGKILL, start_ticks=launch.start_ticks,
-                            cmdline_contains=WRAPPER_CMDLINE, group=True)
+    sent = await ops.signal(launch.pid, signal.SIGKILL, **proof)
     if sent == "mismatch":
         return result("mismatch", f"pid {launch.pid} was reused during the grace period: SIGKILL not sent")
     if sent == "gone" or await _wait_gone(ops, launch, 5.0):

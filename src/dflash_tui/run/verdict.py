@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..contract.rundir import inert_text
+
 
 class Verdict(str, Enum):
     # The verdict table (docs/ARCHITECTURE.md; run/health.py `evaluate`):
@@ -48,6 +50,10 @@ class CheckState(str, Enum):
     PENDING = "pending"
 
 
+def _inert(text: str) -> str:
+    return inert_text(text, keep_newlines=True) if isinstance(text, str) else text
+
+
 @dataclass
 class Check:
     id: str            # stable key, e.g. "launch_json", "train_log", "pid_alive", "heartbeat"
@@ -56,6 +62,11 @@ class Check:
     cause: str = ""    # one line: what was observed
     hint: str = ""     # one line: what to do about it
     since: float | None = None  # epoch seconds when `state` last changed
+
+    def __post_init__(self) -> None:
+        # The last guard of the trust boundary (docs/ARCHITECTURE.md): what a check says is
+        # made of target output; whatever reached it un-made-inert is made inert here.
+        self.cause, self.hint = _inert(self.cause), _inert(self.hint)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -91,6 +102,9 @@ class ThreadHealth:
     source: str = ""       # "probe", or a stack dump's: "faulthandler", "py-spy"
     stale: bool = False    # its process's report is stale: no Python ran there since
 
+    def __post_init__(self) -> None:
+        self.name, self.why = _inert(self.name), _inert(self.why)
+
     @property
     def trouble(self) -> bool:
         return self.state in (ThreadState.STUCK, ThreadState.FAILED)
@@ -110,6 +124,9 @@ class Checklist:
     summary: str = ""  # one line explaining the verdict, e.g. "exit code 1: ValueError: ..."
     # status.json's threads, judged, then each probed process's threads with their stack's class
     threads: list[ThreadHealth] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.summary = _inert(self.summary)
 
     def thread(self, name: str) -> ThreadHealth | None:
         return next((t for t in self.threads if t.name == name), None)

@@ -26,7 +26,8 @@ import time
 from typing import Sequence
 
 from ..contract.rundir import (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, EXIT_JSON, FR_DUMP_PREFIX, LAUNCH_JSON,
-                                 LAUNCH_OUT, LAUNCH_SH, PROBE_DIR, PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG)
+                                 LAUNCH_OUT, LAUNCH_SH, PROBE_DIR, PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG,
+                                 inert_text)
 
 # launch.sh names its run id on this line, so a reader can tell which launch a wrapper belongs to
 # without parsing shell.
@@ -173,6 +174,17 @@ esac
 """
 
 
+# The argv an earlier version started its wrapper with (in the run dir): launch.json without
+# `wrapper_argv` means this one, and then only the process's working directory names its run dir.
+LEGACY_WRAPPER_ARGV = ("sh", f"./{LAUNCH_SH}")
+
+
+def wrapper_argv(run_dir: str, run_id: str) -> list[str]:
+    """The exact argv the wrapper is started with: it names its run dir and its run id, so
+    its /proc/PID/cmdline tells which run dir it belongs to (the script ignores the id)."""
+    return ["sh", posixpath.join(run_dir, LAUNCH_SH), run_id]
+
+
 def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str = "", *,
                    probe: bool = False) -> str:
     if not argv:
@@ -180,7 +192,8 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
     # Everything but the shell-found fields, as a JSON object body without braces; the shell
     # only appends to it, so quoting of user strings is JSON's, inside sh single quotes.
     static = json.dumps({"v": SCHEMA_VERSION, "run_id": run_id, "argv": list(argv), "python": python,
-                         "cwd": run_dir},   # the detach command cds there
+                         "cwd": run_dir,   # the detach command cds there
+                         "wrapper_argv": wrapper_argv(run_dir, run_id)},
                         ensure_ascii=True, separators=(",", ":"))[1:-1]
     return WRAPPER_TEMPLATE.format(
         marker=RUN_ID_MARKER,
@@ -203,7 +216,7 @@ def run_id_of_wrapper(text: str) -> str | None:
     """The run id a launch.sh was rendered for (from its marker line), or None."""
     for line in text.splitlines()[:5]:
         if line.startswith(RUN_ID_MARKER):
-            return line[len(RUN_ID_MARKER):].strip() or None
+            return inert_text(line[len(RUN_ID_MARKER):].strip()) or None
     return None
 
 
@@ -215,11 +228,12 @@ def run_id_of_wrapper(text: str) -> str | None:
 # own session: between fork and setsid() the child is still in the exec's process group, and a
 # transport that kills that group as soon as the command returns (pct's `hup` behaviour) would
 # otherwise win the race now and then.
-# $1 = run dir. The wrapper's own name is fixed (launch.sh), so no user string is spliced in.
+# $1 = run dir, then the wrapper's argv (`wrapper_argv`): setsid and nohup exec it, so the
+# wrapper's /proc/PID/cmdline is exactly that argv. No user string is spliced into the script.
 DETACH_SCRIPT = (
-    'cd "$1" || exit 2; set -f; '
+    'cd "$1" || exit 2; shift; set -f; '
     'if command -v setsid >/dev/null 2>&1; then d=setsid; else d=nohup; fi; '
-    f'$d sh ./{LAUNCH_SH} </dev/null >>./{LAUNCH_OUT} 2>&1 & '
+    f'$d "$@" </dev/null >>./{LAUNCH_OUT} 2>&1 & '
     'pid=$!; own=no; i=0; '
     'if [ "$d" = setsid ]; then while [ "$i" -lt 200 ]; do '
     's=$(cat "/proc/$pid/stat" 2>/dev/null) || break; '
@@ -231,8 +245,8 @@ DETACH_SCRIPT = (
 )
 
 
-def detach_argv(run_dir: str) -> list[str]:
-    return ["sh", "-c", DETACH_SCRIPT, "dflash-launch", run_dir]
+def detach_argv(run_dir: str, run_id: str) -> list[str]:
+    return ["sh", "-c", DETACH_SCRIPT, "dflash-launch", run_dir, *wrapper_argv(run_dir, run_id)]
 
 
 def parse_detach_output(stdout: str) -> tuple[int | None, str | None, bool | None]:

@@ -3,14 +3,35 @@
 Each browser tab gets its own dashboard process (textual-serve runs the command per
 websocket), watching the same profile; the run itself is untouched by tabs coming and
 going. The token check (serve_auth.require_token) runs before any textual-serve route.
+
+Whoever connects is a stranger until the token says otherwise, so: the routes are
+textual-serve's own but for `/static/`, which serves its files without listing a directory;
+and the server's log is one inert line per record (a malformed request is a 4xx and one line,
+never a traceback, and nothing a request carries reaches the terminal as an escape).
 """
 
 from __future__ import annotations
 
+import logging
+
+import aiohttp_jinja2
+import jinja2
 from aiohttp import web
 from textual_serve.server import Server
 
+from ..contract.rundir import inert_text
 from ..serve_auth import dashboard_command, require_token, start_lines
+
+
+class OneLineFormatter(logging.Formatter):
+    """A log record as one inert line: an exception is named, never drawn as a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f": {type(exc).__name__}: {str(exc).strip()[:300]}"
+        return inert_text(" ".join(text.split()))
 
 
 class TokenServer(Server):
@@ -18,9 +39,24 @@ class TokenServer(Server):
         super().__init__(command, host=host, port=port, title=title)
         self.token = token
 
+    def initialize_logging(self) -> None:
+        handler = logging.StreamHandler()
+        handler.setFormatter(OneLineFormatter())
+        logging.basicConfig(level="DEBUG" if self.debug else "INFO", handlers=[handler], force=True)
+
     async def _make_app(self) -> web.Application:
-        app = await super()._make_app()
-        app.middlewares.append(require_token(self.token))
+        # textual-serve's routes (Server._make_app) with the token check first and a static
+        # route that lists no directory.
+        app = web.Application(middlewares=[require_token(self.token, self.port)])
+        aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(self.templates_path))
+        app.add_routes([
+            web.get("/", self.handle_index, name="index"),
+            web.get("/ws", self.handle_websocket, name="websocket"),
+            web.get("/download/{key}", self.handle_download, name="download"),
+            web.static("/static", self.statics_path, show_index=False, name="static"),
+        ])
+        app.on_startup.append(self.on_startup)
+        app.on_shutdown.append(self.on_shutdown)
         return app
 
     async def on_startup(self, app: web.Application) -> None:
