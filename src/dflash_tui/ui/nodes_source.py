@@ -61,7 +61,6 @@ class NodesSource:
     def __init__(self, profile: Profile, *, gpu_interval: float = 1.0, monitor_interval: float = 1.0) -> None:
         self.profile = profile.name
         self.watch = NodesWatch(profile, interval=monitor_interval)
-        self.limits = self.watch.limits
         self.nodes = [node for node, _ in self.watch.host_watches()]
         self.sources = [SessionSource(w.profile, watch=w, gpu_interval=gpu_interval)
                         for _, w in self.watch.host_watches()]

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import AsyncIterator, Protocol
 
 from ..gpu.sample import GpuSnapshot
-from ..run.health import Limits
 from ..run.history import PreviousRun
 from ..run.report import RunReport
 
@@ -42,7 +41,6 @@ class LineFollower(Protocol):
 
 class DashboardSource(Protocol):
     profile: str
-    limits: Limits     # the profile's stall limits: the Threads pane marks STUCK by the same rule
 
     def reports(self) -> AsyncIterator[RunReport]: ...
 
