@@ -41,6 +41,8 @@ class ReplaySource:
                  missing: tuple[str, ...] = (), previous: PreviousRun | None = None,
                  on_action: Callable[[str], Awaitable[str]] | None = None) -> None:
         self.profile = profile
+        self.read_only = False
+        self.resumable = False
         self._reports: asyncio.Queue[RunReport] = asyncio.Queue()
         self._gpus: asyncio.Queue[GpuSnapshot] = asyncio.Queue()
         self._followers: dict[str, list[ReplayFollower]] = {}
@@ -102,7 +104,13 @@ class ReplaySource:
     async def stop(self) -> str:
         return await self._act("stop")
 
-    async def relaunch(self) -> str:
+    async def history(self) -> None:
+        return None
+
+    async def newest_checkpoint(self) -> None:
+        return None
+
+    async def relaunch(self, resume: bool = False) -> str:
         return await self._act("relaunch")
 
     async def canary(self) -> str:

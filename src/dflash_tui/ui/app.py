@@ -45,7 +45,7 @@ from .fleet import FleetScreen
 from .history import HistoryScreen, HistorySource
 from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
 from .screens import ConfirmScreen, HelpScreen, ProfileScreen
-from .source import LOG_NAMES, TRAIN_LOG, EVENTS_LOG, ActionError, DashboardSource
+from .source import LOG_NAMES, TRAIN_LOG, EVENTS_LOG, ActionError, DashboardSource, run_action
 from .threads import ThreadsPane
 from .nodes_source import NodesSource
 from .session_source import SessionSource
@@ -358,7 +358,7 @@ class DashboardApp(App[None]):
         if action in RUN_VIEW_ACTIONS and any(isinstance(s, (FleetScreen, HistoryScreen))
                                               for s in self.screen_stack):
             return False
-        if action in RUN_ACTIONS and (self.busy or getattr(self.source, "read_only", False)):
+        if action in RUN_ACTIONS and (self.busy or self.source.read_only):
             return None  # shown disabled in the Footer while a launch or stop is in flight
         return True
 
@@ -376,7 +376,7 @@ class DashboardApp(App[None]):
         return ""
 
     def action_relaunch(self) -> None:
-        if getattr(self.source, "newest_checkpoint", None) is None:
+        if not self.source.resumable:
             self._confirm_relaunch(None)   # nothing could be resumed: the plain question, now
         else:
             self._ask_relaunch()
@@ -411,8 +411,7 @@ class DashboardApp(App[None]):
     async def do_run_action(self, name: str, resume: bool = False) -> None:
         self.busy = name
         try:
-            fn = getattr(self.source, name)
-            outcome = await (fn(resume=True) if resume else fn())
+            outcome = await run_action(self.source, name, resume=resume)
         except (ActionError, TargetError, OSError) as exc:
             self.notify(one_line(str(exc), 300), title=f"{name} failed", severity="error", timeout=10)
         else:

@@ -61,6 +61,8 @@ async def _merged(streams: list[AsyncIterator], on_item) -> AsyncIterator:
 class NodesSource:
     def __init__(self, profile: Profile, *, gpu_interval: float = 1.0, monitor_interval: float = 1.0) -> None:
         self.profile = profile.name
+        self.read_only = False
+        self.resumable = False   # every node relaunches from the start (NodesSession has no resume)
         self.watch = NodesWatch(profile, interval=monitor_interval)
         self.nodes = [node for node, _ in self.watch.host_watches()]
         self.sources = [SessionSource(w.profile, watch=w, gpu_interval=gpu_interval)
@@ -90,6 +92,12 @@ class NodesSource:
         """The first node's (rank 0 writes the run's step and eval events)."""
         return await self.sources[0].previous_run(exclude)
 
+    async def history(self) -> None:
+        return None   # one history/ per node: no list of the run's history yet
+
+    async def newest_checkpoint(self) -> None:
+        return None
+
     # -- actions ----------------------------------------------------------------------------
     async def _act(self, action):
         try:
@@ -100,7 +108,7 @@ class NodesSource:
     async def launch(self) -> str:
         return await self._launch(self.watch.launch)
 
-    async def relaunch(self) -> str:
+    async def relaunch(self, resume: bool = False) -> str:
         return await self._launch(self.watch.relaunch)
 
     async def _launch(self, action) -> str:

@@ -55,6 +55,8 @@ class SessionSource:
         """`watch`: a HostWatch shared with the fleet poller (or a node's, of a NodesWatch), so
         the run view and the fleet guard one action at a time on the same object."""
         self.profile = profile.name
+        self.read_only = False
+        self.resumable = profile.uses_bundled_trainer   # a program of its own has no --resume of ours
         self.watch = watch if watch is not None else HostWatch(Session(profile), interval=monitor_interval)
         self.session = self.watch.session
         self._fleet_gpu_snapshot = self.watch.gpu_snapshot
@@ -150,7 +152,7 @@ class SessionSource:
     async def newest_checkpoint(self) -> str | None:
         """How the relaunch dialog names what a resume continues from (None: nothing, or a
         profile that runs its own command, which has no --resume of ours)."""
-        if not self.session.profile.uses_bundled_trainer:
+        if not self.resumable:
             return None
         ref = await self.session.newest_checkpoint()
         return None if ref is None else f"step {ref.step} ({posixpath.basename(ref.path)})"

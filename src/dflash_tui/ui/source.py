@@ -7,6 +7,10 @@ itself. It consumes a `DashboardSource`:
 - `gpu_snapshots()` GpuSnapshots from the GPU stream,
 - `follow(name)`    a line follower for "train.log" or "events.jsonl" (new complete lines per poll),
 - `previous_run(exclude)`  the run dir's last set-aside run (run/history.PreviousRun) or None,
+- `history()`       the runs in the run dir's history/ (run/history.HistoryRun), or None where
+  the source has none (a run on several nodes, a replay, a history run itself),
+- `resumable`, `newest_checkpoint()`  whether a relaunch may offer to resume, and from what,
+- `read_only`       a source that takes no action (a history run): the keys are disabled,
 - `launch()/stop()/relaunch()/canary()`  the watch's actions, each returning one line that
   says what happened (raising `ActionError` with a one-line message when it could not).
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 from typing import AsyncIterator, Protocol
 
 from ..gpu.sample import GpuSnapshot
-from ..run.history import PreviousRun
+from ..run.history import HistoryRun, PreviousRun
 from ..run.report import RunReport
 
 TRAIN_LOG = "train.log"
@@ -40,8 +44,18 @@ class LineFollower(Protocol):
         """New complete lines since the last poll (the tail of the file on the first)."""
 
 
+async def run_action(source: "DashboardSource", name: str, *, resume: bool = False) -> str:
+    """The source's launch, stop, canary or relaunch (with `resume`), by the name its key gives."""
+    if name == "relaunch":
+        return await source.relaunch(resume=resume)
+    actions = {"launch": source.launch, "stop": source.stop, "canary": source.canary}
+    return await actions[name]()
+
+
 class DashboardSource(Protocol):
     profile: str
+    read_only: bool    # no action is taken through it (a history run)
+    resumable: bool    # a relaunch may continue from a checkpoint (the bundled trainer's)
 
     def reports(self) -> AsyncIterator[RunReport]: ...
 
@@ -51,11 +65,17 @@ class DashboardSource(Protocol):
 
     async def previous_run(self, exclude: str | None) -> PreviousRun | None: ...
 
+    async def history(self) -> list[HistoryRun] | None: ...
+
+    async def newest_checkpoint(self) -> str | None:
+        """What a resumed relaunch would continue from, in words; None: nothing to resume."""
+
     async def launch(self) -> str: ...
 
     async def stop(self) -> str: ...
 
-    async def relaunch(self) -> str: ...
+    async def relaunch(self, resume: bool = False) -> str:
+        """`resume` only where `resumable`."""
 
     async def canary(self) -> str: ...
 
