@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..config import NODE_PLACEHOLDER, ConfigError, Profile
-from ..remote.ssh import SSHParams, resolve
+from ..remote.ssh_connection import SSHParams, resolve
 
 LOCALHOST = "localhost"   # the node name that means this machine (no SSH)
 LOOPBACK = "127.0.0.1"
