@@ -59,7 +59,6 @@ class PopenLauncher(LocalLauncher):
     """A backend of this test: its own start command (a Python spawn in a new session, no
     setsid) and its own stop (one verified SIGTERM to the run's group, then waiting)."""
 
-    name = "popen-test"
     stops: list[int] = []
 
     @classmethod

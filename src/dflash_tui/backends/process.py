@@ -46,8 +46,6 @@ class ProcessLauncher(Launcher):
 class LocalLauncher(ProcessLauncher):
     """This machine (no `host`, no `container`)."""
 
-    name = "local"
-
     @classmethod
     def handles(cls, profile: Profile) -> bool:
         return not profile.host and not profile.container
@@ -55,8 +53,6 @@ class LocalLauncher(ProcessLauncher):
 
 class SSHLauncher(ProcessLauncher):
     """A machine over SSH (`host`, with user, port, identity_file, known_hosts, ssh_config)."""
-
-    name = "ssh"
 
     @classmethod
     def handles(cls, profile: Profile) -> bool:
@@ -66,8 +62,6 @@ class SSHLauncher(ProcessLauncher):
 class ContainerLauncher(ProcessLauncher):
     """A Proxmox LXC (`container = "pct:ID"`) or a docker container (`"docker:NAME"`) on this
     machine or an SSH host: commands go through `pct exec` / `docker exec -i`."""
-
-    name = "container"
 
     @classmethod
     def handles(cls, profile: Profile) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ..config import Profile
 from ..remote.base import Target
@@ -44,8 +43,6 @@ class Detached:
 
 
 class Launcher(ABC):
-    name: ClassVar[str]   # the backend's name, as `dflash-tui --list-profiles` and errors say it
-
     def __init__(self, profile: Profile, host: Target, target: Target) -> None:
         self.profile = profile
         self.host = host
