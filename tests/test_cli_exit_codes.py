@@ -98,8 +98,12 @@ def test_1_bad_run_dir_data_is_a_verdict_not_unreachable(tmp_path):
     run = tmp_path / "run"
     (run / "launch.sh").mkdir(parents=True)
     cfg = write_config(tmp_path, p=local(run, "beat"))
-    res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
-    assert res.returncode in (1, 4) and verdict(res) is not None, (res.stdout, res.stderr)
+    # launch.sh is a directory an hour old and no launch.json: past every launch deadline,
+    # nothing started here (a fresh one would be STARTING until the deadline).
+    an_hour_ago = time.time() - 3600
+    os.utime(run / "launch.sh", (an_hour_ago, an_hour_ago))
+    res = expect(1, cli(tmp_path, "--config", str(cfg), "--check", "--json"))
+    assert verdict(res) == "NEVER STARTED", res.stdout
     for pid in (0, -5):
         (run / "launch.json").write_text(json.dumps({
             "v": 1, "run_id": "r", "pid": pid, "pgid": pid, "start_ticks": 1, "start_time": 1.0, "argv": ["x"]}))

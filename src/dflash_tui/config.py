@@ -12,7 +12,6 @@ import math
 import os
 import posixpath
 import re
-import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -20,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .remote.container import parse_container_spec
-from .run.progress import ProgressRegexError, compile_progress_regex
+from .progress_regex import ProgressRegexError, compile_progress_regex
+from .small_file import SmallFileRefused, read_small_file
 
 DEFAULT_PROFILE = "local"
 
@@ -377,34 +377,20 @@ def _check_nodes(where: str, values: dict[str, Any]) -> None:
 
 
 def read_small_text_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_CONFIG_BYTES) -> str:
-    """The UTF-8 text of a small REGULAR file, or a ConfigError naming it. Its type and size
-    are checked before it is opened, and the open never waits: a FIFO, /dev/zero or a 6 GB
-    file is refused without reading a byte. FileNotFoundError is left to the caller."""
+    """The UTF-8 text of a small REGULAR file (small_file.py), or a ConfigError naming it.
+    FileNotFoundError is left to the caller."""
     try:
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            raise ConfigError(f"{path}: is a directory, expected a {what}")
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path}: not a regular file (a FIFO, device or socket); point it at a {what}")
-        if st.st_size > max_bytes:
-            raise ConfigError(f"{path}: {st.st_size} bytes is too big for a {what} (at most {max_bytes})")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):   # swapped since the stat
-                raise ConfigError(f"{path}: not a regular file; point it at a {what}")
-            data = f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise
-    except PermissionError:
-        raise ConfigError(f"{path}: permission denied; make it readable (chmod u+r)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise ConfigError(f"{path}: too big for a {what} (more than {max_bytes} bytes)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        return read_small_file(path, max_bytes)
+    except SmallFileRefused as no:
+        why = {"directory": f"is a directory, expected a {what}",
+               "special": f"not a regular file (a FIFO, device or socket); point it at a {what}",
+               "changed": f"not a regular file; point it at a {what}",
+               "too_big": (f"{no.size} bytes is too big for a {what} (at most {max_bytes})" if no.size is not None
+                           else f"too big for a {what} (more than {max_bytes} bytes)"),
+               "unreadable": "permission denied; make it readable (chmod u+r)",
+               "os_error": f"cannot read it: {no.detail}",
+               "not_utf8": f"not UTF-8 text (byte {no.at}); save it as UTF-8"}[no.problem]
+        raise ConfigError(f"{path}: {why}") from None
 
 
 def parse_config(text: str, path: str) -> Config:

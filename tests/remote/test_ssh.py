@@ -16,7 +16,8 @@ from dflash_tui.remote.base import CommandTimeout, TargetUnreachable
 from dflash_tui.remote.container import ContainerTarget
 from dflash_tui.remote.factory import make_targets
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.remote.ssh import SSHPool, SSHTarget
+from dflash_tui.remote.ssh import SSHTarget
+from dflash_tui.remote.ssh_connection import SSHPool
 
 pytestmark = pytest.mark.sshd
 

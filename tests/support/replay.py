@@ -12,7 +12,6 @@ import asyncio
 from typing import AsyncIterator, Awaitable, Callable
 
 from dflash_tui.gpu.sample import GpuSnapshot
-from dflash_tui.run.health import Limits
 from dflash_tui.run.history import PreviousRun
 from dflash_tui.run.report import RunReport
 from dflash_tui.ui.source import EVENTS_LOG, TRAIN_LOG, ActionError
@@ -24,6 +23,7 @@ class ReplayFollower:
     def __init__(self, exists: bool = True) -> None:
         self._pending: list[str] = []
         self.exists = exists
+        self.partial = ""
 
     def feed(self, lines: list[str]) -> None:
         self._pending.extend(lines)
@@ -42,7 +42,8 @@ class ReplaySource:
                  missing: tuple[str, ...] = (), previous: PreviousRun | None = None,
                  on_action: Callable[[str], Awaitable[str]] | None = None) -> None:
         self.profile = profile
-        self.limits = Limits()
+        self.read_only = False
+        self.resumable = False
         self._reports: asyncio.Queue[RunReport] = asyncio.Queue()
         self._gpus: asyncio.Queue[GpuSnapshot] = asyncio.Queue()
         self._followers: dict[str, list[ReplayFollower]] = {}
@@ -104,7 +105,13 @@ class ReplaySource:
     async def stop(self) -> str:
         return await self._act("stop")
 
-    async def relaunch(self) -> str:
+    async def history(self) -> None:
+        return None
+
+    async def newest_checkpoint(self) -> None:
+        return None
+
+    async def relaunch(self, resume: bool = False) -> str:
         return await self._act("relaunch")
 
     async def canary(self) -> str:

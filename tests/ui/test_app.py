@@ -478,6 +478,7 @@ async def test_streams_keep_updating_under_a_modal():
 async def test_reports_render_even_when_the_log_poll_hangs():
     class HangingFollower:
         exists = True
+        partial = ""
 
         async def poll(self):
             await asyncio.Event().wait()   # a transport that never answers

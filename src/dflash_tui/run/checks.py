@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ..contract.rundir import LAUNCH_OUT, TRAIN_LOG, LaunchRecord
-from ..gpu.health import CHECK_ID as GPU_CHECK_ID, LABEL as GPU_LABEL, gpu_check_for_status
+from .gpu_check import CHECK_ID as GPU_CHECK_ID, LABEL as GPU_LABEL, gpu_check_for_status
 from ..gpu.sample import GpuSnapshot
 from ..words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, size
 from .activity import Activity
@@ -224,7 +224,7 @@ def stacks_check(ev: Evidence, views: list[ThreadView], hang: Hang | None, stall
 # -- GPUs ---------------------------------------------------------------------------------------
 
 def gpus_check(snap: GpuSnapshot | None, ev: Evidence, alive: bool | None) -> Check:
-    """The "gpus" check: the bundled trainer's GPUs from status.json (gpu/health.py); any other
+    """The "gpus" check: the bundled trainer's GPUs from status.json (run/gpu_check.py); any other
     program's from the processes of the run that NVML finds on the host's GPUs."""
     if ev.status is not None or snap is None or snap.error is not None or not snap.gpus or not alive \
             or any(g.lost for g in snap.gpus):

@@ -1,9 +1,9 @@
 """The dflash-tui dashboard: renders what the headless core reports, live.
 
-Everything arrives through a `DashboardSource` (see source.py) and is consumed by workers,
-so no call that waits on a target ever runs on Textual's event loop:
+Everything arrives through a `DashboardSource` (see source.py) and is consumed by the stream
+workers of ui/streams.py, so no call that waits on a target ever runs on Textual's event loop:
 
-- reports (1 Hz, from RunMonitor)  -> header, Health, Threads
+- reports (1 Hz, from the RunWatch) -> header, Health, Threads
 - GPU snapshots (1 Hz, GpuStream)  -> GPUs
 - the selected log file, polled every 0.5 s -> Log (so it never lags the file by a second)
 - events.jsonl, polled every second while the Metrics tab is shown -> Metrics
@@ -14,7 +14,6 @@ others are disabled (check_action), and the checklist shows the new run fill in 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shlex
 import shutil
@@ -45,15 +44,12 @@ from .fleet import FleetScreen
 from .history import HistoryScreen, HistorySource
 from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
 from .screens import ConfirmScreen, HelpScreen, ProfileScreen
-from .source import LOG_NAMES, TRAIN_LOG, EVENTS_LOG, ActionError, DashboardSource
+from .source import LOG_NAMES, TRAIN_LOG, ActionError, DashboardSource, run_action
+from .streams import RunStreams
 from .threads import ThreadsPane
 from .nodes_source import NodesSource
 from .session_source import SessionSource
 
-LOG_POLL_S = 0.5   # two polls a second: under 1 s behind the file, half the redraws of 4 Hz
-EVENTS_POLL_S = 1.0
-RETRY_MAX_S = 5.0
-REPORT_HOLD_S = 0.2   # the longest a report waits for the log poll it triggers
 RUN_ACTIONS = ("relaunch", "stop", "canary")
 # The run view's own keys: off while the fleet or a history list is on top of it.
 RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "search", "search_next",
@@ -115,7 +111,6 @@ class DashboardApp(App[None]):
         super().__init__()
         self.fleet = fleet
         self.fleet_home = fleet is not None and fleet_home
-        self._streams_started = False
         self._live_source: DashboardSource | None = None   # while a history run is shown
         self.source_factory = source_factory
         self.profile = profile
@@ -125,9 +120,8 @@ class DashboardApp(App[None]):
         self.report: RunReport | None = None
         self.received_at: float | None = None
         self.log_name = TRAIN_LOG
-        self._run_id: str | None = None
-        self._report_arrived = asyncio.Event()
-        self._pending_report: RunReport | None = None
+        self.run_id: str | None = None
+        self.streams = RunStreams(self)   # the workers that feed the panes (ui/streams.py)
         # The built-in demo (no config file): launch the local run if there is none yet, so
         # the first screen shows a real run start, compile and train.
         self.launch_if_no_run = launch_if_no_run
@@ -142,7 +136,7 @@ class DashboardApp(App[None]):
             with TabPane("Log", id="tab-log"):
                 yield LogPane(id="log")
             with TabPane("Threads", id="tab-threads"):
-                yield ThreadsPane(limits=self.source.limits, id="threads")
+                yield ThreadsPane(id="threads")
             with TabPane("GPUs", id="tab-gpus"):
                 yield GpuPane(id="gpus")
             with TabPane("Metrics", id="tab-metrics"):
@@ -171,141 +165,18 @@ class DashboardApp(App[None]):
         if self.fleet_home:
             self.action_fleet()
         else:
-            self._start_streams()
+            self.streams.start()
 
     @property
     def log_pane(self) -> LogPane:
         return self._log_pane
 
-    # -- streams ----------------------------------------------------------------------------
-    def _start_streams(self) -> None:
-        self._streams_started = True
-        self.watch_reports()
-        self.watch_gpus()
-        self.follow_log()
-        if self.tabs.active == "tab-metrics":
-            self._restart_metrics()
-
-    def _restart_metrics(self) -> None:
-        """events.jsonl is read only while the Metrics tab is on screen: a fresh follower
-        starts at the file's tail window, which is the recent history the sparklines show."""
-        self.metrics_pane.reset()
-        if self.report is not None:
-            self.metrics_pane.add_report(self.report)   # until the events arrive
-        self.metrics_pane.flush()
-        self.follow_events()
-        self.load_previous_run()
-
+    # -- streams (ui/streams.py) --------------------------------------------------------------
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if event.pane.id == "tab-metrics":
-            self._restart_metrics()
+            self.streams.restart_metrics()
         else:
-            self.workers.cancel_group(self, "events")
-
-    @work(exclusive=True, group="reports")
-    async def watch_reports(self) -> None:
-        delay = 1.0
-        while True:
-            try:
-                async for report in self.source.reports():
-                    # Held for the log poll it wakes, so both repaint in one frame; drawn
-                    # alone if that poll does not come back quickly (a slow transport).
-                    self._pending_report = report
-                    self._report_arrived.set()
-                    self.set_timer(REPORT_HOLD_S, self._apply_pending_report)
-                    delay = 1.0
-                return
-            except (TargetError, OSError, ActionError) as exc:
-                # The monitor keeps its own connection alive; if its stream itself breaks,
-                # keep the last data on screen (the header shows its age) and resubscribe.
-                self.log_pane.problem = f"monitor: {one_line(str(exc))}"
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-
-    def _apply_pending_report(self) -> None:
-        report, self._pending_report = self._pending_report, None
-        if report is not None:
-            self.on_report(report)
-        # events.jsonl points (polled beside the log, see follow_events) join this frame.
-        self.metrics_pane.flush()
-
-    @work(exclusive=True, group="gpus")
-    async def watch_gpus(self) -> None:
-        delay = 1.0
-        while True:
-            try:
-                async for snap in self.source.gpu_snapshots():
-                    self.on_gpu_snapshot(snap)
-                    delay = 1.0
-                return
-            except (TargetError, OSError) as exc:
-                self.notify(f"GPU stream: {one_line(str(exc))}; retrying", severity="warning")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-
-    @work(exclusive=True, group="log")
-    async def follow_log(self) -> None:
-        pane = self.log_pane
-        follower = self.source.follow(self.log_name)
-        delay = LOG_POLL_S
-        while True:
-            try:
-                lines = await follower.poll()
-            except (TargetError, OSError, ValueError) as exc:
-                pane.problem = f"cannot read: {one_line(str(exc))}"
-                self.metrics_pane.flush()   # the points still show while the log cannot be read
-                delay = min(max(delay * 2, 1.0), RETRY_MAX_S)
-            else:
-                self._apply_pending_report()   # same synchronous block: one frame for both
-                if pane.problem:
-                    pane.problem = ""
-                pane.missing = not follower.exists
-                delay = LOG_POLL_S
-                if lines:
-                    pane.lines.append(lines)
-                    pane.update_title()
-                # A bar redrawn with carriage returns shows at its latest state before its line ends.
-                pane.lines.show_partial(getattr(follower, "partial", ""))
-            await self._next_poll(delay)
-
-    @work(exclusive=True, group="events")
-    async def follow_events(self) -> None:
-        metrics = self.metrics_pane
-        follower = self.source.follow(EVENTS_LOG)
-        delay = EVENTS_POLL_S
-        while True:
-            try:
-                lines = await follower.poll()
-            except (TargetError, OSError, ValueError):
-                delay = min(delay * 2, RETRY_MAX_S)  # the log pane and header report the cause
-            else:
-                delay = EVENTS_POLL_S
-                if lines:
-                    metrics.add_lines(lines)   # drawn with the next log poll's frame (flush)
-            await self._next_poll(delay)
-
-    @work(exclusive=True, group="previous")
-    async def load_previous_run(self) -> None:
-        """The run dir's previous run (history/), overlaid on the Metrics charts."""
-        try:
-            prev = await self.source.previous_run(exclude=self._run_id)
-        except (TargetError, OSError, ValueError):
-            return   # no overlay; the log pane and header report transport trouble
-        if prev is not None:
-            self.metrics_pane.set_previous(prev.run_id, prev.event_lines)
-            self.metrics_pane.flush()
-
-    async def _next_poll(self, delay: float) -> None:
-        """Sleep `delay`, or less if a report arrives first: polling right behind the report
-        lets the log and the checklist repaint in one frame instead of two."""
-        if delay > RETRY_MAX_S / 2:
-            await asyncio.sleep(delay)   # backing off after errors: do not let reports hurry it
-            return
-        self._report_arrived.clear()
-        try:
-            await asyncio.wait_for(self._report_arrived.wait(), delay)
-        except asyncio.TimeoutError:
-            pass
+            self.streams.stop_events()
 
     def on_report(self, report: RunReport) -> None:
         self.report = report
@@ -317,13 +188,13 @@ class DashboardApp(App[None]):
                 self.do_run_action("launch")
         self.received_at = self.clock()
         run_id = report.launch.run_id if report.launch else None
-        if run_id != self._run_id:
-            if self._run_id is not None and run_id is not None:
+        if run_id != self.run_id:
+            if self.run_id is not None and run_id is not None:
                 self.metrics_pane.reset()
                 self.log_pane.lines.append_marker(f"new run {run_id}")
                 if self.tabs.active == "tab-metrics":
-                    self.load_previous_run()   # the run before this one is now in history/
-            self._run_id = run_id
+                    self.streams.load_previous_run()   # the run before this one is now in history/
+            self.run_id = run_id
         self.health_pane.show(report)
         self.metrics_pane.add_report(report)
         threads = self.threads_pane
@@ -360,7 +231,7 @@ class DashboardApp(App[None]):
         if action in RUN_VIEW_ACTIONS and any(isinstance(s, (FleetScreen, HistoryScreen))
                                               for s in self.screen_stack):
             return False
-        if action in RUN_ACTIONS and (self.busy or getattr(self.source, "read_only", False)):
+        if action in RUN_ACTIONS and (self.busy or self.source.read_only):
             return None  # shown disabled in the Footer while a launch or stop is in flight
         return True
 
@@ -378,7 +249,7 @@ class DashboardApp(App[None]):
         return ""
 
     def action_relaunch(self) -> None:
-        if getattr(self.source, "newest_checkpoint", None) is None:
+        if not self.source.resumable:
             self._confirm_relaunch(None)   # nothing could be resumed: the plain question, now
         else:
             self._ask_relaunch()
@@ -413,8 +284,7 @@ class DashboardApp(App[None]):
     async def do_run_action(self, name: str, resume: bool = False) -> None:
         self.busy = name
         try:
-            fn = getattr(self.source, name)
-            outcome = await (fn(resume=True) if resume else fn())
+            outcome = await run_action(self.source, name, resume=resume)
         except (ActionError, TargetError, OSError) as exc:
             self.notify(one_line(str(exc), 300), title=f"{name} failed", severity="error", timeout=10)
         else:
@@ -429,7 +299,7 @@ class DashboardApp(App[None]):
         pane = self.log_pane
         pane.lines.clear()
         pane.log_name = self.log_name
-        self.follow_log()   # exclusive: replaces the previous follower
+        self.streams.follow_log()   # exclusive: replaces the previous follower
         self.action_show_tab("tab-log")
 
     def action_toggle_follow(self) -> None:
@@ -513,8 +383,7 @@ class DashboardApp(App[None]):
 
     async def _use_source(self, name: str, new: DashboardSource, subtitle: str | None = None) -> None:
         """Show `new` (a profile's live source, or a history run's) in the run view."""
-        for group in ("reports", "gpus", "log", "events", "previous"):
-            self.workers.cancel_group(self, group)
+        self.streams.stop()
         old, self.source, self.profile = self.source, new, name
         live, self._live_source = self._live_source, None
         if isinstance(new, HistorySource):
@@ -522,12 +391,11 @@ class DashboardApp(App[None]):
         elif live is not None and live is not new:
             await live.close()
         self.sub_title = subtitle or name
-        self.report, self.received_at, self._run_id = None, None, None
+        self.report, self.received_at, self.run_id = None, None, None
         self.log_pane.lines.clear()
         self.metrics_pane.reset()
-        self.threads_pane.limits = new.limits
         self._render_header()
-        self._start_streams()
+        self.streams.start()
         if old is not new and old is not self._live_source:
             await old.close()
 
@@ -557,8 +425,8 @@ class DashboardApp(App[None]):
         """The single-run view of `name`, live."""
         if name != self.profile or self._live_source is not None:
             await self._switch_profile(name)
-        elif not self._streams_started:
-            self._start_streams()
+        elif not self.streams.started:
+            self.streams.start()
 
     def action_history(self) -> None:
         live = self._live_source or self.source
@@ -636,7 +504,7 @@ def invocation(argv0: str | None = None) -> str:
 
 def build_app(config, profile_name: str, *, fleet_home: bool = True) -> DashboardApp:
     """The live dashboard for a loaded config (dflash_tui.config.Config): with several profiles
-    in the file, a FleetPoller behind the fleet screen, whose session and monitor each run view
+    in the file, a FleetPoller behind the fleet screen, whose RunWatch each run view on one host
     borrows (one connection and one agent per target, one action at a time per run)."""
     fleet = None
     file_profiles = config.file_profiles()
@@ -647,8 +515,9 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
         profile = config.profile(name)
         if profile.is_multinode:
             return NodesSource(profile)
-        if fleet is not None and name in fleet.sessions:
-            return SessionSource(profile, session=fleet.sessions[name], monitor=fleet.monitors[name])
+        watch = fleet.watches.get(name) if fleet is not None else None
+        if watch is not None:   # a run on one host: the fleet's HostWatch
+            return SessionSource(profile, watch=watch)
         return SessionSource(profile)
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo

@@ -31,7 +31,7 @@ from .fmt import NA, age, gib, num, one_line
 from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
 from .screens import ConfirmScreen
 from .fleet_table import FleetHeader, FleetTable
-from .source import ActionError
+from .source import ActionError, run_action
 
 STYLE = {OK: "bold green", FAIL: "bold white on red", DOWN: "bold magenta", WAIT: "bold yellow"}
 # (key, header, sort key). The verdict sorts worst first; numbers sort missing last.
@@ -330,12 +330,12 @@ class FleetScreen(Screen[None]):
         return True
 
     def _pid_text(self, name: str) -> str:
-        monitor = getattr(self.fleet, "monitors", {}).get(name)
-        last = monitor.last if monitor is not None else None
+        watch = self.fleet.watches.get(name)
+        last = watch.last if watch is not None else None
         return f"pid {last.launch.pid}" if last and last.launch and last.pid_alive else ""
 
     def _run_dir(self, name: str) -> str:
-        profile = getattr(self.fleet, "profiles", {}).get(name)
+        profile = self.fleet.profiles.get(name)
         return profile.run_dir if profile is not None else "the profile's run dir"
 
     def action_relaunch(self) -> None:
@@ -347,10 +347,9 @@ class FleetScreen(Screen[None]):
     async def _ask_relaunch(self, name: str) -> None:
         source = self._source(name)
         checkpoint = None
-        lookup = getattr(source, "newest_checkpoint", None)
-        if lookup is not None:
+        if source.resumable:
             try:
-                checkpoint = await lookup()
+                checkpoint = await source.newest_checkpoint()
             except (TargetError, OSError):   # no answer about checkpoints: offer the plain relaunch
                 checkpoint = None
         detail = relaunch_detail(name, self._pid_text(name), self._run_dir(name))
@@ -373,15 +372,12 @@ class FleetScreen(Screen[None]):
         self.busy[name] = action
         self.render_rows()
         try:
-            fn = getattr(self._source(name), action)
-            outcome = await (fn(**kw) if kw.get("resume") else fn())
+            outcome = await run_action(self._source(name), action, resume=bool(kw.get("resume")))
         except (ActionError, TargetError, OSError) as exc:
             self.notify(one_line(str(exc), 300), title=f"{name}: {action} failed", severity="error", timeout=10)
         else:
             self.notify(one_line(outcome, 300), title=f"{name}: {action}", timeout=6)
         finally:
             self.busy.pop(name, None)
-            poke = getattr(self.fleet, "poke", None)
-            if poke is not None:
-                poke(name)
+            self.fleet.poke(name)
             self.render_rows()

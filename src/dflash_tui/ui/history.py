@@ -38,13 +38,13 @@ class HistorySource:
     """A DashboardSource over one history run: read-only, nothing polled but its files."""
 
     read_only = True
+    resumable = False
 
     def __init__(self, live, run: HistoryRun) -> None:
         """`live`: the profile's SessionSource (its session reads the archived files)."""
         self.live = live
         self.run = run
         self.profile = live.profile
-        self.limits = live.limits
         self.label = f"history {run.run_id} (read-only)"
 
     async def reports(self) -> AsyncIterator[RunReport]:
@@ -58,6 +58,15 @@ class HistorySource:
 
     def follow(self, name: str):
         return self.live.follow_path(posixpath.join(self.run.path, name))
+
+    async def previous_run(self, exclude: str | None) -> None:
+        return None   # the charts of a history run are its own
+
+    async def history(self) -> None:
+        return None
+
+    async def newest_checkpoint(self) -> None:
+        return None
 
     def _refuse(self):
         raise ActionError(f"run {self.run.run_id} is history (read-only); Escape returns to "
@@ -113,18 +122,18 @@ class HistoryScreen(Screen[None]):
     @work(exclusive=True, group="history")
     async def load(self) -> None:
         title = self.query_one("#history-title", Static)
-        history = getattr(self.source, "history", None)
-        if history is None:
-            title.update(Text(f"History of {self.profile} · not available from this source", style="bold"))
-            self.loaded = True
-            return
         try:
-            self.runs = await history()
+            runs = await self.source.history()
         except (TargetError, OSError) as exc:
             title.update(Text(f"History of {self.profile} · cannot read: {one_line(str(exc), 160)}",
                               style="bold red"))
             self.loaded = True
             return
+        if runs is None:
+            title.update(Text(f"History of {self.profile} · not available from this source", style="bold"))
+            self.loaded = True
+            return
+        self.runs = runs
         table = self.query_one(DataTable)
         table.clear()
         for r in self.runs:

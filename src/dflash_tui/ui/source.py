@@ -3,16 +3,21 @@
 The app never computes a verdict, never opens a connection and never reads a run file
 itself. It consumes a `DashboardSource`:
 
-- `reports()`       RunReports from the headless monitor (the same ones `--check` prints),
+- `reports()`       RunReports from the run's RunWatch (the same evaluation `--check` prints),
 - `gpu_snapshots()` GpuSnapshots from the GPU stream,
 - `follow(name)`    a line follower for "train.log" or "events.jsonl" (new complete lines per poll),
 - `previous_run(exclude)`  the run dir's last set-aside run (run/history.PreviousRun) or None,
-- `launch()/stop()/relaunch()/canary()`  the monitor's actions, each returning one line that
+- `history()`       the runs in the run dir's history/ (run/history.HistoryRun), or None where
+  the source has none (a run on several nodes, a replay, a history run itself),
+- `resumable`, `newest_checkpoint()`  whether a relaunch may offer to resume, and from what,
+- `read_only`       a source that takes no action (a history run): the keys are disabled,
+- `launch()/stop()/relaunch()/canary()`  the watch's actions, each returning one line that
   says what happened (raising `ActionError` with a one-line message when it could not).
 
-The product implementation is `session_source.SessionSource` (real Session, RunMonitor,
-LogFollower, GpuStream); tests and screenshots use `replay.ReplaySource`, which plays back
-recorded dataclasses through the same interface.
+The live implementations are `session_source.SessionSource` (a HostWatch, LogFollower,
+GpuStream) and `nodes_source.NodesSource` (a NodesWatch, each node's followers and GPU stream);
+tests and screenshots use `replay.ReplaySource`, which plays back recorded dataclasses through
+the same interface.
 """
 
 from __future__ import annotations
@@ -20,8 +25,7 @@ from __future__ import annotations
 from typing import AsyncIterator, Protocol
 
 from ..gpu.sample import GpuSnapshot
-from ..run.health import Limits
-from ..run.history import PreviousRun
+from ..run.history import HistoryRun, PreviousRun
 from ..run.report import RunReport
 
 TRAIN_LOG = "train.log"
@@ -35,14 +39,25 @@ class ActionError(Exception):
 
 class LineFollower(Protocol):
     exists: bool   # whether the file was there at the last poll
+    # The line still being written (a bar redrawn with carriage returns), "" when none.
+    partial: str
 
     async def poll(self) -> list[str]:
         """New complete lines since the last poll (the tail of the file on the first)."""
 
 
+async def run_action(source: "DashboardSource", name: str, *, resume: bool = False) -> str:
+    """The source's launch, stop, canary or relaunch (with `resume`), by the name its key gives."""
+    if name == "relaunch":
+        return await source.relaunch(resume=resume)
+    actions = {"launch": source.launch, "stop": source.stop, "canary": source.canary}
+    return await actions[name]()
+
+
 class DashboardSource(Protocol):
     profile: str
-    limits: Limits     # the profile's stall limits: the Threads pane marks STUCK by the same rule
+    read_only: bool    # no action is taken through it (a history run)
+    resumable: bool    # a relaunch may continue from a checkpoint (the bundled trainer's)
 
     def reports(self) -> AsyncIterator[RunReport]: ...
 
@@ -52,11 +67,17 @@ class DashboardSource(Protocol):
 
     async def previous_run(self, exclude: str | None) -> PreviousRun | None: ...
 
+    async def history(self) -> list[HistoryRun] | None: ...
+
+    async def newest_checkpoint(self) -> str | None:
+        """What a resumed relaunch would continue from, in words; None: nothing to resume."""
+
     async def launch(self) -> str: ...
 
     async def stop(self) -> str: ...
 
-    async def relaunch(self) -> str: ...
+    async def relaunch(self, resume: bool = False) -> str:
+        """`resume` only where `resumable`."""
 
     async def canary(self) -> str: ...
 

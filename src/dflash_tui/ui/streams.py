@@ -1,0 +1,174 @@
+"""The run view's stream workers, kept outside the App (dolphie's WorkerManager is the model).
+
+Five workers feed the panes, each a Textual worker on the app, exclusive in its group so a
+restart replaces it: the source's reports (header, Health, Threads), its GPU snapshots (GPUs),
+the shown log file (Log, every 0.5 s), events.jsonl (Metrics, only while that tab is shown)
+and the previous run (the Metrics overlay). No call that waits on a target runs on Textual's
+event loop. A report is held for the log poll it wakes (at most REPORT_HOLD_S) so the checklist
+and the log repaint in one frame; a stream that breaks keeps the last data on screen and
+resubscribes with capped backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..remote.base import TargetError
+from ..run.report import RunReport
+from .fmt import one_line
+from .source import EVENTS_LOG, ActionError
+
+LOG_POLL_S = 0.5   # two polls a second: under 1 s behind the file, half the redraws of 4 Hz
+EVENTS_POLL_S = 1.0
+RETRY_MAX_S = 5.0
+REPORT_HOLD_S = 0.2   # the longest a report waits for the log poll it triggers
+GROUPS = ("reports", "gpus", "log", "events", "previous")
+
+
+class RunStreams:
+    def __init__(self, app) -> None:
+        """`app`: the DashboardApp whose source the workers read and whose panes they feed."""
+        self.app = app
+        self.started = False
+        self._report_arrived = asyncio.Event()
+        self._pending_report: RunReport | None = None
+
+    def _run(self, coro, group: str) -> None:
+        self.app.run_worker(coro, group=group, exclusive=True)
+
+    def start(self) -> None:
+        self.started = True
+        self._run(self._reports(), "reports")
+        self._run(self._gpus(), "gpus")
+        self.follow_log()
+        if self.app.tabs.active == "tab-metrics":
+            self.restart_metrics()
+
+    def stop(self) -> None:
+        for group in GROUPS:
+            self.app.workers.cancel_group(self.app, group)
+
+    def follow_log(self) -> None:
+        """The shown log file (app.log_name), replacing the previous follower."""
+        self._run(self._log(), "log")
+
+    def restart_metrics(self) -> None:
+        """events.jsonl is read only while the Metrics tab is on screen: a fresh follower
+        starts at the file's tail window, which is the recent history the sparklines show."""
+        metrics = self.app.metrics_pane
+        metrics.reset()
+        if self.app.report is not None:
+            metrics.add_report(self.app.report)   # until the events arrive
+        metrics.flush()
+        self._run(self._events(), "events")
+        self.load_previous_run()
+
+    def stop_events(self) -> None:
+        self.app.workers.cancel_group(self.app, "events")
+
+    def load_previous_run(self) -> None:
+        self._run(self._previous_run(), "previous")
+
+    async def _reports(self) -> None:
+        app = self.app
+        delay = 1.0
+        while True:
+            try:
+                async for report in app.source.reports():
+                    # Held for the log poll it wakes, so both repaint in one frame; drawn
+                    # alone if that poll does not come back quickly (a slow transport).
+                    self._pending_report = report
+                    self._report_arrived.set()
+                    app.set_timer(REPORT_HOLD_S, self.apply_pending_report)
+                    delay = 1.0
+                return
+            except (TargetError, OSError, ActionError) as exc:
+                # The watch keeps its own connection alive; if its stream itself breaks,
+                # keep the last data on screen (the header shows its age) and resubscribe.
+                app.log_pane.problem = f"monitor: {one_line(str(exc))}"
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    def apply_pending_report(self) -> None:
+        report, self._pending_report = self._pending_report, None
+        if report is not None:
+            self.app.on_report(report)
+        # events.jsonl points (polled beside the log, see _events) join this frame.
+        self.app.metrics_pane.flush()
+
+    async def _gpus(self) -> None:
+        app = self.app
+        delay = 1.0
+        while True:
+            try:
+                async for snap in app.source.gpu_snapshots():
+                    app.on_gpu_snapshot(snap)
+                    delay = 1.0
+                return
+            except (TargetError, OSError) as exc:
+                app.notify(f"GPU stream: {one_line(str(exc))}; retrying", severity="warning")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _log(self) -> None:
+        app = self.app
+        pane = app.log_pane
+        follower = app.source.follow(app.log_name)
+        delay = LOG_POLL_S
+        while True:
+            try:
+                lines = await follower.poll()
+            except (TargetError, OSError, ValueError) as exc:
+                pane.problem = f"cannot read: {one_line(str(exc))}"
+                app.metrics_pane.flush()   # the points still show while the log cannot be read
+                delay = min(max(delay * 2, 1.0), RETRY_MAX_S)
+            else:
+                self.apply_pending_report()   # same synchronous block: one frame for both
+                if pane.problem:
+                    pane.problem = ""
+                pane.missing = not follower.exists
+                delay = LOG_POLL_S
+                if lines:
+                    pane.lines.append(lines)
+                    pane.update_title()
+                # A bar redrawn with carriage returns shows at its latest state before its line ends.
+                pane.lines.show_partial(follower.partial)
+            await self._next_poll(delay)
+
+    async def _events(self) -> None:
+        metrics = self.app.metrics_pane
+        follower = self.app.source.follow(EVENTS_LOG)
+        delay = EVENTS_POLL_S
+        while True:
+            try:
+                lines = await follower.poll()
+            except (TargetError, OSError, ValueError):
+                delay = min(delay * 2, RETRY_MAX_S)  # the log pane and header report the cause
+            else:
+                delay = EVENTS_POLL_S
+                if lines:
+                    metrics.add_lines(lines)   # drawn with the next log poll's frame (flush)
+            await self._next_poll(delay)
+
+    async def _previous_run(self) -> None:
+        """The run dir's previous run (history/), overlaid on the Metrics charts."""
+        app = self.app
+        try:
+            prev = await app.source.previous_run(exclude=app.run_id)
+        except (TargetError, OSError, ValueError):
+            return   # no overlay; the log pane and header report transport trouble
+        if prev is not None:
+            app.metrics_pane.set_previous(prev.run_id, prev.event_lines)
+            app.metrics_pane.flush()
+
+    async def _next_poll(self, delay: float) -> None:
+        """Sleep `delay`, or less if a report arrives first: polling right behind the report
+        lets the log and the checklist repaint in one frame instead of two."""
+        if delay > RETRY_MAX_S / 2:
+            await asyncio.sleep(delay)   # backing off after errors: do not let reports hurry it
+            return
+        self._report_arrived.clear()
+        try:
+            await asyncio.wait_for(self._report_arrived.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
