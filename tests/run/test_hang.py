@@ -315,11 +315,13 @@ def test_a_library_s_polling_loop_is_not_progress():
 def test_check_text_names_each_stuck_thread():
     from dflash_tui.cli import render_text
     from dflash_tui.config import Profile
+    from dflash_tui.run.report import report_from
 
     ranks = [rep(201, th("MainThread", *ALL_REDUCE, "/w/train.py:42 step", ident=7), rank=0),
              rep(202, th("MainThread", "/w/train.py:9 checkpoint_to_slow_disk", ident=8), rank=1)]
-    cl = evaluate(looked(*held((NOW - 180, ranks), (NOW - 0.5, ranks))), LIM)
-    text = render_text(Profile(name="p", run_dir="/r"), cl, pid=100, now=NOW)
+    ev = looked(*held((NOW - 180, ranks), (NOW - 0.5, ranks)))
+    report = report_from(ev, evaluate(ev, LIM), profile="p", target_label="local")
+    text = render_text(Profile(name="p", run_dir="/r"), report, now=NOW)
     assert text.splitlines()[-2:] == [
         "  thread  rank 0 · pid 201 MainThread: collective all_reduce in step (train.py:42)  (3m00s)",
         "  thread  rank 1 · pid 202 MainThread: blocked in checkpoint_to_slow_disk (train.py:9)  (3m00s)"], text
