@@ -400,7 +400,7 @@ class _Probe:
                 break
             t = known.get(ident)
             lines: list[str] = []
-            innermost = ""
+            innermost = None      # its code object: the function, whatever line it is at
             compiling_in_stack = False
             f, depth = frame, 0
             while f is not None and f.f_code.co_filename == _OWN_FILE:   # the probe itself, at exit
@@ -408,7 +408,7 @@ class _Probe:
             while f is not None and depth < _STACK_WALK_MAX:
                 code = f.f_code
                 if depth == 0:
-                    innermost = "%s %s" % (code.co_filename, code.co_name)
+                    innermost = code
                 if depth < FRAMES_PER_THREAD:
                     lines.append(("%s:%s %s" % (code.co_filename, f.f_lineno, code.co_name))[:_MAX_TEXT])
                 if code.co_filename.endswith(_COMPILE_FRAMES):
