@@ -68,6 +68,48 @@ def test_plain_program_reports_threads_and_frames(tmp_path):
     assert not list((run / PROBE_DIR).glob(".*.tmp"))            # no temp file left behind
 
 
+
+STANDING = """\
+    import threading, time
+
+    def spin():                     # one function, its line changing from beat to beat
+        while True:
+            time.sleep(0.01)
+            time.sleep(0.01)
+
+    def phase_one():
+        time.sleep(2.5)
+
+    def phase_two():
+        time.sleep(120)
+
+    threading.Thread(target=spin, name="spinner", daemon=True).start()
+    phase_one()
+    print("two", time.time(), flush=True)
+    phase_two()
+"""
+
+
+def test_each_thread_says_since_when_its_stack_stands_where_it_is(tmp_path):
+    prog = write(tmp_path / "standing.py", STANDING)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([PYTHON, str(prog)], env=probe_env(run), stdout=subprocess.PIPE, text=True)
+    try:
+        moved_at = float(proc.stdout.readline().split()[1])
+        (first,) = wait_reports(run, lambda rs: rs and "phase_two" in thread(rs[0], "MainThread").frames[0])
+        (later,) = wait_reports(run, lambda rs: rs and rs[0].seq >= first.seq + 2)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    main, main_later = thread(first, "MainThread"), thread(later, "MainThread")
+    # Seen there first at the probe's first beat after the move, and the same ever since.
+    assert moved_at <= main.stack_since <= first.time and main.stack_since <= moved_at + 3, (moved_at, main)
+    assert main_later.stack_since == main.stack_since, main_later
+    # A loop inside one function stands in one place, whatever line each beat catches.
+    spin, spin_later = thread(first, "spinner"), thread(later, "spinner")
+    assert spin_later.stack_since == spin.stack_since < moved_at, (spin, spin_later)
+    assert first.start_time <= spin.stack_since
+
 def test_program_with_its_own_sitecustomize_still_runs_it(tmp_path):
     user_site = tmp_path / "user_site"
     write(user_site / "sitecustomize.py", """\

@@ -344,6 +344,25 @@ def test_several_nodes_name_the_node_whose_rank_is_not_in_the_collective():
                            "node gpu2 (rank 1) is not in it: checkpoint_to_slow_disk (train.py:9)"), run.summary
 
 
+def test_torchrun_s_agent_is_no_rank_on_any_node():
+    from dflash_tui.run.combine import NodeReport, combine
+    from dflash_tui.run.report import report_from
+
+    # Each node runs its torchrun agent (no rank) beside its rank; only the ranks are named.
+    agent = rep(150, th("MainThread", f"{SITE}/torch/distributed/elastic/agent/server/api.py:908 _invoke_run",
+                        f"{SITE}/torch/distributed/launcher/api.py:308 launch_agent"))
+    waiting = [agent, rep(201, th("MainThread", *ALL_REDUCE, "/w/train.py:42 step"), rank=0)]
+    slow = [agent, rep(301, th("MainThread", "/w/train.py:9 checkpoint_to_slow_disk", "/w/train.py:80 main"), rank=1)]
+    gpu1, gpu2 = (looked(*held((NOW - 180, p), (NOW - 0.5, p))) for p in (waiting, slow))
+    cl = evaluate(gpu1, LIM)
+    assert cl.summary.startswith("hung in a collective: rank 0 waits in all_reduce (train.py:42) for 3 min; "
+                                 "no step"), cl.summary
+    nodes = [NodeReport(name, rank, report_from(e, evaluate(e, LIM), profile="p", target_label=name))
+             for name, rank, e in (("gpu1", 0, gpu1), ("gpu2", 1, gpu2))]
+    assert combine(nodes).summary == ("hung in a collective: node gpu1 (rank 0) waits in all_reduce (train.py:42); "
+                                      "node gpu2 (rank 1) is not in it: checkpoint_to_slow_disk (train.py:9)")
+
+
 def test_threads_compiling_at_zero_cpu_are_a_deadlock_in_the_compiler():
     # The incident: eight threads sharing one compiled flex_attention, every one in the compiler.
     p = [rep(201, *(th(f"drafter{i}", f"{SITE}/torch/_dynamo/convert_frame.py:900 _compile",

@@ -6,8 +6,9 @@ The launcher copies this file into RUN_DIR/probe/ as ``dflash_probe.py`` (beside
 of the run -- the bundled trainer, ``python train.py``, torchrun's and accelerate's workers --
 runs a daemon thread that rewrites RUN_DIR/probe/<pid>.json (a `ProbeReport`) about once a
 second: pid, ppid, rank, argv, CPU time, each thread's name and innermost frames (what
-``py-spy dump`` shows), and, once the program has imported torch, each thread's compile state,
-read from torch's own compile callbacks and dynamo's counters.
+``py-spy dump`` shows) and since when they stand where they are, and, once the program has
+imported torch, each thread's compile state, read from torch's own compile callbacks and
+dynamo's counters.
 
 Rules the probe keeps, because it runs inside programs that are not ours:
 - it never raises into the program: every failure is counted and noted in probe/errors.log
@@ -171,7 +172,8 @@ class _Probe:
         self._fork_hooked = False
         self._paused = False                 # the thread was stopped for a fork in progress
         self._stack_fd: int | None = None    # probe/<pid>.stack, held by faulthandler
-        self._dist_waits: dict[int, tuple[str, float]] = {}   # ident -> (innermost frames, since)
+        # ident -> (where its stack is, since when: target clock, monotonic); `_stack_key`
+        self._stacks: dict[int, tuple[tuple, float, float]] = {}
         self._fr_dumped_at: float | None = None
         self.stack_signal: int | None = None
         self._reset_for_this_process()
@@ -191,6 +193,7 @@ class _Probe:
         self.step: int | None = None
         self.step_time: float | None = None
         self.log_calls = 0
+        self._stacks = {}
         self.report_path = os.path.join(self.probe_dir, _rd.probe_report_name(self.pid))
         self.tmp_path = os.path.join(self.probe_dir, ".%d.tmp" % self.pid)
         self.rank = _int_env("RANK")
@@ -357,7 +360,7 @@ class _Probe:
         now = time.time()
         times = os.times()
         me = self._thread.ident if self._thread is not None else None
-        threads = self._threads(me)
+        threads = self._threads(me, now)
         dynamo = self._dynamo_counters()
         torch_mod = sys.modules.get("torch")
         torch_version = getattr(torch_mod, "__version__", "") if _initialised(torch_mod) else ""
@@ -379,8 +382,14 @@ class _Probe:
             step=self.step, step_time=self.step_time, ended=ended, errors=self.errors,
             start_ticks=self.start_ticks, stack_signal=None if ended else self.stack_signal)
 
-    def _threads(self, me: int | None) -> list:
+    def _threads(self, me: int | None, wall: float) -> list:
+        """Each thread's innermost frames, compile state, and since when its stack stands where
+        it is: the frames kept, compared with the last beat's of the same thread, the innermost
+        one without its line (a loop inside one function is one place, as `py-spy` users read a
+        busy function). Seen first at this beat: since this beat."""
         frames = sys._current_frames()
+        before = self._stacks
+        stacks = {}
         known = {t.ident: t for t in threading.enumerate()}
         now = time.monotonic()
         out = []
@@ -391,12 +400,15 @@ class _Probe:
                 break
             t = known.get(ident)
             lines: list[str] = []
+            innermost = None      # its code object: the function, whatever line it is at
             compiling_in_stack = False
             f, depth = frame, 0
             while f is not None and f.f_code.co_filename == _OWN_FILE:   # the probe itself, at exit
                 f = f.f_back
             while f is not None and depth < _STACK_WALK_MAX:
                 code = f.f_code
+                if depth == 0:
+                    innermost = code
                 if depth < FRAMES_PER_THREAD:
                     lines.append(("%s:%s %s" % (code.co_filename, f.f_lineno, code.co_name))[:_MAX_TEXT])
                 if code.co_filename.endswith(_COMPILE_FRAMES):
@@ -406,6 +418,10 @@ class _Probe:
                 f = f.f_back
                 depth += 1
             del f, frame
+            key = (innermost, *lines[1:])
+            seen = before.get(ident)
+            stood = seen if seen is not None and seen[0] == key else (key, wall, now)
+            stacks[ident] = stood
             comp = self._compiles.get(ident)
             started = comp.started if comp is not None else None
             if started is not None or compiling_in_stack:
@@ -419,9 +435,11 @@ class _Probe:
                 ident=ident, native_id=getattr(t, "native_id", None), daemon=bool(getattr(t, "daemon", False)),
                 frames=lines, compile_state=state,
                 compiling_for_s=round(now - started, 3) if started is not None else None,
+                stack_since=stood[1],
                 graphs=comp.graphs if comp is not None else 0,
                 recompiles=comp.recompiles if comp is not None else 0,
                 compile_seconds=round(comp.seconds, 3) if comp is not None else 0.0))
+        self._stacks = stacks
         return out
 
     # -- the Flight Recorder, when a thread waits in torch.distributed ------------------------
@@ -433,16 +451,11 @@ class _Probe:
         thread has released the GIL, so this thread runs; torch's own watchdog thread reads the
         same buffer the same way."""
         now = time.monotonic()
-        waits = {}
-        for t in threads:
-            # Its innermost frame: a wait inside torch.distributed (all_reduce, barrier, wait),
-            # not a program that merely runs under a decorator of it (elastic's @record).
-            if t.frames and _DIST_DIR in t.frames[0]:
-                where = "\n".join(t.frames)
-                seen = self._dist_waits.get(t.ident)
-                waits[t.ident] = seen if seen is not None and seen[0] == where else (where, now)
-        self._dist_waits = waits
-        if not waits or min(since for _, since in waits.values()) > now - _FR_AFTER_S:
+        # Its innermost frame: a wait inside torch.distributed (all_reduce, barrier, wait), not
+        # a program that merely runs under a decorator of it (elastic's @record).
+        waits = [self._stacks[t.ident][2] for t in threads
+                 if t.frames and _DIST_DIR in t.frames[0] and t.ident in self._stacks]
+        if not waits or min(waits) > now - _FR_AFTER_S:
             return
         if self._fr_dumped_at is not None and now - self._fr_dumped_at < _rd.FR_DUMP_EVERY_S:
             return

@@ -280,6 +280,9 @@ class ProbeThread:
     graphs: int = 0                # dynamo graphs this thread compiled (torch's end callbacks)
     recompiles: int = 0            # of those, recompiles of a frame compiled before
     compile_seconds: float = 0.0
+    # Since when its frames stand where they are now (target clock), as the probe saw them at
+    # its beats: the innermost frame's line aside, first seen at a beat. None: an older probe.
+    stack_since: float | None = None
 
 
 @dataclass

@@ -54,7 +54,7 @@ class ThreadView:
     doing: str = ""              # the call it is in: "all_reduce", "torch.cuda.synchronize"
     where: str = ""              # its innermost own frame, "function (file.py:line)"
     innermost: str = ""          # its innermost frame, for a thread with no own frame
-    since: float | None = None   # when its stack took its current form (target clock); None: unknown
+    since: float | None = None   # since when its stack stands where it is (target clock); None: unknown
     source: str = "probe"        # "probe", or the stack dump's: "faulthandler", "py-spy"
     stale: bool = False          # its process's report is stale: no Python ran since `report_time`
     report_time: float = 0.0
@@ -93,6 +93,19 @@ def _worker(p: ProbeReport, threads: list[ProbeThread]) -> bool:
     return any("/torch/utils/data/_utils/worker.py" in f for t in threads for f in t.frames)
 
 
+def _probe_since(p: ProbeReport, t: ProbeThread) -> float | None:
+    """The probe's own word on since when the thread's stack stands where it is, where it can
+    be true: not after the report that says it, not before the probe started in the process."""
+    s = t.stack_since
+    if s is None or s > p.time or (p.start_time is not None and s < p.start_time):
+        return None
+    return s
+
+
+def _earliest(*times: float | None) -> float | None:
+    return min((t for t in times if t is not None), default=None)
+
+
 def thread_views(ev: Evidence) -> list[ThreadView]:
     """Every thread of every live process of the run, classified; a stale report's threads come
     from the stack dump taken after it, when there is one."""
@@ -112,9 +125,11 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
         worker = _worker(p, threads)
         for t in threads:
             c = classify(t.frames, t.compile_state)
-            since = since_of.get((p.pid, t.ident))
+            # Both are when the stack was first seen where it is, by the probe at its beats
+            # (every second, since the process started) and by our own looks: the earlier knows more.
+            since = _earliest(since_of.get((p.pid, t.ident)), None if use_dump else _probe_since(p, t))
             if stale:   # no Python ran since the report: its stack stood still since then at least
-                since = min(since, p.time) if since is not None else p.time
+                since = _earliest(since, p.time)
             inner = parse_frame(t.frames[0]).place if t.frames else ""
             out.append(ThreadView(p.pid, p.rank, t.name, t.ident, c.cls, c.doing, c.where, inner, since,
                                   dump.source if use_dump else "probe", stale, p.time, t.daemon, p.ppid, worker))
@@ -146,7 +161,8 @@ def compiling_busy(ev: Evidence, views: list[ThreadView]) -> bool:
 
 
 def _for(now: float, since: float | None) -> str:
-    return f" for {duration(now - since)}" if since is not None else ""
+    """ " for 3 min"; nothing when not known, or under a second (a look that just began)."""
+    return f" for {duration(now - since)}" if since is not None and now - since >= 1.0 else ""
 
 
 def _oldest(views: list[ThreadView]) -> float | None:
@@ -157,6 +173,12 @@ def _who(v: ThreadView, ranks: bool) -> str:
     if ranks and v.rank is not None:
         return f"rank {v.rank}"
     return v.name
+
+
+def _launcher(v: ThreadView, ranked: bool) -> bool:
+    """torchrun's agent (or another launcher): the process without a rank among ranked ones.
+    It starts and watches the ranks; it is never one of them."""
+    return ranked and v.rank is None
 
 
 def _pick(views: list[ThreadView]) -> ThreadView:
@@ -201,11 +223,12 @@ def diagnose(ev: Evidence) -> Hang | None:
 
 def _diagnose(ev: Evidence) -> Hang | None:
     views = judged_views(ev)
+    ranked = any(v.rank is not None for v in views)
+    views = [v for v in views if not _launcher(v, ranked)]
     if not views:
         return None
     now = ev.now
     procs = _by_process(views)
-    ranked = len({v.rank for v in views if v.rank is not None}) > 1
     cpu = cpu_use(ev.activity.cpu_cores) if ev.activity is not None and ev.activity.cpu_cores is not None else ""
 
     coll = [v for v in views if v.cls is C.COLLECTIVE and not v.dataloader_worker]
@@ -289,15 +312,21 @@ def _collective(ev: Evidence, views: list[ThreadView], coll: list[ThreadView], r
     parts = []
     for place, vs in groups.items():
         who = _rank_list(vs, ranked)
-        verb = "wait" if len(vs) > 1 and ranked else "waits"
+        verb = "wait" if who.startswith("ranks ") else "waits"
         parts.append(f"{who} {verb} in {place}{_for(now, _oldest(vs))}")
     words = "hung in a collective: " + "; ".join(parts)
     waiting_pids = {v.pid for v in coll}
-    # The other ranks (a launcher, torchrun, has no rank: it is not one of them).
-    others = [vs for pid, vs in _by_process(views).items()
-              if pid not in waiting_pids and not any(v.dataloader_worker for v in vs)
-              and (not ranked or vs[0].rank is not None)]
-    for vs in others:
+    waiting_ranks = {v.rank for v in coll}
+    # The other participants: without ranks, every other process; with ranks, one process per
+    # rank that waits nowhere (a rank's children, its DataLoader workers, are not ranks).
+    others: dict[object, list[ThreadView]] = {}
+    for pid, vs in sorted(_by_process(views).items()):
+        if pid in waiting_pids or any(v.dataloader_worker for v in vs):
+            continue
+        key = vs[0].rank if ranked else pid
+        if not ranked or key not in waiting_ranks:
+            others.setdefault(key, vs)
+    for vs in others.values():
         v = _pick(vs)
         words += f"; {_who(v, ranked)} is not in it: {v.place()}"
         if v.stale:
@@ -311,7 +340,7 @@ def _collective(ev: Evidence, views: list[ThreadView], coll: list[ThreadView], r
 def _rank_list(vs: list[ThreadView], ranked: bool) -> str:
     if not ranked:
         return ", ".join(v.name for v in vs)
-    ranks = sorted(v.rank for v in vs if v.rank is not None)
+    ranks = sorted({v.rank for v in vs if v.rank is not None})
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
