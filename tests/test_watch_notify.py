@@ -11,9 +11,9 @@ import warnings
 
 import pytest
 
-from dflash_tui.watch.change import Evidence, VerdictChange
-from dflash_tui.watch.notify import Notification, message
-from dflash_tui.watch.sender import NotifySender, check_urls, masked
+from dflash_tui.recording.change import Evidence, VerdictChange
+from dflash_tui.recording.notify import Notification, message
+from dflash_tui.recording.sender import NotifySender, check_urls, masked
 from tests.support.receivers import HttpReceiver, SmtpReceiver
 
 # AUTH without TLS is what a plain local SMTP server on 127.0.0.1 speaks.

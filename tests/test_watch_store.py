@@ -13,10 +13,10 @@ from dflash_tui.config import ConfigError, NotifyProfile, NotifySettings, parse_
 from dflash_tui.contract.rundir import LaunchRecord
 from dflash_tui.run.report import RunProgress, RunReport
 from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
-from dflash_tui.watch.change import inert
-from dflash_tui.watch.notify import NotifyPolicy
-from dflash_tui.watch.recorder import Recorder
-from dflash_tui.watch.store import ChangeStore
+from dflash_tui.recording.change import inert
+from dflash_tui.recording.notify import NotifyPolicy
+from dflash_tui.recording.recorder import Recorder
+from dflash_tui.recording.store import ChangeStore
 
 
 def report(verdict: Verdict, *, profile="p", run_id="r1", connected=True, summary="why",
@@ -80,8 +80,8 @@ def test_the_store_is_wal_and_durable_and_its_schema_is_as_documented(tmp_path):
 def test_a_commit_survives_sigkill_of_the_writer(tmp_path):
     path = tmp_path / "w.sqlite3"
     code = ("import os, signal, sys\n"
-            "from dflash_tui.watch.store import ChangeStore\n"
-            "from dflash_tui.watch.change import VerdictChange\n"
+            "from dflash_tui.recording.store import ChangeStore\n"
+            "from dflash_tui.recording.change import VerdictChange\n"
             f"s = ChangeStore({str(path)!r})\n"
             "for i in range(50): s.record(VerdictChange('p', 'r', float(i), 'RUNNING', '', 'c'))\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")
@@ -91,7 +91,7 @@ def test_a_commit_survives_sigkill_of_the_writer(tmp_path):
 
 
 def test_retention_by_age_and_by_rows_per_run_keeps_where_each_run_stands(tmp_path):
-    from dflash_tui.watch.change import VerdictChange
+    from dflash_tui.recording.change import VerdictChange
     store = ChangeStore(tmp_path / "w.sqlite3", retention_days=1, max_rows_per_run=10)
     day = 86400.0
     for i in range(30):

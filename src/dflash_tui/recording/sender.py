@@ -20,7 +20,7 @@ import apprise
 
 from .notify import Notification
 
-log = logging.getLogger("dflash_tui.watch")
+log = logging.getLogger("dflash_tui.recording")
 
 RETRY_START_S = 1.0
 GIVE_UP_AFTER_S = 86400.0
@@ -123,9 +123,15 @@ class NotifySender:
                 return "Apprise cannot use this URL"
             ntype = apprise.NotifyType.FAILURE if n.event in ("failing", "UNREACHABLE") else (
                 apprise.NotifyType.SUCCESS if n.event in ("FINISHED", "recovered") else apprise.NotifyType.INFO)
-            ok = ap.notify(body=n.body, title=n.title, notify_type=ntype,
+            said: list[str] = []
+
+            def heard(entry, _plugin=None) -> None:
+                if entry.level in ("WARNING", "ERROR", "CRITICAL"):
+                    said.append(" ".join(str(entry.message).split()))
+
+            ok = ap.notify(body=n.body, title=n.title, notify_type=ntype, log_callback=heard,
                            body_format=apprise.NotifyFormat.TEXT, interpret_escapes=False)
-            return None if ok else "the service did not accept it (see the log above)"
+            return None if ok else ("; ".join(dict.fromkeys(said))[:300] or "the service did not accept it")
         except Exception as exc:   # a plugin's own bug must not end the worker
             return f"{type(exc).__name__}: {exc}"
 
