@@ -6,6 +6,7 @@ cli.py parses the flags (flags.py) and calls `run_mode`; every problem is a Conf
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from ..config import Config, ConfigError
@@ -35,7 +36,7 @@ def run_mode(args, config: Config) -> int:
             raise ConfigError(f"{config.path}: {problem}")
         if args.install_service:
             done = install(watch_command(config=config.path, profile=args.profile, store=args.store))
-            print(f"dflash-tui: {done.message}")
+            print(f"dflash-tui: {done.message}", file=sys.stdout if done.started else sys.stderr)
             return EXIT_OK if done.started else EXIT_NOT_STARTED
         s = config.watch
         with ChangeStore(store_path(s, args.store), retention_days=s.retention_days,
