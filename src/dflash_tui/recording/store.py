@@ -21,10 +21,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..config import ConfigError, WatchSettings, state_dir
-from .change import Evidence, VerdictChange
+from .change import Evidence, VerdictChange, inert
 
 SCHEMA_VERSION = 1
 STORE_NAME = "watch.sqlite3"
@@ -58,8 +59,13 @@ def store_path(settings: WatchSettings, override: str | None = None) -> Path:
 
 
 def _row(r: tuple) -> VerdictChange:
-    return VerdictChange(id=r[0], profile=r[1], run_id=r[2], time=r[3], state=r[4], previous=r[5],
-                         cause=r[6], check=r[7], evidence=Evidence.from_json(r[8]))
+    """A stored change, every text inert again: the file is only as trusted as its directory."""
+    ev = Evidence.from_json(r[8])
+    ev = replace(ev, rate_unit=inert(ev.rate_unit, 20), stuck_at=inert(ev.stuck_at, 200),
+                 traceback=tuple(inert(line, 200) for line in ev.traceback))
+    return VerdictChange(id=r[0], profile=inert(r[1], 80), run_id=inert(r[2], 80), time=r[3],
+                         state=inert(r[4], 20), previous=inert(r[5], 20), cause=inert(r[6]),
+                         check=inert(r[7], 40), evidence=ev)
 
 
 class ChangeStore:
