@@ -190,3 +190,10 @@ def test_notify_config_is_validated_in_one_line():
         with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("(", r"\(")) as e:
             parse_config(base + bad, "f.toml")
         assert "\n" not in str(e.value) and str(e.value).startswith("f.toml: ")
+
+
+def test_a_reader_of_a_file_the_watcher_just_created_sees_an_empty_store(tmp_path):
+    path = tmp_path / "w.sqlite3"
+    sqlite3.connect(path).close()            # created, no table yet
+    with ChangeStore(path, readonly=True) as store:
+        assert store.changes("p") == [] and store.last_states() == {}

@@ -60,7 +60,10 @@ def store_path(settings: WatchSettings, override: str | None = None) -> Path:
 
 def _row(r: tuple) -> VerdictChange:
     """A stored change, every text inert again: the file is only as trusted as its directory."""
-    ev = Evidence.from_json(r[8])
+    try:
+        ev = Evidence.from_json(r[8])
+    except (ValueError, TypeError):   # a row damaged outside the watcher: its words still count
+        ev = Evidence()
     ev = replace(ev, rate_unit=inert(ev.rate_unit, 20), stuck_at=inert(ev.stuck_at, 200),
                  traceback=tuple(inert(line, 200) for line in ev.traceback))
     return VerdictChange(id=r[0], profile=inert(r[1], 80), run_id=inert(r[2], 80), time=r[3],
@@ -78,6 +81,11 @@ class ChangeStore:
         try:
             if readonly:
                 self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+                if not self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                    # A watcher has just created the file and not yet its table: empty, for now.
+                    self._db.close()
+                    self._db = sqlite3.connect(":memory:")
+                    self._db.executescript(_SCHEMA)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
