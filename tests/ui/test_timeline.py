@@ -2,7 +2,7 @@
 screen's row (T), read from a real store file. Fixed clock and time zone for the snapshot.
 
 Update the snapshot after an intended change with:
-    .venv/bin/python -m pytest tests/test_ui_timeline.py --snapshot-update
+    .venv/bin/python -m pytest tests/ui/test_timeline.py --snapshot-update
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from dflash_tui.recording.store import ChangeStore
 from dflash_tui.recording.timeline import bands
 from dflash_tui.ui.fleet import FleetScreen
 from dflash_tui.ui.timeline import TimelineScreen, strip
+from dflash_tui.ui.app import DashboardApp
+from tests.support import fleet_replay as FR
 from tests.support import scenarios as R
-from tests.test_ui_fleet_snapshots import fleet_app, on_fleet
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,6 +55,23 @@ def store(tmp_path):
         ]:
             s.record(VerdictChange(PROFILE, run, t, state, prev, cause, check, ev))
     return path
+
+
+def fleet_app() -> DashboardApp:
+    fleet = FR.mixed()
+    return DashboardApp(lambda name: R.ReplaySource(name, reports=[R.healthy()]), "h200-main",
+                        list(fleet.profiles), clock=lambda: R.T0, fleet=fleet)
+
+
+def on_fleet(*keys: str):
+    async def run_before(pilot) -> None:
+        end = asyncio.get_running_loop().time() + 5
+        while not isinstance(pilot.app.screen, FleetScreen) or not pilot.app.screen.shown:
+            assert asyncio.get_running_loop().time() < end, "the fleet screen did not show its rows"
+            await pilot.pause(0.02)
+        await pilot.press(*keys)
+        await pilot.pause()
+    return run_before
 
 
 def app_with(store):

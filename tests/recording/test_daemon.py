@@ -22,7 +22,7 @@ from tests.test_cli_modes import cli
 
 pytestmark = pytest.mark.timeout(120)
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 PY = sys.executable
 SILENT_S = 5.0        # the program's silence, well past stall_after_s (2 s)
 
