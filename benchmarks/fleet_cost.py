@@ -160,7 +160,7 @@ async def dashboard_child(cfg: str, window: float, victims: list[str], out: str)
         screen = app.screen
         red = {}
         for name in victims:
-            pid = fleet.monitors[name].last.launch.pid
+            pid = fleet.watches[name].last.launch.pid
             t_kill = time.monotonic()
             os.killpg(pid, signal.SIGKILL)
             while not any(r.profile == name and r.severity == FAIL for r in screen.shown):

@@ -2,8 +2,8 @@
 
 It builds the host and run targets from the profile (remote/factory.py), opens RemoteOps on the
 run target (the persistent agent, or one-shot shell commands where there is no python3), and
-offers the run's verbs: check, launch, relaunch, stop, canary (run/monitor.py's RunMonitor
-polls a Session for the UI).
+offers the run's verbs: check, launch, relaunch, stop, canary (watch/host.py's HostWatch
+watches a run through a Session).
 `check(gpus=True)` adds the dashboard's "gpus" check from one bounded GPU sample of the HOST
 (NVML runs there, not in the container), for the headless modes.
 

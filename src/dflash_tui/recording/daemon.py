@@ -1,10 +1,13 @@
 """Watcher: `dflash-tui --watch`, the recording daemon.
 
 It polls every chosen profile the way the fleet screen does (fleet/poller.py: one connection
-and one agent per host, each target on its own schedule, GPU samples for GPU LOST), hands
-every report whose state may have changed to the Recorder (which commits each real change
-before anyone hears of it), and feeds the recorded changes to the NotifyPolicy; the due
-notifications go to the NotifySender's queue, so no send ever holds up a poll. SIGTERM or
+and one agent per host, each target on its own schedule, GPU samples for GPU LOST). The Recorder
+hangs on each profile's RunWatch change hook (watch/base.py `add_listener`: a new verdict or a
+check in a new state); a target that stops or starts answering is not such a change (a stale
+report keeps its checklist), so the fleet's row stream tells the Recorder of those. The Recorder
+commits each real change before anyone hears of it; the recorded changes go to the
+NotifyPolicy, and the due notifications to the NotifySender's queue, so no send ever holds up
+a poll. SIGTERM or
 SIGINT ends it cleanly (what is due still goes out, briefly); a SIGKILL loses nothing the
 store had committed, and the next start resumes from the store's last state of each run.
 """
@@ -19,8 +22,9 @@ from typing import Callable, Sequence
 
 from ..config import Config, Profile
 from ..fleet.poller import FleetPoller
+from ..fleet.row import UNREACHABLE
 from ..run.report import RunReport
-from .change import VerdictChange
+from .change import VerdictChange, run_id_of
 from .notify import NotifyPolicy
 from .recorder import Recorder
 from .sender import NotifySender
@@ -29,14 +33,6 @@ from .store import ChangeStore
 log = logging.getLogger("dflash_tui.recording")
 
 TICK_MAX_S = 1.0     # the longest the notify clock sleeps when nothing is pending
-
-
-def fleet_report(poller: FleetPoller, name: str) -> RunReport | None:
-    """The newest report of `name` from the fleet poller's per-profile report stream."""
-    monitor = poller.monitors.get(name)
-    if monitor is not None:
-        return monitor.last
-    return poller._nodes_last.get(name)   # a run on several nodes keeps its report here
 
 
 class Watcher:
@@ -70,8 +66,18 @@ class Watcher:
         self.policy.changed(change)
         self._due.set()
 
-    def observe(self, report: RunReport | None) -> None:
-        if report is not None:
+    def _heard(self, previous: RunReport | None, current: RunReport) -> None:
+        """RunWatch's change hook: a new verdict or a check in a new state."""
+        self.recorder.observe(current, previous)
+
+    def _row_changed(self, report: RunReport | None) -> None:
+        """A fleet row changed: what the hook does not report matters here: whether the target
+        answers, and a new run id under an unchanged checklist (a relaunch seen only after it)."""
+        if report is None:
+            return
+        name = report.profile
+        if (not report.connected or self.recorder.last_state(name) == UNREACHABLE
+                or run_id_of(report) != self.recorder.last_run(name)):
             self.recorder.observe(report)
 
     async def _notify_clock(self) -> None:
@@ -90,6 +96,8 @@ class Watcher:
         poller = FleetPoller(self.profiles, interval=self.interval, gpu_interval=self.gpu_interval)
         clock_task = asyncio.create_task(self._notify_clock(), name="watch notify clock")
         try:
+            for watch in poller.watches.values():
+                watch.add_listener(self._heard)
             async with poller:
                 changes = poller.changes()
                 stop = asyncio.create_task(self._stop.wait())
@@ -100,7 +108,8 @@ class Watcher:
                         nxt.cancel()
                         break
                     for name in sorted(nxt.result()):
-                        self.observe(fleet_report(poller, name))
+                        watch = poller.watches.get(name)
+                        self._row_changed(watch.last if watch is not None else None)
                 stop.cancel()
         finally:
             clock_task.cancel()

@@ -33,12 +33,16 @@ class Recorder:
     def last_state(self, profile: str) -> str:
         return self._last.get(profile, ("", ""))[0]
 
-    def observe(self, report: RunReport) -> VerdictChange | None:
-        """Record `report`'s change, if it is one; the recorded change or None."""
+    def last_run(self, profile: str) -> str:
+        return self._last.get(profile, ("", ""))[1]
+
+    def observe(self, report: RunReport, previous: RunReport | None = None) -> VerdictChange | None:
+        """Record `report`'s change, if it is one; the recorded change or None. `previous`: the
+        report before it (RunWatch's change hook passes it), else the last one observed."""
         now = self.clock()
         name = report.profile
         state, run_id = state_of(report), run_id_of(report)
-        before = self._seen.get(name)
+        before = previous.checklist if previous is not None and previous.connected else self._seen.get(name)
         if report.connected:
             self._seen[name] = report.checklist
         last = self._last.get(name)
