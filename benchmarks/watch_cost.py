@@ -231,7 +231,7 @@ def main() -> int:
         f"{week['changes']} changes, a 6-line traceback on every third): "
         f"{week['size'] / mib:.1f} MiB of SQLite (WAL checkpointed) beside {week['jsonl'] / mib:.1f} MiB as "
         f"JSON lines ({week['size'] / week['jsonl']:.2f}x); {week['write_ms']:.2f} ms per recorded change "
-        f"(one commit with fsync each, synchronous=FULL), {week['query_ms']:.1f} ms to read one run's timeline. "
+        f"(one commit with fsync each, synchronous=FULL), {week['query_ms']:.1f} ms to read one profile's week (its timeline). "
         f"With the default retention (30 days, 1000 changes per profile and run id): "
         f"{week['after_prune_changes']} changes, {week['after_prune_size'] / mib:.1f} MiB after VACUUM. "
         "A real run changes state a few times a day; this is the bound, not the usual.", "",

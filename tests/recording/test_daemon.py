@@ -46,6 +46,8 @@ def write_config(tmp_path: Path, port: int) -> Path:
         f'command = ["{PY}", "{PROGRAMS / "stall_resume_crash.py"}", "{SILENT_S}"]\n{common}'
         f'[profile.q]\nrun_dir = "{tmp_path / "q"}"\n'
         f'command = ["{PY}", "{PROGRAMS / "crash_after_steps.py"}", "3"]\n{common}'
+        # a host where nothing listens: UNREACHABLE from the first poll, notified only after 300 s
+        f'[profile.r]\nhost = "127.0.0.1"\nport = 9\nuser = "nobody"\nrun_dir = "/srv/nowhere/r"\n'
         f'[watch]\ninterval_s = 0.5\nstore = "{tmp_path / "watch.sqlite3"}"\n'
         f'[notify]\nhold_s = 1\nurls = ["json://127.0.0.1:{port}/hook"]\n'
         '[notify.profile.q]\nenabled = false\n')
@@ -113,6 +115,9 @@ def test_a_run_through_stall_recovery_and_crash_across_a_sigkilled_watcher(tmp_p
     run = [c.state for c in p if c.run_id and c.state != "STARTING"]
     assert run == ["RUNNING", "STALLED", "RUNNING", "CRASHED"], [(c.state, c.cause) for c in p]
     assert q[-1].state == "CRASHED"                                        # recorded, not notified
+    with ChangeStore(tmp_path / "watch.sqlite3", readonly=True) as store:
+        r = store.changes("r")
+    assert [(c.state, c.check) for c in r] == [("UNREACHABLE", "transport")], r   # once, across the restart
 
     out = cli(tmp_path, "--config", str(cfg), "--profile", "p", "--timeline", "--json")
     assert out.returncode == 0, out.stderr
