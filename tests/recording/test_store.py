@@ -197,3 +197,10 @@ def test_a_reader_of_a_file_the_watcher_just_created_sees_an_empty_store(tmp_pat
     sqlite3.connect(path).close()            # created, no table yet
     with ChangeStore(path, readonly=True) as store:
         assert store.changes("p") == [] and store.last_states() == {}
+
+
+def test_a_store_where_none_can_be_made_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match="cannot create the watch store there"):
+        ChangeStore(blocker / "sub" / "w.sqlite3")

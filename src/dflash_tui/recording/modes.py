@@ -35,7 +35,11 @@ def run_mode(args, config: Config) -> int:
         if problem:
             raise ConfigError(f"{config.path}: {problem}")
         if args.install_service:
-            done = install(watch_command(config=config.path, profile=args.profile, store=args.store))
+            try:
+                done = install(watch_command(config=config.path, profile=args.profile, store=args.store))
+            except OSError as exc:
+                raise ConfigError(f"cannot write the systemd unit ({exc.strerror}: {exc.filename}); "
+                                  "check that ~/.config/systemd/user is writable") from None
             print(f"dflash-tui: {done.message}", file=sys.stdout if done.started else sys.stderr)
             return EXIT_OK if done.started else EXIT_NOT_STARTED
         s = config.watch

@@ -102,6 +102,9 @@ class ChangeStore:
         except sqlite3.Error as exc:
             raise ConfigError(f"{self.path}: not a usable watch store ({exc}); "
                               "move it away or choose another with --store") from None
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: cannot create the watch store there ({exc.strerror}); "
+                              "choose another with --store or [watch] store") from None
 
     def close(self) -> None:
         self._db.close()
