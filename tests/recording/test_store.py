@@ -204,3 +204,13 @@ def test_a_store_where_none_can_be_made_is_one_line(tmp_path):
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="cannot create the watch store there"):
         ChangeStore(blocker / "sub" / "w.sqlite3")
+
+
+def test_a_restarted_watcher_neither_repeats_nor_drops_what_waited_out_its_hold():
+    from dflash_tui.recording.change import VerdictChange
+    policy = NotifyPolicy(NotifySettings(urls=("json://x",), hold_s=10))
+    policy.resume(VerdictChange("old", "r", 0.0, "STALLED", "RUNNING", "c"), now=100.0)     # sent before
+    policy.resume(VerdictChange("new", "r", 95.0, "CRASHED", "RUNNING", "c"), now=100.0)    # killed in its hold
+    assert policy.due(100.0) == [] and [n.profile for n in policy.due(105.0)] == ["new"]
+    policy.changed(VerdictChange("old", "r", 106.0, "RUNNING", "STALLED", "c"))
+    assert [(n.profile, n.event) for n in policy.due(116.0)] == [("old", "recovered")]
