@@ -214,3 +214,21 @@ def test_a_restarted_watcher_neither_repeats_nor_drops_what_waited_out_its_hold(
     assert policy.due(100.0) == [] and [n.profile for n in policy.due(105.0)] == ["new"]
     policy.changed(VerdictChange("old", "r", 106.0, "RUNNING", "STALLED", "c"))
     assert [(n.profile, n.event) for n in policy.due(116.0)] == [("old", "recovered")]
+
+
+def test_a_store_that_fails_under_the_watcher_is_logged_and_retried_never_raised(tmp_path, caplog):
+    from dflash_tui.recording.daemon import Watcher
+    cfg = parse_config(f'[profile.p]\nrun_dir = "{tmp_path}/p"\n', "c.toml")
+    store = ChangeStore(tmp_path / "w.sqlite3")
+    watcher = Watcher(cfg, cfg.file_profiles(), store)
+    try:
+        real, store._db = store._db, sqlite3.connect(":memory:")   # no table: every insert fails
+        watcher._heard(None, report(Verdict.STALLED))                # the poll that called the hook goes on
+        watcher._heard(None, report(Verdict.CRASHED))
+        assert caplog.text.count("could not record a change") == 1
+        store._db = real
+        assert store.count() == 0
+        watcher._record(watcher._unrecorded["p"])                     # what each tick does
+        assert [c.state for c in store.changes("p")] == ["CRASHED"] and not watcher._unrecorded
+    finally:
+        watcher.sender.close()

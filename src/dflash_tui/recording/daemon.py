@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sqlite3
 import time
 from typing import Callable, Sequence
 
@@ -56,6 +57,7 @@ class Watcher:
                                    clock=clock)
         self._due = asyncio.Event()
         self._stop = asyncio.Event()
+        self._unrecorded: dict[str, RunReport] = {}   # per profile: a report the store refused
 
     def stop(self) -> None:
         self._stop.set()
@@ -66,9 +68,20 @@ class Watcher:
         self.policy.changed(change)
         self._due.set()
 
+    def _record(self, report: RunReport, previous: RunReport | None = None) -> None:
+        """Observe `report`; a store that fails (disk full, I/O error) is logged and the report
+        kept to be tried again each tick, never raised into the poll that called the hook."""
+        try:
+            self.recorder.observe(report, previous)
+            self._unrecorded.pop(report.profile, None)
+        except (sqlite3.Error, OSError) as exc:
+            if report.profile not in self._unrecorded:
+                log.error("%s: could not record a change (%s); trying again", report.profile, exc)
+            self._unrecorded[report.profile] = report
+
     def _heard(self, previous: RunReport | None, current: RunReport) -> None:
         """RunWatch's change hook: a new verdict or a check in a new state."""
-        self.recorder.observe(current, previous)
+        self._record(current, previous)
 
     def _row_changed(self, report: RunReport | None) -> None:
         """A fleet row changed: what the hook does not report matters here: whether the target
@@ -78,10 +91,12 @@ class Watcher:
         name = report.profile
         if (not report.connected or self.recorder.last_state(name) == UNREACHABLE
                 or run_id_of(report) != self.recorder.last_run(name)):
-            self.recorder.observe(report)
+            self._record(report)
 
     async def _notify_clock(self) -> None:
         while True:
+            for report in list(self._unrecorded.values()):
+                self._record(report)
             for n in self.policy.due(self.clock()):
                 self.sender.submit(n)
             nxt = self.policy.next_due()
@@ -98,6 +113,9 @@ class Watcher:
         try:
             for watch in poller.watches.values():
                 watch.add_listener(self._heard)
+            for row in poller.snapshot():
+                if row.profile not in poller.watches:   # its fields cannot make a target
+                    log.error("%s: not watched: %s", row.profile, row.cause)
             async with poller:
                 changes = poller.changes()
                 stop = asyncio.create_task(self._stop.wait())
