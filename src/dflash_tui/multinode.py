@@ -21,8 +21,7 @@ from .run.canary import CanaryResult
 from .run.health import Limits
 from .run.launch import LaunchOutcome, LaunchRefused, not_launched
 from .run.nodes import NodePlan, plan_nodes
-from .run.observe import process_matches
-from .run.preflight import PreflightResult, run_preflight
+from .run.preflight import PreflightResult
 from .run.stop import StopResult
 from .run.verdict import Check, CheckState, Checklist, Verdict
 from .session import Session
@@ -58,11 +57,11 @@ class NodesSession:
             ops = await s.ops()
         except TargetError:
             ops = None   # the preflight says which (host down, container stopped), as checks
-        return await run_preflight(s.profile, s.host, s.target, ops, check_live_run=not relaunch)
+        return await s.launcher.preflight(ops, check_live_run=not relaunch)
 
     async def _live(self, i: int, plan: NodePlan, s: Session) -> str | None:
         ev = await s.evidence()
-        if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
+        if s.launcher.alive(ev) and ev.exit is None:
             return f"node {plan.node}: run {ev.launch.run_id} (pid {ev.launch.pid}) is still running"
         return None
 

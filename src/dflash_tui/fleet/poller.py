@@ -1,6 +1,6 @@
 """FleetPoller: every profile's RunWatch polled on its target's own schedule.
 
-Profiles are grouped by run target (fleet/transport.py `target_key`): one task per target
+Profiles are grouped by run target (transport.py `target_key`): one task per target
 polls that target's profiles once per interval, each poll bounded by `poll_timeout` and all
 polls together by `max_concurrent`, so a slow or dead host only ever delays itself. A dead
 host costs little: a RunWatch backs off between reconnects and answers with its last report
@@ -25,7 +25,7 @@ from ..gpu.sample import GpuSnapshot
 from ..gpu.sources import run_ref_from_launch
 from ..watch import HostWatch, RunWatch, open_watch
 from .row import FleetRow, config_error_row, row_from_report
-from .transport import SharedTransport, host_key, target_key
+from ..transport import SharedTransport, host_key, target_key
 
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_POLL_TIMEOUT_S = 5.0

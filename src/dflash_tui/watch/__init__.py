@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import Profile
-from ..fleet.transport import SharedTransport
+from ..transport import SharedTransport
 from ..session import Session
 from .base import ActionInFlight, LaunchResult, Listener, RunWatch, changed, unreachable_report
 from .host import HostWatch
