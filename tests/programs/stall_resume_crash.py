@@ -1,10 +1,12 @@
 """A run that stalls, recovers, then crashes: progress lines, then idle silence (no output, no
-CPU) for SILENT seconds, progress again, then an exception (traceback on stderr, exit 1)."""
+CPU) for SILENT seconds (argv[1]), RESUMED more steps of 0.2 s (argv[2]), then an exception
+(traceback on stderr, exit 1)."""
 
 import sys
 import time
 
 silent_s = float(sys.argv[1]) if len(sys.argv) > 1 else 6.0
+resumed = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 step = 0
 
 
@@ -18,7 +20,7 @@ def steps(n):
 
 steps(8)
 time.sleep(silent_s)          # a dead data loader: no output, no CPU
-steps(20)
+steps(resumed)
 
 
 def all_reduce(grads):

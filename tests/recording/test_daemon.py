@@ -25,6 +25,9 @@ pytestmark = pytest.mark.timeout(120)
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 PY = sys.executable
 SILENT_S = 5.0        # the program's silence, well past stall_after_s (2 s)
+# Its steps after the silence: 8 s, so the restarted watcher (started when the stall is
+# notified) sees the recovery last past hold_s even when this machine is slow to start it.
+RESUMED_STEPS = 40
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,7 @@ def write_config(tmp_path: Path, port: int) -> Path:
     cfg = tmp_path / "config.toml"
     cfg.write_text(
         f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\n'
-        f'command = ["{PY}", "{PROGRAMS / "stall_resume_crash.py"}", "{SILENT_S}"]\n{common}'
+        f'command = ["{PY}", "{PROGRAMS / "stall_resume_crash.py"}", "{SILENT_S}", "{RESUMED_STEPS}"]\n{common}'
         f'[profile.q]\nrun_dir = "{tmp_path / "q"}"\n'
         f'command = ["{PY}", "{PROGRAMS / "crash_after_steps.py"}", "3"]\n{common}'
         # a host where nothing listens: UNREACHABLE from the first poll, notified only after 300 s
@@ -98,7 +101,7 @@ def test_a_run_through_stall_recovery_and_crash_across_a_sigkilled_watcher(tmp_p
         _, b_err = b.communicate(timeout=15)
     assert b.returncode == 0, b_err
 
-    assert titles(http) == ["dflash-tui: p STALLED", "dflash-tui: p recovered: RUNNING", "dflash-tui: p CRASHED"]
+    assert titles(http) == ["dflash-tui: p STALLED", "dflash-tui: p recovered: RUNNING", "dflash-tui: p CRASHED"], a_err + b_err
     crashed = json.loads(http.requests[-1].body)["message"]
     assert "RuntimeError: NCCL error" in crashed and "open it: dflash-tui --config" in crashed
     stalled = json.loads(http.requests[0].body)["message"]
