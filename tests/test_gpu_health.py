@@ -7,7 +7,7 @@ import pytest
 from dflash_tui.gpu import fake_nvml
 from dflash_tui.gpu.codec import snapshot_from_dict
 from dflash_tui.gpu.fake_nvml import FakeNvml
-from dflash_tui.gpu.health import CHECK_ID, cuda_devices, gpu_check
+from dflash_tui.run.gpu_check import CHECK_ID, cuda_devices, gpu_check
 from dflash_tui.gpu.nvml_reader import NvmlReader
 from dflash_tui.run.verdict import CheckState
 
@@ -91,7 +91,7 @@ def test_cuda_device_names():
 
 def test_check_from_status_json():
     from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
-    from dflash_tui.gpu.health import gpu_check_for_status
+    from dflash_tui.run.gpu_check import gpu_check_for_status
 
     fake = FakeNvml(2)
     fake.set_processes(0, [(RUN_PID, 1 << 30)])

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..contract.rundir import TrainStatus
-from ..run.verdict import Check, CheckState
-from .sample import GpuErrorKind, GpuSnapshot
+from ..gpu.sample import GpuErrorKind, GpuSnapshot
+from .verdict import Check, CheckState
 
 CHECK_ID = "gpus"
 LABEL = "GPUs in use by the run"
