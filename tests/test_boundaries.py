@@ -165,6 +165,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("multinode",),
     ("watch",),
     ("fleet",),
+    ("recording",),
     ("ui",),
     ("cli",),
     ("__main__",),
