@@ -166,6 +166,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("multinode",),
     ("watch",),
     ("fleet",),
+    ("recording",),
     ("ui",),
     ("cli",),
     ("__main__",),

@@ -41,6 +41,7 @@ from typing import Any, Sequence
 from . import __version__
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
 from .fleet.checkall import check_all, worst_exit_code
+from .recording import flags as recording_flags
 from .remote.base import OpRefused, TargetError
 from .run.launch import LaunchRefused
 from .run.report import RunReport
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-preflight", action="store_true", help="with --launch/--relaunch: skip the preflight")
     p.add_argument("--version", action="version", version=f"dflash-tui {__version__}")
     _add_serve_arguments(p)
+    recording_flags.add_arguments(p, mode)   # --watch, --timeline and their options
     return p
 
 
@@ -372,6 +374,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mark = "*" if name == config.default else " "
                 print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}")
             return EXIT_HEALTHY
+        if recording_flags.wants(args):
+            # Apprise, the store and the watcher: a start-up cost the other modes never pay.
+            from .recording.modes import run_mode as recording_mode
+            return recording_mode(args, config)
         if args.all:
             if not args.check or args.profile:
                 raise ConfigError("--all goes with --check (and not with --profile)")

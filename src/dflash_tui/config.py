@@ -14,7 +14,7 @@ import posixpath
 import re
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,8 @@ class Config:
     path: str | None                   # None when no file exists and the built-in is used
     profiles: dict[str, Profile] = field(default_factory=dict)
     default: str | None = DEFAULT_PROFILE  # the profile used without --profile, if unambiguous
+    watch: "WatchSettings" = field(default_factory=lambda: WatchSettings())      # [watch]
+    notify: "NotifySettings" = field(default_factory=lambda: NotifySettings())   # [notify]
 
     def profile(self, name: str | None) -> Profile:
         if name is None:
@@ -400,7 +402,7 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
         raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
-    extra = sorted(set(data) - {"profile"})
+    extra = sorted(set(data) - {"profile", "watch", "notify"})
     if extra:
         raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}; profiles go under [profile.NAME]")
     tables = data.get("profile", {})
@@ -410,7 +412,8 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: no profiles; add a [profile.NAME] table "
                           "(see assets/profiles.example.toml)")
     profiles = {name: _profile_from_table(path, name, table) for name, table in tables.items()}
-    return Config(path=path, profiles=profiles)
+    return Config(path=path, profiles=profiles, watch=watch_settings(path, data.get("watch", {})),
+                  notify=notify_settings(path, data.get("notify", {}), profiles))
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -432,3 +435,114 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     config.default = names[0] if len(names) == 1 else (DEFAULT_PROFILE if DEFAULT_PROFILE in names else None)
     config.profiles.setdefault(DEFAULT_PROFILE, builtin_local_profile())
     return config
+
+
+# -- [watch] and [notify]: the recording daemon's settings (`dflash-tui --watch`, watch/) ---------
+
+NOTIFY_EVENTS = ("failing", "FINISHED", "STOPPED", "UNREACHABLE", "recovered")
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    store: str | None = None           # the SQLite file; None: $XDG_STATE_HOME/dflash-tui/watch.sqlite3
+    interval_s: float = 1.0            # how often each target is polled
+    retention_days: float = 30.0       # changes older than this are deleted
+    max_rows_per_run: int = 1000       # per profile and run id, the newest this many are kept
+
+
+@dataclass(frozen=True)
+class NotifyProfile:
+    enabled: bool = True               # false: this profile never notifies
+    urls: tuple[str, ...] = ()         # Apprise URLs notified besides [notify]'s own
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    urls: tuple[str, ...] = ()         # Apprise URLs ("ntfy://...", "mailto://...", "json://...")
+    on: tuple[str, ...] = NOTIFY_EVENTS  # which transitions notify
+    hold_s: float = 30.0               # a new state must last this long before it notifies
+    unreachable_after_s: float = 300.0  # UNREACHABLE notifies once it lasted this long
+    retry_max_s: float = 300.0         # a failed send is retried with backoff capped here
+    profiles: dict[str, NotifyProfile] = field(default_factory=dict)   # [notify.profile.NAME]
+
+    def for_profile(self, name: str) -> tuple[str, ...]:
+        """The URLs a change of `name`'s run goes to (none when it is switched off)."""
+        own = self.profiles.get(name, NotifyProfile())
+        return (*self.urls, *own.urls) if own.enabled else ()
+
+
+def _table_keys(path: str, where: str, table: Any, keys: dict[str, str]) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {where} must be a table")
+    unknown = sorted(set(table) - set(keys))
+    if unknown:
+        raise ConfigError(f"{path}: {where}: unknown key {unknown[0]!r}; known: {', '.join(keys)}")
+    return table
+
+
+def _seconds(path: str, where: str, key: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
+        raise ConfigError(f"{path}: {where}: {key} = {show_value(value)}: must be a number "
+                          f"from {low:g} to {high:g}")
+    return float(value)
+
+
+def _strings(path: str, where: str, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v and not _CONTROL_RE.search(v)
+                                              for v in value):
+        raise ConfigError(f"{path}: {where}: {key} must be a list of non-empty one-line strings")
+    return tuple(value)
+
+
+def watch_settings(path: str, table: Any) -> WatchSettings:
+    t = _table_keys(path, "[watch]", table, {"store": "", "interval_s": "", "retention_days": "",
+                                            "max_rows_per_run": ""})
+    out = WatchSettings()
+    if "store" in t:
+        if not isinstance(t["store"], str) or not t["store"] or _CONTROL_RE.search(t["store"]):
+            raise ConfigError(f"{path}: [watch]: store must be a file path")
+        out = replace(out, store=os.path.expanduser(t["store"]))
+    if "interval_s" in t:
+        out = replace(out, interval_s=_seconds(path, "[watch]", "interval_s", t["interval_s"], 0.1, 3600))
+    if "retention_days" in t:
+        out = replace(out, retention_days=_seconds(path, "[watch]", "retention_days",
+                                                   t["retention_days"], 0.001, 36500))
+    if "max_rows_per_run" in t:
+        v = t["max_rows_per_run"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 10 <= v <= 10_000_000:
+            raise ConfigError(f"{path}: [watch]: max_rows_per_run = {show_value(v)}: must be an "
+                              "integer from 10 to 10000000")
+        out = replace(out, max_rows_per_run=v)
+    return out
+
+
+def notify_settings(path: str, table: Any, profiles: dict[str, Profile]) -> NotifySettings:
+    t = _table_keys(path, "[notify]", table, {"urls": "", "on": "", "hold_s": "",
+                                             "unreachable_after_s": "", "retry_max_s": "", "profile": ""})
+    out = NotifySettings()
+    if "urls" in t:
+        out = replace(out, urls=_strings(path, "[notify]", "urls", t["urls"]))
+    if "on" in t:
+        on = _strings(path, "[notify]", "on", t["on"])
+        bad = [x for x in on if x not in NOTIFY_EVENTS]
+        if bad:
+            raise ConfigError(f"{path}: [notify]: on: unknown event {bad[0]!r}; "
+                              f"pick from {', '.join(NOTIFY_EVENTS)}")
+        out = replace(out, on=on)
+    for key, high in (("hold_s", 86400.0), ("unreachable_after_s", 7 * 86400.0), ("retry_max_s", 86400.0)):
+        if key in t:
+            out = replace(out, **{key: _seconds(path, "[notify]", key, t[key], 0.0, high)})
+    per: dict[str, NotifyProfile] = {}
+    prof_tables = t.get("profile", {})
+    if not isinstance(prof_tables, dict):
+        raise ConfigError(f"{path}: [notify]: profile must hold tables, e.g. [notify.profile.gpu1]")
+    for name, pt in prof_tables.items():
+        where = f"[notify.profile.{name}]"
+        if name not in profiles:
+            raise ConfigError(f"{path}: {where}: no [profile.{name}] to apply it to; fix the name")
+        pt = _table_keys(path, where, pt, {"enabled": "", "urls": ""})
+        enabled = pt.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ConfigError(f"{path}: {where}: enabled must be true or false")
+        per[name] = NotifyProfile(enabled, _strings(path, where, "urls", pt["urls"]) if "urls" in pt else ())
+    return replace(out, profiles=per)

@@ -31,6 +31,7 @@ from textual.widgets import Footer, TabbedContent, TabPane
 
 from ..fleet.poller import FleetPoller
 from ..gpu.sample import GpuSnapshot
+from ..recording.store import store_path
 from ..remote.base import TargetError
 from ..run.report import RunReport
 from ..run.verdict import Verdict
@@ -524,8 +525,10 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
     command = invocation()
     if config.path is not None:
         command += f" --config {shlex.quote(str(config.path))}"
-    return DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
-                        command=command, fleet=fleet, fleet_home=fleet_home)
+    app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
+                       command=command, fleet=fleet, fleet_home=fleet_home)
+    app.timeline_store = store_path(config.watch)   # the watcher's store: the fleet's Timeline (T)
+    return app
 
 
 def run_app(config, profile_name: str, *, fleet_home: bool = True) -> int:

@@ -10,7 +10,7 @@ target is UNREACHABLE with the reason and the next retry.
 Keys: Enter opens the profile in the single-run view (Escape there comes back), / filters,
 ! (or t) shows only the rows that need attention, o / O sort by the next column / reverse (or
 click a header), r s c relaunch, stop and canary the selected row with the single-run view's
-confirmations and guards, h lists its history.
+confirmations and guards, h lists its history, T shows the watcher's timeline of it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
 from .screens import ConfirmScreen
 from .fleet_table import FleetHeader, FleetTable
 from .source import ActionError, run_action
+from .timeline import TimelineScreen
 
 STYLE = {OK: "bold green", FAIL: "bold white on red", DOWN: "bold magenta", WAIT: "bold yellow"}
 # (key, header, sort key). The verdict sorts worst first; numbers sort missing last.
@@ -132,6 +133,7 @@ class FleetScreen(Screen[None]):
         Binding("s", "stop", "Stop", tooltip="stop the selected row's run by pid (asks first)"),
         Binding("c", "canary", "Canary", tooltip="canary launch through the selected row's transport"),
         Binding("h", "history", "History", tooltip="the selected profile's earlier runs (history/)"),
+        Binding("T", "timeline", "Timeline", show=False, tooltip="the selected profile's recorded verdicts over time"),
         Binding("escape", "clear_filter", "Clear", show=False),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -277,6 +279,13 @@ class FleetScreen(Screen[None]):
         name = self.selected_name()
         if name is not None:
             self.on_history(name)
+
+    def action_timeline(self) -> None:
+        """The watcher's record of the selected row's run (ui/timeline.py)."""
+        name = self.selected_name()
+        if name is not None:
+            self.app.push_screen(TimelineScreen(name, getattr(self.app, "timeline_store", None),
+                                                clock=self.clock))
 
     def action_filter(self) -> None:
         self.filter_input.display = True

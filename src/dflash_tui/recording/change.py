@@ -1,0 +1,122 @@
+"""VerdictChange: one recorded change of a run's state, made from the report that showed it.
+
+A run's state is its verdict's word, or UNREACHABLE while its target does not answer (the
+fleet's word, fleet/row.py). A change is a new state, or the same state of a new run (a
+relaunch). Everything a change carries that came from the run (causes, tracebacks, frames)
+passes through `inert` once, here: a run is not trusted to write what a terminal, a mail or
+a chat message would act on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..fleet.row import UNREACHABLE
+from ..run.report import RunReport
+from ..run.verdict import Checklist, CheckState
+
+TRACEBACK_LINES = 6          # the last lines of a traceback a change keeps
+TEXT_LIMIT = 400             # any one text field, after `inert`
+
+_SEVERITY = {CheckState.FAIL: 0, CheckState.WARN: 1, CheckState.PENDING: 2, CheckState.OK: 3}
+
+
+def inert(text: str | None, limit: int = TEXT_LIMIT) -> str:
+    """`text` with every control character (escape sequences, NUL, bidi overrides, newlines)
+    written out as an escape: printable, one line, at most `limit` characters."""
+    if not text:
+        return ""
+    out = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The compact evidence a change keeps: enough to say what the run was doing."""
+
+    step: int | None = None
+    total: int | None = None
+    loss: float | None = None
+    rate: float | None = None
+    rate_unit: str = ""
+    stuck_at: str = ""                    # a stalled run's innermost frame of its main thread
+    traceback: tuple[str, ...] = ()       # the last lines of the last traceback in the log
+    pid: int | None = None
+    exit_code: int | None = None
+
+    def to_json(self) -> str:
+        d = {k: v for k, v in asdict(self).items() if v not in (None, "", ())}
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Evidence":
+        d: dict[str, Any] = json.loads(text or "{}")
+        d["traceback"] = tuple(d.get("traceback", ()))
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    profile: str
+    run_id: str                           # launch.json's run id ("" when there is none)
+    time: float                           # local epoch seconds when the watcher observed it
+    state: str                            # a verdict's word, or UNREACHABLE
+    previous: str                         # the state before ("" for the first one recorded)
+    cause: str                            # one line: the checklist's summary, or why unreachable
+    check: str = ""                       # the id of the check that made the change
+    evidence: Evidence = field(default_factory=Evidence)
+    id: int | None = None                 # the store's row id, once recorded
+
+
+def state_of(report: RunReport) -> str:
+    return report.checklist.verdict.value if report.connected else UNREACHABLE
+
+
+def run_id_of(report: RunReport) -> str:
+    return inert(report.launch.run_id, 80) if report.launch is not None else ""
+
+
+def deciding_check(now: Checklist, before: Checklist | None, unreachable: bool) -> str:
+    """The check that made the change: of the checks whose state changed since `before`, the
+    worst; without `before` (the watcher just started), the worst check that is not ok."""
+    if unreachable:
+        return "transport"
+    old = {c.id: c.state for c in before.checks} if before is not None else None
+    moved = [c for c in now.checks if old is None or old.get(c.id) != c.state]
+    if old is None:
+        moved = [c for c in moved if c.state is not CheckState.OK]
+    moved.sort(key=lambda c: _SEVERITY[c.state])
+    return moved[0].id if moved else ""
+
+
+def stuck_at(report: RunReport) -> str:
+    """Where a silent run sits: the innermost frame of its main thread, from the run probe."""
+    for probe in report.probes:
+        main = next((t for t in probe.threads if t.name == "MainThread"), None)
+        if main is not None and main.frames:
+            return inert(main.frames[0], 200)
+    return ""
+
+
+def evidence_of(report: RunReport) -> Evidence:
+    p = report.progress
+    tb = report.last_traceback.strip().splitlines()[-TRACEBACK_LINES:] if report.last_traceback else []
+    verdict = report.checklist.verdict.value
+    return Evidence(
+        step=p.step if p else None, total=p.total if p else None, loss=p.loss if p else None,
+        rate=p.rate if p else None, rate_unit=inert(p.rate_unit, 20) if p else "",
+        stuck_at=stuck_at(report) if verdict == "STALLED" else "",
+        traceback=tuple(inert(line, 200) for line in tb),
+        pid=report.launch.pid if report.launch is not None else None,
+        exit_code=report.exit.exit_code if report.exit is not None else None)
+
+
+def change_of(report: RunReport, *, previous: str, before: Checklist | None, now: float) -> VerdictChange:
+    state = state_of(report)
+    cause = report.checklist.summary if report.connected else (report.error or "no answer")
+    return VerdictChange(profile=report.profile, run_id=run_id_of(report), time=now, state=state,
+                         previous=previous, cause=inert(cause),
+                         check=deciding_check(report.checklist, before, not report.connected),
+                         evidence=evidence_of(report))

@@ -1,0 +1,74 @@
+"""The CLI's recording modes: `--watch` (and `--install-service`) and `--timeline` (`--trace`).
+
+cli.py parses the flags (flags.py) and calls `run_mode`; every problem is a ConfigError (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..config import Config, ConfigError
+from .daemon import run_watcher
+from .sender import check_urls
+from .service import install, watch_command
+from .store import ChangeStore, store_path
+from .timeline import bands, render_text, timeline_json
+from .trace_export import trace
+
+EXIT_OK, EXIT_NOT_STARTED = 0, 1
+
+
+def run_mode(args, config: Config) -> int:
+    if args.install_service and not args.watch:
+        raise ConfigError("--install-service goes with --watch")
+    if args.trace and not args.timeline:
+        raise ConfigError("--trace goes with --timeline")
+    if args.store and not (args.watch or args.timeline):
+        raise ConfigError("--store goes with --watch or --timeline")
+    if args.watch:
+        if args.json or args.wait or args.all:
+            raise ConfigError("--json, --wait and --all do not go with --watch")
+        profiles = [config.profile(args.profile)] if args.profile else config.file_profiles()
+        problem = check_urls(tuple(u for p in profiles for u in config.notify.for_profile(p.name)))
+        if problem:
+            raise ConfigError(f"{config.path}: {problem}")
+        if args.install_service:
+            try:
+                done = install(watch_command(config=config.path, profile=args.profile, store=args.store))
+            except OSError as exc:
+                raise ConfigError(f"cannot write the systemd unit ({exc.strerror}: {exc.filename}); "
+                                  "check that ~/.config/systemd/user is writable") from None
+            print(f"dflash-tui: {done.message}", file=sys.stdout if done.started else sys.stderr)
+            return EXIT_OK if done.started else EXIT_NOT_STARTED
+        s = config.watch
+        with ChangeStore(store_path(s, args.store), retention_days=s.retention_days,
+                         max_rows_per_run=s.max_rows_per_run) as store:
+            return run_watcher(config, profiles, store)
+    return _timeline(args, config)
+
+
+def _timeline(args, config: Config) -> int:
+    profile = config.profile(args.profile)
+    path = store_path(config.watch, args.store)
+    changes = []
+    if path.exists():
+        with ChangeStore(path, readonly=True) as store:
+            changes = store.changes(profile.name)
+    elif args.store:
+        raise ConfigError(f"{path}: no such store; check the --store path")
+    all_bands = bands(changes)
+    if args.trace:
+        try:
+            Path(args.trace).write_text(json.dumps(trace(profile.name, all_bands)))
+        except OSError as exc:
+            raise ConfigError(f"--trace {args.trace}: cannot write it ({exc.strerror})") from None
+        print(f"dflash-tui: wrote {len(all_bands)} bands of {profile.name} to {args.trace} "
+              "(open it in https://ui.perfetto.dev)")
+        return EXIT_OK
+    if args.json:
+        print(json.dumps(timeline_json(profile.name, all_bands, str(path))))
+    else:
+        print(render_text(profile.name, all_bands, str(path)))
+    return EXIT_OK

@@ -1,0 +1,60 @@
+"""Recorder: turns a stream of reports into recorded verdict changes, each exactly once.
+
+It starts from the store's last state of every profile, so a restarted watcher records only
+what really changed while it was away (and nothing twice). A change is committed before the
+listeners hear of it: a listener (the notifier) never announces a change the store lost.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..run.report import RunReport
+from ..run.verdict import Checklist
+from .change import VerdictChange, change_of, run_id_of, state_of
+from .store import ChangeStore
+
+PRUNE_EVERY_S = 3600.0
+
+
+class Recorder:
+    def __init__(self, store: ChangeStore, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+        self.listeners: list[Callable[[VerdictChange], None]] = []
+        # profile -> (state, run id) last recorded; and the checklist seen last, per profile
+        self._last: dict[str, tuple[str, str]] = {
+            name: (c.state, c.run_id) for name, c in store.last_states().items()}
+        self._seen: dict[str, Checklist] = {}
+        self._pruned_at = clock()
+        store.prune(self._pruned_at)
+
+    def last_state(self, profile: str) -> str:
+        return self._last.get(profile, ("", ""))[0]
+
+    def last_run(self, profile: str) -> str:
+        return self._last.get(profile, ("", ""))[1]
+
+    def observe(self, report: RunReport, previous: RunReport | None = None) -> VerdictChange | None:
+        """Record `report`'s change, if it is one; the recorded change or None. `previous`: the
+        report before it (RunWatch's change hook passes it), else the last one observed."""
+        now = self.clock()
+        name = report.profile
+        state, run_id = state_of(report), run_id_of(report)
+        before = previous.checklist if previous is not None and previous.connected else self._seen.get(name)
+        if report.connected:
+            self._seen[name] = report.checklist
+        last = self._last.get(name)
+        if last is not None:
+            if state == last[0] and (run_id == last[1] or not report.connected):
+                return None
+        change = self.store.record(change_of(report, previous=last[0] if last else "",
+                                             before=before, now=now))
+        self._last[name] = (state, change.run_id if report.connected or last is None else last[1])
+        for listener in self.listeners:
+            listener(change)
+        if now - self._pruned_at >= PRUNE_EVERY_S:
+            self._pruned_at = now
+            self.store.prune(now)
+        return change
