@@ -25,7 +25,9 @@ _SEVERITY = {CheckState.FAIL: 0, CheckState.WARN: 1, CheckState.PENDING: 2, Chec
 
 def inert(text: str | None, limit: int = TEXT_LIMIT) -> str:
     """`text` with every control character (escape sequences, NUL, bidi overrides, newlines)
-    written out as an escape: printable, one line, at most `limit` characters."""
+    written out as an escape: printable, one line, at most `limit` characters. Wider than the
+    contract's `inert_text` (which keeps a traceback's newlines and leaves format characters):
+    a notification is one line, and a bidi override could make it read as something else."""
     if not text:
         return ""
     out = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
