@@ -36,6 +36,7 @@ from .run.preflight import run_preflight
 from .run.observe import Evidence, gather
 from .run.stop import StopResult, stop_run
 from .run.verdict import Checklist
+from .slurm.launcher import SlurmLauncher
 
 
 def build_targets(profile: Profile) -> tuple[Target, Target]:
@@ -72,6 +73,8 @@ class Session:
         self.local_stop = load_local_stop(profile)
         # What advanced between this session's looks (CPU, log, steps): memory across polls.
         self.progress = ProgressTracker(profile.progress_regex)
+        # A Slurm profile's job is submitted, watched and cancelled from the login host (the target).
+        self.launcher = SlurmLauncher(profile.slurm, self.target) if profile.slurm is not None else None
 
     @property
     def label(self) -> str:
@@ -125,6 +128,9 @@ class Session:
     # -- the verbs --------------------------------------------------------------------------
 
     async def evidence(self) -> Evidence:
+        if self.launcher is not None:
+            return await self.launcher.observe(await self.ops(), self.profile.run_dir, attempt=self.attempt,
+                                               tracker=self.progress, rank=self.rank, local_stop=self.local_stop)
         return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt,
                             tracker=self.progress, rank=self.rank, local_stop=self.local_stop)
 
@@ -175,7 +181,7 @@ class Session:
                                 "from; relaunch without resume")
         return await launch_run(self.profile, self.host, self.target, ops, argv=argv,
                                 preflight=preflight, relaunch=relaunch, limits=self.limits,
-                                on_attempt=self._remember)
+                                on_attempt=self._remember, launcher=self.launcher)
 
     async def history(self) -> list[HistoryRun]:
         """The runs in the run dir's history/, newest first, each judged as it ended."""
@@ -189,6 +195,9 @@ class Session:
         return await newest_checkpoint(await self.ops(), self.profile.run_dir)
 
     async def stop(self, grace_s: float | None = None) -> StopResult:
+        grace = self.profile.stop_grace_s if grace_s is None else grace_s
+        if self.launcher is not None:
+            return await self.launcher.stop(await self.ops(), self.profile.run_dir, grace_s=grace)
         res = await stop_run(await self.ops(), self.target, self.profile.run_dir,
                              grace_s=self.profile.stop_grace_s if grace_s is None else grace_s)
         if res.record is not None and not res.recorded:

@@ -39,7 +39,7 @@ URGENT = "urgent"         # a higher PriorityTier on the same nodes: its jobs pr
 PROLOG_FAIL_MARKER = "prolog-fails"
 MIN_JOB_AGE_S = 4
 CPUS_PER_NODE = 2
-MEMORY_MB_PER_NODE = 2000
+MEMORY_MB_PER_NODE = 8000
 
 
 class SlurmUnavailable(RuntimeError):
@@ -96,7 +96,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1,bf_interval=1,defer_batch
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
-DefMemPerNode=200
+DefMemPerNode=3000
 MinJobAge={min_job_age}
 KillWait=2
 OverTimeLimit=0

@@ -18,6 +18,7 @@ from ..gpu.sample import GpuSnapshot
 from ..words import age_at as _age, duration as _duration, cpu_use, one_line as _one_line, signame as _signame, size
 from .activity import Activity
 from .observe import Evidence, current_run_id, process_matches
+from .slurm_verdict import judge as judge_slurm_job
 from .tracebacks import exception_line
 from .verdict import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
@@ -81,6 +82,8 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
     a failing "disk" check and the first words of a failing verdict's summary.
     """
+    if ev.job is not None:   # a Slurm job: its states beside the evidence (run/slurm_verdict.py)
+        return judge_slurm_job(ev, lambda plain: evaluate(replace(plain, job=None), limits))
     now = ev.now
     checks: list[Check] = []
     add = checks.append

@@ -88,11 +88,13 @@ def _history_name(old_run_id: str | None, now: float) -> str:
 async def launch_run(profile: Profile, host: Target, target: Target, ops: RemoteOps, *,
                      argv: Sequence[str] | None = None, run_dir: str | None = None,
                      preflight: bool = True, relaunch: bool = False,
-                     limits: Limits | None = None, on_attempt=None) -> LaunchOutcome:
+                     limits: Limits | None = None, on_attempt=None, launcher=None) -> LaunchOutcome:
     """Launch `argv` (default: the profile's trainer) in `run_dir` (default: the profile's).
 
     `on_attempt(attempt)` is called as soon as the launch command returned (the CLI and the
-    monitor store it); the returned outcome holds the first verdict."""
+    monitor store it); the returned outcome holds the first verdict. `launcher`: a scheduler's
+    (slurm/launcher.py's SlurmLauncher) submits the wrapper as a job instead of detaching it,
+    and observes, judges liveness and stops through the scheduler."""
     t0 = time.monotonic()
     run_dir = run_dir or profile.run_dir
     own_trainer = argv is None
@@ -109,6 +111,14 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
         if own_trainer and pre.program:
             # Run exactly what preflight checked: the program as found from the run dir.
             argv[0] = pre.program
+        if launcher is not None:
+            pre.checks.append(await launcher.preflight())
+            if not pre.ok:
+                out = not_launched(pre)
+                out.seconds = time.monotonic() - t0
+                return out
+    if launcher is not None:
+        argv = launcher.job_argv(argv)
 
     # From here to the first verdict this launch owns the run dir: nothing below (the live-run
     # check, the stop, the archive, the write, the detach) may interleave with another launch.
@@ -126,17 +136,28 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
         return LaunchOutcome(checklist, attempt.run_id, pre, attempt, ev, seconds=time.monotonic() - t0)
     try:
         return await _launch_claimed(profile, target, ops, run_dir=run_dir, argv=argv, pre=pre,
-                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0)
+                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0,
+                                     launcher=launcher)
     finally:
         await claim.release()
 
 
 async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, run_dir: str,
                           argv: list[str], pre: PreflightResult | None, relaunch: bool, limits: Limits,
-                          on_attempt, t0: float) -> LaunchOutcome:
-    ev = await gather(ops, run_dir)
+                          on_attempt, t0: float, launcher=None) -> LaunchOutcome:
+    ev = await (launcher.observe(ops, run_dir, fresh=True) if launcher is not None else gather(ops, run_dir))
     stopped = None
-    if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
+    if launcher is not None and launcher.alive(ev):
+        # A scheduler's job lives while pending too, before any launch.json exists.
+        if not relaunch:
+            raise LaunchRefused(f"job {ev.job.job_id} of run {ev.slurm.run_id} is still {ev.job.state or 'alive'} "
+                                f"in {run_dir}; stop it first, or relaunch")
+        stopped = await launcher.stop(ops, run_dir, grace_s=profile.stop_grace_s)
+        if not stopped.ok:
+            check = Check("relaunch_stop", "Previous run stopped", CheckState.FAIL, stopped.message,
+                          "stop it by hand, then launch", time.time())
+            return _not_launched(check, [check], preflight=pre, stopped=stopped, seconds=time.monotonic() - t0)
+    elif launcher is None and ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
         if not relaunch:
             raise LaunchRefused(f"run {ev.launch.run_id} (pid {ev.launch.pid}) is still running in {run_dir}; "
                                 "stop it first, or relaunch")
@@ -149,7 +170,8 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
     # Put the previous run's files aside (history/<run id>/), so nothing of it is read as ours.
     old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
     aside = posixpath.join(HISTORY_DIR, _history_name(old, ev.now))
-    if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)):
+    if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)) \
+            or ev.slurm is not None:
         res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *PER_RUN_FILES,
                                 *rank_file_globs()], timeout=30)
         if not res.ok:
@@ -177,7 +199,16 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
         written = False
 
     attempt: LaunchAttempt
-    if not written:
+    if written and launcher is not None:
+        attempt, refused = await launcher.detach(ops, run_dir, run_id)
+        if refused is not None:
+            if on_attempt is not None:
+                on_attempt(attempt)
+            check = Check("submit", "Job submitted (sbatch)", CheckState.FAIL, f"sbatch refused the job: {refused}",
+                          "fix the profile's partition/account/qos/time_limit/sbatch_args", time.time())
+            return _not_launched(check, [*(pre.checks if pre else []), check], preflight=pre, stopped=stopped,
+                                 seconds=time.monotonic() - t0)
+    elif not written:
         # No launch.sh on the target: sending the detach would only fail later; the evidence
         # is the write command's own status.
         attempt = await _unwritten(run_id, run_dir, target, ops, write_res)
@@ -198,7 +229,7 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
     if on_attempt is not None:
         on_attempt(attempt)
 
-    ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
+    ev, checklist = await first_verdict(ops, run_dir, attempt, limits, launcher=launcher)
     ev, checklist = await _settle(ops, run_dir, attempt, limits, ev, checklist)
     return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0, notes=notes)
 
@@ -229,17 +260,23 @@ async def _unwritten(run_id: str, run_dir: str, target: Target, ops: RemoteOps,
 
 
 async def first_verdict(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,
-                        interval: float = 0.05) -> tuple[Evidence, Checklist]:
+                        interval: float = 0.05, launcher=None) -> tuple[Evidence, Checklist]:
     """Poll until the wrapper has either proved it ran (launch.json) or missed the deadline.
 
-    A missing launch.sh cannot appear later, so that case needs no waiting at all."""
+    A missing launch.sh cannot appear later, so that case needs no waiting at all. A
+    scheduler's job is judged by its state as well: QUEUED is a first verdict (a queue can
+    take days); a job that started is waited for until launch.json, at most SETTLE_S."""
+    deadline = time.monotonic() + SETTLE_S
     while True:
-        ev = await gather(ops, run_dir, attempt=attempt)
+        if launcher is not None:
+            ev = await launcher.observe(ops, run_dir, attempt=attempt, fresh=True)
+        else:
+            ev = await gather(ops, run_dir, attempt=attempt)
         checklist = evaluate(ev, limits)
         waiting = checklist.verdict is Verdict.STARTING and ev.launch is None
-        if not waiting:
+        if not waiting or (launcher is not None and time.monotonic() >= deadline):
             return ev, checklist
-        await asyncio.sleep(interval)
+        await asyncio.sleep(interval if launcher is None else max(interval, 0.3))
 
 
 def _with_run_dir(profile: Profile, run_dir: str) -> Profile:

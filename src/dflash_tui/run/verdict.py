@@ -30,6 +30,14 @@ class Verdict(str, Enum):
     GPU_LOST = "GPU LOST"
     # The run ended after a stop request for it (stop.json), whatever its exit code or signal.
     STOPPED = "STOPPED"
+    # A Slurm job's own states (run/slurm_verdict.py), beside the evidence-based ones:
+    QUEUED = "QUEUED"                 # pending, with Slurm's reason in words (no verdict yet)
+    BLOCKED = "BLOCKED"               # pending and never starting by itself: held, or a dependency never satisfiable
+    PREEMPTED = "PREEMPTED"           # ended by preemption
+    TIMEOUT = "TIMEOUT"               # hit its time limit
+    OUT_OF_MEMORY = "OUT OF MEMORY"   # killed for exceeding its memory limit
+    NODE_FAIL = "NODE FAIL"           # a node of the job failed
+    CANCELLED = "CANCELLED"           # cancelled from outside (the run dir has no stop request)
 
     @property
     def healthy(self) -> bool:
@@ -38,7 +46,9 @@ class Verdict(str, Enum):
     @property
     def failing(self) -> bool:
         return self in (Verdict.NEVER_STARTED, Verdict.LOG_MISSING, Verdict.CRASHED,
-                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED, Verdict.GPU_LOST)
+                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED, Verdict.GPU_LOST,
+                        Verdict.BLOCKED, Verdict.PREEMPTED, Verdict.TIMEOUT, Verdict.OUT_OF_MEMORY,
+                        Verdict.NODE_FAIL, Verdict.CANCELLED)
 
 
 class CheckState(str, Enum):

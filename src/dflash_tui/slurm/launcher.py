@@ -1,0 +1,199 @@
+"""One run's job on a Slurm cluster: submit it, observe it, say whether it lives, cancel it.
+
+The launch is today's (run/launch.py: preflight, claim, archive, launch.sh, the run probe);
+only its start differs: instead of detaching launch.sh on the target, `sbatch` submits it as
+the job's script from the login host, and slurm.json records the job id in the run dir
+(stop cancels exactly that job; the verdict asks the scheduler about it). The wrapper then runs
+on the job's first node and writes launch.json, train.log and exit.json into the shared run
+dir as on one host.
+
+A run "lives" while its job is pending or running. Observing a run is the run dir's evidence
+(run/observe.gather) plus slurm.json, the job as the scheduler says (slurm/commands.query, at
+most every `min_query_interval_s`; an ended job is final and never asked again), and the tail
+of slurm.out (the job's own stdout/stderr, where slurmstepd writes why it ended).
+"""
+
+from __future__ import annotations
+
+import getpass
+import posixpath
+import socket
+import time
+from dataclasses import dataclass, field
+
+from ..contract.rundir import (SLURM_JSON, SLURM_OUT, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord,
+                               parse_slurm_job, to_json)
+from ..remote.base import CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ..remote.ops import RemoteOps
+from ..run.attempts import LaunchAttempt
+from ..run.observe import Evidence, gather
+from ..run.stop import StopResult
+from ..run.verdict import Check, CheckState
+from .commands import SchedulerMissing, cancel, query, submit
+from .job import SlurmJob
+from .script import job_argv
+from .spec import SlurmSpec
+
+SLURM_OUT_TAIL = 8 << 10
+# A dashboard polls every second; the controller is shared by every user of the cluster, so a
+# live job is asked at most this often (an ended one never again).
+MIN_QUERY_INTERVAL_S = 5.0
+JOB_NAME_PREFIX = "dflash-"
+
+
+def job_name(run_dir: str) -> str:
+    base = posixpath.basename(run_dir.rstrip("/")) or "run"
+    return JOB_NAME_PREFIX + "".join(c if c.isalnum() or c in "._-" else "_" for c in base)[:60]
+
+
+def _requested_by() -> str:
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:   # getuser raises when the uid has no name; the field is informative only
+        return "dflash-tui"
+
+
+@dataclass
+class SlurmLauncher:
+    spec: SlurmSpec
+    target: Target                 # the login host: sbatch, squeue, scontrol, scancel run there
+    min_query_interval_s: float = MIN_QUERY_INTERVAL_S
+    _last: dict[str, tuple[float, SlurmJob]] = field(default_factory=dict, repr=False)
+
+    # -- start ------------------------------------------------------------------------------
+    def job_argv(self, program: list[str]) -> list[str]:
+        return job_argv(program, self.spec.nodes)
+
+    async def preflight(self) -> Check:
+        """Is this a Slurm login host, and does the partition exist and take jobs?"""
+        now = time.time()
+        argv = ["sinfo", "-h", "-o", "%P %a"] + ([f"--partition={self.spec.partition}"] if self.spec.partition else [])
+        try:
+            res = await self.target.run(argv, timeout=20)
+        except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+            raise
+        except TargetError as exc:
+            return Check("pre_slurm", "Slurm", CheckState.FAIL, exc.message, "check sinfo on the login host", now)
+        text = " ".join((res.stderr or res.stdout).split())[:200]
+        if not res.ok:
+            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
+                         "run it on a Slurm login host (sinfo, sbatch, squeue on PATH)", now)
+        lines = [l.split() for l in res.stdout.splitlines() if l.strip()]
+        if not lines:
+            want = f"partition {self.spec.partition!r}" if self.spec.partition else "any partition"
+            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"sinfo lists no {want}",
+                         "set partition to one that `sinfo -s` lists", now)
+        down = [p for p, avail in (l[:2] for l in lines if len(l) >= 2) if avail != "up"]
+        if self.spec.partition and down:
+            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
+                         "pick a partition that is up (sinfo -s)", now)
+        names = ", ".join(l[0] for l in lines[:4])
+        return Check("pre_slurm", "Slurm", CheckState.OK, f"sinfo answers; partition {names}", "", now)
+
+    async def detach(self, ops: RemoteOps, run_dir: str, run_id: str) -> tuple[LaunchAttempt, str | None]:
+        """Submit launch.sh; (the attempt, sbatch's refusal or None). slurm.json is written
+        before this returns, so a stop or a check from now on knows the job."""
+        sub = await submit(self.target, self.spec, run_dir, job_name(run_dir))
+        res = sub.result
+        attempt = LaunchAttempt(run_id, run_dir, self.target.label, time.time(), await ops.now(), res.exit_status,
+                                stdout=res.stdout[-2000:], stderr=res.stderr[-2000:], pid=None, via="sbatch")
+        if sub.job_id is None:
+            return attempt, sub.refusal()
+        record = SlurmJobRecord(run_id=run_id, job_id=sub.job_id, submit_time=time.time(),
+                                partition=self.spec.partition or "", nodes=self.spec.nodes, cluster=sub.cluster,
+                                submit_host=socket.gethostname())
+        await self.target.write_file(posixpath.join(run_dir, SLURM_JSON), (to_json(record) + "\n").encode())
+        return attempt, None
+
+    # -- observe ----------------------------------------------------------------------------
+    async def job(self, job_id: str, *, fresh: bool = False) -> SlurmJob:
+        now = time.monotonic()
+        seen = self._last.get(job_id)
+        if seen is not None and (seen[1].ended or (not fresh and now - seen[0] < self.min_query_interval_s)):
+            return seen[1]
+        try:
+            job = await query(self.target, job_id)
+        except SchedulerMissing as exc:
+            job = SlurmJob(job_id, answered=False, error=str(exc))
+        if job.answered:
+            self._last[job_id] = (now, job)
+        return job
+
+    async def observe(self, ops: RemoteOps, run_dir: str, *, fresh: bool = False, **gather_kw) -> Evidence:
+        ev = await gather(ops, run_dir, **gather_kw)
+        record, problem = await read_record(ops, run_dir)
+        ev.slurm, ev.slurm_problem = record, problem
+        if record is None:
+            return ev
+        # The job of the run this dir is about: a record left by an older run is not it.
+        if ev.wrapper_run_id and record.run_id != ev.wrapper_run_id:
+            return ev
+        ev.job = await self.job(record.job_id, fresh=fresh)
+        try:
+            chunk = await ops.read_tail(posixpath.join(run_dir, SLURM_OUT), SLURM_OUT_TAIL)
+            ev.slurm_out = chunk.data.decode("utf-8", "replace") if chunk.exists else ""
+        except TargetError as exc:
+            if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+                raise
+        return ev
+
+    @staticmethod
+    def alive(ev: Evidence) -> bool:
+        """The run's job is pending or running (or the scheduler does not answer about it)."""
+        job = ev.job
+        return job is not None and (not job.answered or job.pending or job.active)
+
+    # -- stop -------------------------------------------------------------------------------
+    async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float = 10.0,
+                   requested_by: str | None = None) -> StopResult:
+        """stop.json, then `scancel JOB_ID` (that job only), verified: the job must leave
+        pending/running. Slurm itself sends SIGTERM, waits KillWait, then SIGKILL."""
+        t0 = time.monotonic()
+        ev = await self.observe(ops, run_dir, fresh=True)
+        rec = ev.slurm
+        if rec is None:
+            why = ev.slurm_problem or f"no {SLURM_JSON} in {run_dir}"
+            return StopResult("no-run", None, None, 0.0, f"{why}: no Slurm job to cancel")
+        job = ev.job
+        if job is None or (job.answered and not (job.pending or job.active)):
+            state = job.state if job is not None and job.known else "no longer known to Slurm"
+            return StopResult("not-running", None, rec.run_id, time.monotonic() - t0,
+                              f"job {rec.job_id} of run {rec.run_id} is not running ({state or 'ended'})")
+        launch: LaunchRecord | None = ev.launch if ev.launch is not None and ev.launch.run_id == rec.run_id else None
+        record = StopRecord(run_id=rec.run_id, pid=launch.pid if launch is not None else int(rec.job_id),
+                            requested_time=await ops.now(), requested_by=requested_by or _requested_by(),
+                            signal_sent="scancel", job_id=rec.job_id)
+        try:
+            await self.target.write_file(posixpath.join(run_dir, "stop.json"), (to_json(record) + "\n").encode())
+            recorded = True
+        except TargetError:
+            recorded = False
+        res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + 30.0)
+        self._last[rec.job_id] = (time.monotonic(), last)
+        took = time.monotonic() - t0
+        if last.answered and (not last.known or last.ended):
+            return StopResult("terminated", record.pid, rec.run_id, took,
+                              f"job {rec.job_id} of run {rec.run_id} cancelled ({last.state or 'gone'})",
+                              record=record, recorded=recorded)
+        words = " ".join((res.stderr or res.stdout).split())[:200]
+        return StopResult("survived", record.pid, rec.run_id, took,
+                          f"job {rec.job_id} is still {last.state or 'unanswered'} after scancel"
+                          + (f" ({words})" if words else "") + f"; check `squeue -j {rec.job_id}`",
+                          record=record, recorded=recorded)
+
+
+async def read_record(ops: RemoteOps, run_dir: str) -> tuple[SlurmJobRecord | None, str | None]:
+    try:
+        chunk = await ops.read(posixpath.join(run_dir, SLURM_JSON), 0, 64 << 10)
+    except TargetError as exc:
+        if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+            raise
+        return None, exc.message
+    if not chunk.exists:
+        return None, None
+    try:
+        return parse_slurm_job(chunk.data.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, f"{SLURM_JSON} is not UTF-8 text"
+    except SchemaError as exc:
+        return None, str(exc)
