@@ -166,7 +166,8 @@ def checklist_json(profile: Profile, checklist: Checklist, *, pid: int | None, r
     d = checklist.to_dict()
     return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
             "run_dir": profile.run_dir, "pid": pid, "run_id": run_id, "profile": profile.name,
-            "target": profile.where(), "exit_code": exit_code_for(checklist.verdict), **extra}
+            "target": profile.where(), "exit_code": exit_code_for(checklist.verdict),
+            **({"slurm": d["slurm"]} if "slurm" in d else {}), **extra}
 
 
 def _emit(args, profile: Profile, checklist: Checklist, *, pid: int | None, run_id: str | None,

@@ -133,6 +133,18 @@ def _out_tail(ev: Evidence) -> str:
 
 
 def judge(ev: Evidence, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
+    """The checklist of a run with a Slurm job; `slurm` carries the job's facts (the header and
+    --check --json show them)."""
+    assert ev.job is not None
+    cl = _judge(ev, evidence_verdict)
+    job = ev.job
+    reason = job.reason if job.pending else ""
+    cl.slurm = {**job.to_dict(), "pending_reason": reason or None,
+                "pending_words": pending_words(reason)[0] if job.pending else None}
+    return cl
+
+
+def _judge(ev: Evidence, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
     job = ev.job
     assert job is not None
     now = ev.now
@@ -222,11 +234,17 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
                              f"{stop.requested_by or '?'}" if stop else f"job {job.job_id} cancelled")
         return _with(evidence_verdict(_plain(ev)), check)
     verdict = _ENDED_VERDICTS.get(state)
+    if (ev.launch is None and verdict is Verdict.CANCELLED and job.known and job.node_list and stepd is None):
+        # Given nodes, then cancelled without slurmstepd's "CANCELLED AT" line: Slurm itself
+        # ended it before its script ran (a node's prolog failed, and the job may not requeue).
+        verdict = None
     if ev.launch is None and verdict in (None, Verdict.NODE_FAIL):
         reason = job.reason if job.reason and job.reason != "None" else ""
         code = f", exit code {job.exit_code}" if job.exit_code and job.exit_code != "0:0" else ""
-        why = (f"job {job.job_id} ended {state or '(state unknown)'}{' (' + reason + ')' if reason else ''}{code} "
-               "before the wrapper wrote launch.json")
+        given = f" on {job.node_list}" if job.node_list else ""
+        why = (f"job {job.job_id} ended {state or '(state unknown)'}{given}{' (' + reason + ')' if reason else ''}"
+               f"{code} before its script wrote launch.json (a node's prolog, the job's launch or its output "
+               "file failed)")
         if not job.known and not state:
             why = f"{known}, and the wrapper never wrote launch.json"
         out = _out_tail(ev)
@@ -249,7 +267,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
     hint = hint.format(job=job.job_id)
     check = Check("slurm_job", "Slurm job", FAIL, one_line(cause), hint, ev.now)
     if ev.launch is None:
-        return Checklist(verdict, [check], one_line(cause + " before the wrapper started", 400))
+        return Checklist(verdict, [check], one_line(cause + "; its script never started", 400))
     plain = evidence_verdict(_plain(ev))
     # The program's own end (its exit code, a traceback) stays in the list, after the job's.
     return Checklist(verdict, [check, *plain.checks], one_line(f"{cause}; {plain.summary}", 400), plain.threads)

@@ -101,6 +101,8 @@ class Checklist:
     checks: list[Check] = field(default_factory=list)
     summary: str = ""  # one line explaining the verdict, e.g. "exit code 1: ValueError: ..."
     threads: list[ThreadHealth] = field(default_factory=list)   # status.json's threads, judged
+    # A Slurm job's facts (run/slurm_verdict.py): job_id, state, reason, node_list, partition, ...
+    slurm: dict[str, Any] | None = None
 
     def thread(self, name: str) -> ThreadHealth | None:
         return next((t for t in self.threads if t.name == name), None)
@@ -108,4 +110,5 @@ class Checklist:
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "summary": self.summary,
                 "checks": [c.to_dict() for c in self.checks],
-                "threads": [{"name": t.name, "state": t.state.value, "why": t.why} for t in self.threads]}
+                "threads": [{"name": t.name, "state": t.state.value, "why": t.why} for t in self.threads],
+                **({"slurm": self.slurm} if self.slurm is not None else {})}

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from ..contract.rundir import LAUNCH_SH, SLURM_OUT
-from ..remote.base import CommandResult, Target
+from ..remote.base import CommandResult, CommandTimeout, Target
 from .job import (SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
                   parse_scontrol, parse_squeue, unanswered, unknown_job)
 from .spec import SlurmSpec, sbatch_options
@@ -81,9 +81,10 @@ def _split_answers(stdout: str) -> list[tuple[str, int]]:
     return out
 
 
-async def query(target: Target, job_id: str) -> SlurmJob:
-    """The job as the scheduler describes it now (see the module's docstring for the order)."""
-    res = await target.run(["sh", "-c", _QUERY, "dflash-slurm-query", job_id, SQUEUE_FORMAT], timeout=_TIMEOUT_S)
+async def query(target: Target, job_id: str, *, timeout: float = _TIMEOUT_S) -> SlurmJob:
+    """The job as the scheduler describes it now (see the module's docstring for the order).
+    Raises CommandTimeout when the commands hang (a controller that accepts and never answers)."""
+    res = await target.run(["sh", "-c", _QUERY, "dflash-slurm-query", job_id, SQUEUE_FORMAT], timeout=timeout)
     answers = _split_answers(res.stdout)
     if len(answers) < 2:
         return unanswered(job_id, res.stderr or res.stdout or f"the query printed nothing (exit {res.exit_status})")
@@ -104,15 +105,15 @@ async def query(target: Target, job_id: str) -> SlurmJob:
     if not invalid_id(sc_text):
         # scontrol said something else: not a proof that the job is gone.
         return unanswered(job_id, sc_text or sq_text)
-    return await _ask_accounting(target, job_id)
+    return await _ask_accounting(target, job_id, timeout)
 
 
 def _missing(text: str) -> bool:
     return "command not found" in text or ": not found" in text
 
 
-async def _ask_accounting(target: Target, job_id: str) -> SlurmJob:
-    res = await target.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS], timeout=_TIMEOUT_S)
+async def _ask_accounting(target: Target, job_id: str, timeout: float) -> SlurmJob:
+    res = await target.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS], timeout=timeout)
     job = parse_sacct(job_id, res.stdout, res.exit_status or 0)
     if job is not None:
         return job
@@ -125,7 +126,10 @@ async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0) -> tuple[
     res = await target.run(["scancel", job_id], timeout=_TIMEOUT_S)
     deadline = time.monotonic() + wait_s
     while True:
-        job = await query(target, job_id)
+        try:
+            job = await query(target, job_id)
+        except CommandTimeout:
+            job = SlurmJob(job_id, answered=False, error="squeue/scontrol did not answer")
         settled = job.answered and (not job.known or job.ended)
         if settled or time.monotonic() >= deadline:
             return res, job

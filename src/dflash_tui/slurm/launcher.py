@@ -39,6 +39,9 @@ SLURM_OUT_TAIL = 8 << 10
 # live job is asked at most this often (an ended one never again).
 MIN_QUERY_INTERVAL_S = 5.0
 JOB_NAME_PREFIX = "dflash-"
+# squeue/scontrol against a controller that hangs wait for it; past this the job is "not
+# answered" (never taken for its end), and the poll goes on with the run dir's evidence.
+QUERY_TIMEOUT_S = 15.0
 
 
 def job_name(run_dir: str) -> str:
@@ -58,6 +61,7 @@ class SlurmLauncher:
     spec: SlurmSpec
     target: Target                 # the login host: sbatch, squeue, scontrol, scancel run there
     min_query_interval_s: float = MIN_QUERY_INTERVAL_S
+    query_timeout_s: float = QUERY_TIMEOUT_S
     _last: dict[str, tuple[float, SlurmJob]] = field(default_factory=dict, repr=False)
 
     # -- start ------------------------------------------------------------------------------
@@ -112,9 +116,12 @@ class SlurmLauncher:
         if seen is not None and (seen[1].ended or (not fresh and now - seen[0] < self.min_query_interval_s)):
             return seen[1]
         try:
-            job = await query(self.target, job_id)
+            job = await query(self.target, job_id, timeout=self.query_timeout_s)
         except SchedulerMissing as exc:
             job = SlurmJob(job_id, answered=False, error=str(exc))
+        except CommandTimeout:
+            job = SlurmJob(job_id, answered=False,
+                           error=f"squeue/scontrol did not answer within {self.query_timeout_s:.0f} s")
         if job.answered:
             self._last[job_id] = (now, job)
         return job
