@@ -271,6 +271,17 @@ async def test_stopped_by_us_then_relaunched_with_resume(make_session):
     assert out.stopped is not None and out.stopped.ok
 
 
+async def test_a_partition_slurm_does_not_have_is_not_launched(make_session):
+    s = make_session("nopart", command=sh_steps(2), partition="nosuch")
+    out = await s.launch()
+    assert out.checklist.verdict is Verdict.NOT_LAUNCHED and "no partition 'nosuch'" in out.checklist.summary
+    # Without the preflight, sbatch's own refusal is the reason.
+    out = await s.launch(preflight=False)
+    assert out.checklist.verdict is Verdict.NOT_LAUNCHED, out.checklist
+    assert "sbatch refused the job" in out.checklist.summary and "partition" in out.checklist.summary.lower()
+    assert not (Path(s.profile.run_dir) / "slurm.json").exists()
+
+
 async def test_time_limit_is_timeout(make_session):
     # Slurm's time limits are whole minutes; OverTimeLimit=0 and KillWait=2 end it right after one.
     s = make_session("timeout", command=sh_steps(1000), time_limit=1)
