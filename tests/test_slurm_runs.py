@@ -26,6 +26,7 @@ from dflash_tui.run.verdict import Checklist, Verdict
 from dflash_tui.session import Session
 
 from tests.support.slurm import PROLOG_FAIL_MARKER, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
+from tests.support.sshd import SshdUnavailable, start_sshd
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -278,6 +279,32 @@ async def test_a_live_job_refuses_a_second_launch_and_relaunch_cancels_it(make_s
     assert job_of(cl)["job_id"] != first
     old = slurm_cluster.run("scontrol", "show", "job", "-o", first, check=False).stdout
     assert "JobState=RUNNING" not in old and "JobState=PENDING" not in old
+
+
+async def test_a_login_host_over_ssh(slurm_cluster, tmp_path):
+    """The login host is an SSH host: sbatch, squeue, scontrol and scancel run over the same
+    connection as the agent (its sessions find the cluster through SLURM_CONF)."""
+    try:
+        sshd = start_sshd(tmp_path / "sshd", env={"SLURM_CONF": str(slurm_cluster.conf)})
+    except SshdUnavailable as exc:
+        pytest.skip(str(exc))
+    toml = "\n".join(["[profile.login]", 'scheduler = "slurm"', f'host = "{sshd.host}"', f"port = {sshd.port}",
+                      f'user = "{sshd.user}"', f'identity_file = "{sshd.client_key}"',
+                      f'known_hosts = "{sshd.known_hosts}"', f'run_dir = "{tmp_path / "run"}"',
+                      f"command = {json.dumps(sh_steps(200))}", ""])
+    profile = parse_config(toml, str(tmp_path / "c.toml")).profiles["login"]
+    try:
+        async with Session(profile) as s:
+            s.launcher.min_query_interval_s = 0.0
+            await s.launch()
+            cl = await wait_for(s, {Verdict.RUNNING})
+            assert job_of(cl)["state"] == "RUNNING"
+            res = await s.stop()
+            assert res.ok, res
+            cl = await wait_for(s, {Verdict.STOPPED})
+            assert cl.checks[0].id == "slurm_job"
+    finally:
+        sshd.stop()
 
 
 async def test_a_partition_slurm_does_not_have_is_not_launched(make_session):
