@@ -25,7 +25,7 @@ from dflash_tui.run.launch import LaunchRefused
 from dflash_tui.run.verdict import Checklist, Verdict
 from dflash_tui.session import Session
 
-from tests.support.slurm import PROLOG_FAIL_MARKER, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
+from tests.support.slurm import SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
 from tests.support.sshd import SshdUnavailable, start_sshd
 
 pytestmark = pytest.mark.timeout(150)
@@ -40,6 +40,24 @@ def slurm_env(slurm_cluster: SlurmCluster, tmp_path_factory):
         mp.setenv("SLURM_CONF", str(slurm_cluster.conf))
         mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def time_limited_run(slurm_env, tmp_path_factory):
+    """A run with a one-minute time limit (Slurm's granularity; OverTimeLimit=0, KillWait=2),
+    launched as the module starts on the side node, so its minute passes while the other tests
+    run; test_time_limit_is_timeout (last) judges it."""
+    run_dir = tmp_path_factory.mktemp("timeout") / "run"
+    toml = "\n".join(["[profile.timeout]", 'scheduler = "slurm"', f'run_dir = "{run_dir}"', f'partition = "{SIDE}"',
+                      "time_limit = 1", f"command = {json.dumps(sh_steps(1000))}", ""])
+    profile = parse_config(toml, str(run_dir.parent / "c.toml")).profiles["timeout"]
+
+    async def launch():
+        async with Session(profile, targets=(LocalTarget(), LocalTarget())) as s:
+            out = await s.launch()
+            assert out.checklist.verdict in (Verdict.QUEUED, Verdict.STARTING, Verdict.RUNNING), out.checklist
+    asyncio.run(launch())
+    return profile
 
 
 @pytest.fixture
@@ -63,7 +81,13 @@ async def make_session(tmp_path, slurm_cluster: SlurmCluster):
             await s.stop(grace_s=1)
         finally:
             await s.close()
-    slurm_cluster.run("scancel", "--user", str(os.getuid()), check=False)
+    cancel_jobs_on_the_two_nodes(slurm_cluster)
+
+
+def cancel_jobs_on_the_two_nodes(cluster: SlurmCluster) -> None:
+    """Every job of the test's partitions (not the side node's time-limited run)."""
+    for partition in (cluster.partition, URGENT):
+        cluster.run("scancel", "--user", str(os.getuid()), f"--partition={partition}", check=False)
 
 
 async def wait_for(session: Session, verdicts: set[Verdict], timeout: float = 60,
@@ -202,16 +226,21 @@ async def test_a_job_whose_node_setup_fails_never_started(make_session, slurm_cl
         assert cl.verdict.failing and not (Path(s.profile.run_dir) / "launch.json").exists()
     finally:
         marker.unlink()
-        slurm_cluster.run("scontrol", "update", "nodename=n[1-2]", "state=resume", check=False)
+        cancel_jobs_on_the_two_nodes(slurm_cluster)
+        slurm_cluster.resume_nodes()
 
 
-async def test_memory_limit_is_out_of_memory(make_session):
+async def test_memory_limit_is_out_of_memory(make_session, slurm_cluster):
     hog = [sys.executable, "-c", "import time; a = bytearray(400 << 20); a[::4096] = b'x' * len(a[::4096]); "
                                  "print('step 1', flush=True); time.sleep(30)"]
     s = make_session("oom", command=hog, sbatch_args=["--mem=80M"])
     await s.launch()
     cl = await wait_for(s, {Verdict.OUT_OF_MEMORY}, timeout=40)
     assert "exceeding its memory limit" in cl.summary
+    # Under task/cgroup Slurm itself says OUT_OF_MEMORY; under OverMemoryKill the job reads
+    # FAILED and slurmstepd's "exceeded memory limit" line in slurm.out tells why.
+    expected = "OUT_OF_MEMORY" if slurm_cluster.memory_enforcement == "cgroup" else "FAILED"
+    assert job_of(cl)["state"] == expected, cl
 
 
 async def test_preempted_by_a_higher_priority_partition(make_session, slurm_cluster):
@@ -235,7 +264,7 @@ async def test_node_failure_is_node_fail(make_session, slurm_cluster):
         cl = await wait_for(s, {Verdict.NODE_FAIL}, timeout=40)
         assert f"lost a node of {node}" in cl.summary
     finally:
-        slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        slurm_cluster.resume_nodes()
 
 
 async def test_cancelled_from_outside_is_cancelled_and_stays_so_after_slurm_forgot_it(make_session, slurm_cluster):
@@ -318,9 +347,9 @@ async def test_a_partition_slurm_does_not_have_is_not_launched(make_session):
     assert not (Path(s.profile.run_dir) / "slurm.json").exists()
 
 
-async def test_time_limit_is_timeout(make_session):
-    # Slurm's time limits are whole minutes; OverTimeLimit=0 and KillWait=2 end it right after one.
-    s = make_session("timeout", command=sh_steps(1000), time_limit=1)
-    await s.launch()
-    cl = await wait_for(s, {Verdict.TIMEOUT}, timeout=100)
-    assert "hit its time limit" in cl.summary
+async def test_time_limit_is_timeout(time_limited_run):
+    # Launched when the module started (time_limited_run): its minute ran beside the other tests.
+    async with Session(time_limited_run, targets=(LocalTarget(), LocalTarget())) as s:
+        s.launcher.min_query_interval_s = 0.0
+        cl = await wait_for(s, {Verdict.TIMEOUT}, timeout=100)
+        assert "hit its time limit (00:01:00)" in cl.summary and job_of(cl)["partition"] == SIDE

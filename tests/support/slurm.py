@@ -10,10 +10,13 @@ cluster), KillWait short, no accounting (sacct answers nothing) and a `jobcomp/f
 record of ended jobs. Both nodes are this machine: `NodeHostname=localhost` with a port each,
 so `srun -N2` runs one task on each, as on two hosts.
 
-What this container allows (tried): memory is tracked by jobacct_gather/linux and a step over
-its limit is killed by `JobAcctGatherParams=OverMemoryKill` (no cgroups: the cgroup plugins
-need a writable cgroup hierarchy, which this container does not give). No slurmdbd: it needs
-a MariaDB server, more than the tests' budget.
+Memory limits: where the cgroup v1 memory controller is writable (this container's is), jobs
+run under `TaskPlugin=task/cgroup` with `ConstrainRAMSpace=yes`: the kernel's OOM killer ends a
+job over its `--mem` and Slurm says OUT_OF_MEMORY. Elsewhere (cgroup v2 without delegation, a
+read-only hierarchy) `JobAcctGatherParams=OverMemoryKill` kills it from the polled RSS (the
+job then reads FAILED with slurmstepd's "exceeded memory limit" in its stderr). No slurmdbd:
+it needs a MariaDB server (34 more packages, a database to initialise per run), more than the
+tests' budget; sacct answers "accounting storage is disabled".
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ import pytest
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 NODES = ("n1", "n2")
+# A third node in a partition of its own, for a job that runs out a whole-minute time limit
+# beside the other tests (nothing else is scheduled or preempted there).
+SIDE_NODE = "n3"
+SIDE = "side"
 PARTITION = "debug"
 URGENT = "urgent"         # a higher PriorityTier on the same nodes: its jobs preempt debug's (PREEMPTED)
 # The node prolog fails while this file exists in the cluster's dir: the job is requeued and
@@ -40,6 +47,8 @@ PROLOG_FAIL_MARKER = "prolog-fails"
 MIN_JOB_AGE_S = 4
 CPUS_PER_NODE = 2
 MEMORY_MB_PER_NODE = 8000
+MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
+CGROUP_CONF = "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainRAMSpace=yes\nConstrainSwapSpace=yes\nAllowedSwapSpace=0\n"
 
 
 class SlurmUnavailable(RuntimeError):
@@ -87,7 +96,7 @@ SlurmdLogFile={dir}/slurmd.%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin={task_plugin}
 MpiDefault=none
 SwitchType=switch/none
 LaunchParameters=use_interactive_step
@@ -107,7 +116,7 @@ SlurmctldTimeout=30
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=1
-JobAcctGatherParams=OverMemoryKill
+{acct_gather_params}
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 Prolog={dir}/prolog.sh
@@ -117,6 +126,7 @@ JobCompLoc={dir}/jobcomp.txt
 {nodes}
 PartitionName={partition} Nodes={node_list} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName={urgent} Nodes={node_list} MaxTime=INFINITE State=UP PriorityTier=2
+PartitionName={side} Nodes={side_node} MaxTime=INFINITE State=UP PriorityTier=1
 """
 
 
@@ -125,9 +135,10 @@ class SlurmCluster:
     workdir: Path
     conf: Path
     munge_socket: Path
-    nodes: tuple[str, ...] = NODES
+    nodes: tuple[str, ...] = (*NODES, SIDE_NODE)
     partition: str = PARTITION
     min_job_age_s: int = MIN_JOB_AGE_S
+    memory_enforcement: str = "jobacct"      # "cgroup": task/cgroup; "jobacct": OverMemoryKill
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
 
     @property
@@ -226,6 +237,27 @@ class SlurmCluster:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if self.memory_enforcement == "cgroup":
+            # slurmd leaves its (empty) cgroup directories behind: remove them, deepest first.
+            for node in self.nodes:
+                root = MEMORY_CGROUP / f"slurm_{node}"
+                for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                    try:
+                        d.rmdir()
+                    except OSError:
+                        pass
+                try:
+                    root.rmdir()
+                except OSError:
+                    pass
+
+    def resume_nodes(self, timeout: float = 20.0) -> None:
+        """Every node back in service (after a drain or a down), one node at a time: Slurm
+        refuses `state=resume` for a node that is not drained or down, and a list with one
+        such node would leave the others drained."""
+        for node in self.nodes:
+            self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        self._wait(self._nodes_idle, "the nodes' return to service", timeout)
 
     def slurmstepd_pids(self) -> list[int]:
         """slurmstepd processes of this cluster (their log is in its dir): none may outlive stop()."""
@@ -245,6 +277,16 @@ class SlurmCluster:
         return found
 
 
+def _memory_cgroup_writable() -> bool:
+    probe = MEMORY_CGROUP / f"dflash-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+        return True
+    except OSError:
+        return False
+
+
 def start_cluster(workdir: Path, *, min_job_age_s: int = MIN_JOB_AGE_S) -> SlurmCluster:
     """Write the configs and start the daemons; raises SlurmUnavailable with the reason."""
     missing = missing_tools()
@@ -255,9 +297,9 @@ def start_cluster(workdir: Path, *, min_job_age_s: int = MIN_JOB_AGE_S) -> Slurm
         raise SlurmUnavailable("the test cluster runs slurmd, which needs root")
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "state").mkdir(exist_ok=True)
-    ctld_port, *node_ports = _free_ports(1 + len(NODES))
+    ctld_port, *node_ports = _free_ports(2 + len(NODES))
     nodes = "\n".join(f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs={CPUS_PER_NODE} "
-                      f"RealMemory={MEMORY_MB_PER_NODE} State=UNKNOWN" for n, p in zip(NODES, node_ports))
+                      f"RealMemory={MEMORY_MB_PER_NODE} State=UNKNOWN" for n, p in zip((*NODES, SIDE_NODE), node_ports))
     # The munge socket path must stay short (a unix socket's path is at most 107 bytes).
     sock = workdir / "m.sock"
     conf = workdir / "slurm.conf"
@@ -265,10 +307,16 @@ def start_cluster(workdir: Path, *, min_job_age_s: int = MIN_JOB_AGE_S) -> Slurm
     prolog.write_text(f"#!/bin/sh\nif [ -e {workdir / PROLOG_FAIL_MARKER} ]; then\n"
                       "  echo 'prolog: /scratch is not mounted' >&2; exit 1\nfi\nexit 0\n")
     prolog.chmod(0o755)
-    conf.write_text(SLURM_CONF.format(ctld_port=ctld_port, munge_socket=sock, dir=workdir, nodes=nodes,
-                                      min_job_age=min_job_age_s, partition=PARTITION, urgent=URGENT,
+    cgroup = _memory_cgroup_writable()
+    if cgroup:
+        (workdir / "cgroup.conf").write_text(CGROUP_CONF)
+    conf.write_text(SLURM_CONF.format(task_plugin="task/cgroup" if cgroup else "task/none",
+                                      acct_gather_params="" if cgroup else "JobAcctGatherParams=OverMemoryKill",
+                                      ctld_port=ctld_port, munge_socket=sock, dir=workdir, nodes=nodes,
+                                      min_job_age=min_job_age_s, partition=PARTITION, urgent=URGENT, side=SIDE, side_node=SIDE_NODE,
                                       node_list=f"n[1-{len(NODES)}]"))
-    cluster = SlurmCluster(workdir, conf, sock, min_job_age_s=min_job_age_s)
+    cluster = SlurmCluster(workdir, conf, sock, min_job_age_s=min_job_age_s,
+                           memory_enforcement="cgroup" if cgroup else "jobacct")
     try:
         cluster.start()
     except BaseException:
