@@ -6,7 +6,7 @@ What runs (all real product code, on this machine):
 - a "trainer" launched through the product's own wrapper (Session.launch on a local profile):
   it writes --rate lines a second to stdout (= train.log), a step event every 10 ms to
   events.jsonl, and status.json with --threads threads at 1 Hz;
-- the dashboard (DashboardApp + SessionSource: RunMonitor at 1 Hz through the persistent
+- the dashboard (DashboardApp + SessionSource: HostWatch at 1 Hz through the persistent
   agent, LogFollower, GpuStream over a fake NVML with --gpus GPUs), headless, in its own
   process at 120x40;
 - `tail -F train.log > /dev/null`, started at the same moment.

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from benchmarks.results_file import replace_section  # noqa: E402
 
 from dflash_tui.config import load_config  # noqa: E402
-from dflash_tui.fleet.transport import SharedTransport  # noqa: E402
+from dflash_tui.transport import SharedTransport  # noqa: E402
 from dflash_tui.session import Session  # noqa: E402
 from tests.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
@@ -160,7 +160,7 @@ async def dashboard_child(cfg: str, window: float, victims: list[str], out: str)
         screen = app.screen
         red = {}
         for name in victims:
-            pid = fleet.monitors[name].last.launch.pid
+            pid = fleet.watches[name].last.launch.pid
             t_kill = time.monotonic()
             os.killpg(pid, signal.SIGKILL)
             while not any(r.profile == name and r.severity == FAIL for r in screen.shown):

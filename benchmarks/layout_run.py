@@ -1,7 +1,7 @@
 """The incident's layout, launched and watched by dflash-tui's own library.
 
 Target threads on some GPUs, drafter threads on others, launched through `Session.launch()`
-(preflight, detached wrapper, verified), then watched with `RunMonitor` + `GpuStream` (local NVML)
+(preflight, detached wrapper, verified), then watched with `HostWatch` + `GpuStream` (local NVML)
 exactly as the dashboard does, once every `--every` seconds until the run ends. Afterwards it
 prints the per-thread compile state, the per-GPU NVML samples of the run's processes, the
 FX-tracing error count, and the throughput against the same run with one drafter thread.
@@ -31,8 +31,8 @@ from dflash_tui.config import load_config
 from dflash_tui.gpu.sources import open_gpu_source, run_ref_from_launch
 from dflash_tui.gpu.stream import GpuStream
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.run.monitor import RunMonitor
 from dflash_tui.session import Session
+from dflash_tui.watch import HostWatch
 
 FX_RACE = "symbolically trace a dynamo-optimized function"
 
@@ -56,7 +56,7 @@ async def watch_run(name: str, train_args: list[str], out: Path, every: float, l
           f"({outcome.checklist.summary})", flush=True)
     stream = GpuStream(await open_gpu_source(LocalTarget()), interval=1.0)
     stream.start()
-    monitor = RunMonitor(session, interval=every)
+    monitor = HostWatch(session, interval=every)
     monitor.gpu_snapshot = lambda: stream.latest
     samples = out / f"{name}.samples.jsonl"
     last = None

@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from benchmarks.results_file import replace_section  # noqa: E402
 
+from dflash_tui.backends import launcher_for  # noqa: E402
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.remote.agent import open_ops  # noqa: E402
-from dflash_tui.remote.factory import make_targets  # noqa: E402
 from dflash_tui.run.health import Limits, evaluate  # noqa: E402
 from dflash_tui.run.launch import launch_run  # noqa: E402
 from dflash_tui.run.observe import gather  # noqa: E402
@@ -66,15 +66,15 @@ async def ours(sshd, standins: Standins, work: Path, scenario: str, rep: int) ->
     if scenario == "LOG MISSING":
         (run_dir / "train.log").mkdir(parents=True)
     prof = profile_for(sshd, run_dir, mode)
-    host, target = make_targets(prof.host, prof.user, prof.port, prof.identity_file, prof.container,
-                                known_hosts=prof.known_hosts)
+    launcher = launcher_for(prof)
+    target = launcher.target
     standins.set_mode(CT, "ok")
     ops = await open_ops(target)            # connected and agent running before the launch
     returned: list[float] = []
     try:
         if scenario == "NEVER STARTED":
             standins.set_mode(CT, "noop")
-        out = await launch_run(prof, host, target, ops, preflight=False,
+        out = await launch_run(prof, launcher, ops, preflight=False,
                                on_attempt=lambda a: returned.append(time.monotonic()))
         cl = out.checklist
         while not cl.verdict.failing and not cl.verdict.healthy:

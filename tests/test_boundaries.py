@@ -149,3 +149,58 @@ def test_headless_core_knows_nothing_of_the_ui():
     core = [n for n in _all_dflash_tui_modules()
             if not n.startswith("dflash_tui.ui") and n not in ("dflash_tui.cli", "dflash_tui.__main__")]
     assert not _loaded_after_importing(core, ("textual", "dflash_tui.ui"))
+
+
+# docs/ARCHITECTURE.md, "Packages and what each may import": the layers, bottom to top. A
+# package or top-level module imports only from layers below its own (function-local and
+# TYPE_CHECKING imports counted); two of one layer import neither each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("contract", "words", "progress_regex", "serve_auth"),
+    ("remote",),
+    ("slurm",),
+    ("config", "gpu"),
+    ("run",),
+    ("backends",),
+    ("transport",),
+    ("session",),
+    ("multinode",),
+    ("watch",),
+    ("fleet",),
+    ("ui",),
+    ("cli",),
+    ("__main__",),
+)
+
+
+def _unit(module: str) -> str:
+    """dflash_tui.run.health -> "run"; dflash_tui.cli -> "cli"; the package itself -> "__init__"."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _upward_imports(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    rank = {unit: i for i, layer in enumerate(layers) for unit in layer}
+    rank["__init__"] = -1   # the package's own __init__ (its version) is below everything
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            u, v = _unit(mod), _unit(target)
+            if u != v and rank.get(v, len(layers)) >= rank.get(u, -2):
+                bad.append(f"{mod} imports {target}")
+    return bad
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"p.run.monitor": {"p.session"}, "p.session": {"p.run.launch"}, "p.run.launch": set()}
+    assert _upward_imports(graph, (("run",), ("session",))) == ["p.run.monitor imports p.session"]
+    assert _upward_imports({"p.config": {"p.gpu.sample"}}, (("config", "gpu"),)) == ["p.config imports p.gpu.sample"]
+
+
+def test_every_package_is_in_a_layer():
+    units = {_unit(m) for m in _all_dflash_tui_modules()} - {"__init__"}
+    placed = {u for layer in LAYERS for u in layer}
+    assert units <= placed, f"add {sorted(units - placed)} to LAYERS (and docs/ARCHITECTURE.md)"
+
+
+def test_imports_go_down_the_layers_only():
+    assert _upward_imports(_import_graph("dflash_tui"), LAYERS) == []

@@ -25,10 +25,12 @@ from dflash_tui.config import Profile, parse_config
 from dflash_tui.fleet.checkall import EXIT_PRECEDENCE, check_all, worst_exit_code
 from dflash_tui.fleet.poller import FleetPoller
 from dflash_tui.fleet.row import DOWN, FAIL, OK, UNREACHABLE
-from dflash_tui.fleet.transport import SharedTransport
+from dflash_tui.transport import SharedTransport
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
+from dflash_tui.watch import NodesWatch
 
+from tests.run_standins import PROGRAM
 from tests.support.runs import standin_profile
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -73,8 +75,8 @@ async def test_profiles_on_one_host_share_one_connection_and_one_agent(sshd, tmp
     before = sshd.accepted_connections()
     transport = SharedTransport()
     try:
-        results = await check_all(profiles, lambda s: s.check(), transport=transport)
-        assert [r.value[1].verdict for r in results] == [Verdict.NO_RUN] * 3, results
+        results = await check_all(profiles, lambda watch: watch.check(), transport=transport)
+        assert [r.value.checklist.verdict for r in results] == [Verdict.NO_RUN] * 3, results
         assert transport.host_count == 1 and transport.agent_count == 1
         deadline = time.monotonic() + 5
         while sshd.accepted_connections() - before < 1 and time.monotonic() < deadline:
@@ -160,7 +162,7 @@ async def test_fleet_row_shows_the_runs_gpus_from_the_hosts_nvml(tmp_path, monke
             await until(lambda: row().gpus.count == 1, 30, "the run's GPU in its row")
             assert row().gpus.mem_bytes == 20 << 30 and row().gpus.util_pct is not None
             await until(lambda: any(c.id == "gpus" and c.state.value == "ok"
-                                    for c in poller.monitors["gpu-run"].last.checklist.checks), 10,
+                                    for c in poller.watches["gpu-run"].last.checklist.checks), 10,
                         "the same sample in the verdict's gpus check")
     finally:
         async with Session(p) as s:
@@ -188,3 +190,31 @@ async def test_a_run_on_several_nodes_is_one_row_and_one_check_all_object(sshd, 
     objs = json.loads(r.stdout)
     assert r.returncode == 4 and [o["profile"] for o in objs] == ["two", "one"], (r.stdout, r.stderr)
     assert [n["node"] for n in objs[0]["nodes"]] == ["localhost", sshd.alias] and objs[0]["verdict"] == "NO RUN"
+
+
+@pytest.mark.sshd
+async def test_a_run_on_several_nodes_shows_gpu_lost_in_its_row(sshd, tmp_path, monkeypatch):
+    """A GPU of one node's host falls off the bus while the run there is alive: the fleet's row
+    of the run says GPU LOST, as the run view and `--check` say (each node's GPUs are sampled
+    for that node's "gpus" check; the fake NVML is this machine's, the localhost node's host)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    toml = (f'[profile.two]\nnodes = ["localhost", "{sshd.alias}"]\nssh_config = "{sshd.ssh_config}"\n'
+            f'run_dir = "{tmp_path}/run-{{node}}"\npython = {json.dumps(sys.executable)}\n'
+            f'command = {json.dumps([sys.executable, PROGRAM, "beat"])}\n'
+            f'train_args = ["--interval=0.2", "--device=cuda:0"]\n'
+            f'stall_after_s = 30\nstop_grace_s = 2\nmin_free_gb = 0\n')
+    profile = parse_config(toml, str(tmp_path / "c.toml")).profiles["two"]
+    async with NodesWatch(profile) as nodes:
+        out = await nodes.launch()
+        assert out.launched, out.report.checklist.summary
+    try:
+        monkeypatch.setenv("DFLASH_TUI_NVML", "dflash_tui.gpu.fake_nvml:from_env")
+        monkeypatch.setenv("DFLASH_FAKE_NVML_GPUS", "2")
+        monkeypatch.setenv("DFLASH_FAKE_NVML_LOST", "1")
+        async with FleetPoller([profile], interval=0.5, gpu_interval=0.5) as poller:
+            await until(lambda: poller.rows["two"].verdict is Verdict.GPU_LOST, 30, "the row says GPU LOST")
+            assert poller.rows["two"].severity == FAIL
+            assert poller.watches["two"].last.checklist.summary.startswith("node localhost: GPU LOST")
+    finally:
+        async with NodesWatch(profile) as nodes:
+            await nodes.stop()

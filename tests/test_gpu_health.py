@@ -7,7 +7,7 @@ import pytest
 from dflash_tui.gpu import fake_nvml
 from dflash_tui.gpu.codec import snapshot_from_dict
 from dflash_tui.gpu.fake_nvml import FakeNvml
-from dflash_tui.gpu.health import CHECK_ID, cuda_devices, gpu_check
+from dflash_tui.run.gpu_check import CHECK_ID, cuda_devices, gpu_check
 from dflash_tui.gpu.nvml_reader import NvmlReader
 from dflash_tui.run.verdict import CheckState
 
@@ -91,7 +91,7 @@ def test_cuda_device_names():
 
 def test_check_from_status_json():
     from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
-    from dflash_tui.gpu.health import gpu_check_for_status
+    from dflash_tui.run.gpu_check import gpu_check_for_status
 
     fake = FakeNvml(2)
     fake.set_processes(0, [(RUN_PID, 1 << 30)])
@@ -107,18 +107,18 @@ def test_check_from_status_json():
     assert gpu_check_for_status(snap, None, None).state is CheckState.PENDING
 
 
-async def test_run_monitor_adds_the_gpu_check_from_the_stream(tmp_path):
-    """The wiring: RunMonitor with a GPU snapshot provider puts "gpus" into every checklist,
+async def test_run_watch_adds_the_gpu_check_from_the_stream(tmp_path):
+    """The wiring: a HostWatch with a GPU snapshot provider puts "gpus" into every checklist,
     and HealthTracker keeps its `since` like any other check."""
     from dflash_tui.config import Profile
     from dflash_tui.remote.local import LocalTarget
-    from dflash_tui.run.monitor import RunMonitor
     from dflash_tui.session import Session
+    from dflash_tui.watch import HostWatch
 
     session = Session(Profile(name="gpu", run_dir=str(tmp_path / "run")),
                       targets=(LocalTarget(), LocalTarget()))
     try:
-        monitor = RunMonitor(session)
+        monitor = HostWatch(session)
         report = await monitor.poll()
         assert CHECK_ID not in [c.id for c in report.checklist.checks]   # no stream: no check
         monitor.gpu_snapshot = lambda: snap_of(FakeNvml(library_missing=True))

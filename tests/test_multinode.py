@@ -19,7 +19,7 @@ import pytest
 
 from dflash_tui.config import parse_config
 from dflash_tui.contract.rundir import STATUS_JSON, parse_status, rank_file
-from dflash_tui.multinode import NodesSession
+from dflash_tui.watch import NodesWatch
 from dflash_tui.run.verdict import Verdict
 
 from tests.programs.gloo_allreduce import PROGRAM
@@ -55,10 +55,10 @@ def nodes_profile(sshd, tmp_path: Path, *train_args: str, **extra):
 @pytest.fixture
 async def nodes_session(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    made: list[NodesSession] = []
+    made: list[NodesWatch] = []
 
-    def make(profile) -> NodesSession:
-        s = NodesSession(profile)
+    def make(profile) -> NodesWatch:
+        s = NodesWatch(profile)
         made.append(s)
         return s
     yield make
@@ -69,14 +69,14 @@ async def nodes_session(monkeypatch, tmp_path):
             await s.close()
 
 
-async def wait_run(nodes: NodesSession, want: set[Verdict], timeout: float = 90.0, *, statuses: bool = False):
+async def wait_run(nodes: NodesWatch, want: set[Verdict], timeout: float = 90.0, *, statuses: bool = False):
     """The run once its verdict is in `want` (and, with `statuses`, every node's status file of
     this run is read: RUNNING may come from the log's progress before it), or at the timeout."""
     deadline = time.monotonic() + timeout
     while True:
         run = await nodes.check()
         ready = not statuses or all(n.report.status is not None for n in run.nodes)
-        if (run.verdict in want and ready) or time.monotonic() > deadline:
+        if (run.checklist.verdict in want and ready) or time.monotonic() > deadline:
             return run
         await asyncio.sleep(0.2)
 
@@ -88,12 +88,12 @@ def program_pid(run_dir: str, rank: int) -> int:
 async def test_two_nodes_reach_running_then_finished(sshd, nodes_session, tmp_path):
     nodes = nodes_session(nodes_profile(sshd, tmp_path, "--steps=40", "--interval=0.1"))
     out = await nodes.launch()
-    assert out.launched, out.run.summary
+    assert out.launched, out.report.checklist.summary
     assert {o.preflight.ok for o in out.outcomes.values()} == {True}
     run = await wait_run(nodes, {Verdict.RUNNING, Verdict.FINISHED} | {v for v in Verdict if v.failing})
-    assert run.verdict is Verdict.RUNNING, run.summary
+    assert run.checklist.verdict is Verdict.RUNNING, run.checklist.summary
     assert [n.verdict for n in run.nodes] == [Verdict.RUNNING, Verdict.RUNNING]
-    assert run.summary == f"2 nodes running: {LOCAL}, {sshd.alias}"
+    assert run.checklist.summary == f"2 nodes running: {LOCAL}, {sshd.alias}"
     # Each node is its own wrapper, run dir and rank; the SSH node was reached through sshd.
     local, remote = run.nodes
     assert local.report.run_dir == str(tmp_path / f"run-{LOCAL}")
@@ -102,7 +102,7 @@ async def test_two_nodes_reach_running_then_finished(sshd, nodes_session, tmp_pa
     assert local.report.launch.argv[:2] == ["env", f"DFLASH_NODE={LOCAL}"]
     assert "RANK=1" in remote.report.launch.argv and "MASTER_ADDR=127.0.0.1" in remote.report.launch.argv
     run = await wait_run(nodes, {Verdict.FINISHED} | {v for v in Verdict if v.failing})
-    assert run.verdict is Verdict.FINISHED, run.summary
+    assert run.checklist.verdict is Verdict.FINISHED, run.checklist.summary
     for n in run.nodes:
         assert "finished 40 steps" in Path(n.report.run_dir, "train.log").read_text()
 
@@ -128,14 +128,14 @@ async def test_two_nodes_reach_running_then_finished(sshd, nodes_session, tmp_pa
 async def test_a_killed_node_fails_the_run_by_name_and_its_peer_exits(sshd, nodes_session, tmp_path):
     nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1", "--timeout=15"))
     out = await nodes.launch()
-    assert out.launched, out.run.summary
+    assert out.launched, out.report.checklist.summary
     run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
-    assert run.verdict is Verdict.RUNNING, run.summary
+    assert run.checklist.verdict is Verdict.RUNNING, run.checklist.summary
     local, remote = run.nodes
     os.kill(program_pid(remote.report.run_dir, remote.rank), signal.SIGKILL)
     run = await wait_run(nodes, {v for v in Verdict if v.failing}, timeout=30)
-    assert run.verdict is Verdict.CRASHED, run.summary
-    assert run.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL"), run.summary
+    assert run.checklist.verdict is Verdict.CRASHED, run.checklist.summary
+    assert run.checklist.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL"), run.checklist.summary
     # The surviving node's program ends by itself (its collective fails), within its timeout.
     t0 = time.monotonic()
     while alive(local.report.launch.pid) and time.monotonic() - t0 < 15 + 30:
@@ -144,8 +144,8 @@ async def test_a_killed_node_fails_the_run_by_name_and_its_peer_exits(sshd, node
     run = await nodes.check()
     assert [n.verdict for n in run.nodes] == [Verdict.CRASHED, Verdict.CRASHED]
     # Named first although both failed: the killed node, then its peer's reaction.
-    assert run.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL; also node {LOCAL}: CRASHED exit code 1")
-    assert run.checklist().checks[0].id == f"node:{LOCAL}"
+    assert run.checklist.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL; also node {LOCAL}: CRASHED exit code 1")
+    assert run.checklist.checks[0].id == f"node:{LOCAL}"
 
 
 async def test_the_bundled_trainer_on_two_nodes(sshd, nodes_session, tmp_path):
@@ -159,9 +159,9 @@ async def test_the_bundled_trainer_on_two_nodes(sshd, nodes_session, tmp_path):
         "--checkpoint-every", "100000", "--compile", "off", "--eval-every", "0", "--log-every", "2",
         "--batch-size", "2", "--peer-timeout", str(peer_timeout), "--dist-timeout", "60", command=None))
     out = await nodes.launch()
-    assert out.launched, out.run.summary
+    assert out.launched, out.report.checklist.summary
     run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing}, timeout=180, statuses=True)
-    assert run.verdict is Verdict.RUNNING, run.summary
+    assert run.checklist.verdict is Verdict.RUNNING, run.checklist.summary
     for n in run.nodes:   # each node's checklist reads its own rank's status file
         assert (n.report.status.rank, n.report.status.world_size) == (n.rank, 2)
         argv = n.report.launch.argv
@@ -171,18 +171,18 @@ async def test_the_bundled_trainer_on_two_nodes(sshd, nodes_session, tmp_path):
     os.kill(remote.report.status.pid, signal.SIGKILL)
     t0 = time.monotonic()
     run = await wait_run(nodes, {v for v in Verdict if v.failing}, timeout=30)
-    assert run.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL"), run.summary
+    assert run.checklist.summary.startswith(f"node {sshd.alias}: CRASHED killed by SIGKILL"), run.checklist.summary
     while alive(local.report.launch.pid) and time.monotonic() - t0 < peer_timeout + 30:
         await asyncio.sleep(0.2)
     assert not alive(local.report.launch.pid), "rank 0 does not notice that rank 1 is gone"
     run = await nodes.check()
-    assert run.nodes[0].verdict is Verdict.CRASHED, run.summary
+    assert run.nodes[0].verdict is Verdict.CRASHED, run.checklist.summary
     assert run.nodes[0].report.status.last_error.startswith("rank 1 (node "), run.nodes[0].report.status.last_error
 
-    again = await nodes.launch(relaunch=True)
-    assert again.launched, again.run.summary
+    again = await nodes.relaunch()
+    assert again.launched, again.report.checklist.summary
     run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing}, timeout=180, statuses=True)
-    assert run.verdict is Verdict.RUNNING, run.summary
+    assert run.checklist.verdict is Verdict.RUNNING, run.checklist.summary
     trainers = [n.report.status.pid for n in run.nodes]
     stopped = await nodes.stop()
     assert {r.outcome for r in stopped.values()} == {"terminated"}, stopped
@@ -191,7 +191,7 @@ async def test_the_bundled_trainer_on_two_nodes(sshd, nodes_session, tmp_path):
     statuses = [n.report.status for n in run.nodes]
     # The stop was agreed between the ranks: both ended after the same step.
     assert [st.phase for st in statuses] == ["finished", "finished"] and statuses[0].step == statuses[1].step
-    assert run.verdict is Verdict.STOPPED, run.summary
+    assert run.checklist.verdict is Verdict.STOPPED, run.checklist.summary
     assert [n.verdict for n in run.nodes] == [Verdict.STOPPED, Verdict.STOPPED]
 
 
@@ -199,13 +199,13 @@ async def test_a_node_that_fails_its_preflight_means_no_node_starts(sshd, nodes_
     (tmp_path / f"run-{sshd.alias}").write_text("a file where the run dir should be")
     nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1"))
     out = await nodes.launch()
-    assert not out.launched and out.run.verdict is Verdict.NOT_LAUNCHED
+    assert not out.launched and out.report.checklist.verdict is Verdict.NOT_LAUNCHED
     # The node whose preflight failed is named first; the other was refused because of it.
-    assert out.run.summary.startswith(f"node {sshd.alias}: NOT LAUNCHED cannot create "), out.run.summary
-    assert out.run.summary.endswith(f"also node {LOCAL}: NOT LAUNCHED not launched: the preflight of node "
-                                    f"{sshd.alias} failed"), out.run.summary
+    assert out.report.checklist.summary.startswith(f"node {sshd.alias}: NOT LAUNCHED cannot create "), out.report.checklist.summary
+    assert out.report.checklist.summary.endswith(f"also node {LOCAL}: NOT LAUNCHED not launched: the preflight of node "
+                                    f"{sshd.alias} failed"), out.report.checklist.summary
     assert not (tmp_path / f"run-{LOCAL}" / "launch.json").exists()
-    assert (await nodes.check()).verdict is Verdict.NO_RUN
+    assert (await nodes.check()).checklist.verdict is Verdict.NO_RUN
 
 
 def run_cli(cfg: Path, tmp_path: Path, *args: str) -> tuple[int, dict]:
@@ -255,9 +255,9 @@ async def test_a_hung_node_is_named_before_its_peer_that_timed_out(sshd, nodes_s
     nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1", "--timeout=6",
                                         stall_after_s=4, stop_grace_s=1))
     out = await nodes.launch()
-    assert out.launched, out.run.summary
+    assert out.launched, out.report.checklist.summary
     run = await wait_run(nodes, {Verdict.RUNNING} | {v for v in Verdict if v.failing})
-    assert run.verdict is Verdict.RUNNING, run.summary
+    assert run.checklist.verdict is Verdict.RUNNING, run.checklist.summary
     local, remote = run.nodes
     hung = program_pid(remote.report.run_dir, remote.rank)
     os.kill(hung, signal.SIGSTOP)
@@ -268,11 +268,11 @@ async def test_a_hung_node_is_named_before_its_peer_that_timed_out(sshd, nodes_s
             if [n.verdict for n in run.nodes] == [Verdict.CRASHED, Verdict.STALLED]:
                 break
             await asyncio.sleep(0.2)
-        assert [n.verdict for n in run.nodes] == [Verdict.CRASHED, Verdict.STALLED], run.summary
-        assert run.verdict is Verdict.STALLED
-        assert run.summary.startswith(f"node {sshd.alias}: STALLED"), run.summary
+        assert [n.verdict for n in run.nodes] == [Verdict.CRASHED, Verdict.STALLED], run.checklist.summary
+        assert run.checklist.verdict is Verdict.STALLED
+        assert run.checklist.summary.startswith(f"node {sshd.alias}: STALLED"), run.checklist.summary
         # gloo's timeout, as the peer reported it (it may end by exit code or by SIGABRT).
-        assert f"also node {LOCAL}: CRASHED" in run.summary and "Timed out" in run.summary
+        assert f"also node {LOCAL}: CRASHED" in run.checklist.summary and "Timed out" in run.checklist.summary
     finally:
         await nodes.stop()   # SIGTERM waits while it is stopped; SIGKILL after the grace does not
         os.kill(hung, signal.SIGCONT) if alive(hung) else None

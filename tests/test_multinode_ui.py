@@ -8,7 +8,7 @@ import pytest
 from dflash_tui.ui.rows import RowTable
 
 from dflash_tui.gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot, GpuError
-from dflash_tui.multinode import NodesSession
+from dflash_tui.watch import NodesWatch
 from dflash_tui.run.combine import merge_gpu_snapshots
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.ui.app import DashboardApp
@@ -24,9 +24,9 @@ pytestmark = [pytest.mark.sshd, pytest.mark.timeout(180)]
 async def test_dashboard_shows_one_run_of_two_nodes_and_stops_both(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     profile = nodes_profile(sshd, tmp_path, "--interval=0.2")
-    async with NodesSession(profile) as nodes:
+    async with NodesWatch(profile) as nodes:
         out = await nodes.launch()
-        assert out.launched, out.run.summary
+        assert out.launched, out.report.checklist.summary
     pids = [o.evidence.launch.pid for o in out.outcomes.values()]
     app = DashboardApp(lambda name: NodesSource(profile), "two")
     try:
@@ -53,7 +53,7 @@ async def test_dashboard_shows_one_run_of_two_nodes_and_stops_both(sshd, tmp_pat
             await until(pilot, lambda: not any(alive(p) for p in pids), 30)
             await until(pilot, lambda: app.report.checklist.verdict is Verdict.STOPPED, 15)
     finally:
-        async with NodesSession(profile) as nodes:
+        async with NodesWatch(profile) as nodes:
             await nodes.stop()
 
 

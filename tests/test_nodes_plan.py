@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dflash_tui.cli import EXIT_FAILING, EXIT_HEALTHY, EXIT_UNDECIDED, EXIT_UNREACHABLE, nodes_exit_code
+from dflash_tui.cli import EXIT_FAILING, EXIT_HEALTHY, EXIT_UNDECIDED, EXIT_UNREACHABLE, exit_code_of
 from dflash_tui.config import ConfigError, parse_config
 from dflash_tui.contract.rundir import ExitRecord
 from dflash_tui.run.combine import NodeReport, combine
@@ -113,7 +113,7 @@ def test_any_failing_node_fails_the_run_and_is_named():
     run = combine([node("gpu1", 0, Verdict.RUNNING, "step 9"), node("gpu2", 1, Verdict.STALLED, "last heartbeat 70 s ago")])
     assert run.verdict is Verdict.STALLED
     assert run.summary == "node gpu2: STALLED last heartbeat 70 s ago"
-    assert nodes_exit_code(run) == EXIT_FAILING
+    assert exit_code_of(run.report("p", "nodes", "/d")) == EXIT_FAILING
     cl = run.checklist()
     assert [(c.id, c.state) for c in cl.checks if c.id.startswith("node:")] == [
         ("node:gpu1", CheckState.OK), ("node:gpu2", CheckState.FAIL)]
@@ -137,24 +137,24 @@ def test_the_node_that_failed_first_is_named_first():
 def test_running_and_finished_need_every_node():
     assert combine([node("a", 0, Verdict.RUNNING), node("b", 1, Verdict.RUNNING)]).verdict is Verdict.RUNNING
     both = combine([node("a", 0, Verdict.FINISHED), node("b", 1, Verdict.FINISHED)])
-    assert both.verdict is Verdict.FINISHED and nodes_exit_code(both) == EXIT_HEALTHY
+    assert both.verdict is Verdict.FINISHED and exit_code_of(both.report("p", "nodes", "/d")) == EXIT_HEALTHY
     half = combine([node("a", 0, Verdict.RUNNING), node("b", 1, Verdict.STARTING, "waiting for the first heartbeat")])
-    assert half.verdict is Verdict.STARTING and nodes_exit_code(half) == EXIT_UNDECIDED
+    assert half.verdict is Verdict.STARTING and exit_code_of(half.report("p", "nodes", "/d")) == EXIT_UNDECIDED
     assert half.summary == "waiting for node b: STARTING waiting for the first heartbeat"
     ending = combine([node("a", 0, Verdict.FINISHED), node("b", 1, Verdict.RUNNING, "step 40")])
     assert ending.verdict is Verdict.STARTING and ending.summary == "ended on a; still going: node b: RUNNING step 40"
     stopped = combine([node("a", 0, Verdict.STOPPED), node("b", 1, Verdict.FINISHED)])
-    assert stopped.verdict is Verdict.STOPPED and nodes_exit_code(stopped) == EXIT_HEALTHY
+    assert stopped.verdict is Verdict.STOPPED and exit_code_of(stopped.report("p", "nodes", "/d")) == EXIT_HEALTHY
     assert stopped.summary == "2 nodes stopped: a, b"
     assert combine([node("a", 0, Verdict.NO_RUN), node("b", 1, Verdict.NO_RUN)]).verdict is Verdict.NO_RUN
 
 
 def test_an_unreachable_node_is_exit_3_unless_the_run_already_failed():
     run = combine([node("a", 0, Verdict.RUNNING), node("b", 1, Verdict.RUNNING, connected=False)])
-    assert run.unreachable == ["b"] and nodes_exit_code(run) == EXIT_UNREACHABLE
+    assert run.unreachable == ["b"] and exit_code_of(run.report("p", "nodes", "/d")) == EXIT_UNREACHABLE
     assert run.checklist().checks[-2].state is CheckState.WARN and "unreachable: timed out" in run.checklist().checks[-2].cause
     failed = combine([node("a", 0, Verdict.KILLED, "pid gone"), node("b", 1, Verdict.RUNNING, connected=False)])
-    assert nodes_exit_code(failed) == EXIT_FAILING
+    assert exit_code_of(failed.report("p", "nodes", "/d")) == EXIT_FAILING
 
 
 def test_cli_with_an_unreachable_node_exits_3_and_starts_no_node(tmp_path):

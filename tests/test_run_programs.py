@@ -19,7 +19,7 @@ import pytest
 
 from dflash_tui.config import Profile
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.run.monitor import RunMonitor
+from dflash_tui.watch import HostWatch
 from dflash_tui.run.verdict import CheckState, Verdict
 from dflash_tui.session import Session
 
@@ -150,7 +150,7 @@ async def test_report_carries_the_parsed_progress(tmp_path, monkeypatch):
                 targets=(LocalTarget(), LocalTarget()))
     try:
         await s.launch(preflight=False)
-        mon = RunMonitor(s, interval=0.2)
+        mon = HostWatch(s, interval=0.2)
         deadline = time.monotonic() + 20
         rep = await mon.poll()
         while not (rep.progress and rep.progress.step and rep.progress.step >= 3) and time.monotonic() < deadline:

@@ -12,8 +12,8 @@ import io
 import pytest
 import tqdm
 
-from dflash_tui.run.progress import (ProgressParser, ProgressRegexError, compile_progress_regex,
-                                     parse_text)
+from dflash_tui.progress_regex import ProgressRegexError, compile_progress_regex
+from dflash_tui.run.progress import ProgressParser, parse_text
 
 
 def test_step_loss_lines():

@@ -137,7 +137,7 @@ async def test_hup_mode_twenty_of_twenty_launches_survive(sshd, standin, session
     ops = await s.ops()
     launches = []
     for i in range(20):
-        out = await launch_run(s.profile, s.host, s.target, ops, argv=["sleep", "60"],
+        out = await launch_run(s.profile, s.launcher, ops, argv=["sleep", "60"],
                                run_dir=str(tmp_path / f"run{i:02d}"), preflight=False)
         assert out.evidence.launch is not None, out.checklist
         launches.append(out)

@@ -140,10 +140,11 @@ async def test_one_node_runs_then_finishes_and_is_judged_after_slurm_forgot_it(m
     assert cl.verdict is Verdict.FINISHED, cl
 
 
+@pytest.mark.timeout(300)   # two trainer processes start twice: slow on a loaded 2-core machine
 async def test_two_nodes_run_the_bundled_trainer_stopped_then_resumed_to_the_end(make_session):
-    s = make_session("two", nodes=2, train_args=[*TINY_TRAINER, "--steps", "60", "--checkpoint-every", "5"])
+    s = make_session("two", nodes=2, train_args=[*TINY_TRAINER, "--steps", "30", "--checkpoint-every", "5"])
     await s.launch()
-    cl = await wait_for(s, {Verdict.RUNNING}, timeout=90, until=lambda cl: "step" in cl.summary)
+    cl = await wait_for(s, {Verdict.RUNNING}, timeout=150, until=lambda cl: "step" in cl.summary)
     assert job_of(cl)["node_list"] == "n[1-2]"
     res = await s.stop()
     assert res.ok and res.record is not None and res.record.job_id == job_of(cl)["job_id"], res
@@ -152,13 +153,13 @@ async def test_two_nodes_run_the_bundled_trainer_stopped_then_resumed_to_the_end
     out = await s.launch(relaunch=True, resume=True)
     assert out.checklist.verdict in (Verdict.QUEUED, Verdict.STARTING, Verdict.RUNNING), out.checklist
     assert "--resume" in (Path(s.profile.run_dir) / "launch.sh").read_text()
-    await wait_for(s, {Verdict.FINISHED}, timeout=90)
+    await wait_for(s, {Verdict.FINISHED}, timeout=150)
     run = Path(s.profile.run_dir)
     rank1 = json.loads((run / "status.rank1.json").read_text())
-    assert rank1["world_size"] == 2 and rank1["rank"] == 1 and rank1["step"] == 60
-    assert "finished at step 60" in (run / "train.rank1.log").read_text()
+    assert rank1["world_size"] == 2 and rank1["rank"] == 1 and rank1["step"] == 30
+    assert "finished at step 30" in (run / "train.rank1.log").read_text()
     log = (run / "train.log").read_text()
-    assert log.count("finished at step 60") == 1, log[-2000:]   # rank 0's lines once, not via srun too
+    assert log.count("finished at step 30") == 1, log[-2000:]   # rank 0's lines once, not via srun too
     assert "resum" in log.lower()
 
 
@@ -300,7 +301,7 @@ async def test_a_live_job_refuses_a_second_launch_and_relaunch_cancels_it(make_s
     first = job_of(cl)["job_id"]
     # The preflight sees the live wrapper here (the nodes are this machine); past it, the job.
     assert (await s.launch()).checklist.verdict is Verdict.NOT_LAUNCHED
-    with pytest.raises(LaunchRefused, match=f"job {first} of run .* is still RUNNING"):
+    with pytest.raises(LaunchRefused, match=fr"job {first} of run .* \(RUNNING\) is still running"):
         await s.launch(preflight=False)
     out = await s.launch(relaunch=True)
     assert out.stopped is not None and out.stopped.ok, out.stopped
@@ -340,9 +341,9 @@ async def test_a_partition_slurm_does_not_have_is_not_launched(make_session):
     s = make_session("nopart", command=sh_steps(2), partition="nosuch")
     out = await s.launch()
     assert out.checklist.verdict is Verdict.NOT_LAUNCHED and "no partition 'nosuch'" in out.checklist.summary
-    # Without the preflight, sbatch's own refusal is the reason.
+    # Without the preflight, sbatch's own refusal is why it never started.
     out = await s.launch(preflight=False)
-    assert out.checklist.verdict is Verdict.NOT_LAUNCHED, out.checklist
+    assert out.checklist.verdict is Verdict.NEVER_STARTED, out.checklist
     assert "sbatch refused the job" in out.checklist.summary and "partition" in out.checklist.summary.lower()
     assert not (Path(s.profile.run_dir) / "slurm.json").exists()
 
@@ -352,4 +353,5 @@ async def test_time_limit_is_timeout(time_limited_run):
     async with Session(time_limited_run, targets=(LocalTarget(), LocalTarget())) as s:
         s.launcher.min_query_interval_s = 0.0
         cl = await wait_for(s, {Verdict.TIMEOUT}, timeout=100)
-        assert "hit its time limit (00:01:00)" in cl.summary and job_of(cl)["partition"] == SIDE
+        assert "hit its time limit" in cl.summary, cl.summary
+        assert (Path(time_limited_run.run_dir) / "exit.json").exists()   # the wrapper saw the SIGTERM

@@ -94,7 +94,7 @@ async def test_fleet_screen_live(tmp_path, monkeypatch):
             await until(pilot, lambda: not isinstance(app.screen, FleetScreen), 5, "left the fleet")
             await until(pilot, lambda: app.report is not None and app.profile == "beat"
                         and app.report.checklist.verdict is Verdict.RUNNING, 20, "beat's run view")
-            assert app.source.session is fleet.sessions["beat"]     # borrowed, not a second agent
+            assert app.source.watch is fleet.watches["beat"]     # borrowed, not a second agent
             await pilot.press("escape")
             await until(pilot, lambda: isinstance(app.screen, FleetScreen), 5, "back on the fleet")
             screen = app.screen

@@ -1,4 +1,4 @@
-"""The dashboard on the live path (SessionSource: RunMonitor, LogFollower over the agent, real
+"""The dashboard on the live path (SessionSource: HostWatch, LogFollower over the agent, real
 asyncssh to the loopback sshd), through an SSH drop: the panes keep their last data marked
 stale, the app reconnects and resumes, and the run on the target is not touched."""
 

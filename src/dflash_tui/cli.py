@@ -16,7 +16,7 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
   130  interrupted (Ctrl-C); the run on the target keeps running
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
 the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
-else the combined verdict's (`nodes_exit_code`).
+else the combined verdict's (`exit_code_of`).
 `--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
 (fleet/checkall.py EXIT_PRECEDENCE).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
@@ -35,19 +35,18 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import Any, Sequence
 
 from . import __version__
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
 from .fleet.checkall import check_all, worst_exit_code
-from .multinode import NodesSession
 from .remote.base import OpRefused, TargetError
-from .run.health import HealthTracker
 from .run.launch import LaunchRefused
-from .run.observe import current_run_id
+from .run.report import RunReport
 from .run.verdict import CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
-from .session import Session
+from .watch import RunWatch, open_watch
 from .words import compact
 
 EXIT_HEALTHY, EXIT_FAILING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNDECIDED = 0, 1, 2, 3, 4
@@ -147,253 +146,194 @@ def _fmt_since(since: float | None, now: float) -> str:
     return "" if since is None else compact(now - since)
 
 
-def render_text(profile: Profile, checklist: Checklist, *, pid: int | None, now: float,
-                extra: Sequence[str] = ()) -> str:
-    lines = [f"{profile.name} · {profile.where()} · {profile.run_dir}",
-             f"{checklist.verdict.value}: {checklist.summary}" if checklist.summary else checklist.verdict.value]
-    lines += [f"  {x}" for x in extra]
+def exit_code_of(report: RunReport) -> int:
+    """The report's exit code; a run on several nodes: 1 when it fails, else 3 while a node is
+    unreachable, else the verdict's own."""
+    verdict = report.checklist.verdict
+    if report.nodes and not verdict.failing and any(not n.report.connected for n in report.nodes):
+        return EXIT_UNREACHABLE
+    return exit_code_for(verdict)
+
+
+def _checklist_lines(checklist: Checklist, now: float) -> list[str]:
+    lines = [f"{checklist.verdict.value}: {checklist.summary}" if checklist.summary else checklist.verdict.value]
     width = max((len(c.label) for c in checklist.checks), default=10)
     for c in checklist.checks:
         since = _fmt_since(c.since, now)
         lines.append(f"  {_MARK[c.state]:<4}  {c.label:<{width}}  {c.cause}" + (f"  ({since})" if since else ""))
         if c.hint and c.state in (CheckState.FAIL, CheckState.WARN):
             lines.append(f"  {'':<4}  {'':<{width}}  → {c.hint}")
+    return lines
+
+
+def render_text(profile: Profile, report: RunReport, *, now: float, extra: Sequence[str] = ()) -> str:
+    """The report as --check prints it; a run on several nodes: the run, then every node's checks."""
+    verdict, *checks = _checklist_lines(report.checklist, now)
+    lines = [f"{profile.name} · {profile.where()} · {profile.run_dir}", verdict, *(f"  {x}" for x in extra)]
+    if not report.nodes:
+        return "\n".join(lines + checks)
+    for n in report.nodes:
+        r = n.report
+        lines.append(f"node {n.node} (rank {n.rank}) · {r.target_label} · {r.run_dir}"
+                     + ("" if r.connected else f" · UNREACHABLE: {r.error}"))
+        lines += _checklist_lines(r.checklist, now)
     return "\n".join(lines)
 
 
-def checklist_json(profile: Profile, checklist: Checklist, *, pid: int | None, run_id: str | None,
-                   **extra: Any) -> dict[str, Any]:
-    d = checklist.to_dict()
-    return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
-            "run_dir": profile.run_dir, "pid": pid, "run_id": run_id, "profile": profile.name,
-            "target": profile.where(), "exit_code": exit_code_for(checklist.verdict),
-            **({"slurm": d["slurm"]} if "slurm" in d else {}), **extra}
-
-
-def _emit(args, profile: Profile, checklist: Checklist, *, pid: int | None, run_id: str | None,
-          extra_text: Sequence[str] = (), **extra: Any) -> int:
-    code = exit_code_for(checklist.verdict)
-    if args.json:
-        print(json.dumps(checklist_json(profile, checklist, pid=pid, run_id=run_id, **extra)))
-    else:
-        print(render_text(profile, checklist, pid=pid, now=time.time(), extra=extra_text))
-    return code
-
-
-# -- modes -------------------------------------------------------------------------------------
-
-async def _check_until(session, wait_s: float):
-    """(evidence, checklist) now, or — with --wait — once it is decided or the time is up."""
-    tracker = HealthTracker()
-    deadline = time.monotonic() + max(0.0, wait_s)
-    while True:
-        ev, cl = await session.check(gpus=True)
-        cl = tracker.update(cl, ev.now, current_run_id(ev))
-        decided = cl.verdict.healthy or cl.verdict.failing
-        if decided or time.monotonic() >= deadline:
-            return ev, cl
-        await asyncio.sleep(WAIT_INTERVAL_S)
-
-
-async def _run_mode(args, profile: Profile) -> int:
-    if profile.is_multinode:
-        return await _run_nodes_mode(args, profile)
-    async with Session(profile) as session:
-        if args.check:
-            ev, cl = await _check_until(session, args.wait)
-            return _emit(args, profile, cl, pid=ev.launch.pid if ev.launch else None,
-                         run_id=ev.launch.run_id if ev.launch else None)
-
-        if args.launch or args.relaunch:
-            try:
-                outcome = await session.launch(relaunch=args.relaunch, preflight=not args.no_preflight,
-                                               resume=args.resume)
-            except LaunchRefused as exc:
-                return _fail(args, EXIT_FAILING, str(exc))
-            if outcome.unreachable:
-                fail = next((c for c in outcome.checklist.checks if c.state is CheckState.FAIL), None)
-                return _fail(args, EXIT_UNREACHABLE,
-                             f"{profile.where()} unreachable: {fail.cause if fail else outcome.checklist.summary}"
-                             + (f" ({fail.hint})" if fail and fail.hint else ""))
-            pre = outcome.preflight.checks if outcome.preflight else []
-            if outcome.checklist.verdict is Verdict.NOT_LAUNCHED:
-                return _emit(args, profile, outcome.checklist, pid=None, run_id=None)
-            ev, cl = outcome.evidence, outcome.checklist
-            if ev is not None:
-                cl = await session.with_gpus(ev, cl)
-            if args.wait > 0 and not (cl.verdict.healthy or cl.verdict.failing):
-                ev, cl = await _check_until(session, args.wait)
-            stopped = [outcome.stopped.message] if outcome.stopped else []
-            cl = Checklist(cl.verdict, [*pre, *cl.checks], cl.summary)
-            return _emit(args, profile, cl, pid=ev.launch.pid if ev and ev.launch else None,
-                         run_id=outcome.run_id, extra_text=stopped,
-                         launch_seconds=round(outcome.seconds, 3),
-                         **({"stopped": outcome.stopped.message} if outcome.stopped else {}))
-
-        if args.stop:
-            res = await session.stop()
-            ev, cl = await session.check()
-            if args.json:
-                print(json.dumps({**checklist_json(profile, cl, pid=res.pid, run_id=res.run_id),
-                                  "stop": {"outcome": res.outcome, "message": res.message,
-                                           "seconds": round(res.seconds, 3)},
-                                  "exit_code": EXIT_HEALTHY if res.ok else EXIT_FAILING}))
-            else:
-                print(render_text(profile, cl, pid=res.pid, now=time.time(), extra=[f"stop: {res.message}"]))
-            return EXIT_HEALTHY if res.ok else EXIT_FAILING
-
-        if args.canary:
-            res = await session.canary()
-            state = CheckState.OK if res.ok else CheckState.FAIL
-            cl = Checklist(Verdict.RUNNING if res.ok else Verdict.KILLED, res.checks, res.message)
-            if args.json:
-                print(json.dumps({"canary": state.value, "message": res.message, "run_dir": res.run_dir,
-                                  "pid": res.pid, "seconds": round(res.seconds, 3),
-                                  "checks": [c.to_dict() for c in res.checks],
-                                  "verdict": cl.verdict.value,
-                                  "exit_code": EXIT_HEALTHY if res.ok else EXIT_FAILING}))
-            else:
-                print(f"canary {'passed' if res.ok else 'FAILED'}: {res.message}")
-            return EXIT_HEALTHY if res.ok else EXIT_FAILING
-    raise AssertionError("no mode")
-
-
-# -- a run on several nodes (run/combine.py has the combination rule) ------------------------------
-
-def nodes_exit_code(run) -> int:
-    """1 for a failing run, else 3 while a node is unreachable, else the verdict's own code."""
-    if run.verdict.failing:
-        return EXIT_FAILING
-    return EXIT_UNREACHABLE if run.unreachable else exit_code_for(run.verdict)
-
-
-def nodes_json(profile: Profile, run, **extra: Any) -> dict[str, Any]:
+def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, Any]:
+    """The report as --check --json prints it (`extra` adds or overrides fields); a run on
+    several nodes: the run's node checks and one object per node."""
+    d = report.checklist.to_dict()
+    launch = report.launch
+    if not report.nodes:
+        return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
+                "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
+                "run_id": launch.run_id if launch else None, "profile": profile.name,
+                "target": profile.where(), "exit_code": exit_code_of(report),
+                **({"slurm": d["slurm"]} if "slurm" in d else {}), **extra}   # a Slurm run's job
     nodes = []
-    for n in run.nodes:
+    for n in report.nodes:
         r = n.report
         nodes.append({"node": n.node, "rank": n.rank, "target": r.target_label, "run_dir": r.run_dir,
                       **r.checklist.to_dict(),
                       "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
                       "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
-    return {"verdict": run.verdict.value, "summary": run.summary,
-            "checks": [c.to_dict() for c in run.checklist().checks if c.id.startswith("node:")],
-            "nodes": nodes, "unreachable": run.unreachable, "profile": profile.name,
-            "target": profile.where(), "run_dir": profile.run_dir, "exit_code": nodes_exit_code(run), **extra}
+    return {"verdict": d["verdict"], "summary": d["summary"],
+            "checks": [c for c in d["checks"] if c["id"].startswith("node:")],
+            "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],
+            "profile": profile.name, "target": profile.where(), "run_dir": profile.run_dir,
+            "exit_code": exit_code_of(report), **extra}
 
 
-def render_nodes_text(profile: Profile, run, *, now: float, extra: Sequence[str] = ()) -> str:
-    lines = [f"{profile.name} · {profile.where()} · {profile.run_dir}", f"{run.verdict.value}: {run.summary}"]
-    lines += [f"  {x}" for x in extra]
-    for n in run.nodes:
-        r = n.report
-        lines.append(f"node {n.node} (rank {n.rank}) · {r.target_label} · {r.run_dir}"
-                     + ("" if r.connected else f" · UNREACHABLE: {r.error}"))
-        lines += render_text(profile, r.checklist, pid=None, now=now).splitlines()[1:]
-    return "\n".join(lines)
-
-
-def _emit_nodes(args, profile: Profile, run, *, extra_text: Sequence[str] = (), code: int | None = None,
-                **extra: Any) -> int:
-    code = nodes_exit_code(run) if code is None else code
+def _emit(args, profile: Profile, report: RunReport, *, extra_text: Sequence[str] = (), code: int | None = None,
+          **extra: Any) -> int:
+    code = exit_code_of(report) if code is None else code
     if args.json:
-        print(json.dumps({**nodes_json(profile, run, **extra), "exit_code": code}))
+        print(json.dumps({**report_json(profile, report, **extra), "exit_code": code}))
     else:
-        print(render_nodes_text(profile, run, now=time.time(), extra=extra_text))
+        print(render_text(profile, report, now=time.time(), extra=extra_text))
     return code
 
 
-async def _nodes_until(nodes, wait_s: float, first=None):
+# -- modes -------------------------------------------------------------------------------------
+
+def _decided(report: RunReport) -> bool:
+    return report.checklist.verdict.healthy or report.checklist.verdict.failing
+
+
+async def _check_until(watch: RunWatch, wait_s: float, first: RunReport | None = None) -> RunReport:
+    """The report now (or `first`), or — with --wait — once it is decided or the time is up."""
     deadline = time.monotonic() + max(0.0, wait_s)
     while True:
-        run = first if first is not None else await nodes.check(gpus=True)
+        report = first if first is not None else await watch.check(gpus=True)
         first = None
-        if run.verdict.healthy or run.verdict.failing or time.monotonic() >= deadline:
-            return run
+        if _decided(report) or time.monotonic() >= deadline:
+            return report
         await asyncio.sleep(WAIT_INTERVAL_S)
 
 
-async def _run_nodes_mode(args, profile: Profile) -> int:
-    async with NodesSession(profile) as nodes:
+async def _run_mode(args, profile: Profile) -> int:
+    async with open_watch(profile) as watch:
         if args.check:
-            return _emit_nodes(args, profile, await _nodes_until(nodes, args.wait))
+            return _emit(args, profile, await _check_until(watch, args.wait))
         if args.launch or args.relaunch:
-            try:
-                out = await nodes.launch(relaunch=args.relaunch, preflight=not args.no_preflight)
-            except LaunchRefused as exc:
-                return _fail(args, EXIT_FAILING, str(exc))
-            run = out.run
-            if out.launched and args.wait > 0:
-                run = await _nodes_until(nodes, args.wait, first=run)
-            stopped = [f"node {n}: {r.message}" for n, r in out.stopped.items()]
-            # No node started because one could not be reached: 3, as for one host.
-            code = EXIT_UNREACHABLE if not out.launched and run.unreachable else None
-            return _emit_nodes(args, profile, run, extra_text=stopped, code=code,
-                               launch_seconds=round(out.seconds, 3),
-                               run_ids={n: o.run_id for n, o in out.outcomes.items()},
-                               **({"stopped": {n: r.message for n, r in out.stopped.items()}} if out.stopped else {}))
+            return await _launch_mode(args, profile, watch)
         if args.stop:
-            results = await nodes.stop()
-            ok = all(r.ok for r in results.values())
-            run = await nodes.check()
-            lines = [f"stop node {n}: {r.message}" for n, r in results.items()]
-            if args.json:
-                print(json.dumps({**nodes_json(profile, run), "exit_code": EXIT_HEALTHY if ok else EXIT_FAILING,
-                                  "stop": {n: {"outcome": r.outcome, "message": r.message, "pid": r.pid,
-                                               "seconds": round(r.seconds, 3)} for n, r in results.items()}}))
-            else:
-                print(render_nodes_text(profile, run, now=time.time(), extra=lines))
-            return EXIT_HEALTHY if ok else EXIT_FAILING
+            return await _stop_mode(args, profile, watch)
         if args.canary:
-            results = await nodes.canary()
-            ok = all(r.ok for r in results.values())
-            if args.json:
-                print(json.dumps({"canary": "ok" if ok else "fail", "exit_code": EXIT_HEALTHY if ok else EXIT_FAILING,
-                                  "nodes": [{"node": n, "canary": "ok" if r.ok else "fail", "message": r.message}
-                                            for n, r in results.items()]}))
-            else:
-                for n, r in results.items():
-                    print(f"node {n}: canary {'passed' if r.ok else 'FAILED'}: {r.message}")
-            return EXIT_HEALTHY if ok else EXIT_FAILING
+            return await _canary_mode(args, profile, watch)
     raise AssertionError("no mode")
+
+
+async def _launch_mode(args, profile: Profile, watch: RunWatch) -> int:
+    act = watch.relaunch if args.relaunch else watch.launch
+    try:
+        result = await act(preflight=not args.no_preflight, resume=args.resume, gpus=True)
+    except LaunchRefused as exc:
+        return _fail(args, EXIT_FAILING, str(exc))
+    report, code = result.report, None
+    if not report.nodes:
+        (outcome,) = result.outcomes.values()
+        if outcome.unreachable:
+            fail = next((c for c in outcome.checklist.checks if c.state is CheckState.FAIL), None)
+            return _fail(args, EXIT_UNREACHABLE,
+                         f"{profile.where()} unreachable: {fail.cause if fail else outcome.checklist.summary}"
+                         + (f" ({fail.hint})" if fail and fail.hint else ""))
+        if report.checklist.verdict is Verdict.NOT_LAUNCHED:
+            return _emit(args, profile, report)
+    elif not result.launched and result.unreachable:
+        code = EXIT_UNREACHABLE   # no node started because one could not be reached: 3, as for one host
+    if result.launched and args.wait > 0:
+        report = await _check_until(watch, args.wait, first=report)
+    if not report.nodes:
+        (outcome,) = result.outcomes.values()
+        pre = outcome.preflight.checks if outcome.preflight else []
+        cl = report.checklist
+        report = replace(report, checklist=Checklist(cl.verdict, [*pre, *cl.checks], cl.summary))
+        stopped = {"stopped": outcome.stopped.message} if outcome.stopped else {}
+        return _emit(args, profile, report, extra_text=list(stopped.values()), run_id=outcome.run_id,
+                     launch_seconds=round(result.seconds, 3), **stopped)
+    return _emit(args, profile, report, extra_text=[f"node {n}: {r.message}" for n, r in result.stopped.items()],
+                 code=code, launch_seconds=round(result.seconds, 3),
+                 run_ids={n: o.run_id for n, o in result.outcomes.items()},
+                 **({"stopped": {n: r.message for n, r in result.stopped.items()}} if result.stopped else {}))
+
+
+async def _stop_mode(args, profile: Profile, watch: RunWatch) -> int:
+    results = await watch.stop()
+    ok = all(r.ok for r in results.values())
+    report = await watch.check()
+    code = EXIT_HEALTHY if ok else EXIT_FAILING
+    if not report.nodes:
+        (res,) = results.values()
+        return _emit(args, profile, report, code=code, extra_text=[f"stop: {res.message}"], pid=res.pid,
+                     run_id=res.run_id, stop={"outcome": res.outcome, "message": res.message,
+                                              "seconds": round(res.seconds, 3)})
+    return _emit(args, profile, report, code=code, extra_text=[f"stop node {n}: {r.message}" for n, r in results.items()],
+                 stop={n: {"outcome": r.outcome, "message": r.message, "pid": r.pid, "seconds": round(r.seconds, 3)}
+                       for n, r in results.items()})
+
+
+async def _canary_mode(args, profile: Profile, watch: RunWatch) -> int:
+    results = await watch.canary()
+    ok = all(r.ok for r in results.values())
+    code = EXIT_HEALTHY if ok else EXIT_FAILING
+    if not profile.is_multinode:
+        (res,) = results.values()
+        if args.json:
+            print(json.dumps({"canary": "ok" if res.ok else "fail", "message": res.message, "run_dir": res.run_dir,
+                              "pid": res.pid, "seconds": round(res.seconds, 3),
+                              "checks": [c.to_dict() for c in res.checks],
+                              "verdict": (Verdict.RUNNING if res.ok else Verdict.KILLED).value, "exit_code": code}))
+        else:
+            print(f"canary {'passed' if res.ok else 'FAILED'}: {res.message}")
+        return code
+    if args.json:
+        print(json.dumps({"canary": "ok" if ok else "fail", "exit_code": code,
+                          "nodes": [{"node": n, "canary": "ok" if r.ok else "fail", "message": r.message}
+                                    for n, r in results.items()]}))
+    else:
+        for n, r in results.items():
+            print(f"node {n}: canary {'passed' if r.ok else 'FAILED'}: {r.message}")
+    return code
 
 
 async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
     """--check --all: each profile as --check would print it, all at once; the worst exit code."""
-    single = [p for p in profiles if not p.is_multinode]
-    several = [p for p in profiles if p.is_multinode]
-
-    async def nodes_check(p: Profile):
-        try:
-            async with NodesSession(p) as nodes:
-                return p, await _nodes_until(nodes, args.wait), None
-        except ConfigError as exc:
-            return p, None, str(exc)
-
-    results, node_runs = await asyncio.gather(
-        check_all(single, lambda session: _check_until(session, args.wait)),
-        asyncio.gather(*(nodes_check(p) for p in several)))
-    by_name: dict[str, tuple[dict, str]] = {}
+    results = await check_all(profiles, lambda watch: _check_until(watch, args.wait))
+    objects, lines = [], []
+    width = max(len(p.name) for p in profiles)
     for r in results:
         p = r.profile
         if r.error is not None:
             word = "CONFIG ERROR" if r.error_code == EXIT_USAGE else "UNREACHABLE"
-            by_name[p.name] = ({"verdict": None, "error": r.error, "exit_code": r.error_code,
-                                "profile": p.name, "target": p.where(), "run_dir": p.run_dir},
-                               f"{word:<13}  {p.where()}  {r.error}")
+            objects.append({"verdict": None, "error": r.error, "exit_code": r.error_code,
+                            "profile": p.name, "target": p.where(), "run_dir": p.run_dir})
+            lines.append(f"{p.name:<{width}}  {word:<13}  {p.where()}  {r.error}")
             continue
-        ev, cl = r.value
-        by_name[p.name] = (checklist_json(p, cl, pid=ev.launch.pid if ev.launch else None,
-                                          run_id=ev.launch.run_id if ev.launch else None),
-                           f"{cl.verdict.value:<13}  {p.where()}  {cl.summary}")
-    for p, run, error in node_runs:
-        if error is not None:
-            by_name[p.name] = ({"verdict": None, "error": error, "exit_code": EXIT_USAGE, "profile": p.name,
-                                "target": p.where(), "run_dir": p.run_dir}, f"{'CONFIG ERROR':<13}  {p.where()}  {error}")
-        else:
-            by_name[p.name] = (nodes_json(p, run), f"{run.verdict.value:<13}  {p.where()}  {run.summary}")
-    width = max(len(p.name) for p in profiles)
-    objects = [by_name[p.name][0] for p in profiles]
-    lines = [f"{p.name:<{width}}  {by_name[p.name][1]}" for p in profiles]
+        cl = r.value.checklist
+        objects.append(report_json(p, r.value))
+        lines.append(f"{p.name:<{width}}  {cl.verdict.value:<13}  {p.where()}  {cl.summary}")
     print(json.dumps(objects) if args.json else "\n".join(lines))
     return worst_exit_code([o["exit_code"] for o in objects])
 

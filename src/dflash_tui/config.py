@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .remote.container import parse_container_spec
-from .run.progress import ProgressRegexError, compile_progress_regex
+from .progress_regex import ProgressRegexError, compile_progress_regex
 from .slurm.spec import SlurmSpec, take_slurm_keys
 
 DEFAULT_PROFILE = "local"

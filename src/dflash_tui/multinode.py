@@ -2,10 +2,11 @@
 
 Each node is an ordinary single-host Session (run/nodes.py `plan_nodes` gives its profile and
 argv), so every node is launched through the same verified wrapper, observed by the same
-`gather` -> `evaluate`, and stopped by its own recorded pid. SSH connections are shared per
-host by the pool, as for any two sessions. What is added here is only what makes them one
-run: the launch is all or nothing (every node's preflight passes, or no node is started), a
-relaunch stops every node before any starts again, and the verdict is `combine`d.
+`gather` -> `evaluate` (watch/nodes.py), and stopped by its own recorded pid. SSH
+connections are shared per host by the pool, as for any two sessions. What is added here is only what makes them one
+run: the launch is all or nothing (every node's preflight passes, or no node is started), and a
+relaunch stops every node before any starts again. Watching the run (each node's report, the
+`combine`d verdict) is watch/nodes.py's NodesWatch.
 """
 
 from __future__ import annotations
@@ -17,13 +18,10 @@ from dataclasses import dataclass, field
 from .config import ConfigError, Profile
 from .remote.base import TargetError
 from .run.canary import CanaryResult
-from .run.health import HealthTracker, Limits
+from .run.health import Limits
 from .run.launch import LaunchOutcome, LaunchRefused, not_launched
-from .run.combine import NodeReport, RunOfNodes, combine
 from .run.nodes import NodePlan, plan_nodes
-from .run.observe import current_run_id, process_matches
-from .run.preflight import PreflightResult, run_preflight
-from .run.report import RunReport, report_from
+from .run.preflight import PreflightResult
 from .run.stop import StopResult
 from .run.verdict import Check, CheckState, Checklist, Verdict
 from .session import Session
@@ -31,7 +29,6 @@ from .session import Session
 
 @dataclass
 class NodesLaunch:
-    run: RunOfNodes                    # the first combined verdict
     outcomes: dict[str, LaunchOutcome]  # per node
     stopped: dict[str, StopResult] = field(default_factory=dict)   # relaunch: the old run's stops
     seconds: float = 0.0
@@ -49,38 +46,9 @@ class NodesSession:
         self.limits = Limits.from_profile(profile)
         self.plans: list[NodePlan] = plan_nodes(profile)
         self.sessions: list[Session] = [Session(p.profile, ops_kind=ops_kind, argv=p.argv, rank=p.rank) for p in self.plans]
-        self._trackers = [HealthTracker() for _ in self.plans]
-        self._last: list[RunReport | None] = [None] * len(self.plans)
 
     def _each(self, fn):
         return asyncio.gather(*(fn(i, plan, s) for i, (plan, s) in enumerate(zip(self.plans, self.sessions))))
-
-    # -- observing ----------------------------------------------------------------------------
-
-    async def _node_report(self, i: int, plan: NodePlan, s: Session, gpus: bool) -> NodeReport:
-        try:
-            ev, cl = await s.check(gpus=gpus)
-        except (TargetError, OSError, asyncio.TimeoutError) as exc:
-            return NodeReport(plan.node, plan.rank, self._unreachable(i, plan, s, str(exc) or type(exc).__name__))
-        cl = self._trackers[i].update(cl, ev.now, current_run_id(ev))
-        report = report_from(ev, cl, profile=plan.profile.name, target_label=s.label)
-        self._last[i] = report
-        return NodeReport(plan.node, plan.rank, report)
-
-    def _unreachable(self, i: int, plan: NodePlan, s: Session, msg: str) -> RunReport:
-        now = time.time()
-        prev = self._last[i]
-        if prev is not None:
-            return RunReport(**{**prev.__dict__, "connected": False, "stale_since": prev.stale_since or now,
-                                "error": msg})
-        check = Check("transport", "Target reachable", CheckState.FAIL, msg, "check the host and its ssh config", now)
-        return RunReport(time=now, profile=plan.profile.name, target_label=s.label, run_dir=plan.profile.run_dir,
-                         checklist=Checklist(Verdict.NO_RUN, [check], f"cannot reach {s.label}"),
-                         connected=False, stale_since=now, error=msg)
-
-    async def check(self, *, gpus: bool = False) -> RunOfNodes:
-        """Every node observed once (concurrently), and the run's verdict from them."""
-        return combine(list(await self._each(lambda i, p, s: self._node_report(i, p, s, gpus))))
 
     # -- launching ----------------------------------------------------------------------------
 
@@ -89,16 +57,15 @@ class NodesSession:
             ops = await s.ops()
         except TargetError:
             ops = None   # the preflight says which (host down, container stopped), as checks
-        return await run_preflight(s.profile, s.host, s.target, ops, check_live_run=not relaunch)
+        return await s.launcher.preflight(ops, check_live_run=not relaunch)
 
     async def _live(self, i: int, plan: NodePlan, s: Session) -> str | None:
         ev = await s.evidence()
-        if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
+        if s.launcher.alive(ev) and ev.exit is None:
             return f"node {plan.node}: run {ev.launch.run_id} (pid {ev.launch.pid}) is still running"
         return None
 
     async def _launch_node(self, i: int, plan: NodePlan, s: Session) -> LaunchOutcome:
-        self._trackers[i].reset()
         try:
             return await s.launch(preflight=False)
         except TargetError as exc:
@@ -124,7 +91,7 @@ class NodesSession:
                                                                       why.cause), preflight=pre)
                     else:
                         outcomes[plan.node] = not_launched(pre)
-                return NodesLaunch(self._combine_outcomes(outcomes), outcomes, seconds=time.monotonic() - t0)
+                return NodesLaunch(outcomes, seconds=time.monotonic() - t0)
         stopped: dict[str, StopResult] = {}
         if relaunch:
             results = await self._each(lambda i, p, s: s.stop())
@@ -140,23 +107,7 @@ class NodesSession:
         for out, pre in zip(results, pres):
             out.preflight = out.preflight or pre
         outcomes = {p.node: o for p, o in zip(self.plans, results)}
-        return NodesLaunch(self._combine_outcomes(outcomes), outcomes, stopped, time.monotonic() - t0)
-
-    def _combine_outcomes(self, outcomes: dict[str, LaunchOutcome]) -> RunOfNodes:
-        nodes = []
-        for i, (plan, s) in enumerate(zip(self.plans, self.sessions)):
-            out = outcomes[plan.node]
-            if out.evidence is not None:
-                cl = self._trackers[i].update(out.checklist, out.evidence.now, current_run_id(out.evidence))
-                report = report_from(out.evidence, cl, profile=plan.profile.name, target_label=s.label)
-                self._last[i] = report
-            else:
-                report = RunReport(time=time.time(), profile=plan.profile.name, target_label=s.label,
-                                   run_dir=plan.profile.run_dir, checklist=out.checklist,
-                                   connected=not out.unreachable,
-                                   error=out.checklist.summary if out.unreachable else None)
-            nodes.append(NodeReport(plan.node, plan.rank, report))
-        return combine(nodes)
+        return NodesLaunch(outcomes, stopped, time.monotonic() - t0)
 
     # -- stopping and the canary ------------------------------------------------------------
 

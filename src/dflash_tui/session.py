@@ -1,13 +1,13 @@
 """Session: one profile's targets and ops, the one place the CLI and the dashboard both use.
 
-It builds the host and run targets from the profile (remote/factory.py), opens RemoteOps on the
-run target (the persistent agent, or one-shot shell commands where there is no python3), and
-offers the run's verbs: check, launch, relaunch, stop, canary (run/monitor.py's RunMonitor
-polls a Session for the UI).
+It builds the profile's Launcher (backends/: where and how the run is started, found alive,
+stopped and observed, with its host and run targets), opens RemoteOps on the run target (the persistent agent, or one-shot shell commands where there is no python3), and
+offers the run's verbs: check, launch, relaunch, stop, canary (watch/host.py's HostWatch
+watches a run through a Session).
 `check(gpus=True)` adds the dashboard's "gpus" check from one bounded GPU sample of the HOST
 (NVML runs there, not in the container), for the headless modes.
 
-With `transport=` (fleet/transport.py) the targets, the agent and the GPU probe are borrowed
+With `transport=` (transport.py) the targets, the agent and the GPU probe are borrowed
 from a SharedTransport, so profiles on one host share one connection and one agent; such a
 session closes nothing it borrowed, and `reopen()` keeps them (the agent restarts itself on
 the next request and the connection reconnects with backoff, for every profile at once).
@@ -18,13 +18,12 @@ from __future__ import annotations
 import asyncio
 from typing import Sequence
 
+from .backends import launcher_for
 from .config import ConfigError, Profile
-from .fleet.transport import SharedTransport
 from .gpu.oneshot import OneShotGpuProbe
 from .gpu.sources import run_ref_from_launch
 from .remote.agent import open_ops
 from .remote.base import Target, TargetError
-from .remote.factory import make_targets
 from .remote.ops import RemoteOps
 from .run.activity import ProgressTracker
 from .run.attempts import LaunchAttempt, load_attempt, load_local_stop, save_attempt, save_local_stop
@@ -32,19 +31,11 @@ from .run.canary import CanaryResult, run_canary
 from .run.health import Limits, evaluate, with_gpu_check
 from .run.history import CheckpointRef, HistoryRun, list_runs, newest_checkpoint, open_run
 from .run.launch import LaunchOutcome, LaunchRefused, launch_run, not_launched
-from .run.preflight import run_preflight
-from .run.observe import Evidence, gather
-from .run.stop import StopResult, stop_run
+from .run.launcher import Launcher
+from .run.observe import Evidence
+from .run.stop import StopResult
 from .run.verdict import Checklist
-from .slurm.launcher import SlurmLauncher
-
-
-def build_targets(profile: Profile) -> tuple[Target, Target]:
-    try:
-        return make_targets(profile.host, profile.user, profile.port, profile.identity_file, profile.container,
-                            known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
-    except ValueError as exc:
-        raise ConfigError(f"{profile.source}: [profile.{profile.name}]: {exc}") from None
+from .transport import SharedTransport
 
 
 class Session:
@@ -62,10 +53,8 @@ class Session:
         self.limits = Limits.from_profile(profile)
         self.transport = transport
         self._given_targets = targets is not None or transport is not None
-        if transport is not None:
-            self.host, self.target = transport.targets(profile)
-        else:
-            self.host, self.target = targets if targets is not None else build_targets(profile)
+        self.launcher: Launcher = (transport.launcher(profile) if transport is not None
+                                   else launcher_for(profile, targets=targets))
         self._ops: RemoteOps | None = None
         self._ops_lock = asyncio.Lock()
         self._gpu = None   # OneShotGpuProbe, opened by the first gpu_snapshot()
@@ -73,8 +62,16 @@ class Session:
         self.local_stop = load_local_stop(profile)
         # What advanced between this session's looks (CPU, log, steps): memory across polls.
         self.progress = ProgressTracker(profile.progress_regex)
-        # A Slurm profile's job is submitted, watched and cancelled from the login host (the target).
-        self.launcher = SlurmLauncher(profile.slurm, self.target) if profile.slurm is not None else None
+
+    @property
+    def host(self) -> Target:
+        """The machine (commands, NVML)."""
+        return self.launcher.host
+
+    @property
+    def target(self) -> Target:
+        """Where the run dir lives (the machine, or a container on it)."""
+        return self.launcher.target
 
     @property
     def label(self) -> str:
@@ -90,16 +87,16 @@ class Session:
                     self._ops = await open_ops(self.target, prefer=self.ops_kind)
             return self._ops
 
-    async def reopen(self) -> tuple[Target, RemoteOps]:
+    async def reopen(self) -> tuple[Launcher, RemoteOps]:
         """Drop the transport (every channel and the connection) and open fresh ops over a new one."""
         if self.transport is not None:
-            return self.target, await self.ops()
+            return self.launcher, await self.ops()
         async with self._ops_lock:
             await self._close_quietly()
             if not self._given_targets:
-                self.host, self.target = build_targets(self.profile)
+                self.launcher = launcher_for(self.profile)
             self._ops = await open_ops(self.target, prefer=self.ops_kind)
-            return self.target, self._ops
+            return self.launcher, self._ops
 
     async def _close_quietly(self) -> None:
         if self.transport is not None:
@@ -128,11 +125,8 @@ class Session:
     # -- the verbs --------------------------------------------------------------------------
 
     async def evidence(self) -> Evidence:
-        if self.launcher is not None:
-            return await self.launcher.observe(await self.ops(), self.profile.run_dir, attempt=self.attempt,
-                                               tracker=self.progress, rank=self.rank, local_stop=self.local_stop)
-        return await gather(await self.ops(), self.profile.run_dir, attempt=self.attempt,
-                            tracker=self.progress, rank=self.rank, local_stop=self.local_stop)
+        return await self.launcher.observe(await self.ops(), self.profile.run_dir, attempt=self.attempt,
+                                           tracker=self.progress, rank=self.rank, local_stop=self.local_stop)
 
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""
@@ -172,16 +166,16 @@ class Session:
             if not preflight:
                 raise
             # No ops (host down, container stopped): the preflight says which, as checks.
-            pre = await run_preflight(self.profile, self.host, self.target, None)
+            pre = await self.launcher.preflight(None)
             if not pre.ok:
                 return not_launched(pre)
             raise
         if resume and await newest_checkpoint(ops, self.profile.run_dir) is None:
             raise LaunchRefused(f"no checkpoint in {self.profile.run_dir}/checkpoints to resume "
                                 "from; relaunch without resume")
-        return await launch_run(self.profile, self.host, self.target, ops, argv=argv,
+        return await launch_run(self.profile, self.launcher, ops, argv=argv,
                                 preflight=preflight, relaunch=relaunch, limits=self.limits,
-                                on_attempt=self._remember, launcher=self.launcher)
+                                on_attempt=self._remember)
 
     async def history(self) -> list[HistoryRun]:
         """The runs in the run dir's history/, newest first, each judged as it ended."""
@@ -195,18 +189,15 @@ class Session:
         return await newest_checkpoint(await self.ops(), self.profile.run_dir)
 
     async def stop(self, grace_s: float | None = None) -> StopResult:
-        grace = self.profile.stop_grace_s if grace_s is None else grace_s
-        if self.launcher is not None:
-            return await self.launcher.stop(await self.ops(), self.profile.run_dir, grace_s=grace)
-        res = await stop_run(await self.ops(), self.target, self.profile.run_dir,
-                             grace_s=self.profile.stop_grace_s if grace_s is None else grace_s)
+        res = await self.launcher.stop(await self.ops(), self.profile.run_dir,
+                                       grace_s=self.profile.stop_grace_s if grace_s is None else grace_s)
         if res.record is not None and not res.recorded:
             self.local_stop = res.record
             save_local_stop(self.profile, res.record)
         return res
 
     async def canary(self, sleep_s: int = 30) -> CanaryResult:
-        return await run_canary(self.profile, self.host, self.target, await self.ops(), self.reopen,
+        return await run_canary(self.profile, self.launcher, await self.ops(), self.reopen,
                                 sleep_s=sleep_s)
 
     async def __aenter__(self) -> "Session":

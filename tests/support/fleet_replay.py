@@ -25,7 +25,7 @@ class ReplayFleet:
         """`rows`: (profile, report, extra row_from_report keywords) per profile."""
         self.profiles = {p.name: p for p, _, _ in rows}
         self.rows: dict[str, FleetRow] = {p.name: row_from_report(p, rep, **kw) for p, rep, kw in rows}
-        self.monitors: dict = {}
+        self.watches: dict = {}
         self._changed = asyncio.Event()
         self.poked: list[str | None] = []
 
@@ -58,7 +58,7 @@ def _profile(name: str, host: str | None, container: str | None = None) -> Profi
 
 
 def unreachable(error: str) -> RunReport:
-    """What RunMonitor reports about a target it never reached."""
+    """What a RunWatch reports about a target it never reached."""
     check = Check("transport", "Target reachable", CheckState.FAIL, error, "retrying in 8 s", R.T0 - 30)
     return RunReport(time=R.T0, profile="", target_label="", run_dir="", connected=False,
                      stale_since=R.T0 - 30, error=f"{error} (retrying in 8 s)",

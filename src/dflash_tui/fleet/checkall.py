@@ -1,8 +1,8 @@
 """`dflash-tui --check --all`: every profile checked at once over the shared transport.
 
-Each profile gets exactly what `--check` gives it (the caller's `check` coroutine, the same
-one the single-profile mode runs), concurrently and bounded; profiles on one host share its
-connection and agent. A profile whose target fails is that profile's result (exit code 3,
+Each profile gets exactly what `--check` gives it (the caller's `check` coroutine over the
+profile's RunWatch, the same one the single-profile mode runs), concurrently and bounded;
+profiles on one host share its connection and agent. A profile whose target fails is that profile's result (exit code 3,
 or 2 for a profile that cannot make a target), never the end of the others.
 
 The combined exit code is the worst by this precedence (README, "Exit codes"):
@@ -19,8 +19,8 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from ..config import ConfigError, Profile
 from ..remote.base import TargetError
-from ..session import Session
-from .transport import SharedTransport
+from ..watch import RunWatch, open_watch
+from ..transport import SharedTransport
 
 EXIT_PRECEDENCE = (2, 1, 3, 4, 0)   # worst first
 DEFAULT_CONCURRENCY = 16
@@ -43,10 +43,10 @@ class ProfileResult:
 
 
 async def check_all(profiles: Sequence[Profile],
-                    check: Callable[[Session], Awaitable[Any]], *,
+                    check: Callable[[RunWatch], Awaitable[Any]], *,
                     concurrency: int = DEFAULT_CONCURRENCY,
                     transport: SharedTransport | None = None) -> list[ProfileResult]:
-    """`check(session)` for every profile at once; results in the order of `profiles`."""
+    """`check(watch)` for every profile at once; results in the order of `profiles`."""
     own = transport is None
     transport = transport if transport is not None else SharedTransport()
     sem = asyncio.Semaphore(concurrency)
@@ -54,12 +54,17 @@ async def check_all(profiles: Sequence[Profile],
     async def one(p: Profile) -> ProfileResult:
         async with sem:
             try:
-                session = Session(p, transport=transport)
-                return ProfileResult(p, await check(session))
+                watch = open_watch(p, transport=transport)
+            except ConfigError as exc:
+                return ProfileResult(p, error=str(exc), error_code=2)
+            try:
+                return ProfileResult(p, await check(watch))
             except ConfigError as exc:
                 return ProfileResult(p, error=str(exc), error_code=2)
             except TargetError as exc:   # unreachable, auth, host key, container stopped
                 return ProfileResult(p, error=str(exc), error_code=3)
+            finally:
+                await watch.close()   # what it borrowed from `transport` stays open
 
     try:
         return list(await asyncio.gather(*(one(p) for p in profiles)))

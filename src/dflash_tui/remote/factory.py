@@ -1,4 +1,4 @@
-"""Profile fields → targets. The config module calls this; nothing else builds targets."""
+"""Profile fields → targets: backends/ (the launch backends) build theirs from these."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ from .local import LocalTarget
 from .ssh import SSHTarget
 
 
-def make_targets(host: str | None = None, user: str | None = None, port: int | None = None,
-                 identity_file: str | None = None, container: str | None = None,
-                 known_hosts: str | None = None,
-                 ssh_config: str | None = None) -> tuple[Target, Target]:
-    """(host_target, run_target): the machine (LocalTarget when `host` is empty, else an
-    SSHTarget) and where the run lives (the container on it, if any, else the machine).
+def make_host_target(host: str | None = None, user: str | None = None, port: int | None = None,
+                     identity_file: str | None = None, known_hosts: str | None = None,
+                     ssh_config: str | None = None) -> Target:
+    """The machine: LocalTarget when `host` is empty, else an SSHTarget.
     Raises ValueError with a one-line message naming the bad field."""
     if not host:
         extra = [n for n, v in (("user", user), ("port", port), ("identity_file", identity_file),
@@ -21,13 +19,20 @@ def make_targets(host: str | None = None, user: str | None = None, port: int | N
         if extra:
             raise ValueError(f"{', '.join(extra)} given without host: set host (or remove "
                              f"{'them' if len(extra) > 1 else 'it'}) for a local run")
-        host_target: Target = LocalTarget()
-    else:
-        if port is not None and (not isinstance(port, int) or isinstance(port, bool)
-                                 or not 1 <= port <= 65535):
-            raise ValueError(f"port must be a number from 1 to 65535, not {port!r}")
-        host_target = SSHTarget(host, user=user or None, port=port,
-                                identity_file=identity_file or None,
-                                known_hosts=known_hosts or None, ssh_config=ssh_config or None)
+        return LocalTarget()
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool)
+                             or not 1 <= port <= 65535):
+        raise ValueError(f"port must be a number from 1 to 65535, not {port!r}")
+    return SSHTarget(host, user=user or None, port=port, identity_file=identity_file or None,
+                     known_hosts=known_hosts or None, ssh_config=ssh_config or None)
+
+
+def make_targets(host: str | None = None, user: str | None = None, port: int | None = None,
+                 identity_file: str | None = None, container: str | None = None,
+                 known_hosts: str | None = None,
+                 ssh_config: str | None = None) -> tuple[Target, Target]:
+    """(host_target, run_target): the machine (`make_host_target`) and where the run lives (the
+    container on it, if any, else the machine). Raises ValueError naming the bad field."""
+    host_target = make_host_target(host, user, port, identity_file, known_hosts, ssh_config)
     run_target = ContainerTarget(host_target, container) if container else host_target
     return host_target, run_target

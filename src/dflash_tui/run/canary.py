@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from ..config import Profile
-from ..remote.base import Target, TargetError
+from ..remote.base import TargetError
 from ..remote.ops import RemoteOps
 from .health import Limits, evaluate
 from .launch import LaunchRefused, launch_run
-from .observe import gather, process_matches
-from .stop import stop_run
+from .launcher import Launcher
 from .verdict import Check, CheckState
 
 CANARY_DIR = "canary"
@@ -37,18 +36,18 @@ class CanaryResult:
     checks: list[Check] = field(default_factory=list)
 
 
-async def run_canary(profile: Profile, host: Target, target: Target, ops: RemoteOps,
-                     reopen: Callable[[], Awaitable[tuple[Target, RemoteOps]]], *, sleep_s: int = 30,
+async def run_canary(profile: Profile, launcher: Launcher, ops: RemoteOps,
+                     reopen: Callable[[], Awaitable[tuple[Launcher, RemoteOps]]], *, sleep_s: int = 30,
                      settle_s: float = 1.0) -> CanaryResult:
     """`reopen()` must close the current transport (its channels and its connection) and return
-    the run target and fresh ops over a NEW connection; the `target` and `ops` passed in are
+    the launcher and fresh ops over a NEW connection; the `launcher` and `ops` passed in are
     dead after it."""
     t0 = time.monotonic()
     run_dir = posixpath.join(profile.run_dir, CANARY_DIR)
     checks: list[Check] = []
     limits = Limits.from_profile(profile)
     try:
-        outcome = await launch_run(profile, host, target, ops, argv=["sleep", str(int(sleep_s))],
+        outcome = await launch_run(profile, launcher, ops, argv=["sleep", str(int(sleep_s))],
                                    run_dir=run_dir, preflight=False, relaunch=True, limits=limits)
     except LaunchRefused as exc:   # another canary of this run dir in progress, or no claim possible
         return CanaryResult(False, f"canary not launched: {exc}", run_dir, None, time.monotonic() - t0, checks)
@@ -60,18 +59,18 @@ async def run_canary(profile: Profile, host: Target, target: Target, ops: Remote
 
     # Close the channel the launch went through, and the connection under it.
     try:
-        target, ops = await reopen()
+        launcher, ops = await reopen()
     except TargetError as exc:
         return CanaryResult(False, f"could not reconnect after closing the channel: {exc}", run_dir,
                             launch.pid, time.monotonic() - t0, checks)
     await asyncio.sleep(settle_s)   # a SIGHUP or group kill on channel close lands by now
 
-    ev = await gather(ops, run_dir)
+    ev = await launcher.observe(ops, run_dir)
     if ev.launch is None or ev.launch.run_id != launch.run_id:
         msg = f"launch.json of the canary vanished from {run_dir}"
         checks.append(Check("canary", "Canary outlived the channel", CheckState.FAIL, msg, "", time.time()))
         return CanaryResult(False, msg, run_dir, launch.pid, time.monotonic() - t0, checks)
-    alive = process_matches(ev.launch, ev.proc)
+    alive = launcher.alive(ev)
     cl = evaluate(ev, limits)
     if not alive:
         msg = (f"sleep (pid {launch.pid}) died when the channel closed: {cl.verdict.value}, {cl.summary}; "
@@ -82,9 +81,9 @@ async def run_canary(profile: Profile, host: Target, target: Target, ops: Remote
 
     via = outcome.attempt.via if outcome.attempt else "?"
     msg = (f"sleep (pid {launch.pid}, started via {via}) outlived the channel and a new connection; "
-           f"detached launches work on {target.label}")
+           f"detached launches work on {launcher.label}")
     checks.append(Check("canary", "Canary outlived the channel", CheckState.OK, msg, "", time.time()))
-    stopped = await stop_run(ops, target, run_dir, grace_s=2.0, requested_by="dflash-tui canary")
+    stopped = await launcher.stop(ops, run_dir, grace_s=2.0, requested_by="dflash-tui canary")
     if not stopped.ok:
         msg += f"; but stopping it failed: {stopped.message}"
         return CanaryResult(False, msg, run_dir, launch.pid, time.monotonic() - t0, checks)

@@ -93,7 +93,8 @@ class RunOfNodes:
             pid_alive=False if False in alive else (None if None in alive else True),
             uptime_s=lead.uptime_s, connected=all(r.connected for r in reports),
             stale_since=min(stale) if stale else None, error="; ".join(errors) or None,
-            last_traceback=(first_failing or lead).last_traceback, progress=lead.progress, activity=lead.activity)
+            last_traceback=(first_failing or lead).last_traceback, progress=lead.progress, activity=lead.activity,
+            nodes=tuple(self.nodes))
 
 
 def merge_gpu_snapshots(snaps: list[tuple[str, GpuSnapshot]]) -> GpuSnapshot:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from ..contract.rundir import LAUNCH_OUT, LAUNCH_SH, TRAIN_LOG, CompileState, Phase, ThreadStatus, TrainStatus
 
 from ..config import Profile
-from ..gpu.health import gpu_check_for_status
 from ..gpu.sample import GpuSnapshot
 from ..words import age_at as _age, duration as _duration, cpu_use, one_line as _one_line, signame as _signame, size
 from .activity import Activity
+from .gpu_check import gpu_check_for_status
 from .observe import Evidence, current_run_id, process_matches
 from .slurm_verdict import judge as judge_slurm_job
 from .tracebacks import exception_line
@@ -472,9 +472,9 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
 
 
 def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None) -> Checklist:
-    """`checklist` with the "gpus" check (gpu/health.py) from one GPU snapshot of the run's host.
+    """`checklist` with the "gpus" check (run/gpu_check.py) from one GPU snapshot of the run's host.
 
-    The one place both RunMonitor (the dashboard) and `dflash-tui --check` add it, so the two
+    The one place both a RunWatch (the dashboard) and `dflash-tui --check` add it, so the two
     never disagree. The check changes the verdict in one case only: it fails (a GPU fell off
     the bus) while the run's process is alive (STARTING or RUNNING), which gives GPU LOST: the
     process may still beat for a while, but a run on a host with a lost GPU cannot go on. A

@@ -1,8 +1,9 @@
 """Launch a run: preflight, put the last run's files aside, write launch.sh, detach it, judge.
 
-The launch is ONE `Target.run` of a small sh that starts launch.sh in a new session and returns
-at once (run/wrapper.py). Its exit status and output are kept (run/attempts.py), because when a
-transport runs nothing, that is the only evidence there is. Then the run dir is polled until
+The sequence is the same for every backend; where and how launch.sh is started, found alive,
+stopped and observed is the profile's Launcher (run/launcher.py, backends/). The start is ONE
+command that returns at once (`Launcher.detach`); its exit status and output are kept
+(run/attempts.py), because when a transport runs nothing, that is the only evidence there is. Then the run dir is polled until
 launch.json appears or the deadline passes, so the caller gets a verdict, not a guess.
 """
 
@@ -19,17 +20,18 @@ from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, ST
                                STOP_JSON, TRAIN_LOG, rank_file_globs)
 
 from ..config import Profile
-from ..remote.base import CommandResult, CommandTimeout, Target, TargetError, TargetUnreachable
+from ..remote.base import CommandResult, CommandTimeout, Target
 from ..remote.ops import RemoteOps
 from .attempts import LaunchAttempt
 from .claim import ClaimRefused, take_claim
 from .health import Limits, evaluate
-from .observe import Evidence, gather, process_matches
-from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
+from .launcher import Launcher
+from .observe import Evidence
+from .preflight import PER_RUN_FILES, PreflightResult
 from .probe_install import install_probe
-from .stop import StopResult, stop_run
+from .stop import StopResult
 from .verdict import Check, CheckState, Checklist, Verdict
-from .wrapper import detach_argv, new_run_id, parse_detach_output, render_wrapper
+from .wrapper import new_run_id, render_wrapper
 
 # The files that describe one run (preflight.PER_RUN_FILES); checkpoints/ stays, so a relaunch
 # can --resume.
@@ -85,25 +87,24 @@ def _history_name(old_run_id: str | None, now: float) -> str:
     return safe or time.strftime("unknown-%Y%m%d-%H%M%S", time.gmtime(now))
 
 
-async def launch_run(profile: Profile, host: Target, target: Target, ops: RemoteOps, *,
+async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
                      argv: Sequence[str] | None = None, run_dir: str | None = None,
                      preflight: bool = True, relaunch: bool = False,
-                     limits: Limits | None = None, on_attempt=None, launcher=None) -> LaunchOutcome:
+                     limits: Limits | None = None, on_attempt=None) -> LaunchOutcome:
     """Launch `argv` (default: the profile's trainer) in `run_dir` (default: the profile's).
 
     `on_attempt(attempt)` is called as soon as the launch command returned (the CLI and the
-    monitor store it); the returned outcome holds the first verdict. `launcher`: a scheduler's
-    (slurm/launcher.py's SlurmLauncher) submits the wrapper as a job instead of detaching it,
-    and observes, judges liveness and stops through the scheduler."""
+    monitor store it); the returned outcome holds the first verdict."""
     t0 = time.monotonic()
+    target = launcher.target
     run_dir = run_dir or profile.run_dir
     own_trainer = argv is None
     argv = list(argv) if argv is not None else profile.trainer_argv
     limits = limits or Limits.from_profile(profile)
     pre = None
     if preflight:
-        pre = await run_preflight(profile if run_dir == profile.run_dir else _with_run_dir(profile, run_dir),
-                                  host, target, ops, check_live_run=not relaunch)
+        pre = await launcher.preflight(ops, check_live_run=not relaunch,
+                                       profile=profile if run_dir == profile.run_dir else _with_run_dir(profile, run_dir))
         if not pre.ok:
             out = not_launched(pre)
             out.seconds = time.monotonic() - t0
@@ -111,14 +112,7 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
         if own_trainer and pre.program:
             # Run exactly what preflight checked: the program as found from the run dir.
             argv[0] = pre.program
-        if launcher is not None:
-            pre.checks.append(await launcher.preflight())
-            if not pre.ok:
-                out = not_launched(pre)
-                out.seconds = time.monotonic() - t0
-                return out
-    if launcher is not None:
-        argv = launcher.job_argv(argv)
+    argv = launcher.job_argv(argv)
 
     # From here to the first verdict this launch owns the run dir: nothing below (the live-run
     # check, the stop, the archive, the write, the detach) may interleave with another launch.
@@ -132,36 +126,26 @@ async def launch_run(profile: Profile, host: Target, target: Target, ops: Remote
         attempt = await _unwritten(new_run_id(), run_dir, target, ops, exc.ran_nothing)
         if on_attempt is not None:
             on_attempt(attempt)
-        ev, checklist = await first_verdict(ops, run_dir, attempt, limits)
+        ev, checklist = await first_verdict(launcher, ops, run_dir, attempt, limits)
         return LaunchOutcome(checklist, attempt.run_id, pre, attempt, ev, seconds=time.monotonic() - t0)
     try:
-        return await _launch_claimed(profile, target, ops, run_dir=run_dir, argv=argv, pre=pre,
-                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0,
-                                     launcher=launcher)
+        return await _launch_claimed(profile, launcher, ops, run_dir=run_dir, argv=argv, pre=pre,
+                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0)
     finally:
         await claim.release()
 
 
-async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, run_dir: str,
+async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, *, run_dir: str,
                           argv: list[str], pre: PreflightResult | None, relaunch: bool, limits: Limits,
-                          on_attempt, t0: float, launcher=None) -> LaunchOutcome:
-    ev = await (launcher.observe(ops, run_dir, fresh=True) if launcher is not None else gather(ops, run_dir))
+                          on_attempt, t0: float) -> LaunchOutcome:
+    target = launcher.target
+    ev = await launcher.observe(ops, run_dir)
     stopped = None
-    if launcher is not None and launcher.alive(ev):
-        # A scheduler's job lives while pending too, before any launch.json exists.
+    if launcher.alive(ev) and ev.exit is None:
         if not relaunch:
-            raise LaunchRefused(f"job {ev.job.job_id} of run {ev.slurm.run_id} is still {ev.job.state or 'alive'} "
-                                f"in {run_dir}; stop it first, or relaunch")
-        stopped = await launcher.stop(ops, run_dir, grace_s=profile.stop_grace_s)
-        if not stopped.ok:
-            check = Check("relaunch_stop", "Previous run stopped", CheckState.FAIL, stopped.message,
-                          "stop it by hand, then launch", time.time())
-            return _not_launched(check, [check], preflight=pre, stopped=stopped, seconds=time.monotonic() - t0)
-    elif launcher is None and ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
-        if not relaunch:
-            raise LaunchRefused(f"run {ev.launch.run_id} (pid {ev.launch.pid}) is still running in {run_dir}; "
+            raise LaunchRefused(f"{launcher.describe_live(ev)} is still running in {run_dir}; "
                                 "stop it first, or relaunch")
-        stopped = await stop_run(ops, target, run_dir, grace_s=profile.stop_grace_s)
+        stopped = await launcher.stop(ops, run_dir, grace_s=profile.stop_grace_s)
         if not stopped.ok:
             check = Check("relaunch_stop", "Previous run stopped", CheckState.FAIL, stopped.message,
                           "stop it by hand, then launch", time.time())
@@ -170,8 +154,7 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
     # Put the previous run's files aside (history/<run id>/), so nothing of it is read as ours.
     old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
     aside = posixpath.join(HISTORY_DIR, _history_name(old, ev.now))
-    if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)) \
-            or ev.slurm is not None:
+    if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)):
         res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *PER_RUN_FILES,
                                 *rank_file_globs()], timeout=30)
         if not res.ok:
@@ -199,42 +182,26 @@ async def _launch_claimed(profile: Profile, target: Target, ops: RemoteOps, *, r
         written = False
 
     attempt: LaunchAttempt
-    if written and launcher is not None:
-        attempt, refused = await launcher.detach(ops, run_dir, run_id)
-        if refused is not None:
-            if on_attempt is not None:
-                on_attempt(attempt)
-            check = Check("submit", "Job submitted (sbatch)", CheckState.FAIL, f"sbatch refused the job: {refused}",
-                          "fix the profile's partition/account/qos/time_limit/sbatch_args", time.time())
-            return _not_launched(check, [*(pre.checks if pre else []), check], preflight=pre, stopped=stopped,
-                                 seconds=time.monotonic() - t0)
-    elif not written:
+    if not written:
         # No launch.sh on the target: sending the detach would only fail later; the evidence
         # is the write command's own status.
         attempt = await _unwritten(run_id, run_dir, target, ops, write_res)
     else:
-        try:
-            res = await target.run(detach_argv(run_dir), timeout=20)
-        except TargetUnreachable as exc:
-            attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, None, error=str(exc))
-        except (CommandTimeout, TargetError) as exc:
-            attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, None, error=str(exc))
-        else:
-            pid, via, own = parse_detach_output(res.stdout)
-            attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, res.exit_status,
-                                    stdout=res.stdout[-2000:], stderr=res.stderr[-2000:], pid=pid, via=via,
-                                    own_session=own)
+        started = await launcher.detach(run_dir)
+        attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, started.exit_status,
+                                stdout=started.stdout, stderr=started.stderr, pid=started.pid, via=started.via,
+                                own_session=started.own_session, error=started.error or "")
         attempt.target_time = await ops.now()
     notes = [probe_problem] if probe_problem else []
     if on_attempt is not None:
         on_attempt(attempt)
 
-    ev, checklist = await first_verdict(ops, run_dir, attempt, limits, launcher=launcher)
-    ev, checklist = await _settle(ops, run_dir, attempt, limits, ev, checklist)
+    ev, checklist = await first_verdict(launcher, ops, run_dir, attempt, limits)
+    ev, checklist = await _settle(launcher, ops, run_dir, attempt, limits, ev, checklist)
     return LaunchOutcome(checklist, run_id, pre, attempt, ev, stopped, seconds=time.monotonic() - t0, notes=notes)
 
 
-async def _settle(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,
+async def _settle(launcher: Launcher, ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,
                   ev: Evidence, checklist: Checklist) -> tuple[Evidence, Checklist]:
     """A detached wrapper still alive without launch.json is a launch in progress, however
     late (a loaded target can take longer than the deadline): the claim stays ours, and we
@@ -244,7 +211,7 @@ async def _settle(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: 
     while (checklist.verdict is Verdict.NEVER_STARTED and ev.launch is None and ev.detached_proc is not None
            and ev.detached_proc.alive and ev.detached_proc.state != "Z" and time.monotonic() < deadline):
         await asyncio.sleep(0.1)
-        ev = await gather(ops, run_dir, attempt=attempt)
+        ev = await launcher.observe(ops, run_dir, attempt=attempt)
         checklist = evaluate(ev, limits)
     return ev, checklist
 
@@ -259,24 +226,22 @@ async def _unwritten(run_id: str, run_dir: str, target: Target, ops: RemoteOps,
                          wrapper_written=False)
 
 
-async def first_verdict(ops: RemoteOps, run_dir: str, attempt: LaunchAttempt, limits: Limits,
-                        interval: float = 0.05, launcher=None) -> tuple[Evidence, Checklist]:
+async def first_verdict(launcher: Launcher, ops: RemoteOps, run_dir: str, attempt: LaunchAttempt,
+                        limits: Limits, interval: float = 0.05) -> tuple[Evidence, Checklist]:
     """Poll until the wrapper has either proved it ran (launch.json) or missed the deadline.
 
-    A missing launch.sh cannot appear later, so that case needs no waiting at all. A
-    scheduler's job is judged by its state as well: QUEUED is a first verdict (a queue can
-    take days); a job that started is waited for until launch.json, at most SETTLE_S."""
-    deadline = time.monotonic() + SETTLE_S
+    A missing launch.sh cannot appear later, so that case needs no waiting at all. A run that
+    stays STARTING without launch.json past the deadline and SETTLE_S (a scheduler's job that
+    started and whose wrapper has not written yet, a scheduler that does not answer) is
+    returned as it is."""
+    deadline = time.monotonic() + limits.launch_deadline_s + SETTLE_S
     while True:
-        if launcher is not None:
-            ev = await launcher.observe(ops, run_dir, attempt=attempt, fresh=True)
-        else:
-            ev = await gather(ops, run_dir, attempt=attempt)
+        ev = await launcher.observe(ops, run_dir, attempt=attempt)
         checklist = evaluate(ev, limits)
         waiting = checklist.verdict is Verdict.STARTING and ev.launch is None
-        if not waiting or (launcher is not None and time.monotonic() >= deadline):
+        if not waiting or time.monotonic() >= deadline:
             return ev, checklist
-        await asyncio.sleep(interval if launcher is None else max(interval, 0.3))
+        await asyncio.sleep(interval)
 
 
 def _with_run_dir(profile: Profile, run_dir: str) -> Profile:

@@ -92,7 +92,7 @@ def plan_nodes(profile: Profile) -> list[NodePlan]:
     plans = []
     for rank, node in enumerate(profile.nodes):
         local = node == LOCALHOST
-        # This machine needs no SSH settings (make_targets refuses them without a host).
+        # This machine needs no SSH settings (make_host_target refuses them without a host).
         no_ssh = {f: None for f in _SSH_FIELDS} if local else {}
         single = replace(profile, name=f"{profile.name}@{node}", nodes=(), master_addr=None,
                          host=None if local else node, run_dir=node_run_dir(profile, node), **no_ssh)

@@ -61,7 +61,7 @@ class Evidence:
     probes: list[ProbeReport] = field(default_factory=list)
     # Stacks of processes whose reports went stale, collectives per rank, the first failure.
     hang: HangEvidence = field(default_factory=HangEvidence)
-    # A run under Slurm (slurm/launcher.py fills these): slurm.json, the job as the scheduler
+    # A run under Slurm (backends/slurm.py fills these): slurm.json, the job as the scheduler
     # describes it now, and the tail of the job's own stdout/stderr (slurm.out).
     slurm: SlurmJobRecord | None = None
     slurm_problem: str | None = None

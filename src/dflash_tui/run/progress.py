@@ -27,6 +27,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..progress_regex import compile_progress_regex
+
 # One segment (a line, or one carriage-return update) is read up to this many characters.
 MAX_SEGMENT = 4096
 # Metric dicts longer than this are not parsed (ast/json on hostile input costs time).
@@ -54,28 +56,6 @@ DETAIL_LAST = 32
 _STEP_KEYS = ("step", "global_step", "iteration", "iter")
 _LOSS_KEYS = ("loss", "train_loss")
 _TOTAL_KEYS = ("total_steps", "max_steps", "total")
-
-
-class ProgressRegexError(ValueError):
-    """A profile's progress_regex that cannot be used, phrased for the user."""
-
-
-def compile_progress_regex(pattern: str) -> re.Pattern[str]:
-    """The profile's `progress_regex`, or ProgressRegexError saying what to fix."""
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise ProgressRegexError(f"progress_regex {pattern!r} is not a valid regular expression "
-                                 f"({exc}); fix it or remove the key") from None
-    names = set(rx.groupindex)
-    unknown = names - {"step", "loss", "total"}
-    if unknown:
-        raise ProgressRegexError(f"progress_regex {pattern!r} has group(s) {', '.join(sorted(unknown))}; "
-                                 "only (?P<step>...), (?P<loss>...) and (?P<total>...) are read")
-    if not names & {"step", "loss"}:
-        raise ProgressRegexError(f"progress_regex {pattern!r} names no group; add (?P<step>\\d+) "
-                                 "and/or (?P<loss>[0-9.]+)")
-    return rx
 
 
 @dataclass

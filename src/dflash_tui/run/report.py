@@ -1,6 +1,6 @@
 """One observation of a run, as handed to `--check` output and to the dashboard.
 
-`run/monitor.py` produces these once per poll; the UI renders them and nothing else.
+A RunWatch (watch/) produces these once per poll; the UI renders them and nothing else.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ class RunReport:
     progress: RunProgress | None = None  # step / loss / rate from status.json, events or the log
     activity: Activity | None = None     # CPU of the process tree, log growth, disk (run/activity.py)
     probes: list[ProbeReport] = field(default_factory=list)  # the run probe's, one per Python process
+    # A run on several nodes: run/combine.py's NodeReport per node, in rank order (each with that
+    # node's own report); empty for a run on one host.
+    nodes: tuple = ()
 
 
 def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str) -> RunReport:

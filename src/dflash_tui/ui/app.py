@@ -3,7 +3,7 @@
 Everything arrives through a `DashboardSource` (see source.py) and is consumed by workers,
 so no call that waits on a target ever runs on Textual's event loop:
 
-- reports (1 Hz, from RunMonitor)  -> header, Health, Threads
+- reports (1 Hz, from the RunWatch) -> header, Health, Threads
 - GPU snapshots (1 Hz, GpuStream)  -> GPUs
 - the selected log file, polled every 0.5 s -> Log (so it never lags the file by a second)
 - events.jsonl, polled every second while the Metrics tab is shown -> Metrics
@@ -634,7 +634,7 @@ def invocation(argv0: str | None = None) -> str:
 
 def build_app(config, profile_name: str, *, fleet_home: bool = True) -> DashboardApp:
     """The live dashboard for a loaded config (dflash_tui.config.Config): with several profiles
-    in the file, a FleetPoller behind the fleet screen, whose session and monitor each run view
+    in the file, a FleetPoller behind the fleet screen, whose RunWatch each run view on one host
     borrows (one connection and one agent per target, one action at a time per run)."""
     fleet = None
     file_profiles = config.file_profiles()
@@ -645,8 +645,9 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
         profile = config.profile(name)
         if profile.is_multinode:
             return NodesSource(profile)
-        if fleet is not None and name in fleet.sessions:
-            return SessionSource(profile, session=fleet.sessions[name], monitor=fleet.monitors[name])
+        watch = fleet.watches.get(name) if fleet is not None else None
+        if watch is not None:   # a run on one host: the fleet's HostWatch
+            return SessionSource(profile, watch=watch)
         return SessionSource(profile)
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo

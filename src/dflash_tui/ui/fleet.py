@@ -330,8 +330,8 @@ class FleetScreen(Screen[None]):
         return True
 
     def _pid_text(self, name: str) -> str:
-        monitor = getattr(self.fleet, "monitors", {}).get(name)
-        last = monitor.last if monitor is not None else None
+        watch = getattr(self.fleet, "watches", {}).get(name)
+        last = watch.last if watch is not None else None
         return f"pid {last.launch.pid}" if last and last.launch and last.pid_alive else ""
 
     def _run_dir(self, name: str) -> str:

@@ -1,11 +1,11 @@
-"""The DashboardSource of a run on several nodes: one SessionSource per node, shown as one run.
+"""The DashboardSource of a run on several nodes: its NodesWatch, and one SessionSource per node
+for that node's GPU stream and files.
 
-Each node keeps its own RunMonitor and GPU stream (so each node's checklist carries its own
-"gpus" check). This module only merges the streams: reports through run/combine.py `combine`
-and `RunOfNodes.report` (the verdict is decided there, never here), GPU snapshots through
-`merge_gpu_snapshots`, train.log as every node's lines prefixed with "[NODE] ", and
-events.jsonl from the first node (rank 0 logs the run's steps and evals). The actions are
-NodesSession's: all or nothing, on every node.
+Reports are the NodesWatch's (every node's HostWatch, the verdict `combine`d there, never here);
+each node's GPU stream feeds that node's "gpus" check. This module only merges the rest: GPU
+snapshots through `merge_gpu_snapshots`, train.log as every node's lines prefixed with
+"[NODE] ", and events.jsonl from the first node (rank 0 logs the run's steps and evals). The
+actions are the watch's: all or nothing, on every node, one at a time.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import AsyncIterator
 
 from ..config import Profile
 from ..gpu.sample import GpuSnapshot
-from ..multinode import NodesSession
 from ..run.launch import LaunchRefused
-from ..run.combine import NodeReport, combine, merge_gpu_snapshots
+from ..run.combine import merge_gpu_snapshots
 from ..run.report import RunReport
+from ..watch import ActionInFlight, NodesWatch
 from .session_source import SessionFollower, SessionSource
 from .source import EVENTS_LOG, ActionError
 
@@ -60,73 +60,62 @@ async def _merged(streams: list[AsyncIterator], on_item) -> AsyncIterator:
 class NodesSource:
     def __init__(self, profile: Profile, *, gpu_interval: float = 1.0, monitor_interval: float = 1.0) -> None:
         self.profile = profile.name
-        self._profile = profile
-        self.nodes = NodesSession(profile)
-        self.limits = self.nodes.limits
-        self.sources = [SessionSource(plan.profile, session=session, gpu_interval=gpu_interval,
-                                      monitor_interval=monitor_interval)
-                        for plan, session in zip(self.nodes.plans, self.nodes.sessions)]
-        self._action = asyncio.Lock()
+        self.watch = NodesWatch(profile, interval=monitor_interval)
+        self.limits = self.watch.limits
+        self.nodes = [node for node, _ in self.watch.host_watches()]
+        self.sources = [SessionSource(w.profile, watch=w, gpu_interval=gpu_interval)
+                        for _, w in self.watch.host_watches()]
 
     # -- streams ----------------------------------------------------------------------------
-    def reports(self) -> AsyncIterator[RunReport]:
-        latest: list[RunReport | None] = [None] * len(self.sources)
-        plans = self.nodes.plans
-
-        def on_report(i: int, report: RunReport) -> RunReport | None:
-            latest[i] = report
-            if any(r is None for r in latest):
-                return None   # one verdict for the run needs every node's first report
-            run = combine([NodeReport(p.node, p.rank, r) for p, r in zip(plans, latest)])
-            return run.report(self.profile, self._profile.where(), self._profile.run_dir)
-        return _merged([s.reports() for s in self.sources], on_report)
+    async def reports(self) -> AsyncIterator[RunReport]:
+        async for report in self.watch.reports():
+            for source, node in zip(self.sources, report.nodes):
+                source.follow_run_on_gpus(node.report)   # mark each node's run processes on its GPUs
+            yield report
 
     def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]:
         latest: list[GpuSnapshot | None] = [None] * len(self.sources)
-        names = [p.node for p in self.nodes.plans]
 
         def on_snapshot(i: int, snap: GpuSnapshot) -> GpuSnapshot:
             latest[i] = snap
-            return merge_gpu_snapshots([(n, s) for n, s in zip(names, latest) if s is not None])
+            return merge_gpu_snapshots([(n, s) for n, s in zip(self.nodes, latest) if s is not None])
         return _merged([s.gpu_snapshots() for s in self.sources], on_snapshot)
 
     def follow(self, name: str):
         if name == EVENTS_LOG:
             return self.sources[0].follow(name)
-        return PrefixedFollower([(p.node, s.follow(name)) for p, s in zip(self.nodes.plans, self.sources)])
+        return PrefixedFollower([(n, s.follow(name)) for n, s in zip(self.nodes, self.sources)])
 
     # -- actions ----------------------------------------------------------------------------
-    async def _act(self, coro_fn):
-        if self._action.locked():
-            raise ActionError("a launch, stop or canary is already in flight")
-        async with self._action:
-            return await coro_fn()
+    async def _act(self, action):
+        try:
+            return await action()
+        except (LaunchRefused, ActionInFlight) as exc:
+            raise ActionError(str(exc)) from None
 
     async def launch(self) -> str:
-        return await self._launch(relaunch=False)
+        return await self._launch(self.watch.launch)
 
     async def relaunch(self) -> str:
-        return await self._launch(relaunch=True)
+        return await self._launch(self.watch.relaunch)
 
-    async def _launch(self, relaunch: bool) -> str:
-        try:
-            out = await self._act(lambda: self.nodes.launch(relaunch=relaunch))
-        except LaunchRefused as exc:
-            raise ActionError(str(exc)) from None
-        if not out.launched or out.run.verdict.failing:
-            raise ActionError(f"{out.run.verdict.value}: {out.run.summary}")
+    async def _launch(self, action) -> str:
+        out = await self._act(action)
+        run = out.report.checklist
+        if not out.launched or run.verdict.failing:
+            raise ActionError(f"{run.verdict.value}: {run.summary}")
         ids = ", ".join(f"{n} {o.run_id}" for n, o in out.outcomes.items())
-        return f"launched {len(out.outcomes)} nodes in {out.seconds:.1f} s ({ids}): {out.run.verdict.value}"
+        return f"launched {len(out.outcomes)} nodes in {out.seconds:.1f} s ({ids}): {run.verdict.value}"
 
     async def stop(self) -> str:
-        results = await self._act(self.nodes.stop)
+        results = await self._act(self.watch.stop)
         text = "; ".join(f"node {n}: {r.message}" for n, r in results.items())
         if not all(r.ok for r in results.values()):
             raise ActionError(text)
         return text
 
     async def canary(self) -> str:
-        results = await self._act(self.nodes.canary)
+        results = await self._act(self.watch.canary)
         text = "; ".join(f"node {n}: {'passed' if r.ok else 'FAILED'}: {r.message}" for n, r in results.items())
         if not all(r.ok for r in results.values()):
             raise ActionError(f"canary FAILED: {text}")

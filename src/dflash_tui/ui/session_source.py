@@ -1,6 +1,6 @@
-"""The live DashboardSource: a profile's Session, its RunMonitor, log followers and GPU stream.
+"""The live DashboardSource of a run on one host: its HostWatch, log followers and GPU stream.
 
-Nothing here decides anything: reports come from RunMonitor (the same evaluation `--check`
+Nothing here decides anything: reports come from the RunWatch (the same evaluation `--check`
 prints), lines from run/logtail.LogFollower, GPU samples from gpu/stream.GpuStream. This
 module only adapts them to what the app subscribes to, and turns the outcome of each
 action into the one line the dashboard shows.
@@ -20,9 +20,9 @@ from ..run.logtail import LogFollower
 from ..gpu.sources import open_gpu_source, run_ref_from_launch
 from ..gpu.stream import GpuStream
 from ..run.launch import LaunchRefused
-from ..run.monitor import ActionInFlight, RunMonitor
 from ..run.report import RunReport
 from ..session import Session
+from ..watch import ActionInFlight, HostWatch
 from .source import ActionError
 
 GPU_RETRY_MAX_S = 30.0
@@ -50,27 +50,26 @@ class SessionFollower:
 
 
 class SessionSource:
-    def __init__(self, profile: Profile, *, session: Session | None = None,
-                 gpu_interval: float = 1.0, monitor_interval: float = 1.0,
-                 monitor: RunMonitor | None = None) -> None:
-        """`monitor`: a RunMonitor shared with the fleet poller, so the run view and the fleet
-        guard one action at a time on the same object."""
+    def __init__(self, profile: Profile, *, watch: HostWatch | None = None,
+                 gpu_interval: float = 1.0, monitor_interval: float = 1.0) -> None:
+        """`watch`: a HostWatch shared with the fleet poller (or a node's, of a NodesWatch), so
+        the run view and the fleet guard one action at a time on the same object."""
         self.profile = profile.name
-        self.session = session if session is not None else Session(profile)
-        self.limits = self.session.limits
-        self.monitor = monitor if monitor is not None else RunMonitor(self.session, interval=monitor_interval)
-        self._fleet_gpu_snapshot = self.monitor.gpu_snapshot
+        self.watch = watch if watch is not None else HostWatch(Session(profile), interval=monitor_interval)
+        self.session = self.watch.session
+        self.limits = self.watch.limits
+        self._fleet_gpu_snapshot = self.watch.gpu_snapshot
         self.gpu_interval = gpu_interval
         self._gpu_stream = None
         self._run_ref = None
 
     # -- streams ----------------------------------------------------------------------------
     async def reports(self) -> AsyncIterator[RunReport]:
-        async for report in self.monitor.reports():
-            self._follow_run_on_gpus(report)
+        async for report in self.watch.reports():
+            self.follow_run_on_gpus(report)
             yield report
 
-    def _follow_run_on_gpus(self, report: RunReport) -> None:
+    def follow_run_on_gpus(self, report: RunReport) -> None:
         ref = run_ref_from_launch(report.launch) if report.pid_alive else None
         if ref != self._run_ref:
             self._run_ref = ref
@@ -93,7 +92,7 @@ class SessionSource:
             self._gpu_stream = GpuStream(source, interval=self.gpu_interval, run=self._run_ref)
             self._gpu_stream.start()
             # The checklist's "gpus" check reads the same snapshots the GPU pane shows.
-            self.monitor.gpu_snapshot = self._latest_gpu_snapshot
+            self.watch.gpu_snapshot = self._latest_gpu_snapshot
         async for snap in self._gpu_stream:
             yield snap
 
@@ -115,9 +114,10 @@ class SessionSource:
 
     async def _launch(self, relaunch: bool, resume: bool = False) -> str:
         try:
-            outcome = await (self.monitor.relaunch(resume=resume) if relaunch else self.monitor.launch())
+            result = await (self.watch.relaunch(resume=resume) if relaunch else self.watch.launch())
         except (LaunchRefused, ActionInFlight, ConfigError) as exc:
             raise ActionError(str(exc)) from None
+        (outcome,) = result.outcomes.values()
         cl = outcome.checklist
         if outcome.unreachable or not outcome.run_id:
             raise ActionError(cl.summary or f"not launched: {cl.verdict.value}")
@@ -131,7 +131,7 @@ class SessionSource:
 
     async def stop(self) -> str:
         try:
-            res = await self.monitor.stop()
+            (res,) = (await self.watch.stop()).values()
         except ActionInFlight as exc:
             raise ActionError(str(exc)) from None
         if not res.ok:
@@ -140,7 +140,7 @@ class SessionSource:
 
     async def canary(self) -> str:
         try:
-            res = await self.monitor.canary()
+            (res,) = (await self.watch.canary()).values()
         except ActionInFlight as exc:
             raise ActionError(str(exc)) from None
         if not res.ok:
@@ -163,8 +163,8 @@ class SessionSource:
         return SessionFollower(self.session, path)
 
     async def close(self) -> None:
-        if self.monitor.gpu_snapshot == self._latest_gpu_snapshot:
-            self.monitor.gpu_snapshot = self._fleet_gpu_snapshot   # the fleet's samples again
+        if self.watch.gpu_snapshot == self._latest_gpu_snapshot:
+            self.watch.gpu_snapshot = self._fleet_gpu_snapshot   # the fleet's samples again
         stream, self._gpu_stream = self._gpu_stream, None
         if stream is not None:
             await stream.stop()

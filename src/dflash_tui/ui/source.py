@@ -10,7 +10,7 @@ itself. It consumes a `DashboardSource`:
 - `launch()/stop()/relaunch()/canary()`  the monitor's actions, each returning one line that
   says what happened (raising `ActionError` with a one-line message when it could not).
 
-The product implementation is `session_source.SessionSource` (real Session, RunMonitor,
+The product implementation is `session_source.SessionSource` (real Session, HostWatch,
 LogFollower, GpuStream); tests and screenshots use `replay.ReplaySource`, which plays back
 recorded dataclasses through the same interface.
 """

@@ -1,4 +1,4 @@
-"""RunMonitor over the loopback sshd: reports once per interval, stale (not frozen, not raising)
+"""HostWatch over the loopback sshd: reports once per interval, stale (not frozen, not raising)
 when the connection is cut and sshd is down, resumed after it comes back; the run is untouched.
 Actions are serialized."""
 
@@ -11,9 +11,9 @@ import time
 import pytest
 
 from dflash_tui.config import Profile
-from dflash_tui.run.monitor import ActionInFlight, RunMonitor
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
+from dflash_tui.watch import ActionInFlight, HostWatch
 
 from tests.run_standins import PROGRAM
 
@@ -35,10 +35,10 @@ async def until(mon, pred, timeout=15.0):
         await asyncio.sleep(0.2)
 
 
-async def test_monitor_survives_a_connection_drop(sshd, tmp_path, monkeypatch):
+async def test_watch_survives_a_connection_drop(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     session = Session(profile(sshd, tmp_path / "run"))
-    mon = RunMonitor(session, interval=0.2)
+    mon = HostWatch(session, interval=0.2)
     try:
         first = await mon.poll()
         assert first.connected and first.checklist.verdict is Verdict.NO_RUN
@@ -79,7 +79,7 @@ async def test_monitor_survives_a_connection_drop(sshd, tmp_path, monkeypatch):
 async def test_reports_iterator_ticks(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     session = Session(profile(sshd, tmp_path / "run"))
-    mon = RunMonitor(session, interval=0.1)
+    mon = HostWatch(session, interval=0.1)
     try:
         got = []
         t0 = time.monotonic()

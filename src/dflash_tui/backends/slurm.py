@@ -1,11 +1,12 @@
-"""One run's job on a Slurm cluster: submit it, observe it, say whether it lives, cancel it.
+"""The Slurm backend: a run is a job, submitted, observed, found alive and cancelled from a
+login host (`host`, or this machine) through the scheduler's commands (slurm/commands.py).
 
-The launch is today's (run/launch.py: preflight, claim, archive, launch.sh, the run probe);
-only its start differs: instead of detaching launch.sh on the target, `sbatch` submits it as
-the job's script from the login host, and slurm.json records the job id in the run dir
-(stop cancels exactly that job; the verdict asks the scheduler about it). The wrapper then runs
-on the job's first node and writes launch.json, train.log and exit.json into the shared run
-dir as on one host.
+The launch sequence is everyone's (run/launch.py: preflight, claim, archive, launch.sh, the run
+probe); `detach` submits launch.sh as the job's script with `sbatch` instead of starting it, and
+slurm.json records the job id in the run dir (stop cancels exactly that job; the verdict asks
+the scheduler about it). The wrapper then runs on the job's first node and writes launch.json,
+train.log and exit.json into the shared run dir as on one host; on several nodes its program
+is srun with one task per node (`job_argv`, slurm/script.py).
 
 A run "lives" while its job is pending or running. Observing a run is the run dir's evidence
 (run/observe.gather) plus slurm.json, the job as the scheduler says (slurm/commands.query, at
@@ -19,20 +20,22 @@ import getpass
 import posixpath
 import socket
 import time
-from dataclasses import dataclass, field
 
-from ..contract.rundir import (SLURM_JSON, SLURM_OUT, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord,
-                               parse_slurm_job, to_json)
+from ..config import Profile
+from ..contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
+                               SlurmJobRecord, StopRecord, parse_slurm_job, to_json)
 from ..remote.base import CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ..remote.factory import make_host_target
 from ..remote.ops import RemoteOps
-from ..run.attempts import LaunchAttempt
+from ..run.launcher import Detached, Launcher
 from ..run.observe import Evidence, gather
+from ..run.preflight import PreflightResult
 from ..run.stop import StopResult
 from ..run.verdict import Check, CheckState
-from .commands import SchedulerMissing, cancel, query, submit
-from .job import SlurmJob
-from .script import job_argv
-from .spec import SlurmSpec
+from ..run.wrapper import run_id_of_wrapper
+from ..slurm.commands import SchedulerMissing, cancel, query, submit
+from ..slurm.job import SlurmJob
+from ..slurm.script import job_argv
 
 SLURM_OUT_TAIL = 8 << 10
 # A dashboard polls every second; the controller is shared by every user of the cluster, so a
@@ -56,19 +59,45 @@ def _requested_by() -> str:
         return "dflash-tui"
 
 
-@dataclass
-class SlurmLauncher:
-    spec: SlurmSpec
-    target: Target                 # the login host: sbatch, squeue, scontrol, scancel run there
-    min_query_interval_s: float = MIN_QUERY_INTERVAL_S
-    query_timeout_s: float = QUERY_TIMEOUT_S
-    _last: dict[str, tuple[float, SlurmJob]] = field(default_factory=dict, repr=False)
+class SlurmLauncher(Launcher):
+    """`scheduler = "slurm"`: the host (SSH or this machine) is the cluster's login host."""
+
+    name = "slurm"
+
+    def __init__(self, profile: Profile, host: Target, target: Target) -> None:
+        super().__init__(profile, host, target)
+        assert profile.slurm is not None
+        self.spec = profile.slurm
+        self.min_query_interval_s = MIN_QUERY_INTERVAL_S
+        self.query_timeout_s = QUERY_TIMEOUT_S
+        self._last: dict[str, tuple[float, SlurmJob]] = {}   # job id -> (when asked, the answer)
+
+    @classmethod
+    def handles(cls, profile: Profile) -> bool:
+        return profile.slurm is not None
+
+    @classmethod
+    def make_host(cls, profile: Profile) -> Target:
+        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
+                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+
+    @classmethod
+    def make_run_target(cls, profile: Profile, host: Target) -> Target:
+        return host   # the run dir is on shared storage the login host sees
 
     # -- start ------------------------------------------------------------------------------
-    def job_argv(self, program: list[str]) -> list[str]:
-        return job_argv(program, self.spec.nodes)
+    def job_argv(self, argv: list[str]) -> list[str]:
+        return job_argv(argv, self.spec.nodes)
 
-    async def preflight(self) -> Check:
+    async def preflight(self, ops: RemoteOps | None, *, profile: Profile | None = None,
+                        check_live_run: bool = True) -> PreflightResult:
+        """Everyone's checks, then `sinfo`: a Slurm login host, and the partition is up."""
+        pre = await super().preflight(ops, profile=profile, check_live_run=check_live_run)
+        if pre.ok:
+            pre.checks.append(await self._sinfo_check())
+        return pre
+
+    async def _sinfo_check(self) -> Check:
         """Is this a Slurm login host, and does the partition exist and take jobs?"""
         now = time.time()
         argv = ["sinfo", "-h", "-o", "%P %a"] + ([f"--partition={self.spec.partition}"] if self.spec.partition else [])
@@ -94,20 +123,31 @@ class SlurmLauncher:
         names = ", ".join(l[0] for l in lines[:4])
         return Check("pre_slurm", "Slurm", CheckState.OK, f"sinfo answers; partition {names}", "", now)
 
-    async def detach(self, ops: RemoteOps, run_dir: str, run_id: str) -> tuple[LaunchAttempt, str | None]:
-        """Submit launch.sh; (the attempt, sbatch's refusal or None). slurm.json is written
-        before this returns, so a stop or a check from now on knows the job."""
-        sub = await submit(self.target, self.spec, run_dir, job_name(run_dir))
+    async def detach(self, run_dir: str) -> Detached:
+        """Submit launch.sh with sbatch; slurm.json is written before this returns, so a stop
+        or a check from now on knows the job. A refusal is `Detached.error` with sbatch's words."""
+        try:
+            head = await self.target.run(["head", "-n", "5", posixpath.join(run_dir, LAUNCH_SH)], timeout=20)
+            run_id = run_id_of_wrapper(head.stdout) or ""
+            sub = await submit(self.target, self.spec, run_dir, job_name(run_dir))
+        except (CommandTimeout, TargetError) as exc:   # unreachable included
+            return Detached(None, error=str(exc))
         res = sub.result
-        attempt = LaunchAttempt(run_id, run_dir, self.target.label, time.time(), await ops.now(), res.exit_status,
-                                stdout=res.stdout[-2000:], stderr=res.stderr[-2000:], pid=None, via="sbatch")
         if sub.job_id is None:
-            return attempt, sub.refusal()
+            return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch",
+                            error=f"sbatch refused the job: {sub.refusal()}")
         record = SlurmJobRecord(run_id=run_id, job_id=sub.job_id, submit_time=time.time(),
                                 partition=self.spec.partition or "", nodes=self.spec.nodes, cluster=sub.cluster,
                                 submit_host=socket.gethostname())
-        await self.target.write_file(posixpath.join(run_dir, SLURM_JSON), (to_json(record) + "\n").encode())
-        return attempt, None
+        try:
+            await self.target.write_file(posixpath.join(run_dir, SLURM_JSON), (to_json(record) + "\n").encode())
+        except TargetError as exc:
+            # Without slurm.json nothing could find or cancel the job later: cancel it now.
+            await cancel(self.target, sub.job_id, wait_s=10)
+            return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch",
+                            error=f"job {sub.job_id} submitted, but {SLURM_JSON} could not be written "
+                                  f"({exc.message}); the job was cancelled")
+        return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch")
 
     # -- observe ----------------------------------------------------------------------------
     async def job(self, job_id: str, *, fresh: bool = False) -> SlurmJob:
@@ -130,6 +170,11 @@ class SlurmLauncher:
         ev = await gather(ops, run_dir, **gather_kw)
         record, problem = await read_record(ops, run_dir)
         ev.slurm, ev.slurm_problem = record, problem
+        attempt = ev.attempt
+        if (record is None and ev.launch is None and attempt is not None and attempt.via == "sbatch"
+                and attempt.error and attempt.run_id == ev.wrapper_run_id):
+            # sbatch refused the job: no launch.json will ever come, and sbatch's words say why.
+            ev.launch_problem = attempt.error
         if record is None:
             return ev
         # The job of the run this dir is about: a record left by an older run is not it.
@@ -144,14 +189,19 @@ class SlurmLauncher:
                 raise
         return ev
 
-    @staticmethod
-    def alive(ev: Evidence) -> bool:
+    def alive(self, ev: Evidence) -> bool:
         """The run's job is pending or running (or the scheduler does not answer about it)."""
         job = ev.job
         return job is not None and (not job.answered or job.pending or job.active)
 
+    def describe_live(self, ev: Evidence) -> str:
+        job, rec = ev.job, ev.slurm
+        if job is None or rec is None:
+            return super().describe_live(ev)
+        return f"job {job.job_id} of run {rec.run_id} ({job.state or 'not answering'})"
+
     # -- stop -------------------------------------------------------------------------------
-    async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float = 10.0,
+    async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
                    requested_by: str | None = None) -> StopResult:
         """stop.json, then `scancel JOB_ID` (that job only), verified: the job must leave
         pending/running. Slurm itself sends SIGTERM, waits KillWait, then SIGKILL."""
@@ -171,7 +221,7 @@ class SlurmLauncher:
                             requested_time=await ops.now(), requested_by=requested_by or _requested_by(),
                             signal_sent="scancel", job_id=rec.job_id)
         try:
-            await self.target.write_file(posixpath.join(run_dir, "stop.json"), (to_json(record) + "\n").encode())
+            await self.target.write_file(posixpath.join(run_dir, STOP_JSON), (to_json(record) + "\n").encode())
             recorded = True
         except TargetError:
             recorded = False

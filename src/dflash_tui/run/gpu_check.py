@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..contract.rundir import TrainStatus
-from ..run.verdict import Check, CheckState
-from .sample import GpuErrorKind, GpuSnapshot
+from ..gpu.sample import GpuErrorKind, GpuSnapshot
+from .verdict import Check, CheckState
 
 CHECK_ID = "gpus"
 LABEL = "GPUs in use by the run"
@@ -113,10 +113,10 @@ _PAST_COMPILE = {"training", "checkpointing", "finished"}
 
 def gpu_check_for_status(snap: GpuSnapshot | None, status: "TrainStatus | None",
                          pid_alive: bool | None) -> Check:
-    """`gpu_check` fed from what RunMonitor already has: status.json and whether the pid lives.
+    """`gpu_check` fed from what a RunWatch already has: status.json and whether the pid lives.
 
     Wiring: run/health.py `with_gpu_check` appends it (and applies its one verdict rule) for
-    both RunMonitor and `dflash-tui --check`, before `HealthTracker.update` keeps its `since`.
+    both a RunWatch and `dflash-tui --check`, before `HealthTracker.update` keeps its `since`.
     """
     threads = list(status.threads) if status is not None else []
     devices = [t.device for t in threads] or None

@@ -7,7 +7,7 @@ get the same run Target and the same RemoteOps: one agent process answers all of
 host's GPU probe is shared the same way; its samples are taken one at a time, because each
 marks one run's processes.
 
-A Session built with `transport=` borrows from here and never closes what it borrowed; the
+A Session built with `transport=` borrows its Launcher's targets from here and never closes what it borrowed; the
 transport's owner (the fleet poller, `--check --all`) closes everything once, at the end.
 """
 
@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 
-from ..config import ConfigError, Profile
-from ..gpu.oneshot import OneShotGpuProbe
-from ..gpu.sample import GpuSnapshot
-from ..gpu.sources import RunRef
-from ..remote.agent import open_ops
-from ..remote.base import Target, TargetError
-from ..remote.container import ContainerTarget
-from ..remote.factory import make_targets
-from ..remote.ops import RemoteOps
+from .backends import launcher_class, launcher_for
+from .config import ConfigError, Profile
+from .gpu.oneshot import OneShotGpuProbe
+from .gpu.sample import GpuSnapshot
+from .gpu.sources import RunRef
+from .remote.agent import open_ops
+from .remote.base import Target, TargetError
+from .remote.ops import RemoteOps
+from .run.launcher import Launcher
 
 
 def host_key(profile: Profile) -> tuple:
@@ -57,20 +57,20 @@ class SharedTransport:
         if target is not None:
             return self._hosts[host_key(profile)], target
         hkey = host_key(profile)
-        host = self._hosts.get(hkey)
-        if host is None:
-            try:
-                host, target = make_targets(profile.host, profile.user, profile.port,
-                                            profile.identity_file, profile.container,
-                                            known_hosts=profile.known_hosts,
-                                            ssh_config=profile.ssh_config)
-            except ValueError as exc:
-                raise ConfigError(f"{profile.source}: [profile.{profile.name}]: {exc}") from None
-            self._hosts[hkey] = host
-        else:
-            target = ContainerTarget(host, profile.container) if profile.container else host
+        backend = launcher_class(profile)
+        try:
+            host = self._hosts.get(hkey)
+            host = host if host is not None else backend.make_host(profile)
+            target = backend.make_run_target(profile, host)
+        except ValueError as exc:
+            raise ConfigError(f"{profile.source}: [profile.{profile.name}]: {exc}") from None
+        self._hosts[hkey] = host
         self._targets[tkey] = target
         return host, target
+
+    def launcher(self, profile: Profile) -> Launcher:
+        """`profile`'s Launcher over the shared targets."""
+        return launcher_for(profile, targets=self.targets(profile))
 
     async def ops(self, profile: Profile) -> RemoteOps:
         """The one RemoteOps of `profile`'s run target, opened on first use. Raises TargetError."""

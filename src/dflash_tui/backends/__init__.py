@@ -1,0 +1,37 @@
+"""Launch backends: which Launcher (run/launcher.py) runs a profile, and building it.
+
+A new backend is one module here (a Launcher subclass whose `handles(profile)` recognises its
+config keys) added to BACKENDS before the backends it must win over, plus its keys in
+config.py and its tests (docs/ARCHITECTURE.md, "Launcher").
+"""
+
+from __future__ import annotations
+
+from ..config import ConfigError, Profile
+from ..remote.base import Target
+from ..run.launcher import Launcher
+from .process import ContainerLauncher, LocalLauncher, SSHLauncher
+from .slurm import SlurmLauncher
+
+# First match wins: a scheduler's keys before the host/container ones a Slurm profile also has.
+BACKENDS: tuple[type[Launcher], ...] = (SlurmLauncher, ContainerLauncher, SSHLauncher, LocalLauncher)
+
+
+def launcher_class(profile: Profile) -> type[Launcher]:
+    for cls in BACKENDS:
+        if cls.handles(profile):
+            return cls
+    raise ConfigError(f"{profile.source}: [profile.{profile.name}]: no launch backend runs this profile")
+
+
+def launcher_for(profile: Profile, *, targets: tuple[Target, Target] | None = None) -> Launcher:
+    """The profile's Launcher over `targets` (host, run target), else over new ones.
+    Raises ConfigError for fields that cannot make a target."""
+    cls = launcher_class(profile)
+    if targets is None:
+        try:
+            host = cls.make_host(profile)
+            targets = (host, cls.make_run_target(profile, host))
+        except ValueError as exc:
+            raise ConfigError(f"{profile.source}: [profile.{profile.name}]: {exc}") from None
+    return cls(profile, *targets)

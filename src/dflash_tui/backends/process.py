@@ -1,0 +1,78 @@
+"""The process backends: the run is a process tree on a machine we reach by a Target.
+
+Local, SSH, pct and docker differ only in how the Targets are made (remote/factory.py); they
+start the wrapper with ONE command through the run target (setsid, else nohup: run/wrapper.py
+`DETACH_SCRIPT`), know it alive by its recorded pid and start time, and stop it by signalling
+its process group after stop.json (run/stop.py).
+"""
+
+from __future__ import annotations
+
+from ..config import Profile
+from ..remote.base import CommandTimeout, Target, TargetError
+from ..remote.container import ContainerTarget
+from ..remote.factory import make_host_target
+from ..remote.ops import RemoteOps
+from ..run.launcher import Detached, Launcher
+from ..run.stop import StopResult, stop_run
+from ..run.wrapper import detach_argv, parse_detach_output
+
+DETACH_TIMEOUT_S = 20
+
+
+class ProcessLauncher(Launcher):
+    @classmethod
+    def make_host(cls, profile: Profile) -> Target:
+        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
+                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+
+    @classmethod
+    def make_run_target(cls, profile: Profile, host: Target) -> Target:
+        return host
+
+    async def detach(self, run_dir: str) -> Detached:
+        try:
+            res = await self.target.run(detach_argv(run_dir), timeout=DETACH_TIMEOUT_S)
+        except (CommandTimeout, TargetError) as exc:   # unreachable included
+            return Detached(None, error=str(exc))
+        pid, via, own = parse_detach_output(res.stdout)
+        return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], pid, via, own)
+
+    async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
+                   requested_by: str | None = None) -> StopResult:
+        return await stop_run(ops, self.target, run_dir, grace_s=grace_s, requested_by=requested_by)
+
+
+class LocalLauncher(ProcessLauncher):
+    """This machine (no `host`, no `container`)."""
+
+    name = "local"
+
+    @classmethod
+    def handles(cls, profile: Profile) -> bool:
+        return not profile.host and not profile.container
+
+
+class SSHLauncher(ProcessLauncher):
+    """A machine over SSH (`host`, with user, port, identity_file, known_hosts, ssh_config)."""
+
+    name = "ssh"
+
+    @classmethod
+    def handles(cls, profile: Profile) -> bool:
+        return bool(profile.host) and not profile.container
+
+
+class ContainerLauncher(ProcessLauncher):
+    """A Proxmox LXC (`container = "pct:ID"`) or a docker container (`"docker:NAME"`) on this
+    machine or an SSH host: commands go through `pct exec` / `docker exec -i`."""
+
+    name = "container"
+
+    @classmethod
+    def handles(cls, profile: Profile) -> bool:
+        return bool(profile.container)
+
+    @classmethod
+    def make_run_target(cls, profile: Profile, host: Target) -> Target:
+        return ContainerTarget(host, profile.container)

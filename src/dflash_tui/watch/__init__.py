@@ -1,0 +1,22 @@
+"""The RunWatch seam: `open_watch(profile)` is the watch of its run, on one host or several nodes."""
+
+from __future__ import annotations
+
+from ..config import Profile
+from ..transport import SharedTransport
+from ..session import Session
+from .base import ActionInFlight, LaunchResult, Listener, RunWatch, changed, unreachable_report
+from .host import HostWatch
+from .nodes import NodesWatch
+
+__all__ = ["ActionInFlight", "HostWatch", "LaunchResult", "Listener", "NodesWatch", "RunWatch", "changed",
+           "open_watch", "unreachable_report"]
+
+
+def open_watch(profile: Profile, *, interval: float = 1.0, poll_timeout: float | None = None,
+               transport: SharedTransport | None = None) -> RunWatch:
+    """The watch of `profile`'s run. `transport`: a single host borrows its targets and agent
+    from it (the fleet); the nodes of a run on several have their own. Raises ConfigError."""
+    if profile.is_multinode:
+        return NodesWatch(profile, interval=interval, poll_timeout=poll_timeout)
+    return HostWatch(Session(profile, transport=transport), interval=interval, poll_timeout=poll_timeout)

@@ -1,0 +1,206 @@
+"""RunWatch: the one seam for "watch one run", whatever runs it (one host, or several nodes).
+
+Every consumer (the CLI, the fleet poller, the dashboard's sources, the watch daemon) holds a
+RunWatch and nothing under it. What a RunWatch offers (docs/ARCHITECTURE.md, "RunWatch"):
+
+- `poll()`     one observation as a RunReport; never raises for transport trouble: a target that
+               does not answer is the last report marked stale (`unreachable_report`), retried
+               with capped backoff. For the dashboard and the fleet.
+- `check(gpus=)`  one observation for the headless modes: a target that cannot be reached raises
+               TargetError (exit 3) instead; `gpus=True` adds the "gpus" check from one bounded
+               GPU sample of the host.
+- `reports()`  poll() now, then once per `interval` (sooner after an action).
+- `launch()/relaunch()/stop()/canary()`  the run's verbs behind ONE lock: a second action while
+               one is in flight raises ActionInFlight rather than interleave.
+- `close()`    what the watch opened (its sessions; nothing it borrowed from a SharedTransport).
+- `last`       the newest report; `add_listener(fn)`: `fn(previous, current)` is called whenever
+               a new report changes the verdict or the state of a check (`changed`), the one place
+               a change of verdict is observable (notifications and the watch daemon hang here).
+
+Every report goes through `_settle`: evidence -> run/health.py `evaluate` -> `with_gpu_check` ->
+HealthTracker (each check's `since`) -> `report_from`, once, for poll, check and launch alike.
+A launch's report is the caller's (the CLI prints it); `last` and the listeners see the polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from typing import AsyncIterator, Callable
+
+from ..config import Profile
+from ..run.canary import CanaryResult
+from ..run.health import Limits
+from ..run.launch import LaunchOutcome
+from ..run.report import RunReport
+from ..run.stop import StopResult
+from ..run.verdict import Check, CheckState, Checklist, Verdict
+
+Listener = Callable[[RunReport | None, RunReport], None]
+
+
+class ActionInFlight(RuntimeError):
+    """Another launch/stop/canary is running; the caller should wait for it."""
+
+
+@dataclass
+class LaunchResult:
+    """What a launch did. `outcomes`, `stopped`: per node (one host: one entry, its profile's name)."""
+
+    report: RunReport                        # the run just after the launch, settled like a poll
+    outcomes: dict[str, LaunchOutcome]
+    stopped: dict[str, StopResult] = field(default_factory=dict)   # relaunch: the old run's stops
+    seconds: float = 0.0
+
+    @property
+    def launched(self) -> bool:
+        return all(o.run_id for o in self.outcomes.values())
+
+    @property
+    def unreachable(self) -> bool:
+        return any(o.unreachable for o in self.outcomes.values())
+
+
+def unreachable_report(last: RunReport | None, *, profile: str, target_label: str, run_dir: str,
+                       why: str, hint: str, error: str | None = None) -> RunReport:
+    """The last report marked stale (`error`, default `why`), or, for a target never reached,
+    a NO RUN report whose one failing check says why. The one place this report is made."""
+    now = time.time()
+    error = why if error is None else error
+    if last is not None:
+        return replace(last, connected=False, stale_since=last.stale_since or now, error=error)
+    check = Check("transport", "Target reachable", CheckState.FAIL, why, hint, now)
+    return RunReport(time=now, profile=profile, target_label=target_label, run_dir=run_dir,
+                     checklist=Checklist(Verdict.NO_RUN, [check], f"cannot reach {target_label}"),
+                     connected=False, stale_since=now, error=why)
+
+
+def changed(previous: RunReport | None, current: RunReport) -> bool:
+    """Whether `current` says something new: another verdict, or a check in another state
+    (or a check come or gone). Ages, steps and stale marks alone are not a change."""
+    if previous is None:
+        return True
+    if previous.checklist.verdict is not current.checklist.verdict:
+        return True
+    before = {c.id: c.state for c in previous.checklist.checks}
+    return before != {c.id: c.state for c in current.checklist.checks}
+
+
+class RunWatch(ABC):
+    """The base of HostWatch (one host) and NodesWatch (a run on several nodes)."""
+
+    profile: Profile
+    limits: Limits
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.last: RunReport | None = None
+        self._listeners: list[Listener] = []
+        self._action = asyncio.Lock()
+        self._wake = asyncio.Event()
+
+    # -- what a backend of the watch implements -------------------------------------------------
+
+    @abstractmethod
+    async def _poll(self) -> RunReport: ...
+
+    @abstractmethod
+    async def _check(self, gpus: bool) -> RunReport: ...
+
+    @abstractmethod
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult: ...
+
+    @abstractmethod
+    async def _stop(self) -> dict[str, StopResult]: ...
+
+    @abstractmethod
+    async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    def host_watches(self) -> list[tuple[str, "RunWatch"]]:
+        """The one-host watches under this one, each with its node's name: itself ("") for a
+        run on one host, one per node otherwise. Whoever samples a host's GPUs sets that
+        watch's `gpu_snapshot` provider (its "gpus" check: GPU LOST)."""
+
+    @property
+    @abstractmethod
+    def retry_in(self) -> float | None:
+        """Seconds until the next reconnect attempt while disconnected (None when connected)."""
+
+    # -- observing ----------------------------------------------------------------------------
+
+    def add_listener(self, fn: Listener) -> None:
+        """`fn(previous, current)` after every report that `changed` something (see module doc)."""
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        self._listeners.remove(fn)
+
+    def _publish(self, report: RunReport) -> RunReport:
+        previous, self.last = self.last, report
+        if self._listeners and changed(previous, report):
+            for fn in list(self._listeners):
+                fn(previous, report)
+        return report
+
+    async def poll(self) -> RunReport:
+        """One observation; never raises for transport trouble (it is in the report)."""
+        return self._publish(await self._poll())
+
+    async def check(self, *, gpus: bool = False) -> RunReport:
+        """One observation; raises TargetError when one host cannot be reached (a node of several
+        that cannot is in the report). `gpus`: one bounded GPU sample for the "gpus" check."""
+        return self._publish(await self._check(gpus))
+
+    async def reports(self) -> AsyncIterator[RunReport]:
+        """Forever: a report now, then one per interval (sooner after an action)."""
+        while True:
+            yield await self.poll()
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- the actions, one at a time -------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._action.locked()
+
+    async def _act(self, coro_fn):
+        if self._action.locked():
+            raise ActionInFlight("a launch, stop or canary is already in flight")
+        async with self._action:
+            try:
+                return await coro_fn()
+            finally:
+                self._wake.set()
+
+    async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False) -> LaunchResult:
+        """Preflight and launch; raises LaunchRefused when the run dir's run is still alive.
+        `gpus`: the result's report carries the "gpus" check from one GPU sample."""
+        return await self._act(lambda: self._launch(False, preflight, resume, gpus))
+
+    async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False) -> LaunchResult:
+        """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint."""
+        return await self._act(lambda: self._launch(True, preflight, resume, gpus))
+
+    async def stop(self) -> dict[str, StopResult]:
+        """The run stopped by its recorded pid (every node at once); per node."""
+        return await self._act(self._stop)
+
+    async def canary(self, sleep_s: int = 30) -> dict[str, CanaryResult]:
+        """`sleep` launched through the same wrapper and transport (run/canary.py); per node."""
+        return await self._act(lambda: self._canary(sleep_s))
+
+    async def __aenter__(self) -> "RunWatch":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

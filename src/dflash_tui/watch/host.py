@@ -1,0 +1,133 @@
+"""HostWatch: the RunWatch of a run on one host, over a Session, through connection drops.
+
+Each poll gathers evidence, evaluates the checklist and keeps each check's `since` across polls
+(HealthTracker); what advanced between polls (CPU time, the log, steps) is the session's
+ProgressTracker's memory (run/activity.py), which `session.evidence()` feeds. When the
+transport fails, the report repeats the last known data with `connected=False` and
+`stale_since` set, and the next polls reconnect with capped exponential backoff; the run on
+the target is not touched by any of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..remote.base import TargetError
+from ..run.canary import CanaryResult
+from ..run.health import HealthTracker, evaluate, with_gpu_check
+from ..run.launch import LaunchOutcome
+from ..run.observe import Evidence, current_run_id
+from ..run.report import RunReport, report_from
+from ..run.stop import StopResult
+from ..run.verdict import Checklist
+from ..session import Session
+from .base import LaunchResult, RunWatch, unreachable_report
+
+BACKOFF_START_S = 1.0
+BACKOFF_MAX_S = 30.0
+
+
+class HostWatch(RunWatch):
+    def __init__(self, session: Session, interval: float = 1.0, poll_timeout: float | None = None) -> None:
+        """`poll_timeout`: the longest one observation may take; past it the poll reports the
+        target as not answering (stale, with a retry), like any other transport failure."""
+        super().__init__(interval)
+        self.session = session
+        self.profile = session.profile
+        self.limits = session.limits
+        self.poll_timeout = poll_timeout
+        self.tracker = HealthTracker()
+        self._backoff = 0.0
+        self._next_try = 0.0
+        # Set by whoever runs a GpuStream (the dashboard, the fleet): a callable returning its
+        # latest GpuSnapshot. Then every polled checklist carries the "gpus" check (GPU LOST).
+        self.gpu_snapshot = None
+
+    @property
+    def label(self) -> str:
+        return self.session.label
+
+    def host_watches(self) -> list[tuple[str, "HostWatch"]]:
+        return [("", self)]
+
+    @property
+    def retry_in(self) -> float | None:
+        if self.last is None or self.last.connected:
+            return None
+        return max(0.0, self._next_try - time.monotonic())
+
+    def settle(self, ev: Evidence, checklist: Checklist) -> RunReport:
+        """evaluate's checklist (the "gpus" check added) -> each check's `since` -> the report."""
+        checklist = self.tracker.update(checklist, ev.now, current_run_id(ev))
+        return report_from(ev, checklist, profile=self.profile.name, target_label=self.label)
+
+    async def _judge(self, ev: Evidence, gpus: bool) -> RunReport:
+        checklist = evaluate(ev, self.limits)
+        if gpus:
+            checklist = await self.session.with_gpus(ev, checklist)   # one bounded sample
+        elif self.gpu_snapshot is not None:
+            checklist = with_gpu_check(checklist, ev, self.gpu_snapshot())
+        return self.settle(ev, checklist)
+
+    async def _check(self, gpus: bool) -> RunReport:
+        return await self._judge(await self.session.evidence(), gpus)
+
+    async def _poll(self) -> RunReport:
+        disconnected = self.last is not None and not self.last.connected
+        if disconnected and time.monotonic() < self._next_try:
+            return self.last
+        try:
+            if disconnected:
+                await asyncio.wait_for(self.session.reopen(), self.poll_timeout)   # a fresh connection and agent
+            ev = await asyncio.wait_for(self.session.evidence(), self.poll_timeout)
+        except asyncio.TimeoutError:
+            return self._stale(TargetError(f"{self.label} did not answer within {self.poll_timeout:.0f} s"))
+        except (TargetError, OSError) as exc:
+            return self._stale(exc)
+        self._backoff = 0.0
+        return await self._judge(ev, gpus=False)
+
+    def _stale(self, exc: BaseException) -> RunReport:
+        msg = str(exc) or type(exc).__name__
+        self._backoff = min(BACKOFF_MAX_S, self._backoff * 2 if self._backoff else BACKOFF_START_S)
+        self._next_try = time.monotonic() + self._backoff
+        retry = f"retrying in {self._backoff:.0f} s"
+        return unreachable_report(self.last, profile=self.profile.name, target_label=self.label,
+                                  run_dir=self.profile.run_dir, why=msg, hint=retry,
+                                  error=msg if self.last is None else f"{msg} ({retry})")
+
+    def unreachable(self, why: str, hint: str) -> RunReport:
+        """This host's report when it cannot be reached now (a node of several: NodesWatch)."""
+        return self._publish(unreachable_report(self.last, profile=self.profile.name, target_label=self.label,
+                                                run_dir=self.profile.run_dir, why=why, hint=hint))
+
+    # -- actions ------------------------------------------------------------------------------
+
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult:
+        self.tracker.reset()
+        outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume)
+        return LaunchResult(await self.launched(outcome, gpus), {self.profile.name: outcome},
+                            {self.profile.name: outcome.stopped} if outcome.stopped else {},
+                            outcome.seconds)
+
+    async def launched(self, outcome: LaunchOutcome, gpus: bool = False) -> RunReport:
+        """The report of a launch's outcome: its evidence settled like a poll's; without
+        evidence (not launched, unreachable) the outcome's own checklist."""
+        ev = outcome.evidence
+        if ev is not None:
+            cl = await self.session.with_gpus(ev, outcome.checklist) if gpus else outcome.checklist
+            return self.settle(ev, cl)
+        return RunReport(time=time.time(), profile=self.profile.name, target_label=self.label,
+                         run_dir=self.profile.run_dir, checklist=outcome.checklist,
+                         connected=not outcome.unreachable,
+                         error=outcome.checklist.summary if outcome.unreachable else None)
+
+    async def _stop(self) -> dict[str, StopResult]:
+        return {self.profile.name: await self.session.stop()}
+
+    async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
+        return {self.profile.name: await self.session.canary(sleep_s)}
+
+    async def close(self) -> None:
+        await self.session.close()

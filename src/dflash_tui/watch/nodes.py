@@ -1,0 +1,81 @@
+"""NodesWatch: the RunWatch of a run on several nodes, one HostWatch per node, one verdict.
+
+Each node is watched exactly as one host is (its own HostWatch: tracker, stale report, backoff,
+"gpus" check from whoever samples that node's GPUs); run/combine.py `combine` gives the run its
+verdict and `RunOfNodes.report` the one report the panes and the CLI show, with every node's own
+report in `RunReport.nodes`. The verbs are multinode.py's NodesSession's: all or nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..config import Profile
+from ..multinode import NodesSession
+from ..remote.base import TargetError
+from ..run.canary import CanaryResult
+from ..run.combine import NodeReport, combine
+from ..run.report import RunReport
+from ..run.stop import StopResult
+from .base import LaunchResult, RunWatch
+from .host import HostWatch
+
+UNREACHABLE_HINT = "check the host and its ssh config"
+
+
+class NodesWatch(RunWatch):
+    def __init__(self, profile: Profile, *, interval: float = 1.0, poll_timeout: float | None = None,
+                 ops_kind: str = "auto") -> None:
+        super().__init__(interval)
+        self.profile = profile
+        self.nodes = NodesSession(profile, ops_kind=ops_kind)
+        self.limits = self.nodes.limits
+        self.plans = self.nodes.plans
+        self.watches = [HostWatch(s, interval=interval, poll_timeout=poll_timeout) for s in self.nodes.sessions]
+
+    def host_watches(self) -> list[tuple[str, HostWatch]]:
+        return [(plan.node, w) for plan, w in zip(self.plans, self.watches)]
+
+    @property
+    def retry_in(self) -> float | None:
+        waits = [w.retry_in for w in self.watches if w.retry_in is not None]
+        return min(waits) if waits else None
+
+    def combined(self, reports: list[RunReport]) -> RunReport:
+        """The run's report from its nodes' (the verdict: run/combine.py)."""
+        run = combine([NodeReport(p.node, p.rank, r) for p, r in zip(self.plans, reports)])
+        return run.report(self.profile.name, self.profile.where(), self.profile.run_dir)
+
+    async def _poll(self) -> RunReport:
+        return self.combined(list(await asyncio.gather(*(w.poll() for w in self.watches))))
+
+    async def _node_check(self, watch: HostWatch, gpus: bool) -> RunReport:
+        try:
+            return await watch.check(gpus=gpus)
+        except (TargetError, OSError, asyncio.TimeoutError) as exc:
+            return watch.unreachable(str(exc) or type(exc).__name__, UNREACHABLE_HINT)
+
+    async def _check(self, gpus: bool) -> RunReport:
+        """Every node observed once (concurrently); a node that cannot be reached is stale in it."""
+        return self.combined(list(await asyncio.gather(*(self._node_check(w, gpus) for w in self.watches))))
+
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult:
+        for w in self.watches:
+            w.tracker.reset()
+        out = await self.nodes.launch(relaunch=relaunch, preflight=preflight)
+        reports = []
+        for plan, w in zip(self.plans, self.watches):
+            report = await w.launched(out.outcomes[plan.node], gpus)
+            if out.outcomes[plan.node].evidence is not None:
+                w.last = report   # a node that later cannot be reached repeats this report
+            reports.append(report)
+        return LaunchResult(self.combined(reports), out.outcomes, out.stopped, out.seconds)
+
+    async def _stop(self) -> dict[str, StopResult]:
+        return await self.nodes.stop()
+
+    async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
+        return await self.nodes.canary(sleep_s)
+
+    async def close(self) -> None:
+        await self.nodes.close()
