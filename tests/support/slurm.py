@@ -183,10 +183,18 @@ class SlurmCluster:
             self._spawn(f"slurmd-{node}", [_tool("slurmd"), "-D", "-N", node, "-f", str(self.conf)])
         self._wait(self._nodes_idle, "slurmd", timeout)
 
-    def _nodes_idle(self) -> bool:
+    def _node_states(self) -> dict[str, str]:
         out = self.run("sinfo", "-h", "-N", "-o", "%N %t", check=False, timeout=10).stdout.split()
-        states = dict(zip(out[::2], out[1::2]))
+        return dict(zip(out[::2], out[1::2]))
+
+    def _nodes_idle(self) -> bool:
+        states = self._node_states()
         return all(states.get(n) == "idle" for n in self.nodes)
+
+    def _nodes_in_service(self) -> bool:
+        """Neither drained nor down (the side node may be running its job)."""
+        states = self._node_states()
+        return all(states.get(n) in ("idle", "mix", "alloc", "comp") for n in self.nodes)
 
     def _wait(self, ready, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -257,7 +265,7 @@ class SlurmCluster:
         such node would leave the others drained."""
         for node in self.nodes:
             self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-        self._wait(self._nodes_idle, "the nodes' return to service", timeout)
+        self._wait(self._nodes_in_service, "the nodes' return to service", timeout)
 
     def slurmstepd_pids(self) -> list[int]:
         """slurmstepd processes of this cluster (their log is in its dir): none may outlive stop()."""
