@@ -98,8 +98,9 @@ def test_1_bad_run_dir_data_is_a_verdict_not_unreachable(tmp_path):
     run = tmp_path / "run"
     (run / "launch.sh").mkdir(parents=True)
     cfg = write_config(tmp_path, p=local(run, "beat"))
-    res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
-    assert res.returncode in (1, 4) and verdict(res) is not None, (res.stdout, res.stderr)
+    # launch.sh is a directory and no launch.json: nothing can have started here.
+    res = expect(1, cli(tmp_path, "--config", str(cfg), "--check", "--json"))
+    assert verdict(res) == "NEVER STARTED", res.stdout
     for pid in (0, -5):
         (run / "launch.json").write_text(json.dumps({
             "v": 1, "run_id": "r", "pid": pid, "pgid": pid, "start_ticks": 1, "start_time": 1.0, "argv": ["x"]}))

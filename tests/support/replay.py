@@ -12,7 +12,6 @@ import asyncio
 from typing import AsyncIterator, Awaitable, Callable
 
 from dflash_tui.gpu.sample import GpuSnapshot
-from dflash_tui.run.health import Limits
 from dflash_tui.run.history import PreviousRun
 from dflash_tui.run.report import RunReport
 from dflash_tui.ui.source import EVENTS_LOG, TRAIN_LOG, ActionError
@@ -42,7 +41,6 @@ class ReplaySource:
                  missing: tuple[str, ...] = (), previous: PreviousRun | None = None,
                  on_action: Callable[[str], Awaitable[str]] | None = None) -> None:
         self.profile = profile
-        self.limits = Limits()
         self._reports: asyncio.Queue[RunReport] = asyncio.Queue()
         self._gpus: asyncio.Queue[GpuSnapshot] = asyncio.Queue()
         self._followers: dict[str, list[ReplayFollower]] = {}

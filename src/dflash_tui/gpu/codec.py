@@ -1,5 +1,5 @@
 """Turn the probe's plain dicts (from `nvml_reader`, in-process or over the agent's JSON) into
-`gpu/sample.py` dataclasses, and back.
+`gpu/sample.py` dataclasses.
 
 The remote side is another machine's python answering over a pipe: anything it sends is
 checked here, and an answer that does not have the expected shape raises `ProbeAnswerError`
@@ -8,7 +8,6 @@ checked here, and an answer that does not have the expected shape raises `ProbeA
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from .sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
@@ -102,10 +101,3 @@ def snapshot_from_dict(d: Any, *, source: str | None = None) -> GpuSnapshot:
         extra=dict(extra),
     )
 
-
-def snapshot_to_dict(snap: GpuSnapshot) -> dict[str, Any]:
-    """JSON-ready form (for --json output and recorded test data)."""
-    d = dataclasses.asdict(snap)
-    if snap.error is not None:
-        d["error"]["kind"] = snap.error.kind.value
-    return d

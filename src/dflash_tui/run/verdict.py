@@ -60,7 +60,7 @@ class CheckState(str, Enum):
 
 @dataclass
 class Check:
-    id: str            # stable key, e.g. "launch_json", "train_log", "pid_alive", "heartbeat"
+    id: str            # stable key, e.g. "launch_json", "train_log", "process", "heartbeat"
     label: str         # what a person reads in the checklist
     state: CheckState
     cause: str = ""    # one line: what was observed

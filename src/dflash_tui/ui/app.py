@@ -142,7 +142,7 @@ class DashboardApp(App[None]):
             with TabPane("Log", id="tab-log"):
                 yield LogPane(id="log")
             with TabPane("Threads", id="tab-threads"):
-                yield ThreadsPane(limits=self.source.limits, id="threads")
+                yield ThreadsPane(id="threads")
             with TabPane("GPUs", id="tab-gpus"):
                 yield GpuPane(id="gpus")
             with TabPane("Metrics", id="tab-metrics"):
@@ -523,7 +523,6 @@ class DashboardApp(App[None]):
         self.report, self.received_at, self._run_id = None, None, None
         self.log_pane.lines.clear()
         self.metrics_pane.reset()
-        self.threads_pane.limits = new.limits
         self._render_header()
         self._start_streams()
         if old is not new and old is not self._live_source:

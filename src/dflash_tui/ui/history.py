@@ -44,7 +44,6 @@ class HistorySource:
         self.live = live
         self.run = run
         self.profile = live.profile
-        self.limits = live.limits
         self.label = f"history {run.run_id} (read-only)"
 
     async def reports(self) -> AsyncIterator[RunReport]:

@@ -17,6 +17,7 @@ from ..config import Profile
 from ..gpu.sample import GpuSnapshot
 from ..run.launch import LaunchRefused
 from ..run.combine import merge_gpu_snapshots
+from ..run.history import PreviousRun
 from ..run.report import RunReport
 from ..watch import ActionInFlight, NodesWatch
 from .session_source import SessionFollower, SessionSource
@@ -61,7 +62,6 @@ class NodesSource:
     def __init__(self, profile: Profile, *, gpu_interval: float = 1.0, monitor_interval: float = 1.0) -> None:
         self.profile = profile.name
         self.watch = NodesWatch(profile, interval=monitor_interval)
-        self.limits = self.watch.limits
         self.nodes = [node for node, _ in self.watch.host_watches()]
         self.sources = [SessionSource(w.profile, watch=w, gpu_interval=gpu_interval)
                         for _, w in self.watch.host_watches()]
@@ -85,6 +85,10 @@ class NodesSource:
         if name == EVENTS_LOG:
             return self.sources[0].follow(name)
         return PrefixedFollower([(n, s.follow(name)) for n, s in zip(self.nodes, self.sources)])
+
+    async def previous_run(self, exclude: str | None) -> PreviousRun | None:
+        """The first node's (rank 0 writes the run's step and eval events)."""
+        return await self.sources[0].previous_run(exclude)
 
     # -- actions ----------------------------------------------------------------------------
     async def _act(self, action):

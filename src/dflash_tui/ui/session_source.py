@@ -57,7 +57,6 @@ class SessionSource:
         self.profile = profile.name
         self.watch = watch if watch is not None else HostWatch(Session(profile), interval=monitor_interval)
         self.session = self.watch.session
-        self.limits = self.watch.limits
         self._fleet_gpu_snapshot = self.watch.gpu_snapshot
         self.gpu_interval = gpu_interval
         self._gpu_stream = None

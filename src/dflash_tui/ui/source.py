@@ -3,16 +3,17 @@
 The app never computes a verdict, never opens a connection and never reads a run file
 itself. It consumes a `DashboardSource`:
 
-- `reports()`       RunReports from the headless monitor (the same ones `--check` prints),
+- `reports()`       RunReports from the run's RunWatch (the same evaluation `--check` prints),
 - `gpu_snapshots()` GpuSnapshots from the GPU stream,
 - `follow(name)`    a line follower for "train.log" or "events.jsonl" (new complete lines per poll),
 - `previous_run(exclude)`  the run dir's last set-aside run (run/history.PreviousRun) or None,
-- `launch()/stop()/relaunch()/canary()`  the monitor's actions, each returning one line that
+- `launch()/stop()/relaunch()/canary()`  the watch's actions, each returning one line that
   says what happened (raising `ActionError` with a one-line message when it could not).
 
-The product implementation is `session_source.SessionSource` (real Session, HostWatch,
-LogFollower, GpuStream); tests and screenshots use `replay.ReplaySource`, which plays back
-recorded dataclasses through the same interface.
+The live implementations are `session_source.SessionSource` (a HostWatch, LogFollower,
+GpuStream) and `nodes_source.NodesSource` (a NodesWatch, each node's followers and GPU stream);
+tests and screenshots use `replay.ReplaySource`, which plays back recorded dataclasses through
+the same interface.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 from typing import AsyncIterator, Protocol
 
 from ..gpu.sample import GpuSnapshot
-from ..run.health import Limits
 from ..run.history import PreviousRun
 from ..run.report import RunReport
 
@@ -42,7 +42,6 @@ class LineFollower(Protocol):
 
 class DashboardSource(Protocol):
     profile: str
-    limits: Limits     # the profile's stall limits: the Threads pane marks STUCK by the same rule
 
     def reports(self) -> AsyncIterator[RunReport]: ...
 

@@ -17,7 +17,6 @@ from textual.widgets import Static
 
 from ..contract.rundir import CompileState, ProbeReport
 
-from ..run.health import Limits
 from ..run.report import RunReport
 from .fmt import age, alarm_style, one_line
 from .rows import RowTable
@@ -70,10 +69,6 @@ def thread_trouble(report: RunReport, name: str) -> str:
 
 
 class ThreadsPane(OnScreenOnly, Vertical):
-    def __init__(self, limits: Limits = Limits(), **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.limits = limits   # the profile's; the engine applied them to the report's thread states
-
     def compose(self):
         self.note = Static("no status.json yet: the trainer has not published its threads", id="threads-note")
         self.table = RowTable(COLUMNS, id="threads-table")
