@@ -91,6 +91,8 @@ def test_a_running_job_vouches_for_a_wrapper_on_another_host_and_silence_is_no_e
     silent = evaluate(_ev(SlurmJob("5", answered=False, error="Socket timed out"), exit_code=None, alive=True))
     assert silent.verdict is not Verdict.KILLED and silent.checks[0].state.value == "warn"
     assert silent.slurm["job_id"] == "5"
+    unseen = evaluate(_ev(SlurmJob("5", answered=False, error="Socket timed out"), exit_code=None))
+    assert unseen.verdict is not Verdict.KILLED, unseen   # a wrapper on another host, Slurm silent
 
 
 def test_pending_is_queued_with_exit_4_and_held_is_blocked():

@@ -19,7 +19,7 @@ everything the scheduler does not know (FINISHED, CRASHED with its traceback, ST
 | ended CANCELLED ("CANCELLED AT" in slurm.out), no stop request                               | CANCELLED (by whom, when sacct says) |
 | ended before launch.json (any other state, or unknown to the scheduler)                      | NEVER STARTED (Slurm's reason, slurm.out) |
 | ended COMPLETED / FAILED, or unknown to the scheduler, after launch.json                     | the evidence: FINISHED, CRASHED, KILLED |
-| the controller does not answer                                                               | the evidence; STARTING while no launch.json |
+| the controller does not answer (a warn check says so)                                        | the evidence, the wrapper counted alive; STARTING while no launch.json |
 """
 
 from __future__ import annotations
@@ -196,11 +196,12 @@ def _pending(ev: Evidence, job: SlurmJob) -> Checklist:
 
 def _vouched(ev: Evidence) -> Evidence:
     """While Slurm says the job runs, its batch host's wrapper is alive even where this login
-    host cannot see its pid (another machine): the job's state stands for the pid check."""
+    host cannot see its pid (another machine): the job's state stands for the pid check. While
+    Slurm does not answer, the last word was "running" too: its silence is never an end."""
     launch = ev.launch
     if launch is None or ev.exit is not None or process_matches(launch, ev.proc):
         return ev
-    if ev.job is None or not ev.job.active:
+    if ev.job is None or not (ev.job.active or not ev.job.answered):
         return ev
     return replace(ev, proc=PidInfo(pid=launch.pid, alive=True, start_ticks=launch.start_ticks, state="R",
                                     pgid=launch.pgid))
