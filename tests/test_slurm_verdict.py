@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from dflash_tui.backends.slurm import SlurmLauncher
 from dflash_tui.config import ConfigError, parse_config
 from dflash_tui.contract.rundir import ExitRecord, LaunchRecord, SlurmJobRecord, StopRecord
+from dflash_tui.remote.agent import open_ops
+from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ops import FileStat, PidInfo
 from dflash_tui.run.health import evaluate
 from dflash_tui.run.observe import Evidence
@@ -128,3 +131,21 @@ def test_sbatch_argv_keeps_a_percent_in_the_run_dir_literal():
     argv = sbatch_argv(SlurmSpec(partition="gpu", nodes=2), "/srv/runs/50%", "dflash-50_")
     assert "--output=/srv/runs/50%%/slurm.out" in argv and "--chdir=/srv/runs/50%" in argv
     assert argv[-1] == "/srv/runs/50%/launch.sh" and "--no-requeue" in argv and "--nodes=2" in argv
+
+
+async def test_a_corrupt_slurm_json_is_one_line_not_a_crash(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "launch.sh").write_text("#!/bin/sh\n# dflash-run-id: r1\n")
+    (run / "slurm.json").write_text('{"v": 1, "run_id": "r1", "job_id": "$(rm -rf /)", "submit_time": 1}')
+    profile = _profile(scheduler='"slurm"', run_dir=f'"{run}"')
+    target = LocalTarget()
+    launcher = SlurmLauncher(profile, target, target)
+    ops = await open_ops(target, prefer="shell")
+    try:
+        ev = await launcher.observe(ops, str(run))
+    finally:
+        await ops.close()
+    cl = evaluate(ev)
+    assert ev.job is None and cl.verdict is Verdict.NEVER_STARTED
+    assert "expected a Slurm job id" in cl.summary and "cannot be identified" in cl.summary

@@ -175,10 +175,13 @@ class SlurmLauncher(Launcher):
                 and attempt.error and attempt.run_id == ev.wrapper_run_id):
             # sbatch refused the job: no launch.json will ever come, and sbatch's words say why.
             ev.launch_problem = attempt.error
+        if problem and ev.launch is None and not ev.launch_problem:
+            # A slurm.json that cannot be read names no job to ask about or cancel.
+            ev.launch_problem = f"{problem}: the run's Slurm job cannot be identified"
         if record is None:
             return ev
         # The job of the run this dir is about: a record left by an older run is not it.
-        if ev.wrapper_run_id and record.run_id != ev.wrapper_run_id:
+        if ev.wrapper_run_id and record.run_id and record.run_id != ev.wrapper_run_id:
             return ev
         ev.job = await self.job(record.job_id, fresh=fresh)
         try:
