@@ -7,9 +7,11 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 # System tools the tests drive for real: an OpenSSH server on 127.0.0.1, tmux for the
 # end-to-end dashboard test, util-linux for the pct stand-in's PID namespaces, Chromium and its
-# WebDriver for the --serve browser test (iproute2's ss: the bind-address check).
+# WebDriver for the --serve browser test (iproute2's ss: the bind-address check); a two-node
+# Slurm cluster on 127.0.0.1 (munge, slurmctld, slurmd, the client commands) for the scheduler tests.
 SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux chromium:chromium \
-	chromedriver:chromium-driver ss:iproute2
+	chromedriver:chromium-driver ss:iproute2 /usr/sbin/munged:munge /usr/sbin/slurmctld:slurmctld \
+	/usr/sbin/slurmd:slurmd sbatch:slurm-client
 
 .PHONY: run test venv system-tools clean
 

@@ -158,6 +158,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("contract",),
     ("words", "progress_regex", "small_file", "serve_auth"),
     ("remote",),
+    ("slurm",),
     ("config", "gpu"),
     ("run",),
     ("backends",),

@@ -198,7 +198,8 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
         return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
                 "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
-                "target": profile.where(), "exit_code": exit_code_of(report), **extra}
+                "target": profile.where(), "exit_code": exit_code_of(report),
+                **({"slurm": d["slurm"]} if "slurm" in d else {}), **extra}   # a Slurm run's job
     nodes = []
     for n in report.nodes:
         r = n.report

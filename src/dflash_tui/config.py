@@ -20,6 +20,7 @@ from typing import Any
 
 from .remote.container import parse_container_spec
 from .progress_regex import ProgressRegexError, compile_progress_regex
+from .slurm.spec import SlurmSpec, take_slurm_keys
 from .small_file import SmallFileRefused, read_small_file
 
 DEFAULT_PROFILE = "local"
@@ -85,6 +86,8 @@ class Profile:
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
     master_addr: str | None = None     # None: the first node's address (its ssh HostName)
     master_port: int = 29500           # torch.distributed rendezvous port on the first node
+    # -- a run under a scheduler: Slurm (slurm/spec.py); host is then the login host --------
+    slurm: SlurmSpec | None = None
 
     @property
     def is_local(self) -> bool:
@@ -93,6 +96,10 @@ class Profile:
     @property
     def is_multinode(self) -> bool:
         return bool(self.nodes)
+
+    @property
+    def is_slurm(self) -> bool:
+        return self.slurm is not None
 
     @property
     def trainer_argv(self) -> list[str]:
@@ -113,6 +120,8 @@ class Profile:
             base = "local"
         else:
             base = f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+        if self.slurm is not None:
+            return f"{base} · slurm{':' + self.slurm.partition if self.slurm.partition else ''}"
         return f"{base} · {self.container}" if self.container else base
 
 
@@ -271,10 +280,15 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
         raise ConfigError(f"{where}: profile names use letters, digits, '_', '.', '-'; rename it")
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table (write it as [profile.{name}] with keys below)")
-    values: dict[str, Any] = {}
+    # -- the scheduler's keys (slurm/spec.py): taken out first, `nodes` is a count there ------
+    try:
+        slurm, table = take_slurm_keys(table)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    values: dict[str, Any] = {"slurm": slurm} if slurm is not None else {}
     for key, value in table.items():
         if key not in _KEYS:
-            known = ", ".join(sorted(_KEYS))
+            known = ", ".join(sorted([*_KEYS, "scheduler"]))
             raise ConfigError(f"{where}: unknown key {show_value(key)} (known keys: {known})")
         types, desc = _KEYS[key]
         # TOML booleans are ints to Python; a port of `true` is a mistake, not 1.

@@ -157,8 +157,10 @@ class SshdServer:
                 "identity_file": str(self.client_key), "known_hosts": str(self.known_hosts)}
 
 
-def start_sshd(workdir: str | os.PathLike, *, user: str | None = None) -> SshdServer:
+def start_sshd(workdir: str | os.PathLike, *, user: str | None = None,
+               env: dict[str, str] | None = None) -> SshdServer:
     """Generate keys and config under `workdir` and start sshd on a free loopback port.
+    `env`: more variables every session gets (e.g. SLURM_CONF for a test cluster's login host).
 
     Raises SshdUnavailable when sshd or ssh-keygen is not installed."""
     sshd = find_sshd()
@@ -201,7 +203,8 @@ def start_sshd(workdir: str | os.PathLike, *, user: str | None = None) -> SshdSe
             "MaxStartups 200:30:400",
             # Applied after sshd's own PATH: the stand-ins shadow nothing else but pct/docker.
             f"SetEnv {_q('PATH=' + path_env)} {_q(f'PCT_STANDIN_DIR={standin}')} "
-            f"{_q(f'DOCKER_STANDIN_DIR={standin}')}",
+            f"{_q(f'DOCKER_STANDIN_DIR={standin}')}"
+            + "".join(f" {_q(f'{k}={v}')}" for k, v in (env or {}).items()),
             "Subsystem sftp internal-sftp",
             "",
         ]))

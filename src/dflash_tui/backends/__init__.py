@@ -11,9 +11,10 @@ from ..config import ConfigError, Profile
 from ..remote.base import Target
 from ..run.launcher import Launcher
 from .process import ContainerLauncher, LocalLauncher, SSHLauncher
+from .slurm import SlurmLauncher
 
-# First match wins.
-BACKENDS: tuple[type[Launcher], ...] = (ContainerLauncher, SSHLauncher, LocalLauncher)
+# First match wins: a scheduler's keys before the host/container ones a Slurm profile also has.
+BACKENDS: tuple[type[Launcher], ...] = (SlurmLauncher, ContainerLauncher, SSHLauncher, LocalLauncher)
 
 
 def launcher_class(profile: Profile) -> type[Launcher]:

@@ -63,6 +63,10 @@ EVENTS_JSONL = "events.jsonl"
 STATUS_JSON = "status.json"
 EXIT_JSON = "exit.json"
 STOP_JSON = "stop.json"
+# A run under Slurm (dflash_tui/slurm/): the job the launch submitted, and the job's own
+# stdout/stderr (slurmstepd's words: "CANCELLED AT ... DUE TO TIME LIMIT", "exceeded memory limit").
+SLURM_JSON = "slurm.json"
+SLURM_OUT = "slurm.out"
 CHECKPOINTS_DIR = "checkpoints"
 LAUNCH_CLAIM = ".launch-claim"
 PROBE_DIR = "probe"
@@ -201,7 +205,23 @@ class StopRecord:
     pid: int = field(metadata={"min": 1})
     requested_time: float
     requested_by: str = ""
-    signal_sent: str = ""   # "SIGTERM", then "SIGKILL" if the grace period ran out
+    signal_sent: str = ""   # "SIGTERM", then "SIGKILL" if the grace period ran out; "scancel" for a Slurm job
+    v: int = SCHEMA_VERSION
+    job_id: str = ""        # a Slurm job's id (then pid is the job id while no wrapper pid is known)
+
+
+@dataclass
+class SlurmJobRecord:
+    """slurm.json: written by the launch right after `sbatch` accepted the job. The job id is
+    what stop cancels and what the verdict asks the scheduler about."""
+
+    run_id: str
+    job_id: str
+    submit_time: float        # epoch seconds, the login host's clock
+    partition: str = ""
+    nodes: int = field(default=1, metadata={"min": 1})
+    cluster: str = ""         # sbatch --parsable prints "ID;CLUSTER" on a multi-cluster setup
+    submit_host: str = ""
     v: int = SCHEMA_VERSION
 
 
@@ -689,6 +709,13 @@ def parse_exit(text: str) -> ExitRecord:
 
 def parse_stop(text: str) -> StopRecord:
     return build_record(StopRecord, loads_object(text, STOP_JSON), STOP_JSON)
+
+
+def parse_slurm_job(text: str) -> SlurmJobRecord:
+    rec = build_record(SlurmJobRecord, loads_object(text, SLURM_JSON), SLURM_JSON)
+    if not rec.job_id.isdigit() or len(rec.job_id) > 20:
+        raise SchemaError(f"{SLURM_JSON}: field 'job_id' is {rec.job_id[:40]!r}, expected a Slurm job id (digits)")
+    return rec
 
 
 def parse_claim(text: str) -> ClaimRecord:

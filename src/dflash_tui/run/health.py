@@ -21,6 +21,7 @@ from .checks import (DISK_HINT, cpu_check, cpu_words, disk_check, gpus_check, la
 from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
 from .stacks import ThreadClass
 from .observe import Evidence, current_run_id, process_matches
+from .slurm_verdict import judge as judge_slurm_job
 from .tracebacks import exception_line
 from .verdict import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
@@ -84,6 +85,8 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
     a failing "disk" check and the first words of a failing verdict's summary.
     """
+    if ev.job is not None:   # a Slurm job: its states beside the evidence (run/slurm_verdict.py)
+        return judge_slurm_job(ev, lambda plain: evaluate(replace(plain, job=None), limits))
     checks: list[Check] = []
     run_id = current_run_id(ev)
     attempt = ev.attempt if ev.attempt is not None and ev.attempt.run_id == run_id else None

@@ -112,6 +112,7 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
         if own_trainer and pre.program:
             # Run exactly what preflight checked: the program as found from the run dir.
             argv[0] = pre.program
+    argv = launcher.job_argv(argv)
 
     # From here to the first verdict this launch owns the run dir: nothing below (the live-run
     # check, the stop, the archive, the write, the detach) may interleave with another launch.
@@ -142,7 +143,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
     stopped = None
     if launcher.alive(ev) and ev.exit is None:
         if not relaunch:
-            raise LaunchRefused(f"run {ev.launch.run_id} (pid {ev.launch.pid}) is still running in {run_dir}; "
+            raise LaunchRefused(f"{launcher.describe_live(ev)} is still running in {run_dir}; "
                                 "stop it first, or relaunch")
         stopped = await launcher.stop(ops, run_dir, grace_s=profile.stop_grace_s)
         if not stopped.ok:
@@ -229,12 +230,16 @@ async def first_verdict(launcher: Launcher, ops: RemoteOps, run_dir: str, attemp
                         limits: Limits, interval: float = 0.05) -> tuple[Evidence, Checklist]:
     """Poll until the wrapper has either proved it ran (launch.json) or missed the deadline.
 
-    A missing launch.sh cannot appear later, so that case needs no waiting at all."""
+    A missing launch.sh cannot appear later, so that case needs no waiting at all. A run that
+    stays STARTING without launch.json past the deadline and SETTLE_S (a scheduler's job that
+    started and whose wrapper has not written yet, a scheduler that does not answer) is
+    returned as it is."""
+    deadline = time.monotonic() + limits.launch_deadline_s + SETTLE_S
     while True:
         ev = await launcher.observe(ops, run_dir, attempt=attempt)
         checklist = evaluate(ev, limits)
         waiting = checklist.verdict is Verdict.STARTING and ev.launch is None
-        if not waiting:
+        if not waiting or time.monotonic() >= deadline:
             return ev, checklist
         await asyncio.sleep(interval)
 

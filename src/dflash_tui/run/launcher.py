@@ -88,6 +88,15 @@ class Launcher(ABC):
         """Whether the run launch.json names still runs (its pid, verified by start time)."""
         return ev.launch is not None and process_matches(ev.launch, ev.proc)
 
+    def describe_live(self, ev: Evidence) -> str:
+        """The live run in words, for a refused launch (`alive(ev)` is true)."""
+        return f"run {ev.launch.run_id} (pid {ev.launch.pid})" if ev.launch is not None else "a run"
+
+    def job_argv(self, argv: list[str]) -> list[str]:
+        """What launch.sh runs for the program `argv` (a scheduler's backend: its task launcher
+        around it, one task per node)."""
+        return argv
+
     @abstractmethod
     async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
                    requested_by: str | None = None) -> StopResult:

@@ -17,11 +17,13 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
-                                 TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord, TrainStatus,
-                                 inert_text, parse_exit, parse_launch, parse_status, parse_stop, rank_file)
+                                 TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord,
+                                 TrainStatus, inert_text, parse_exit, parse_launch, parse_status, parse_stop,
+                                 rank_file)
 
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
+from ..slurm.job import SlurmJob
 from .activity import CPU_WINDOW_S, Activity, ProgressTracker
 from .attempts import LaunchAttempt
 from .flight_recorder import gather_collectives, gather_root_cause
@@ -62,6 +64,12 @@ class Evidence:
     probes: list[ProbeReport] = field(default_factory=list)
     # Stacks of processes whose reports went stale, collectives per rank, the first failure.
     hang: HangEvidence = field(default_factory=HangEvidence)
+    # A run under Slurm (backends/slurm.py fills these): slurm.json, the job as the scheduler
+    # describes it now, and the tail of the job's own stdout/stderr (slurm.out).
+    slurm: SlurmJobRecord | None = None
+    slurm_problem: str | None = None
+    job: SlurmJob | None = None
+    slurm_out: str = ""
 
     def path(self, name: str) -> str:
         return posixpath.join(self.run_dir, name)

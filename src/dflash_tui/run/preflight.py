@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..config import Profile, system_dir
-from ..contract.rundir import EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON, TRAIN_LOG
+from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SLURM_JSON, SLURM_OUT,
+                               STATUS_JSON, STOP_JSON, TRAIN_LOG)
 from ..remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps
 from .observe import gather, process_matches
@@ -22,7 +23,8 @@ from .verdict import Check, CheckState
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
 # The files that describe one run (run/launch.py moves them to history/ on the next launch).
-PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON)
+PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON,
+                 SLURM_JSON, SLURM_OUT)
 
 # $1 = run dir. Prints key=value lines; each step's failure is printed, not fatal, so one
 # round trip answers all of them. `df -P` is POSIX (1024-byte blocks with -k).

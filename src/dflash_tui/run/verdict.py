@@ -32,6 +32,14 @@ class Verdict(str, Enum):
     GPU_LOST = "GPU LOST"
     # The run ended after a stop request for it (stop.json), whatever its exit code or signal.
     STOPPED = "STOPPED"
+    # A Slurm job's own states (run/slurm_verdict.py), beside the evidence-based ones:
+    QUEUED = "QUEUED"                 # pending, with Slurm's reason in words (no verdict yet)
+    BLOCKED = "BLOCKED"               # pending and never starting by itself: held, or a dependency never satisfiable
+    PREEMPTED = "PREEMPTED"           # ended by preemption
+    TIMEOUT = "TIMEOUT"               # hit its time limit
+    OUT_OF_MEMORY = "OUT OF MEMORY"   # killed for exceeding its memory limit
+    NODE_FAIL = "NODE FAIL"           # a node of the job failed
+    CANCELLED = "CANCELLED"           # cancelled from outside (the run dir has no stop request)
 
     @property
     def healthy(self) -> bool:
@@ -40,7 +48,9 @@ class Verdict(str, Enum):
     @property
     def failing(self) -> bool:
         return self in (Verdict.NEVER_STARTED, Verdict.LOG_MISSING, Verdict.CRASHED,
-                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED, Verdict.GPU_LOST)
+                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED, Verdict.GPU_LOST,
+                        Verdict.BLOCKED, Verdict.PREEMPTED, Verdict.TIMEOUT, Verdict.OUT_OF_MEMORY,
+                        Verdict.NODE_FAIL, Verdict.CANCELLED)
 
 
 class CheckState(str, Enum):
@@ -124,6 +134,8 @@ class Checklist:
     summary: str = ""  # one line explaining the verdict, e.g. "exit code 1: ValueError: ..."
     # status.json's threads, judged, then each probed process's threads with their stack's class
     threads: list[ThreadHealth] = field(default_factory=list)
+    # A Slurm job's facts (run/slurm_verdict.py): job_id, state, reason, node_list, partition, ...
+    slurm: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.summary = _inert(self.summary)
@@ -134,4 +146,5 @@ class Checklist:
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "summary": self.summary,
                 "checks": [c.to_dict() for c in self.checks],
-                "threads": [t.to_dict() for t in self.threads]}
+                "threads": [t.to_dict() for t in self.threads],
+                **({"slurm": self.slurm} if self.slurm is not None else {})}

@@ -1,0 +1,256 @@
+"""The Slurm backend: a run is a job, submitted, observed, found alive and cancelled from a
+login host (`host`, or this machine) through the scheduler's commands (slurm/commands.py).
+
+The launch sequence is everyone's (run/launch.py: preflight, claim, archive, launch.sh, the run
+probe); `detach` submits launch.sh as the job's script with `sbatch` instead of starting it, and
+slurm.json records the job id in the run dir (stop cancels exactly that job; the verdict asks
+the scheduler about it). The wrapper then runs on the job's first node and writes launch.json,
+train.log and exit.json into the shared run dir as on one host; on several nodes its program
+is srun with one task per node (`job_argv`, slurm/script.py).
+
+A run "lives" while its job is pending or running. Observing a run is the run dir's evidence
+(run/observe.gather) plus slurm.json, the job as the scheduler says (slurm/commands.query, at
+most every `min_query_interval_s`; an ended job is final and never asked again), and the tail
+of slurm.out (the job's own stdout/stderr, where slurmstepd writes why it ended).
+"""
+
+from __future__ import annotations
+
+import getpass
+import posixpath
+import socket
+import time
+
+from ..config import Profile
+from ..contract.rundir import (SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
+                               SlurmJobRecord, StopRecord, parse_slurm_job, to_json)
+from ..remote.base import CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ..remote.factory import make_host_target
+from ..remote.ops import RemoteOps
+from ..run.launcher import Detached, Launcher
+from ..run.observe import Evidence, gather
+from ..run.preflight import PreflightResult
+from ..run.stop import StopResult
+from ..run.verdict import Check, CheckState
+from ..slurm.commands import SchedulerMissing, cancel, query, submit
+from ..slurm.job import SlurmJob
+from ..slurm.script import job_argv
+
+SLURM_OUT_TAIL = 8 << 10
+# A dashboard polls every second; the controller is shared by every user of the cluster, so a
+# live job is asked at most this often (an ended one never again).
+MIN_QUERY_INTERVAL_S = 5.0
+JOB_NAME_PREFIX = "dflash-"
+# squeue/scontrol against a controller that hangs wait for it; past this the job is "not
+# answered" (never taken for its end), and the poll goes on with the run dir's evidence.
+QUERY_TIMEOUT_S = 15.0
+
+
+def job_name(run_dir: str) -> str:
+    base = posixpath.basename(run_dir.rstrip("/")) or "run"
+    return JOB_NAME_PREFIX + "".join(c if c.isalnum() or c in "._-" else "_" for c in base)[:60]
+
+
+def _requested_by() -> str:
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:   # getuser raises when the uid has no name; the field is informative only
+        return "dflash-tui"
+
+
+class SlurmLauncher(Launcher):
+    """`scheduler = "slurm"`: the host (SSH or this machine) is the cluster's login host."""
+
+    name = "slurm"
+
+    def __init__(self, profile: Profile, host: Target, target: Target) -> None:
+        super().__init__(profile, host, target)
+        assert profile.slurm is not None
+        self.spec = profile.slurm
+        self.min_query_interval_s = MIN_QUERY_INTERVAL_S
+        self.query_timeout_s = QUERY_TIMEOUT_S
+        self._last: dict[str, tuple[float, SlurmJob]] = {}   # job id -> (when asked, the answer)
+
+    @classmethod
+    def handles(cls, profile: Profile) -> bool:
+        return profile.slurm is not None
+
+    @classmethod
+    def make_host(cls, profile: Profile) -> Target:
+        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
+                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+
+    @classmethod
+    def make_run_target(cls, profile: Profile, host: Target) -> Target:
+        return host   # the run dir is on shared storage the login host sees
+
+    # -- start ------------------------------------------------------------------------------
+    def job_argv(self, argv: list[str]) -> list[str]:
+        return job_argv(argv, self.spec.nodes)
+
+    async def preflight(self, ops: RemoteOps | None, *, profile: Profile | None = None,
+                        check_live_run: bool = True) -> PreflightResult:
+        """Everyone's checks, then `sinfo`: a Slurm login host, and the partition is up."""
+        pre = await super().preflight(ops, profile=profile, check_live_run=check_live_run)
+        if pre.ok:
+            pre.checks.append(await self._sinfo_check())
+        return pre
+
+    async def _sinfo_check(self) -> Check:
+        """Is this a Slurm login host, and does the partition exist and take jobs?"""
+        now = time.time()
+        argv = ["sinfo", "-h", "-o", "%P %a"] + ([f"--partition={self.spec.partition}"] if self.spec.partition else [])
+        try:
+            res = await self.target.run(argv, timeout=20)
+        except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+            raise
+        except TargetError as exc:
+            return Check("pre_slurm", "Slurm", CheckState.FAIL, exc.message, "check sinfo on the login host", now)
+        text = " ".join((res.stderr or res.stdout).split())[:200]
+        if not res.ok:
+            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
+                         "run it on a Slurm login host (sinfo, sbatch, squeue on PATH)", now)
+        lines = [l.split() for l in res.stdout.splitlines() if l.strip()]
+        if not lines:
+            want = f"partition {self.spec.partition!r}" if self.spec.partition else "any partition"
+            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"sinfo lists no {want}",
+                         "set partition to one that `sinfo -s` lists", now)
+        down = [p for p, avail in (l[:2] for l in lines if len(l) >= 2) if avail != "up"]
+        if self.spec.partition and down:
+            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
+                         "pick a partition that is up (sinfo -s)", now)
+        names = ", ".join(l[0] for l in lines[:4])
+        return Check("pre_slurm", "Slurm", CheckState.OK, f"sinfo answers; partition {names}", "", now)
+
+    async def detach(self, run_dir: str, run_id: str) -> Detached:
+        """Submit launch.sh with sbatch; slurm.json is written before this returns, so a stop
+        or a check from now on knows the job. A refusal is `Detached.error` with sbatch's words."""
+        try:
+            sub = await submit(self.target, self.spec, run_dir, job_name(run_dir))
+        except (CommandTimeout, TargetError) as exc:   # unreachable included
+            return Detached(None, error=str(exc))
+        res = sub.result
+        if sub.job_id is None:
+            return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch",
+                            error=f"sbatch refused the job: {sub.refusal()}")
+        record = SlurmJobRecord(run_id=run_id, job_id=sub.job_id, submit_time=time.time(),
+                                partition=self.spec.partition or "", nodes=self.spec.nodes, cluster=sub.cluster,
+                                submit_host=socket.gethostname())
+        try:
+            await self.target.write_file(posixpath.join(run_dir, SLURM_JSON), (to_json(record) + "\n").encode())
+        except TargetError as exc:
+            # Without slurm.json nothing could find or cancel the job later: cancel it now.
+            await cancel(self.target, sub.job_id, wait_s=10)
+            return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch",
+                            error=f"job {sub.job_id} submitted, but {SLURM_JSON} could not be written "
+                                  f"({exc.message}); the job was cancelled")
+        return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch")
+
+    # -- observe ----------------------------------------------------------------------------
+    async def job(self, job_id: str, *, fresh: bool = False) -> SlurmJob:
+        now = time.monotonic()
+        seen = self._last.get(job_id)
+        if seen is not None and (seen[1].ended or (not fresh and now - seen[0] < self.min_query_interval_s)):
+            return seen[1]
+        try:
+            job = await query(self.target, job_id, timeout=self.query_timeout_s)
+        except SchedulerMissing as exc:
+            job = SlurmJob(job_id, answered=False, error=str(exc))
+        except CommandTimeout:
+            job = SlurmJob(job_id, answered=False,
+                           error=f"squeue/scontrol did not answer within {self.query_timeout_s:.0f} s")
+        if job.answered:
+            self._last[job_id] = (now, job)
+        return job
+
+    async def observe(self, ops: RemoteOps, run_dir: str, *, fresh: bool = False, **gather_kw) -> Evidence:
+        ev = await gather(ops, run_dir, **gather_kw)
+        record, problem = await read_record(ops, run_dir)
+        ev.slurm, ev.slurm_problem = record, problem
+        attempt = ev.attempt
+        if (record is None and ev.launch is None and attempt is not None and attempt.via == "sbatch"
+                and attempt.error and attempt.run_id == ev.wrapper_run_id):
+            # sbatch refused the job: no launch.json will ever come, and sbatch's words say why.
+            ev.launch_problem = attempt.error
+        if problem and ev.launch is None and not ev.launch_problem:
+            # A slurm.json that cannot be read names no job to ask about or cancel.
+            ev.launch_problem = f"{problem}: the run's Slurm job cannot be identified"
+        if record is None:
+            return ev
+        # The job of the run this dir is about: a record left by an older run is not it.
+        if ev.wrapper_run_id and record.run_id and record.run_id != ev.wrapper_run_id:
+            return ev
+        ev.job = await self.job(record.job_id, fresh=fresh)
+        try:
+            chunk = await ops.read_tail(posixpath.join(run_dir, SLURM_OUT), SLURM_OUT_TAIL)
+            ev.slurm_out = chunk.data.decode("utf-8", "replace") if chunk.exists else ""
+        except TargetError as exc:
+            if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+                raise
+        return ev
+
+    def alive(self, ev: Evidence) -> bool:
+        """The run's job is pending or running (or the scheduler does not answer about it)."""
+        job = ev.job
+        return job is not None and (not job.answered or job.pending or job.active)
+
+    def describe_live(self, ev: Evidence) -> str:
+        job, rec = ev.job, ev.slurm
+        if job is None or rec is None:
+            return super().describe_live(ev)
+        return f"job {job.job_id} of run {rec.run_id} ({job.state or 'not answering'})"
+
+    # -- stop -------------------------------------------------------------------------------
+    async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
+                   requested_by: str | None = None) -> StopResult:
+        """stop.json, then `scancel JOB_ID` (that job only), verified: the job must leave
+        pending/running. Slurm itself sends SIGTERM, waits KillWait, then SIGKILL."""
+        t0 = time.monotonic()
+        ev = await self.observe(ops, run_dir, fresh=True)
+        rec = ev.slurm
+        if rec is None:
+            why = ev.slurm_problem or f"no {SLURM_JSON} in {run_dir}"
+            return StopResult("no-run", None, None, 0.0, f"{why}: no Slurm job to cancel")
+        job = ev.job
+        if job is None or (job.answered and not (job.pending or job.active)):
+            state = job.state if job is not None and job.known else "no longer known to Slurm"
+            return StopResult("not-running", None, rec.run_id, time.monotonic() - t0,
+                              f"job {rec.job_id} of run {rec.run_id} is not running ({state or 'ended'})")
+        launch: LaunchRecord | None = ev.launch if ev.launch is not None and ev.launch.run_id == rec.run_id else None
+        record = StopRecord(run_id=rec.run_id, pid=launch.pid if launch is not None else int(rec.job_id),
+                            requested_time=await ops.now(), requested_by=requested_by or _requested_by(),
+                            signal_sent="scancel", job_id=rec.job_id)
+        try:
+            await self.target.write_file(posixpath.join(run_dir, STOP_JSON), (to_json(record) + "\n").encode())
+            recorded = True
+        except TargetError:
+            recorded = False
+        res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + 30.0)
+        self._last[rec.job_id] = (time.monotonic(), last)
+        took = time.monotonic() - t0
+        if last.answered and (not last.known or last.ended):
+            return StopResult("terminated", record.pid, rec.run_id, took,
+                              f"job {rec.job_id} of run {rec.run_id} cancelled ({last.state or 'gone'})",
+                              record=record, recorded=recorded)
+        words = " ".join((res.stderr or res.stdout).split())[:200]
+        return StopResult("survived", record.pid, rec.run_id, took,
+                          f"job {rec.job_id} is still {last.state or 'unanswered'} after scancel"
+                          + (f" ({words})" if words else "") + f"; check `squeue -j {rec.job_id}`",
+                          record=record, recorded=recorded)
+
+
+async def read_record(ops: RemoteOps, run_dir: str) -> tuple[SlurmJobRecord | None, str | None]:
+    try:
+        chunk = await ops.read(posixpath.join(run_dir, SLURM_JSON), 0, 64 << 10)
+    except TargetError as exc:
+        if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+            raise
+        return None, exc.message
+    if not chunk.exists:
+        return None, None
+    try:
+        return parse_slurm_job(chunk.data.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, f"{SLURM_JSON} is not UTF-8 text"
+    except SchemaError as exc:
+        return None, str(exc)

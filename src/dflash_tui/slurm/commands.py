@@ -1,0 +1,136 @@
+"""The scheduler's commands on the login host, over a Target: sbatch, squeue + scontrol (and
+sacct when both no longer know the job), scancel of exactly one job id.
+
+Every command is an argv (no user string is spliced into a shell line); the one sh used runs
+squeue and scontrol in one round trip with the job id as `$1`. A job missing from one squeue
+answer is asked of scontrol in the same round trip, and only when both say it does not exist
+is sacct asked; a controller that does not answer is `answered=False`, never an end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import time
+from dataclasses import dataclass
+
+from ..contract.rundir import LAUNCH_SH, SLURM_OUT
+from ..remote.base import CommandResult, CommandTimeout, Target
+from .job import (SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
+                  parse_scontrol, parse_squeue, unanswered, unknown_job)
+from .spec import SlurmSpec, sbatch_options
+
+# $1 = job id. Each command's output, then its status on a line of its own.
+_QUERY = ('j=$1; squeue -h -j "$j" -o "$2" 2>&1; echo "@@rc=$?"; '
+          'scontrol show job -o "$j" 2>&1; echo "@@rc=$?"')
+_TIMEOUT_S = 20.0
+
+
+class SchedulerMissing(Exception):
+    """The login host has no sbatch/squeue (not a Slurm login host, or PATH lacks them)."""
+
+
+@dataclass
+class Submitted:
+    job_id: str | None          # None: sbatch refused the job
+    cluster: str
+    result: CommandResult
+
+    def refusal(self) -> str:
+        """sbatch's own words, one line."""
+        text = " ".join((self.result.stderr or self.result.stdout).split())
+        return text[:300] or f"sbatch exit status {self.result.exit_status}, no output"
+
+
+def _pattern_safe(path: str) -> str:
+    # sbatch expands %j, %N, ... in --output/--error: a run dir with '%' must stay as written.
+    return path.replace("%", "%%")
+
+
+def sbatch_argv(spec: SlurmSpec, run_dir: str, job_name: str) -> list[str]:
+    """sbatch for launch.sh in the run dir: parsable output, the job's name, its working
+    directory and its own stdout/stderr in the run dir, no requeue (a requeued job would run
+    the wrapper again into the same run files; a profile may ask for it in sbatch_args)."""
+    out = _pattern_safe(posixpath.join(run_dir, SLURM_OUT))
+    requeue = [] if any(a.split("=")[0] in ("--requeue", "--no-requeue") for a in spec.sbatch_args) else ["--no-requeue"]
+    return ["sbatch", "--parsable", f"--job-name={job_name}", f"--chdir={run_dir}", f"--output={out}",
+            f"--error={out}", *requeue, *sbatch_options(spec), posixpath.join(run_dir, LAUNCH_SH)]
+
+
+async def submit(target: Target, spec: SlurmSpec, run_dir: str, job_name: str) -> Submitted:
+    res = await target.run(sbatch_argv(spec, run_dir, job_name), timeout=60)
+    line = res.stdout.strip().splitlines()[-1] if res.ok and res.stdout.strip() else ""
+    job_id, _, cluster = line.partition(";")
+    if not res.ok or not job_id.strip().isdigit():
+        return Submitted(None, "", res)
+    return Submitted(job_id.strip(), cluster.strip(), res)
+
+
+def _split_answers(stdout: str) -> list[tuple[str, int]]:
+    out, chunk = [], []
+    for line in stdout.splitlines():
+        if line.startswith("@@rc="):
+            try:
+                rc = int(line[5:])
+            except ValueError:
+                rc = -1
+            out.append(("\n".join(chunk), rc))
+            chunk = []
+        else:
+            chunk.append(line)
+    return out
+
+
+async def query(target: Target, job_id: str, *, timeout: float = _TIMEOUT_S) -> SlurmJob:
+    """The job as the scheduler describes it now (see the module's docstring for the order).
+    Raises CommandTimeout when the commands hang (a controller that accepts and never answers)."""
+    res = await target.run(["sh", "-c", _QUERY, "dflash-slurm-query", job_id, SQUEUE_FORMAT], timeout=timeout)
+    answers = _split_answers(res.stdout)
+    if len(answers) < 2:
+        return unanswered(job_id, res.stderr or res.stdout or f"the query printed nothing (exit {res.exit_status})")
+    (sq_text, sq_rc), (sc_text, sc_rc) = answers[:2]
+    listed = parse_squeue(job_id, sq_text, sq_rc)
+    detail = parse_scontrol(job_id, sc_text, sc_rc)
+    if detail is not None:
+        # scontrol has every field; squeue's state is as fresh (both ask the controller).
+        if listed is not None and listed.state and listed.state != detail.state and not detail.ended:
+            detail.state = listed.state
+        return detail
+    if listed is not None:
+        return listed
+    if controller_silent(sq_text) or controller_silent(sc_text):
+        return unanswered(job_id, sc_text or sq_text)
+    if _missing(sq_text) and _missing(sc_text):
+        raise SchedulerMissing(f"the login host has no squeue/scontrol ({' '.join(sq_text.split())[:120]})")
+    if not invalid_id(sc_text):
+        # scontrol said something else: not a proof that the job is gone.
+        return unanswered(job_id, sc_text or sq_text)
+    return await _ask_accounting(target, job_id, timeout)
+
+
+def _missing(text: str) -> bool:
+    return "command not found" in text or ": not found" in text
+
+
+async def _ask_accounting(target: Target, job_id: str, timeout: float) -> SlurmJob:
+    res = await target.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS], timeout=timeout)
+    job = parse_sacct(job_id, res.stdout, res.exit_status or 0)
+    if job is not None:
+        return job
+    return unknown_job(job_id, ["squeue", "scontrol", "sacct" if res.ok else "sacct (no accounting)"])
+
+
+async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0) -> tuple[CommandResult, SlurmJob]:
+    """`scancel JOB_ID` (that job only), then wait until it is no longer pending or running.
+    Returns scancel's result and the job as last seen."""
+    res = await target.run(["scancel", job_id], timeout=_TIMEOUT_S)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            job = await query(target, job_id)
+        except CommandTimeout:
+            job = SlurmJob(job_id, answered=False, error="squeue/scontrol did not answer")
+        settled = job.answered and (not job.known or job.ended)
+        if settled or time.monotonic() >= deadline:
+            return res, job
+        await asyncio.sleep(0.3)

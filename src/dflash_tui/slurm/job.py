@@ -1,0 +1,155 @@
+"""A Slurm job as the scheduler describes it: squeue, `scontrol show job -o` and sacct answers
+parsed into one `SlurmJob`. Pure (text in, record out); slurm/commands.py asks.
+
+`SlurmJob.known` is False only when every source asked agreed the job does not exist any more
+(squeue and scontrol "Invalid job id", sacct nothing or no accounting): a purged job (MinJobAge)
+or a job of another cluster. `answered` is False when the controller did not answer at all, which
+is never taken for the job's end.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# squeue's format: id, state, reason, node list, partition, start time, time limit, time used.
+SQUEUE_FORMAT = "%i|%T|%r|%N|%P|%S|%l|%M"
+SACCT_FIELDS = "JobID,State,Reason,ExitCode,NodeList,Partition,Start,End,Timelimit"
+
+PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
+                           "RESIZING", "UPDATE_DB", "POWER_UP_NODE"})
+ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY",
+                          "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+_INVALID_ID = "Invalid job id"
+_NO_CONTROLLER = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
+                  "Zero Bytes were transmitted", "Communication connection failure")
+_KEY_VALUE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
+
+
+@dataclass
+class SlurmJob:
+    job_id: str
+    state: str = ""             # the base state, e.g. PENDING, RUNNING, TIMEOUT ("" when unknown)
+    reason: str = ""            # Slurm's reason code (pending: Resources, Priority, Dependency, ...)
+    node_list: str = ""
+    partition: str = ""
+    exit_code: str = ""         # "code:signal" as Slurm writes it
+    batch_host: str = ""
+    start_time: str = ""
+    end_time: str = ""
+    time_limit: str = ""
+    run_time: str = ""
+    restarts: int = 0
+    cancelled_by: str = ""      # sacct's "CANCELLED by UID" (accounting only)
+    source: str = ""            # which answer this came from: squeue, scontrol, sacct
+    known: bool = True          # False: every source said the job does not exist (any more)
+    answered: bool = True       # False: the controller did not answer; nothing is concluded
+    error: str = ""             # what the commands said when they did not answer
+    sources_asked: list[str] = field(default_factory=list)
+
+    @property
+    def pending(self) -> bool:
+        return self.state in PENDING_STATES
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    def to_dict(self) -> dict:
+        return {"job_id": self.job_id, "state": self.state or None, "reason": self.reason or None,
+                "node_list": self.node_list or None, "partition": self.partition or None,
+                "exit_code": self.exit_code or None, "source": self.source or None,
+                "known": self.known, "answered": self.answered}
+
+
+def _clean(value: str) -> str:
+    value = value.strip()
+    return "" if value in ("(null)", "None", "N/A", "n/a", "Unknown") else value
+
+
+def base_state(state: str) -> str:
+    """"CANCELLED by 1000" -> "CANCELLED"; "RUNNING+" ... -> "RUNNING"."""
+    return state.strip().split(" ")[0].rstrip("+*").upper()
+
+
+def controller_silent(text: str) -> bool:
+    return any(marker in text for marker in _NO_CONTROLLER)
+
+
+def parse_squeue(job_id: str, text: str, rc: int) -> SlurmJob | None:
+    """The job from `squeue -h -j ID -o SQUEUE_FORMAT`; None when squeue does not list it
+    (empty, or "Invalid job id"), which alone proves nothing."""
+    if rc != 0:
+        return None
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 8 or parts[0].strip() != job_id:
+            continue
+        return SlurmJob(job_id, state=base_state(parts[1]), reason=_clean(parts[2]), node_list=_clean(parts[3]),
+                        partition=_clean(parts[4]), start_time=_clean(parts[5]), time_limit=_clean(parts[6]),
+                        run_time=_clean(parts[7]), source="squeue")
+    return None
+
+
+def parse_scontrol_fields(line: str) -> dict[str, str]:
+    """`scontrol show job -o` key=value pairs; a value runs until the next ` Key=` (values may
+    hold spaces: a path, a reason)."""
+    out: dict[str, str] = {}
+    matches = list(_KEY_VALUE.finditer(line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end():end].strip()
+    return out
+
+
+def parse_scontrol(job_id: str, text: str, rc: int) -> SlurmJob | None:
+    if rc != 0:
+        return None
+    for line in text.splitlines():
+        f = parse_scontrol_fields(line)
+        if f.get("JobId") != job_id:
+            continue
+        try:
+            restarts = int(f.get("Restarts", "0"))
+        except ValueError:
+            restarts = 0
+        return SlurmJob(job_id, state=base_state(f.get("JobState", "")), reason=_clean(f.get("Reason", "")),
+                        node_list=_clean(f.get("NodeList", "")), partition=_clean(f.get("Partition", "")),
+                        exit_code=_clean(f.get("ExitCode", "")), batch_host=_clean(f.get("BatchHost", "")),
+                        start_time=_clean(f.get("StartTime", "")), end_time=_clean(f.get("EndTime", "")),
+                        time_limit=_clean(f.get("TimeLimit", "")), run_time=_clean(f.get("RunTime", "")),
+                        restarts=restarts, source="scontrol")
+    return None
+
+
+def parse_sacct(job_id: str, text: str, rc: int) -> SlurmJob | None:
+    """The allocation's line of `sacct -n -P -X -j ID -o SACCT_FIELDS`."""
+    if rc != 0:
+        return None
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 9 or parts[0].strip() != job_id:
+            continue
+        state = parts[1].strip()
+        by = state.split(" by ", 1)[1].strip() if " by " in state else ""
+        return SlurmJob(job_id, state=base_state(state), reason=_clean(parts[2]), exit_code=_clean(parts[3]),
+                        node_list=_clean(parts[4]), partition=_clean(parts[5]), start_time=_clean(parts[6]),
+                        end_time=_clean(parts[7]), time_limit=_clean(parts[8]), cancelled_by=by, source="sacct")
+    return None
+
+
+def unknown_job(job_id: str, asked: list[str]) -> SlurmJob:
+    return SlurmJob(job_id, known=False, sources_asked=asked)
+
+
+def unanswered(job_id: str, error: str) -> SlurmJob:
+    return SlurmJob(job_id, answered=False, error=" ".join(error.split())[:300])
+
+
+def invalid_id(text: str) -> bool:
+    return _INVALID_ID in text

@@ -1,0 +1,357 @@
+"""Runs under Slurm, judged against the real daemons (tests/support/slurm.py: munged,
+slurmctld, two slurmd on 127.0.0.1, no accounting): jobs that run on one and two nodes, queue,
+wait on a dependency, are held, fail before their script, exceed their memory, are preempted,
+lose a node, are cancelled from outside, are stopped by us and relaunched with --resume, and hit
+their time limit. Every verdict is also judged again after Slurm forgot the job (MinJobAge), from
+the run dir alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.config import parse_config
+from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.launch import LaunchRefused
+from dflash_tui.run.verdict import Checklist, Verdict
+from dflash_tui.session import Session
+
+from tests.support.slurm import SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
+from tests.support.sshd import SshdUnavailable, start_sshd
+
+pytestmark = pytest.mark.timeout(150)
+
+TINY_TRAINER = ["--target-devices", "cpu", "--drafter-devices", "cpu", "--preset", "tiny"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm_env(slurm_cluster: SlurmCluster, tmp_path_factory):
+    """The client commands find the test cluster; launch attempts are kept in a temp dir."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLURM_CONF", str(slurm_cluster.conf))
+        mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def time_limited_run(slurm_env, tmp_path_factory):
+    """A run with a one-minute time limit (Slurm's granularity; OverTimeLimit=0, KillWait=2),
+    launched as the module starts on the side node, so its minute passes while the other tests
+    run; test_time_limit_is_timeout (last) judges it."""
+    run_dir = tmp_path_factory.mktemp("timeout") / "run"
+    toml = "\n".join(["[profile.timeout]", 'scheduler = "slurm"', f'run_dir = "{run_dir}"', f'partition = "{SIDE}"',
+                      "time_limit = 1", f"command = {json.dumps(sh_steps(1000))}", ""])
+    profile = parse_config(toml, str(run_dir.parent / "c.toml")).profiles["timeout"]
+
+    async def launch():
+        async with Session(profile, targets=(LocalTarget(), LocalTarget())) as s:
+            out = await s.launch()
+            assert out.checklist.verdict in (Verdict.QUEUED, Verdict.STARTING, Verdict.RUNNING), out.checklist
+    asyncio.run(launch())
+    return profile
+
+
+@pytest.fixture
+async def make_session(tmp_path, slurm_cluster: SlurmCluster):
+    sessions: list[Session] = []
+
+    def make(name: str = "s", **keys) -> Session:
+        keys = {"scheduler": "slurm", "run_dir": str(tmp_path / name), "launch_deadline_s": 5, **keys}
+        toml = f"[profile.{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
+        config = tmp_path / "config.toml"
+        with config.open("a") as f:   # the CLI reads the same profiles
+            f.write(toml)
+        profile = parse_config(toml, str(config)).profiles[name]
+        s = Session(profile, targets=(LocalTarget(), LocalTarget()))
+        s.launcher.min_query_interval_s = 0.0   # the test asks as often as it needs
+        sessions.append(s)
+        return s
+    yield make
+    for s in sessions:
+        try:
+            await s.stop(grace_s=1)
+        finally:
+            await s.close()
+    cancel_jobs_on_the_two_nodes(slurm_cluster)
+
+
+def cancel_jobs_on_the_two_nodes(cluster: SlurmCluster) -> None:
+    """Every job of the test's partitions (not the side node's time-limited run)."""
+    for partition in (cluster.partition, URGENT):
+        cluster.run("scancel", "--user", str(os.getuid()), f"--partition={partition}", check=False)
+
+
+async def wait_for(session: Session, verdicts: set[Verdict], timeout: float = 60,
+                   until=lambda cl: True) -> Checklist:
+    deadline = time.monotonic() + timeout
+    while True:
+        _, cl = await session.check()
+        if cl.verdict in verdicts and until(cl):
+            return cl
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still {cl.verdict.value} ({cl.summary}) after {timeout} s; wanted "
+                                 + ", ".join(v.value for v in verdicts))
+        await asyncio.sleep(0.3)
+
+
+async def check_after_slurm_forgot(cluster: SlurmCluster, session: Session, timeout: float = 90) -> Checklist:
+    """Wait until squeue and scontrol no longer know the run's job (MinJobAge), then check it
+    as a new process would (`--check`: nothing remembered of the job)."""
+    ev = await session.evidence()
+    job_id = ev.slurm.job_id
+    deadline = time.monotonic() + timeout
+    while cluster.run("scontrol", "show", "job", job_id, check=False).returncode == 0:
+        assert time.monotonic() < deadline, f"job {job_id} still known after {timeout} s"
+        await asyncio.sleep(0.5)
+    async with Session(session.profile, targets=(LocalTarget(), LocalTarget())) as fresh:
+        _, cl = await fresh.check()
+    assert not job_of(cl)["known"], cl
+    return cl
+
+
+def job_of(cl: Checklist) -> dict:
+    assert cl.slurm is not None, cl
+    return cl.slurm
+
+
+def sh_steps(n: int, pause: float = 0.5) -> list[str]:
+    return ["sh", "-c", f'i=1; while [ $i -le {n} ]; do echo "step $i/{n}"; i=$((i+1)); sleep {pause}; done']
+
+
+async def test_one_node_runs_then_finishes_and_is_judged_after_slurm_forgot_it(make_session, slurm_cluster):
+    s = make_session("one", command=sh_steps(8))
+    out = await s.launch()
+    assert out.checklist.verdict in (Verdict.QUEUED, Verdict.STARTING, Verdict.RUNNING), out.checklist
+    cl = await wait_for(s, {Verdict.RUNNING})
+    job = job_of(cl)
+    assert job["state"] == "RUNNING" and job["partition"] == "debug" and job["node_list"] in ("n1", "n2")
+    assert (Path(s.profile.run_dir) / "slurm.json").exists()
+    cl = await wait_for(s, {Verdict.FINISHED})
+    cl = await check_after_slurm_forgot(slurm_cluster, s)
+    assert cl.verdict is Verdict.FINISHED, cl
+
+
+@pytest.mark.timeout(300)   # two trainer processes start twice: slow on a loaded 2-core machine
+async def test_two_nodes_run_the_bundled_trainer_stopped_then_resumed_to_the_end(make_session):
+    s = make_session("two", nodes=2, train_args=[*TINY_TRAINER, "--steps", "30", "--checkpoint-every", "5"])
+    await s.launch()
+    cl = await wait_for(s, {Verdict.RUNNING}, timeout=150, until=lambda cl: "step" in cl.summary)
+    assert job_of(cl)["node_list"] == "n[1-2]"
+    res = await s.stop()
+    assert res.ok and res.record is not None and res.record.job_id == job_of(cl)["job_id"], res
+    await wait_for(s, {Verdict.STOPPED})
+    assert await s.newest_checkpoint() is not None
+    out = await s.launch(relaunch=True, resume=True)
+    assert out.checklist.verdict in (Verdict.QUEUED, Verdict.STARTING, Verdict.RUNNING), out.checklist
+    assert "--resume" in (Path(s.profile.run_dir) / "launch.sh").read_text()
+    await wait_for(s, {Verdict.FINISHED}, timeout=150)
+    run = Path(s.profile.run_dir)
+    rank1 = json.loads((run / "status.rank1.json").read_text())
+    assert rank1["world_size"] == 2 and rank1["rank"] == 1 and rank1["step"] == 30
+    assert "finished at step 30" in (run / "train.rank1.log").read_text()
+    log = (run / "train.log").read_text()
+    assert log.count("finished at step 30") == 1, log[-2000:]   # rank 0's lines once, not via srun too
+    assert "resum" in log.lower()
+
+
+async def test_queued_behind_a_job_holding_every_node_then_stopped_before_it_started(make_session, slurm_cluster):
+    blocker = slurm_cluster.run("sbatch", "--parsable", "-N2", "--exclusive", "-o", "/dev/null",
+                                "--wrap", "sleep 120").stdout.strip()
+    s = make_session("queued", command=sh_steps(2))
+    await s.launch()
+    cl = await wait_for(s, {Verdict.QUEUED}, until=lambda cl: job_of(cl)["pending_reason"] == "Resources")
+    assert "waiting for resources" in cl.summary
+    # --check --all: the Slurm profile beside a plain one, its job in the JSON.
+    config = Path(s.profile.source)
+    with config.open("a") as f:
+        f.write(f'[profile.plain]\nrun_dir = "{config.parent / "plain"}"\n')
+    cli = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "dflash_tui", "--config", str(config),
+                                                   "--check", "--all", "--json"],
+                                  capture_output=True, text=True, timeout=60)
+    results = {o["profile"]: o for o in json.loads(cli.stdout)}
+    assert cli.returncode == 4 and results["plain"]["verdict"] == "NO RUN", cli.stderr
+    out = results["queued"]
+    assert out["verdict"] == "QUEUED" and out["exit_code"] == 4 and "slurm" in out["target"]
+    assert out["slurm"]["pending_reason"] == "Resources" and out["slurm"]["job_id"] == job_of(cl)["job_id"]
+    assert out["slurm"]["partition"] == "debug"
+    res = await s.stop()
+    assert res.ok and res.outcome == "terminated", res
+    cl = await wait_for(s, {Verdict.STOPPED})
+    assert "before it started" in cl.summary
+    slurm_cluster.run("scancel", blocker)
+
+
+async def test_held_dependency_queues_then_blocks_when_it_can_never_be_satisfied(make_session, slurm_cluster):
+    held = slurm_cluster.run("sbatch", "--parsable", "-H", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+    s = make_session("dep", command=sh_steps(2), sbatch_args=[f"--dependency=afterok:{held}"])
+    await s.launch()
+    cl = await wait_for(s, {Verdict.QUEUED}, until=lambda cl: job_of(cl)["pending_reason"] == "Dependency")
+    assert "waiting for the job it depends on" in cl.summary
+    slurm_cluster.run("scancel", held)
+    cl = await wait_for(s, {Verdict.BLOCKED})
+    assert cl.verdict.failing and "can never be satisfied" in cl.summary
+
+
+async def test_a_held_job_is_blocked(make_session, slurm_cluster):
+    s = make_session("held", command=sh_steps(2), sbatch_args=["--begin=now+600"])
+    await s.launch()
+    job_id = (await s.evidence()).slurm.job_id
+    slurm_cluster.run("scontrol", "uhold", job_id)
+    cl = await wait_for(s, {Verdict.BLOCKED})
+    assert "held by its user" in cl.summary and f"scontrol release {job_id}" in cl.checks[0].hint
+
+
+@pytest.mark.parametrize("requeue", [False, True], ids=["cancelled", "requeued-held"])
+async def test_a_job_whose_node_setup_fails_never_started(make_session, slurm_cluster, requeue):
+    """A node's prolog fails: Slurm cancels the job (--no-requeue, the launch's default) or
+    requeues and holds it (--requeue), before its script ever ran."""
+    marker = slurm_cluster.workdir / PROLOG_FAIL_MARKER
+    marker.touch()
+    try:
+        s = make_session(f"prolog{int(requeue)}", command=sh_steps(2), sbatch_args=["--requeue"] if requeue else [])
+        await s.launch()
+        cl = await wait_for(s, {Verdict.NEVER_STARTED}, timeout=30)
+        if requeue:
+            assert "requeued and held before its script ran" in cl.summary, cl.summary
+        else:
+            assert "CANCELLED on n" in cl.summary and "before its script wrote launch.json" in cl.summary, cl.summary
+        assert cl.verdict.failing and not (Path(s.profile.run_dir) / "launch.json").exists()
+    finally:
+        marker.unlink()
+        cancel_jobs_on_the_two_nodes(slurm_cluster)
+        slurm_cluster.resume_nodes()
+
+
+async def test_memory_limit_is_out_of_memory(make_session, slurm_cluster):
+    hog = [sys.executable, "-c", "import time; a = bytearray(400 << 20); a[::4096] = b'x' * len(a[::4096]); "
+                                 "print('step 1', flush=True); time.sleep(30)"]
+    s = make_session("oom", command=hog, sbatch_args=["--mem=80M"])
+    await s.launch()
+    cl = await wait_for(s, {Verdict.OUT_OF_MEMORY}, timeout=40)
+    assert "exceeding its memory limit" in cl.summary
+    # Under task/cgroup Slurm itself says OUT_OF_MEMORY; under OverMemoryKill the job reads
+    # FAILED and slurmstepd's "exceeded memory limit" line in slurm.out tells why.
+    expected = "OUT_OF_MEMORY" if slurm_cluster.memory_enforcement == "cgroup" else "FAILED"
+    assert job_of(cl)["state"] == expected, cl
+
+
+async def test_preempted_by_a_higher_priority_partition(make_session, slurm_cluster):
+    s = make_session("preempt", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    urgent = slurm_cluster.run("sbatch", "--parsable", "-p", "urgent", "-N2", "--exclusive", "-o", "/dev/null",
+                               "--wrap", "sleep 1").stdout.strip()
+    cl = await wait_for(s, {Verdict.PREEMPTED}, timeout=40)
+    assert "preempted" in cl.summary
+    slurm_cluster.run("scancel", urgent, check=False)
+
+
+async def test_node_failure_is_node_fail(make_session, slurm_cluster):
+    s = make_session("nodefail", command=sh_steps(200))
+    await s.launch()
+    cl = await wait_for(s, {Verdict.RUNNING})
+    node = job_of(cl)["node_list"]
+    try:
+        slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=test")
+        cl = await wait_for(s, {Verdict.NODE_FAIL}, timeout=40)
+        assert f"lost a node of {node}" in cl.summary
+    finally:
+        slurm_cluster.resume_nodes()
+
+
+async def test_cancelled_from_outside_is_cancelled_and_stays_so_after_slurm_forgot_it(make_session, slurm_cluster):
+    s = make_session("cancel", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    slurm_cluster.run("scancel", (await s.evidence()).slurm.job_id)
+    cl = await wait_for(s, {Verdict.CANCELLED})
+    assert "cancelled from outside" in cl.summary and "no stop request" in cl.summary
+    cl = await check_after_slurm_forgot(slurm_cluster, s)
+    assert cl.verdict is Verdict.CANCELLED, cl    # from slurmstepd's line in slurm.out
+
+
+async def test_controller_silence_is_not_a_death(make_session, slurm_cluster):
+    s = make_session("silence", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    s.launcher.query_timeout_s = 3.0
+    ctld = slurm_cluster._procs["slurmctld"]
+    ctld.send_signal(signal.SIGSTOP)
+    try:
+        _, cl = await s.check()
+    finally:
+        ctld.send_signal(signal.SIGCONT)
+    assert cl.verdict is Verdict.RUNNING, cl
+    assert cl.checks[0].id == "slurm_job" and "does not answer" in cl.checks[0].cause
+
+
+async def test_a_live_job_refuses_a_second_launch_and_relaunch_cancels_it(make_session, slurm_cluster):
+    s = make_session("relaunch", command=sh_steps(200))
+    await s.launch()
+    cl = await wait_for(s, {Verdict.RUNNING})
+    first = job_of(cl)["job_id"]
+    # The preflight sees the live wrapper here (the nodes are this machine); past it, the job.
+    assert (await s.launch()).checklist.verdict is Verdict.NOT_LAUNCHED
+    with pytest.raises(LaunchRefused, match=fr"job {first} of run .* \(RUNNING\) is still running"):
+        await s.launch(preflight=False)
+    out = await s.launch(relaunch=True)
+    assert out.stopped is not None and out.stopped.ok, out.stopped
+    cl = await wait_for(s, {Verdict.RUNNING})
+    assert job_of(cl)["job_id"] != first
+    old = slurm_cluster.run("scontrol", "show", "job", "-o", first, check=False).stdout
+    assert "JobState=RUNNING" not in old and "JobState=PENDING" not in old
+
+
+async def test_a_login_host_over_ssh(slurm_cluster, tmp_path):
+    """The login host is an SSH host: sbatch, squeue, scontrol and scancel run over the same
+    connection as the agent (its sessions find the cluster through SLURM_CONF)."""
+    try:
+        sshd = start_sshd(tmp_path / "sshd", env={"SLURM_CONF": str(slurm_cluster.conf)})
+    except SshdUnavailable as exc:
+        pytest.skip(str(exc))
+    toml = "\n".join(["[profile.login]", 'scheduler = "slurm"', f'host = "{sshd.host}"', f"port = {sshd.port}",
+                      f'user = "{sshd.user}"', f'identity_file = "{sshd.client_key}"',
+                      f'known_hosts = "{sshd.known_hosts}"', f'run_dir = "{tmp_path / "run"}"',
+                      f"command = {json.dumps(sh_steps(200))}", ""])
+    profile = parse_config(toml, str(tmp_path / "c.toml")).profiles["login"]
+    try:
+        async with Session(profile) as s:
+            s.launcher.min_query_interval_s = 0.0
+            await s.launch()
+            cl = await wait_for(s, {Verdict.RUNNING})
+            assert job_of(cl)["state"] == "RUNNING"
+            res = await s.stop()
+            assert res.ok, res
+            cl = await wait_for(s, {Verdict.STOPPED})
+            assert cl.checks[0].id == "slurm_job"
+    finally:
+        sshd.stop()
+
+
+async def test_a_partition_slurm_does_not_have_is_not_launched(make_session):
+    s = make_session("nopart", command=sh_steps(2), partition="nosuch")
+    out = await s.launch()
+    assert out.checklist.verdict is Verdict.NOT_LAUNCHED and "no partition 'nosuch'" in out.checklist.summary
+    # Without the preflight, sbatch's own refusal is why it never started.
+    out = await s.launch(preflight=False)
+    assert out.checklist.verdict is Verdict.NEVER_STARTED, out.checklist
+    assert "sbatch refused the job" in out.checklist.summary and "partition" in out.checklist.summary.lower()
+    assert not (Path(s.profile.run_dir) / "slurm.json").exists()
+
+
+async def test_time_limit_is_timeout(time_limited_run):
+    # Launched when the module started (time_limited_run): its minute ran beside the other tests.
+    async with Session(time_limited_run, targets=(LocalTarget(), LocalTarget())) as s:
+        s.launcher.min_query_interval_s = 0.0
+        cl = await wait_for(s, {Verdict.TIMEOUT}, timeout=100)
+        assert "hit its time limit" in cl.summary, cl.summary
+        assert (Path(time_limited_run.run_dir) / "exit.json").exists()   # the wrapper saw the SIGTERM
