@@ -32,6 +32,7 @@ from ..remote.ops import PidInfo
 from ..slurm.job import SlurmJob
 from ..words import one_line
 from .observe import Evidence, process_matches
+from .wrapper import LEGACY_WRAPPER_ARGV
 from .verdict import Check, CheckState, Checklist, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -203,8 +204,11 @@ def _vouched(ev: Evidence) -> Evidence:
         return ev
     if ev.job is None or not (ev.job.active or not ev.job.answered):
         return ev
+    # The job id (slurm.json) is the identity here: what the batch host runs is the job's copy
+    # of launch.sh, so the stand-in carries the argv and run dir launch.json recorded.
     return replace(ev, proc=PidInfo(pid=launch.pid, alive=True, start_ticks=launch.start_ticks, state="R",
-                                    pgid=launch.pgid))
+                                    pgid=launch.pgid, cmdline=tuple(launch.wrapper_argv or LEGACY_WRAPPER_ARGV),
+                                    in_run_dir=True))
 
 
 def _plain(ev: Evidence) -> Evidence:
