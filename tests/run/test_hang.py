@@ -154,6 +154,19 @@ def test_busy_in_c_comes_from_the_stack_dump_of_a_stale_report():
     assert thread_views(old)[0].where == "main (x.py:3)"
 
 
+def test_a_move_a_dump_reveals_happened_by_the_stale_reports_next_beat():
+    """The report went stale when the main thread entered a C call that holds the GIL; the dump
+    taken seconds later shows it there. That move happened by the report's next beat (no Python
+    ran after it), not when the dump was taken: the silence is counted from then."""
+    before = rep(201, th("MainThread", "/w/x.py:24 <module>"), at=NOW - 10)
+    dump = StackDump(pid=201, time=NOW - 2, source="faulthandler",
+                     threads=(th("MainThread", "/w/x.py:19 parse_metadata", "/w/x.py:25 <module>"),))
+    tracker = ProgressTracker()
+    tracker.sample_stacks([before])
+    tracker.sample_stacks([before], {201: dump})
+    assert tracker.activity(NOW, None).stack_moved_at == NOW - 9
+
+
 # -- progress that never reaches the log --------------------------------------------------------
 
 def test_a_moving_stack_is_progress_the_log_lacks():

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from dflash_tui.run.progress import MAX_SEGMENT, ProgressRegexError, compile_progress_regex, parse_text
+from dflash_tui.progress_regex import ProgressRegexError, compile_progress_regex
+from dflash_tui.run.progress import MAX_SEGMENT, parse_text
 from tests.test_cli_modes import local, write_config
 
 pytestmark = pytest.mark.timeout(120)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ..contract.rundir import EVENTS_JSONL, TRAIN_LOG, EventKind, ProbeReport, parse_events
+from ..contract.rundir import EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport, parse_events
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from .hang_evidence import StackDump
@@ -274,7 +274,12 @@ class ProgressTracker:
                 continue
             launcher = ranked and p.rank is None
             dump = (dumps or {}).get(p.pid)
-            threads, at = (dump.threads, dump.time) if dump is not None and dump.time > p.time else (p.threads, p.time)
+            if dump is not None and dump.time > p.time:
+                # The report is stale: no Python ran since about its next beat, so whatever
+                # the dump shows moved by then, not when the dump was taken.
+                threads, at = dump.threads, min(dump.time, p.time + PROBE_INTERVAL_S)
+            else:
+                threads, at = p.threads, p.time
             self._sample_proc_cpu(p)
             for t in threads:
                 key = (p.pid, t.ident)
