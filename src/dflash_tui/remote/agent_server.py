@@ -362,7 +362,7 @@ def signal_refusal(info, start_ticks, cmdline, cwd_same, group, own):
     """Why `info` (a pid_record) must not be signalled, or None. The identity is proven, not
     guessed: the start time, the exact command line and (when asked) the working directory;
     pid 1, a group id below 2 (kill(-1), kill(0)) and a group that holds the asker are never
-    signalled. ShellOps' _SIGNAL applies the same rules in sh (tests/test_remote_ops_parity.py)."""
+    signalled. ShellOps' _SIGNAL applies the same rules in sh (tests/remote/test_shell_ops_parity.py)."""
     if info["pid"] <= 1:
         return "pid %d is init: never signalled" % info["pid"]
     # No start time, no proof that pid is still that process: nothing is sent.

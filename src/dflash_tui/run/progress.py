@@ -28,7 +28,7 @@ expression here runs in time linear in the text it reads, whatever the log holds
 and lookarounds, is refused when the config is read), and the built-in forms below are written
 so that Python's engine never backtracks (possessive quantifiers, a lookbehind that starts a
 number only at the start of its digits, a bounded gap in the checkpoint form).
-tests/test_hostile_regex.py holds both to that on adversarial lines. The values shown (the last
+tests/run/test_hostile_regex.py holds both to that on adversarial lines. The values shown (the last
 progress line, a checkpoint path, a disk error) are made inert (contract/rundir.py `inert_text`).
 """
 
