@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
@@ -49,6 +49,7 @@ from .source import LOG_NAMES, TRAIN_LOG, ActionError, DashboardSource, run_acti
 from .streams import RunStreams
 from .threads import ThreadsPane
 from .nodes_source import NodesSource
+from .panes.base import Pane
 from .session_source import SessionSource
 
 RUN_ACTIONS = ("relaunch", "stop", "canary")
@@ -56,9 +57,14 @@ RUN_ACTIONS = ("relaunch", "stop", "canary")
 RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "search", "search_next",
                               "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
                               "switch_profile", "fleet", "history", "back"})
-TABS = ("tab-log", "tab-threads", "tab-gpus", "tab-metrics")
+# The run view's panes, top to bottom, then the tabs in order (keys 1, 2, ...). A new pane is
+# its module (a Pane, ui/panes/base.py) and its entry here: the app composes, feeds and resets
+# every pane through this list.
+RUN_PANES: tuple[type[Pane], ...] = (RunHeader, HealthPane, LogPane, ThreadsPane, GpuPane, MetricsPane)
+TAB_PANES = tuple(p for p in RUN_PANES if p.TITLE is not None)
 
 SourceFactory = Callable[[str], DashboardSource]
+PaneT = TypeVar("PaneT", bound=Pane)
 
 
 class DashboardApp(App[None]):
@@ -77,10 +83,8 @@ class DashboardApp(App[None]):
         Binding("n", "search_next", "Next match", show=False),
         Binding("N", "search_prev", "Previous match", show=False),
         Binding("e", "first_error", "Error", tooltip="jump to the first traceback or error line in the log"),
-        Binding("1", "show_tab('tab-log')", "Log", show=False),
-        Binding("2", "show_tab('tab-threads')", "Threads", show=False),
-        Binding("3", "show_tab('tab-gpus')", "GPUs", show=False),
-        Binding("4", "show_tab('tab-metrics')", "Metrics", show=False),
+        *(Binding(str(n), f"show_tab('tab-{pane.PANE_ID}')", pane.TITLE, show=False)
+          for n, pane in enumerate(TAB_PANES, 1)),
         Binding("k", "toggle_checks", "Checks", show=False, tooltip="show the ok checks one per row, or fold them into one line"),
         Binding("o", "metrics_smoothing", "Smooth", show=False,
                 tooltip="Metrics: cycle the smoothing (TensorBoard's debiased EMA: off, 0.6, 0.9)"),
@@ -131,17 +135,13 @@ class DashboardApp(App[None]):
 
     # -- layout -----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield RunHeader(id="header")
-        yield HealthPane(id="health")
-        with TabbedContent(id="tabs", initial="tab-log"):
-            with TabPane("Log", id="tab-log"):
-                yield LogPane(id="log")
-            with TabPane("Threads", id="tab-threads"):
-                yield ThreadsPane(id="threads")
-            with TabPane("GPUs", id="tab-gpus"):
-                yield GpuPane(id="gpus")
-            with TabPane("Metrics", id="tab-metrics"):
-                yield MetricsPane(id="metrics")
+        for pane in RUN_PANES:
+            if pane.TITLE is None:
+                yield pane(id=pane.PANE_ID)
+        with TabbedContent(id="tabs", initial=f"tab-{TAB_PANES[0].PANE_ID}"):
+            for pane in TAB_PANES:
+                with TabPane(pane.TITLE, id=f"tab-{pane.PANE_ID}"):
+                    yield pane(id=pane.PANE_ID)
         # Single-spaced, without the palette item (it ran into the keys at 80 columns; ? help
         # names ctrl+p): r s c l f / e ? q fit in 80 columns.
         yield Footer(compact=True, show_command_palette=False)
@@ -150,17 +150,12 @@ class DashboardApp(App[None]):
         # Held references, not queries: App.query_one searches the *active* screen, and the
         # streams keep updating these panes while a modal (confirm, help) is on top.
         self.main_screen = self.screen
-        self.header_bar = self.query_one(RunHeader)
-        self.health_pane = self.query_one("#health", HealthPane)
-        self.threads_pane = self.query_one("#threads", ThreadsPane)
-        self.gpu_pane = self.query_one("#gpus", GpuPane)
-        self.metrics_pane = self.query_one("#metrics", MetricsPane)
+        self.panes: list[Pane] = [self.query_one(f"#{p.PANE_ID}", p) for p in RUN_PANES]
         self.tabs = self.query_one(TabbedContent)
-        self._log_pane = self.query_one("#log", LogPane)
         self.sub_title = self.profile
         self._render_header()
         self.set_interval(1.0, self._render_header)  # ages keep ticking while data is stale
-        self._log_pane.lines.focus()
+        self.log_pane.lines.focus()
         if self.fleet is not None:
             self.fleet.start()
         if self.fleet_home:
@@ -168,9 +163,37 @@ class DashboardApp(App[None]):
         else:
             self.streams.start()
 
+    # The panes with a feed or keys of their own (the rest only take reports, through the list).
+    def _pane(self, kind: type[PaneT]) -> PaneT:
+        return next(p for p in self.panes if isinstance(p, kind))
+
+    @property
+    def header_bar(self) -> RunHeader:
+        return self._pane(RunHeader)
+
+    @property
+    def health_pane(self) -> HealthPane:
+        return self._pane(HealthPane)
+
     @property
     def log_pane(self) -> LogPane:
-        return self._log_pane
+        return self._pane(LogPane)
+
+    @property
+    def gpu_pane(self) -> GpuPane:
+        return self._pane(GpuPane)
+
+    @property
+    def metrics_pane(self) -> MetricsPane:
+        return self._pane(MetricsPane)
+
+    def _label_tabs(self) -> None:
+        for pane in self.panes:
+            if pane.TITLE is not None:
+                tab = self.tabs.get_tab(f"tab-{pane.PANE_ID}")
+                label = pane.tab_label()
+                if str(tab.label) != label:
+                    tab.label = label
 
     # -- streams (ui/streams.py) --------------------------------------------------------------
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -191,39 +214,24 @@ class DashboardApp(App[None]):
         run_id = report.launch.run_id if report.launch else None
         if run_id != self.run_id:
             if self.run_id is not None and run_id is not None:
-                self.metrics_pane.reset()
-                self.log_pane.lines.append_marker(f"new run {run_id}")
+                for pane in self.panes:
+                    pane.new_run(run_id)
                 if self.tabs.active == "tab-metrics":
                     self.streams.load_previous_run()   # the run before this one is now in history/
             self.run_id = run_id
-        self.health_pane.show(report)
-        self.metrics_pane.add_report(report)
-        threads = self.threads_pane
-        threads.show(report)
-        trouble = threads.trouble_count()
-        self._set_tab_label("tab-threads", f"Threads ({trouble} !)" if trouble else "Threads")
+        for pane in self.panes:
+            pane.show(report)
+        self._label_tabs()
         self._render_header()
 
     def on_gpu_snapshot(self, snap: GpuSnapshot) -> None:
-        pane = self.gpu_pane
-        pane.show(snap)
-        lost = sum(1 for g in snap.gpus if g.lost)
-        label = "GPUs"
-        if snap.error is not None and not snap.gpus:
-            label = "GPUs (n/a)"
-        elif lost:
-            label = f"GPUs ({lost} lost)"
-        self._set_tab_label("tab-gpus", label)
-
-    def _set_tab_label(self, pane_id: str, label: str) -> None:
-        tab = self.tabs.get_tab(pane_id)
-        if str(tab.label) != label:
-            tab.label = label
+        self.gpu_pane.show_snapshot(snap)
+        self._label_tabs()
 
     def _render_header(self) -> None:
         header = self.header_bar
-        header.show(self.report, profile=self.profile, now=self.clock(),
-                    received_at=self.received_at, busy=self.busy)
+        header.tick(profile=self.profile, now=self.clock(), received_at=self.received_at,
+                    busy=self.busy)
         stale = header.badge.has_class("-stale")
         self.main_screen.set_class(stale, "-stale")
 
@@ -393,8 +401,8 @@ class DashboardApp(App[None]):
             await live.close()
         self.sub_title = subtitle or name
         self.report, self.received_at, self.run_id = None, None, None
-        self.log_pane.lines.clear()
-        self.metrics_pane.reset()
+        for pane in self.panes:
+            pane.reset()
         self._render_header()
         self.streams.start()
         if old is not new and old is not self._live_source:

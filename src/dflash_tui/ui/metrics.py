@@ -31,6 +31,7 @@ from textual_plotext import PlotextPlot
 from ..run.report import RunReport
 
 from ..run.series import Point, points_from_events, points_from_progress, points_from_status
+from .panes.base import Pane
 from .tables import OnScreenOnly
 
 HISTORY = 5000                 # points kept per series
@@ -178,7 +179,10 @@ class MetricChart(PlotextPlot):
         self.refresh()
 
 
-class MetricsPane(OnScreenOnly, Vertical):
+class MetricsPane(Pane, OnScreenOnly, Vertical):
+    PANE_ID = "metrics"
+    TITLE = "Metrics"
+
     def compose(self):
         self.note = Static("no steps yet", id="metrics-note")
         self.grid = Grid(id="metrics-grid")
@@ -218,7 +222,10 @@ class MetricsPane(OnScreenOnly, Vertical):
         self.dirty = True
         self._drawn_at = 0.0
 
-    def add_report(self, report: RunReport) -> None:
+    def new_run(self, run_id: str) -> None:
+        self.reset()
+
+    def show(self, report: RunReport) -> None:
         """A point per new step from the report: status.json's values, else the progress the
         program's own log showed. Unused once events.jsonl has step records."""
         if self.from_events:

@@ -58,7 +58,7 @@ class RunStreams:
         metrics = self.app.metrics_pane
         metrics.reset()
         if self.app.report is not None:
-            metrics.add_report(self.app.report)   # until the events arrive
+            metrics.show(self.app.report)   # until the events arrive
         metrics.flush()
         self._run(self._events(), "events")
         self.load_previous_run()
