@@ -1,6 +1,6 @@
 """The dflash-tui dashboard: renders what the headless core reports, live.
 
-Everything arrives through a `DashboardSource` (see source.py) and is consumed by the stream
+Everything arrives through a `DashboardSource` (see sources/source.py) and is consumed by the stream
 workers of ui/streams.py, so no call that waits on a target ever runs on Textual's event loop:
 
 - reports (1 Hz, from the RunWatch) -> header, Health, Threads
@@ -36,32 +36,21 @@ from ..remote.base import TargetError
 from ..run.report import RunReport
 from ..run.verdict import Verdict
 from .fmt import one_line
-from .gpus import GpuPane
-from .header import RunHeader
-from .health import HealthPane
-from .logview import LogPane
-from .metrics import MetricsPane
-from .fleet import FleetScreen
-from .history import HistoryScreen, HistorySource
-from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
-from .screens import ConfirmScreen, HelpScreen, ProfileScreen
-from .source import LOG_NAMES, TRAIN_LOG, ActionError, DashboardSource, run_action
+from .panes import RUN_PANES, TAB_PANES, GpuPane, HealthPane, LogPane, MetricsPane, Pane, RunHeader
+from .screens.dialogs import ConfirmScreen, HelpScreen, ProfileScreen
+from .screens.fleet import FleetScreen
+from .screens.history import HistoryScreen, HistorySource
+from .screens.relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
+from .sources.nodes_source import NodesSource
+from .sources.session_source import SessionSource
+from .sources.source import LOG_NAMES, TRAIN_LOG, ActionError, DashboardSource, run_action
 from .streams import RunStreams
-from .threads import ThreadsPane
-from .nodes_source import NodesSource
-from .panes.base import Pane
-from .session_source import SessionSource
 
 RUN_ACTIONS = ("relaunch", "stop", "canary")
 # The run view's own keys: off while the fleet or a history list is on top of it.
 RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "search", "search_next",
                               "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
                               "switch_profile", "fleet", "history", "back"})
-# The run view's panes, top to bottom, then the tabs in order (keys 1, 2, ...). A new pane is
-# its module (a Pane, ui/panes/base.py) and its entry here: the app composes, feeds and resets
-# every pane through this list.
-RUN_PANES: tuple[type[Pane], ...] = (RunHeader, HealthPane, LogPane, ThreadsPane, GpuPane, MetricsPane)
-TAB_PANES = tuple(p for p in RUN_PANES if p.TITLE is not None)
 
 SourceFactory = Callable[[str], DashboardSource]
 PaneT = TypeVar("PaneT", bound=Pane)

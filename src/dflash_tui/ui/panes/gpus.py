@@ -24,11 +24,11 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..gpu.sample import GpuSample, GpuSnapshot
-from .fmt import NA, alarm_style, gib, num
-from .rows import RowTable
-from .panes.base import Pane
-from .tables import OnScreenOnly
+from ...gpu.sample import GpuSample, GpuSnapshot
+from ..fmt import NA, alarm_style, gib, num
+from ..widgets.rows import RowTable
+from .base import Pane
+from ..widgets.tables import OnScreenOnly
 
 HISTORY = 300              # seconds of utilisation kept per GPU (1 Hz samples)
 GRAPH_INTERVAL_S = 5.0     # the history graph is rebuilt at most this often (a plotext build

@@ -11,9 +11,9 @@ from rich.text import Text
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from ..run.report import RunReport
-from .fmt import age, verdict_class
-from .panes.base import Pane
+from ...run.report import RunReport
+from ..fmt import age, verdict_class
+from .base import Pane
 
 # No report for this long although the monitor polls once a second: say so.
 QUIET_AFTER_S = 3.0

@@ -22,7 +22,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
-from .panes.base import Pane
+from .base import Pane
 
 PLAIN, ERROR, TRACEBACK, MARKER = 0, 1, 2, 3
 

@@ -18,10 +18,10 @@ from rich.segment import Segment
 from rich.text import Text
 from textual.widgets import Static
 
-from ..run.report import RunReport
-from ..run.verdict import CheckState, Verdict
-from .fmt import STATE_SYMBOL, age, alarm_style, one_line
-from .panes.base import Pane
+from ...run.report import RunReport
+from ...run.verdict import CheckState, Verdict
+from ..fmt import STATE_SYMBOL, age, alarm_style, one_line
+from .base import Pane
 
 _STATE_STYLE = {
     CheckState.OK: "green",

@@ -17,14 +17,14 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ..contract.rundir import CompileState, ProbeReport
+from ...contract.rundir import CompileState, ProbeReport
 
-from ..run.report import RunReport
-from ..run.verdict import ThreadHealth
-from .fmt import age, alarm_style, one_line
-from .rows import RowTable
-from .panes.base import Pane
-from .tables import OnScreenOnly
+from ...run.report import RunReport
+from ...run.verdict import ThreadHealth
+from ..fmt import age, alarm_style, one_line
+from ..widgets.rows import RowTable
+from .base import Pane
+from ..widgets.tables import OnScreenOnly
 
 # What says whether a thread is alive comes first (beat, step), so at 80 columns it is the
 # compile bookkeeping at the end that scrolls off, never the heartbeat.

@@ -28,11 +28,11 @@ from textual.containers import Grid, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..run.report import RunReport
+from ...run.report import RunReport
 
-from ..run.series import Point, points_from_events, points_from_progress, points_from_status
-from .panes.base import Pane
-from .tables import OnScreenOnly
+from ...run.series import Point, points_from_events, points_from_progress, points_from_status
+from .base import Pane
+from ..widgets.tables import OnScreenOnly
 
 HISTORY = 5000                 # points kept per series
 # New points reach the charts when their last drawing has been paid off: a plotext chart costs
