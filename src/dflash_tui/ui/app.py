@@ -41,13 +41,15 @@ from .screens.dialogs import ConfirmScreen, HelpScreen, ProfileScreen
 from .screens.fleet import FleetScreen
 from .screens.history import HistoryScreen, HistorySource
 from .screens.relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
+from .screens.run import RunScreen
 from .sources.nodes_source import NodesSource
 from .sources.session_source import SessionSource
 from .sources.source import LOG_NAMES, TRAIN_LOG, ActionError, DashboardSource, run_action
 from .streams import RunStreams
 
 RUN_ACTIONS = ("relaunch", "stop", "canary")
-# The run view's own keys: off while the fleet or a history list is on top of it.
+# The run view's own actions: its keys are its screen's, but the palette offers them on every
+# screen, so they are off while the fleet or a history list is on top of the run view.
 RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "search", "search_next",
                               "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
                               "switch_profile", "fleet", "history", "back"})
@@ -62,36 +64,11 @@ class DashboardApp(App[None]):
     TITLE = "dflash-tui"
     ENABLE_COMMAND_PALETTE = True
 
+    # The run view's keys are its screen's (screens/run.py). These two answer on every screen
+    # that does not bind them itself (the fleet's footer shows ? Help from here).
     BINDINGS = [
-        Binding("r", "relaunch", "Relaunch", tooltip="stop this run by pid (verified) and launch it again"),
-        Binding("s", "stop", "Stop", tooltip="stop this run by pid: SIGTERM, grace period, SIGKILL"),
-        Binding("c", "canary", "Canary", tooltip="launch `sleep` through the same wrapper and check it outlives the channel"),
-        Binding("l", "switch_log", "Log", tooltip="switch the log pane between train.log and events.jsonl"),
-        Binding("f", "toggle_follow", "Follow", tooltip="follow the end of the log on/off"),
-        Binding("slash", "search", "Search", tooltip="search the log; n / N for next / previous match"),
-        Binding("n", "search_next", "Next match", show=False),
-        Binding("N", "search_prev", "Previous match", show=False),
-        Binding("e", "first_error", "Error", tooltip="jump to the first traceback or error line in the log"),
-        *(Binding(str(n), f"show_tab('tab-{pane.PANE_ID}')", pane.TITLE, show=False)
-          for n, pane in enumerate(TAB_PANES, 1)),
-        Binding("k", "toggle_checks", "Checks", show=False, tooltip="show the ok checks one per row, or fold them into one line"),
-        Binding("o", "metrics_smoothing", "Smooth", show=False,
-                tooltip="Metrics: cycle the smoothing (TensorBoard's debiased EMA: off, 0.6, 0.9)"),
-        Binding("z", "metrics_zoom", "Zoom", show=False, tooltip="Metrics: all steps, the last 1000, the last 200"),
-        Binding("m", "metrics_page", "More charts", show=False,
-                tooltip="Metrics: the next page of charts when the run reports more series than fit"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit", tooltip="leave the dashboard; the run keeps running"),
-        # Last: in the footer from 100 columns (it scrolls), always in ? help and the palette.
-        Binding("p", "switch_profile", "Profile", tooltip="watch another profile (this run keeps running)"),
-        Binding("g", "log_top", "Top", tooltip="top of the log (follow off)"),
-        Binding("G", "log_bottom", "End", tooltip="bottom of the log (follow on)"),
-        # Not in the footer (full from 100 columns already); in ? help and the palette.
-        Binding("a", "fleet", "Fleet", show=False, tooltip="every profile at once (the fleet screen)"),
-        Binding("h", "history", "History", show=False,
-                tooltip="this profile's earlier runs, openable read-only"),
-        Binding("escape", "back", "Back", show=False,
-                tooltip="from a history run: the live run; else the fleet screen"),
     ]
 
     busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
@@ -123,6 +100,9 @@ class DashboardApp(App[None]):
         self.command = command      # how this user runs dflash-tui (for the commands it prints)
 
     # -- layout -----------------------------------------------------------------------------
+    def get_default_screen(self) -> Screen:
+        return RunScreen(id="_default")   # the run view: composed below, keys its own
+
     def compose(self) -> ComposeResult:
         for pane in RUN_PANES:
             if pane.TITLE is None:
@@ -451,7 +431,7 @@ class DashboardApp(App[None]):
 
     def action_help(self) -> None:
         rows = [(b.key_display or self.get_key_display(b), b.description, b.tooltip)
-                for b in self.BINDINGS if isinstance(b, Binding)]
+                for b in RunScreen.BINDINGS if isinstance(b, Binding)]
         self.push_screen(HelpScreen(rows))
 
     async def action_quit(self) -> None:
@@ -473,10 +453,10 @@ class DashboardApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for b in self.BINDINGS:
-            if not isinstance(b, Binding) or b.action in ("quit",):
+        for b in RunScreen.BINDINGS:
+            if not isinstance(b, Binding) or b.action == "app.quit":
                 continue
-            name = b.action.split("(")[0]
+            name = b.action.removeprefix("app.").split("(")[0]
             if name in RUN_ACTIONS and self.busy:
                 continue
             yield SystemCommand(f"{b.description} ({self.get_key_display(b)})",
