@@ -90,7 +90,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     from dflash_tui.gpu.sources import LocalNvmlSource
     from dflash_tui.gpu.stream import GpuStream
     from dflash_tui.ui.app import DashboardApp
-    from dflash_tui.ui.session_source import SessionSource
+    from dflash_tui.ui.sources.session_source import SessionSource
 
     profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     breakdown = _instrument() if os.environ.get("DFLASH_BENCH_BREAKDOWN") else None
@@ -197,7 +197,8 @@ def _instrument() -> dict:
     import functools
 
     from dflash_tui.run import health, observe, tracebacks
-    from dflash_tui.ui import app as app_mod, logview, metrics
+    from dflash_tui.ui import app as app_mod
+    from dflash_tui.ui.panes import logview, metrics
     from textual.screen import Screen
     spent: dict = collections.Counter()
 

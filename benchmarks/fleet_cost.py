@@ -126,7 +126,7 @@ async def launch_all(cfg: Path) -> dict[str, int]:
 async def dashboard_child(cfg: str, window: float, victims: list[str], out: str) -> None:
     from dflash_tui.fleet.row import FAIL
     from dflash_tui.ui.app import build_app
-    from dflash_tui.ui.fleet import FleetScreen
+    from dflash_tui.ui.screens.fleet import FleetScreen
 
     config = load_config(cfg)
     app = build_app(config, config.file_profiles()[0].name)

@@ -27,7 +27,7 @@ import pytest
 from dflash_tui.config import Profile
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.session_source import SessionSource
+from dflash_tui.ui.sources.session_source import SessionSource
 from tests.support.runs import alive
 from tests.test_cli_modes import cli, local, write_config
 from tests.ui.test_app import until

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dflash_tui.config import load_config
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.session_source import SessionSource
+from dflash_tui.ui.sources.session_source import SessionSource
 
 TABS = (("log", None), ("threads", "2"), ("gpus", "3"), ("metrics", "4"))
 

@@ -580,10 +580,27 @@ class Trainer:
         return loss, metrics
 
     def on_step_end(self, step: int, metrics: list[StepMetrics], stopping: bool) -> bool:
-        """Bookkeeping of a finished step, while every drafter thread waits: metrics, eval,
-        checkpoint. `stopping`: a stop was agreed, so this step is the last."""
-        args = self.args
+        """Bookkeeping of a finished step, while every drafter thread waits, in named steps:
+        metrics, telemetry, eval, the log line, checkpoint, publish. `stopping`: a stop was
+        agreed, so this step is the last."""
         done = step + 1
+        loss, acc, tps, now = self._step_metrics(metrics, done)
+        self._record_step(done, metrics, loss, acc, tps, now)
+        tau = self._eval_step(step, done)
+        self._log_step(done, loss, acc, tps, tau)
+        if stopping:
+            self.stop_requested.set()   # agreed: another process may have been the one asked
+        self._checkpoint_step(done, stopping)
+        self.tel.publish()
+        if stopping:
+            saved = f"checkpoint at step {done} saved" if self.world.is_leader else f"rank 0 saves step {done}"
+            self.tel.log(f"stop requested: {saved}, exiting")
+        self._t_last_step_end = time.monotonic()
+        return stopping
+
+    def _step_metrics(self, metrics: list[StepMetrics], done: int) -> tuple[float, float, float | None, float]:
+        """The replicas' mean loss and accuracy, tokens/s over the last 10 s, and now
+        (monotonic); a loss that is not finite ends the run with the fix."""
         loss = sum(m.loss for m in metrics) / len(metrics)
         acc = sum(m.acc for m in metrics) / len(metrics)
         now = time.monotonic()
@@ -593,14 +610,13 @@ class Trainer:
         tps = sum(n for _, n in self._tok_window[1:]) / span if span > 0 else None
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at step {done}: lower --lr or check the data")
+        return loss, acc, tps, now
+
+    def _record_step(self, done: int, metrics: list[StepMetrics], loss: float, acc: float,
+                     tps: float | None, now: float) -> None:
+        """The step into status.json (at the next publish) and events.jsonl."""
         step_s, mfu = self._step_time_and_mfu(now)
-        first_step_s = None
-        if not self._first_step_seen:
-            self._first_step_seen = True
-            first_step_s = round(time.time() - process_start_time(), 3)
-            mode = "compiled" if self._pool is not None and self._pool.compiled_steps else "eager"
-            self.tel.log(f"first step: {first_step_s:.1f}s after the process started ({mode} step)")
-            self.tel.update(first_step_s=first_step_s)
+        first_step_s = self._first_step_s()
         self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps, step_time_s=step_s, mfu=mfu,
                         peak_tflops=self.peak_tflops)
         per_pos = [round(sum(m.acc_per_pos[k] for m in metrics) / len(metrics), 4)
@@ -610,30 +626,45 @@ class Trainer:
                        step_time_s=step_s and round(step_s, 5), mfu=mfu and round(mfu, 4),
                        peak_tflops=self.peak_tflops,
                        **({"first_step_s": first_step_s} if first_step_s is not None else {}))
+
+    def _first_step_s(self) -> float | None:
+        """Seconds from the process start to the end of its first step, on that step only."""
+        if self._first_step_seen:
+            return None
+        self._first_step_seen = True
+        first_step_s = round(time.time() - process_start_time(), 3)
+        mode = "compiled" if self._pool is not None and self._pool.compiled_steps else "eager"
+        self.tel.log(f"first step: {first_step_s:.1f}s after the process started ({mode} step)")
+        self.tel.update(first_step_s=first_step_s)
+        return first_step_s
+
+    def _eval_step(self, step: int, done: int) -> float | None:
+        """The baseline eval of the weights the run started from (once), then tau every
+        --eval-every steps and at the last one, on the leader; the tau measured now, if any."""
         if self._baseline is not None:
             weights, self._baseline = self._baseline, None
             tau0 = self.evaluate(step, weights)
             self.tel.log(f"eval: step {step} tau {tau0:.2f} (the weights the run started from)")
-        tau = None
+        args = self.args
         if self.world.is_leader and args.eval_every and (done % args.eval_every == 0 or done == args.steps):
-            tau = self.evaluate(done)
+            return self.evaluate(done)
+        return None
+
+    def _log_step(self, done: int, loss: float, acc: float, tps: float | None, tau: float | None) -> None:
+        """train.log's step line: every --log-every steps, at the last one and with each eval."""
+        args = self.args
         if done % args.log_every == 0 or done == args.steps or tau is not None:
             tau_s = f" tau {tau:.2f}" if tau is not None else ""
             tps_s = f" tok/s {tps:,.0f}" if tps else ""
             self.tel.log(f"step {done}/{args.steps} loss {loss:.4f} acc {acc:.3f}{tau_s}{tps_s}")
-        stop = stopping
-        if stop:
-            self.stop_requested.set()   # agreed: another process may have been the one asked
-        if self.world.is_leader and (done % args.checkpoint_every == 0 or done == args.steps or stop):
+
+    def _checkpoint_step(self, done: int, stopping: bool) -> None:
+        """The leader saves every --checkpoint-every steps, at the last one and on a stop."""
+        args = self.args
+        if self.world.is_leader and (done % args.checkpoint_every == 0 or done == args.steps or stopping):
             self.tel.set_phase(Phase.CHECKPOINTING)
             self.save_checkpoint(done)
             self.tel.set_phase(Phase.TRAINING)
-        self.tel.publish()
-        if stop:
-            saved = f"checkpoint at step {done} saved" if self.world.is_leader else f"rank 0 saves step {done}"
-            self.tel.log(f"stop requested: {saved}, exiting")
-        self._t_last_step_end = time.monotonic()
-        return stop
 
     def _step_time_and_mfu(self, now: float) -> tuple[float | None, float | None]:
         """Wall seconds since the previous step's bookkeeping ended (so an eval or checkpoint

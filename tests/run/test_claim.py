@@ -158,8 +158,8 @@ async def test_the_dashboards_r_and_a_script_at_once_start_one_trainer(tmp_path,
     import asyncio
 
     from dflash_tui.config import load_config
-    from dflash_tui.ui.source import ActionError
-    from dflash_tui.ui.session_source import SessionSource
+    from dflash_tui.ui.sources.source import ActionError
+    from dflash_tui.ui.sources.session_source import SessionSource
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     tag = f"--tag={uuid.uuid4().hex}"
     cfg = write_config(tmp_path, race=local(tmp_path / "run", "beat", tag))

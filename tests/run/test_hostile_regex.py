@@ -120,8 +120,8 @@ def test_a_catastrophic_user_pattern_cannot_hang_check(tmp_path):
 async def test_a_catastrophic_user_pattern_cannot_starve_the_dashboard(tmp_path, monkeypatch):
     from dflash_tui.config import Profile
     from dflash_tui.ui.app import DashboardApp
-    from dflash_tui.ui.screens import HelpScreen
-    from dflash_tui.ui.session_source import SessionSource
+    from dflash_tui.ui.screens.dialogs import HelpScreen
+    from dflash_tui.ui.sources.session_source import SessionSource
     from tests.ui.test_app import until
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))

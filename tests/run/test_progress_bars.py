@@ -26,7 +26,7 @@ from dflash_tui.run.logtail import LogFollower
 from dflash_tui.run.progress import ProgressParser
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
-from dflash_tui.ui.logview import LogLines
+from dflash_tui.ui.panes.logview import LogLines
 
 pytestmark = pytest.mark.timeout(240)
 

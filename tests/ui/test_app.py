@@ -15,15 +15,15 @@ from textual.widgets import Input, TabbedContent
 
 from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
 from tests.support import scenarios as R
-from dflash_tui.ui.rows import RowTable
+from dflash_tui.ui.widgets.rows import RowTable
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.gpus import GpuPane
-from dflash_tui.ui.header import RunHeader
-from dflash_tui.ui.health import HealthPane
-from dflash_tui.ui.metrics import MetricsPane
-from dflash_tui.ui.screens import ConfirmScreen, HelpScreen, ProfileScreen
-from dflash_tui.ui.source import ActionError
-from dflash_tui.ui.threads import ThreadsPane
+from dflash_tui.ui.panes.gpus import GpuPane
+from dflash_tui.ui.panes.header import RunHeader
+from dflash_tui.ui.panes.health import HealthPane
+from dflash_tui.ui.panes.metrics import MetricsPane
+from dflash_tui.ui.screens.dialogs import ConfirmScreen, HelpScreen, ProfileScreen
+from dflash_tui.ui.sources.source import ActionError
+from dflash_tui.ui.panes.threads import ThreadsPane
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -532,7 +532,7 @@ async def test_log_behind_another_tab_keeps_lines_and_shows_the_end_on_return():
 
 
 def test_checklist_signature_follows_the_drawn_age():
-    from dflash_tui.ui.health import signature
+    from dflash_tui.ui.panes.health import signature
     r = R.healthy()
     checks = tuple(dataclasses.replace(c, since=r.time - 2 * 3600 - 60) for c in r.checklist.checks)
     hours = dataclasses.replace(r, checklist=dataclasses.replace(r.checklist, checks=checks))

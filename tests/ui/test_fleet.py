@@ -14,10 +14,10 @@ from dflash_tui.fleet.row import UNREACHABLE
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
 from dflash_tui.ui.app import build_app
-from dflash_tui.ui.fleet import FleetScreen
-from dflash_tui.ui.history import HistoryScreen, HistorySource
-from dflash_tui.ui.relaunch import RelaunchScreen
-from dflash_tui.ui.screens import ConfirmScreen
+from dflash_tui.ui.screens.fleet import FleetScreen
+from dflash_tui.ui.screens.history import HistoryScreen, HistorySource
+from dflash_tui.ui.screens.relaunch import RelaunchScreen
+from dflash_tui.ui.screens.dialogs import ConfirmScreen
 from dflash_tui.config import Profile
 
 from tests.support.runs import alive, standin_profile

@@ -19,8 +19,8 @@ from dflash_tui.contract.rundir import (ExitRecord, LaunchRecord, StopRecord, Tr
 from tests.support import fleet_replay as FR
 from tests.support import scenarios as R
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.fleet import FleetScreen
-from dflash_tui.ui.history import HistoryScreen
+from dflash_tui.ui.screens.fleet import FleetScreen
+from dflash_tui.ui.screens.history import HistoryScreen
 
 pytestmark = pytest.mark.timeout(60)
 

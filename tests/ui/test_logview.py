@@ -8,7 +8,7 @@ import pytest
 from textual.app import App
 
 from dflash_tui.ui.fmt import age, sparkline
-from dflash_tui.ui.logview import ERROR, MARKER, PLAIN, TRACEBACK, LineClassifier, LogLines, clean
+from dflash_tui.ui.panes.logview import ERROR, MARKER, PLAIN, TRACEBACK, LineClassifier, LogLines, clean
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,14 +5,14 @@ node's log lines, and the stop key stopping every node."""
 from __future__ import annotations
 
 import pytest
-from dflash_tui.ui.rows import RowTable
+from dflash_tui.ui.widgets.rows import RowTable
 
 from dflash_tui.gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot, GpuError
 from dflash_tui.watch import NodesWatch
 from dflash_tui.run.combine import merge_gpu_snapshots
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.nodes_source import NodesSource
+from dflash_tui.ui.sources.nodes_source import NodesSource
 
 from tests.support.runs import alive
 from tests.test_multinode import LOCAL, nodes_profile

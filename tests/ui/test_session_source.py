@@ -13,9 +13,9 @@ from dflash_tui.config import Profile
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.header import RunHeader
-from dflash_tui.ui.logview import MARKER
-from dflash_tui.ui.session_source import SessionSource
+from dflash_tui.ui.panes.header import RunHeader
+from dflash_tui.ui.panes.logview import MARKER
+from dflash_tui.ui.sources.session_source import SessionSource
 
 from tests.support.run_standins import PROGRAM
 from tests.support.runs import alive

@@ -15,8 +15,8 @@ import pytest
 
 from tests.support import scenarios as R
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.gpus import GpuPane
-from dflash_tui.ui.metrics import MetricsPane
+from dflash_tui.ui.panes.gpus import GpuPane
+from dflash_tui.ui.panes.metrics import MetricsPane
 
 pytestmark = pytest.mark.timeout(60)
 

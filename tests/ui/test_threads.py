@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from dflash_tui.ui.rows import RowTable
+from dflash_tui.ui.widgets.rows import RowTable
 
 from dflash_tui.contract.rundir import ProbeReport, ProbeThread
 from tests.support import scenarios as R

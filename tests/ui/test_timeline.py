@@ -15,8 +15,8 @@ import pytest
 from dflash_tui.recording.change import Evidence, VerdictChange
 from dflash_tui.recording.store import ChangeStore
 from dflash_tui.recording.timeline import bands
-from dflash_tui.ui.fleet import FleetScreen
-from dflash_tui.ui.timeline import TimelineScreen, strip
+from dflash_tui.ui.screens.fleet import FleetScreen
+from dflash_tui.ui.screens.timeline import TimelineScreen, strip
 from dflash_tui.ui.app import DashboardApp
 from tests.support import fleet_replay as FR
 from tests.support import scenarios as R

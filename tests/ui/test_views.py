@@ -22,10 +22,10 @@ from dflash_tui.run.history import PreviousRun, previous_run
 from dflash_tui.run.series import Point, points_from_events, points_from_status
 from dflash_tui.run.verdict import Check, CheckState
 from dflash_tui.ui.app import DashboardApp, invocation
-from dflash_tui.ui.gpus import GpuPane
-from dflash_tui.ui.health import HealthPane
-from dflash_tui.ui.metrics import CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema
-from dflash_tui.ui.rows import RowTable
+from dflash_tui.ui.panes.gpus import GpuPane
+from dflash_tui.ui.panes.health import HealthPane
+from dflash_tui.ui.panes.metrics import CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema
+from dflash_tui.ui.widgets.rows import RowTable
 from tests.support import scenarios as R
 
 pytestmark = pytest.mark.timeout(60)

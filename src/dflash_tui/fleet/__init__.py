@@ -1,5 +1,5 @@
 """Many profiles at once, headless: the shared transport, the fleet poller, --check --all.
 
-Nothing here imports textual: `dflash-tui --check --all` and the fleet screen (ui/fleet.py)
+Nothing here imports textual: `dflash-tui --check --all` and the fleet screen (ui/screens/fleet.py)
 both use it.
 """

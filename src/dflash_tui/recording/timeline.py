@@ -3,7 +3,7 @@
 A band is one state from the change that began it to the next change of the same profile
 (or `now` for the newest one, which is still open). Runs are told apart by run id, so the
 runs a relaunch moved to history/ keep their own bands. Pure: what `--timeline` prints and
-the dashboard's Timeline screen (ui/timeline.py) draws.
+the dashboard's Timeline screen (ui/screens/timeline.py) draws.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The dflash-tui dashboard: renders what the headless core reports, live.
 
-Everything arrives through a `DashboardSource` (see source.py) and is consumed by the stream
+Everything arrives through a `DashboardSource` (see sources/source.py) and is consumed by the stream
 workers of ui/streams.py, so no call that waits on a target ever runs on Textual's event loop:
 
 - reports (1 Hz, from the RunWatch) -> header, Health, Threads
@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
@@ -36,29 +36,26 @@ from ..remote.base import TargetError
 from ..run.report import RunReport
 from ..run.verdict import Verdict
 from .fmt import one_line
-from .gpus import GpuPane
-from .header import RunHeader
-from .health import HealthPane
-from .logview import LogPane
-from .metrics import MetricsPane
-from .fleet import FleetScreen
-from .history import HistoryScreen, HistorySource
-from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
-from .screens import ConfirmScreen, HelpScreen, ProfileScreen
-from .source import LOG_NAMES, TRAIN_LOG, ActionError, DashboardSource, run_action
+from .panes import RUN_PANES, TAB_PANES, GpuPane, HealthPane, LogPane, MetricsPane, Pane, RunHeader
+from .screens.dialogs import ConfirmScreen, HelpScreen, ProfileScreen
+from .screens.fleet import FleetScreen
+from .screens.history import HistoryScreen, HistorySource
+from .screens.relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
+from .screens.run import RunScreen
+from .sources.nodes_source import NodesSource
+from .sources.session_source import SessionSource
+from .sources.source import LOG_NAMES, TRAIN_LOG, ActionError, DashboardSource, run_action
 from .streams import RunStreams
-from .threads import ThreadsPane
-from .nodes_source import NodesSource
-from .session_source import SessionSource
 
 RUN_ACTIONS = ("relaunch", "stop", "canary")
-# The run view's own keys: off while the fleet or a history list is on top of it.
+# The run view's own actions: its keys are its screen's, but the palette offers them on every
+# screen, so they are off while the fleet or a history list is on top of the run view.
 RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "search", "search_next",
                               "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
                               "switch_profile", "fleet", "history", "back"})
-TABS = ("tab-log", "tab-threads", "tab-gpus", "tab-metrics")
 
 SourceFactory = Callable[[str], DashboardSource]
+PaneT = TypeVar("PaneT", bound=Pane)
 
 
 class DashboardApp(App[None]):
@@ -67,38 +64,11 @@ class DashboardApp(App[None]):
     TITLE = "dflash-tui"
     ENABLE_COMMAND_PALETTE = True
 
+    # The run view's keys are its screen's (screens/run.py). These two answer on every screen
+    # that does not bind them itself (the fleet's footer shows ? Help from here).
     BINDINGS = [
-        Binding("r", "relaunch", "Relaunch", tooltip="stop this run by pid (verified) and launch it again"),
-        Binding("s", "stop", "Stop", tooltip="stop this run by pid: SIGTERM, grace period, SIGKILL"),
-        Binding("c", "canary", "Canary", tooltip="launch `sleep` through the same wrapper and check it outlives the channel"),
-        Binding("l", "switch_log", "Log", tooltip="switch the log pane between train.log and events.jsonl"),
-        Binding("f", "toggle_follow", "Follow", tooltip="follow the end of the log on/off"),
-        Binding("slash", "search", "Search", tooltip="search the log; n / N for next / previous match"),
-        Binding("n", "search_next", "Next match", show=False),
-        Binding("N", "search_prev", "Previous match", show=False),
-        Binding("e", "first_error", "Error", tooltip="jump to the first traceback or error line in the log"),
-        Binding("1", "show_tab('tab-log')", "Log", show=False),
-        Binding("2", "show_tab('tab-threads')", "Threads", show=False),
-        Binding("3", "show_tab('tab-gpus')", "GPUs", show=False),
-        Binding("4", "show_tab('tab-metrics')", "Metrics", show=False),
-        Binding("k", "toggle_checks", "Checks", show=False, tooltip="show the ok checks one per row, or fold them into one line"),
-        Binding("o", "metrics_smoothing", "Smooth", show=False,
-                tooltip="Metrics: cycle the smoothing (TensorBoard's debiased EMA: off, 0.6, 0.9)"),
-        Binding("z", "metrics_zoom", "Zoom", show=False, tooltip="Metrics: all steps, the last 1000, the last 200"),
-        Binding("m", "metrics_page", "More charts", show=False,
-                tooltip="Metrics: the next page of charts when the run reports more series than fit"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit", tooltip="leave the dashboard; the run keeps running"),
-        # Last: in the footer from 100 columns (it scrolls), always in ? help and the palette.
-        Binding("p", "switch_profile", "Profile", tooltip="watch another profile (this run keeps running)"),
-        Binding("g", "log_top", "Top", tooltip="top of the log (follow off)"),
-        Binding("G", "log_bottom", "End", tooltip="bottom of the log (follow on)"),
-        # Not in the footer (full from 100 columns already); in ? help and the palette.
-        Binding("a", "fleet", "Fleet", show=False, tooltip="every profile at once (the fleet screen)"),
-        Binding("h", "history", "History", show=False,
-                tooltip="this profile's earlier runs, openable read-only"),
-        Binding("escape", "back", "Back", show=False,
-                tooltip="from a history run: the live run; else the fleet screen"),
     ]
 
     busy: reactive[str] = reactive("")   # the run action in flight ("" when none)
@@ -130,18 +100,17 @@ class DashboardApp(App[None]):
         self.command = command      # how this user runs dflash-tui (for the commands it prints)
 
     # -- layout -----------------------------------------------------------------------------
+    def get_default_screen(self) -> Screen:
+        return RunScreen(id="_default")   # the run view: composed below, keys its own
+
     def compose(self) -> ComposeResult:
-        yield RunHeader(id="header")
-        yield HealthPane(id="health")
-        with TabbedContent(id="tabs", initial="tab-log"):
-            with TabPane("Log", id="tab-log"):
-                yield LogPane(id="log")
-            with TabPane("Threads", id="tab-threads"):
-                yield ThreadsPane(id="threads")
-            with TabPane("GPUs", id="tab-gpus"):
-                yield GpuPane(id="gpus")
-            with TabPane("Metrics", id="tab-metrics"):
-                yield MetricsPane(id="metrics")
+        for pane in RUN_PANES:
+            if pane.TITLE is None:
+                yield pane(id=pane.PANE_ID)
+        with TabbedContent(id="tabs", initial=f"tab-{TAB_PANES[0].PANE_ID}"):
+            for pane in TAB_PANES:
+                with TabPane(pane.TITLE, id=f"tab-{pane.PANE_ID}"):
+                    yield pane(id=pane.PANE_ID)
         # Single-spaced, without the palette item (it ran into the keys at 80 columns; ? help
         # names ctrl+p): r s c l f / e ? q fit in 80 columns.
         yield Footer(compact=True, show_command_palette=False)
@@ -150,17 +119,12 @@ class DashboardApp(App[None]):
         # Held references, not queries: App.query_one searches the *active* screen, and the
         # streams keep updating these panes while a modal (confirm, help) is on top.
         self.main_screen = self.screen
-        self.header_bar = self.query_one(RunHeader)
-        self.health_pane = self.query_one("#health", HealthPane)
-        self.threads_pane = self.query_one("#threads", ThreadsPane)
-        self.gpu_pane = self.query_one("#gpus", GpuPane)
-        self.metrics_pane = self.query_one("#metrics", MetricsPane)
+        self.panes: list[Pane] = [self.query_one(f"#{p.PANE_ID}", p) for p in RUN_PANES]
         self.tabs = self.query_one(TabbedContent)
-        self._log_pane = self.query_one("#log", LogPane)
         self.sub_title = self.profile
         self._render_header()
         self.set_interval(1.0, self._render_header)  # ages keep ticking while data is stale
-        self._log_pane.lines.focus()
+        self.log_pane.lines.focus()
         if self.fleet is not None:
             self.fleet.start()
         if self.fleet_home:
@@ -168,9 +132,37 @@ class DashboardApp(App[None]):
         else:
             self.streams.start()
 
+    # The panes with a feed or keys of their own (the rest only take reports, through the list).
+    def _pane(self, kind: type[PaneT]) -> PaneT:
+        return next(p for p in self.panes if isinstance(p, kind))
+
+    @property
+    def header_bar(self) -> RunHeader:
+        return self._pane(RunHeader)
+
+    @property
+    def health_pane(self) -> HealthPane:
+        return self._pane(HealthPane)
+
     @property
     def log_pane(self) -> LogPane:
-        return self._log_pane
+        return self._pane(LogPane)
+
+    @property
+    def gpu_pane(self) -> GpuPane:
+        return self._pane(GpuPane)
+
+    @property
+    def metrics_pane(self) -> MetricsPane:
+        return self._pane(MetricsPane)
+
+    def _label_tabs(self) -> None:
+        for pane in self.panes:
+            if pane.TITLE is not None:
+                tab = self.tabs.get_tab(f"tab-{pane.PANE_ID}")
+                label = pane.tab_label()
+                if str(tab.label) != label:
+                    tab.label = label
 
     # -- streams (ui/streams.py) --------------------------------------------------------------
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -191,39 +183,24 @@ class DashboardApp(App[None]):
         run_id = report.launch.run_id if report.launch else None
         if run_id != self.run_id:
             if self.run_id is not None and run_id is not None:
-                self.metrics_pane.reset()
-                self.log_pane.lines.append_marker(f"new run {run_id}")
+                for pane in self.panes:
+                    pane.new_run(run_id)
                 if self.tabs.active == "tab-metrics":
                     self.streams.load_previous_run()   # the run before this one is now in history/
             self.run_id = run_id
-        self.health_pane.show(report)
-        self.metrics_pane.add_report(report)
-        threads = self.threads_pane
-        threads.show(report)
-        trouble = threads.trouble_count()
-        self._set_tab_label("tab-threads", f"Threads ({trouble} !)" if trouble else "Threads")
+        for pane in self.panes:
+            pane.show(report)
+        self._label_tabs()
         self._render_header()
 
     def on_gpu_snapshot(self, snap: GpuSnapshot) -> None:
-        pane = self.gpu_pane
-        pane.show(snap)
-        lost = sum(1 for g in snap.gpus if g.lost)
-        label = "GPUs"
-        if snap.error is not None and not snap.gpus:
-            label = "GPUs (n/a)"
-        elif lost:
-            label = f"GPUs ({lost} lost)"
-        self._set_tab_label("tab-gpus", label)
-
-    def _set_tab_label(self, pane_id: str, label: str) -> None:
-        tab = self.tabs.get_tab(pane_id)
-        if str(tab.label) != label:
-            tab.label = label
+        self.gpu_pane.show_snapshot(snap)
+        self._label_tabs()
 
     def _render_header(self) -> None:
         header = self.header_bar
-        header.show(self.report, profile=self.profile, now=self.clock(),
-                    received_at=self.received_at, busy=self.busy)
+        header.tick(profile=self.profile, now=self.clock(), received_at=self.received_at,
+                    busy=self.busy)
         stale = header.badge.has_class("-stale")
         self.main_screen.set_class(stale, "-stale")
 
@@ -393,8 +370,8 @@ class DashboardApp(App[None]):
             await live.close()
         self.sub_title = subtitle or name
         self.report, self.received_at, self.run_id = None, None, None
-        self.log_pane.lines.clear()
-        self.metrics_pane.reset()
+        for pane in self.panes:
+            pane.reset()
         self._render_header()
         self.streams.start()
         if old is not new and old is not self._live_source:
@@ -454,7 +431,7 @@ class DashboardApp(App[None]):
 
     def action_help(self) -> None:
         rows = [(b.key_display or self.get_key_display(b), b.description, b.tooltip)
-                for b in self.BINDINGS if isinstance(b, Binding)]
+                for b in RunScreen.BINDINGS if isinstance(b, Binding)]
         self.push_screen(HelpScreen(rows))
 
     async def action_quit(self) -> None:
@@ -476,10 +453,10 @@ class DashboardApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for b in self.BINDINGS:
-            if not isinstance(b, Binding) or b.action in ("quit",):
+        for b in RunScreen.BINDINGS:
+            if not isinstance(b, Binding) or b.action == "app.quit":
                 continue
-            name = b.action.split("(")[0]
+            name = b.action.removeprefix("app.").split("(")[0]
             if name in RUN_ACTIONS and self.busy:
                 continue
             yield SystemCommand(f"{b.description} ({self.get_key_display(b)})",

@@ -16,7 +16,7 @@ import asyncio
 from ..remote.base import TargetError
 from ..run.report import RunReport
 from .fmt import one_line
-from .source import EVENTS_LOG, ActionError
+from .sources.source import EVENTS_LOG, ActionError
 
 LOG_POLL_S = 0.5   # two polls a second: under 1 s behind the file, half the redraws of 4 Hz
 EVENTS_POLL_S = 1.0
@@ -58,7 +58,7 @@ class RunStreams:
         metrics = self.app.metrics_pane
         metrics.reset()
         if self.app.report is not None:
-            metrics.add_report(self.app.report)   # until the events arrive
+            metrics.show(self.app.report)   # until the events arrive
         metrics.flush()
         self._run(self._events(), "events")
         self.load_previous_run()

@@ -24,10 +24,11 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..gpu.sample import GpuSample, GpuSnapshot
-from .fmt import NA, alarm_style, gib, num
-from .rows import RowTable
-from .tables import OnScreenOnly
+from ...gpu.sample import GpuSample, GpuSnapshot
+from ..fmt import NA, alarm_style, gib, num
+from ..widgets.rows import RowTable
+from .base import Pane
+from ..widgets.tables import OnScreenOnly
 
 HISTORY = 300              # seconds of utilisation kept per GPU (1 Hz samples)
 GRAPH_INTERVAL_S = 5.0     # the history graph is rebuilt at most this often (a plotext build
@@ -177,7 +178,10 @@ class GpuHistory(PlotextPlot):
         self.refresh()
 
 
-class GpuPane(OnScreenOnly, Vertical):
+class GpuPane(Pane, OnScreenOnly, Vertical):
+    PANE_ID = "gpus"
+    TITLE = "GPUs"
+
     def compose(self):
         self.banner = Static("waiting for the first GPU sample…", id="gpu-banner")
         self.cards = Static("", id="gpu-cards")
@@ -210,7 +214,17 @@ class GpuPane(OnScreenOnly, Vertical):
     def unavailable(self) -> bool:
         return self.snapshot is not None and self.snapshot.error is not None and not self.snapshot.gpus
 
-    def show(self, snap: GpuSnapshot) -> None:
+    def tab_label(self) -> str:
+        snap = self.snapshot
+        if snap is None:
+            return "GPUs"
+        if snap.error is not None and not snap.gpus:
+            return "GPUs (n/a)"
+        lost = sum(1 for g in snap.gpus if g.lost)
+        return f"GPUs ({lost} lost)" if lost else "GPUs"
+
+    def show_snapshot(self, snap: GpuSnapshot) -> None:
+        """This pane's feed: the GPU stream's snapshots, not the reports."""
         self.snapshot = snap
         for g in snap.gpus:   # history grows while hidden too: the graph is there when shown
             self._history.setdefault(g.index, deque(maxlen=HISTORY)).append(

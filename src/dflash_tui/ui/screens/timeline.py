@@ -20,12 +20,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ..fleet.row import UNREACHABLE
-from ..recording.store import ChangeStore, default_store_path
-from ..recording.timeline import Band, bands, runs
-from ..run.verdict import Verdict
-from ..words import compact
-from .fmt import one_line, verdict_class
+from ...fleet.row import UNREACHABLE
+from ...recording.store import ChangeStore, default_store_path
+from ...recording.timeline import Band, bands, runs
+from ...run.verdict import Verdict
+from ...words import compact
+from ..fmt import one_line, verdict_class
 
 REFRESH_S = 2.0
 STYLE = {"-ok": "black on green", "-fail": "white on red", "-wait": "black on yellow", "-down": "white on magenta"}

@@ -12,17 +12,17 @@ import asyncio
 import posixpath
 from typing import AsyncIterator
 
-from ..config import ConfigError, Profile
-from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
-from ..remote.base import TargetError
-from ..run.history import PreviousRun, previous_run
-from ..run.logtail import LogFollower
-from ..gpu.sources import open_gpu_source, run_ref_from_launch
-from ..gpu.stream import GpuStream
-from ..run.launch import LaunchRefused
-from ..run.report import RunReport
-from ..session import Session
-from ..watch import ActionInFlight, HostWatch
+from ...config import ConfigError, Profile
+from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
+from ...remote.base import TargetError
+from ...run.history import PreviousRun, previous_run
+from ...run.logtail import LogFollower
+from ...gpu.sources import open_gpu_source, run_ref_from_launch
+from ...gpu.stream import GpuStream
+from ...run.launch import LaunchRefused
+from ...run.report import RunReport
+from ...session import Session
+from ...watch import ActionInFlight, HostWatch
 from .source import ActionError
 
 GPU_RETRY_MAX_S = 30.0

@@ -25,13 +25,13 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from ..remote.base import TargetError
-from ..fleet.row import DOWN, FAIL, OK, SEVERITY_RANK, WAIT, FleetRow
-from .fmt import NA, age, gib, num, one_line
+from ...remote.base import TargetError
+from ...fleet.row import DOWN, FAIL, OK, SEVERITY_RANK, WAIT, FleetRow
+from ..fmt import NA, age, gib, num, one_line
 from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
-from .screens import ConfirmScreen
+from .dialogs import ConfirmScreen
 from .fleet_table import FleetHeader, FleetTable
-from .source import ActionError, run_action
+from ..sources.source import ActionError, run_action
 from .timeline import TimelineScreen
 
 STYLE = {OK: "bold green", FAIL: "bold white on red", DOWN: "bold magenta", WAIT: "bold yellow"}
@@ -281,7 +281,7 @@ class FleetScreen(Screen[None]):
             self.on_history(name)
 
     def action_timeline(self) -> None:
-        """The watcher's record of the selected row's run (ui/timeline.py)."""
+        """The watcher's record of the selected row's run (ui/screens/timeline.py)."""
         name = self.selected_name()
         if name is not None:
             self.app.push_screen(TimelineScreen(name, getattr(self.app, "timeline_store", None),

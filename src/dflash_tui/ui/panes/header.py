@@ -11,16 +11,20 @@ from rich.text import Text
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from ..run.report import RunReport
-from .fmt import age, verdict_class
+from ...run.report import RunReport
+from ..fmt import age, verdict_class
+from .base import Pane
 
 # No report for this long although the monitor polls once a second: say so.
 QUIET_AFTER_S = 3.0
 
 
-class RunHeader(Horizontal):
+class RunHeader(Pane, Horizontal):
+    PANE_ID = "header"
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.report: RunReport | None = None
         self._badge: tuple[str, str] | None = None
         self._where: str | None = None
         # Held, not queried: a timer may still fire while the app tears the screen down.
@@ -45,8 +49,15 @@ class RunHeader(Horizontal):
             self._where = where.plain
             self.where.update(where, layout=False)   # fixed 2 lines, 1fr
 
-    def show(self, report: RunReport | None, *, profile: str, now: float,
-             received_at: float | None, busy: str = "") -> None:
+    def show(self, report: RunReport) -> None:
+        self.report = report   # drawn by the next tick, which knows the clock
+
+    def reset(self) -> None:
+        self.report = None
+
+    def tick(self, *, profile: str, now: float, received_at: float | None, busy: str = "") -> None:
+        """Draw the newest report as of `now` (ages keep counting while no report arrives)."""
+        report = self.report
         if report is None:
             self._set(" CONNECTING ", "-wait", Text(f"profile {profile} · waiting for the first report",
                                                     no_wrap=True, overflow="ellipsis"))

@@ -22,6 +22,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
+from .base import Pane
+
 PLAIN, ERROR, TRACEBACK, MARKER = 0, 1, 2, 3
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -356,8 +358,13 @@ class LogLines(ScrollView, can_focus=True):
         return Strip(segments, cell_len(line)).crop_extend(scroll_x, scroll_x + width, base)
 
 
-class LogPane(Vertical):
-    """Title row (file, follow, search state), the lines, and a search box shown on '/'."""
+class LogPane(Pane, Vertical):
+    """Title row (file, follow, search state), the lines, and a search box shown on '/'.
+
+    Fed by ui/streams.py's log follower, not by the reports."""
+
+    PANE_ID = "log"
+    TITLE = "Log"
 
     log_name: reactive[str] = reactive("train.log")
     problem: reactive[str] = reactive("")   # why the file cannot be read right now, one line
@@ -372,6 +379,12 @@ class LogPane(Vertical):
         self.search_box = Input(placeholder="search the log (enter: next match, escape: close)",
                                 id="log-search")
         self.search_box.display = False
+
+    def new_run(self, run_id: str) -> None:
+        self.lines.append_marker(f"new run {run_id}")
+
+    def reset(self) -> None:
+        self.lines.clear()
 
     def compose(self):
         yield self.title_bar

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Protocol
 
-from ..gpu.sample import GpuSnapshot
-from ..run.history import HistoryRun, PreviousRun
-from ..run.report import RunReport
+from ...gpu.sample import GpuSnapshot
+from ...run.history import HistoryRun, PreviousRun
+from ...run.report import RunReport
 
 TRAIN_LOG = "train.log"
 EVENTS_LOG = "events.jsonl"

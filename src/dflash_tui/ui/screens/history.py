@@ -20,12 +20,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ..gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
-from ..remote.base import TargetError
-from ..run.history import HistoryRun
-from ..run.report import RunReport
-from .fmt import NA, num, one_line, verdict_class
-from .source import ActionError
+from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
+from ...remote.base import TargetError
+from ...run.history import HistoryRun
+from ...run.report import RunReport
+from ..fmt import NA, num, one_line, verdict_class
+from ..sources.source import ActionError
 
 _VERDICT_STYLE = {"-ok": "bold green", "-fail": "bold red", "-wait": "bold yellow"}
 

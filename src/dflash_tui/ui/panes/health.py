@@ -18,9 +18,10 @@ from rich.segment import Segment
 from rich.text import Text
 from textual.widgets import Static
 
-from ..run.report import RunReport
-from ..run.verdict import CheckState, Verdict
-from .fmt import STATE_SYMBOL, age, alarm_style, one_line
+from ...run.report import RunReport
+from ...run.verdict import CheckState, Verdict
+from ..fmt import STATE_SYMBOL, age, alarm_style, one_line
+from .base import Pane
 
 _STATE_STYLE = {
     CheckState.OK: "green",
@@ -31,7 +32,9 @@ _STATE_STYLE = {
 TRACEBACK_LINES = 6   # the tail of the last traceback shown under a CRASHED checklist
 
 
-class HealthPane(Static):
+class HealthPane(Pane, Static):
+    PANE_ID = "health"
+
     def __init__(self, **kwargs) -> None:
         super().__init__("waiting for the first poll…", **kwargs)
         self.report: RunReport | None = None
@@ -40,6 +43,7 @@ class HealthPane(Static):
         self._shown: tuple | None = None
 
     def show(self, report: RunReport | None = None) -> None:
+        """Without a report: draw the last one again (the launch note or the width changed)."""
         if report is not None:
             self.report = report
         report = self.report

@@ -17,13 +17,14 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ..contract.rundir import CompileState, ProbeReport
+from ...contract.rundir import CompileState, ProbeReport
 
-from ..run.report import RunReport
-from ..run.verdict import ThreadHealth
-from .fmt import age, alarm_style, one_line
-from .rows import RowTable
-from .tables import OnScreenOnly
+from ...run.report import RunReport
+from ...run.verdict import ThreadHealth
+from ..fmt import age, alarm_style, one_line
+from ..widgets.rows import RowTable
+from .base import Pane
+from ..widgets.tables import OnScreenOnly
 
 # What says whether a thread is alive comes first (beat, step), so at 80 columns it is the
 # compile bookkeeping at the end that scrolls off, never the heartbeat.
@@ -85,7 +86,10 @@ def thread_trouble(report: RunReport, name: str) -> str:
     return judged.state.value if judged is not None and judged.trouble else ""
 
 
-class ThreadsPane(OnScreenOnly, Vertical):
+class ThreadsPane(Pane, OnScreenOnly, Vertical):
+    PANE_ID = "threads"
+    TITLE = "Threads"
+
     def compose(self):
         self.note = Static("no status.json yet: the trainer has not published its threads", id="threads-note")
         self.table = RowTable(COLUMNS, id="threads-table")
@@ -97,6 +101,9 @@ class ThreadsPane(OnScreenOnly, Vertical):
 
     def trouble_count(self) -> int:
         return self._trouble
+
+    def tab_label(self) -> str:
+        return f"Threads ({self._trouble} !)" if self._trouble else "Threads"
 
     def on_mount(self) -> None:
         self._trouble = 0

@@ -28,10 +28,11 @@ from textual.containers import Grid, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ..run.report import RunReport
+from ...run.report import RunReport
 
-from ..run.series import Point, points_from_events, points_from_progress, points_from_status
-from .tables import OnScreenOnly
+from ...run.series import Point, points_from_events, points_from_progress, points_from_status
+from .base import Pane
+from ..widgets.tables import OnScreenOnly
 
 HISTORY = 5000                 # points kept per series
 # New points reach the charts when their last drawing has been paid off: a plotext chart costs
@@ -178,7 +179,10 @@ class MetricChart(PlotextPlot):
         self.refresh()
 
 
-class MetricsPane(OnScreenOnly, Vertical):
+class MetricsPane(Pane, OnScreenOnly, Vertical):
+    PANE_ID = "metrics"
+    TITLE = "Metrics"
+
     def compose(self):
         self.note = Static("no steps yet", id="metrics-note")
         self.grid = Grid(id="metrics-grid")
@@ -218,7 +222,10 @@ class MetricsPane(OnScreenOnly, Vertical):
         self.dirty = True
         self._drawn_at = 0.0
 
-    def add_report(self, report: RunReport) -> None:
+    def new_run(self, run_id: str) -> None:
+        self.reset()
+
+    def show(self, report: RunReport) -> None:
         """A point per new step from the report: status.json's values, else the progress the
         program's own log showed. Unused once events.jsonl has step records."""
         if self.from_events:
