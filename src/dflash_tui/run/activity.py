@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ..contract.rundir import EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport, parse_events
+from ..contract.rundir import (EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
+                               SchemaError, parse_event)
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from .hang_evidence import StackDump
@@ -334,12 +335,31 @@ class ProgressTracker:
         if cut < len(data) and self._events.offset is not None:
             # A half-written last line is read again, whole, at the next poll.
             self._events.offset -= len(data) - cut
-        for e in parse_events(data[:cut].decode("utf-8", "replace").splitlines()).events:
+        # Only the newest valid step and the newest saved checkpoint count, so the lines are
+        # read from the end (a busy trainer writes a hundred steps between two polls): each is
+        # validated until a step is found; after that only a line that can name a checkpoint
+        # (its word, or a JSON escape that could spell it) is parsed.
+        step_found = checkpoint_found = False
+        for line in reversed(data[:cut].decode("utf-8", "replace").splitlines()):
+            if step_found and "checkpoint" not in line and "\\" not in line:
+                continue
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                e = parse_event(line)
+            except SchemaError:
+                continue
             kind = e.get("kind")
-            if kind == EventKind.STEP.value:
+            if kind == EventKind.STEP.value and not step_found:
+                step_found = True
                 self._ev_step, self._ev_step_at, self._ev_loss = e["step"], e["time"], e.get("loss")
-            elif kind == EventKind.CHECKPOINT.value and e.get("action") in ("saved", ""):
+            elif (kind == EventKind.CHECKPOINT.value and e.get("action") in ("saved", "")
+                  and not checkpoint_found):
+                checkpoint_found = True
                 self._checkpoint, self._checkpoint_step = e.get("path") or "", e.get("step")
+            if step_found and checkpoint_found:
+                break
 
     async def _ask_disk(self, ops: RemoteOps, run_dir: str, now: float) -> None:
         if self._disk_at is not None and now - self._disk_at < DISK_EVERY_S:

@@ -20,6 +20,7 @@ thread is in them, whatever they wait in below (a lock, a pipe, dlopen).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -179,6 +180,14 @@ class Classified:
 def classify(frames: list[str], compile_state: str = "") -> Classified:
     """The class of one thread from its frames ("file:line function", innermost first) and the
     probe's compile state for it ("compiling" when the compiler is anywhere on its stack)."""
+    return _classify(tuple(frames), compile_state)
+
+
+# A stack stays where it is for many polls, and each poll classifies every thread more than
+# once (the progress tracker, the verdict's views, the hang's diagnosis): the answer for a
+# stack is kept. Bounded, since a running thread's frames carry line numbers and keep changing.
+@functools.lru_cache(maxsize=1024)
+def _classify(frames: tuple[str, ...], compile_state: str) -> Classified:
     parsed = [parse_frame(f) for f in frames]
     here = where(parsed)
     # The compiler anywhere on the stack decides, whatever it waits in (a lock: inductor's
