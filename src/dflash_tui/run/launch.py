@@ -13,7 +13,7 @@ import asyncio
 import posixpath
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from ..contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
@@ -245,5 +245,4 @@ async def first_verdict(launcher: Launcher, ops: RemoteOps, run_dir: str, attemp
 
 
 def _with_run_dir(profile: Profile, run_dir: str) -> Profile:
-    from dataclasses import replace
     return replace(profile, run_dir=run_dir)

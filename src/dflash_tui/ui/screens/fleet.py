@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from rich.text import Text
@@ -193,7 +194,6 @@ class FleetScreen(Screen[None]):
     def visible_rows(self, now: float) -> list[FleetRow]:
         rows = self.fleet.snapshot()
         if self.busy:
-            from dataclasses import replace
             rows = [replace(r, busy=self.busy[r.profile]) if r.profile in self.busy else r for r in rows]
         if self.attention:
             rows = [r for r in rows if not r.healthy]
