@@ -592,19 +592,20 @@ def _item(fn, *args):
 
 def op_observe(paths, reads=None, known=None, grown=None, list_dirs=(), proc_tree=None):
     """The first round of one look at a run dir, in one request: the clock, a stat of `paths`,
-    then `reads` ({path: max_bytes}, from offset 0) of the files whose (inode, size, mtime) is
-    not `known[path]` (the client holds those already), the new bytes of `grown` files
-    ({path: [offset, max_bytes]}: read from offset when the file is bigger than that), then
-    `list_dirs`, and the process tree of `proc_tree` ({"pid", "run_dir"}). Each part answers
-    what its own op would, in that order; reads are keyed by path."""
+    the listings of `list_dirs`, then `reads` ({path: max_bytes}, from offset 0) of the files
+    that exist and whose (inode, size, mtime) is not `known[path]` (the client holds those
+    already), the new bytes of `grown` files ({path: [offset, max_bytes]}: read from offset
+    when the file is bigger than that), and the process tree of `proc_tree` ({"pid",
+    "run_dir"}). Each part answers what its own op would, in that order; reads are keyed by path."""
     reads, known, grown = reads or {}, known or {}, grown or {}
     now = op_now()
     stats = op_stat(paths)
+    listings = dict((path, _item(op_list_dir, path)) for path in list_dirs)
     by_path = dict((st["path"], st) for st in stats)
     answers = {}
     for path, max_bytes in reads.items():
-        st = by_path.get(path)
-        if st is None or not st["exists"]:
+        st = by_path.get(path) or stat_one(path)
+        if not st["exists"]:
             continue
         if known.get(path) == [st["inode"], st["size"], st["mtime"]]:
             continue
@@ -613,7 +614,6 @@ def op_observe(paths, reads=None, known=None, grown=None, list_dirs=(), proc_tre
         st = by_path.get(path)
         if st is not None and st["exists"] and st["kind"] == "file" and st["size"] > offset:
             answers[path] = _item(op_read, path, offset, max_bytes)
-    listings = dict((path, _item(op_list_dir, path)) for path in list_dirs)
     tree = None
     if proc_tree:
         tree = _item(op_proc_tree, proc_tree["pid"], MAX_TREE, proc_tree.get("run_dir"))

@@ -29,7 +29,7 @@ from .attempts import LaunchAttempt
 from .first_look import first_look, remember
 from .flight_recorder import gather_collectives, gather_root_cause
 from .hang_evidence import HangEvidence
-from .probe_files import ProbeReport, gather_probes
+from .probe_files import REPORT_MAX_BYTES, ProbeReport, gather_probes
 from .stack_dumps import gather_stack_dumps
 from .tracebacks import last_traceback
 from .wrapper import LEGACY_WRAPPER_ARGV, run_id_of_wrapper, wrapper_argv
@@ -155,6 +155,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     paths = [posixpath.join(run_dir, n) for n in names]
     reads = {posixpath.join(run_dir, n): _RECORD_MAX for n in (LAUNCH_JSON, EXIT_JSON, STOP_JSON, status_name)}
     reads[posixpath.join(run_dir, LAUNCH_SH)] = _WRAPPER_HEAD
+    # The probe reports read at the last look are rewritten every second: ask for them up front.
+    reads.update((path, REPORT_MAX_BYTES) for path in _REPORTS.get(run_dir, ()))
     pid = _PIDS.get(run_dir)
     tracker = tracker or ProgressTracker(second_sample=False)
     grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
@@ -212,6 +214,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status = None
 
     ev.probes = await gather_probes(ops, run_dir, run_id)
+    _remember(_REPORTS, run_dir, ev.probes.read)
     await _gather_distributed(ops, ev)
     if ev.launch is not None:
         _remember(_PIDS, run_dir, ev.launch.pid)
@@ -280,6 +283,8 @@ _WRAPPER_IDS: dict[tuple, str | None] = {}
 # The wrapper pid launch.json named at the last look, per run dir: the tree the next look
 # asks for in its first request (a pid that changed is asked again, on its own).
 _PIDS: dict[str, int] = {}
+# The probe reports each run dir's last look read (their paths), asked for in the next one's first request.
+_REPORTS: dict[str, list[str]] = {}
 
 
 def _remember(cache: dict, key: tuple, value) -> None:
