@@ -78,6 +78,20 @@ status.json, the verdict, and ~1.5-2 points for the screen. The 5% target is not
 needs fewer round trips per look (one batched agent request per target per poll)."""
 
 
+COMPARE_NOTE = """What changed between the two: a look at a run dir asked the agent ~5 questions in a row
+(clock + stat; the changed records; the probe directory; the probe reports; the wrapper's
+tree + the log's new bytes), each round waiting on the one before. Now the agent's `observe`
+op answers the first round in one request, with the follow-ups it can foresee (the records
+whose stat changed, the reports and the wrapper's tree of the pid the last look saw, the log's
+bytes past the tracker's offset); run/first_look.py hands the parts out to the same
+calls as before. A steady look is one request, and the fleet's poll of one target's profiles
+one write and one answer. The CPU that is left per look is the record validation of the new
+status.json and probe reports, the verdict, the row, asyncio and SSH framing, ~1.5-2 points
+for the screen; both sides were measured on a machine loaded by other work (the load average
+above, on 2 cores), which is why "before" is far above the 6.1% of the fleet section above, taken
+at a lower load."""
+
+
 def pctl(samples: list[float], q: float) -> float:
     s = sorted(samples)
     if not s:
@@ -428,7 +442,10 @@ def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: 
             "agents": runs[0]["agents"], "hosts": runs[0]["hosts"],
         }
     b, a = row["before"], row["after"]
-    cmd = (f"`.venv/bin/python benchmarks/fleet_cost.py --before <git worktree of the earlier commit>"
+    before = subprocess.run(["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    cmd = (f"`git worktree add --detach {args.before} {before}`, then "
+           f"`.venv/bin/python benchmarks/fleet_cost.py --before {args.before}"
            f"{'' if (args.hosts, args.per_host, args.window) == (10, 5, 30.0) else f' --hosts {args.hosts} --per-host {args.per_host} --window {args.window:g}'}"
            " --append`")
     lines = [
@@ -453,6 +470,8 @@ def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: 
         f"Targets (after): dashboard CPU <= 4% of one core: {'met' if a['cpu'] <= 4 else 'NOT met'} ({a['cpu']:.1f}%); "
         f"p99 poll < 100 ms on loopback: {'met' if a['worst_p99'] < 0.1 else 'NOT met'} "
         f"(worst target {ms(a['worst_p99'])}, all targets {ms(a['p99'])}).",
+        "",
+        COMPARE_NOTE,
         "",
     ]
     section = "\n".join(lines)
