@@ -18,6 +18,12 @@ wrapper and SSH transport), then measures in one run, side by side:
       interval), and for 3 other runs killed the same way, the time to the first check of that
       profile that exits 1.
 
+--before TREE measures instead the fleet screen of another checkout of this project (TREE, e.g.
+a `git worktree` of an earlier commit) beside this one's, on the same hosts and runs in one run:
+the dashboard child of each tree in turn, before, after, after, before (so a drift of the
+machine's load weighs on both sides alike), then the polling alone of each; no kills and no
+`--check` loop. Its section in RESULTS.md is its own.
+
 --append writes the section into benchmarks/RESULTS.md (replacing an earlier one of this script).
 Bounded: about a minute of set-up plus both windows; everything it started is stopped.
 """
@@ -51,6 +57,8 @@ from dflash_tui.session import Session  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 
+COMPARE_HEADING = ("## fleet: one agent request per target per poll, before and after, side by side "
+                   "(benchmarks/fleet_cost.py --before)")
 HEADING = "## fleet: 50 profiles on 10 hosts, the fleet screen beside a `--check` loop (benchmarks/fleet_cost.py)"
 CLI = [sys.executable, "-m", "dflash_tui"]
 
@@ -68,6 +76,20 @@ points less in an A/B of the polling alone). What is left is about 1.2 ms of CPU
 profile: asyncio and SSH framing of ~5 agent round trips, the record validation of the new
 status.json, the verdict, and ~1.5-2 points for the screen. The 5% target is not met here; it
 needs fewer round trips per look (one batched agent request per target per poll)."""
+
+
+COMPARE_NOTE = """What changed between the two: a look at a run dir asked the agent ~5 questions in a row
+(clock + stat; the changed records; the probe directory; the probe reports; the wrapper's
+tree + the log's new bytes), each round waiting on the one before. Now the agent's `observe`
+op answers the first round in one request, with the follow-ups it can foresee (the records
+whose stat changed, the reports and the wrapper's tree of the pid the last look saw, the log's
+bytes past the tracker's offset); run/first_look.py hands the parts out to the same
+calls as before. A steady look is one request, and the fleet's poll of one target's profiles
+one write and one answer. The CPU that is left per look is the record validation of the new
+status.json and probe reports, the verdict, the row, asyncio and SSH framing, ~1.5-2 points
+for the screen; both sides were measured on a machine loaded by other work (the load average
+above, on 2 cores), which is why "before" is far above the 6.1% of the fleet section above, taken
+at a lower load."""
 
 
 def pctl(samples: list[float], q: float) -> float:
@@ -190,19 +212,24 @@ async def poller_child(cfg: str, window: float, out: str) -> None:
         Path(out).write_text(json.dumps({"cpu_s": time.process_time() - c0, "wall_s": time.monotonic() - w0}))
 
 
-def run_poller(cfg: Path, window: float, workdir: Path, env: dict) -> dict:
+def run_poller(cfg: Path, window: float, workdir: Path, env: dict, tree: Path = ROOT) -> dict:
     out = workdir / "poller.json"
-    proc = subprocess.run([sys.executable, __file__, "--child-poller", str(cfg), "--window", str(window),
-                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=window + 120)
+    env = {**env, "PYTHONPATH": str(tree / "src")}
+    proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "fleet_cost.py"), "--child-poller", str(cfg),
+                           "--window", str(window), "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=window + 120)
     if proc.returncode != 0:
         raise SystemExit(f"poller child failed: {proc.stderr[-2000:]}")
     return json.loads(out.read_text())
 
 
-def run_dashboard(cfg: Path, window: float, victims: list[str], workdir: Path, env: dict) -> dict:
+def run_dashboard(cfg: Path, window: float, victims: list[str], workdir: Path, env: dict,
+                  tree: Path = ROOT) -> dict:
+    """The dashboard child of `tree`'s own copy of this script (it imports `tree`/src)."""
     out = workdir / "dashboard.json"
-    proc = subprocess.run([sys.executable, __file__, "--child", str(cfg), "--window", str(window),
-                           "--victims", ",".join(victims), "--out", str(out)],
+    env = {**env, "PYTHONPATH": str(tree / "src")}
+    proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "fleet_cost.py"), "--child", str(cfg),
+                           "--window", str(window), "--victims", ",".join(victims), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=window + 180)
     if proc.returncode != 0:
         raise SystemExit(f"dashboard child failed: {proc.stderr[-2000:]}")
@@ -254,6 +281,7 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--loop-window", type=float, default=40.0)
     ap.add_argument("--append", action="store_true")
+    ap.add_argument("--before", metavar="TREE", type=Path)
     ap.add_argument("--child", metavar="CONFIG")
     ap.add_argument("--child-poller", metavar="CONFIG")
     ap.add_argument("--victims", default="")
@@ -284,6 +312,10 @@ def main() -> int:
         t = time.monotonic()
         pids = asyncio.run(launch_all(cfg))
         launch_s = time.monotonic() - t
+        if args.before is not None:
+            sides = compare(args, cfg, work, env)
+            load = os.getloadavg()[0]
+            return report_compare(args, sides, len(names), launch_s, load)
         # Victims spread over the hosts: 3 for the dashboard, 3 others for the loop.
         spread = names[1::max(1, len(names) // 6)]
         dash_victims, loop_victims = spread[0::2][:3], spread[1::2][:3]
@@ -368,6 +400,85 @@ def main() -> int:
     print(section)
     if args.append:
         replace_section(HEADING, section)
+    return 0
+
+
+def compare(args, cfg: Path, work: Path, env: dict) -> dict[str, dict]:
+    """Each tree's dashboard twice (before, after, after, before) and its polling alone once."""
+    trees = {"before": args.before.resolve(), "after": ROOT}
+    sides: dict[str, dict] = {k: {"dash": [], "poller": None} for k in trees}
+    for side in ("before", "after", "after", "before"):
+        sides[side]["dash"].append(run_dashboard(cfg, args.window, [], work, env, trees[side]))
+    for side in ("before", "after"):
+        sides[side]["poller"] = run_poller(cfg, min(args.window, 20.0), work, env, trees[side])
+    return sides
+
+
+def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: float) -> int:
+    def cpu(runs: list[dict]) -> float:
+        return 100.0 * sum(r["cpu_s"] for r in runs) / sum(r["wall_s"] for r in runs)
+
+    def lat(side: str) -> dict[str, list[float]]:
+        by_host: dict[str, list[float]] = {}
+        for r in sides[side]["dash"]:
+            for host, v in r["latencies"].items():
+                by_host.setdefault(host, []).extend(v)
+        return by_host
+
+    def ms(x: float) -> str:
+        return f"{x * 1000:.0f} ms"
+
+    row = {}
+    for side in ("before", "after"):
+        runs, by_host = sides[side]["dash"], lat(side)
+        every = [x for v in by_host.values() for x in v]
+        row[side] = {
+            "cpu": cpu(runs), "runs": ", ".join(f"{100 * r['cpu_s'] / r['wall_s']:.1f}%" for r in runs),
+            "poller": 100.0 * sides[side]["poller"]["cpu_s"] / sides[side]["poller"]["wall_s"],
+            "look_ms": 1000 * sum(r["cpu_s"] for r in runs) / (n * sum(r["wall_s"] for r in runs)),
+            "p50": pctl(every, 0.5), "p99": pctl(every, 0.99),
+            "worst_p50": max(pctl(v, 0.5) for v in by_host.values()),
+            "worst_p99": max(pctl(v, 0.99) for v in by_host.values()),
+            "agents": runs[0]["agents"], "hosts": runs[0]["hosts"],
+        }
+    b, a = row["before"], row["after"]
+    before = subprocess.run(["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    cmd = (f"`git worktree add --detach {args.before} {before}`, then "
+           f"`.venv/bin/python benchmarks/fleet_cost.py --before {args.before}"
+           f"{'' if (args.hosts, args.per_host, args.window) == (10, 5, 30.0) else f' --hosts {args.hosts} --per-host {args.per_host} --window {args.window:g}'}"
+           " --append`")
+    lines = [
+        COMPARE_HEADING, "",
+        f"Command: {cmd}", "",
+        f"Machine: this one ({os.cpu_count()} shared CPU cores, no GPU, CPython {platform.python_version()}, "
+        f"load average {load:.1f} at the end). {n} profiles on {args.hosts} loopback sshd hosts ({args.per_host} each), "
+        f"each a detached `run_standins.py beat` run, launched in {launch_s:.0f} s; the same runs watched by both "
+        f"trees' fleet screens (real app, headless 160x60, 1 Hz, {a['hosts']} SSH connections and {a['agents']} agents), "
+        f"one after another: before, after, after, before, {args.window:g} s of steady state each.", "",
+        "| | before | after | after/before |",
+        "| --- | ---: | ---: | ---: |",
+        f"| CPU of the dashboard (each run) | {b['cpu']:.1f}% ({b['runs']}) | {a['cpu']:.1f}% ({a['runs']}) "
+        f"| {a['cpu'] / b['cpu']:.2f} |",
+        f"| CPU of the polling alone, no screen | {b['poller']:.1f}% | {a['poller']:.1f}% | {a['poller'] / b['poller']:.2f} |",
+        f"| CPU per look at one profile | {b['look_ms']:.2f} ms | {a['look_ms']:.2f} ms | {a['look_ms'] / b['look_ms']:.2f} |",
+        f"| poll latency per target, p50 / p99, all targets | {ms(b['p50'])} / {ms(b['p99'])} | {ms(a['p50'])} / {ms(a['p99'])} "
+        f"| {a['p50'] / b['p50']:.2f} / {a['p99'] / b['p99']:.2f} |",
+        f"| worst target's p50 / p99 | {ms(b['worst_p50'])} / {ms(b['worst_p99'])} | {ms(a['worst_p50'])} / {ms(a['worst_p99'])} "
+        f"| {a['worst_p50'] / b['worst_p50']:.2f} / {a['worst_p99'] / b['worst_p99']:.2f} |",
+        "",
+        f"Targets (after): dashboard CPU <= 4% of one core: {'met' if a['cpu'] <= 4 else 'NOT met'} ({a['cpu']:.1f}%); "
+        f"p99 poll < 100 ms on loopback: {'met' if a['worst_p99'] < 0.1 else 'NOT met'} "
+        f"(worst target {ms(a['worst_p99'])}, all targets {ms(a['p99'])}).",
+        "",
+        COMPARE_NOTE,
+        "",
+    ]
+    section = "\n".join(lines)
+    print(section)
+    print(json.dumps(row, indent=1), file=sys.stderr)
+    if args.append:
+        replace_section(COMPARE_HEADING, section)
     return 0
 
 

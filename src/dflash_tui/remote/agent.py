@@ -292,6 +292,16 @@ class AgentOps:
         return stackdump_from(await self.call("py_spy_dump", timeout=agent_server.PY_SPY_TIMEOUT_S + 5,
                                               pid=int(pid), start_ticks=start_ticks))
 
+    async def observe(self, paths: list[str], *, reads: dict[str, int], known: dict[str, list],
+                      grown: dict[str, tuple[int, int]] | None = None, list_dirs: Sequence[str] = (),
+                      proc_tree: tuple[int, str | None] | None = None) -> dict:
+        """The first round of a look at a run dir in one request (agent_server `op_observe`);
+        the raw answer, which run/first_look.py hands out as the answers of the single ops."""
+        tree = None if proc_tree is None else {"pid": int(proc_tree[0]), "run_dir": proc_tree[1]}
+        return await self.call("observe", paths=list(paths), reads=dict(reads), known=dict(known),
+                               grown={p: [int(o), int(n)] for p, (o, n) in (grown or {}).items()},
+                               list_dirs=list(list_dirs), proc_tree=tree)
+
     # -- PreflightOps ---------------------------------------------------------------------
     async def which(self, names: list[str]) -> dict[str, str | None]:
         return await self.call("which", names=list(names))

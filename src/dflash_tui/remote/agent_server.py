@@ -582,12 +582,50 @@ def op_list_dir(path):
     return [stat_one(os.path.join(path, n)) for n in names]
 
 
+def _item(fn, *args):
+    """One part of a batched answer: {"ok": true, "result": ...} or {"ok": false, "error": ...}."""
+    try:
+        return {"ok": True, "result": fn(*args)}
+    except OpFailed as exc:
+        return {"ok": False, "error": str(exc)}
+
+
+def op_observe(paths, reads=None, known=None, grown=None, list_dirs=(), proc_tree=None):
+    """The first round of one look at a run dir, in one request: the clock, a stat of `paths`,
+    the listings of `list_dirs`, then `reads` ({path: max_bytes}, from offset 0) of the files
+    that exist and whose (inode, size, mtime) is not `known[path]` (the client holds those
+    already), the new bytes of `grown` files ({path: [offset, max_bytes]}: read from offset
+    when the file is bigger than that), and the process tree of `proc_tree` ({"pid",
+    "run_dir"}). Each part answers what its own op would, in that order; reads are keyed by path."""
+    reads, known, grown = reads or {}, known or {}, grown or {}
+    now = op_now()
+    stats = op_stat(paths)
+    listings = dict((path, _item(op_list_dir, path)) for path in list_dirs)
+    by_path = dict((st["path"], st) for st in stats)
+    answers = {}
+    for path, max_bytes in reads.items():
+        st = by_path.get(path) or stat_one(path)
+        if not st["exists"]:
+            continue
+        if known.get(path) == [st["inode"], st["size"], st["mtime"]]:
+            continue
+        answers[path] = _item(op_read, path, 0, max_bytes)
+    for path, (offset, max_bytes) in grown.items():
+        st = by_path.get(path)
+        if st is not None and st["exists"] and st["kind"] == "file" and st["size"] > offset:
+            answers[path] = _item(op_read, path, offset, max_bytes)
+    tree = None
+    if proc_tree:
+        tree = _item(op_proc_tree, proc_tree["pid"], MAX_TREE, proc_tree.get("run_dir"))
+    return {"now": now, "stats": stats, "reads": answers, "listings": listings, "proc_tree": tree}
+
+
 for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("read", op_read),
                    ("read_tail", op_read_tail), ("pid_info", op_pid_info),
                    ("signal", op_signal), ("which", op_which), ("disk_free", op_disk_free),
                    ("probe_dir", op_probe_dir), ("list_dir", op_list_dir),
                    ("proc_tree", op_proc_tree), ("dump_stacks", op_dump_stacks),
-                   ("py_spy_dump", op_py_spy_dump)):
+                   ("py_spy_dump", op_py_spy_dump), ("observe", op_observe)):
     # statvfs on a dead NFS mount can hang: keep it off the line that answers stat. Reads stay
     # on that line (a thread per request costs ~1 ms against 0.1 ms): they cannot block on a
     # FIFO or device, as op_read opens non-blocking and refuses anything but a regular file.

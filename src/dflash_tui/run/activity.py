@@ -252,6 +252,13 @@ class ProgressTracker:
         if ev_data:
             self._events_fed(ev_data)
 
+    def cursors(self, run_dir: str) -> dict[str, int]:
+        """Where the next reads of train.log and events.jsonl start while they grow by less than
+        a WINDOW ({path: offset}; a file never read is not in it). A look can ask for those
+        bytes up front (run/first_look.py); `read_files` still decides what it reads."""
+        return {posixpath.join(run_dir, name): c.offset
+                for name, c in ((TRAIN_LOG, self._log), (EVENTS_JSONL, self._events)) if c.offset is not None}
+
     def observe(self, now: float, tree: ProcTree | None, probes: list[ProbeReport] = (),
                 dumps: Mapping[int, StackDump] | None = None) -> Activity:
         """The other half: this poll's process tree and stacks sampled, and what advanced."""

@@ -16,23 +16,25 @@ import posixpath
 import time
 from dataclasses import dataclass, field, replace
 
-from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON, STOP_JSON,
-                                 TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord,
+from ..contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, PROBE_DIR,
+                                 STATUS_JSON, STOP_JSON, TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord,
                                  TrainStatus, inert_text, parse_exit, parse_launch, parse_status, parse_stop,
                                  rank_file)
 
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from ..slurm.job import SlurmJob
-from .activity import CPU_WINDOW_S, Activity, ProgressTracker
+from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, ProgressTracker
 from .attempts import LaunchAttempt
+from .first_look import first_look, remember
 from .flight_recorder import gather_collectives, gather_root_cause
 from .hang_evidence import HangEvidence
-from .probe_files import ProbeReport, gather_probes
+from .probe_files import REPORT_MAX_BYTES, ProbeReport, gather_probes
 from .stack_dumps import gather_stack_dumps
 from .tracebacks import last_traceback
 from .wrapper import LEGACY_WRAPPER_ARGV, run_id_of_wrapper, wrapper_argv
 
+_WRAPPER_HEAD = 512   # launch.sh's marker line is in its first bytes
 RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON, EVENTS_JSONL)
 # Records are tiny; anything bigger is not ours (and must not cost a big read every second).
 _RECORD_MAX = 256 << 10
@@ -118,6 +120,7 @@ async def _read_record(ops: RemoteOps, ev: Evidence, name: str, parse):
     except SchemaError as exc:
         return None, str(exc)
     _remember(_RECORDS, key, record)
+    remember(ev.path(name), st)
     return record, None
 
 
@@ -149,8 +152,17 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     request whose stop.json the target could not take; it stands in for a missing stop.json."""
     status_name = rank_file(STATUS_JSON, rank)
     names = tuple(status_name if n == STATUS_JSON else n for n in RUN_FILES)
-    now, stats = await asyncio.gather(
-        ops.now(), ops.stat([posixpath.join(run_dir, n) for n in names]))
+    paths = [posixpath.join(run_dir, n) for n in names]
+    reads = {posixpath.join(run_dir, n): _RECORD_MAX for n in (LAUNCH_JSON, EXIT_JSON, STOP_JSON, status_name)}
+    reads[posixpath.join(run_dir, LAUNCH_SH)] = _WRAPPER_HEAD
+    # The probe reports read at the last look are rewritten every second: ask for them up front.
+    reads.update((path, REPORT_MAX_BYTES) for path in _REPORTS.get(run_dir, ()))
+    pid = _PIDS.get(run_dir)
+    tracker = tracker or ProgressTracker(second_sample=False)
+    grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
+    ops = await first_look(ops, paths, reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
+                           proc_tree=None if pid is None else (pid, run_dir))
+    now, stats = await asyncio.gather(ops.now(), ops.stat(paths))
     ev = Evidence(now=now, run_dir=run_dir, attempt=attempt,
                   files={name: st for name, st in zip(names, stats)})
 
@@ -162,13 +174,14 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
                 ev.wrapper_run_id = _WRAPPER_IDS[key]
                 return
             try:
-                chunk = await ops.read(ev.path(LAUNCH_SH), 0, 512)
+                chunk = await ops.read(ev.path(LAUNCH_SH), 0, _WRAPPER_HEAD)
             except TargetError as exc:
                 if _is_transport_failure(exc):
                     raise
                 return   # a launch.sh that is a directory or a FIFO names no run
             ev.wrapper_run_id = run_id_of_wrapper(chunk.data.decode("utf-8", "replace"))
             _remember(_WRAPPER_IDS, key, ev.wrapper_run_id)
+            remember(ev.path(LAUNCH_SH), st)
 
     async def launch():
         ev.launch, ev.launch_problem = await _read_record(ops, ev, LAUNCH_JSON, parse_launch)
@@ -201,9 +214,10 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status = None
 
     ev.probes = await gather_probes(ops, run_dir, run_id)
+    _remember(_REPORTS, run_dir, ev.probes.read)
     await _gather_distributed(ops, ev)
-    tracker = tracker or ProgressTracker(second_sample=False)
     if ev.launch is not None:
+        _remember(_PIDS, run_dir, ev.launch.pid)
         ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid, run_dir=run_dir),
                                           tracker.read_files(ops, run_dir, run_id, ev.now, ev.files))
         ev.proc = judged_root(ev.launch, run_dir, ev.tree.root)
@@ -266,6 +280,11 @@ async def _gather_hang(ops: RemoteOps, ev: Evidence) -> None:
 _CACHE_MAX = 4096
 _RECORDS: dict[tuple, object] = {}
 _WRAPPER_IDS: dict[tuple, str | None] = {}
+# The wrapper pid launch.json named at the last look, per run dir: the tree the next look
+# asks for in its first request (a pid that changed is asked again, on its own).
+_PIDS: dict[str, int] = {}
+# The probe reports each run dir's last look read (their paths), asked for in the next one's first request.
+_REPORTS: dict[str, list[str]] = {}
 
 
 def _remember(cache: dict, key: tuple, value) -> None:

@@ -17,19 +17,20 @@ from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, Targ
 from ..remote.ops import FileStat, PreflightOps
 
 MAX_REPORTS = 32
-_REPORT_MAX_BYTES = 256 << 10     # a report of 256 threads with six frames each is ~100 KiB
+REPORT_MAX_BYTES = 256 << 10     # a report of 256 threads with six frames each is ~100 KiB
 _REPORT_NAME = re.compile(r"^[1-9][0-9]{0,9}\.json$")
 
 
 class ProbeReports(list):
     """The reports found (a list of ProbeReport, by rank then pid), plus what went wrong."""
 
-    def __init__(self, reports=(), problems=(), skipped: int = 0, listing=()) -> None:
+    def __init__(self, reports=(), problems=(), skipped: int = 0, listing=(), read=()) -> None:
         super().__init__(reports)
         self.problems: list[str] = list(problems)   # one line per unreadable report
         self.skipped = skipped                      # reports beyond MAX_REPORTS, not read
         # Every entry of the probe directory (stack dumps, Flight Recorder dumps, error files).
         self.listing: list[FileStat] = list(listing)
+        self.read: list[str] = list(read)            # the reports' paths read this time
 
 
 def _transport(exc: TargetError) -> bool:
@@ -39,14 +40,14 @@ def _transport(exc: TargetError) -> bool:
 async def _read_one(ops: PreflightOps, st: FileStat) -> tuple[ProbeReport | None, str | None]:
     name = f"{PROBE_DIR}/{posixpath.basename(st.path)}"
     try:
-        chunk = await ops.read(st.path, 0, _REPORT_MAX_BYTES)
+        chunk = await ops.read(st.path, 0, REPORT_MAX_BYTES)
     except TargetError as exc:
         if _transport(exc):
             raise
         return None, f"{name}: {exc}"
     if not chunk.exists:
         return None, None             # the process's last report was replaced or removed
-    if chunk.size > _REPORT_MAX_BYTES:
+    if chunk.size > REPORT_MAX_BYTES:
         return None, f"{name} is {chunk.size} bytes, too big to be a probe report"
     try:
         return parse_probe(chunk.data.decode("utf-8"), name), None
@@ -73,4 +74,4 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None) -> 
     reports = [r for r, _ in results if r is not None and (run_id is None or r.run_id == run_id)]
     reports.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
     return ProbeReports(reports, [p for _, p in results if p], skipped=len(candidates) - len(read),
-                        listing=listing)
+                        listing=listing, read=[st.path for st in read])
