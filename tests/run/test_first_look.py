@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,14 @@ class CountingAgent(AgentOps):
         return await super().call(op, timeout, **args)
 
 
+async def wait_for_probe_report(run_dir: str, timeout: float = 10.0) -> None:
+    """The run probe writes its first report a beat after the program starts."""
+    deadline = time.monotonic() + timeout
+    while not list((Path(run_dir) / "probe").glob("[0-9]*.json")):
+        assert time.monotonic() < deadline, f"no probe report in {run_dir}/probe"
+        await asyncio.sleep(0.1)
+
+
 @pytest.fixture
 async def live_run(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
@@ -58,6 +67,8 @@ async def test_a_steady_look_is_one_request_and_says_what_the_single_questions_s
     try:
         tracker = ProgressTracker()
         await gather(agent, run_dir, tracker=tracker)       # the first look reads everything once
+        await wait_for_probe_report(run_dir)
+        await gather(agent, run_dir, tracker=tracker)       # and the probe's report, once it is there
         await asyncio.sleep(0.5)                            # the stand-in beats: status and log change
         agent.asked.clear()
         ev = await gather(agent, run_dir, tracker=tracker)
@@ -69,7 +80,7 @@ async def test_a_steady_look_is_one_request_and_says_what_the_single_questions_s
         assert ev.status.run_id == one_by_one.status.run_id
         assert ev.proc.pid == one_by_one.proc.pid and ev.proc.alive and one_by_one.proc.alive
         assert {n: st.exists for n, st in ev.files.items()} == {n: st.exists for n, st in one_by_one.files.items()}
-        assert ev.activity is not None and ev.activity.samples == 2
+        assert ev.activity is not None and ev.activity.samples == 3   # the tracker saw three looks
     finally:
         await agent.close()
         await shell.close()
