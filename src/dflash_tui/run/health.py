@@ -420,7 +420,7 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None)
     """`checklist` with the "gpus" check (run/checks.py `gpus_check`) from one GPU snapshot of
     the run's host.
 
-    The one place both RunMonitor (the dashboard) and `dflash-tui --check` add it, so the two
+    The one place both a RunWatch (the dashboard) and `dflash-tui --check` add it, so the two
     never disagree. The check changes the verdict in one case only: it fails (a GPU fell off
     the bus) while the run's process is alive (STARTING or RUNNING), which gives GPU LOST: the
     process may still beat for a while, but a run on a host with a lost GPU cannot go on. A
