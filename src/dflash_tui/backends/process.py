@@ -11,7 +11,6 @@ from __future__ import annotations
 from ..config import Profile
 from ..remote.base import CommandTimeout, Target, TargetError
 from ..remote.container import ContainerTarget
-from ..remote.factory import make_host_target
 from ..remote.ops import RemoteOps
 from ..run.launcher import Detached, Launcher
 from ..run.stop import StopResult, stop_run
@@ -21,11 +20,6 @@ DETACH_TIMEOUT_S = 20
 
 
 class ProcessLauncher(Launcher):
-    @classmethod
-    def make_host(cls, profile: Profile) -> Target:
-        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
-                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
-
     @classmethod
     def make_run_target(cls, profile: Profile, host: Target) -> Target:
         return host

@@ -25,7 +25,6 @@ from ..config import Profile
 from ..contract.rundir import (SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
                                SlurmJobRecord, StopRecord, parse_slurm_job, to_json)
 from ..remote.base import CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
-from ..remote.factory import make_host_target
 from ..remote.ops import RemoteOps
 from ..run.launcher import Detached, Launcher
 from ..run.observe import Evidence, gather
@@ -74,11 +73,6 @@ class SlurmLauncher(Launcher):
     @classmethod
     def handles(cls, profile: Profile) -> bool:
         return profile.slurm is not None
-
-    @classmethod
-    def make_host(cls, profile: Profile) -> Target:
-        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
-                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
 
     @classmethod
     def make_run_target(cls, profile: Profile, host: Target) -> Target:

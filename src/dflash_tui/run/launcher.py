@@ -6,7 +6,8 @@ which backend it has; a new backend (a batch scheduler, say) is one module in ba
 subclasses Launcher, plus its config keys and tests (docs/ARCHITECTURE.md, "Launcher").
 
 The verbs, and what today's backends (backends/process.py: local, SSH, pct, docker) do:
-- `make_host(profile)`, `make_run_target(profile, host)`: the Targets: the machine commands run
+- `make_host(profile)` (the profile's host over SSH, or this machine, unless a backend says
+  otherwise), `make_run_target(profile, host)`: the Targets: the machine commands run
   on (and NVML samples), and where the run dir lives (the same machine, or a container on it);
 - `preflight(ops)`: what must hold before a launch (run/preflight.py's checks);
 - `detach(run_dir)`: start RUN_DIR/launch.sh so that nothing holds the channel, and return at
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from ..config import Profile
 from ..remote.base import Target
+from ..remote.factory import make_host_target
 from ..remote.ops import RemoteOps
 from .observe import Evidence, gather, process_matches
 from .preflight import PreflightResult, run_preflight
@@ -56,9 +58,12 @@ class Launcher(ABC):
         """Whether this backend runs `profile` (its config keys say so)."""
 
     @classmethod
-    @abstractmethod
     def make_host(cls, profile: Profile) -> Target:
-        """The machine: commands, the agent's host, NVML. Raises ValueError naming the bad field."""
+        """The machine: commands, the agent's host, NVML. Raises ValueError naming the bad field.
+        The profile's host over SSH, or this machine; a backend that reaches its machine another
+        way overrides it."""
+        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
+                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
 
     @classmethod
     @abstractmethod
