@@ -1,27 +1,7 @@
 #!/bin/sh
 # The second device call: the raw per-process utilisation NVML gives, the threaded compile looked
 # at while it compiles, and the NCCL rank past its watchdog timeout.
-set -u
-export PYTHONPATH="$PWD/src:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 XDG_STATE_HOME=/tmp/dflash-state
-D="$PWD/benchmarks/device"; C=/tmp/dflash-device.toml; R=/tmp/dflash-runs
-PY=$(command -v python3)
-cat > "$C" <<TOML
-[profile.flex]
-run_dir = "$R/flex"
-command = ["$PY", "$D/threaded_flex_compile.py", "varied"]
-stall_after_s = 10
-[profile.nccl]
-run_dir = "$R/nccl"
-command = ["$PY", "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1", "$D/nccl_stuck.py"]
-stall_after_s = 10
-TOML
-tui() { "$PY" -m dflash_tui --config "$C" "$@"; }
-look() {
-  echo "== $1 $2 at +$(( $(date +%s) - $3 )) s"
-  "$PY" "$D/evidence.py" "$C" "$1" > /tmp/ev.json 2>>"$OUT/log2.txt"
-  tui --profile "$1" --check --json > /tmp/check.json 2>>"$OUT/log2.txt"; echo "check exit $?"
-  "$PY" "$D/summarise.py" /tmp/ev.json /tmp/check.json "$OUT/$1.$2.json" "$(( $(date +%s) - $3 ))"
-}
+FLEX_ARGS=varied LOG=log2.txt . benchmarks/device/common.sh
 export DFLASH_FR_DUMP_AFTER_S=5 NCCL_STUCK_TIMEOUT_S=30
 t1=$(date +%s); tui --profile nccl --launch --no-preflight --json >> "$OUT/log2.txt" 2>&1
 "$PY" "$D/nvml_process_util.py" > "$OUT/nvml_process_util.json" 2>>"$OUT/log2.txt"; cat "$OUT/nvml_process_util.json"
