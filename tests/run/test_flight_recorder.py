@@ -17,7 +17,6 @@ import pytest
 
 from dflash_tui.config import Profile
 from dflash_tui.contract.rundir import FR_DUMP_PREFIX, PROBE_DIR
-from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.flight_recorder import FlightRecorderError, failure_of, load_dump, progress_of
 from dflash_tui.session import Session
 
@@ -38,26 +37,14 @@ def torchrun(mode: str, port: int) -> tuple[str, ...]:
 
 
 @pytest.fixture
-async def sessions(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+def torchrun_runs(sessions, monkeypatch, tmp_path):
+    """make(name, command) -> Session; torch's own dump paths unset, the probe's dump after 2 s."""
     monkeypatch.setenv("DFLASH_FR_DUMP_AFTER_S", "2")
     for name in ("TORCHELASTIC_ERROR_FILE", "PET_LOG_DIR", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
         monkeypatch.delenv(name, raising=False)
-    made: list[Session] = []
-
-    def make(name: str, command) -> Session:
-        p = Profile(name=name, run_dir=str(tmp_path / name), python=sys.executable, command=command,
-                    stall_after_s=30.0, stop_grace_s=2.0, min_free_gb=0.0)
-        s = Session(p, targets=(LocalTarget(), LocalTarget()))
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        try:
-            await s.stop(grace_s=1.0)
-        except Exception:   # noqa: BLE001 - nothing left to stop
-            pass
-        await s.close()
+    return lambda name, command: sessions(Profile(name=name, run_dir=str(tmp_path / name), python=sys.executable,
+                                                  command=command, stall_after_s=30.0, stop_grace_s=2.0,
+                                                  min_free_gb=0.0))
 
 
 async def watch(session: Session, ok, timeout: float = 120.0):
@@ -69,9 +56,9 @@ async def watch(session: Session, ok, timeout: float = 120.0):
         await asyncio.sleep(0.5)
 
 
-async def test_a_rank_that_never_joins_and_a_rank_that_raised(sessions, tmp_path):
-    hang = sessions("hang", torchrun("hang", free_port()))
-    crash = sessions("crash", torchrun("crash", free_port()))
+async def test_a_rank_that_never_joins_and_a_rank_that_raised(torchrun_runs, tmp_path):
+    hang = torchrun_runs("hang", torchrun("hang", free_port()))
+    crash = torchrun_runs("crash", torchrun("crash", free_port()))
     await asyncio.gather(hang.launch(preflight=False), crash.launch(preflight=False))
 
     ev = await watch(hang, lambda ev: any(c.pending_op for c in ev.hang.collectives))

@@ -22,9 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.verdict import CheckState, Verdict
-from dflash_tui.session import Session
 
 from tests.run.test_verdicts_programs import program_profile
 
@@ -49,35 +47,13 @@ def scenarios(tmp_path: Path, label: str) -> dict[str, tuple[str, ...]]:
             "compile": (PY, str(PROGRAMS / "compile_then_spin.py"))}
 
 
-@pytest.fixture(params=["local", "ssh_pct"])
-async def where(request, monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+@pytest.fixture
+def where(place, sessions, monkeypatch):
+    """(make_session(run_dir, command) -> Session, label), with this module's limits."""
+    label, keys = place
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
-    made: list[Session] = []
     limits = dict(stall_after_s=STALL_S, compile_stall_after_s=COMPILE_LIMIT_S)
-    if request.param == "local":
-        def make(run_dir: Path, command) -> Session:
-            s = Session(program_profile(run_dir, command, **limits), targets=(LocalTarget(), LocalTarget()))
-            made.append(s)
-            return s
-    else:
-        sshd = request.getfixturevalue("sshd")
-        standin = request.getfixturevalue("standin")
-        standin.container("pct:200", mode="ok")
-
-        def make(run_dir: Path, command) -> Session:
-            s = Session(program_profile(run_dir, command, host=sshd.host, port=sshd.port, user=sshd.user,
-                                        identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts),
-                                        container="pct:200", **limits))
-            made.append(s)
-            return s
-    yield make, request.param
-    for s in made:
-        try:
-            await s.stop(grace_s=0.5)
-        except Exception:   # noqa: BLE001 - cleanup of a test that already failed must go on
-            pass
-        await s.close()
+    return (lambda run_dir, command: sessions(program_profile(run_dir, command, **keys, **limits))), label
 
 
 Look = tuple[float, Verdict, str, dict]     # (uptime, verdict, summary, checks by id)

@@ -15,7 +15,6 @@ import pytest
 
 from dflash_tui.config import ConfigError, Profile, parse_config
 from dflash_tui.contract.rundir import PROBE_DIR, probe_report_name, to_json
-from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.probe_files import MAX_REPORTS, gather_probes
 from dflash_tui.run.verdict import CheckState
 from dflash_tui.session import Session
@@ -58,24 +57,6 @@ async def wait_probes(session: Session, ok, timeout: float = 60.0):
 
 def loader_seen(probes) -> bool:
     return any((t := thread(p, "loader")) is not None and t.frames for p in probes)
-
-
-@pytest.fixture
-async def sessions(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    made: list[Session] = []
-
-    def make(profile: Profile, local: bool = True) -> Session:
-        s = Session(profile, targets=(LocalTarget(), LocalTarget())) if local else Session(profile)
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        try:
-            await s.stop(grace_s=0.5)
-        except Exception:   # noqa: BLE001 - nothing left to stop
-            pass
-        await s.close()
 
 
 async def test_launched_program_reports_through_gather(sessions, tmp_path, monkeypatch):
@@ -155,10 +136,7 @@ async def test_bad_reports_are_problems_never_exceptions(sessions, tmp_path):
 @pytest.mark.sshd
 async def test_probe_over_ssh_into_pct_standin(sshd, standin, sessions, tmp_path):
     standin.container("pct:200", mode="ok")
-    profile = program_profile(tmp_path, host=sshd.host, port=sshd.port, user=sshd.user,
-                              identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts),
-                              container="pct:200")
-    s = sessions(profile, local=False)
+    s = sessions(program_profile(tmp_path, **sshd.profile(), container="pct:200"))
     out = await s.launch()
     assert out.preflight.ok and out.notes == [], (out.preflight.checks, out.notes)
     ev = await wait_probes(s, loader_seen, timeout=90)

@@ -25,7 +25,6 @@ from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.logtail import LogFollower
 from dflash_tui.run.progress import ProgressParser
 from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
 from dflash_tui.ui.panes.logview import LogLines
 
 pytestmark = pytest.mark.timeout(240)
@@ -51,31 +50,13 @@ def profile(run_dir: Path, command, **kw) -> Profile:
     return Profile(**base)
 
 
-@pytest.fixture(params=["local", "ssh_pct"])
-async def where(request, monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+@pytest.fixture
+def where(place, sessions, monkeypatch):
+    """(make_session(run_dir, command) -> Session, label), with no terminal hints inherited."""
+    label, keys = place
     for name in ("TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "FORCE_COLOR", "PYTHONUNBUFFERED"):
         monkeypatch.delenv(name, raising=False)
-    made: list[Session] = []
-    remote = {}
-    if request.param == "ssh_pct":
-        sshd = request.getfixturevalue("sshd")
-        request.getfixturevalue("standin").container("pct:200", mode="ok")
-        remote = dict(host=sshd.host, port=sshd.port, user=sshd.user, identity_file=str(sshd.client_key),
-                      known_hosts=str(sshd.known_hosts), container="pct:200")
-
-    def make(run_dir: Path, command) -> Session:
-        p = profile(run_dir, command, **remote)
-        s = Session(p, targets=(LocalTarget(), LocalTarget())) if not remote else Session(p)
-        made.append(s)
-        return s
-    yield make, request.param
-    for s in made:
-        try:
-            await s.stop(grace_s=0.5)
-        except Exception:   # noqa: BLE001 - cleanup of a test that already failed must go on
-            pass
-        await s.close()
+    return (lambda run_dir, command: sessions(profile(run_dir, command, **keys))), label
 
 
 async def test_bars_that_draw_only_on_a_terminal(where, tmp_path):

@@ -38,24 +38,6 @@ def profile(tmp_path: Path, command: tuple[str, ...], **kw) -> Profile:
     return Profile(**base)
 
 
-@pytest.fixture
-async def sessions(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    made: list[Session] = []
-
-    def make(p: Profile, local: bool = True) -> Session:
-        s = Session(p, targets=(LocalTarget(), LocalTarget())) if local else Session(p)
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        try:
-            await s.stop(grace_s=0.5)
-        except Exception:   # noqa: BLE001 - nothing left to stop
-            pass
-        await s.close()
-
-
 async def wait_dump(session: Session, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     while True:
@@ -95,9 +77,7 @@ async def test_a_c_call_holding_the_gil_still_gives_its_stack(sessions, tmp_path
 @pytest.mark.sshd
 async def test_stack_dump_in_the_pct_standin(sshd, standin, sessions, tmp_path):
     standin.container("pct:200", mode="ok")
-    p = profile(tmp_path, (sys.executable, str(GIL_HOLD)), host=sshd.host, port=sshd.port, user=sshd.user,
-                identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts), container="pct:200")
-    s = sessions(p, local=False)
+    s = sessions(profile(tmp_path, (sys.executable, str(GIL_HOLD)), **sshd.profile(), container="pct:200"))
     await s.launch(preflight=False)
     check_gil_dump(await wait_dump(s, timeout=90))
 

@@ -22,7 +22,7 @@ import pytest
 from dflash_tui.config import Profile
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.watch import HostWatch
-from dflash_tui.run.verdict import CheckState, Verdict
+from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
 
 pytestmark = pytest.mark.timeout(240)
@@ -50,36 +50,13 @@ def program_profile(run_dir: Path, command: tuple[str, ...], **kw) -> Profile:
     return Profile(**base)
 
 
-@pytest.fixture(params=["local", "ssh_pct"])
-async def where(request, monkeypatch, tmp_path):
-    """(make_session(run_dir, command) -> Session, label). Sessions are stopped and closed after."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+@pytest.fixture
+def where(place, sessions, monkeypatch):
+    """(make_session(run_dir, command) -> Session, label)."""
+    label, keys = place
     # As over SSH: nothing in the environment makes Python unbuffered but the wrapper.
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
-    made: list[Session] = []
-    if request.param == "local":
-        def make(run_dir: Path, command) -> Session:
-            s = Session(program_profile(run_dir, command), targets=(LocalTarget(), LocalTarget()))
-            made.append(s)
-            return s
-    else:
-        sshd = request.getfixturevalue("sshd")
-        standin = request.getfixturevalue("standin")
-        standin.container("pct:200", mode="ok")
-
-        def make(run_dir: Path, command) -> Session:
-            s = Session(program_profile(run_dir, command, host=sshd.host, port=sshd.port, user=sshd.user,
-                                        identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts),
-                                        container="pct:200"))
-            made.append(s)
-            return s
-    yield make, request.param
-    for s in made:
-        try:
-            await s.stop(grace_s=0.5)
-        except Exception:   # noqa: BLE001 - cleanup of a test that already failed must go on
-            pass
-        await s.close()
+    return (lambda run_dir, command: sessions(program_profile(run_dir, command, **keys))), label
 
 
 async def test_programs_that_are_not_ours(where, tmp_path):

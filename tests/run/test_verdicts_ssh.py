@@ -31,23 +31,7 @@ HOSTILE = "we ird 'q\" $(touch /tmp/pwned-dflash-ssh) `touch /tmp/pwned-dflash-s
 
 def ssh_profile(sshd, run_dir: Path, mode: str, *args: str, container: str | None = CT, **kw) -> Profile:
     return standin_profile(run_dir, mode, *args, **{
-        "name": "ssh", "host": sshd.host, "port": sshd.port, "user": sshd.user,
-        "identity_file": str(sshd.client_key), "known_hosts": str(sshd.known_hosts),
-        "container": container, **kw})
-
-
-@pytest.fixture
-async def sessions(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    made: list[Session] = []
-
-    def make(profile: Profile) -> Session:
-        s = Session(profile)
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        await s.close()
+        "name": "ssh", **sshd.profile(), "container": container, **kw})
 
 
 async def wait_verdict(session: Session, want: set[Verdict], timeout: float = 10.0):
