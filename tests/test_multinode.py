@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +22,12 @@ from dflash_tui.watch import NodesWatch
 from dflash_tui.run.verdict import Verdict
 
 from tests.programs.gloo_allreduce import PROGRAM
+from tests.support.ports import free_port
 from tests.support.runs import alive
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(240)]
 
 LOCAL = "localhost"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def nodes_toml(sshd, tmp_path: Path, *train_args: str, **extra) -> str:

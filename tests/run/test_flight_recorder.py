@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
-import socket
 import sys
 import time
 from pathlib import Path
@@ -20,15 +19,11 @@ from dflash_tui.contract.rundir import FR_DUMP_PREFIX, PROBE_DIR
 from dflash_tui.run.flight_recorder import FlightRecorderError, failure_of, load_dump, progress_of
 from dflash_tui.session import Session
 
+from tests.support.ports import free_port
+
 pytestmark = pytest.mark.timeout(240)
 
 PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "gloo_stuck_rank.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(mode: str, port: int) -> tuple[str, ...]:

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.ports import free_port
+
 SUPPORT_DIR = Path(__file__).resolve().parent
 BIN_DIR = SUPPORT_DIR / "bin"
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
@@ -32,12 +34,6 @@ def find_sshd() -> str | None:
         if os.access(cand, os.X_OK):
             return cand
     return shutil.which("sshd")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _keygen(path: Path) -> str:
@@ -181,7 +177,7 @@ def start_sshd(workdir: str | os.PathLike, *, user: str | None = None,
     standin.mkdir(exist_ok=True)
     last_error: Exception | None = None
     for _attempt in range(5):
-        port = _free_port()
+        port = free_port()
         known_hosts = work / "known_hosts"
         known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
         config_path = work / "sshd_config"

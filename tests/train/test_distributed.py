@@ -27,6 +27,8 @@ import torch
 
 from dflash_tui.contract import rundir
 
+from tests.support.ports import free_port
+
 COMMON = ["--compile", "off", "--eval-every", "0", "--log-every", "4", "--batch-size", "2", "--cpu-threads", "1"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
@@ -34,12 +36,6 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 def _env(run_id):
     # gloo on the loopback interface only: the tests talk to 127.0.0.1 and nothing else
     return {**os.environ, "DFLASH_RUN_ID": run_id, "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _train(run_dir, *args):
@@ -136,7 +132,7 @@ def _step(run_dir, rank):
                          ids=["kill-rank1", "kill-rank0", "hang-rank1"])
 def test_losing_one_rank_makes_the_other_exit_naming_it(tmp_path, how, victim):
     peer_timeout = 10
-    port = _free_port()
+    port = free_port()
     dirs = [tmp_path / "node0", tmp_path / "node1"]
     agents = []
     for node in (0, 1):

@@ -11,14 +11,11 @@ import os
 import random
 import re
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.ui.test_serve import free_port
+from tests.support.serve import served_dashboard
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -27,33 +24,8 @@ SEED = int(os.environ.get("DFLASH_FUZZ_SEED", "20261201"))
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    cfg = tmp / "config.toml"
-    cfg.write_text(f'[profile.web]\nrun_dir = "{tmp / "run"}"\n')
-    port = free_port()
-    log_path = tmp / "serve.out"
-    log = open(log_path, "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "dflash_tui", "--serve", "--port", str(port),
-                             "--config", str(cfg), "--profile", "web"],
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        token = None
-        while token is None:
-            assert proc.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, "the server printed no URL"
-            m = re.search(r"\?token=([A-Za-z0-9_-]+)", log_path.read_text())
-            token = m.group(1) if m else None
-            time.sleep(0.1)
-        yield port, token, log_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with served_dashboard(tmp_path_factory.mktemp("serve")) as served:
+        yield served
 
 
 def raw(port: int, request: bytes, timeout: float = 5.0) -> bytes:

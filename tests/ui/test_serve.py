@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.support.serve import served_dashboard
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -47,40 +47,10 @@ window.WebSocket = Recording;
 ANSI = re.compile(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\x1b\][^\x07]*\x07")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path: Path):
-    run_dir = tmp_path / "run"
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[profile.web]\nrun_dir = "{run_dir}"\n')
-    port = free_port()
-    log = open(tmp_path / "serve.out", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "dflash_tui", "--serve", "--port", str(port),
-                             "--config", str(cfg), "--profile", "web"],
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        token = None
-        while token is None:
-            assert proc.poll() is None, (tmp_path / "serve.out").read_text()
-            assert time.monotonic() < deadline, "the server printed no URL"
-            m = re.search(r"\?token=([A-Za-z0-9_-]+)", (tmp_path / "serve.out").read_text())
-            token = m.group(1) if m else None
-            time.sleep(0.1)
+    with served_dashboard(tmp_path) as (port, token, _):
         yield port, token, tmp_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def status_of(url: str) -> int:
