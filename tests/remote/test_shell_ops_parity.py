@@ -162,6 +162,26 @@ async def test_preflight_parity(both, tmp_path):
     assert abs(await agent.now() - await shell.now()) < 5
 
 
+async def test_remove_if_holds_removes_only_a_file_that_holds_the_token(both, tmp_path):
+    """The launch claim's release: gone only if it is a regular file still holding our token."""
+    token = "5a7e0c1d9b2f4e60"
+    for ops, side in zip(both, ("agent", "shell")):
+        d = tmp_path / side
+        d.mkdir()
+        ours, theirs, link, directory = d / "ours", d / "theirs", d / "link", d / "dir"
+        ours.write_text('{"token": "%s"}' % token)
+        theirs.write_text('{"token": "0000000000000000"}')
+        link.symlink_to(ours)
+        directory.mkdir()
+        late = d / "late"   # the token past the first 4 KiB is not a claim's
+        late.write_text("x" * 4096 + token)
+        assert [await ops.remove_if_holds(str(p), token) for p in (theirs, link, directory, late)] == [False] * 4
+        assert await ops.remove_if_holds(str(d / "absent"), token) is False
+        assert await ops.remove_if_holds(str(ours), token) is True
+        assert not ours.exists() and theirs.exists() and link.is_symlink() and directory.is_dir() and late.exists()
+        assert await ops.remove_if_holds(str(ours), token) is False   # already given back
+
+
 def test_stat_time_parsing_matches_os_stat(tmp_path):
     f = tmp_path / "t"
     f.write_text("x")

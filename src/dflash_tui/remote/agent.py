@@ -303,6 +303,9 @@ class AgentOps:
                                list_dirs=list(list_dirs), proc_tree=tree)
 
     # -- PreflightOps ---------------------------------------------------------------------
+    async def remove_if_holds(self, path: str, token: str) -> bool:
+        return bool(await self.call("remove_if_holds", path=path, token=token))
+
     async def which(self, names: list[str]) -> dict[str, str | None]:
         return await self.call("which", names=list(names))
 

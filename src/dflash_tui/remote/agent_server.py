@@ -582,6 +582,29 @@ def op_list_dir(path):
     return [stat_one(os.path.join(path, n)) for n in names]
 
 
+def op_remove_if_holds(path, token, max_bytes=4096):
+    """Remove PATH only if it is a regular file (not a link) whose first MAX_BYTES hold TOKEN:
+    a launch gives back its own claim and never one another launcher has put there since."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise OpFailed("cannot look at %s: %s" % (path, exc.strerror or exc))
+    if not statmod.S_ISREG(st.st_mode):
+        return False
+    try:
+        with open(path, "rb") as f:
+            held = token.encode() in f.read(max_bytes)
+        if held:
+            os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise OpFailed("cannot remove %s: %s" % (path, exc.strerror or exc))
+    return held
+
+
 def _item(fn, *args):
     """One part of a batched answer: {"ok": true, "result": ...} or {"ok": false, "error": ...}."""
     try:
@@ -625,7 +648,8 @@ for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("re
                    ("signal", op_signal), ("which", op_which), ("disk_free", op_disk_free),
                    ("probe_dir", op_probe_dir), ("list_dir", op_list_dir),
                    ("proc_tree", op_proc_tree), ("dump_stacks", op_dump_stacks),
-                   ("py_spy_dump", op_py_spy_dump), ("observe", op_observe)):
+                   ("py_spy_dump", op_py_spy_dump), ("observe", op_observe),
+                   ("remove_if_holds", op_remove_if_holds)):
     # statvfs on a dead NFS mount can hang: keep it off the line that answers stat. Reads stay
     # on that line (a thread per request costs ~1 ms against 0.1 ms): they cannot block on a
     # FIFO or device, as op_read opens non-blocking and refuses anything but a regular file.

@@ -110,6 +110,9 @@ class RemoteOps(Protocol):
         -- and return what the handler wrote there (the run probe's faulthandler)."""
     async def py_spy_dump(self, pid: int, *, start_ticks: int | None) -> StackDumpAnswer:
         """`py-spy dump --pid` of that process where py-spy is installed ("no-py-spy" else)."""
+    async def remove_if_holds(self, path: str, token: str) -> bool:
+        """Remove `path` only if it is a regular file (not a link) whose first 4 KiB hold
+        `token`; True if it was removed. How a launch gives back its own claim."""
     async def close(self) -> None: ...
 
 

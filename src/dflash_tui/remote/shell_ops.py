@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import calendar
+import posixpath
 import re
 from typing import Sequence
 
@@ -244,6 +245,14 @@ printf '%s%s%s\0%s\0' "$exists" "$created" "$writable" "$err"
 """
 
 # $1 directory as given, $2 the same ending in "/"
+# $1 path $2 token. Prints R when it removed the file, K when it kept it (not ours, or gone).
+_REMOVE_IF_HOLDS = r"""
+c=$1
+if [ -f "$c" ] && [ ! -L "$c" ] && head -c 4096 -- "$c" | grep -qF -- "$2"; then
+  if e=$(rm -f -- "$c" 2>&1); then printf 'R\0'; else printf 'F%s\0' "$e"; fi
+else printf 'K\0'; fi
+"""
+
 _LIST_DIR = r"""
 p=$1 d=$2
 if [ ! -e "$p" ] && [ ! -L "$p" ]; then :
@@ -461,7 +470,6 @@ class ShellOps:
         return {n: (None if f == "-" else f) for n, f in zip(names, fields, strict=True)}
 
     async def disk_free(self, path: str) -> DiskFree:
-        import posixpath
         start = path if path.startswith("/") else None
         if start is None:
             (home,) = await self._run("disk_free", 'printf "%s\\0" "$PWD"')
@@ -479,6 +487,12 @@ class ShellOps:
         flags, err = await self._run("probe_dir", _PROBE_DIR, path, "1" if create else "0")
         return dirprobe_from({"path": path, "exists": flags[0] == "1", "created": flags[1] == "1",
                               "writable": flags[2] == "1", "error": err})
+
+    async def remove_if_holds(self, path: str, token: str) -> bool:
+        (field,) = await self._run("remove_if_holds", _REMOVE_IF_HOLDS, path, token)
+        if field.startswith("F"):
+            raise OpRefused(f"remove_if_holds on {self.label}: cannot remove {path}: {field[1:]}")
+        return field == "R"
 
     async def list_dir(self, path: str) -> list[FileStat]:
         prefix = path if path.endswith("/") else path + "/"

@@ -59,13 +59,6 @@ else echo changed; fi
 rmdir -- "$b"
 '''
 
-# $1 claim path, $2 our token: remove the claim only if it is still ours.
-_RELEASE = r'''
-c=$1
-if [ -f "$c" ] && [ ! -L "$c" ] && grep -qF -- "$2" "$c"; then rm -f -- "$c"; fi
-echo released
-'''
-
 # Tokens of the claims this process holds right now (a claim naming this pid but not listed
 # here is a leftover of one of our own launches whose release could not reach the target).
 _HELD: set[str] = set()
@@ -159,14 +152,15 @@ def _utc(t: float) -> str:
 class Claim:
     """A claim this process holds; `release()` gives it back (only if it is still ours)."""
 
-    target: Target
+    ops: RemoteOps
     path: str
     token: str
 
     async def release(self) -> None:
         _HELD.discard(self.token)
         try:
-            await self.target.run(["sh", "-c", _RELEASE, "dflash-release", self.path, self.token], timeout=30)
+            # only while it still holds our token: a claim broken and retaken since is not ours
+            await self.ops.remove_if_holds(self.path, self.token)
         except TargetError:
             # The target is gone; the claim names this process, so our next launch, or any
             # launcher on this machine once we have exited, breaks it.
@@ -185,7 +179,7 @@ async def take_claim(target: Target, ops: RemoteOps, run_dir: str, action: str) 
         answer = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
         if answer == "claimed":
             _HELD.add(token)
-            return Claim(target, path, token)
+            return Claim(ops, path, token)
         if answer.startswith("error="):
             raise ClaimRefused(f"cannot take the launch claim {path}: {answer[6:].strip()}; "
                                "fix the run dir's permissions")
