@@ -23,6 +23,7 @@ Failure scenarios, each reproducing what the real library does:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -337,8 +338,6 @@ def from_env() -> FakeNvml:
     DFLASH_FAKE_NVML_LOST (indices of GPUs that fell off the bus, "1,3")."""
     global _FROM_ENV
     if _FROM_ENV is None:
-        import os
-
         raw = os.environ.get(ENV_GPUS, "8")
         scenario = os.environ.get(ENV_SCENARIO, "ok")
         if not raw.isdigit() or scenario not in _SCENARIOS:
@@ -361,8 +360,6 @@ def from_env() -> FakeNvml:
             fake.lose_gpu(int(item))
         hang = float(os.environ.get(ENV_HANG, "0") or 0)
         if hang > 0:
-            import time
-
             read_power = fake.nvmlDeviceGetPowerUsage
 
             def hung_power(handle: _Handle) -> int:
