@@ -39,7 +39,8 @@ from dflash_train.model.drafter import build_drafter
 from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_loadable, config_from_checkpoint,
                                           has_tokenizer)
 from dflash_train.model.target import build_target
-from dflash_train.pool import PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, target_thread_name
+from dflash_train.pool import (PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, replica_optimizer,
+                              target_thread_name)
 from dflash_train.step_compiler import COMPILER_THREAD, StepCompiler
 from dflash_train.telemetry import Telemetry, process_start_time
 from dflash_train.verify import acceptance_length, eval_context_len
@@ -356,13 +357,8 @@ class Trainer:
         self.tel.log(f"drafter: {len(self.replicas)} replica(s) on {', '.join(plan.drafter)}, "
                      f"{trainable / 1e6:.2f}M trainable parameters, attention {type(self.attn[0]).__name__}, "
                      f"compile {prep.compile_backend or 'off'}")
-        self.optimizers = [
-            # fused on CUDA: one kernel over all parameters instead of a dozen foreach passes
-            torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=args.lr,
-                              betas=(0.9, 0.95), weight_decay=args.weight_decay,
-                              **({"fused": True} if dev.startswith("cuda") else {}))
-            for m, dev in zip(self.replicas, plan.drafter)
-        ]
+        self.optimizers = [replica_optimizer([p for p in m.parameters() if p.requires_grad], args.lr,
+                                             args.weight_decay) for m in self.replicas]
         # ONE compiled step for every replica: the gate governs its compiles, and replicas on
         # one device share its graphs.
         self.step_fn = objective.compiled_objective(prep.compile_backend) if prep.compile_backend else None
@@ -419,6 +415,10 @@ class Trainer:
             # A copy per replica: Optimizer.load_state_dict keeps tensors that already have the
             # right dtype/device, so without it every replica would step one shared Adam state.
             opt.load_state_dict(copy.deepcopy(state["optimizer"]))
+            for group in opt.param_groups:
+                # a checkpoint's param groups replace these, fused flag included (a CPU run's
+                # checkpoint may come from an unfused AdamW): keep replica_optimizer's choice
+                group["fused"] = True
         self._check_replicas_identical()
         self.last_saved_step = step
         sender = "" if self.world.is_leader else ", sent by rank 0"
