@@ -78,13 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cold-buckets", default=d.cold_buckets,
                    help="extra sequence lengths trained on but NOT warmed up: each one is compiled "
                         "in the background when first met, its steps eager until then (for testing)")
-    # The default: an intermittent replica divergence was seen when eager and compiled steps
-    # mix (docs/ARCHITECTURE.md, "the trainer"); training eagerly meanwhile stays opt-in.
-    p.add_argument("--wait-for-compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="compile every bucket before the first step (the default): every step "
-                        "compiled, so a relaunch on CUDA repeats the run bit for bit; "
-                        "--no-wait-for-compile trains eagerly while the step compiles (a first "
-                        "step sooner; experimental)")
+    p.add_argument("--wait-for-compile", action=argparse.BooleanOptionalAction, default=d.wait_for_compile,
+                   help="compile every bucket before the first step instead of training with the "
+                        "eager step meanwhile (the default, --no-wait-for-compile): a first step "
+                        "minutes later on CUDA, but every step compiled, so a relaunch repeats the "
+                        "run bit for bit")
     p.add_argument("--peak-tflops", type=float, default=d.peak_tflops,
                    help="per-device peak TFLOP/s that MFU divides by (default 0: 789 on an H200, the "
                         "measured bf16 matmul rate; no MFU on other devices)")

@@ -9,7 +9,9 @@ Order matters and is the point of this file:
    device, shape bucket) in its own thread, under the compile gate, with torch switched to
    fail_on_recompile;
 4. the worker threads start at once (unless --wait-for-compile) and run the eager step until
-   the compiled one is built, then switch together at a step boundary; the compile gate
+   the compiled one is built, then switch together at a step boundary (the compiler thread
+   starts compiling at the first step's end, so that step has the interpreter to itself);
+   the compile gate
    handles any recompile that still happens, and every step end is a consistent point for
    eval, checkpoint and SIGTERM.
 """
@@ -478,9 +480,10 @@ class Trainer:
         return self.prep.compile_backend is not None or any(
             isinstance(a, FlexAttention) and a.compiled for a in self.attn)
 
-    def start_compiler(self) -> None:
+    def start_compiler(self, hold: bool = False) -> None:
         """Build the compiled step's graphs, every (drafter device, bucket), in the background
-        (step_compiler.py): the drafter threads train with the eager step meanwhile."""
+        (step_compiler.py): the drafter threads train with the eager step meanwhile. `hold`:
+        the first compile starts at the first step's end (on_step_end releases it)."""
         plan = self.prep.plan
         self.tel.set_phase(Phase.WARMING)
         self.tel.set_compile_state("main", CompileState.COMPILED)
@@ -503,7 +506,7 @@ class Trainer:
         self._t_compile = time.monotonic()
         self.compiler = StepCompiler(self.gate, self._compile_shape, on_compiled=self._on_shape_compiled,
                                      on_error=self._on_compile_failed)
-        self.compiler.start(sorted(self._warm_shapes, key=lambda k: (k[0], k[1])))
+        self.compiler.start(sorted(self._warm_shapes, key=lambda k: (k[0], k[1])), hold=hold)
         self.tel.log(f"compile: building the compiled step for buckets {list(self.prep.buckets)} on "
                      f"{', '.join(self._compile_models)} in the background; the steps run eager until it is ready")
 
@@ -586,6 +589,8 @@ class Trainer:
         done = step + 1
         loss, acc, tps, now = self._step_metrics(metrics, done)
         self._record_step(done, metrics, loss, acc, tps, now)
+        if self.compiler is not None:
+            self.compiler.release()     # held until the first step ended (start_compiler)
         tau = self._eval_step(step, done)
         self._log_step(done, loss, acc, tps, tau)
         if stopping:
@@ -716,7 +721,7 @@ class Trainer:
             return start
         self.tel.update(step=start)
         try:
-            self.start_compiler()
+            self.start_compiler(hold=not args.wait_for_compile)
             if args.wait_for_compile:
                 self._wait_for_compiler()
             self.stop.arm()
