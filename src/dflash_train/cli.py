@@ -13,6 +13,7 @@ or the peer watch thread.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -200,6 +201,7 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             # before anything imports torch._dynamo, which fixes inductor's cache directory
             mine = keep_compile_cache_in(args.run_dir)
             tel.log(f"compile: inductor's caches in {mine or os.environ['TORCHINDUCTOR_CACHE_DIR']}")
+        _import_in_background("torch._dynamo")
         comm.use_devices(prep.plan.drafter[0], args.dist_timeout)
         for j, dev in enumerate(prep.plan.target):
             tel.register_thread(target_thread_name(j), "target", dev)
@@ -207,10 +209,10 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             tel.register_thread(drafter_thread_name(r), "drafter", dev)
         tel.publish(force=True)
         trainer = Trainer(args, prep, tel, stop, comm)
-        tel.install_compile_callbacks()
         t0 = time.monotonic()
         trainer.build()
         tel.log(f"build: models ready in {time.monotonic() - t0:.1f}s")
+        tel.install_compile_callbacks()     # before the first compile; nothing in build() compiles
         try:
             done = trainer.train()
         except ConfigError as exc:
@@ -244,6 +246,15 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             signal.signal(s, h)
         if wait_for_compiles and trainer is not None and trainer.compiler is not None:
             trainer.compiler.stop(wait=True)
+
+
+def _import_in_background(module: str) -> None:
+    """Import `module` in a thread of its own. torch._dynamo takes seconds to import, and the
+    first optimizer step imports it whatever the mode (torch.optim's step wrapper does); begun
+    here, right after inductor's cache directory is fixed (its import fixes it), it overlaps the
+    CUDA start and the models' build instead of standing in front of the first step. Anyone
+    who needs it meanwhile waits on the import's lock, as with any import."""
+    threading.Thread(target=importlib.import_module, args=(module,), name=f"import {module}", daemon=True).start()
 
 
 def _fail_usage(tel, msg: str) -> int:

@@ -361,9 +361,6 @@ class Trainer:
                      f"compile {prep.compile_backend or 'off'}")
         self.optimizers = [replica_optimizer([p for p in m.parameters() if p.requires_grad], args.lr,
                                              args.weight_decay) for m in self.replicas]
-        # ONE compiled step for every replica: the gate governs its compiles, and replicas on
-        # one device share its graphs.
-        self.step_fn = objective.compiled_objective(prep.compile_backend) if prep.compile_backend else None
         first = torch.device(plan.drafter[0])
         self.peak_tflops = perf.assumed_peak_tflops(
             torch.cuda.get_device_name(first) if first.type == "cuda" else "cpu", args.peak_tflops)
@@ -371,6 +368,10 @@ class Trainer:
         self._t_last_step_end: float | None = None
         self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
         self.prompts = prep.prompts
+        # ONE compiled step for every replica: the gate governs its compiles, and replicas on
+        # one device share its graphs. Last: torch.compile waits for torch._dynamo's import,
+        # which the command line began in the background (cli.py).
+        self.step_fn = objective.compiled_objective(prep.compile_backend) if prep.compile_backend else None
 
     def _set_cpu_threads(self) -> None:
         """Intra-op threads per worker on CPU.
