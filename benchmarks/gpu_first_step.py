@@ -116,7 +116,7 @@ def run_trainer(label: str, src: Path, run_dir: Path, cache_dir: Path | None, ar
     t_launch = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
     spy = None
-    if PY_SPY and OUT is not None:
+    if PY_SPY and OUT is not None and label.startswith("new"):
         # sampled from outside, without pausing the process: where its seconds go, per thread
         spy = subprocess.Popen([PY_SPY, "record", "--pid", str(proc.pid), "--rate", "50", "--nonblocking",
                                 "--threads", "--format", "raw", "--output", str(OUT / f"pyspy-{label}.txt")],
@@ -263,7 +263,7 @@ def main() -> int:
                    help="drafter threads of part threads (default 1,3,6)")
     p.add_argument("--cold-again", action="store_true",
                    help="part cold: also a new run in a fresh run dir after the first (pre-fit cached)")
-    p.add_argument("--py-spy", default="", help="a py-spy to sample every trainer run with (raw files in --out)")
+    p.add_argument("--py-spy", default="", help="a py-spy to sample the new tree's trainer runs with (raw files in --out)")
     p.add_argument("--caps", default="", help="seconds a run may take: cold,warm,threads (default 215,45,75)")
     opts = p.parse_args()
     global OUT, PY_SPY
