@@ -13,6 +13,7 @@ or the peer watch thread.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import signal
@@ -20,7 +21,9 @@ import sys
 import threading
 import time
 from dataclasses import asdict
-from typing import Sequence
+from typing import Callable, Sequence
+
+import torch
 
 from dflash_train.distributed import Collectives, PeerWatch, World, WorldError, is_collective_error
 from dflash_train.pool import drafter_thread_name, target_thread_name
@@ -31,6 +34,7 @@ from dflash_train.train import (COMPILE_CHOICES, ConfigError, StopRequested, Sto
 from dflash_tui.contract.rundir import EventKind, Phase
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DYNAMO = "torch._dynamo"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,7 +205,9 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             # before anything imports torch._dynamo, which fixes inductor's cache directory
             mine = keep_compile_cache_in(args.run_dir)
             tel.log(f"compile: inductor's caches in {mine or os.environ['TORCHINDUCTOR_CACHE_DIR']}")
-        _import_in_background("torch._dynamo")
+        _in_background(f"import {DYNAMO}", importlib.import_module, DYNAMO)
+        if prep.plan.uses_cuda:
+            _in_background("cuda init", torch.cuda.init)
         comm.use_devices(prep.plan.drafter[0], args.dist_timeout)
         for j, dev in enumerate(prep.plan.target):
             tel.register_thread(target_thread_name(j), "target", dev)
@@ -212,7 +218,6 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
         t0 = time.monotonic()
         trainer.build()
         tel.log(f"build: models ready in {time.monotonic() - t0:.1f}s")
-        tel.install_compile_callbacks()     # before the first compile; nothing in build() compiles
         try:
             done = trainer.train()
         except ConfigError as exc:
@@ -248,13 +253,20 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             trainer.compiler.stop(wait=True)
 
 
-def _import_in_background(module: str) -> None:
-    """Import `module` in a thread of its own. torch._dynamo takes seconds to import, and the
-    first optimizer step imports it whatever the mode (torch.optim's step wrapper does); begun
-    here, right after inductor's cache directory is fixed (its import fixes it), it overlaps the
-    CUDA start and the models' build instead of standing in front of the first step. Anyone
-    who needs it meanwhile waits on the import's lock, as with any import."""
-    threading.Thread(target=importlib.import_module, args=(module,), name=f"import {module}", daemon=True).start()
+def _in_background(name: str, fn: Callable[..., object], *args: object) -> None:
+    """Start-up work begun in a thread of its own, so it overlaps the rest of the start-up:
+    - torch._dynamo's import takes seconds, and the first optimizer step needs it whatever the
+      mode (torch.optim's step wrapper imports it); begun right after inductor's cache
+      directory is fixed (the import fixes it), it overlaps the CUDA start and the models' build
+      instead of standing in front of the first step;
+    - the CUDA start (seconds), before the models are built on the device.
+    Whoever needs either meanwhile waits on its lock (the import's, CUDA's lazy init), as
+    without this thread; a failure here shows again, with its message, where it is needed."""
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            fn(*args)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
 
 
 def _fail_usage(tel, msg: str) -> int:

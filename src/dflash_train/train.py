@@ -301,6 +301,8 @@ class Trainer:
         self._warm_reported = False
         self._first_step_seen = False
         self._baseline: list[torch.Tensor] | None = None   # weights of the step-0 eval, until it runs
+        self._compiles_prepared = False
+        self._thread = threading.local()    # per drafter thread: its dynamo config applied
 
     # -- gate callbacks ------------------------------------------------------------------------
 
@@ -368,10 +370,7 @@ class Trainer:
         self._t_last_step_end: float | None = None
         self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
         self.prompts = prep.prompts
-        # ONE compiled step for every replica: the gate governs its compiles, and replicas on
-        # one device share its graphs. Last: torch.compile waits for torch._dynamo's import,
-        # which the command line began in the background (cli.py).
-        self.step_fn = objective.compiled_objective(prep.compile_backend) if prep.compile_backend else None
+        self.step_fn = None     # the compiled step, made by the compiler thread (_prepare_compiles)
 
     def _set_cpu_threads(self) -> None:
         """Intra-op threads per worker on CPU.
@@ -492,7 +491,6 @@ class Trainer:
             for r in range(len(plan.drafter)):
                 self.tel.set_compile_state(drafter_thread_name(r), CompileState.COMPILED)
             return
-        self.compile_control.fail_on_recompile()   # the compiler flips it while it holds the gate
         for r in range(len(plan.drafter)):
             self.tel.set_compile_state(drafter_thread_name(r), CompileState.WARMING)
         # A private copy of each device's drafter to compile with: its backward must not
@@ -518,12 +516,26 @@ class Trainer:
                 raise StopRequested()
             time.sleep(0.05)
 
+    def _prepare_compiles(self) -> None:
+        """What compiling needs, done once by the compiler thread before its first compile: each
+        part imports torch._dynamo (seconds; the command line begins that import in the
+        background), which the main thread and the eager steps need not wait for."""
+        self.tel.install_compile_callbacks()
+        self.compile_control.apply_thread_compile_config()
+        self.compile_control.fail_on_recompile()   # the compiler flips it while it holds the gate
+        if self.prep.compile_backend:
+            # ONE compiled step for every replica: the gate governs its compiles, and replicas
+            # on one device share its graphs.
+            self.step_fn = objective.compiled_objective(self.prep.compile_backend)
+        self._compiles_prepared = True
+
     def _compile_shape(self, shape: tuple[str, int]) -> None:
         """One forward and backward of the compiled step on `shape`, on the device's private copy
         (runs in the compiler thread under the gate's exclusive hold)."""
         dev, length = shape
         r, model = self._compile_models[dev]
-        self.compile_control.apply_thread_compile_config()
+        if not self._compiles_prepared:
+            self._prepare_compiles()
         name = drafter_thread_name(r)
         target = self.targets[self.prep.plan.target[r % len(self.prep.plan.target)]]
         with self.tel.attribute_compiles_to(name), self.compile_control.allow_compile():
@@ -573,6 +585,12 @@ class Trainer:
         return objective.target_forward(self.targets[dev], self.source.batch_at(batch_index))
 
     def compute_loss(self, r: int, tb, gen):
+        """The compiled step (every shape it meets has a graph, or the gate compiles one)."""
+        if not getattr(self._thread, "compile_config", False):
+            # this thread's dynamo config, at its first compiled step: applying it imports
+            # torch._dynamo, which an eager step need not wait for
+            self.compile_control.apply_thread_compile_config()
+            self._thread.compile_config = True
         loss, metrics = objective.drafter_loss(self.replicas[r], tb, gen, self.attn[r], step=self.step_fn)
         self._step_flops[r] = metrics.flops  # host-side count, for MFU at the step's end
         return loss, metrics
@@ -737,7 +755,6 @@ class Trainer:
                 stop_requested=self.stop_requested.is_set,
                 all_reduce=self.comm.all_reduce, first_replica=world.rank * n_local,
                 global_replicas=self.global_replicas,
-                on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
                 on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
                 compiler=self.compiler, eager_loss=self.eager_loss, on_step_mode=self._on_step_mode,
             )
