@@ -133,7 +133,11 @@ def run_trainer(label: str, src: Path, run_dir: Path, cache_dir: Path | None, ar
         steps = [e for e in ev if e["kind"] == "step"]
         starts = sum(1 for e in ev if e["kind"] == "compile" and e.get("state") == "start")
         ends = [e["time"] for e in ev if e["kind"] == "compile" and e.get("state") == "end"]
-        if steps and starts == len(ends):
+        # settled: the warm-up's graphs are built (the new tree starts compiling only after the
+        # first step, so "no compile in flight" alone is true before it begins), nothing is
+        # compiling, and `settle` steps ran since the last compile
+        warmed = any(e.get("state") == "warmup_done" for e in ev)
+        if steps and warmed and starts == len(ends):
             last = max(ends, default=t_launch)
             if now - last >= 5 and sum(1 for e in steps if e["time"] > last) >= settle:
                 stopped_by = "settled"
