@@ -13,7 +13,9 @@ Parts:
   cold     the issue's configuration: small preset, 6 drafter threads and the target on one GPU,
            buckets 1024,2048,4096 + cold 1536,3072, default eval; cold compile caches (a fresh
            TORCHINDUCTOR_CACHE_DIR for the old code, the new run directory's own for the new),
-           then a relaunch with --resume over the same caches (warm)
+           then a relaunch with --resume over the same caches (warm); with --cold-again, then
+           a new run in a fresh run directory (cold compile caches, the target's pre-fit,
+           once per machine, cached by the first run)
   threads  1, 3 and 6 drafter threads, bucket 2048 alone, cold caches: warm-up per thread count
   mfu      the compiled step (objective.py: the same file in both trees) at dflash-8b-like
            4096 ctx / 512 anchors, fused AdamW, as benchmarks/gpu_step.py times it
@@ -38,6 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT: Path | None = None    # --out: every row is appended to OUT/rows.jsonl as soon as it exists
+PY_SPY = ""                # --py-spy
 
 
 class Watch:
@@ -112,6 +115,12 @@ def run_trainer(label: str, src: Path, run_dir: Path, cache_dir: Path | None, ar
     skip = len(watch.events)     # a relaunch appends to the same events.jsonl
     t_launch = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
+    spy = None
+    if PY_SPY and OUT is not None and label.startswith("new"):
+        # sampled from outside, without pausing the process: where its seconds go, per thread
+        spy = subprocess.Popen([PY_SPY, "record", "--pid", str(proc.pid), "--rate", "50", "--nonblocking",
+                                "--threads", "--format", "raw", "--output", str(OUT / f"pyspy-{label}.txt")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stopped_by = "exit"
     while proc.poll() is None:
         time.sleep(0.5)
@@ -124,7 +133,11 @@ def run_trainer(label: str, src: Path, run_dir: Path, cache_dir: Path | None, ar
         steps = [e for e in ev if e["kind"] == "step"]
         starts = sum(1 for e in ev if e["kind"] == "compile" and e.get("state") == "start")
         ends = [e["time"] for e in ev if e["kind"] == "compile" and e.get("state") == "end"]
-        if steps and starts == len(ends):
+        # settled: the warm-up's graphs are built (the new tree starts compiling only after the
+        # first step, so "no compile in flight" alone is true before it begins), nothing is
+        # compiling, and `settle` steps ran since the last compile
+        warmed = any(e.get("state") == "warmup_done" for e in ev)
+        if steps and warmed and starts == len(ends):
             last = max(ends, default=t_launch)
             if now - last >= 5 and sum(1 for e in steps if e["time"] > last) >= settle:
                 stopped_by = "settled"
@@ -138,6 +151,11 @@ def run_trainer(label: str, src: Path, run_dir: Path, cache_dir: Path | None, ar
             proc.wait()
     watch.poll()
     log.close()
+    if spy is not None:
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
     row = {"run": label, "rc": proc.returncode, "stopped_by": stopped_by, "wall_s": round(time.time() - t_launch, 1),
            **summarize(watch.events[skip:], t_launch), "cmd": " ".join(cmd[1:])}
     if proc.returncode != 0:
@@ -166,6 +184,11 @@ def part_cold(opts, work: Path) -> list[dict]:
         rows.append(run_trainer(f"{label}-warm", src, run_dir, cache, args, opts.cap_warm, opts.settle, resume=True))
         if OUT is not None:
             (OUT / f"train-{label}.log").write_text((run_dir / "train.log").read_text())
+        if opts.cold_again and label == "new":
+            again = work / f"cold-again-{label}"
+            rows.append(run_trainer(f"{label}-cold-again", src, again, None, args, opts.cap_warm, opts.settle))
+            if OUT is not None:
+                (OUT / f"train-{label}-cold-again.log").write_text((again / "train.log").read_text())
     return rows
 
 
@@ -242,10 +265,14 @@ def main() -> int:
     p.add_argument("--trees", default="new,old", help="which code to run: new, old or both")
     p.add_argument("--thread-counts", dest="thread_counts_arg", default="",
                    help="drafter threads of part threads (default 1,3,6)")
+    p.add_argument("--cold-again", action="store_true",
+                   help="part cold: also a new run in a fresh run dir after the first (pre-fit cached)")
+    p.add_argument("--py-spy", default="", help="a py-spy to sample the new tree's trainer runs with (raw files in --out)")
     p.add_argument("--caps", default="", help="seconds a run may take: cold,warm,threads (default 215,45,75)")
     opts = p.parse_args()
-    global OUT
+    global OUT, PY_SPY
     OUT = opts.out
+    PY_SPY = opts.py_spy
     if OUT is not None:
         OUT.mkdir(parents=True, exist_ok=True)
     opts.new_src = ROOT / "src"

@@ -13,13 +13,17 @@ or the peer watch thread.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import os
 import signal
 import sys
 import threading
 import time
 from dataclasses import asdict
-from typing import Sequence
+from typing import Callable, Sequence
+
+import torch
 
 from dflash_train.distributed import Collectives, PeerWatch, World, WorldError, is_collective_error
 from dflash_train.pool import drafter_thread_name, target_thread_name
@@ -30,6 +34,7 @@ from dflash_train.train import (COMPILE_CHOICES, ConfigError, StopRequested, Sto
 from dflash_tui.contract.rundir import EventKind, Phase
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DYNAMO = "torch._dynamo"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,13 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cold-buckets", default=d.cold_buckets,
                    help="extra sequence lengths trained on but NOT warmed up: each one is compiled "
                         "in the background when first met, its steps eager until then (for testing)")
-    # The default: an intermittent replica divergence was seen when eager and compiled steps
-    # mix (docs/ARCHITECTURE.md, "the trainer"); training eagerly meanwhile stays opt-in.
-    p.add_argument("--wait-for-compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="compile every bucket before the first step (the default): every step "
-                        "compiled, so a relaunch on CUDA repeats the run bit for bit; "
-                        "--no-wait-for-compile trains eagerly while the step compiles (a first "
-                        "step sooner; experimental)")
+    p.add_argument("--wait-for-compile", action=argparse.BooleanOptionalAction, default=d.wait_for_compile,
+                   help="compile every bucket before the first step instead of training with the "
+                        "eager step meanwhile (the default, --no-wait-for-compile): a first step "
+                        "minutes later on CUDA, but every step compiled, so a relaunch repeats the "
+                        "run bit for bit")
     p.add_argument("--peak-tflops", type=float, default=d.peak_tflops,
                    help="per-device peak TFLOP/s that MFU divides by (default 0: 789 on an H200, the "
                         "measured bf16 matmul rate; no MFU on other devices)")
@@ -202,6 +205,9 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             # before anything imports torch._dynamo, which fixes inductor's cache directory
             mine = keep_compile_cache_in(args.run_dir)
             tel.log(f"compile: inductor's caches in {mine or os.environ['TORCHINDUCTOR_CACHE_DIR']}")
+        _in_background(f"import {DYNAMO}", importlib.import_module, DYNAMO)
+        if prep.plan.uses_cuda:
+            _in_background("cuda init", torch.cuda.init)
         comm.use_devices(prep.plan.drafter[0], args.dist_timeout)
         for j, dev in enumerate(prep.plan.target):
             tel.register_thread(target_thread_name(j), "target", dev)
@@ -209,7 +215,6 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             tel.register_thread(drafter_thread_name(r), "drafter", dev)
         tel.publish(force=True)
         trainer = Trainer(args, prep, tel, stop, comm)
-        tel.install_compile_callbacks()
         t0 = time.monotonic()
         trainer.build()
         tel.log(f"build: models ready in {time.monotonic() - t0:.1f}s")
@@ -246,6 +251,22 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             signal.signal(s, h)
         if wait_for_compiles and trainer is not None and trainer.compiler is not None:
             trainer.compiler.stop(wait=True)
+
+
+def _in_background(name: str, fn: Callable[..., object], *args: object) -> None:
+    """Start-up work begun in a thread of its own, so it overlaps the rest of the start-up:
+    - torch._dynamo's import takes seconds, and the first optimizer step needs it whatever the
+      mode (torch.optim's step wrapper imports it); begun right after inductor's cache
+      directory is fixed (the import fixes it), it overlaps the CUDA start and the models' build
+      instead of standing in front of the first step;
+    - the CUDA start (seconds), before the models are built on the device.
+    Whoever needs either meanwhile waits on its lock (the import's, CUDA's lazy init), as
+    without this thread; a failure here shows again, with its message, where it is needed."""
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            fn(*args)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
 
 
 def _fail_usage(tel, msg: str) -> int:

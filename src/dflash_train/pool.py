@@ -12,7 +12,12 @@ Determinism (what makes --resume bit-for-bit and keeps every replica identical):
   pure function of its coordinates and nothing but the step number needs checkpointing;
 - gradients are summed in replica order on one device, summed across processes by ONE
   all_reduce, divided, clipped once and copied back to every replica, so every replica applies
-  bit-identical updates from bit-identical state.
+  bit-identical updates from bit-identical state;
+- the optimizer is fused AdamW on every device (`replica_optimizer`): its arithmetic never
+  reads `torch.compiler.is_compiling()`, a process-global flag that torch holds True for the
+  whole of a compile in ANY thread. The unfused AdamW takes its bias correction from that flag
+  (a float64 Python number, or a float32 tensor while the flag is up), so a replica whose step
+  overlapped the step compiler's compile (step_compiler.py) drifted from one whose step did not.
 
 The drafter threads meet twice a step; at each meeting one of them runs an action while the
 others wait (`_together`):
@@ -112,6 +117,13 @@ def drafter_thread_name(r: int) -> str:
 
 def target_thread_name(j: int) -> str:
     return f"target{j}"
+
+
+def replica_optimizer(params: Sequence[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """A drafter replica's optimizer: AdamW, fused (one kernel over all parameters on CUDA;
+    on every device, arithmetic that does not depend on whether another thread is compiling,
+    see the module's docstring)."""
+    return torch.optim.AdamW(list(params), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, fused=True)
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:

@@ -19,7 +19,12 @@ thread can be inside compiled code, because
   boundary, which makes the following steps eager until it is built.
 So the switch, either way, happens for every local replica at the same step. A step in which
 one replica runs eager and another compiled (a new shape met mid-run) still leaves the replicas
-bit-identical: gradients are averaged into one buffer and copied to every replica.
+bit-identical: gradients are averaged into one buffer and copied to every replica, and the
+optimizer's arithmetic does not depend on a compile being in flight (pool.replica_optimizer).
+
+The trainer starts this thread held (`start(hold=True)`) and releases it at the first step's
+end: dynamo's tracing holds the GIL for most of a compile, so a first step that shares the
+interpreter with it takes several times longer, and a user waits for that first number.
 
 This module keeps torch out (`compile_shape` does the work): the tests drive it with stand-ins.
 """
@@ -73,19 +78,29 @@ class StepCompiler:
         self._ready: set[Hashable] = set()
         self._busy: Hashable | None = None      # the key being compiled
         self._permit = True                     # no step runs compiled code yet
+        self._held = False                      # start(hold=True) until release()
         self._stopping = False
         self.failed: BaseException | None = None
         self._thread: threading.Thread | None = None
 
     # -- called by the trainer and the drafter threads ------------------------------------------
 
-    def start(self, keys: Iterable[Hashable]) -> None:
-        """Queue `keys` (the warm-up) and start the thread."""
+    def start(self, keys: Iterable[Hashable], *, hold: bool = False) -> None:
+        """Queue `keys` (the warm-up) and start the thread; `hold`: no compile starts until
+        `release()`."""
         with self._cond:
+            self._held = hold
             for key in keys:
                 self._enqueue(key)
         self._thread = threading.Thread(target=self._loop, name=COMPILER_THREAD, daemon=True)
         self._thread.start()
+
+    def release(self) -> None:
+        """Compiles may start (after `start(hold=True)`; a no-op otherwise)."""
+        with self._cond:
+            if self._held:
+                self._held = False
+                self._cond.notify_all()
 
     def ready(self, key: Hashable) -> bool:
         with self._cond:
@@ -131,7 +146,7 @@ class StepCompiler:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not (self._queue and self._permit):
+                while not self._stopping and (self._held or not (self._queue and self._permit)):
                     self._cond.wait(0.5)
                 if self._stopping:
                     return

@@ -9,7 +9,9 @@ Order matters and is the point of this file:
    device, shape bucket) in its own thread, under the compile gate, with torch switched to
    fail_on_recompile;
 4. the worker threads start at once (unless --wait-for-compile) and run the eager step until
-   the compiled one is built, then switch together at a step boundary; the compile gate
+   the compiled one is built, then switch together at a step boundary (the compiler thread
+   starts compiling at the first step's end, so that step has the interpreter to itself);
+   the compile gate
    handles any recompile that still happens, and every step end is a consistent point for
    eval, checkpoint and SIGTERM.
 """
@@ -39,7 +41,8 @@ from dflash_train.model.drafter import build_drafter
 from dflash_train.model.hf_target import (CheckpointError, HFTokenizer, check_loadable, config_from_checkpoint,
                                           has_tokenizer)
 from dflash_train.model.target import build_target
-from dflash_train.pool import PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, target_thread_name
+from dflash_train.pool import (PoolSpec, StepMetrics, ThreadPool, drafter_thread_name, replica_optimizer,
+                              target_thread_name)
 from dflash_train.step_compiler import COMPILER_THREAD, StepCompiler
 from dflash_train.telemetry import Telemetry, process_start_time
 from dflash_train.verify import acceptance_length, eval_context_len
@@ -298,6 +301,8 @@ class Trainer:
         self._warm_reported = False
         self._first_step_seen = False
         self._baseline: list[torch.Tensor] | None = None   # weights of the step-0 eval, until it runs
+        self._compiles_prepared = False
+        self._thread = threading.local()    # per drafter thread: its dynamo config applied
 
     # -- gate callbacks ------------------------------------------------------------------------
 
@@ -356,16 +361,8 @@ class Trainer:
         self.tel.log(f"drafter: {len(self.replicas)} replica(s) on {', '.join(plan.drafter)}, "
                      f"{trainable / 1e6:.2f}M trainable parameters, attention {type(self.attn[0]).__name__}, "
                      f"compile {prep.compile_backend or 'off'}")
-        self.optimizers = [
-            # fused on CUDA: one kernel over all parameters instead of a dozen foreach passes
-            torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=args.lr,
-                              betas=(0.9, 0.95), weight_decay=args.weight_decay,
-                              **({"fused": True} if dev.startswith("cuda") else {}))
-            for m, dev in zip(self.replicas, plan.drafter)
-        ]
-        # ONE compiled step for every replica: the gate governs its compiles, and replicas on
-        # one device share its graphs.
-        self.step_fn = objective.compiled_objective(prep.compile_backend) if prep.compile_backend else None
+        self.optimizers = [replica_optimizer([p for p in m.parameters() if p.requires_grad], args.lr,
+                                             args.weight_decay) for m in self.replicas]
         first = torch.device(plan.drafter[0])
         self.peak_tflops = perf.assumed_peak_tflops(
             torch.cuda.get_device_name(first) if first.type == "cuda" else "cpu", args.peak_tflops)
@@ -373,6 +370,7 @@ class Trainer:
         self._t_last_step_end: float | None = None
         self.eval_attention = choose_backend("sdpa", torch.device(plan.drafter[0]))
         self.prompts = prep.prompts
+        self.step_fn = None     # the compiled step, made by the compiler thread (_prepare_compiles)
 
     def _set_cpu_threads(self) -> None:
         """Intra-op threads per worker on CPU.
@@ -419,6 +417,10 @@ class Trainer:
             # A copy per replica: Optimizer.load_state_dict keeps tensors that already have the
             # right dtype/device, so without it every replica would step one shared Adam state.
             opt.load_state_dict(copy.deepcopy(state["optimizer"]))
+            for group in opt.param_groups:
+                # a checkpoint's param groups replace these, fused flag included (a CPU run's
+                # checkpoint may come from an unfused AdamW): keep replica_optimizer's choice
+                group["fused"] = True
         self._check_replicas_identical()
         self.last_saved_step = step
         sender = "" if self.world.is_leader else ", sent by rank 0"
@@ -478,9 +480,10 @@ class Trainer:
         return self.prep.compile_backend is not None or any(
             isinstance(a, FlexAttention) and a.compiled for a in self.attn)
 
-    def start_compiler(self) -> None:
+    def start_compiler(self, hold: bool = False) -> None:
         """Build the compiled step's graphs, every (drafter device, bucket), in the background
-        (step_compiler.py): the drafter threads train with the eager step meanwhile."""
+        (step_compiler.py): the drafter threads train with the eager step meanwhile. `hold`:
+        the first compile starts at the first step's end (on_step_end releases it)."""
         plan = self.prep.plan
         self.tel.set_phase(Phase.WARMING)
         self.tel.set_compile_state("main", CompileState.COMPILED)
@@ -488,7 +491,6 @@ class Trainer:
             for r in range(len(plan.drafter)):
                 self.tel.set_compile_state(drafter_thread_name(r), CompileState.COMPILED)
             return
-        self.compile_control.fail_on_recompile()   # the compiler flips it while it holds the gate
         for r in range(len(plan.drafter)):
             self.tel.set_compile_state(drafter_thread_name(r), CompileState.WARMING)
         # A private copy of each device's drafter to compile with: its backward must not
@@ -503,7 +505,7 @@ class Trainer:
         self._t_compile = time.monotonic()
         self.compiler = StepCompiler(self.gate, self._compile_shape, on_compiled=self._on_shape_compiled,
                                      on_error=self._on_compile_failed)
-        self.compiler.start(sorted(self._warm_shapes, key=lambda k: (k[0], k[1])))
+        self.compiler.start(sorted(self._warm_shapes, key=lambda k: (k[0], k[1])), hold=hold)
         self.tel.log(f"compile: building the compiled step for buckets {list(self.prep.buckets)} on "
                      f"{', '.join(self._compile_models)} in the background; the steps run eager until it is ready")
 
@@ -514,12 +516,26 @@ class Trainer:
                 raise StopRequested()
             time.sleep(0.05)
 
+    def _prepare_compiles(self) -> None:
+        """What compiling needs, done once by the compiler thread before its first compile: each
+        part imports torch._dynamo (seconds; the command line begins that import in the
+        background), which the main thread and the eager steps need not wait for."""
+        self.tel.install_compile_callbacks()
+        self.compile_control.apply_thread_compile_config()
+        self.compile_control.fail_on_recompile()   # the compiler flips it while it holds the gate
+        if self.prep.compile_backend:
+            # ONE compiled step for every replica: the gate governs its compiles, and replicas
+            # on one device share its graphs.
+            self.step_fn = objective.compiled_objective(self.prep.compile_backend)
+        self._compiles_prepared = True
+
     def _compile_shape(self, shape: tuple[str, int]) -> None:
         """One forward and backward of the compiled step on `shape`, on the device's private copy
         (runs in the compiler thread under the gate's exclusive hold)."""
         dev, length = shape
         r, model = self._compile_models[dev]
-        self.compile_control.apply_thread_compile_config()
+        if not self._compiles_prepared:
+            self._prepare_compiles()
         name = drafter_thread_name(r)
         target = self.targets[self.prep.plan.target[r % len(self.prep.plan.target)]]
         with self.tel.attribute_compiles_to(name), self.compile_control.allow_compile():
@@ -569,6 +585,12 @@ class Trainer:
         return objective.target_forward(self.targets[dev], self.source.batch_at(batch_index))
 
     def compute_loss(self, r: int, tb, gen):
+        """The compiled step (every shape it meets has a graph, or the gate compiles one)."""
+        if not getattr(self._thread, "compile_config", False):
+            # this thread's dynamo config, at its first compiled step: applying it imports
+            # torch._dynamo, which an eager step need not wait for
+            self.compile_control.apply_thread_compile_config()
+            self._thread.compile_config = True
         loss, metrics = objective.drafter_loss(self.replicas[r], tb, gen, self.attn[r], step=self.step_fn)
         self._step_flops[r] = metrics.flops  # host-side count, for MFU at the step's end
         return loss, metrics
@@ -586,6 +608,8 @@ class Trainer:
         done = step + 1
         loss, acc, tps, now = self._step_metrics(metrics, done)
         self._record_step(done, metrics, loss, acc, tps, now)
+        if self.compiler is not None:
+            self.compiler.release()     # held until the first step ended (start_compiler)
         tau = self._eval_step(step, done)
         self._log_step(done, loss, acc, tps, tau)
         if stopping:
@@ -716,7 +740,7 @@ class Trainer:
             return start
         self.tel.update(step=start)
         try:
-            self.start_compiler()
+            self.start_compiler(hold=not args.wait_for_compile)
             if args.wait_for_compile:
                 self._wait_for_compiler()
             self.stop.arm()
@@ -731,7 +755,6 @@ class Trainer:
                 stop_requested=self.stop_requested.is_set,
                 all_reduce=self.comm.all_reduce, first_replica=world.rank * n_local,
                 global_replicas=self.global_replicas,
-                on_thread_start=lambda name, role: self.compile_control.apply_thread_compile_config(),
                 on_thread_beat=self.tel.thread_beat, parked=self.tel.parked,
                 compiler=self.compiler, eager_loss=self.eager_loss, on_step_mode=self._on_step_mode,
             )

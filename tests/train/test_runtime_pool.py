@@ -1,6 +1,7 @@
-"""The thread pool on its own, with a small real model: replicas stay bitwise identical,
-the same run twice is bitwise identical whatever the thread timing, and a failure in any thread
-stops every thread and surfaces the error."""
+"""The thread pool on its own, with a small real model: replicas stay bitwise identical (also
+when one replica's optimizer step overlaps a torch.compile in another thread), the same run
+twice is bitwise identical whatever the thread timing, and a failure in any thread stops every
+thread and surfaces the error."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from dflash_train.compile_gate import CompileGate
-from dflash_train.pool import PoolSpec, ThreadPool
+from dflash_train.pool import PoolSpec, ThreadPool, drafter_thread_name, replica_optimizer
 
 
 @dataclass
@@ -29,9 +30,9 @@ def _model(seed=0):
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 
 
-def _spec(n_replicas=2, steps=25, fail_at=None, jitter=False, on_step_end=None):
+def _spec(n_replicas=2, steps=25, fail_at=None, jitter=False, on_step_end=None, lr_at=None, on_thread_beat=None):
     replicas = [_model() for _ in range(n_replicas)]
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in replicas]
+    opts = [replica_optimizer(m.parameters(), lr=1e-2, weight_decay=0.01) for m in replicas]   # as the trainer
     w_true = torch.randn(8, 1, generator=torch.Generator().manual_seed(1))
 
     def produce(index, j):
@@ -58,6 +59,7 @@ def _spec(n_replicas=2, steps=25, fail_at=None, jitter=False, on_step_end=None):
         queue_depth=2, max_grad_norm=1.0, produce=produce, compute_loss=compute_loss,
         replicas=replicas, optimizers=opts,
         on_step_end=on_step_end or (lambda step, metrics, stopping: seen.append((step, [m.loss for m in metrics])) and False),
+        lr_at=lr_at, on_thread_beat=on_thread_beat or (lambda name, step: None),
     )
     return spec, seen
 
@@ -80,6 +82,63 @@ def test_replicas_stay_bitwise_identical_and_learn():
     assert not all(torch.equal(a, b) for a, b in zip(before, p0))
     first, last = sum(seen[0][1]), sum(seen[-1][1])
     assert last < first
+
+
+class CompileInFlight:
+    """A real torch.compile in a thread of its own, held inside its backend (torch's compile
+    session open, as while the step compiler builds a graph) until released."""
+
+    def __init__(self) -> None:
+        self.inside, self.release = threading.Event(), threading.Event()
+
+        def backend(gm, example_inputs):
+            self.inside.set()
+            self.release.wait(60)
+            return gm.forward
+
+        fn = torch.compile(lambda x: x * 2 + 1, backend=backend)
+        self.thread = threading.Thread(target=fn, args=(torch.ones(3),), name="compiler")
+
+    def __enter__(self) -> "CompileInFlight":
+        self.thread.start()
+        assert self.inside.wait(60)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        self.thread.join(60)
+
+
+def test_replicas_stay_identical_when_one_steps_while_another_thread_compiles():
+    """torch holds torch.compiler.is_compiling() True, process-wide, for the whole of a compile
+    in any thread, and the unfused AdamW computes its bias correction differently while it is
+    up: replica 1's optimizer step here runs inside another thread's compile, replica 0's just
+    before it. The replicas must still be bit-identical."""
+    STEP = 2
+    zero_stepped = threading.Event()
+    compile_in_flight: list[CompileInFlight] = []
+
+    def lr_at(step):
+        if step == STEP and threading.current_thread().name == drafter_thread_name(1):
+            assert zero_stepped.wait(60)
+            compile_in_flight.append(CompileInFlight().__enter__())
+            assert torch.compiler.is_compiling()   # seen from this thread too: the hazard
+        return 1e-2
+
+    def on_thread_beat(name, step):
+        if step == STEP + 1:
+            if name == drafter_thread_name(0):
+                zero_stepped.set()
+            elif name == drafter_thread_name(1):
+                compile_in_flight[0].__exit__()
+
+    spec, _ = _spec(n_replicas=2, steps=STEP + 2, lr_at=lr_at, on_thread_beat=on_thread_beat)
+    pool = ThreadPool(spec, CompileGate())
+    pool.start()
+    pool.join()
+    assert pool.error is None and compile_in_flight and not compile_in_flight[0].thread.is_alive()
+    a, b = (_params(m) for m in spec.replicas)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 def test_same_run_twice_is_bitwise_identical_whatever_the_timing():

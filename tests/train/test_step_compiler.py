@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from dflash_train.compile_gate import CompileGate
-from dflash_train.pool import PoolSpec, ThreadPool
+from dflash_train.pool import PoolSpec, ThreadPool, replica_optimizer
 from dflash_train.step_compiler import StepCompiler, keep_compile_cache_in
 
 WIDE = 12   # the "cold" shape: met mid-run, never warmed
@@ -49,7 +49,7 @@ def _run(n_replicas=3, steps=200, cold_from=None, release_at=3, with_compiler=Tr
     """One pool run. The warm-up compile of shape 8 is held until step `release_at` ended (0:
     built before the first step); items from step `cold_from` on alternate with the WIDE shape."""
     replicas = [_model() for _ in range(n_replicas)]
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in replicas]
+    opts = [replica_optimizer(m.parameters(), lr=1e-2, weight_decay=0.01) for m in replicas]
     w_true = torch.randn(8, 1, generator=torch.Generator().manual_seed(1))
     hazard = Hazard()
     release = threading.Event()
@@ -185,6 +185,19 @@ def test_the_compiler_starts_only_between_steps_that_run_eager():
             break
         threading.Event().wait(0.02)
     assert compiler.ready(("cpu", 5)) and compiler.at_step_boundary() is True
+    compiler.stop()
+
+
+def test_a_held_compiler_starts_nothing_until_released():
+    """The trainer holds the compiler until the first step ended (that step would share the
+    interpreter with dynamo's tracing otherwise)."""
+    started = threading.Event()
+    compiler = StepCompiler(CompileGate(), lambda key: started.set())
+    compiler.start([("cpu", 5)], hold=True)
+    assert compiler.at_step_boundary() is False       # steps run eager, compiles may start...
+    assert not started.wait(0.3)                      # ...but not while held
+    compiler.release()
+    assert started.wait(5)
     compiler.stop()
 
 
