@@ -5,13 +5,16 @@ of 16 thread rows re-rendered all 150 cells every second (the largest cost of th
 tab). This is a Line-API ScrollView instead (like the log pane): a header row, then one strip
 per row, cached by the row's content; `set_rows` compares row by row and refreshes only the
 lines whose text changed. Column widths only grow (an ageing "9s" -> "10s" never shifts the
-columns back), and a row wider than the pane scrolls sideways.
+columns back), and a row wider than the pane scrolls sideways. A cell of plain text with one
+style (every cell the panes make) is padded and cut as a string, and a row's runs of one style
+are one segment: rich's Text rendering, per cell, was most of a row's cost.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -34,7 +37,9 @@ class RowTable(ScrollView, can_focus=True):
         self.columns = list(columns)
         self.widths = [len(c) for c in self.columns]
         self.rows: list[tuple[str, tuple[Text, ...]]] = []
+        self._signatures: list[tuple] = []   # per row: what its cells say, to compare and cache by
         self._strips: dict[int, tuple[tuple, Strip]] = {}
+        self._frame = ((0, 0), 0)   # scroll offset and row width of the paint under way
 
     @property
     def row_count(self) -> int:
@@ -45,14 +50,18 @@ class RowTable(ScrollView, can_focus=True):
 
     def set_rows(self, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
         new = [(key, tuple(cells)) for key, cells in rows]
+        signatures = [_signature(cells) for _, cells in new]
         grew = False
+        widths = self.widths
         for _, cells in new:
-            for i, cell in enumerate(cells[: len(self.widths)]):
-                if cell.cell_len > self.widths[i]:
-                    self.widths[i] = cell.cell_len
+            for i, cell in enumerate(cells[: len(widths)]):
+                n = cell.cell_len
+                if n > widths[i]:
+                    widths[i] = n
                     grew = True
-        old = self.rows
+        old = self._signatures
         self.rows = new
+        self._signatures = signatures
         total = sum(self.widths) + GAP * (len(self.widths) - 1) + 1
         size = Size(total, len(new) + 1)
         if self.virtual_size != size:
@@ -62,25 +71,31 @@ class RowTable(ScrollView, can_focus=True):
             self.refresh()
             return
         top = int(self.scroll_y)
-        for i, (was, now) in enumerate(zip(old, new)):
-            if not _same_row(was[1], now[1]):
+        for i, (was, now) in enumerate(zip(old, signatures)):
+            if was != now:
                 y = i + 1 - top   # the header is line 0 and does not scroll
                 if 1 <= y < self.size.height:
                     self.refresh_line(y)
 
+    def render_lines(self, crop):
+        # Read once per paint: computed regions, dearer per row than a cached row.
+        self._frame = (self.scroll_offset, self.scrollable_content_region.width)
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        width = self.scrollable_content_region.width
+        (scroll_x, scroll_y), width = self._frame
         if y == 0:
             cells = tuple(Text(c) for c in self.columns)
+            signature = _signature(cells)
             style = self.get_component_rich_style("rowtable--header")
         else:
             index = scroll_y + y - 1
             if index >= len(self.rows):
                 return Strip.blank(width, self.rich_style)
             cells = self.rows[index][1]
+            signature = self._signatures[index]
             style = self.rich_style
-        key = (tuple((c.plain, str(c.style)) for c in cells), tuple(self.widths), style)
+        key = (signature, tuple(self.widths), style)
         cached = self._strips.get(y if y == 0 else scroll_y + y)
         if cached is not None and cached[0] == key:
             strip = cached[1]
@@ -90,24 +105,58 @@ class RowTable(ScrollView, can_focus=True):
         return strip.crop_extend(scroll_x, scroll_x + width, style)
 
     def _render_row(self, cells: Sequence[Text], base: Style) -> Strip:
-        segments: list[Segment] = [Segment(" ", base)]
+        runs: list[tuple[str, Style]] = [(" ", base)]   # (text, style), merged where the style repeats
         console = self.app.console
+        last = len(self.widths) - 1
         for i, width in enumerate(self.widths):
-            cell = cells[i] if i < len(cells) else Text("")
-            text = cell.copy()
-            text.truncate(width, overflow="ellipsis")
-            pad = width - text.cell_len
-            if pad > 0:
-                text = Text(" " * pad) + text if cell.justify == "right" else text + Text(" " * pad)
-            segments.extend(Segment(s.text, base + s.style if s.style else base)
-                            for s in text.render(console) if s.text)
-            if i < len(self.widths) - 1:
-                segments.append(Segment(" " * GAP, base))
-        return Strip(segments)
+            cell = cells[i] if i < len(cells) else _EMPTY
+            for text, style in (_plain_cell(cell, width, console) if not cell.spans
+                                else _rich_cell(cell, width, console)):
+                if text:
+                    _add_run(runs, text, base + style if style else base)
+            if i < last:
+                _add_run(runs, " " * GAP, base)
+        return Strip([Segment(text, style) for text, style in runs],
+                     sum(self.widths) + GAP * last + 1)
 
     def on_resize(self) -> None:
         self._strips.clear()
 
 
-def _same_row(a: tuple[Text, ...], b: tuple[Text, ...]) -> bool:
-    return len(a) == len(b) and all(x.plain == y.plain and x.style == y.style for x, y in zip(a, b))
+_EMPTY = Text("")
+
+
+def _signature(cells: Sequence[Text]) -> tuple:
+    """What a row's cells draw: equal signatures, equal rows."""
+    return tuple((c.plain, c.style, c.justify, tuple(c.spans)) for c in cells)
+
+
+def _add_run(runs: list[tuple[str, Style]], text: str, style: Style) -> None:
+    if runs[-1][1] == style:
+        runs[-1] = (runs[-1][0] + text, style)
+    else:
+        runs.append((text, style))
+
+
+def _plain_cell(cell: Text, width: int, console) -> list[tuple[str, Style | None]]:
+    """A cell of plain text (no spans), cut with an ellipsis and padded to `width`, as rich
+    renders it: padded on the right, the text unstyled (rich draws a Text's own style only over
+    its spans); justified right, the padding unstyled and the text in its style."""
+    text = cell.plain
+    n = cell_len(text)
+    if n > width:
+        text, n = set_cell_size(text, width - 1) + "…", width
+    pad = " " * (width - n)
+    if cell.justify == "right" and pad:
+        return [(pad, None), (text, console.get_style(cell.style, default=Style.null()))]
+    return [(text + pad, None)]
+
+
+def _rich_cell(cell: Text, width: int, console) -> list[tuple[str, Style | None]]:
+    """A cell with spans, rendered by rich."""
+    text = cell.copy()
+    text.truncate(width, overflow="ellipsis")
+    pad = width - text.cell_len
+    if pad > 0:
+        text = Text(" " * pad) + text if cell.justify == "right" else text + Text(" " * pad)
+    return [(s.text, s.style) for s in text.render(console)]
