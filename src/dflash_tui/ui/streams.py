@@ -2,7 +2,7 @@
 
 Five workers feed the panes, each a Textual worker on the app, exclusive in its group so a
 restart replaces it: the source's reports (header, Health, Threads), its GPU snapshots (GPUs),
-the shown log file (Log, every 0.5 s), events.jsonl (Metrics, only while that tab is shown)
+the shown log file (Log, every 0.5 s and behind each report), events.jsonl (Metrics, only while that tab is shown)
 and the previous run (the Metrics overlay). No call that waits on a target runs on Textual's
 event loop. A report is held for the log poll it wakes (at most REPORT_HOLD_S) so the checklist
 and the log repaint in one frame; a stream that breaks keeps the last data on screen and

@@ -18,7 +18,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -70,12 +70,15 @@ class RowTable(ScrollView, can_focus=True):
             self._strips.clear()
             self.refresh()
             return
+        # The changed rows on screen, in the widget's own lines (the header is line 0 and does
+        # not scroll), refreshed in one call: a refresh per row costs more than its repaint.
         top = int(self.scroll_y)
-        for i, (was, now) in enumerate(zip(old, signatures)):
-            if was != now:
-                y = i + 1 - top   # the header is line 0 and does not scroll
-                if 1 <= y < self.size.height:
-                    self.refresh_line(y)
+        height = self.size.height
+        width = max(size.width, self.size.width)
+        changed = [Region(0, y, width, 1) for y, was, now in zip(range(1 - top, len(signatures) + 1 - top), old, signatures)
+                   if was != now and 1 <= y < height]
+        if changed:
+            self.refresh(*changed)
 
     def render_lines(self, crop):
         # Read once per paint: computed regions, dearer per row than a cached row.
