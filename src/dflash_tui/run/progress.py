@@ -274,7 +274,11 @@ class ProgressParser:
         p.output += len(output)
         if every:
             return len(output), newest
-        return sum(1 for seg in output if _may_progress(seg) or seg.lstrip().startswith("{")), newest
+        # _may_progress and the "{" test on every line, lowered in one call (lowering never
+        # makes or takes a newline, so the lines stay the same lines).
+        lowered = "\n".join(output).lower().split("\n") if output else []
+        return sum(1 for low in lowered if "step" in low or "loss" in low or "/" in low or "iter" in low
+                   or "epoch" in low or low.lstrip().startswith("{")), newest
 
     def _checkpoint(self, seg: str) -> bool:
         cp = _CHECKPOINT.search(seg)
