@@ -39,7 +39,7 @@ class RowTable(ScrollView, can_focus=True):
         self.rows: list[tuple[str, tuple[Text, ...]]] = []
         self._signatures: list[tuple] = []   # per row: what its cells say, to compare and cache by
         self._strips: dict[int, tuple[tuple, Strip]] = {}
-        self._frame = ((0, 0), 0)   # scroll offset and row width of the paint under way
+        self._frame: tuple = ((0, 0), 0, Style(), Style())   # the paint under way: offset, width, styles
 
     @property
     def row_count(self) -> int:
@@ -81,23 +81,25 @@ class RowTable(ScrollView, can_focus=True):
             self.refresh(*changed)
 
     def render_lines(self, crop):
-        # Read once per paint: computed regions, dearer per row than a cached row.
-        self._frame = (self.scroll_offset, self.scrollable_content_region.width)
+        # Read once per paint, not per row: the scroll offset and width are computed regions and
+        # the styles walk the DOM, each dearer than drawing a cached row.
+        self._frame = (self.scroll_offset, self.scrollable_content_region.width, self.rich_style,
+                       self.get_component_rich_style("rowtable--header"))
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
-        (scroll_x, scroll_y), width = self._frame
+        (scroll_x, scroll_y), width, base, header = self._frame
         if y == 0:
             cells = tuple(Text(c) for c in self.columns)
             signature = _signature(cells)
-            style = self.get_component_rich_style("rowtable--header")
+            style = header
         else:
             index = scroll_y + y - 1
             if index >= len(self.rows):
-                return Strip.blank(width, self.rich_style)
+                return Strip.blank(width, base)
             cells = self.rows[index][1]
             signature = self._signatures[index]
-            style = self.rich_style
+            style = base
         key = (signature, tuple(self.widths), style)
         cached = self._strips.get(y if y == 0 else scroll_y + y)
         if cached is not None and cached[0] == key:
@@ -108,19 +110,26 @@ class RowTable(ScrollView, can_focus=True):
         return strip.crop_extend(scroll_x, scroll_x + width, style)
 
     def _render_row(self, cells: Sequence[Text], base: Style) -> Strip:
-        runs: list[tuple[str, Style]] = [(" ", base)]   # (text, style), merged where the style repeats
         console = self.app.console
-        last = len(self.widths) - 1
-        for i, width in enumerate(self.widths):
+        widths = self.widths
+        last = len(widths) - 1
+        segments: list[Segment] = []
+        run, run_style = [" "], base   # the pieces of the current run of one style
+        for i, width in enumerate(widths):
             cell = cells[i] if i < len(cells) else _EMPTY
-            for text, style in (_plain_cell(cell, width, console) if not cell.spans
-                                else _rich_cell(cell, width, console)):
-                if text:
-                    _add_run(runs, text, base + style if style else base)
+            pieces = _rich_cell(cell, width, console) if cell.spans else _plain_cell(cell, width, console)
             if i < last:
-                _add_run(runs, " " * GAP, base)
-        return Strip([Segment(text, style) for text, style in runs],
-                     sum(self.widths) + GAP * last + 1)
+                pieces.append((" " * GAP, None))
+            for text, style in pieces:
+                if not text:
+                    continue
+                style = base + style if style else base
+                if style is not run_style and style != run_style:
+                    segments.append(Segment("".join(run), run_style))
+                    run, run_style = [], style
+                run.append(text)
+        segments.append(Segment("".join(run), run_style))
+        return Strip(segments, sum(widths) + GAP * last + 1)
 
     def on_resize(self) -> None:
         self._strips.clear()
@@ -132,13 +141,6 @@ _EMPTY = Text("")
 def _signature(cells: Sequence[Text]) -> tuple:
     """What a row's cells draw: equal signatures, equal rows."""
     return tuple((c.plain, c.style, c.justify, tuple(c.spans)) for c in cells)
-
-
-def _add_run(runs: list[tuple[str, Style]], text: str, style: Style) -> None:
-    if runs[-1][1] == style:
-        runs[-1] = (runs[-1][0] + text, style)
-    else:
-        runs.append((text, style))
 
 
 def _plain_cell(cell: Text, width: int, console) -> list[tuple[str, Style | None]]:
