@@ -117,9 +117,13 @@ class RowTable(ScrollView, can_focus=True):
         run, run_style = [" "], base   # the pieces of the current run of one style
         for i, width in enumerate(widths):
             cell = cells[i] if i < len(cells) else _EMPTY
+            # rich's Text.render draws a Text's own style only over its spans (a console print
+            # applies it): a plain cell is drawn here, in its style.
             pieces = _rich_cell(cell, width, console) if cell.spans else _plain_cell(cell, width, console)
-            if i < last:
-                pieces.append((" " * GAP, None))
+            if i < last:   # between two cells of one style, the gap is in it too: one bar
+                after = cells[i + 1] if i + 1 < len(cells) else _EMPTY
+                same = cell.style and after.style == cell.style and not cell.spans
+                pieces.append((" " * GAP, console.get_style(cell.style) if same else None))
             for text, style in pieces:
                 if not text:
                     continue
@@ -144,17 +148,18 @@ def _signature(cells: Sequence[Text]) -> tuple:
 
 
 def _plain_cell(cell: Text, width: int, console) -> list[tuple[str, Style | None]]:
-    """A cell of plain text (no spans), cut with an ellipsis and padded to `width`, as rich
-    renders it: padded on the right, the text unstyled (rich draws a Text's own style only over
-    its spans); justified right, the padding unstyled and the text in its style."""
+    """A cell of plain text (no spans), cut with an ellipsis and padded to `width`, in the
+    cell's style as a console prints it: padded on the right, the padding in it too (a row in
+    the alarm style reads as one bar); justified right, the padding plain."""
     text = cell.plain
     n = cell_len(text)
     if n > width:
         text, n = set_cell_size(text, width - 1) + "…", width
     pad = " " * (width - n)
+    style = console.get_style(cell.style, default=Style.null()) if cell.style else None
     if cell.justify == "right" and pad:
-        return [(pad, None), (text, console.get_style(cell.style, default=Style.null()))]
-    return [(text + pad, None)]
+        return [(pad, None), (text, style)]
+    return [(text + pad, style)]
 
 
 def _rich_cell(cell: Text, width: int, console) -> list[tuple[str, Style | None]]:
