@@ -123,7 +123,7 @@ class RowTable(ScrollView, can_focus=True):
             if i < last:   # between two cells of one style, the gap is in it too: one bar
                 after = cells[i + 1] if i + 1 < len(cells) else _EMPTY
                 same = cell.style and after.style == cell.style and not cell.spans
-                pieces.append((" " * GAP, console.get_style(cell.style) if same else None))
+                pieces.append((" " * GAP, console.get_style(cell.style, default=Style.null()) if same else None))
             for text, style in pieces:
                 if not text:
                     continue
