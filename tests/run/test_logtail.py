@@ -78,3 +78,16 @@ async def test_line_without_newline_is_bounded(ops, tmp_path):
     lines = await f.poll()
     assert len(lines) == 1 and lines[0].endswith("[dflash-tui: line cut]")
     assert len(f._partial) == 0
+
+
+async def test_broken_utf8_and_carriage_returns_read_line_by_line(ops, tmp_path):
+    # A poll's lines are decoded in one call; each must read as its own bytes would alone:
+    # a broken sequence at a line's end is one replacement, and a "\r\n" ending is dropped.
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    f = LogFollower(ops, str(log))
+    assert await f.poll() == []
+    raw = [b"ok \xe2\x82", b"\xac euro", b"crlf\r", b"\xf0\x9f\x98\x80 \xff\xfe", b"", b"\xed\xa0\x80 surrogate"]
+    with log.open("ab") as fh:
+        fh.write(b"\n".join(raw) + b"\n")
+    assert await f.poll() == [line.rstrip(b"\r").decode("utf-8", "replace") for line in raw]

@@ -111,3 +111,42 @@ def test_a_busy_poll_parses_its_newest_lines_and_counts_them_all():
     text = "".join(f"step {i} loss {2 + i / 1000:.3f} tok/s {1000 + i}\n" for i in range(5000))
     p = parse_text(text)
     assert (p.step, p.loss, p.rate, p.records, p.output) == (4999, 6.999, 5999.0, 5000, 5000)
+
+
+PLAIN_LINES = ("step 12 loss 2.5", "Step 3/100", "iter 7", "  ", "", "dflash-tui: run 2 started",
+               "{'loss': 1.5, 'epoch': 0.3}", ' {"step": 4}', "{'grad_norm': 0.9}", "loading shards", "ERROR in rank 3",
+               "tok/s 1,234 loss nan", " 45%|████▌ | 450/1000 [00:10<00:12, 44.3it/s, loss=2.1]",
+               "EPOCH 2 ı", "warming up on 12/31", "Epoch 0/9 ━━━━╸ 450/1000 0:00:10")
+
+
+@pytest.mark.parametrize("regex", [None, r"iter (?P<step>\d+)"])
+def test_plain_lines_read_from_the_newest_back_agree_with_reading_each_in_order(regex):
+    # A poll of plain new lines (no escapes, redraws, checkpoint or disk lines) is read from its
+    # newest line back; the line-by-line reading every other chunk gets must say the same.
+    import random
+    rng = random.Random(23)
+    for n in (0, 1, 5, 31, 32, 33, 90, 400):
+        segs = [rng.choice(PLAIN_LINES) for _ in range(n)]
+        newest, in_order = ProgressParser(regex), ProgressParser(regex)
+        fast = newest._newest_candidates(segs)
+        slow = in_order._candidates(segs, [False] * n, escapes=False, disk=False, checkpoint=False)
+        assert fast == slow and newest.progress == in_order.progress, n
+    # Through feed: a busy poll of mixed plain lines, in pieces, ends where one whole read does.
+    text = "".join(rng.choice(PLAIN_LINES) + "\n" for _ in range(3000))
+    whole, pieces = ProgressParser(regex), ProgressParser(regex)
+    whole.feed(text)
+    cut = len(text) // 3
+    pieces.feed(text[:cut])
+    pieces.feed(text[cut:])
+    assert whole.progress.output == pieces.progress.output == sum(
+        1 for line in text.splitlines() if line.strip() and not line.startswith("dflash-tui: "))
+    assert (whole.progress.step, whole.progress.loss) == (pieces.progress.step, pieces.progress.loss)
+
+
+def test_rare_lines_are_found_by_case_insensitive_words_beyond_ascii():
+    # The checkpoint form matches case-insensitively; a substring test on the lowered chunk
+    # decides whether it is searched at all, so the letters Python's re folds to ASCII count too.
+    p = parse_text("step 1\nCHECKPOİNT: step 1 saved to /ck/1\n")
+    assert p.checkpoint == "/ck/1"
+    p = parse_text("step 2\n[Errno 28] No space left on device: '/ck'\n")
+    assert "No space left on device" in p.disk_error

@@ -561,3 +561,34 @@ def test_threads_of_an_ended_run_are_silent_not_stuck():
     st.threads = [replace(t, compile_state="failed")]
     (judged,) = thread_states(st, 5000.0, Limits(), live=False)
     assert judged.state.value == "FAILED"
+
+
+async def test_the_log_is_polled_twice_a_report_never_twice_at_once():
+    # Reports come each second, a little over (a poll takes time): the log poll that a report
+    # triggers and the one its timer makes must not fall together (two repaints of every log
+    # row within milliseconds), and no gap may leave the log a second behind the file.
+    polls: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    class TimedFollower(R.ReplayFollower):
+        async def poll(self):
+            polls.append(loop.time())
+            return await super().poll()
+
+    class Source(R.ReplaySource):
+        def follow(self, name):
+            return TimedFollower()
+
+    src = Source(reports=[R.healthy()])
+    app = DashboardApp(lambda name: src, "h200", clock=Clock())
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None, timeout=2)
+        start = len(polls)
+        for _ in range(6):
+            await asyncio.sleep(1.03)
+            src.push_report(R.healthy())
+        await pilot.pause(0.3)
+    gaps = [b - a for a, b in zip(polls[start:], polls[start + 1:])]
+    assert len(gaps) >= 10, gaps
+    assert min(gaps) > 0.25, [round(g, 3) for g in gaps]
+    assert max(gaps) < 0.8, [round(g, 3) for g in gaps]

@@ -24,7 +24,8 @@ from dflash_tui.run.verdict import Check, CheckState
 from dflash_tui.ui.app import DashboardApp, invocation
 from dflash_tui.ui.panes.gpus import GpuPane
 from dflash_tui.ui.panes.health import HealthPane
-from dflash_tui.ui.panes.metrics import CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema
+from dflash_tui.ui.panes.metrics import (CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema,
+                                         redraw_interval)
 from dflash_tui.ui.widgets.rows import RowTable
 from tests.support import scenarios as R
 
@@ -167,6 +168,20 @@ async def test_eight_gpus_with_foreign_processes_fit_160x48():
                                                          ("6", "bob", "nvtop")}
         assert all(r[6] == "● run" and r[3] == "root" for r in rows if r not in foreign)
         assert app.query_one("#gpu-history").display and "seconds ago" in text and "now" in text
+        # The graph is rebuilt for new samples only as often as its last build allows, by the
+        # charts' rule (a build of 8 lines is tens of ms): new samples before then leave it be.
+        graph = app.query_one("#gpu-history")
+        assert graph.render_s > 0 and redraw_interval(graph.render_s) >= CHART_MIN_S
+        built = graph.render_s
+        graph.render_s = 10 * CHART_MAX_S   # as if it were dear: the longest wait
+        pane._graph_at -= CHART_MAX_S - 1
+        pane.show_snapshot(hist[-2])
+        await pilot.pause()
+        assert graph.render_s == 10 * CHART_MAX_S           # not rebuilt yet
+        pane._graph_at -= 2
+        pane.show_snapshot(hist[-1])
+        await pilot.pause()
+        assert graph.render_s != 10 * CHART_MAX_S and graph.render_s < 10 * built + 1   # rebuilt
 
 
 async def test_eight_gpus_stay_legible_at_80x24():

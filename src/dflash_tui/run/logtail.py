@@ -101,4 +101,10 @@ class LogFollower:
             complete.append(rest[:MAX_LINE] + b" [dflash-tui: line cut]")
             rest = b""
         self._partial = rest
-        return [line.rstrip(b"\r").decode("utf-8", "replace") for line in complete]
+        if not complete:
+            return []
+        # Decoded in one call: a newline byte ends any broken UTF-8 sequence before it, so the
+        # whole decodes to the lines' own decodings joined by newlines.
+        data = b"\n".join(complete)
+        lines = data.decode("utf-8", "replace").split("\n")
+        return [line.rstrip("\r") for line in lines] if b"\r" in data else lines

@@ -71,9 +71,15 @@ _SPLIT = re.compile(r"(\n|\r|\x1b\[[0-9]*+[AF])")
 # The character classes of each part are disjoint and possessive: no backtracking.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*+[ -/]*+[@-~]|\x1b\][^\x07\x1b]*+(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
-# Every progress form holds one of these (lower-cased): a substring test per line, at C speed,
-# keeps the regular expressions off the lines that cannot match.
-_HINTS = ("step", "iter", "loss", "epoch", "/")
+# Every progress form holds one of "step", "iter", "loss", "epoch", "/" (lower-cased): a
+# substring test per line (_may_progress), at C speed, keeps the regular expressions off the
+# lines that cannot match.
+# Literal pieces, one of which every _DISK_FULL match contains.
+_DISK_FULL_WORDS = ("No space left on device", "ENOSPC", "Disk quota exceeded", "[Errno 28]")
+# The non-ASCII characters that `re` matches to an ASCII letter under IGNORECASE (İ, ı: i; ſ: s;
+# the Kelvin sign: k); every other match of an ASCII word is ASCII letters.
+_FOLDS_TO_ASCII = "\u0130\u0131\u017f\u212a"
+_WRAPPER = "dflash-tui: "   # the wrapper's own lines in train.log
 # Of one poll's new progress lines, only this many of the newest are parsed in full: the older
 # ones are counted (they advanced) but their values would be overwritten by the newer ones.
 DETAIL_LAST = 32
@@ -171,6 +177,42 @@ class ProgressParser:
         """Parse the new text; return how many new progress segments it held."""
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         chunk = self._partial + text
+        segs, redraws = self._split(chunk)
+        self._partial = segs.pop()[-MAX_SEGMENT:]
+        self._partial_redraw = redraws.pop()
+        p = self.progress
+        escapes = "\x1b" in chunk
+        # Rare lines: a substring test, then one search over the whole chunk, decide whether any
+        # segment needs a look.
+        disk = any(w in chunk for w in _DISK_FULL_WORDS) and _DISK_FULL.search(chunk) is not None
+        checkpoint = _may_hold_word(chunk, "checkpoint") and _CHECKPOINT.search(chunk) is not None
+        if escapes or disk or checkpoint or any(redraws) or max(map(len, segs), default=0) > MAX_SEGMENT:
+            counted, candidates = self._candidates(segs, redraws, escapes, disk, checkpoint)
+        else:
+            counted, candidates = self._newest_candidates(segs)
+        p.records += counted
+        found = counted
+        for seg, redraw in candidates:
+            got = self._segment(seg, redraw=redraw)
+            found += got
+            if redraw and got:
+                p.output += 1
+        # The unterminated tail is a bar's current state (tqdm and rich write "\r" first): read
+        # its values now, count it once its segment ends.
+        tail = _ESCAPES.sub("", self._partial) if "\x1b" in self._partial else self._partial
+        if tail.strip() and not tail.startswith(_WRAPPER):
+            self._segment(tail, count=False)
+        return found
+
+    def _split(self, chunk: str) -> tuple[list[str], list[bool]]:
+        """The chunk's segments, the last one unterminated, and whether each redraws a line."""
+        if "\r" not in chunk and "\x1b" not in chunk:
+            # Newlines only (the common log): a segment redraws only while the cursor is still
+            # up from an earlier chunk.
+            segs = chunk.split("\n")
+            up, n = self._up, len(segs) - 1
+            self._up = max(0, up - n)
+            return segs, [self._partial_redraw, *(i < up for i in range(min(up, n))), *[False] * (n - min(up, n))]
         parts = _SPLIT.split(chunk)
         # parts alternate segment, separator, segment, ...: a segment after "\r" or a cursor-up
         # redraws a line; after "\n" it is a new line, unless the cursor went up before (a bar
@@ -185,23 +227,22 @@ class ProgressParser:
             else:
                 self._up += int(sep[2:-1] or 1)
                 redraws.append(True)
-        segs = parts[0::2]
-        self._partial = segs.pop()[-MAX_SEGMENT:]
-        self._partial_redraw = redraws.pop()
+        return parts[0::2], redraws
+
+    def _candidates(self, segs: list[str], redraws: list[bool], escapes: bool, disk: bool,
+                    checkpoint: bool) -> tuple[int, list[tuple[str, bool]]]:
+        """Every segment looked at in order: (older progress segments counted unread, the
+        newest DETAIL_LAST candidates with whether each redraws a line)."""
         p = self.progress
-        escapes = "\x1b" in chunk
-        # Rare lines: one search over the whole chunk decides whether any segment needs a look.
-        disk = _DISK_FULL.search(chunk) is not None
-        checkpoint = _CHECKPOINT.search(chunk) is not None
         candidates = []
         for seg, redraw in zip(segs, redraws):
             seg = seg[:MAX_SEGMENT]
             if escapes:
                 seg = _ESCAPES.sub("", seg)
-            if not seg.strip() or seg.startswith("dflash-tui: "):   # the wrapper's own lines
+            if not seg.strip() or seg.startswith(_WRAPPER):   # the wrapper's own lines
                 continue
             if not redraw:
-                p.output += 1          # a redraw is output only when it says something new (below)
+                p.output += 1          # a redraw is output only when it says something new (feed)
             if disk and _DISK_FULL.search(seg):
                 p.disk_error = inert_text(" ".join(seg.split())[:200])
             saved = checkpoint and self._checkpoint(seg)
@@ -210,20 +251,34 @@ class ProgressParser:
         older = max(0, len(candidates) - DETAIL_LAST)
         # The older ones are counted unread (the newer say the latest values); an older redraw
         # is not: whether it said anything new is unknown, and the newer ones say where it got.
-        counted = sum(1 for _, redraw in candidates[:older] if not redraw)
-        p.records += counted
-        found = counted
-        for seg, redraw in candidates[older:]:
-            got = self._segment(seg, redraw=redraw)
-            found += got
-            if redraw and got:
-                p.output += 1
-        # The unterminated tail is a bar's current state (tqdm and rich write "\r" first): read
-        # its values now, count it once its segment ends.
-        tail = _ESCAPES.sub("", self._partial) if "\x1b" in self._partial else self._partial
-        if tail.strip() and not tail.startswith("dflash-tui: "):
-            self._segment(tail, count=False)
-        return found
+        return sum(1 for _, redraw in candidates[:older] if not redraw), candidates[older:]
+
+    def _newest_candidates(self, segs: list[str]) -> tuple[int, list[tuple[str, bool]]]:
+        """`_candidates` for plain new lines (no escapes, redraws, disk or checkpoint lines, none
+        longer than MAX_SEGMENT), read from the newest back: the DETAIL_LAST newest candidates
+        are kept, the lines before them only counted."""
+        p = self.progress
+        every = self.regex is not None
+        newest: list[tuple[str, bool]] = []
+        i = len(segs)
+        while i and len(newest) < DETAIL_LAST:
+            i -= 1
+            seg = segs[i]
+            if not seg or seg.isspace() or seg.startswith(_WRAPPER):
+                continue
+            p.output += 1
+            if every or seg.lstrip().startswith("{") or _may_progress(seg):
+                newest.append((seg, False))
+        newest.reverse()
+        output = [seg for seg in segs[:i] if seg and not seg.isspace() and not seg.startswith(_WRAPPER)]
+        p.output += len(output)
+        if every:
+            return len(output), newest
+        # _may_progress and the "{" test on every line, lowered in one call (lowering never
+        # makes or takes a newline, so the lines stay the same lines).
+        lowered = "\n".join(output).lower().split("\n") if output else []
+        return sum(1 for low in lowered if "step" in low or "loss" in low or "/" in low or "iter" in low
+                   or "epoch" in low or low.lstrip().startswith("{")), newest
 
     def _checkpoint(self, seg: str) -> bool:
         cp = _CHECKPOINT.search(seg)
@@ -299,7 +354,14 @@ class ProgressParser:
 
 def _may_progress(seg: str) -> bool:
     low = seg.lower()
-    return any(h in low for h in _HINTS)
+    return "step" in low or "loss" in low or "/" in low or "iter" in low or "epoch" in low
+
+
+def _may_hold_word(text: str, word: str) -> bool:
+    """False only when a case-insensitive search for the lower-case ASCII `word` cannot match
+    `text`: a substring test of the lowered text, unless the text holds one of the four
+    characters that Python's re matches to an ASCII letter under IGNORECASE (İ ı ſ K)."""
+    return word in text.lower() or (not text.isascii() and any(c in text for c in _FOLDS_TO_ASCII))
 
 
 def _int_text(text: str | None) -> int | None:

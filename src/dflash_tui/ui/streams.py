@@ -2,7 +2,7 @@
 
 Five workers feed the panes, each a Textual worker on the app, exclusive in its group so a
 restart replaces it: the source's reports (header, Health, Threads), its GPU snapshots (GPUs),
-the shown log file (Log, every 0.5 s), events.jsonl (Metrics, only while that tab is shown)
+the shown log file (Log, every 0.5 s and behind each report), events.jsonl (Metrics, only while that tab is shown)
 and the previous run (the Metrics overlay). No call that waits on a target runs on Textual's
 event loop. A report is held for the log poll it wakes (at most REPORT_HOLD_S) so the checklist
 and the log repaint in one frame; a stream that breaks keeps the last data on screen and
@@ -19,6 +19,10 @@ from .fmt import one_line
 from .sources.source import EVENTS_LOG, ActionError
 
 LOG_POLL_S = 0.5   # two polls a second: under 1 s behind the file, half the redraws of 4 Hz
+# After a poll its timer made, the next one waits this much longer for the report it expects
+# (reports come each second, a little over): a timer poll just before a report, then the
+# report's own poll, would repaint every log row twice within a few milliseconds.
+REPORT_SLACK_S = 0.2
 EVENTS_POLL_S = 1.0
 RETRY_MAX_S = 5.0
 REPORT_HOLD_S = 0.2   # the longest a report waits for the log poll it triggers
@@ -115,6 +119,7 @@ class RunStreams:
         pane = app.log_pane
         follower = app.source.follow(app.log_name)
         delay = LOG_POLL_S
+        timed = False   # the last poll was the timer's, not a report's
         while True:
             try:
                 lines = await follower.poll()
@@ -133,7 +138,7 @@ class RunStreams:
                     pane.update_title()
                 # A bar redrawn with carriage returns shows at its latest state before its line ends.
                 pane.lines.show_partial(follower.partial)
-            await self._next_poll(delay)
+            timed = not await self._next_poll(delay + (REPORT_SLACK_S if timed and delay == LOG_POLL_S else 0.0))
 
     async def _events(self) -> None:
         metrics = self.app.metrics_pane
@@ -161,14 +166,16 @@ class RunStreams:
             app.metrics_pane.set_previous(prev.run_id, prev.event_lines)
             app.metrics_pane.flush()
 
-    async def _next_poll(self, delay: float) -> None:
+    async def _next_poll(self, delay: float) -> bool:
         """Sleep `delay`, or less if a report arrives first: polling right behind the report
-        lets the log and the checklist repaint in one frame instead of two."""
+        lets the log and the checklist repaint in one frame instead of two. True when a report
+        ended the wait."""
         if delay > RETRY_MAX_S / 2:
             await asyncio.sleep(delay)   # backing off after errors: do not let reports hurry it
-            return
+            return False
         self._report_arrived.clear()
         try:
             await asyncio.wait_for(self._report_arrived.wait(), delay)
         except asyncio.TimeoutError:
-            pass
+            return False
+        return True

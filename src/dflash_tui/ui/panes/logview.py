@@ -129,6 +129,7 @@ class LogLines(ScrollView, can_focus=True):
         self._fell_off_hidden = 0     # lines dropped while hidden: the scroll fix-up owed on show
         self._back = 0                # rows the cursor is above the end (a display redrawn in place)
         self._partial = ""            # the line being written now (shown below the lines)
+        self._frame = ((0, 0), 0)     # scroll offset and row width of the paint under way
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -163,15 +164,22 @@ class LogLines(ScrollView, can_focus=True):
     def append(self, lines: list[str]) -> None:
         if not lines:
             return
-        if self._back or any("\x1b[" in raw and _CURSOR_UP.search(raw) for raw in lines):
+        joined = "".join(lines)
+        if self._back or ("\x1b[" in joined and any("\x1b[" in raw and _CURSOR_UP.search(raw) for raw in lines)):
             self._append_redrawn(lines)
             return
         arrived = len(lines)
         if arrived > self.max_lines:
             lines = lines[-self.max_lines:]   # the rest would fall off the ring at once
         before = len(self._lines)
-        # Fast path for the common line (printable, not too long): no regex passes at all.
-        cleaned = [raw if raw.isprintable() and len(raw) <= MAX_LINE_CHARS else clean(raw) for raw in lines]
+        # Fast path for the common batch (every line printable, none too long): one test over
+        # the batch, no per-line pass and no regex at all.
+        longest = max(map(len, lines))
+        if longest <= MAX_LINE_CHARS and joined.isprintable():
+            cleaned = lines
+        else:
+            cleaned = [raw if raw.isprintable() and len(raw) <= MAX_LINE_CHARS else clean(raw) for raw in lines]
+            longest = max(map(len, cleaned))
         self._lines.extend(cleaned)
         classify = self._classify
         blob = "\n".join(cleaned)
@@ -180,7 +188,7 @@ class LogLines(ScrollView, can_focus=True):
             self._kinds.extend(classify(line) for line in cleaned)
         else:
             self._kinds.extend([PLAIN] * len(cleaned))   # one search over the batch said: no errors
-        self._width = max(self._width, max(map(len, cleaned)))
+        self._width = max(self._width, longest)
         fell_off = before + arrived - len(self._lines)
         self._after_change(fell_off)
 
@@ -329,10 +337,15 @@ class LogLines(ScrollView, can_focus=True):
     # -- rendering --------------------------------------------------------------------------
     _KIND_STYLE = {ERROR: "loglines--error", TRACEBACK: "loglines--traceback", MARKER: "loglines--marker"}
 
+    def render_lines(self, crop):
+        # Where the rows start and how wide they are, read once per paint: each is a computed
+        # region, and looked up per row they cost more than drawing the row.
+        self._frame = (self.scroll_offset, self.scrollable_content_region.width)
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
+        (scroll_x, scroll_y), width = self._frame
         index = scroll_y + y
-        width = self.scrollable_content_region.width
         base = self._style("base")
         if index >= len(self._lines):
             if index == len(self._lines) and self._partial:

@@ -123,6 +123,12 @@ def ordered(names: Iterable[str]) -> list[str]:
     return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), n))
 
 
+def redraw_interval(cost_s: float) -> float:
+    """Seconds between redraws of charts whose last build and paint took `cost_s`: the cost
+    over CHART_CPU_SHARE, between CHART_MIN_S and CHART_MAX_S (the GPU history graph too)."""
+    return min(CHART_MAX_S, max(CHART_MIN_S, cost_s / CHART_CPU_SHARE))
+
+
 class MetricChart(PlotextPlot):
     """One series' chart; rebuilt only when what it would draw changed."""
 
@@ -289,8 +295,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
 
     def chart_interval(self) -> float:
         """Seconds between redraws for new points: the charts' last cost over their share."""
-        cost = sum(c.render_s for c in self.charts)
-        return min(CHART_MAX_S, max(CHART_MIN_S, cost / CHART_CPU_SHARE))
+        return redraw_interval(sum(c.render_s for c in self.charts))
 
     def _redraw(self, force: bool = False) -> None:
         if self.on_screen:

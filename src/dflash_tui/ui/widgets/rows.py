@@ -5,17 +5,20 @@ of 16 thread rows re-rendered all 150 cells every second (the largest cost of th
 tab). This is a Line-API ScrollView instead (like the log pane): a header row, then one strip
 per row, cached by the row's content; `set_rows` compares row by row and refreshes only the
 lines whose text changed. Column widths only grow (an ageing "9s" -> "10s" never shifts the
-columns back), and a row wider than the pane scrolls sideways.
+columns back), and a row wider than the pane scrolls sideways. A cell of plain text with one
+style (every cell the panes make) is padded and cut as a string, and a row's runs of one style
+are one segment: rich's Text rendering, per cell, was most of a row's cost.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -34,7 +37,9 @@ class RowTable(ScrollView, can_focus=True):
         self.columns = list(columns)
         self.widths = [len(c) for c in self.columns]
         self.rows: list[tuple[str, tuple[Text, ...]]] = []
+        self._signatures: list[tuple] = []   # per row: what its cells say, to compare and cache by
         self._strips: dict[int, tuple[tuple, Strip]] = {}
+        self._frame: tuple = ((0, 0), 0, Style(), Style())   # the paint under way: offset, width, styles
 
     @property
     def row_count(self) -> int:
@@ -45,14 +50,18 @@ class RowTable(ScrollView, can_focus=True):
 
     def set_rows(self, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
         new = [(key, tuple(cells)) for key, cells in rows]
+        signatures = [_signature(cells) for _, cells in new]
         grew = False
+        widths = self.widths
         for _, cells in new:
-            for i, cell in enumerate(cells[: len(self.widths)]):
-                if cell.cell_len > self.widths[i]:
-                    self.widths[i] = cell.cell_len
+            for i, cell in enumerate(cells[: len(widths)]):
+                n = cell.cell_len
+                if n > widths[i]:
+                    widths[i] = n
                     grew = True
-        old = self.rows
+        old = self._signatures
         self.rows = new
+        self._signatures = signatures
         total = sum(self.widths) + GAP * (len(self.widths) - 1) + 1
         size = Size(total, len(new) + 1)
         if self.virtual_size != size:
@@ -61,26 +70,37 @@ class RowTable(ScrollView, can_focus=True):
             self._strips.clear()
             self.refresh()
             return
+        # The changed rows on screen, in the widget's own lines (the header is line 0 and does
+        # not scroll), refreshed in one call: a refresh per row costs more than its repaint.
         top = int(self.scroll_y)
-        for i, (was, now) in enumerate(zip(old, new)):
-            if not _same_row(was[1], now[1]):
-                y = i + 1 - top   # the header is line 0 and does not scroll
-                if 1 <= y < self.size.height:
-                    self.refresh_line(y)
+        height = self.size.height
+        width = max(size.width, self.size.width)
+        changed = [Region(0, y, width, 1) for y, was, now in zip(range(1 - top, len(signatures) + 1 - top), old, signatures)
+                   if was != now and 1 <= y < height]
+        if changed:
+            self.refresh(*changed)
+
+    def render_lines(self, crop):
+        # Read once per paint, not per row: the scroll offset and width are computed regions and
+        # the styles walk the DOM, each dearer than drawing a cached row.
+        self._frame = (self.scroll_offset, self.scrollable_content_region.width, self.rich_style,
+                       self.get_component_rich_style("rowtable--header"))
+        return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        width = self.scrollable_content_region.width
+        (scroll_x, scroll_y), width, base, header = self._frame
         if y == 0:
             cells = tuple(Text(c) for c in self.columns)
-            style = self.get_component_rich_style("rowtable--header")
+            signature = _signature(cells)
+            style = header
         else:
             index = scroll_y + y - 1
             if index >= len(self.rows):
-                return Strip.blank(width, self.rich_style)
+                return Strip.blank(width, base)
             cells = self.rows[index][1]
-            style = self.rich_style
-        key = (tuple((c.plain, str(c.style)) for c in cells), tuple(self.widths), style)
+            signature = self._signatures[index]
+            style = base
+        key = (signature, tuple(self.widths), style)
         cached = self._strips.get(y if y == 0 else scroll_y + y)
         if cached is not None and cached[0] == key:
             strip = cached[1]
@@ -90,24 +110,63 @@ class RowTable(ScrollView, can_focus=True):
         return strip.crop_extend(scroll_x, scroll_x + width, style)
 
     def _render_row(self, cells: Sequence[Text], base: Style) -> Strip:
-        segments: list[Segment] = [Segment(" ", base)]
         console = self.app.console
-        for i, width in enumerate(self.widths):
-            cell = cells[i] if i < len(cells) else Text("")
-            text = cell.copy()
-            text.truncate(width, overflow="ellipsis")
-            pad = width - text.cell_len
-            if pad > 0:
-                text = Text(" " * pad) + text if cell.justify == "right" else text + Text(" " * pad)
-            segments.extend(Segment(s.text, base + s.style if s.style else base)
-                            for s in text.render(console) if s.text)
-            if i < len(self.widths) - 1:
-                segments.append(Segment(" " * GAP, base))
-        return Strip(segments)
+        widths = self.widths
+        last = len(widths) - 1
+        segments: list[Segment] = []
+        run, run_style = [" "], base   # the pieces of the current run of one style
+        for i, width in enumerate(widths):
+            cell = cells[i] if i < len(cells) else _EMPTY
+            # rich's Text.render draws a Text's own style only over its spans (a console print
+            # applies it): a plain cell is drawn here, in its style.
+            pieces = _rich_cell(cell, width, console) if cell.spans else _plain_cell(cell, width, console)
+            if i < last:   # between two cells of one style, the gap is in it too: one bar
+                after = cells[i + 1] if i + 1 < len(cells) else _EMPTY
+                same = cell.style and after.style == cell.style and not cell.spans
+                pieces.append((" " * GAP, console.get_style(cell.style, default=Style.null()) if same else None))
+            for text, style in pieces:
+                if not text:
+                    continue
+                style = base + style if style else base
+                if style is not run_style and style != run_style:
+                    segments.append(Segment("".join(run), run_style))
+                    run, run_style = [], style
+                run.append(text)
+        segments.append(Segment("".join(run), run_style))
+        return Strip(segments, sum(widths) + GAP * last + 1)
 
     def on_resize(self) -> None:
         self._strips.clear()
 
 
-def _same_row(a: tuple[Text, ...], b: tuple[Text, ...]) -> bool:
-    return len(a) == len(b) and all(x.plain == y.plain and x.style == y.style for x, y in zip(a, b))
+_EMPTY = Text("")
+
+
+def _signature(cells: Sequence[Text]) -> tuple:
+    """What a row's cells draw: equal signatures, equal rows."""
+    return tuple((c.plain, c.style, c.justify, tuple(c.spans)) for c in cells)
+
+
+def _plain_cell(cell: Text, width: int, console) -> list[tuple[str, Style | None]]:
+    """A cell of plain text (no spans), cut with an ellipsis and padded to `width`, in the
+    cell's style as a console prints it: padded on the right, the padding in it too (a row in
+    the alarm style reads as one bar); justified right, the padding plain."""
+    text = cell.plain
+    n = cell_len(text)
+    if n > width:
+        text, n = set_cell_size(text, width - 1) + "…", width
+    pad = " " * (width - n)
+    style = console.get_style(cell.style, default=Style.null()) if cell.style else None
+    if cell.justify == "right" and pad:
+        return [(pad, None), (text, style)]
+    return [(text + pad, style)]
+
+
+def _rich_cell(cell: Text, width: int, console) -> list[tuple[str, Style | None]]:
+    """A cell with spans, rendered by rich."""
+    text = cell.copy()
+    text.truncate(width, overflow="ellipsis")
+    pad = width - text.cell_len
+    if pad > 0:
+        text = Text(" " * pad) + text if cell.justify == "right" else text + Text(" " * pad)
+    return [(s.text, s.style) for s in text.render(console)]
