@@ -19,7 +19,6 @@ sample that long after the first (`needs_second_sample`). Every time here is the
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import posixpath
 import re
@@ -31,6 +30,7 @@ from ..contract.rundir import (EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventK
                                SchemaError, parse_event)
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
+from .eager import gather_eager
 from .hang_evidence import StackDump
 from .progress import LogProgress, ProgressParser
 from .stacks import ThreadClass, classify, own_code, parse_frame
@@ -233,7 +233,7 @@ class ProgressTracker:
         if run_id != self.run_id:
             self._start(run_id)
         log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
-        (log_data, restarted), (ev_data, _), _ = await asyncio.gather(
+        (log_data, restarted), (ev_data, _), _ = await gather_eager(
             self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
             self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
             self._ask_disk(ops, run_dir, now))

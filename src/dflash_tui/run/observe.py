@@ -26,6 +26,7 @@ from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from ..slurm.job import SlurmJob
 from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, ProgressTracker
 from .attempts import LaunchAttempt
+from .eager import gather_eager
 from .first_look import first_look, remember
 from .flight_recorder import gather_collectives, gather_root_cause
 from .hang_evidence import HangEvidence
@@ -162,7 +163,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
     ops = await first_look(ops, paths, reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
                            proc_tree=None if pid is None else (pid, run_dir))
-    now, stats = await asyncio.gather(ops.now(), ops.stat(paths))
+    now, stats = await gather_eager(ops.now(), ops.stat(paths))
     ev = Evidence(now=now, run_dir=run_dir, attempt=attempt,
                   files={name: st for name, st in zip(names, stats)})
 
@@ -195,7 +196,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     async def status():
         ev.status, ev.status_problem = await _read_record(ops, ev, status_name, parse_status)
 
-    await asyncio.gather(wrapper_id(), launch(), exit_(), stop(), status())
+    await gather_eager(wrapper_id(), launch(), exit_(), stop(), status())
 
     # Records left over from an earlier run in the same dir are not evidence about this one.
     run_id = current_run_id(ev)
@@ -218,7 +219,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     await _gather_distributed(ops, ev)
     if ev.launch is not None:
         _remember(_PIDS, run_dir, ev.launch.pid)
-        ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid, run_dir=run_dir),
+        ev.tree, _ = await gather_eager(ops.proc_tree(ev.launch.pid, run_dir=run_dir),
                                           tracker.read_files(ops, run_dir, run_id, ev.now, ev.files))
         ev.proc = judged_root(ev.launch, run_dir, ev.tree.root)
     elif attempt is not None and attempt.pid and attempt.run_id == run_id:
@@ -261,7 +262,7 @@ async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
     listing = getattr(ev.probes, "listing", [])
     if not listing:
         return
-    (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await asyncio.gather(
+    (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await gather_eager(
         gather_collectives(ops, ev.run_dir, listing, ev.probes),
         gather_root_cause(ops, ev.run_dir, listing, ev.probes))
     ev.hang.problems.extend(fr_problems + err_problems)
