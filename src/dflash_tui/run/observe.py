@@ -12,6 +12,7 @@ never raised.
 from __future__ import annotations
 
 import asyncio
+import functools
 import posixpath
 import time
 from dataclasses import dataclass, field, replace
@@ -151,11 +152,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     torch.distributed rank whose status this run dir holds (a node of a run on several hosts;
     its file is `rank_file(STATUS_JSON, rank)`). `local_stop`: this machine's record of a stop
     request whose stop.json the target could not take; it stands in for a missing stop.json."""
-    status_name = rank_file(STATUS_JSON, rank)
-    names = tuple(status_name if n == STATUS_JSON else n for n in RUN_FILES)
-    paths = [posixpath.join(run_dir, n) for n in names]
-    reads = {posixpath.join(run_dir, n): _RECORD_MAX for n in (LAUNCH_JSON, EXIT_JSON, STOP_JSON, status_name)}
-    reads[posixpath.join(run_dir, LAUNCH_SH)] = _WRAPPER_HEAD
+    status_name, names, plan_paths, record_reads = _look_plan(run_dir, rank)
+    paths, reads = list(plan_paths), dict(record_reads)
     # The probe reports read at the last look are rewritten every second: ask for them up front.
     reads.update((path, REPORT_MAX_BYTES) for path in _REPORTS.get(run_dir, ()))
     pid = _PIDS.get(run_dir)
@@ -254,6 +252,19 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     if ev.launch is not None:
         await _observe_activity(ops, ev, tracker)
     return ev
+
+
+@functools.lru_cache(maxsize=1024)
+def _look_plan(run_dir: str, rank: int) -> tuple[str, tuple[str, ...], tuple[str, ...], dict[str, int]]:
+    """What every look at `run_dir` asks for (the same each second): rank's status file name,
+    the run files' names and paths, and the records read whole ({path: max bytes}; a copy is
+    the caller's to extend)."""
+    status_name = rank_file(STATUS_JSON, rank)
+    names = tuple(status_name if n == STATUS_JSON else n for n in RUN_FILES)
+    paths = tuple(posixpath.join(run_dir, n) for n in names)
+    reads = {posixpath.join(run_dir, n): _RECORD_MAX for n in (LAUNCH_JSON, EXIT_JSON, STOP_JSON, status_name)}
+    reads[posixpath.join(run_dir, LAUNCH_SH)] = _WRAPPER_HEAD
+    return status_name, names, paths, reads
 
 
 async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
