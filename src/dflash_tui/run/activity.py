@@ -20,6 +20,7 @@ sample that long after the first (`needs_second_sample`). Every time here is the
 from __future__ import annotations
 
 import collections
+import functools
 import posixpath
 import re
 from collections.abc import Mapping
@@ -138,6 +139,13 @@ class _FileCursor:
 
 
 def _signature(frames: list[str]) -> tuple[str, ...]:
+    return _signature_of(tuple(frames))
+
+
+# A thread's stack stays where it is for many looks: its signature is kept (bounded: a running
+# thread's frames carry line numbers and keep changing).
+@functools.lru_cache(maxsize=1024)
+def _signature_of(frames: tuple[str, ...]) -> tuple[str, ...]:
     """What of a thread's stack counts as where it is. Its frames in the program's own code,
     innermost first, the innermost without its line: a loop inside one function (a spin, a
     busy phase) stays one signature; a call into another function of the program, or back out
