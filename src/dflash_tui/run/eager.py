@@ -7,6 +7,10 @@ schedule, a callback, a wake-up each), which was most of a look's event-loop cos
 coroutine runs at once until it first waits; one that finishes before that costs a function
 call, and one that waits goes on in a Task of its own, so what really waits on the target
 still waits concurrently, as under gather.
+
+A coroutine's first step runs in the caller's task and the rest in a task of its own: nothing
+given to it may bind to the current task before it first waits (`asyncio.timeout`,
+`current_task()`); the poll's deadline sits around the whole look instead (watch/host.py).
 """
 
 from __future__ import annotations
