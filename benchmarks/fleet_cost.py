@@ -94,7 +94,10 @@ task; a record ending with a newline is not walked (a raw control cannot be insi
 json.loads accepts); a look's fixed plan is made once per run dir; the tracker's checks keep
 their inert texts when only `since` moves; the row's shown fields are compared without two
 dataclass copies; FileStats and a thread's stack signature are kept while they stand: ~1,950
-calls per look (0.63), event-loop callbacks 5.9-6.5% of a core against 7.7% (0.80). What is left
+calls per look (0.63), event-loop callbacks 5.9-6.7% of a core against 7.7-9.1% (0.75-0.80).
+And a target's poll is ONE `observe` request carrying its profiles' looks (it was one request
+per profile, sent in one write); its answer is as many bytes as before, so that changed little
+of the CPU (the futures, timers and JSON envelopes of four requests a poll). What is left
 per look is flat: the verdict ~0.2 ms, the probe report's and status.json's validation ~0.15 ms,
 the progress tracker, the answer's decoding and the rest of the look's own code ~0.4 ms, SSH and
 the agent's framing ~1.3 points of a core for the 10 targets. The answer per poll is ~25 KB
