@@ -131,3 +131,15 @@ def test_status_and_events_carry_rank_and_node_validated():
     assert [(e["rank"], e["node"]) for e in ev.events] == [(1, "gpu2"), (0, "")]
     with pytest.raises(SchemaError, match="step event: field 'rank'"):
         make_event("step", 1.0, step=1, rank="one")
+
+
+@pytest.mark.parametrize("escape", ["\x1b]2;pwned\x07", "\x9b31m", "\u2028", "\x7f", "\r", "\t"])
+def test_text_that_decodes_to_a_control_is_made_inert_and_the_newline_a_file_ends_with_is_not_one(escape):
+    # Raw, the C0 controls are refused inside a JSON string, so a record's trailing newline
+    # (whitespace between tokens) is no reason to walk the record; escaped, each is made inert.
+    rec = parse_launch(json.dumps({**LAUNCH, "host": f"h{escape}x"}, ensure_ascii=False) + "\n")
+    assert rec.host.startswith("h\\") and rec.host.endswith("x") and escape not in rec.host
+    raw_tab = json.dumps({**LAUNCH, "host": "h"}).replace('"h"', '"h\tx"')
+    with pytest.raises(SchemaError, match="not valid JSON"):
+        parse_launch(raw_tab)
+    assert parse_launch(json.dumps(LAUNCH) + "\n\r\n").host == "h"

@@ -7,6 +7,7 @@ asks them one by one)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import time
 from pathlib import Path
@@ -119,6 +120,31 @@ async def test_observe_answers_each_part_as_its_own_op_would(tmp_path):
         again = await first_look(agent, paths, reads={str(record): 4096}, grown={str(log): (10, 64)},
                                  list_dirs=[], proc_tree=None)
         assert again._reads == {}
+        assert agent.asked == ["observe"]
+    finally:
+        await agent.close()
+
+
+async def test_the_looks_of_one_tick_are_one_request_and_a_bad_look_fails_alone(tmp_path):
+    records = []
+    for i in range(3):
+        (tmp_path / f"run{i}").mkdir()
+        record = tmp_path / f"run{i}" / "launch.json"
+        record.write_text(f'{{"run": {i}}}')
+        records.append(str(record))
+    agent = await CountingAgent.start(LocalTarget())
+    try:
+        looks = [agent.observe([r], reads={r: 4096}, known={}) for r in records]
+        bad = agent.observe([records[0]], reads={records[0]: "many"}, known={})
+        *answers, refused = await asyncio.gather(*looks, bad, return_exceptions=True)
+        assert agent.asked == ["observe"]           # four looks, one request
+        for i, (record, answer) in enumerate(zip(records, answers)):
+            assert [st["path"] for st in answer["stats"]] == [record]
+            assert base64.b64decode(answer["reads"][record]["result"]["data"]) == f'{{"run": {i}}}'.encode()
+        assert isinstance(refused, OpRefused) and "observe on" in refused.message, refused
+        agent.asked.clear()
+        # the next tick's look is the next request
+        assert (await agent.observe([records[1]], reads={}, known={}))["stats"][0]["exists"]
         assert agent.asked == ["observe"]
     finally:
         await agent.close()

@@ -6,6 +6,8 @@ its confirmation, and a history run opened read-only."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 
 import pytest
 
@@ -162,3 +164,60 @@ async def test_relaunch_dialog_offers_resume_only_with_a_checkpoint():
             await pilot.pause()
     # u resumes only when there is something to resume from; without, u does nothing.
     assert answers == ["resume", "fresh", "fresh", None]
+
+
+async def test_a_run_gone_quiet_turns_stalled_at_its_limit_while_nothing_on_disk_changes(tmp_path, monkeypatch):
+    # No probe, and the stand-in sleeps in silence after its beats: status.json, train.log and
+    # every other file of the run dir stop changing. The row must still turn STALLED by the
+    # clock alone, when the heartbeat's age passes stall_after_s: not before, nor a poll late.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    limit = 3.0
+    quiet = standin_profile(tmp_path / "quiet", "stall", "--interval=0.2", "--beats=4", name="quiet",
+                            source="cfg", probe=False, stall_after_s=limit, compile_stall_after_s=limit)
+    beat = standin_profile(tmp_path / "beat", "beat", "--interval=0.2", name="beat", source="cfg",
+                           probe=False, stall_after_s=limit)
+    pids = {}
+    for p in (quiet, beat):
+        async with Session(p) as s:
+            out = await s.launch()
+            assert out.run_id, out.checklist
+            pids[p.name] = out.evidence.launch.pid
+    config = Config(path="cfg", profiles={p.name: p for p in (quiet, beat)})
+    app = build_app(config, "quiet")
+    status = tmp_path / "quiet" / "status.json"
+    try:
+        async with app.run_test(size=(130, 30)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, FleetScreen), 10, "the fleet is the home")
+            loop = asyncio.get_running_loop()
+
+            def state() -> str | None:
+                row = next((r for r in app.screen.shown if r.profile == "quiet"), None)
+                return row.state if row is not None else None
+
+            await until(pilot, lambda: state() == Verdict.RUNNING.value, 30, "the quiet run seen RUNNING")
+            # Its last beat: the status file stops changing.
+            last, still_since = status.stat().st_mtime_ns, loop.time()
+            while loop.time() - still_since < 1.0:
+                await pilot.pause(0.05)
+                if status.stat().st_mtime_ns != last:
+                    last, still_since = status.stat().st_mtime_ns, loop.time()
+            heartbeat = json.loads(status.read_text())["heartbeat_time"]
+            before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "quiet").iterdir()}
+            seen: list[tuple[float, str | None]] = []
+            while state() != Verdict.STALLED.value:
+                assert time.time() - heartbeat < limit + 6, f"never STALLED: {seen[-3:]}"
+                seen.append((time.time() - heartbeat, state()))
+                await pilot.pause(0.05)
+            stalled_at = time.time() - heartbeat
+            assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "quiet").iterdir()} == before, \
+                "the run dir changed: this test needs a run that is silent on disk"
+            # RUNNING on screen until the limit, STALLED within a poll (1 s) and a redraw of it.
+            assert all(s == Verdict.RUNNING.value for age, s in seen if age < limit - 0.05), seen
+            assert limit <= stalled_at < limit + 2.0, stalled_at
+            row = next(r for r in app.screen.shown if r.profile == "quiet")
+            assert "stopped" in row.cause, row.cause
+            assert next(r for r in app.screen.shown if r.profile == "beat").state == Verdict.RUNNING.value
+    finally:
+        for p in (quiet, beat):
+            async with Session(p) as s:
+                await s.stop()

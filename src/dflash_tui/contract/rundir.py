@@ -449,9 +449,11 @@ _MAX_DEPTH = 32            # JSON nesting: deeper is refused before the parser r
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _UNSAFE_KEEP_NL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 # What in a JSON text can decode to one of those: an escape (\\n, \\u001b, \\ud800) or the raw
-# character (JSON allows raw C1 controls and separators inside strings).
+# character (JSON allows raw C1 controls and separators inside strings). A raw C0 control is
+# not in the list: json.loads (strict) refuses one inside a string, so in a text it parsed, one
+# is whitespace between tokens (the newline a writer ends its file with) and decodes to nothing.
 _JSON_UNSAFE = re.compile(r'\\(?:[bfnrt]|u(?:00[01]|007[fF]|00[89]|202[89]|[dD][89a-fA-F]))'
-                          "|[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+                          "|[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def _escape(m: "re.Match[str]") -> str:

@@ -75,6 +75,7 @@ class AgentOps:
         self._start_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
         self._outbox: tuple[Process, list[bytes], asyncio.Task] | None = None
+        self._looks: list[tuple[dict, asyncio.Future]] | None = None   # observe's of this tick
         self._closed = False
 
     @classmethod
@@ -295,12 +296,42 @@ class AgentOps:
     async def observe(self, paths: list[str], *, reads: dict[str, int], known: dict[str, list],
                       grown: dict[str, tuple[int, int]] | None = None, list_dirs: Sequence[str] = (),
                       proc_tree: tuple[int, str | None] | None = None) -> dict:
-        """The first round of a look at a run dir in one request (agent_server `op_observe`);
-        the raw answer, which run/first_look.py hands out as the answers of the single ops."""
+        """The first round of a look at a run dir (agent_server `observe_one`): the raw answer,
+        which run/first_look.py hands out as the answers of the single ops. The looks asked in
+        one event-loop tick (a fleet's poll of one target's run dirs) go as ONE request."""
         tree = None if proc_tree is None else {"pid": int(proc_tree[0]), "run_dir": proc_tree[1]}
-        return await self.call("observe", paths=list(paths), reads=dict(reads), known=dict(known),
-                               grown={p: [int(o), int(n)] for p, (o, n) in (grown or {}).items()},
-                               list_dirs=list(list_dirs), proc_tree=tree)
+        look = {"paths": list(paths), "reads": dict(reads), "known": dict(known),
+                "grown": {p: [int(o), int(n)] for p, (o, n) in (grown or {}).items()},
+                "list_dirs": list(list_dirs), "proc_tree": tree}
+        answer = asyncio.get_running_loop().create_future()
+        if self._looks is None:
+            self._looks = []
+            asyncio.ensure_future(self._observe_together(self._looks))
+        self._looks.append((look, answer))
+        return await answer
+
+    async def _observe_together(self, looks: list[tuple[dict, asyncio.Future]]) -> None:
+        await asyncio.sleep(0)   # let the looks of this tick join
+        if self._looks is looks:
+            self._looks = None   # later looks start the next request
+        try:
+            items = await self.call("observe", looks=[look for look, _ in looks])
+            if not isinstance(items, list) or len(items) != len(looks):
+                raise TargetError(f"the agent on {self.label} answered observe with "
+                                  f"{len(items) if isinstance(items, list) else 'no'} looks for {len(looks)}")
+        except Exception as exc:   # each caller gets it, as its own call would have
+            for _, answer in looks:
+                if not answer.done():
+                    answer.set_exception(exc)
+            return
+        for (_, answer), item in zip(looks, items):
+            if answer.done():
+                continue   # its caller gave up (its poll's deadline)
+            if isinstance(item, dict) and item.get("ok"):
+                answer.set_result(item.get("result"))
+            else:
+                error = item.get("error", "failed") if isinstance(item, dict) else "failed"
+                answer.set_exception(OpRefused(f"observe on {self.label}: {error}"))
 
     # -- PreflightOps ---------------------------------------------------------------------
     async def remove_if_holds(self, path: str, token: str) -> bool:

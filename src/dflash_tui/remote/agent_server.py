@@ -613,7 +613,29 @@ def _item(fn, *args):
         return {"ok": False, "error": str(exc)}
 
 
-def op_observe(paths, reads=None, known=None, grown=None, list_dirs=(), proc_tree=None):
+def op_observe(looks):
+    """Looks at several run dirs in one request (a fleet's poll of one target's profiles): one
+    answer per look of `looks` (each the keyword arguments of `observe_one`), in order, each
+    {"ok": true, "result": ...} or {"ok": false, "error": ...}, so one bad look fails alone."""
+    if not isinstance(looks, list):
+        raise OpFailed("looks must be a list")
+    return [_one_look(look) for look in looks]
+
+
+def _one_look(look):
+    try:
+        if not isinstance(look, dict):
+            raise OpFailed("a look must be an object")
+        return {"ok": True, "result": observe_one(**look)}
+    except OpFailed as exc:
+        return {"ok": False, "error": str(exc)}
+    except TypeError as exc:
+        return {"ok": False, "error": "bad arguments for observe: %s" % exc}
+    except Exception as exc:   # a look's bug must not fail the others
+        return {"ok": False, "error": "observe failed: %s: %s" % (type(exc).__name__, exc)}
+
+
+def observe_one(paths, reads=None, known=None, grown=None, list_dirs=(), proc_tree=None):
     """The first round of one look at a run dir, in one request: the clock, a stat of `paths`,
     the listings of `list_dirs`, then `reads` ({path: max_bytes}, from offset 0) of the files
     that exist and whose (inode, size, mtime) is not `known[path]` (the client holds those

@@ -14,10 +14,23 @@ from ..contract.rundir import inert_text
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 
 
+# A poll stats the same files every second and most answers are the last one's again: the
+# FileStat (frozen, so shared safely) made for an answer is kept. Bounded: mtimes move.
+_STATS_MAX = 4096
+_STATS: dict[tuple, FileStat] = {}
+
+
 def filestat_from(d: dict) -> FileStat:
-    return FileStat(path=d["path"], exists=bool(d["exists"]), size=int(d["size"]),
-                    mtime=float(d["mtime"]), inode=int(d["inode"]), is_dir=bool(d["is_dir"]),
-                    error=d.get("error", ""), kind=d.get("kind", ""))
+    key = (d["path"], d["exists"], d["size"], d["mtime"], d["inode"], d["is_dir"], d.get("error", ""),
+           d.get("kind", ""))
+    st = _STATS.get(key)
+    if st is None:
+        st = FileStat(path=key[0], exists=bool(key[1]), size=int(key[2]), mtime=float(key[3]),
+                      inode=int(key[4]), is_dir=bool(key[5]), error=key[6], kind=key[7])
+        if len(_STATS) >= _STATS_MAX:
+            _STATS.clear()
+        _STATS[key] = st
+    return st
 
 
 def chunk_from(d: dict) -> FileChunk:

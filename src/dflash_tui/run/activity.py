@@ -19,8 +19,8 @@ sample that long after the first (`needs_second_sample`). Every time here is the
 
 from __future__ import annotations
 
-import asyncio
 import collections
+import functools
 import posixpath
 import re
 from collections.abc import Mapping
@@ -31,6 +31,7 @@ from ..contract.rundir import (EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventK
                                SchemaError, parse_event)
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
+from .eager import gather_eager
 from .hang_evidence import StackDump
 from .progress import LogProgress, ProgressParser
 from .stacks import ThreadClass, classify, own_code, parse_frame
@@ -138,6 +139,13 @@ class _FileCursor:
 
 
 def _signature(frames: list[str]) -> tuple[str, ...]:
+    return _signature_of(tuple(frames))
+
+
+# A thread's stack stays where it is for many looks: its signature is kept (bounded: a running
+# thread's frames carry line numbers and keep changing).
+@functools.lru_cache(maxsize=1024)
+def _signature_of(frames: tuple[str, ...]) -> tuple[str, ...]:
     """What of a thread's stack counts as where it is. Its frames in the program's own code,
     innermost first, the innermost without its line: a loop inside one function (a spin, a
     busy phase) stays one signature; a call into another function of the program, or back out
@@ -233,7 +241,7 @@ class ProgressTracker:
         if run_id != self.run_id:
             self._start(run_id)
         log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
-        (log_data, restarted), (ev_data, _), _ = await asyncio.gather(
+        (log_data, restarted), (ev_data, _), _ = await gather_eager(
             self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
             self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
             self._ask_disk(ops, run_dir, now))

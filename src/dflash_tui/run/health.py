@@ -589,5 +589,5 @@ class HealthTracker:
                 # heartbeat's), else now.
                 since = c.since if c.since is not None and prev is None else now
                 self._since[c.id] = (c.state, since)
-            out.append(replace(c, since=since))
+            out.append(c.since_at(since))
         return replace(checklist, checks=out)

@@ -12,6 +12,7 @@ never raised.
 from __future__ import annotations
 
 import asyncio
+import functools
 import posixpath
 import time
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ from ..remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from ..slurm.job import SlurmJob
 from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, ProgressTracker
 from .attempts import LaunchAttempt
+from .eager import gather_eager
 from .first_look import first_look, remember
 from .flight_recorder import gather_collectives, gather_root_cause
 from .hang_evidence import HangEvidence
@@ -150,11 +152,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     torch.distributed rank whose status this run dir holds (a node of a run on several hosts;
     its file is `rank_file(STATUS_JSON, rank)`). `local_stop`: this machine's record of a stop
     request whose stop.json the target could not take; it stands in for a missing stop.json."""
-    status_name = rank_file(STATUS_JSON, rank)
-    names = tuple(status_name if n == STATUS_JSON else n for n in RUN_FILES)
-    paths = [posixpath.join(run_dir, n) for n in names]
-    reads = {posixpath.join(run_dir, n): _RECORD_MAX for n in (LAUNCH_JSON, EXIT_JSON, STOP_JSON, status_name)}
-    reads[posixpath.join(run_dir, LAUNCH_SH)] = _WRAPPER_HEAD
+    status_name, names, plan_paths, record_reads = _look_plan(run_dir, rank)
+    paths, reads = list(plan_paths), dict(record_reads)
     # The probe reports read at the last look are rewritten every second: ask for them up front.
     reads.update((path, REPORT_MAX_BYTES) for path in _REPORTS.get(run_dir, ()))
     pid = _PIDS.get(run_dir)
@@ -162,7 +161,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
     ops = await first_look(ops, paths, reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
                            proc_tree=None if pid is None else (pid, run_dir))
-    now, stats = await asyncio.gather(ops.now(), ops.stat(paths))
+    now, stats = await gather_eager(ops.now(), ops.stat(paths))
     ev = Evidence(now=now, run_dir=run_dir, attempt=attempt,
                   files={name: st for name, st in zip(names, stats)})
 
@@ -195,7 +194,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     async def status():
         ev.status, ev.status_problem = await _read_record(ops, ev, status_name, parse_status)
 
-    await asyncio.gather(wrapper_id(), launch(), exit_(), stop(), status())
+    await gather_eager(wrapper_id(), launch(), exit_(), stop(), status())
 
     # Records left over from an earlier run in the same dir are not evidence about this one.
     run_id = current_run_id(ev)
@@ -218,7 +217,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     await _gather_distributed(ops, ev)
     if ev.launch is not None:
         _remember(_PIDS, run_dir, ev.launch.pid)
-        ev.tree, _ = await asyncio.gather(ops.proc_tree(ev.launch.pid, run_dir=run_dir),
+        ev.tree, _ = await gather_eager(ops.proc_tree(ev.launch.pid, run_dir=run_dir),
                                           tracker.read_files(ops, run_dir, run_id, ev.now, ev.files))
         ev.proc = judged_root(ev.launch, run_dir, ev.tree.root)
     elif attempt is not None and attempt.pid and attempt.run_id == run_id:
@@ -255,13 +254,26 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     return ev
 
 
+@functools.lru_cache(maxsize=1024)
+def _look_plan(run_dir: str, rank: int) -> tuple[str, tuple[str, ...], tuple[str, ...], dict[str, int]]:
+    """What every look at `run_dir` asks for (the same each second): rank's status file name,
+    the run files' names and paths, and the records read whole ({path: max bytes}; a copy is
+    the caller's to extend)."""
+    status_name = rank_file(STATUS_JSON, rank)
+    names = tuple(status_name if n == STATUS_JSON else n for n in RUN_FILES)
+    paths = tuple(posixpath.join(run_dir, n) for n in names)
+    reads = {posixpath.join(run_dir, n): _RECORD_MAX for n in (LAUNCH_JSON, EXIT_JSON, STOP_JSON, status_name)}
+    reads[posixpath.join(run_dir, LAUNCH_SH)] = _WRAPPER_HEAD
+    return status_name, names, paths, reads
+
+
 async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
     """Where each rank's collectives stand (Flight Recorder) and the first failure (torchelastic),
     from the files the run left in its probe directory; live or ended."""
     listing = getattr(ev.probes, "listing", [])
     if not listing:
         return
-    (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await asyncio.gather(
+    (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await gather_eager(
         gather_collectives(ops, ev.run_dir, listing, ev.probes),
         gather_root_cause(ops, ev.run_dir, listing, ev.probes))
     ev.hang.problems.extend(fr_problems + err_problems)

@@ -8,13 +8,13 @@ one of another run (left behind in the directory) is not evidence about this one
 
 from __future__ import annotations
 
-import asyncio
 import posixpath
 import re
 
 from ..contract.rundir import PROBE_DIR, ProbeReport, SchemaError, parse_probe
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
 from ..remote.ops import FileStat, PreflightOps
+from .eager import gather_eager
 
 MAX_REPORTS = 32
 REPORT_MAX_BYTES = 256 << 10     # a report of 256 threads with six frames each is ~100 KiB
@@ -70,7 +70,7 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None) -> 
                   if st.exists and not st.is_dir and _REPORT_NAME.match(posixpath.basename(st.path))]
     candidates.sort(key=lambda st: st.mtime, reverse=True)
     read = candidates[:MAX_REPORTS]
-    results = await asyncio.gather(*(_read_one(ops, st) for st in read))
+    results = await gather_eager(*(_read_one(ops, st) for st in read))
     reports = [r for r, _ in results if r is not None and (run_id is None or r.run_id == run_id)]
     reports.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
     return ProbeReports(reports, [p for _, p in results if p], skipped=len(candidates) - len(read),

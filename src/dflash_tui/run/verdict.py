@@ -78,6 +78,16 @@ class Check:
         # made of target output; whatever reached it un-made-inert is made inert here.
         self.cause, self.hint = _inert(self.cause), _inert(self.hint)
 
+    def since_at(self, since: float | None) -> "Check":
+        """This check with another `since`: a copy that keeps the texts already made inert
+        (`replace` would make them inert again, a look's checks every poll)."""
+        if since == self.since:
+            return self
+        other = object.__new__(Check)   # no __init__: nothing to check or make inert again
+        other.__dict__.update(self.__dict__)
+        other.since = since
+        return other
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["state"] = self.state.value

@@ -80,7 +80,10 @@ class HostWatch(RunWatch):
         try:
             if disconnected:
                 await asyncio.wait_for(self.session.reopen(), self.poll_timeout)   # a fresh connection and agent
-            ev = await asyncio.wait_for(self.session.evidence(), self.poll_timeout)
+            # A deadline on this task rather than wait_for's task per look (most of a steady
+            # look runs without waiting at all: run/eager.py).
+            async with asyncio.timeout(self.poll_timeout):
+                ev = await self.session.evidence()
         except asyncio.TimeoutError:
             return self._stale(TargetError(f"{self.label} did not answer within {self.poll_timeout:.0f} s"))
         except (TargetError, OSError) as exc:
