@@ -17,6 +17,7 @@ import pytest
 
 from tests.test_cli_modes import cli, local, one_line_error, write_config
 from tests.run.test_claim import kill_each, trainers
+from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -159,7 +160,8 @@ def test_130_interrupted(tmp_path):
     cfg = write_config(tmp_path, p=local(tmp_path / "run", "beat"))
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
     proc = subprocess.Popen([sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--check", "--wait", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint)
     time.sleep(3)                                   # inside the --wait loop: NO RUN is undecided
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

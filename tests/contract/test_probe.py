@@ -17,6 +17,7 @@ import pytest
 from dflash_tui.contract.rundir import EVENTS_JSONL, PROBE_DIR, PROBE_ERRORS_LOG, parse_events
 
 from tests.support.probe import PYTHON, probe_env, reports, thread, wait_reports
+from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -353,7 +354,7 @@ def test_probe_failures_leave_output_exit_code_and_signals_alone(tmp_path):
         results = []
         for env in (bare, probe_env(tmp_path / f"sig{sig}")):
             p = subprocess.Popen([PYTHON, str(prog), "sleep"], env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+                                 stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
             assert p.stdout.readline().startswith("out line") and p.stdout.readline() == "sleeping\n"
             time.sleep(0.3)
             p.send_signal(sig)
