@@ -76,6 +76,7 @@ class AgentOps:
         self._write_lock = asyncio.Lock()
         self._outbox: tuple[Process, list[bytes], asyncio.Task] | None = None
         self._looks: list[tuple[dict, asyncio.Future]] | None = None   # observe's of this tick
+        self._sending: set[asyncio.Task] = set()   # the loop keeps only weak references to tasks
         self._closed = False
 
     @classmethod
@@ -306,7 +307,9 @@ class AgentOps:
         answer = asyncio.get_running_loop().create_future()
         if self._looks is None:
             self._looks = []
-            asyncio.ensure_future(self._observe_together(self._looks))
+            task = asyncio.ensure_future(self._observe_together(self._looks))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
         self._looks.append((look, answer))
         return await answer
 
