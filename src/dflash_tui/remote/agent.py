@@ -207,7 +207,8 @@ class AgentOps:
     # -- requests ------------------------------------------------------------------------
     async def call(self, op: str, timeout: float | None = None, **args: Any) -> Any:
         """One request; retried once on a fresh agent when the channel died under it
-        (every op but `signal` and `dump_stacks` is a read, so repeating it is harmless)."""
+        (every op but `signal` and `dump_stacks` is a read, or, like `remove_if_holds`, does
+        nothing the second time, so repeating it is harmless)."""
         for attempt in (1, 2):
             await self._ensure()
             try:
