@@ -99,9 +99,12 @@ async def test_where_silent_runs_are_stuck(where, tmp_path):
     # A lock-order deadlock: both threads named where they block; the main thread's join is not.
     dl = last("deadlock")
     assert dl[1] is Verdict.STALLED, (label, [x[:3] for x in seen["deadlock"][-5:]])
-    assert re.match(r"deadlock: checkpointer is blocked in save_checkpoint \(lock_deadlock\.py:\d+\) \(a lock or "
-                    r"another C call\); metrics-writer is blocked in write_metrics \(lock_deadlock\.py:\d+\) \(a lock "
-                    r"or another C call\) for \d+ s, 0 % CPU", dl[2]), (label, dl[2])
+    m = re.match(r"deadlock: checkpointer is blocked in save_checkpoint \(lock_deadlock\.py:\d+\) \(a lock or "
+                 r"another C call\); metrics-writer is blocked in write_metrics \(lock_deadlock\.py:\d+\) \(a lock "
+                 r"or another C call\) for \d+ s, (\d+) % CPU", dl[2])
+    # The deadlocked threads spend nothing; what the process spends is the probe's beat and its
+    # stack samples, which a loaded machine rounds up to a percent or two.
+    assert m and int(m.group(1)) <= 3, (label, dl[2])
     # Both went STALLED within a few seconds of stall_after_s after their last output, never later.
     for name in ("collective", "deadlock"):
         first = stalled(name)[0]
