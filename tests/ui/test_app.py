@@ -592,3 +592,15 @@ async def test_the_log_is_polled_twice_a_report_never_twice_at_once():
     assert len(gaps) >= 10, gaps
     assert min(gaps) > 0.25, [round(g, 3) for g in gaps]
     assert max(gaps) < 0.8, [round(g, 3) for g in gaps]
+
+
+async def test_a_report_held_for_the_log_poll_is_dropped_once_the_app_closes():
+    """A report still held for its log poll (or a poll that comes back) when the app closes
+    finds its widgets gone: it is dropped, never an error in the app's last frame."""
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        streams, held = app.streams, app.report
+    streams._pending_report = held
+    streams.apply_pending_report()   # after the close: must not reach the removed tabs
+    assert streams._pending_report is None

@@ -95,6 +95,8 @@ class RunStreams:
 
     def apply_pending_report(self) -> None:
         report, self._pending_report = self._pending_report, None
+        if not self.app.is_running:
+            return   # the app is closing: its widgets are being removed under this call
         if report is not None:
             self.app.on_report(report)
         # events.jsonl points (polled beside the log, see _events) join this frame.
@@ -123,6 +125,8 @@ class RunStreams:
         while True:
             try:
                 lines = await follower.poll()
+                if not app.is_running:
+                    return   # closed while the poll waited: nothing left to show it in
             except (TargetError, OSError, ValueError) as exc:
                 pane.problem = f"cannot read: {one_line(str(exc))}"
                 app.metrics_pane.flush()   # the points still show while the log cannot be read
