@@ -22,13 +22,12 @@ from collections import deque
 from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
-from textual_plotext import PlotextPlot
 
 from ...gpu.sample import GpuSample, GpuSnapshot
 from ..fmt import NA, alarm_style, gib, num
 from ..widgets.rows import RowTable
 from .base import Pane
-from .metrics import redraw_interval
+from .metrics import TimedPlot, redraw_interval
 from ..widgets.tables import OnScreenOnly
 
 HISTORY = 300              # seconds of utilisation kept per GPU (1 Hz samples)
@@ -150,21 +149,10 @@ def process_rows(snap: GpuSnapshot) -> list[tuple[str, list[Text]]]:
     return [(key, cells) for _, key, cells in rows]
 
 
-class GpuHistory(PlotextPlot):
+class GpuHistory(TimedPlot):
     """Utilisation of every GPU over time: x in seconds before the newest sample. Rebuilt as
     often as the charts' share of a core allows (metrics.redraw_interval): a plotext build of 8
     lines of 300 points is 15-30 ms, every 5 s still 0.3-0.6 % of a core."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.render_s = 0.0   # what its last build took
-
-    def render(self):
-        t0 = time.perf_counter()
-        try:
-            return super().render()
-        finally:
-            self.render_s = time.perf_counter() - t0
 
     def draw(self, history: dict[int, deque[tuple[float, float | None]]]) -> None:
         plt = self.plt

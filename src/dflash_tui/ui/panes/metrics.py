@@ -129,14 +129,13 @@ def redraw_interval(cost_s: float) -> float:
     return min(CHART_MAX_S, max(CHART_MIN_S, cost_s / CHART_CPU_SHARE))
 
 
-class MetricChart(PlotextPlot):
-    """One series' chart; rebuilt only when what it would draw changed."""
+class TimedPlot(PlotextPlot):
+    """A plotext chart that knows what its last build and paint took (`render_s`), the cost
+    `redraw_interval` spaces its redraws by."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.drawn: tuple | None = None
-        self._args: tuple | None = None
-        self.render_s = 0.0       # what its last build and paint cost (the pane's redraw budget)
+        self.render_s = 0.0
 
     def render(self):
         t0 = time.perf_counter()
@@ -144,6 +143,15 @@ class MetricChart(PlotextPlot):
             return super().render()
         finally:
             self.render_s = time.perf_counter() - t0
+
+
+class MetricChart(TimedPlot):
+    """One series' chart; rebuilt only when what it would draw changed."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.drawn: tuple | None = None
+        self._args: tuple | None = None
 
     def on_resize(self) -> None:
         if self._args is not None:
