@@ -8,29 +8,24 @@ implementations give identical records.
 from __future__ import annotations
 
 import base64
+import functools
 
 from ..contract.rundir import inert_text
 
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 
 
+def filestat_from(d: dict) -> FileStat:
+    return _filestat(d["path"], d["exists"], d["size"], d["mtime"], d["inode"], d["is_dir"],
+                     d.get("error", ""), d.get("kind", ""))
+
+
 # A poll stats the same files every second and most answers are the last one's again: the
 # FileStat (frozen, so shared safely) made for an answer is kept. Bounded: mtimes move.
-_STATS_MAX = 4096
-_STATS: dict[tuple, FileStat] = {}
-
-
-def filestat_from(d: dict) -> FileStat:
-    key = (d["path"], d["exists"], d["size"], d["mtime"], d["inode"], d["is_dir"], d.get("error", ""),
-           d.get("kind", ""))
-    st = _STATS.get(key)
-    if st is None:
-        st = FileStat(path=key[0], exists=bool(key[1]), size=int(key[2]), mtime=float(key[3]),
-                      inode=int(key[4]), is_dir=bool(key[5]), error=key[6], kind=key[7])
-        if len(_STATS) >= _STATS_MAX:
-            _STATS.clear()
-        _STATS[key] = st
-    return st
+@functools.lru_cache(maxsize=4096)
+def _filestat(path, exists, size, mtime, inode, is_dir, error, kind) -> FileStat:
+    return FileStat(path=path, exists=bool(exists), size=int(size), mtime=float(mtime), inode=int(inode),
+                    is_dir=bool(is_dir), error=error, kind=kind)
 
 
 def chunk_from(d: dict) -> FileChunk:

@@ -255,16 +255,16 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
 
 
 @functools.lru_cache(maxsize=1024)
-def _look_plan(run_dir: str, rank: int) -> tuple[str, tuple[str, ...], tuple[str, ...], dict[str, int]]:
+def _look_plan(run_dir: str, rank: int) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[tuple[str, int], ...]]:
     """What every look at `run_dir` asks for (the same each second): rank's status file name,
-    the run files' names and paths, and the records read whole ({path: max bytes}; a copy is
-    the caller's to extend)."""
+    the run files' names and paths, and the records read whole ((path, max bytes) pairs,
+    immutable: the cache hands the same plan to every look)."""
     status_name = rank_file(STATUS_JSON, rank)
     names = tuple(status_name if n == STATUS_JSON else n for n in RUN_FILES)
     paths = tuple(posixpath.join(run_dir, n) for n in names)
     reads = {posixpath.join(run_dir, n): _RECORD_MAX for n in (LAUNCH_JSON, EXIT_JSON, STOP_JSON, status_name)}
     reads[posixpath.join(run_dir, LAUNCH_SH)] = _WRAPPER_HEAD
-    return status_name, names, paths, reads
+    return status_name, names, paths, tuple(reads.items())
 
 
 async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
