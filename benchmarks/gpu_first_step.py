@@ -193,7 +193,7 @@ def part_cold(opts, work: Path) -> list[dict]:
         for label, src in opts.trees:
             run_dir, cache = dirs[label]
             rows.append(run_trainer(f"{label}-warm{i + 1}", src, run_dir, cache, args, opts.cap_warm, opts.settle,
-                                    resume=True, stop_after_steps=opts.warm_steps))
+                                    resume=True, stop_after_steps=opts.stop_after_steps))
     for label, src in opts.trees:
         run_dir, _ = dirs[label]
         if OUT is not None:
@@ -214,7 +214,7 @@ def part_threads(opts, work: Path) -> list[dict]:
             cache = work / f"cache-threads-{label}-{n}" if label == "old" else None
             rows.append(run_trainer(f"{label}-{n}threads", src, run_dir, cache,
                                     trainer_args(opts, n, opts.thread_bucket, "") + ["--eval-every", "0"],
-                                    opts.cap_threads, opts.settle))
+                                    opts.cap_threads, opts.settle, stop_after_steps=opts.stop_after_steps))
     return rows
 
 
@@ -299,8 +299,9 @@ def main() -> int:
     p.add_argument("--py-spy", default="", help="a py-spy to sample the new tree's trainer runs with (raw files in --out)")
     p.add_argument("--warm-runs", type=int, default=1,
                    help="part cold: relaunches (--resume) of each tree after the cold runs, the trees taking turns")
-    p.add_argument("--warm-steps", type=int, default=0,
-                   help="part cold: stop a relaunch once it has run this many steps (default 0: as the cold run)")
+    p.add_argument("--stop-after-steps", type=int, default=0,
+                   help="parts cold (its relaunches) and threads: stop a run once it has run this many "
+                        "steps (default 0: once settled, or at its cap)")
     p.add_argument("--caps", default="", help="seconds a run may take: cold,warm,threads (default 215,45,75)")
     opts = p.parse_args()
     global OUT, PY_SPY
