@@ -324,10 +324,10 @@ def main() -> int:
         opts.buckets, opts.cold_buckets, opts.thread_bucket = "1024,2048,4096", "1536,3072", "2048"
         opts.threads_cold, opts.thread_counts = 6, (1, 3, 6)
         opts.cap_cold, opts.cap_warm, opts.cap_threads = 215, 45, 75
+        opts.mfu_shapes = ((4096, 512),)
     opts.trees = [(t, opts.new_src if t == "new" else opts.old_src) for t in opts.trees.split(",")]
     if opts.thread_counts_arg:
         opts.thread_counts = tuple(int(x) for x in opts.thread_counts_arg.split(","))
-        opts.mfu_shapes = ((4096, 512),)
     if opts.caps:
         opts.cap_cold, opts.cap_warm, opts.cap_threads = (float(x) for x in opts.caps.split(","))
     work = Path(tempfile.mkdtemp(prefix="first-step-"))
