@@ -13,12 +13,14 @@ Parts:
   cold     the issue's configuration: small preset, 6 drafter threads and the target on one GPU,
            buckets 1024,2048,4096 + cold 1536,3072, default eval; cold compile caches (a fresh
            TORCHINDUCTOR_CACHE_DIR for the old code, the new run directory's own for the new),
-           then a relaunch with --resume over the same caches (warm); with --cold-again, then
-           a new run in a fresh run directory (cold compile caches, the target's pre-fit,
-           once per machine, cached by the first run)
+           each tree in --trees order (the first on a fresh machine pays the target's pre-fit),
+           then --warm-runs relaunches of each with --resume over the same caches (warm), the
+           trees taking turns; with --cold-again, then a new run in a fresh run directory (cold
+           compile caches, the target's pre-fit cached by the first run)
   threads  1, 3 and 6 drafter threads, bucket 2048 alone, cold caches: warm-up per thread count
   mfu      the compiled step (objective.py: the same file in both trees) at dflash-8b-like
-           4096 ctx / 512 anchors, fused AdamW, as benchmarks/gpu_step.py times it
+           4096 ctx / 512 anchors, fused AdamW, as benchmarks/gpu_step.py times it, with
+           torch.optim's AdamW and with the trainer's optimizer, taking turns
 
     python3 benchmarks/gpu_first_step.py --old-src OLD/src --part cold --out $OUT
     python3 benchmarks/gpu_first_step.py --old-src OLD/src --part threads,mfu --out $OUT
@@ -101,7 +103,7 @@ def summarize(events: list[dict], t_launch: float) -> dict:
 
 
 def run_trainer(label: str, src: Path, run_dir: Path, cache_dir: Path | None, args: list[str], cap_s: float,
-                settle: int, resume: bool = False) -> dict:
+                settle: int, resume: bool = False, stop_after_steps: int = 0) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
     env.update(PYTHONPATH=str(src), PYTHONUNBUFFERED="1", DFLASH_RUN_ID=f"bench-{label}")
     if cache_dir is not None:
@@ -131,6 +133,9 @@ def run_trainer(label: str, src: Path, run_dir: Path, cache_dir: Path | None, ar
             stopped_by = "cap"
             break
         steps = [e for e in ev if e["kind"] == "step"]
+        if stop_after_steps and len(steps) >= stop_after_steps:
+            stopped_by = f"{stop_after_steps} steps"
+            break
         starts = sum(1 for e in ev if e["kind"] == "compile" and e.get("state") == "start")
         ends = [e["time"] for e in ev if e["kind"] == "compile" and e.get("state") == "end"]
         # settled: the warm-up's graphs are built (the new tree starts compiling only after the
@@ -175,13 +180,22 @@ def trainer_args(opts, threads: int, buckets: str, cold: str) -> list[str]:
 
 
 def part_cold(opts, work: Path) -> list[dict]:
+    """Each tree's cold run in --trees order (the first one on a fresh machine pays the target's
+    pre-fit), then --warm-runs relaunches of each with --resume, the trees taking turns."""
     rows = []
     args = trainer_args(opts, opts.threads_cold, opts.buckets, opts.cold_buckets)
+    dirs = {label: (work / f"cold-{label}", work / f"cache-{label}" if label == "old" else None)
+            for label, _ in opts.trees}
     for label, src in opts.trees:
-        run_dir = work / f"cold-{label}"
-        cache = work / f"cache-{label}" if label == "old" else None   # new: RUN_DIR/compile_cache
+        run_dir, cache = dirs[label]
         rows.append(run_trainer(f"{label}-cold", src, run_dir, cache, args, opts.cap_cold, opts.settle))
-        rows.append(run_trainer(f"{label}-warm", src, run_dir, cache, args, opts.cap_warm, opts.settle, resume=True))
+    for i in range(opts.warm_runs):
+        for label, src in opts.trees:
+            run_dir, cache = dirs[label]
+            rows.append(run_trainer(f"{label}-warm{i + 1}", src, run_dir, cache, args, opts.cap_warm, opts.settle,
+                                    resume=True, stop_after_steps=opts.stop_after_steps))
+    for label, src in opts.trees:
+        run_dir, _ = dirs[label]
         if OUT is not None:
             (OUT / f"train-{label}.log").write_text((run_dir / "train.log").read_text())
         if opts.cold_again and label == "new":
@@ -200,18 +214,21 @@ def part_threads(opts, work: Path) -> list[dict]:
             cache = work / f"cache-threads-{label}-{n}" if label == "old" else None
             rows.append(run_trainer(f"{label}-{n}threads", src, run_dir, cache,
                                     trainer_args(opts, n, opts.thread_bucket, "") + ["--eval-every", "0"],
-                                    opts.cap_threads, opts.settle))
+                                    opts.cap_threads, opts.settle, stop_after_steps=opts.stop_after_steps))
     return rows
 
 
 def part_mfu(opts) -> list[dict]:
-    """The compiled step at dflash-8b-like, timed as gpu_step.py does (new variant)."""
+    """The compiled step at dflash-8b-like, timed as gpu_step.py does (new variant): with
+    torch.optim's fused AdamW as before, and with the trainer's optimizer (pool.replica_optimizer),
+    the two taking turns, twice each."""
     sys.path[:0] = [str(opts.new_src), str(ROOT / "benchmarks")]
     import torch
     import gpu_step
     from dflash_train.config import ModelConfig
     from dflash_train.model.drafter import DFlashDrafter
     from dflash_train.perf import assumed_peak_tflops
+    from dflash_train.pool import replica_optimizer
 
     device = torch.device(opts.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -228,17 +245,29 @@ def part_mfu(opts) -> list[dict]:
         tb = gpu_step.make_batch(cfg, ctx, device, dtype)
         backend = "inductor" if device.type == "cuda" else "eager"
         loss_and_grads, full_step, _ = gpu_step.step_fns("new", drafter, tb, device, backend)
+        trainer_opt = replica_optimizer([p for p in drafter.parameters() if p.requires_grad], 1e-6, 0.0)
+
+        def trainer_step():
+            loss_and_grads()
+            trainer_opt.step()
+
         t0 = time.perf_counter()
         _, flops = loss_and_grads()
         gpu_step.sync(device)
         compile_s = time.perf_counter() - t0
-        ms = gpu_step.timed(full_step, device, 10, 2)[0] * 1e3
+        turns = {"torch_optim": [], "trainer_optimizer": []}
+        for _ in range(2):
+            for name, fn in (("torch_optim", full_step), ("trainer_optimizer", trainer_step)):
+                turns[name].append(gpu_step.timed(fn, device, 10, 2)[0] * 1e3)
+        ms, ms_trainer = statistics.median(turns["torch_optim"]), statistics.median(turns["trainer_optimizer"])
+        mfu = lambda ms: round(flops.total / (ms / 1e3) / (peak * 1e12), 4)  # noqa: E731
         row = {"run": "mfu", "preset": preset, "ctx": ctx, "anchors": anchors, "ms": round(ms, 2),
-               "mfu": round(flops.total / (ms / 1e3) / (peak * 1e12), 4), "peak_tflops": peak,
+               "mfu": mfu(ms), "ms_trainer_optimizer": round(ms_trainer, 2), "mfu_trainer_optimizer": mfu(ms_trainer),
+               "turns_ms": {k: [round(v, 2) for v in vs] for k, vs in turns.items()}, "peak_tflops": peak,
                "first_call_s": round(compile_s, 1)}
         print(json.dumps(row), flush=True)
         rows.append(row)
-        del drafter, embed, tb, loss_and_grads, full_step
+        del drafter, embed, tb, loss_and_grads, full_step, trainer_opt, trainer_step
     return rows
 
 
@@ -268,6 +297,11 @@ def main() -> int:
     p.add_argument("--cold-again", action="store_true",
                    help="part cold: also a new run in a fresh run dir after the first (pre-fit cached)")
     p.add_argument("--py-spy", default="", help="a py-spy to sample the new tree's trainer runs with (raw files in --out)")
+    p.add_argument("--warm-runs", type=int, default=1,
+                   help="part cold: relaunches (--resume) of each tree after the cold runs, the trees taking turns")
+    p.add_argument("--stop-after-steps", type=int, default=0,
+                   help="parts cold (its relaunches) and threads: stop a run once it has run this many "
+                        "steps (default 0: once settled, or at its cap)")
     p.add_argument("--caps", default="", help="seconds a run may take: cold,warm,threads (default 215,45,75)")
     opts = p.parse_args()
     global OUT, PY_SPY
@@ -290,12 +324,12 @@ def main() -> int:
         opts.buckets, opts.cold_buckets, opts.thread_bucket = "1024,2048,4096", "1536,3072", "2048"
         opts.threads_cold, opts.thread_counts = 6, (1, 3, 6)
         opts.cap_cold, opts.cap_warm, opts.cap_threads = 215, 45, 75
+        opts.mfu_shapes = ((4096, 512),)
     opts.trees = [(t, opts.new_src if t == "new" else opts.old_src) for t in opts.trees.split(",")]
     if opts.thread_counts_arg:
         opts.thread_counts = tuple(int(x) for x in opts.thread_counts_arg.split(","))
     if opts.caps:
         opts.cap_cold, opts.cap_warm, opts.cap_threads = (float(x) for x in opts.caps.split(","))
-        opts.mfu_shapes = ((4096, 512),)
     work = Path(tempfile.mkdtemp(prefix="first-step-"))
     parts = opts.part.split(",")
     rows: list[dict] = []

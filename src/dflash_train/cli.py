@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import signal
 import sys
@@ -34,7 +33,6 @@ from dflash_train.train import (COMPILE_CHOICES, ConfigError, StopRequested, Sto
 from dflash_tui.contract.rundir import EventKind, Phase
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-DYNAMO = "torch._dynamo"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,8 +203,6 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
             # before anything imports torch._dynamo, which fixes inductor's cache directory
             mine = keep_compile_cache_in(args.run_dir)
             tel.log(f"compile: inductor's caches in {mine or os.environ['TORCHINDUCTOR_CACHE_DIR']}")
-        _in_background(f"import {DYNAMO}", importlib.import_module, DYNAMO)
-        if prep.plan.uses_cuda:
             _in_background("cuda init", torch.cuda.init)
         comm.use_devices(prep.plan.drafter[0], args.dist_timeout)
         for j, dev in enumerate(prep.plan.target):
@@ -254,14 +250,15 @@ def _run(args: TrainArgs, tel: Telemetry, world: World, wait_for_compiles: bool 
 
 
 def _in_background(name: str, fn: Callable[..., object], *args: object) -> None:
-    """Start-up work begun in a thread of its own, so it overlaps the rest of the start-up:
-    - torch._dynamo's import takes seconds, and the first optimizer step needs it whatever the
-      mode (torch.optim's step wrapper imports it); begun right after inductor's cache
-      directory is fixed (the import fixes it), it overlaps the CUDA start and the models' build
-      instead of standing in front of the first step;
-    - the CUDA start (seconds), before the models are built on the device.
-    Whoever needs either meanwhile waits on its lock (the import's, CUDA's lazy init), as
-    without this thread; a failure here shows again, with its message, where it is needed."""
+    """Start-up work begun in a thread of its own, so it overlaps the rest of the start-up: the
+    CUDA start (seconds), before the models are built on the device. Whoever needs it meanwhile
+    waits on its lock (CUDA's lazy init), as without this thread; a failure here shows again,
+    with its message, where it is needed.
+
+    torch._dynamo's import (seconds of Python, holding the GIL) is NOT begun here: nothing
+    before the first step needs it (the step is eager, the optimizer is adamw.py's; only the
+    target's pre-fit, once per machine, imports it), so the step compiler's thread imports it
+    after the first step instead of slowing everything before."""
     def run() -> None:
         with contextlib.suppress(Exception):
             fn(*args)

@@ -13,7 +13,7 @@ Determinism (what makes --resume bit-for-bit and keeps every replica identical):
 - gradients are summed in replica order on one device, summed across processes by ONE
   all_reduce, divided, clipped once and copied back to every replica, so every replica applies
   bit-identical updates from bit-identical state;
-- the optimizer is fused AdamW on every device (`replica_optimizer`): its arithmetic never
+- the optimizer is fused AdamW on every device (`replica_optimizer`, adamw.py): its arithmetic never
   reads `torch.compiler.is_compiling()`, a process-global flag that torch holds True for the
   whole of a compile in ANY thread. The unfused AdamW takes its bias correction from that flag
   (a float64 Python number, or a float32 tensor while the flag is up), so a replica whose step
@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from dflash_train.adamw import FusedAdamW
 from dflash_train.compile_gate import CompileGate, GateAborted
 
 _POLL_S = 0.2
@@ -84,7 +85,7 @@ class PoolSpec:
     # (replica, target_batch_on_drafter_device, generator) -> (loss tensor, metrics dict); runs backward-able compute
     compute_loss: Callable[[int, Any, torch.Generator], tuple[torch.Tensor, dict[str, Any]]]
     replicas: Sequence[torch.nn.Module]
-    optimizers: Sequence[torch.optim.Optimizer]
+    optimizers: Sequence[FusedAdamW]
     # called with (step, [StepMetrics per local replica], stopping) by one drafter thread while
     # all wait; `stopping`: a stop was agreed and this is the last step. Returns True to stop
     # after this step (under torch.distributed only a decision every process makes alike).
@@ -119,14 +120,15 @@ def target_thread_name(j: int) -> str:
     return f"target{j}"
 
 
-def replica_optimizer(params: Sequence[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def replica_optimizer(params: Sequence[torch.nn.Parameter], lr: float, weight_decay: float) -> FusedAdamW:
     """A drafter replica's optimizer: AdamW, fused (one kernel over all parameters on CUDA;
     on every device, arithmetic that does not depend on whether another thread is compiling,
-    see the module's docstring)."""
-    return torch.optim.AdamW(list(params), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, fused=True)
+    see the module's docstring), without torch.optim's wrappers, which import torch._dynamo
+    (adamw.py says why that matters before the first step)."""
+    return FusedAdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
 
 
-def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+def set_lr(opt: FusedAdamW, lr: float) -> None:
     for group in opt.param_groups:
         group["lr"] = lr
 

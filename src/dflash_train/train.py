@@ -414,13 +414,7 @@ class Trainer:
         step, path, state = offer["step"], offer["path"], offer["state"]
         for m, opt in zip(self.replicas, self.optimizers):
             m.load_state_dict(state["drafter"])
-            # A copy per replica: Optimizer.load_state_dict keeps tensors that already have the
-            # right dtype/device, so without it every replica would step one shared Adam state.
-            opt.load_state_dict(copy.deepcopy(state["optimizer"]))
-            for group in opt.param_groups:
-                # a checkpoint's param groups replace these, fused flag included (a CPU run's
-                # checkpoint may come from an unfused AdamW): keep replica_optimizer's choice
-                group["fused"] = True
+            opt.load_state_dict(state["optimizer"])     # copies: no replica shares Adam state
         self._check_replicas_identical()
         self.last_saved_step = step
         sender = "" if self.world.is_leader else ", sent by rank 0"
@@ -518,8 +512,8 @@ class Trainer:
 
     def _prepare_compiles(self) -> None:
         """What compiling needs, done once by the compiler thread before its first compile: each
-        part imports torch._dynamo (seconds; the command line begins that import in the
-        background), which the main thread and the eager steps need not wait for."""
+        part imports torch._dynamo (seconds of Python: the process's first import of it, after
+        the first step), which the main thread and the eager steps need not wait for."""
         self.tel.install_compile_callbacks()
         self.compile_control.apply_thread_compile_config()
         self.compile_control.fail_on_recompile()   # the compiler flips it while it holds the gate

@@ -187,3 +187,45 @@ def test_a_worker_exception_fails_the_run_cleanly(tmp_path, monkeypatch):
     exit_ev = [e for e in ev if e["kind"] == "exit"][-1]
     assert exit_ev["code"] == 1
     assert st.step < 50
+
+
+# Run as the process's entry point, with an import hook that notes, at the process's first
+# import of torch._dynamo, which thread imports it and how many step events exist by then.
+_DYNAMO_WATCH = """
+import importlib.abc, json, os, sys, threading
+class FirstDynamoImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch._dynamo":
+            sys.meta_path.remove(self)
+            events = os.path.join(sys.argv[sys.argv.index("--run-dir") + 1], "events.jsonl")
+            steps = sum(1 for line in open(events) if json.loads(line)["kind"] == "step")
+            with open(os.environ["DYNAMO_WATCH_OUT"], "w") as fh:
+                json.dump({"thread": threading.current_thread().name, "step_events": steps}, fh)
+        return None
+sys.meta_path.insert(0, FirstDynamoImport())
+from dflash_train.cli import main
+sys.exit(main())
+"""
+
+
+def test_nothing_before_the_first_step_imports_torch_dynamo(tmp_path):
+    """Its import is seconds of Python holding the GIL: the first step (fresh, and resumed from a
+    checkpoint) must not wait for it nor share the interpreter with it. The step compiler's
+    thread, released at the first step's end, is the first to import it. (The target's pre-fit,
+    once per machine and cached, is torch.optim's and imports it: done here first.)"""
+    from dflash_train.config import ModelConfig
+    from dflash_train.model.target import build_target
+
+    build_target(ModelConfig.preset("tiny"), 0, "cpu")
+    run_dir = tmp_path / "run"
+    base = ["--drafter-devices", "cpu,cpu", "--eval-every", "0", "--batch-size", "2", "--checkpoint-every", "2"]
+    for steps, extra in (("2", []), ("4", ["--resume"])):
+        out = tmp_path / f"first-dynamo-import{'-resume' if extra else ''}.json"
+        proc = subprocess.run([sys.executable, "-c", _DYNAMO_WATCH, "--run-dir", str(run_dir), "--steps", steps,
+                               *base, *extra], env={**_env(), "DYNAMO_WATCH_OUT": str(out)},
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        first = json.loads(out.read_text())
+        before = 2 if extra else 0      # the resumed run appends to the same events.jsonl
+        assert first["thread"] == "compiler" and first["step_events"] > before, first
+    assert "resume: loaded checkpoint at step 2" in (run_dir / rundir.TRAIN_LOG).read_text()
