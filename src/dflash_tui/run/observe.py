@@ -76,11 +76,17 @@ class Evidence:
     slurm_out: str = ""
 
     def path(self, name: str) -> str:
-        return posixpath.join(self.run_dir, name)
+        return _joined(self.run_dir, name)
 
     def exists(self, name: str) -> bool:
         st = self.files.get(name)
         return bool(st and st.exists)
+
+
+@functools.lru_cache(maxsize=4096)
+def _joined(run_dir: str, name: str) -> str:
+    """A run file's path (asked several times per look, the same every look)."""
+    return posixpath.join(run_dir, name)
 
 
 def _is_transport_failure(exc: TargetError) -> bool:
