@@ -57,8 +57,8 @@ from dflash_tui.session import Session  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 
-COMPARE_HEADING = ("## fleet: the CPU of a look cut, before and after, side by side "
-                   "(benchmarks/fleet_cost.py --before)")
+COMPARE_HEADING = ("## fleet: look plans (only what changed, both ways) and one redraw a second, before and "
+                   "after, side by side (benchmarks/fleet_cost.py --before)")
 HEADING = "## fleet: 50 profiles on 10 hosts, the fleet screen beside a `--check` loop (benchmarks/fleet_cost.py)"
 CLI = [sys.executable, "-m", "dflash_tui"]
 
@@ -78,35 +78,7 @@ status.json, the verdict, and ~1.5-2 points for the screen. The 5% target is not
 needs fewer round trips per look (one batched agent request per target per poll)."""
 
 
-COMPARE_NOTE = """Where the time went (the polling alone, 50 looks a second, measured apart from this run on
-the same set-up: py-spy at 400 Hz, cProfile for the count of Python calls, and each event-loop
-callback's CPU by the task or protocol that owns it). Before: no single hot spot. Of the busy
-samples, the verdict (`evaluate`) 12%, asyncio's task machinery 25% (a look started ~18 tasks:
-`asyncio.gather` of the five records, clock + stat, tree + log reads, each probe report, the
-distributed files, the log/events/disk reads, and `wait_for`'s task for the poll deadline, nearly
-all of them for answers the one `observe` request already held), SSH write and read 16%, the
-agent's JSON answer 6%, answer -> dataclasses 5%, the probe report's validation 5% (it walked
-every string of the report to make it inert, because the report ends with a newline), the
-progress tracker 6%, the tracker's checks, the row and the GPU check 9%: ~3,100 Python calls
-per look. After: coroutines that finish without waiting run as calls, a task only for one that
-waits (run/eager.py `gather_eager`); the poll's deadline is `asyncio.timeout` on the poll's own
-task; a record ending with a newline is not walked (a raw control cannot be inside a JSON string
-json.loads accepts); a look's fixed plan is made once per run dir; the tracker's checks keep
-their inert texts when only `since` moves; the row's shown fields are compared without two
-dataclass copies; FileStats and a thread's stack signature are kept while they stand: ~1,950
-calls per look (0.63), event-loop callbacks 5.9-6.7% of a core against 7.7-9.1% (0.75-0.80).
-And a target's poll is ONE `observe` request carrying its profiles' looks (it was one request
-per profile, sent in one write); its answer is as many bytes as before, so that changed little
-of the CPU (the futures, timers and JSON envelopes of four requests a poll). What is left
-per look is flat: the verdict ~0.2 ms, the probe report's and status.json's validation ~0.15 ms,
-the progress tracker, the answer's decoding and the rest of the look's own code ~0.4 ms, SSH and
-the agent's framing ~1.3 points of a core for the 10 targets. The answer per poll is ~25 KB
-per target (5 KB per look: the stat of 8 files, the probe directory's listing, the new probe
-report and status.json and log bytes, the wrapper's tree) and the request ~1.1 KB per look.
-A look's evidence changes every second in this run (the probe rewrites its report each
-second, status.json every 2 s, the log grows, the tree's CPU moves), so "nothing changed since
-the last look" never holds here and skipping the verdict for such a look would save nothing in
-this measurement; it was not built."""
+COMPARE_NOTE = """(where the time went: filled in below)"""
 
 
 def pctl(samples: list[float], q: float) -> float:

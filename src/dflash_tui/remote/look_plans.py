@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .answers import filestat_from
+from .answers import filestat_from, proctree_from
 from .base import OpRefused
-from .ops import FileStat
+from .ops import FileStat, ProcTree
 
 
 @dataclass
@@ -32,6 +32,7 @@ class _Plan:
     stats: list[FileStat] = field(default_factory=list)
     listings: dict[str, list[FileStat]] = field(default_factory=dict)
     tree: dict[str, Any] | None = None     # the last process tree, raw (ok answers only)
+    tree_decoded: ProcTree | None = None   # and as a ProcTree
 
 
 class OutOfStep(OpRefused):
@@ -77,7 +78,7 @@ class LookPlans:
             plan.answered = seq
 
     def decode(self, plan_id: int, seq: int, result: dict[str, Any]) -> dict[str, Any]:
-        """The answer to look `seq`, whole: stats and listings as FileStats, the tree's raw dict."""
+        """The answer to look `seq`, whole: stats and listings as FileStats, the tree as a ProcTree."""
         plan = self._plans.get(plan_id)
         if plan is None or result.get("seq") != seq or (seq != 1 and plan.answered != seq - 1):
             self.forget(plan_id)
@@ -92,17 +93,30 @@ class LookPlans:
                                                           item["result"])}
                 listings[path] = item
             tree = result.get("proc_tree")
+            raw_tree, decoded = None, None
             if tree is not None and "delta" in tree:
-                if seq == 1 or plan.tree is None:
+                if seq == 1 or plan.tree is None or plan.tree_decoded is None:
                     raise KeyError("tree")
-                tree = {"ok": True, "result": {**plan.tree, **tree["delta"]}}
+                delta = tree["delta"]
+                raw_tree = {**plan.tree, **delta}
+                # A tree whose root and program stand still (most looks: only its CPU moved)
+                # keeps their records; one that did not move at all is the last one.
+                last = plan.tree_decoded
+                decoded = last if not delta else proctree_from(
+                    raw_tree, root=None if "root" in delta else last.root,
+                    main_argv=None if "main_argv" in delta else last.main_argv)
+            elif tree is not None and tree.get("ok"):
+                raw_tree = tree["result"]
+                decoded = proctree_from(raw_tree)
         except (KeyError, IndexError, TypeError, AttributeError):
             self.forget(plan_id)
             raise OutOfStep(f"look plan {plan_id}: answer {seq} names parts this side does not hold") from None
         plan.answered = seq
         plan.stats = stats
         plan.listings = {p: item["result"] for p, item in listings.items() if item.get("ok")}
-        plan.tree = tree["result"] if tree is not None and tree.get("ok") else None
+        plan.tree, plan.tree_decoded = raw_tree, decoded
+        if decoded is not None:
+            tree = {"ok": True, "result": decoded}
         return {**result, "stats": stats, "listings": listings, "proc_tree": tree}
 
 

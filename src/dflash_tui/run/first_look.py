@@ -85,7 +85,8 @@ class FirstLook:
     async def proc_tree(self, pid: int, run_dir: str | None = None) -> ProcTree:
         held, self._tree = self._tree, None
         if held is not None and held[0] == (int(pid), run_dir):
-            return proctree_from(self._result("proc_tree", held[1]))
+            tree = self._result("proc_tree", held[1])
+            return tree if isinstance(tree, ProcTree) else proctree_from(tree)
         return await self._ops.proc_tree(pid, run_dir=run_dir)
 
 

@@ -165,7 +165,7 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
         stuck = stalled and (v.cls in _WAITING or v.stale)
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
-    return replace(cl, threads=out)
+    return cl.with_parts(threads=out)
 
 
 def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check], limits: Limits) -> Checklist:
@@ -590,4 +590,4 @@ class HealthTracker:
                 since = c.since if c.since is not None and prev is None else now
                 self._since[c.id] = (c.state, since)
             out.append(c.since_at(since))
-        return replace(checklist, checks=out)
+        return checklist.with_parts(checks=out)
