@@ -21,9 +21,9 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, OpRefused, Process, Target, TargetError
-from .look_plans import LookPlans
 from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from,
                       stackdump_from)
+from .look_plans import LookPlans, OutOfStep
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 from .shell_ops import ShellOps
 
@@ -358,7 +358,7 @@ class AgentOps:
                 # builds on this one.
                 try:
                     result = plans.decode(plan, seq, item.get("result"))
-                except OpRefused:
+                except OutOfStep:
                     again.append((look, answer))
                     continue
                 if not answer.done():
