@@ -57,8 +57,8 @@ from dflash_tui.session import Session  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 
-COMPARE_HEADING = ("## fleet: the CPU of a look cut, before and after, side by side "
-                   "(benchmarks/fleet_cost.py --before)")
+COMPARE_HEADING = ("## fleet: look plans (only what changed, both ways) and one redraw a second, before and "
+                   "after, side by side (benchmarks/fleet_cost.py --before)")
 HEADING = "## fleet: 50 profiles on 10 hosts, the fleet screen beside a `--check` loop (benchmarks/fleet_cost.py)"
 CLI = [sys.executable, "-m", "dflash_tui"]
 
@@ -78,35 +78,82 @@ status.json, the verdict, and ~1.5-2 points for the screen. The 5% target is not
 needs fewer round trips per look (one batched agent request per target per poll)."""
 
 
-COMPARE_NOTE = """Where the time went (the polling alone, 50 looks a second, measured apart from this run on
-the same set-up: py-spy at 400 Hz, cProfile for the count of Python calls, and each event-loop
-callback's CPU by the task or protocol that owns it). Before: no single hot spot. Of the busy
-samples, the verdict (`evaluate`) 12%, asyncio's task machinery 25% (a look started ~18 tasks:
-`asyncio.gather` of the five records, clock + stat, tree + log reads, each probe report, the
-distributed files, the log/events/disk reads, and `wait_for`'s task for the poll deadline, nearly
-all of them for answers the one `observe` request already held), SSH write and read 16%, the
-agent's JSON answer 6%, answer -> dataclasses 5%, the probe report's validation 5% (it walked
-every string of the report to make it inert, because the report ends with a newline), the
-progress tracker 6%, the tracker's checks, the row and the GPU check 9%: ~3,100 Python calls
-per look. After: coroutines that finish without waiting run as calls, a task only for one that
-waits (run/eager.py `gather_eager`); the poll's deadline is `asyncio.timeout` on the poll's own
-task; a record ending with a newline is not walked (a raw control cannot be inside a JSON string
-json.loads accepts); a look's fixed plan is made once per run dir; the tracker's checks keep
-their inert texts when only `since` moves; the row's shown fields are compared without two
-dataclass copies; FileStats and a thread's stack signature are kept while they stand: ~1,950
-calls per look (0.63), event-loop callbacks 5.9-6.7% of a core against 7.7-9.1% (0.75-0.80).
-And a target's poll is ONE `observe` request carrying its profiles' looks (it was one request
-per profile, sent in one write); its answer is as many bytes as before, so that changed little
-of the CPU (the futures, timers and JSON envelopes of four requests a poll). What is left
-per look is flat: the verdict ~0.2 ms, the probe report's and status.json's validation ~0.15 ms,
-the progress tracker, the answer's decoding and the rest of the look's own code ~0.4 ms, SSH and
-the agent's framing ~1.3 points of a core for the 10 targets. The answer per poll is ~25 KB
-per target (5 KB per look: the stat of 8 files, the probe directory's listing, the new probe
-report and status.json and log bytes, the wrapper's tree) and the request ~1.1 KB per look.
-A look's evidence changes every second in this run (the probe rewrites its report each
-second, status.json every 2 s, the log grows, the tree's CPU moves), so "nothing changed since
-the last look" never holds here and skipping the verdict for such a look would save nothing in
-this measurement; it was not built."""
+COMPARE_NOTE = """What changed (issue 23, item 2), each behind the same verdicts, rows and times to verdict
+(tests/remote, tests/run, tests/fleet, tests/watch, tests/ui/test_fleet*, tests/contract and
+tests/test_boundaries.py pass):
+- Look plans (remote/look_plans.py, agent_server `observe_planned`): the agent keeps, per
+  channel, each run dir's look arguments and its last answer; a look sends only the arguments
+  that changed and is answered with only the stats, listing entries and process-tree fields
+  that changed. The request per target and poll went from ~7.0 KB to ~0.9 KB, the answer from
+  26-28 KB to 14-16 KB (what is left is mostly the new probe report and status.json, base64).
+  Looks are numbered per plan, so neither side ever builds on what the other does not hold;
+  an agent killed mid-watch (tests/remote/test_look_plans.py, real sshd, real run) is
+  replaced and its first look goes whole.
+- The verdict judges the thread views once per look (it asked for them twice); the checklist's
+  copies keep their inert summary instead of dataclasses.replace; a record of plain ASCII
+  skips the JSON-escape regex and a printable text the inert regex (parse_probe 45 -> 29 us,
+  parse_status 64 -> 39 us, evaluate 0.16 -> 0.12 ms on a fleet look's evidence); a process
+  tree whose root and program stand still keeps their records; a probe directory with no
+  Flight Recorder dump or torchelastic file skips their scans; the SSH target's label and the
+  run files' paths are made once.
+- The screen: a poll that moved only numbers (a step, a loss) is drawn with the next second's
+  tick, all rows in one frame; a row whose verdict moved is drawn at once, as before (0.4 s
+  after its poll), so a failure turns its row red as fast as before. ~2.5 frames a second
+  (one per target's poll) became ~1. A table line is one Strip when nothing is cropped.
+
+Where the time went, before and after (the polling alone, 50 looks a second on the same
+set-up, measured apart from the table's run: cProfile for the count of calls and the shares,
+which it inflates for call-heavy code alike on both sides; CPU per look from the table):
+
+| share of the polling's profiled CPU | before (7f0cf57) | after |
+| --- | ---: | ---: |
+| the look (FleetPoller._poll_one), of which: | 75% | 71% |
+| - gather, the evidence (records, probes, tree, log) | 42% | 38% |
+| -- record parse + validation (probe report, status.json) | 12% | 13% |
+| -- answer decoding (FirstLook, LookPlans, answers.py) | 3.6% | 4.7% |
+| -- progress tracker (log bytes, CPU, stacks) | 6.7% | 7.5% |
+| - the verdict (evaluate) | 21% | 20% |
+| - settle (each check's since, the report) + the row | 5.8% | 5.6% |
+| agent client (request and answer JSON, futures) | 6.1% | 5.0% |
+| GPU sampling (here: nvidia-smi retried every 10 s per host) | 2.3% | 2.7% |
+| asyncio, SSH and the rest | 16% | 22% |
+| Python calls per look | 1,773 | 1,546 (0.87) |
+| profiled CPU over 20 s, after/before (two pairs of runs) | | 0.87, 0.94 |
+
+The shares hardly move: the cuts took a little from nearly every part, and the largest single
+one (the answer, ~half its bytes; the request, an eighth) saved mostly JSON and SSH work on the
+agent's side and in the kernel, which this process's CPU does not count.
+
+In ms of CPU per look (the polling alone, 7.2-7.5 % of a core for 50 looks a second: ~1.45 ms
+a look, against ~1.8-1.9 ms before; the shares above apportioned, so call-heavy parts are on
+the high side): the verdict ~0.3 ms, the records ~0.2 ms, the rest of gather (FirstLook's
+hand-outs, the probes' listing, the stack and hang checks, the awaits between them) ~0.2 ms,
+the progress tracker ~0.1 ms, the look's own glue (the watch, its deadline, the semaphore)
+~0.1 ms, settle and the row ~0.08 ms, the answer's decoding ~0.07 ms, the agent client
+~0.07 ms, the GPU sampling ~0.04 ms, asyncio and SSH ~0.3 ms. The screen is ~1 point on top
+(the dashboard minus the polling alone). A request's
+socket write costs 0.044 ms of thread CPU (0.24 ms of wall time, which py-spy counts as busy:
+its SSH share is overstated by that wait). Back to back, with no 1 Hz idle between looks (a
+target's five looks per request), a look costs 0.75 ms after (before the last cut) against 0.93 ms before.
+
+Is 4 % met? No: 8.3 % of a core, from 10.8 % for the tree before in the same run (0.77;
+the same command at 507f169, before the last three cuts, gave 10.9 % -> 8.1 %), at a load average of 2-3 from the other
+work on this machine. What is left is flat: ~1,550 Python calls a look, no function above a
+few percent. 4 % is ~0.8 ms a look with the screen, half of today's, and no more cut of the
+same kind gets there. What it would take, each a change of design, not a cut: (1) a look whose
+evidence moved only in time (the probe's counters, the tree's CPU) judged incrementally:
+evaluate returning with its checklist the time until which it stands (the next limit a
+heartbeat, a step or a report's age crosses), so such a look skips evaluate, settle and the
+row (~0.35 ms); (2) the run probe writing its counters (cpu_s, seq, time) apart from the
+report, or the agent answering a report's counters only, so a steady look parses no record
+(~0.15 ms); (3) a steady look as one synchronous pass over the plan's answer instead of
+FirstLook's hand-outs and gather's awaits (~0.2 ms); (4) one task per target's poll instead
+of one per profile with its own deadline, semaphore and futures (~0.1 ms). The p99 target is
+met (worst target 34 ms).
+
+The same script without --before, right after (load average 1.8 at the end; its own section above is not
+replaced): the dashboard 8.9 % and the polling alone 7.1 %; SIGKILL to the row red 0.60, 0.71, 0.71 s
+(that section's earlier figures: 0.3-1.1 s), so the time to a red row did not move."""
 
 
 def pctl(samples: list[float], q: float) -> float:

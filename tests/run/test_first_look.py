@@ -139,12 +139,12 @@ async def test_the_looks_of_one_tick_are_one_request_and_a_bad_look_fails_alone(
         *answers, refused = await asyncio.gather(*looks, bad, return_exceptions=True)
         assert agent.asked == ["observe"]           # four looks, one request
         for i, (record, answer) in enumerate(zip(records, answers)):
-            assert [st["path"] for st in answer["stats"]] == [record]
+            assert [st.path for st in answer["stats"]] == [record]
             assert base64.b64decode(answer["reads"][record]["result"]["data"]) == f'{{"run": {i}}}'.encode()
         assert isinstance(refused, OpRefused) and "observe on" in refused.message, refused
         agent.asked.clear()
         # the next tick's look is the next request
-        assert (await agent.observe([records[1]], reads={}, known={}))["stats"][0]["exists"]
+        assert (await agent.observe([records[1]], reads={}, known={}))["stats"][0].exists
         assert agent.asked == ["observe"]
     finally:
         await agent.close()

@@ -456,6 +456,15 @@ _JSON_UNSAFE = re.compile(r'\\(?:[bfnrt]|u(?:00[01]|007[fF]|00[89]|202[89]|[dD][
                           "|[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
+def _json_unsafe(text: str) -> bool:
+    """`_JSON_UNSAFE` matches in `text`. Its search walks the text in Python's regex engine;
+    a text of plain ASCII without a backslash or DEL (most records) cannot match, and says so
+    at C speed."""
+    if text.isascii() and "\\" not in text and "\x7f" not in text:
+        return False
+    return _JSON_UNSAFE.search(text) is not None
+
+
 def _escape(m: "re.Match[str]") -> str:
     ch = m.group()
     return ascii(ch)[1:-1] if ch not in "\u2028\u2029" else f"\\u{ord(ch):04x}"
@@ -465,6 +474,8 @@ def inert_text(text: str, *, keep_newlines: bool = False) -> str:
     """`text` with every character that a terminal could act on shown as its escape
     (ESC as ``\\x1b``, a lone surrogate as ``\\ud800``); with `keep_newlines`, a newline stays
     one (a traceback shown as lines)."""
+    if text.isprintable():   # nothing of either class (controls, separators, surrogates), at C speed
+        return text
     rx = _UNSAFE_KEEP_NL if keep_newlines else _UNSAFE
     return rx.sub(_escape, text) if rx.search(text) else text
 
@@ -687,7 +698,7 @@ def loads_object(text: str, what: str) -> dict[str, Any]:
         raise SchemaError(f"{what} cannot be read: {str(exc)[:120]}") from None
     if not isinstance(obj, dict):
         raise SchemaError(f"{what} holds a {type(obj).__name__}, expected a JSON object")
-    if _JSON_UNSAFE.search(text):
+    if _json_unsafe(text):
         obj = _inert_json(obj)
     v = obj.get("v")
     if v != SCHEMA_VERSION or isinstance(v, bool):

@@ -23,6 +23,7 @@ from . import agent_server
 from .base import CommandTimeout, OpRefused, Process, Target, TargetError
 from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from,
                       stackdump_from)
+from .look_plans import LookPlans, OutOfStep
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 from .shell_ops import ShellOps
 
@@ -76,6 +77,7 @@ class AgentOps:
         self._write_lock = asyncio.Lock()
         self._outbox: tuple[Process, list[bytes], asyncio.Task] | None = None
         self._looks: list[tuple[dict, asyncio.Future]] | None = None   # observe's of this tick
+        self._plans = LookPlans()          # the look plans the running agent holds
         self._sending: set[asyncio.Task] = set()   # the loop keeps only weak references to tasks
         self._closed = False
 
@@ -144,6 +146,7 @@ class AgentOps:
                               f"check that `{self.python}` runs there") from None
         self.info = hello["result"]
         self._proc = proc
+        self._plans = LookPlans()   # this agent knows no look plan yet
         self.starts += 1
         self._reader = asyncio.create_task(self._read_answers(proc), name="dflash-agent-reader")
 
@@ -298,9 +301,10 @@ class AgentOps:
     async def observe(self, paths: list[str], *, reads: dict[str, int], known: dict[str, list],
                       grown: dict[str, tuple[int, int]] | None = None, list_dirs: Sequence[str] = (),
                       proc_tree: tuple[int, str | None] | None = None) -> dict:
-        """The first round of a look at a run dir (agent_server `observe_one`): the raw answer,
-        which run/first_look.py hands out as the answers of the single ops. The looks asked in
-        one event-loop tick (a fleet's poll of one target's run dirs) go as ONE request."""
+        """The first round of a look at a run dir (agent_server `observe_one`): its answer, the
+        stats and listings as FileStats, which run/first_look.py hands out as the answers of the
+        single ops. The looks asked in one event-loop tick (a fleet's poll of one target's run
+        dirs) go as ONE request, each as its plan (remote/look_plans.py): only what changed."""
         tree = None if proc_tree is None else {"pid": int(proc_tree[0]), "run_dir": proc_tree[1]}
         look = {"paths": list(paths), "reads": dict(reads), "known": dict(known),
                 "grown": {p: [int(o), int(n)] for p, (o, n) in (grown or {}).items()},
@@ -318,24 +322,51 @@ class AgentOps:
         await asyncio.sleep(0)   # let the looks of this tick join
         if self._looks is looks:
             self._looks = None   # later looks start the next request
-        try:
-            items = await self.call("observe", looks=[look for look, _ in looks])
-            if not isinstance(items, list) or len(items) != len(looks):
-                raise TargetError(f"the agent on {self.label} answered observe with "
-                                  f"{len(items) if isinstance(items, list) else 'no'} looks for {len(looks)}")
-        except Exception as exc:   # each caller gets it, as its own call would have
-            for _, answer in looks:
+        waiting = list(looks)
+        for _ in range(2):
+            # Made for the agent that will answer (a fresh one knows no plan): one resend, of
+            # the looks whose plan the agent did not hold as this side did.
+            try:
+                await self._ensure()
+            except Exception as exc:
+                _fail_all(waiting, exc)
+                return
+            plans = self._plans
+            entries = [plans.entry(look) for look, _ in waiting]
+            try:
+                items = await self.call("observe", looks=[entry for _, _, entry in entries])
+                if not isinstance(items, list) or len(items) != len(waiting):
+                    raise TargetError(f"the agent on {self.label} answered observe with "
+                                      f"{len(items) if isinstance(items, list) else 'no'} looks for {len(waiting)}")
+            except Exception as exc:   # each caller gets it, as its own call would have
+                _fail_all(waiting, exc)
+                return
+            again = []
+            for (look, answer), (plan, seq, _), item in zip(waiting, entries, items):
+                if not isinstance(item, dict):
+                    item = {"ok": False, "error": "failed"}
+                if item.get("resend"):
+                    plans.forget(plan)
+                    again.append((look, answer))
+                    continue
+                if not item.get("ok"):
+                    plans.failed(plan, seq)
+                    if not answer.done():
+                        answer.set_exception(OpRefused(f"observe on {self.label}: {item.get('error', 'failed')}"))
+                    continue
+                # Decoded even when its caller gave up (its poll's deadline): the next answer
+                # builds on this one.
+                try:
+                    result = plans.decode(plan, seq, item.get("result"))
+                except OutOfStep:
+                    again.append((look, answer))
+                    continue
                 if not answer.done():
-                    answer.set_exception(exc)
-            return
-        for (_, answer), item in zip(looks, items):
-            if answer.done():
-                continue   # its caller gave up (its poll's deadline)
-            if isinstance(item, dict) and item.get("ok"):
-                answer.set_result(item.get("result"))
-            else:
-                error = item.get("error", "failed") if isinstance(item, dict) else "failed"
-                answer.set_exception(OpRefused(f"observe on {self.label}: {error}"))
+                    answer.set_result(result)
+            if not again:
+                return
+            waiting = again
+        _fail_all(waiting, OpRefused(f"observe on {self.label}: the agent did not keep the look's plan"))
 
     # -- PreflightOps ---------------------------------------------------------------------
     async def remove_if_holds(self, path: str, token: str) -> bool:
@@ -356,6 +387,12 @@ class AgentOps:
 
 class _ChannelLost(Exception):
     pass
+
+
+def _fail_all(looks: list[tuple[dict, asyncio.Future]], exc: BaseException) -> None:
+    for _, answer in looks:
+        if not answer.done():
+            answer.set_exception(exc)
 
 
 async def open_ops(target: Target, *, python: str = "python3",

@@ -626,7 +626,11 @@ def _one_look(look):
     try:
         if not isinstance(look, dict):
             raise OpFailed("a look must be an object")
+        if "plan" in look:
+            return {"ok": True, "result": observe_planned(**look)}
         return {"ok": True, "result": observe_one(**look)}
+    except OutOfStep as exc:
+        return {"ok": False, "error": str(exc), "resend": True}
     except OpFailed as exc:
         return {"ok": False, "error": str(exc)}
     except TypeError as exc:
@@ -663,6 +667,74 @@ def observe_one(paths, reads=None, known=None, grown=None, list_dirs=(), proc_tr
     if proc_tree:
         tree = _item(op_proc_tree, proc_tree["pid"], MAX_TREE, proc_tree.get("run_dir"))
     return {"now": now, "stats": stats, "reads": answers, "listings": listings, "proc_tree": tree}
+
+
+# -- look plans: a look asked every second, sent once per connection ----------------------
+#
+# This process serves one client over one channel, so what it keeps here is what that client
+# sent and was answered on this channel, and nothing of it outlives the channel: a client that
+# reconnects talks to a new agent that knows no plan. Per plan: the look's arguments (a look
+# sends only those that changed), the number of the last look applied (a look must be the next
+# one, or the client and this agent disagree on what the other holds), and the parts of the last
+# answer (an answer sends a stat, a listing entry or a tree field only when it changed).
+
+PLANS = {}
+MAX_PLANS = 4096
+
+
+class OutOfStep(OpFailed):
+    """A planned look this agent cannot apply (plan unknown, or a look of it missed): the
+    client sends the plan again whole."""
+
+
+def observe_planned(plan, seq, args=None, reset=False):
+    """observe_one on plan `plan`'s arguments updated by `args`; `reset` starts the plan anew
+    (its first look on this channel, or the client resending it whole). `seq` numbers the
+    plan's looks from 1 at its reset. The answer: observe_one's, with "seq", and each stat,
+    listing entry and process-tree field equal to the one this plan's last answer carried
+    sent as null (stats and listing entries, by position) or left out (tree fields, the tree
+    then {"ok": true, "delta": {...}})."""
+    if args is not None and not isinstance(args, dict):
+        raise OpFailed("args must be an object")
+    state = PLANS.get(plan)
+    if reset:
+        if state is None and len(PLANS) >= MAX_PLANS:
+            PLANS.clear()   # the clients of the dropped plans are told to resend them
+        state = PLANS[plan] = {"args": {}, "seq": 0, "last": None}
+    elif state is None:
+        raise OutOfStep("look plan %r is not known here: send it whole" % (plan,))
+    if seq != state["seq"] + 1:
+        PLANS.pop(plan, None)
+        raise OutOfStep("look plan %r: look %r after %r: send it whole" % (plan, seq, state["seq"]))
+    state["args"].update(args or {})
+    state["seq"] = seq
+    full = observe_one(**state["args"])
+    last, state["last"] = state["last"], full
+    answer = dict(full, seq=seq)
+    if last is not None:
+        answer["stats"] = _unchanged_as_null(last["stats"], full["stats"])
+        answer["listings"] = dict((path, _listing_delta(last["listings"].get(path), item))
+                                  for path, item in full["listings"].items())
+        answer["proc_tree"] = _tree_delta(last["proc_tree"], full["proc_tree"])
+    return answer
+
+
+def _unchanged_as_null(last, new):
+    return [None if i < len(last) and last[i] == entry else entry for i, entry in enumerate(new)]
+
+
+def _listing_delta(last, item):
+    if last is None or not (last.get("ok") and item.get("ok")):
+        return item
+    return {"ok": True, "result": _unchanged_as_null(last["result"], item["result"])}
+
+
+def _tree_delta(last, item):
+    if last is None or item is None or not (last.get("ok") and item.get("ok")):
+        return item
+    before = last["result"]
+    return {"ok": True, "delta": dict((k, v) for k, v in item["result"].items()
+                                      if k not in before or before[k] != v)}
 
 
 for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("read", op_read),

@@ -40,11 +40,13 @@ def pidinfo_from(d: dict) -> PidInfo:
                    nspid=tuple(d["nspid"]), in_run_dir=d.get("in_run_dir"))
 
 
-def proctree_from(d: dict) -> ProcTree:
-    return ProcTree(pid=int(d["pid"]), root=pidinfo_from(d["root"]), procs=int(d["procs"]),
-                    cpu_s=float(d["cpu_s"]), threads=int(d["threads"]),
+def proctree_from(d: dict, *, root: PidInfo | None = None, main_argv: tuple[str, ...] | None = None) -> ProcTree:
+    """`root`, `main_argv`: their records as decoded from the same raw values before."""
+    return ProcTree(pid=int(d["pid"]), root=root if root is not None else pidinfo_from(d["root"]),
+                    procs=int(d["procs"]), cpu_s=float(d["cpu_s"]), threads=int(d["threads"]),
                     states=tuple(sorted((str(k), int(v)) for k, v in d["states"].items())),
-                    main_pid=d["main_pid"], main_argv=tuple(inert_text(a) for a in d["main_argv"]),
+                    main_pid=d["main_pid"],
+                    main_argv=main_argv if main_argv is not None else tuple(inert_text(a) for a in d["main_argv"]),
                     truncated=bool(d["truncated"]))
 
 

@@ -87,6 +87,7 @@ def resolve(p: SSHParams) -> tuple[str, int, str, list[str]]:
     return host, port, user, files or ["~/.ssh/known_hosts"]
 
 
+@functools.lru_cache(maxsize=64)
 def label_for(p: SSHParams) -> str:
     user = resolve(p)[2]
     return f"{user}@{p.host}" if user else p.host

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..remote.answers import chunk_from, filestat_from, proctree_from
+from ..remote.answers import chunk_from, proctree_from
 from ..remote.base import OpRefused
 from ..remote.ops import FileChunk, FileStat, ProcTree
 
@@ -43,7 +43,7 @@ class FirstLook:
         self._label = ops.label
         self._now: float | None = float(answer["now"])
         self._stat: tuple[list[str], list[FileStat]] | None = (
-            list(paths), [filestat_from(d) for d in answer["stats"]])
+            list(paths), answer["stats"])
         # path -> (offset, max_bytes, answer): records from 0, grown files from their cursor
         asked = {**{p: (0, n) for p, n in reads.items()}, **{p: tuple(g) for p, g in grown.items()}}
         self._reads = {path: (*asked[path], item) for path, item in (answer.get("reads") or {}).items()
@@ -79,13 +79,14 @@ class FirstLook:
     async def list_dir(self, path: str) -> list[FileStat]:
         held = self._lists.pop(path, None)
         if held is not None:
-            return [filestat_from(d) for d in self._result("list_dir", held)]
+            return list(self._result("list_dir", held))
         return await self._ops.list_dir(path)
 
     async def proc_tree(self, pid: int, run_dir: str | None = None) -> ProcTree:
         held, self._tree = self._tree, None
         if held is not None and held[0] == (int(pid), run_dir):
-            return proctree_from(self._result("proc_tree", held[1]))
+            tree = self._result("proc_tree", held[1])
+            return tree if isinstance(tree, ProcTree) else proctree_from(tree)
         return await self._ops.proc_tree(pid, run_dir=run_dir)
 
 

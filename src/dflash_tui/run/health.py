@@ -133,9 +133,10 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
 
     # Alive: STALLED, RUNNING or STARTING, from the trainer's status.json when there is one,
     # else from any program's evidence.
+    views = judged_views(ev)
     if ev.status is None:
-        return _with_stacks(_any_program(ev, checks, limits, uptime), ev)
-    return _with_stacks(_status_reporting(ev, ev.status, checks, limits, uptime), ev)
+        return _with_stacks(_any_program(ev, checks, limits, uptime, views), views, ev)
+    return _with_stacks(_status_reporting(ev, ev.status, checks, limits, uptime, views), views, ev)
 
 
 _WAITING = frozenset({ThreadClass.COLLECTIVE, ThreadClass.GPU, ThreadClass.DATALOADER, ThreadClass.LOCK,
@@ -143,12 +144,11 @@ _WAITING = frozenset({ThreadClass.COLLECTIVE, ThreadClass.GPU, ThreadClass.DATAL
                       ThreadClass.IMPORTING})
 
 
-def _with_stacks(cl: Checklist, ev: Evidence) -> Checklist:
+def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checklist:
     """The checklist's threads with every probed thread's class and where (the Threads pane and
     `--check --json` threads[] show them): a thread of status.json gets its own stack's; the
     others follow, one per thread. While STALLED, a thread that waits (or runs no Python) is
-    STUCK, its why the class and where."""
-    views = judged_views(ev)
+    STUCK, its why the class and where. `views`: hang.py `judged_views` of `ev`."""
     if not views:
         return cl
     stalled = cl.verdict is Verdict.STALLED
@@ -165,7 +165,7 @@ def _with_stacks(cl: Checklist, ev: Evidence) -> Checklist:
         stuck = stalled and (v.cls in _WAITING or v.stale)
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
-    return replace(cl, threads=out)
+    return cl.with_parts(threads=out)
 
 
 def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check], limits: Limits) -> Checklist:
@@ -235,8 +235,10 @@ def _stalled_words(ev: Evidence, views: list[ThreadView], silent_for: float, hea
     return f"{hang.words}; {quiet} for {_duration(silent_for)}", hang
 
 
-def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: float) -> Checklist:
-    """A program that writes no status.json: its log, its events, its CPU, its stacks."""
+def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: float,
+                 views: list[ThreadView]) -> Checklist:
+    """A program that writes no status.json: its log, its events, its CPU, its stacks
+    (`views`: hang.py `judged_views` of `ev`)."""
     add = checks.append
     now, launch, act = ev.now, ev.launch, ev.activity
     if ev.status_problem:
@@ -247,7 +249,6 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
     disk, disk_words = disk_check(ev)
     if disk is not None:
         add(disk)
-    views = judged_views(ev)
     last = last_progress(ev)
     silent_for = now - (last if last is not None else launch.start_time)
     parsed = progress_words(ev)
@@ -319,7 +320,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
 
 
 def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits: Limits,
-                      uptime: float) -> Checklist:
+                      uptime: float, views: list[ThreadView]) -> Checklist:
     """A program that writes status.json (the bundled trainer): its heartbeat, threads, steps,
     with the log, events and CPU as further sources of progress."""
     add = checks.append
@@ -328,7 +329,6 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     hb_age = now - hb
     compiling = [t for t in st.threads if t.compile_state in _COMPILING]
     warming = st.phase == Phase.WARMING.value or bool(compiling)
-    views = judged_views(ev)
     hb_limit = _silence_limit(ev, limits, views, trainer_compiling=warming)
     if hb_age > hb_limit:
         add(Check("heartbeat", "Heartbeat", FAIL, f"last heartbeat {_age(now, hb)} (limit {hb_limit:.0f} s)",
@@ -590,4 +590,4 @@ class HealthTracker:
                 since = c.since if c.since is not None and prev is None else now
                 self._since[c.id] = (c.state, since)
             out.append(c.since_at(since))
-        return replace(checklist, checks=out)
+        return checklist.with_parts(checks=out)

@@ -29,7 +29,7 @@ from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, Progres
 from .attempts import LaunchAttempt
 from .eager import gather_eager
 from .first_look import first_look, remember
-from .flight_recorder import gather_collectives, gather_root_cause
+from .flight_recorder import gather_collectives, gather_root_cause, holds_distributed_files
 from .hang_evidence import HangEvidence
 from .probe_files import REPORT_MAX_BYTES, ProbeReport, gather_probes
 from .stack_dumps import gather_stack_dumps
@@ -76,11 +76,17 @@ class Evidence:
     slurm_out: str = ""
 
     def path(self, name: str) -> str:
-        return posixpath.join(self.run_dir, name)
+        return _joined(self.run_dir, name)
 
     def exists(self, name: str) -> bool:
         st = self.files.get(name)
         return bool(st and st.exists)
+
+
+@functools.lru_cache(maxsize=4096)
+def _joined(run_dir: str, name: str) -> str:
+    """A run file's path (asked several times per look, the same every look)."""
+    return posixpath.join(run_dir, name)
 
 
 def _is_transport_failure(exc: TargetError) -> bool:
@@ -271,8 +277,8 @@ async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
     """Where each rank's collectives stand (Flight Recorder) and the first failure (torchelastic),
     from the files the run left in its probe directory; live or ended."""
     listing = getattr(ev.probes, "listing", [])
-    if not listing:
-        return
+    if not listing or not holds_distributed_files(tuple(st.path for st in listing)):
+        return   # what the two would find in it: nothing
     (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await gather_eager(
         gather_collectives(ops, ev.run_dir, listing, ev.probes),
         gather_root_cause(ops, ev.run_dir, listing, ev.probes))

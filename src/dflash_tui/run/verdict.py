@@ -150,6 +150,19 @@ class Checklist:
     def __post_init__(self) -> None:
         self.summary = _inert(self.summary)
 
+    def with_parts(self, *, checks: list[Check] | None = None,
+                   threads: list[ThreadHealth] | None = None) -> "Checklist":
+        """This checklist with other checks or threads (each made inert when it was made): a
+        copy that keeps the summary already made inert (`replace` would make it inert again, on
+        every look, twice)."""
+        other = object.__new__(Checklist)   # no __init__: nothing to make inert again
+        other.__dict__.update(self.__dict__)
+        if checks is not None:
+            other.checks = checks
+        if threads is not None:
+            other.threads = threads
+        return other
+
     def thread(self, name: str) -> ThreadHealth | None:
         return next((t for t in self.threads if t.name == name), None)
 

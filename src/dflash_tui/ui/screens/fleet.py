@@ -159,6 +159,8 @@ class FleetScreen(Screen[None]):
         self._sources: dict[str, object] = {}
         self.shown: list[FleetRow] = []
         self._rendered_at = 0.0
+        self._behind = False                                    # rows changed since the last draw
+        self._verdicts_shown: dict[str, tuple[str, str]] = {}   # profile -> (severity, state) drawn
 
     def compose(self):
         yield Static("", id="fleet-title")
@@ -188,7 +190,17 @@ class FleetScreen(Screen[None]):
             # Changes of the other targets' polls in the next moment join this redraw: one
             # table update for many rows, still well inside a second of the poll.
             await asyncio.sleep(COALESCE_S)
-            self.render_rows()
+            if self._verdicts_moved():
+                self.render_rows()
+            else:
+                # Only numbers moved (a step, a loss): the next tick draws them with every other
+                # row's, one frame a second instead of one per target's poll.
+                self._behind = True
+
+    def _verdicts_moved(self) -> bool:
+        """A row's verdict (its severity, its words) is not what the screen shows: drawn now,
+        so a failure turns its row red as soon as its poll says so."""
+        return any(self._verdicts_shown.get(r.profile) != (r.severity, r.state) for r in self.fleet.snapshot())
 
     # -- rendering ----------------------------------------------------------------------------
     def visible_rows(self, now: float) -> list[FleetRow]:
@@ -204,13 +216,15 @@ class FleetScreen(Screen[None]):
         return rows
 
     def _tick(self) -> None:
-        if time.monotonic() - self._rendered_at > 0.9:   # a poll's redraw already did it
+        if self._behind or time.monotonic() - self._rendered_at > 0.9:   # else a poll's redraw did it
             self.render_rows()
 
     def render_rows(self) -> None:
         if not hasattr(self, "table"):
             return   # not mounted yet
         self._rendered_at = time.monotonic()
+        self._behind = False
+        self._verdicts_shown = {r.profile: (r.severity, r.state) for r in self.fleet.snapshot()}
         now = self.clock()
         selected = self.selected_name()
         rows = self.visible_rows(now)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -155,8 +156,15 @@ class FleetTable(ScrollView, can_focus=True):
                 segments.append(Segment(" " * GAP, plain))
             else:                        # one run per cell, gap included (SVG exports align)
                 segments.append(Segment(fit(text, w) + " " * GAP, self._style(style, selected)))
-        strip = Strip(segments).crop(self.scroll_offset.x, self.scroll_offset.x + width)
-        strip = strip.extend_cell_length(width, plain)
+        used = sum(cell_len(seg.text) for seg in segments)
+        if self.scroll_offset.x == 0 and used <= width:
+            # Nothing to crop: the line padded to the width as one Strip (a Strip is costly to
+            # make: each keeps seven caches).
+            segments.append(Segment(" " * (width - used), plain))
+            strip = Strip(segments, width)
+        else:
+            strip = Strip(segments).crop(self.scroll_offset.x, self.scroll_offset.x + width)
+            strip = strip.extend_cell_length(width, plain)
         self._strips[row] = (key, strip)
         return strip
 
