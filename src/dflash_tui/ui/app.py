@@ -138,9 +138,6 @@ class DashboardApp(App[None]):
         # unmount, so a process that runs apps one after another (tests) collects each one's cycles.
         gc.freeze()
 
-    def on_unmount(self) -> None:
-        gc.unfreeze()
-
     # The panes with a feed or keys of their own (the rest only take reports, through the list).
     def _pane(self, kind: type[PaneT]) -> PaneT:
         return next(p for p in self.panes if isinstance(p, kind))
@@ -454,6 +451,7 @@ class DashboardApp(App[None]):
         self.exit()
 
     async def on_unmount(self) -> None:
+        gc.unfreeze()   # see on_mount
         await self.source.close()
         if self._live_source is not None:
             await self._live_source.close()
