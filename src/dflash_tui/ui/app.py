@@ -55,6 +55,7 @@ RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "sear
                               "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
                               "switch_profile", "fleet", "history", "back"})
 
+GC_THRESHOLD = (7000, 10, 100)   # the collector's generations while the app runs (on_mount)
 SourceFactory = Callable[[str], DashboardSource]
 PaneT = TypeVar("PaneT", bound=Pane)
 
@@ -94,6 +95,7 @@ class DashboardApp(App[None]):
         self.log_name = TRAIN_LOG
         self.run_id: str | None = None
         self.streams = RunStreams(self)   # the workers that feed the panes (ui/streams.py)
+        self._gc_threshold = gc.get_threshold()   # restored on unmount (see on_mount)
         # The built-in demo (no config file): launch the local run if there is none yet, so
         # the first screen shows a real run start, compile and train.
         self.launch_if_no_run = launch_if_no_run
@@ -137,6 +139,11 @@ class DashboardApp(App[None]):
         # (at 1,000 log lines a second they were a tenth of the dashboard's CPU). Thawed on
         # unmount, so a process that runs apps one after another (tests) collects each one's cycles.
         gc.freeze()
+        # And the young generation is collected every 7,000 net allocations, not 700: the
+        # Threads pane makes ~300 cells a second, which ran a young pass every second and a
+        # full one every 20 s (~0.2 % of a core together on that tab; benchmarks/RESULTS.md).
+        self._gc_threshold = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLD)
 
     # The panes with a feed or keys of their own (the rest only take reports, through the list).
     def _pane(self, kind: type[PaneT]) -> PaneT:
@@ -452,6 +459,7 @@ class DashboardApp(App[None]):
 
     async def on_unmount(self) -> None:
         gc.unfreeze()   # see on_mount
+        gc.set_threshold(*self._gc_threshold)
         await self.source.close()
         if self._live_source is not None:
             await self._live_source.close()
