@@ -96,6 +96,7 @@ class DashboardApp(App[None]):
         self.run_id: str | None = None
         self.streams = RunStreams(self)   # the workers that feed the panes (ui/streams.py)
         self._gc_threshold = gc.get_threshold()   # restored on unmount (see on_mount)
+        self._tab_labels: dict[str, str] = {}     # each tab's label as last set (_label_tabs)
         # The built-in demo (no config file): launch the local run if there is none yet, so
         # the first screen shows a real run start, compile and train.
         self.launch_if_no_run = launch_if_no_run
@@ -170,12 +171,13 @@ class DashboardApp(App[None]):
         return self._pane(MetricsPane)
 
     def _label_tabs(self) -> None:
+        # At every report and GPU sample: the tab is looked up (a DOM query) only to change it.
         for pane in self.panes:
             if pane.TITLE is not None:
-                tab = self.tabs.get_tab(f"tab-{pane.PANE_ID}")
                 label = pane.tab_label()
-                if str(tab.label) != label:
-                    tab.label = label
+                if self._tab_labels.get(pane.PANE_ID, pane.TITLE) != label:
+                    self.tabs.get_tab(f"tab-{pane.PANE_ID}").label = label
+                    self._tab_labels[pane.PANE_ID] = label
 
     # -- streams (ui/streams.py) --------------------------------------------------------------
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
