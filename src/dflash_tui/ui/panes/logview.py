@@ -277,7 +277,9 @@ class LogLines(ScrollView, can_focus=True):
             return
         fell_off += shift
         if self.follow:
-            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
+            bottom = self.max_scroll_y
+            if self.scroll_y != bottom:   # a full ring that follows is at the bottom already
+                self.scroll_to(y=bottom, animate=False, immediate=True, force=True)
         elif fell_off:
             # Keep the rows the reader is looking at in place while the ring drops old ones.
             self.scroll_to(y=max(0, self.scroll_y - fell_off), animate=False, immediate=True, force=True)
