@@ -140,9 +140,10 @@ class DashboardApp(App[None]):
         # (at 1,000 log lines a second they were a tenth of the dashboard's CPU). Thawed on
         # unmount, so a process that runs apps one after another (tests) collects each one's cycles.
         gc.freeze()
-        # And the young generation is collected every 7,000 net allocations, not 700: the
-        # Threads pane makes ~300 cells a second, which ran a young pass every second and a
-        # full one every 20 s (~0.2 % of a core together on that tab; benchmarks/RESULTS.md).
+        # And the young generation is collected every 7,000 net allocations, not 700: what
+        # a frame and a report leave alive until the next (strips, cells) ran ~5 young passes
+        # a second on the Log tab at 1,000 lines a second and a full one every 20 s, found
+        # with little to free (~0.15 % of a core; benchmarks/RESULTS.md).
         self._gc_threshold = gc.get_threshold()
         gc.set_threshold(*GC_THRESHOLD)
 
