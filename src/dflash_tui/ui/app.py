@@ -142,8 +142,8 @@ class DashboardApp(App[None]):
         gc.freeze()
         # And the young generation is collected every 7,000 net allocations, not 700: what
         # a frame and a report leave alive until the next (strips, cells) ran ~5 young passes
-        # a second on the Log tab at 1,000 lines a second and a full one every 20 s, found
-        # with little to free (~0.15 % of a core; benchmarks/RESULTS.md).
+        # a second on the Log tab at 1,000 lines a second and a full one every 20 s
+        # (~0.15 % of a core; benchmarks/RESULTS.md).
         self._gc_threshold = gc.get_threshold()
         gc.set_threshold(*GC_THRESHOLD)
 
