@@ -60,6 +60,7 @@ class RunHeader(Pane, Horizontal):
         """Draw the newest report as of `now` (ages keep counting while no report arrives)."""
         report = self.report
         if report is None:
+            self._drawn = (None,)
             self._set(" CONNECTING ", "-wait", Text(f"profile {profile} · waiting for the first report",
                                                     no_wrap=True, overflow="ellipsis"))
             return
