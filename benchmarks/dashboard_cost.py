@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -153,8 +154,11 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 prof = cProfile.Profile(time.thread_time)
                 prof.enable()
             frames = _count_frames(self.screen)
+            if os.environ.get("DFLASH_BENCH_NOPAINT"):   # experiment: everything but the frames
+                self.screen._compositor_refresh = lambda *a, **k: None
             if breakdown is not None:
                 breakdown.clear()
+            gc0 = [g["collections"] for g in gc.get_stats()]
             c0, a0, w0 = cpu(), cpu(helpers), time.monotonic()
             main0 = time.thread_time()   # the event loop's share (the rest: Textual's writer, NVML)
             lags, rss, agent_rss = [], 0, 0
@@ -178,10 +182,14 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                         pass
             c1, a1, w1 = cpu(), cpu(helpers), time.monotonic()
             main_cpu = time.thread_time() - main0
+            result["gc_passes"] = [g["collections"] - n for g, n in zip(gc.get_stats(), gc0)]
             if prof is not None:
                 prof.disable()
                 prof.dump_stats(os.environ["DFLASH_BENCH_CPROFILE"])
             lags.sort()
+            if os.environ.get("DFLASH_BENCH_SCREEN"):   # what was on screen at the end, as text
+                Path(os.environ["DFLASH_BENCH_SCREEN"]).write_text(
+                    "\n".join(strip.text for strip in self.screen._compositor.render_strips()))
             if breakdown is not None:
                 result["breakdown"] = {k: round(v, 4) for k, v in breakdown.items()}
             result.update(tab=self.tabs.active, frames=frames[0], cpu_s=c1 - c0, main_cpu_s=main_cpu, agent_cpu_s=a1 - a0, wall_s=w1 - w0, rss=rss, agent_rss=agent_rss,
@@ -223,11 +231,11 @@ def _instrument() -> dict:
 
         @functools.wraps(fn)
         def timed(*args, **kwargs):
-            t = time.perf_counter()
+            t = time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[label] += time.perf_counter() - t
+                spent[label] += time.thread_time() - t
         setattr(owner, name, timed)
 
     wrap(Screen, "_compositor_refresh", "paint (compositor)")
@@ -235,11 +243,11 @@ def _instrument() -> dict:
     render_lines = Widget.render_lines
 
     def per_widget(self, crop):
-        t = time.perf_counter()
+        t = time.thread_time()
         try:
             return render_lines(self, crop)
         finally:
-            spent[f"  render {type(self).__name__}#{self.id}"] += time.perf_counter() - t
+            spent[f"  render {type(self).__name__}#{self.id}"] += time.thread_time() - t
     Widget.render_lines = per_widget
     wrap(Screen, "_refresh_layout", "layout")
     wrap(logview.LogLines, "append", "log append")
@@ -393,7 +401,8 @@ def main() -> int:
           f"{args.seconds:.0f} s measured after {args.warmup:.0f} s warm-up")
     print(f"of which the agent: {100 * r['agent_cpu_s'] / r['wall_s']:.2f}% of one core, the app's event loop: "
           f"{100 * r['main_cpu_s'] / r['wall_s']:.2f}%")
-    print(f"repaints: {r['frames'] / r['wall_s']:.1f} a second; load average during the run: "
+    print(f"repaints: {r['frames'] / r['wall_s']:.1f} a second; garbage collector passes by generation: "
+          f"{'/'.join(map(str, r['gc_passes']))}; load average during the run: "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     if "breakdown" in r:
         print("breakdown (seconds in the window): " + ", ".join(f"{k} {v}" for k, v in r["breakdown"].items()))

@@ -604,3 +604,19 @@ async def test_a_report_held_for_the_log_poll_is_dropped_once_the_app_closes():
     streams._pending_report = held
     streams.apply_pending_report()   # after the close: must not reach the removed tabs
     assert streams._pending_report is None
+
+
+async def test_header_draws_a_report_again_after_a_reset():
+    """The header's tick skips a report it drew already; a reset in between (another source
+    shown) must not leave CONNECTING on screen when that same report comes back."""
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        assert "RUNNING" in header_text(app)
+        header = app.query_one(RunHeader)
+        header.reset()
+        app._render_header()
+        assert "CONNECTING" in header_text(app)
+        header.show(app.report)   # the very same report object again
+        app._render_header()
+        assert "RUNNING" in header_text(app) and "CONNECTING" not in header_text(app)

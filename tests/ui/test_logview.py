@@ -129,3 +129,54 @@ async def test_first_error_none_when_clean():
         ll.append(["step 1", "step 2"])
         await pilot.pause()
         assert ll.first_error() is None and ll.follow
+
+
+def _segments(strips) -> list[list]:
+    return [list(strip) for strip in strips]
+
+
+async def test_rows_drawn_directly_equal_textuals_pipeline():
+    """The log draws its rows itself (no per-line pass through Textual's styles cache): what
+    reaches the compositor is the same, for every kind of row and scroll state."""
+    from textual.geometry import Region
+    app = LogApp(max_lines=200)
+    async with app.run_test(size=(60, 12)) as pilot:
+        ll = app.query_one(LogLines)
+        ll.append(CRASH + ["wide: 漢字かな " * 3, "tab\tand ünïcödé", "x" * 150] + [f"step {i}" for i in range(30)])
+        ll.show_partial("47%|████▋     | 47/100")
+        await pilot.pause()
+
+        def both(crop: Region):
+            fast = _segments(ll.render_lines(crop))
+            ll._plain_box = lambda: False   # Textual's own path, from a clean cache
+            ll._styles_cache.clear()
+            slow = _segments(ll.render_lines(crop))
+            del ll._plain_box
+            return fast, slow
+
+        size = ll.region.size
+        states = [lambda: None,                                   # following, the partial row last
+                  lambda: ll.search("step 2"),                    # a cursor row and matches
+                  lambda: ll.first_error(),                       # error and traceback rows on screen
+                  lambda: ll.scroll_to(x=7, animate=False, immediate=True, force=True),   # sideways
+                  lambda: setattr(ll, "search_term", "")]
+        for change in states:
+            change()
+            await pilot.pause()
+            for crop in (Region(0, 0, size.width, size.height), Region(3, 2, size.width - 10, 5)):
+                fast, slow = both(crop)
+                assert fast == slow, crop
+
+
+async def test_a_row_that_only_moved_is_not_drawn_again():
+    app = LogApp(max_lines=200)
+    async with app.run_test(size=(60, 12)) as pilot:
+        ll = app.query_one(LogLines)
+        ll.append([f"step {i}" for i in range(100)])
+        await pilot.pause()
+        drawn = []
+        render_line = ll.render_line
+        ll.render_line = lambda y: drawn.append(y) or render_line(y)
+        ll.append(["step 100", "step 101"])          # every row moves up two
+        await pilot.pause()
+        assert len(drawn) == 2, drawn                 # only the two new rows were drawn

@@ -55,6 +55,7 @@ RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "sear
                               "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
                               "switch_profile", "fleet", "history", "back"})
 
+GC_THRESHOLD = (7000, 10, 100)   # the collector's generations while the app runs (on_mount)
 SourceFactory = Callable[[str], DashboardSource]
 PaneT = TypeVar("PaneT", bound=Pane)
 
@@ -94,6 +95,8 @@ class DashboardApp(App[None]):
         self.log_name = TRAIN_LOG
         self.run_id: str | None = None
         self.streams = RunStreams(self)   # the workers that feed the panes (ui/streams.py)
+        self._gc_threshold = gc.get_threshold()   # restored on unmount (see on_mount)
+        self._tab_labels: dict[str, str] = {}     # each tab's label as last set (_label_tabs)
         # The built-in demo (no config file): launch the local run if there is none yet, so
         # the first screen shows a real run start, compile and train.
         self.launch_if_no_run = launch_if_no_run
@@ -137,9 +140,12 @@ class DashboardApp(App[None]):
         # (at 1,000 log lines a second they were a tenth of the dashboard's CPU). Thawed on
         # unmount, so a process that runs apps one after another (tests) collects each one's cycles.
         gc.freeze()
-
-    def on_unmount(self) -> None:
-        gc.unfreeze()
+        # And the young generation is collected every 7,000 net allocations, not 700: what
+        # a frame and a report leave alive until the next (strips, cells) ran ~5 young passes
+        # a second on the Log tab at 1,000 lines a second and a full one every 20 s
+        # (~0.15 % of a core; benchmarks/RESULTS.md).
+        self._gc_threshold = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLD)
 
     # The panes with a feed or keys of their own (the rest only take reports, through the list).
     def _pane(self, kind: type[PaneT]) -> PaneT:
@@ -166,12 +172,13 @@ class DashboardApp(App[None]):
         return self._pane(MetricsPane)
 
     def _label_tabs(self) -> None:
+        # At every report and GPU sample: the tab is looked up (a DOM query) only to change it.
         for pane in self.panes:
             if pane.TITLE is not None:
-                tab = self.tabs.get_tab(f"tab-{pane.PANE_ID}")
                 label = pane.tab_label()
-                if str(tab.label) != label:
-                    tab.label = label
+                if self._tab_labels.get(pane.PANE_ID, pane.TITLE) != label:
+                    self.tabs.get_tab(f"tab-{pane.PANE_ID}").label = label
+                    self._tab_labels[pane.PANE_ID] = label
 
     # -- streams (ui/streams.py) --------------------------------------------------------------
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -454,6 +461,8 @@ class DashboardApp(App[None]):
         self.exit()
 
     async def on_unmount(self) -> None:
+        gc.unfreeze()   # see on_mount
+        gc.set_threshold(*self._gc_threshold)
         await self.source.close()
         if self._live_source is not None:
             await self._live_source.close()

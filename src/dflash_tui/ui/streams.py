@@ -12,6 +12,7 @@ resubscribes with capped backoff.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from ..remote.base import TargetError
 from ..run.report import RunReport
@@ -26,6 +27,7 @@ REPORT_SLACK_S = 0.2
 EVENTS_POLL_S = 1.0
 RETRY_MAX_S = 5.0
 REPORT_HOLD_S = 0.2   # the longest a report waits for the log poll it triggers
+REPORTS_QUIET_S = 2.5  # no report for this long: new events.jsonl points are drawn without one
 GROUPS = ("reports", "gpus", "log", "events", "previous")
 
 
@@ -36,6 +38,7 @@ class RunStreams:
         self.started = False
         self._report_arrived = asyncio.Event()
         self._pending_report: RunReport | None = None
+        self._report_applied_at = float("-inf")
 
     def _run(self, coro, group: str) -> None:
         self.app.run_worker(coro, group=group, exclusive=True)
@@ -99,8 +102,11 @@ class RunStreams:
             return   # the app is closing: its widgets are being removed under this call
         if report is not None:
             self.app.on_report(report)
-        # events.jsonl points (polled beside the log, see _events) join this frame.
-        self.app.metrics_pane.flush()
+            self._report_applied_at = time.monotonic()
+            # events.jsonl points (polled each second, see _events) join the report's frame:
+            # the step counter above the charts moves with the checklist's, once a second,
+            # and the Metrics tab repaints once a second, not at every log poll too.
+            self.app.metrics_pane.flush()
 
     async def _gpus(self) -> None:
         app = self.app
@@ -156,7 +162,9 @@ class RunStreams:
             else:
                 delay = EVENTS_POLL_S
                 if lines:
-                    metrics.add_lines(lines)   # drawn with the next log poll's frame (flush)
+                    metrics.add_lines(lines)   # drawn with the next report's frame (flush)
+                    if time.monotonic() - self._report_applied_at > REPORTS_QUIET_S:
+                        metrics.flush()   # no reports are coming: the points show by themselves
             await self._next_poll(delay)
 
     async def _previous_run(self) -> None:

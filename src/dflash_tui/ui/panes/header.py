@@ -27,6 +27,7 @@ class RunHeader(Pane, Horizontal):
         self.report: RunReport | None = None
         self._badge: tuple[str, str] | None = None
         self._where: str | None = None
+        self._drawn: tuple = (None,)   # (report, busy, stale age as shown) of the last tick
         # Held, not queried: a timer may still fire while the app tears the screen down.
         self.badge = Static("…", id="verdict")
         self.where = Static("", id="where")
@@ -59,11 +60,18 @@ class RunHeader(Pane, Horizontal):
         """Draw the newest report as of `now` (ages keep counting while no report arrives)."""
         report = self.report
         if report is None:
+            self._drawn = (None,)
             self._set(" CONNECTING ", "-wait", Text(f"profile {profile} · waiting for the first report",
                                                     no_wrap=True, overflow="ellipsis"))
             return
         verdict = report.checklist.verdict
         stale_for = self._stale_for(report, now, received_at)
+        # Ticked every second and at every report: the same report, busy state and stale age
+        # as drawn last time draw the same words, so nothing is built.
+        drawn = (busy, None if stale_for is None else age(stale_for))
+        if self._drawn[0] is report and self._drawn[1:] == drawn:
+            return
+        self._drawn = (report, *drawn)
         if stale_for is None:
             badge_text, badge_class = f" {verdict.value} ", verdict_class(verdict)
         else:

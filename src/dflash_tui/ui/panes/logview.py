@@ -16,10 +16,11 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.containers import Vertical
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.style import Style as VisualStyle
 from textual.widgets import Input, Static
 
 from .base import Pane
@@ -130,10 +131,15 @@ class LogLines(ScrollView, can_focus=True):
         self._back = 0                # rows the cursor is above the end (a display redrawn in place)
         self._partial = ""            # the line being written now (shown below the lines)
         self._frame = ((0, 0), 0)     # scroll offset and row width of the paint under way
+        # The rows on screen by absolute line number: (line, kind, cursor row, Strip), valid
+        # while _rows_look (width, sideways scroll, search term) holds and the styles stay.
+        self._rows: dict[int, tuple[str, int, bool, Strip]] = {}
+        self._rows_look: tuple = ()
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._styles.clear()   # theme or CSS changed: look the styles up again
+        self._rows = {}
 
     def _style(self, name: str) -> Style:
         # Looked up once, not per rendered row: resolving a rich style walks the DOM.
@@ -271,7 +277,9 @@ class LogLines(ScrollView, can_focus=True):
             return
         fell_off += shift
         if self.follow:
-            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
+            bottom = self.max_scroll_y
+            if self.scroll_y != bottom:   # a full ring that follows is at the bottom already
+                self.scroll_to(y=bottom, animate=False, immediate=True, force=True)
         elif fell_off:
             # Keep the rows the reader is looking at in place while the ring drops old ones.
             self.scroll_to(y=max(0, self.scroll_y - fell_off), animate=False, immediate=True, force=True)
@@ -337,11 +345,62 @@ class LogLines(ScrollView, can_focus=True):
     # -- rendering --------------------------------------------------------------------------
     _KIND_STYLE = {ERROR: "loglines--error", TRACEBACK: "loglines--traceback", MARKER: "loglines--marker"}
 
-    def render_lines(self, crop):
+    def render_lines(self, crop: Region) -> list[Strip]:
         # Where the rows start and how wide they are, read once per paint: each is a computed
         # region, and looked up per row they cost more than drawing the row.
         self._frame = (self.scroll_offset, self.scrollable_content_region.width)
-        return super().render_lines(crop)
+        if not self._plain_box():
+            self._rows = {}
+            return super().render_lines(crop)
+        return self._render_rows(crop)
+
+    def _plain_box(self) -> bool:
+        """True when Textual's per-line styling would add nothing to the rows render_line
+        draws: no border, outline, padding, tint, hatch or opacity (the log's own CSS has none;
+        a theme or stylesheet that adds one gets Textual's full pipeline)."""
+        styles = self.styles
+        return (not any(edge for edge, _ in styles.border) and not any(edge for edge, _ in styles.outline)
+                and not any(styles.padding) and not styles.tint.a and styles.text_opacity == 1.0
+                and styles.hatch in (None, "none") and self.opacity == 1.0)
+
+    def _render_rows(self, crop: Region) -> list[Strip]:
+        """The rows of `crop` as the compositor wants them, each drawn once while it is on screen:
+        at a thousand lines a second every row moves up each frame, and a row that only moved
+        is the same Strip (its filtered copy cached on it) instead of a new one per frame."""
+        (scroll_x, scroll_y), width = self._frame
+        look = (width, scroll_x, self.search_term)
+        if look != self._rows_look:
+            self._rows_look, self._rows = look, {}
+        old, rows = self._rows, {}
+        lines, kinds, dropped, n = self._lines, self._kinds, self._dropped, len(self._lines)
+        cursor = -1 if self.cursor is None else self.cursor - dropped
+        strips = []
+        for y in crop.line_range:
+            index = scroll_y + y
+            if index >= n:
+                strips.append(self.render_line(y))   # the partial line or a blank row: not kept
+                continue
+            line, kind, is_cursor = lines[index], kinds[index], index == cursor
+            entry = old.get(dropped + index)
+            if entry is None or entry[0] is not line or entry[1] != kind or entry[2] != is_cursor:
+                entry = (line, kind, is_cursor, self.render_line(y))
+            rows[dropped + index] = entry
+            strips.append(entry[3])
+        self._rows = rows   # only what is on screen now: a scroll or a jump drops the rest
+        # What Textual's styles cache does to a plain box's rows (_styles_cache.render_widget):
+        # padded to the content width with the background, filtered (NO_COLOR, ANSI colours),
+        # cut to the crop's columns.
+        base_background, background = self.background_colors
+        content_width, region_width = self.content_region.width, self.region.width
+        if width < content_width:
+            inner = VisualStyle(background=base_background + background).rich_style
+            strips = [strip.adjust_cell_length(content_width, inner) for strip in strips]
+        for line_filter in self.app.get_line_filters():
+            strips = [strip.apply_filter(line_filter, background) for strip in strips]
+        if crop.column_span != (0, region_width):
+            x1, x2 = crop.column_span
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
 
     def render_line(self, y: int) -> Strip:
         (scroll_x, scroll_y), width = self._frame

@@ -109,6 +109,7 @@ class ThreadsPane(Pane, OnScreenOnly, Vertical):
         self._trouble = 0
         self._note = ""
         self.report: RunReport | None = None
+        self._cells: dict[tuple[str, str], Text] = {}   # (text, style) -> the Text drawn (draw)
 
     def _set_note(self, text: str, style: str = "") -> None:
         note = self.note
@@ -132,13 +133,25 @@ class ThreadsPane(Pane, OnScreenOnly, Vertical):
         report = self.report
         if report is None:
             return
+        # A cell that says what it said last second is the same Text: the tables compare and
+        # measure it once (RowTable.set_rows). Only this draw's cells are kept.
+        known, fresh = self._cells, {}
+
+        def cell(text: str, style: str) -> Text:
+            key = (text, style)
+            found = fresh.get(key) or known.get(key)
+            if found is None:
+                found = Text(text, style=style)
+            fresh[key] = found
+            return found
+        self._cells = fresh
         table = self.table
         status = report.status
         probes = report.probes
         self.probe_table.display = bool(probes)
         if probes:
             alarm = alarm_style(self.app.no_color)
-            self.probe_table.set_rows([(key, [Text(c, style=alarm if stuck else "") for c in cells])
+            self.probe_table.set_rows([(key, [cell(c, alarm if stuck else "") for c in cells])
                                        for key, cells, stuck in probe_rows(report)])
         stuck = [t for t in report.checklist.threads if t.pid is not None and t.trouble
                  and not (status is not None and any(s.name == t.name for s in status.threads))]
@@ -182,5 +195,5 @@ class ThreadsPane(Pane, OnScreenOnly, Vertical):
                 f"{t.graphs}/{t.recompiles}",
                 f"{t.compile_seconds:.1f}",
             ]
-            out.append((t.name, [Text(c, style=style) for c in cells]))
+            out.append((t.name, [cell(c, style) for c in cells]))
         table.set_rows(out)

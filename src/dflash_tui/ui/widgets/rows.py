@@ -38,6 +38,7 @@ class RowTable(ScrollView, can_focus=True):
         self.widths = [len(c) for c in self.columns]
         self.rows: list[tuple[str, tuple[Text, ...]]] = []
         self._signatures: list[tuple] = []   # per row: what its cells say, to compare and cache by
+        self._cells: dict[int, tuple[Text, tuple, int]] = {}   # id -> (cell, signature, width)
         self._strips: dict[int, tuple[tuple, Strip]] = {}
         self._frame: tuple = ((0, 0), 0, Style(), Style())   # the paint under way: offset, width, styles
 
@@ -50,15 +51,27 @@ class RowTable(ScrollView, can_focus=True):
 
     def set_rows(self, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
         new = [(key, tuple(cells)) for key, cells in rows]
-        signatures = [_signature(cells) for _, cells in new]
+        # Each cell's signature and width, kept by the cell object while the rows hold it: a
+        # pane that hands the same Text again for a cell that did not change (ThreadsPane's
+        # cell cache) costs a lookup, not a signature and a width per cell and second.
+        known, seen = self._cells, {}
+        signatures = []
         grew = False
         widths = self.widths
+        n_cols = len(widths)
         for _, cells in new:
-            for i, cell in enumerate(cells[: len(widths)]):
-                n = cell.cell_len
-                if n > widths[i]:
-                    widths[i] = n
+            row = []
+            for i, cell in enumerate(cells):
+                entry = known.get(id(cell))
+                if entry is None or entry[0] is not cell:
+                    entry = (cell, _cell_signature(cell), cell.cell_len)
+                seen[id(cell)] = entry
+                row.append(entry[1])
+                if i < n_cols and entry[2] > widths[i]:
+                    widths[i] = entry[2]
                     grew = True
+            signatures.append(tuple(row))
+        self._cells = seen
         old = self._signatures
         self.rows = new
         self._signatures = signatures
@@ -142,9 +155,14 @@ class RowTable(ScrollView, can_focus=True):
 _EMPTY = Text("")
 
 
+def _cell_signature(cell: Text) -> tuple:
+    """What a cell draws: equal signatures, equal cells."""
+    return (cell.plain, cell.style, cell.justify, tuple(cell.spans))
+
+
 def _signature(cells: Sequence[Text]) -> tuple:
     """What a row's cells draw: equal signatures, equal rows."""
-    return tuple((c.plain, c.style, c.justify, tuple(c.spans)) for c in cells)
+    return tuple(_cell_signature(c) for c in cells)
 
 
 def _plain_cell(cell: Text, width: int, console) -> list[tuple[str, Style | None]]:
