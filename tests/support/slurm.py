@@ -6,7 +6,9 @@ spool, state and pid files; `SLURM_CONF` (the cluster's `env`) points the client
 `SlurmCluster`; `cluster.stop()` ends every daemon it started (by its own pid) and cancels
 nothing else. The scheduler is tuned for tests: a 1 s scheduler interval, MinJobAge small (a
 finished job leaves squeue and scontrol within seconds, as after the default 300 s on a real
-cluster), KillWait short, no accounting (sacct answers nothing) and a `jobcomp/filetxt`
+cluster), KillWait 10 s (a third of Slurm's default: the bundled trainer stopped right after its
+first step, while its compiler thread imports dynamo and traces, needs 4-6 s on 2 shared cores to
+finish that step and save its checkpoint), no accounting (sacct answers nothing) and a `jobcomp/filetxt`
 record of ended jobs. Both nodes are this machine: `NodeHostname=localhost` with a port each,
 so `srun -N2` runs one task on each, as on two hosts.
 
@@ -107,7 +109,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerNode=3000
 MinJobAge={min_job_age}
-KillWait=2
+KillWait=10
 OverTimeLimit=0
 InactiveLimit=0
 MessageTimeout=5
