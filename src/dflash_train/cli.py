@@ -256,9 +256,9 @@ def _in_background(name: str, fn: Callable[..., object], *args: object) -> None:
     with its message, where it is needed.
 
     torch._dynamo's import (seconds of Python, holding the GIL) is NOT begun here: nothing
-    before the first step needs it (the step is eager, the optimizer is adamw.py's; only the
-    target's pre-fit, once per machine, imports it), so the step compiler's thread imports it
-    after the first step instead of slowing everything before."""
+    before the first step needs it (the step is eager; the optimizer, the target's pre-fit's
+    too, is adamw.py's), so the step compiler's thread imports it after the first step instead
+    of slowing everything before."""
     def run() -> None:
         with contextlib.suppress(Exception):
             fn(*args)

@@ -139,7 +139,6 @@ class SSHTarget(Target):
                                 keepalive_interval=keepalive_interval, max_channels=max_channels)
         self._pool = pool
         self._conn: SSHConnection | None = None
-        self._label: str | None = None
         config = os.path.expanduser(ssh_config or DEFAULT_SSH_CONFIG)
         if os.path.isfile(config):
             try:
@@ -152,10 +151,7 @@ class SSHTarget(Target):
 
     @property
     def label(self) -> str:   # type: ignore[override]
-        # Asked on every look (each answer's words name the target); the params never change.
-        if self._label is None:
-            self._label = label_for(self.params)
-        return self._label
+        return label_for(self.params)   # cached there: asked on every look
 
     def _connection(self) -> SSHConnection:
         if self._conn is None:

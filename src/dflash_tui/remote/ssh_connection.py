@@ -87,6 +87,7 @@ def resolve(p: SSHParams) -> tuple[str, int, str, list[str]]:
     return host, port, user, files or ["~/.ssh/known_hosts"]
 
 
+# Asked on every look (each answer's words name the target); a target's params never change.
 @functools.lru_cache(maxsize=64)
 def label_for(p: SSHParams) -> str:
     user = resolve(p)[2]

@@ -176,15 +176,11 @@ def _by_rank(reports: list[ProbeReport]) -> dict[int, ProbeReport]:
     return {r.rank: r for r in reports if r.rank is not None and not r.ended}
 
 
+@functools.lru_cache(maxsize=1024)
 def holds_distributed_files(paths: tuple[str, ...]) -> bool:
     """Whether a probe directory of these entries holds anything gather_collectives or
     gather_root_cause read (a Flight Recorder dump, torchelastic's error file or log dir).
     Asked every look of the same listing, so kept per listing."""
-    return _holds_distributed_files(paths)
-
-
-@functools.lru_cache(maxsize=1024)
-def _holds_distributed_files(paths: tuple[str, ...]) -> bool:
     names = [posixpath.basename(p) for p in paths]
     return any(_FR_NAME.match(n) or n in (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR) for n in names)
 
