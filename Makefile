@@ -44,7 +44,7 @@ system-tools:
 	fi
 
 test: venv system-tools
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 
 clean:

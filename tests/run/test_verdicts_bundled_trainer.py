@@ -1,10 +1,11 @@
-"""The bundled trainer, as `make run` starts it, held RUNNING for three minutes by `--check`.
+"""The bundled trainer, as `make run` starts it, held RUNNING for 90 s by `--check`.
 
 The incident this pins: about a minute into every healthy run, `dflash-tui --check` said
 STALLED "threads stopped: main [compiled]" (the main thread's role ends with the warm-up, and
 its silence was judged as a stall). Here the stall limit is shortened to 20 s and the run is
-checked every 10 s, one-shot, for 180 s after it first reads RUNNING; then `--stop` ends it
-and the verdict is STOPPED, exit 0.
+checked every 10 s, one-shot, for 90 s after it first reads RUNNING (past the stall limit four
+times over, and past many of the trainer's eval and checkpoint cycles of 100 steps); then
+`--stop` ends it and the verdict is STOPPED, exit 0.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from tests.test_cli_modes import cli, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-HOLD_S = 180.0
+HOLD_S = 90.0
 EVERY_S = 10.0
 
 
-def test_bundled_trainer_stays_running_for_three_minutes(tmp_path):
+def test_bundled_trainer_stays_running_past_the_stall_limit(tmp_path):
     args = list(LOCAL_TRAIN_ARGS)
     args[args.index("--steps") + 1] = "1000000"
     cfg = write_config(tmp_path, local={"run_dir": str(tmp_path / "run"), "python": sys.executable,
