@@ -132,9 +132,9 @@ async def test_hup_mode_twenty_of_twenty_launches_survive(sshd, standin, session
         (info,) = await ops.pid_info([out.evidence.launch.pid])
         survived += info.alive and info.start_ticks == out.evidence.launch.start_ticks
     assert survived == 20
-    for i in range(20):
-        res = await stop_run(ops, s.target, str(tmp_path / f"run{i:02d}"), grace_s=1.0)
-        assert res.outcome == "terminated", res
+    stops = await asyncio.gather(*(stop_run(ops, s.target, str(tmp_path / f"run{i:02d}"), grace_s=1.0)
+                                   for i in range(20)))
+    assert [res.outcome for res in stops] == ["terminated"] * 20, stops
 
 
 async def test_ptyhang_mode_launch_returns(sshd, standin, sessions, tmp_path):
