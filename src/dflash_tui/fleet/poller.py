@@ -2,7 +2,11 @@
 
 Profiles are grouped by run target (transport.py `target_key`): one task per target
 polls that target's profiles once per interval, each poll bounded by `poll_timeout` and all
-polls together by `max_concurrent`, so a slow or dead host only ever delays itself. A dead
+polls together by `max_concurrent`, so a slow or dead host only ever delays itself. Every
+target's poll starts on one shared tick (the next multiple of the interval on the loop's clock),
+not each on its own phase: the fleet's looks run as one burst a second, which wakes the process
+once for all of them and runs them on warm caches (a look back to back costs about half of one
+alone; benchmarks/RESULTS.md), and a target still waits on no other. A dead
 host costs little: a RunWatch backs off between reconnects and answers with its last report
 in between, which the row shows as UNREACHABLE with the reason and the retry countdown.
 GPU samples come from one probe per host (the shared transport), in a task of their own,
@@ -152,8 +156,9 @@ class FleetPoller:
             self.latencies[key].append(time.monotonic() - t0)
             wake.clear()
             try:
-                await asyncio.wait_for(wake.wait(), max(0.0, self.interval - (time.monotonic() - t0)))
-            except asyncio.TimeoutError:
+                async with asyncio.timeout_at(_next_tick(self.interval)):
+                    await wake.wait()
+            except TimeoutError:
                 pass
 
     async def _poll_one(self, name: str) -> None:
@@ -184,14 +189,20 @@ class FleetPoller:
     async def _sample_gpus(self, entries: list[tuple[tuple[str, ...], HostWatch]]) -> None:
         """One host's GPUs, for every watch of a run there (a profile, or a node of a run)."""
         while True:
-            t0 = time.monotonic()
             for key, w in entries:
                 last = w.last
                 if last is None or not last.connected or not last.pid_alive:
                     self._gpu.pop(key, None)
                     continue
                 self._gpu[key] = await self.transport.gpu_sample(w.profile, run_ref_from_launch(last.launch))
-            await asyncio.sleep(max(0.1, self.gpu_interval - (time.monotonic() - t0)))
+            await asyncio.sleep(_next_tick(self.gpu_interval, 0.1) - asyncio.get_running_loop().time())
+
+
+def _next_tick(interval: float, least: float = 0.0) -> float:
+    """The loop-clock time of the next multiple of `interval` at least `least` seconds away:
+    every task of the fleet that waits for it wakes on the same tick."""
+    now = asyncio.get_running_loop().time()
+    return ((now + least) // interval + 1) * interval
 
 
 def _poll_key(profile: Profile) -> tuple:
