@@ -117,9 +117,19 @@ async def test_fleet_rows_mixed_verdicts_and_a_dead_host_delays_nobody(sshd, tmp
             assert "did not answer within" in rows["wedged"].cause, rows["wedged"].cause
             assert rows["refused"].fresh_at is None and rows["refused"].step is None   # no data it never had
 
-            # While the wedged host eats its whole poll timeout, the others keep their 0.5 s rhythm.
+            # While the wedged host eats its whole poll timeout, the others keep their 0.5 s rhythm,
+            # both targets' polls starting on the same tick of it (one burst, not two phases).
+            starts: dict[str, list[float]] = {"beat": [], "local-beat": []}
+            for name, seen in starts.items():
+                watch = poller.watches[name]
+                watch.poll = (lambda poll=watch.poll, seen=seen:
+                              (seen.append(asyncio.get_running_loop().time()), poll())[1])
             steps0 = rows["beat"].step
             await asyncio.sleep(3.0)
+            for name, seen in starts.items():
+                assert len(seen) >= 4, starts
+                off_tick = sorted(min(t % 0.5, 0.5 - t % 0.5) for t in seen)
+                assert off_tick[len(off_tick) // 2] < 0.05, (name, off_tick)
             assert rows["beat"].step > steps0
             assert rows["beat"].age_s(time.time()) < 1.5 and rows["local-beat"].age_s(time.time()) < 1.5
             good = [k for k in poller.latencies if k[0] == "local" or k[2] == sshd.port]
