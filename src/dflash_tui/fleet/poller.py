@@ -128,6 +128,10 @@ class FleetPoller:
             if dirty:
                 yield dirty
 
+    def until_tick(self) -> float:
+        """Seconds to the next tick on which every target's poll starts (see the module doc)."""
+        return _next_tick(self.interval) - asyncio.get_running_loop().time()
+
     def poke(self, name: str | None = None) -> None:
         """Poll now: `name`'s target, or every target."""
         if name is None:
