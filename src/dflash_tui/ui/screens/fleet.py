@@ -2,8 +2,9 @@
 
 Rows come from a fleet (fleet/poller.py `FleetPoller`: `snapshot()`, `changes()`, `poke()`,
 `until_tick()`), which polls every target on one shared tick, each in a task of its own; this
-screen only renders FleetRows (on a tick of its own a moment after the polls') and passes keys on. One row per profile: name, host, container, verdict (colour and word; its one-line
-cause on the detail line under the table), step/total, loss, tau, tokens/s, the run's GPUs
+screen only renders FleetRows (on a tick of its own a moment after the polls') and passes keys
+on. One row per profile: name, host, container, verdict (colour and word; its one-line cause
+on the detail line under the table), step/total, loss, tau, tokens/s, the run's GPUs
 (util and memory, from the host's NVML), uptime and the age of the data. An unreachable
 target is UNREACHABLE with the reason and the next retry.
 
