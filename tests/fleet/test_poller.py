@@ -68,6 +68,19 @@ def test_exit_precedence_is_the_documented_one():
     assert worst_exit_code([0, 0]) == 0 and worst_exit_code([]) == 0
 
 
+def test_bursts_of_polls_hold_at_most_looks_per_burst_and_spread_over_the_interval():
+    """50 profiles on 10 targets: 5 bursts of 2 targets (10 looks), 0.2 s apart; a target bigger
+    than a burst goes alone."""
+    from dflash_tui.fleet.poller import LOOKS_PER_BURST, _burst_offsets
+    assert LOOKS_PER_BURST == 10
+    groups = {("t", i): [f"p{i}-{j}" for j in range(5)] for i in range(10)}
+    offsets = _burst_offsets(groups, 1.0)
+    assert sorted(set(round(o, 6) for o in offsets.values())) == [0.0, 0.2, 0.4, 0.6, 0.8]
+    assert all(list(offsets.values()).count(o) == 2 for o in offsets.values())
+    big = {("a",): ["x"], ("b",): [f"y{j}" for j in range(12)], ("c",): ["z"]}
+    assert _burst_offsets(big, 1.0) == {("a",): 0.0, ("b",): 1 / 3, ("c",): 2 / 3}
+
+
 @pytest.mark.sshd
 async def test_profiles_on_one_host_share_one_connection_and_one_agent(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
