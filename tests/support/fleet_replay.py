@@ -51,10 +51,6 @@ class ReplayFleet:
     def poke(self, name: str | None = None) -> None:
         self.poked.append(name)
 
-    def until_tick(self) -> float:
-        """As a FleetPoller at 1 Hz: to the next whole second of the loop's clock."""
-        return 1.0 - asyncio.get_running_loop().time() % 1.0
-
 
 def _profile(name: str, host: str | None, container: str | None = None) -> Profile:
     return Profile(name=name, run_dir=f"/srv/runs/{name}", host=host, user="root" if host else None,

@@ -131,10 +131,6 @@ class FleetPoller:
             if dirty:
                 yield dirty
 
-    def until_tick(self) -> float:
-        """Seconds to the next tick of the grid the first burst of polls starts on (module doc)."""
-        return _next_tick(self.interval) - asyncio.get_running_loop().time()
-
     def poke(self, name: str | None = None) -> None:
         """Poll now: `name`'s target, or every target."""
         if name is None:

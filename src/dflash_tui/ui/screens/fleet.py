@@ -1,10 +1,9 @@
 """The fleet screen: every profile in one table, k9s-style, live.
 
-Rows come from a fleet (fleet/poller.py `FleetPoller`: `snapshot()`, `changes()`, `poke()`,
-`until_tick()`), which polls every target on one shared tick, each in a task of its own; this
-screen only renders FleetRows (on a tick of its own a moment after the polls') and passes keys
-on. One row per profile: name, host, container, verdict (colour and word; its one-line cause
-on the detail line under the table), step/total, loss, tau, tokens/s, the run's GPUs
+Rows come from a fleet (fleet/poller.py `FleetPoller`: `snapshot()`, `changes()`, `poke()`),
+which polls each target in a task of its own; this screen only renders FleetRows and passes
+keys on. One row per profile: name, host, container, verdict (colour and word; its one-line
+cause on the detail line under the table), step/total, loss, tau, tokens/s, the run's GPUs
 (util and memory, from the host's NVML), uptime and the age of the data. An unreachable
 target is UNREACHABLE with the reason and the next retry.
 
@@ -143,7 +142,7 @@ class FleetScreen(Screen[None]):
     def __init__(self, fleet, source_for: Callable[[str], object],
                  on_open: Callable[[str], object], on_history: Callable[[str], object],
                  *, clock: Callable[[], float] = time.time) -> None:
-        """`fleet`: a FleetPoller (or anything with its snapshot/changes/poke/until_tick);
+        """`fleet`: a FleetPoller (or anything with its snapshot/changes/poke);
         `source_for(name)`: the profile's DashboardSource, through which r/s/c act;
         `on_open(name)` / `on_history(name)`: what Enter / h do."""
         super().__init__()
@@ -183,13 +182,7 @@ class FleetScreen(Screen[None]):
         self.table.focus()
         self.render_rows()
         self.watch_fleet()
-        # Ages keep ticking between polls: a tick a second, just after the polls' burst (the fleet
-        # polls every target on one shared tick), so a redraw shares their wake-up of the process.
-        self.set_timer(self.fleet.until_tick() + COALESCE_S, self._start_ticking)
-
-    def _start_ticking(self) -> None:
-        self._tick()
-        self.set_interval(1.0, self._tick)
+        self.set_interval(1.0, self._tick)   # ages keep ticking between polls
 
     @work(exclusive=True, group="fleet")
     async def watch_fleet(self) -> None:
