@@ -57,8 +57,8 @@ from dflash_tui.session import Session  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 
-COMPARE_HEADING = ("## fleet: the targets' polls in bursts of at most 10 looks on a fixed grid, before and after, "
-                   "side by side (benchmarks/fleet_cost.py --before)")
+COMPARE_HEADING = ("## fleet: look plans (only what changed, both ways) and one redraw a second, before and "
+                   "after, side by side (benchmarks/fleet_cost.py --before)")
 HEADING = "## fleet: 50 profiles on 10 hosts, the fleet screen beside a `--check` loop (benchmarks/fleet_cost.py)"
 CLI = [sys.executable, "-m", "dflash_tui"]
 

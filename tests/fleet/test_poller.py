@@ -68,19 +68,6 @@ def test_exit_precedence_is_the_documented_one():
     assert worst_exit_code([0, 0]) == 0 and worst_exit_code([]) == 0
 
 
-def test_bursts_of_polls_hold_at_most_looks_per_burst_and_spread_over_the_interval():
-    """50 profiles on 10 targets: 5 bursts of 2 targets (10 looks), 0.2 s apart; a target bigger
-    than a burst goes alone."""
-    from dflash_tui.fleet.poller import LOOKS_PER_BURST, _burst_offsets
-    assert LOOKS_PER_BURST == 10
-    groups = {("t", i): [f"p{i}-{j}" for j in range(5)] for i in range(10)}
-    offsets = _burst_offsets(groups, 1.0)
-    assert sorted(set(round(o, 6) for o in offsets.values())) == [0.0, 0.2, 0.4, 0.6, 0.8]
-    assert all(list(offsets.values()).count(o) == 2 for o in offsets.values())
-    big = {("a",): ["x"], ("b",): [f"y{j}" for j in range(12)], ("c",): ["z"]}
-    assert _burst_offsets(big, 1.0) == {("a",): 0.0, ("b",): 1 / 3, ("c",): 2 / 3}
-
-
 @pytest.mark.sshd
 async def test_profiles_on_one_host_share_one_connection_and_one_agent(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
@@ -130,19 +117,9 @@ async def test_fleet_rows_mixed_verdicts_and_a_dead_host_delays_nobody(sshd, tmp
             assert "did not answer within" in rows["wedged"].cause, rows["wedged"].cause
             assert rows["refused"].fresh_at is None and rows["refused"].step is None   # no data it never had
 
-            # While the wedged host eats its whole poll timeout, the others keep their 0.5 s rhythm,
-            # both targets' polls starting on the same tick of it (one burst, not two phases).
-            starts: dict[str, list[float]] = {"beat": [], "local-beat": []}
-            for name, seen in starts.items():
-                watch = poller.watches[name]
-                watch.poll = (lambda poll=watch.poll, seen=seen:
-                              (seen.append(asyncio.get_running_loop().time()), poll())[1])
+            # While the wedged host eats its whole poll timeout, the others keep their 0.5 s rhythm.
             steps0 = rows["beat"].step
             await asyncio.sleep(3.0)
-            for name, seen in starts.items():
-                assert len(seen) >= 4, starts
-                off_tick = sorted(min(t % 0.5, 0.5 - t % 0.5) for t in seen)
-                assert off_tick[len(off_tick) // 2] < 0.05, (name, off_tick)
             assert rows["beat"].step > steps0
             assert rows["beat"].age_s(time.time()) < 1.5 and rows["local-beat"].age_s(time.time()) < 1.5
             good = [k for k in poller.latencies if k[0] == "local" or k[2] == sshd.port]

@@ -2,12 +2,7 @@
 
 Profiles are grouped by run target (transport.py `target_key`): one task per target
 polls that target's profiles once per interval, each poll bounded by `poll_timeout` and all
-polls together by `max_concurrent`, so a slow or dead host only ever delays itself. The
-targets' polls start in bursts on a fixed grid (each target on its slot's tick of the loop's
-clock, not on a phase of its own): the looks of a burst share the process's wake-up and run on
-warm caches (a look back to back costs about half of one alone; benchmarks/RESULTS.md), and a
-burst holds at most LOOKS_PER_BURST looks, the bursts spread evenly over the interval, so a
-target's answer waits behind few others' (the poll's latency). A dead
+polls together by `max_concurrent`, so a slow or dead host only ever delays itself. A dead
 host costs little: a RunWatch backs off between reconnects and answers with its last report
 in between, which the row shows as UNREACHABLE with the reason and the retry countdown.
 GPU samples come from one probe per host (the shared transport), in a task of their own,
@@ -38,7 +33,6 @@ DEFAULT_POLL_TIMEOUT_S = 5.0
 DEFAULT_MAX_CONCURRENT = 16
 DEFAULT_GPU_INTERVAL_S = 2.0
 LATENCY_SAMPLES = 512
-LOOKS_PER_BURST = 10   # the looks of one burst of polls (whole targets; a bigger target alone)
 
 
 class FleetPoller:
@@ -83,11 +77,10 @@ class FleetPoller:
     def start(self) -> None:
         if self._tasks:
             return
-        offsets = _burst_offsets(self._groups, self.interval)
         for key, names in self._groups.items():
             self._wake[key] = asyncio.Event()
             self.latencies[key] = deque(maxlen=LATENCY_SAMPLES)
-            self._tasks.append(asyncio.create_task(self._poll_target(key, names, offsets[key]),
+            self._tasks.append(asyncio.create_task(self._poll_target(key, names),
                                                    name=f"fleet-poll {names[0]}"))
         if self.gpu_interval is not None:
             hosts: dict[tuple, list[tuple[tuple[str, ...], HostWatch]]] = {}
@@ -151,8 +144,7 @@ class FleetPoller:
                       poll_s=old.poll_s if old else None)
 
     # -- polling --------------------------------------------------------------------------------
-    async def _poll_target(self, key: tuple, names: list[str], offset: float) -> None:
-        """Poll `names` now, then on every tick of the grid at `offset` (sooner when poked)."""
+    async def _poll_target(self, key: tuple, names: list[str]) -> None:
         wake = self._wake[key]
         while True:
             t0 = time.monotonic()
@@ -160,9 +152,8 @@ class FleetPoller:
             self.latencies[key].append(time.monotonic() - t0)
             wake.clear()
             try:
-                async with asyncio.timeout_at(_next_tick(self.interval, offset)):
-                    await wake.wait()
-            except TimeoutError:
+                await asyncio.wait_for(wake.wait(), max(0.0, self.interval - (time.monotonic() - t0)))
+            except asyncio.TimeoutError:
                 pass
 
     async def _poll_one(self, name: str) -> None:
@@ -193,33 +184,14 @@ class FleetPoller:
     async def _sample_gpus(self, entries: list[tuple[tuple[str, ...], HostWatch]]) -> None:
         """One host's GPUs, for every watch of a run there (a profile, or a node of a run)."""
         while True:
+            t0 = time.monotonic()
             for key, w in entries:
                 last = w.last
                 if last is None or not last.connected or not last.pid_alive:
                     self._gpu.pop(key, None)
                     continue
                 self._gpu[key] = await self.transport.gpu_sample(w.profile, run_ref_from_launch(last.launch))
-            await asyncio.sleep(_next_tick(self.gpu_interval, least=0.1) - asyncio.get_running_loop().time())
-
-
-def _next_tick(interval: float, offset: float = 0.0, *, least: float = 0.0) -> float:
-    """The loop-clock time of the next tick of the grid `offset` + k * `interval` at least
-    `least` seconds away: every task that waits for the same grid wakes on the same tick."""
-    now = asyncio.get_running_loop().time()
-    return ((now + least - offset) // interval + 1) * interval + offset
-
-
-def _burst_offsets(groups: dict[tuple, list[str]], interval: float) -> dict[tuple, float]:
-    """Each target's offset in the interval: targets fill bursts of LOOKS_PER_BURST looks in
-    their order, and the bursts are spread evenly over the interval."""
-    burst_of: dict[tuple, int] = {}
-    burst, looks = 0, 0
-    for key, names in groups.items():
-        if looks and looks + len(names) > LOOKS_PER_BURST:
-            burst, looks = burst + 1, 0
-        burst_of[key] = burst
-        looks += len(names)
-    return {key: b * interval / (burst + 1) for key, b in burst_of.items()}
+            await asyncio.sleep(max(0.1, self.gpu_interval - (time.monotonic() - t0)))
 
 
 def _poll_key(profile: Profile) -> tuple:

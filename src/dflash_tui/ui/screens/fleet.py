@@ -1,7 +1,7 @@
 """The fleet screen: every profile in one table, k9s-style, live.
 
 Rows come from a fleet (fleet/poller.py `FleetPoller`: `snapshot()`, `changes()`, `poke()`),
-which polls each target in a task of its own; this screen only renders FleetRows and passes
+which polls each target on its own schedule; this screen only renders FleetRows and passes
 keys on. One row per profile: name, host, container, verdict (colour and word; its one-line
 cause on the detail line under the table), step/total, loss, tau, tokens/s, the run's GPUs
 (util and memory, from the host's NVML), uptime and the age of the data. An unreachable
