@@ -104,6 +104,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
 
     profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     breakdown = _instrument() if os.environ.get("DFLASH_BENCH_BREAKDOWN") else None
+    follower_polls = _count_follower_polls()
 
     class FakeGpuSessionSource(SessionSource):
         """The live source, except that NVML is the fake one with `gpus` busy GPUs."""
@@ -192,6 +193,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                     "\n".join(strip.text for strip in self.screen._compositor.render_strips()))
             if breakdown is not None:
                 result["breakdown"] = {k: round(v, 4) for k, v in breakdown.items()}
+            result["follower_polls"] = dict(follower_polls)
             result.update(tab=self.tabs.active, frames=frames[0], cpu_s=c1 - c0, main_cpu_s=main_cpu, agent_cpu_s=a1 - a0, wall_s=w1 - w0, rss=rss, agent_rss=agent_rss,
                           lag_max=lags[-1] if lags else None,
                           lag_p50=lags[len(lags) // 2] if lags else None,
@@ -213,6 +215,24 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     app.run(headless=not sys.stdout.isatty())
     Path(out).write_text(json.dumps(result))
     return 0
+
+
+def _count_follower_polls() -> dict:
+    """Log polls (train.log, events.jsonl) in all, and those a look's read answered (a tree
+    whose LogFollower has no `shared` reads counts none of those)."""
+    from dflash_tui.run import logtail
+    counts = {"polls": 0, "shared": 0}
+    poll = logtail.LogFollower.poll
+
+    async def counted(self):
+        counts["polls"] += 1
+        before = getattr(self, "shared_polls", 0)
+        try:
+            return await poll(self)
+        finally:
+            counts["shared"] += getattr(self, "shared_polls", 0) - before
+    logtail.LogFollower.poll = counted
+    return counts
 
 
 def _instrument() -> dict:
@@ -404,6 +424,9 @@ def main() -> int:
     print(f"repaints: {r['frames'] / r['wall_s']:.1f} a second; garbage collector passes by generation: "
           f"{'/'.join(map(str, r['gc_passes']))}; load average during the run: "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    fp = r.get("follower_polls", {})
+    print(f"log followers: {fp.get('polls', 0)} polls from the start, {fp.get('shared', 0)} of them answered by "
+          f"the look's own read of the file")
     if "breakdown" in r:
         print("breakdown (seconds in the window): " + ", ".join(f"{k} {v}" for k, v in r["breakdown"].items()))
     print(f"dashboard saw: {r['tab']} on screen, verdict {r['verdict']}, {r['gpus_shown']} GPUs, {r['threads_shown']} threads, "

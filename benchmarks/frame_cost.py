@@ -46,8 +46,12 @@ async def measure(frames: int, tab: str) -> dict[str, list[tuple[float, float]]]
     async with app.run_test(headless=True, size=(120, 40)) as pilot:
         while not (app.report is not None and app.log_pane.lines.line_count > 0 and app.gpu_pane.snapshot is not None):
             await pilot.pause(0.02)
+        # TabbedContent applies its `initial` tab after the app's first frames, undoing a switch
+        # made before then: switch once they are up, and check that it held.
+        await pilot.pause(0.3)
         app.action_show_tab(tab)
         await pilot.pause(0.3)
+        assert app.tabs.active == tab, f"{tab} was asked for but {app.tabs.active} is on screen"
         app.streams.stop()
         await pilot.pause(0.1)
 

@@ -91,3 +91,55 @@ async def test_broken_utf8_and_carriage_returns_read_line_by_line(ops, tmp_path)
     with log.open("ab") as fh:
         fh.write(b"\n".join(raw) + b"\n")
     assert await f.poll() == [line.rstrip(b"\r").decode("utf-8", "replace") for line in raw]
+
+
+async def test_a_poll_behind_the_trackers_look_takes_its_bytes(ops, tmp_path, monkeypatch):
+    # The dashboard's follower and the progress tracker read the same train.log: a poll right
+    # behind a look reads nothing itself and gets the lines a read of its own would have got;
+    # an older look, another file (rotation) or a look that holds nothing past the follower's
+    # offset leaves the follower to read.
+    from dflash_tui.run import logtail
+    from dflash_tui.run.activity import ProgressTracker
+
+    log = tmp_path / "train.log"
+    log.write_text("start\n")
+    tracker = ProgressTracker()
+    shared = LogFollower(ops, str(log), shared=tracker.recent_read)
+    alone = LogFollower(ops, str(log))
+
+    async def look() -> None:
+        (st,) = await ops.stat([str(log)])
+        await tracker.read_files(ops, str(tmp_path), "r1", st.mtime, {"train.log": st})
+
+    async def both() -> list[str]:
+        lines = await shared.poll()
+        assert lines == await alone.poll()
+        return lines
+
+    assert await both() == ["start"]
+    n = 0
+    for burst in (3, 1, 500):
+        with log.open("a") as fh:
+            fh.write("".join(f"step {n + k} loss 2.3\n" for k in range(burst)) + "step partial")
+        n += burst
+        await look()
+        before = shared.shared_polls
+        assert (await both())[-1] == f"step {n - 1} loss 2.3"
+        assert shared.shared_polls == before + 1
+        with log.open("a") as fh:
+            fh.write(" done\n")
+    assert await both() == ["step partial done"]   # the look's bytes end before ours: read
+    assert shared.shared_polls == 3
+
+    with log.open("a") as fh:
+        fh.write("late\n")
+    await look()
+    monkeypatch.setattr(logtail, "SHARED_MAX_AGE_S", 0.0)   # the look is too old now
+    assert await both() == ["late"] and shared.shared_polls == 3
+    monkeypatch.undo()
+
+    os.rename(log, tmp_path / "train.log.1")                # rotated after the look: read
+    log.write_text("rotated\n")
+    await look()
+    lines = await both()
+    assert "rotated" in lines[0] and lines[-1] == "rotated" and shared.shared_polls == 3

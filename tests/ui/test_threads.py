@@ -80,3 +80,45 @@ async def test_stuck_probe_threads_are_counted_and_named():
         note = str(app.query_one("#threads-note").render())
         assert "1 thread(s) need attention: pid 11 MainThread stuck" in note, note
         assert app.query_one("ThreadsPane").trouble_count() == 1
+
+
+async def test_table_rows_drawn_directly_equal_textuals_pipeline():
+    """RowTable draws its rows itself (no per-line pass through Textual's styles cache): what
+    reaches the compositor is the same, header, styled, justified, spanned and wide cells
+    included, scrolled sideways and cropped."""
+    from rich.text import Text
+    from textual.app import App
+    from textual.geometry import Region
+
+    class TableApp(App):
+        def compose(self):
+            yield RowTable(("thread", "beat", "state", "where"))
+
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        table = app.query_one(RowTable)
+        spanned = Text("ok then ")
+        spanned.append("STUCK", "bold red")
+        table.set_rows([
+            ("a", [Text("drafter0"), Text("1s", justify="right"), spanned, Text("step (train.py:12)")]),
+            ("b", [Text("drafter1 STUCK", style="bold reverse"), Text("5m05s", style="bold reverse"),
+                   Text("lock", style="bold reverse"), Text("漢字かな wait (x.py:3)", style="bold reverse")]),
+            *((f"r{i}", [Text(f"target{i}"), Text(f"{i}s"), Text("-"), Text("x" * 50)]) for i in range(10)),
+        ])
+        await pilot.pause()
+
+        def both(crop: Region):
+            fast = [list(s) for s in table.render_lines(crop)]
+            table._plain_box = lambda: False   # Textual's own path, from a clean cache
+            table._styles_cache.clear()
+            slow = [list(s) for s in table.render_lines(crop)]
+            del table._plain_box
+            return fast, slow
+
+        size = table.region.size
+        for scroll in ((0, 0), (9, 0), (0, 3)):
+            table.scroll_to(*scroll, animate=False, immediate=True, force=True)
+            await pilot.pause()
+            for crop in (Region(0, 0, size.width, size.height), Region(3, 1, size.width - 10, 4)):
+                fast, slow = both(crop)
+                assert fast == slow, (scroll, crop)

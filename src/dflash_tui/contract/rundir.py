@@ -575,6 +575,8 @@ def _checker(hint: Any, meta: Any = None):
         return check_int
     if hint is float:
         def check_float(value):
+            if type(value) is float and value - value == 0.0 and (low is None or value >= low):
+                return value   # the common case, a finite float in range, without the dispatch below
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (
                     isinstance(value, int) and not -_INT_LIMIT < value < _INT_LIMIT):
                 raise _wrong(value, "a number")

@@ -23,6 +23,7 @@ import collections
 import functools
 import posixpath
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -30,7 +31,7 @@ from types import MappingProxyType
 from ..contract.rundir import (EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
                                SchemaError, parse_event)
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
-from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
+from ..remote.ops import DiskFree, FileChunk, FileStat, ProcTree, RemoteOps
 from .eager import gather_eager
 from .hang_evidence import StackDump
 from .progress import LogProgress, ProgressParser
@@ -116,6 +117,8 @@ class _FileCursor:
     def __init__(self) -> None:
         self.offset: int | None = None   # None: never read
         self.inode: int | None = None
+        # The last read: the path asked, its chunk, when (time.monotonic()).
+        self.last: tuple[str, FileChunk, float] | None = None
 
     async def new_bytes(self, ops: RemoteOps, path: str, st: FileStat) -> tuple[bytes, bool]:
         """(the bytes written since the last call, whether the file was restarted)."""
@@ -131,6 +134,7 @@ class _FileCursor:
         chunk = await ops.read(path, start, WINDOW)
         if not chunk.exists:
             return b"", False
+        self.last = (path, chunk, time.monotonic())
         data = chunk.data
         if start > 0 and (self.offset is None or restarted or start > self.offset) and b"\n" in data:
             data = data.split(b"\n", 1)[1]         # began mid-line
@@ -259,6 +263,16 @@ class ProgressTracker:
                 self._step_at, self._step_source = log.mtime, "log"
         if ev_data:
             self._events_fed(ev_data)
+
+    def recent_read(self, path: str) -> tuple[FileChunk, float] | None:
+        """The chunk of train.log or events.jsonl at `path` that this tracker's last read
+        returned, and when (time.monotonic()); None if it never read that file. Another reader
+        of the same file (the dashboard's log follower, run/logtail.py) can take its new bytes
+        from it instead of asking the target for them again."""
+        for cursor in (self._log, self._events):
+            if cursor.last is not None and cursor.last[0] == path:
+                return cursor.last[1:]
+        return None
 
     def cursors(self, run_dir: str) -> dict[str, int]:
         """Where the next reads of train.log and events.jsonl start while they grow by less than

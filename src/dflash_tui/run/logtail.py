@@ -9,19 +9,32 @@ more than a window per poll, whatever the log's size.
 
 from __future__ import annotations
 
-from ..remote.ops import RemoteOps
+import time
+from typing import Callable
+
+from ..remote.ops import FileChunk, RemoteOps
 
 DEFAULT_WINDOW = 256 << 10
 # A single line longer than this is cut, so a log without newlines cannot grow the buffer.
 MAX_LINE = 16 << 10
+# Another reader's read of the same file at most this old stands in for one of ours: the
+# dashboard's log poll right behind a report takes the bytes that report's look just read.
+SHARED_MAX_AGE_S = 0.2
+
+# (path) -> another reader's latest read of that file and when (time.monotonic()), or None.
+SharedReads = Callable[[str], "tuple[FileChunk, float] | None"]
 
 
 class LogFollower:
     def __init__(self, ops: RemoteOps, path: str, *, window: int = DEFAULT_WINDOW,
-                 from_start: bool = False) -> None:
+                 from_start: bool = False, shared: SharedReads | None = None) -> None:
+        """`shared`: another reader's latest read of the same path (run/activity.py's
+        ProgressTracker.recent_read); a poll whose new bytes it holds reads nothing itself."""
         self.ops = ops
         self.path = path
         self.window = window
+        self.shared = shared
+        self.shared_polls = 0      # polls answered from `shared`, without a read of their own
         self._offset: int | None = 0 if from_start else None   # None: first poll starts at the tail
         self._inode: int | None = None
         self._partial = b""
@@ -54,7 +67,7 @@ class LogFollower:
                 data = data.split(b"\n", 1)[1]     # the tail starts mid-line
             return self._lines(data)
 
-        chunk = await self.ops.read(self.path, self._offset, self.window)
+        chunk = self._from_shared() or await self.ops.read(self.path, self._offset, self.window)
         self.exists = chunk.exists
         if not chunk.exists:
             return []
@@ -82,6 +95,22 @@ class LogFollower:
             return lines + self._lines(data)
         self._offset += len(chunk.data)
         return lines + self._lines(chunk.data)
+
+    def _from_shared(self) -> FileChunk | None:
+        """Our next chunk cut from another reader's fresh read of the same file: when it was
+        taken at most SHARED_MAX_AGE_S ago, of the same file (inode), and holds bytes past our
+        offset (it started at or before it). Otherwise None: we read ourselves."""
+        recent = self.shared(self.path) if self.shared is not None else None
+        if recent is None:
+            return None
+        chunk, at = recent
+        start = self._offset - chunk.offset
+        if (time.monotonic() - at > SHARED_MAX_AGE_S or chunk.inode != self._inode
+                or not chunk.exists or not 0 <= start < len(chunk.data)):
+            return None
+        self.shared_polls += 1
+        return FileChunk(self.path, self._offset, chunk.data[start:start + self.window], chunk.size,
+                         chunk.inode)
 
     def _flush_partial(self) -> list[str]:
         if not self._partial:

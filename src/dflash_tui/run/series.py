@@ -52,9 +52,11 @@ def points_from_events(lines: Iterable[str]) -> tuple[list[Point], int]:
         if ev.get("kind") not in _KINDS or isinstance(step, bool) or not isinstance(step, int):
             continue
         for key, raw in ev.items():
-            if key in _NOT_SERIES:
-                continue
-            value = _number(raw)
+            if raw is None or key in _NOT_SERIES:
+                continue   # None: a field the record left out (the contract fills it in)
+            # A finite float as it is (every declared number is one by now); anything else as
+            # _number says.
+            value = raw if type(raw) is float and raw - raw == 0.0 else _number(raw)
             if value is not None:
                 out.append(Point(ALIASES.get(key, key), step, value))
     return out, batch.skipped

@@ -20,9 +20,9 @@ from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.style import Style as VisualStyle
 from textual.widgets import Input, Static
 
+from ..widgets.plain import PlainRows
 from .base import Pane
 
 PLAIN, ERROR, TRACEBACK, MARKER = 0, 1, 2, 3
@@ -94,7 +94,7 @@ class LineClassifier:
         self.in_traceback = False
 
 
-class LogLines(ScrollView, can_focus=True):
+class LogLines(PlainRows, ScrollView, can_focus=True):
     """Ring buffer of log lines rendered through the Line API."""
 
     COMPONENT_CLASSES = {
@@ -354,15 +354,6 @@ class LogLines(ScrollView, can_focus=True):
             return super().render_lines(crop)
         return self._render_rows(crop)
 
-    def _plain_box(self) -> bool:
-        """True when Textual's per-line styling would add nothing to the rows render_line
-        draws: no border, outline, padding, tint, hatch or opacity (the log's own CSS has none;
-        a theme or stylesheet that adds one gets Textual's full pipeline)."""
-        styles = self.styles
-        return (not any(edge for edge, _ in styles.border) and not any(edge for edge, _ in styles.outline)
-                and not any(styles.padding) and not styles.tint.a and styles.text_opacity == 1.0
-                and styles.hatch in (None, "none") and self.opacity == 1.0)
-
     def _render_rows(self, crop: Region) -> list[Strip]:
         """The rows of `crop` as the compositor wants them, each drawn once while it is on screen:
         at a thousand lines a second every row moves up each frame, and a row that only moved
@@ -387,20 +378,7 @@ class LogLines(ScrollView, can_focus=True):
             rows[dropped + index] = entry
             strips.append(entry[3])
         self._rows = rows   # only what is on screen now: a scroll or a jump drops the rest
-        # What Textual's styles cache does to a plain box's rows (_styles_cache.render_widget):
-        # padded to the content width with the background, filtered (NO_COLOR, ANSI colours),
-        # cut to the crop's columns.
-        base_background, background = self.background_colors
-        content_width, region_width = self.content_region.width, self.region.width
-        if width < content_width:
-            inner = VisualStyle(background=base_background + background).rich_style
-            strips = [strip.adjust_cell_length(content_width, inner) for strip in strips]
-        for line_filter in self.app.get_line_filters():
-            strips = [strip.apply_filter(line_filter, background) for strip in strips]
-        if crop.column_span != (0, region_width):
-            x1, x2 = crop.column_span
-            strips = [strip.crop(x1, x2) for strip in strips]
-        return strips
+        return self._finish_rows(strips, crop, width)
 
     def render_line(self, y: int) -> Strip:
         (scroll_x, scroll_y), width = self._frame

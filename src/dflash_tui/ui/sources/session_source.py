@@ -29,7 +29,9 @@ GPU_RETRY_MAX_S = 30.0
 
 
 class SessionFollower:
-    """A LogFollower that rides along when the session reconnects (new transport, same file)."""
+    """A LogFollower that rides along when the session reconnects (new transport, same file).
+    train.log and events.jsonl are read by the session's progress tracker too, at every look:
+    a poll right behind a look takes the bytes that look read (LogFollower's `shared`)."""
 
     def __init__(self, session: Session, path: str) -> None:
         self.session = session
@@ -47,7 +49,7 @@ class SessionFollower:
     async def poll(self) -> list[str]:
         ops = await self.session.ops()
         if self._follower is None:
-            self._follower = LogFollower(ops, self.path)
+            self._follower = LogFollower(ops, self.path, shared=self.session.progress.recent_read)
         elif self._follower.ops is not ops:
             self._follower.set_ops(ops)
         return await self._follower.poll()

@@ -22,10 +22,12 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from .plain import PlainRows
+
 GAP = 2   # cells between columns
 
 
-class RowTable(ScrollView, can_focus=True):
+class RowTable(PlainRows, ScrollView, can_focus=True):
     DEFAULT_CSS = """
     RowTable { height: 1fr; }
     RowTable > .rowtable--header { text-style: bold; background: $boost; }
@@ -98,7 +100,11 @@ class RowTable(ScrollView, can_focus=True):
         # the styles walk the DOM, each dearer than drawing a cached row.
         self._frame = (self.scroll_offset, self.scrollable_content_region.width, self.rich_style,
                        self.get_component_rich_style("rowtable--header"))
-        return super().render_lines(crop)
+        if not self._plain_box():
+            return super().render_lines(crop)
+        # The rows as they are (each cached by what it shows), not each line through Textual's
+        # styles pass: a report changes most rows of the Threads tab every second.
+        return self._finish_rows([self.render_line(y) for y in crop.line_range], crop, self._frame[1])
 
     def render_line(self, y: int) -> Strip:
         (scroll_x, scroll_y), width, base, header = self._frame

@@ -1,0 +1,45 @@
+"""Rows of a Line-API widget drawn without Textual's per-line styles pass, where it adds nothing.
+
+Textual draws each line of a widget through its styles cache: border, outline, padding, tint,
+text opacity, hatch and opacity, then the app's line filters. For a box with none of those (the
+log's and RowTable's own CSS set none) that pass only pads a row to the content width, filters
+it and cuts it to the crop, and that is done here, once per paint instead of once per line: the
+rows of a paint are a widget's own (`render_line`), cached by the widget as it sees fit. A box
+that a theme or stylesheet gives any of those takes Textual's path (`_plain_box` says which).
+"""
+
+from __future__ import annotations
+
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.style import Style as VisualStyle
+
+
+class PlainRows:
+    """Mixin for a Line-API widget (a ScrollView) that draws its rows itself when its box is
+    plain: its render_lines asks `_plain_box()`, and if so returns `_finish_rows(...)` of its
+    own rows instead of Textual's render_lines."""
+
+    def _plain_box(self) -> bool:
+        """True when Textual's per-line styling would add nothing to the rows `render_line`
+        draws: no border, outline, padding, tint, hatch, text opacity or opacity."""
+        styles = self.styles
+        return (not any(edge for edge, _ in styles.border) and not any(edge for edge, _ in styles.outline)
+                and not any(styles.padding) and not styles.tint.a and styles.text_opacity == 1.0
+                and styles.hatch in (None, "none") and self.opacity == 1.0)
+
+    def _finish_rows(self, strips: list[Strip], crop: Region, width: int) -> list[Strip]:
+        """What Textual's styles cache does to a plain box's rows (_styles_cache.render_widget):
+        padded from `width` (the rows' own) to the content width with the background, filtered
+        (NO_COLOR, ANSI colours), cut to the crop's columns."""
+        base_background, background = self.background_colors
+        content_width, region_width = self.content_region.width, self.region.width
+        if width < content_width:
+            inner = VisualStyle(background=base_background + background).rich_style
+            strips = [strip.adjust_cell_length(content_width, inner) for strip in strips]
+        for line_filter in self.app.get_line_filters():
+            strips = [strip.apply_filter(line_filter, background) for strip in strips]
+        if crop.column_span != (0, region_width):
+            x1, x2 = crop.column_span
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
