@@ -9,6 +9,8 @@ import pytest
 
 from dflash_tui.remote import open_ops
 from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run import logtail
+from dflash_tui.run.activity import ProgressTracker
 from dflash_tui.run.logtail import LogFollower
 
 pytestmark = pytest.mark.timeout(30)
@@ -98,9 +100,6 @@ async def test_a_poll_behind_the_trackers_look_takes_its_bytes(ops, tmp_path, mo
     # behind a look reads nothing itself and gets the lines a read of its own would have got;
     # an older look, another file (rotation) or a look that holds nothing past the follower's
     # offset leaves the follower to read.
-    from dflash_tui.run import logtail
-    from dflash_tui.run.activity import ProgressTracker
-
     log = tmp_path / "train.log"
     log.write_text("start\n")
     tracker = ProgressTracker()

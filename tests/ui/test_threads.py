@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from dflash_tui.ui.widgets.rows import RowTable
+from rich.text import Text
+from textual.app import App
+from textual.geometry import Region
 
 from dflash_tui.contract.rundir import ProbeReport, ProbeThread
+from dflash_tui.ui.widgets.rows import RowTable
 from tests.support import scenarios as R
-
 from tests.ui.test_app import SIZE, make, until
 
 pytestmark = pytest.mark.timeout(60)
@@ -86,10 +88,6 @@ async def test_table_rows_drawn_directly_equal_textuals_pipeline():
     """RowTable draws its rows itself (no per-line pass through Textual's styles cache): what
     reaches the compositor is the same, header, styled, justified, spanned and wide cells
     included, scrolled sideways and cropped."""
-    from rich.text import Text
-    from textual.app import App
-    from textual.geometry import Region
-
     class TableApp(App):
         def compose(self):
             yield RowTable(("thread", "beat", "state", "where"))
