@@ -34,6 +34,8 @@ class Point(NamedTuple):   # a tuple: a hundred a second are made while Metrics 
 def _number(v: object) -> float | None:
     """A finite float; None for anything else, an integer too large for a float included
     (any field of a step record may hold one)."""
+    if type(v) is float:   # nearly every field: the contract has made each declared number one
+        return v if v - v == 0.0 else None   # nan and inf give nan
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     try:
@@ -52,11 +54,9 @@ def points_from_events(lines: Iterable[str]) -> tuple[list[Point], int]:
         if ev.get("kind") not in _KINDS or isinstance(step, bool) or not isinstance(step, int):
             continue
         for key, raw in ev.items():
-            if raw is None or key in _NOT_SERIES:
-                continue   # None: a field the record left out (the contract fills it in)
-            # A finite float as it is (every declared number is one by now); anything else as
-            # _number says.
-            value = raw if type(raw) is float and raw - raw == 0.0 else _number(raw)
+            if key in _NOT_SERIES:
+                continue
+            value = _number(raw)
             if value is not None:
                 out.append(Point(ALIASES.get(key, key), step, value))
     return out, batch.skipped
