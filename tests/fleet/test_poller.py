@@ -185,6 +185,9 @@ async def test_a_steady_target_is_polled_less_and_a_run_that_dies_still_turns_re
             n0 = len(polls)
             await asyncio.sleep(1.6)
             assert len(polls) - n0 >= 2, len(polls) - n0   # 0.5 s again (3 or more expected)
+            # An ended run with no process stands still too: steady again beside the RUNNING one.
+            await until(steady, 10, "the target steady again, one run KILLED")
+            assert cadence.watched >= {(poller.watches["b"].last.launch.pid, poller.watches["b"].last.launch.start_ticks)}
     finally:
         async with Session(b) as s:
             await s.stop()
