@@ -4,11 +4,11 @@ Profiles are grouped by run target (transport.py `target_key`): one task per tar
 polls that target's profiles once per interval, each poll bounded by `poll_timeout` and all
 polls together by `max_concurrent`, so a slow or dead host only ever delays itself. A target
 whose runs all stand still is polled every `steady_interval` instead (fleet/cadence.py has the
-rule), while its exit watch, one `wait_exit` on the target's agent for those runs' live pids,
+rule), while its exit watch, a `wait_exit` on the target's agent for those runs' live pids,
 wakes its poll the moment one of them ends: a run that dies turns its row red as fast as at
-`interval`. A dead
-host costs little: a RunWatch backs off between reconnects and answers with its last report
-in between, which the row shows as UNREACHABLE with the reason and the retry countdown.
+`interval`. A dead host costs little: a RunWatch backs off between reconnects and answers with
+its last report in between, which the row shows as UNREACHABLE with the reason and the retry
+countdown.
 GPU samples come from one probe per host (the shared transport), in a task of their own,
 because a hung NVML must not hold up the verdict polls; each sample feeds both the row's
 GPU cells and the watch's "gpus" check (GPU LOST), as in the single-run view. A run on several
