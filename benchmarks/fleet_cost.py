@@ -57,8 +57,8 @@ from dflash_tui.session import Session  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 
-COMPARE_HEADING = ("## fleet: look plans (only what changed, both ways) and one redraw a second, before and "
-                   "after, side by side (benchmarks/fleet_cost.py --before)")
+COMPARE_HEADING = ("## fleet: steady targets polled every 3 s, an exit watch on the agent for their runs, "
+                   "before and after, side by side (benchmarks/fleet_cost.py --before)")
 HEADING = "## fleet: 50 profiles on 10 hosts, the fleet screen beside a `--check` loop (benchmarks/fleet_cost.py)"
 CLI = [sys.executable, "-m", "dflash_tui"]
 
@@ -78,82 +78,16 @@ status.json, the verdict, and ~1.5-2 points for the screen. The 5% target is not
 needs fewer round trips per look (one batched agent request per target per poll)."""
 
 
-COMPARE_NOTE = """What changed (issue 23, item 2), each behind the same verdicts, rows and times to verdict
-(tests/remote, tests/run, tests/fleet, tests/watch, tests/ui/test_fleet*, tests/contract and
-tests/test_boundaries.py pass):
-- Look plans (remote/look_plans.py, agent_server `observe_planned`): the agent keeps, per
-  channel, each run dir's look arguments and its last answer; a look sends only the arguments
-  that changed and is answered with only the stats, listing entries and process-tree fields
-  that changed. The request per target and poll went from ~7.0 KB to ~0.9 KB, the answer from
-  26-28 KB to 14-16 KB (what is left is mostly the new probe report and status.json, base64).
-  Looks are numbered per plan, so neither side ever builds on what the other does not hold;
-  an agent killed mid-watch (tests/remote/test_look_plans.py, real sshd, real run) is
-  replaced and its first look goes whole.
-- The verdict judges the thread views once per look (it asked for them twice); the checklist's
-  copies keep their inert summary instead of dataclasses.replace; a record of plain ASCII
-  skips the JSON-escape regex and a printable text the inert regex (parse_probe 45 -> 29 us,
-  parse_status 64 -> 39 us, evaluate 0.16 -> 0.12 ms on a fleet look's evidence); a process
-  tree whose root and program stand still keeps their records; a probe directory with no
-  Flight Recorder dump or torchelastic file skips their scans; the SSH target's label and the
-  run files' paths are made once.
-- The screen: a poll that moved only numbers (a step, a loss) is drawn with the next second's
-  tick, all rows in one frame; a row whose verdict moved is drawn at once, as before (0.4 s
-  after its poll), so a failure turns its row red as fast as before. ~2.5 frames a second
-  (one per target's poll) became ~1. A table line is one Strip when nothing is cropped.
-
-Where the time went, before and after (the polling alone, 50 looks a second on the same
-set-up, measured apart from the table's run: cProfile for the count of calls and the shares,
-which it inflates for call-heavy code alike on both sides; CPU per look from the table):
-
-| share of the polling's profiled CPU | before (7f0cf57) | after |
-| --- | ---: | ---: |
-| the look (FleetPoller._poll_one), of which: | 75% | 71% |
-| - gather, the evidence (records, probes, tree, log) | 42% | 38% |
-| -- record parse + validation (probe report, status.json) | 12% | 13% |
-| -- answer decoding (FirstLook, LookPlans, answers.py) | 3.6% | 4.7% |
-| -- progress tracker (log bytes, CPU, stacks) | 6.7% | 7.5% |
-| - the verdict (evaluate) | 21% | 20% |
-| - settle (each check's since, the report) + the row | 5.8% | 5.6% |
-| agent client (request and answer JSON, futures) | 6.1% | 5.0% |
-| GPU sampling (here: nvidia-smi retried every 10 s per host) | 2.3% | 2.7% |
-| asyncio, SSH and the rest | 16% | 22% |
-| Python calls per look | 1,773 | 1,546 (0.87) |
-| profiled CPU over 20 s, after/before (two pairs of runs) | | 0.87, 0.94 |
-
-The shares hardly move: the cuts took a little from nearly every part, and the largest single
-one (the answer, ~half its bytes; the request, an eighth) saved mostly JSON and SSH work on the
-agent's side and in the kernel, which this process's CPU does not count.
-
-In ms of CPU per look (the polling alone, 7.2-7.5 % of a core for 50 looks a second: ~1.45 ms
-a look, against ~1.8-1.9 ms before; the shares above apportioned, so call-heavy parts are on
-the high side): the verdict ~0.3 ms, the records ~0.2 ms, the rest of gather (FirstLook's
-hand-outs, the probes' listing, the stack and hang checks, the awaits between them) ~0.2 ms,
-the progress tracker ~0.1 ms, the look's own glue (the watch, its deadline, the semaphore)
-~0.1 ms, settle and the row ~0.08 ms, the answer's decoding ~0.07 ms, the agent client
-~0.07 ms, the GPU sampling ~0.04 ms, asyncio and SSH ~0.3 ms. The screen is ~1 point on top
-(the dashboard minus the polling alone). A request's
-socket write costs 0.044 ms of thread CPU (0.24 ms of wall time, which py-spy counts as busy:
-its SSH share is overstated by that wait). Back to back, with no 1 Hz idle between looks (a
-target's five looks per request), a look costs 0.75 ms after (before the last cut) against 0.93 ms before.
-
-Is 4 % met? No: 8.3 % of a core, from 10.8 % for the tree before in the same run (0.77;
-the same command at 507f169, before the last three cuts, gave 10.9 % -> 8.1 %), at a load average of 2-3 from the other
-work on this machine. What is left is flat: ~1,550 Python calls a look, no function above a
-few percent. 4 % is ~0.8 ms a look with the screen, half of today's, and no more cut of the
-same kind gets there. What it would take, each a change of design, not a cut: (1) a look whose
-evidence moved only in time (the probe's counters, the tree's CPU) judged incrementally:
-evaluate returning with its checklist the time until which it stands (the next limit a
-heartbeat, a step or a report's age crosses), so such a look skips evaluate, settle and the
-row (~0.35 ms); (2) the run probe writing its counters (cpu_s, seq, time) apart from the
-report, or the agent answering a report's counters only, so a steady look parses no record
-(~0.15 ms); (3) a steady look as one synchronous pass over the plan's answer instead of
-FirstLook's hand-outs and gather's awaits (~0.2 ms); (4) one task per target's poll instead
-of one per profile with its own deadline, semaphore and futures (~0.1 ms). The p99 target is
-met (worst target 34 ms).
-
-The same script without --before, right after (load average 1.8 at the end; its own section above is not
-replaced): the dashboard 8.9 % and the polling alone 7.1 %; SIGKILL to the row red 0.60, 0.71, 0.71 s
-(that section's earlier figures: 0.3-1.1 s), so the time to a red row did not move."""
+COMPARE_NOTE = """What changed (issue 23, item 2): fewer looks at runs that stand still, not a cheaper look
+(fleet/cadence.py, docs/ARCHITECTURE.md "The fleet"). A target whose profiles are all steady
+(each checklist unchanged for 5 polls, each run RUNNING with its wrapper alive and progress
+younger than 3 s, or ended with no process) is polled every 3 s instead of every second, while
+one `wait_exit` request on its agent (pidfds; /proc every 0.2 s on Python 3.8) waits for those
+runs' wrappers (pid + start ticks from launch.json) and wakes the target's poll the moment one
+ends. A poke and any change of a checklist bring back 1 s polls. The runs here (the `beat`
+stand-in, a step every 2 s) are all steady ~6 s after the screen starts, so the windows (3 s
+after every row is decided, then the window) catch the last seconds of the 1 s start-up only at
+their start, in every "after" run alike."""
 
 
 def pctl(samples: list[float], q: float) -> float:
@@ -377,7 +311,7 @@ def main() -> int:
         pids = asyncio.run(launch_all(cfg))
         launch_s = time.monotonic() - t
         if args.before is not None:
-            sides = compare(args, cfg, work, env)
+            sides = compare(args, cfg, work, env, names)
             load = os.getloadavg()[0]
             return report_compare(args, sides, len(names), launch_s, load)
         # Victims spread over the hosts: 3 for the dashboard, 3 others for the loop.
@@ -467,14 +401,24 @@ def main() -> int:
     return 0
 
 
-def compare(args, cfg: Path, work: Path, env: dict) -> dict[str, dict]:
-    """Each tree's dashboard twice (before, after, after, before) and its polling alone once."""
+RED_WINDOW_S = 10.0   # before the kills: past the after tree's 5 unchanged polls, so its victims are steady
+
+
+def compare(args, cfg: Path, work: Path, env: dict, names: list[str]) -> dict[str, dict]:
+    """Each tree's dashboard twice (before, after, after, before) and its polling alone once;
+    then each tree's dashboard twice more, killing 3 runs each (12 victims over the hosts, each
+    dead for the runs after it), for the time from SIGKILL to the row drawn red."""
     trees = {"before": args.before.resolve(), "after": ROOT}
-    sides: dict[str, dict] = {k: {"dash": [], "poller": None} for k in trees}
-    for side in ("before", "after", "after", "before"):
+    sides: dict[str, dict] = {k: {"dash": [], "poller": None, "red": []} for k in trees}
+    order = ("before", "after", "after", "before")
+    for side in order:
         sides[side]["dash"].append(run_dashboard(cfg, args.window, [], work, env, trees[side]))
     for side in ("before", "after"):
         sides[side]["poller"] = run_poller(cfg, min(args.window, 20.0), work, env, trees[side])
+    victims = names[1::max(1, len(names) // 12)][:12]
+    for i, side in enumerate(order):
+        red = run_dashboard(cfg, RED_WINDOW_S, victims[3 * i:3 * i + 3], work, env, trees[side])
+        sides[side]["red"].extend(red["red_s"].values())
     return sides
 
 
@@ -499,7 +443,11 @@ def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: 
         row[side] = {
             "cpu": cpu(runs), "runs": ", ".join(f"{100 * r['cpu_s'] / r['wall_s']:.1f}%" for r in runs),
             "poller": 100.0 * sides[side]["poller"]["cpu_s"] / sides[side]["poller"]["wall_s"],
-            "look_ms": 1000 * sum(r["cpu_s"] for r in runs) / (n * sum(r["wall_s"] for r in runs)),
+            "profile_ms": 1000 * sum(r["cpu_s"] for r in runs) / (n * sum(r["wall_s"] for r in runs)),
+            # one poll of a target looks at each of its profiles
+            "looks_s": args.per_host * sum(len(v) for r in runs for v in r["latencies"].values())
+            / sum(r["wall_s"] for r in runs),
+            "red": sides[side]["red"],
             "p50": pctl(every, 0.5), "p99": pctl(every, 0.99),
             "worst_p50": max(pctl(v, 0.5) for v in by_host.values()),
             "worst_p99": max(pctl(v, 0.99) for v in by_host.values()),
@@ -519,17 +467,25 @@ def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: 
         f"load average {load:.1f} at the end). {n} profiles on {args.hosts} loopback sshd hosts ({args.per_host} each), "
         f"each a detached `run_standins.py beat` run, launched in {launch_s:.0f} s; the same runs watched by both "
         f"trees' fleet screens (real app, headless 160x60, 1 Hz, {a['hosts']} SSH connections and {a['agents']} agents), "
-        f"one after another: before, after, after, before, {args.window:g} s of steady state each.", "",
+        f"one after another: before, after, after, before, {args.window:g} s of steady state each; then the same "
+        f"four again, {RED_WINDOW_S:g} s each, each killing 3 runs (SIGKILL to the wrapper's group, 1.3 s apart).", "",
         "| | before | after | after/before |",
         "| --- | ---: | ---: | ---: |",
         f"| CPU of the dashboard (each run) | {b['cpu']:.1f}% ({b['runs']}) | {a['cpu']:.1f}% ({a['runs']}) "
         f"| {a['cpu'] / b['cpu']:.2f} |",
         f"| CPU of the polling alone, no screen | {b['poller']:.1f}% | {a['poller']:.1f}% | {a['poller'] / b['poller']:.2f} |",
-        f"| CPU per look at one profile | {b['look_ms']:.2f} ms | {a['look_ms']:.2f} ms | {a['look_ms'] / b['look_ms']:.2f} |",
+        f"| looks at a profile per second (all {n}) | {b['looks_s']:.1f} | {a['looks_s']:.1f} | {a['looks_s'] / b['looks_s']:.2f} |",
+        f"| CPU per profile and second | {b['profile_ms']:.2f} ms | {a['profile_ms']:.2f} ms | {a['profile_ms'] / b['profile_ms']:.2f} |",
+        f"| CPU per look (the dashboard's CPU over its looks) | {b['cpu'] * 10 / b['looks_s']:.2f} ms "
+        f"| {a['cpu'] * 10 / a['looks_s']:.2f} ms | {(a['cpu'] / a['looks_s']) / (b['cpu'] / b['looks_s']):.2f} |",
         f"| poll latency per target, p50 / p99, all targets | {ms(b['p50'])} / {ms(b['p99'])} | {ms(a['p50'])} / {ms(a['p99'])} "
         f"| {a['p50'] / b['p50']:.2f} / {a['p99'] / b['p99']:.2f} |",
         f"| worst target's p50 / p99 | {ms(b['worst_p50'])} / {ms(b['worst_p99'])} | {ms(a['worst_p50'])} / {ms(a['worst_p99'])} "
         f"| {a['worst_p50'] / b['worst_p50']:.2f} / {a['worst_p99'] / b['worst_p99']:.2f} |",
+        f"| SIGKILL to the row drawn red, each victim | {', '.join(f'{x:.2f}' for x in b['red'])} s "
+        f"(median {statistics.median(b['red']):.2f}, max {max(b['red']):.2f}) "
+        f"| {', '.join(f'{x:.2f}' for x in a['red'])} s (median {statistics.median(a['red']):.2f}, max {max(a['red']):.2f}) "
+        f"| {statistics.median(a['red']) / statistics.median(b['red']):.2f} (medians) |",
         "",
         f"Targets (after): dashboard CPU <= 4% of one core: {'met' if a['cpu'] <= 4 else 'NOT met'} ({a['cpu']:.1f}%); "
         f"p99 poll < 100 ms on loopback: {'met' if a['worst_p99'] < 0.1 else 'NOT met'} "

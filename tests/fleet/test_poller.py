@@ -100,8 +100,9 @@ async def test_fleet_rows_mixed_verdicts_and_a_dead_host_delays_nobody(sshd, tmp
             out = await s.launch()
             assert out.run_id, out.checklist
 
+    # Every target at 0.5 s whatever its runs do (steady_interval=None): the rhythm checked below.
     poller = FleetPoller([beat, crash, local, refused, wedged], interval=0.5, poll_timeout=1.5,
-                         gpu_interval=None)
+                         gpu_interval=None, steady_interval=None)
     try:
         async with poller:
             rows = poller.rows
@@ -138,6 +139,57 @@ async def test_fleet_rows_mixed_verdicts_and_a_dead_host_delays_nobody(sshd, tmp
         async with Session(local) as s:
             await s.stop()
         async with Session(crash) as s:
+            await s.stop()
+
+
+@pytest.mark.sshd
+async def test_a_steady_target_is_polled_less_and_a_run_that_dies_still_turns_red_at_once(sshd, tmp_path,
+                                                                                         monkeypatch):
+    """Two RUNNING runs on one target, 0.5 s polls: once their checklists stood still for
+    `steady_after` polls and the exit watch on the target's agent covers both wrappers, the target
+    is polled every `steady_interval` (4 s); a poke brings back 0.5 s; a SIGKILL just after a
+    poll turns the row red long before the next steady poll was due, and that change of verdict
+    brings back 0.5 s too."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    a, b = (ssh_profile(sshd, n, tmp_path / n, stall_after_s=30.0) for n in ("a", "b"))
+    for p in (a, b):
+        async with Session(p) as s:
+            out = await s.launch()
+            assert out.run_id, out.checklist
+    try:
+        async with FleetPoller([a, b], interval=0.5, steady_interval=4.0, steady_after=4,
+                               gpu_interval=None) as poller:
+            (key,) = poller.cadence
+            cadence, polls = poller.cadence[key], poller.latencies[key]
+            steady = lambda: cadence.pause() == 4.0   # noqa: E731
+            await until(steady, 30, "the target steady")
+            wrappers = {(poller.watches[n].last.launch.pid, poller.watches[n].last.launch.start_ticks) for n in "ab"}
+            assert cadence.watched >= wrappers
+
+            # 4.5 s: ~9 polls at 0.5 s, one or two at 4 s.
+            n0 = len(polls)
+            await asyncio.sleep(4.5)
+            assert 1 <= len(polls) - n0 <= 2, len(polls) - n0
+
+            poller.poke("a")
+            n0 = len(polls)
+            await asyncio.sleep(1.8)
+            assert len(polls) - n0 >= 3, len(polls) - n0   # 0.5 s again, for steady_after polls (4 expected)
+
+            await until(steady, 10, "the target steady again")   # true right after a poll
+            t_kill = time.monotonic()
+            os.killpg(poller.watches["a"].last.launch.pid, signal.SIGKILL)
+            await until(lambda: poller.rows["a"].severity == FAIL, 5, "the killed run's row red")
+            red_s = time.monotonic() - t_kill
+            assert poller.rows["a"].verdict is Verdict.KILLED and red_s < 2.5, red_s   # the next steady poll: ~4 s
+            n0 = len(polls)
+            await asyncio.sleep(1.6)
+            assert len(polls) - n0 >= 2, len(polls) - n0   # 0.5 s again (3 or more expected)
+            # An ended run with no process stands still too: steady again beside the RUNNING one.
+            await until(steady, 10, "the target steady again, one run KILLED")
+            assert cadence.watched >= {(poller.watches["b"].last.launch.pid, poller.watches["b"].last.launch.start_ticks)}
+    finally:
+        async with Session(b) as s:
             await s.stop()
 
 

@@ -6,13 +6,16 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from dflash_tui.remote.agent import (BOOTSTRAP, AgentOps, AgentUnavailable, build_program,
                                      open_ops)
-from dflash_tui.remote.base import CommandTimeout, TargetError
+from dflash_tui.remote.agent_server import MAX_WAIT_PIDS, pid_info_one
+from dflash_tui.remote.base import CommandTimeout, OpRefused, TargetError
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.shell_ops import ShellOps
 
@@ -192,3 +195,72 @@ async def test_a_login_banner_does_not_confuse_either_way(prefer, tmp_path):
         assert (await ops.which(["sh"]))["sh"]
     finally:
         await ops.close()
+
+
+def _threads_and_fds(pid: int) -> tuple[int, int]:
+    return len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))
+
+
+WAIT_PYTHONS = ["python3"] + [str(PYENV / "3.8.18/bin/python3")] * (PYENV / "3.8.18/bin/python3").exists()
+
+
+@pytest.mark.parametrize("python", WAIT_PYTHONS, ids=lambda p: "pidfd" if p == "python3" else "proc-3.8")
+async def test_wait_exit_returns_when_that_very_process_ends(python):
+    """pidfds where the agent's Python has them, /proc every 0.2 s on 3.8: an exit while waiting
+    is answered at once and other requests go on meanwhile; a pid whose start time differs has
+    ended; all alive is [] at the timeout; hostile arguments get one line; nothing is left behind,
+    and a wait in flight does not keep the agent past its channel."""
+    ops = await AgentOps.start(LocalTarget(), python=python)
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    agent = ops.info["pid"]
+    try:
+        ids = [(p.pid, pid_info_one(p.pid)["start_ticks"]) for p in procs]
+        before = _threads_and_fds(agent)
+        t = time.monotonic()
+        assert await ops.wait_exit(ids, 0.3) == []
+        assert 0.25 <= time.monotonic() - t < 3
+        reused = (ids[0][0], ids[0][1] + 1)
+        t = time.monotonic()
+        assert await ops.wait_exit([ids[1], reused], 30) == [reused]
+        assert time.monotonic() - t < 3
+
+        waiting = asyncio.ensure_future(ops.wait_exit(ids, 30))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        t = time.monotonic()
+        assert (await ops.stat(["/"]))[0].is_dir and time.monotonic() - t < 1   # not held up
+        procs[1].kill()
+        t = time.monotonic()
+        assert await asyncio.wait_for(waiting, 10) == [ids[1]]
+        assert time.monotonic() - t < 1.5
+        deadline = time.monotonic() + 5
+        while _threads_and_fds(agent) != before and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert _threads_and_fds(agent) == before   # the waits' threads ended, their pidfds closed
+
+        for args, words in [({"pids": []}, "non-empty list"), ({"pids": [[ids[0][0]]]}, "each of pids"),
+                            ({"pids": [["1", 2]]}, "each of pids"), ({"pids": [[True, 2]]}, "each of pids"),
+                            ({"pids": [[-4, 2]]}, "each of pids"), ({"pids": "1 2"}, "non-empty list"),
+                            ({"pids": [[1, 2]] * (MAX_WAIT_PIDS + 1)}, f"at most {MAX_WAIT_PIDS} pids"),
+                            ({"pids": [list(ids[0])], "timeout_s": "soon"}, "timeout_s must be a number"),
+                            ({"pids": [list(ids[0])], "timeout_s": None}, "timeout_s must be a number"),
+                            ({"pids": [list(ids[0])], "signal": 9}, "bad arguments for wait_exit")]:
+            with pytest.raises(OpRefused, match=words):
+                await ops.call("wait_exit", **args)
+        t = time.monotonic()
+        assert await ops.call("wait_exit", pids=[list(ids[0])], timeout_s=-30) == []   # clamped to 0
+        assert time.monotonic() - t < 2
+
+        in_flight = asyncio.ensure_future(ops.wait_exit([ids[0]], 60))
+        await asyncio.sleep(0.3)
+    finally:
+        await ops.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+    with pytest.raises(TargetError):
+        await in_flight   # its channel closed under it
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{agent}").exists() and Path(f"/proc/{agent}/stat").read_text().split(") ")[1][0] != "Z":
+        assert time.monotonic() < deadline, "a wait in flight kept the agent past its channel"
+        await asyncio.sleep(0.05)

@@ -2,9 +2,13 @@
 
 Profiles are grouped by run target (transport.py `target_key`): one task per target
 polls that target's profiles once per interval, each poll bounded by `poll_timeout` and all
-polls together by `max_concurrent`, so a slow or dead host only ever delays itself. A dead
-host costs little: a RunWatch backs off between reconnects and answers with its last report
-in between, which the row shows as UNREACHABLE with the reason and the retry countdown.
+polls together by `max_concurrent`, so a slow or dead host only ever delays itself. A target
+whose runs all stand still is polled every `steady_interval` instead (fleet/cadence.py has the
+rule), while its exit watch, a `wait_exit` on the target's agent for those runs' live pids,
+wakes its poll the moment one of them ends: a run that dies turns its row red as fast as at
+`interval`. A dead host costs little: a RunWatch backs off between reconnects and answers with
+its last report in between, which the row shows as UNREACHABLE with the reason and the retry
+countdown.
 GPU samples come from one probe per host (the shared transport), in a task of their own,
 because a hung NVML must not hold up the verdict polls; each sample feeds both the row's
 GPU cells and the watch's "gpus" check (GPU LOST), as in the single-run view. A run on several
@@ -24,7 +28,9 @@ from typing import AsyncIterator, Callable, Sequence
 from ..config import ConfigError, Profile
 from ..gpu.sample import GpuSnapshot
 from ..gpu.sources import run_ref_from_launch
+from ..remote.base import TargetError
 from ..watch import HostWatch, RunWatch, open_watch
+from .cadence import STEADY_AFTER_POLLS, TargetCadence
 from .row import FleetRow, config_error_row, row_from_report
 from ..transport import SharedTransport, host_key, target_key
 
@@ -32,6 +38,8 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_POLL_TIMEOUT_S = 5.0
 DEFAULT_MAX_CONCURRENT = 16
 DEFAULT_GPU_INTERVAL_S = 2.0
+DEFAULT_STEADY_INTERVAL_S = 3.0
+EXIT_WATCH_S = 30.0   # one wait_exit's longest wait; the next one follows at once
 LATENCY_SAMPLES = 512
 
 
@@ -40,11 +48,17 @@ class FleetPoller:
                  poll_timeout: float = DEFAULT_POLL_TIMEOUT_S,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT,
                  gpu_interval: float | None = DEFAULT_GPU_INTERVAL_S,
+                 steady_interval: float | None = DEFAULT_STEADY_INTERVAL_S,
+                 steady_after: int = STEADY_AFTER_POLLS,
                  transport: SharedTransport | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        """`gpu_interval=None` samples no GPUs (rows show none)."""
+        """`gpu_interval=None` samples no GPUs (rows show none). `steady_interval`: the pause of
+        a target whose runs stand still (fleet/cadence.py; never below `interval`; None: every
+        target every `interval`), after `steady_after` polls that changed nothing."""
         self.profiles = {p.name: p for p in profiles}
         self.interval = interval
+        self.steady_interval = steady_interval
+        self.steady_after = steady_after
         self.poll_timeout = poll_timeout
         self.gpu_interval = gpu_interval
         self.transport = transport if transport is not None else SharedTransport()
@@ -56,6 +70,8 @@ class FleetPoller:
         self._fresh_at: dict[str, float] = {}
         self._groups: dict[tuple, list[str]] = {}
         self._wake: dict[tuple, asyncio.Event] = {}
+        self.cadence: dict[tuple, TargetCadence] = {}
+        self._to_watch: dict[tuple, frozenset] = {}
         self._tasks: list[asyncio.Task] = []
         self._dirty: set[str] = set()
         self._changed = asyncio.Event()
@@ -80,8 +96,16 @@ class FleetPoller:
         for key, names in self._groups.items():
             self._wake[key] = asyncio.Event()
             self.latencies[key] = deque(maxlen=LATENCY_SAMPLES)
+            watchable = (self.steady_interval is not None and key[0] != "nodes"
+                         and not any(self.profiles[n].is_slurm for n in names))
+            self.cadence[key] = TargetCadence(names, interval=self.interval,
+                                              steady_interval=self.steady_interval or self.interval,
+                                              steady_after=self.steady_after, watchable=watchable)
             self._tasks.append(asyncio.create_task(self._poll_target(key, names),
                                                    name=f"fleet-poll {names[0]}"))
+            if watchable:
+                self._tasks.append(asyncio.create_task(self._watch_exits(key, self.profiles[names[0]]),
+                                                       name=f"fleet-exits {names[0]}"))
         if self.gpu_interval is not None:
             hosts: dict[tuple, list[tuple[tuple[str, ...], HostWatch]]] = {}
             for name, watch in self.watches.items():
@@ -125,13 +149,15 @@ class FleetPoller:
                 yield dirty
 
     def poke(self, name: str | None = None) -> None:
-        """Poll now: `name`'s target, or every target."""
+        """Poll now, and every `interval` until its runs stand still again: `name`'s target, or
+        every target."""
         if name is None:
             keys = list(self._wake)
         else:
             keys = [_poll_key(self.profiles[name])]
         for k in keys:
             if k in self._wake:
+                self.cadence[k].poked()
                 self._wake[k].set()
 
     def refresh_row(self, name: str) -> None:
@@ -145,18 +171,25 @@ class FleetPoller:
 
     # -- polling --------------------------------------------------------------------------------
     async def _poll_target(self, key: tuple, names: list[str]) -> None:
-        wake = self._wake[key]
+        wake, cadence = self._wake[key], self.cadence[key]
         while True:
             t0 = time.monotonic()
-            await asyncio.gather(*(self._poll_one(n) for n in names))
-            self.latencies[key].append(time.monotonic() - t0)
+            # Cleared before the polls: a poke or an exit seen while they run asks for another.
             wake.clear()
+            await asyncio.gather(*(self._poll_one(n, cadence) for n in names))
+            self.latencies[key].append(time.monotonic() - t0)
+            want = cadence.to_watch()
+            if want != self._to_watch.get(key) or (cadence.can_watch is None and any(
+                    r is not None and r.connected for r in cadence.last.values())):
+                self._to_watch[key] = want
+                cadence.rearm.set()
+            pause = cadence.pause(n for n in names if self.watches[n].busy)
             try:
-                await asyncio.wait_for(wake.wait(), max(0.0, self.interval - (time.monotonic() - t0)))
+                await asyncio.wait_for(wake.wait(), max(0.0, pause - (time.monotonic() - t0)))
             except asyncio.TimeoutError:
                 pass
 
-    async def _poll_one(self, name: str) -> None:
+    async def _poll_one(self, name: str, cadence: TargetCadence) -> None:
         async with self._sem:
             t0 = time.monotonic()
             report = await self.watches[name].poll()   # bounded by poll_timeout; never raises for the transport
@@ -165,7 +198,56 @@ class FleetPoller:
             # A run on several nodes: the combined verdict already accounts for a node that did
             # not answer; the row is UNREACHABLE only when none did.
             report = replace(report, connected=True)
+        cadence.polled(name, report)
         self._set_row(name, report, polled_at=self.clock(), poll_s=took)
+
+    async def _watch_exits(self, key: tuple, profile: Profile) -> None:
+        """The target's exit watch: while some of its runs are steady, a wait_exit on its agent
+        for their pids (a new one when more are to be covered; the older ones run out on their
+        own); an end wakes the target's poll at once."""
+        cadence, wake = self.cadence[key], self._wake[key]
+        waits: dict[asyncio.Task, frozenset] = {}
+        hold_until = 0.0   # after a failed wait, the next one waits this long (the others go on)
+        try:
+            while True:
+                if cadence.can_watch is None:
+                    cadence.can_watch = await self._can_wait(profile)
+                want = cadence.to_watch()
+                held = hold_until - time.monotonic()
+                if want and not want <= cadence.watched and held <= 0:
+                    ops = await self.transport.ops(profile)   # opened already: can_watch said so
+                    waits[asyncio.create_task(ops.wait_exit(sorted(want), EXIT_WATCH_S))] = want
+                    cadence.watched = frozenset().union(*waits.values())
+                rearm = asyncio.create_task(cadence.rearm.wait())
+                done, _ = await asyncio.wait({*waits, rearm}, timeout=held if held > 0 else None,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                rearm.cancel()
+                cadence.rearm.clear()
+                for task in done - {rearm}:
+                    del waits[task]
+                    try:
+                        gone = task.result()
+                    except (TargetError, OSError, ValueError, TypeError):
+                        # The polls report what is wrong with the target.
+                        gone, hold_until = [], time.monotonic() + cadence.steady_interval
+                    cadence.watched = frozenset().union(*waits.values())
+                    if gone:
+                        cadence.exited(gone)
+                        wake.set()
+        finally:
+            # Ended (closed, or a bug): nothing guards these runs any more, so `interval` again.
+            cadence.can_watch, cadence.watched = False, frozenset()
+            for task in waits:
+                task.cancel()
+
+    async def _can_wait(self, profile: Profile) -> bool | None:
+        """Whether the target's ops can wait on a process (the agent can, the shell cannot);
+        None while they cannot be had (the polls say why)."""
+        try:
+            ops = await self.transport.ops(profile)
+        except (TargetError, OSError):
+            return None
+        return callable(getattr(ops, "wait_exit", None))
 
     def _set_row(self, name: str, report, *, polled_at: float | None, poll_s: float | None) -> None:
         watch = self.watches.get(name)

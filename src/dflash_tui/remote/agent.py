@@ -21,8 +21,8 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, OpRefused, Process, Target, TargetError
-from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from,
-                      stackdump_from)
+from .answers import (chunk_from, dirprobe_from, diskfree_from, exits_from, filestat_from, pidinfo_from,
+                      proctree_from, stackdump_from)
 from .look_plans import LookPlans, OutOfStep
 from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
 from .shell_ops import ShellOps
@@ -243,6 +243,9 @@ class AgentOps:
         except (TargetError, OSError, ConnectionError):
             self._pending.pop(rid, None)
             raise _ChannelLost() from None
+        except asyncio.CancelledError:
+            self._pending.pop(rid, None)   # its answer, if it ever comes, is nobody's
+            raise
         if not msg.get("ok"):
             raise OpRefused(f"{op} on {self.label}: {msg.get('error', 'failed')}")
         return msg.get("result")
@@ -297,6 +300,13 @@ class AgentOps:
     async def py_spy_dump(self, pid: int, *, start_ticks: int | None) -> StackDumpAnswer:
         return stackdump_from(await self.call("py_spy_dump", timeout=agent_server.PY_SPY_TIMEOUT_S + 5,
                                               pid=int(pid), start_ticks=start_ticks))
+
+    async def wait_exit(self, pids: Sequence[tuple[int, int]], timeout_s: float) -> list[tuple[int, int]]:
+        """The processes of `pids` ((pid, start_ticks) each) that have ended, as soon as one has
+        (agent_server `op_wait_exit`); [] when all still run after `timeout_s`."""
+        gone = await self.call("wait_exit", timeout=timeout_s + self.request_timeout,
+                               pids=[[int(p), int(s)] for p, s in pids], timeout_s=float(timeout_s))
+        return exits_from(gone)
 
     async def observe(self, paths: list[str], *, reads: dict[str, int], known: dict[str, list],
                       grown: dict[str, tuple[int, int]] | None = None, list_dirs: Sequence[str] = (),

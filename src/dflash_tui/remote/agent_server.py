@@ -407,6 +407,111 @@ def op_signal(pid, sig, start_ticks=None, cmdline=None, cwd=None, group=False):
     return "sent"
 
 
+# -- waiting for a run's processes to end (the fleet's exit watch) ----------------------------
+
+MAX_WAIT_PIDS = 256          # pids one wait may watch
+MAX_WAIT_S = 300.0           # the longest one wait may last
+MAX_WAITS = 32               # waits in flight at once, each a thread
+EXIT_POLL_S = 0.2            # how often /proc is looked at where no pidfd can be had
+_WAITS = threading.BoundedSemaphore(MAX_WAITS)
+
+
+def _wait_list(pids):
+    """[(pid, start_ticks)] from [[pid, start_ticks], ...], or OpFailed naming what is wrong."""
+    if not isinstance(pids, list) or not pids:
+        raise OpFailed("pids must be a non-empty list of [pid, start_ticks] pairs")
+    if len(pids) > MAX_WAIT_PIDS:
+        raise OpFailed("at most %d pids per wait_exit, got %d" % (MAX_WAIT_PIDS, len(pids)))
+    out = []
+    for item in pids:
+        if (not isinstance(item, list) or len(item) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in item)
+                or item[0] <= 0 or item[1] < 0):
+            raise OpFailed("each of pids must be [pid, start_ticks], a positive pid and its start "
+                           "time in ticks, got %s" % json.dumps(item)[:80])
+        out.append((item[0], item[1]))
+    return out
+
+
+def process_ended(pid, start_ticks):
+    """Whether that very process has ended: no /proc/<pid>/stat, a zombie, or another start
+    time (the pid now belongs to another process)."""
+    raw = _proc_bytes("/proc/%d/stat" % pid)
+    if raw is None:
+        return True
+    try:
+        state, _pgid, start = parse_proc_stat(raw.decode("utf-8", "replace"))
+    except (ValueError, IndexError):
+        return True   # not a process record we can read: let the asker look for itself
+    return state in ("Z", "X") or start != start_ticks
+
+
+def _pidfds(watched):
+    """{fd: (pid, start_ticks)} of a pidfd per live process (readable once it exits), or None
+    where pidfds cannot be had (Python < 3.9, Linux < 5.3, a sandbox that forbids them)."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None or not hasattr(select, "poll"):
+        return None
+    fds = {}
+    for pid, start in watched:
+        try:
+            fds[pidfd_open(pid)] = (pid, start)
+        except ProcessLookupError:
+            continue   # already gone: the look at /proc says so
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            return None
+    return fds
+
+
+def op_wait_exit(pids, timeout_s=30.0):
+    """Return as soon as any of `pids` ([[pid, start_ticks], ...]) has ended, with those that
+    have (a pid whose start time differs has: the process it named is gone), or [] once
+    `timeout_s` (0 to MAX_WAIT_S) passed with all of them alive. It sleeps in the kernel on
+    pidfds where it can, else looks at /proc every EXIT_POLL_S; a blocking op, so it holds up
+    no other request, and its fds are closed when it returns (the agent exits at EOF)."""
+    watched = _wait_list(pids)
+    try:
+        timeout = float(timeout_s)
+    except (TypeError, ValueError):
+        raise OpFailed("timeout_s must be a number of seconds, got %s" % json.dumps(timeout_s)[:40])
+    if timeout != timeout:
+        raise OpFailed("timeout_s must be a number of seconds, got NaN")
+    timeout = max(0.0, min(timeout, MAX_WAIT_S))
+    if not _WAITS.acquire(False):
+        raise OpFailed("%d waits are already in flight on this agent" % MAX_WAITS)
+    fds = {}
+    try:
+        deadline = time.monotonic() + timeout
+        # The pidfds first, then the look at /proc: a pidfd opened on a pid already reused is
+        # caught by that look (its start time differs), so no exit falls between the two.
+        fds = _pidfds(watched) or {}
+        sleeping = set(fds)   # the pidfds still slept on
+        waiter = select.poll() if fds else None
+        for fd in fds:
+            waiter.register(fd, select.POLLIN)
+        while True:
+            gone = [[pid, start] for pid, start in watched if process_ended(pid, start)]
+            left = deadline - time.monotonic()
+            if gone or left <= 0:
+                return gone
+            # Every process on a pidfd: sleep until one exits. Else /proc every EXIT_POLL_S.
+            nap = left if len(sleeping) == len(watched) else min(EXIT_POLL_S, left)
+            if waiter is None:
+                time.sleep(nap)
+                continue
+            for fd, _ in waiter.poll(nap * 1000.0):
+                # Readable, so ended by the next look at /proc; if not (a thread group whose
+                # leader exited first), /proc is looked at from then on: never a busy loop.
+                waiter.unregister(fd)
+                sleeping.discard(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        _WAITS.release()
+
+
 # -- stacks of a process that cannot run Python (its probe registered faulthandler) ---------
 
 DUMP_WAIT_S = 1.0            # how long a dump may take to appear
@@ -743,12 +848,13 @@ for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("re
                    ("probe_dir", op_probe_dir), ("list_dir", op_list_dir),
                    ("proc_tree", op_proc_tree), ("dump_stacks", op_dump_stacks),
                    ("py_spy_dump", op_py_spy_dump), ("observe", op_observe),
-                   ("remove_if_holds", op_remove_if_holds)):
+                   ("remove_if_holds", op_remove_if_holds), ("wait_exit", op_wait_exit)):
     # statvfs on a dead NFS mount can hang: keep it off the line that answers stat. Reads stay
     # on that line (a thread per request costs ~1 ms against 0.1 ms): they cannot block on a
     # FIFO or device, as op_read opens non-blocking and refuses anything but a regular file.
-    # A stack dump waits up to a second for the dump to be written; py-spy runs a process.
-    register(_name, _fn, blocking=_name in ("disk_free", "dump_stacks", "py_spy_dump"))
+    # A stack dump waits up to a second for the dump to be written; py-spy runs a process; an
+    # exit watch waits for a process to end.
+    register(_name, _fn, blocking=_name in ("disk_free", "dump_stacks", "py_spy_dump", "wait_exit"))
 
 EXTRAS_FAILED = []
 

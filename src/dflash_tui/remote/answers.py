@@ -62,3 +62,8 @@ def dirprobe_from(d: dict) -> DirProbe:
 
 def stackdump_from(d: dict) -> StackDumpAnswer:
     return StackDumpAnswer(status=str(d["status"]), data=base64.b64decode(d["data"]), time=float(d["time"]))
+
+
+def exits_from(d: list) -> list[tuple[int, int]]:
+    """wait_exit's answer: the (pid, start_ticks) of each process that ended."""
+    return [(int(pid), int(start)) for pid, start in d]

@@ -116,6 +116,16 @@ class RemoteOps(Protocol):
     async def close(self) -> None: ...
 
 
+class ExitWatch(Protocol):
+    """What a target with the agent answers too (ShellOps has no way to wait on the target)."""
+
+    async def wait_exit(self, pids: Sequence[tuple[int, int]], timeout_s: float) -> list[tuple[int, int]]:
+        """As soon as any process of `pids` ((pid, start_ticks) each, the launch record's
+        identity of a run's wrapper) has ended, those that have: gone, a zombie, or its pid now
+        another process's (the start time differs); [] when all still run after `timeout_s`
+        (clamped to 0-300 s). One wait holds no other request up."""
+
+
 # -- the preflight questions, answered by both AgentOps and ShellOps
 
 
