@@ -170,10 +170,14 @@ async def test_a_steady_target_is_polled_less_and_a_run_that_dies_still_turns_re
             n0 = len(polls)
             await asyncio.sleep(4.5)
             assert 1 <= len(polls) - n0 <= 2, len(polls) - n0
+            # The rows say how often they are polled now (their Age cell's "fresh" follows it).
+            assert {poller.rows[n].polled_every_s for n in "ab"} == {4.0}
 
             poller.poke("a")
             n0 = len(polls)
-            await asyncio.sleep(1.8)
+            await asyncio.sleep(0.3)
+            assert {poller.rows[n].polled_every_s for n in "ab"} == {0.5}   # the poke's poll said so
+            await asyncio.sleep(1.5)
             assert len(polls) - n0 >= 3, len(polls) - n0   # 0.5 s again, for steady_after polls (4 expected)
 
             await until(steady, 10, "the target steady again")   # true right after a poll

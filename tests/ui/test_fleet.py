@@ -8,15 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
 from dflash_tui.config import Config
-from dflash_tui.fleet.row import UNREACHABLE
+from dflash_tui.fleet.row import UNREACHABLE, FleetRow
 from dflash_tui.run.verdict import Verdict
 from dflash_tui.session import Session
 from dflash_tui.ui.app import build_app
-from dflash_tui.ui.screens.fleet import FleetScreen
+from dflash_tui.ui.screens.fleet import FleetScreen, row_cells
 from dflash_tui.ui.screens.history import HistoryScreen, HistorySource
 from dflash_tui.ui.screens.relaunch import RelaunchScreen
 from dflash_tui.ui.screens.dialogs import ConfirmScreen
@@ -221,3 +222,16 @@ async def test_a_run_gone_quiet_turns_stalled_at_its_limit_while_nothing_on_disk
         for p in (quiet, beat):
             async with Session(p) as s:
                 await s.stop()
+
+
+def test_the_age_cell_is_fresh_for_as_long_as_its_targets_poll_pause():
+    """A row's data is "<2s" fresh at 1 s polls, "<4s" at a steady target's 3 s, and its age in
+    seconds once older than that: between two steady polls the cell does not change."""
+    base = FleetRow(profile="p", host="h", container="", state="RUNNING", verdict=Verdict.RUNNING,
+                    cause="", fresh_at=100.0)
+    age_cell = lambda row, now: row_cells(row, now)[-1][0]   # noqa: E731
+    assert [age_cell(base, 100.0 + t) for t in (0.5, 1.9, 2.5)] == ["<2s", "<2s", "2s"]
+    steady = replace(base, polled_every_s=3.0)
+    assert [age_cell(steady, 100.0 + t) for t in (0.5, 2.5, 3.9)] == ["<4s"] * 3
+    assert age_cell(steady, 105.0) == "5s"
+    assert age_cell(replace(base, fresh_at=None), 100.0) == "never"

@@ -72,6 +72,7 @@ class FleetPoller:
         self._wake: dict[tuple, asyncio.Event] = {}
         self.cadence: dict[tuple, TargetCadence] = {}
         self._to_watch: dict[tuple, frozenset] = {}
+        self._pause: dict[tuple, float] = {}   # per target: its pause between polls now
         self._tasks: list[asyncio.Task] = []
         self._dirty: set[str] = set()
         self._changed = asyncio.Event()
@@ -184,6 +185,11 @@ class FleetPoller:
                 self._to_watch[key] = want
                 cadence.rearm.set()
             pause = cadence.pause(n for n in names if self.watches[n].busy)
+            if pause != self._pause.get(key, self.interval):
+                # The rows say how often they are polled (their Age cell's "fresh" follows it).
+                self._pause[key] = pause
+                for n in names:
+                    self.refresh_row(n)
             try:
                 await asyncio.wait_for(wake.wait(), max(0.0, pause - (time.monotonic() - t0)))
             except asyncio.TimeoutError:
@@ -256,7 +262,8 @@ class FleetPoller:
         row = row_from_report(self.profiles[name], report, gpu=self._gpu.get((name,)),
                               polled_at=polled_at, poll_s=poll_s, fresh_at=self._fresh_at.get(name),
                               retry_in_s=watch.retry_in if watch is not None else None,
-                              busy="busy" if watch is not None and watch.busy else "")
+                              busy="busy" if watch is not None and watch.busy else "",
+                              polled_every_s=self._pause.get(_poll_key(self.profiles[name]), self.interval))
         old = self.rows.get(name)
         self.rows[name] = row
         if old is None or _what_shows(row) != _what_shows(old):

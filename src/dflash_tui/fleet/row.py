@@ -78,6 +78,7 @@ class FleetRow:
     poll_s: float | None = None      # how long that poll took
     retry_in_s: float | None = None  # while unreachable: seconds to the next attempt
     busy: str = ""                   # the action in flight on it ("" when none)
+    polled_every_s: float = 1.0      # its target's pause between polls now (fleet/cadence.py)
 
     @property
     def severity(self) -> str:
@@ -100,9 +101,9 @@ class FleetRow:
 def row_from_report(profile: Profile, report: RunReport | None, *, gpu: GpuSnapshot | None = None,
                     polled_at: float | None = None, poll_s: float | None = None,
                     fresh_at: float | None = None, retry_in_s: float | None = None,
-                    busy: str = "") -> FleetRow:
+                    busy: str = "", polled_every_s: float = 1.0) -> FleetRow:
     base = dict(profile=profile.name, host=host_label(profile), container=profile.container or "",
-                polled_at=polled_at, poll_s=poll_s, busy=busy)
+                polled_at=polled_at, poll_s=poll_s, busy=busy, polled_every_s=polled_every_s)
     if report is None:
         return FleetRow(**base, state=CONNECTING, verdict=None, cause="first poll in flight")
     st = report.status

@@ -78,20 +78,21 @@ def uptime(seconds: float | None) -> str:
     return age(s)
 
 
-FRESH_S = 2.0   # data younger than two polls reads "<2s": it does not flip 0s/1s every second
-
-
-def _data_age(seconds: float | None) -> str:
+def _data_age(seconds: float | None, polled_every_s: float) -> str:
+    """Data younger than its target's poll pause and one second more is as fresh as it gets:
+    "<2s" at 1 s polls, "<4s" at a steady target's 3 s, so the cell does not flip 0s/1s/2s
+    between polls (a column of 50 that each changed every second would redraw every row)."""
     if seconds is None:
         return "never"
-    return "<2s" if seconds < FRESH_S else age(seconds)
+    fresh_s = polled_every_s + 1.0
+    return f"<{fresh_s:.0f}s" if seconds < fresh_s else age(seconds)
 
 
 def row_cells(row: FleetRow, now: float) -> list[tuple[str, str]]:
     """(text, style) per column: the verdict in its colour, as a word too."""
     state = row.state + (f" ({row.busy}…)" if row.busy else "")
     step = NA if row.step is None else (f"{row.step}/{row.total_steps}" if row.total_steps else str(row.step))
-    data_age = _data_age(row.age_s(now))
+    data_age = _data_age(row.age_s(now), row.polled_every_s)
     cells = [row.profile, row.host, row.container or "-", state, step, num(row.loss, "{:.3f}"),
              num(row.tau, "{:.2f}"), num(row.tokens_per_s, "{:.0f}"), _gpu_cell(row),
              uptime(row.uptime_s), data_age]
