@@ -26,6 +26,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.style import Style
 from textual.visual import RenderOptions, RichVisual, Visual
+from textual.widget import Widget
 from textual.widgets import Static
 
 RICH, TEXT = "rich", "text"   # how a part is drawn: as a piece of a Group, or as lines of a Text
@@ -63,6 +64,9 @@ class PartLines(Static):
 
     def __init__(self, content: str = "", **kwargs) -> None:
         super().__init__(content, **kwargs)
+        # The parts are text built from plain strings, never links: without this, each render
+        # runs the link-style pass over every line, the kept ones too.
+        self.set_reactive(Widget.auto_links, False)
         self.parts: list[Part] = []
         self._parts_visual = _Parts(self)
         # (key, width, style) -> strips of the parts on screen; the lines each part took at the
