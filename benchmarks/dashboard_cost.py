@@ -106,6 +106,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     breakdown = _instrument() if os.environ.get("DFLASH_BENCH_BREAKDOWN") else None
     follower_polls = _count_follower_polls()
+    bytes_decoded = _count_chunk_bytes()
 
     class FakeGpuSessionSource(SessionSource):
         """The live source, except that NVML is the fake one with `gpus` busy GPUs."""
@@ -162,6 +163,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 breakdown.clear()
             gc0 = [g["collections"] for g in gc.get_stats()]
             c0, a0, w0 = cpu(), cpu(helpers), time.monotonic()
+            bytes0 = dict(bytes_decoded)
             main0 = time.thread_time()   # the event loop's share (the rest: Textual's writer, NVML)
             # Only the lag is read in here (the pane's last line): memory is sampled by the
             # parent process, so the figure is the product's and not the measuring's.
@@ -187,6 +189,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             if breakdown is not None:
                 result["breakdown"] = {k: round(v, 4) for k, v in breakdown.items()}
             result["follower_polls"] = dict(follower_polls)
+            result["bytes_decoded"] = {k: v - bytes0.get(k, 0) for k, v in bytes_decoded.items()}
             result.update(tab=self.tabs.active, frames=frames[0], cpu_s=c1 - c0, main_cpu_s=main_cpu, agent_cpu_s=a1 - a0, wall_s=w1 - w0,
                           lag_max=lags[-1] if lags else None,
                           lag_p50=lags[len(lags) // 2] if lags else None,
@@ -225,6 +228,24 @@ def _count_follower_polls() -> dict:
         finally:
             counts["shared"] += getattr(self, "shared_polls", 0) - before
     logtail.LogFollower.poll = counted
+    return counts
+
+
+def _count_chunk_bytes() -> dict:
+    """Bytes of file data the app decoded from its agent's answers (base64 in JSON), by file
+    name: what the agent read, encoded and sent for each."""
+    import collections
+
+    from dflash_tui.remote import agent
+    from dflash_tui.run import first_look
+    counts: collections.Counter = collections.Counter()
+    decode = agent.chunk_from
+
+    def counted(d: dict):
+        chunk = decode(d)
+        counts[os.path.basename(chunk.path)] += len(chunk.data)
+        return chunk
+    agent.chunk_from = first_look.chunk_from = counted
     return counts
 
 
@@ -438,6 +459,9 @@ def main() -> int:
     fp = r.get("follower_polls", {})
     print(f"log followers: {fp.get('polls', 0)} polls from the start, {fp.get('shared', 0)} of them answered by "
           f"the look's own read of the file")
+    bd = r.get("bytes_decoded", {})
+    print("file bytes from the agent, per second measured: " + ", ".join(
+        f"{name} {n / 1024 / r['wall_s']:.1f} KiB" for name, n in sorted(bd.items(), key=lambda kv: -kv[1])[:4]))
     if "breakdown" in r:
         print("breakdown (seconds in the window): " + ", ".join(f"{k} {v}" for k, v in r["breakdown"].items()))
     print(f"dashboard saw: {r['tab']} on screen, verdict {r['verdict']}, {r['gpus_shown']} GPUs, {r['threads_shown']} threads, "
