@@ -162,12 +162,36 @@ async def test_the_look_and_the_follower_read_each_byte_once(ops, tmp_path, monk
     await look()                                    # half held, half new: asks for the new half
     assert look_ops.bytes - asked == len("more 2/9000\n")
 
+    # The look's prefetch is asked (cursors) before its stat; a poll that reads more before the
+    # look's read does not move where the look reads from: the prefetch still answers it.
+    write("asked 3/9000\n")
+    monkeypatch.setattr(logtail, "SHARED_MAX_AGE_S", 0.0)   # the polls read what is new
+    await both()                                            # held past the look's offset now
+    (asked,) = tracker.cursors(str(tmp_path)).values()
+    assert asked == log.stat().st_size
+    write("between 4/9000\n")
+    (st,) = await ops.stat([str(log)])
+    write("after the stat\n")
+    await both()                                            # held past the look's stat now
+    monkeypatch.undo()
+    reads = []
+    counting_read = look_ops.read
+
+    async def read(path, offset=0, max_bytes=1 << 20):
+        reads.append(offset)
+        return await counting_read(path, offset, max_bytes)
+    look_ops.read = read
+    await tracker.read_files(look_ops, str(tmp_path), "r1", st.mtime, {"train.log": st})
+    await lone_tracker.read_files(ops, str(tmp_path), "r1", st.mtime, {"train.log": st})
+    del look_ops.read
+    assert reads == [asked] and tracker.progress == lone_tracker.progress
+
     write("late\n")
     await look()
     monkeypatch.setattr(logtail, "SHARED_MAX_AGE_S", 0.0)   # the look is old now: what came
     write("later\n")                                        # after it is read, the rest taken
     asked = poll_ops.bytes
-    assert await both() == ["more 2/9000", "late", "later"] and poll_ops.bytes - asked == len("later\n")
+    assert await both() == ["late", "later"] and poll_ops.bytes - asked == len("later\n")
     monkeypatch.undo()
 
     os.rename(log, tmp_path / "train.log.1")                # rotated after the look: read

@@ -118,6 +118,9 @@ class _FileCursor:
     def __init__(self) -> None:
         self.offset: int | None = None   # None: never read
         self.inode: int | None = None
+        # Where this look's prefetch of the file starts (`ProgressTracker.cursors`), None when
+        # not asked: held bytes are taken up to there, so the read past them is the prefetch.
+        self.asked: int | None = None
 
     async def new_bytes(self, ops: RemoteOps, path: str, st: FileStat,
                         reads: RecentReads) -> tuple[bytes, bool]:
@@ -137,10 +140,16 @@ class _FileCursor:
             start = max(self.offset, st.size - WINDOW)
         # The newest window of the file (first look, restart, a burst past WINDOW) begins mid-line.
         mid_line = start > 0 and (self.offset is None or restarted or start > self.offset)
+        asked, self.asked = self.asked, None
         held = reads.past(path, st.inode, start)
-        if held is not None and held.end > st.size:
-            held = None     # past the size this look saw: read it as it is now
-        data = held.data if held is not None else b""
+        data = b""
+        if held is not None:
+            # Up to where the prefetch was asked from: those bytes were held before this look's
+            # stat (another reader may have read more since, past the size that stat saw).
+            end = held.end if asked is None else min(held.end, max(asked, start))
+            if end <= st.size:
+                data = held.data[:end - start]
+            # else: shorter than what was held, truncated: read it as it is now
         if start + len(data) < st.size:
             chunk = await ops.read(path, start + len(data), WINDOW)
             if not chunk.exists:
@@ -292,12 +301,13 @@ class ProgressTracker:
         """Where the next reads of train.log and events.jsonl start while they grow by less than
         a WINDOW ({path: offset}; a file never read is not in it): past this tracker's last read
         and past what another reader read of the same file since (`reads`). A look can ask for
-        those bytes up front (run/first_look.py); `read_files` still decides what it reads."""
+        those bytes up front (run/first_look.py): `read_files` then takes held bytes up to there
+        and reads from there, so the prefetch answers it; it still decides what it reads."""
         out = {}
         for name, c in ((TRAIN_LOG, self._log), (EVENTS_JSONL, self._events)):
             if c.offset is not None:
                 path = posixpath.join(run_dir, name)
-                out[path] = self.reads.end(path, c.inode, c.offset)
+                out[path] = c.asked = self.reads.end(path, c.inode, c.offset)
         return out
 
     def observe(self, now: float, tree: ProcTree | None, probes: list[ProbeReport] = (),

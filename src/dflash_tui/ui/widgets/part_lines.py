@@ -35,7 +35,7 @@ RICH, TEXT = "rich", "text"   # how a part is drawn: as a piece of a Group, or a
 class Part(NamedTuple):
     key: Hashable                            # equal keys draw equal lines (at one width)
     build: Callable[[int], RenderableType]   # (width) -> what to draw; called only for a new key
-    one_line: bool = False                # the producer knows it draws exactly one line
+    one_line: bool = False                   # the producer knows it draws exactly one line
 
 
 class _Parts(Visual):
