@@ -95,50 +95,116 @@ async def test_broken_utf8_and_carriage_returns_read_line_by_line(ops, tmp_path)
     assert await f.poll() == [line.rstrip(b"\r").decode("utf-8", "replace") for line in raw]
 
 
-async def test_a_poll_behind_the_trackers_look_takes_its_bytes(ops, tmp_path, monkeypatch):
-    # The dashboard's follower and the progress tracker read the same train.log: a poll right
-    # behind a look reads nothing itself and gets the lines a read of its own would have got;
-    # an older look, another file (rotation) or a look that holds nothing past the follower's
-    # offset leaves the follower to read.
+class CountingOps:
+    """The ops underneath, counting the bytes each reader asked the target for."""
+
+    def __init__(self, ops) -> None:
+        self.ops, self.bytes = ops, 0
+
+    def __getattr__(self, name):
+        return getattr(self.ops, name)
+
+    async def read(self, path, offset=0, max_bytes=1 << 20):
+        chunk = await self.ops.read(path, offset, max_bytes)
+        self.bytes += len(chunk.data)
+        return chunk
+
+
+async def test_the_look_and_the_follower_read_each_byte_once(ops, tmp_path, monkeypatch):
+    # The dashboard's follower and the progress tracker read the same train.log through one
+    # memo: a poll right behind a look reads nothing itself, a look right behind a poll asks
+    # only for the bytes past it; each sees what it would have seen alone (the same lines, the
+    # same progress), across bursts, a partial line, a stale look, a rotation and a truncation.
     log = tmp_path / "train.log"
     log.write_text("start\n")
-    tracker = ProgressTracker()
-    shared = LogFollower(ops, str(log), shared=tracker.recent_read)
+    tracker, lone_tracker = ProgressTracker(), ProgressTracker()
+    look_ops, poll_ops = CountingOps(ops), CountingOps(ops)
+    shared = LogFollower(poll_ops, str(log), shared=tracker.reads)
     alone = LogFollower(ops, str(log))
 
     async def look() -> None:
         (st,) = await ops.stat([str(log)])
-        await tracker.read_files(ops, str(tmp_path), "r1", st.mtime, {"train.log": st})
+        await tracker.read_files(look_ops, str(tmp_path), "r1", st.mtime, {"train.log": st})
+        await lone_tracker.read_files(ops, str(tmp_path), "r1", st.mtime, {"train.log": st})
+        assert tracker.progress == lone_tracker.progress
 
     async def both() -> list[str]:
         lines = await shared.poll()
         assert lines == await alone.poll()
         return lines
 
+    def write(text: str) -> None:
+        with log.open("a") as fh:
+            fh.write(text)
+
     assert await both() == ["start"]
+    await look()
     n = 0
     for burst in (3, 1, 500):
-        with log.open("a") as fh:
-            fh.write("".join(f"step {n + k} loss 2.3\n" for k in range(burst)) + "step partial")
+        write("".join(f"step {n + k}/9000 loss 2.3\n" for k in range(burst)) + "step partial")
         n += burst
         await look()
-        before = shared.shared_polls
-        assert (await both())[-1] == f"step {n - 1} loss 2.3"
-        assert shared.shared_polls == before + 1
-        with log.open("a") as fh:
-            fh.write(" done\n")
-    assert await both() == ["step partial done"]   # the look's bytes end before ours: read
-    assert shared.shared_polls == 3
+        before, asked = shared.shared_polls, poll_ops.bytes
+        assert (await both())[-1] == f"step {n - 1}/9000 loss 2.3"
+        assert shared.shared_polls == before + 1 and poll_ops.bytes == asked   # behind the look
+        write(" done\n")
+        # The follower's own poll, then a look behind it: the look asks for nothing the poll read.
+        assert await both() == ["step partial done"]
+        asked = look_ops.bytes
+        assert tracker.cursors(str(tmp_path)) == {str(log): log.stat().st_size}
+        await look()
+        assert look_ops.bytes == asked
+    assert tracker.progress.step == n - 1
+    write("more 1/9000\n")
+    await both()
+    write("more 2/9000\n")
+    asked = look_ops.bytes
+    await look()                                    # half held, half new: asks for the new half
+    assert look_ops.bytes - asked == len("more 2/9000\n")
 
-    with log.open("a") as fh:
-        fh.write("late\n")
+    # The look's prefetch is asked (cursors) before its stat; a poll that reads more before the
+    # look's read does not move where the look reads from: the prefetch still answers it.
+    write("asked 3/9000\n")
+    monkeypatch.setattr(logtail, "SHARED_MAX_AGE_S", 0.0)   # the polls read what is new
+    await both()                                            # held past the look's offset now
+    (asked,) = tracker.cursors(str(tmp_path)).values()
+    assert asked == log.stat().st_size
+    write("between 4/9000\n")
+    (st,) = await ops.stat([str(log)])
+    write("after the stat\n")
+    await both()                                            # held past the look's stat now
+    monkeypatch.undo()
+    reads = []
+    counting_read = look_ops.read
+
+    async def read(path, offset=0, max_bytes=1 << 20):
+        reads.append(offset)
+        return await counting_read(path, offset, max_bytes)
+    look_ops.read = read
+    await tracker.read_files(look_ops, str(tmp_path), "r1", st.mtime, {"train.log": st})
+    await lone_tracker.read_files(ops, str(tmp_path), "r1", st.mtime, {"train.log": st})
+    del look_ops.read
+    assert reads == [asked] and tracker.progress == lone_tracker.progress
+
+    write("late\n")
     await look()
-    monkeypatch.setattr(logtail, "SHARED_MAX_AGE_S", 0.0)   # the look is too old now
-    assert await both() == ["late"] and shared.shared_polls == 3
+    monkeypatch.setattr(logtail, "SHARED_MAX_AGE_S", 0.0)   # the look is old now: what came
+    write("later\n")                                        # after it is read, the rest taken
+    asked = poll_ops.bytes
+    assert await both() == ["late", "later"] and poll_ops.bytes - asked == len("later\n")
     monkeypatch.undo()
 
     os.rename(log, tmp_path / "train.log.1")                # rotated after the look: read
     log.write_text("rotated\n")
     await look()
     lines = await both()
-    assert "rotated" in lines[0] and lines[-1] == "rotated" and shared.shared_polls == 3
+    assert "rotated" in lines[0] and lines[-1] == "rotated"
+
+    write("a\n" * 50)
+    await look()
+    await both()
+    log.write_text("step 7/9000 loss 1.0\n")               # truncated after both read it
+    await look()
+    assert tracker.progress.step == 7
+    lines = await both()
+    assert "truncated" in lines[0] and lines[-1] == "step 7/9000 loss 1.0"

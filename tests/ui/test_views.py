@@ -26,6 +26,7 @@ from dflash_tui.ui.panes.gpus import GpuPane
 from dflash_tui.ui.panes.health import HealthPane
 from dflash_tui.ui.panes.metrics import (CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema,
                                          redraw_interval)
+from dflash_tui.ui.widgets.part_lines import PartLines
 from dflash_tui.ui.widgets.rows import RowTable
 from tests.support import scenarios as R
 
@@ -216,6 +217,44 @@ async def test_healthy_checks_fold_into_one_line_and_k_expands():
         await pilot.press("k")
         await pilot.pause()
         assert health.size.height == 2
+
+
+async def test_checklist_and_header_redraw_only_changed_lines_and_match_a_full_redraw(monkeypatch):
+    # A second in which an age, the summary or the uptime moved renders those parts only
+    # (PartLines), and refreshes only their lines; what is on screen then is, segment for
+    # segment, what a full redraw from nothing draws.
+    r = R.stalled()
+    app, _ = app_with(report=r)
+    rendered = []
+    visual = PartLines._visual
+    monkeypatch.setattr(PartLines, "_visual", lambda self, part, width: rendered.append(part.key) or
+                        visual(self, part, width))
+
+    def screen() -> list:
+        return [list(strip) for strip in app.screen._compositor.render_strips()]
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        health, where = app.query_one(HealthPane), app.query_one("#where")
+        await until(pilot, lambda: app.report is not None)
+        await pilot.pause()
+        for step, (dt, summary) in enumerate([(1, None), (61, None), (61, "stalled at step 9"), (62, None)]):
+            cl = r.checklist if summary is None else dataclasses.replace(r.checklist, summary=summary)
+            rendered.clear()
+            app.on_report(dataclasses.replace(r, checklist=cl, time=r.time + dt, uptime_s=(r.uptime_s or 0) + dt))
+            await pilot.pause()
+            await pilot.pause()
+            # The ages of the two failing checks and the uptime move; the folded ok checks do not.
+            assert rendered and len(rendered) <= 4 and ("ok", 5) not in {k[:2] for k in rendered}, rendered
+            if step == 2:
+                assert [k[0] for k in rendered] == ["summary"]   # the same second: only the summary
+            shown = screen()
+            health._cache.clear()
+            where._cache.clear()
+            health.refresh(layout=True)
+            where.refresh()
+            await pilot.pause()
+            await pilot.pause()
+            assert screen() == shown, f"report {step}: the partial redraw differs from a full one"
 
 
 async def test_warn_and_fail_checks_show_in_full_at_80x24():

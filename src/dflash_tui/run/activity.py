@@ -31,10 +31,11 @@ from types import MappingProxyType
 from ..contract.rundir import (EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
                                SchemaError, parse_event)
 from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
-from ..remote.ops import DiskFree, FileChunk, FileStat, ProcTree, RemoteOps
+from ..remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from .eager import gather_eager
 from .hang_evidence import StackDump
 from .progress import LogProgress, ProgressParser
+from .recent_reads import RecentReads
 from .stacks import ThreadClass, classify, own_code, parse_frame
 
 # Bytes read per file per poll at most; a faster writer is skipped to its newest window.
@@ -117,28 +118,55 @@ class _FileCursor:
     def __init__(self) -> None:
         self.offset: int | None = None   # None: never read
         self.inode: int | None = None
-        # The last read: the path asked, its chunk, when (time.monotonic()).
-        self.last: tuple[str, FileChunk, float] | None = None
+        # Where this look's prefetch of the file starts (`ProgressTracker.cursors`), None when
+        # not asked: held bytes are taken up to there, so the read past them is the prefetch.
+        self.asked: int | None = None
 
-    async def new_bytes(self, ops: RemoteOps, path: str, st: FileStat) -> tuple[bytes, bool]:
-        """(the bytes written since the last call, whether the file was restarted)."""
+    async def new_bytes(self, ops: RemoteOps, path: str, st: FileStat,
+                        reads: RecentReads) -> tuple[bytes, bool]:
+        """(the bytes written since the last call, whether the file was restarted). Bytes that
+        another reader of the file read already (`reads`) are taken from there, up to the size
+        this look's stat saw; only the bytes past them are asked for."""
         if not st.exists or st.is_dir or st.error:
             return b"", False
         restarted = self.offset is not None and (st.inode != self.inode or st.size < self.offset)
+        if restarted:
+            reads.forget(path)                     # what was held is of the old file
         if self.offset is None or restarted:
             start = max(0, st.size - WINDOW)      # first look, or a new file: its newest window
         elif st.size == self.offset:
             return b"", False                      # nothing new: no read at all
         else:
             start = max(self.offset, st.size - WINDOW)
-        chunk = await ops.read(path, start, WINDOW)
-        if not chunk.exists:
-            return b"", False
-        self.last = (path, chunk, time.monotonic())
-        data = chunk.data
-        if start > 0 and (self.offset is None or restarted or start > self.offset) and b"\n" in data:
-            data = data.split(b"\n", 1)[1]         # began mid-line
-        self.offset, self.inode = chunk.offset + len(chunk.data), chunk.inode
+        # The newest window of the file (first look, restart, a burst past WINDOW) begins mid-line.
+        mid_line = start > 0 and (self.offset is None or restarted or start > self.offset)
+        asked, self.asked = self.asked, None
+        held = reads.past(path, st.inode, start)
+        data = b""
+        if held is not None:
+            # Up to where the prefetch was asked from: those bytes were held before this look's
+            # stat (another reader may have read more since, past the size that stat saw).
+            end = held.end if asked is None else min(held.end, max(asked, start))
+            if end <= st.size:
+                data = held.data[:end - start]
+            # else: shorter than what was held, truncated: read it as it is now
+        if start + len(data) < st.size:
+            chunk = await ops.read(path, start + len(data), WINDOW)
+            if not chunk.exists:
+                return b"", False
+            reads.record(chunk)
+            if data and chunk.inode != st.inode:
+                # Replaced between the stat and the read: what is held belongs to the old file.
+                data, chunk = b"", await ops.read(path, start, WINDOW)
+                if not chunk.exists:
+                    return b"", False
+                reads.record(chunk)
+            data += chunk.data
+            self.offset, self.inode = chunk.offset + len(chunk.data), chunk.inode
+        else:
+            self.offset, self.inode = start + len(data), st.inode
+        if mid_line and b"\n" in data:
+            data = data.split(b"\n", 1)[1]
         return data, restarted
 
 
@@ -175,11 +203,16 @@ class ProgressTracker:
                  second_sample: bool = True) -> None:
         self.progress_regex = progress_regex
         self.second_sample = second_sample
+        # What was read of train.log and events.jsonl, by this tracker and by any other reader
+        # of them that records there (the dashboard's log followers, run/logtail.py).
+        self.reads = RecentReads()
         self._start(None)
 
     def _start(self, run_id: str | None) -> None:
         self.run_id = run_id
         self.samples = 0
+        if run_id is not None:
+            self.reads.forget()   # a new run in the same dir: its files are read afresh
         self.parser = ProgressParser(self.progress_regex)
         self._log = _FileCursor()
         self._events = _FileCursor()
@@ -264,22 +297,18 @@ class ProgressTracker:
         if ev_data:
             self._events_fed(ev_data)
 
-    def recent_read(self, path: str) -> tuple[FileChunk, float] | None:
-        """The chunk of train.log or events.jsonl at `path` that this tracker's last read
-        returned, and when (time.monotonic()); None if it never read that file. Another reader
-        of the same file (the dashboard's log follower, run/logtail.py) can take its new bytes
-        from it instead of asking the target for them again."""
-        for cursor in (self._log, self._events):
-            if cursor.last is not None and cursor.last[0] == path:
-                return cursor.last[1:]
-        return None
-
     def cursors(self, run_dir: str) -> dict[str, int]:
         """Where the next reads of train.log and events.jsonl start while they grow by less than
-        a WINDOW ({path: offset}; a file never read is not in it). A look can ask for those
-        bytes up front (run/first_look.py); `read_files` still decides what it reads."""
-        return {posixpath.join(run_dir, name): c.offset
-                for name, c in ((TRAIN_LOG, self._log), (EVENTS_JSONL, self._events)) if c.offset is not None}
+        a WINDOW ({path: offset}; a file never read is not in it): past this tracker's last read
+        and past what another reader read of the same file since (`reads`). A look can ask for
+        those bytes up front (run/first_look.py): `read_files` then takes held bytes up to there
+        and reads from there, so the prefetch answers it; it still decides what it reads."""
+        out = {}
+        for name, c in ((TRAIN_LOG, self._log), (EVENTS_JSONL, self._events)):
+            if c.offset is not None:
+                path = posixpath.join(run_dir, name)
+                out[path] = c.asked = self.reads.end(path, c.inode, c.offset)
+        return out
 
     def observe(self, now: float, tree: ProcTree | None, probes: list[ProbeReport] = (),
                 dumps: Mapping[int, StackDump] | None = None) -> Activity:
@@ -353,7 +382,7 @@ class ProgressTracker:
         if st is None:
             return b"", False
         try:
-            return await cursor.new_bytes(ops, path, st)
+            return await cursor.new_bytes(ops, path, st, self.reads)
         except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
             raise
         except TargetError:

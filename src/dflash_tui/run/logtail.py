@@ -10,31 +10,31 @@ more than a window per poll, whatever the log's size.
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 from ..remote.ops import FileChunk, RemoteOps
+from .recent_reads import RecentReads
 
 DEFAULT_WINDOW = 256 << 10
 # A single line longer than this is cut, so a log without newlines cannot grow the buffer.
 MAX_LINE = 16 << 10
-# Another reader's read of the same file at most this old stands in for one of ours: the
-# dashboard's log poll right behind a report takes the bytes that report's look just read.
+# Bytes another reader read at most this long ago stand in for a read of ours: the dashboard's
+# log poll right behind a report takes the bytes that report's look just read, and asks nothing.
+# Older held bytes are taken too, and only the bytes past them are asked for.
 SHARED_MAX_AGE_S = 0.2
-
-# (path) -> another reader's latest read of that file and when (time.monotonic()), or None.
-SharedReads = Callable[[str], "tuple[FileChunk, float] | None"]
 
 
 class LogFollower:
     def __init__(self, ops: RemoteOps, path: str, *, window: int = DEFAULT_WINDOW,
-                 from_start: bool = False, shared: SharedReads | None = None) -> None:
-        """`shared`: another reader's latest read of the same path (run/activity.py's
-        ProgressTracker.recent_read); a poll whose new bytes it holds reads nothing itself."""
+                 from_start: bool = False, shared: RecentReads | None = None) -> None:
+        """`shared`: the memo of what the readers of this file read (run/recent_reads.py; the
+        progress tracker's, ProgressTracker.reads): this follower records its reads there and
+        takes from there the bytes another reader read past its offset."""
         self.ops = ops
         self.path = path
         self.window = window
         self.shared = shared
         self.shared_polls = 0      # polls answered from `shared`, without a read of their own
+        self.shared_bytes = 0      # bytes taken from `shared` instead of read
         self._offset: int | None = 0 if from_start else None   # None: first poll starts at the tail
         self._inode: int | None = None
         self._partial = b""
@@ -55,6 +55,7 @@ class LogFollower:
     async def poll(self) -> list[str]:
         if self._offset is None:
             chunk = await self.ops.read_tail(self.path, self.window)
+            self._record(chunk)
             self._inode = chunk.inode
             self.exists = chunk.exists
             if not chunk.exists:
@@ -67,7 +68,7 @@ class LogFollower:
                 data = data.split(b"\n", 1)[1]     # the tail starts mid-line
             return self._lines(data)
 
-        chunk = self._from_shared() or await self.ops.read(self.path, self._offset, self.window)
+        chunk = await self._next_chunk()
         self.exists = chunk.exists
         if not chunk.exists:
             return []
@@ -80,14 +81,14 @@ class LogFollower:
             self.resets += 1
             self._inode = chunk.inode
             self._offset = 0
-            chunk = await self.ops.read(self.path, 0, self.window)
+            chunk = await self._read(0)
         if chunk.size - self._offset > self.window:
             # More arrived than one window: show the newest window, say how much was skipped.
             skip_to = chunk.size - self.window
             lines += self._flush_partial()
             lines.append(f"[dflash-tui: skipped {skip_to - self._offset} bytes of fast log output]")
             self.skipped_bytes += skip_to - self._offset
-            chunk = await self.ops.read(self.path, skip_to, self.window)
+            chunk = await self._read(skip_to)
             data = chunk.data
             self._offset = skip_to + len(data)
             if b"\n" in data:
@@ -96,21 +97,33 @@ class LogFollower:
         self._offset += len(chunk.data)
         return lines + self._lines(chunk.data)
 
-    def _from_shared(self) -> FileChunk | None:
-        """Our next chunk cut from another reader's fresh read of the same file: when it was
-        taken at most SHARED_MAX_AGE_S ago, of the same file (inode), and holds bytes past our
-        offset (it started at or before it). Otherwise None: we read ourselves."""
-        recent = self.shared(self.path) if self.shared is not None else None
-        if recent is None:
-            return None
-        chunk, at = recent
-        start = self._offset - chunk.offset
-        if (time.monotonic() - at > SHARED_MAX_AGE_S or chunk.inode != self._inode
-                or not chunk.exists or not 0 <= start < len(chunk.data)):
-            return None
-        self.shared_polls += 1
-        return FileChunk(self.path, self._offset, chunk.data[start:start + self.window], chunk.size,
-                         chunk.inode)
+    async def _read(self, offset: int) -> FileChunk:
+        chunk = await self.ops.read(self.path, offset, self.window)
+        self._record(chunk)
+        return chunk
+
+    def _record(self, chunk: FileChunk) -> None:
+        if self.shared is not None:
+            self.shared.record(chunk)
+
+    async def _next_chunk(self) -> FileChunk:
+        """The bytes past our offset: what another reader read of this file (`shared`), and,
+        unless that read is at most SHARED_MAX_AGE_S old, what came after it, read ourselves."""
+        held = self.shared.past(self.path, self._inode, self._offset) if self.shared is not None else None
+        if held is None or not held.data:
+            return await self._read(self._offset)
+        data = held.data[:self.window]
+        if time.monotonic() - held.at <= SHARED_MAX_AGE_S or len(data) == self.window:
+            self.shared_polls += 1
+            self.shared_bytes += len(data)
+            return FileChunk(self.path, self._offset, data, held.size, held.inode)
+        rest = await self._read(self._offset + len(data))
+        if not rest.exists or rest.inode != held.inode or rest.size < held.end:
+            # Replaced or truncated since: the held bytes may not be the file's any more.
+            return rest if not rest.exists or rest.inode != held.inode else await self._read(self._offset)
+        self.shared_bytes += len(data)
+        return FileChunk(self.path, self._offset, data + rest.data[:self.window - len(data)], rest.size,
+                         rest.inode)
 
     def _flush_partial(self) -> list[str]:
         if not self._partial:

@@ -7,16 +7,33 @@ arrived, if the monitor itself went quiet), and it keeps ticking once a second.
 
 from __future__ import annotations
 
+import functools
+
 from rich.text import Text
 from textual.containers import Horizontal
 from textual.widgets import Static
 
 from ...run.report import RunReport
 from ..fmt import age, verdict_class
+from ..widgets.part_lines import TEXT, Part, PartLines
 from .base import Pane
 
 # No report for this long although the monitor polls once a second: say so.
 QUIET_AFTER_S = 3.0
+
+
+class HeaderLines(PartLines):
+    """The header's second column: its lines drawn as the lines of one Text would be."""
+
+    DRAW = TEXT
+
+
+def _line_key(line: Text) -> tuple:
+    return line.plain, tuple(line.spans), str(line.style)
+
+
+def _same(line: Text, width: int) -> Text:
+    return line
 
 
 class RunHeader(Pane, Horizontal):
@@ -30,13 +47,13 @@ class RunHeader(Pane, Horizontal):
         self._drawn: tuple = (None,)   # (report, busy, stale age as shown) of the last tick
         # Held, not queried: a timer may still fire while the app tears the screen down.
         self.badge = Static("…", id="verdict")
-        self.where = Static("", id="where")
+        self.where = HeaderLines("", id="where")
 
     def compose(self):
         yield self.badge
         yield self.where
 
-    def _set(self, badge_text: str, badge_class: str, where: Text) -> None:
+    def _set(self, badge_text: str, badge_class: str, where: list[Text]) -> None:
         """Touch the widgets only when what they show changed (this runs every second)."""
         badge = self.badge
         if not badge.is_attached:
@@ -46,9 +63,14 @@ class RunHeader(Pane, Horizontal):
             self._badge = (badge_text, badge_class)
             badge.set_classes(badge_class)
             badge.update(badge_text, layout=badge_text != old_text)   # its width follows the text
-        if where.plain != self._where:
-            self._where = where.plain
-            self.where.update(where, layout=False)   # fixed 2 lines, 1fr
+        plain = "\n".join(line.plain for line in where)
+        if plain != self._where:
+            self._where = plain
+            # Fixed 2 lines, 1fr: no relayout. Each line is its own part, so the uptime ticking
+            # renders line 1 and the run dir's line keeps its strips.
+            width = self.where.content_size.width
+            self.where.show_parts([Part(_line_key(line), functools.partial(_same, line),
+                                        one_line=0 < line.cell_len <= width) for line in where], layout=False)
 
     def show(self, report: RunReport) -> None:
         self.report = report   # drawn by the next tick, which knows the clock
@@ -61,8 +83,8 @@ class RunHeader(Pane, Horizontal):
         report = self.report
         if report is None:
             self._drawn = (None,)
-            self._set(" CONNECTING ", "-wait", Text(f"profile {profile} · waiting for the first report",
-                                                    no_wrap=True, overflow="ellipsis"))
+            self._set(" CONNECTING ", "-wait", [Text(f"profile {profile} · waiting for the first report",
+                                                     no_wrap=True, overflow="ellipsis")])
             return
         verdict = report.checklist.verdict
         stale_for = self._stale_for(report, now, received_at)
@@ -102,7 +124,7 @@ class RunHeader(Pane, Horizontal):
             why = "connection lost" if not report.connected else "no new report"
             line2.append(f"STALE: {why}, data {age(stale_for)} old, reconnecting · ", "bold yellow")
         line2.append("run dir ", "dim").append(report.run_dir)
-        self._set(badge_text, badge_class, Text("\n").join([line1, line2]))
+        self._set(badge_text, badge_class, [line1, line2])
 
     @staticmethod
     def _stale_for(report: RunReport, now: float, received_at: float | None) -> float | None:

@@ -13,14 +13,15 @@ failure is the most visible thing on screen under NO_COLOR too.
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.segment import Segment
+import functools
+
+from rich.console import Console, Group, RenderableType
 from rich.text import Text
-from textual.widgets import Static
 
 from ...run.report import RunReport
 from ...run.verdict import CheckState, Verdict
 from ..fmt import STATE_SYMBOL, age, alarm_style, one_line
+from ..widgets.part_lines import Part, PartLines
 from .base import Pane
 
 _STATE_STYLE = {
@@ -32,7 +33,7 @@ _STATE_STYLE = {
 TRACEBACK_LINES = 6   # the tail of the last traceback shown under a CRASHED checklist
 
 
-class HealthPane(Pane, Static):
+class HealthPane(Pane, PartLines):
     PANE_ID = "health"
 
     def __init__(self, **kwargs) -> None:
@@ -55,8 +56,8 @@ class HealthPane(Pane, Static):
         # A relayout only when the pane's height can change (number of lines), not each second.
         layout = self._shown is None or _height(seen[0]) != _height(self._shown[0]) or seen[1:] != self._shown[1:]
         self._shown = seen
-        self.update(render_checklist(report, expanded=self.expanded, note=seen[2],
-                                     no_color=self.app.no_color), layout=layout)
+        self.show_parts(checklist_parts(report, self.app.console, expanded=self.expanded, note=seen[2],
+                                        no_color=self.app.no_color), layout=layout)
 
     def toggle(self) -> bool:
         self.expanded = not self.expanded
@@ -101,94 +102,98 @@ def _cause_and_hint(cause: str, hint: str, limit: int = 200) -> Text:
     return text
 
 
-class ChecklistRows:
-    """The checks as aligned rows: state, check, cause → hint, age.
-
-    Laid out by hand rather than with rich's Table: this redraws every second, and fixed
-    columns with an ellipsis on the one flexible column cost a fraction of a table measure.
-    An ok check is one row (or, folded, a part of the summary row); a warn or fail check's
-    cause and hint wrap under the flexible column, so nothing of a fix is cut off.
-    """
-
-    def __init__(self, report: RunReport, expanded: bool = False, no_color: bool = False) -> None:
-        self.report = report
-        self.expanded = expanded
-        self.styles = {**_STATE_STYLE, CheckState.FAIL: alarm_style(no_color)}
-
-    def __rich_console__(self, console, options):
-        report = self.report
-        checks = report.checklist.checks
-        ok = [c for c in checks if c.state is CheckState.OK]
-        shown = checks if self.expanded else [c for c in checks if c.state is not CheckState.OK]
-        width = options.max_width
-        label_w = min(LABEL_MAX, max((len(c.label) for c in shown), default=0))
-        flex = max(8, width - STATE_W - label_w - AGE_W - 3)
-        for check in shown:
-            since = None if check.since is None else report.time - check.since
-            full = check.state in (CheckState.WARN, CheckState.FAIL)
-            row = Text(no_wrap=True, overflow="ellipsis", end="")
-            row.append(STATE_SYMBOL[check.state].ljust(STATE_W), self.styles[check.state])
-            row.append(" ")
-            label = check.label if len(check.label) <= label_w else check.label[: label_w - 1] + "…"
-            row.append(label.ljust(label_w), "bold" if full else "")
-            row.append(" ")
-            cause = _cause_and_hint(check.cause, check.hint, FULL_LIMIT if full else 200)
-            rest: list[Text] = []
-            if full and cause.cell_len > flex:
-                # In full: what does not fit the row continues below it, indented, across the
-                # whole width (a long hint, such as a known_hosts command, is never cut).
-                first, _, tail = cause.plain.partition(" → ") if check.hint else (cause.plain, "", "")
-                head = Text(first)
-                lines = head.wrap(console, flex)
-                cause = lines[0]
-                more = Text(" ").join(lines[1:]) if len(lines) > 1 else Text("")
-                if tail:
-                    more = more + Text(" → ", "bold") + Text(tail, "italic") if more.plain else \
-                        Text("→ ", "bold") + Text(tail, "italic")
-                rest = list(more.wrap(console, max(8, width - CONT_INDENT))) if more.plain else []
-            cause = cause.copy()
-            cause.truncate(flex, overflow="ellipsis", pad=True)
-            row.append_text(cause)
-            row.append(" ")
-            row.append((age(since) if since is not None else "").rjust(AGE_W))
-            yield row
-            yield Segment.line()
-            for part in rest:
-                line = Text(" " * CONT_INDENT, no_wrap=True, overflow="ellipsis", end="")
-                line.append_text(part)
-                yield line
-                yield Segment.line()
-        if ok and not self.expanded:
-            row = Text(no_wrap=True, overflow="ellipsis", end="")
-            row.append(STATE_SYMBOL[CheckState.OK].ljust(STATE_W), _STATE_STYLE[CheckState.OK])
-            row.append(" ")
-            row.append(f"{len(ok)} checks ok: " if len(ok) > 1 else "1 check ok: ")
-            row.append(", ".join(c.label for c in ok))
-            row.append("  (k: show them)", "italic")
-            yield row
-            yield Segment.line()
-
-
 STATE_W, LABEL_MAX, AGE_W, CONT_INDENT = 9, 26, 6, 4
 FULL_LIMIT = 2000   # a warn/fail cause or hint is cut only past this (hostile input stays bounded)
 
 
-def render_checklist(report: RunReport, *, expanded: bool = False, note: str = "",
-                     no_color: bool = False) -> Group:
+def checklist_parts(report: RunReport, console: Console, *, expanded: bool = False, note: str = "",
+                    no_color: bool = False) -> list[Part]:
+    """The checklist as parts (ui/widgets/part_lines.py): the summary, a poll error, a row per
+    check shown (with its wrapped cause and hint), the folded ok checks, the traceback's tail.
+    A part's key is what it shows, so a second in which one age moved renders one row."""
     cl = report.checklist
-    parts: list = []
+    parts: list[Part] = []
     if note:
-        parts.append(Text(note, style="bold", no_wrap=True, overflow="ellipsis"))
+        parts.append(Part(("note", note), lambda w: Text(note, style="bold", no_wrap=True, overflow="ellipsis"),
+                          one_line=True))
     elif cl.summary:
         # Worse news is louder: a failing summary is bold and reversed, never dimmer.
         style = alarm_style(no_color) if cl.verdict.failing else ("green" if cl.verdict.healthy else "bold")
-        parts.append(Text(one_line(cl.summary, 400), style=style, no_wrap=True, overflow="ellipsis"))
+        summary = one_line(cl.summary, 400)
+        parts.append(Part(("summary", summary, str(style)),
+                          lambda w: Text(summary, style=style, no_wrap=True, overflow="ellipsis"), one_line=True))
     if report.error:
-        parts.append(Text(f"poll error: {one_line(report.error)}", style="bold yellow"))
-    parts.append(ChecklistRows(report, expanded, no_color))
+        error = f"poll error: {one_line(report.error)}"
+        parts.append(Part(("error", error), lambda w: Text(error, style="bold yellow")))
+    styles = {**_STATE_STYLE, CheckState.FAIL: alarm_style(no_color)}
+    checks = cl.checks
+    ok = [c for c in checks if c.state is CheckState.OK]
+    shown = checks if expanded else [c for c in checks if c.state is not CheckState.OK]
+    label_w = min(LABEL_MAX, max((len(c.label) for c in shown), default=0))
+    for check in shown:
+        since = None if check.since is None else age(report.time - check.since)
+        full = check.state in (CheckState.WARN, CheckState.FAIL)
+        key = ("check", check.state, check.label, check.cause, check.hint, since, label_w, str(styles[check.state]))
+        parts.append(Part(key, functools.partial(_check_row, console, check, since, label_w, str(styles[check.state])),
+                          one_line=not full))
+    if ok and not expanded:
+        labels = ", ".join(c.label for c in ok)
+        parts.append(Part(("ok", len(ok), labels), functools.partial(_folded_ok, len(ok), labels), one_line=True))
     if cl.verdict is Verdict.CRASHED and report.last_traceback:
-        tail = report.last_traceback.rstrip().splitlines()[-TRACEBACK_LINES:]
-        tb = Text("\n".join(tail), style="bold" if no_color else "red", no_wrap=True, overflow="ellipsis")
-        parts.append(Text("last traceback (e: jump to it in the log)", style="bold"))
-        parts.append(tb)
-    return Group(*parts)
+        tail = "\n".join(report.last_traceback.rstrip().splitlines()[-TRACEBACK_LINES:])
+        parts.append(Part(("traceback", tail, no_color), lambda w: Group(
+            Text("last traceback (e: jump to it in the log)", style="bold"),
+            Text(tail, style="bold" if no_color else "red", no_wrap=True, overflow="ellipsis"))))
+    return parts
+
+
+def _check_row(console: Console, check, since: str | None, label_w: int, state_style: str, width: int) -> RenderableType:
+    """One check as a row (state, check, cause → hint, age) at `width`. An ok check is one row;
+    a warn or fail check's cause and hint wrap under the flexible column, so nothing of a fix
+    is cut off. Laid out by hand rather than with rich's Table: fixed columns with an ellipsis
+    on the one flexible column cost a fraction of a table measure."""
+    flex = max(8, width - STATE_W - label_w - AGE_W - 3)
+    full = check.state in (CheckState.WARN, CheckState.FAIL)
+    row = Text(no_wrap=True, overflow="ellipsis")
+    row.append(STATE_SYMBOL[check.state].ljust(STATE_W), state_style)
+    row.append(" ")
+    label = check.label if len(check.label) <= label_w else check.label[: label_w - 1] + "…"
+    row.append(label.ljust(label_w), "bold" if full else "")
+    row.append(" ")
+    cause = _cause_and_hint(check.cause, check.hint, FULL_LIMIT if full else 200)
+    rest: list[Text] = []
+    if full and cause.cell_len > flex:
+        # In full: what does not fit the row continues below it, indented, across the
+        # whole width (a long hint, such as a known_hosts command, is never cut).
+        first, _, tail = cause.plain.partition(" → ") if check.hint else (cause.plain, "", "")
+        head = Text(first)
+        lines = head.wrap(console, flex)
+        cause = lines[0]
+        more = Text(" ").join(lines[1:]) if len(lines) > 1 else Text("")
+        if tail:
+            more = more + Text(" → ", "bold") + Text(tail, "italic") if more.plain else \
+                Text("→ ", "bold") + Text(tail, "italic")
+        rest = list(more.wrap(console, max(8, width - CONT_INDENT))) if more.plain else []
+    cause = cause.copy()
+    cause.truncate(flex, overflow="ellipsis", pad=True)
+    row.append_text(cause)
+    row.append(" ")
+    row.append((since or "").rjust(AGE_W))
+    if not rest:
+        return row
+    out = [row]
+    for part in rest:
+        line = Text(" " * CONT_INDENT, no_wrap=True, overflow="ellipsis")
+        line.append_text(part)
+        out.append(line)
+    return Group(*out)
+
+
+def _folded_ok(n: int, labels: str, width: int) -> Text:
+    row = Text(no_wrap=True, overflow="ellipsis")
+    row.append(STATE_SYMBOL[CheckState.OK].ljust(STATE_W), _STATE_STYLE[CheckState.OK])
+    row.append(" ")
+    row.append(f"{n} checks ok: " if n > 1 else "1 check ok: ")
+    row.append(labels)
+    row.append("  (k: show them)", "italic")
+    return row

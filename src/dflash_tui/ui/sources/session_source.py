@@ -31,7 +31,8 @@ GPU_RETRY_MAX_S = 30.0
 class SessionFollower:
     """A LogFollower that rides along when the session reconnects (new transport, same file).
     train.log and events.jsonl are read by the session's progress tracker too, at every look:
-    a poll right behind a look takes the bytes that look read (LogFollower's `shared`)."""
+    both record and take bytes through the tracker's memo of recent reads (LogFollower's
+    `shared`), so a byte of the file is asked of the target once."""
 
     def __init__(self, session: Session, path: str) -> None:
         self.session = session
@@ -49,7 +50,7 @@ class SessionFollower:
     async def poll(self) -> list[str]:
         ops = await self.session.ops()
         if self._follower is None:
-            self._follower = LogFollower(ops, self.path, shared=self.session.progress.recent_read)
+            self._follower = LogFollower(ops, self.path, shared=self.session.progress.reads)
         elif self._follower.ops is not ops:
             self._follower.set_ops(ops)
         return await self._follower.poll()
