@@ -174,17 +174,21 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             pane_lines = self.log_pane.lines
             append = pane_lines.append
 
-            def append_timed(new):
+            def read_lag():
                 last = pane_lines.last_line()
                 if last:
                     try:
                         lags.append(time.time() - float(last.split()[0]))
                     except ValueError:
                         pass   # a marker line
+
+            def append_timed(new):
+                read_lag()
                 return append(new)
             pane_lines.append = append_timed
             await asyncio.sleep(seconds)
             del pane_lines.append
+            read_lag()   # once more at the end: a pane that stopped taking lines is as far behind as this
             c1, a1, w1 = cpu(), cpu(helpers), time.monotonic()
             main_cpu = time.thread_time() - main0
             result["gc_passes"] = [g["collections"] - n for g, n in zip(gc.get_stats(), gc0)]
