@@ -29,6 +29,7 @@ from ..config import ConfigError, Profile
 from ..gpu.sample import GpuSnapshot
 from ..gpu.sources import run_ref_from_launch
 from ..remote.base import TargetError
+from ..remote.ops import ExitWatch
 from ..watch import HostWatch, RunWatch, open_watch
 from .cadence import STEADY_AFTER_POLLS, TargetCadence
 from .row import FleetRow, config_error_row, row_from_report
@@ -253,7 +254,7 @@ class FleetPoller:
             ops = await self.transport.ops(profile)
         except (TargetError, OSError):
             return None
-        return callable(getattr(ops, "wait_exit", None))
+        return isinstance(ops, ExitWatch)
 
     def _set_row(self, name: str, report, *, polled_at: float | None, poll_s: float | None) -> None:
         watch = self.watches.get(name)

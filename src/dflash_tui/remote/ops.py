@@ -13,7 +13,7 @@ between the laptop and the GPU host.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ class RemoteOps(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
 class ExitWatch(Protocol):
     """What a target with the agent answers too (ShellOps has no way to wait on the target)."""
 

@@ -23,7 +23,6 @@ import collections
 import functools
 import posixpath
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
