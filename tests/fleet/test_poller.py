@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +35,8 @@ from tests.support.run_standins import PROGRAM
 from tests.support.runs import standin_profile
 
 pytestmark = [pytest.mark.timeout(120)]
+
+PRINT_LOOP = str(Path(__file__).resolve().parents[1] / "programs" / "print_loop.py")
 
 
 def ssh_profile(sshd, name: str, run_dir, mode: str = "beat", **kw) -> Profile:
@@ -274,3 +277,35 @@ async def test_a_run_on_several_nodes_shows_gpu_lost_in_its_row(sshd, tmp_path, 
     finally:
         async with NodesWatch(profile) as nodes:
             await nodes.stop()
+
+
+async def test_a_steady_run_that_goes_quiet_is_stalled_at_its_limit_not_at_the_next_steady_poll(tmp_path, monkeypatch):
+    """A program that is not ours (a plain print loop) steady on its target, then silent and alive
+    (SIGSTOP) just after a steady poll: STALLED comes at its 7 s limit, because the first steady
+    poll after the silence sees its last output older than `steady_interval` and brings back
+    `interval`; polled on at 3 s it would come at the 9 s poll."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    limit = 7.0
+    p = standin_profile(tmp_path / "quiet", "beat", name="quiet", command=(sys.executable, PRINT_LOOP),
+                        train_args=("36000", "0.3"), stall_after_s=limit, compile_stall_after_s=limit)
+    async with Session(p) as s:
+        out = await s.launch()
+        assert out.run_id, out.checklist
+    pid = None
+    try:
+        async with FleetPoller([p], interval=0.5, steady_interval=3.0, gpu_interval=None) as poller:
+            (key,) = poller.cadence
+            cadence, polls = poller.cadence[key], poller.latencies[key]
+            await until(lambda: cadence.pause() == 3.0, 30, "the print loop's target steady")
+            assert poller.rows["quiet"].verdict is Verdict.RUNNING
+            pid = poller.watches["quiet"].last.launch.pid
+            n = len(polls)
+            await until(lambda: len(polls) != n, 5, "the end of a steady poll")
+            t0 = time.monotonic()
+            os.killpg(pid, signal.SIGSTOP)
+            await until(lambda: poller.rows["quiet"].verdict is Verdict.STALLED, limit + 10, "STALLED")
+            stalled_s = time.monotonic() - t0
+            assert limit - 1.0 < stalled_s < limit + 1.5, stalled_s
+    finally:
+        if pid is not None:
+            os.killpg(pid, signal.SIGKILL)
