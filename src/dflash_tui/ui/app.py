@@ -37,6 +37,7 @@ from ..remote.base import TargetError
 from ..run.report import RunReport
 from ..run.verdict import Verdict
 from .fmt import one_line
+from .input_driver import quiet_driver_class
 from .panes import RUN_PANES, TAB_PANES, GpuPane, HealthPane, LogPane, MetricsPane, Pane, RunHeader
 from .screens.dialogs import ConfirmScreen, HelpScreen, ProfileScreen
 from .screens.fleet import FleetScreen
@@ -102,6 +103,9 @@ class DashboardApp(App[None]):
         self.launch_if_no_run = launch_if_no_run
         self.quit_message = ""
         self.command = command      # how this user runs dflash-tui (for the commands it prints)
+
+    def get_driver_class(self):
+        return quiet_driver_class(super().get_driver_class())   # ui/input_driver.py: why
 
     # -- layout -----------------------------------------------------------------------------
     def get_default_screen(self) -> Screen:
