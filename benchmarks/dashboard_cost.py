@@ -125,7 +125,8 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
 
     class MeasuredApp(DashboardApp):
         def on_mount(self) -> None:
-            super().on_mount()
+            # Textual calls DashboardApp.on_mount itself (its handlers run for each class of the
+            # MRO): calling it here too would start a second header timer and the streams twice.
             self.run_worker(self.measure(), group="bench")
 
         async def measure(self) -> None:

@@ -14,6 +14,7 @@ others are disabled (check_action), and the checklist shows the new run fill in 
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import shlex
@@ -56,6 +57,8 @@ RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "sear
                               "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
                               "switch_profile", "fleet", "history", "back"})
 
+HEADER_TICK_S = 1.0           # the header's ages tick each second while no report draws it
+HEADER_AFTER_REPORT_S = 1.5   # after a report: the next one is due in a little over a second
 GC_THRESHOLD = (7000, 10, 100)   # the collector's generations while the app runs (on_mount)
 SourceFactory = Callable[[str], DashboardSource]
 PaneT = TypeVar("PaneT", bound=Pane)
@@ -96,6 +99,7 @@ class DashboardApp(App[None]):
         self.log_name = TRAIN_LOG
         self.run_id: str | None = None
         self.streams = RunStreams(self)   # the workers that feed the panes (ui/streams.py)
+        self._header_tick: asyncio.TimerHandle | None = None   # see _tick_header_in
         self._gc_threshold = gc.get_threshold()   # restored on unmount (see on_mount)
         self._tab_labels: dict[str, str] = {}     # each tab's label as last set (_label_tabs)
         # The built-in demo (no config file): launch the local run if there is none yet, so
@@ -131,7 +135,7 @@ class DashboardApp(App[None]):
         self.tabs = self.query_one(TabbedContent)
         self.sub_title = self.profile
         self._render_header()
-        self.set_interval(1.0, self._render_header)  # ages keep ticking while data is stale
+        self._tick_header_in(HEADER_TICK_S)
         self.log_pane.lines.focus()
         if self.fleet is not None:
             self.fleet.start()
@@ -212,10 +216,25 @@ class DashboardApp(App[None]):
             pane.show(report)
         self._label_tabs()
         self._render_header()
+        self._tick_header_in(HEADER_AFTER_REPORT_S)
 
     def on_gpu_snapshot(self, snap: GpuSnapshot) -> None:
         self.gpu_pane.show_snapshot(snap)
         self._label_tabs()
+
+    def _tick_header_in(self, delay: float) -> None:
+        """The header's own tick, which keeps its ages moving while no report comes: a report
+        draws the header and puts the tick off past the next report's due time, so while reports
+        flow (each a little over a second apart) the tick never wakes the loop."""
+        if self._header_tick is not None:
+            self._header_tick.cancel()
+        self._header_tick = asyncio.get_running_loop().call_later(delay, self._header_ticked)
+
+    def _header_ticked(self) -> None:
+        self._header_tick = None
+        if self.is_running:
+            self._render_header()
+            self._tick_header_in(HEADER_TICK_S)
 
     def _render_header(self) -> None:
         header = self.header_bar
@@ -465,6 +484,8 @@ class DashboardApp(App[None]):
         self.exit()
 
     async def on_unmount(self) -> None:
+        if self._header_tick is not None:
+            self._header_tick.cancel()
         gc.unfreeze()   # see on_mount
         gc.set_threshold(*self._gc_threshold)
         await self.source.close()

@@ -38,6 +38,7 @@ class RunStreams:
         self.started = False
         self._report_arrived = asyncio.Event()
         self._pending_report: RunReport | None = None
+        self._hold: asyncio.TimerHandle | None = None   # draws a held report alone, if still held
         self._report_applied_at = float("-inf")
 
     def _run(self, coro, group: str) -> None:
@@ -54,6 +55,10 @@ class RunStreams:
     def stop(self) -> None:
         for group in GROUPS:
             self.app.workers.cancel_group(self.app, group)
+        if self._hold is not None:   # a report of the source being left is not drawn after it
+            self._hold.cancel()
+            self._hold = None
+        self._pending_report = None
 
     def follow_log(self) -> None:
         """The shown log file (app.log_name), replacing the previous follower."""
@@ -86,7 +91,11 @@ class RunStreams:
                     # alone if that poll does not come back quickly (a slow transport).
                     self._pending_report = report
                     self._report_arrived.set()
-                    app.set_timer(REPORT_HOLD_S, self.apply_pending_report)
+                    # A plain loop timer, cancelled when the log poll draws the report (it
+                    # nearly always does): no timer task and no wake-up a second for nothing.
+                    if self._hold is not None:
+                        self._hold.cancel()
+                    self._hold = asyncio.get_running_loop().call_later(REPORT_HOLD_S, self.apply_pending_report)
                     delay = 1.0
                 return
             except (TargetError, OSError, ActionError) as exc:
@@ -98,6 +107,9 @@ class RunStreams:
 
     def apply_pending_report(self) -> None:
         report, self._pending_report = self._pending_report, None
+        if self._hold is not None:
+            self._hold.cancel()
+            self._hold = None
         if not self.app.is_running:
             return   # the app is closing: its widgets are being removed under this call
         if report is not None:
