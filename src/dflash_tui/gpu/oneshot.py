@@ -18,7 +18,7 @@ from typing import Awaitable, Callable, Sequence
 
 from ..remote.base import Target
 from .sample import GpuErrorKind, GpuSnapshot
-from .sources import GpuSource, RunRef, error_snapshot, open_gpu_source
+from .sources import GpuSource, RunRef, error_snapshot, listed, open_gpu_source
 
 # Starting the host's probe is one more channel on the SSH connection the command already has,
 # plus a python start-up; a sample is milliseconds on a healthy GPU.
@@ -64,12 +64,16 @@ class OneShotGpuProbe:
 
     async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
         """One snapshot of the host's GPUs, in at most about open_timeout + sample_timeout."""
-        return (await self.sample_runs([run]))[0]
+        return (await self._bounded((run,), lambda source: listed(source.sample(run))))[0]
 
     async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
         """One snapshot per run of `runs` (one read of the host's GPUs serves them all, each run's
         processes marked in its own), in the same time as `sample`."""
         runs = tuple(runs)
+        return await self._bounded(runs, lambda source: source.sample_runs(runs))
+
+    async def _bounded(self, runs: tuple[RunRef | None, ...],
+                       ask: Callable[[GpuSource], Awaitable[list[GpuSnapshot]]]) -> list[GpuSnapshot]:
         source = await self._open()
         if source is None:
             return [self._open_failed] * len(runs)
@@ -77,7 +81,7 @@ class OneShotGpuProbe:
         deadline = time.monotonic() + self.sample_timeout
         while True:
             if self._pending is None:
-                self._pending = (runs, asyncio.ensure_future(source.sample_runs(runs)))
+                self._pending = (runs, asyncio.ensure_future(ask(source)))
                 self._pending_since = time.monotonic()
             asked, pending = self._pending
             try:

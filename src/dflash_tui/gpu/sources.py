@@ -79,6 +79,11 @@ def in_order(runs: Sequence[RunRef | None], asked: list[RunRef], base: GpuSnapsh
     return [base if r is None else by_run[r] for r in runs]
 
 
+async def listed(snapshot: Awaitable[GpuSnapshot]) -> list[GpuSnapshot]:
+    """One snapshot, as `sample_runs` answers: a list."""
+    return [await snapshot]
+
+
 async def sample_each(source: GpuSource, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
     """`sample_runs` for a source whose samples cost little apart from the marking: one
     `sample` per run."""
@@ -408,18 +413,21 @@ class FallbackSource:
         return self._fallback.name if self._fallback else self._primary.name
 
     async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
-        return (await self.sample_runs([run]))[0]
+        return (await self._sampled(lambda source: listed(source.sample(run))))[0]
 
     async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+        return await self._sampled(lambda source: source.sample_runs(runs))
+
+    async def _sampled(self, ask: Callable[[GpuSource], Awaitable[list[GpuSnapshot]]]) -> list[GpuSnapshot]:
         if self._fallback is None:
-            snaps = await self._primary.sample_runs(runs)
+            snaps = await ask(self._primary)
             missing = next((s.error for s in snaps if s.error is not None
                             and s.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND), None)
             if missing is None:
                 return snaps
             self._why = missing.message
             self._fallback = self._make_fallback()
-        return [self._neither_way(s) for s in await self._fallback.sample_runs(runs)]
+        return [self._neither_way(s) for s in await ask(self._fallback)]
 
     def _neither_way(self, snap: GpuSnapshot) -> GpuSnapshot:
         if snap.error is None or snap.error.kind is not GpuErrorKind.LIBRARY_NOT_FOUND:
