@@ -126,10 +126,9 @@ def snapshots_for_runs(d: Any, runs: int, *, source: str | None = None) -> tuple
 
 
 def with_run_processes(snap: GpuSnapshot, pids: frozenset[int]) -> GpuSnapshot:
-    """`snap` with exactly the processes of `pids` marked as the run's."""
-    if not pids and not any(p.is_run_process for g in snap.gpus for p in g.processes):
-        return snap
-    gpus = tuple(g if not g.processes else replace(g, processes=tuple(
-        p if p.is_run_process == (p.pid in pids) else replace(p, is_run_process=p.pid in pids)
-        for p in g.processes)) for g in snap.gpus)
-    return replace(snap, gpus=gpus)
+    """`snap` with exactly the processes of `pids` marked as the run's (what is already so is
+    shared, not copied: most GPUs hold no process of a given run)."""
+    gpus = tuple(g if all(p.is_run_process == (p.pid in pids) for p in g.processes) else replace(
+        g, processes=tuple(p if p.is_run_process == (p.pid in pids) else replace(p, is_run_process=p.pid in pids)
+                           for p in g.processes)) for g in snap.gpus)
+    return snap if all(a is b for a, b in zip(gpus, snap.gpus)) else replace(snap, gpus=gpus)
