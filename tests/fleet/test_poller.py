@@ -242,7 +242,7 @@ async def test_fleet_rows_show_each_runs_gpus_from_one_sample_of_their_host(tmp_
                                         for c in poller.watches[p.name].last.checklist.checks) for p in profiles),
                         10, "the same sample in each verdict's gpus check")
             n, t0 = len(transport.gpu_asks), time.monotonic()
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(1.2)
             window = [k for t, k in transport.gpu_asks[n:]]
             # One ask per 0.5 s period for the host, each for both runs.
             assert window and set(window) == {2}, transport.gpu_asks
