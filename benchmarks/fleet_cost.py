@@ -24,6 +24,13 @@ the dashboard child of each tree in turn, before, after, after, before (so a dri
 machine's load weighs on both sides alike), then the polling alone of each; no kills and no
 `--check` loop. Its section in RESULTS.md is its own.
 
+--gpus N gives every host N fake GPUs (benchmarks/bench_nvml.py: dflash_tui's fake NVML, read by
+the host's agent as pynvml would be, with that host's runs' trainers on them), so the fleet's
+GPU samples cost what they cost against hosts with NVML; without it the hosts have none (this
+machine has no libnvidia-ml: each host's probe says so once and retries nvidia-smi every 10 s).
+With --before, it also counts the reads of the hosts' GPUs (one per gpu.sample request) in each
+dashboard's window.
+
 --append writes the section into benchmarks/RESULTS.md (replacing an earlier one of this script).
 Bounded: about a minute of set-up plus both windows; everything it started is stopped.
 """
@@ -56,6 +63,7 @@ from dflash_tui.transport import SharedTransport  # noqa: E402
 from dflash_tui.session import Session  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
+from benchmarks.bench_nvml import ENV_READS, ENV_RUNS  # noqa: E402
 
 COMPARE_HEADING = ("## fleet: steady targets polled every 3 s, an exit watch on the agent for their runs, "
                    "before and after, side by side (benchmarks/fleet_cost.py --before)")
@@ -279,6 +287,7 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--loop-window", type=float, default=40.0)
     ap.add_argument("--append", action="store_true")
+    ap.add_argument("--gpus", type=int, default=0, help="fake GPUs per host (0: none)")
     ap.add_argument("--before", metavar="TREE", type=Path)
     ap.add_argument("--child", metavar="CONFIG")
     ap.add_argument("--child-poller", metavar="CONFIG")
@@ -300,7 +309,7 @@ def main() -> int:
     try:
         try:
             for h in range(args.hosts):
-                servers.append(start_sshd(work / f"sshd{h}"))
+                servers.append(start_sshd(work / f"sshd{h}", env=gpu_host_env(work, h, args.gpus)))
         except SshdUnavailable as exc:
             print(f"fleet_cost: {exc}", file=sys.stderr)
             return 2
@@ -310,6 +319,11 @@ def main() -> int:
         t = time.monotonic()
         pids = asyncio.run(launch_all(cfg))
         launch_s = time.monotonic() - t
+        if args.gpus:
+            for h in range(args.hosts):
+                Path(gpu_host_env(work, h, args.gpus)[ENV_RUNS]).write_text(
+                    ",".join(str(pids[n]) for n in names if n.startswith(f"h{h:02d}-")))
+            env["DFLASH_TUI_NVML"] = "benchmarks.bench_nvml:from_env"
         if args.before is not None:
             sides = compare(args, cfg, work, env, names)
             load = os.getloadavg()[0]
@@ -404,6 +418,24 @@ def main() -> int:
 RED_WINDOW_S = 10.0   # before the kills: past the after tree's 5 unchanged polls, so its victims are steady
 
 
+def gpu_host_env(work: Path, h: int, gpus: int) -> dict[str, str]:
+    """What host h's sessions get for --gpus: the fake NVML's GPUs, the file naming its runs,
+    the file its reads are counted in (benchmarks/bench_nvml.py)."""
+    if not gpus:
+        return {}
+    (work / "gpus").mkdir(exist_ok=True)
+    return {"PYTHONPATH": str(ROOT), "DFLASH_FAKE_NVML_GPUS": str(gpus),
+            ENV_RUNS: str(work / "gpus" / f"h{h:02d}.runs"), ENV_READS: str(work / "gpus" / f"h{h:02d}.reads")}
+
+
+def gpu_reads_per_s(work: Path, until: float, window: float) -> float:
+    """Reads of every host's GPUs per second over the `window` seconds that end with the last
+    read before `until` (a dashboard's last sample: its window's end, whatever its exit took)."""
+    stamps = [float(x) for f in (work / "gpus").glob("*.reads") for x in f.read_text().split()]
+    end = max((t for t in stamps if t <= until), default=until)
+    return sum(1 for t in stamps if end - window < t <= end) / window
+
+
 def compare(args, cfg: Path, work: Path, env: dict, names: list[str]) -> dict[str, dict]:
     """Each tree's dashboard twice (before, after, after, before) and its polling alone once;
     then each tree's dashboard twice more, killing 3 runs each (12 victims over the hosts, each
@@ -413,6 +445,9 @@ def compare(args, cfg: Path, work: Path, env: dict, names: list[str]) -> dict[st
     order = ("before", "after", "after", "before")
     for side in order:
         sides[side]["dash"].append(run_dashboard(cfg, args.window, [], work, env, trees[side]))
+        if args.gpus:
+            # The child ends right after its window (no victims): its last `window` seconds.
+            sides[side]["dash"][-1]["gpu_reads_s"] = gpu_reads_per_s(work, time.time(), args.window)
     for side in ("before", "after"):
         sides[side]["poller"] = run_poller(cfg, min(args.window, 20.0), work, env, trees[side])
     victims = names[1::max(1, len(names) // 12)][:12]
@@ -452,6 +487,7 @@ def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: 
             "worst_p50": max(pctl(v, 0.5) for v in by_host.values()),
             "worst_p99": max(pctl(v, 0.99) for v in by_host.values()),
             "agents": runs[0]["agents"], "hosts": runs[0]["hosts"],
+            "gpu_reads_s": [r.get("gpu_reads_s") for r in runs],
         }
     b, a = row["before"], row["after"]
     before = subprocess.run(["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"],
@@ -459,13 +495,16 @@ def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: 
     cmd = (f"`git worktree add --detach {args.before} {before}`, then "
            f"`.venv/bin/python benchmarks/fleet_cost.py --before {args.before}"
            f"{'' if (args.hosts, args.per_host, args.window) == (10, 5, 30.0) else f' --hosts {args.hosts} --per-host {args.per_host} --window {args.window:g}'}"
+           f"{f' --gpus {args.gpus}' if args.gpus else ''}"
            " --append`")
     lines = [
         COMPARE_HEADING, "",
         f"Command: {cmd}", "",
         f"Machine: this one ({os.cpu_count()} shared CPU cores, no GPU, CPython {platform.python_version()}, "
         f"load average {load:.1f} at the end). {n} profiles on {args.hosts} loopback sshd hosts ({args.per_host} each), "
-        f"each a detached `run_standins.py beat` run, launched in {launch_s:.0f} s; the same runs watched by both "
+        f"each a detached `run_standins.py beat` run, launched in {launch_s:.0f} s"
+        f"{f' (every host with {args.gpus} fake GPUs, the trainers of its runs on them: benchmarks/bench_nvml.py)' if args.gpus else ''}"
+        f"; the same runs watched by both "
         f"trees' fleet screens (real app, headless 160x60, 1 Hz, {a['hosts']} SSH connections and {a['agents']} agents), "
         f"one after another: before, after, after, before, {args.window:g} s of steady state each; then the same "
         f"four again, {RED_WINDOW_S:g} s each, each killing 3 runs (SIGKILL to the wrapper's group, 1.3 s apart).", "",
@@ -482,6 +521,10 @@ def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: 
         f"| {a['p50'] / b['p50']:.2f} / {a['p99'] / b['p99']:.2f} |",
         f"| worst target's p50 / p99 | {ms(b['worst_p50'])} / {ms(b['worst_p99'])} | {ms(a['worst_p50'])} / {ms(a['worst_p99'])} "
         f"| {a['worst_p50'] / b['worst_p50']:.2f} / {a['worst_p99'] / b['worst_p99']:.2f} |",
+        *([f"| reads of the hosts' GPUs (gpu.sample requests) per second, all {args.hosts} hosts (each run) "
+           f"| {statistics.mean(b['gpu_reads_s']):.1f} ({', '.join(f'{x:.1f}' for x in b['gpu_reads_s'])}) "
+           f"| {statistics.mean(a['gpu_reads_s']):.1f} ({', '.join(f'{x:.1f}' for x in a['gpu_reads_s'])}) "
+           f"| {statistics.mean(a['gpu_reads_s']) / statistics.mean(b['gpu_reads_s']):.2f} |"] if args.gpus else []),
         f"| SIGKILL to the row drawn red, each victim | {', '.join(f'{x:.2f}' for x in b['red'])} s "
         f"(median {statistics.median(b['red']):.2f}, max {max(b['red']):.2f}) "
         f"| {', '.join(f'{x:.2f}' for x in a['red'])} s (median {statistics.median(a['red']):.2f}, max {max(a['red']):.2f}) "

@@ -4,8 +4,8 @@ Profiles that name the same destination (host, port, user, keys, known_hosts, ss
 the same host Target, so every command, stream and agent of them rides one SSH connection
 (remote/ssh.py pools by the same key). Profiles that also name the same container (or none)
 get the same run Target and the same RemoteOps: one agent process answers all of them. The
-host's GPU probe is shared the same way; its samples are taken one at a time, because each
-marks one run's processes.
+host's GPU probe is shared the same way, one sample at a time; one sample serves every run
+asked (`gpu_sample_runs`), each run getting its own snapshot with its own processes marked.
 
 A Session built with `transport=` borrows its Launcher's targets from here and never closes what it borrowed; the
 transport's owner (the fleet poller, `--check --all`) closes everything once, at the end.
@@ -14,6 +14,7 @@ transport's owner (the fleet poller, `--check --all`) closes everything once, at
 from __future__ import annotations
 
 import asyncio
+from typing import Sequence
 
 from .backends import launcher_class, launcher_for
 from .config import ConfigError, Profile
@@ -86,6 +87,12 @@ class SharedTransport:
     async def gpu_sample(self, profile: Profile, run: RunRef | None) -> GpuSnapshot:
         """One GPU snapshot of `profile`'s host with `run`'s processes marked. Never raises;
         bounded in time by the probe (gpu/oneshot.py)."""
+        return (await self.gpu_sample_runs(profile, [run]))[0]
+
+    async def gpu_sample_runs(self, profile: Profile, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+        """One read of `profile`'s host's GPUs for all of `runs` (runs on that host): one
+        snapshot per run, in order, each with that run's processes marked. Never raises;
+        bounded in time as `gpu_sample`."""
         hkey = host_key(profile)
         lock = self._gpu_locks.setdefault(hkey, asyncio.Lock())
         async with lock:
@@ -93,7 +100,7 @@ class SharedTransport:
             if probe is None:
                 host, _ = self.targets(profile)
                 probe = self._gpu[hkey] = OneShotGpuProbe(host, python=profile.python)
-            return await probe.sample(run)
+            return await probe.sample_runs(runs)
 
     @property
     def host_count(self) -> int:

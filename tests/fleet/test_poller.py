@@ -200,32 +200,57 @@ async def test_a_steady_target_is_polled_less_and_a_run_that_dies_still_turns_re
             await s.stop()
 
 
-async def test_fleet_row_shows_the_runs_gpus_from_the_hosts_nvml(tmp_path, monkeypatch):
+class CountingTransport(SharedTransport):
+    """The real transport, counting the fleet's GPU asks: (when, how many runs) each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gpu_asks: list[tuple[float, int]] = []
+
+    async def gpu_sample_runs(self, profile, runs):
+        self.gpu_asks.append((time.monotonic(), len(runs)))
+        return await super().gpu_sample_runs(profile, runs)
+
+
+async def test_fleet_rows_show_each_runs_gpus_from_one_sample_of_their_host(tmp_path, monkeypatch):
     """The GPU cells: the host's NVML (the fake NVML module, read by a real probe process on
-    the host) with the run's trainer on GPU 0 of 2: one GPU, its memory, and the GPU check."""
+    the host) with two runs' trainers on GPUs 0 and 1 of 2: each row shows one GPU, its own
+    run's memory, and the GPU check; the host is sampled once per period for both runs."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    p = standin_profile(tmp_path / "run", "beat", "--interval=0.2", "--device=cuda:0", name="gpu-run",
-                        stall_after_s=30.0)
-    async with Session(p) as s:
-        out = await s.launch()
-        assert out.run_id, out.checklist
+    profiles = [standin_profile(tmp_path / name, "beat", "--interval=0.2", f"--device=cuda:{i}", name=name,
+                                stall_after_s=30.0) for i, name in enumerate(("gpu-a", "gpu-b"))]
+    for p in profiles:
+        async with Session(p) as s:
+            out = await s.launch()
+            assert out.run_id, out.checklist
     try:
-        log = tmp_path / "run" / "train.log"
-        await until(lambda: log.exists() and "standin beat pid" in log.read_text(), 10, "the trainer started")
-        trainer = int(re.search(r"standin beat pid (\d+)", log.read_text()).group(1))
+        trainers = []
+        for p in profiles:
+            log = Path(p.run_dir) / "train.log"
+            await until(lambda: log.exists() and "standin beat pid" in log.read_text(), 10, "the trainer started")
+            trainers.append(int(re.search(r"standin beat pid (\d+)", log.read_text()).group(1)))
         monkeypatch.setenv("DFLASH_TUI_NVML", "dflash_tui.gpu.fake_nvml:from_env")
         monkeypatch.setenv("DFLASH_FAKE_NVML_GPUS", "2")
-        monkeypatch.setenv("DFLASH_FAKE_NVML_PROCS", f"0:{trainer}:{20 << 30}")
-        async with FleetPoller([p], interval=0.5, gpu_interval=0.5) as poller:
-            row = lambda: poller.rows["gpu-run"]   # noqa: E731
-            await until(lambda: row().gpus.count == 1, 30, "the run's GPU in its row")
-            assert row().gpus.mem_bytes == 20 << 30 and row().gpus.util_pct is not None
-            await until(lambda: any(c.id == "gpus" and c.state.value == "ok"
-                                    for c in poller.watches["gpu-run"].last.checklist.checks), 10,
-                        "the same sample in the verdict's gpus check")
+        monkeypatch.setenv("DFLASH_FAKE_NVML_PROCS", f"0:{trainers[0]}:{20 << 30},1:{trainers[1]}:{7 << 30}")
+        transport = CountingTransport()
+        async with FleetPoller(profiles, interval=0.5, gpu_interval=0.5, transport=transport) as poller:
+            rows = lambda: [poller.rows[p.name] for p in profiles]   # noqa: E731
+            await until(lambda: all(r.gpus.count == 1 for r in rows()), 30, "each run's GPU in its row")
+            assert [r.gpus.mem_bytes for r in rows()] == [20 << 30, 7 << 30]
+            assert all(r.gpus.util_pct is not None for r in rows())
+            await until(lambda: all(any(c.id == "gpus" and c.state.value == "ok"
+                                        for c in poller.watches[p.name].last.checklist.checks) for p in profiles),
+                        10, "the same sample in each verdict's gpus check")
+            n, t0 = len(transport.gpu_asks), time.monotonic()
+            await asyncio.sleep(1.2)
+            window = [k for t, k in transport.gpu_asks[n:]]
+            # One ask per 0.5 s period for the host, each for both runs.
+            assert window and set(window) == {2}, transport.gpu_asks
+            assert len(window) <= (time.monotonic() - t0) / 0.5 + 1, transport.gpu_asks
     finally:
-        async with Session(p) as s:
-            await s.stop()
+        for p in profiles:
+            async with Session(p) as s:
+                await s.stop()
 
 
 @pytest.mark.sshd

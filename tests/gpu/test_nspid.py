@@ -131,6 +131,31 @@ def test_mapper_marks_the_runs_gpu_processes(container):
     assert me == {"pid": os.getpid(), "container_pid": None, "is_run_process": False}
 
 
+def test_mapper_keeps_the_host_pid_of_each_run_one_sample_serves(container, monkeypatch):
+    """Two runs in a container (the wrapper's session, and the detached process as a run of its
+    own): one sample marks each run's process, and the host pids found by the /proc scan are
+    kept for every run asked, so samples that alternate runs do not scan again."""
+    from dflash_tui.gpu import nspid
+
+    proc, inner = container()
+    host_trainer = _host_pid_of(inner["trainer"], proc.pid)
+    host_other = _host_pid_of(inner["other"], proc.pid)
+    runs = [(inner["wrapper"], inner["ticks"]), (inner["other"], read_stat(host_other).start_ticks)]
+    scans = []
+    monkeypatch.setattr(nspid, "find_host_pid", lambda *a: scans.append(a) or find_host_pid(*a))
+    mapper = RunPidMapper()
+    for _ in range(3):
+        procs = [{"pid": host_trainer}, {"pid": host_other}, {"pid": host_trainer}, {"pid": os.getpid()}]
+        assert mapper.mark_runs(procs, runs) == [[host_trainer], [host_other]]
+        assert [p["container_pid"] for p in procs] == [inner["trainer"], inner["other"], inner["trainer"], None]
+        assert not any(p["is_run_process"] for p in procs)   # no one run is meant
+    assert len(scans) == 2, scans
+    # A run no longer asked about is forgotten: the mapper holds the runs of the last ask.
+    mapper.mark_runs([{"pid": host_other}], runs[1:])
+    mapper.mark_runs([{"pid": host_trainer}], runs[:1])
+    assert len(scans) == 3
+
+
 def test_mapper_for_a_run_outside_any_container():
     # A local run: launch.json's pid is already the host pid; the child is in its session.
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
@@ -183,6 +208,8 @@ async def test_host_agent_probe_marks_a_containers_run(container):
     try:
         snap = snapshot_from_dict(await ops.call(OP_NAME, run_pid=inner["wrapper"],
                                                  run_start_ticks=inner["ticks"]))
+        many = await ops.call(OP_NAME, runs=[[inner["wrapper"], inner["ticks"]],
+                                             [inner["other"], read_stat(host_other).start_ticks]])
     finally:
         await ops.close()
     assert snap.error is None and snap.gpus[0].processes == ()
@@ -190,3 +217,7 @@ async def test_host_agent_probe_marks_a_containers_run(container):
     assert procs[host_trainer].is_run_process and procs[host_trainer].container_pid == inner["trainer"]
     assert not procs[host_other].is_run_process and procs[host_other].container_pid == inner["other"]
     assert procs[host_trainer].used_memory_bytes == 20 << 30
+    # The same run and the container's other process as a second run, in one request.
+    assert many["run_processes"] == [[host_trainer], [host_other]]
+    assert {p["pid"]: (p["container_pid"], p["is_run_process"]) for p in many["gpus"][1]["processes"]} == {
+        host_trainer: (inner["trainer"], False), host_other: (inner["other"], False)}

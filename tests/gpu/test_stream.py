@@ -262,3 +262,164 @@ async def test_agent_probe_answers_why_while_nvml_hangs():
         assert (await first).error is None
     finally:
         await ops.close()
+
+
+# -- one sample for several runs ---------------------------------------------------------------
+
+# A "run" as launch.sh makes one: a session leader (the wrapper) with a trainer child; prints
+# the trainer's pid.
+RUN_SRC = ("import subprocess, sys, time; "
+           "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+           "print(p.pid, flush=True); time.sleep(60)")
+
+# The gpu.sample op of an agent older than `runs`: the same probe, its op taking one run only.
+ONE_RUN_OP = '''
+def gpu_sample_one_run(run_pid=None, run_start_ticks=None, nvml=None):
+    return gpu_sample(run_pid, run_start_ticks, nvml)
+
+
+register("gpu.sample", gpu_sample_one_run, blocking=True)
+'''
+
+
+def start_runs(n: int) -> list[tuple[subprocess.Popen, int, RunRef]]:
+    runs = []
+    for _ in range(n):
+        leader = subprocess.Popen([sys.executable, "-c", RUN_SRC], stdout=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        trainer = int(leader.stdout.readline())
+        runs.append((leader, trainer, RunRef(leader.pid, read_stat(leader.pid).start_ticks)))
+    return runs
+
+
+def stop_runs(runs) -> None:
+    for leader, _, _ in runs:
+        os.killpg(leader.pid, 9)
+        leader.wait()
+
+
+def counting(ops: AgentOps) -> list[dict]:
+    """The gpu.sample requests `ops` sends from now on, each its arguments."""
+    asked: list[dict] = []
+    call = ops.call
+
+    async def counted(op, timeout=None, **args):
+        if op == OP_NAME:
+            asked.append(args)
+        return await call(op, timeout=timeout, **args)
+
+    ops.call = counted   # type: ignore[method-assign]
+    return asked
+
+
+async def test_one_agent_request_serves_several_runs_each_marked_alone():
+    """Two real runs with their trainers on GPUs 0 and 1 beside a process of nobody's (this
+    test's) on GPU 1: one gpu.sample request for both runs (and a None, which marks nothing),
+    each run's snapshot marking its own trainer only; then, against an agent whose op takes one
+    run only (older), the same snapshots from one request per run."""
+    (la, ta, a), (lb, tb, b) = runs = start_runs(2)
+    env = agent_env(DFLASH_FAKE_NVML_GPUS="2",
+                    DFLASH_FAKE_NVML_PROCS=f"0:{ta}:{3 << 30},1:{tb}:{5 << 30},1:{os.getpid()}:{1 << 30}")
+    fake = gpu_agent_sources("dflash_tui.gpu.fake_nvml:from_env")
+    try:
+        for extra, per_request in ((fake, 3), ([fake[0] + ONE_RUN_OP], 1)):
+            ops = await AgentOps.start(LocalTarget(env=env), python=sys.executable, extra_sources=extra)
+            try:
+                assert ("runs" in ops.info["args"][OP_NAME]) == (per_request == 3)
+                asked = counting(ops)
+                source = AgentNvmlSource(ops)
+                for _ in range(2):     # the second from the runs' host pids kept by the agent
+                    snap_a, none, snap_b = await source.sample_runs([a, None, b])
+                    marked = [{p.pid for g in s.gpus for p in g.processes if p.is_run_process}
+                              for s in (snap_a, none, snap_b)]
+                    assert marked == [{ta}, set(), {tb}]
+                    assert all(s.error is None and len(s.gpus) == 2 for s in (snap_a, none, snap_b))
+                    assert {p.pid for g in none.gpus for p in g.processes} == {ta, tb, os.getpid()}
+                    assert snap_a.gpus[0].processes[0].used_memory_bytes == 3 << 30
+                assert len(asked) == 2 * 3 // per_request
+                if per_request == 3:
+                    assert asked[0]["runs"] == [[a.pid, a.start_ticks], [b.pid, b.start_ticks]]
+                else:
+                    assert all("runs" not in args for args in asked)
+                # The one-run request still answers as it did, beside the new one.
+                one = await source.sample(b)
+                assert {p.pid for g in one.gpus for p in g.processes if p.is_run_process} == {tb}
+            finally:
+                await ops.close()
+    finally:
+        stop_runs(runs)
+
+
+async def test_the_agent_refuses_malformed_runs_in_one_line():
+    ops = await AgentOps.start(LocalTarget(env=agent_env(DFLASH_FAKE_NVML_GPUS="1")), python=sys.executable,
+                               extra_sources=gpu_agent_sources("dflash_tui.gpu.fake_nvml:from_env"))
+    try:
+        for bad in ([[0, 1]], [["1", 2]], [[1, -1]], [[1]], "1,2", [[True, 1]], [[1, 2]] * 257):
+            with pytest.raises(Exception, match="runs must be") as err:
+                await ops.call(OP_NAME, runs=bad)
+            assert "\n" not in str(err.value)
+        with pytest.raises(Exception, match="not both"):
+            await ops.call(OP_NAME, runs=[[1, 2]], run_pid=1)
+        assert (await ops.call(OP_NAME, runs=[]))["run_processes"] == []
+    finally:
+        await ops.close()
+
+
+async def test_local_nvml_marks_several_runs_from_one_read():
+    fake = FakeNvml(2)
+    (la, ta, a), (lb, tb, b) = runs = start_runs(2)
+    try:
+        fake.set_processes(0, [(ta, 1 << 30), (tb, 2 << 30)])
+        reads = 0
+        source = LocalNvmlSource(fake_nvml.loader(fake))
+        inner_sample = source._reader.sample
+
+        def counted():
+            nonlocal reads
+            reads += 1
+            return inner_sample()
+
+        source._reader.sample = counted
+        snap_a, snap_b = await source.sample_runs([a, b])
+        assert reads == 1
+        assert [p.is_run_process for p in snap_a.gpus[0].processes] == [True, False]
+        assert [p.is_run_process for p in snap_b.gpus[0].processes] == [False, True]
+        await source.close()
+    finally:
+        stop_runs(runs)
+
+
+async def test_a_late_answer_for_other_runs_is_not_taken_for_these():
+    """A one-shot probe gives up on a hung sample for run A; the next ask is for run B: when
+    the hung read comes back it marks A's processes, so B is asked for again, within B's own
+    time bound, and B's snapshot marks B's trainer."""
+    from dflash_tui.gpu.oneshot import OneShotGpuProbe
+
+    fake = FakeNvml(1)
+    real = fake.nvmlDeviceGetPowerUsage
+    hang = {"s": 0.45}     # the read for A: past A's wait, well within B's
+
+    def hung_power(handle):
+        time.sleep(hang["s"])
+        return real(handle)
+
+    fake.nvmlDeviceGetPowerUsage = hung_power
+    (la, ta, a), (lb, tb, b) = runs = start_runs(2)
+    fake.set_processes(0, [(ta, 1 << 30), (tb, 2 << 30)])
+
+    async def opener(host, **kw):
+        return LocalNvmlSource(fake_nvml.loader(fake))
+
+    probe = OneShotGpuProbe(LocalTarget(), sample_timeout=0.4, opener=opener)
+    try:
+        first = await probe.sample(a)
+        assert first.error is not None and "not answered" in first.error.message
+        hang["s"] = 0.0
+        t0 = time.monotonic()
+        (snap_b,) = await probe.sample_runs([b])
+        assert time.monotonic() - t0 < 0.4 + 0.2
+        assert snap_b.error is None
+        assert {p.pid for p in snap_b.gpus[0].processes if p.is_run_process} == {tb}
+    finally:
+        await probe.close()
+        stop_runs(runs)

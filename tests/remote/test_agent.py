@@ -108,6 +108,8 @@ async def test_extra_sources_register_ops_and_a_broken_one_is_reported():
     try:
         assert "test.sample" in ops.info["ops"]
         assert ops.info["extras_failed"] == ["extra1: RuntimeError: no NVML here"]
+        assert ops.info["args"]["test.sample"] == ["n"]          # what a client may ask of it
+        assert ops.info["args"]["wait_exit"] == ["pids", "timeout_s"]
         res = await asyncio.gather(*(ops.call("test.sample", n=i) for i in range(3)))
         assert res == [{"n": i, "pid": ops.info["pid"]} for i in range(3)]
         assert (await ops.stat(["/"]))[0].is_dir

@@ -10,7 +10,8 @@ wakes its poll the moment one of them ends: a run that dies turns its row red as
 its last report in between, which the row shows as UNREACHABLE with the reason and the retry
 countdown.
 GPU samples come from one probe per host (the shared transport), in a task of their own,
-because a hung NVML must not hold up the verdict polls; each sample feeds both the row's
+because a hung NVML must not hold up the verdict polls: one sample per `gpu_interval` for all
+the host's live runs, each run's snapshot with its own processes marked, feeding both the row's
 GPU cells and the watch's "gpus" check (GPU LOST), as in the single-run view. A run on several
 nodes is one watch on its own schedule (watch/nodes.py), each node's GPUs sampled for that
 node's "gpus" check.
@@ -272,15 +273,22 @@ class FleetPoller:
             self._changed.set()
 
     async def _sample_gpus(self, entries: list[tuple[tuple[str, ...], HostWatch]]) -> None:
-        """One host's GPUs, for every watch of a run there (a profile, or a node of a run)."""
+        """One host's GPUs, for every watch of a run there (a profile, or a node of a run): one
+        sample per period serves every live run, each its own snapshot with its own processes."""
         while True:
             t0 = time.monotonic()
+            live: list[tuple[tuple[str, ...], HostWatch]] = []
             for key, w in entries:
                 last = w.last
                 if last is None or not last.connected or not last.pid_alive:
                     self._gpu.pop(key, None)
-                    continue
-                self._gpu[key] = await self.transport.gpu_sample(w.profile, run_ref_from_launch(last.launch))
+                else:
+                    live.append((key, w))
+            if live:
+                runs = [run_ref_from_launch(w.last.launch) for _, w in live]
+                snaps = await self.transport.gpu_sample_runs(live[0][1].profile, runs)
+                for (key, _), snap in zip(live, snaps):
+                    self._gpu[key] = snap
             await asyncio.sleep(max(0.1, self.gpu_interval - (time.monotonic() - t0)))
 
 

@@ -4,7 +4,10 @@ NVML must be read on the host, not in the run's container: inside a container NV
 host pids that match nothing there. So the dashboard sends this probe along with the host's
 agent (`AgentOps.start(host_target, extra_sources=gpu_agent_sources())`); it imports pynvml
 lazily, inside the agent, on the first sample, and answers with the same dict as the local
-reader, processes already marked as the run's via NSpid (gpu/nspid.py).
+reader, processes already marked as the run's via NSpid (gpu/nspid.py): one run's
+(`run_pid`, `run_start_ticks`), or several runs' from one read (`runs`: [[pid, start_ticks],
+...]; the answer's "run_processes" lists each run's host pids, in order; docs/ARCHITECTURE.md
+"GPU samples" has the contract).
 
 The source is built from the real modules (nspid.py + nvml_reader.py + the glue below), so
 the code that runs remotely is the code the tests run locally.
@@ -27,6 +30,7 @@ import threading
 _PROBE_LOCK = threading.Lock()
 _PROBE = {}
 LOCK_WAIT_S = 3.0   # below the client's 5 s request timeout, so the answer says why
+MAX_RUNS = 256      # runs one sample serves (a host's runs; wait_exit's bound too)
 
 
 def _nvml_loader(spec):
@@ -38,7 +42,32 @@ def _nvml_loader(spec):
     return load
 
 
-def gpu_sample(run_pid=None, run_start_ticks=None, nvml=None):
+def _run_pairs(runs):
+    """`runs` as (pid, start_ticks) pairs, or OpFailed naming what is wrong with it."""
+    if not isinstance(runs, list) or len(runs) > MAX_RUNS:
+        raise OpFailed("runs must be a list of at most %d [pid, start_ticks] pairs" % MAX_RUNS)
+    pairs = []
+    for run in runs:
+        ok = isinstance(run, list) and len(run) == 2 and _whole(run[0]) and run[0] > 0 and (
+            run[1] is None or (_whole(run[1]) and run[1] >= 0))
+        if not ok:
+            raise OpFailed("runs must be [pid, start_ticks] pairs (pid > 0, start_ticks >= 0 or "
+                           "null), got %.60r" % (run,))
+        pairs.append((run[0], run[1]))
+    return pairs
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def gpu_sample(run_pid=None, run_start_ticks=None, nvml=None, runs=None):
+    # One run (run_pid, run_start_ticks): its processes marked in the snapshot. Several runs
+    # (runs): one NVML read for all of them, and "run_processes" says which are whose.
+    if runs is not None:
+        if run_pid is not None:
+            raise OpFailed("ask for run_pid or for runs, not both")
+        runs = _run_pairs(runs)
     spec = nvml or NVML_SPEC
     # Blocking ops run on threads: one reader, one sample at a time. When an NVML call hangs
     # (a failing GPU), later requests answer this error instead of piling up threads behind it.
@@ -52,7 +81,10 @@ def gpu_sample(run_pid=None, run_start_ticks=None, nvml=None):
         reader, mapper = state
         snap = reader.sample()
         procs = [p for g in snap["gpus"] for p in g["processes"]]
-        mapper.annotate(procs, run_pid, run_start_ticks)
+        if runs is None:
+            mapper.annotate(procs, run_pid, run_start_ticks)
+        else:
+            snap["run_processes"] = mapper.mark_runs(procs, runs)
         return snap
     finally:
         _PROBE_LOCK.release()

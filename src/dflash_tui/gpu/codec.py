@@ -8,6 +8,7 @@ checked here, and an answer that does not have the expected shape raises `ProbeA
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..contract.rundir import inert_text
@@ -108,3 +109,26 @@ def snapshot_from_dict(d: Any, *, source: str | None = None) -> GpuSnapshot:
         extra=dict(extra),
     )
 
+
+
+def snapshots_for_runs(d: Any, runs: int, *, source: str | None = None) -> tuple[GpuSnapshot, list[GpuSnapshot]]:
+    """The answer of one sample asked for `runs` runs (`gpu.sample` with `runs`): the snapshot as
+    no run's (no process marked), and one snapshot per run asked, in order, with that run's
+    processes (the answer's "run_processes", one list of host pids per run) marked.
+    Raises ProbeAnswerError on a wrong shape."""
+    base = snapshot_from_dict(d, source=source)
+    marks = d.get("run_processes")
+    if (not isinstance(marks, list) or len(marks) != runs
+            or not all(isinstance(m, list) and all(isinstance(p, int) and not isinstance(p, bool) for p in m)
+                       for m in marks)):
+        raise ProbeAnswerError(f"run_processes should be {runs} list(s) of pids, one per run asked")
+    return base, [with_run_processes(base, frozenset(m)) for m in marks]
+
+
+def with_run_processes(snap: GpuSnapshot, pids: frozenset[int]) -> GpuSnapshot:
+    """`snap` with exactly the processes of `pids` marked as the run's (what is already so is
+    shared, not copied: most GPUs hold no process of a given run)."""
+    gpus = tuple(g if all(p.is_run_process == (p.pid in pids) for p in g.processes) else replace(
+        g, processes=tuple(p if p.is_run_process == (p.pid in pids) else replace(p, is_run_process=p.pid in pids)
+                           for p in g.processes)) for g in snap.gpus)
+    return snap if all(a is b for a, b in zip(gpus, snap.gpus)) else replace(snap, gpus=gpus)

@@ -99,52 +99,91 @@ def find_host_pid(inner_pid, start_ticks, proc_root="/proc"):
     return None
 
 
-def belongs_to(pid, leader, proc_root="/proc", max_depth=64):
-    """True when pid is leader, is in leader's session or process group, or descends from it."""
+def lineage(pid, proc_root="/proc", max_depth=64):
+    """The pids `pid` answers to: itself, its session and process group, and its ancestors short
+    of init; empty when it is gone or unreadable."""
     st = read_stat(pid, proc_root)
     if st is None:
-        return False
-    if leader in (st.pid, st.sid, st.pgid):
-        return True
+        return frozenset()
+    found = set((st.pid, st.sid, st.pgid))
     seen = 0
     while st is not None and st.ppid > 1 and seen < max_depth:
-        if st.ppid == leader:
-            return True
+        found.add(st.ppid)
         st = read_stat(st.ppid, proc_root)
         seen += 1
-    return False
+    return frozenset(found)
+
+
+def belongs_to(pid, leader, proc_root="/proc", max_depth=64):
+    """True when pid is leader, is in leader's session or process group, or descends from it."""
+    return leader in lineage(pid, proc_root, max_depth)
 
 
 class RunPidMapper(object):
-    """Marks GPU processes (host pids) as the run's, and gives their pid inside the container.
+    """Marks GPU processes (host pids) as a run's, and gives their pid inside the container.
 
-    The run is named by launch.json's (pid, start_ticks). Its host pid is looked up once and
-    kept while that process lives; the /proc scan only happens again for a new run.
+    A run is named by launch.json's (pid, start_ticks). Its host pid is looked up once and kept
+    while that process lives, for each run of the last ask (one sample may serve every run on
+    the host): the /proc scan only happens again for a run that was not asked about last time.
     """
 
     def __init__(self, proc_root="/proc"):
         self._proc_root = proc_root
-        self._run = None          # (inner pid, start ticks)
-        self._host_pid = None
+        self._host_pids = {}      # (inner pid, start ticks) -> host pid, the runs asked last
+
+    def _host_pid(self, run):
+        known = self._host_pids.get(run)
+        if known is not None:
+            st = read_stat(known, self._proc_root)
+            if st is not None and (run[1] is None or st.start_ticks == run[1]):
+                return known
+        return find_host_pid(run[0], run[1], self._proc_root)
+
+    def host_pids(self, runs):
+        """The host pid of each run of `runs` ((pid, start ticks) pairs), None where no process
+        matches; those found are kept for the next ask, and only those."""
+        found = [self._host_pid(run) for run in runs]
+        self._host_pids = dict((run, pid) for run, pid in zip(runs, found) if pid is not None)
+        return found
 
     def host_pid(self, run_pid, start_ticks):
-        key = (run_pid, start_ticks)
-        if key == self._run and self._host_pid is not None:
-            st = read_stat(self._host_pid, self._proc_root)
-            if st is not None and (start_ticks is None or st.start_ticks == start_ticks):
-                return self._host_pid
-        self._run = key
-        self._host_pid = find_host_pid(run_pid, start_ticks, self._proc_root)
-        return self._host_pid
+        return self.host_pids([(run_pid, start_ticks)])[0]
+
+    def _mark(self, processes, leaders):
+        """Fill `container_pid` in the process dicts, in place; for each leader (a host pid, or
+        None), the pids of the processes that are its (in its session, group, or below it)."""
+        mine = [[] for _ in leaders]
+        lineages = {}
+        for proc in processes:
+            pid = proc["pid"]
+            nspid = read_nspid(pid, self._proc_root)
+            proc["container_pid"] = nspid[-1] if len(nspid) > 1 else None
+            if not any(leader is not None for leader in leaders):
+                continue
+            if pid not in lineages:   # a process on several GPUs is listed once per GPU
+                lineages[pid] = lineage(pid, self._proc_root)
+            for i, leader in enumerate(leaders):
+                if leader is not None and leader in lineages[pid] and pid not in mine[i]:
+                    mine[i].append(pid)
+        return mine
 
     def annotate(self, processes, run_pid=None, start_ticks=None):
         """Fill `container_pid` and `is_run_process` in the probe's process dicts, in place."""
         leader = None
         if run_pid is not None:
             leader = self.host_pid(run_pid, start_ticks)
+        (mine,) = self._mark(processes, [leader])
         for proc in processes:
-            nspid = read_nspid(proc["pid"], self._proc_root)
-            proc["container_pid"] = nspid[-1] if len(nspid) > 1 else None
-            proc["is_run_process"] = bool(
-                leader is not None and belongs_to(proc["pid"], leader, self._proc_root))
+            proc["is_run_process"] = proc["pid"] in mine
         return leader
+
+    def mark_runs(self, processes, runs):
+        """For one sample serving several runs: fill `container_pid` (and `is_run_process`
+        False: no single run is meant) in the process dicts, in place, and answer for each run
+        of `runs` ((pid, start ticks) pairs, as launch.json records them) the host pids of the
+        processes that are its, in the order of `runs`."""
+        leaders = self.host_pids(runs) if processes else [None] * len(runs)
+        mine = self._mark(processes, leaders)
+        for proc in processes:
+            proc["is_run_process"] = False
+        return mine

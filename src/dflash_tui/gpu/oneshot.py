@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from ..remote.base import Target
 from .sample import GpuErrorKind, GpuSnapshot
-from .sources import GpuSource, RunRef, error_snapshot, open_gpu_source
+from .sources import GpuSource, RunRef, error_snapshot, listed, open_gpu_source
 
 # Starting the host's probe is one more channel on the SSH connection the command already has,
 # plus a python start-up; a sample is milliseconds on a healthy GPU.
@@ -42,7 +42,8 @@ class OneShotGpuProbe:
         self._opener = opener
         self._source: GpuSource | None = None
         self._open_failed: GpuSnapshot | None = None
-        self._pending: asyncio.Future | None = None
+        # The sample in flight: the runs it was asked for, and its answer to come.
+        self._pending: tuple[tuple[RunRef | None, ...], asyncio.Future] | None = None
         self._pending_since = 0.0
 
     async def _open(self) -> GpuSource | None:
@@ -63,31 +64,48 @@ class OneShotGpuProbe:
 
     async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
         """One snapshot of the host's GPUs, in at most about open_timeout + sample_timeout."""
+        return (await self._bounded((run,), lambda source: listed(source.sample(run))))[0]
+
+    async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+        """One snapshot per run of `runs` (one read of the host's GPUs serves them all, each run's
+        processes marked in its own), in the same time as `sample`."""
+        runs = tuple(runs)
+        return await self._bounded(runs, lambda source: source.sample_runs(runs))
+
+    async def _bounded(self, runs: tuple[RunRef | None, ...],
+                       ask: Callable[[GpuSource], Awaitable[list[GpuSnapshot]]]) -> list[GpuSnapshot]:
         source = await self._open()
         if source is None:
-            return self._open_failed
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(source.sample(run))
-            self._pending_since = time.monotonic()
-        try:
-            snap = await asyncio.wait_for(asyncio.shield(self._pending), self.sample_timeout)
-        except asyncio.TimeoutError:
-            waited = time.monotonic() - self._pending_since
-            return error_snapshot(GpuErrorKind.PROBE_FAILED,
-                                  f"the GPU probe on {self.host.label} has not answered for "
-                                  f"{waited:.0f} s: a GPU may be failing (check dmesg for Xid errors)",
-                                  getattr(source, "name", "nvml"))
-        except Exception as exc:   # sources promise not to raise; keep the promise for them
+            return [self._open_failed] * len(runs)
+        name = getattr(source, "name", "nvml")
+        deadline = time.monotonic() + self.sample_timeout
+        while True:
+            if self._pending is None:
+                self._pending = (runs, asyncio.ensure_future(ask(source)))
+                self._pending_since = time.monotonic()
+            asked, pending = self._pending
+            try:
+                snaps = await asyncio.wait_for(asyncio.shield(pending), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                waited = time.monotonic() - self._pending_since
+                return [error_snapshot(GpuErrorKind.PROBE_FAILED,
+                                       f"the GPU probe on {self.host.label} has not answered for "
+                                       f"{waited:.0f} s: a GPU may be failing (check dmesg for Xid errors)",
+                                       name)] * len(runs)
+            except Exception as exc:   # sources promise not to raise; keep the promise for them
+                self._pending = None
+                return [error_snapshot(GpuErrorKind.PROBE_FAILED,
+                                       f"GPU source failed: {type(exc).__name__}: {exc}", name)] * len(runs)
             self._pending = None
-            return error_snapshot(GpuErrorKind.PROBE_FAILED,
-                                  f"GPU source failed: {type(exc).__name__}: {exc}",
-                                  getattr(source, "name", "nvml"))
-        self._pending = None
-        return snap
+            if asked == runs:
+                return snaps
+            # The late answer to an earlier ask, whose caller stopped waiting: it marks other
+            # runs' processes, so these runs are asked for now, within what is left of the wait.
 
     async def close(self) -> None:
         """Stop the probe (it may be an agent process on the host), hung or not, quickly."""
-        pending, self._pending = self._pending, None
+        pending = self._pending[1] if self._pending is not None else None
+        self._pending = None
         if pending is not None and not pending.done():
             pending.cancel()
             try:

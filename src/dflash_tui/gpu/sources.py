@@ -1,5 +1,6 @@
-"""Where GPU snapshots come from. Every source answers `await sample(run)` with a GpuSnapshot
-and never raises: a failure is the snapshot's `error`.
+"""Where GPU snapshots come from. Every source answers `await sample(run)` with a GpuSnapshot,
+and `await sample_runs(runs)` with one per run of a host's several runs (each with its own
+processes marked), and never raises: a failure is the snapshot's `error`.
 
 - `LocalNvmlSource`: pynvml in this process, on a worker thread (NVML calls can block for
   seconds on a sick GPU; the event loop must not).
@@ -17,13 +18,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from ..remote.agent import open_ops
 from ..remote.base import Target, TargetError
 from ..remote.local import LocalTarget
 from .agent_probe import OP_NAME, gpu_agent_sources
-from .codec import ProbeAnswerError, snapshot_from_dict
+from .codec import ProbeAnswerError, snapshot_from_dict, snapshots_for_runs
 from .nspid import RunPidMapper
 from .nvml_reader import NvmlReader
 from .sample import GpuError, GpuErrorKind, GpuSnapshot
@@ -53,11 +54,40 @@ class GpuSource(Protocol):
 
     async def sample(self, run: RunRef | None = None) -> GpuSnapshot: ...
 
+    async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+        """One snapshot per run of `runs`, in order, each with that run's processes marked (a
+        None run: none marked)."""
+        ...
+
     async def close(self) -> None: ...
 
 
 def error_snapshot(kind: GpuErrorKind, message: str, source: str) -> GpuSnapshot:
     return GpuSnapshot(time=time.time(), source=source, error=GpuError(kind, message))
+
+
+def distinct_runs(runs: Sequence[RunRef | None]) -> list[RunRef]:
+    """The runs to ask about: each named once, None left out."""
+    return list(dict.fromkeys(r for r in runs if r is not None))
+
+
+def in_order(runs: Sequence[RunRef | None], asked: list[RunRef], base: GpuSnapshot,
+             marked: list[GpuSnapshot]) -> list[GpuSnapshot]:
+    """Each run's snapshot, in the order of `runs`: its own from `marked` (one per run of
+    `asked`), `base` (no process marked) for a None run."""
+    by_run = dict(zip(asked, marked))
+    return [base if r is None else by_run[r] for r in runs]
+
+
+async def listed(snapshot: Awaitable[GpuSnapshot]) -> list[GpuSnapshot]:
+    """One snapshot, as `sample_runs` answers: a list."""
+    return [await snapshot]
+
+
+async def sample_each(source: GpuSource, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+    """`sample_runs` for a source whose samples cost little apart from the marking: one
+    `sample` per run."""
+    return [await source.sample(r) for r in runs]
 
 
 def _import_pynvml():
@@ -80,18 +110,11 @@ class LocalNvmlSource:
         self._pending: asyncio.Future | None = None
         self._pending_since = 0.0
 
-    def _sample_sync(self, run: RunRef | None) -> dict:
-        snap = self._reader.sample()
-        procs = [p for g in snap["gpus"] for p in g["processes"]]
-        if run is not None:
-            self._mapper.annotate(procs, run.pid, run.start_ticks)
-        else:
-            self._mapper.annotate(procs)
-        return snap
-
-    async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
+    async def _read(self) -> dict | GpuSnapshot:
+        """The reader's dict of one NVML read on the worker thread, or the snapshot saying why
+        there is none."""
         if self._pending is None:
-            self._pending = asyncio.ensure_future(asyncio.to_thread(self._sample_sync, run))
+            self._pending = asyncio.ensure_future(asyncio.to_thread(self._reader.sample))
             self._pending_since = time.monotonic()
         try:
             answer = await asyncio.wait_for(asyncio.shield(self._pending), self._timeout)
@@ -105,10 +128,27 @@ class LocalNvmlSource:
             return error_snapshot(GpuErrorKind.PROBE_FAILED,
                                   f"local GPU probe failed: {type(exc).__name__}: {exc}", self.name)
         self._pending = None
+        return answer
+
+    async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
+        return (await self.sample_runs([run]))[0]
+
+    async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+        answer = await self._read()
+        if isinstance(answer, GpuSnapshot):
+            return [answer] * len(runs)
+        asked = distinct_runs(runs)
+        procs = [p for g in answer["gpus"] for p in g["processes"]]
         try:
-            return snapshot_from_dict(answer)
+            answer["run_processes"] = await asyncio.to_thread(
+                self._mapper.mark_runs, procs, [(r.pid, r.start_ticks) for r in asked])
+            base, marked = snapshots_for_runs(answer, len(asked))
         except ProbeAnswerError as exc:
-            return error_snapshot(GpuErrorKind.PROBE_FAILED, f"local GPU probe: {exc}", self.name)
+            return [error_snapshot(GpuErrorKind.PROBE_FAILED, f"local GPU probe: {exc}", self.name)] * len(runs)
+        except Exception as exc:  # a mapper bug must not take the dashboard down
+            return [error_snapshot(GpuErrorKind.PROBE_FAILED,
+                                   f"local GPU probe failed: {type(exc).__name__}: {exc}", self.name)] * len(runs)
+        return in_order(runs, asked, base, marked)
 
     async def close(self) -> None:
         if self._pending is not None:
@@ -129,23 +169,49 @@ class AgentNvmlSource:
         self._timeout = timeout
         self._owns = owns_ops
 
+    async def _ask(self, **args: Any) -> Any:
+        """The probe's answer, or the snapshot saying why there is none."""
+        if self._spec:
+            args["nvml"] = self._spec
+        try:
+            return await self._ops.call(OP_NAME, timeout=self._timeout, **args)
+        except TargetError as exc:
+            return error_snapshot(GpuErrorKind.PROBE_FAILED, f"GPU probe on {self._label}: {exc}", self.name)
+
+    @property
+    def _label(self) -> str:
+        return getattr(self._ops, "label", "host")
+
+    def _garbage(self, exc: ProbeAnswerError) -> GpuSnapshot:
+        return error_snapshot(GpuErrorKind.PROBE_FAILED,
+                              f"GPU probe on {self._label} answered garbage ({exc}): restart the dashboard",
+                              self.name)
+
     async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
         args: dict[str, Any] = {}
         if run is not None:
             args.update(run_pid=run.pid, run_start_ticks=run.start_ticks)
-        if self._spec:
-            args["nvml"] = self._spec
-        label = getattr(self._ops, "label", "host")
-        try:
-            answer = await self._ops.call(OP_NAME, timeout=self._timeout, **args)
-        except TargetError as exc:
-            return error_snapshot(GpuErrorKind.PROBE_FAILED, f"GPU probe on {label}: {exc}", self.name)
+        answer = await self._ask(**args)
+        if isinstance(answer, GpuSnapshot):
+            return answer
         try:
             return snapshot_from_dict(answer, source="nvml")
         except ProbeAnswerError as exc:
-            return error_snapshot(GpuErrorKind.PROBE_FAILED,
-                                  f"GPU probe on {label} answered garbage ({exc}): restart the dashboard",
-                                  self.name)
+            return self._garbage(exc)
+
+    async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+        """One request for all of `runs`; one per run where the agent's op takes no `runs`."""
+        if "runs" not in (getattr(self._ops, "info", None) or {}).get("args", {}).get(OP_NAME, ()):
+            return await sample_each(self, runs)
+        asked = distinct_runs(runs)
+        answer = await self._ask(runs=[[r.pid, r.start_ticks] for r in asked])
+        if isinstance(answer, GpuSnapshot):
+            return [answer] * len(runs)
+        try:
+            base, marked = snapshots_for_runs(answer, len(asked), source="nvml")
+        except ProbeAnswerError as exc:
+            return [self._garbage(exc)] * len(runs)
+        return in_order(runs, asked, base, marked)
 
     async def close(self) -> None:
         if self._owns:
@@ -315,6 +381,10 @@ class SmiStreamSource:
             return error_snapshot(GpuErrorKind.PROBE_FAILED,
                                   f"nvidia-smi source failed: {type(exc).__name__}: {exc}", self.name)
 
+    async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+        # The streams' latest lines, no request: each run costs only its marking.
+        return await sample_each(self, runs)
+
     async def close(self) -> None:
         for t in self._tasks:
             t.cancel()
@@ -343,19 +413,28 @@ class FallbackSource:
         return self._fallback.name if self._fallback else self._primary.name
 
     async def sample(self, run: RunRef | None = None) -> GpuSnapshot:
+        return (await self._sampled(lambda source: listed(source.sample(run))))[0]
+
+    async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
+        return await self._sampled(lambda source: source.sample_runs(runs))
+
+    async def _sampled(self, ask: Callable[[GpuSource], Awaitable[list[GpuSnapshot]]]) -> list[GpuSnapshot]:
         if self._fallback is None:
-            snap = await self._primary.sample(run)
-            if snap.error is None or snap.error.kind is not GpuErrorKind.LIBRARY_NOT_FOUND:
-                return snap
-            self._why = snap.error.message
+            snaps = await ask(self._primary)
+            missing = next((s.error for s in snaps if s.error is not None
+                            and s.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND), None)
+            if missing is None:
+                return snaps
+            self._why = missing.message
             self._fallback = self._make_fallback()
-        snap = await self._fallback.sample(run)
-        if snap.error is not None and snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND:
-            # Neither way works: say both, the NVML reason first (it names the usual fix).
-            msg = f"{self._why.split(':')[0]}, and {snap.error.message}"
-            return GpuSnapshot(time=snap.time, source="none",
-                               error=GpuError(GpuErrorKind.LIBRARY_NOT_FOUND, msg))
-        return snap
+        return [self._neither_way(s) for s in await ask(self._fallback)]
+
+    def _neither_way(self, snap: GpuSnapshot) -> GpuSnapshot:
+        if snap.error is None or snap.error.kind is not GpuErrorKind.LIBRARY_NOT_FOUND:
+            return snap
+        # Neither way works: say both, the NVML reason first (it names the usual fix).
+        msg = f"{self._why.split(':')[0]}, and {snap.error.message}"
+        return GpuSnapshot(time=snap.time, source="none", error=GpuError(GpuErrorKind.LIBRARY_NOT_FOUND, msg))
 
     async def close(self) -> None:
         await self._primary.close()

@@ -616,7 +616,17 @@ def op_hello():
             "executable": sys.executable, "pid": os.getpid(), "nspid": own["nspid"],
             "hostname": socket.gethostname(), "user": _user(), "uid": os.getuid(),
             "home": os.path.expanduser("~"), "ops": sorted(HANDLERS),
+            "args": dict((name, _arg_names(fn)) for name, fn in HANDLERS.items()),
             "extras_failed": list(EXTRAS_FAILED)}
+
+
+def _arg_names(fn):
+    """The keyword arguments op `fn` takes: a client asks an argument only of an agent whose op
+    takes it (an older agent's may not)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    return list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
 
 
 def op_which(names):
