@@ -110,7 +110,6 @@ def snapshot_from_dict(d: Any, *, source: str | None = None) -> GpuSnapshot:
     )
 
 
-
 def snapshots_for_runs(d: Any, runs: int, *, source: str | None = None) -> tuple[GpuSnapshot, list[GpuSnapshot]]:
     """The answer of one sample asked for `runs` runs (`gpu.sample` with `runs`): the snapshot as
     no run's (no process marked), and one snapshot per run asked, in order, with that run's
