@@ -27,6 +27,50 @@ from .run.verdict import Check, CheckState, Checklist, Verdict
 from .session import Session
 
 
+SIGNAL_TOGETHER_WAIT_S = 5.0   # the longest a proven node waits for the others to be proven
+
+
+class SignalTogether:
+    """The nodes of one run send their SIGTERM at the same moment: each node's stop proves its
+    pid and writes stop.json at its own pace (a remote node takes a few SSH round trips more),
+    and a program that stops every rank together (each step's collective carries a stop flag)
+    would otherwise end a slower node's rank before its own signal, outside its SIGTERM
+    handler. A node that ends its stop without a signal (nothing running, a mismatch, an
+    error) no longer holds the others; a node still unproven after SIGNAL_TOGETHER_WAIT_S does
+    not hold them either."""
+
+    def __init__(self, nodes: int, wait_s: float = SIGNAL_TOGETHER_WAIT_S) -> None:
+        self._left = nodes
+        self._all_ready = asyncio.Event()
+        self.wait_s = wait_s
+        if nodes <= 0:
+            self._all_ready.set()
+
+    def _arrived(self) -> None:
+        self._left -= 1
+        if self._left <= 0:
+            self._all_ready.set()
+
+    async def stop(self, session: Session) -> StopResult:
+        """`session.stop()`, its SIGTERM held until every node is ready to send its own."""
+        waited = False
+
+        async def ready() -> None:
+            nonlocal waited
+            waited = True
+            self._arrived()
+            try:
+                await asyncio.wait_for(self._all_ready.wait(), self.wait_s)
+            except asyncio.TimeoutError:
+                pass   # a node that cannot be proven in time does not keep the others running
+
+        try:
+            return await session.stop(before_signal=ready)
+        finally:
+            if not waited:
+                self._arrived()
+
+
 @dataclass
 class NodesLaunch:
     outcomes: dict[str, LaunchOutcome]  # per node
@@ -94,7 +138,8 @@ class NodesSession:
                 return NodesLaunch(outcomes, seconds=time.monotonic() - t0)
         stopped: dict[str, StopResult] = {}
         if relaunch:
-            results = await self._each(lambda i, p, s: s.stop())
+            together = SignalTogether(len(self.sessions))
+            results = await self._each(lambda i, p, s: together.stop(s))
             stopped = {p.node: r for p, r in zip(self.plans, results)}
             failed = [f"node {n}: {r.message}" for n, r in stopped.items() if not r.ok]
             if failed:
@@ -114,7 +159,8 @@ class NodesSession:
     async def stop(self) -> dict[str, StopResult]:
         """Every node stopped by its own recorded pid, at the same time (so no node is left
         waiting in a collective for one already gone)."""
-        results = await self._each(lambda i, p, s: s.stop())
+        together = SignalTogether(len(self.sessions))
+        results = await self._each(lambda i, p, s: together.stop(s))
         return {p.node: r for p, r in zip(self.plans, results)}
 
     async def canary(self, sleep_s: int = 30) -> dict[str, CanaryResult]:

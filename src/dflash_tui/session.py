@@ -16,7 +16,7 @@ the next request and the connection reconnects with backoff, for every profile a
 from __future__ import annotations
 
 import asyncio
-from typing import Sequence
+from typing import Awaitable, Callable, Sequence
 
 from .backends import launcher_for
 from .config import ConfigError, Profile
@@ -188,9 +188,11 @@ class Session:
         """What a resumed relaunch would continue from (None: nothing to resume)."""
         return await newest_checkpoint(await self.ops(), self.profile.run_dir)
 
-    async def stop(self, grace_s: float | None = None) -> StopResult:
+    async def stop(self, grace_s: float | None = None, *,
+                   before_signal: Callable[[], Awaitable[None]] | None = None) -> StopResult:
         res = await self.launcher.stop(await self.ops(), self.profile.run_dir,
-                                       grace_s=self.profile.stop_grace_s if grace_s is None else grace_s)
+                                       grace_s=self.profile.stop_grace_s if grace_s is None else grace_s,
+                                       before_signal=before_signal)
         if res.record is not None and not res.recorded:
             self.local_stop = res.record
             save_local_stop(self.profile, res.record)

@@ -73,10 +73,12 @@ class PopenLauncher(LocalLauncher):
         return Detached(res.exit_status, res.stdout, res.stderr, pid, "popen-test", True)
 
     async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
-                   requested_by: str | None = None) -> StopResult:
+                   requested_by: str | None = None, before_signal=None) -> StopResult:
         ev = await self.observe(ops, run_dir)
         if not self.alive(ev):
             return StopResult("not-running", None, None, 0.0, "not running")
+        if before_signal is not None:
+            await before_signal()
         sent = await ops.signal(ev.launch.pid, signal.SIGTERM, start_ticks=ev.launch.start_ticks,
                                 cmdline=wrapper_argv(run_dir, ev.launch.run_id), cwd=run_dir, group=True)
         assert sent == "sent", sent

@@ -8,6 +8,8 @@ its process group after stop.json (run/stop.py).
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable
+
 from ..config import Profile
 from ..remote.base import CommandTimeout, Target, TargetError
 from ..remote.container import ContainerTarget
@@ -33,8 +35,10 @@ class ProcessLauncher(Launcher):
         return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], pid, via, own)
 
     async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
-                   requested_by: str | None = None) -> StopResult:
-        return await stop_run(ops, self.target, run_dir, grace_s=grace_s, requested_by=requested_by)
+                   requested_by: str | None = None,
+                   before_signal: Callable[[], Awaitable[None]] | None = None) -> StopResult:
+        return await stop_run(ops, self.target, run_dir, grace_s=grace_s, requested_by=requested_by,
+                              before_signal=before_signal)
 
 
 class LocalLauncher(ProcessLauncher):

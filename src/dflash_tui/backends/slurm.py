@@ -20,6 +20,7 @@ import getpass
 import posixpath
 import socket
 import time
+from typing import Awaitable, Callable
 
 from ..config import Profile
 from ..contract.rundir import (SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
@@ -196,7 +197,8 @@ class SlurmLauncher(Launcher):
 
     # -- stop -------------------------------------------------------------------------------
     async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
-                   requested_by: str | None = None) -> StopResult:
+                   requested_by: str | None = None,
+                   before_signal: Callable[[], Awaitable[None]] | None = None) -> StopResult:
         """stop.json, then `scancel JOB_ID` (that job only), verified: the job must leave
         pending/running. Slurm itself sends SIGTERM, waits KillWait, then SIGKILL."""
         t0 = time.monotonic()
@@ -219,6 +221,8 @@ class SlurmLauncher(Launcher):
             recorded = True
         except TargetError:
             recorded = False
+        if before_signal is not None:
+            await before_signal()
         res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + 30.0)
         self._last[rec.job_id] = (time.monotonic(), last)
         took = time.monotonic() - t0

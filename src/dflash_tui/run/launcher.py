@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from ..config import Profile
 from ..remote.base import Target
@@ -104,8 +105,10 @@ class Launcher(ABC):
 
     @abstractmethod
     async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
-                   requested_by: str | None = None) -> StopResult:
-        """Stop the run of `run_dir`: stop.json first, then by the recorded identity only."""
+                   requested_by: str | None = None,
+                   before_signal: Callable[[], Awaitable[None]] | None = None) -> StopResult:
+        """Stop the run of `run_dir`: stop.json first, then by the recorded identity only;
+        `before_signal` is awaited just before the first signal (or cancel) is sent."""
 
     async def observe(self, ops: RemoteOps, run_dir: str, **kw) -> Evidence:
         """One observation (run/observe.py `gather`'s keywords: attempt, tracker, rank, local_stop)."""

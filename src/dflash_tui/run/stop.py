@@ -18,6 +18,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from ..contract.rundir import STOP_JSON, StopRecord, to_json
 
@@ -78,7 +79,10 @@ async def _wait_gone(ops: RemoteOps, launch, seconds: float) -> bool:
 
 
 async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: float = 10.0,
-                   requested_by: str | None = None) -> StopResult:
+                   requested_by: str | None = None,
+                   before_signal: Callable[[], Awaitable[None]] | None = None) -> StopResult:
+    """`before_signal`: awaited once the run is proven and stop.json written, just before the
+    SIGTERM (the nodes of one run send theirs together: multinode.py `SignalTogether`)."""
     t0 = time.monotonic()
     ev = await gather(ops, run_dir)
     launch = ev.launch
@@ -119,6 +123,8 @@ async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: flo
         return StopResult(outcome, launch.pid, launch.run_id, time.monotonic() - t0, message,
                           record=record, recorded=recorded)
 
+    if before_signal is not None:
+        await before_signal()
     sent = await ops.signal(launch.pid, signal.SIGTERM, **proof)
     if sent == "mismatch":
         return result("mismatch", f"pid {launch.pid} could not be proven on the target to be the wrapper "
