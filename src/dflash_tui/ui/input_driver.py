@@ -40,14 +40,16 @@ class _WakingEvent(threading.Event):
 
     def __init__(self, wake_fd: int) -> None:
         super().__init__()
-        self._wake_fd = wake_fd
+        self.wake_fd: int | None = wake_fd   # None once the driver closed the pipe
 
     def set(self) -> None:
         super().set()
+        if self.wake_fd is None:
+            return   # closed: the number may name another file by now
         try:
-            os.write(self._wake_fd, b"\0")
+            os.write(self.wake_fd, b"\0")
         except OSError:
-            pass   # the pipe is full (a wake-up is already pending) or closed (the driver is)
+            pass   # the pipe is full: a wake-up is already pending
 
 
 def _parser_wait(parser: XTermParser) -> float | None:
@@ -114,6 +116,7 @@ if LinuxDriver is not None:
 
         def close(self) -> None:
             super().close()
+            self.exit_event.wake_fd = None   # Textual may set the event again after this
             for fd in (self._wake_read, self._wake_write):
                 try:
                     os.close(fd)
