@@ -42,8 +42,9 @@ HISTORY = 5000                 # points kept per series
 # them is live; keys and resizes redraw at once.
 # render_s times plotext's build; laying the result out and painting it costs about as much
 # again (measured: benchmarks/dashboard_cost.py, Metrics tab, with and without redraws), so
-# this is half the share the charts may take in all: 0.5% of a core.
-CHART_CPU_SHARE = 0.0025
+# this is half the share the charts may take in all: 0.25% of a core, an eighth of the whole
+# dashboard's 2% (four charts of ~5 ms each are redrawn about every 15 s).
+CHART_CPU_SHARE = 0.00125
 CHART_MIN_S, CHART_MAX_S = 5.0, 30.0
 SMOOTHING = (0.0, 0.6, 0.9)    # o cycles; 0.6 is TensorBoard's default
 ZOOMS = (None, 1000, 200)      # z cycles: all steps, then the last N
