@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from dflash_tui.run.history import PreviousRun, previous_run
 from dflash_tui.run.series import Point, points_from_events, points_from_status
 from dflash_tui.run.verdict import Check, CheckState
 from dflash_tui.ui.app import DashboardApp, invocation
-from dflash_tui.ui.panes.gpus import GpuPane
+from dflash_tui.ui.panes.gpus import GRAPH_CPU_SHARE, GpuPane
 from dflash_tui.ui.panes.health import HealthPane
 from dflash_tui.ui.panes.metrics import (CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema,
                                          redraw_interval)
@@ -183,6 +184,19 @@ async def test_eight_gpus_with_foreign_processes_fit_160x48():
         pane.show_snapshot(hist[-1])
         await pilot.pause()
         assert graph.render_s != 10 * CHART_MAX_S and graph.render_s < 10 * built + 1   # rebuilt
+        # Its wait is its build over its own share (GRAPH_CPU_SHARE), not the Metrics charts':
+        # a 30 ms build waits 12 s here, where the charts' share would make it 24 s.
+        graph.render_s = 0.03
+        wait = redraw_interval(0.03, GRAPH_CPU_SHARE)
+        assert wait == 12.0 and redraw_interval(0.03) == 24.0
+        pane._graph_at = time.monotonic() - wait + 1
+        pane.show_snapshot(hist[-2])
+        await pilot.pause()
+        assert graph.render_s == 0.03                        # not rebuilt yet
+        pane._graph_at -= 2
+        pane.show_snapshot(hist[-1])
+        await pilot.pause()
+        assert graph.render_s != 0.03                        # rebuilt at its own pace
 
 
 async def test_eight_gpus_stay_legible_at_80x24():

@@ -31,6 +31,10 @@ from .metrics import TimedPlot, redraw_interval
 from ..widgets.tables import OnScreenOnly
 
 HISTORY = 300              # seconds of utilisation kept per GPU (1 Hz samples)
+# The history graph's share of a core for its build (metrics.redraw_interval): twice the Metrics
+# charts' together, as it is one graph of what the tab is about; 8 GPUs' five minutes build in
+# ~45 ms, so it is redrawn about every 18 s (the cards above it follow every sample).
+GRAPH_CPU_SHARE = 0.0025
 WIDE = 120                 # from this width on, a card has room for clocks and throttle reasons
 GRAPH_MIN_ROWS = 10        # the history graph is shown only with at least this many rows
 PROC_COLUMNS = ("gpu", "pid", "ctr pid", "user", "command", "GPU mem", "")
@@ -288,6 +292,6 @@ class GpuPane(Pane, OnScreenOnly, Vertical):
             text.no_wrap, text.overflow = True, "ellipsis"
             self.cards.update(text, layout=relayout)
         self.procs.set_rows(rows)
-        if graph and time.monotonic() - self._graph_at >= redraw_interval(self.graph.render_s):
+        if graph and time.monotonic() - self._graph_at >= redraw_interval(self.graph.render_s, GRAPH_CPU_SHARE):
             self._graph_at = time.monotonic()
             self.graph.draw(self._history)

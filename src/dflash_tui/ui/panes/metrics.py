@@ -43,7 +43,8 @@ HISTORY = 5000                 # points kept per series
 # render_s times plotext's build; laying the result out and painting it costs about as much
 # again (measured: benchmarks/dashboard_cost.py, Metrics tab, with and without redraws), so
 # this is half the share the charts may take in all: 0.25% of a core, an eighth of the whole
-# dashboard's 2% (four charts of ~5 ms each are redrawn about every 15 s).
+# dashboard's 2% (four charts of ~5 ms each are redrawn about every 15 s; the GPUs tab's one
+# graph has a share of its own, gpus.GRAPH_CPU_SHARE).
 CHART_CPU_SHARE = 0.00125
 CHART_MIN_S, CHART_MAX_S = 5.0, 30.0
 SMOOTHING = (0.0, 0.6, 0.9)    # o cycles; 0.6 is TensorBoard's default
@@ -124,10 +125,10 @@ def ordered(names: Iterable[str]) -> list[str]:
     return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), n))
 
 
-def redraw_interval(cost_s: float) -> float:
-    """Seconds between redraws of charts whose last build and paint took `cost_s`: the cost
-    over CHART_CPU_SHARE, between CHART_MIN_S and CHART_MAX_S (the GPU history graph too)."""
-    return min(CHART_MAX_S, max(CHART_MIN_S, cost_s / CHART_CPU_SHARE))
+def redraw_interval(cost_s: float, share: float = CHART_CPU_SHARE) -> float:
+    """Seconds between redraws of charts whose last build took `cost_s`: the cost over their
+    `share` of a core, between CHART_MIN_S and CHART_MAX_S (the GPU history graph too)."""
+    return min(CHART_MAX_S, max(CHART_MIN_S, cost_s / share))
 
 
 class TimedPlot(PlotextPlot):
