@@ -155,8 +155,8 @@ def process_rows(snap: GpuSnapshot) -> list[tuple[str, list[Text]]]:
 
 class GpuHistory(TimedPlot):
     """Utilisation of every GPU over time: x in seconds before the newest sample. Rebuilt as
-    often as the charts' share of a core allows (metrics.redraw_interval): a plotext build of 8
-    lines of 300 points is 15-30 ms, every 5 s still 0.3-0.6 % of a core."""
+    often as its share of a core allows (GRAPH_CPU_SHARE through metrics.redraw_interval): a
+    plotext build of 8 lines of 300 points is 15-50 ms, every 5 s still 0.3-1 % of a core."""
 
     def draw(self, history: dict[int, deque[tuple[float, float | None]]]) -> None:
         plt = self.plt
