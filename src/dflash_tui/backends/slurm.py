@@ -1,7 +1,7 @@
 """The Slurm backend: a run is a job, submitted, observed, found alive and cancelled from a
 login host (`host`, or this machine) through the scheduler's commands (slurm/commands.py).
 
-The launch sequence is everyone's (run/launch.py: preflight, claim, archive, launch.sh, the run
+The launch sequence is everyone's (run/launch/launch.py: preflight, claim, archive, launch.sh, the run
 probe); `detach` submits launch.sh as the job's script with `sbatch` instead of starting it, and
 slurm.json records the job id in the run dir (stop cancels exactly that job; the verdict asks
 the scheduler about it). The wrapper then runs on the job's first node and writes launch.json,
@@ -27,11 +27,11 @@ from ..contract.rundir import (SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, S
                                SlurmJobRecord, StopRecord, parse_slurm_job, to_json)
 from ..remote.base import CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
 from ..remote.ops import RemoteOps
-from ..run.launcher import Detached, Launcher
-from ..run.observe import Evidence, gather
-from ..run.preflight import PreflightResult
-from ..run.stop import StopResult
-from ..run.verdict import Check, CheckState
+from ..run.launch.launcher import Detached, Launcher
+from ..run.evidence.observe import Evidence, gather
+from ..run.launch.preflight import PreflightResult
+from ..run.launch.stop import StopResult
+from ..run.verdict.checklist import Check, CheckState
 from ..slurm.commands import SchedulerMissing, cancel, query, submit
 from ..slurm.job import SlurmJob
 from ..slurm.script import job_argv
