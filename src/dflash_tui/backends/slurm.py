@@ -25,7 +25,7 @@ from typing import Awaitable, Callable
 from ..config import Profile
 from ..contract.rundir import (SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
                                SlurmJobRecord, StopRecord, parse_slurm_job, to_json)
-from ..remote.base import CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ..remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
 from ..remote.ops import RemoteOps
 from ..run.launch.launcher import Detached, Launcher
 from ..run.evidence.observe import Evidence, gather
@@ -97,7 +97,7 @@ class SlurmLauncher(Launcher):
         argv = ["sinfo", "-h", "-o", "%P %a"] + ([f"--partition={self.spec.partition}"] if self.spec.partition else [])
         try:
             res = await self.target.run(argv, timeout=20)
-        except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+        except TRANSPORT_FAILURES:
             raise
         except TargetError as exc:
             return Check("pre_slurm", "Slurm", CheckState.FAIL, exc.message, "check sinfo on the login host", now)
@@ -180,7 +180,7 @@ class SlurmLauncher(Launcher):
             chunk = await ops.read_tail(posixpath.join(run_dir, SLURM_OUT), SLURM_OUT_TAIL)
             ev.slurm_out = chunk.data.decode("utf-8", "replace") if chunk.exists else ""
         except TargetError as exc:
-            if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+            if is_transport_failure(exc):
                 raise
         return ev
 
@@ -241,7 +241,7 @@ async def read_record(ops: RemoteOps, run_dir: str) -> tuple[SlurmJobRecord | No
     try:
         chunk = await ops.read(posixpath.join(run_dir, SLURM_JSON), 0, 64 << 10)
     except TargetError as exc:
-        if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+        if is_transport_failure(exc):
             raise
         return None, exc.message
     if not chunk.exists:

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from ..contract.rundir import CHECKPOINTS_DIR, EVENTS_JSONL, LAUNCH_JSON, TRAIN_LOG
-from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ..remote.base import TRANSPORT_FAILURES, TargetError
 from ..remote.ops import RemoteOps
 from .verdict.health import Limits, evaluate
 from .launch.launch import HISTORY_DIR
@@ -146,7 +146,7 @@ async def previous_run(ops: RemoteOps, run_dir: str, *, exclude: str | None = No
     the tail of its events; an absent or unreadable history is None, never an error."""
     try:
         entries = await ops.list_dir(posixpath.join(run_dir, HISTORY_DIR))
-    except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+    except TRANSPORT_FAILURES:
         raise
     except TargetError:
         return None   # no history/ yet

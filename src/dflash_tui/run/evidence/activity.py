@@ -29,7 +29,7 @@ from types import MappingProxyType
 
 from ...contract.rundir import (EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
                                SchemaError, parse_event)
-from ...remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ...remote.base import TRANSPORT_FAILURES, TargetError
 from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from ..eager import gather_eager
 from ..stacks.records import StackDump
@@ -382,7 +382,7 @@ class ProgressTracker:
             return b"", False
         try:
             return await cursor.new_bytes(ops, path, st, self.reads)
-        except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+        except TRANSPORT_FAILURES:
             raise
         except TargetError:
             return b"", False      # unreadable now: the log check says why
@@ -427,7 +427,7 @@ class ProgressTracker:
             return
         try:
             self._disk = await disk_free(run_dir)
-        except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+        except TRANSPORT_FAILURES:
             raise
         except TargetError:
             self._disk = None

@@ -20,7 +20,7 @@ import posixpath
 import re
 
 from ...contract.rundir import ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, FR_DUMP_PREFIX, PROBE_DIR, ProbeReport
-from ...remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PreflightOps
 from ..stacks.records import CollectiveProgress, RankFailure
 
@@ -128,10 +128,6 @@ def failure_of(text: str, what: str, *, rank: int | None = None, pid: int | None
                        rank=rank, pid=pid, traceback=str(extra.get("py_callstack", ""))[-4000:])
 
 
-def _transport(exc: TargetError) -> bool:
-    return isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning))
-
-
 # A dashboard looks every second; a dump or error file with the same inode, size and mtime as
 # at the last look is not read or parsed again.
 _PARSED: dict[tuple, object] = {}
@@ -157,7 +153,7 @@ async def _read(ops: PreflightOps, st: FileStat, limit: int) -> tuple[bytes | No
     try:
         chunk = await ops.read(st.path, 0, limit)
     except TargetError as exc:
-        if _transport(exc):
+        if is_transport_failure(exc):
             raise
         return None, f"{name}: {exc}"
     return (chunk.data if chunk.exists else None), None
@@ -167,7 +163,7 @@ async def _list(ops: PreflightOps, path: str) -> list[FileStat]:
     try:
         return await ops.list_dir(path)
     except TargetError as exc:
-        if _transport(exc):
+        if is_transport_failure(exc):
             raise
         return []
 

@@ -22,7 +22,7 @@ from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT
                                  TrainStatus, inert_text, parse_exit, parse_launch, parse_status, parse_stop,
                                  rank_file)
 
-from ...remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from ...slurm.job import SlurmJob
 from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, ProgressTracker
@@ -89,16 +89,12 @@ def _joined(run_dir: str, name: str) -> str:
     return posixpath.join(run_dir, name)
 
 
-def _is_transport_failure(exc: TargetError) -> bool:
-    return isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning))
-
-
 async def _read_text(ops: RemoteOps, path: str, max_bytes: int = _RECORD_MAX) -> tuple[str | None, str | None]:
     """(text, problem). A file that vanished between stat and read is (None, None)."""
     try:
         chunk = await ops.read(path, 0, max_bytes)
     except TargetError as exc:
-        if _is_transport_failure(exc):
+        if is_transport_failure(exc):
             raise
         return None, exc.message     # e.g. permission denied: evidence, not a crash
     if not chunk.exists:
@@ -136,7 +132,7 @@ async def _read_tail_text(ops: RemoteOps, path: str, max_bytes: int) -> str:
     try:
         chunk = await ops.read_tail(path, max_bytes)
     except TargetError as exc:
-        if _is_transport_failure(exc):
+        if is_transport_failure(exc):
             raise
         return ""        # an unreadable log only costs the traceback line
     if not chunk.exists:
@@ -181,7 +177,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             try:
                 chunk = await ops.read(ev.path(LAUNCH_SH), 0, _WRAPPER_HEAD)
             except TargetError as exc:
-                if _is_transport_failure(exc):
+                if is_transport_failure(exc):
                     raise
                 return   # a launch.sh that is a directory or a FIFO names no run
             ev.wrapper_run_id = run_id_of_wrapper(chunk.data.decode("utf-8", "replace"))

@@ -12,7 +12,7 @@ import posixpath
 import re
 
 from ...contract.rundir import PROBE_DIR, ProbeReport, SchemaError, parse_probe
-from ...remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PreflightOps
 from ..eager import gather_eager
 
@@ -33,16 +33,12 @@ class ProbeReports(list):
         self.read: list[str] = list(read)            # the reports' paths read this time
 
 
-def _transport(exc: TargetError) -> bool:
-    return isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning))
-
-
 async def _read_one(ops: PreflightOps, st: FileStat) -> tuple[ProbeReport | None, str | None]:
     name = f"{PROBE_DIR}/{posixpath.basename(st.path)}"
     try:
         chunk = await ops.read(st.path, 0, REPORT_MAX_BYTES)
     except TargetError as exc:
-        if _transport(exc):
+        if is_transport_failure(exc):
             raise
         return None, f"{name}: {exc}"
     if not chunk.exists:
@@ -63,7 +59,7 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None) -> 
     try:
         listing = await ops.list_dir(probe_dir)
     except TargetError as exc:
-        if _transport(exc):
+        if is_transport_failure(exc):
             raise
         return ProbeReports(problems=[f"{probe_dir}: {exc}"])
     candidates = [st for st in listing

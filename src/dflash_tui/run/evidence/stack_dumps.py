@@ -20,7 +20,7 @@ import re
 import time
 
 from ...contract.rundir import PROBE_DIR, PROBE_INTERVAL_S, ProbeReport, ProbeThread, probe_stack_name
-from ...remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import RemoteOps, StackDumpAnswer
 from ..stacks.records import StackDump
 
@@ -137,7 +137,7 @@ async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport) -> tuple[
         if answer is None or answer.status in ("no-handler", "no-dump"):
             answer, source = await ops.py_spy_dump(report.pid, start_ticks=report.start_ticks), "py-spy"
     except TargetError as exc:
-        if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+        if is_transport_failure(exc):
             raise
         return None, f"stacks of pid {report.pid}: {exc}"
     if answer.status not in ("dumped", "recent"):

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 
 from ...contract.rundir import LAUNCH_CLAIM, ClaimRecord, SchemaError, parse_claim, to_json
-from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ...remote.base import CommandResult, TRANSPORT_FAILURES, Target, TargetError
 from ...remote.ops import RemoteOps
 
 # Longer than any launch can take with the profile limits bounded as config.py bounds them
@@ -213,7 +213,7 @@ async def _inspect(ops: RemoteOps, path: str) -> tuple[Holder | None, float, str
         return None, 0.0, "is not a regular file"
     try:
         chunk = await ops.read(path, 0, _MAX_CLAIM_BYTES)
-    except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+    except TRANSPORT_FAILURES:
         raise
     except TargetError as exc:
         return None, 0.0, f"cannot be read ({exc.message})"
