@@ -349,7 +349,7 @@ async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
 
 def _start_dashboard(config: Config, profile: Profile, fleet_home: bool = True) -> int:
     try:
-        from .ui.app import run_app   # Textual: a start-up cost the headless modes never pay
+        from .ui.main import run_app   # Textual: a start-up cost the headless modes never pay
     except ImportError as exc:
         print(f"dflash-tui: the dashboard is not available in this install ({exc}); "
               "use --check/--launch/--stop/--canary", file=sys.stderr)
