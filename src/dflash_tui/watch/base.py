@@ -110,7 +110,8 @@ class RunWatch(ABC):
     async def _check(self, gpus: bool) -> RunReport: ...
 
     @abstractmethod
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult: ...
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult: ...
 
     @abstractmethod
     async def _stop(self) -> dict[str, StopResult]: ...
@@ -182,14 +183,18 @@ class RunWatch(ABC):
             finally:
                 self._wake.set()
 
-    async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False) -> LaunchResult:
+    async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
+                     restart: int = 0) -> LaunchResult:
         """Preflight and launch; raises LaunchRefused when the run dir's run is still alive.
-        `gpus`: the result's report carries the "gpus" check from one GPU sample."""
-        return await self._act(lambda: self._launch(False, preflight, resume, gpus))
+        `gpus`: the result's report carries the "gpus" check from one GPU sample; `restart`:
+        the trainer's DFLASH_RESTART (the watcher's recovery counts its relaunches)."""
+        return await self._act(lambda: self._launch(False, preflight, resume, gpus, restart))
 
-    async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False) -> LaunchResult:
-        """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint."""
-        return await self._act(lambda: self._launch(True, preflight, resume, gpus))
+    async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
+                       restart: int = 0) -> LaunchResult:
+        """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint
+        (on several nodes: every node, from rank 0's)."""
+        return await self._act(lambda: self._launch(True, preflight, resume, gpus, restart))
 
     async def stop(self) -> dict[str, StopResult]:
         """The run stopped by its recorded pid (every node at once); per node."""

@@ -107,9 +107,11 @@ class HostWatch(RunWatch):
 
     # -- actions ------------------------------------------------------------------------------
 
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult:
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult:
         self.tracker.reset()
-        outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume)
+        outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume,
+                                            restart=restart)
         return LaunchResult(await self.launched(outcome, gpus), {self.profile.name: outcome},
                             {self.profile.name: outcome.stopped} if outcome.stopped else {},
                             outcome.seconds)

@@ -59,10 +59,11 @@ class NodesWatch(RunWatch):
         """Every node observed once (concurrently); a node that cannot be reached is stale in it."""
         return self.combined(list(await asyncio.gather(*(self._node_check(w, gpus) for w in self.watches))))
 
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult:
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult:
         for w in self.watches:
             w.tracker.reset()
-        out = await self.nodes.launch(relaunch=relaunch, preflight=preflight)
+        out = await self.nodes.launch(relaunch=relaunch, preflight=preflight, resume=resume, restart=restart)
         reports = []
         for plan, w in zip(self.plans, self.watches):
             report = await w.launched(out.outcomes[plan.node], gpus)
