@@ -33,6 +33,7 @@ from typing import AsyncIterator, Callable
 from ..config import Profile
 from ..run.canary import CanaryResult
 from ..run.health import Limits
+from ..run.history import CheckpointRef
 from ..run.launch import LaunchOutcome
 from ..run.report import RunReport
 from ..run.stop import StopResult
@@ -121,6 +122,11 @@ class RunWatch(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+    @abstractmethod
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        """What a resume would continue from (on several nodes: rank 0's); None: nothing.
+        Raises TargetError when the run's host cannot be reached."""
 
     @abstractmethod
     def host_watches(self) -> list[tuple[str, "RunWatch"]]:

@@ -16,6 +16,7 @@ import time
 from ..remote.base import TargetError
 from ..run.canary import CanaryResult
 from ..run.health import HealthTracker, evaluate, with_gpu_check
+from ..run.history import CheckpointRef
 from ..run.launch import LaunchOutcome
 from ..run.observe import Evidence, current_run_id
 from ..run.report import RunReport, report_from
@@ -133,6 +134,9 @@ class HostWatch(RunWatch):
 
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
         return {self.profile.name: await self.session.canary(sleep_s)}
+
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        return await self.session.newest_checkpoint()
 
     async def close(self) -> None:
         await self.session.close()

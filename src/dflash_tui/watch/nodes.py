@@ -15,6 +15,7 @@ from ..multinode import NodesSession
 from ..remote.base import TargetError
 from ..run.canary import CanaryResult
 from ..run.combine import NodeReport, combine
+from ..run.history import CheckpointRef
 from ..run.report import RunReport
 from ..run.stop import StopResult
 from .base import LaunchResult, RunWatch
@@ -77,6 +78,9 @@ class NodesWatch(RunWatch):
 
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
         return await self.nodes.canary(sleep_s)
+
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        return await self.nodes.sessions[0].newest_checkpoint()
 
     async def close(self) -> None:
         await self.nodes.close()
