@@ -100,11 +100,23 @@ def test_a_hang_is_stopped_and_resumed_once_across_a_sigkilled_watcher(tmp_path,
     history = sorted(p.name for p in (tmp_path / "p" / "history").iterdir())
     assert history == [first], history   # exactly one run before this one
     assert "DFLASH_RESTART=0: starting at step 0" in (tmp_path / "p" / "history" / first / "train.log").read_text()
+    # From outside: goodput as scripted (20 steps of 0.2 s: 4 s of progress; 2 s of silence
+    # before the STALLED verdict), and the recovery armed with its one restart counted.
+    res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["recovery"] == {"state": "armed", "restarts": 1, "max_restarts": 3, "next_in_s": None, "reason": ""}
+    good = doc["goodput"]
+    assert abs(good["good_s"] - 4.0) <= 2.0, good
+    assert good["badput_s"]["stalled"] >= 1.0 and good["badput_s"]["down"] >= 3.5, good   # the backoff (4 s) is down time
+    assert abs(sum(good["badput_s"].values()) + good["good_s"] - good["wall_s"]) < 0.5, good
+    timeline = cli(tmp_path, "--config", str(cfg), "--timeline")
+    assert f"goodput {good['percent']:.0f} % of" in timeline.stdout, timeline.stdout
     restarted = [json.loads(r.body) for r in http.requests if json.loads(r.body)["title"].startswith("dflash-tui: p restarted")]
     assert [m["title"] for m in restarted] == ["dflash-tui: p restarted (1/3)"], titles(http)
     body = restarted[0]["message"]
     assert "restart 1/3 after STALLED: stuck at" in body and "hang_once.py" in body, body
     assert f"run {second} relaunched with DFLASH_RESTART=1 (was run {first})" in body, body
+    assert "\nlost " in body and " stalled" in body, body
 
 
 def test_the_same_bug_every_time_gives_up_after_one_restart_notified_once(tmp_path, http):
@@ -129,3 +141,8 @@ def test_the_same_bug_every_time_gives_up_after_one_restart_notified_once(tmp_pa
     assert ("gave up after 1/3 restarts: the same failure came back with no progress: ValueError: shape mismatch"
             in body), body
     assert f"run {crashed[1]}" in body
+    res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
+    rec = json.loads(res.stdout)["recovery"]
+    assert rec["state"] == "gave_up" and rec["reason"].startswith("the same failure came back"), rec
+    text = cli(tmp_path, "--config", str(cfg), "--check").stdout
+    assert "gave up: the same failure came back with no progress" in text, text

@@ -24,10 +24,11 @@ from ..remote.base import TargetError
 from ..run.launch import LaunchRefused
 from ..watch.base import ActionInFlight, RunWatch
 from .change import VerdictChange, run_id_of, state_of
+from .goodput import goodput
 from .notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
 from .recovery_log import (GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action,
-                           RecoveryLog, chain_of, failure_json)
+                           RecoveryLog, chain_of, failure_json, stop_times)
 from .store import ChangeStore
 
 log = logging.getLogger("dflash_tui.recording")
@@ -198,6 +199,11 @@ class Recovery:
         change = self._latest.get(name)
         if not urls or change is None:
             return
+        watch = self.watches.get(name)
+        if watch is not None:   # the time lost so far, from the recorded changes (goodput.py)
+            good = goodput(self.store.changes(name), self.clock(), watch.profile.stall_after_s,
+                           stop_times(self.log.actions(name)))
+            lines.append(good.lost_words())
         lines.append(f"open it: {open_command(name, self.config.path)}")
         self.submit(Notification(name, change.state, event, title, "\n".join(lines), urls, change, self.clock()))
 

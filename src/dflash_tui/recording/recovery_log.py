@@ -142,6 +142,15 @@ class RecoveryLog:
                                      (profile, run_id)).fetchone())
 
 
+def stop_times(actions: list[Action]) -> dict[str, float]:
+    """Run id -> when the recovery stopped it (goodput.py: a stalled run is down from then)."""
+    out: dict[str, float] = {}
+    for a in actions:
+        if a.action == STOPPED:
+            out.setdefault(a.run_id, a.time)
+    return out
+
+
 def chain_of(actions: list[Action], run_id: str) -> list[Attempt]:
     """The restarts that led to `run_id`, oldest first: each one launched the run whose failure
     the next answered. A run a person launched has none."""
