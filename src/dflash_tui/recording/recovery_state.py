@@ -8,11 +8,13 @@ relaunch is under way), `gave_up` (`reason`; until a run is launched by hand).
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ..config import Config
+from ..config import Config, ConfigError
 from ..recover_settings import RecoverPolicy
 from ..words import duration
 from .recovery_log import GAVE_UP, LAUNCHING, PLANNED, STOPPED, Action, RecoveryLog, chain_of
@@ -67,6 +69,17 @@ def read_actions(path: Path, profile: str) -> list[Action]:
         return []
     with RecoveryLog(path, readonly=True) as rl:
         return rl.actions(profile)
+
+
+def recovery_words(config: Config, store: str | None = None) -> Callable[[str, str], str]:
+    """(profile, run id) -> its recovery state in words, for the dashboard's header; "" when off
+    or when the store cannot be read (the header is no place for the store's trouble)."""
+    def words(profile: str, run_id: str) -> str:
+        try:
+            return state_for(config, profile, run_id, time.time(), store).words()
+        except (sqlite3.Error, OSError, ConfigError):
+            return ""
+    return words
 
 
 def state_for(config: Config, profile: str, run_id: str, now: float, store: str | None = None) -> RecoveryState:

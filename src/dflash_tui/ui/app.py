@@ -33,6 +33,7 @@ from textual.widgets import Footer, TabbedContent, TabPane
 
 from ..fleet.poller import FleetPoller
 from ..gpu.sample import GpuSnapshot
+from ..recording.recovery_state import recovery_words
 from ..recording.store import store_path
 from ..remote.base import TargetError
 from ..run.report import RunReport
@@ -57,6 +58,7 @@ RUN_VIEW_ACTIONS = frozenset({*RUN_ACTIONS, "switch_log", "toggle_follow", "sear
                               "search_prev", "first_error", "show_tab", "log_top", "log_bottom",
                               "switch_profile", "fleet", "history", "back"})
 
+RECOVERY_READ_S = 2.0        # how often the header reads the watcher's recovery state
 HEADER_TICK_S = 1.0           # the header's ages tick each second while no report draws it
 HEADER_AFTER_REPORT_S = 1.5   # after a report: the next one is due in a little over a second
 GC_THRESHOLD = (7000, 10, 100)   # the collector's generations while the app runs (on_mount)
@@ -107,6 +109,9 @@ class DashboardApp(App[None]):
         self.launch_if_no_run = launch_if_no_run
         self.quit_message = ""
         self.command = command      # how this user runs dflash-tui (for the commands it prints)
+        # (profile, run id) -> the watcher's recovery in words, read from its store (blocking:
+        # called in a thread); None when no profile has a [recover] policy.
+        self.recovery_words: Callable[[str, str], str] | None = None
 
     def get_driver_class(self):
         return quiet_driver_class(super().get_driver_class())   # ui/input_driver.py: why
@@ -136,6 +141,9 @@ class DashboardApp(App[None]):
         self.sub_title = self.profile
         self._render_header()
         self._tick_header_in(HEADER_TICK_S)
+        if self.recovery_words is not None:
+            self.set_interval(RECOVERY_READ_S, self._read_recovery)
+            self.call_later(self._read_recovery)
         self.log_pane.lines.focus()
         if self.fleet is not None:
             self.fleet.start()
@@ -235,6 +243,14 @@ class DashboardApp(App[None]):
         if self.is_running:
             self._render_header()
             self._tick_header_in(HEADER_TICK_S)
+
+    async def _read_recovery(self) -> None:
+        if self.recovery_words is None:
+            return
+        words = await asyncio.to_thread(self.recovery_words, self.profile, self.run_id or "")
+        if self.is_running and words != self.header_bar.recovery:
+            self.header_bar.recovery = words
+            self._render_header()
 
     def _render_header(self) -> None:
         header = self.header_bar
@@ -548,6 +564,8 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
     app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
                        command=command, fleet=fleet, fleet_home=fleet_home)
     app.timeline_store = store_path(config.watch)   # the watcher's store: the fleet's Timeline (T)
+    if any(config.recover.for_profile(p.name) is not None for p in file_profiles):
+        app.recovery_words = recovery_words(config)
     return app
 
 
