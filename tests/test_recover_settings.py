@@ -10,7 +10,7 @@ import pytest
 
 from dflash_tui.config import ConfigError, parse_config
 from dflash_tui.recover_settings import DEFAULT_ON, RESTARTABLE, RecoverPolicy
-from dflash_tui.run.verdict import Verdict
+from dflash_tui.run.verdict.checklist import Verdict
 
 PROFILES = '[profile.a]\nrun_dir = "/tmp/a"\n[profile.b]\nrun_dir = "/tmp/b"\n'
 

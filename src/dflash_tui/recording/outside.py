@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from ..config import Config, ConfigError, Profile
-from ..run.report import RunReport
+from ..run.verdict.report import RunReport
 from .change import run_id_of
 from .goodput import goodput
 from .recovery_log import stop_times

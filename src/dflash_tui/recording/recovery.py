@@ -21,7 +21,7 @@ from typing import Callable
 
 from ..config import Config, ConfigError
 from ..remote.base import TargetError
-from ..run.launch import LaunchRefused
+from ..run.launch.launch import LaunchRefused
 from ..watch.base import ActionInFlight, RunWatch
 from .change import VerdictChange, run_id_of, state_of
 from .goodput import goodput

@@ -10,7 +10,7 @@ run stopped first), `launching` (committed BEFORE the launch), `launched` (the n
 what it resumed from), or `gave_up` (the reason), or `superseded` (a person launched another
 run meanwhile). So a watcher killed at any point and started again knows where it was: it
 never plans the same failure twice, and a `launching` whose new run is there is recorded as
-launched rather than launched again (the launch claim, run/claim.py, holds across the two).
+launched rather than launched again (the launch claim, run/launch/claim.py, holds across the two).
 Durable like the ChangeStore: WAL, synchronous=FULL, one transaction per action.
 """
 
