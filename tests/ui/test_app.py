@@ -620,3 +620,25 @@ async def test_header_draws_a_report_again_after_a_reset():
         header.show(app.run_view.report)   # the very same report object again
         app.run_view.render_header()
         assert "RUNNING" in header_text(app) and "CONNECTING" not in header_text(app)
+
+
+async def test_header_shows_the_watchers_recovery_from_its_store(tmp_path):
+    """The header reads the watcher's recovery log (display only): a planned restart is
+    "recovery 1/3, next in N s"; a give-up is "gave up: why"."""
+    import time as _time
+
+    from dflash_tui.config import parse_config
+    from dflash_tui.recording.recovery_log import Action, RecoveryLog
+    from dflash_tui.recording.recovery_state import recovery_words
+
+    store = tmp_path / "watch.sqlite3"
+    config = parse_config(f'[profile.h200]\nrun_dir = "/tmp/x"\n[watch]\nstore = "{store}"\n'
+                          '[recover]\nmax_restarts = 3\n', "c.toml")
+    app, _ = make()
+    app.run_view.recovery_words = recovery_words(config)
+    with RecoveryLog(store) as rl:
+        rl.record(Action("h200", _time.time(), "planned", "r0", 1, {"at": _time.time() + 24}))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: "recovery 1/3, next in 2" in header_text(app))
+            rl.record(Action("h200", _time.time(), "gave_up", app.run_view.run_id or "", 1, {"reason": "the same failure came back"}))
+            await until(pilot, lambda: "gave up: the same failure came back" in header_text(app), timeout=6)

@@ -9,6 +9,7 @@ import shutil
 import sys
 
 from ..fleet.poller import FleetPoller
+from ..recording.recovery_state import recovery_words
 from ..recording.store import store_path
 from .app import DashboardApp
 from .sources.nodes_source import NodesSource
@@ -57,6 +58,8 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
     app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
                        command=command, fleet=fleet, fleet_home=fleet_home)
     app.timeline_store = store_path(config.watch)   # the watcher's store: the fleet's Timeline (T)
+    if any(config.recover.for_profile(p.name) is not None for p in file_profiles):
+        app.run_view.recovery_words = recovery_words(config)
     return app
 
 

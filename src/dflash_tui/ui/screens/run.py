@@ -44,6 +44,7 @@ from .history import HistoryScreen
 from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
 
 RUN_ACTIONS = ("relaunch", "stop", "canary")
+RECOVERY_READ_S = 2.0         # how often the header reads the watcher's recovery state
 HEADER_TICK_S = 1.0           # the header's ages tick each second while no report draws it
 HEADER_AFTER_REPORT_S = 1.5   # after a report: the next one is due in a little over a second
 PaneT = TypeVar("PaneT", bound=Pane)
@@ -95,6 +96,9 @@ class RunScreen(Screen):
         self.streams = RunStreams(self)   # the workers that feed the panes (ui/streams.py)
         self._header_tick: asyncio.TimerHandle | None = None   # see _tick_header_in
         self._tab_labels: dict[str, str] = {}     # each tab's label as last set (_label_tabs)
+        # (profile, run id) -> the watcher's recovery in words, read from its store (blocking:
+        # called in a thread); None when no profile has a [recover] policy.
+        self.recovery_words: Callable[[str, str], str] | None = None
 
     # -- layout -----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -116,6 +120,9 @@ class RunScreen(Screen):
         self.tabs = self.query_one(TabbedContent)
         self.render_header()
         self._tick_header_in(HEADER_TICK_S)
+        if self.recovery_words is not None:
+            self.set_interval(RECOVERY_READ_S, self._read_recovery)
+            self.call_later(self._read_recovery)
         self.log_pane.lines.focus()
         if self.start_on_mount:
             self.streams.start()
@@ -227,6 +234,14 @@ class RunScreen(Screen):
         if self.is_attached and self.app.is_running:
             self.render_header()
             self._tick_header_in(HEADER_TICK_S)
+
+    async def _read_recovery(self) -> None:
+        if self.recovery_words is None:
+            return
+        words = await asyncio.to_thread(self.recovery_words, self.profile, self.run_id or "")
+        if self.is_attached and words != self.header_bar.recovery:
+            self.header_bar.recovery = words
+            self.render_header()
 
     def render_header(self) -> None:
         header = self.header_bar
