@@ -91,3 +91,55 @@ def test_where_is_the_innermost_own_frame():
                                        "/w/train.py:40 main")]
     assert where(frames) == "forward (model.py:12)"
     assert where([parse_frame(f"{SITE}/a.py:1 f")]) == ""
+
+
+# A library's helper thread as the probe reports it (CPython 3.11): threading's bootstrap
+# outermost, the library's run loop, then the wait it parks in.
+BOOT = (f"{STD}/threading.py:1045 _bootstrap_inner", f"{STD}/threading.py:1002 _bootstrap")
+
+
+@pytest.mark.parametrize("frames, cls, doing, helper, idle", [
+    # tqdm's monitor thread between its checks: an Event.wait (a Condition.wait inside)
+    ([f"{STD}/threading.py:331 wait", f"{STD}/threading.py:629 wait", f"{SITE}/tqdm/_monitor.py:69 run", *BOOT],
+     C.LOCK, "threading.wait", "tqdm monitor (tqdm/_monitor.py:69)", True),
+    # rich's refresh thread (Lightning's RichProgressBar)
+    ([f"{STD}/threading.py:331 wait", f"{STD}/threading.py:629 wait", f"{SITE}/rich/live.py:35 run", *BOOT],
+     C.LOCK, "threading.wait", "rich refresh (rich/live.py:35)", True),
+    # an idle ThreadPoolExecutor worker: SimpleQueue.get is a C call from _worker
+    ([f"{STD}/concurrent/futures/thread.py:81 _worker", f"{STD}/threading.py:1010 run", *BOOT],
+     C.LOCK, "thread._worker", "thread pool worker (concurrent/futures/thread.py:81)", True),
+    # a library thread taking a semaphore: a lock wait, not parked
+    ([f"{STD}/threading.py:331 wait", f"{STD}/threading.py:494 acquire", f"{SITE}/lib/pool.py:12 fetch", *BOOT],
+     C.LOCK, "threading.wait", "fetch (lib/pool.py:12)", False),
+    # a thread whose target is a C function: threading's run is innermost; never a wait of its own
+    ([f"{STD}/threading.py:1010 run", *BOOT], C.LIBRARY, "a C call, the thread's target",
+     "Thread.run (threading.py:1010)", False),
+    ([*BOOT], C.LIBRARY, "starting or ending", "Thread._bootstrap_inner (threading.py:1045)", False),
+])
+def test_a_library_helper_thread_is_named_by_its_library_and_idle_when_parked(frames, cls, doing, helper, idle):
+    got = classify(frames)
+    assert (got.cls, got.doing, got.where, got.helper, got.idle) == (cls, doing, "", helper, idle), got
+    assert "_bootstrap" not in got.doing
+
+
+def test_a_thread_of_the_program_s_own_is_no_helper():
+    got = classify([f"{STD}/queue.py:171 get", "/w/m.py:3 consume", *BOOT])
+    assert (got.cls, got.where, got.helper, got.idle) == (C.LOCK, "consume (m.py:3)", "", False), got
+
+
+def test_the_compiler_s_files_run_by_an_import_are_importing_not_compiling():
+    # `import lightning` imports torch._dynamo: its top level runs, and calls into it, under the
+    # import machinery (frames as sampled from a real `import torch._dynamo`, torch 2.13).
+    imports = ["<frozen importlib._bootstrap>:241 _call_with_frames_removed",
+               "<frozen importlib._bootstrap_external>:940 exec_module"]
+    for frames in ([f"{SITE}/torch/_dynamo/convert_frame.py:55 <module>", *imports],
+                   [f"{SITE}/torch/_subclasses/fake_tensor.py:204 ordered_set",
+                    f"{SITE}/torch/_subclasses/fake_tensor.py:3104 FakeTensorMode",
+                    f"{SITE}/torch/_subclasses/fake_tensor.py:1432 <module>", *imports]):
+        assert classify(frames).cls is C.IMPORTING, frames
+    # A real compile that imports a module lazily, or that the script's own top level started.
+    lazy = [f"{SITE}/torch/_inductor/codegen/triton.py:1 <module>", *imports,
+            f"{SITE}/torch/_inductor/compile_fx.py:700 compile_fx_inner", "/w/train.py:9 <module>"]
+    assert classify(lazy).cls is C.COMPILING
+    assert classify([f"{SITE}/torch/_dynamo/convert_frame.py:900 _compile", "/w/train.py:9 <module>"]).cls \
+        is C.COMPILING
