@@ -222,7 +222,9 @@ def _class_of(parsed: list[Frame], compile_state: str) -> Classified:
     loader = next((f for f in parsed if _match(f) is ThreadClass.DATALOADER), None)
     if loader is not None:
         return Classified(ThreadClass.DATALOADER, _doing(ThreadClass.DATALOADER, loader), here)
-    if any(f.path.startswith("<frozen importlib") for f in parsed):
+    # The import machinery, or the compiler's files run by an import (their top level may be
+    # all the frames kept: a dataclass being built at it, say).
+    if any(f.path.startswith("<frozen importlib") or _match(f) is ThreadClass.COMPILING for f in parsed):
         return Classified(ThreadClass.IMPORTING, "import", here)
     if not parsed:
         return Classified(ThreadClass.UNKNOWN)
