@@ -23,7 +23,7 @@ A thread with no frame of the program's own code is a library's helper (tqdm's m
 rich's refresh thread, a thread pool's workers): `helper` names the library function that
 runs it ("tqdm monitor (tqdm/_monitor.py:69)"), never threading's bootstrap, and `idle` says
 it is parked, waiting for work on a condition, an event, a queue or a future: such a thread is
-no party of a hang (run/hang.py).
+no party of a hang (run/verdict/hang.py).
 """
 
 from __future__ import annotations
@@ -256,13 +256,18 @@ def _bootstrap(f: Frame) -> bool:
     return f.path.endswith("/threading.py") and f.function in _BOOTSTRAP
 
 
+# The functions of a wait that takes a lock: Semaphore.acquire, asyncio.Lock.acquire, and the
+# `with` of a Condition or a multiprocessing Lock (its C acquire leaves `__enter__` innermost).
+_ACQUIRE = frozenset({"acquire", "__enter__"})
+
+
 def _acquiring(parsed: list[Frame]) -> bool:
-    """The wait (the innermost run of known wait frames) takes a lock: `acquire` in it
-    (threading.Semaphore, asyncio.Lock), as opposed to a wait for a signal or for work."""
+    """The wait (the innermost run of known wait frames) takes a lock, as opposed to a wait
+    for a signal or for work (a condition's wait, an event, a queue, a future, a join)."""
     for f in parsed:
         if _match(f) is not ThreadClass.LOCK:
             return False
-        if f.function == "acquire":
+        if f.function in _ACQUIRE:
             return True
     return False
 
