@@ -114,6 +114,9 @@ BOOT = (f"{STD}/threading.py:1045 _bootstrap_inner", f"{STD}/threading.py:1002 _
     # ... or a multiprocessing Lock's `with` (its C acquire leaves __enter__ innermost)
     ([f"{STD}/multiprocessing/synchronize.py:95 __enter__", f"{SITE}/lib/pool.py:12 fetch", *BOOT],
      C.LOCK, "synchronize.__enter__", "fetch (lib/pool.py:12)", False),
+    # rich's refresh thread redrawing (in its own loop, no wait): threading's bootstrap below it
+    # is no lock wait
+    ([f"{SITE}/rich/live.py:36 run", *BOOT], C.LIBRARY, "run (live.py:36)", "rich refresh (rich/live.py:36)", False),
     # a thread whose target is a C function: threading's run is innermost; never a wait of its own
     ([f"{STD}/threading.py:1010 run", *BOOT], C.LIBRARY, "a C call, the thread's target",
      "Thread.run (threading.py:1010)", False),
