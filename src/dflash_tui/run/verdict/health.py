@@ -163,7 +163,8 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
         if i is not None:
             out[i] = replace(out[i], **info)
             continue
-        stuck = stalled and (v.cls in _WAITING or v.stale)
+        # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
+        stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
     return cl.with_parts(threads=out, rank_groups=group_ranks(out))
