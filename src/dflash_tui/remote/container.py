@@ -58,11 +58,24 @@ class ContainerTarget(Target):
         return f"pct start {self.name}" if self.kind == "pct" else f"docker start {self.name}"
 
     def _not_running(self, res: CommandResult) -> bool:
+        # Only the tool's own refusal, word for word: the command inside may print anything.
+        # pct.pm dies with "container 'ID' not running!" (Proxmox VE 7 and later; its API's
+        # wording is "CT ID not running"), exiting with Perl's errno. Docker's daemon answers
+        # "Error response from daemon: ..." with 1; podman (also when installed as `docker`)
+        # says "Error: ..." with 125, or 255 for a stopped container. A container that does not
+        # exist (no pct config, no such docker container) counts as not running, with the words.
+        if not res.exit_status:
+            return False
         err = res.stderr.strip()
         if self.kind == "pct":
-            return res.exit_status == 2 and err == f"CT {self.name} not running"
-        return res.exit_status == 1 and err.startswith("Error response from daemon") and (
-            "is not running" in err or "No such container" in err)
+            return err in (f"container '{self.name}' not running!", f"CT {self.name} not running") or (
+                re.fullmatch(rf"Configuration file 'nodes/[^/']+/lxc/{self.name}\.conf' does not exist",
+                             err) is not None)
+        if res.exit_status == 1 and err.startswith("Error response from daemon"):
+            return "is not running" in err or "No such container" in err
+        return res.exit_status in (125, 255) and err.startswith("Error: ") and (
+            err.endswith(": container state improper") and "running containers" in err
+            or err.endswith(": no such container"))
 
     def _tool_missing(self, res: CommandResult) -> bool:
         # 127 alone is not enough: a program missing INSIDE the container also exits 127 through
