@@ -30,6 +30,7 @@ from dflash_tui.session import Session
 from tests.support.realct import RealContainer
 from tests.support.run_standins import PROGRAM
 from tests.support.runs import standin_profile
+from tests.support.terminal import TerminalTarget
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -256,3 +257,39 @@ async def test_a_launch_into_a_stopped_container_is_refused_with_the_start_comma
         await s.launch(preflight=False)
     assert exc.value.hint == ct.start_hint and time.monotonic() - t0 < 5
     assert not (where / "run" / "launch.json").exists()
+
+
+async def test_the_incident_under_a_terminal_kills_a_background_job_but_not_the_launch(ct, sessions, where):
+    """`pct exec` on a terminal (`ssh -t host 'pct exec ID -- ...'`): lxc-attach gives the
+    command a terminal of its own and hangs it up when the command returns, so the incident's
+    `sh -c "... > log 2>&1 &"` dies with the exec, while the product's launch (its own session,
+    nothing on the terminal) returns at once and keeps running."""
+    if ct.kind != "pct":
+        pytest.skip("the incident's path is `pct exec`; the product's `docker exec -i` has no terminal")
+    host = TerminalTarget()
+    target = ContainerTarget(host, ct.spec)
+    naive = await target.run(["sh", "-c", f"sleep 4242 > {where}/naive.log 2>&1 & echo $!"], timeout=20)
+    assert naive.exit_status == 0, naive      # "it worked": exit 0, nothing on stderr
+    bg_pid = int(naive.stdout.split()[-1])
+    await asyncio.sleep(0.5)
+    # Dead either way; often before its shell opened the log (the incident: no log, no process).
+    assert host_pid_of(ct, bg_pid) is None, "the background job outlived the exec's terminal"
+    # The same job over pipes (no terminal) lives on: the terminal is what killed it.
+    piped = await ContainerTarget(LocalTarget(), ct.spec).run(
+        ["sh", "-c", "sleep 4243 > /dev/null 2>&1 & echo $!"])
+    await asyncio.sleep(0.5)
+    assert host_pid_of(ct, int(piped.stdout.split()[-1])) is not None
+    ct.exec("kill", piped.stdout.split()[-1])
+
+    s = Session(profile(ct, where / "run", "beat"), targets=(host, target))
+    t0 = time.monotonic()
+    out = await s.launch()
+    try:
+        assert out.preflight.ok, out.preflight.checks
+        assert time.monotonic() - t0 < 15 and out.attempt.pid, out.attempt
+        await asyncio.sleep(1.0)      # the exec's terminal is gone by now
+        ev, cl = await wait_verdict(s, {Verdict.RUNNING})
+        assert cl.verdict is Verdict.RUNNING and host_pid_of(ct, ev.launch.pid) is not None, cl
+    finally:
+        await s.stop(grace_s=0.5)
+        await s.close()
