@@ -24,8 +24,8 @@ from dflash_tui.config import Profile
 from dflash_tui.remote.base import ContainerNotRunning
 from dflash_tui.remote.container import ContainerTarget
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.run.verdict import CheckState, Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.verdict.checklist import CheckState, Verdict
+from dflash_tui.watch.session import Session
 
 from tests.support.realct import RealContainer
 from tests.support.run_standins import PROGRAM

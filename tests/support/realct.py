@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .sshd import SUPPORT_DIR
@@ -227,4 +228,11 @@ class PodmanContainer(RealContainer):
 
     def destroy(self) -> None:
         _run([self.kind, "rm", "-f", "-t", "0", self.name], self.env)
-        shutil.rmtree(self.root, ignore_errors=True)
+        # conmon starts `podman container cleanup` once the container has exited, which may
+        # write into the store after it is gone: remove it until it stays removed.
+        deadline = time.monotonic() + 5
+        while True:
+            shutil.rmtree(self.root, ignore_errors=True)
+            time.sleep(0.3)
+            if not self.root.exists() or time.monotonic() > deadline:
+                break
