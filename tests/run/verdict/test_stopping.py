@@ -26,7 +26,7 @@ from tests.test_cli_modes import cli
 
 pytestmark = pytest.mark.timeout(150)
 
-PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "talks_on_sigterm.py"
+PROGRAM = Path(__file__).resolve().parents[2] / "programs" / "talks_on_sigterm.py"
 PY = sys.executable
 SAVE_S = 5.0        # how long it saves after SIGTERM: several looks of the session and the watcher
 GRACE_S = 20.0      # well past SAVE_S: SIGTERM ends it, never SIGKILL
