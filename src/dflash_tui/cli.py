@@ -281,8 +281,10 @@ async def _launch_mode(args, profile: Profile, watch: RunWatch) -> int:
         cl = report.checklist
         report = replace(report, checklist=Checklist(cl.verdict, [*pre, *cl.checks], cl.summary))
         stopped = {"stopped": outcome.stopped.message} if outcome.stopped else {}
-        return _emit(args, profile, report, extra_text=list(stopped.values()), run_id=outcome.run_id,
-                     launch_seconds=round(result.seconds, 3), **stopped)
+        resumed = {"resume_from": outcome.resume_from} if outcome.resume_from else {}
+        return _emit(args, profile, report, run_id=outcome.run_id, launch_seconds=round(result.seconds, 3),
+                     extra_text=[*stopped.values(), *(f"resuming from checkpoint {w}" for w in resumed.values())],
+                     **stopped, **resumed)
     return _emit(args, profile, report, extra_text=[f"node {n}: {r.message}" for n, r in result.stopped.items()],
                  code=code, launch_seconds=round(result.seconds, 3),
                  run_ids={n: o.run_id for n, o in result.outcomes.items()},
