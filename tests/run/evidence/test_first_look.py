@@ -19,7 +19,8 @@ from dflash_tui.remote.base import OpRefused
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.shell_ops import ShellOps
 from dflash_tui.run.evidence.activity import ProgressTracker
-from dflash_tui.run.evidence.first_look import first_look, remember
+from dflash_tui.run.evidence.first_look import first_look
+from dflash_tui.run.evidence.memory import LookMemory
 from dflash_tui.run.evidence.observe import gather
 from dflash_tui.watch.session import Session
 
@@ -115,12 +116,17 @@ async def test_observe_answers_each_part_as_its_own_op_would(tmp_path):
 
         # a record held as of its stat is not sent again; a file that did not grow is not read
         (held,) = await agent.stat([str(record)])
-        remember(str(record), held)
+        memory = LookMemory()
+        memory.held(str(record), held)
         agent.asked.clear()
         again = await first_look(agent, paths, reads={str(record): 4096}, grown={str(log): (10, 64)},
-                                 list_dirs=[], proc_tree=None)
+                                 list_dirs=[], proc_tree=None, memory=memory)
         assert again._reads == {}
         assert agent.asked == ["observe"]
+        # ... by this watch only: another watch's memory (another host, the same path) sends it
+        other = await first_look(agent, paths, reads={str(record): 4096}, grown={str(log): (10, 64)},
+                                 list_dirs=[], proc_tree=None, memory=LookMemory())
+        assert str(record) in other._reads
     finally:
         await agent.close()
 

@@ -21,7 +21,7 @@ from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ops import StackDumpAnswer
 from dflash_tui.remote.shell_ops import ShellOps
-from dflash_tui.run.evidence.stack_dumps import forget_dumps, gather_stack_dumps, parse_faulthandler, parse_py_spy, stack_dump_of
+from dflash_tui.run.evidence.stack_dumps import gather_stack_dumps, parse_faulthandler, parse_py_spy, stack_dump_of
 from dflash_tui.watch.session import Session
 
 from tests.support.probe import probe_env, wait_reports
@@ -162,8 +162,7 @@ async def test_py_spy_where_no_signal_is_declared(tmp_path, monkeypatch):
                 break
             await asyncio.sleep(0.3)
         for ops in (agent, ShellOps(LocalTarget())):
-            forget_dumps()
-            dumps, problems = await gather_stack_dumps(ops, str(run_dir), [report], time.time())
+            dumps, problems = await gather_stack_dumps(ops, str(run_dir), [report], time.time())   # a fresh memory
             assert problems == [], problems
             dump = dumps[report.pid]
             main = next(t for t in dump.threads if t.name == "MainThread")

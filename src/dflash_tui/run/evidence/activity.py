@@ -34,6 +34,7 @@ from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from ..eager import gather_eager
 from ..stacks.records import StackDump
 from .progress import LogProgress, ProgressParser
+from .memory import LookMemory
 from .recent_reads import RecentReads
 from ..stacks.classify import ThreadClass, classify, own_code, parse_frame
 
@@ -205,6 +206,8 @@ class ProgressTracker:
         # What was read of train.log and events.jsonl, by this tracker and by any other reader
         # of them that records there (the dashboard's log followers, run/evidence/logtail.py).
         self.reads = RecentReads()
+        # What this run's looks hold parsed (records, probe reports, dumps): one watch's, never shared.
+        self.looks = LookMemory()
         self._start(None)
 
     def _start(self, run_id: str | None) -> None:

@@ -20,18 +20,7 @@ from typing import Any
 from ...remote.answers import chunk_from, proctree_from
 from ...remote.base import OpRefused
 from ...remote.ops import FileChunk, FileStat, ProcTree
-
-# What this client holds parsed, per path: the (inode, size, mtime) of that copy. The agent
-# skips the read of a file that still has it. Bounded like observe.py's record caches.
-_KNOWN_MAX = 4096
-_KNOWN: dict[str, list] = {}
-
-
-def remember(path: str, st: FileStat) -> None:
-    """`path` is held parsed as of `st`: the next observe need not send it."""
-    if len(_KNOWN) >= _KNOWN_MAX:
-        _KNOWN.clear()
-    _KNOWN[path] = [st.inode, st.size, st.mtime]
+from .memory import LookMemory
 
 
 class FirstLook:
@@ -91,13 +80,15 @@ class FirstLook:
 
 
 async def first_look(ops: Any, paths: list[str], *, reads: dict[str, int], grown: dict[str, tuple[int, int]],
-                     list_dirs: list[str], proc_tree: tuple[int, str | None] | None) -> Any:
+                     list_dirs: list[str], proc_tree: tuple[int, str | None] | None,
+                     memory: LookMemory | None = None) -> Any:
     """`ops`, or a FirstLook over it when its target answers `observe` (the agent does; ShellOps,
-    one sh command per question, gains nothing from it and asks as before)."""
+    one sh command per question, gains nothing from it and asks as before). `memory`: what this
+    watch holds parsed already (the agent skips those reads); none for a one-shot look."""
     observe = getattr(ops, "observe", None)
     if observe is None:
         return ops
-    known = {p: _KNOWN[p] for p in reads if p in _KNOWN}
+    known = {p: memory.known[p] for p in reads if p in memory.known} if memory is not None else {}
     try:
         answer = await observe(paths, reads=reads, known=known, grown=grown, list_dirs=list_dirs,
                                proc_tree=proc_tree)

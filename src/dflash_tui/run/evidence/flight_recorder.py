@@ -22,6 +22,7 @@ import re
 from ...contract.rundir import ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, FR_DUMP_PREFIX, PROBE_DIR, ProbeReport
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PreflightOps
+from .memory import LookMemory
 from ..stacks.records import CollectiveProgress, RankFailure
 
 FR_MAX_BYTES = 8 << 20            # 2000 entries with their Python frames are ~1-3 MiB
@@ -128,20 +129,10 @@ def failure_of(text: str, what: str, *, rank: int | None = None, pid: int | None
                        rank=rank, pid=pid, traceback=str(extra.get("py_callstack", ""))[-4000:])
 
 
-# A dashboard looks every second; a dump or error file with the same inode, size and mtime as
-# at the last look is not read or parsed again.
-_PARSED: dict[tuple, object] = {}
-_PARSED_MAX = 512
-
-
 def _key(st: FileStat, *extra) -> tuple:
+    # A dashboard looks every second; a dump or error file with the same inode, size and mtime
+    # as at the last look is not read or parsed again (LookMemory.parsed).
     return (st.path, st.inode, st.size, st.mtime, *extra)
-
-
-def _remember(key: tuple, value) -> None:
-    if len(_PARSED) >= _PARSED_MAX:
-        _PARSED.clear()
-    _PARSED[key] = value
 
 
 async def _read(ops: PreflightOps, st: FileStat, limit: int) -> tuple[bytes | None, str | None]:
@@ -182,8 +173,10 @@ def holds_distributed_files(paths: tuple[str, ...]) -> bool:
 
 
 async def gather_collectives(ops: PreflightOps, run_dir: str, listing: list[FileStat],
-                             reports: list[ProbeReport]) -> tuple[list[CollectiveProgress], list[str]]:
+                             reports: list[ProbeReport],
+                             memory: LookMemory | None = None) -> tuple[list[CollectiveProgress], list[str]]:
     """The Flight Recorder dumps in the probe directory (`listing`), per rank and group."""
+    parsed = (memory if memory is not None else LookMemory()).parsed
     ranks = _by_rank(reports)
     dumps = sorted(((int(m.group(1)), st) for st in listing
                     if (m := _FR_NAME.match(posixpath.basename(st.path)))), key=lambda x: x[0])
@@ -192,7 +185,7 @@ async def gather_collectives(ops: PreflightOps, run_dir: str, listing: list[File
     for rank, st in dumps[:MAX_FR_FILES]:
         report = ranks.get(rank)
         key = _key(st, report.pid if report else None)
-        if key not in _PARSED:
+        if key not in parsed:
             data, problem = await _read(ops, st, FR_MAX_BYTES)
             if not data:
                 if problem:
@@ -200,10 +193,10 @@ async def gather_collectives(ops: PreflightOps, run_dir: str, listing: list[File
                 continue
             try:
                 dump = load_dump(data, f"{PROBE_DIR}/{posixpath.basename(st.path)}")
-                _remember(key, progress_of(dump, rank, st.mtime, report.pid if report else None))
+                parsed.remember(key, progress_of(dump, rank, st.mtime, report.pid if report else None))
             except FlightRecorderError as exc:
-                _remember(key, str(exc))
-        got = _PARSED[key]
+                parsed.remember(key, str(exc))
+        got = parsed[key]
         if isinstance(got, str):
             problems.append(got)
         else:
@@ -212,9 +205,11 @@ async def gather_collectives(ops: PreflightOps, run_dir: str, listing: list[File
 
 
 async def gather_root_cause(ops: PreflightOps, run_dir: str, listing: list[FileStat],
-                            reports: list[ProbeReport]) -> tuple[RankFailure | None, list[str]]:
+                            reports: list[ProbeReport],
+                            memory: LookMemory | None = None) -> tuple[RankFailure | None, list[str]]:
     """The first failure by time among torchelastic's error files: each worker's under
     torchrun's log dir (its local rank from the path), and the run's own."""
+    parsed = (memory if memory is not None else LookMemory()).parsed
     probe_dir = posixpath.join(run_dir, PROBE_DIR)
     names = {posixpath.basename(st.path): st for st in listing}
     found: list[tuple[FileStat, int | None]] = []
@@ -235,19 +230,19 @@ async def gather_root_cause(ops: PreflightOps, run_dir: str, listing: list[FileS
     for st, local_rank in found[:MAX_ERROR_FILES]:
         report = next((r for r in reports if local_rank is not None and r.local_rank == local_rank), None)
         key = _key(st, local_rank, report.pid if report else None)
-        if key not in _PARSED:
+        if key not in parsed:
             data, problem = await _read(ops, st, ERROR_MAX_BYTES)
             if not data:
                 if problem:
                     problems.append(problem)
                 continue
             try:
-                _remember(key, failure_of(data.decode("utf-8", "replace"), posixpath.relpath(st.path, run_dir),
+                parsed.remember(key, failure_of(data.decode("utf-8", "replace"), posixpath.relpath(st.path, run_dir),
                                           rank=report.rank if report else local_rank,
                                           pid=report.pid if report else None, mtime=st.mtime))
             except FlightRecorderError as exc:
-                _remember(key, str(exc))
-        got = _PARSED[key]
+                parsed.remember(key, str(exc))
+        got = parsed[key]
         if isinstance(got, str):
             problems.append(got)
         else:

@@ -28,8 +28,9 @@ from ...slurm.job import SlurmJob
 from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, ProgressTracker
 from ..attempts import LaunchAttempt
 from ..eager import gather_eager
-from .first_look import first_look, remember
+from .first_look import first_look
 from .flight_recorder import gather_collectives, gather_root_cause, holds_distributed_files
+from .memory import LookMemory
 from ..stacks.records import HangEvidence
 from .probe_files import REPORT_MAX_BYTES, ProbeReport, gather_probes
 from .stack_dumps import gather_stack_dumps
@@ -107,15 +108,15 @@ async def _read_text(ops: RemoteOps, path: str, max_bytes: int = _RECORD_MAX) ->
         return None, f"{posixpath.basename(path)} is not UTF-8 text"
 
 
-async def _read_record(ops: RemoteOps, ev: Evidence, name: str, parse):
+async def _read_record(ops: RemoteOps, ev: Evidence, name: str, parse, memory: LookMemory):
     if not ev.exists(name):
         return None, None
     st = ev.files[name]
     if st.is_dir:
         return None, f"{ev.path(name)} is a directory"
     key = (ev.path(name), st.inode, st.size, st.mtime, parse)
-    if key in _RECORDS:   # the same file as at the last look: not read or parsed again
-        return _RECORDS[key], None
+    if key in memory.records:   # the same file as at the last look: not read or parsed again
+        return memory.records[key], None
     text, problem = await _read_text(ops, ev.path(name))
     if text is None:
         return None, problem
@@ -123,8 +124,8 @@ async def _read_record(ops: RemoteOps, ev: Evidence, name: str, parse):
         record = parse(text)
     except SchemaError as exc:
         return None, str(exc)
-    _remember(_RECORDS, key, record)
-    remember(ev.path(name), st)
+    memory.records.remember(key, record)
+    memory.held(ev.path(name), st)
     return record, None
 
 
@@ -157,12 +158,13 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     status_name, names, plan_paths, record_reads = _look_plan(run_dir, rank)
     paths, reads = list(plan_paths), dict(record_reads)
     # The probe reports read at the last look are rewritten every second: ask for them up front.
-    reads.update((path, REPORT_MAX_BYTES) for path in _REPORTS.get(run_dir, ()))
-    pid = _PIDS.get(run_dir)
     tracker = tracker or ProgressTracker(second_sample=False)
+    memory = tracker.looks
+    reads.update((path, REPORT_MAX_BYTES) for path in memory.reports)
+    pid = memory.pid
     grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
     ops = await first_look(ops, paths, reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
-                           proc_tree=None if pid is None else (pid, run_dir))
+                           proc_tree=None if pid is None else (pid, run_dir), memory=memory)
     now, stats = await gather_eager(ops.now(), ops.stat(paths))
     ev = Evidence(now=now, run_dir=run_dir, attempt=attempt,
                   files={name: st for name, st in zip(names, stats)})
@@ -171,8 +173,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         if ev.exists(LAUNCH_SH):
             st = ev.files[LAUNCH_SH]
             key = (ev.path(LAUNCH_SH), st.inode, st.size, st.mtime)
-            if key in _WRAPPER_IDS:   # the same launch.sh as at the last look: the same run id
-                ev.wrapper_run_id = _WRAPPER_IDS[key]
+            if key in memory.wrapper_ids:   # the same launch.sh as at the last look: the same run id
+                ev.wrapper_run_id = memory.wrapper_ids[key]
                 return
             try:
                 chunk = await ops.read(ev.path(LAUNCH_SH), 0, _WRAPPER_HEAD)
@@ -181,20 +183,20 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
                     raise
                 return   # a launch.sh that is a directory or a FIFO names no run
             ev.wrapper_run_id = run_id_of_wrapper(chunk.data.decode("utf-8", "replace"))
-            _remember(_WRAPPER_IDS, key, ev.wrapper_run_id)
-            remember(ev.path(LAUNCH_SH), st)
+            memory.wrapper_ids.remember(key, ev.wrapper_run_id)
+            memory.held(ev.path(LAUNCH_SH), st)
 
     async def launch():
-        ev.launch, ev.launch_problem = await _read_record(ops, ev, LAUNCH_JSON, parse_launch)
+        ev.launch, ev.launch_problem = await _read_record(ops, ev, LAUNCH_JSON, parse_launch, memory)
 
     async def exit_():
-        ev.exit, ev.exit_problem = await _read_record(ops, ev, EXIT_JSON, parse_exit)
+        ev.exit, ev.exit_problem = await _read_record(ops, ev, EXIT_JSON, parse_exit, memory)
 
     async def stop():
-        ev.stop, _ = await _read_record(ops, ev, STOP_JSON, parse_stop)
+        ev.stop, _ = await _read_record(ops, ev, STOP_JSON, parse_stop, memory)
 
     async def status():
-        ev.status, ev.status_problem = await _read_record(ops, ev, status_name, parse_status)
+        ev.status, ev.status_problem = await _read_record(ops, ev, status_name, parse_status, memory)
 
     await gather_eager(wrapper_id(), launch(), exit_(), stop(), status())
 
@@ -215,10 +217,10 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status = None
 
     ev.probes = await gather_probes(ops, run_dir, run_id)
-    _remember(_REPORTS, run_dir, ev.probes.read)
-    await _gather_distributed(ops, ev)
+    memory.reports = list(ev.probes.read)
+    await _gather_distributed(ops, ev, memory)
     if ev.launch is not None:
-        _remember(_PIDS, run_dir, ev.launch.pid)
+        memory.pid = ev.launch.pid
         ev.tree, _ = await gather_eager(ops.proc_tree(ev.launch.pid, run_dir=run_dir),
                                           tracker.read_files(ops, run_dir, run_id, ev.now, ev.files))
         ev.proc = judged_root(ev.launch, run_dir, ev.tree.root)
@@ -250,7 +252,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     elif ev.launch is not None and ev.launch.log_error and ev.exists(LAUNCH_OUT):
         ev.launch_out = await _read_tail_text(ops, ev.path(LAUNCH_OUT), 4 << 10)
     if ev.launch is not None and not wrapper_gone and ev.exit is None:
-        await _gather_hang(ops, ev)
+        await _gather_hang(ops, ev, memory)
     if ev.launch is not None:
         await _observe_activity(ops, ev, tracker)
     return ev
@@ -269,42 +271,22 @@ def _look_plan(run_dir: str, rank: int) -> tuple[str, tuple[str, ...], tuple[str
     return status_name, names, paths, tuple(reads.items())
 
 
-async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
+async def _gather_distributed(ops: RemoteOps, ev: Evidence, memory: LookMemory) -> None:
     """Where each rank's collectives stand (Flight Recorder) and the first failure (torchelastic),
     from the files the run left in its probe directory; live or ended."""
     listing = getattr(ev.probes, "listing", [])
     if not listing or not holds_distributed_files(tuple(st.path for st in listing)):
         return   # what the two would find in it: nothing
     (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await gather_eager(
-        gather_collectives(ops, ev.run_dir, listing, ev.probes),
-        gather_root_cause(ops, ev.run_dir, listing, ev.probes))
+        gather_collectives(ops, ev.run_dir, listing, ev.probes, memory),
+        gather_root_cause(ops, ev.run_dir, listing, ev.probes, memory))
     ev.hang.problems.extend(fr_problems + err_problems)
 
 
-async def _gather_hang(ops: RemoteOps, ev: Evidence) -> None:
+async def _gather_hang(ops: RemoteOps, ev: Evidence, memory: LookMemory) -> None:
     """Stacks of the processes whose probe reports went stale (only while the run lives)."""
-    ev.hang.stack_dumps, problems = await gather_stack_dumps(ops, ev.run_dir, ev.probes, ev.now)
+    ev.hang.stack_dumps, problems = await gather_stack_dumps(ops, ev.run_dir, ev.probes, ev.now, memory)
     ev.hang.problems.extend(problems)
-
-
-# A dashboard looks at the same records every second; most of them have not changed since
-# (launch.json never does, status.json at most once a second, always by an atomic rename).
-# Records are read-only evidence, so a file with the same inode, size and mtime as at the last
-# look gives the same parsed record, and such a launch.sh the same run id, without a read.
-_CACHE_MAX = 4096
-_RECORDS: dict[tuple, object] = {}
-_WRAPPER_IDS: dict[tuple, str | None] = {}
-# The wrapper pid launch.json named at the last look, per run dir: the tree the next look
-# asks for in its first request (a pid that changed is asked again, on its own).
-_PIDS: dict[str, int] = {}
-# The probe reports each run dir's last look read (their paths), asked for in the next one's first request.
-_REPORTS: dict[str, list[str]] = {}
-
-
-def _remember(cache: dict, key: tuple, value) -> None:
-    if len(cache) >= _CACHE_MAX:
-        cache.clear()
-    cache[key] = value
 
 
 # How often a one-shot look waits another half CPU_WINDOW_S for fresh probe reports.

@@ -23,6 +23,7 @@ from ...contract.rundir import PROBE_DIR, PROBE_INTERVAL_S, ProbeReport, ProbeTh
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import RemoteOps, StackDumpAnswer
 from ..stacks.records import StackDump
+from .memory import LookMemory
 
 # A report older than this many probe intervals is stale: its process could not run Python.
 STALE_AFTER_S = 3 * PROBE_INTERVAL_S
@@ -109,25 +110,14 @@ def is_stale(report: ProbeReport, now: float) -> bool:
     return not report.ended and now - report.time > STALE_AFTER_S
 
 
-# (run dir, pid, start ticks) -> (monotonic time asked, the dump then): a dashboard polls every
-# second, and the target is asked again only after DUMP_EVERY_S.
-_LAST: dict[tuple[str, int, int | None], tuple[float, StackDump | None]] = {}
-_LAST_MAX = 1024
-
-
-def forget_dumps() -> None:
-    """Drop the remembered dumps, so the next look asks the target again."""
-    _LAST.clear()
-
-
-async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport) -> tuple[StackDump | None, str | None]:
-    key = (run_dir, report.pid, report.start_ticks)
-    asked = _LAST.get(key)
+async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport,
+                    memory: LookMemory) -> tuple[StackDump | None, str | None]:
+    # A dashboard polls every second, and the target is asked again only after DUMP_EVERY_S.
+    key = (report.pid, report.start_ticks)
+    asked = memory.dumps.get(key)
     if asked is not None and time.monotonic() - asked[0] < DUMP_EVERY_S:
         return asked[1], None
-    if len(_LAST) >= _LAST_MAX:
-        _LAST.clear()
-    _LAST[key] = (time.monotonic(), asked[1] if asked else None)
+    memory.dumps.remember(key, (time.monotonic(), asked[1] if asked else None))
     name = f"{PROBE_DIR}/{probe_stack_name(report.pid)}"
     try:
         answer, source = None, "faulthandler"
@@ -145,16 +135,18 @@ async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport) -> tuple[
             return None, f"stacks of pid {report.pid}: py-spy: {answer.data.decode('utf-8', 'replace').strip()[-200:]}"
         return None, None     # gone, reused, no handler and no py-spy: nothing to say about it
     dump = stack_dump_of(report, answer, source)
-    _LAST[key] = (_LAST[key][0], dump)
+    memory.dumps.remember(key, (memory.dumps.get(key, (time.monotonic(),))[0], dump))
     return dump, None
 
 
 async def gather_stack_dumps(ops: RemoteOps, run_dir: str, reports: list[ProbeReport],
-                             now: float) -> tuple[dict[int, StackDump], list[str]]:
-    """Dumps of the processes whose reports are stale (by pid), and what could not be had."""
+                             now: float, memory: LookMemory | None = None) -> tuple[dict[int, StackDump], list[str]]:
+    """Dumps of the processes whose reports are stale (by pid), and what could not be had.
+    `memory`: this watch's dumps asked lately (none: ask afresh)."""
+    memory = memory if memory is not None else LookMemory()
     stale = [r for r in reports if is_stale(r, now) and r.start_ticks is not None][:MAX_DUMPS]
     if not stale:
         return {}, []
-    results = await asyncio.gather(*(_dump_one(ops, run_dir, r) for r in stale))
+    results = await asyncio.gather(*(_dump_one(ops, run_dir, r, memory) for r in stale))
     dumps = {r.pid: d for r, (d, _) in zip(stale, results) if d is not None}
     return dumps, [p for _, p in results if p]
