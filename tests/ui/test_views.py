@@ -294,7 +294,7 @@ async def test_warn_and_fail_checks_show_in_full_at_80x24():
 async def test_a_stop_under_way_reads_stopping_in_the_header_and_the_checklist():
     app, _ = app_with(report=R.stopping())
     async with app.run_test(size=(100, 30)) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.pause()
         text = " ".join(screen_text(app).split())
         assert "STOPPING" in text and "STALLED" not in text and "RUNNING" not in text, text
