@@ -175,8 +175,9 @@ def _checklist_lines(checklist: Checklist, now: float) -> list[str]:
         since = _fmt_since(t.since, now)
         lines.append(f"  thread  {proc} {t.name}: {t.cls}" + (f" {t.doing}" if t.doing else "")
                      + (f" in {t.where}" if t.where else "") + (f"  ({since})" if since else ""))
-    # Many ranks as one picture: where the ranks stand, the odd ones out first (all: --json).
-    groups = checklist.rank_groups
+    # Many ranks as one picture: where the ranks stand, the odd ones out first (all: --json);
+    # only where ranks share a place (one rank a group: the thread lines say it all).
+    groups = checklist.rank_groups if any(len(g.ranks) > 1 for g in checklist.rank_groups) else []
     for g in groups[:_RANK_GROUPS_SHOWN]:
         lines.append(f"  ranks   {g.words()}" + (f"  [{g.threads} threads]" if g.threads > len(g.ranks) else ""))
     if len(groups) > _RANK_GROUPS_SHOWN:
