@@ -42,6 +42,7 @@ run_dir = "/workspace/runs/dflash/"
 python = "/opt/venv/bin/python"
 train_args = ["--target-devices", "cuda:0,cuda:1", "--drafter-devices", "cuda:2,cuda:3"]
 stall_after_s = 120
+learn_stall = false
 '''))
     p = cfg.profile(None)     # the file's only profile is the default
     assert p.name == "gpu1" and p.host == "gpu1" and p.port == 2222 and p.container == "pct:200"
@@ -49,7 +50,7 @@ stall_after_s = 120
     assert not p.identity_file.startswith("~")
     assert p.where() == "root@gpu1:2222 · pct:200"
     assert p.trainer_argv[:5] == ["/opt/venv/bin/python", "-m", "dflash_train", "--run-dir", "/workspace/runs/dflash"]
-    assert p.stall_after_s == 120.0
+    assert p.stall_after_s == 120.0 and p.learn_stall is False
     assert cfg.profile("local").is_local     # the built-in stays reachable by name
 
 
@@ -86,6 +87,7 @@ train_args = ["$(touch /tmp/pwned)", "a b", "line1\nline2", "'", "\""]
     ('[profile.a]\ncommand = []', ["command = [] is empty"]),
     ('[profile.a]\nuser = "root"', ["host is not", "run locally"]),
     ('[profile.a]\nstall_after_s = 0', ["stall_after_s", "> 0"]),
+    ('[profile.a]\nlearn_stall = "no"', ["learn_stall = 'no'", "true or false"]),
     ('[profile.a]\nhost = " gpu"\nrun_dir = "/r"', ["host", "surrounding spaces"]),
     ('[profile.a]\nhost = "gpu"\nrun_dir = "/r"\n[profile.b]\nhost = "x"\nrun_dir="/r"', None),
     ('[profile.a\nhost = 1', ["not valid TOML"]),

@@ -667,12 +667,21 @@ class Trainer:
         --eval-every steps and at the last one, on the leader; the tau measured now, if any."""
         if self._baseline is not None:
             weights, self._baseline = self._baseline, None
-            tau0 = self.evaluate(step, weights)
+            tau0 = self._evaluate_in_phase(step, weights)
             self.tel.log(f"eval: step {step} tau {tau0:.2f} (the weights the run started from)")
         args = self.args
         if self.world.is_leader and args.eval_every and (done % args.eval_every == 0 or done == args.steps):
-            return self.evaluate(done)
+            return self._evaluate_in_phase(done)
         return None
+
+    def _evaluate_in_phase(self, step: int, weights: list[torch.Tensor] | None = None) -> float:
+        """`evaluate` in the EVALUATING phase: a known pause, so the watcher's silence limit
+        learned from the steps' pace does not apply while it lasts."""
+        self.tel.set_phase(Phase.EVALUATING)
+        try:
+            return self.evaluate(step, weights)
+        finally:
+            self.tel.set_phase(Phase.TRAINING)
 
     def _log_step(self, done: int, loss: float, acc: float, tps: float | None, tau: float | None) -> None:
         """train.log's step line: every --log-every steps, at the last one and with each eval."""

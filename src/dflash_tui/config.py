@@ -75,6 +75,9 @@ class Profile:
     ssh_config: str | None = None      # None: ~/.ssh/config
     stall_after_s: float = 60.0        # heartbeat older than this: STALLED
     compile_stall_after_s: float = 900.0  # same, for a thread that is compiling or warming up
+    # Once the run shows its pace, its silence limit is learned from it, stall_after_s the
+    # ceiling (run/verdict/stall_limit.py); false keeps stall_after_s.
+    learn_stall: bool = True
     launch_deadline_s: float = 1.0     # no launch.json this long after the launch: NEVER STARTED
     stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
@@ -201,6 +204,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "master_addr": ((str,), "the address the other nodes reach the first node at"),
     "master_port": ((int,), "a port number (1-65535)"),
     "probe": ((bool,), "true or false"),
+    "learn_stall": ((bool,), "true or false"),
 }
 
 

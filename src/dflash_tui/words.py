@@ -25,6 +25,12 @@ def duration(seconds: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
+def seconds_words(seconds: float) -> str:
+    """A short length of time to a tenth below 10 s ("1.5 s", a step's time), else `duration`."""
+    s = max(0.0, seconds)
+    return f"{s:.1f} s" if s < 9.95 else duration(s)
+
+
 def ago(seconds: float | None) -> str:
     """How long ago, in prose: "just now", "12 s ago", "5 min ago"; None is "never"."""
     if seconds is None:

@@ -166,6 +166,7 @@ class Phase(str, Enum):
     WARMING = "warming"        # main-thread compile warm-up
     TRAINING = "training"
     CHECKPOINTING = "checkpointing"
+    EVALUATING = "evaluating"  # the leader measures tau; the other threads wait
     FINISHED = "finished"
     FAILED = "failed"
 

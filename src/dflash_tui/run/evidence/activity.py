@@ -34,6 +34,7 @@ from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from ..eager import gather_eager
 from ..stacks.records import StackDump
 from .progress import LogProgress, ProgressParser
+from .pace import Pace
 from .memory import LookMemory
 from .recent_reads import RecentReads
 from ..stacks.classify import ThreadClass, classify, own_code, parse_frame
@@ -92,6 +93,8 @@ class Activity:
     # per thread, when its frames took exactly the form they have now, lines included (first
     # seen so): a thread that waits has stood still since then, wherever its function began.
     frames_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    # The run's pace (run/evidence/pace.py): recent intervals between the progress the looks saw.
+    intervals: tuple[float, ...] = ()
 
     @property
     def advancing(self) -> bool:
@@ -243,6 +246,7 @@ class ProgressTracker:
         self._stack_moved_where = ""
         self._stack_moved_own = False
         self._proc_cpu: dict[int, tuple[float, float, float | None]] = {}
+        self._pace = Pace()
 
     @property
     def progress(self) -> LogProgress:
@@ -303,6 +307,8 @@ class ProgressTracker:
                 self._step_at, self._step_source = log.mtime, "log"
         if ev_data:
             self._events_fed(ev_data)
+        # -- the pace (learned stall limit): the newest progress this look saw ------------------
+        self._pace.saw(max((t for t in (self._step_at, self._ev_step_at) if t is not None), default=None))
 
     def cursors(self, run_dir: str) -> dict[str, int]:
         """Where the next reads of train.log and events.jsonl start while they grow by less than
@@ -469,4 +475,5 @@ class ProgressTracker:
             stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
             stack_moved_own=self._stack_moved_own,
             stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
-            frames_since=MappingProxyType({k: v[1] for k, v in self._frames.items()}))
+            frames_since=MappingProxyType({k: v[1] for k, v in self._frames.items()}),
+            intervals=self._pace.intervals)

@@ -194,6 +194,10 @@ class Checklist:
     # The probed threads of a run of several ranks grouped by where they stand, odd ones out
     # first (run/verdict/rank_groups.py); empty for a run of one rank.
     rank_groups: list[RankGroup] = field(default_factory=list)
+    # A live run's silence limit in force and why (run/verdict/stall_limit.py); None when the
+    # run is not alive (or not launched).
+    stall_limit_s: float | None = None
+    stall_limit_why: str = ""
 
     def __post_init__(self) -> None:
         self.summary = _inert(self.summary)
@@ -221,4 +225,5 @@ class Checklist:
                 "checks": [c.to_dict() for c in self.checks],
                 "threads": [t.to_dict() for t in self.threads],
                 "rank_groups": [g.to_dict() for g in self.rank_groups],
+                "stall_limit_s": self.stall_limit_s, "stall_limit_why": self.stall_limit_why,
                 **({"slurm": self.slurm} if self.slurm is not None else {})}

@@ -108,7 +108,7 @@ def _list(items: Iterable[int]) -> str:
 
 
 # Trainer phases after the main-thread compile warm-up (contract.rundir.Phase values).
-_PAST_COMPILE = {"training", "checkpointing", "finished"}
+_PAST_COMPILE = {"training", "checkpointing", "evaluating", "finished"}
 
 
 def gpu_check_for_status(snap: GpuSnapshot | None, status: "TrainStatus | None",

@@ -24,6 +24,7 @@ from ..evidence.observe import Evidence, current_run_id, process_matches
 from .slurm_job import judge as judge_slurm_job
 from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
+from .stall_limit import StallLimit, known_pause, stall_limit
 from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -38,10 +39,11 @@ class Limits:
     compile_stall_after_s: float = 900.0
     launch_deadline_s: float = 1.0
     stop_grace_s: float = 10.0
+    learn_stall: bool = True       # the silence limit learned from the run's pace (stall_limit.py)
 
     @classmethod
     def from_profile(cls, p: Profile) -> "Limits":
-        return cls(p.stall_after_s, p.compile_stall_after_s, p.launch_deadline_s, p.stop_grace_s)
+        return cls(p.stall_after_s, p.compile_stall_after_s, p.launch_deadline_s, p.stop_grace_s, p.learn_stall)
 
 
 # How long past stop_grace_s a stop may still be under way: the stopper's wait after SIGKILL
@@ -255,8 +257,35 @@ def _silence_limit(ev: Evidence, limits: Limits, views: list[ThreadView], traine
     return limits.stall_after_s
 
 
-def _limit_name(limit: float, limits: Limits) -> str:
-    return "compile_stall_after_s" if limit == limits.compile_stall_after_s != limits.stall_after_s else "stall_after_s"
+# -- the silence limit learned from the run's pace (run/verdict/stall_limit.py) ----------------
+
+def _pace_limit(ev: Evidence, limits: Limits, fixed: float) -> StallLimit:
+    """The limit in force for the run's progress: learned from its pace once it has one, except
+    in a known pause (compiling: `fixed`; evaluating, saving a checkpoint)."""
+    intervals = ev.activity.intervals if ev.activity is not None else ()
+    # Stacks are read for a pause only where a learned limit could apply.
+    may_learn = limits.learn_stall and fixed == limits.stall_after_s and len(intervals) > 0
+    return stall_limit(fixed, stall_after_s=limits.stall_after_s, learn=limits.learn_stall,
+                       intervals=intervals, pause=known_pause(ev) if may_learn else "")
+
+
+def _limit_check(checks: list[Check], stall: StallLimit) -> None:
+    """A "Silence limit" check once the pace (or a known pause) sets the limit; the fixed rule
+    alone needs no line (`--check --json` carries it as stall_limit_s always)."""
+    if stall.from_pace:
+        checks.append(Check("stall_limit", "Silence limit", OK, _one_line(stall.to_words()), ""))
+
+
+def _limit_words(silent: str, stall: StallLimit) -> str:
+    """The progress check's cause past the limit: "no output for 12 s (limit 10 s: 5x ...)"."""
+    return f"{silent} (limit {stall.words()})"
+
+
+def _with_limit(summary: str, stall: StallLimit, silent_for: float) -> str:
+    words = stall.stalled_words(silent_for)
+    return f"{summary}; {words}" if words else summary
+
+# -- end of the learned limit ---------------------------------------------------------------------
 
 
 def _stack_moved(ev: Evidence, limits: Limits) -> bool:
@@ -292,13 +321,16 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
     silent_for = now - (last if last is not None else launch.start_time)
     parsed = progress_words(ev)
     limit = _silence_limit(ev, limits, views)
+    stall = _pace_limit(ev, limits, limit)     # the learned limit, or the fixed one
+    _limit_check(checks, stall)
     moved = _stack_moved(ev, limits)
 
     def verdict(v: Verdict, summary: str, hang: Hang | None = None) -> Checklist:
         stacks = stacks_check(ev, views, hang, v is Verdict.STALLED)
-        return Checklist(v, checks + ([stacks] if stacks is not None else []), _one_line(summary, 400))
+        return Checklist(v, checks + ([stacks] if stacks is not None else []), _one_line(summary, 400),
+                         stall_limit_s=stall.seconds, stall_limit_why=stall.to_words())
 
-    if silent_for <= limits.stall_after_s:
+    if silent_for <= min(stall.seconds, limits.stall_after_s):
         if last is None:
             add(Check("progress", "Progress (log, events)", PENDING,
                       f"no output from the program yet (up {_duration(uptime)})", ""))
@@ -335,7 +367,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
         add(Check("progress", "Progress (log, events)", WARN, f"{silent}, but {moves} {_age(now, act.stack_moved_at)}",
                   hint, act.stack_moved_at))
         return verdict(Verdict.RUNNING if act.stack_moved_own or advanced else Verdict.STARTING, summary)
-    if silent_for <= limit:
+    if silent_for <= limit and limit > limits.stall_after_s:
         # No stacks to tell what it is: busy and silent, within the compile limit.
         add(Check("progress", "Progress (log, events)", WARN,
                   f"{silent}, but the process tree is {cpu_words(act)}",
@@ -353,9 +385,8 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
         hint = "blocked on I/O, a lock or a peer: look at the log's last lines and the threads"
     if disk_words:
         why, hint = f"{disk_words}; {why}", DISK_HINT
-    add(Check("progress", "Progress (log, events)", FAIL,
-              _one_line(f"{silent} (limit {_limit_name(limit, limits)} {limit:.0f} s)"), hint, last))
-    return verdict(Verdict.STALLED, why, hang)
+    add(Check("progress", "Progress (log, events)", FAIL, _one_line(_limit_words(silent, stall)), hint, last))
+    return verdict(Verdict.STALLED, _with_limit(why, stall, silent_for), hang)
 
 
 def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits: Limits,
@@ -395,13 +426,14 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
 
     last_step = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
     training = st.phase == Phase.TRAINING.value
+    stall = _pace_limit(ev, limits, _silence_limit(ev, limits, views))   # the learned limit, or the fixed one
     if st.step > 0 or last_step is not None:
         step_at = last_step if last_step is not None else st.time
         # Any source of progress counts: a step in status.json, the log growing, a step event.
         progress_at = last_progress(ev, step_at)
-        step_limit = _silence_limit(ev, limits, views)
-        if training and now - progress_at > step_limit:
-            add(Check("steps", "Steps advancing", FAIL, f"step {st.step} unchanged since {_age(now, step_at)}",
+        if training and now - progress_at > stall.seconds:
+            unchanged = f"step {st.step} unchanged since {_age(now, step_at)}"
+            add(Check("steps", "Steps advancing", FAIL, _limit_words(unchanged, stall) if stall.from_pace else unchanged,
                       "heartbeats without steps: a worker is stuck (see Threads)", last_step))
         else:
             total = f"/{st.total_steps}" if st.total_steps else ""
@@ -416,6 +448,7 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
         add(Check("steps", "Steps advancing", PENDING, f"phase {st.phase}, no step yet", "", launch.start_time))
     if st.last_error:
         add(Check("errors", "Trainer errors", WARN, _one_line(st.last_error), "see the log", st.time))
+    _limit_check(checks, stall)
     for c in (probe_check(ev, limits.stall_after_s), cpu_check(ev.activity, uptime)):
         if c is not None:
             add(c)
@@ -435,23 +468,27 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
             summary, hang = _stalled_words(ev, views, silent_for,
                                            heartbeat="no heartbeat" if failing[0].id == "heartbeat" else "")
             summary = f"{failing[0].cause}; {summary}"
+            if failing[0].id == "steps":
+                summary = _with_limit(summary, stall, silent_for)
         if disk:
             summary = f"{disk}; {summary}"
         stacks = stacks_check(ev, views, hang, True)
-        return Checklist(Verdict.STALLED, checks + ([stacks] if stacks else []), _one_line(summary, 400), judged)
+        return Checklist(Verdict.STALLED, checks + ([stacks] if stacks else []), _one_line(summary, 400), judged,
+                         stall_limit_s=stall.seconds, stall_limit_why=stall.to_words())
     stacks = stacks_check(ev, views, None, False)
     if stacks is not None:
         add(stacks)
     if not any(c.id == "steps" and c.state is OK for c in checks):
         return Checklist(Verdict.STARTING, checks, f"pid {launch.pid} alive, phase {st.phase}, heartbeats fresh",
-                         judged)
+                         judged, stall_limit_s=stall.seconds, stall_limit_why=stall.to_words())
     total = f"/{st.total_steps}" if st.total_steps else ""
     extra = "".join(f", {k} {v:.3g}" for k, v in (("loss", st.loss), ("τ", st.tau)) if v is not None)
     if st.step_time_s is not None:
         extra += f", {st.step_time_s * 1000:.0f} ms/step"
     if st.mfu is not None:
         extra += f", MFU {st.mfu * 100:.0f} %"
-    return Checklist(Verdict.RUNNING, checks, f"step {st.step}{total}{extra}, up {_duration(uptime)}", judged)
+    return Checklist(Verdict.RUNNING, checks, f"step {st.step}{total}{extra}, up {_duration(uptime)}", judged,
+                     stall_limit_s=stall.seconds, stall_limit_why=stall.to_words())
 
 
 

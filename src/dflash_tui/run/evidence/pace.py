@@ -1,0 +1,37 @@
+"""A run's pace: the intervals between the progress its looks saw (steps, progress lines).
+
+The verdict engine learns a run's silence limit from them (run/verdict/stall_limit.py). An
+interval is the time between the newest progress one look saw and the newest the look before
+it saw (target clock, the log's mtime or a step event's own time). A look that comes seldom
+sees several steps at once: their interval is then the time between looks, never less than
+the slowest step in between, so a coarse look can only make the learned limit longer.
+"""
+
+from __future__ import annotations
+
+import collections
+
+# How many of the newest intervals the pace keeps: "recent" for the learned limit.
+RECENT = 100
+
+
+class Pace:
+    """The recent intervals between newest progress times, in the order seen."""
+
+    def __init__(self, recent: int = RECENT) -> None:
+        self._last: float | None = None
+        self._intervals: collections.deque[float] = collections.deque(maxlen=recent)
+
+    def saw(self, t: float | None) -> None:
+        """The newest progress time a look saw (None: none yet). The same time again, or an
+        older one (a log rewritten), adds no interval."""
+        if t is None:
+            return
+        if self._last is not None and t > self._last:
+            self._intervals.append(t - self._last)
+        if self._last is None or t > self._last:
+            self._last = t
+
+    @property
+    def intervals(self) -> tuple[float, ...]:
+        return tuple(self._intervals)

@@ -1,0 +1,49 @@
+"""Known pauses of a training run, from a thread's stack: a checkpoint save, an evaluation.
+
+Pure. A run that steps every second may save a checkpoint for a minute or evaluate for ten
+seconds; its silence then is no hang, and the silence limit learned from its pace does not
+apply (run/verdict/stall_limit.py). A thread is in such a pause while its frames (the probe's
+innermost ones, "file:line function") show:
+
+- a checkpoint save: torch.save (torch/serialization.py), torch.distributed.checkpoint,
+  safetensors' save, or a function of the program's own code named like a save
+  (`save_checkpoint`, `save_model`, `checkpoint`, `_save`);
+- an evaluation: a function of the program's own code named like one (`evaluate`, `eval_epoch`,
+  `run_validation`, `validation_step`), or the evaluation loops of transformers and Lightning.
+
+Activation checkpointing (torch/utils/checkpoint.py) runs inside a step: no pause.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .classify import own_code, parse_frame
+
+_SAVE_PATHS = ("/torch/distributed/checkpoint/", "/safetensors/torch.py", "/safetensors/__init__.py")
+_SERIALIZATION = "/torch/serialization.py"
+_SERIALIZATION_SAVES = frozenset({"save", "_save", "_legacy_save"})
+_SAVE_NAME = re.compile(r"(^|_)(save|checkpoint|ckpt|checkpointing)(_|$)", re.IGNORECASE)
+_EVAL_PATHS = (("/transformers/trainer.py", frozenset({"evaluate", "evaluation_loop", "prediction_step", "predict"})),
+               ("/lightning/pytorch/loops/evaluation_loop.py", None),
+               ("/pytorch_lightning/loops/evaluation_loop.py", None))
+_EVAL_NAME = re.compile(r"(^|_)(eval|evaluate|evaluation|validate|validation|valid)(_|$)", re.IGNORECASE)
+
+
+def pause_in(frames: list[str] | tuple[str, ...]) -> str:
+    """What known pause a thread with these frames (innermost first) is in, in words:
+    "saving a checkpoint (torch.save)", "evaluating (evaluate)"; "" for none."""
+    for text in frames:
+        f = parse_frame(text)
+        if f.path.endswith(_SERIALIZATION) and f.function in _SERIALIZATION_SAVES:
+            return "saving a checkpoint (torch.save)"
+        if any(p in f.path for p in _SAVE_PATHS):
+            return f"saving a checkpoint ({f.function})"
+        if any(p in f.path and (names is None or f.function in names) for p, names in _EVAL_PATHS):
+            return f"evaluating ({f.function})"
+        if own_code(f):
+            if _SAVE_NAME.search(f.function):
+                return f"saving a checkpoint ({f.function})"
+            if _EVAL_NAME.search(f.function):
+                return f"evaluating ({f.function})"
+    return ""

@@ -1,0 +1,125 @@
+"""How long a live run may be silent before it is STALLED: learned from its own pace.
+
+Pure. The rule (docs/ARCHITECTURE.md, "Verdicts"):
+- Before a cadence is known (fewer than MIN_INTERVALS intervals between progress seen: the
+  first step, a start-up), the limit is `stall_after_s`.
+- Once it is known, the limit is the larger of FLOOR_S and FACTOR x the slowest of its recent
+  intervals (run/evidence/pace.py), never above `stall_after_s`: `stall_after_s` stays the
+  ceiling. FACTOR is nvidia-resiliency-ext's (5x the longest interval seen).
+- Known pauses keep their own limits: while compiling, `compile_stall_after_s` (the caller's
+  fixed limit says so); while evaluating or saving a checkpoint (the bundled trainer's phase,
+  or a thread's stack: run/stacks/pauses.py), `stall_after_s`.
+- `learn_stall = false` in the profile keeps `stall_after_s` always.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ...contract.rundir import Phase
+from ...words import duration, seconds_words
+from ..evidence.observe import Evidence
+from ..stacks.classify import ThreadClass, classify
+from ..stacks.pauses import pause_in
+
+FLOOR_S = 10.0
+FACTOR = 5.0
+MIN_INTERVALS = 10
+
+
+@dataclass(frozen=True)
+class StallLimit:
+    seconds: float
+    rule: str           # "learned", "stall_after_s" or "compile_stall_after_s"
+    why: str            # why this limit: "5x its slowest step of 1.5 s", "no cadence yet (3 of 10 steps)"
+    slowest: float | None = None   # the slowest recent interval, when learned
+    # "learned", "ceiling" (the pace reaches stall_after_s), "pause", "no_cadence", "off"
+    # (learn_stall = false) or "compiling"
+    kind: str = "no_cadence"
+
+    @property
+    def learned(self) -> bool:
+        return self.rule == "learned"
+
+    @property
+    def from_pace(self) -> bool:
+        """The pace or a known pause decided it (not the fixed rule alone): worth a line."""
+        return self.kind in ("learned", "ceiling", "pause")
+
+    def words(self) -> str:
+        """The limit as a check's cause says it: "10 s: 5x its slowest step of 1.5 s, at least
+        10 s" (learned), "stall_after_s 60 s" (fixed: the rule names it)."""
+        if self.learned:
+            return f"{duration(self.seconds)}: {self.why}"
+        return f"{self.rule} {self.seconds:.0f} s"
+
+    def to_words(self) -> str:
+        """The limit and why, for the checklist: "10 s: 5x its ...", "stall_after_s 60 s: no
+        cadence yet (3 of 10 steps)"."""
+        return self.words() if self.learned else f"{self.words()}: {self.why}"
+
+    def stalled_words(self, silent_for: float) -> str:
+        """What a STALLED summary says of the limit: "STALLED after 9 s: 6x its slowest step
+        of 1.5 s" for a learned one; "" for a fixed one (the summary says how long already)."""
+        if not self.learned or not self.slowest:
+            return ""
+        return (f"STALLED after {duration(silent_for)}: {silent_for / self.slowest:.0f}x its slowest step "
+                f"of {seconds_words(self.slowest)}")
+
+
+def learned_limit(intervals: Sequence[float], ceiling: float, *, floor: float = FLOOR_S,
+                  factor: float = FACTOR, min_intervals: int = MIN_INTERVALS) -> StallLimit | None:
+    """The limit the pace gives (None: no cadence known yet, fewer than `min_intervals`):
+    max(floor, factor x the slowest interval), never above `ceiling`."""
+    if len(intervals) < min_intervals:
+        return None
+    slowest = max(intervals)
+    seconds = max(floor, factor * slowest)
+    why = f"{factor:g}x its slowest step of {seconds_words(slowest)}"
+    if factor * slowest < floor:
+        why = f"{why}, at least {duration(floor)}"
+    if seconds >= ceiling:
+        return StallLimit(ceiling, "stall_after_s", f"the ceiling; {why} reaches it", kind="ceiling")
+    return StallLimit(seconds, "learned", why, slowest, kind="learned")
+
+
+_PHASE_PAUSES = {Phase.CHECKPOINTING.value: "saving a checkpoint (the trainer's phase)",
+                 Phase.EVALUATING.value: "evaluating (the trainer's phase)"}
+
+
+def known_pause(ev: Evidence) -> str:
+    """The known pause the run is in now, in words ("" for none): the bundled trainer's phase
+    (status.json), else a thread of a live process whose stack is in a save or an evaluation
+    (the probe's report, or the stack dump taken after a stale one). A thread parked on a lock
+    or a queue is not in one, whatever function waits there (a saver thread waiting for work)."""
+    if ev.status is not None and ev.status.phase in _PHASE_PAUSES:
+        return _PHASE_PAUSES[ev.status.phase]
+    for p in ev.probes:
+        if p.ended:
+            continue
+        dump = ev.hang.stack_dumps.get(p.pid)
+        threads = dump.threads if dump is not None and dump.time > p.time else p.threads
+        for t in threads:
+            pause = pause_in(t.frames)
+            if pause and (pause.endswith("(torch.save)") or classify(t.frames, t.compile_state).cls is not ThreadClass.LOCK):
+                return pause
+    return ""
+
+
+def stall_limit(fixed: float, *, stall_after_s: float, learn: bool, intervals: Sequence[float],
+                pause: str = "") -> StallLimit:
+    """The silence limit in force. `fixed`: the limit without a pace (compile_stall_after_s
+    while compiling, else stall_after_s: run/verdict/health.py `_silence_limit`); `pause`: the
+    known pause the run is in ("evaluating (evaluate)", ""); `intervals`: its pace."""
+    if fixed != stall_after_s:
+        return StallLimit(fixed, "compile_stall_after_s", "compiling, or busy with no stacks to tell", kind="compiling")
+    if not learn:
+        return StallLimit(fixed, "stall_after_s", "learn_stall = false", kind="off")
+    if pause:
+        return StallLimit(fixed, "stall_after_s", pause, kind="pause")
+    learned = learned_limit(intervals, stall_after_s)
+    if learned is None:
+        return StallLimit(fixed, "stall_after_s", f"no cadence yet ({len(intervals)} of {MIN_INTERVALS} steps)"
+                          if intervals else "no cadence yet")
+    return learned
