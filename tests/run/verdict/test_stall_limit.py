@@ -136,3 +136,13 @@ def test_the_trainers_phases_keep_stall_after_s_and_its_steps_learn():
     for phase in ("evaluating", "checkpointing"):
         cl = judged(phase)
         assert cl.verdict is Verdict.RUNNING and cl.stall_limit_s == 60, (phase, cl)
+
+
+def test_an_interval_a_look_saw_paused_is_no_step():
+    pace = Pace()
+    pace.saw(1.0)
+    pace.saw(2.0)
+    pace.pausing()          # an evaluation seen: the next interval is left out
+    pace.saw(12.0)
+    pace.saw(13.0)
+    assert pace.intervals == (1.0, 1.0)

@@ -35,6 +35,7 @@ from ..eager import gather_eager
 from ..stacks.records import StackDump
 from .progress import LogProgress, ProgressParser
 from .pace import Pace
+from ..stacks.pauses import known_pause
 from .memory import LookMemory
 from .recent_reads import RecentReads
 from ..stacks.classify import ThreadClass, classify, own_code, parse_frame
@@ -324,11 +325,14 @@ class ProgressTracker:
         return out
 
     def observe(self, now: float, tree: ProcTree | None, probes: list[ProbeReport] = (),
-                dumps: Mapping[int, StackDump] | None = None) -> Activity:
-        """The other half: this poll's process tree and stacks sampled, and what advanced."""
+                dumps: Mapping[int, StackDump] | None = None, phase: str | None = None) -> Activity:
+        """The other half: this poll's process tree and stacks sampled, and what advanced.
+        `phase`: the bundled trainer's, from status.json (its known pauses)."""
         self.samples += 1
         self.sample_cpu(now, tree)
         self.sample_stacks(probes, dumps)
+        if known_pause(phase, probes, dumps):   # the pace (learned stall limit) leaves it out
+            self._pace.pausing()
         return self.activity(now, tree)
 
     def sample_stacks(self, probes: list[ProbeReport], dumps: Mapping[int, StackDump] | None = None) -> None:

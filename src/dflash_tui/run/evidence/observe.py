@@ -294,7 +294,8 @@ _REPORT_RETRIES = 2
 
 
 async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTracker) -> None:
-    ev.activity = tracker.observe(ev.now, ev.tree, ev.probes, ev.hang.stack_dumps)
+    ev.activity = tracker.observe(ev.now, ev.tree, ev.probes, ev.hang.stack_dumps,
+                                  ev.status.phase if ev.status is not None else None)
     if tracker.needs_second_sample(ev.now, ev.files.get(TRAIN_LOG), ev.tree) and ev.exit is None:
         # One-shot: busy or idle needs a CPU rate, and a rate needs a second sample; so do
         # stacks that move (the probe rewrites its reports every second).

@@ -5,6 +5,10 @@ interval is the time between the newest progress one look saw and the newest the
 it saw (target clock, the log's mtime or a step event's own time). A look that comes seldom
 sees several steps at once: their interval is then the time between looks, never less than
 the slowest step in between, so a coarse look can only make the learned limit longer.
+
+An interval during which a look saw a known pause (an evaluation, a checkpoint save:
+run/stacks/pauses.py) is not the steps' pace: it is left out, as the pause keeps its own limit
+(nvidia-resiliency-ext learns its sections' timeouts apart in the same way).
 """
 
 from __future__ import annotations
@@ -21,16 +25,21 @@ class Pace:
     def __init__(self, recent: int = RECENT) -> None:
         self._last: float | None = None
         self._intervals: collections.deque[float] = collections.deque(maxlen=recent)
+        self._paused = False     # a look saw a known pause since the newest progress
 
     def saw(self, t: float | None) -> None:
         """The newest progress time a look saw (None: none yet). The same time again, or an
         older one (a log rewritten), adds no interval."""
         if t is None:
             return
-        if self._last is not None and t > self._last:
+        if self._last is not None and t > self._last and not self._paused:
             self._intervals.append(t - self._last)
         if self._last is None or t > self._last:
-            self._last = t
+            self._last, self._paused = t, False
+
+    def pausing(self) -> None:
+        """A look saw the run in a known pause: the interval it is in is no step's."""
+        self._paused = True
 
     @property
     def intervals(self) -> tuple[float, ...]:

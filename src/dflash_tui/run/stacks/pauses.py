@@ -11,14 +11,21 @@ innermost ones, "file:line function") show:
 - an evaluation: a function of the program's own code named like one (`evaluate`, `eval_epoch`,
   `run_validation`, `validation_step`), or the evaluation loops of transformers and Lightning.
 
-Activation checkpointing (torch/utils/checkpoint.py) runs inside a step: no pause.
+Activation checkpointing (torch/utils/checkpoint.py) runs inside a step: no pause. A daemon
+thread, or one parked on a lock or a queue (a saver thread waiting for work), is in none,
+whatever its functions are named. The bundled trainer says its pauses itself: its phase in
+status.json (`phase_pause`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterable, Mapping
 
-from .classify import own_code, parse_frame
+from ...contract.rundir import Phase, ProbeReport
+from .classify import ThreadClass, classify, own_code, parse_frame
+from .records import StackDump
 
 _SAVE_PATHS = ("/torch/distributed/checkpoint/", "/safetensors/torch.py", "/safetensors/__init__.py")
 _SERIALIZATION = "/torch/serialization.py"
@@ -33,6 +40,12 @@ _EVAL_NAME = re.compile(r"(^|_)(eval|evaluate|evaluation|validate|validation|val
 def pause_in(frames: list[str] | tuple[str, ...]) -> str:
     """What known pause a thread with these frames (innermost first) is in, in words:
     "saving a checkpoint (torch.save)", "evaluating (evaluate)"; "" for none."""
+    return _pause_in(tuple(frames))
+
+
+# Every look asks of every thread; a stack that stands still is asked again and again.
+@functools.lru_cache(maxsize=1024)
+def _pause_in(frames: tuple[str, ...]) -> str:
     for text in frames:
         f = parse_frame(text)
         if f.path.endswith(_SERIALIZATION) and f.function in _SERIALIZATION_SAVES:
@@ -46,4 +59,36 @@ def pause_in(frames: list[str] | tuple[str, ...]) -> str:
                 return f"saving a checkpoint ({f.function})"
             if _EVAL_NAME.search(f.function):
                 return f"evaluating ({f.function})"
+    return ""
+
+
+_PHASE_PAUSES = {Phase.CHECKPOINTING.value: "saving a checkpoint (the trainer's phase)",
+                 Phase.EVALUATING.value: "evaluating (the trainer's phase)"}
+
+
+def phase_pause(phase: str | None) -> str:
+    """The bundled trainer's pause from its phase in status.json ("" for none)."""
+    return _PHASE_PAUSES.get(phase or "", "")
+
+
+def known_pause(phase: str | None, probes: Iterable[ProbeReport],
+                dumps: Mapping[int, StackDump] | None = None) -> str:
+    """The known pause a run is in now, in words ("" for none): the trainer's phase, else a
+    non-daemon thread of a live process whose stack (its report's, or the stack dump taken
+    after a stale report) is in a save or an evaluation, and not parked on a lock."""
+    pause = phase_pause(phase)
+    if pause:
+        return pause
+    for p in probes:
+        if p.ended:
+            continue
+        dump = (dumps or {}).get(p.pid)
+        threads = dump.threads if dump is not None and dump.time > p.time else p.threads
+        for t in threads:
+            if t.daemon:
+                continue
+            pause = pause_in(t.frames)
+            if pause and (pause.endswith("(torch.save)")
+                          or classify(t.frames, t.compile_state).cls is not ThreadClass.LOCK):
+                return pause
     return ""

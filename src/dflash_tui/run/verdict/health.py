@@ -24,7 +24,7 @@ from ..evidence.observe import Evidence, current_run_id, process_matches
 from .slurm_job import judge as judge_slurm_job
 from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
-from .stall_limit import StallLimit, known_pause, stall_limit
+from .stall_limit import StallLimit, run_pause, stall_limit
 from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -266,7 +266,7 @@ def _pace_limit(ev: Evidence, limits: Limits, fixed: float) -> StallLimit:
     # Stacks are read for a pause only where a learned limit could apply.
     may_learn = limits.learn_stall and fixed == limits.stall_after_s and len(intervals) > 0
     return stall_limit(fixed, stall_after_s=limits.stall_after_s, learn=limits.learn_stall,
-                       intervals=intervals, pause=known_pause(ev) if may_learn else "")
+                       intervals=intervals, pause=run_pause(ev) if may_learn else "")
 
 
 def _limit_check(checks: list[Check], stall: StallLimit) -> None:
@@ -288,10 +288,12 @@ def _with_limit(summary: str, stall: StallLimit, silent_for: float) -> str:
 # -- end of the learned limit ---------------------------------------------------------------------
 
 
-def _stack_moved(ev: Evidence, limits: Limits) -> bool:
-    """A non-daemon thread's own frames changed within stall_after_s: progress the log lacks."""
+def _stack_moved(ev: Evidence, within_s: float) -> bool:
+    """A non-daemon thread's own frames changed within the limit (stall_after_s, or the one
+    learned from the pace: a move into where the run then hangs is no progress past it):
+    progress the log lacks."""
     act = ev.activity
-    return act is not None and act.stack_moved_at is not None and ev.now - act.stack_moved_at <= limits.stall_after_s
+    return act is not None and act.stack_moved_at is not None and ev.now - act.stack_moved_at <= within_s
 
 
 def _stalled_words(ev: Evidence, views: list[ThreadView], silent_for: float, heartbeat: str = "") -> tuple[str, Hang | None]:
@@ -323,14 +325,15 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
     limit = _silence_limit(ev, limits, views)
     stall = _pace_limit(ev, limits, limit)     # the learned limit, or the fixed one
     _limit_check(checks, stall)
-    moved = _stack_moved(ev, limits)
+    quiet_s = min(stall.seconds, limits.stall_after_s)   # how long a silence is RUNNING
+    moved = _stack_moved(ev, quiet_s)
 
     def verdict(v: Verdict, summary: str, hang: Hang | None = None) -> Checklist:
         stacks = stacks_check(ev, views, hang, v is Verdict.STALLED)
         return Checklist(v, checks + ([stacks] if stacks is not None else []), _one_line(summary, 400),
                          stall_limit_s=stall.seconds, stall_limit_why=stall.to_words())
 
-    if silent_for <= min(stall.seconds, limits.stall_after_s):
+    if silent_for <= quiet_s:
         if last is None:
             add(Check("progress", "Progress (log, events)", PENDING,
                       f"no output from the program yet (up {_duration(uptime)})", ""))

@@ -17,11 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ...contract.rundir import Phase
 from ...words import duration, seconds_words
 from ..evidence.observe import Evidence
-from ..stacks.classify import ThreadClass, classify
-from ..stacks.pauses import pause_in
+from ..stacks.pauses import known_pause
 
 FLOOR_S = 10.0
 FACTOR = 5.0
@@ -84,27 +82,9 @@ def learned_limit(intervals: Sequence[float], ceiling: float, *, floor: float = 
     return StallLimit(seconds, "learned", why, slowest, kind="learned")
 
 
-_PHASE_PAUSES = {Phase.CHECKPOINTING.value: "saving a checkpoint (the trainer's phase)",
-                 Phase.EVALUATING.value: "evaluating (the trainer's phase)"}
-
-
-def known_pause(ev: Evidence) -> str:
-    """The known pause the run is in now, in words ("" for none): the bundled trainer's phase
-    (status.json), else a thread of a live process whose stack is in a save or an evaluation
-    (the probe's report, or the stack dump taken after a stale one). A thread parked on a lock
-    or a queue is not in one, whatever function waits there (a saver thread waiting for work)."""
-    if ev.status is not None and ev.status.phase in _PHASE_PAUSES:
-        return _PHASE_PAUSES[ev.status.phase]
-    for p in ev.probes:
-        if p.ended:
-            continue
-        dump = ev.hang.stack_dumps.get(p.pid)
-        threads = dump.threads if dump is not None and dump.time > p.time else p.threads
-        for t in threads:
-            pause = pause_in(t.frames)
-            if pause and (pause.endswith("(torch.save)") or classify(t.frames, t.compile_state).cls is not ThreadClass.LOCK):
-                return pause
-    return ""
+def run_pause(ev: Evidence) -> str:
+    """The known pause the run is in now (run/stacks/pauses.py), "" for none."""
+    return known_pause(ev.status.phase if ev.status is not None else None, ev.probes, ev.hang.stack_dumps)
 
 
 def stall_limit(fixed: float, *, stall_after_s: float, learn: bool, intervals: Sequence[float],
