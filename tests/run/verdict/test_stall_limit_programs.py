@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.config import Profile
+from dflash_tui.config import LOCAL_TRAIN_ARGS, Profile
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.run.verdict.stall_limit import learned_limit
 from tests.support.ports import free_port
@@ -117,3 +117,30 @@ async def test_progress_bars_and_print_loops_run_past_their_learned_limit(sessio
         assert Verdict.STALLED not in verdicts and verdicts[-1] is Verdict.RUNNING, (n, looks[-3:])
         limits = {lim for _, lim, _, _ in looks if lim is not None and lim < 60}
         assert max(limits) <= 15, (n, limits)
+
+
+@pytest.mark.slow
+async def test_the_bundled_trainer_with_its_evals_and_checkpoints_runs_past_its_learned_limit(sessions, tmp_path):
+    args = list(LOCAL_TRAIN_ARGS)
+    args[args.index("--steps") + 1] = "1000000"
+    args += ["--eval-every", "40", "--checkpoint-every", "60"]
+    s = sessions(Profile(name="trainer", run_dir=str(tmp_path / "run"), python=PY, train_args=tuple(args),
+                         stall_after_s=60.0, stop_grace_s=5.0, min_free_gb=0.0))
+    await s.launch(preflight=False)
+    looks = []
+    learned_at = None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        ev, cl = await s.check()
+        looks.append((cl.verdict, cl.stall_limit_s, cl.stall_limit_why, cl.summary, ev.status.phase if ev.status else ""))
+        assert cl.verdict in (Verdict.STARTING, Verdict.RUNNING), looks[-3:]
+        if learned_at is None and cl.stall_limit_s is not None and cl.stall_limit_s < 60:
+            learned_at = time.monotonic()
+        if learned_at is not None and time.monotonic() - learned_at > 45:
+            break
+        await asyncio.sleep(1.0)
+    assert learned_at is not None and time.monotonic() - learned_at > 45, looks[-3:]
+    assert looks[-1][0] is Verdict.RUNNING, looks[-3:]
+    # its evaluations and checkpoints came by while the limit was learned
+    assert {"evaluating", "checkpointing"} <= {phase for *_, phase in looks} or any(
+        "trainer's phase" in why for _, _, why, _, _ in looks), sorted({p for *_, p in looks})
