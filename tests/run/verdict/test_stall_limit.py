@@ -15,10 +15,12 @@ from dflash_tui.contract.rundir import ProbeReport, ProbeThread
 from dflash_tui.run.evidence.pace import Pace
 from dflash_tui.run.stacks.pauses import pause_in
 from dflash_tui.run.verdict.checklist import CheckState, Verdict
+from dflash_tui.run.verdict.combine import combine
 from dflash_tui.run.verdict.health import Limits, evaluate
 from dflash_tui.run.verdict.stall_limit import learned_limit, stall_limit
 
 from tests.run.verdict.test_health import NOW, act, by_id, plain, status, files
+from tests.watch.test_node_plan import node
 
 LIM = Limits(stall_after_s=60, compile_stall_after_s=600, launch_deadline_s=1.0)
 SITE = "/opt/venv/lib/python3.11/site-packages"
@@ -146,3 +148,11 @@ def test_an_interval_a_look_saw_paused_is_no_step():
     pace.saw(12.0)
     pace.saw(13.0)
     assert pace.intervals == (1.0, 1.0)
+
+
+def test_a_run_of_nodes_stalls_at_the_limit_of_the_node_that_trips_first():
+    a, b = node("gpu1", 0, Verdict.RUNNING), node("gpu2", 1, Verdict.RUNNING)
+    a.report.checklist.stall_limit_s, a.report.checklist.stall_limit_why = 60.0, "stall_after_s 60 s: no cadence yet"
+    b.report.checklist.stall_limit_s, b.report.checklist.stall_limit_why = 12.0, "12 s: 5x its slowest step of 2.4 s"
+    cl = combine([a, b]).checklist()
+    assert (cl.stall_limit_s, cl.stall_limit_why) == (12.0, "node gpu2: 12 s: 5x its slowest step of 2.4 s")

@@ -75,7 +75,12 @@ class RunOfNodes:
             checks += [replace(c, id=f"{n.node}:{c.id}", label=f"{n.node} · {c.label}") for c in cl.checks]
         threads = [replace(t, name=f"{n.node}/{t.name}") for n in self.nodes for t in n.report.checklist.threads]
         nodes = [n.node for n in self.nodes for _ in n.report.checklist.threads]
-        return Checklist(self.verdict, checks, self.summary, threads, rank_groups=group_ranks(threads, nodes))
+        # The run's silence limit: the node's that trips first.
+        limits = [(n.report.checklist.stall_limit_s, f"node {n.node}: {n.report.checklist.stall_limit_why}")
+                  for n in self.nodes if n.report.checklist.stall_limit_s is not None]
+        stall_s, why = min(limits, default=(None, ""))
+        return Checklist(self.verdict, checks, self.summary, threads, rank_groups=group_ranks(threads, nodes),
+                         stall_limit_s=stall_s, stall_limit_why=why)
 
     def report(self, profile: str, target_label: str, run_dir: str) -> RunReport:
         """The run as one RunReport, for the panes: the combined checklist; every node's
