@@ -27,7 +27,8 @@ import pytest
 from dflash_tui.config import Profile
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.sources.session_source import SessionSource
+from dflash_tui.ui.sources.watch_source import WatchSource
+from dflash_tui.watch import open_watch
 from tests.support.runs import alive
 from tests.test_cli_modes import cli, local, write_config
 from tests.ui.test_app import until
@@ -198,7 +199,7 @@ async def test_the_dashboard_shows_every_field_inert_and_survives_huge_numbers(h
     fields = local(run, "beat", stall_after_s=60)
     profile = Profile(name="evil", run_dir=str(run), command=tuple(fields["command"]), python=sys.executable,
                       stall_after_s=60.0, min_free_gb=0.0)
-    app = DashboardApp(lambda name: SessionSource(profile), "evil")
+    app = DashboardApp(lambda name: WatchSource(open_watch(profile)), "evil")
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.run_view.report is not None
                     and app.run_view.report.checklist.verdict in (Verdict.RUNNING, Verdict.STALLED), 30)

@@ -121,7 +121,7 @@ async def test_run_watch_adds_the_gpu_check_from_the_stream(tmp_path):
         monitor = HostWatch(session)
         report = await monitor.poll()
         assert CHECK_ID not in [c.id for c in report.checklist.checks]   # no stream: no check
-        monitor.gpu_snapshot = lambda: snap_of(FakeNvml(library_missing=True))
+        monitor.gpus.lend(lambda: snap_of(FakeNvml(library_missing=True)))
         first = await monitor.poll()
         (check,) = [c for c in first.checklist.checks if c.id == CHECK_ID]
         assert check.state is CheckState.WARN and "libnvidia-ml.so.1" in check.cause
