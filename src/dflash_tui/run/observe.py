@@ -282,13 +282,14 @@ async def _gather_distributed(ops: RemoteOps, ev: Evidence) -> None:
     (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await gather_eager(
         gather_collectives(ops, ev.run_dir, listing, ev.probes),
         gather_root_cause(ops, ev.run_dir, listing, ev.probes))
-    ev.hang.problems.extend(fr_problems + err_problems)
+    ev.hang.bad_files.extend(fr_problems + err_problems)
 
 
 async def _gather_hang(ops: RemoteOps, ev: Evidence) -> None:
     """Stacks of the processes whose probe reports went stale (only while the run lives)."""
     ev.hang.stack_dumps, problems = await gather_stack_dumps(ops, ev.run_dir, ev.probes, ev.now)
     ev.hang.problems.extend(problems)
+    ev.hang.bad_files.extend(d.problem for d in ev.hang.stack_dumps.values() if d.problem)
 
 
 # A dashboard looks at the same records every second; most of them have not changed since
