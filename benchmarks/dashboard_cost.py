@@ -230,7 +230,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
 def _count_follower_polls() -> dict:
     """Log polls (train.log, events.jsonl) in all, and those a look's read answered (a tree
     whose LogFollower has no `shared` reads counts none of those)."""
-    from dflash_tui.run import logtail
+    from dflash_tui.run.evidence import logtail
     counts = {"polls": 0, "shared": 0}
     poll = logtail.LogFollower.poll
 
@@ -251,7 +251,7 @@ def _count_chunk_bytes() -> dict:
     import collections
 
     from dflash_tui.remote import agent
-    from dflash_tui.run import first_look
+    from dflash_tui.run.evidence import first_look
     counts: collections.Counter = collections.Counter()
     decode = agent.chunk_from
 
@@ -268,7 +268,9 @@ def _instrument() -> dict:
     import collections
     import functools
 
-    from dflash_tui.run import health, observe, tracebacks
+    from dflash_tui.run.verdict import health
+    from dflash_tui.run.evidence import observe
+    from dflash_tui.run.evidence import tracebacks
     from dflash_tui.ui import app as app_mod
     from dflash_tui.ui.panes import logview, metrics
     from textual.screen import Screen
@@ -386,7 +388,7 @@ def main() -> int:
     import psutil
 
     from dflash_tui.config import Profile
-    from dflash_tui.session import Session
+    from dflash_tui.watch.session import Session
 
     tmp = Path(tempfile.mkdtemp(prefix="dflash-dash-bench-"))
     os.environ["XDG_STATE_HOME"] = str(tmp / "state")

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.config import Profile
-from dflash_tui.run.verdict import Verdict
+from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.sources.session_source import SessionSource
 from tests.support.runs import alive

@@ -15,14 +15,14 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
      pass --wait SECONDS to wait for one
   130  interrupted (Ctrl-C); the run on the target keeps running
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
-the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
+the run fails (any node failing: run/verdict/combine.py `combine`), else 3 while a node is unreachable,
 else the combined verdict's (`exit_code_of`).
 `--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
 (fleet/checkall.py EXIT_PRECEDENCE).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
-from one GPU sample of the profile's host per check (run/health.py `with_gpu_check`, the same
+from one GPU sample of the profile's host per check (run/verdict/health.py `with_gpu_check`, the same
 function the dashboard calls). It is bounded to a few seconds: a hung or missing NVML is a
 warn check with the reason, never a hang or an exit code of its own.
 """
@@ -43,9 +43,9 @@ from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_pat
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
 from .remote.base import OpRefused, TargetError
-from .run.launch import LaunchRefused
-from .run.report import RunReport
-from .run.verdict import CheckState, Checklist, Verdict
+from .run.launch.launch import LaunchRefused
+from .run.verdict.report import RunReport
+from .run.verdict.checklist import CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
 from .watch import RunWatch, open_watch
 from .words import compact

@@ -35,7 +35,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CONFIG_BYTES = 1 << 20
 
 # Numeric settings: (lowest, lowest allowed itself, highest). The highs keep every limit a
-# launch waits on far below run/claim.py's CLAIM_STALE_AFTER_S.
+# launch waits on far below run/launch/claim.py's CLAIM_STALE_AFTER_S.
 _NUMBER_RANGES: dict[str, tuple[float, bool, float]] = {
     "stall_after_s": (0.0, False, 7 * 86400.0),
     "compile_stall_after_s": (0.0, False, 7 * 86400.0),
@@ -78,11 +78,11 @@ class Profile:
     stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
     # A regular expression for the program's progress lines, with named groups step, loss
-    # and/or total (run/progress.py); tried before the built-in forms.
+    # and/or total (run/evidence/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
-    probe: bool = True                 # the run probe in every Python process (run/probe_install.py)
+    probe: bool = True                 # the run probe in every Python process (run/launch/probe_install.py)
     source: str = "<built-in>"         # the file the profile came from, for messages
-    # -- a run across several hosts (run/nodes.py) -------------------------------------------
+    # -- a run across several hosts (watch/node_plan.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
     master_addr: str | None = None     # None: the first node's address (its ssh HostName)
     master_port: int = 29500           # torch.distributed rendezvous port on the first node
@@ -360,7 +360,7 @@ NODE_PLACEHOLDER = "{node}"
 
 
 def _check_nodes(where: str, values: dict[str, Any]) -> None:
-    """`nodes`, `master_addr`, `master_port`: a run across several hosts (run/nodes.py)."""
+    """`nodes`, `master_addr`, `master_port`: a run across several hosts (watch/node_plan.py)."""
     if "nodes" not in values:
         extra = [k for k in ("master_addr", "master_port") if k in values]
         if extra:

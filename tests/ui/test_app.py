@@ -13,7 +13,7 @@ import re
 import pytest
 from textual.widgets import Input, TabbedContent
 
-from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
+from dflash_tui.run.verdict.checklist import Check, CheckState, Checklist, Verdict
 from tests.support import scenarios as R
 from dflash_tui.ui.widgets.rows import RowTable
 from dflash_tui.ui.app import DashboardApp
@@ -549,7 +549,7 @@ def test_threads_of_an_ended_run_are_silent_not_stuck():
     from dataclasses import replace
 
     from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
-    from dflash_tui.run.health import Limits, thread_states
+    from dflash_tui.run.verdict.health import Limits, thread_states
 
     t = ThreadStatus(name="drafter0", role="drafter", device="cpu", compile_state="compiled",
                      last_beat_time=1000.0)

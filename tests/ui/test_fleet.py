@@ -14,8 +14,8 @@ import pytest
 
 from dflash_tui.config import Config
 from dflash_tui.fleet.row import UNREACHABLE, FleetRow
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
 from dflash_tui.ui.app import build_app
 from dflash_tui.ui.screens.fleet import FleetScreen, row_cells
 from dflash_tui.ui.screens.history import HistoryScreen, HistorySource

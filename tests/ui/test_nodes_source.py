@@ -9,13 +9,13 @@ from dflash_tui.ui.widgets.rows import RowTable
 
 from dflash_tui.gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot, GpuError
 from dflash_tui.watch import NodesWatch
-from dflash_tui.run.combine import merge_gpu_snapshots
-from dflash_tui.run.verdict import Verdict
+from dflash_tui.run.verdict.combine import merge_gpu_snapshots
+from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.sources.nodes_source import NodesSource
 
 from tests.support.runs import alive
-from tests.test_multinode import LOCAL, nodes_profile
+from tests.watch.test_nodes_session import LOCAL, nodes_profile
 from tests.ui.test_session_source import header, until
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(180)]

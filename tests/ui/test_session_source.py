@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from dflash_tui.config import Profile
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.panes.header import RunHeader
 from dflash_tui.ui.panes.logview import MARKER

@@ -20,8 +20,8 @@ from dflash_tui.contract.rundir import make_event, to_json
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.history import PreviousRun, previous_run
-from dflash_tui.run.series import Point, points_from_events, points_from_status
-from dflash_tui.run.verdict import Check, CheckState
+from dflash_tui.run.verdict.series import Point, points_from_events, points_from_status
+from dflash_tui.run.verdict.checklist import Check, CheckState
 from dflash_tui.ui.app import DashboardApp, invocation
 from dflash_tui.ui.panes.gpus import GRAPH_CPU_SHARE, GpuPane
 from dflash_tui.ui.panes.health import HealthPane
@@ -385,7 +385,7 @@ async def test_no_color_failures_are_reversed_not_dimmed(monkeypatch):
 async def test_metrics_chart_the_progress_a_programs_own_log_shows():
     # A program that writes neither status.json nor events (a tqdm loop): the report's
     # progress, parsed from its log by the engine, is what the charts get.
-    from dflash_tui.run.report import RunProgress
+    from dflash_tui.run.verdict.report import RunProgress
     r1 = dataclasses.replace(R.healthy(), status=None,
                              progress=RunProgress("log", step=450, total=1000, loss=2.1, rate=44.3, rate_unit="it/s"))
     r2 = dataclasses.replace(r1, progress=dataclasses.replace(r1.progress, step=460, loss=2.05, rate=44.9))

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 from ..config import Config, Profile
 from ..fleet.poller import FleetPoller
 from ..fleet.row import UNREACHABLE
-from ..run.report import RunReport
+from ..run.verdict.report import RunReport
 from .change import VerdictChange, run_id_of
 from .notify import NotifyPolicy
 from .recorder import Recorder

@@ -143,7 +143,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-# The run probe (run/probe_install.py): its directory goes first on PYTHONPATH, the user's own
+# The run probe (run/launch/probe_install.py): its directory goes first on PYTHONPATH, the user's own
 # entries after it, so every Python process of the run imports its sitecustomize. Only when the
 # probe's files are there, and only for a run dir that PYTHONPATH can name (no ':').
 # With it, the evidence of a distributed hang goes into the probe directory unless the

@@ -35,8 +35,8 @@ from ..fleet.poller import FleetPoller
 from ..gpu.sample import GpuSnapshot
 from ..recording.store import store_path
 from ..remote.base import TargetError
-from ..run.report import RunReport
-from ..run.verdict import Verdict
+from ..run.verdict.report import RunReport
+from ..run.verdict.checklist import Verdict
 from .fmt import one_line
 from .input_driver import quiet_driver_class
 from .panes import RUN_PANES, TAB_PANES, GpuPane, HealthPane, LogPane, MetricsPane, Pane, RunHeader

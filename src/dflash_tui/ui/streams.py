@@ -15,7 +15,7 @@ import asyncio
 import time
 
 from ..remote.base import TargetError
-from ..run.report import RunReport
+from ..run.verdict.report import RunReport
 from .fmt import one_line
 from .sources.source import EVENTS_LOG, ActionError
 

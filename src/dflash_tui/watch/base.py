@@ -17,7 +17,7 @@ RunWatch and nothing under it. What a RunWatch offers (docs/ARCHITECTURE.md, "Ru
                a new report changes the verdict or the state of a check (`changed`), the one place
                a change of verdict is observable (notifications and the watch daemon hang here).
 
-Every report goes through `_settle`: evidence -> run/health.py `evaluate` -> `with_gpu_check` ->
+Every report goes through `_settle`: evidence -> run/verdict/health.py `evaluate` -> `with_gpu_check` ->
 HealthTracker (each check's `since`) -> `report_from`, once, for poll, check and launch alike.
 A launch's report is the caller's (the CLI prints it); `last` and the listeners see the polls.
 """
@@ -31,12 +31,12 @@ from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Callable
 
 from ..config import Profile
-from ..run.canary import CanaryResult
-from ..run.health import Limits
-from ..run.launch import LaunchOutcome
-from ..run.report import RunReport
-from ..run.stop import StopResult
-from ..run.verdict import Check, CheckState, Checklist, Verdict
+from ..run.launch.canary import CanaryResult
+from ..run.verdict.health import Limits
+from ..run.launch.launch import LaunchOutcome
+from ..run.verdict.report import RunReport
+from ..run.launch.stop import StopResult
+from ..run.verdict.checklist import Check, CheckState, Checklist, Verdict
 
 Listener = Callable[[RunReport | None, RunReport], None]
 
@@ -196,7 +196,7 @@ class RunWatch(ABC):
         return await self._act(self._stop)
 
     async def canary(self, sleep_s: int = 30) -> dict[str, CanaryResult]:
-        """`sleep` launched through the same wrapper and transport (run/canary.py); per node."""
+        """`sleep` launched through the same wrapper and transport (run/launch/canary.py); per node."""
         return await self._act(lambda: self._canary(sleep_s))
 
     async def __aenter__(self) -> "RunWatch":

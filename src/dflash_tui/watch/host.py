@@ -2,7 +2,7 @@
 
 Each poll gathers evidence, evaluates the checklist and keeps each check's `since` across polls
 (HealthTracker); what advanced between polls (CPU time, the log, steps) is the session's
-ProgressTracker's memory (run/activity.py), which `session.evidence()` feeds. When the
+ProgressTracker's memory (run/evidence/activity.py), which `session.evidence()` feeds. When the
 transport fails, the report repeats the last known data with `connected=False` and
 `stale_since` set, and the next polls reconnect with capped exponential backoff; the run on
 the target is not touched by any of it.
@@ -14,14 +14,14 @@ import asyncio
 import time
 
 from ..remote.base import TargetError
-from ..run.canary import CanaryResult
-from ..run.health import HealthTracker, evaluate, with_gpu_check
-from ..run.launch import LaunchOutcome
-from ..run.observe import Evidence, current_run_id
-from ..run.report import RunReport, report_from
-from ..run.stop import StopResult
-from ..run.verdict import Checklist
-from ..session import Session
+from ..run.launch.canary import CanaryResult
+from ..run.verdict.health import HealthTracker, evaluate, with_gpu_check
+from ..run.launch.launch import LaunchOutcome
+from ..run.evidence.observe import Evidence, current_run_id
+from ..run.verdict.report import RunReport, report_from
+from ..run.launch.stop import StopResult
+from ..run.verdict.checklist import Checklist
+from .session import Session
 from .base import LaunchResult, RunWatch, unreachable_report
 
 BACKOFF_START_S = 1.0

@@ -1,9 +1,9 @@
 """NodesWatch: the RunWatch of a run on several nodes, one HostWatch per node, one verdict.
 
 Each node is watched exactly as one host is (its own HostWatch: tracker, stale report, backoff,
-"gpus" check from whoever samples that node's GPUs); run/combine.py `combine` gives the run its
+"gpus" check from whoever samples that node's GPUs); run/verdict/combine.py `combine` gives the run its
 verdict and `RunOfNodes.report` the one report the panes and the CLI show, with every node's own
-report in `RunReport.nodes`. The verbs are multinode.py's NodesSession's: all or nothing.
+report in `RunReport.nodes`. The verbs are watch/nodes_session.py's NodesSession's: all or nothing.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 
 from ..config import Profile
-from ..multinode import NodesSession
+from .nodes_session import NodesSession
 from ..remote.base import TargetError
-from ..run.canary import CanaryResult
-from ..run.combine import NodeReport, combine
-from ..run.report import RunReport
-from ..run.stop import StopResult
+from ..run.launch.canary import CanaryResult
+from ..run.verdict.combine import NodeReport, combine
+from ..run.verdict.report import RunReport
+from ..run.launch.stop import StopResult
 from .base import LaunchResult, RunWatch
 from .host import HostWatch
 
@@ -42,7 +42,7 @@ class NodesWatch(RunWatch):
         return min(waits) if waits else None
 
     def combined(self, reports: list[RunReport]) -> RunReport:
-        """The run's report from its nodes' (the verdict: run/combine.py)."""
+        """The run's report from its nodes' (the verdict: run/verdict/combine.py)."""
         run = combine([NodeReport(p.node, p.rank, r) for p, r in zip(self.plans, reports)])
         return run.report(self.profile.name, self.profile.where(), self.profile.run_dir)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 
 
 class Pane:

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 from ..fmt import age, verdict_class
 from ..widgets.part_lines import TEXT, Part, PartLines
 from .base import Pane

@@ -18,8 +18,8 @@ import functools
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from ...run.report import RunReport
-from ...run.verdict import CheckState, Verdict
+from ...run.verdict.report import RunReport
+from ...run.verdict.checklist import CheckState, Verdict
 from ..fmt import STATE_SYMBOL, age, alarm_style, one_line
 from ..widgets.part_lines import Part, PartLines
 from .base import Pane

@@ -28,9 +28,9 @@ from textual.containers import Grid, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 
-from ...run.series import Point, points_from_events, points_from_progress, points_from_status
+from ...run.verdict.series import Point, points_from_events, points_from_progress, points_from_status
 from .base import Pane
 from ..widgets.tables import OnScreenOnly
 

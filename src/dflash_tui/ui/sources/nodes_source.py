@@ -15,10 +15,10 @@ from typing import AsyncIterator
 
 from ...config import Profile
 from ...gpu.sample import GpuSnapshot
-from ...run.launch import LaunchRefused
-from ...run.combine import merge_gpu_snapshots
+from ...run.launch.launch import LaunchRefused
+from ...run.verdict.combine import merge_gpu_snapshots
 from ...run.history import PreviousRun
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 from ...watch import ActionInFlight, NodesWatch
 from .session_source import SessionFollower, SessionSource
 from .source import EVENTS_LOG, ActionError
