@@ -42,6 +42,7 @@ from . import __version__
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
+from .recording.outside import check_extras
 from .remote.base import OpRefused, TargetError
 from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport
@@ -244,10 +245,13 @@ async def _check_until(watch: RunWatch, wait_s: float, first: RunReport | None =
         await asyncio.sleep(WAIT_INTERVAL_S)
 
 
-async def _run_mode(args, profile: Profile) -> int:
+async def _run_mode(args, profile: Profile, config: Config) -> int:
     async with open_watch(profile) as watch:
         if args.check:
-            return _emit(args, profile, await _check_until(watch, args.wait))
+            report = await _check_until(watch, args.wait)
+            # The watcher's view (recovery state, goodput): shown, never acted on here.
+            extra, lines = check_extras(config, profile, report)
+            return _emit(args, profile, report, extra_text=lines, **extra)
         if args.launch or args.relaunch:
             return await _launch_mode(args, profile, watch)
         if args.stop:
@@ -352,7 +356,7 @@ async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
 
 def _start_dashboard(config: Config, profile: Profile, fleet_home: bool = True) -> int:
     try:
-        from .ui.app import run_app   # Textual: a start-up cost the headless modes never pay
+        from .ui.main import run_app   # Textual: a start-up cost the headless modes never pay
     except ImportError as exc:
         print(f"dflash-tui: the dashboard is not available in this install ({exc}); "
               "use --check/--launch/--stop/--canary", file=sys.stderr)
@@ -401,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.json or args.wait:
                 raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
             return _start_dashboard(config, profile, fleet_home=args.profile is None)
-        return asyncio.run(_run_mode(args, profile))
+        return asyncio.run(_run_mode(args, profile, config))
     except ConfigError as exc:
         return _fail(args, EXIT_USAGE, str(exc))
     except OpRefused as exc:     # the target answered: what it refused is bad data there, not a dead link

@@ -20,6 +20,7 @@ from typing import Any
 
 from .remote.container import parse_container_spec
 from .progress_regex import ProgressRegexError, compile_progress_regex
+from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
 from .slurm.spec import SlurmSpec, take_slurm_keys
 from .small_file import SmallFileRefused, read_small_file
 
@@ -132,6 +133,7 @@ class Config:
     default: str | None = DEFAULT_PROFILE  # the profile used without --profile, if unambiguous
     watch: "WatchSettings" = field(default_factory=lambda: WatchSettings())      # [watch]
     notify: "NotifySettings" = field(default_factory=lambda: NotifySettings())   # [notify]
+    recover: RecoverSettings = field(default_factory=RecoverSettings)            # [recover]
 
     def profile(self, name: str | None) -> Profile:
         if name is None:
@@ -416,7 +418,7 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
         raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
-    extra = sorted(set(data) - {"profile", "watch", "notify"})
+    extra = sorted(set(data) - {"profile", "watch", "notify", "recover"})
     if extra:
         raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}; profiles go under [profile.NAME]")
     tables = data.get("profile", {})
@@ -426,8 +428,12 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: no profiles; add a [profile.NAME] table "
                           "(see assets/profiles.example.toml)")
     profiles = {name: _profile_from_table(path, name, table) for name, table in tables.items()}
+    try:
+        recover = recover_settings(data.get("recover"), set(profiles))
+    except RecoverSettingsError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return Config(path=path, profiles=profiles, watch=watch_settings(path, data.get("watch", {})),
-                  notify=notify_settings(path, data.get("notify", {}), profiles))
+                  notify=notify_settings(path, data.get("notify", {}), profiles), recover=recover)
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.config import parse_config
+from dflash_tui.config import ConfigError, parse_config
 from dflash_tui.contract.rundir import STATUS_JSON, parse_status, rank_file
+from dflash_tui.run.launch.launch import LaunchRefused
 from dflash_tui.watch import NodesWatch
 from dflash_tui.run.verdict.checklist import Verdict
 
@@ -277,3 +278,48 @@ async def test_the_canary_runs_on_every_node(sshd, nodes_session, tmp_path):
     results = await nodes.canary(sleep_s=3)
     assert set(results) == {LOCAL, sshd.alias}
     assert all(r.ok for r in results.values()), {n: r.message for n, r in results.items()}
+
+
+def trainer_nodes_profile(sshd, tmp_path: Path, **extra):
+    """The bundled trainer on two nodes, on CPU, saving a checkpoint every 2 steps."""
+    return nodes_profile(sshd, tmp_path, "--target-devices", "cpu", "--drafter-devices", "cpu", "--steps", "100000",
+                         "--checkpoint-every", "2", "--compile", "off", "--eval-every", "0", "--log-every", "1",
+                         "--batch-size", "2", "--peer-timeout", "10", "--dist-timeout", "60", command=None, **extra)
+
+
+async def test_relaunch_resume_continues_on_every_node(sshd, nodes_session, tmp_path):
+    """`--relaunch --resume` on two nodes: both trainers start again with --resume and continue
+    from rank 0's newest checkpoint (rank 1's own run dir holds none; rank 0 sends it). Before,
+    the resume was dropped and both nodes started again from step 0 without a word."""
+    nodes = nodes_session(trainer_nodes_profile(sshd, tmp_path))
+    with pytest.raises(LaunchRefused, match=r"no checkpoint in .*run-localhost/checkpoints \(node localhost, rank 0"):
+        await nodes.launch(resume=True)   # nothing to resume from: refused, nothing started
+    assert not (tmp_path / f"run-{LOCAL}" / "launch.json").exists()
+    out = await nodes.launch()
+    assert out.launched, out.report.checklist.summary
+    ckpts = tmp_path / f"run-{LOCAL}" / "checkpoints"
+    deadline = time.monotonic() + 150
+    while not (ckpts.is_dir() and any(ckpts.iterdir())) and time.monotonic() < deadline:
+        await asyncio.sleep(0.3)
+    assert ckpts.is_dir() and any(ckpts.iterdir()), (await nodes.check()).checklist.summary
+
+    again = await nodes.relaunch(resume=True)
+    assert again.launched, again.report.checklist.summary
+    assert all(argv[-1] == "--resume" for argv in (o.evidence.launch.argv for o in again.outcomes.values()))
+    deadline = time.monotonic() + 150
+    logs: list[str] = []
+    while time.monotonic() < deadline:
+        logs = [Path(tmp_path / f"run-{n}" / "train.log").read_text() for n in (LOCAL, sshd.alias)]
+        if all("resume: loaded checkpoint at step" in log for log in logs):
+            break
+        await asyncio.sleep(0.3)
+    assert "resume: loaded checkpoint at step" in logs[0], logs[0][-2000:]
+    assert ", sent by rank 0" in logs[1], logs[1][-2000:]
+    assert not any("resume: no checkpoint" in log for log in logs)
+
+
+async def test_resume_of_a_program_of_ones_own_on_nodes_is_refused_in_one_line(sshd, nodes_session, tmp_path):
+    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--interval=0.1"))
+    with pytest.raises(ConfigError, match="runs its own command; resume works with the bundled trainer"):
+        await nodes.relaunch(resume=True)
+    assert not (tmp_path / f"run-{LOCAL}" / "launch.json").exists()

@@ -37,6 +37,7 @@ from ..run.launch.launch import LaunchOutcome
 from ..run.verdict.report import RunReport
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Check, CheckState, Checklist, Verdict
+from ..run.history import CheckpointRef
 
 Listener = Callable[[RunReport | None, RunReport], None]
 
@@ -110,7 +111,8 @@ class RunWatch(ABC):
     async def _check(self, gpus: bool) -> RunReport: ...
 
     @abstractmethod
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult: ...
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult: ...
 
     @abstractmethod
     async def _stop(self) -> dict[str, StopResult]: ...
@@ -120,6 +122,11 @@ class RunWatch(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+    @abstractmethod
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        """What a resume would continue from (on several nodes: rank 0's); None: nothing.
+        Raises TargetError when the run's host cannot be reached."""
 
     @abstractmethod
     def host_watches(self) -> list[tuple[str, "RunWatch"]]:
@@ -182,14 +189,18 @@ class RunWatch(ABC):
             finally:
                 self._wake.set()
 
-    async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False) -> LaunchResult:
+    async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
+                     restart: int = 0) -> LaunchResult:
         """Preflight and launch; raises LaunchRefused when the run dir's run is still alive.
-        `gpus`: the result's report carries the "gpus" check from one GPU sample."""
-        return await self._act(lambda: self._launch(False, preflight, resume, gpus))
+        `gpus`: the result's report carries the "gpus" check from one GPU sample; `restart`:
+        the trainer's DFLASH_RESTART (the watcher's recovery counts its relaunches)."""
+        return await self._act(lambda: self._launch(False, preflight, resume, gpus, restart))
 
-    async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False) -> LaunchResult:
-        """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint."""
-        return await self._act(lambda: self._launch(True, preflight, resume, gpus))
+    async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
+                       restart: int = 0) -> LaunchResult:
+        """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint
+        (on several nodes: every node, from rank 0's)."""
+        return await self._act(lambda: self._launch(True, preflight, resume, gpus, restart))
 
     async def stop(self) -> dict[str, StopResult]:
         """The run stopped by its recorded pid (every node at once); per node."""

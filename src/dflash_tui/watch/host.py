@@ -22,6 +22,7 @@ from ..run.verdict.report import RunReport, report_from
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Checklist
 from .session import Session
+from ..run.history import CheckpointRef
 from .base import LaunchResult, RunWatch, unreachable_report
 
 BACKOFF_START_S = 1.0
@@ -107,9 +108,11 @@ class HostWatch(RunWatch):
 
     # -- actions ------------------------------------------------------------------------------
 
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult:
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult:
         self.tracker.reset()
-        outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume)
+        outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume,
+                                            restart=restart)
         return LaunchResult(await self.launched(outcome, gpus), {self.profile.name: outcome},
                             {self.profile.name: outcome.stopped} if outcome.stopped else {},
                             outcome.seconds)
@@ -131,6 +134,9 @@ class HostWatch(RunWatch):
 
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
         return {self.profile.name: await self.session.canary(sleep_s)}
+
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        return await self.session.newest_checkpoint()
 
     async def close(self) -> None:
         await self.session.close()

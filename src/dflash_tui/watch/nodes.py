@@ -17,6 +17,7 @@ from ..run.launch.canary import CanaryResult
 from ..run.verdict.combine import NodeReport, combine
 from ..run.verdict.report import RunReport
 from ..run.launch.stop import StopResult
+from ..run.history import CheckpointRef
 from .base import LaunchResult, RunWatch
 from .host import HostWatch
 
@@ -59,10 +60,11 @@ class NodesWatch(RunWatch):
         """Every node observed once (concurrently); a node that cannot be reached is stale in it."""
         return self.combined(list(await asyncio.gather(*(self._node_check(w, gpus) for w in self.watches))))
 
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult:
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult:
         for w in self.watches:
             w.tracker.reset()
-        out = await self.nodes.launch(relaunch=relaunch, preflight=preflight)
+        out = await self.nodes.launch(relaunch=relaunch, preflight=preflight, resume=resume, restart=restart)
         reports = []
         for plan, w in zip(self.plans, self.watches):
             report = await w.launched(out.outcomes[plan.node], gpus)
@@ -76,6 +78,9 @@ class NodesWatch(RunWatch):
 
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
         return await self.nodes.canary(sleep_s)
+
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        return await self.nodes.sessions[0].newest_checkpoint()
 
     async def close(self) -> None:
         await self.nodes.close()

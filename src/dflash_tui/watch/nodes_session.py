@@ -24,7 +24,7 @@ from .node_plan import NodePlan, plan_nodes
 from ..run.launch.preflight import PreflightResult
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Check, CheckState, Checklist, Verdict
-from .session import Session
+from .session import Session, resume_refused
 
 
 SIGNAL_TOGETHER_WAIT_S = 5.0   # the longest a proven node waits for the others to be proven
@@ -109,17 +109,32 @@ class NodesSession:
             return f"node {plan.node}: run {ev.launch.run_id} (pid {ev.launch.pid}) is still running"
         return None
 
-    async def _launch_node(self, i: int, plan: NodePlan, s: Session) -> LaunchOutcome:
+    async def _launch_node(self, i: int, plan: NodePlan, s: Session, resume: bool, restart: int) -> LaunchOutcome:
         try:
-            return await s.launch(preflight=False)
+            # A resumed node other than rank 0 resumes from rank 0's checkpoint (the trainer
+            # sends it), found before any node was stopped or started.
+            return await s.launch(preflight=False, resume=resume, restart=restart, checkpoint_found=resume)
         except TargetError as exc:
             check = Check("launch_cmd", "Launch command", CheckState.FAIL, str(exc),
                           "check the host, then relaunch every node", time.time())
             return LaunchOutcome(Checklist(Verdict.NOT_LAUNCHED, [check], str(exc)), unreachable=True)
 
-    async def launch(self, *, relaunch: bool = False, preflight: bool = True) -> NodesLaunch:
-        """Start every node, or none. Raises LaunchRefused when a node still runs (not relaunch)."""
+    async def _resume_check(self) -> None:
+        """A resume continues on every node from rank 0's newest checkpoint (only rank 0 writes
+        them; the trainer sends it to the others), so that checkpoint must exist; else the
+        launch is refused, before any node is stopped: never a silent start from step 0."""
+        first, session = self.plans[0], self.sessions[0]
+        if await session.newest_checkpoint() is None:
+            raise LaunchRefused(f"no checkpoint in {first.profile.run_dir}/checkpoints (node {first.node}, "
+                                "rank 0, whose checkpoint every node resumes from); relaunch without resume")
+
+    async def launch(self, *, relaunch: bool = False, preflight: bool = True, resume: bool = False,
+                     restart: int = 0) -> NodesLaunch:
+        """Start every node, or none. Raises LaunchRefused when a node still runs (not relaunch),
+        or, with `resume`, when rank 0 has no checkpoint to resume from. `restart`: DFLASH_RESTART."""
         t0 = time.monotonic()
+        if resume and not self.profile.uses_bundled_trainer:
+            raise ConfigError(resume_refused(self.profile.name))
         pres: list[PreflightResult | None] = [None] * len(self.plans)
         if preflight:
             pres = await self._each(lambda i, p, s: self._preflight(i, p, s, relaunch))
@@ -136,6 +151,12 @@ class NodesSession:
                     else:
                         outcomes[plan.node] = not_launched(pre)
                 return NodesLaunch(outcomes, seconds=time.monotonic() - t0)
+        if resume:
+            try:
+                await self._resume_check()
+            except TargetError as exc:
+                raise LaunchRefused(f"node {self.plans[0].node}: cannot look for its checkpoint ({exc}); "
+                                    "check the host, then relaunch") from None
         stopped: dict[str, StopResult] = {}
         if relaunch:
             together = SignalTogether(len(self.sessions))
@@ -148,7 +169,7 @@ class NodesSession:
             live = [x for x in await self._each(self._live) if x]
             if live:
                 raise LaunchRefused("; ".join(live) + "; stop the run first, or relaunch")
-        results = await self._each(self._launch_node)
+        results = await self._each(lambda i, p, s: self._launch_node(i, p, s, resume, restart))
         for out, pre in zip(results, pres):
             out.preflight = out.preflight or pre
         outcomes = {p.node: o for p, o in zip(self.plans, results)}

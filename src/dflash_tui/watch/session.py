@@ -38,6 +38,11 @@ from ..run.verdict.checklist import Checklist
 from .transport import SharedTransport
 
 
+def resume_refused(profile: str) -> str:
+    return (f"profile {profile} runs its own command; resume works with the bundled trainer "
+            "(add your program's own flag to train_args instead, or read DFLASH_RESTART)")
+
+
 class Session:
     def __init__(self, profile: Profile, *, targets: tuple[Target, Target] | None = None,
                  ops_kind: str = "auto", argv: Sequence[str] | None = None, rank: int = 0,
@@ -150,15 +155,15 @@ class Session:
         return with_gpu_check(checklist, ev, await self.gpu_snapshot(ev))
 
     async def launch(self, *, relaunch: bool = False, preflight: bool = True,
-                     resume: bool = False) -> LaunchOutcome:
+                     resume: bool = False, restart: int = 0, checkpoint_found: bool = False) -> LaunchOutcome:
         """`resume`: the bundled trainer continues from the newest checkpoint in the run dir
-        (checkpoints/ stays where it is when the last run is moved to history/)."""
+        (checkpoints/ stays where it is when the last run is moved to history/);
+        `checkpoint_found`: the caller found the checkpoint already (a node of several resumes
+        from rank 0's, which its own run dir does not hold). `restart`: DFLASH_RESTART."""
         argv = self.argv
         if resume:
             if not self.profile.uses_bundled_trainer:
-                raise ConfigError(f"profile {self.profile.name} runs its own command; resume "
-                                  "works with the bundled trainer (add your program's own flag "
-                                  "to train_args instead)")
+                raise ConfigError(resume_refused(self.profile.name))
             argv = [*(self.argv if self.argv is not None else self.profile.trainer_argv), "--resume"]
         try:
             ops = await self.ops()
@@ -170,12 +175,12 @@ class Session:
             if not pre.ok:
                 return not_launched(pre)
             raise
-        if resume and await newest_checkpoint(ops, self.profile.run_dir) is None:
+        if resume and not checkpoint_found and await newest_checkpoint(ops, self.profile.run_dir) is None:
             raise LaunchRefused(f"no checkpoint in {self.profile.run_dir}/checkpoints to resume "
                                 "from; relaunch without resume")
         return await launch_run(self.profile, self.launcher, ops, argv=argv,
                                 preflight=preflight, relaunch=relaunch, limits=self.limits,
-                                on_attempt=self._remember)
+                                on_attempt=self._remember, restart=restart)
 
     async def history(self) -> list[HistoryRun]:
         """The runs in the run dir's history/, newest first, each judged as it ended."""

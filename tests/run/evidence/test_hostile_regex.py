@@ -135,7 +135,7 @@ async def test_a_catastrophic_user_pattern_cannot_starve_the_dashboard(tmp_path,
     app = DashboardApp(lambda name: SessionSource(profile), "re")
     t0 = time.monotonic()
     async with app.run_test(size=(100, 32)) as pilot:
-        await until(pilot, lambda: app.report is not None and app.report.checklist.verdict.value == "KILLED", 20)
+        await until(pilot, lambda: app.run_view.report is not None and app.run_view.report.checklist.verdict.value == "KILLED", 20)
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), 5)
     assert time.monotonic() - t0 < 30

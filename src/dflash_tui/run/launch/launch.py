@@ -90,8 +90,9 @@ def _history_name(old_run_id: str | None, now: float) -> str:
 async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
                      argv: Sequence[str] | None = None, run_dir: str | None = None,
                      preflight: bool = True, relaunch: bool = False,
-                     limits: Limits | None = None, on_attempt=None) -> LaunchOutcome:
+                     limits: Limits | None = None, on_attempt=None, restart: int = 0) -> LaunchOutcome:
     """Launch `argv` (default: the profile's trainer) in `run_dir` (default: the profile's).
+    `restart`: the trainer's DFLASH_RESTART (run/wrapper.py).
 
     `on_attempt(attempt)` is called as soon as the launch command returned (the CLI and the
     monitor store it); the returned outcome holds the first verdict."""
@@ -130,14 +131,15 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
         return LaunchOutcome(checklist, attempt.run_id, pre, attempt, ev, seconds=time.monotonic() - t0)
     try:
         return await _launch_claimed(profile, launcher, ops, run_dir=run_dir, argv=argv, pre=pre,
-                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0)
+                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0,
+                                     restart=restart)
     finally:
         await claim.release()
 
 
 async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, *, run_dir: str,
                           argv: list[str], pre: PreflightResult | None, relaunch: bool, limits: Limits,
-                          on_attempt, t0: float) -> LaunchOutcome:
+                          on_attempt, t0: float, restart: int = 0) -> LaunchOutcome:
     target = launcher.target
     ev = await launcher.observe(ops, run_dir)
     stopped = None
@@ -166,7 +168,8 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
 
     run_id = new_run_id()
     python = pre.program if pre is not None and pre.program and profile.uses_bundled_trainer else profile.python
-    script = render_wrapper(run_dir, run_id, argv, python=python, probe=profile.probe).encode()
+    script = render_wrapper(run_dir, run_id, argv, python=python, probe=profile.probe,
+                             restart=restart).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None
@@ -209,7 +212,7 @@ async def _settle(launcher: Launcher, ops: RemoteOps, run_dir: str, attempt: Lau
     let in meanwhile would start a second trainer beside it."""
     deadline = time.monotonic() + SETTLE_S
     while (checklist.verdict is Verdict.NEVER_STARTED and ev.launch is None and ev.detached_proc is not None
-           and ev.detached_proc.alive and ev.detached_proc.state != "Z" and time.monotonic() < deadline):
+           and not ev.detached_proc.gone and time.monotonic() < deadline):
         await asyncio.sleep(0.1)
         ev = await launcher.observe(ops, run_dir, attempt=attempt)
         checklist = evaluate(ev, limits)

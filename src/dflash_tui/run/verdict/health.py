@@ -129,7 +129,7 @@ def _judge(ev: Evidence, limits: Limits) -> Checklist:
 
     alive = process_matches(launch, ev.proc)           # STOPPED, FINISHED, CRASHED, KILLED
     if not alive:
-        reused = ev.proc is not None and ev.proc.alive and ev.proc.state != "Z"
+        reused = ev.proc is not None and not ev.proc.gone
         gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused, or the run dir is a copy)"
                                        if reused else "is gone")
         expected = ev.stop is not None or (ev.exit is not None and ev.exit.exit_code == 0)
@@ -200,7 +200,7 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
     # process is gone without having written launch.json.
     certain = attempt is not None and (
         bool(attempt.error) or not attempt.wrapper_written or attempt.pid is None
-        or (ev.detached_proc is not None and (not ev.detached_proc.alive or ev.detached_proc.state == "Z")))
+        or (ev.detached_proc is not None and ev.detached_proc.gone))
     if waited is not None and waited < limits.launch_deadline_s and not ev.launch_problem and not certain:
         add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
                   f"waiting for launch.json ({waited:.1f} s of {limits.launch_deadline_s:.0f} s)", ""))
