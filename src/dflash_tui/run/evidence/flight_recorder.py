@@ -96,7 +96,7 @@ def _scan(data: bytes, what: str) -> None:
     broken = FlightRecorderError(f"{what} is not a Flight Recorder dump (a broken pickle)")
     for op, arg, _ in pickletools.genops(data):
         kind, marked, count, pushed = _PLANS[op.code]
-        if kind is _OTHER and not marked and count == 0:
+        if kind == _OTHER and not marked and count == 0:
             stack += [0] * pushed            # a value: text, a number, an empty list or dict
             if isinstance(arg, str):
                 texts = [texts[1], arg]
@@ -236,7 +236,7 @@ def _progress(dump: dict, rank: int, time: float, pid: int | None, what: str):
             groups[_text(k, "a pg_status key")] = v
     mine: dict[str, list[tuple[int | None, dict]]] = {}    # group -> (seq, entry), in order
     for i, e in enumerate(entries):
-        if not isinstance(e, dict):
+        if not isinstance(e, dict) or e.get("pg_id") is None:
             continue
         pg_id = _text(e.get("pg_id"), f"entries[{i}].pg_id")
         groups.setdefault(pg_id, {})
