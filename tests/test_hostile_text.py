@@ -324,12 +324,12 @@ async def test_the_threads_tab_shows_a_self_written_stack_dump_inert(self_dumpin
                       stall_after_s=3.0, min_free_gb=0.0)
     app = DashboardApp(lambda name: SessionSource(profile), "evil")
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.report is not None and any(
-            t.source == "faulthandler" for t in app.report.checklist.threads), 60)
+        await until(pilot, lambda: app.run_view.report is not None and any(
+            t.source == "faulthandler" for t in app.run_view.report.checklist.threads), 60)
         for key in ("1", "2", "3", "4"):
             await pilot.press(key)
             await pilot.pause(0.6)
             svg = app.export_screenshot()
             assert not bad_chars(svg), f"the dashboard drew {bad_chars(svg)} after key {key!r}"
         assert "parse\\x9b31m" in app.export_screenshot() or any(
-            "parse\\x9b31m" in t.where for t in app.report.checklist.threads)
+            "parse\\x9b31m" in t.where for t in app.run_view.report.checklist.threads)
