@@ -29,12 +29,27 @@ class Runtime:
     status_missing_hint: str
 
     def not_running(self, res: CommandResult, name: str) -> bool:
-        """The tool's own "not running" error, not the command's exit status."""
+        """The tool's own "not running" error, not the command's exit status.
+
+        Only the tool's own refusal, word for word: the command inside may print anything.
+        pct.pm dies with "container 'ID' not running!" (Proxmox VE 7 and later; its API's
+        wording is "CT ID not running"), exiting with Perl's errno. Docker's daemon answers
+        "Error response from daemon: ..." with 1; podman (also when installed as `docker`)
+        says "Error: ..." with 125, or 255 for a stopped container. A container that does not
+        exist (no pct config, no such docker container) counts as not running, with the words.
+        """
+        if not res.exit_status:
+            return False
         err = res.stderr.strip()
         if self.kind == "pct":
-            return res.exit_status == 2 and err == f"CT {name} not running"
-        return res.exit_status == 1 and err.startswith("Error response from daemon") and (
-            "is not running" in err or "No such container" in err)
+            return err in (f"container '{name}' not running!", f"CT {name} not running") or (
+                re.fullmatch(rf"Configuration file 'nodes/[^/']+/lxc/{re.escape(name)}\.conf' does not exist",
+                             err) is not None)
+        if res.exit_status == 1 and err.startswith("Error response from daemon"):
+            return "is not running" in err or "No such container" in err
+        return res.exit_status in (125, 255) and err.startswith("Error: ") and (
+            err.endswith(": container state improper") and "running containers" in err
+            or err.endswith(": no such container"))
 
 
 RUNTIMES: dict[str, Runtime] = {
