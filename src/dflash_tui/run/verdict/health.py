@@ -97,6 +97,22 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     """
     if ev.job is not None:   # a Slurm job: its states beside the evidence (run/verdict/slurm_job.py)
         return judge_slurm_job(ev, lambda plain: evaluate(replace(plain, job=None), limits))
+    return _with_bad_files(_judge(ev, limits), ev)
+
+
+def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
+    """The checklist with a warn naming the probe directory's files that could not be read
+    (probe reports, Flight Recorder dumps, error files, stack dumps): the verdict stands
+    without them, and the note says which file and what is wrong with it."""
+    bad = [*getattr(ev.probes, "problems", ()), *ev.hang.bad_files]
+    if not bad:
+        return cl
+    note = Check("probe_files", "Probe files", WARN, _one_line("; ".join(bad), 300),
+                 "the verdict is judged without them")
+    return cl.with_parts(checks=[*cl.checks, note])
+
+
+def _judge(ev: Evidence, limits: Limits) -> Checklist:
     checks: list[Check] = []
     run_id = current_run_id(ev)
     attempt = ev.attempt if ev.attempt is not None and ev.attempt.run_id == run_id else None
