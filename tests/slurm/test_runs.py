@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -356,3 +357,96 @@ async def test_time_limit_is_timeout(time_limited_run):
         cl = await wait_for(s, {Verdict.TIMEOUT}, timeout=100)
         assert "hit its time limit" in cl.summary, cl.summary
         assert (Path(time_limited_run.run_dir) / "exit.json").exists()   # the wrapper saw the SIGTERM
+
+
+async def test_a_copy_of_a_run_dir_neither_reports_nor_cancels_the_original_job(make_session, slurm_cluster, tmp_path):
+    """The original's path holds ` JobState=COMPLETED`: its running job still reads RUNNING and
+    its stop cancels it; a `cp -a` copy names the same job id, and neither shows nor cancels it."""
+    original = tmp_path / "a JobState=COMPLETED b"
+    s = make_session("orig", run_dir=str(original), command=sh_steps(200))
+    await s.launch()
+    cl = await wait_for(s, {Verdict.RUNNING})
+    job_id = job_of(cl)["job_id"]
+    assert job_of(cl)["state"] == "RUNNING", cl
+    shutil.copytree(original, tmp_path / "copy", symlinks=True)
+    copy = make_session("copy", command=sh_steps(200))
+    _, copied = await copy.check()
+    assert copied.slurm is None, copied    # the original's job is not this run dir's
+    res = await copy.stop(grace_s=1)
+    assert res.outcome == "mismatch" and not res.ok, res
+    assert f"job {job_id} in slurm.json runs in {original}, not in this run dir" in res.message, res.message
+    # Its relaunch stops nothing (its own run is not alive) and submits a job of its own.
+    out = await copy.launch(relaunch=True)
+    assert out.stopped is None and (await copy.evidence()).slurm.job_id != job_id, out
+    assert "JobState=RUNNING" in slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
+    res = await s.stop()
+    assert res.outcome == "terminated", res
+    await wait_for(s, {Verdict.STOPPED})
+
+
+# What a hung scheduler command waits on: `sleep` with an argument of this test process's own.
+HANG = f"300.{os.getpid()}"
+
+
+def scheduler_shims(path: Path, *, hang: tuple[str, ...] = (), missing: bool = False) -> str:
+    """A PATH for the login host's commands: `hang` are scripts that wait on a child of their
+    own (a controller that accepts and never answers: `sleep HANG`); `missing` leaves out every
+    Slurm command (a host that is not a login host). The rest are this machine's own."""
+    path.mkdir()
+    slurm = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo")
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for tool in Path(d).iterdir():
+            if not (path / tool.name).exists() and not (missing and tool.name in slurm) and tool.name not in hang:
+                (path / tool.name).symlink_to(tool)
+    for name in hang:
+        (path / name).write_text(f"#!/bin/sh\nsleep {HANG}\nexit 0\n")
+        (path / name).chmod(0o755)
+    return str(path)
+
+
+def sleepers() -> list[int]:
+    want = f"sleep\0{HANG}\0".encode()
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _read(p / "cmdline") == want]
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+async def test_stop_on_a_host_without_slurms_commands_is_one_line_and_cancels_nothing(make_session, tmp_path):
+    s = make_session("bare", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    bare = scheduler_shims(tmp_path / "path-bare", missing=True)
+    cli = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "dflash_tui", "--config", s.profile.source,
+                                                   "--profile", "bare", "--stop"],
+                                  capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": bare})
+    assert cli.returncode == 1 and "internal error" not in cli.stdout + cli.stderr and not cli.stderr, cli
+    (stop,) = [line for line in cli.stdout.splitlines() if line.strip().startswith("stop: ")]
+    assert "no squeue/scontrol" in stop and "nothing was cancelled" in stop, stop
+    assert (await s.check())[1].verdict is Verdict.RUNNING
+
+
+async def test_a_hung_squeue_holds_neither_check_nor_stop(make_session, tmp_path, monkeypatch):
+    s = make_session("hung", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    s.launcher.query_timeout_s = 5.0    # each command 1 s
+    plain = os.environ["PATH"]
+    # squeue waits on a child forever: each check and the stop are bounded, and it is ended.
+    monkeypatch.setenv("PATH", scheduler_shims(tmp_path / "path-hang", hang=("squeue",)))
+    try:
+        t0 = time.monotonic()
+        _, cl = await asyncio.wait_for(s.check(), 30)
+        assert time.monotonic() - t0 < 8 and cl.verdict is Verdict.RUNNING, cl
+        assert job_of(cl)["state"] == "RUNNING"        # scontrol answered
+        res = await asyncio.wait_for(s.stop(grace_s=1), 60)
+        assert res.outcome == "terminated", res
+    finally:
+        monkeypatch.setenv("PATH", plain)
+    await asyncio.sleep(0.5)
+    assert sleepers() == []

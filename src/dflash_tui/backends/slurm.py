@@ -156,8 +156,7 @@ class SlurmLauncher(Launcher):
         try:
             job = await query(self.target, job_id, timeout=self.query_timeout_s)
         except SchedulerMissing as exc:
-            job = SlurmJob(job_id, answered=False, error=f"{exc}; use a Slurm login host, or put Slurm's commands "
-                                                         "on PATH there")
+            job = SlurmJob(job_id, answered=False, error=str(exc), commands_missing=True)
         except CommandTimeout:
             job = SlurmJob(job_id, answered=False,
                            error=f"squeue/scontrol did not answer within {self.query_timeout_s:.0f} s")
@@ -226,11 +225,12 @@ class SlurmLauncher(Launcher):
             return StopResult("mismatch", None, rec.run_id, time.monotonic() - t0,
                               f"{ev.slurm_problem}: nothing was cancelled")
         if job is not None and not job.answered:
+            fix = ("run --stop on a Slurm login host (squeue, scontrol and scancel on PATH)" if job.commands_missing
+                   else f"run --stop again once Slurm answers, or check `scontrol show job {rec.job_id}` and "
+                        "scancel it by hand")
             return StopResult("unverified", None, rec.run_id, time.monotonic() - t0,
-                              f"job {rec.job_id} cannot be verified as this run dir's job "
-                              f"({job.error or 'Slurm did not answer'}): nothing was cancelled; run --stop again "
-                              f"where squeue and scontrol answer, or check `scontrol show job {rec.job_id}` and "
-                              "scancel it by hand")
+                              f"job {rec.job_id} cannot be verified as this run dir's job: "
+                              f"{job.error or 'Slurm did not answer'}; nothing was cancelled; {fix}")
         if job is not None and (job.pending or job.active) and job.runs_in(run_dir, posixpath.join(run_dir, LAUNCH_SH)) is None:
             return StopResult("unverified", None, rec.run_id, time.monotonic() - t0,
                               f"scontrol did not describe job {rec.job_id} ({job.state}), so it cannot be verified "

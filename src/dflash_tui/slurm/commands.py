@@ -138,8 +138,7 @@ async def query(target: Target, job_id: str, *, timeout: float = _TIMEOUT_S) -> 
     if controller_silent(sq_text) or controller_silent(sc_text):
         return unanswered(job_id, sc_text or sq_text)
     if _missing(sq_text, sq_rc) and _missing(sc_text, sc_rc):
-        raise SchedulerMissing(f"the login host has no squeue/scontrol "
-                               f"({inert_text(' '.join(sq_text.split()))[:120]})")
+        raise SchedulerMissing("the login host has no squeue/scontrol on PATH")
     if not invalid_id(sc_text):
         # scontrol said something else: not a proof that the job is gone.
         return unanswered(job_id, sc_text or sq_text)

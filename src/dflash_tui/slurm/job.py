@@ -52,6 +52,7 @@ class SlurmJob:
     known: bool = True          # False: every source said the job does not exist (any more)
     answered: bool = True       # False: the controller did not answer; nothing is concluded
     error: str = ""             # what the commands said when they did not answer
+    commands_missing: bool = False   # not answered because the host has no squeue/scontrol
     sources_asked: list[str] = field(default_factory=list)
     detail: str = field(default="", repr=False)   # scontrol's line as it came, for `runs_in`
 
