@@ -171,14 +171,15 @@ def test_profile_keys_and_their_one_line_errors():
 
 
 @pytest.mark.parametrize("arg", ["--out=/tmp/x", "--chd=/tmp", "--wra=id", "--job=x", "--part=urgent", "--ntasks-per=2",
-                                 "--gpus-per=1", "--ho", "--pars", "-vo", "-vH", "-QvD/tmp", "-Hv", "-sJx", "--", "-"])
+                                 "--gpus-per=1", "--ho", "--pars", "-vo", "-vH", "-QvD/tmp", "-Hv", "-sJx", "--", "-",
+                                 "--ntasks=2", "-vn2", "-sQ", "--qui", "--wai", "-vW"])
 def test_sbatch_args_refuse_what_sbatch_reads_as_the_launchs_own_options(arg):
     # getopt_long takes any unambiguous prefix of a long option; short options cluster.
     with pytest.raises(ConfigError, match="sbatch_args item"):
         _profile(scheduler='"slurm"', run_dir='"/srv/r"', sbatch_args=f'["{arg}"]')
 
 
-@pytest.mark.parametrize("arg", ["--gpus=2", "--ntasks=4", "--time-min=10", "--exclusive", "--mem=0", "-c4", "-vc4",
+@pytest.mark.parametrize("arg", ["--gpus=2", "--time-min=10", "--exclusive", "--mem=0", "-c4", "-vc4",
                                  "--constraint=h100", "-wn1", "--requeue", "--comment=-o"])
 def test_sbatch_args_keep_the_options_that_are_their_own(arg):
     assert _profile(scheduler='"slurm"', run_dir='"/srv/r"', sbatch_args=f'["{arg}"]').slurm.sbatch_args == (arg,)

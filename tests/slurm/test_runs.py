@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.config import parse_config
+from dflash_tui.config import ConfigError, parse_config
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.launch import LaunchRefused
 from dflash_tui.run.verdict import Checklist, Verdict
 from dflash_tui.session import Session
+from dflash_tui.slurm.commands import sbatch_argv
 
 from tests.support.slurm import SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
 from tests.support.sshd import SshdUnavailable, start_sshd
@@ -450,3 +451,47 @@ async def test_a_hung_squeue_holds_neither_check_nor_stop(make_session, tmp_path
         monkeypatch.setenv("PATH", plain)
     await asyncio.sleep(0.5)
     assert sleepers() == []
+
+
+def sbatch_spellings() -> list[str]:
+    """Every spelling sbatch reads as one of the options the launch sets (getopt_long: each
+    unambiguous prefix of a long option; short options clustered behind ones without an
+    argument), with a value that would move the job; and options of sbatch's own beside them."""
+    values = {"--output": "=/tmp/elsewhere.out", "--error": "=/tmp/elsewhere.err", "--chdir": "=/tmp",
+              "--job-name": "=other", "--wrap": "=true", "--nodes": "=2", "--ntasks-per-node": "=2",
+              "--partition": "=urgent", "--time": "=5", "--hold": "", "--parsable": ""}
+    out = [name[:n] + value for name, value in values.items() for n in range(3, len(name) + 1)]
+    shorts = {"o": "/tmp/elsewhere.out", "e": "/tmp/elsewhere.err", "D": "/tmp", "J": "other", "N": "2",
+              "p": "urgent", "t": "5", "H": "", "W": ""}
+    out += [f"{lead}{letter}{value}" for letter, value in shorts.items() for lead in ("-v", "-Q", "-vQ", "-s")]
+    return out + ["--ntasks=2", "-n2", "--time-min=1", "--comment=-o/tmp/x", "-vc1", "-Qs", "-sQ", "--qui", "--requeue"]
+
+
+def test_sbatch_args_the_profile_takes_leave_the_launchs_options_as_sbatch_reads_them(slurm_cluster, tmp_path):
+    """sbatch itself is the judge: each spelling the profile check lets through is submitted
+    (held) with the launch's own options, and the job must still be the launch's."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "launch.sh").write_text("#!/bin/sh\ntrue\n")
+    submitted = []
+    for arg in sbatch_spellings():
+        try:
+            profile = parse_config(f'[profile.p]\nscheduler = "slurm"\nrun_dir = "{run_dir}"\n'
+                                   f"sbatch_args = [{json.dumps(arg)}]\n", "c.toml").profiles["p"]
+        except ConfigError:
+            continue
+        argv = sbatch_argv(profile.slurm, str(run_dir), "dflash-probe")
+        res = slurm_cluster.run(argv[0], "--hold", *argv[1:], check=False)
+        if res.returncode != 0:
+            continue    # sbatch refused it: nothing was moved either
+        job_id = res.stdout.strip()
+        assert job_id.isdigit(), f"sbatch_args {arg!r}: sbatch took the job and printed no job id ({res.stdout!r})"
+        submitted.append(arg)
+        line = slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
+        slurm_cluster.run("scancel", job_id, check=False)
+        for field in ("JobName=dflash-probe ", "Reason=JobHeldUser ", "Partition=debug ", "NumNodes=1",
+                      f"Command={run_dir}/launch.sh ", f"WorkDir={run_dir} ", f"StdOut={run_dir}/slurm.out ",
+                      f"StdErr={run_dir}/slurm.out "):
+            assert f" {field}" in line, f"sbatch_args {arg!r} moved the job: {field!r} not in {line}"
+        assert " NumNodes=2" not in line and line.count("JobId=") == 1, (arg, job_id, line)
+    assert "--time-min=1" in submitted and "--comment=-o/tmp/x" in submitted, submitted

@@ -27,14 +27,18 @@ _TIME_RE = re.compile(r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", re.ASCII)
 # sbatch options the launch sets itself: giving them again would point the job's output away
 # from the run dir or run it elsewhere than the run dir.
-_OWN_LONG = ("--output", "--error", "--chdir", "--job-name", "--parsable", "--wrap", "--nodes",
-             "--ntasks-per-node", "--partition", "--account", "--qos", "--time", "--gpus-per-node", "--hold")
-_OWN_SHORT = "oeDJNpAqtH"
+# --ntasks too (the launch runs one task per node: more tasks ask for more nodes), and what
+# would keep sbatch's answer from the launch: --quiet (no job id printed), --wait (no answer
+# until the job ends).
+_OWN_LONG = ("--output", "--error", "--chdir", "--job-name", "--parsable", "--wrap", "--nodes", "--ntasks",
+             "--ntasks-per-node", "--partition", "--account", "--qos", "--time", "--gpus-per-node", "--hold",
+             "--quiet", "--wait")
+_OWN_SHORT = "oeDJNnpAqtHQW"
 # sbatch parses its options with getopt_long: a long option may be abbreviated to any prefix
 # that names one option (`--out=` is `--output=`), unless the name is an option of its own
 # (`--gpus` is not `--gpus-per-node`); short options cluster (`-vo FILE` is `-v -o FILE`).
 # sbatch's own options that are a prefix of one the launch sets, so taken as themselves:
-_SBATCH_PREFIX_OPTIONS = ("--gpus", "--ntasks")
+_SBATCH_PREFIX_OPTIONS = ("--gpus",)
 # Short options that take no argument: in a cluster, the letter after one is another option
 # (every other letter takes the rest of the item as its argument).
 _SHORT_FLAGS = "hHIkOQsvVW"
