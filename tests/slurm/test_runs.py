@@ -495,3 +495,23 @@ def test_sbatch_args_the_profile_takes_leave_the_launchs_options_as_sbatch_reads
             assert f" {field}" in line, f"sbatch_args {arg!r} moved the job: {field!r} not in {line}"
         assert " NumNodes=2" not in line and line.count("JobId=") == 1, (arg, job_id, line)
     assert "--time-min=1" in submitted and "--comment=-o/tmp/x" in submitted, submitted
+
+
+async def test_what_scancel_says_reaches_the_stop_line_inert(make_session, tmp_path, monkeypatch):
+    s = make_session("loud", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    s.launcher.cancel_margin_s = 1.0
+    shims = Path(scheduler_shims(tmp_path / "path-loud"))
+    (shims / "scancel").unlink()
+    (shims / "scancel").write_text("#!/bin/sh\nprintf '\\033]2;pwned\\007scancel: error: \\233 Kill job error\\n' >&2\n"
+                                   "exit 1\n")
+    (shims / "scancel").chmod(0o755)
+    plain = os.environ["PATH"]
+    monkeypatch.setenv("PATH", str(shims))
+    try:
+        res = await s.stop(grace_s=0)
+    finally:
+        monkeypatch.setenv("PATH", plain)
+    assert res.outcome == "survived" and "Kill job error" in res.message, res
+    assert res.message.isprintable() and "\\x1b]2;pwned" in res.message, res.message

@@ -50,6 +50,9 @@ JOB_NAME_PREFIX = "dflash-"
 # squeue/scontrol against a controller that hangs wait for it; past this the job is "not
 # answered" (never taken for its end), and the poll goes on with the run dir's evidence.
 QUERY_TIMEOUT_S = 15.0
+# After scancel, how long past the stop's grace the job may take to leave pending/running
+# (Slurm's KillWait, the epilog) before the stop says it survived.
+CANCEL_MARGIN_S = 30.0
 
 
 def job_name(run_dir: str) -> str:
@@ -75,6 +78,7 @@ class SlurmLauncher(Launcher):
         self.spec = profile.slurm
         self.min_query_interval_s = MIN_QUERY_INTERVAL_S
         self.query_timeout_s = QUERY_TIMEOUT_S
+        self.cancel_margin_s = CANCEL_MARGIN_S
         self._last: dict[str, tuple[float, SlurmJob]] = {}   # job id -> (when asked, the answer)
 
     @classmethod
@@ -141,10 +145,14 @@ class SlurmLauncher(Launcher):
             await self.target.write_file(posixpath.join(run_dir, SLURM_JSON), (to_json(record) + "\n").encode())
         except TargetError as exc:
             # Without slurm.json nothing could find or cancel the job later: cancel it now.
-            await cancel(self.target, sub.job_id, wait_s=10)
+            try:
+                await cancel(self.target, sub.job_id, wait_s=10, timeout=self.query_timeout_s)
+                done = "the job was cancelled"
+            except (CommandTimeout, TargetError):
+                done = f"cancel it by hand (scancel {sub.job_id}): scancel did not answer"
             return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch",
                             error=f"job {sub.job_id} submitted, but {SLURM_JSON} could not be written "
-                                  f"({exc.message}); the job was cancelled")
+                                  f"({exc.message}); {done}")
         return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch")
 
     # -- observe ----------------------------------------------------------------------------
@@ -251,7 +259,8 @@ class SlurmLauncher(Launcher):
         if before_signal is not None:
             await before_signal()
         try:
-            res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + 30.0, timeout=self.query_timeout_s)
+            res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + self.cancel_margin_s,
+                                     timeout=self.query_timeout_s)
         except CommandTimeout as exc:
             return StopResult("survived", record.pid, rec.run_id, time.monotonic() - t0,
                               f"{exc.message}: job {rec.job_id} may still run; check `squeue -j {rec.job_id}`",

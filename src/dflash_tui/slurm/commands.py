@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..contract.rundir import LAUNCH_SH, SLURM_OUT, inert_text
 from ..remote.base import CommandResult, CommandTimeout, Target
-from .job import (SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
+from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
                   parse_scontrol, parse_squeue, unanswered, unknown_job)
 from .spec import SlurmSpec, sbatch_options
 
@@ -128,7 +128,7 @@ async def query(target: Target, job_id: str, *, timeout: float = _TIMEOUT_S) -> 
     detail = parse_scontrol(job_id, sc_text, sc_rc)
     if detail is not None:
         # scontrol has every field; squeue's state is as fresh (both ask the controller).
-        if listed is not None and listed.state and listed.state != detail.state and not detail.ended:
+        if listed is not None and listed.state in KNOWN_STATES and listed.state != detail.state and not detail.ended:
             detail.state = listed.state
         return detail
     if listed is not None:

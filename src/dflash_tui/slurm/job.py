@@ -27,6 +27,7 @@ ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIG
                            "RESIZING", "UPDATE_DB", "POWER_UP_NODE"})
 ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY",
                           "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+KNOWN_STATES = PENDING_STATES | ACTIVE_STATES | ENDED_STATES
 _INVALID_ID = "Invalid job id"
 _NO_CONTROLLER = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
                   "Zero Bytes were transmitted", "Communication connection failure")
