@@ -27,7 +27,8 @@ from dflash_tui.run.verdict.checklist import Checklist, Verdict
 from dflash_tui.watch.session import Session
 from dflash_tui.slurm.commands import sbatch_argv
 
-from tests.support.slurm import SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
+from tests.support.slurm import (SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, scheduler_shims, sleepers,
+                                 slurm_cluster)  # noqa: F401  (fixture)
 from tests.support.sshd import SshdUnavailable, start_sshd
 
 pytestmark = pytest.mark.timeout(150)
@@ -385,39 +386,6 @@ async def test_a_copy_of_a_run_dir_neither_reports_nor_cancels_the_original_job(
     await wait_for(s, {Verdict.STOPPED})
 
 
-# What a hung scheduler command waits on: `sleep` with an argument of this test process's own.
-HANG = f"300.{os.getpid()}"
-
-
-def scheduler_shims(path: Path, *, hang: tuple[str, ...] = (), missing: bool = False) -> str:
-    """A PATH for the login host's commands: `hang` are scripts that wait on a child of their
-    own (a controller that accepts and never answers: `sleep HANG`); `missing` leaves out every
-    Slurm command (a host that is not a login host). The rest are this machine's own."""
-    path.mkdir()
-    slurm = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo")
-    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
-        for tool in Path(d).iterdir():
-            if not (path / tool.name).exists() and not (missing and tool.name in slurm) and tool.name not in hang:
-                (path / tool.name).symlink_to(tool)
-    for name in hang:
-        (path / name).write_text(f"#!/bin/sh\nsleep {HANG}\nexit 0\n")
-        (path / name).chmod(0o755)
-    return str(path)
-
-
-def sleepers() -> list[int]:
-    want = f"sleep\0{HANG}\0".encode()
-    return [int(p.name) for p in Path("/proc").iterdir()
-            if p.name.isdigit() and _read(p / "cmdline") == want]
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
-
-
 async def test_stop_on_a_host_without_slurms_commands_is_one_line_and_cancels_nothing(make_session, tmp_path):
     s = make_session("bare", command=sh_steps(200))
     await s.launch()
@@ -502,13 +470,10 @@ async def test_what_scancel_says_reaches_the_stop_line_inert(make_session, tmp_p
     await s.launch()
     await wait_for(s, {Verdict.RUNNING})
     s.launcher.cancel_margin_s = 1.0
-    shims = Path(scheduler_shims(tmp_path / "path-loud"))
-    (shims / "scancel").unlink()
-    (shims / "scancel").write_text("#!/bin/sh\nprintf '\\033]2;pwned\\007scancel: error: \\233 Kill job error\\n' >&2\n"
-                                   "exit 1\n")
-    (shims / "scancel").chmod(0o755)
+    shims = scheduler_shims(tmp_path / "path-loud", scripts={
+        "scancel": "printf '\\033]2;pwned\\007scancel: error: \\233 Kill job error\\n' >&2\nexit 1\n"})
     plain = os.environ["PATH"]
-    monkeypatch.setenv("PATH", str(shims))
+    monkeypatch.setenv("PATH", shims)
     try:
         res = await s.stop(grace_s=0)
     finally:
