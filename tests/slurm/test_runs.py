@@ -480,3 +480,36 @@ async def test_what_scancel_says_reaches_the_stop_line_inert(make_session, tmp_p
         monkeypatch.setenv("PATH", plain)
     assert res.outcome == "survived" and "Kill job error" in res.message, res
     assert res.message.isprintable() and "\\x1b]2;pwned" in res.message, res.message
+
+
+async def test_a_hung_squeue_on_a_login_host_over_ssh_is_ended_there(slurm_cluster, tmp_path):
+    """Over SSH the client can only close the channel: the hung squeue (and what it waits on)
+    is ended on the login host itself, within the check's bound."""
+    shims = scheduler_shims(tmp_path / "path-hang", hang=("squeue",))
+    try:
+        sshd = start_sshd(tmp_path / "sshd", env={"SLURM_CONF": str(slurm_cluster.conf)}, path_first=shims)
+    except SshdUnavailable as exc:
+        pytest.skip(str(exc))
+    toml = "\n".join(["[profile.login]", 'scheduler = "slurm"', f'host = "{sshd.host}"', f"port = {sshd.port}",
+                      f'user = "{sshd.user}"', f'identity_file = "{sshd.client_key}"',
+                      f'known_hosts = "{sshd.known_hosts}"', f'run_dir = "{tmp_path / "run"}"',
+                      "launch_deadline_s = 5", f"command = {json.dumps(sh_steps(200))}", ""])
+    profile = parse_config(toml, str(tmp_path / "c.toml")).profiles["login"]
+    try:
+        async with Session(profile) as s:
+            s.launcher.min_query_interval_s = 0.0
+            s.launcher.query_timeout_s = 5.0    # each command 1 s
+            await s.launch()
+            await wait_for(s, {Verdict.RUNNING}, until=lambda cl: job_of(cl)["state"] == "RUNNING")
+            t0 = time.monotonic()
+            _, cl = await s.check()
+            took = time.monotonic() - t0
+            assert 1 <= took < 8 and cl.verdict is Verdict.RUNNING, (took, cl)   # squeue's 1 s, then scontrol
+            await asyncio.sleep(1.0)
+            # Without the bound on the login host each hung squeue would stay, and hold its
+            # SSH session, until sshd refused new channels.
+            assert sleepers() == [], "the hung squeue outlived the check on the login host"
+            res = await s.stop(grace_s=1)
+            assert res.outcome == "terminated", res
+    finally:
+        sshd.stop()
