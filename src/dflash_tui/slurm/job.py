@@ -71,16 +71,16 @@ class SlurmJob:
 
     def runs_in(self, run_dir: str, script: str) -> bool | None:
         """Whether scontrol describes this job as `script` run in `run_dir` (what the launch
-        gave sbatch: --chdir and the script's path); None when no scontrol answer says.
+        gave sbatch: the script's path and --chdir); None when no scontrol answer says.
 
-        The text is matched whole rather than split into fields: `-o` separates fields with
-        spaces, and a path may hold spaces and `Key=` of its own."""
+        Each field is matched whole, up to the next ` Key=` or the end, rather than split out:
+        `-o` separates fields with spaces, and a path may hold spaces and `Key=` of its own."""
         if not self.detail:
             return None
         work_dir = run_dir.rstrip("/") or "/"
-        pattern = (r"(?:^|\s)Command=" + re.escape(script) + r" WorkDir=" + re.escape(work_dir)
-                   + r"/?(?= [A-Za-z][A-Za-z0-9_/:]*=|\s*$)")
-        return re.search(pattern, self.detail) is not None
+        return all(re.search(r"(?:^|\s)" + key + "=" + re.escape(value) + r"/?(?= [A-Za-z][A-Za-z0-9_/:]*=|\s*$)",
+                             self.detail) is not None
+                   for key, value in (("Command", script), ("WorkDir", work_dir)))
 
     def work_dir_words(self) -> str:
         """The job's working directory as scontrol's line shows it, inert, for a refusal."""
