@@ -39,9 +39,10 @@ _OWN_SHORT = "oeDJNnpAqtHQW"
 # (`--gpus` is not `--gpus-per-node`); short options cluster (`-vo FILE` is `-v -o FILE`).
 # sbatch's own options that are a prefix of one the launch sets, so taken as themselves:
 _SBATCH_PREFIX_OPTIONS = ("--gpus",)
-# Short options that take no argument: in a cluster, the letter after one is another option
-# (every other letter takes the rest of the item as its argument).
-_SHORT_FLAGS = "hHIkOQsvVW"
+# Short options that take no argument (and -I, -k, whose argument is optional: read as none,
+# which refuses more): in a cluster, the letter after one is another option. Every other letter
+# takes the rest of the item as its argument.
+_SHORT_FLAGS = "hIkOsvV"
 
 
 def _own_option(arg: str) -> str | None:
