@@ -564,3 +564,84 @@ def test_fuzz_probe_file_readers():
                 classify(t.frames)
             assert not bad_chars(dump.problem), dump.problem
     assert not slow, slow
+
+
+# -- a Slurm login host's answers -----------------------------------------------------------
+
+SLURM_CASES = int(24 * SCALE)
+JOB_IDS = ["42", "\u00b2", "\u0663", "\uff14\uff12", "1" * 25, "-1", "$(touch /tmp/dflash-pwned)", "4\x1b2", " 42",
+           "42\n", "0x2a", ""]
+STATES = ["RUNNING", "PENDING", "COMPLETED", "FAILED", "CANCELLED by 0", "", "RUNNING\x1b]2;t\x07", "\u00b2", "x" * 5000]
+# What squeue, scontrol and scancel print (the scheduler's side), besides well-formed answers.
+NOISE = [*ESCAPES, "", "slurm_load_jobs error: Invalid job id specified", "Socket timed out on send/recv operation",
+         "x" * 100_000, "|||||||", "JobId=42 JobState=COMPLETED JobState=RUNNING", "\xff\xfe"]
+
+
+def fuzz_slurm_login_host(rng: random.Random, ctx: dict, i: int) -> tuple[list[str], str, dict[str, str]]:
+    """A Slurm profile's run dir with a slurm.json, and the scheduler's answers about its job:
+    (argv, what was made, the scripts that stand for squeue, scontrol, scancel and sacct).
+    After scancel, every command says the job is gone, so a stop ends within the case's limit."""
+    run = ctx["tmp"] / f"slurm{i}" / rng.choice(["run", "a JobState=COMPLETED b", "r\x1b]2;t\x07", "r Command=x"])
+    run.mkdir(parents=True)
+    job_id = rng.choice(JOB_IDS)
+    answer_id = job_id if rng.random() < 0.6 else "42"
+    (run / "launch.sh").write_text("#!/bin/sh\n# dflash-run-id: fuzz-run\n", errors="surrogateescape")
+    record = {"v": 1, "run_id": "fuzz-run", "job_id": job_id, "submit_time": time.time()}
+    if rng.random() < 0.2:
+        record[rng.choice(list(record))] = rng.choice(BAD_VALUES)
+    (run / "slurm.json").write_text(json.dumps(record))
+    if rng.random() < 0.5:
+        (run / "launch.json").write_text(json.dumps(_launch_record(rng)))
+    where = rng.choice([str(run), str(run) + "/", str(run.parent / "elsewhere"), rng.choice(ESCAPES)])
+    state = rng.choice(STATES)
+    squeue = rng.choice([f"{answer_id}|{state}|{rng.choice(NOISE)}|n{rng.choice(NOISE)}|{rng.choice(NOISE)}|x|1:00|0:01",
+                         rng.choice(NOISE)])
+    scontrol = rng.choice([f"JobId={answer_id} JobName=dflash-run JobState={state} Reason={rng.choice(NOISE)} "
+                           f"Restarts={rng.choice(['0', HUGE_INT, '²'])} Partition={rng.choice(NOISE)} "
+                           f"NodeList=n1 Command={where}/launch.sh WorkDir={where} StdErr={where}/slurm.out Power=",
+                           rng.choice(NOISE)])
+    files = ctx["tmp"] / f"slurm{i}" / "answers"
+    files.mkdir()
+    for name, text in (("squeue", squeue), ("scontrol", scontrol),
+                       ("scancel", rng.choice(NOISE)), ("sacct", rng.choice(NOISE))):
+        (files / name).write_bytes(text.encode("utf-8", "surrogatepass"))
+    gone = {"squeue": "exit 0", "scontrol": "echo 'slurm_load_jobs error: Invalid job id specified'; exit 1",
+            "sacct": "exit 1", "scancel": f'cat "{files}/scancel" >&2; touch "{files}/cancelled"; exit {rng.choice([0, 1])}'}
+    scripts = {name: (gone[name] if name == "scancel" else
+                      f'if [ -e "{files}/cancelled" ]; then {gone[name]}; fi\n'
+                      f'cat "{files}/{name}"; exit {rng.choice([0, 0, 1])}')
+               for name in gone}
+    cfg_dir = ctx["tmp"] / f"slurm{i}" / "cfg"
+    cfg_dir.mkdir()
+    cfg = write_config(cfg_dir, p={"scheduler": "slurm", "run_dir": str(run), "command": ["true", TAG],
+                                   "stop_grace_s": 0.5})
+    mode = rng.choice(["--check", "--check", "--stop", "--stop"])
+    made = f"job_id={job_id!r} state={state[:40]!r} where={where[-40:]!r} squeue={squeue[:80]!r} scontrol={scontrol[:120]!r}"
+    return ["--config", str(cfg), mode, *(["--json"] if rng.random() < 0.5 else [])], made, scripts
+
+
+def test_fuzz_a_slurm_login_hosts_answers_and_records(tmp_path, monkeypatch):
+    """Hostile scheduler answers (escapes, a JobState spoofed by a path, a job id of digits
+    that are not ASCII, 100 KB, noise) and slurm.json records, through --check and --stop:
+    the same bar as every case above, from real scripts on PATH in place of the scheduler."""
+    from tests.support.slurm import scheduler_shims
+
+    rng = random.Random(SEED + 35)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DFLASH_TUI_DEBUG", raising=False)
+    ctx = {"tmp": tmp_path}
+    failures = []
+    plain = os.environ["PATH"]
+    for i in range(SLURM_CASES):
+        argv, made, scripts = fuzz_slurm_login_host(rng, ctx, i)
+        monkeypatch.setenv("PATH", scheduler_shims(tmp_path / f"slurm{i}" / "path", scripts=scripts))
+        try:
+            code, out, err, took = run_in_process(argv)
+        finally:
+            monkeypatch.setenv("PATH", plain)
+        why = judge("slurm", made, code, out, err, took)
+        if why:
+            failures.append(f"slurm {made} {argv[2:]}: {why}\n    stderr: {err.strip()[:300]}\n    stdout: {out[-300:]}")
+    assert not Path("/tmp/dflash-pwned").exists()
+    assert not failures, f"{len(failures)} of {SLURM_CASES} cases failed:\n" + "\n".join(failures[:10])

@@ -98,6 +98,24 @@ async def test_never_started_is_red_at_the_first_poll():
         assert "✗ fail" in health and "launch shell never ran" in health
 
 
+async def test_a_slurm_jobs_words_from_the_scheduler_reach_the_header_inert():
+    # squeue's partition, node list and reason as a hostile scheduler prints them: the header
+    # shows their escapes as text (an OSC would set the terminal's title), and the wrapper's
+    # pid on a compute node this host cannot see is not "gone".
+    from dflash_tui.slurm.job import parse_squeue
+    esc = "\x1b]2;pwned\x07"
+    job = parse_squeue("77", f"77|PENDING|Prio{esc}rity|n{esc}1|gp\x9bu{esc}|x|1:00|0:00", 0)
+    healthy = R.healthy()
+    report = dataclasses.replace(healthy, pid_alive=None, checklist=dataclasses.replace(
+        healthy.checklist, slurm={**job.to_dict(), "pending_reason": job.reason, "pending_words": None}))
+    app, _ = make(report)
+    async with app.run_test(size=(220, 32)) as pilot:
+        await until(pilot, lambda: app.run_view.report is not None)
+        head = header_text(app)
+        assert "job 77" in head and "\\x1b]2;pwned\\x07" in head and "(gone)" not in head, head
+        assert "\x1b" not in head and "\x07" not in head and "\x9b" not in head
+
+
 async def test_crashed_shows_traceback_and_e_jumps_to_it():
     app, _ = make(R.crashed(), crash_log=True)
     async with app.run_test(size=SIZE) as pilot:

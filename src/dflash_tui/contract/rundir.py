@@ -755,7 +755,7 @@ def parse_stop(text: str) -> StopRecord:
 
 def parse_slurm_job(text: str) -> SlurmJobRecord:
     rec = build_record(SlurmJobRecord, loads_object(text, SLURM_JSON), SLURM_JSON)
-    if not rec.job_id.isdigit() or len(rec.job_id) > 20:
+    if not (rec.job_id.isascii() and rec.job_id.isdigit()) or len(rec.job_id) > 20:   # "²".isdigit()
         raise SchemaError(f"{SLURM_JSON}: field 'job_id' is {rec.job_id[:40]!r}, expected a Slurm job id (digits)")
     return rec
 
