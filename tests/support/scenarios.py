@@ -219,6 +219,11 @@ def nvml_unavailable() -> GpuSnapshot:
         "libnvidia-ml.so.1 not found on gpu1: install the NVIDIA driver, or nvidia-smi for the fallback"))
 
 
+def no_gpu() -> GpuSnapshot:
+    """A host with no NVIDIA GPU at all (nothing on its PCI bus): information, not a fault."""
+    return GpuSnapshot(time=T0, source="none", error=GpuError(GpuErrorKind.NO_GPU, "no NVIDIA GPU on gpu1"))
+
+
 def train_log(crash: bool = False) -> list[str]:
     lines = [
         f"dflash-tui: run {RUN_ID} started by pid {WRAPPER_PID} at 2026-06-01T04:12:00Z",

@@ -136,6 +136,23 @@ async def test_failed_thread_is_marked_failed():
         assert row[0] == "drafter2 FAILED" and row[4].startswith("FAILED: RuntimeError")
 
 
+async def test_a_host_without_a_gpu_is_said_once_as_information():
+    """A user program on a host with no NVIDIA GPU: the GPUs tab says so plainly (no alarm
+    banner, "GPUs (none)"), and the checklist carries no warning about it."""
+    report = R.report_of(dataclasses.replace(R._running_evidence(), status=None), R.no_gpu())
+    gpus = next(c for c in report.checklist.checks if c.id == "gpus")
+    assert gpus.state is CheckState.OK and gpus.cause == "no NVIDIA GPU on gpu1", gpus
+    app, _ = make(report, gpu=R.no_gpu())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        pane = app.query_one(GpuPane)
+        await until(pilot, lambda: pane.snapshot is not None)
+        banner = app.query_one("#gpu-banner")
+        assert banner.display and text_of(banner).strip() == "no NVIDIA GPU on gpu1"
+        assert not banner.has_class("-error")
+        assert str(app.query_one(TabbedContent).get_tab("tab-gpus").label) == "GPUs (none)"
+
+
 async def test_nvml_unavailable_banner_and_lost_gpu():
     app, sources = make(gpu=R.nvml_unavailable())
     async with app.run_test(size=SIZE) as pilot:
