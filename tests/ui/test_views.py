@@ -287,7 +287,7 @@ async def test_warn_and_fail_checks_show_in_full_at_80x24():
         assert "answer yes)" in text and "UserKnownHostsFile=/home/me/.config/dflash-tui/known_hosts" in text
         assert "drafter1 (cuda:6, compiled) silent 5 min ago" in text and "5 checks ok" in text
         assert "(limit 60 s) → the named threads stopped" in text
-        assert "heartbeats without steps: a worker is stuck (see Threads)" in text   # both fails in full
+        assert "heartbeats without steps: a worker is stuck (the threads check names it)" in text   # both fails in full
 
 
 async def test_a_launch_in_flight_is_not_called_nothing_launched():

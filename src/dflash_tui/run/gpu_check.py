@@ -105,7 +105,7 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
                      f"{len(with_run)} GPU(s): {_list(g.index for g in with_run)}; no run process on "
                      f"{_list(idle)}")
         return check(CheckState.WARN, cause,
-                     "a thread may not have reached its device, or the run fell back to CPU: see the Threads pane")
+                     "a thread may not have reached its device, or the run fell back to CPU: each thread's device is in status.json")
     used = sum(p.used_memory_bytes or 0 for g in with_run for p in g.processes if p.is_run_process)
     return check(CheckState.OK, f"run processes on {len(with_run)} GPU(s) "
                                 f"({_list(g.index for g in with_run)}), {used / _BYTES_GIB:.1f} GiB")
