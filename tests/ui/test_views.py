@@ -401,4 +401,4 @@ async def test_metrics_chart_the_progress_a_programs_own_log_shows():
         metrics.draw()
         await pilot.pause()
         text = screen_text(app)
-        assert "2 series from log progress (no step events)" in text and "it/s" in text
+        assert "2 series from the program's log" in text and "it/s" in text
