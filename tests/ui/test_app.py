@@ -421,6 +421,20 @@ async def test_help_lists_every_key():
         assert not isinstance(app.screen, HelpScreen)
 
 
+@pytest.mark.parametrize("size", [(80, 40), (100, 32), (80, 24)])
+async def test_help_draws_every_key_whole(size):
+    """No key is cut to "…" (esc is three cells wide), whether the help has one column with
+    what each key does or two with the short names."""
+    app, _ = make()
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+        assert re.search(r"\besc +Back\b", text), text
+        for key, description, _ in app.screen.rows:
+            assert re.search(rf"(^|\s){re.escape(key)} +{re.escape(description)}", text, re.M), (key, text)
+
+
 async def test_tabs_by_number():
     app, _ = make()
     async with app.run_test(size=SIZE) as pilot:
