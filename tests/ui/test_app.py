@@ -19,7 +19,7 @@ from dflash_tui.ui.widgets.rows import RowTable
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.panes.gpus import GpuPane
 from dflash_tui.ui.panes.header import RunHeader
-from dflash_tui.ui.panes.health import HealthPane
+from dflash_tui.ui.panes.health import HealthBox, HealthPane
 from dflash_tui.ui.panes.metrics import MetricsPane
 from dflash_tui.ui.screens.dialogs import ConfirmScreen, HelpScreen, ProfileScreen
 from dflash_tui.ui.sources.source import ActionError
@@ -419,6 +419,27 @@ async def test_help_lists_every_key():
         assert {"r", "s", "c", "l", "f", "/", "g", "G", "p", "q", "?", "e"} <= keys
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_a_stalled_checklist_leaves_the_tabs_their_share_at_80x24():
+    """The longest STALLED checklist (a user program hung, its helper thread waiting, NVML
+    missing) at 80x24: the checklist is capped and scrolls, the Threads tab keeps 12 rows
+    (its note, header and every stuck thread)."""
+    app, _ = make(R.stalled_program(), gpu=R.nvml_unavailable())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.report is not None)
+        await pilot.press("2")
+        await pilot.pause()
+        health, threads = app.query_one(HealthBox), app.query_one(ThreadsPane)
+        assert health.region.height <= 9 and threads.region.height >= 10, (health.region, threads.region)
+        assert health.max_scroll_y > 0   # the rest of the checklist is a scroll away
+        table = app.query_one("#probe-table", RowTable)
+        await until(pilot, lambda: table.row_count == 2)
+        assert table.region.height >= 3 and table.region.bottom <= threads.region.bottom
+        # A tall terminal gives the checklist all it needs (60 % at most).
+        await pilot.resize_terminal(100, 48)
+        await pilot.pause()
+        assert health.max_scroll_y == 0 and health.region.height <= 28, health.region
 
 
 @pytest.mark.parametrize("size", [(80, 40), (100, 32), (80, 24)])

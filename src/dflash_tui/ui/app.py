@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -40,6 +40,7 @@ from ..run.verdict import Verdict
 from .fmt import one_line
 from .input_driver import quiet_driver_class
 from .panes import RUN_PANES, TAB_PANES, GpuPane, HealthPane, LogPane, MetricsPane, Pane, RunHeader
+from .panes.health import HealthBox
 from .screens.dialogs import ConfirmScreen, HelpScreen, ProfileScreen
 from .screens.fleet import FleetScreen
 from .screens.history import HistoryScreen, HistorySource
@@ -117,7 +118,10 @@ class DashboardApp(App[None]):
 
     def compose(self) -> ComposeResult:
         for pane in RUN_PANES:
-            if pane.TITLE is None:
+            if pane is HealthPane:
+                with HealthBox(id="health-box"):
+                    yield pane(id=pane.PANE_ID)
+            elif pane.TITLE is None:
                 yield pane(id=pane.PANE_ID)
         with TabbedContent(id="tabs", initial=f"tab-{TAB_PANES[0].PANE_ID}"):
             for pane in TAB_PANES:
@@ -133,6 +137,7 @@ class DashboardApp(App[None]):
         self.main_screen = self.screen
         self.panes: list[Pane] = [self.query_one(f"#{p.PANE_ID}", p) for p in RUN_PANES]
         self.tabs = self.query_one(TabbedContent)
+        self.query_one(HealthBox).fit(self.size.height)
         self.sub_title = self.profile
         self._render_header()
         self._tick_header_in(HEADER_TICK_S)
@@ -154,6 +159,10 @@ class DashboardApp(App[None]):
         # (~0.15 % of a core; benchmarks/RESULTS.md).
         self._gc_threshold = gc.get_threshold()
         gc.set_threshold(*GC_THRESHOLD)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if getattr(self, "panes", None):   # the first Resize comes before on_mount, which fits it
+            self.query_one(HealthBox).fit(event.size.height)   # the tabs keep their share at any height
 
     # The panes with a feed or keys of their own (the rest only take reports, through the list).
     def _pane(self, kind: type[PaneT]) -> PaneT:
