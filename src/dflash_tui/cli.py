@@ -15,14 +15,14 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
      pass --wait SECONDS to wait for one
   130  interrupted (Ctrl-C); the run on the target keeps running
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
-the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
+the run fails (any node failing: run/verdict/combine.py `combine`), else 3 while a node is unreachable,
 else the combined verdict's (`exit_code_of`).
 `--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
 (fleet/checkall.py EXIT_PRECEDENCE).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
-from one GPU sample of the profile's host per check (run/health.py `with_gpu_check`, the same
+from one GPU sample of the profile's host per check (run/verdict/health.py `with_gpu_check`, the same
 function the dashboard calls). It is bounded to a few seconds: a hung or missing NVML is a
 warn check with the reason, never a hang or an exit code of its own.
 """
@@ -42,10 +42,11 @@ from . import __version__
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
+from .recording.outside import check_extras
 from .remote.base import OpRefused, TargetError
-from .run.launch import LaunchRefused
-from .run.report import RunReport
-from .run.verdict import CheckState, Checklist, Verdict
+from .run.launch.launch import LaunchRefused
+from .run.verdict.report import RunReport
+from .run.verdict.checklist import CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
 from .watch import RunWatch, open_watch
 from .words import compact
@@ -241,10 +242,13 @@ async def _check_until(watch: RunWatch, wait_s: float, first: RunReport | None =
         await asyncio.sleep(WAIT_INTERVAL_S)
 
 
-async def _run_mode(args, profile: Profile) -> int:
+async def _run_mode(args, profile: Profile, config: Config) -> int:
     async with open_watch(profile) as watch:
         if args.check:
-            return _emit(args, profile, await _check_until(watch, args.wait))
+            report = await _check_until(watch, args.wait)
+            # The watcher's view (recovery state, goodput): shown, never acted on here.
+            extra, lines = check_extras(config, profile, report)
+            return _emit(args, profile, report, extra_text=lines, **extra)
         if args.launch or args.relaunch:
             return await _launch_mode(args, profile, watch)
         if args.stop:
@@ -349,7 +353,7 @@ async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
 
 def _start_dashboard(config: Config, profile: Profile, fleet_home: bool = True) -> int:
     try:
-        from .ui.app import run_app   # Textual: a start-up cost the headless modes never pay
+        from .ui.main import run_app   # Textual: a start-up cost the headless modes never pay
     except ImportError as exc:
         print(f"dflash-tui: the dashboard is not available in this install ({exc}); "
               "use --check/--launch/--stop/--canary", file=sys.stderr)
@@ -398,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.json or args.wait:
                 raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
             return _start_dashboard(config, profile, fleet_home=args.profile is None)
-        return asyncio.run(_run_mode(args, profile))
+        return asyncio.run(_run_mode(args, profile, config))
     except ConfigError as exc:
         return _fail(args, EXIT_USAGE, str(exc))
     except OpRefused as exc:     # the target answered: what it refused is bad data there, not a dead link

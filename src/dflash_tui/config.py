@@ -20,6 +20,7 @@ from typing import Any
 
 from .remote.container import parse_container_spec
 from .progress_regex import ProgressRegexError, compile_progress_regex
+from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
 from .slurm.spec import SCHEDULER_KEY, SLURM_KEYS, SlurmSpec, take_slurm_keys
 from .words import did_you_mean
 from .small_file import SmallFileRefused, read_small_file
@@ -36,7 +37,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CONFIG_BYTES = 1 << 20
 
 # Numeric settings: (lowest, lowest allowed itself, highest). The highs keep every limit a
-# launch waits on far below run/claim.py's CLAIM_STALE_AFTER_S.
+# launch waits on far below run/launch/claim.py's CLAIM_STALE_AFTER_S.
 _NUMBER_RANGES: dict[str, tuple[float, bool, float]] = {
     "stall_after_s": (0.0, False, 7 * 86400.0),
     "compile_stall_after_s": (0.0, False, 7 * 86400.0),
@@ -79,11 +80,11 @@ class Profile:
     stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
     # A regular expression for the program's progress lines, with named groups step, loss
-    # and/or total (run/progress.py); tried before the built-in forms.
+    # and/or total (run/evidence/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
-    probe: bool = True                 # the run probe in every Python process (run/probe_install.py)
+    probe: bool = True                 # the run probe in every Python process (run/launch/probe_install.py)
     source: str = "<built-in>"         # the file the profile came from, for messages
-    # -- a run across several hosts (run/nodes.py) -------------------------------------------
+    # -- a run across several hosts (watch/node_plan.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
     master_addr: str | None = None     # None: the first node's address (its ssh HostName)
     master_port: int = 29500           # torch.distributed rendezvous port on the first node
@@ -133,6 +134,7 @@ class Config:
     default: str | None = DEFAULT_PROFILE  # the profile used without --profile, if unambiguous
     watch: "WatchSettings" = field(default_factory=lambda: WatchSettings())      # [watch]
     notify: "NotifySettings" = field(default_factory=lambda: NotifySettings())   # [notify]
+    recover: RecoverSettings = field(default_factory=RecoverSettings)            # [recover]
 
     def profile(self, name: str | None) -> Profile:
         if name is None:
@@ -362,7 +364,7 @@ NODE_PLACEHOLDER = "{node}"
 
 
 def _check_nodes(where: str, values: dict[str, Any]) -> None:
-    """`nodes`, `master_addr`, `master_port`: a run across several hosts (run/nodes.py)."""
+    """`nodes`, `master_addr`, `master_port`: a run across several hosts (watch/node_plan.py)."""
     if "nodes" not in values:
         extra = [k for k in ("master_addr", "master_port") if k in values]
         if extra:
@@ -418,11 +420,11 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
         raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
-    tops = ("profile", "watch", "notify")
+    tops = ("profile", "watch", "notify", "recover")
     extra = sorted(set(data) - set(tops))
     if extra:
         raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}{did_you_mean(extra[0], tops)} "
-                          "(profiles go under [profile.NAME], and [watch], [notify] are the others)")
+                          "(profiles go under [profile.NAME]; [watch], [notify] and [recover] are the others)")
     tables = data.get("profile", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{path}: 'profile' must hold tables, e.g. [profile.gpu1]")
@@ -430,8 +432,12 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: no profiles; add a [profile.NAME] table "
                           "(see assets/profiles.example.toml)")
     profiles = {name: _profile_from_table(path, name, table) for name, table in tables.items()}
+    try:
+        recover = recover_settings(data.get("recover"), set(profiles))
+    except RecoverSettingsError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return Config(path=path, profiles=profiles, watch=watch_settings(path, data.get("watch", {})),
-                  notify=notify_settings(path, data.get("notify", {}), profiles))
+                  notify=notify_settings(path, data.get("notify", {}), profiles), recover=recover)
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -26,9 +26,9 @@ from dflash_tui.config import Profile, parse_config
 from dflash_tui.fleet.checkall import EXIT_PRECEDENCE, check_all, worst_exit_code
 from dflash_tui.fleet.poller import FleetPoller
 from dflash_tui.fleet.row import DOWN, FAIL, OK, UNREACHABLE
-from dflash_tui.transport import SharedTransport
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
+from dflash_tui.watch.transport import SharedTransport
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
 from dflash_tui.watch import NodesWatch
 
 from tests.support.run_standins import PROGRAM

@@ -16,9 +16,9 @@ import pytest
 
 from dflash_tui.config import ConfigError, Profile
 from dflash_tui.run.history import HistoryError, run_path
-from dflash_tui.run.launch import LaunchRefused
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.launch.launch import LaunchRefused
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
 
 from tests.support.run_standins import PROGRAM
 from tests.support.runs import standin_profile

@@ -19,10 +19,10 @@ from dflash_tui.contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_SH, STATU
 from dflash_tui.gpu.sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
 from dflash_tui.remote.ops import FileStat, PidInfo
 from dflash_tui.run.attempts import LaunchAttempt
-from dflash_tui.run.health import HealthTracker, Limits, evaluate, with_gpu_check
-from dflash_tui.run.observe import Evidence, current_run_id
-from dflash_tui.run.report import RunReport, report_from
-from dflash_tui.run.tracebacks import last_traceback
+from dflash_tui.run.verdict.health import HealthTracker, Limits, evaluate, with_gpu_check
+from dflash_tui.run.evidence.observe import Evidence, current_run_id
+from dflash_tui.run.verdict.report import RunReport, report_from
+from dflash_tui.run.evidence.tracebacks import last_traceback
 
 from .replay import PROFILE, ReplayFollower, ReplaySource  # noqa: F401  (the tests' one import)
 

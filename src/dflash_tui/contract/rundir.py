@@ -14,7 +14,7 @@ Layout of RUN_DIR:
     status.json    atomic snapshot, rewritten at most once a second
     exit.json      written by the wrapper when the trainer ends
     stop.json      written by `dflash-tui --stop` before it signals: who asked, when, how
-    .launch-claim  held by the one launch in progress (run/claim.py): who, which process
+    .launch-claim  held by the one launch in progress (run/launch/claim.py): who, which process
     checkpoints/   atomic checkpoints
     probe/         the run probe (when the profile allows it): sitecustomize.py, dflash_probe.py,
                    dflash_rundir.py (a copy of this file), written by the launcher; then one

@@ -1,6 +1,6 @@
 """FleetRow: what the fleet screen shows about one profile, made from one RunReport.
 
-Nothing is decided here: the verdict and its cause are the report's checklist (run/health.py
+Nothing is decided here: the verdict and its cause are the report's checklist (run/verdict/health.py
 `evaluate`, the same as `--check`); a target that does not answer is UNREACHABLE with the
 reason and the next retry, and keeps the last numbers it really had (their age says so),
 never NO RUN.
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from ..config import Profile
 from ..gpu.sample import GpuSnapshot
-from ..run.report import RunReport
-from ..run.verdict import CheckState, Verdict
+from ..run.verdict.report import RunReport
+from ..run.verdict.checklist import CheckState, Verdict
 
 UNREACHABLE = "UNREACHABLE"
 CONNECTING = "CONNECTING"      # no answer yet: the first poll is in flight

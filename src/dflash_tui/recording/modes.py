@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from ..config import Config, ConfigError
 from .daemon import run_watcher
+from .goodput import goodput
+from .recovery_log import stop_times
+from .recovery_state import read_actions
 from .sender import check_urls
 from .service import install, watch_command
 from .store import ChangeStore, store_path
@@ -58,17 +62,22 @@ def _timeline(args, config: Config) -> int:
             changes = store.changes(profile.name)
     elif args.store:
         raise ConfigError(f"{path}: no such store; check the --store path")
-    all_bands = bands(changes)
+    now = time.time()
+    all_bands = bands(changes, now)
+    good = goodput(changes, now, profile.stall_after_s, stop_times(read_actions(path, profile.name)))
     if args.trace:
+        doc = trace(profile.name, all_bands)
+        doc["otherData"]["goodput"] = good.to_json()
         try:
-            Path(args.trace).write_text(json.dumps(trace(profile.name, all_bands)))
+            Path(args.trace).write_text(json.dumps(doc))
         except OSError as exc:
             raise ConfigError(f"--trace {args.trace}: cannot write it ({exc.strerror})") from None
         print(f"dflash-tui: wrote {len(all_bands)} bands of {profile.name} to {args.trace} "
               "(open it in https://ui.perfetto.dev)")
         return EXIT_OK
     if args.json:
-        print(json.dumps(timeline_json(profile.name, all_bands, str(path))))
+        print(json.dumps({**timeline_json(profile.name, all_bands, str(path)), "goodput": good.to_json()}))
     else:
-        print(render_text(profile.name, all_bands, str(path)))
+        text = render_text(profile.name, all_bands, str(path))
+        print(f"{text}\n{good.words()}" if all_bands else text)
     return EXIT_OK

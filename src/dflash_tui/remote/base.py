@@ -45,6 +45,15 @@ class CommandTimeout(TargetError):
     """A command did not finish in time (e.g. a PTY-like hang holding the channel)."""
 
 
+# The failures of the way to the run (the host, the container, the command's time), not of the
+# run: an observation that meets one is stale, never evidence that the run is gone.
+TRANSPORT_FAILURES: tuple[type[TargetError], ...] = (TargetUnreachable, CommandTimeout, ContainerNotRunning)
+
+
+def is_transport_failure(exc: BaseException) -> bool:
+    return isinstance(exc, TRANSPORT_FAILURES)
+
+
 @dataclass(frozen=True)
 class CommandResult:
     argv: tuple[str, ...]

@@ -1,6 +1,6 @@
 """The runs kept in RUN_DIR/history/<id>/: the one reader of them, read-only.
 
-A launch moves the last run's files there (run/launch.py); checkpoints/ stays in the run dir,
+A launch moves the last run's files there (run/launch/launch.py); checkpoints/ stays in the run dir,
 so the next run can --resume from it. A history run is judged exactly as a live one: the real
 `observe.gather` over its directory, then `health.evaluate` (its pid is long gone, so the
 verdict is the one its exit.json, stop.json and log give). Nothing here writes anything.
@@ -17,13 +17,13 @@ import re
 from dataclasses import dataclass
 
 from ..contract.rundir import CHECKPOINTS_DIR, EVENTS_JSONL, LAUNCH_JSON, TRAIN_LOG
-from ..remote.base import CommandTimeout, ContainerNotRunning, TargetError, TargetUnreachable
+from ..remote.base import TRANSPORT_FAILURES, TargetError
 from ..remote.ops import RemoteOps
-from .health import Limits, evaluate
-from .launch import HISTORY_DIR
-from .observe import Evidence, gather
-from .report import RunReport, report_from
-from .verdict import Checklist, Verdict
+from .verdict.health import Limits, evaluate
+from .launch.launch import HISTORY_DIR
+from .evidence.observe import Evidence, gather
+from .verdict.report import RunReport, report_from
+from .verdict.checklist import Checklist, Verdict
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -146,7 +146,7 @@ async def previous_run(ops: RemoteOps, run_dir: str, *, exclude: str | None = No
     the tail of its events; an absent or unreadable history is None, never an error."""
     try:
         entries = await ops.list_dir(posixpath.join(run_dir, HISTORY_DIR))
-    except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+    except TRANSPORT_FAILURES:
         raise
     except TargetError:
         return None   # no history/ yet

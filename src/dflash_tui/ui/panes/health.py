@@ -19,11 +19,11 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 from textual.containers import VerticalScroll
 
-from ...run.report import RunReport
-from ...run.verdict import CheckState, Verdict
+from ...run.verdict.report import RunReport
+from ...run.verdict.checklist import CheckState, Verdict
 from ..fmt import STATE_SYMBOL, age, alarm_style, one_line
 from ..widgets.part_lines import Part, PartLines
-from .base import Pane
+from .base import Pane, PaneKey
 
 _STATE_STYLE = {
     CheckState.OK: "green",
@@ -59,6 +59,8 @@ class HealthBox(VerticalScroll, can_focus=False):
 
 class HealthPane(Pane, PartLines):
     PANE_ID = "health"
+    KEYS = (PaneKey("k", "toggle_checks", "Checks", "show the ok checks one per row, or fold them into one line",
+                    show=False),)
 
     def __init__(self, **kwargs) -> None:
         super().__init__("waiting for the first poll…", **kwargs)
@@ -87,6 +89,9 @@ class HealthPane(Pane, PartLines):
         self.expanded = not self.expanded
         self.show()
         return self.expanded
+
+    def action_toggle_checks(self) -> None:
+        self.toggle()
 
     def on_resize(self) -> None:
         self.show()   # wrapped warn/fail rows change height with the width

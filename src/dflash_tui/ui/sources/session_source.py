@@ -16,12 +16,12 @@ from ...config import ConfigError, Profile
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ...remote.base import TargetError
 from ...run.history import PreviousRun, previous_run
-from ...run.logtail import LogFollower
+from ...run.evidence.logtail import LogFollower
 from ...gpu.sources import open_gpu_source, run_ref_from_launch
 from ...gpu.stream import GpuStream
-from ...run.launch import LaunchRefused
-from ...run.report import RunReport
-from ...session import Session
+from ...run.launch.launch import LaunchRefused
+from ...run.verdict.report import RunReport
+from ...watch.session import Session
 from ...watch import ActionInFlight, HostWatch
 from .source import ActionError
 
