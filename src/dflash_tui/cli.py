@@ -143,6 +143,7 @@ def _serve(args, config: Config, profile: Profile) -> int:
 # -- output ------------------------------------------------------------------------------------
 
 _STUCK_THREADS_SHOWN = 8
+_RANK_GROUPS_SHOWN = 6       # text --check: the odd ones out and the biggest groups
 _MARK = {CheckState.OK: "ok", CheckState.WARN: "warn", CheckState.FAIL: "FAIL", CheckState.PENDING: "..."}
 
 
@@ -173,6 +174,13 @@ def _checklist_lines(checklist: Checklist, now: float) -> list[str]:
         since = _fmt_since(t.since, now)
         lines.append(f"  thread  {proc} {t.name}: {t.cls}" + (f" {t.doing}" if t.doing else "")
                      + (f" in {t.where}" if t.where else "") + (f"  ({since})" if since else ""))
+    # Many ranks as one picture: where the ranks stand, the odd ones out first (all: --json);
+    # only where ranks share a place (one rank a group: the thread lines say it all).
+    groups = checklist.rank_groups if any(len(g.ranks) > 1 for g in checklist.rank_groups) else []
+    for g in groups[:_RANK_GROUPS_SHOWN]:
+        lines.append(f"  ranks   {g.words()}" + (f"  [{g.threads} threads]" if g.threads > len(g.ranks) else ""))
+    if len(groups) > _RANK_GROUPS_SHOWN:
+        lines.append(f"  ranks   ... and {len(groups) - _RANK_GROUPS_SHOWN} more groups (--json: rank_groups)")
     return lines
 
 
@@ -197,6 +205,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
     launch = report.launch
     if not report.nodes:
         return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
+                "rank_groups": d["rank_groups"],
                 "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
                 "target": profile.where(), "exit_code": exit_code_of(report),
@@ -210,6 +219,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                       "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
     return {"verdict": d["verdict"], "summary": d["summary"],
             "checks": [c for c in d["checks"] if c["id"].startswith("node:")],
+            "rank_groups": d["rank_groups"],
             "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],
             "profile": profile.name, "target": profile.where(), "run_dir": profile.run_dir,
             "exit_code": exit_code_of(report), **extra}

@@ -303,6 +303,9 @@ class ProbeThread:
     # Since when its frames stand where they are now (target clock), as the probe saw them at
     # its beats: the innermost frame's line aside, first seen at a beat. None: an older probe.
     stack_since: float | None = None
+    # Since when its frames kept are exactly these, lines included (a thread that waits stood
+    # still since then). None: an older probe.
+    frames_since: float | None = None
 
 
 @dataclass

@@ -212,7 +212,7 @@ async def _settle(launcher: Launcher, ops: RemoteOps, run_dir: str, attempt: Lau
     let in meanwhile would start a second trainer beside it."""
     deadline = time.monotonic() + SETTLE_S
     while (checklist.verdict is Verdict.NEVER_STARTED and ev.launch is None and ev.detached_proc is not None
-           and ev.detached_proc.alive and ev.detached_proc.state != "Z" and time.monotonic() < deadline):
+           and not ev.detached_proc.gone and time.monotonic() < deadline):
         await asyncio.sleep(0.1)
         ev = await launcher.observe(ops, run_dir, attempt=attempt)
         checklist = evaluate(ev, limits)

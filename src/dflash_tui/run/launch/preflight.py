@@ -16,6 +16,7 @@ from ...config import Profile, system_dir
 from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SLURM_JSON, SLURM_OUT,
                                STATUS_JSON, STOP_JSON, TRAIN_LOG)
 from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ...remote.container import ContainerTarget
 from ...remote.ops import RemoteOps
 from ..evidence.observe import gather, process_matches
 from ..verdict.checklist import Check, CheckState
@@ -175,18 +176,16 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
               f"{host.label} answered" + ("" if res.ok else f" (true exited {res.exit_status})"), "", now))
 
     # 2. container running
-    if profile.container:
-        is_running = getattr(target, "is_running", None)
+    if profile.container and isinstance(target, ContainerTarget):
         try:
-            running = await is_running() if is_running else True
+            running = await target.is_running()
         except ContainerNotRunning as exc:
             running, why, hint = False, exc.message, exc.hint
         except TargetError as exc:
             running, why, hint = False, exc.message, exc.hint
         else:
-            start_hint = getattr(target, "start_hint", None)
             why = f"{profile.container} is not running on {host.label}"
-            hint = start_hint() if start_hint else f"start it on {host.label}"
+            hint = target.start_hint()
         if not running:
             add(Check("pre_container", "Container running", FAIL, why, hint, now))
             return out

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from .report import RunReport
+from .rank_groups import group_ranks
 from .checklist import Check, CheckState, Checklist, ThreadHealth, Verdict
 
 
@@ -72,7 +73,8 @@ class RunOfNodes:
                                 "" if state is CheckState.OK else f"see node {n.node}'s checks below"))
             checks += [replace(c, id=f"{n.node}:{c.id}", label=f"{n.node} · {c.label}") for c in cl.checks]
         threads = [replace(t, name=f"{n.node}/{t.name}") for n in self.nodes for t in n.report.checklist.threads]
-        return Checklist(self.verdict, checks, self.summary, threads)
+        nodes = [n.node for n in self.nodes for _ in n.report.checklist.threads]
+        return Checklist(self.verdict, checks, self.summary, threads, rank_groups=group_ranks(threads, nodes))
 
     def report(self, profile: str, target_label: str, run_dir: str) -> RunReport:
         """The run as one RunReport, for the panes: the combined checklist; every node's

@@ -23,6 +23,7 @@ from ..stacks.classify import ThreadClass
 from ..evidence.observe import Evidence, current_run_id, process_matches
 from .slurm_job import judge as judge_slurm_job
 from ..evidence.tracebacks import exception_line
+from .rank_groups import group_ranks
 from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -113,7 +114,7 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
 
     alive = process_matches(launch, ev.proc)           # STOPPED, FINISHED, CRASHED, KILLED
     if not alive:
-        reused = ev.proc is not None and ev.proc.alive and ev.proc.state != "Z"
+        reused = ev.proc is not None and not ev.proc.gone
         gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused, or the run dir is a copy)"
                                        if reused else "is gone")
         expected = ev.stop is not None or (ev.exit is not None and ev.exit.exit_code == 0)
@@ -162,10 +163,11 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
         if i is not None:
             out[i] = replace(out[i], **info)
             continue
-        stuck = stalled and (v.cls in _WAITING or v.stale)
+        # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
+        stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
-    return cl.with_parts(threads=out)
+    return cl.with_parts(threads=out, rank_groups=group_ranks(out))
 
 
 def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check], limits: Limits) -> Checklist:
@@ -184,7 +186,7 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
     # process is gone without having written launch.json.
     certain = attempt is not None and (
         bool(attempt.error) or not attempt.wrapper_written or attempt.pid is None
-        or (ev.detached_proc is not None and (not ev.detached_proc.alive or ev.detached_proc.state == "Z")))
+        or (ev.detached_proc is not None and ev.detached_proc.gone))
     if waited is not None and waited < limits.launch_deadline_s and not ev.launch_problem and not certain:
         add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
                   f"waiting for launch.json ({waited:.1f} s of {limits.launch_deadline_s:.0f} s)", ""))
