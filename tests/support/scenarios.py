@@ -13,8 +13,8 @@ import dataclasses
 import posixpath
 
 from dflash_tui.contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_SH, STATUS_JSON, TRAIN_LOG, CompileState,
-                                        ExitRecord, LaunchRecord, Phase, ProbeReport, ProbeThread, ThreadStatus,
-                                        TrainStatus, make_event,
+                                        ExitRecord, LaunchRecord, Phase, ProbeReport, ProbeThread, StopRecord,
+                                        ThreadStatus, TrainStatus, make_event,
                                         to_json)
 from dflash_tui.gpu.sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
 from dflash_tui.remote.ops import FileStat, PidInfo
@@ -143,6 +143,14 @@ def stalled_program() -> RunReport:
         ProbeThread(name="Thread-1", ident=2, frames=["/usr/lib/python3.11/threading.py:320 wait",
                                                       "/x/t.py:3 f"])])]
     return report_of(dataclasses.replace(_running_evidence(), status=None, probes=probes), nvml_unavailable())
+
+
+def stopping() -> RunReport:
+    """A stalled run stopped 4 s ago (stop.json), still saving within its grace period."""
+    ev = _running_evidence(_status(threads=threads(stuck="drafter1")))
+    ev.stop = StopRecord(run_id=RUN_ID, pid=WRAPPER_PID, requested_time=T0 - 4, requested_by="ana@laptop",
+                         signal_sent="SIGTERM")
+    return report_of(ev, gpu_snapshot())
 
 
 def nvml_report() -> RunReport:

@@ -68,6 +68,7 @@ class LaunchOutcome:
     unreachable: bool = False
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    resume_from: str = ""      # a resumed launch: the checkpoint it continues from, and its run
 
 
 def _not_launched(why: Check, checks: list[Check], unreachable: bool = False, **kw) -> LaunchOutcome:

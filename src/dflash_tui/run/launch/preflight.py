@@ -35,8 +35,12 @@ if err=$(mkdir -p -- "$d" 2>&1); then echo "mkdir=ok"; else echo "mkdir=$err" | 
 p="$d/.dflash-write-probe.$$"
 if err=$( (echo probe >"$p") 2>&1 ); then rm -f -- "$p"; echo "write=ok"; else rm -f -- "$p"; echo "write=$err" | tr '\n' ' '; echo; fi
 df -Pk -- "$d" 2>/dev/null | awk 'NR==2 {print "avail_kb=" $4}'
+for t in awk tr; do command -v "$t" >/dev/null 2>&1 || echo "missing=$t"; done
 echo "end=1"
 '''
+
+# The tools launch.sh needs beyond sh, and the Debian package of each (for the hint).
+_PACKAGE = {"awk": "mawk", "tr": "coreutils"}
 
 # Before anything is created: where the run dir really is (symlinks resolved, from its nearest
 # existing ancestor), and which of the per-run files exist as something other than a regular
@@ -241,6 +245,17 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
                           "fix its permissions or choose another run_dir", now))
             return out
         add(Check("pre_run_dir", "Run dir writable", OK, f"{profile.run_dir} created and writable", "", now))
+        # launch.sh writes its records (launch.json, exit.json) through these: without them it
+        # would run the program and leave records that name no run (a crash read as KILLED).
+        missing = [v for k, v in (line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+                   if k == "missing"]
+        if missing:
+            add(Check("pre_tools", "Wrapper's tools", FAIL,
+                      f"{' and '.join(missing)} not found on {target.label}: the launch wrapper writes its "
+                      "records with them",
+                      f"install them where the run lives (Debian: apt-get install {' '.join(_PACKAGE[m] for m in missing)})",
+                      now))
+            return out
         try:
             avail_gb = int(kv["avail_kb"]) / (1 << 20)
         except (KeyError, ValueError):

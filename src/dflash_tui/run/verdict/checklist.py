@@ -32,6 +32,9 @@ class Verdict(str, Enum):
     GPU_LOST = "GPU LOST"
     # The run ended after a stop request for it (stop.json), whatever its exit code or signal.
     STOPPED = "STOPPED"
+    # A stop request for it (stop.json), its process still alive within the grace period and
+    # the SIGKILL wait: no verdict yet (STOPPED, or a failing stop, follows).
+    STOPPING = "STOPPING"
     # A Slurm job's own states (run/verdict/slurm_job.py), beside the evidence-based ones:
     QUEUED = "QUEUED"                 # pending, with Slurm's reason in words (no verdict yet)
     BLOCKED = "BLOCKED"               # pending and never starting by itself: held, or a dependency never satisfiable
