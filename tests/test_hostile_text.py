@@ -323,7 +323,7 @@ async def test_the_threads_tab_shows_a_self_written_stack_dump_inert(self_dumpin
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp / "state"))
     profile = Profile(name="evil", run_dir=str(run), command=tuple(fields["command"]), python=sys.executable,
                       stall_after_s=3.0, min_free_gb=0.0)
-    app = DashboardApp(lambda name: SessionSource(profile), "evil")
+    app = DashboardApp(lambda name: WatchSource(open_watch(profile)), "evil")
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.run_view.report is not None and any(
             t.source == "faulthandler" for t in app.run_view.report.checklist.threads), 60)

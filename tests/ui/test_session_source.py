@@ -103,9 +103,13 @@ async def test_log_pane_survives_truncation_and_rotation_on_the_live_path(tmp_pa
         await until(pilot, lambda: lines.last_line() == "after truncate 1", 10)
         assert any("was truncated" in line for line in lines.lines())
 
-        log.rename(run_dir / "train.log.1")             # rotated: a new file, a new inode
-        log.write_text("rotated 1\nrotated 2\n")
-        await until(pilot, lambda: lines.last_line() == "rotated 2", 10)
+        # A launch sets the previous run's log aside (history/<run id>/) and the new run's
+        # wrapper writes a new one: a new file, a new inode, said as a new run.
+        (run_dir / "history" / "r-old").mkdir(parents=True)
+        log.rename(run_dir / "history" / "r-old" / "train.log")
+        log.write_text("new run 1\nnew run 2\n")
+        await until(pilot, lambda: lines.last_line() == "new run 2", 10)
         notes = [(line, kind) for line, kind in zip(lines.lines(), lines.kinds()) if "dflash-tui:" in line]
-        assert any("rotated" in line for line, _ in notes)
+        assert any("new run: the previous run's train.log was set aside (history/)" in line for line, _ in notes), notes
+        assert not any("rotated" in line for line, _ in notes), notes
         assert all(kind == MARKER for _, kind in notes)

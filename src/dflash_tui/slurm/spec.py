@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..words import did_you_mean
+
 SCHEDULER_KEY = "scheduler"
 SCHEDULERS = ("slurm",)
 # Keys that mean something only under a scheduler; `nodes` is a count there (a list of SSH
@@ -96,8 +98,8 @@ def take_slurm_keys(table: dict[str, Any]) -> tuple[SlurmSpec | None, dict[str, 
         return None, table
     scheduler = table[SCHEDULER_KEY]
     if scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler = {scheduler!r} is not a known scheduler; use scheduler = \"slurm\" "
-                         "or remove it")
+        raise ValueError(f"scheduler = {scheduler!r:.80} is not a known scheduler{did_you_mean(scheduler, SCHEDULERS)} "
+                         "(use scheduler = \"slurm\" or remove it)")
     rest = {k: v for k, v in table.items() if k not in (SCHEDULER_KEY, "nodes", *SLURM_KEYS)}
     for key in ("container", "master_addr", "master_port"):
         if key in rest:

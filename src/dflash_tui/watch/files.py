@@ -10,6 +10,7 @@ prefixed with its node's name.
 from __future__ import annotations
 
 import asyncio
+import posixpath
 from typing import AsyncIterator, Callable, Protocol
 
 from ..run.evidence.logtail import LogFollower
@@ -45,7 +46,11 @@ class RunFileFollower:
     async def poll(self) -> list[str]:
         ops = await self.session.ops()
         if self._follower is None:
-            self._follower = LogFollower(ops, self.path, shared=self.session.progress.reads)
+            # A run dir's log is replaced only by a launch, which sets the previous run's aside.
+            name = posixpath.basename(self.path)
+            self._follower = LogFollower(ops, self.path, shared=self.session.progress.reads,
+                                         replaced=f"new run: the previous run's {name} was set aside "
+                                                  f"(history/); following the new {name}")
         elif self._follower.ops is not ops:
             self._follower.set_ops(ops)
         return await self._follower.poll()
