@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..config import NotifySettings
 from ..fleet.row import UNREACHABLE
 from ..run.verdict.checklist import Verdict
+from ..words import progress
 from .change import VerdictChange
 
 
@@ -66,15 +67,9 @@ def message(change: VerdictChange, event: str, config_path: str | None) -> tuple
     lines = [f"{change.state} (was {change.previous or 'not recorded'}): {change.cause}"]
     if change.check:
         lines.append(f"check: {change.check}")
-    numbers = []
-    if ev.step is not None:
-        numbers.append(f"step {ev.step}" + (f"/{ev.total}" if ev.total else ""))
-    if ev.loss is not None:
-        numbers.append(f"loss {ev.loss:.4g}")
-    if ev.rate is not None:
-        numbers.append(f"{ev.rate:.4g} {ev.rate_unit}".strip())
+    numbers = progress(ev.step, ev.total, ev.loss, ev.rate, ev.rate_unit)
     if numbers:
-        lines.append(", ".join(numbers))
+        lines.append(numbers)
     if ev.stuck_at:
         lines.append(f"stuck at: {ev.stuck_at}")
     if ev.traceback:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..words import compact
+from ..words import compact, progress
 from .change import VerdictChange
 
 
@@ -57,13 +57,7 @@ def _clock(t: float) -> str:
 
 def _evidence_words(c: VerdictChange) -> str:
     e = c.evidence
-    bits = []
-    if e.step is not None:
-        bits.append(f"step {e.step}" + (f"/{e.total}" if e.total else ""))
-    if e.loss is not None:
-        bits.append(f"loss {e.loss:.4g}")
-    if e.rate is not None:
-        bits.append(f"{e.rate:.4g} {e.rate_unit}".strip())
+    bits = [words] if (words := progress(e.step, e.total, e.loss, e.rate, e.rate_unit)) else []
     if e.stuck_at:
         bits.append(f"stuck at {e.stuck_at}")
     return ", ".join(bits)

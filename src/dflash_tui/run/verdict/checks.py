@@ -12,7 +12,7 @@ import re
 from ...contract.rundir import LAUNCH_OUT, TRAIN_LOG, LaunchRecord
 from .gpu_check import CHECK_ID as GPU_CHECK_ID, LABEL as GPU_LABEL, gpu_check_for_status
 from ...gpu.sample import GpuSnapshot
-from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, size
+from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, progress, size
 from ..evidence.activity import Activity
 from ..attempts import LaunchAttempt
 from .hang import STALE_AFTER_S, Hang, ThreadView, idle_worker
@@ -152,15 +152,7 @@ def progress_words(ev: Evidence) -> str:
     act = ev.activity
     if act is None or act.step is None and act.step_at is None:
         return ""
-    parts = []
-    if act.step is not None:
-        n = f"{act.step}" + (f"/{act.total}" if act.total else "")
-        parts.append(f"epoch {act.step_epoch:g}, {n}" if act.step_epoch is not None else f"step {n}")
-    if act.loss is not None:
-        parts.append(f"loss {act.loss:.4g}")
-    if act.rate is not None:
-        parts.append(f"{act.rate:.3g} {act.rate_unit}")
-    return _one_line(", ".join(parts))
+    return _one_line(progress(act.step, act.total, act.loss, act.rate, act.rate_unit, act.step_epoch))
 
 
 def silence_words(ev: Evidence, silent_for: float, heartbeat: str = "") -> str:
