@@ -70,6 +70,9 @@ class VerdictChange:
     check: str = ""                       # the id of the check that made the change
     evidence: Evidence = field(default_factory=Evidence)
     id: int | None = None                 # the store's row id, once recorded
+    # Not stored: a run no watcher had recorded, in this watcher's first report of its profile
+    # (what it shows happened before anyone watched; notify.py `news_event`).
+    first_look: bool = False
 
 
 def state_of(report: RunReport) -> str:
@@ -115,10 +118,11 @@ def evidence_of(report: RunReport) -> Evidence:
         exit_code=report.exit.exit_code if report.exit is not None else None)
 
 
-def change_of(report: RunReport, *, previous: str, before: Checklist | None, now: float) -> VerdictChange:
+def change_of(report: RunReport, *, previous: str, before: Checklist | None, now: float,
+              first_look: bool = False) -> VerdictChange:
     state = state_of(report)
     cause = report.checklist.summary if report.connected else (report.error or "no answer")
     return VerdictChange(profile=report.profile, run_id=run_id_of(report), time=now, state=state,
                          previous=previous, cause=inert(cause),
                          check=deciding_check(report.checklist, before, not report.connected),
-                         evidence=evidence_of(report))
+                         evidence=evidence_of(report), first_look=first_look)

@@ -19,6 +19,7 @@ import logging
 import signal
 import sqlite3
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from ..config import Config, Profile
@@ -51,7 +52,9 @@ class Watcher:
         self.policy = NotifyPolicy(config.notify, config_path=config.path)
         now = clock()
         for last in store.last_states().values():
-            self.policy.resume(last, now)
+            # The only change of its run: recorded at a first look, if it was one.
+            only = len(store.changes(last.profile, run_id=last.run_id)) == 1
+            self.policy.resume(replace(last, first_look=only), now)
         self.recorder.listeners.append(self._changed)
         self.sender = NotifySender(retry_max_s=config.notify.retry_max_s, on_delivery=on_notified,
                                    clock=clock)
