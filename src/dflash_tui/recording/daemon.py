@@ -30,7 +30,7 @@ from .change import VerdictChange, run_id_of
 from .notify import NotifyPolicy
 from .recorder import Recorder
 from .sender import NotifySender
-from .store import ChangeStore
+from .store import ChangeStore, StoreError
 
 log = logging.getLogger("dflash_tui.recording")
 
@@ -77,7 +77,7 @@ class Watcher:
         try:
             self.recorder.observe(report, previous)
             self._unrecorded.pop(report.profile, None)
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, OSError, StoreError) as exc:
             if report.profile not in self._unrecorded:
                 log.error("%s: could not record a change (%s); trying again", report.profile, exc)
             self._unrecorded[report.profile] = report

@@ -50,25 +50,33 @@ def run_mode(args, config: Config) -> int:
 
 
 def _timeline(args, config: Config) -> int:
-    profile = config.profile(args.profile)
+    """--profile's timeline; without it, every profile of the config file's (the only one's
+    alone: one JSON object; several: a JSON list of them, a trace with a process each)."""
+    profiles = [config.profile(args.profile)] if args.profile else config.file_profiles()
     path = store_path(config.watch, args.store)
-    changes = []
+    read: list[tuple[str, list, int]] = []          # (profile, its changes, damaged rows skipped)
     if path.exists():
         with ChangeStore(path, readonly=True) as store:
-            changes = store.changes(profile.name)
+            for p in profiles:
+                before = store.skipped
+                read.append((p.name, store.changes(p.name), store.skipped - before))
     elif args.store:
         raise ConfigError(f"{path}: no such store; check the --store path")
-    all_bands = bands(changes)
+    else:
+        read = [(p.name, [], 0) for p in profiles]
+    timelines = [(name, bands(changes), skipped) for name, changes, skipped in read]
     if args.trace:
         try:
-            Path(args.trace).write_text(json.dumps(trace(profile.name, all_bands)))
+            Path(args.trace).write_text(json.dumps(trace([(n, b) for n, b, _ in timelines]), allow_nan=False))
         except OSError as exc:
             raise ConfigError(f"--trace {args.trace}: cannot write it ({exc.strerror})") from None
-        print(f"dflash-tui: wrote {len(all_bands)} bands of {profile.name} to {args.trace} "
+        names = ", ".join(n for n, _, _ in timelines)
+        print(f"dflash-tui: wrote {sum(len(b) for _, b, _ in timelines)} bands of {names} to {args.trace} "
               "(open it in https://ui.perfetto.dev)")
         return EXIT_OK
     if args.json:
-        print(json.dumps(timeline_json(profile.name, all_bands, str(path))))
+        docs = [timeline_json(n, b, str(path), skipped) for n, b, skipped in timelines]
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, allow_nan=False))
     else:
-        print(render_text(profile.name, all_bands, str(path)))
+        print("\n\n".join(render_text(n, b, str(path), skipped) for n, b, skipped in timelines))
     return EXIT_OK
