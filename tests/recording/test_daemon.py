@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -151,3 +152,27 @@ def test_install_service_writes_the_unit_and_says_when_systemd_is_missing(tmp_pa
                           f'"--store" "{tmp_path / "my store.db"}"')
     for must in ("[Unit]", "[Service]", "Restart=on-failure", "[Install]", "WantedBy=default.target"):
         assert must in unit
+
+
+def test_install_service_keeps_a_path_with_newlines_one_argument(tmp_path):
+    """A newline or CR in the config path would end ExecStart= and start a directive of its own."""
+    odd = tmp_path / "a\nExecStartPost=/bin/touch /tmp/dflash-pwned\rb%$x"
+    odd.mkdir(parents=True)
+    cfg = odd / "config.toml"
+    cfg.write_text(f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "PATH": str(bin_dir)}
+    env.pop("XDG_CONFIG_HOME", None)
+    res = subprocess.run([PY, "-m", "dflash_tui", "--config", str(cfg), "--watch", "--install-service"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
+    unit_path = tmp_path / "home" / ".config" / "systemd" / "user" / UNIT_NAME
+    lines = unit_path.read_text().splitlines()
+    assert not [l for l in lines if l.startswith("ExecStartPost")]
+    exec_start, = [l for l in lines if l.startswith("ExecStart")]
+    assert f'"--config" "{tmp_path}/a\\x0aExecStartPost=/bin/touch /tmp/dflash-pwned\\x0db%%$$x/config.toml"' in exec_start
+    analyze = shutil.which("systemd-analyze")
+    if analyze:   # systemd's own parser takes the unit as it is, the path as one argument
+        check = subprocess.run([analyze, "verify", str(unit_path)], capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0 and "ExecStartPost" not in check.stderr, check.stderr

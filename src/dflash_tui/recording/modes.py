@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..config import Config, ConfigError
+from .change import inert
 from .daemon import run_watcher
 from .sender import check_urls
 from .service import install, watch_command
@@ -40,7 +41,8 @@ def run_mode(args, config: Config) -> int:
             except OSError as exc:
                 raise ConfigError(f"cannot write the systemd unit ({exc.strerror}: {exc.filename}); "
                                   "check that ~/.config/systemd/user is writable") from None
-            print(f"dflash-tui: {done.message}", file=sys.stdout if done.started else sys.stderr)
+            # One line, whatever the paths in it hold.
+            print(f"dflash-tui: {inert(done.message, 4000)}", file=sys.stdout if done.started else sys.stderr)
             return EXIT_OK if done.started else EXIT_NOT_STARTED
         s = config.watch
         with ChangeStore(store_path(s, args.store), retention_days=s.retention_days,
