@@ -373,7 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.list_profiles:
             for name, prof in sorted(config.profiles.items()):
                 mark = "*" if name == config.default else " "
-                print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}")
+                # With a config file, --watch and --check --all take its profiles only: say so.
+                builtin = config.path is not None and prof.source != config.path
+                print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}"
+                      + ("  (built-in: not in --watch or --check --all)" if builtin else ""))
             return EXIT_HEALTHY
         if recording_flags.wants(args):
             # Apprise, the store and the watcher: a start-up cost the other modes never pay.

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -291,4 +292,8 @@ def test_one_writer_per_store_and_the_second_names_the_first(tmp_path):
             pass
     finally:
         a.kill()
-        a.communicate()
+        _, a_err = a.communicate()
+    # Each log line says when, with the offset; the start line says the built-in `local` is not watched.
+    first = a_err.splitlines()[0]
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d{4} dflash-tui --watch: watching 2 profile", first), a_err
+    assert "the built-in 'local' is not watched (add [profile.local] to" in first

@@ -22,7 +22,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from ..config import Config, Profile
+from ..config import DEFAULT_PROFILE, Config, Profile
 from ..fleet.poller import FleetPoller
 from ..fleet.row import UNREACHABLE
 from ..run.report import RunReport
@@ -143,9 +143,21 @@ class Watcher:
             await asyncio.to_thread(self.sender.close)
 
 
+def builtin_note(config: Config, profiles: Sequence[Profile]) -> str:
+    """Why the built-in `local` that --list-profiles shows is not watched, when it is not."""
+    local = config.profiles.get(DEFAULT_PROFILE)
+    if (config.path is None or local is None or local.source == config.path
+            or any(p.name == DEFAULT_PROFILE for p in profiles)):
+        return ""
+    return (f"; the built-in '{DEFAULT_PROFILE}' is not watched (add [profile.{DEFAULT_PROFILE}] "
+            f"to {config.path}, or pass --profile {DEFAULT_PROFILE})")
+
+
 def run_watcher(config: Config, profiles: Sequence[Profile], store: ChangeStore) -> int:
     """The --watch mode: until SIGTERM/SIGINT; 0 when it was told to stop."""
-    logging.basicConfig(level=logging.INFO, format="dflash-tui --watch: %(message)s")
+    # Local time with its offset: a line read from a file (not the journal) says when it happened.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s dflash-tui --watch: %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S%z")
     # Apprise's own warnings arrive in the sender's one line per failed attempt (log_callback).
     logging.getLogger("apprise").setLevel(logging.CRITICAL)
 
@@ -155,8 +167,8 @@ def run_watcher(config: Config, profiles: Sequence[Profile], store: ChangeStore)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, watcher.stop)
         urls = {u for p in profiles for u in config.notify.for_profile(p.name)}
-        log.info("watching %d profile(s); store %s (%d changes); notifying %d URL(s)",
-                 len(profiles), store.path, store.count(), len(urls))
+        log.info("watching %d profile(s); store %s (%d changes); notifying %d URL(s)%s",
+                 len(profiles), store.path, store.count(), len(urls), builtin_note(config, profiles))
         await watcher.run()
         log.info("stopped")
 
