@@ -9,7 +9,8 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
      nothing (pid reused, or launch.json has no start time to verify it) or the process
      survived SIGKILL; --canary failed (an operation the target refused on its own files,
      should one ever reach this far, exits 1 too: it is bad data there, not a dead link)
-  2  usage or config error, out-of-range number or unusable SSH file included
+  2  usage or config error, out-of-range number or unusable SSH file included; a watch store
+     that cannot be used or that another --watch holds
   3  target unreachable (connect, auth, host key, timeout, container not running)
   4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
      pass --wait SECONDS to wait for one
