@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dflash_tui.config import Profile  # noqa: E402
-from dflash_tui.session import Session  # noqa: E402
+from dflash_tui.watch.session import Session  # noqa: E402
 from benchmarks.results_file import replace_section  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 

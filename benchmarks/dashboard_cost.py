@@ -134,7 +134,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             # TabbedContent applies its `initial` tab after the app's on_mount, so a switch
             # made right away is undone: switch once the first frame is up, and check it held.
             await asyncio.sleep(0.5)
-            self.action_show_tab(tab)
+            self.run_view.action_show_tab(tab)
             me = psutil.Process()
             await asyncio.sleep(warmup)
             # The agent works for the dashboard: its CPU counts. Listed once, so the
@@ -172,7 +172,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             # wake-up of this event loop costs ~0.2 ms of CPU on a small VM), and RSS is sampled
             # by the parent process, so the figure is the product's.
             lags = []
-            pane_lines = self.log_pane.lines
+            pane_lines = self.run_view.log_pane.lines
             append = pane_lines.append
 
             def read_lag():
@@ -204,18 +204,18 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 result["breakdown"] = {k: round(v, 4) for k, v in breakdown.items()}
             result["follower_polls"] = dict(follower_polls)
             result["bytes_decoded"] = {k: v - bytes0.get(k, 0) for k, v in bytes_decoded.items()}
-            result.update(tab=self.tabs.active, frames=frames[0], cpu_s=c1 - c0, main_cpu_s=main_cpu, agent_cpu_s=a1 - a0, wall_s=w1 - w0,
+            result.update(tab=self.run_view.tabs.active, frames=frames[0], cpu_s=c1 - c0, main_cpu_s=main_cpu, agent_cpu_s=a1 - a0, wall_s=w1 - w0,
                           lag_max=lags[-1] if lags else None,
                           lag_p50=lags[len(lags) // 2] if lags else None,
                           lag_p99=lags[int(len(lags) * 0.99)] if lags else None,
                           lag_samples=len(lags), helpers=[" ".join(h.cmdline()[:2]) for h in helpers
                                                             if h.is_running()],
-                          lines_kept=self.log_pane.lines.line_count,
-                          verdict=self.report.checklist.verdict.value if self.report else None,
-                          gpus_shown=len(self.gpu_pane.snapshot.gpus) if self.gpu_pane.snapshot else 0,
-                          threads_shown=len(self.report.status.threads) if self.report and self.report.status else 0,
-                          probes_shown=len(self.report.probes) if self.report else 0,
-                          stack_frames=sum(len(t.frames) for pr in (self.report.probes if self.report else ())
+                          lines_kept=self.run_view.log_pane.lines.line_count,
+                          verdict=self.run_view.report.checklist.verdict.value if self.run_view.report else None,
+                          gpus_shown=len(self.run_view.gpu_pane.snapshot.gpus) if self.run_view.gpu_pane.snapshot else 0,
+                          threads_shown=len(self.run_view.report.status.threads) if self.run_view.report and self.run_view.report.status else 0,
+                          probes_shown=len(self.run_view.report.probes) if self.run_view.report else 0,
+                          stack_frames=sum(len(t.frames) for pr in (self.run_view.report.probes if self.run_view.report else ())
                                            for t in pr.threads))
             self.exit()
 
@@ -230,7 +230,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
 def _count_follower_polls() -> dict:
     """Log polls (train.log, events.jsonl) in all, and those a look's read answered (a tree
     whose LogFollower has no `shared` reads counts none of those)."""
-    from dflash_tui.run import logtail
+    from dflash_tui.run.evidence import logtail
     counts = {"polls": 0, "shared": 0}
     poll = logtail.LogFollower.poll
 
@@ -251,7 +251,7 @@ def _count_chunk_bytes() -> dict:
     import collections
 
     from dflash_tui.remote import agent
-    from dflash_tui.run import first_look
+    from dflash_tui.run.evidence import first_look
     counts: collections.Counter = collections.Counter()
     decode = agent.chunk_from
 
@@ -268,8 +268,10 @@ def _instrument() -> dict:
     import collections
     import functools
 
-    from dflash_tui.run import health, observe, tracebacks
-    from dflash_tui.ui import app as app_mod
+    from dflash_tui.run.verdict import health
+    from dflash_tui.run.evidence import observe
+    from dflash_tui.run.evidence import tracebacks
+    from dflash_tui.ui.screens import run as run_screen
     from dflash_tui.ui.panes import logview, metrics
     from textual.screen import Screen
     spent: dict = collections.Counter()
@@ -300,8 +302,8 @@ def _instrument() -> dict:
     wrap(Screen, "_refresh_layout", "layout")
     wrap(logview.LogLines, "append", "log append")
     wrap(metrics.MetricsPane, "add_lines", "metrics parse")
-    wrap(app_mod.DashboardApp, "on_report", "report -> panes")
-    wrap(app_mod.DashboardApp, "on_gpu_snapshot", "gpu -> pane")
+    wrap(run_screen.RunScreen, "on_report", "report -> panes")
+    wrap(run_screen.RunScreen, "on_gpu_snapshot", "gpu -> pane")
     wrap(health, "evaluate", "checklist (run/health)")
     wrap(tracebacks, "last_traceback", "traceback scan (run/)")
     import gc
@@ -386,7 +388,7 @@ def main() -> int:
     import psutil
 
     from dflash_tui.config import Profile
-    from dflash_tui.session import Session
+    from dflash_tui.watch.session import Session
 
     tmp = Path(tempfile.mkdtemp(prefix="dflash-dash-bench-"))
     os.environ["XDG_STATE_HOME"] = str(tmp / "state")

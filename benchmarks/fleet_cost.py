@@ -59,8 +59,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from benchmarks.results_file import replace_section  # noqa: E402
 
 from dflash_tui.config import load_config  # noqa: E402
-from dflash_tui.transport import SharedTransport  # noqa: E402
-from dflash_tui.session import Session  # noqa: E402
+from dflash_tui.watch.transport import SharedTransport  # noqa: E402
+from dflash_tui.watch.session import Session  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 from benchmarks.bench_nvml import ENV_READS, ENV_RUNS  # noqa: E402

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import dflash_tui.fleet.cadence as cadence_rule  # noqa: E402
 from dflash_tui.fleet.poller import FleetPoller  # noqa: E402
-from dflash_tui.run.verdict import Verdict  # noqa: E402
-from dflash_tui.session import Session  # noqa: E402
+from dflash_tui.run.verdict.checklist import Verdict  # noqa: E402
+from dflash_tui.watch.session import Session  # noqa: E402
 from tests.support.runs import standin_profile  # noqa: E402
 
 

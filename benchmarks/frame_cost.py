@@ -44,15 +44,15 @@ async def measure(frames: int, tab: str) -> dict[str, list[tuple[float, float]]]
     app = DashboardApp(lambda name: source, R.PROFILE, clock=lambda: R.T0)
     costs: dict[str, list[tuple[float, float]]] = {"log": [], "report": []}
     async with app.run_test(headless=True, size=(120, 40)) as pilot:
-        while not (app.report is not None and app.log_pane.lines.line_count > 0 and app.gpu_pane.snapshot is not None):
+        while not (app.run_view.report is not None and app.run_view.log_pane.lines.line_count > 0 and app.run_view.gpu_pane.snapshot is not None):
             await pilot.pause(0.02)
         # TabbedContent applies its `initial` tab after the app's first frames, undoing a switch
         # made before then: switch once they are up, and check that it held.
         await pilot.pause(0.3)
-        app.action_show_tab(tab)
+        app.run_view.action_show_tab(tab)
         await pilot.pause(0.3)
-        assert app.tabs.active == tab, f"{tab} was asked for but {app.tabs.active} is on screen"
-        app.streams.stop()
+        assert app.run_view.tabs.active == tab, f"{tab} was asked for but {app.run_view.tabs.active} is on screen"
+        app.run_view.streams.stop()
         await pilot.pause(0.1)
 
         def display(screen, update) -> None:   # what a terminal would be sent, rendered and dropped
@@ -74,9 +74,9 @@ async def measure(frames: int, tab: str) -> dict[str, list[tuple[float, float]]]
             t0 = time.thread_time()
             if kind == "report":
                 checklist = dataclasses.replace(base.checklist, summary=f"step {1000 + i}, loss 2.3, τ 3.2, up {i} s")
-                app.on_report(dataclasses.replace(base, checklist=checklist, time=base.time + i,
+                app.run_view.on_report(dataclasses.replace(base, checklist=checklist, time=base.time + i,
                                                   uptime_s=(base.uptime_s or 0) + i))
-            app.log_pane.lines.append(lines(k, 500, float(i)))
+            app.run_view.log_pane.lines.append(lines(k, 500, float(i)))
             k += 500
             feed = time.thread_time() - t0
             spent[0] = 0.0

@@ -23,7 +23,7 @@ run = tempfile.mkdtemp()
 probe = os.path.join(run, "probe"); os.makedirs(probe)
 shutil.copy("src/dflash_tui/contract/probe.py", os.path.join(probe, "dflash_probe.py"))
 shutil.copy("src/dflash_tui/contract/rundir.py", os.path.join(probe, "dflash_rundir.py"))
-from dflash_tui.run import probe_install
+from dflash_tui.run.launch import probe_install
 probe_install.write_probe_dir(probe)
 prog = os.path.join(run, "prog.py")
 open(prog, "w").write('''

@@ -37,14 +37,14 @@ sys.path.insert(0, str(ROOT / "src"))
 from benchmarks.results_file import replace_section  # noqa: E402
 
 from dflash_tui.config import Profile  # noqa: E402
-from dflash_tui.run.verdict import Verdict  # noqa: E402
+from dflash_tui.run.verdict.checklist import Verdict  # noqa: E402
 from dflash_tui.watch import open_watch  # noqa: E402
 
 HEADING = "## run: time from a hang to the verdict that names it (benchmarks/hang_time_to_verdict.py)"
 PROGRAMS = ROOT / "tests" / "programs"
 PY = sys.executable
 TORCHRUN = (PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
-# The words each kind of hang's STALLED summary begins with (run/hang.py).
+# The words each kind of hang's STALLED summary begins with (run/verdict/hang.py).
 KINDS = {"deadlock": "deadlock: ", "gil": "busy in C: ", "collective": "hung in a collective: ",
          "loader": "waiting for DataLoader workers: "}
 

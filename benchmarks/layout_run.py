@@ -31,7 +31,7 @@ from dflash_tui.config import load_config
 from dflash_tui.gpu.sources import open_gpu_source, run_ref_from_launch
 from dflash_tui.gpu.stream import GpuStream
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.session import Session
+from dflash_tui.watch.session import Session
 from dflash_tui.watch import HostWatch
 
 FX_RACE = "symbolically trace a dynamo-optimized function"

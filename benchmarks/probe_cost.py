@@ -37,10 +37,10 @@ from dflash_tui.contract.rundir import EVENTS_JSONL, PROBE_DIR, parse_events, pa
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.contract.rundir import ProbeReport, ProbeThread, probe_report_name, to_json  # noqa: E402
 from dflash_tui.remote.local import LocalTarget  # noqa: E402
-from dflash_tui.run.observe import gather  # noqa: E402
-from dflash_tui.run.probe_files import gather_probes  # noqa: E402
-from dflash_tui.run.probe_install import write_probe_dir  # noqa: E402
-from dflash_tui.session import Session  # noqa: E402
+from dflash_tui.run.evidence.observe import gather  # noqa: E402
+from dflash_tui.run.evidence.probe_files import gather_probes  # noqa: E402
+from dflash_tui.run.launch.probe_install import write_probe_dir  # noqa: E402
+from dflash_tui.watch.session import Session  # noqa: E402
 
 HEADING = "## probe: the run probe's cost on the bundled trainer (benchmarks/probe_cost.py)"
 

@@ -37,7 +37,7 @@ from benchmarks.results_file import replace_section  # noqa: E402
 from dflash_tui.contract.rundir import PROBE_DIR, probe_stack_name  # noqa: E402
 from dflash_tui.remote.agent import AgentOps  # noqa: E402
 from dflash_tui.remote.local import LocalTarget  # noqa: E402
-from dflash_tui.run.probe_files import gather_probes  # noqa: E402
+from dflash_tui.run.evidence.probe_files import gather_probes  # noqa: E402
 from tests.support.probe import probe_env, reports, wait_reports  # noqa: E402
 
 HEADING = "## probe + agent: the cost of stack sampling (benchmarks/stack_sampling_cost.py)"

@@ -41,9 +41,9 @@ from benchmarks.results_file import replace_section  # noqa: E402
 from dflash_tui.backends import launcher_for  # noqa: E402
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.remote.agent import open_ops  # noqa: E402
-from dflash_tui.run.health import Limits, evaluate  # noqa: E402
-from dflash_tui.run.launch import launch_run  # noqa: E402
-from dflash_tui.run.observe import gather  # noqa: E402
+from dflash_tui.run.verdict.health import Limits, evaluate  # noqa: E402
+from dflash_tui.run.launch.launch import launch_run  # noqa: E402
+from dflash_tui.run.evidence.observe import gather  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.containers import Standins  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402

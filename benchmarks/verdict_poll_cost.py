@@ -41,9 +41,9 @@ from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,  # noqa: E402
                                         STOP_JSON, TRAIN_LOG)
 from dflash_tui.remote.local import LocalTarget  # noqa: E402
-from dflash_tui.run.activity import ProgressTracker  # noqa: E402
-from dflash_tui.run.observe import gather  # noqa: E402
-from dflash_tui.session import Session  # noqa: E402
+from dflash_tui.run.evidence.activity import ProgressTracker  # noqa: E402
+from dflash_tui.run.evidence.observe import gather  # noqa: E402
+from dflash_tui.watch.session import Session  # noqa: E402
 
 HEADING = "## run: per-poll cost of the verdict's evidence (benchmarks/verdict_poll_cost.py)"
 OLD_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON)

@@ -156,15 +156,12 @@ def test_headless_core_knows_nothing_of_the_ui():
 # TYPE_CHECKING imports counted); two of one layer import neither each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("contract",),
-    ("words", "progress_regex", "small_file", "serve_auth"),
+    ("words", "progress_regex", "small_file", "serve_auth", "recover_settings"),
     ("remote",),
     ("slurm",),
     ("config", "gpu"),
     ("run",),
     ("backends",),
-    ("transport",),
-    ("session",),
-    ("multinode",),
     ("watch",),
     ("fleet",),
     ("recording",),
@@ -175,7 +172,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 
 def _unit(module: str) -> str:
-    """dflash_tui.run.health -> "run"; dflash_tui.cli -> "cli"; the package itself -> "__init__"."""
+    """dflash_tui.run.verdict.health -> "run"; dflash_tui.cli -> "cli"; the package itself -> "__init__"."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -206,3 +203,43 @@ def test_every_package_is_in_a_layer():
 
 def test_imports_go_down_the_layers_only():
     assert _upward_imports(_import_graph("dflash_tui"), LAYERS) == []
+
+
+# run/'s rooms, bottom to top (src/dflash_tui/run/__init__.py): a room imports only from rooms
+# below its own; two of one layer import neither each other.
+RUN_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("attempts", "wrapper", "eager", "stacks"),
+    ("evidence",),
+    ("verdict",),
+    ("launch",),
+    ("history",),
+)
+
+
+def _run_graph() -> dict[str, set[str]]:
+    """The import graph inside dflash_tui.run, with each module renamed so that _unit sees its room."""
+    graph = _import_graph("dflash_tui")
+    inside = {m for m in graph if m.startswith("dflash_tui.run.")}
+    return {m.removeprefix("dflash_tui.run."): {t.removeprefix("dflash_tui.run.") for t in graph[m] if t in inside}
+            for m in inside}
+
+
+def _room(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_every_run_module_is_in_a_room():
+    rooms = {_room(m) for m in _run_graph()}
+    placed = {r for layer in RUN_LAYERS for r in layer}
+    assert rooms <= placed, f"add {sorted(rooms - placed)} to RUN_LAYERS (and run/__init__.py)"
+
+
+def test_run_rooms_import_down_only():
+    # _upward_imports reads the second dotted part as the unit: prefix a root to reuse it.
+    graph = {f"r.{m}": {f"r.{t}" for t in ts} for m, ts in _run_graph().items()}
+    assert _upward_imports(graph, RUN_LAYERS) == []
+
+
+def test_run_has_few_modules_at_its_top():
+    top = [p for p in (PACKAGE_DIR / "run").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
+    assert len(top) <= 20, sorted(p.name for p in top)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli_modes import cli, local, one_line_error, write_config
-from tests.run.test_claim import kill_each, trainers
+from tests.run.launch.test_claim import kill_each, trainers
 from tests.support.signals import default_sigint
 
 pytestmark = pytest.mark.timeout(240)
@@ -83,7 +83,7 @@ def test_canary_passes_0_and_fails_1(tmp_path):
 
 
 def test_1_stop_of_a_reused_pid(tmp_path):
-    from tests.run.test_stop import fake_launch, foreign_process
+    from tests.run.launch.test_stop import fake_launch, foreign_process
     proc = foreign_process()
     try:
         fake_launch(tmp_path / "run", proc.pid, 1)        # start time 1: not that process

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.config import Profile
-from dflash_tui.run.verdict import Verdict
+from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.sources.session_source import SessionSource
 from tests.support.runs import alive
@@ -200,8 +200,8 @@ async def test_the_dashboard_shows_every_field_inert_and_survives_huge_numbers(h
                       stall_after_s=60.0, min_free_gb=0.0)
     app = DashboardApp(lambda name: SessionSource(profile), "evil")
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.report is not None
-                    and app.report.checklist.verdict in (Verdict.RUNNING, Verdict.STALLED), 30)
+        await until(pilot, lambda: app.run_view.report is not None
+                    and app.run_view.report.checklist.verdict in (Verdict.RUNNING, Verdict.STALLED), 30)
         for key in ("1", "2", "3", "4", "k", "1"):
             await pilot.press(key)
             await pilot.pause(0.6)

@@ -1,7 +1,7 @@
-"""The nodes of one run send their SIGTERM together (multinode.py SignalTogether): a node whose
+"""The nodes of one run send their SIGTERM together (watch/nodes_session.py SignalTogether): a node whose
 stop is proven first waits for the others, but never for a node that ends its stop without a
 signal, and never longer than its bound. The nodes here are stand-ins for Session.stop that take
-their own time to prove the pid; the real nodes are tests/test_multinode.py's."""
+their own time to prove the pid; the real nodes are tests/watch/test_nodes_session.py's."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from dflash_tui.multinode import SignalTogether
+from dflash_tui.watch.nodes_session import SignalTogether
 from dflash_tui.remote.base import TargetError
-from dflash_tui.run.stop import StopResult
+from dflash_tui.run.launch.stop import StopResult
 
 
 class Node:

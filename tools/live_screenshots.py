@@ -30,7 +30,7 @@ async def shoot(config, profile: str, outdir: Path, wait_s: float, settle_s: flo
         verdict = None
         while time.monotonic() < deadline:
             await pilot.pause(1.0)
-            report = app.report
+            report = app.run_view.report
             verdict = report.checklist.verdict.value if report else None
             if verdict == "RUNNING" and report.status and report.status.step > 0:
                 break

@@ -43,14 +43,14 @@ async def shoot(name: str, outdir: Path) -> Path:
     app = DashboardApp(lambda profile: src, R.PROFILE, [R.PROFILE, "local"], clock=lambda: R.T0)
     async with app.run_test(size=SIZE) as pilot:
         for _ in range(100):
-            if app.report is not None and app.gpu_pane.snapshot is gpus[-1] and (
-                    app.log_pane.lines.line_count or not started):
+            if app.run_view.report is not None and app.run_view.gpu_pane.snapshot is gpus[-1] and (
+                    app.run_view.log_pane.lines.line_count or not started):
                 break
             await pilot.pause(0.05)
         if keys:
             await pilot.press(*keys)
         await pilot.pause(0.3)
-        for pane in (app.metrics_pane, app.gpu_pane):   # charts take new points every few seconds
+        for pane in (app.run_view.metrics_pane, app.run_view.gpu_pane):   # charts take new points every few seconds
             if pane.on_screen:
                 pane.draw()
         await pilot.pause(0.2)

@@ -8,7 +8,7 @@ import json
 import sys
 
 from dflash_tui.config import load_config
-from dflash_tui.session import Session
+from dflash_tui.watch.session import Session
 
 
 async def main(config: str, name: str) -> dict:

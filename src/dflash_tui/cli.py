@@ -12,18 +12,19 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
   2  usage or config error, out-of-range number or unusable SSH file included; a watch store
      that cannot be used or that another --watch holds
   3  target unreachable (connect, auth, host key, timeout, container not running)
-  4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
-     pass --wait SECONDS to wait for one
+  4  no verdict yet: STARTING (launched, not yet stepping), STOPPING (a stop under way: the
+     process still saves or shuts down within its grace period) or NO RUN (nothing launched
+     here); pass --wait SECONDS to wait for one
   130  interrupted (Ctrl-C); the run on the target keeps running
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
-the run fails (any node failing: run/combine.py `combine`), else 3 while a node is unreachable,
+the run fails (any node failing: run/verdict/combine.py `combine`), else 3 while a node is unreachable,
 else the combined verdict's (`exit_code_of`).
 `--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
 (fleet/checkall.py EXIT_PRECEDENCE).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
-from one GPU sample of the profile's host per check (run/health.py `with_gpu_check`, the same
+from one GPU sample of the profile's host per check (run/verdict/health.py `with_gpu_check`, the same
 function the dashboard calls). It is bounded to a few seconds: a hung or missing NVML is a
 warn check with the reason, never a hang or an exit code of its own.
 """
@@ -43,10 +44,11 @@ from . import __version__
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
+from .recording.outside import check_extras
 from .remote.base import OpRefused, TargetError
-from .run.launch import LaunchRefused
-from .run.report import RunReport
-from .run.verdict import CheckState, Checklist, Verdict
+from .run.launch.launch import LaunchRefused
+from .run.verdict.report import RunReport
+from .run.verdict.checklist import CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
 from .watch import RunWatch, open_watch
 from .words import compact
@@ -91,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         "starts the dashboard."),
         epilog="exit codes: 0 healthy (RUNNING/FINISHED/STOPPED), 1 failing verdict (GPU LOST included), "
                "2 usage or config error, "
-               "3 target unreachable, 4 no verdict yet (STARTING / NO RUN)")
+               "3 target unreachable, 4 no verdict yet (STARTING / STOPPING / NO RUN)")
     p.add_argument("--config", metavar="FILE",
                    help=f"profiles file (default {default_config_path()}; absent: built-in 'local')")
     p.add_argument("--profile", "-p", metavar="NAME", help="profile to use (default: the only one, or 'local')")
@@ -143,6 +145,7 @@ def _serve(args, config: Config, profile: Profile) -> int:
 # -- output ------------------------------------------------------------------------------------
 
 _STUCK_THREADS_SHOWN = 8
+_RANK_GROUPS_SHOWN = 6       # text --check: the odd ones out and the biggest groups
 _MARK = {CheckState.OK: "ok", CheckState.WARN: "warn", CheckState.FAIL: "FAIL", CheckState.PENDING: "..."}
 
 
@@ -173,6 +176,13 @@ def _checklist_lines(checklist: Checklist, now: float) -> list[str]:
         since = _fmt_since(t.since, now)
         lines.append(f"  thread  {proc} {t.name}: {t.cls}" + (f" {t.doing}" if t.doing else "")
                      + (f" in {t.where}" if t.where else "") + (f"  ({since})" if since else ""))
+    # Many ranks as one picture: where the ranks stand, the odd ones out first (all: --json);
+    # only where ranks share a place (one rank a group: the thread lines say it all).
+    groups = checklist.rank_groups if any(len(g.ranks) > 1 for g in checklist.rank_groups) else []
+    for g in groups[:_RANK_GROUPS_SHOWN]:
+        lines.append(f"  ranks   {g.words()}" + (f"  [{g.threads} threads]" if g.threads > len(g.ranks) else ""))
+    if len(groups) > _RANK_GROUPS_SHOWN:
+        lines.append(f"  ranks   ... and {len(groups) - _RANK_GROUPS_SHOWN} more groups (--json: rank_groups)")
     return lines
 
 
@@ -197,6 +207,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
     launch = report.launch
     if not report.nodes:
         return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
+                "rank_groups": d["rank_groups"],
                 "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
                 "target": profile.where(), "exit_code": exit_code_of(report),
@@ -210,6 +221,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                       "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
     return {"verdict": d["verdict"], "summary": d["summary"],
             "checks": [c for c in d["checks"] if c["id"].startswith("node:")],
+            "rank_groups": d["rank_groups"],
             "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],
             "profile": profile.name, "target": profile.where(), "run_dir": profile.run_dir,
             "exit_code": exit_code_of(report), **extra}
@@ -242,10 +254,13 @@ async def _check_until(watch: RunWatch, wait_s: float, first: RunReport | None =
         await asyncio.sleep(WAIT_INTERVAL_S)
 
 
-async def _run_mode(args, profile: Profile) -> int:
+async def _run_mode(args, profile: Profile, config: Config) -> int:
     async with open_watch(profile) as watch:
         if args.check:
-            return _emit(args, profile, await _check_until(watch, args.wait))
+            report = await _check_until(watch, args.wait)
+            # The watcher's view (recovery state, goodput): shown, never acted on here.
+            extra, lines = check_extras(config, profile, report)
+            return _emit(args, profile, report, extra_text=lines, **extra)
         if args.launch or args.relaunch:
             return await _launch_mode(args, profile, watch)
         if args.stop:
@@ -281,8 +296,10 @@ async def _launch_mode(args, profile: Profile, watch: RunWatch) -> int:
         cl = report.checklist
         report = replace(report, checklist=Checklist(cl.verdict, [*pre, *cl.checks], cl.summary))
         stopped = {"stopped": outcome.stopped.message} if outcome.stopped else {}
-        return _emit(args, profile, report, extra_text=list(stopped.values()), run_id=outcome.run_id,
-                     launch_seconds=round(result.seconds, 3), **stopped)
+        resumed = {"resume_from": outcome.resume_from} if outcome.resume_from else {}
+        return _emit(args, profile, report, run_id=outcome.run_id, launch_seconds=round(result.seconds, 3),
+                     extra_text=[*stopped.values(), *(f"resuming from checkpoint {w}" for w in resumed.values())],
+                     **stopped, **resumed)
     return _emit(args, profile, report, extra_text=[f"node {n}: {r.message}" for n, r in result.stopped.items()],
                  code=code, launch_seconds=round(result.seconds, 3),
                  run_ids={n: o.run_id for n, o in result.outcomes.items()},
@@ -350,7 +367,7 @@ async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
 
 def _start_dashboard(config: Config, profile: Profile, fleet_home: bool = True) -> int:
     try:
-        from .ui.app import run_app   # Textual: a start-up cost the headless modes never pay
+        from .ui.main import run_app   # Textual: a start-up cost the headless modes never pay
     except ImportError as exc:
         print(f"dflash-tui: the dashboard is not available in this install ({exc}); "
               "use --check/--launch/--stop/--canary", file=sys.stderr)
@@ -402,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.json or args.wait:
                 raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
             return _start_dashboard(config, profile, fleet_home=args.profile is None)
-        return asyncio.run(_run_mode(args, profile))
+        return asyncio.run(_run_mode(args, profile, config))
     except ConfigError as exc:
         return _fail(args, EXIT_USAGE, str(exc))
     except OpRefused as exc:     # the target answered: what it refused is bad data there, not a dead link

@@ -20,6 +20,7 @@ from typing import Any
 
 from .remote.container import parse_container_spec
 from .progress_regex import ProgressRegexError, compile_progress_regex
+from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
 from .slurm.spec import SlurmSpec, take_slurm_keys
 from .small_file import SmallFileRefused, read_small_file
 
@@ -35,7 +36,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CONFIG_BYTES = 1 << 20
 
 # Numeric settings: (lowest, lowest allowed itself, highest). The highs keep every limit a
-# launch waits on far below run/claim.py's CLAIM_STALE_AFTER_S.
+# launch waits on far below run/launch/claim.py's CLAIM_STALE_AFTER_S.
 _NUMBER_RANGES: dict[str, tuple[float, bool, float]] = {
     "stall_after_s": (0.0, False, 7 * 86400.0),
     "compile_stall_after_s": (0.0, False, 7 * 86400.0),
@@ -78,11 +79,11 @@ class Profile:
     stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
     # A regular expression for the program's progress lines, with named groups step, loss
-    # and/or total (run/progress.py); tried before the built-in forms.
+    # and/or total (run/evidence/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
-    probe: bool = True                 # the run probe in every Python process (run/probe_install.py)
+    probe: bool = True                 # the run probe in every Python process (run/launch/probe_install.py)
     source: str = "<built-in>"         # the file the profile came from, for messages
-    # -- a run across several hosts (run/nodes.py) -------------------------------------------
+    # -- a run across several hosts (watch/node_plan.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
     master_addr: str | None = None     # None: the first node's address (its ssh HostName)
     master_port: int = 29500           # torch.distributed rendezvous port on the first node
@@ -132,6 +133,7 @@ class Config:
     default: str | None = DEFAULT_PROFILE  # the profile used without --profile, if unambiguous
     watch: "WatchSettings" = field(default_factory=lambda: WatchSettings())      # [watch]
     notify: "NotifySettings" = field(default_factory=lambda: NotifySettings())   # [notify]
+    recover: RecoverSettings = field(default_factory=RecoverSettings)            # [recover]
 
     def profile(self, name: str | None) -> Profile:
         if name is None:
@@ -360,7 +362,7 @@ NODE_PLACEHOLDER = "{node}"
 
 
 def _check_nodes(where: str, values: dict[str, Any]) -> None:
-    """`nodes`, `master_addr`, `master_port`: a run across several hosts (run/nodes.py)."""
+    """`nodes`, `master_addr`, `master_port`: a run across several hosts (watch/node_plan.py)."""
     if "nodes" not in values:
         extra = [k for k in ("master_addr", "master_port") if k in values]
         if extra:
@@ -416,7 +418,7 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
         raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
-    extra = sorted(set(data) - {"profile", "watch", "notify"})
+    extra = sorted(set(data) - {"profile", "watch", "notify", "recover"})
     if extra:
         raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}; profiles go under [profile.NAME]")
     tables = data.get("profile", {})
@@ -426,8 +428,12 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: no profiles; add a [profile.NAME] table "
                           "(see assets/profiles.example.toml)")
     profiles = {name: _profile_from_table(path, name, table) for name, table in tables.items()}
+    try:
+        recover = recover_settings(data.get("recover"), set(profiles))
+    except RecoverSettingsError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return Config(path=path, profiles=profiles, watch=watch_settings(path, data.get("watch", {})),
-                  notify=notify_settings(path, data.get("notify", {}), profiles))
+                  notify=notify_settings(path, data.get("notify", {}), profiles), recover=recover)
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

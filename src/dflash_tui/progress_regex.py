@@ -1,6 +1,6 @@
 """A profile's `progress_regex`: the one rule for what such a pattern may be.
 
-Below config.py (which refuses a bad one when the profile is read) and run/progress.py (which
+Below config.py (which refuses a bad one when the profile is read) and run/evidence/progress.py (which
 reads the log with it), so neither imports the other's layer. RE2 matches in time linear in
 the text, so a user's pattern cannot hang or starve a poll whatever line it meets.
 """

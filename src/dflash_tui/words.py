@@ -1,6 +1,6 @@
 """The words every view speaks: ages, durations, CPU use, byte counts and one-line causes.
 
-One module, so `--check`, the checklist's causes (run/health.py) and the dashboard's panes
+One module, so `--check`, the checklist's causes (run/verdict/health.py) and the dashboard's panes
 (ui/fmt.py) never phrase the same fact two ways. Pure functions, stdlib only.
 
 Two registers:

@@ -1,4 +1,4 @@
-"""The Launcher seam (run/launcher.py) and its backends (backends/): which backend runs which
+"""The Launcher seam (run/launch/launcher.py) and its backends (backends/): which backend runs which
 profile, the one-line config errors, and a backend written here in a few lines (its own start
 command and its own stop) carrying a real run through Session, the watch and the canary,
 which is what the next backend gets."""
@@ -20,11 +20,11 @@ from dflash_tui.remote.container import ContainerTarget
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ops import RemoteOps
 from dflash_tui.remote.ssh import SSHTarget
-from dflash_tui.run.launcher import Detached
-from dflash_tui.run.stop import StopResult
-from dflash_tui.run.verdict import Verdict
+from dflash_tui.run.launch.launcher import Detached
+from dflash_tui.run.launch.stop import StopResult
+from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.run.wrapper import wrapper_argv
-from dflash_tui.session import Session
+from dflash_tui.watch.session import Session
 from dflash_tui.watch import HostWatch
 
 from tests.support.runs import alive, standin_profile

@@ -8,8 +8,8 @@ import pytest
 
 from dflash_tui.contract.rundir import LaunchRecord
 from dflash_tui.fleet.cadence import TargetCadence
-from dflash_tui.run.report import RunProgress, RunReport
-from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
+from dflash_tui.run.verdict.report import RunProgress, RunReport
+from dflash_tui.run.verdict.checklist import Check, CheckState, Checklist, Verdict
 
 NOW = 1_800_000_000.0
 PID = (4242, 987654)

@@ -7,9 +7,9 @@ import pytest
 from dflash_tui.gpu import fake_nvml
 from dflash_tui.gpu.codec import snapshot_from_dict
 from dflash_tui.gpu.fake_nvml import FakeNvml
-from dflash_tui.run.gpu_check import CHECK_ID, cuda_devices, gpu_check
+from dflash_tui.run.verdict.gpu_check import CHECK_ID, cuda_devices, gpu_check
 from dflash_tui.gpu.nvml_reader import NvmlReader
-from dflash_tui.run.verdict import CheckState
+from dflash_tui.run.verdict.checklist import CheckState
 
 RUN_PID = 777
 
@@ -91,7 +91,7 @@ def test_cuda_device_names():
 
 def test_check_from_status_json():
     from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
-    from dflash_tui.run.gpu_check import gpu_check_for_status
+    from dflash_tui.run.verdict.gpu_check import gpu_check_for_status
 
     fake = FakeNvml(2)
     fake.set_processes(0, [(RUN_PID, 1 << 30)])
@@ -112,7 +112,7 @@ async def test_run_watch_adds_the_gpu_check_from_the_stream(tmp_path):
     and HealthTracker keeps its `since` like any other check."""
     from dflash_tui.config import Profile
     from dflash_tui.remote.local import LocalTarget
-    from dflash_tui.session import Session
+    from dflash_tui.watch.session import Session
     from dflash_tui.watch import HostWatch
 
     session = Session(Profile(name="gpu", run_dir=str(tmp_path / "run")),

@@ -11,8 +11,8 @@ import pytest
 
 from dflash_tui.config import ConfigError, NotifyProfile, NotifySettings, parse_config
 from dflash_tui.contract.rundir import LaunchRecord
-from dflash_tui.run.report import RunProgress, RunReport
-from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
+from dflash_tui.run.verdict.report import RunProgress, RunReport
+from dflash_tui.run.verdict.checklist import Check, CheckState, Checklist, Verdict
 from dflash_tui.recording.change import inert
 from dflash_tui.recording.notify import NotifyPolicy
 from dflash_tui.recording.recorder import Recorder

@@ -77,7 +77,8 @@ def loose_store(path: Path, rng: random.Random) -> None:
 def hostile_store(rng: random.Random, path: Path) -> str:
     """Make a hostile store at `path`; its class."""
     kind = rng.choice(["other_schema", "other_program", "newer", "negative_version", "damaged_page",
-                       "truncated", "loose", "loose", "loose", "not_sqlite", "empty_file", "fifo", "directory"])
+                       "truncated", "loose", "loose", "loose", "not_sqlite", "empty_file", "fifo", "directory",
+                       "loose_recovery"])
     if kind == "other_schema":
         db = sqlite3.connect(path)
         db.execute(rng.choice(["CREATE TABLE changes (a, b)", "CREATE TABLE changes (id, profile, run_id)"]))
@@ -108,6 +109,17 @@ def hostile_store(rng: random.Random, path: Path) -> str:
                     f.write(bytes(rng.randrange(256) for _ in range(rng.randint(8, 64))))
     elif kind == "loose":
         loose_store(path, rng)
+    elif kind == "loose_recovery":       # the recovery log's table beside the changes, hand-made
+        good_store(path, 5)
+        db = sqlite3.connect(path)
+        db.execute("CREATE TABLE recovery (id INTEGER PRIMARY KEY, profile, time, action, run_id, attempt, detail)")
+        for _ in range(rng.randint(1, 6)):
+            db.execute("INSERT INTO recovery (profile, time, action, run_id, attempt, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                       ["p", rng.choice(BAD_NUMBERS + [T + 2]), rng.choice(["stopped", "launched", b"\xff", 3]),
+                        rng.choice(["r0", b"\x00", 1.5]), rng.choice([1, "x", 2 ** 62, 1e999, None]),
+                        rng.choice(BAD_EVIDENCE)])
+        db.commit()
+        db.close()
     elif kind == "not_sqlite":
         path.write_bytes(bytes(rng.randrange(256) for _ in range(rng.randint(1, 9000))))
     elif kind == "empty_file":

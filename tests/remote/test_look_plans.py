@@ -18,9 +18,9 @@ from dflash_tui.config import Profile
 from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.look_plans import LookPlans, OutOfStep
-from dflash_tui.run.first_look import first_look
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.evidence.first_look import first_look
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
 from dflash_tui.watch import HostWatch
 
 from tests.support.run_standins import PROGRAM

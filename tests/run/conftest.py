@@ -9,7 +9,7 @@ import pytest
 
 from dflash_tui.config import Profile
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.session import Session
+from dflash_tui.watch.session import Session
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.run.verdict import CheckState, Verdict
-from dflash_tui.session import Session
-from tests.run.test_verdicts_programs import program_profile
+from dflash_tui.run.verdict.checklist import CheckState, Verdict
+from dflash_tui.watch.session import Session
+from tests.run.verdict.test_verdicts_programs import program_profile
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(120)]
 

@@ -24,7 +24,7 @@ import pytest
 from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.shell_ops import ShellOps
-from dflash_tui.run.claim import _own_start_ticks
+from dflash_tui.run.launch.claim import _own_start_ticks
 from dflash_tui.run.wrapper import render_wrapper
 from tests.support.runs import alive
 from tests.support.standin import USERNS_UNSHARE
@@ -241,7 +241,7 @@ def test_the_identity_rule_case_by_case():
     """observe.wrapper_refusal / process_matches on the evidence a poll gives."""
     from dflash_tui.contract.rundir import LaunchRecord
     from dflash_tui.remote.ops import PidInfo
-    from dflash_tui.run.observe import judged_root, process_matches
+    from dflash_tui.run.evidence.observe import judged_root, process_matches
     from dflash_tui.run.wrapper import wrapper_argv
 
     run, rid = "/srv/runs/a", "20261201-000000-abcdef"

@@ -104,10 +104,10 @@ async def test_reaped_children_still_count(both):
         p.wait()
 
 
-def _run_wrapper(tmp_path: Path, argv: list[str], env: dict | None = None) -> str:
+def _run_wrapper(tmp_path: Path, argv: list[str], env: dict | None = None, **kw) -> str:
     run = tmp_path / "run"
     run.mkdir(parents=True)
-    (run / "launch.sh").write_text(render_wrapper(str(run), "r1", argv))
+    (run / "launch.sh").write_text(render_wrapper(str(run), "r1", argv, **kw))
     subprocess.run(["sh", "./launch.sh"], cwd=run, env=env, timeout=30, check=False)
     return (run / "train.log").read_text()
 
@@ -117,6 +117,17 @@ def test_wrapper_makes_python_unbuffered_unless_set(tmp_path):
     show = [sys.executable, "-c", "import os; print('PYU=' + os.environ.get('PYTHONUNBUFFERED', '-'))"]
     assert "PYU=1" in _run_wrapper(tmp_path / "a", show, env)
     assert "PYU=0" in _run_wrapper(tmp_path / "b", show, {**env, "PYTHONUNBUFFERED": "0"})
+
+
+def test_wrapper_tells_the_program_its_restart_count(tmp_path):
+    """DFLASH_RESTART: 0 on a first launch, the recovery's count on a relaunch, whatever the
+    environment that started the wrapper said."""
+    show = ["sh", "-c", 'echo "restart=$DFLASH_RESTART"']
+    env = {**os.environ, "DFLASH_RESTART": "7"}
+    assert "restart=0" in _run_wrapper(tmp_path / "a", show, env)
+    assert "restart=2" in _run_wrapper(tmp_path / "b", show, env, restart=2)
+    with pytest.raises(ValueError):
+        render_wrapper(str(tmp_path), "r1", show, restart=-1)
 
 
 @pytest.mark.skipif(shutil.which("stdbuf") is None, reason="no stdbuf here (coreutils)")

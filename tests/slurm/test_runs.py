@@ -21,9 +21,9 @@ import pytest
 
 from dflash_tui.config import parse_config
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.run.launch import LaunchRefused
-from dflash_tui.run.verdict import Checklist, Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.launch.launch import LaunchRefused
+from dflash_tui.run.verdict.checklist import Checklist, Verdict
+from dflash_tui.watch.session import Session
 
 from tests.support.slurm import SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
 from tests.support.sshd import SshdUnavailable, start_sshd

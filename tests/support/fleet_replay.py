@@ -14,8 +14,8 @@ from typing import AsyncIterator
 
 from dflash_tui.config import Profile
 from dflash_tui.fleet.row import FleetRow, row_from_report
-from dflash_tui.run.report import RunReport
-from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
+from dflash_tui.run.verdict.report import RunReport
+from dflash_tui.run.verdict.checklist import Check, CheckState, Checklist, Verdict
 
 from tests.support import scenarios as R
 

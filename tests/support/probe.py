@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from dflash_tui.contract.rundir import PROBE_DIR, ProbeReport, SchemaError, parse_probe
-from dflash_tui.run.probe_install import write_probe_dir
+from dflash_tui.run.launch.probe_install import write_probe_dir
 
 PYTHON = sys.executable
 

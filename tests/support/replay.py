@@ -13,7 +13,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from dflash_tui.gpu.sample import GpuSnapshot
 from dflash_tui.run.history import PreviousRun
-from dflash_tui.run.report import RunReport
+from dflash_tui.run.verdict.report import RunReport
 from dflash_tui.ui.sources.source import EVENTS_LOG, TRAIN_LOG, ActionError
 
 PROFILE = "h200"

@@ -13,7 +13,7 @@ import re
 import pytest
 from textual.widgets import Input, TabbedContent
 
-from dflash_tui.run.verdict import Check, CheckState, Checklist, Verdict
+from dflash_tui.run.verdict.checklist import Check, CheckState, Checklist, Verdict
 from tests.support import scenarios as R
 from dflash_tui.ui.widgets.rows import RowTable
 from dflash_tui.ui.app import DashboardApp
@@ -79,7 +79,7 @@ def header_text(app) -> str:
 async def test_healthy_run_shows_running_checks_and_log():
     app, _ = make()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None and app.log_pane.lines.line_count > 0)
+        await until(pilot, lambda: app.run_view.report is not None and app.run_view.log_pane.lines.line_count > 0)
         head = header_text(app)
         assert "RUNNING" in head and "h200" in head and "root@gpu1 · pct:200" in head
         assert "48211" in head and "12m34s" in head and "/srv/runs/dflash-8b" in head
@@ -91,7 +91,7 @@ async def test_healthy_run_shows_running_checks_and_log():
 async def test_never_started_is_red_at_the_first_poll():
     app, _ = make(R.never_started())
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         assert app.query_one("#verdict").has_class("-fail")
         assert "NEVER STARTED" in header_text(app)
         health = text_of(app.query_one(HealthPane))
@@ -101,11 +101,11 @@ async def test_never_started_is_red_at_the_first_poll():
 async def test_crashed_shows_traceback_and_e_jumps_to_it():
     app, _ = make(R.crashed(), crash_log=True)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None and app.log_pane.lines.line_count > 0)
+        await until(pilot, lambda: app.run_view.report is not None and app.run_view.log_pane.lines.line_count > 0)
         health = text_of(app.query_one(HealthPane))
         assert "ValueError: drafter1: loss is nan" in health and "last traceback" in health.lower()
         assert "(gone)" in header_text(app)
-        lines = app.log_pane.lines
+        lines = app.run_view.log_pane.lines
         await pilot.press("e")
         tb_row = lines.lines().index("Traceback (most recent call last):")
         assert lines.cursor == tb_row and lines.follow is False
@@ -114,7 +114,7 @@ async def test_crashed_shows_traceback_and_e_jumps_to_it():
 async def test_stalled_thread_stands_out_in_threads_pane():
     app, _ = make(R.stalled())
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("2")
         assert app.query_one(TabbedContent).active == "tab-threads"
         table = app.query_one("#threads-table", RowTable)
@@ -128,7 +128,7 @@ async def test_stalled_thread_stands_out_in_threads_pane():
 async def test_failed_thread_is_marked_failed():
     app, _ = make(R.failed_thread("drafter2"))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("2")
         table = app.query_one("#threads-table", RowTable)
         await until(pilot, lambda: table.row_count > 0)
@@ -180,10 +180,10 @@ async def test_stale_connection_shows_age_and_keeps_ticking():
     clock = Clock()
     app, sources = make(clock=clock)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         assert "STALE" not in header_text(app)
         sources["h200"].push_report(R.stale())
-        await until(pilot, lambda: not app.report.connected)
+        await until(pilot, lambda: not app.run_view.report.connected)
         assert "connection lost, data 42s old" in header_text(app)
         assert app.screen.has_class("-stale")
         # The data stays (last checks still listed) and its age keeps counting without new reports.
@@ -192,7 +192,7 @@ async def test_stale_connection_shows_age_and_keeps_ticking():
         await until(pilot, lambda: "data 1m12s old" in header_text(app))
         # Reconnected: fresh report clears the stale marking.
         sources["h200"].push_report(R.healthy())
-        await until(pilot, lambda: app.report.connected)
+        await until(pilot, lambda: app.run_view.report.connected)
         await until(pilot, lambda: "STALE" not in header_text(app))
         assert not app.screen.has_class("-stale")
 
@@ -201,7 +201,7 @@ async def test_silent_monitor_is_called_stale_too():
     clock = Clock()
     app, _ = make(clock=clock)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         clock.t += 10     # no report for 10 s although the monitor polls at 1 Hz
         await until(pilot, lambda: "no new report, data 10s old" in header_text(app))
 
@@ -238,7 +238,7 @@ async def test_missing_log_is_named():
         return R.ReplaySource(name, reports=[R.never_started()], missing=("train.log",))
     app = DashboardApp(factory, "h200", clock=Clock())
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.log_pane.missing)
+        await until(pilot, lambda: app.run_view.log_pane.missing)
         assert "train.log (not found)" in text_of(app.query_one("#log-title"))
 
 
@@ -246,14 +246,14 @@ async def test_new_run_resets_metrics_and_marks_log():
     app, sources = make()
     async with app.run_test(size=SIZE) as pilot:
         metrics = app.query_one(MetricsPane)
-        await until(pilot, lambda: app.report is not None and metrics.last_step is not None)
+        await until(pilot, lambda: app.run_view.report is not None and metrics.last_step is not None)
         r = R.healthy()
         r.launch = dataclasses.replace(r.launch, run_id="r-next", pid=50001)
         sources["h200"].push_report(r)
-        await until(pilot, lambda: app.report.launch.run_id == "r-next")
+        await until(pilot, lambda: app.run_view.report.launch.run_id == "r-next")
         # Fresh history: only the new run's own status.json point, until its step events arrive.
         assert not metrics.from_events and list(metrics.series["loss"].values) == [r.status.loss]
-        assert app.log_pane.lines.lines()[-1] == "── new run r-next ──"
+        assert app.run_view.log_pane.lines.lines()[-1] == "── new run r-next ──"
 
 
 # -- run actions -----------------------------------------------------------------------------
@@ -268,25 +268,25 @@ async def test_relaunch_confirm_disables_actions_while_in_flight():
     app, sources = make(on_action=act)
     async with app.run_test(size=SIZE) as pilot:
         src = sources["h200"]
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")                       # cancelled: nothing happens
         assert not isinstance(app.screen, ConfirmScreen) and src.calls == []
         await pilot.press("r")
         await pilot.press("y")
-        await until(pilot, lambda: app.busy == "relaunch")
+        await until(pilot, lambda: app.run_view.busy == "relaunch")
         assert src.calls == ["relaunch"]
         assert "relaunch…" in header_text(app)
         for action in ("relaunch", "stop", "canary"):
-            assert app.check_action(action, ()) is None   # disabled (shown dimmed in the Footer)
+            assert app.run_view.check_action(action, ()) is None   # disabled (shown dimmed in the Footer)
         await pilot.press("r")
         await pilot.press("s")
         await pilot.press("c")
         assert not isinstance(app.screen, ConfirmScreen) and src.calls == ["relaunch"]
         gate.set()
-        await until(pilot, lambda: app.busy == "")
-        assert app.check_action("relaunch", ()) is True
+        await until(pilot, lambda: app.run_view.busy == "")
+        assert app.run_view.check_action("relaunch", ()) is True
         assert any("new pid 50001" in n.message for n in app._notifications)
 
 
@@ -296,13 +296,13 @@ async def test_stop_asks_then_stops():
 
     app, sources = make(on_action=act)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("s")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("escape")
         assert sources["h200"].calls == []
         await pilot.press("s", "y")
-        await until(pilot, lambda: sources["h200"].calls == ["stop"] and not app.busy)
+        await until(pilot, lambda: sources["h200"].calls == ["stop"] and not app.run_view.busy)
 
 
 async def test_canary_runs_without_confirm_and_failure_is_reported():
@@ -312,7 +312,7 @@ async def test_canary_runs_without_confirm_and_failure_is_reported():
     app, sources = make(on_action=act)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("c")
-        await until(pilot, lambda: sources["h200"].calls == ["canary"] and not app.busy)
+        await until(pilot, lambda: sources["h200"].calls == ["canary"] and not app.run_view.busy)
         errors = [n for n in app._notifications if n.severity == "error"]
         assert errors and "not detached" in errors[-1].message
 
@@ -322,7 +322,7 @@ async def test_canary_runs_without_confirm_and_failure_is_reported():
 async def test_switch_log_follow_top_bottom():
     app, sources = make()
     async with app.run_test(size=SIZE) as pilot:
-        lines = app.log_pane.lines
+        lines = app.run_view.log_pane.lines
         extra = [f"step {2000 + i} loss 2.0" for i in range(50)]
         sources["h200"].push_log("train.log", extra)
         n = len(R.train_log()) + len(extra)
@@ -340,24 +340,24 @@ async def test_switch_log_follow_top_bottom():
         await pilot.press("f")
         assert lines.follow
         await pilot.press("l")
-        assert app.log_pane.log_name == "events.jsonl"
+        assert app.run_view.log_pane.log_name == "events.jsonl"
         await until(pilot, lambda: lines.line_count == len(R.events()))
         assert lines.lines()[0].startswith('{"accuracy":')
         await pilot.press("l")
-        assert app.log_pane.log_name == "train.log"
+        assert app.run_view.log_pane.log_name == "train.log"
         await until(pilot, lambda: lines.line_count == n + 1)
 
 
 async def test_search_next_previous_and_escape():
     app, _ = make()
     async with app.run_test(size=SIZE) as pilot:
-        lines = app.log_pane.lines
+        lines = app.run_view.log_pane.lines
         await until(pilot, lambda: lines.line_count > 0)
         await pilot.press("slash")
         box = app.query_one("#log-search", Input)
         assert box.display and box.has_focus
         await pilot.press(*"LOSS 2.7", "enter")     # case-insensitive; typing 'l' must not switch logs
-        assert app.log_pane.log_name == "train.log"
+        assert app.run_view.log_pane.log_name == "train.log"
         first = lines.cursor
         assert "loss 2.7" in lines.lines()[first] and not lines.follow
         await pilot.press("escape")
@@ -375,14 +375,14 @@ async def test_search_next_previous_and_escape():
 async def test_profile_switch_closes_old_source_and_follows_new():
     app, sources = make(profiles=("h200", "local"))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("p")
         assert isinstance(app.screen, ProfileScreen)
         await pilot.press("down", "enter")
         await until(pilot, lambda: app.profile == "local" and "local" in sources)
         assert sources["h200"].closed
-        await until(pilot, lambda: app.report is not None)
-        assert app.source is sources["local"]
+        await until(pilot, lambda: app.run_view.report is not None)
+        assert app.run_view.source is sources["local"]
 
 
 async def test_single_profile_says_so():
@@ -418,7 +418,7 @@ async def test_palette_offers_the_actions_unless_in_flight():
     async with app.run_test(size=SIZE):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Relaunch (r)" in titles and "Search (/)" in titles
-        app.busy = "stop"
+        app.run_view.busy = "stop"
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Relaunch (r)" not in titles and "Follow (f)" in titles
 
@@ -426,7 +426,7 @@ async def test_palette_offers_the_actions_unless_in_flight():
 async def test_quit_says_the_run_keeps_running():
     app, sources = make()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("q")
     assert "the run keeps running (pid 48211" in app.quit_message
     assert sources["h200"].closed and sources["h200"].calls == []
@@ -445,7 +445,7 @@ async def test_poll_error_is_shown_in_health():
     r.error = "stat /srv/runs/dflash-8b: Permission denied"
     app, _ = make(r)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         assert "poll error: stat /srv/runs/dflash-8b: Permission denied" in text_of(app.query_one(HealthPane))
 
 
@@ -455,7 +455,7 @@ async def test_checklist_age_uses_the_report_clock():
                                                      "no heartbeat yet", "", since=R.T0 - 3)])
     app, _ = make(r)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         assert app.query_one("#verdict").has_class("-wait")
         health = text_of(app.query_one(HealthPane))
         assert "… pending" in health and health.rstrip().endswith("3s")
@@ -464,7 +464,7 @@ async def test_checklist_age_uses_the_report_clock():
 async def test_streams_keep_updating_under_a_modal():
     app, sources = make()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("question_mark")
         sources["h200"].push_report(R.crashed())
         sources["h200"].push_log("train.log", ["Traceback (most recent call last):"])
@@ -472,7 +472,7 @@ async def test_streams_keep_updating_under_a_modal():
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         assert "CRASHED" in header_text(app)
-        assert app.log_pane.lines.lines()[-1] == "Traceback (most recent call last):"
+        assert app.run_view.log_pane.lines.lines()[-1] == "Traceback (most recent call last):"
 
 
 async def test_reports_render_even_when_the_log_poll_hangs():
@@ -490,7 +490,7 @@ async def test_reports_render_even_when_the_log_poll_hangs():
     src = Source(reports=[R.healthy()])
     app = DashboardApp(lambda name: src, "h200", clock=Clock())
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None, timeout=2)
+        await until(pilot, lambda: app.run_view.report is not None, timeout=2)
         src.push_report(R.crashed())
         await until(pilot, lambda: "CRASHED" in header_text(app), timeout=2)
 
@@ -504,7 +504,7 @@ async def test_builtin_demo_launches_only_when_there_is_no_run(verdict, launches
     src = R.ReplaySource(reports=[report], on_action=act)
     app = DashboardApp(lambda name: src, "local", clock=Clock(), launch_if_no_run=True)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.pause(0.3)
         src.push_report(report)                  # a second NO RUN later is the user's business
         await pilot.pause(0.3)
@@ -514,7 +514,7 @@ async def test_builtin_demo_launches_only_when_there_is_no_run(verdict, launches
 async def test_log_behind_another_tab_keeps_lines_and_shows_the_end_on_return():
     app, sources = make()
     async with app.run_test(size=SIZE) as pilot:
-        lines = app.log_pane.lines
+        lines = app.run_view.log_pane.lines
         await until(pilot, lambda: lines.line_count == len(R.train_log()))
         await pilot.press("4")
         await until(pilot, lambda: lines._hidden)
@@ -549,7 +549,7 @@ def test_threads_of_an_ended_run_are_silent_not_stuck():
     from dataclasses import replace
 
     from dflash_tui.contract.rundir import ThreadStatus, TrainStatus
-    from dflash_tui.run.health import Limits, thread_states
+    from dflash_tui.run.verdict.health import Limits, thread_states
 
     t = ThreadStatus(name="drafter0", role="drafter", device="cpu", compile_state="compiled",
                      last_beat_time=1000.0)
@@ -582,7 +582,7 @@ async def test_the_log_is_polled_twice_a_report_never_twice_at_once():
     src = Source(reports=[R.healthy()])
     app = DashboardApp(lambda name: src, "h200", clock=Clock())
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None, timeout=2)
+        await until(pilot, lambda: app.run_view.report is not None, timeout=2)
         start = len(polls)
         for _ in range(6):
             await asyncio.sleep(1.03)
@@ -599,8 +599,8 @@ async def test_a_report_held_for_the_log_poll_is_dropped_once_the_app_closes():
     finds its widgets gone: it is dropped, never an error in the app's last frame."""
     app, _ = make()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
-        streams, held = app.streams, app.report
+        await until(pilot, lambda: app.run_view.report is not None)
+        streams, held = app.run_view.streams, app.run_view.report
     streams._pending_report = held
     streams.apply_pending_report()   # after the close: must not reach the removed tabs
     assert streams._pending_report is None
@@ -611,12 +611,34 @@ async def test_header_draws_a_report_again_after_a_reset():
     shown) must not leave CONNECTING on screen when that same report comes back."""
     app, _ = make()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         assert "RUNNING" in header_text(app)
         header = app.query_one(RunHeader)
         header.reset()
-        app._render_header()
+        app.run_view.render_header()
         assert "CONNECTING" in header_text(app)
-        header.show(app.report)   # the very same report object again
-        app._render_header()
+        header.show(app.run_view.report)   # the very same report object again
+        app.run_view.render_header()
         assert "RUNNING" in header_text(app) and "CONNECTING" not in header_text(app)
+
+
+async def test_header_shows_the_watchers_recovery_from_its_store(tmp_path):
+    """The header reads the watcher's recovery log (display only): a planned restart is
+    "recovery 1/3, next in N s"; a give-up is "gave up: why"."""
+    import time as _time
+
+    from dflash_tui.config import parse_config
+    from dflash_tui.recording.recovery_log import Action, RecoveryLog
+    from dflash_tui.recording.recovery_state import recovery_words
+
+    store = tmp_path / "watch.sqlite3"
+    config = parse_config(f'[profile.h200]\nrun_dir = "/tmp/x"\n[watch]\nstore = "{store}"\n'
+                          '[recover]\nmax_restarts = 3\n', "c.toml")
+    app, _ = make()
+    app.run_view.recovery_words = recovery_words(config)
+    with RecoveryLog(store) as rl:
+        rl.record(Action("h200", _time.time(), "planned", "r0", 1, {"at": _time.time() + 24}))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: "recovery 1/3, next in 2" in header_text(app))
+            rl.record(Action("h200", _time.time(), "gave_up", app.run_view.run_id or "", 1, {"reason": "the same failure came back"}))
+            await until(pilot, lambda: "gave up: the same failure came back" in header_text(app), timeout=6)

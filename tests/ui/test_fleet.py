@@ -14,9 +14,9 @@ import pytest
 
 from dflash_tui.config import Config
 from dflash_tui.fleet.row import UNREACHABLE, FleetRow
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
-from dflash_tui.ui.app import build_app
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
+from dflash_tui.ui.main import build_app
 from dflash_tui.ui.screens.fleet import FleetScreen, row_cells
 from dflash_tui.ui.screens.history import HistoryScreen, HistorySource
 from dflash_tui.ui.screens.relaunch import RelaunchScreen
@@ -95,9 +95,9 @@ async def test_fleet_screen_live(tmp_path, monkeypatch):
             screen.table.move_cursor(row=0)
             await pilot.press("enter")
             await until(pilot, lambda: not isinstance(app.screen, FleetScreen), 5, "left the fleet")
-            await until(pilot, lambda: app.report is not None and app.profile == "beat"
-                        and app.report.checklist.verdict is Verdict.RUNNING, 20, "beat's run view")
-            assert app.source.watch is fleet.watches["beat"]     # borrowed, not a second agent
+            await until(pilot, lambda: app.run_view.report is not None and app.profile == "beat"
+                        and app.run_view.report.checklist.verdict is Verdict.RUNNING, 20, "beat's run view")
+            assert app.run_view.source.watch is fleet.watches["beat"]     # borrowed, not a second agent
             await pilot.press("escape")
             await until(pilot, lambda: isinstance(app.screen, FleetScreen), 5, "back on the fleet")
             screen = app.screen
@@ -129,14 +129,14 @@ async def test_fleet_screen_live(tmp_path, monkeypatch):
             hist = app.screen
             assert len(hist.runs) == 1 and hist.runs[0].verdict is Verdict.CRASHED
             await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.source, HistorySource) and app.report is not None
-                        and "history" in app.report.run_dir, 10, "the history run in the run view")
-            assert app.report.checklist.verdict is Verdict.CRASHED and app.report.pid_alive is False
-            await until(pilot, lambda: app.log_pane.lines.line_count > 0, 10, "its archived log")
-            assert app.check_action("relaunch", ()) is None and app.check_action("stop", ()) is None
+            await until(pilot, lambda: isinstance(app.run_view.source, HistorySource) and app.run_view.report is not None
+                        and "history" in app.run_view.report.run_dir, 10, "the history run in the run view")
+            assert app.run_view.report.checklist.verdict is Verdict.CRASHED and app.run_view.report.pid_alive is False
+            await until(pilot, lambda: app.run_view.log_pane.lines.line_count > 0, 10, "its archived log")
+            assert app.run_view.check_action("relaunch", ()) is None and app.run_view.check_action("stop", ()) is None
             await pilot.press("escape")          # the live run of the same profile
-            await until(pilot, lambda: not isinstance(app.source, HistorySource)
-                        and app.report is not None and "history" not in app.report.run_dir, 10, "live again")
+            await until(pilot, lambda: not isinstance(app.run_view.source, HistorySource)
+                        and app.run_view.report is not None and "history" not in app.run_view.report.run_dir, 10, "live again")
             await pilot.press("escape")
             await until(pilot, lambda: isinstance(app.screen, FleetScreen), 5, "fleet again")
     finally:
@@ -235,3 +235,11 @@ def test_the_age_cell_is_fresh_for_as_long_as_its_targets_poll_pause():
     assert [age_cell(steady, 100.0 + t) for t in (0.5, 2.5, 3.9)] == ["<4s"] * 3
     assert age_cell(steady, 105.0) == "5s"
     assert age_cell(replace(base, fresh_at=None), 100.0) == "never"
+
+
+def test_the_rate_cell_says_its_unit():
+    row = FleetRow(profile="p", host="local", container="", state="RUNNING", verdict=Verdict.RUNNING, cause="")
+    cell = lambda **kw: row_cells(replace(row, **kw), 0.0)[7][0]
+    assert cell(rate=18450.4, rate_unit="tok/s") == "18450 tok/s"
+    assert cell(rate=8.234, rate_unit="it/s") == "8.23 it/s" and cell(rate=2.5, rate_unit="s/it") == "2.5 s/it"
+    assert cell() == "n/a" and row_cells(replace(row, step=30, total_steps=30), 0.0)[4][0] == "30/30"

@@ -108,7 +108,7 @@ class LocalHistory:
 
     def __init__(self, run_dir) -> None:
         from dflash_tui.config import Profile
-        from dflash_tui.session import Session
+        from dflash_tui.watch.session import Session
         self.session = Session(Profile(name="h200-main", run_dir=str(run_dir)))
 
     async def history(self):

@@ -9,13 +9,13 @@ from dflash_tui.ui.widgets.rows import RowTable
 
 from dflash_tui.gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot, GpuError
 from dflash_tui.watch import NodesWatch
-from dflash_tui.run.combine import merge_gpu_snapshots
-from dflash_tui.run.verdict import Verdict
+from dflash_tui.run.verdict.combine import merge_gpu_snapshots
+from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.sources.nodes_source import NodesSource
 
 from tests.support.runs import alive
-from tests.test_multinode import LOCAL, nodes_profile
+from tests.watch.test_nodes_session import LOCAL, nodes_profile
 from tests.ui.test_session_source import header, until
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(180)]
@@ -31,11 +31,11 @@ async def test_dashboard_shows_one_run_of_two_nodes_and_stops_both(sshd, tmp_pat
     app = DashboardApp(lambda name: NodesSource(profile), "two")
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: app.report is not None and app.report.checklist.verdict is Verdict.RUNNING, 90)
+            await until(pilot, lambda: app.run_view.report is not None and app.run_view.report.checklist.verdict is Verdict.RUNNING, 90)
             text = header(app)
             assert "RUNNING" in text and f"nodes {LOCAL},{sshd.alias}" in text
-            assert app.report.checklist.summary == f"2 nodes running: {LOCAL}, {sshd.alias}"
-            labels = [c.label for c in app.report.checklist.checks]
+            assert app.run_view.report.checklist.summary == f"2 nodes running: {LOCAL}, {sshd.alias}"
+            labels = [c.label for c in app.run_view.report.checklist.checks]
             assert labels[0] == f"node {LOCAL} (rank 0)" and f"node {sshd.alias} (rank 1)" in labels
             assert f"{sshd.alias} · Process" in labels and f"{LOCAL} · Heartbeat" in labels
 
@@ -44,14 +44,14 @@ async def test_dashboard_shows_one_run_of_two_nodes_and_stops_both(sshd, tmp_pat
             await until(pilot, lambda: table.row_count == 2, 10)
             assert [str(table.get_row_at(i)[0]) for i in range(2)] == [f"{sshd.alias}/rank1", f"{LOCAL}/rank0"]
 
-            lines = app.log_pane.lines
+            lines = app.run_view.log_pane.lines
             await until(pilot, lambda: any(line.startswith(f"[{sshd.alias}] step ") for line in lines.lines())
                         and any(line.startswith(f"[{LOCAL}] step ") for line in lines.lines()), 15)
 
             await pilot.press("s")
             await pilot.press("y")
             await until(pilot, lambda: not any(alive(p) for p in pids), 30)
-            await until(pilot, lambda: app.report.checklist.verdict is Verdict.STOPPED, 15)
+            await until(pilot, lambda: app.run_view.report.checklist.verdict is Verdict.STOPPED, 15)
     finally:
         async with NodesWatch(profile) as nodes:
             await nodes.stop()

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from dflash_tui.config import Profile
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.panes.header import RunHeader
 from dflash_tui.ui.panes.logview import MARKER
@@ -56,29 +56,29 @@ async def test_ssh_drop_marks_stale_then_resumes_and_the_run_lives(sshd, tmp_pat
     app = DashboardApp(lambda name: SessionSource(profile), "drop")
     try:
         async with app.run_test(size=(100, 32)) as pilot:
-            await until(pilot, lambda: app.report is not None
-                        and app.report.checklist.verdict is Verdict.RUNNING, 30)
-            pid = app.report.launch.pid
-            await until(pilot, lambda: app.log_pane.lines.line_count > 0, 10)
-            lines_before = app.log_pane.lines.line_count
+            await until(pilot, lambda: app.run_view.report is not None
+                        and app.run_view.report.checklist.verdict is Verdict.RUNNING, 30)
+            pid = app.run_view.report.launch.pid
+            await until(pilot, lambda: app.run_view.log_pane.lines.line_count > 0, 10)
+            lines_before = app.run_view.log_pane.lines.line_count
 
             sshd.kill_sessions()        # the network cut: every connection dies...
             sshd.stop()                 # ...and the host stays unreachable for a while
             try:
-                await until(pilot, lambda: not app.report.connected, 20)
+                await until(pilot, lambda: not app.run_view.report.connected, 20)
                 await until(pilot, lambda: "STALE: connection lost" in header(app), 5)
                 assert app.screen.has_class("-stale")
                 # Last data kept: the checklist and the log are still there.
-                assert app.report.checklist.checks and app.log_pane.lines.line_count >= lines_before
+                assert app.run_view.report.checklist.checks and app.run_view.log_pane.lines.line_count >= lines_before
                 assert alive(pid), "the SSH drop must not touch the run"
             finally:
                 sshd.start()
-            await until(pilot, lambda: app.report.connected
-                        and app.report.checklist.verdict is Verdict.RUNNING, 60)
+            await until(pilot, lambda: app.run_view.report.connected
+                        and app.run_view.report.checklist.verdict is Verdict.RUNNING, 60)
             await until(pilot, lambda: "STALE" not in header(app), 5)
-            assert app.report.launch.pid == pid and alive(pid)
-            n = app.log_pane.lines.line_count
-            await until(pilot, lambda: app.log_pane.lines.line_count > n, 10)   # the log flows again
+            assert app.run_view.report.launch.pid == pid and alive(pid)
+            n = app.run_view.log_pane.lines.line_count
+            await until(pilot, lambda: app.run_view.log_pane.lines.line_count > n, 10)   # the log flows again
     finally:
         async with Session(profile) as s:
             await s.stop()
@@ -95,7 +95,7 @@ async def test_log_pane_survives_truncation_and_rotation_on_the_live_path(tmp_pa
     profile = Profile(name="logs", run_dir=str(run_dir), python=sys.executable)
     app = DashboardApp(lambda name: SessionSource(profile), "logs")
     async with app.run_test(size=(100, 32)) as pilot:
-        lines = app.log_pane.lines
+        lines = app.run_view.log_pane.lines
         await until(pilot, lambda: lines.last_line() == "old 49", 15)
 
         log.write_text("after truncate 1\n")            # truncated (smaller than our offset)

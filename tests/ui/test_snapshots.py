@@ -37,8 +37,8 @@ def settled(*keys: str, started: bool = True):
         app = pilot.app
         loop = asyncio.get_running_loop()
         end = loop.time() + 5
-        while not (app.report is not None and app.query_one(GpuPane).snapshot is not None
-                   and (app.log_pane.lines.line_count > 0 if started else app.log_pane.missing)):
+        while not (app.run_view.report is not None and app.query_one(GpuPane).snapshot is not None
+                   and (app.run_view.log_pane.lines.line_count > 0 if started else app.run_view.log_pane.missing)):
             assert loop.time() < end, "streams did not deliver"
             await pilot.pause(0.02)
         if keys:

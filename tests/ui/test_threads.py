@@ -36,7 +36,7 @@ async def test_probe_threads_grouped_by_process_without_status_json():
     report = R.probed_program(probes())
     app, _ = make(report)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("2")
         table = app.query_one("#probe-table", RowTable)
         await until(pilot, lambda: table.row_count == 4)
@@ -58,7 +58,7 @@ async def test_the_first_step_time_is_shown_above_healthy_threads():
     report = dataclasses.replace(healthy, status=dataclasses.replace(healthy.status, first_step_s=21.37))
     app, _ = make(report)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("2")
         note = app.query_one("#threads-note")
         await until(pilot, lambda: "first step" in str(note.render()))
@@ -74,7 +74,7 @@ async def test_stuck_probe_threads_are_counted_and_named():
     assert report.checklist.verdict.value == "STALLED", report.checklist
     app, _ = make(report)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("2")
         table = app.query_one("#probe-table", RowTable)
         await until(pilot, lambda: table.row_count == 1)

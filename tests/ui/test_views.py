@@ -20,13 +20,14 @@ from dflash_tui.contract.rundir import make_event, to_json
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.history import PreviousRun, previous_run
-from dflash_tui.run.series import Point, points_from_events, points_from_status
-from dflash_tui.run.verdict import Check, CheckState
-from dflash_tui.ui.app import DashboardApp, invocation
+from dflash_tui.run.verdict.series import Point, points_from_events, points_from_status
+from dflash_tui.run.verdict.checklist import Check, CheckState
+from dflash_tui.ui.app import DashboardApp
+from dflash_tui.ui.main import invocation
 from dflash_tui.ui.panes.gpus import GRAPH_CPU_SHARE, GpuPane
 from dflash_tui.ui.panes.health import HealthPane
-from dflash_tui.ui.panes.metrics import (CHART_CPU_SHARE, CHART_MAX_S, CHART_MIN_S, MetricChart, MetricsPane, ema,
-                                         redraw_interval)
+from dflash_tui.ui.panes.metrics import CHART_CPU_SHARE, MetricChart, MetricsPane, ema
+from dflash_tui.ui.widgets.charts import CHART_MAX_S, CHART_MIN_S, redraw_interval
 from dflash_tui.ui.widgets.part_lines import PartLines
 from dflash_tui.ui.widgets.rows import RowTable
 from tests.support import scenarios as R
@@ -173,7 +174,7 @@ async def test_eight_gpus_with_foreign_processes_fit_160x48():
         # The graph is rebuilt for new samples only as often as its last build allows, by the
         # charts' rule (a build of 8 lines is tens of ms): new samples before then leave it be.
         graph = app.query_one("#gpu-history")
-        assert graph.render_s > 0 and redraw_interval(graph.render_s) >= CHART_MIN_S
+        assert graph.render_s > 0 and redraw_interval(graph.render_s, CHART_CPU_SHARE) >= CHART_MIN_S
         built = graph.render_s
         graph.render_s = 10 * CHART_MAX_S   # as if it were dear: the longest wait
         pane._graph_at -= CHART_MAX_S - 1
@@ -188,7 +189,7 @@ async def test_eight_gpus_with_foreign_processes_fit_160x48():
         # a 30 ms build waits 12 s here, where the charts' share would make it 24 s.
         graph.render_s = 0.03
         wait = redraw_interval(0.03, GRAPH_CPU_SHARE)
-        assert wait == 12.0 and redraw_interval(0.03) == 24.0
+        assert wait == 12.0 and redraw_interval(0.03, CHART_CPU_SHARE) == 24.0
         pane._graph_at = time.monotonic() - wait + 1
         pane.show_snapshot(hist[-2])
         await pilot.pause()
@@ -221,7 +222,7 @@ async def test_healthy_checks_fold_into_one_line_and_k_expands():
     app, _ = app_with()
     async with app.run_test(size=(100, 32)) as pilot:
         health = app.query_one(HealthPane)
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.pause()
         assert health.size.height == 2   # the summary, and one line for 7 ok checks
         assert "7 checks ok: Wrapper ran (launch.json), Log (train.log), Process" in screen_text(app)
@@ -249,12 +250,12 @@ async def test_checklist_and_header_redraw_only_changed_lines_and_match_a_full_r
 
     async with app.run_test(size=(80, 24)) as pilot:
         health, where = app.query_one(HealthPane), app.query_one("#where")
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.pause()
         for step, (dt, summary) in enumerate([(1, None), (61, None), (61, "stalled at step 9"), (62, None)]):
             cl = r.checklist if summary is None else dataclasses.replace(r.checklist, summary=summary)
             rendered.clear()
-            app.on_report(dataclasses.replace(r, checklist=cl, time=r.time + dt, uptime_s=(r.uptime_s or 0) + dt))
+            app.run_view.on_report(dataclasses.replace(r, checklist=cl, time=r.time + dt, uptime_s=(r.uptime_s or 0) + dt))
             await pilot.pause()
             await pilot.pause()
             # The ages of the two failing checks and the uptime move; the folded ok checks do not.
@@ -281,13 +282,24 @@ async def test_warn_and_fail_checks_show_in_full_at_80x24():
     r.checklist = dataclasses.replace(r.checklist, checks=checks)
     app, _ = app_with(report=r)
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.pause()
         text = " ".join(screen_text(app).split())
         assert "answer yes)" in text and "UserKnownHostsFile=/home/me/.config/dflash-tui/known_hosts" in text
         assert "drafter1 (cuda:6, compiled) silent 5 min ago" in text and "5 checks ok" in text
         assert "(limit 60 s) → the named threads stopped" in text
         assert "heartbeats without steps: a worker is stuck (see Threads)" in text   # both fails in full
+
+
+async def test_a_stop_under_way_reads_stopping_in_the_header_and_the_checklist():
+    app, _ = app_with(report=R.stopping())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.run_view.report is not None)
+        await pilot.pause()
+        text = " ".join(screen_text(app).split())
+        assert "STOPPING" in text and "STALLED" not in text and "RUNNING" not in text, text
+        assert "stopping: SIGTERM sent by ana@laptop 4 s ago" in text
+        assert "Stop requested" in text and "SIGKILL after stop_grace_s (10 s)" in text
 
 
 async def test_a_launch_in_flight_is_not_called_nothing_launched():
@@ -299,13 +311,13 @@ async def test_a_launch_in_flight_is_not_called_nothing_launched():
     no_run = R.no_run()
     app, _ = app_with(report=no_run, on_action=on_action)
     async with app.run_test(size=(100, 32)) as pilot:
-        await until(pilot, lambda: app.report is not None)
-        app.do_run_action("launch")
-        await until(pilot, lambda: app.busy == "launch")
+        await until(pilot, lambda: app.run_view.report is not None)
+        app.run_view.do_run_action("launch")
+        await until(pilot, lambda: app.run_view.busy == "launch")
         await pilot.pause()
         assert "launch under way: the checklist fills in as the run starts" in screen_text(app)
         gate.set()
-        await until(pilot, lambda: not app.busy)
+        await until(pilot, lambda: not app.run_view.busy)
         await pilot.pause()
         assert "no run in" in screen_text(app)
 
@@ -315,7 +327,7 @@ async def test_a_launch_in_flight_is_not_called_nothing_launched():
 async def test_help_shows_every_key_at_80x24():
     app, _ = app_with()
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("question_mark")
         await pilot.pause()
         text = screen_text(app)
@@ -326,7 +338,7 @@ async def test_help_shows_every_key_at_80x24():
 async def test_footer_keys_are_separate_and_threads_keep_beat_at_80x24():
     app, _ = app_with()
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("2")
         await pilot.pause()
         lines = screen_text(app).splitlines()
@@ -339,7 +351,7 @@ async def test_palette_screenshot_goes_to_the_current_directory(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     app, _ = app_with()
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         app.deliver_screenshot("shot.svg")
         await until(pilot, lambda: (tmp_path / "shot.svg").exists() and (tmp_path / "shot.svg").stat().st_size)
         assert "RUNNING" in (tmp_path / "shot.svg").read_text()
@@ -360,7 +372,7 @@ async def test_quit_message_names_a_command_that_runs():
     app, _ = app_with()
     app.command = ".venv/bin/dflash-tui --config cfg.toml"
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.press("q")
     assert "Stop it with: .venv/bin/dflash-tui --config cfg.toml --profile h200 --stop" in app.quit_message
 
@@ -369,7 +381,7 @@ async def test_no_color_failures_are_reversed_not_dimmed(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     app, _ = app_with(report=R.crashed())
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.report is not None)
+        await until(pilot, lambda: app.run_view.report is not None)
         await pilot.pause()
         assert app.no_color
         badge = app.query_one("#verdict")
@@ -385,7 +397,7 @@ async def test_no_color_failures_are_reversed_not_dimmed(monkeypatch):
 async def test_metrics_chart_the_progress_a_programs_own_log_shows():
     # A program that writes neither status.json nor events (a tqdm loop): the report's
     # progress, parsed from its log by the engine, is what the charts get.
-    from dflash_tui.run.report import RunProgress
+    from dflash_tui.run.verdict.report import RunProgress
     r1 = dataclasses.replace(R.healthy(), status=None,
                              progress=RunProgress("log", step=450, total=1000, loss=2.1, rate=44.3, rate_unit="it/s"))
     r2 = dataclasses.replace(r1, progress=dataclasses.replace(r1.progress, step=460, loss=2.05, rate=44.9))
@@ -402,3 +414,15 @@ async def test_metrics_chart_the_progress_a_programs_own_log_shows():
         await pilot.pause()
         text = screen_text(app)
         assert "2 series from log progress (no step events)" in text and "it/s" in text
+
+
+def test_every_pane_key_is_bound_once_and_handled_by_its_pane():
+    from dflash_tui.ui.panes import RUN_PANES
+    from dflash_tui.ui.screens.run import RunScreen
+    keys = [b.key for b in RunScreen.BINDINGS]
+    assert len(keys) == len(set(keys)), "a key bound twice: the second never fires"
+    bound = {b.key: b.action for b in RunScreen.BINDINGS}
+    for pane in RUN_PANES:
+        for k in pane.KEYS:
+            assert bound[k.key] == f"pane('{pane.PANE_ID}', '{k.action}')"
+            assert callable(getattr(pane, f"action_{k.action}", None)), (pane.__name__, k.action)

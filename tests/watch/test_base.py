@@ -10,8 +10,8 @@ import time
 import pytest
 
 from dflash_tui.remote.local import LocalTarget
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
 from dflash_tui.watch import HostWatch, changed
 
 from tests.support.runs import standin_profile

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from dflash_tui.config import Profile
-from dflash_tui.run.verdict import Verdict
-from dflash_tui.session import Session
+from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.watch.session import Session
 from dflash_tui.watch import ActionInFlight, HostWatch
 
 from tests.support.run_standins import PROGRAM

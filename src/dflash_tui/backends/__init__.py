@@ -1,4 +1,4 @@
-"""Launch backends: which Launcher (run/launcher.py) runs a profile, and building it.
+"""Launch backends: which Launcher (run/launch/launcher.py) runs a profile, and building it.
 
 A new backend is one module here (a Launcher subclass whose `handles(profile)` recognises its
 config keys) added to BACKENDS before the backends it must win over, plus its keys in
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..config import ConfigError, Profile
 from ..remote.base import Target
-from ..run.launcher import Launcher
+from ..run.launch.launcher import Launcher
 from .process import ContainerLauncher, LocalLauncher, SSHLauncher
 from .slurm import SlurmLauncher
 

@@ -3,7 +3,7 @@
 Local, SSH, pct and docker differ only in how the Targets are made (remote/factory.py); they
 start the wrapper with ONE command through the run target (setsid, else nohup: run/wrapper.py
 `DETACH_SCRIPT`), know it alive by its recorded pid and start time, and stop it by signalling
-its process group after stop.json (run/stop.py).
+its process group after stop.json (run/launch/stop.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from ..config import Profile
 from ..remote.base import CommandTimeout, Target, TargetError
 from ..remote.container import ContainerTarget
 from ..remote.ops import RemoteOps
-from ..run.launcher import Detached, Launcher
-from ..run.stop import StopResult, stop_run
+from ..run.launch.launcher import Detached, Launcher
+from ..run.launch.stop import StopResult, stop_run
 from ..run.wrapper import detach_argv, parse_detach_output
 
 DETACH_TIMEOUT_S = 20

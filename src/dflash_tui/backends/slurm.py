@@ -1,7 +1,7 @@
 """The Slurm backend: a run is a job, submitted, observed, found alive and cancelled from a
 login host (`host`, or this machine) through the scheduler's commands (slurm/commands.py).
 
-The launch sequence is everyone's (run/launch.py: preflight, claim, archive, launch.sh, the run
+The launch sequence is everyone's (run/launch/launch.py: preflight, claim, archive, launch.sh, the run
 probe); `detach` submits launch.sh as the job's script with `sbatch` instead of starting it, and
 slurm.json records the job id in the run dir (stop cancels exactly that job; the verdict asks
 the scheduler about it). The wrapper then runs on the job's first node and writes launch.json,
@@ -25,13 +25,13 @@ from typing import Awaitable, Callable
 from ..config import Profile
 from ..contract.rundir import (SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
                                SlurmJobRecord, StopRecord, parse_slurm_job, to_json)
-from ..remote.base import CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ..remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
 from ..remote.ops import RemoteOps
-from ..run.launcher import Detached, Launcher
-from ..run.observe import Evidence, gather
-from ..run.preflight import PreflightResult
-from ..run.stop import StopResult
-from ..run.verdict import Check, CheckState
+from ..run.launch.launcher import Detached, Launcher
+from ..run.evidence.observe import Evidence, gather
+from ..run.launch.preflight import PreflightResult
+from ..run.launch.stop import StopResult
+from ..run.verdict.checklist import Check, CheckState
 from ..slurm.commands import SchedulerMissing, cancel, query, submit
 from ..slurm.job import SlurmJob
 from ..slurm.script import job_argv
@@ -97,7 +97,7 @@ class SlurmLauncher(Launcher):
         argv = ["sinfo", "-h", "-o", "%P %a"] + ([f"--partition={self.spec.partition}"] if self.spec.partition else [])
         try:
             res = await self.target.run(argv, timeout=20)
-        except (TargetUnreachable, CommandTimeout, ContainerNotRunning):
+        except TRANSPORT_FAILURES:
             raise
         except TargetError as exc:
             return Check("pre_slurm", "Slurm", CheckState.FAIL, exc.message, "check sinfo on the login host", now)
@@ -180,7 +180,7 @@ class SlurmLauncher(Launcher):
             chunk = await ops.read_tail(posixpath.join(run_dir, SLURM_OUT), SLURM_OUT_TAIL)
             ev.slurm_out = chunk.data.decode("utf-8", "replace") if chunk.exists else ""
         except TargetError as exc:
-            if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+            if is_transport_failure(exc):
                 raise
         return ev
 
@@ -241,7 +241,7 @@ async def read_record(ops: RemoteOps, run_dir: str) -> tuple[SlurmJobRecord | No
     try:
         chunk = await ops.read(posixpath.join(run_dir, SLURM_JSON), 0, 64 << 10)
     except TargetError as exc:
-        if isinstance(exc, (TargetUnreachable, CommandTimeout, ContainerNotRunning)):
+        if is_transport_failure(exc):
             raise
         return None, exc.message
     if not chunk.exists:

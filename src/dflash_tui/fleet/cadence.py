@@ -15,7 +15,7 @@ Anything else (STARTING, STALLED, GPU LOST, unreachable, a Slurm job, a run on s
 a target whose ops cannot wait on a process) keeps `interval`. A poke and any change of the
 checklist start the count again, so they return the target to `interval` at once.
 
-Nothing here judges a run: the verdicts are the reports' (run/health.py `evaluate`); this only
+Nothing here judges a run: the verdicts are the reports' (run/verdict/health.py `evaluate`); this only
 decides when to look again.
 """
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 from typing import Iterable
 
-from ..run.report import RunReport
-from ..run.verdict import Verdict
+from ..run.verdict.report import RunReport
+from ..run.verdict.checklist import Verdict
 from ..watch import changed
 
 STEADY_AFTER_POLLS = 5

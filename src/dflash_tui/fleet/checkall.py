@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from ..config import ConfigError, Profile
 from ..remote.base import TargetError
 from ..watch import RunWatch, open_watch
-from ..transport import SharedTransport
+from ..watch.transport import SharedTransport
 
 EXIT_PRECEDENCE = (2, 1, 3, 4, 0)   # worst first
 DEFAULT_CONCURRENCY = 16

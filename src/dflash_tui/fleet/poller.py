@@ -1,6 +1,6 @@
 """FleetPoller: every profile's RunWatch polled on its target's own schedule.
 
-Profiles are grouped by run target (transport.py `target_key`): one task per target
+Profiles are grouped by run target (watch/transport.py `target_key`): one task per target
 polls that target's profiles once per interval, each poll bounded by `poll_timeout` and all
 polls together by `max_concurrent`, so a slow or dead host only ever delays itself. A target
 whose runs all stand still is polled every `steady_interval` instead (fleet/cadence.py has the
@@ -34,7 +34,7 @@ from ..remote.ops import ExitWatch
 from ..watch import HostWatch, RunWatch, open_watch
 from .cadence import STEADY_AFTER_POLLS, TargetCadence
 from .row import FleetRow, config_error_row, row_from_report
-from ..transport import SharedTransport, host_key, target_key
+from ..watch.transport import SharedTransport, host_key, target_key
 
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_POLL_TIMEOUT_S = 5.0

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..fleet.row import UNREACHABLE
-from ..run.report import RunReport
-from ..run.verdict import Checklist, CheckState
+from ..run.verdict.report import RunReport
+from ..run.verdict.checklist import Checklist, CheckState
 
 TRACEBACK_LINES = 6          # the last lines of a traceback a change keeps
 TEXT_LIMIT = 400             # any one text field, after `inert`

@@ -25,10 +25,12 @@ from typing import Callable, Sequence
 from ..config import DEFAULT_PROFILE, Config, Profile
 from ..fleet.poller import FleetPoller
 from ..fleet.row import UNREACHABLE
-from ..run.report import RunReport
+from ..run.verdict.report import RunReport
 from .change import VerdictChange, run_id_of
 from .notify import NotifyPolicy
 from .recorder import Recorder
+from .recovery import Recovery
+from .recovery_log import RecoveryLog
 from .sender import NotifySender
 from .store import ChangeStore, StoreError
 
@@ -61,6 +63,11 @@ class Watcher:
         self._due = asyncio.Event()
         self._stop = asyncio.Event()
         self._unrecorded: dict[str, RunReport] = {}   # per profile: a report the store refused
+        # [recover]: the watcher is the one actor of the restart policy (recovery.py).
+        self.recovery: Recovery | None = None
+        if any(config.recover.for_profile(p.name) is not None for p in self.profiles):
+            self.recovery = Recovery(config, store, RecoveryLog(store.path), submit=self.sender.submit, clock=clock)
+            self.recorder.listeners.append(self.recovery.changed)
 
     def stop(self) -> None:
         self._stop.set()
@@ -113,6 +120,8 @@ class Watcher:
     async def run(self) -> None:
         poller = FleetPoller(self.profiles, interval=self.interval, gpu_interval=self.gpu_interval)
         clock_task = asyncio.create_task(self._notify_clock(), name="watch notify clock")
+        recover_task = (asyncio.create_task(self.recovery.run(poller.watches), name="watch recovery")
+                        if self.recovery is not None else None)
         try:
             for watch in poller.watches.values():
                 watch.add_listener(self._heard)
@@ -133,11 +142,14 @@ class Watcher:
                         self._row_changed(watch.last if watch is not None else None)
                 stop.cancel()
         finally:
-            clock_task.cancel()
-            try:
-                await clock_task
-            except asyncio.CancelledError:
-                pass
+            for task in (clock_task, recover_task):
+                if task is None:
+                    continue
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
             for n in self.policy.due(self.clock()):
                 self.sender.submit(n)
             await asyncio.to_thread(self.sender.close)

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from ..config import Config, ConfigError
 from .change import inert
 from .daemon import run_watcher
+from .goodput import goodput
+from .recovery_log import stop_times
+from .recovery_state import read_actions
 from .sender import check_urls
 from .service import install, watch_command
 from .store import ChangeStore, store_path
@@ -66,10 +70,17 @@ def _timeline(args, config: Config) -> int:
         raise ConfigError(f"{path}: no such store; check the --store path")
     else:
         read = [(p.name, [], 0) for p in profiles]
-    timelines = [(name, bands(changes), skipped) for name, changes, skipped in read]
+    now = time.time()
+    stall = {p.name: p.stall_after_s for p in profiles}
+    timelines = [(name, bands(changes, now), skipped) for name, changes, skipped in read]
+    goods = {name: goodput(changes, now, stall[name], stop_times(read_actions(path, name)))
+             for name, changes, _ in read}
     if args.trace:
+        doc = trace([(n, b) for n, b, _ in timelines])
+        doc["otherData"]["goodput"] = (goods[timelines[0][0]].to_json() if len(timelines) == 1
+                                       else {n: g.to_json() for n, g in goods.items()})
         try:
-            Path(args.trace).write_text(json.dumps(trace([(n, b) for n, b, _ in timelines]), allow_nan=False))
+            Path(args.trace).write_text(json.dumps(doc, allow_nan=False))
         except OSError as exc:
             raise ConfigError(f"--trace {args.trace}: cannot write it ({exc.strerror})") from None
         names = ", ".join(n for n, _, _ in timelines)
@@ -77,8 +88,11 @@ def _timeline(args, config: Config) -> int:
               "(open it in https://ui.perfetto.dev)")
         return EXIT_OK
     if args.json:
-        docs = [timeline_json(n, b, str(path), skipped) for n, b, skipped in timelines]
+        docs = [{**timeline_json(n, b, str(path), skipped), "goodput": goods[n].to_json()}
+                for n, b, skipped in timelines]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, allow_nan=False))
     else:
-        print("\n\n".join(render_text(n, b, str(path), skipped) for n, b, skipped in timelines))
+        texts = [render_text(n, b, str(path), skipped) + (f"\n{goods[n].words()}" if b else "")
+                 for n, b, skipped in timelines]
+        print("\n\n".join(texts))
     return EXIT_OK

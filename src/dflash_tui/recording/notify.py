@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..config import NotifySettings
 from ..fleet.row import UNREACHABLE
-from ..run.verdict import Verdict
+from ..run.verdict.checklist import Verdict
 from .change import VerdictChange
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..run.report import RunReport
-from ..run.verdict import Checklist
+from ..run.verdict.report import RunReport
+from ..run.verdict.checklist import Checklist
 from .change import VerdictChange, change_of, run_id_of, state_of
 from .store import ChangeStore
 

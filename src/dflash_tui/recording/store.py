@@ -59,7 +59,8 @@ CREATE INDEX IF NOT EXISTS changes_by_run ON changes(profile, run_id, time);
 """
 _COLUMNS = "id, profile, run_id, time, state, previous, cause, check_id, evidence"
 # A time the watcher can have written: an epoch from 1970 to the year 9999 (what localtime takes).
-_TIME_RANGE = (0.0, 253402300799.0)
+MAX_TIME = 253402300799.0
+_TIME_RANGE = (0.0, MAX_TIME)
 _MOVE_IT = "move it away or choose another with --store"
 
 
@@ -99,7 +100,7 @@ def _row(r: tuple) -> VerdictChange | None:
                          check=_text(r[7], 40), evidence=Evidence.from_json(r[8]))
 
 
-def _uri(path: Path, mode: str) -> str:
+def sqlite_uri(path: Path, mode: str) -> str:
     """`path` as an SQLite URI: percent-encoded, so no character of its name is read as URI
     syntax (`#`, `?`, `%41`), and no name starting with `file:` is read as a URI either."""
     return f"{Path(os.path.abspath(path)).as_uri()}?mode={mode}"
@@ -119,7 +120,7 @@ class ChangeStore:
             raise StoreError(f"{self.path}: not a regular file; {_MOVE_IT}")
         try:
             if readonly:
-                self._db = sqlite3.connect(_uri(self.path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S)
+                self._db = sqlite3.connect(sqlite_uri(self.path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S)
                 if not self._check_schema():
                     # A watcher has just created the file and not yet its table: empty, for now.
                     self._db.close()
@@ -128,7 +129,7 @@ class ChangeStore:
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._lock()
-                self._db = sqlite3.connect(_uri(self.path, "rwc"), uri=True, timeout=BUSY_TIMEOUT_S)
+                self._db = sqlite3.connect(sqlite_uri(self.path, "rwc"), uri=True, timeout=BUSY_TIMEOUT_S)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
                 if not self._check_schema():

@@ -135,9 +135,7 @@ class AgentOps:
             await proc.close()
             if not text:
                 # A stopped container answers on stderr, which this channel does not carry.
-                ensure_running = getattr(self.target, "ensure_running", None)
-                if ensure_running is not None:
-                    await ensure_running()
+                await self.target.ensure_running()
                 raise TargetError(
                     f"the agent on {self.label} printed nothing and exited "
                     f"(status {proc.returncode}): the transport did not run the command",
@@ -312,7 +310,7 @@ class AgentOps:
                       grown: dict[str, tuple[int, int]] | None = None, list_dirs: Sequence[str] = (),
                       proc_tree: tuple[int, str | None] | None = None) -> dict:
         """The first round of a look at a run dir (agent_server `observe_one`): its answer, the
-        stats and listings as FileStats, which run/first_look.py hands out as the answers of the
+        stats and listings as FileStats, which run/evidence/first_look.py hands out as the answers of the
         single ops. The looks asked in one event-loop tick (a fleet's poll of one target's run
         dirs) go as ONE request, each as its plan (remote/look_plans.py): only what changed."""
         tree = None if proc_tree is None else {"pid": int(proc_tree[0]), "run_dir": proc_tree[1]}

@@ -45,6 +45,15 @@ class CommandTimeout(TargetError):
     """A command did not finish in time (e.g. a PTY-like hang holding the channel)."""
 
 
+# The failures of the way to the run (the host, the container, the command's time), not of the
+# run: an observation that meets one is stale, never evidence that the run is gone.
+TRANSPORT_FAILURES: tuple[type[TargetError], ...] = (TargetUnreachable, CommandTimeout, ContainerNotRunning)
+
+
+def is_transport_failure(exc: BaseException) -> bool:
+    return isinstance(exc, TRANSPORT_FAILURES)
+
+
 @dataclass(frozen=True)
 class CommandResult:
     argv: tuple[str, ...]
@@ -123,6 +132,16 @@ class Target(abc.ABC):
                 f"could not write {path} on {self.label}: {res.stderr.strip() or res.exit_status}",
                 "check that the directory exists and is writable",
             )
+
+    @property
+    def state(self):
+        """The state of the connection underneath (SSHTarget's ConnectionState: connected,
+        last error, attempts), for the header; None where there is no connection to keep."""
+        return None
+
+    async def ensure_running(self) -> None:
+        """Raise ContainerNotRunning where commands run in a container that is stopped; a
+        machine has nothing to check."""
 
     async def close(self) -> None:
         """Release connections. Idempotent."""

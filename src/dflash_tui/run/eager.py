@@ -1,6 +1,6 @@
 """gather_eager: asyncio.gather that gives a task only to what has to wait.
 
-A steady look at a run dir asks its questions of a FirstLook (run/first_look.py), which
+A steady look at a run dir asks its questions of a FirstLook (run/evidence/first_look.py), which
 already holds the answers, or reads records it holds parsed: nearly every coroutine a look
 starts finishes without waiting once. `asyncio.gather` still wraps each in a Task (a
 schedule, a callback, a wake-up each), which was most of a look's event-loop cost. Here each

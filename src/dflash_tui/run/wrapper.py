@@ -96,7 +96,8 @@ fi
 echo "dflash-tui: run $RUN_ID started by pid $pid at $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 DFLASH_RUN_ID=$RUN_ID
 DFLASH_RUN_DIR=$RUN_DIR
-export DFLASH_RUN_ID DFLASH_RUN_DIR
+DFLASH_RESTART={restart}
+export DFLASH_RUN_ID DFLASH_RUN_DIR DFLASH_RESTART
 {probe_block}set -- {argv}
 # Output line by line, so train.log shows it as it happens: Python unbuffered unless the
 # environment already says otherwise; other programs' C stdio line-buffered where stdbuf exists.
@@ -143,7 +144,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-# The run probe (run/probe_install.py): its directory goes first on PYTHONPATH, the user's own
+# The run probe (run/launch/probe_install.py): its directory goes first on PYTHONPATH, the user's own
 # entries after it, so every Python process of the run imports its sitecustomize. Only when the
 # probe's files are there, and only for a run dir that PYTHONPATH can name (no ':').
 # With it, the evidence of a distributed hang goes into the probe directory unless the
@@ -186,9 +187,14 @@ def wrapper_argv(run_dir: str, run_id: str) -> list[str]:
 
 
 def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str = "", *,
-                   probe: bool = False) -> str:
+                   probe: bool = False, restart: int = 0) -> str:
+    """`restart`: DFLASH_RESTART in the trainer's environment, how many times the watcher's
+    recovery has relaunched this run (0 on a first launch), so a program can resume from its
+    own checkpoint."""
     if not argv:
         raise ValueError("the trainer argv is empty")
+    if isinstance(restart, bool) or not isinstance(restart, int) or restart < 0:
+        raise ValueError(f"restart must be a count, not {restart!r}")
     # Everything but the shell-found fields, as a JSON object body without braces; the shell
     # only appends to it, so quoting of user strings is JSON's, inside sh single quotes.
     static = json.dumps({"v": SCHEMA_VERSION, "run_id": run_id, "argv": list(argv), "python": python,
@@ -209,6 +215,7 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         argv=" ".join(shlex.quote(a) for a in argv),
         line_buffered="" if is_python(argv) else _STDBUF,
         probe_block=PROBE_BLOCK if probe else "",
+        restart=restart,
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ..run.verdict import CheckState, Verdict
+from ..run.verdict.checklist import CheckState, Verdict
 from ..words import NA, compact as age, one_line
 
 __all__ = ("NA", "STATE_SYMBOL", "age", "alarm_style", "gib", "num", "one_line", "sparkline", "verdict_class")

@@ -1,9 +1,9 @@
 """The run view's stream workers, kept outside the App (dolphie's WorkerManager is the model).
 
-Five workers feed the panes, each a Textual worker on the app, exclusive in its group so a
-restart replaces it: the source's reports (header, Health, Threads), its GPU snapshots (GPUs),
-the shown log file (Log, every 0.5 s and behind each report), events.jsonl (Metrics, only while that tab is shown)
-and the previous run (the Metrics overlay). No call that waits on a target runs on Textual's
+Five workers feed the panes, each a Textual worker on the run view (screens/run.py), exclusive
+in its group so a restart replaces it: the source's reports (every pane), its GPU snapshots (the
+"gpus" pane), the shown log file (the "log" pane, every 0.5 s and behind each report),
+events.jsonl (the "events" pane, only while its tab is shown) and the previous run (its overlay). No call that waits on a target runs on Textual's
 event loop. A report is held for the log poll it wakes (at most REPORT_HOLD_S) so the checklist
 and the log repaint in one frame; a stream that breaks keeps the last data on screen and
 resubscribes with capped backoff.
@@ -15,7 +15,7 @@ import asyncio
 import time
 
 from ..remote.base import TargetError
-from ..run.report import RunReport
+from ..run.verdict.report import RunReport
 from .fmt import one_line
 from .sources.source import EVENTS_LOG, ActionError
 
@@ -32,9 +32,9 @@ GROUPS = ("reports", "gpus", "log", "events", "previous")
 
 
 class RunStreams:
-    def __init__(self, app) -> None:
-        """`app`: the DashboardApp whose source the workers read and whose panes they feed."""
-        self.app = app
+    def __init__(self, view) -> None:
+        """`view`: the RunScreen whose source the workers read and whose panes they feed."""
+        self.view = view
         self.started = False
         self._report_arrived = asyncio.Event()
         self._pending_report: RunReport | None = None
@@ -42,51 +42,52 @@ class RunStreams:
         self._report_applied_at = float("-inf")
 
     def _run(self, coro, group: str) -> None:
-        self.app.run_worker(coro, group=group, exclusive=True)
+        self.view.run_worker(coro, group=group, exclusive=True)
 
     def start(self) -> None:
         self.started = True
         self._run(self._reports(), "reports")
         self._run(self._gpus(), "gpus")
         self.follow_log()
-        if self.app.tabs.active == "tab-metrics":
+        shown = self.view.shown_pane()
+        if shown is not None and shown.STREAM == "events":
             self.restart_metrics()
 
     def stop(self) -> None:
         for group in GROUPS:
-            self.app.workers.cancel_group(self.app, group)
+            self.view.workers.cancel_group(self.view, group)
         if self._hold is not None:   # a report of the source being left is not drawn after it
             self._hold.cancel()
             self._hold = None
         self._pending_report = None
 
     def follow_log(self) -> None:
-        """The shown log file (app.log_name), replacing the previous follower."""
+        """The shown log file (the log pane's log_name), replacing the previous follower."""
         self._run(self._log(), "log")
 
     def restart_metrics(self) -> None:
         """events.jsonl is read only while the Metrics tab is on screen: a fresh follower
         starts at the file's tail window, which is the recent history the sparklines show."""
-        metrics = self.app.metrics_pane
+        metrics = self.view.metrics_pane
         metrics.reset()
-        if self.app.report is not None:
-            metrics.show(self.app.report)   # until the events arrive
+        if self.view.report is not None:
+            metrics.show(self.view.report)   # until the events arrive
         metrics.flush()
         self._run(self._events(), "events")
         self.load_previous_run()
 
     def stop_events(self) -> None:
-        self.app.workers.cancel_group(self.app, "events")
+        self.view.workers.cancel_group(self.view, "events")
 
     def load_previous_run(self) -> None:
         self._run(self._previous_run(), "previous")
 
     async def _reports(self) -> None:
-        app = self.app
+        view = self.view
         delay = 1.0
         while True:
             try:
-                async for report in app.source.reports():
+                async for report in view.source.reports():
                     # Held for the log poll it wakes, so both repaint in one frame; drawn
                     # alone if that poll does not come back quickly (a slow transport).
                     self._pending_report = report
@@ -101,7 +102,7 @@ class RunStreams:
             except (TargetError, OSError, ActionError) as exc:
                 # The watch keeps its own connection alive; if its stream itself breaks,
                 # keep the last data on screen (the header shows its age) and resubscribe.
-                app.log_pane.problem = f"monitor: {one_line(str(exc))}"
+                view.log_pane.problem = f"monitor: {one_line(str(exc))}"
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 
@@ -110,44 +111,44 @@ class RunStreams:
         if self._hold is not None:
             self._hold.cancel()
             self._hold = None
-        if not self.app.is_running:
+        if not self.view.is_attached or not self.view.app.is_running:
             return   # the app is closing: its widgets are being removed under this call
         if report is not None:
-            self.app.on_report(report)
+            self.view.on_report(report)
             self._report_applied_at = time.monotonic()
             # events.jsonl points (polled each second, see _events) join the report's frame:
             # the step counter above the charts moves with the checklist's, once a second,
             # and the Metrics tab repaints once a second, not at every log poll too.
-            self.app.metrics_pane.flush()
+            self.view.metrics_pane.flush()
 
     async def _gpus(self) -> None:
-        app = self.app
+        view = self.view
         delay = 1.0
         while True:
             try:
-                async for snap in app.source.gpu_snapshots():
-                    app.on_gpu_snapshot(snap)
+                async for snap in view.source.gpu_snapshots():
+                    view.on_gpu_snapshot(snap)
                     delay = 1.0
                 return
             except (TargetError, OSError) as exc:
-                app.notify(f"GPU stream: {one_line(str(exc))}; retrying", severity="warning")
+                view.app.notify(f"GPU stream: {one_line(str(exc))}; retrying", severity="warning")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 
     async def _log(self) -> None:
-        app = self.app
-        pane = app.log_pane
-        follower = app.source.follow(app.log_name)
+        view = self.view
+        pane = view.log_pane
+        follower = view.source.follow(pane.log_name)
         delay = LOG_POLL_S
         timed = False   # the last poll was the timer's, not a report's
         while True:
             try:
                 lines = await follower.poll()
-                if not app.is_running:
+                if not view.is_attached or not view.app.is_running:
                     return   # closed while the poll waited: nothing left to show it in
             except (TargetError, OSError, ValueError) as exc:
                 pane.problem = f"cannot read: {one_line(str(exc))}"
-                app.metrics_pane.flush()   # the points still show while the log cannot be read
+                view.metrics_pane.flush()   # the points still show while the log cannot be read
                 delay = min(max(delay * 2, 1.0), RETRY_MAX_S)
             else:
                 self.apply_pending_report()   # same synchronous block: one frame for both
@@ -163,8 +164,8 @@ class RunStreams:
             timed = not await self._next_poll(delay + (REPORT_SLACK_S if timed and delay == LOG_POLL_S else 0.0))
 
     async def _events(self) -> None:
-        metrics = self.app.metrics_pane
-        follower = self.app.source.follow(EVENTS_LOG)
+        metrics = self.view.metrics_pane
+        follower = self.view.source.follow(EVENTS_LOG)
         delay = EVENTS_POLL_S
         while True:
             try:
@@ -181,14 +182,14 @@ class RunStreams:
 
     async def _previous_run(self) -> None:
         """The run dir's previous run (history/), overlaid on the Metrics charts."""
-        app = self.app
+        view = self.view
         try:
-            prev = await app.source.previous_run(exclude=app.run_id)
+            prev = await view.source.previous_run(exclude=view.run_id)
         except (TargetError, OSError, ValueError):
             return   # no overlay; the log pane and header report transport trouble
         if prev is not None:
-            app.metrics_pane.set_previous(prev.run_id, prev.event_lines)
-            app.metrics_pane.flush()
+            view.metrics_pane.set_previous(prev.run_id, prev.event_lines)
+            view.metrics_pane.flush()
 
     async def _next_poll(self, delay: float) -> bool:
         """Sleep `delay`, or less if a report arrives first: polling right behind the report

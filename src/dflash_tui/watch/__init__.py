@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..config import Profile
-from ..transport import SharedTransport
-from ..session import Session
+from .transport import SharedTransport
+from .session import Session
 from .base import ActionInFlight, LaunchResult, Listener, RunWatch, changed, unreachable_report
 from .host import HostWatch
 from .nodes import NodesWatch

@@ -17,7 +17,7 @@ RunWatch and nothing under it. What a RunWatch offers (docs/ARCHITECTURE.md, "Ru
                a new report changes the verdict or the state of a check (`changed`), the one place
                a change of verdict is observable (notifications and the watch daemon hang here).
 
-Every report goes through `_settle`: evidence -> run/health.py `evaluate` -> `with_gpu_check` ->
+Every report goes through `_settle`: evidence -> run/verdict/health.py `evaluate` -> `with_gpu_check` ->
 HealthTracker (each check's `since`) -> `report_from`, once, for poll, check and launch alike.
 A launch's report is the caller's (the CLI prints it); `last` and the listeners see the polls.
 """
@@ -31,12 +31,13 @@ from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Callable
 
 from ..config import Profile
-from ..run.canary import CanaryResult
-from ..run.health import Limits
-from ..run.launch import LaunchOutcome
-from ..run.report import RunReport
-from ..run.stop import StopResult
-from ..run.verdict import Check, CheckState, Checklist, Verdict
+from ..run.launch.canary import CanaryResult
+from ..run.verdict.health import Limits
+from ..run.launch.launch import LaunchOutcome
+from ..run.verdict.report import RunReport
+from ..run.launch.stop import StopResult
+from ..run.verdict.checklist import Check, CheckState, Checklist, Verdict
+from ..run.history import CheckpointRef
 
 Listener = Callable[[RunReport | None, RunReport], None]
 
@@ -110,7 +111,8 @@ class RunWatch(ABC):
     async def _check(self, gpus: bool) -> RunReport: ...
 
     @abstractmethod
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult: ...
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult: ...
 
     @abstractmethod
     async def _stop(self) -> dict[str, StopResult]: ...
@@ -120,6 +122,11 @@ class RunWatch(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+    @abstractmethod
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        """What a resume would continue from (on several nodes: rank 0's); None: nothing.
+        Raises TargetError when the run's host cannot be reached."""
 
     @abstractmethod
     def host_watches(self) -> list[tuple[str, "RunWatch"]]:
@@ -182,21 +189,25 @@ class RunWatch(ABC):
             finally:
                 self._wake.set()
 
-    async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False) -> LaunchResult:
+    async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
+                     restart: int = 0) -> LaunchResult:
         """Preflight and launch; raises LaunchRefused when the run dir's run is still alive.
-        `gpus`: the result's report carries the "gpus" check from one GPU sample."""
-        return await self._act(lambda: self._launch(False, preflight, resume, gpus))
+        `gpus`: the result's report carries the "gpus" check from one GPU sample; `restart`:
+        the trainer's DFLASH_RESTART (the watcher's recovery counts its relaunches)."""
+        return await self._act(lambda: self._launch(False, preflight, resume, gpus, restart))
 
-    async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False) -> LaunchResult:
-        """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint."""
-        return await self._act(lambda: self._launch(True, preflight, resume, gpus))
+    async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
+                       restart: int = 0) -> LaunchResult:
+        """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint
+        (on several nodes: every node, from rank 0's)."""
+        return await self._act(lambda: self._launch(True, preflight, resume, gpus, restart))
 
     async def stop(self) -> dict[str, StopResult]:
         """The run stopped by its recorded pid (every node at once); per node."""
         return await self._act(self._stop)
 
     async def canary(self, sleep_s: int = 30) -> dict[str, CanaryResult]:
-        """`sleep` launched through the same wrapper and transport (run/canary.py); per node."""
+        """`sleep` launched through the same wrapper and transport (run/launch/canary.py); per node."""
         return await self._act(lambda: self._canary(sleep_s))
 
     async def __aenter__(self) -> "RunWatch":

@@ -2,7 +2,7 @@
 
 Each poll gathers evidence, evaluates the checklist and keeps each check's `since` across polls
 (HealthTracker); what advanced between polls (CPU time, the log, steps) is the session's
-ProgressTracker's memory (run/activity.py), which `session.evidence()` feeds. When the
+ProgressTracker's memory (run/evidence/activity.py), which `session.evidence()` feeds. When the
 transport fails, the report repeats the last known data with `connected=False` and
 `stale_since` set, and the next polls reconnect with capped exponential backoff; the run on
 the target is not touched by any of it.
@@ -14,14 +14,15 @@ import asyncio
 import time
 
 from ..remote.base import TargetError
-from ..run.canary import CanaryResult
-from ..run.health import HealthTracker, evaluate, with_gpu_check
-from ..run.launch import LaunchOutcome
-from ..run.observe import Evidence, current_run_id
-from ..run.report import RunReport, report_from
-from ..run.stop import StopResult
-from ..run.verdict import Checklist
-from ..session import Session
+from ..run.launch.canary import CanaryResult
+from ..run.verdict.health import HealthTracker, evaluate, with_gpu_check
+from ..run.launch.launch import LaunchOutcome
+from ..run.evidence.observe import Evidence, current_run_id
+from ..run.verdict.report import RunReport, report_from
+from ..run.launch.stop import StopResult
+from ..run.verdict.checklist import Checklist
+from .session import Session
+from ..run.history import CheckpointRef
 from .base import LaunchResult, RunWatch, unreachable_report
 
 BACKOFF_START_S = 1.0
@@ -107,9 +108,11 @@ class HostWatch(RunWatch):
 
     # -- actions ------------------------------------------------------------------------------
 
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult:
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult:
         self.tracker.reset()
-        outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume)
+        outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume,
+                                            restart=restart)
         return LaunchResult(await self.launched(outcome, gpus), {self.profile.name: outcome},
                             {self.profile.name: outcome.stopped} if outcome.stopped else {},
                             outcome.seconds)
@@ -131,6 +134,9 @@ class HostWatch(RunWatch):
 
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
         return {self.profile.name: await self.session.canary(sleep_s)}
+
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        return await self.session.newest_checkpoint()
 
     async def close(self) -> None:
         await self.session.close()

@@ -1,9 +1,9 @@
 """NodesWatch: the RunWatch of a run on several nodes, one HostWatch per node, one verdict.
 
 Each node is watched exactly as one host is (its own HostWatch: tracker, stale report, backoff,
-"gpus" check from whoever samples that node's GPUs); run/combine.py `combine` gives the run its
+"gpus" check from whoever samples that node's GPUs); run/verdict/combine.py `combine` gives the run its
 verdict and `RunOfNodes.report` the one report the panes and the CLI show, with every node's own
-report in `RunReport.nodes`. The verbs are multinode.py's NodesSession's: all or nothing.
+report in `RunReport.nodes`. The verbs are watch/nodes_session.py's NodesSession's: all or nothing.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 
 from ..config import Profile
-from ..multinode import NodesSession
+from .nodes_session import NodesSession
 from ..remote.base import TargetError
-from ..run.canary import CanaryResult
-from ..run.combine import NodeReport, combine
-from ..run.report import RunReport
-from ..run.stop import StopResult
+from ..run.launch.canary import CanaryResult
+from ..run.verdict.combine import NodeReport, combine
+from ..run.verdict.report import RunReport
+from ..run.launch.stop import StopResult
+from ..run.history import CheckpointRef
 from .base import LaunchResult, RunWatch
 from .host import HostWatch
 
@@ -42,7 +43,7 @@ class NodesWatch(RunWatch):
         return min(waits) if waits else None
 
     def combined(self, reports: list[RunReport]) -> RunReport:
-        """The run's report from its nodes' (the verdict: run/combine.py)."""
+        """The run's report from its nodes' (the verdict: run/verdict/combine.py)."""
         run = combine([NodeReport(p.node, p.rank, r) for p, r in zip(self.plans, reports)])
         return run.report(self.profile.name, self.profile.where(), self.profile.run_dir)
 
@@ -59,10 +60,11 @@ class NodesWatch(RunWatch):
         """Every node observed once (concurrently); a node that cannot be reached is stale in it."""
         return self.combined(list(await asyncio.gather(*(self._node_check(w, gpus) for w in self.watches))))
 
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool) -> LaunchResult:
+    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
+                      restart: int) -> LaunchResult:
         for w in self.watches:
             w.tracker.reset()
-        out = await self.nodes.launch(relaunch=relaunch, preflight=preflight)
+        out = await self.nodes.launch(relaunch=relaunch, preflight=preflight, resume=resume, restart=restart)
         reports = []
         for plan, w in zip(self.plans, self.watches):
             report = await w.launched(out.outcomes[plan.node], gpus)
@@ -76,6 +78,9 @@ class NodesWatch(RunWatch):
 
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
         return await self.nodes.canary(sleep_s)
+
+    async def newest_checkpoint(self) -> CheckpointRef | None:
+        return await self.nodes.sessions[0].newest_checkpoint()
 
     async def close(self) -> None:
         await self.nodes.close()

@@ -1,6 +1,7 @@
 """The run view's panes, one module each, and the one list the app composes, feeds and resets.
 
-A new pane is its module (a `Pane`, base.py), its entry in RUN_PANES and its tests.
+A new pane is its module (a `Pane`, base.py, with its KEYS and STREAM), its entry in
+RUN_PANES and its tests.
 """
 
 from .base import Pane

@@ -27,11 +27,11 @@ from ...gpu.sample import GpuSample, GpuSnapshot
 from ..fmt import NA, alarm_style, gib, num
 from ..widgets.rows import RowTable
 from .base import Pane
-from .metrics import TimedPlot, redraw_interval
+from ..widgets.charts import TimedPlot, redraw_interval
 from ..widgets.tables import OnScreenOnly
 
 HISTORY = 300              # seconds of utilisation kept per GPU (1 Hz samples)
-# The history graph's share of a core for its build (metrics.redraw_interval): twice the Metrics
+# The history graph's share of a core for its build (widgets/charts.redraw_interval): twice the Metrics
 # charts' together, as it is one graph of what the tab is about; 8 GPUs' five minutes build in
 # ~45 ms, so it is redrawn about every 18 s (the cards above it follow every sample).
 GRAPH_CPU_SHARE = 0.0025
@@ -155,7 +155,7 @@ def process_rows(snap: GpuSnapshot) -> list[tuple[str, list[Text]]]:
 
 class GpuHistory(TimedPlot):
     """Utilisation of every GPU over time: x in seconds before the newest sample. Rebuilt as
-    often as its share of a core allows (GRAPH_CPU_SHARE through metrics.redraw_interval): a
+    often as its share of a core allows (GRAPH_CPU_SHARE through widgets/charts.redraw_interval): a
     plotext build of 8 lines of 300 points is 15-50 ms, every 5 s still 0.3-1 % of a core."""
 
     def draw(self, history: dict[int, deque[tuple[float, float | None]]]) -> None:
@@ -185,6 +185,7 @@ class GpuHistory(TimedPlot):
 class GpuPane(Pane, OnScreenOnly, Vertical):
     PANE_ID = "gpus"
     TITLE = "GPUs"
+    STREAM = "gpus"
 
     def compose(self):
         self.banner = Static("waiting for the first GPU sample…", id="gpu-banner")

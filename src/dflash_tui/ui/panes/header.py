@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 from ..fmt import age, verdict_class
 from ..widgets.part_lines import TEXT, Part, PartLines
 from .base import Pane
@@ -44,7 +44,10 @@ class RunHeader(Pane, Horizontal):
         self.report: RunReport | None = None
         self._badge: tuple[str, str] | None = None
         self._where: str | None = None
-        self._drawn: tuple = (None,)   # (report, busy, stale age as shown) of the last tick
+        self._drawn: tuple = (None,)   # (report, busy, stale age, recovery as shown) of the last tick
+        # The watcher's recovery of this profile in words ("recovery 1/3, next in 24 s",
+        # "gave up: ..."), read from its store by the app: shown, never acted on.
+        self.recovery = ""
         # Held, not queried: a timer may still fire while the app tears the screen down.
         self.badge = Static("…", id="verdict")
         self.where = HeaderLines("", id="where")
@@ -90,7 +93,7 @@ class RunHeader(Pane, Horizontal):
         stale_for = self._stale_for(report, now, received_at)
         # Ticked every second and at every report: the same report, busy state and stale age
         # as drawn last time draw the same words, so nothing is built.
-        drawn = (busy, None if stale_for is None else age(stale_for))
+        drawn = (busy, None if stale_for is None else age(stale_for), self.recovery)
         if self._drawn[0] is report and self._drawn[1:] == drawn:
             return
         self._drawn = (report, *drawn)
@@ -124,6 +127,9 @@ class RunHeader(Pane, Horizontal):
             why = "connection lost" if not report.connected else "no new report"
             line2.append(f"STALE: {why}, data {age(stale_for)} old, reconnecting · ", "bold yellow")
         line2.append("run dir ", "dim").append(report.run_dir)
+        if self.recovery:
+            line2.append("  ")
+            line2.append(self.recovery, "bold red" if self.recovery.startswith("gave up") else "bold yellow")
         self._set(badge_text, badge_class, [line1, line2])
 
     @staticmethod

@@ -18,11 +18,11 @@ import functools
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from ...run.report import RunReport
-from ...run.verdict import CheckState, Verdict
+from ...run.verdict.report import RunReport
+from ...run.verdict.checklist import CheckState, Verdict
 from ..fmt import STATE_SYMBOL, age, alarm_style, one_line
 from ..widgets.part_lines import Part, PartLines
-from .base import Pane
+from .base import Pane, PaneKey
 
 _STATE_STYLE = {
     CheckState.OK: "green",
@@ -35,6 +35,8 @@ TRACEBACK_LINES = 6   # the tail of the last traceback shown under a CRASHED che
 
 class HealthPane(Pane, PartLines):
     PANE_ID = "health"
+    KEYS = (PaneKey("k", "toggle_checks", "Checks", "show the ok checks one per row, or fold them into one line",
+                    show=False),)
 
     def __init__(self, **kwargs) -> None:
         super().__init__("waiting for the first poll…", **kwargs)
@@ -63,6 +65,9 @@ class HealthPane(Pane, PartLines):
         self.expanded = not self.expanded
         self.show()
         return self.expanded
+
+    def action_toggle_checks(self) -> None:
+        self.toggle()
 
     def on_resize(self) -> None:
         self.show()   # wrapped warn/fail rows change height with the width

@@ -16,14 +16,16 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.containers import Vertical
+from textual.message import Message
 from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
+from ..sources.source import LOG_NAMES
 from ..widgets.plain import PlainRows
-from .base import Pane
+from .base import Pane, PaneKey
 
 PLAIN, ERROR, TRACEBACK, MARKER = 0, 1, 2, 3
 
@@ -415,6 +417,21 @@ class LogPane(Pane, Vertical):
 
     PANE_ID = "log"
     TITLE = "Log"
+    STREAM = "log"
+    KEYS = (
+        PaneKey("l", "switch_log", "Log", "switch the log pane between train.log and events.jsonl", reveal=True),
+        PaneKey("f", "toggle_follow", "Follow", "follow the end of the log on/off"),
+        PaneKey("slash", "search", "Search", "search the log; n / N for next / previous match", reveal=True),
+        PaneKey("n", "search_next", "Next match", show=False, reveal=True),
+        PaneKey("N", "search_prev", "Previous match", show=False, reveal=True),
+        PaneKey("e", "first_error", "Error", "jump to the first traceback or error line in the log", reveal=True),
+        # Last in the footer: shown from 100 columns (it scrolls), always in ? help and the palette.
+        PaneKey("g", "log_top", "Top", "top of the log (follow off)", late=True),
+        PaneKey("G", "log_bottom", "End", "bottom of the log (follow on)", late=True),
+    )
+
+    class FileChosen(Message):
+        """The user chose another file to show (`l`): the view follows it instead."""
 
     log_name: reactive[str] = reactive("train.log")
     problem: reactive[str] = reactive("")   # why the file cannot be read right now, one line
@@ -496,3 +513,39 @@ class LogPane(Pane, Vertical):
         if event.key == "escape" and self.search_box.has_focus:
             event.stop()
             self.close_search()
+
+    # -- keys (KEYS) ------------------------------------------------------------------------
+    def action_switch_log(self) -> None:
+        i = LOG_NAMES.index(self.log_name)
+        self.log_name = LOG_NAMES[(i + 1) % len(LOG_NAMES)]
+        self.lines.clear()
+        self.post_message(self.FileChosen())
+
+    def action_toggle_follow(self) -> None:
+        self.lines.follow = not self.lines.follow
+
+    def action_search(self) -> None:
+        self.open_search()
+
+    def _search_again(self, backwards: bool) -> None:
+        term = self.lines.search_term
+        if not term:
+            self.action_search()
+        elif not self.search(term, backwards=backwards):
+            self.app.notify(f"no line contains {term!r}", severity="warning", timeout=3)
+
+    def action_search_next(self) -> None:
+        self._search_again(False)
+
+    def action_search_prev(self) -> None:
+        self._search_again(True)
+
+    def action_first_error(self) -> None:
+        if self.lines.first_error() is None:
+            self.app.notify(f"no traceback or error line in the last {self.lines.max_lines} lines", timeout=3)
+
+    def action_log_top(self) -> None:
+        self.lines.go_top()
+
+    def action_log_bottom(self) -> None:
+        self.lines.go_bottom()

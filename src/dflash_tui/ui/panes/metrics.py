@@ -8,7 +8,7 @@ textual-plotext PlotextPlot: step on x, the value on y, both with ticks; the pre
 the same run dir (RUN_DIR/history/, read by run/history.py) is drawn under it in a second,
 dimmer line, so a relaunch compares at a glance.
 
-Keys (app bindings): o cycles the smoothing (TensorBoard's debiased EMA, 0 / 0.6 / 0.9),
+Keys (KEYS, bound by the run screen): o cycles the smoothing (TensorBoard's debiased EMA, 0 / 0.6 / 0.9),
 z zooms to the last N steps, m shows the next page of charts when there are more series
 than fit.
 
@@ -26,12 +26,12 @@ from typing import Iterable, Sequence
 from rich.text import Text
 from textual.containers import Grid, Vertical
 from textual.widgets import Static
-from textual_plotext import PlotextPlot
 
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 
-from ...run.series import Point, points_from_events, points_from_progress, points_from_status
-from .base import Pane
+from ...run.verdict.series import Point, points_from_events, points_from_progress, points_from_status
+from .base import Pane, PaneKey
+from ..widgets.charts import TimedPlot, redraw_interval
 from ..widgets.tables import OnScreenOnly
 
 HISTORY = 5000                 # points kept per series
@@ -46,7 +46,6 @@ HISTORY = 5000                 # points kept per series
 # dashboard's 2% (four charts of ~5 ms each are redrawn about every 15 s; the GPUs tab's one
 # graph has a share of its own, gpus.GRAPH_CPU_SHARE).
 CHART_CPU_SHARE = 0.00125
-CHART_MIN_S, CHART_MAX_S = 5.0, 30.0
 SMOOTHING = (0.0, 0.6, 0.9)    # o cycles; 0.6 is TensorBoard's default
 ZOOMS = (None, 1000, 200)      # z cycles: all steps, then the last N
 # Known series first, in this order; any other series follows by name.
@@ -125,28 +124,6 @@ def ordered(names: Iterable[str]) -> list[str]:
     return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), n))
 
 
-def redraw_interval(cost_s: float, share: float = CHART_CPU_SHARE) -> float:
-    """Seconds between redraws of charts whose last build took `cost_s`: the cost over their
-    `share` of a core, between CHART_MIN_S and CHART_MAX_S (the GPU history graph too)."""
-    return min(CHART_MAX_S, max(CHART_MIN_S, cost_s / share))
-
-
-class TimedPlot(PlotextPlot):
-    """A plotext chart that knows what its last build and paint took (`render_s`), the cost
-    `redraw_interval` spaces its redraws by."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.render_s = 0.0
-
-    def render(self):
-        t0 = time.perf_counter()
-        try:
-            return super().render()
-        finally:
-            self.render_s = time.perf_counter() - t0
-
-
 class MetricChart(TimedPlot):
     """One series' chart; rebuilt only when what it would draw changed."""
 
@@ -198,6 +175,14 @@ class MetricChart(TimedPlot):
 class MetricsPane(Pane, OnScreenOnly, Vertical):
     PANE_ID = "metrics"
     TITLE = "Metrics"
+    STREAM = "events"
+    KEYS = (
+        PaneKey("o", "metrics_smoothing", "Smooth", "Metrics: cycle the smoothing (TensorBoard's debiased EMA: off, 0.6, 0.9)",
+                show=False, reveal=True),
+        PaneKey("z", "metrics_zoom", "Zoom", "Metrics: all steps, the last 1000, the last 200", show=False, reveal=True),
+        PaneKey("m", "metrics_page", "More charts", "Metrics: the next page of charts when the run reports more series "
+                "than fit", show=False, reveal=True),
+    )
 
     def compose(self):
         self.note = Static("no steps yet", id="metrics-note")
@@ -289,6 +274,17 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         self.page += 1
         self._redraw(force=True)
 
+    def action_metrics_smoothing(self) -> None:
+        w = self.cycle_smoothing()
+        self.app.notify(f"smoothing {w:g}" if w else "smoothing off", timeout=2)
+
+    def action_metrics_zoom(self) -> None:
+        n = self.cycle_zoom()
+        self.app.notify("all steps" if n is None else f"the last {n} steps", timeout=2)
+
+    def action_metrics_page(self) -> None:
+        self.next_page()
+
     # -- drawing ----------------------------------------------------------------------------
     def flush(self) -> None:
         """Draw the points added since the last draw, at most every chart_interval(). The app
@@ -305,7 +301,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
 
     def chart_interval(self) -> float:
         """Seconds between redraws for new points: the charts' last cost over their share."""
-        return redraw_interval(sum(c.render_s for c in self.charts))
+        return redraw_interval(sum(c.render_s for c in self.charts), CHART_CPU_SHARE)
 
     def _redraw(self, force: bool = False) -> None:
         if self.on_screen:

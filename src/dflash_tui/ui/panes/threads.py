@@ -1,12 +1,12 @@
 """The Threads pane: one row per trainer thread from status.json, then the run probe's threads.
 
-Each thread's state is the engine's (run/health.py `thread_states`, carried in the report's
+Each thread's state is the engine's (run/verdict/health.py `thread_states`, carried in the report's
 checklist): FAILED and STUCK rows are drawn in the error style and sorted to the top, so they
 stand out among sixteen healthy ones. The pane judges nothing itself.
 
 Below them, for any program, the run probe's view (probe/<pid>.json): every thread of every
 Python process of the run, grouped by process (rank, pid), with the class of what it is in
-(a collective, a GPU wait, a lock, running its own code: run/stacks.py) and where in the
+(a collective, a GPU wait, a lock, running its own code: run/stacks/classify.py) and where in the
 program's own code, both as the engine read them (the checklist's threads), for how long its
 stack has stood so, and its compile state.
 """
@@ -19,8 +19,8 @@ from textual.widgets import Static
 
 from ...contract.rundir import CompileState, ProbeReport
 
-from ...run.report import RunReport
-from ...run.verdict import ThreadHealth
+from ...run.verdict.report import RunReport
+from ...run.verdict.checklist import ThreadHealth
 from ..fmt import age, alarm_style, one_line
 from ..widgets.rows import RowTable
 from .base import Pane

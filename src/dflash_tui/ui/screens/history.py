@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Footer, Static
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ...remote.base import TargetError
 from ...run.history import HistoryRun
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 from ..fmt import NA, num, one_line, verdict_class
 from ..sources.source import ActionError
 

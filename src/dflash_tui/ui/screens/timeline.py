@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Footer, Static
 from ...fleet.row import UNREACHABLE
 from ...recording.store import ChangeStore, default_store_path
 from ...recording.timeline import Band, bands, runs
-from ...run.verdict import Verdict
+from ...run.verdict.checklist import Verdict
 from ...words import compact
 from ..fmt import one_line, verdict_class
 

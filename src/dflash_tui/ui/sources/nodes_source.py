@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator
 
-from ...config import Profile
+from ...config import ConfigError, Profile
 from ...gpu.sample import GpuSnapshot
-from ...run.launch import LaunchRefused
-from ...run.combine import merge_gpu_snapshots
+from ...run.launch.launch import LaunchRefused
+from ...run.verdict.combine import merge_gpu_snapshots
 from ...run.history import PreviousRun
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 from ...watch import ActionInFlight, NodesWatch
 from .session_source import SessionFollower, SessionSource
 from .source import EVENTS_LOG, ActionError
@@ -100,21 +100,26 @@ class NodesSource:
     async def history(self) -> None:
         return None   # one history/ per node: no list of the run's history yet
 
-    async def newest_checkpoint(self) -> None:
-        return None
+    async def newest_checkpoint(self) -> str | None:
+        """What a resume continues from on every node: rank 0's newest checkpoint (the trainer
+        sends it to the other ranks); None for a program of the user's own."""
+        if not self.watch.profile.uses_bundled_trainer:
+            return None
+        ref = await self.watch.nodes.sessions[0].newest_checkpoint()
+        return None if ref is None else f"rank 0's {ref.words()}"
 
     # -- actions ----------------------------------------------------------------------------
     async def _act(self, action):
         try:
             return await action()
-        except (LaunchRefused, ActionInFlight) as exc:
+        except (LaunchRefused, ActionInFlight, ConfigError) as exc:
             raise ActionError(str(exc)) from None
 
     async def launch(self) -> str:
         return await self._launch(self.watch.launch)
 
     async def relaunch(self, resume: bool = False) -> str:
-        return await self._launch(self.watch.relaunch)
+        return await self._launch(lambda: self.watch.relaunch(resume=resume))
 
     async def _launch(self, action) -> str:
         out = await self._act(action)

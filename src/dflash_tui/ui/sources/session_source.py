@@ -16,12 +16,12 @@ from ...config import ConfigError, Profile
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ...remote.base import TargetError
 from ...run.history import PreviousRun, previous_run
-from ...run.logtail import LogFollower
+from ...run.evidence.logtail import LogFollower
 from ...gpu.sources import open_gpu_source, run_ref_from_launch
 from ...gpu.stream import GpuStream
-from ...run.launch import LaunchRefused
-from ...run.report import RunReport
-from ...session import Session
+from ...run.launch.launch import LaunchRefused
+from ...run.verdict.report import RunReport
+from ...watch.session import Session
 from ...watch import ActionInFlight, HostWatch
 from .source import ActionError
 
@@ -132,7 +132,8 @@ class SessionSource:
         parts = []
         if outcome.stopped is not None:
             parts.append(outcome.stopped.message)
-        parts.append(f"launched run {outcome.run_id} in {outcome.seconds:.1f} s: {cl.verdict.value}")
+        parts.append(f"launched run {outcome.run_id} in {outcome.seconds:.1f} s: {cl.verdict.value}"
+                     + (f", resuming from checkpoint {outcome.resume_from}" if outcome.resume_from else ""))
         if cl.verdict.failing:
             raise ActionError("; ".join(parts) + (f" ({cl.summary})" if cl.summary else ""))
         return "; ".join(parts)
@@ -162,7 +163,7 @@ class SessionSource:
         if not self.resumable:
             return None
         ref = await self.session.newest_checkpoint()
-        return None if ref is None else f"step {ref.step} ({posixpath.basename(ref.path)})"
+        return None if ref is None else ref.words()
 
     async def history(self):
         return await self.session.history()

@@ -26,7 +26,7 @@ from typing import AsyncIterator, Protocol
 
 from ...gpu.sample import GpuSnapshot
 from ...run.history import HistoryRun, PreviousRun
-from ...run.report import RunReport
+from ...run.verdict.report import RunReport
 
 TRAIN_LOG = "train.log"
 EVENTS_LOG = "events.jsonl"

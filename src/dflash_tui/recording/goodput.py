@@ -1,0 +1,146 @@
+"""Goodput from outside: how much of a profile's wall time since its first recorded launch went
+into making progress, and where the rest went, from the recorded verdict changes and their step
+evidence alone (no recorder calls in the trainer). Pure.
+
+Badput causes (seconds), each band of the timeline counted once:
+- queued: QUEUED and BLOCKED (Slurm);
+- starting: STARTING (launch to the first step: imports, compile, data);
+- stalled: STALLED and GPU LOST (from the verdict to the action: the recovery's stop, or the
+  next change), and the silence before a
+  STALLED verdict (the last `stall_after_s` of the RUNNING band before it);
+- down: a stop under way (STOPPING), and from a run's end (CRASHED, KILLED, STOPPED, ...) to
+  the next run's first change (the backoff included);
+- lost_progress: the steps a failure threw away (the failed run's best step minus the step
+  the next run started from), at the failed run's own step time, taken out of its RUNNING time;
+- unreachable: while the target did not answer (what the run did then is unknown).
+Goodput = the rest of the RUNNING time; percent = goodput / wall. The wall ends at the start
+of the last band when that band is an end (FINISHED, or a failure nothing followed), else now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..words import duration
+from .change import VerdictChange
+from .timeline import Band, bands
+
+CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "unreachable")
+_QUEUED = ("QUEUED", "BLOCKED")
+_STALLED = ("STALLED", "GPU LOST")
+_LIVE = ("RUNNING", "STARTING", "STALLED", "GPU LOST", "QUEUED", "BLOCKED", "UNREACHABLE", "NO RUN",
+         "STOPPING")
+
+
+@dataclass
+class Goodput:
+    wall_s: float = 0.0
+    good_s: float = 0.0
+    badput_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
+    runs: dict[str, dict[str, float]] = field(default_factory=dict)   # run id -> {"good", cause...}
+
+    @property
+    def percent(self) -> float | None:
+        return None if self.wall_s <= 0 else 100.0 * self.good_s / self.wall_s
+
+    @property
+    def lost_s(self) -> float:
+        return sum(self.badput_s.values())
+
+    def _add(self, run_id: str, cause: str, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        per = self.runs.setdefault(run_id, dict.fromkeys(("good", *CAUSES), 0.0))
+        per[cause] += seconds
+        if cause == "good":
+            self.good_s += seconds
+        else:
+            self.badput_s[cause] += seconds
+
+    def to_json(self) -> dict[str, Any]:
+        pct = self.percent
+        return {"percent": None if pct is None else round(pct, 1), "wall_s": round(self.wall_s, 1),
+                "good_s": round(self.good_s, 1), "badput_s": {k: round(v, 1) for k, v in self.badput_s.items()},
+                "runs": {r: {k: round(v, 1) for k, v in per.items()} for r, per in self.runs.items()}}
+
+    def words(self) -> str:
+        """"goodput 71 % of 5 min; lost 1 min 30 s: 40 s stalled, 50 s down"."""
+        pct = self.percent
+        if pct is None:
+            return "goodput: nothing recorded yet"
+        parts = [f"{duration(v)} {k.replace('_', ' ')}" for k, v in self.badput_s.items() if v >= 0.5]
+        lost = f"; lost {duration(self.lost_s)}: {', '.join(parts)}" if parts else "; nothing lost"
+        return f"goodput {pct:.0f} % of {duration(self.wall_s)} since the first launch{lost}"
+
+    def lost_words(self) -> str:
+        """"lost 1 min 30 s: 40 s stalled, 50 s down" (for a notification)."""
+        parts = [f"{duration(v)} {k.replace('_', ' ')}" for k, v in self.badput_s.items() if v >= 0.5]
+        return f"lost {duration(self.lost_s)}" + (f": {', '.join(parts)}" if parts else "")
+
+
+def _steps(group: Sequence[Band]) -> list[int]:
+    return [b.change.evidence.step for b in group if b.change.evidence.step is not None]
+
+
+def goodput(changes: Sequence[VerdictChange], now: float, stall_after_s: float,
+            stops: Mapping[str, float] | None = None) -> Goodput:
+    """`changes`: one profile's, oldest first. `stops`: run id -> when the watcher's recovery
+    stopped that run (its log's `stopped`): a stalled run is down from then, although its
+    STOPPED change was recorded later (by a watcher started again, say)."""
+    stops = stops or {}
+    out = Goodput()
+    all_bands = bands(changes, now)
+    if not all_bands:
+        return out
+    last = all_bands[-1]
+    ended = last.state not in _LIVE
+    end = last.start if ended else max(last.end, now)
+    out.wall_s = max(0.0, end - all_bands[0].start)
+    for i, b in enumerate(all_bands):
+        if ended and b is last:
+            break
+        run, state, secs = b.change.run_id, b.state, b.seconds
+        nxt = all_bands[i + 1] if i + 1 < len(all_bands) else None
+        if state == "RUNNING":
+            silent = min(stall_after_s, secs) if nxt is not None and nxt.state == "STALLED" and nxt.change.run_id == run else 0.0
+            out._add(run, "stalled", silent)
+            out._add(run, "good", secs - silent)
+        elif state in _QUEUED:
+            out._add(run, "queued", secs)
+        elif state == "STARTING":
+            out._add(run, "starting", secs)
+        elif state in _STALLED:
+            cut = stops.get(run)
+            cut = min(max(cut, b.start), b.end) if cut is not None else b.end
+            out._add(run, "stalled", cut - b.start)
+            out._add(run, "down", b.end - cut)
+        elif state == "UNREACHABLE":
+            out._add(run, "unreachable", secs)
+        else:
+            out._add(run, "down", secs)   # an end, until the next run's first change
+    _lost_progress(out, all_bands)
+    return out
+
+
+def _lost_progress(out: Goodput, all_bands: Sequence[Band]) -> None:
+    """Move the thrown-away steps' time from each failed run's goodput to lost_progress."""
+    groups: list[tuple[str, list[Band]]] = []
+    for b in all_bands:
+        if groups and groups[-1][0] == b.change.run_id:
+            groups[-1][1].append(b)
+        else:
+            groups.append((b.change.run_id, [b]))
+    for (run, group), (_, following) in zip(groups, groups[1:]):
+        before, after = _steps(group), _steps(following)
+        per = out.runs.get(run)
+        if not before or not after or per is None or per["good"] <= 0:
+            continue
+        advanced = max(before) - min(before)
+        lost_steps = max(0, max(before) - (min(after) - 1))
+        if lost_steps == 0 or advanced <= 0:
+            continue
+        lost = min(per["good"], lost_steps * per["good"] / advanced)
+        per["good"] -= lost
+        out.good_s -= lost
+        out._add(run, "lost_progress", lost)

@@ -1,0 +1,39 @@
+"""What `--check` adds from the watcher's store, read only: the profile's recovery state
+(recovery_state.py) and its goodput (goodput.py). A store that cannot be read adds an error
+instead; `--check` itself never fails for it."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+from ..config import Config, ConfigError, Profile
+from ..run.verdict.report import RunReport
+from .change import run_id_of
+from .goodput import goodput
+from .recovery_log import stop_times
+from .recovery_state import read_actions, recovery_state
+from .store import ChangeStore, store_path
+
+
+def check_extras(config: Config, profile: Profile, report: RunReport,
+                 now: float | None = None) -> tuple[dict[str, Any], list[str]]:
+    """({"recovery": {...}, "goodput": {...}}, the same in lines for the text) of `profile`,
+    whose run is `report`'s."""
+    now = time.time() if now is None else now
+    run_id = run_id_of(report)
+    path = store_path(config.watch)
+    try:
+        changes = []
+        if path.exists():
+            with ChangeStore(path, readonly=True) as store:
+                changes = store.changes(profile.name)
+        actions = read_actions(path, profile.name)
+        state = recovery_state(config.recover.for_profile(profile.name), actions, run_id, now)
+    except (sqlite3.Error, OSError, ConfigError) as exc:
+        why = f"cannot read the watch store {path}: {exc}"
+        return {"recovery": {"state": "unknown", "reason": why}, "goodput": None}, [why]
+    good = goodput(changes, now, profile.stall_after_s, stop_times(actions))
+    lines = [w for w in (state.words(), good.words() if changes else "") if w]
+    return {"recovery": state.to_json(), "goodput": good.to_json() if changes else None}, lines

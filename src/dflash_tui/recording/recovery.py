@@ -1,0 +1,223 @@
+"""Recovery: the watcher applying each profile's [recover] policy, the one actor that does.
+
+For a recorded failing change (a verdict in the policy's `on`) of a run not answered yet, it
+asks the pure decision (recover_policy.py `decide`) with the restarts that led to that run
+(recovery_log.py `chain_of`). To restart: it records `planned`, stops a run whose processes
+still live (STALLED, GPU LOST) with the verified stop, waits out the backoff, records
+`launching`, and relaunches through the profile's RunWatch: the bundled trainer with --resume
+from its newest checkpoint, any program with DFLASH_RESTART=<n> in its environment; then
+`launched`. To give up: `gave_up` and the reason. Each restart and each give-up is one
+notification. A watcher killed at any point resumes from the log (module doc there). A stop
+by a person is never undone: STOPPED is no trigger, and a run someone else launched meanwhile
+supersedes the plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from ..config import Config, ConfigError
+from ..remote.base import TargetError
+from ..run.launch.launch import LaunchRefused
+from ..watch.base import ActionInFlight, RunWatch
+from .change import VerdictChange, run_id_of, state_of
+from .goodput import goodput
+from .notify import Notification, open_command
+from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
+from .recovery_log import (GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action,
+                           RecoveryLog, chain_of, failure_json, stop_times)
+from .store import ChangeStore
+
+log = logging.getLogger("dflash_tui.recording")
+
+TICK_S = 0.5
+LIVE = ("STALLED", "GPU LOST", "RUNNING", "STARTING")   # verdicts whose processes still run
+NEVER_SEEN_S = 120.0   # a `launching` whose new run never shows a run id: given up after this
+
+
+class Recovery:
+    def __init__(self, config: Config, store: ChangeStore, log_: RecoveryLog, *,
+                 submit: Callable[[Notification], None], clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.store = store
+        self.log = log_
+        self.submit = submit
+        self.clock = clock
+        self.watches: dict[str, RunWatch] = {}
+        self._latest: dict[str, VerdictChange] = {
+            name: c for name, c in store.last_states().items() if config.recover.for_profile(name) is not None}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._wake = asyncio.Event()
+
+    def changed(self, change: VerdictChange) -> None:
+        """The Recorder's listener: a committed change."""
+        if self.config.recover.for_profile(change.profile) is not None:
+            self._latest[change.profile] = change
+            self._wake.set()
+
+    def _due(self, name: str) -> bool:
+        last = self.log.last(name)
+        if last is not None and last.action in IN_FLIGHT:
+            return True
+        change = self._latest.get(name)
+        policy = self.config.recover.for_profile(name)
+        return (change is not None and policy is not None and change.state in policy.on
+                and not self.log.handled(name, change.run_id))
+
+    async def run(self, watches: dict[str, RunWatch]) -> None:
+        self.watches = watches
+        try:
+            while True:
+                for name in watches:
+                    if name not in self._tasks and self._due(name):
+                        self._tasks[name] = asyncio.create_task(self._step_safely(name), name=f"recover {name}")
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), TICK_S)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            for t in self._tasks.values():
+                t.cancel()
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    async def _step_safely(self, name: str) -> None:
+        try:
+            await self._step(name)
+        except (TargetError, OSError, ActionInFlight, asyncio.TimeoutError) as exc:
+            log.warning("%s: recovery waits: %s", name, exc)   # tried again on the next tick
+        finally:
+            self._tasks.pop(name, None)
+            self._wake.set()
+
+    def _record(self, name: str, action: str, run_id: str, attempt: int, **detail) -> Action:
+        a = self.log.record(Action(name, self.clock(), action, run_id, attempt, detail))
+        log.info("%s: recovery %s (run %s, restart %d)%s", name, action, run_id or "-", attempt,
+                 f": {detail['reason']}" if "reason" in detail else "")
+        return a
+
+    # -- one step of a profile's recovery --------------------------------------------------------
+
+    async def _step(self, name: str) -> None:
+        policy = self.config.recover.for_profile(name)
+        watch = self.watches[name]
+        last = self.log.last(name)
+        if last is not None and last.action in IN_FLIGHT:
+            await self._continue(name, watch, last, policy.max_restarts if policy else 0)
+            return
+        change = self._latest.get(name)
+        if change is None or policy is None or self.log.handled(name, change.run_id):
+            return
+        actions = self.log.actions(name)
+        chain = chain_of(actions, change.run_id)
+        steps = [c.evidence.step for c in self.store.changes(name, run_id=change.run_id) if c.evidence.step is not None]
+        failure = failure_of(change, max(steps) if steps else None)
+        now = self.clock()
+        d = decide(policy, failure, chain, now)
+        if d.kind == GIVE_UP:
+            gave = self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure))
+            self._notify_gave_up(name, gave, failure, policy.max_restarts)
+        elif d.kind == RESTART:
+            plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure))
+            await self._continue(name, watch, plan, policy.max_restarts)
+
+    async def _continue(self, name: str, watch: RunWatch, last: Action, max_restarts: int) -> None:
+        report = watch.last
+        if report is None or not report.connected:
+            return   # nothing is done on a report that is not current
+        run_id = run_id_of(report)
+        failure = self._failure_of(name, last)
+        if run_id != last.run_id:
+            if last.action == LAUNCHING and run_id:
+                # Killed after the launch, before recording it: the new run is there.
+                done = self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
+                                    from_step=last.detail.get("from_step"), resume=last.detail.get("resume"))
+                self._notify_restart(name, done, failure, max_restarts)
+            elif last.action == LAUNCHING and self.clock() - last.time > NEVER_SEEN_S:
+                self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure) if failure else {},
+                             reason=f"the relaunch showed no run within {NEVER_SEEN_S:.0f} s")
+            elif last.action != LAUNCHING and run_id:
+                self._record(name, SUPERSEDED, last.run_id, last.attempt, new_run_id=run_id,
+                             reason=f"run {run_id} was launched meanwhile")
+            return
+        if last.action == PLANNED and state_of(report) in LIVE:
+            results = await watch.stop()
+            bad = [r.message for r in results.values() if not r.ok]
+            if bad:
+                gave = self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure),
+                                    reason=f"could not stop the run: {'; '.join(bad)}")
+                self._notify_gave_up(name, gave, failure, max_restarts)
+                return
+            last = self._record(name, STOPPED, last.run_id, last.attempt, at=last.detail.get("at"),
+                                outcome="; ".join(r.message for r in results.values()))
+        at = last.detail.get("at")
+        if last.action in (PLANNED, STOPPED) and isinstance(at, (int, float)) and self.clock() < at:
+            return   # the backoff
+        await self._launch(name, watch, last, failure, max_restarts)
+
+    def _failure_of(self, name: str, last: Action) -> Failure | None:
+        if last.failure is not None:
+            return last.failure
+        plan = next((a for a in reversed(self.log.actions(name))
+                     if a.action == PLANNED and a.run_id == last.run_id and a.attempt == last.attempt), None)
+        return plan.failure if plan is not None else None
+
+    async def _launch(self, name: str, watch: RunWatch, last: Action, failure: Failure | None,
+                      max_restarts: int) -> None:
+        policy = self.config.recover.for_profile(name)
+        n = last.attempt
+        resume, from_step = False, None
+        if watch.profile.uses_bundled_trainer and (policy is None or policy.resume):
+            ref = await watch.newest_checkpoint()
+            resume, from_step = ref is not None, (ref.step if ref is not None else None)
+        if last.action != LAUNCHING:
+            last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step)
+        try:
+            result = await watch.relaunch(resume=resume, restart=n)
+        except (LaunchRefused, ConfigError) as exc:
+            gave = self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
+                                reason=f"the relaunch was refused: {exc}")
+            self._notify_gave_up(name, gave, failure, max_restarts)
+            return
+        new_id = run_id_of(result.report)
+        if not result.launched or result.report.checklist.verdict.failing:
+            cl = result.report.checklist
+            gave = self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
+                                reason=f"the relaunch failed: {cl.verdict.value} {cl.summary}")
+            self._notify_gave_up(name, gave, failure, max_restarts)
+            return
+        done = self._record(name, LAUNCHED, last.run_id, n, new_run_id=new_id, from_step=from_step, resume=resume)
+        self._notify_restart(name, done, failure, max_restarts)
+
+    # -- notifications ----------------------------------------------------------------------------
+
+    def _send(self, name: str, event: str, title: str, lines: list[str]) -> None:
+        urls = self.config.notify.for_profile(name)
+        change = self._latest.get(name)
+        if not urls or change is None:
+            return
+        watch = self.watches.get(name)
+        if watch is not None:   # the time lost so far, from the recorded changes (goodput.py)
+            good = goodput(self.store.changes(name), self.clock(), watch.profile.stall_after_s,
+                           stop_times(self.log.actions(name)))
+            lines.append(good.lost_words())
+        lines.append(f"open it: {open_command(name, self.config.path)}")
+        self.submit(Notification(name, change.state, event, title, "\n".join(lines), urls, change, self.clock()))
+
+    def _notify_restart(self, name: str, done: Action, failure: Failure | None, max_restarts: int) -> None:
+        what = (f"resumed from step {done.detail['from_step']}" if done.detail.get("resume")
+                else f"relaunched with DFLASH_RESTART={done.attempt}")
+        lines = [f"restart {done.attempt}/{max_restarts} after {failure.state if failure else 'a failure'}"
+                 + (f": {failure.where}" if failure and failure.where else ""),
+                 f"run {done.detail.get('new_run_id') or '?'} {what} (was run {done.run_id})"]
+        self._send(name, "restarted", f"dflash-tui: {name} restarted ({done.attempt}/{max_restarts})", lines)
+
+    def _notify_gave_up(self, name: str, gave: Action, failure: Failure | None, max_restarts: int) -> None:
+        lines = [f"gave up after {gave.attempt}/{max_restarts} restarts: {gave.detail.get('reason', '')}"]
+        if failure is not None:
+            lines.append(f"{failure.state}: {failure.where}")
+        lines.append(f"run {gave.run_id}")
+        self._send(name, "gave_up", f"dflash-tui: {name} recovery gave up", lines)

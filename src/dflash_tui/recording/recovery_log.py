@@ -1,0 +1,189 @@
+"""RecoveryLog: every action of the watcher's recovery, committed before it is taken or as soon
+as it is done, in the watch store's SQLite file (its own table beside `changes`):
+
+    recovery(id INTEGER PRIMARY KEY, profile TEXT, time REAL, action TEXT, run_id TEXT,
+             attempt INTEGER, detail TEXT)   -- detail: JSON
+
+`run_id` is the run that failed (the one the action answers); `attempt` the restart's number.
+Actions, in order: `planned` (the decision to restart: `at`, the failure), `stopped` (a live
+run stopped first), `launching` (committed BEFORE the launch), `launched` (the new run id,
+what it resumed from), or `gave_up` (the reason), or `superseded` (a person launched another
+run meanwhile). So a watcher killed at any point and started again knows where it was: it
+never plans the same failure twice, and a `launching` whose new run is there is recorded as
+launched rather than launched again (the launch claim, run/launch/claim.py, holds across the two).
+Durable like the ChangeStore: WAL, synchronous=FULL, one transaction per action.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError
+from .change import inert
+from .store import MAX_TIME, sqlite_uri
+from .recover_policy import Attempt, Failure
+
+PLANNED, STOPPED, LAUNCHING, LAUNCHED, GAVE_UP, SUPERSEDED = (
+    "planned", "stopped", "launching", "launched", "gave_up", "superseded")
+IN_FLIGHT = (PLANNED, STOPPED, LAUNCHING)
+BUSY_TIMEOUT_S = 5.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS recovery (
+    id INTEGER PRIMARY KEY,
+    profile TEXT NOT NULL,
+    time REAL NOT NULL,
+    action TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS recovery_by_profile ON recovery(profile, id);
+"""
+
+
+@dataclass(frozen=True)
+class Action:
+    profile: str
+    time: float
+    action: str
+    run_id: str
+    attempt: int
+    detail: dict[str, Any] = field(default_factory=dict)
+    id: int | None = None
+
+    @property
+    def failure(self) -> Failure | None:
+        f = self.detail.get("failure")
+        if not isinstance(f, dict):
+            return None
+        try:
+            return Failure(**{k: f.get(k) for k in Failure.__dataclass_fields__})
+        except TypeError:
+            return None
+
+
+def failure_json(f: Failure) -> dict[str, Any]:
+    return {k: getattr(f, k) for k in Failure.__dataclass_fields__}
+
+
+def _sane(r: tuple) -> bool:
+    t, attempt = r[2], r[5]
+    return (isinstance(r[0], int) and isinstance(t, (int, float)) and math.isfinite(t) and 0 <= t <= MAX_TIME
+            and isinstance(attempt, int) and 0 <= attempt < 2 ** 31)
+
+
+def _row(r: tuple) -> Action:
+    try:
+        detail = json.loads(r[6])
+    except (ValueError, TypeError, RecursionError):
+        detail = {}
+    if not isinstance(detail, dict):
+        detail = {}
+    # The file is only as trusted as its directory: the words in it are made inert again.
+    detail = {k: inert(v) if isinstance(v, str) else v for k, v in detail.items()}
+    text = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x if isinstance(x, str) else "" for x in
+            (r[1], r[3], r[4])]
+    return Action(inert(text[0], 80), float(r[2]), inert(text[1], 20), inert(text[2], 80), r[5], detail, r[0])
+
+
+class RecoveryLog:
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        try:
+            if readonly:
+                if self.path.exists() and not self.path.is_file():   # a FIFO would block the open
+                    raise ConfigError(f"{self.path}: not a regular file; move it away or choose another with --store")
+                self._db = sqlite3.connect(sqlite_uri(self.path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S)
+                if not self._db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'recovery'").fetchone()[0]:
+                    self._db.close()   # no recovery yet in this store: an empty log
+                    self._db = sqlite3.connect(":memory:")
+                    self._db.executescript(_SCHEMA)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                with self._db:
+                    self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise ConfigError(f"{self.path}: not a usable watch store ({exc}); "
+                              "move it away or choose another with --store") from None
+        self._last: dict[str, Action] = {}
+        for a in self._query("WHERE id IN (SELECT max(id) FROM recovery GROUP BY profile)", ()):
+            self._last[a.profile] = a
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "RecoveryLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _query(self, where: str, args: tuple) -> list[Action]:
+        """The actions, each read as it can be: a row whose time or attempt is not a number the
+        watcher can have written is left out; a damaged page is one line (ConfigError)."""
+        sql = f"SELECT id, profile, time, action, run_id, attempt, detail FROM recovery {where} ORDER BY id"
+        try:
+            rows = self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise ConfigError(f"{self.path}: cannot read the watch store ({exc}); "
+                              "move it away or choose another with --store") from None
+        return [_row(r) for r in rows if _sane(r)]
+
+    def record(self, a: Action) -> Action:
+        """Commit `a` (durable on return)."""
+        with self._db:
+            cur = self._db.execute(
+                "INSERT INTO recovery (profile, time, action, run_id, attempt, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                (a.profile, a.time, a.action, a.run_id, a.attempt, json.dumps(a.detail, separators=(",", ":"))))
+        done = Action(a.profile, a.time, a.action, a.run_id, a.attempt, a.detail, cur.lastrowid)
+        self._last[a.profile] = done
+        return done
+
+    def last(self, profile: str) -> Action | None:
+        """The profile's newest action (cached: the watcher is the only writer)."""
+        return self._last.get(profile)
+
+    def actions(self, profile: str) -> list[Action]:
+        return self._query("WHERE profile = ?", (profile,))
+
+    def handled(self, profile: str, run_id: str) -> bool:
+        """Whether a failure of this run was answered already (planned, or given up on)."""
+        return bool(self._db.execute("SELECT 1 FROM recovery WHERE profile = ? AND run_id = ? LIMIT 1",
+                                     (profile, run_id)).fetchone())
+
+
+def stop_times(actions: list[Action]) -> dict[str, float]:
+    """Run id -> when the recovery stopped it (goodput.py: a stalled run is down from then)."""
+    out: dict[str, float] = {}
+    for a in actions:
+        if a.action == STOPPED:
+            out.setdefault(a.run_id, a.time)
+    return out
+
+
+def chain_of(actions: list[Action], run_id: str) -> list[Attempt]:
+    """The restarts that led to `run_id`, oldest first: each one launched the run whose failure
+    the next answered. A run a person launched has none."""
+    launched = {a.detail.get("new_run_id"): a for a in actions if a.action == LAUNCHED}
+    planned = {(a.run_id, a.attempt): a for a in actions if a.action == PLANNED}
+    out: list[Attempt] = []
+    seen = set()
+    while run_id in launched and run_id not in seen:
+        seen.add(run_id)
+        done = launched[run_id]
+        plan = planned.get((done.run_id, done.attempt))
+        failure = plan.failure if plan is not None else None
+        if failure is None:
+            break
+        out.append(Attempt(failure, plan.time, run_id))
+        run_id = done.run_id
+    return out[::-1]

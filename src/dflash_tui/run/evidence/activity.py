@@ -1,0 +1,472 @@
+"""What advanced since the last look: CPU time, the log, steps, stacks. Memory across polls.
+
+The verdict rule (run/verdict/health.py) needs evidence that only two observations give: is the
+process tree's CPU time advancing, did the log grow, did a step go by, did a thread's stack
+move. `ProgressTracker` keeps that memory for one run dir; `gather(..., tracker=...)` calls
+`read_files()` (beside its proc_tree request) and `observe()` once per poll with what the poll
+already fetched (the stat of train.log and events.jsonl, the process tree, the run probe's
+reports and stack dumps); it reads only the NEW bytes of those files (by offset, bounded to a
+window; a truncated or replaced file is read again from its start). The result is an
+`Activity`, put into Evidence.
+
+Polled every second (the dashboard, `--wait`), the tracker compares with its own earlier
+samples. For a one-shot `--check`, the first observation proves what the run dir alone
+proves: the log's mtime says when it last grew, events carry their own times, status.json its
+own; only the CPU rate and moving stacks need two samples, so when the log has not grown in
+the last CPU_WINDOW_S and the process is alive, `gather` takes a second process-tree and probe
+sample that long after the first (`needs_second_sample`). Every time here is the target's clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ...contract.rundir import (EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
+                               SchemaError, parse_event)
+from ...remote.base import TRANSPORT_FAILURES, TargetError
+from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
+from ..eager import gather_eager
+from ..stacks.records import StackDump
+from .progress import LogProgress, ProgressParser
+from .memory import LookMemory
+from .recent_reads import RecentReads
+from ..stacks.classify import ThreadClass, classify, own_code, parse_frame
+
+# Bytes read per file per poll at most; a faster writer is skipped to its newest window.
+WINDOW = 64 << 10
+# The interval of the second sample a one-shot check takes to tell busy from idle.
+CPU_WINDOW_S = 1.0
+# A tree using less than this share of one core is idle (the noise of a sleeping process, a
+# heartbeat thread, the clock tick's granularity at CPU_WINDOW_S).
+BUSY_CORES = 0.05
+# CPU samples older than this are forgotten: the rate is the recent one.
+_CPU_HISTORY_S = 3.0
+# Free space is asked for at most this often (statvfs runs in a thread of the agent).
+DISK_EVERY_S = 10.0
+# Below this much free space the run dir's filesystem is full for any practical purpose.
+DISK_FULL_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What the run did, as far as its process tree, log and events show (target clock)."""
+
+    samples: int                          # observations of this run so far (1: a one-shot look)
+    log_grew_at: float | None = None      # when train.log last grew with the program's output
+    program_output: bool = False          # the log holds output of the program (not only the wrapper's)
+    output_polls: int = 0                 # observations that found new output of the program
+    step: int | None = None               # latest step from the log or events.jsonl
+    step_at: float | None = None          # when a step or a progress line was last seen to advance
+    step_source: str = ""                 # "log" | "events"
+    total: int | None = None              # total steps, where the log says (N/M)
+    loss: float | None = None             # latest loss the log or a step event gave
+    rate: float | None = None             # latest rate the log gave, in rate_unit
+    rate_unit: str = ""                   # "it/s", "s/it", "tok/s", "samples/s"
+    epoch: float | None = None
+    step_epoch: float | None = None       # the epoch the log's step counts within (Lightning's bar)
+    cpu_s: float | None = None            # CPU seconds of the tree so far
+    cpu_cores: float | None = None        # recent CPU use in cores (None: one sample only)
+    cpu_window_s: float | None = None     # over how long cpu_cores was measured
+    cpu_busy_since: float | None = None   # start of the current stretch of busy samples
+    procs: int = 0
+    threads: int = 0
+    states: str = ""                      # e.g. "1 running, 2 sleeping"
+    checkpoint: str = ""                  # the latest checkpoint the program reported
+    checkpoint_step: int | None = None
+    disk: DiskFree | None = None          # free space of the run dir's filesystem, when asked
+    disk_error: str = ""                  # a line of the log that said the disk is full
+    # Stacks across polls (the run probe's reports, stack dumps): when a thread of the run last
+    # moved from one look to the next (ProgressTracker.sample_stacks says which moves count:
+    # progress that prints nothing), and where to; per thread (pid, ident), when its stack took
+    # the form it has now (first seen so).
+    stack_moved_at: float | None = None
+    stack_moved_where: str = ""
+    stack_moved_own: bool = False         # that move was in the program's own code (not a library's)
+    stack_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    # per thread, when its frames took exactly the form they have now, lines included (first
+    # seen so): a thread that waits has stood still since then, wherever its function began.
+    frames_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
+
+    @property
+    def advancing(self) -> bool:
+        """Progress was seen, not only a first word: a step or progress line, or output that
+        kept coming after the first look."""
+        return self.step_at is not None or self.output_polls >= 2
+
+    @property
+    def cpu_busy(self) -> bool | None:
+        return None if self.cpu_cores is None else self.cpu_cores >= BUSY_CORES
+
+    @property
+    def disk_full(self) -> bool:
+        return self.disk is not None and self.disk.free < DISK_FULL_BYTES
+
+
+_STATE_WORDS = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O wait", "T": "stopped",
+                "t": "traced", "Z": "zombie", "I": "idle"}
+
+
+def states_words(tree: ProcTree) -> str:
+    return ", ".join(f"{n} {_STATE_WORDS.get(s, s)}" for s, n in tree.states)
+
+
+class _FileCursor:
+    """Where the last read of one growing file ended, and its identity (inode)."""
+
+    def __init__(self) -> None:
+        self.offset: int | None = None   # None: never read
+        self.inode: int | None = None
+        # Where this look's prefetch of the file starts (`ProgressTracker.cursors`), None when
+        # not asked: held bytes are taken up to there, so the read past them is the prefetch.
+        self.asked: int | None = None
+
+    async def new_bytes(self, ops: RemoteOps, path: str, st: FileStat,
+                        reads: RecentReads) -> tuple[bytes, bool]:
+        """(the bytes written since the last call, whether the file was restarted). Bytes that
+        another reader of the file read already (`reads`) are taken from there, up to the size
+        this look's stat saw; only the bytes past them are asked for."""
+        if not st.exists or st.is_dir or st.error:
+            return b"", False
+        restarted = self.offset is not None and (st.inode != self.inode or st.size < self.offset)
+        if restarted:
+            reads.forget(path)                     # what was held is of the old file
+        if self.offset is None or restarted:
+            start = max(0, st.size - WINDOW)      # first look, or a new file: its newest window
+        elif st.size == self.offset:
+            return b"", False                      # nothing new: no read at all
+        else:
+            start = max(self.offset, st.size - WINDOW)
+        # The newest window of the file (first look, restart, a burst past WINDOW) begins mid-line.
+        mid_line = start > 0 and (self.offset is None or restarted or start > self.offset)
+        asked, self.asked = self.asked, None
+        held = reads.past(path, st.inode, start)
+        data = b""
+        if held is not None:
+            # Up to where the prefetch was asked from: those bytes were held before this look's
+            # stat (another reader may have read more since, past the size that stat saw).
+            end = held.end if asked is None else min(held.end, max(asked, start))
+            if end <= st.size:
+                data = held.data[:end - start]
+            # else: shorter than what was held, truncated: read it as it is now
+        if start + len(data) < st.size:
+            chunk = await ops.read(path, start + len(data), WINDOW)
+            if not chunk.exists:
+                return b"", False
+            reads.record(chunk)
+            if data and chunk.inode != st.inode:
+                # Replaced between the stat and the read: what is held belongs to the old file.
+                data, chunk = b"", await ops.read(path, start, WINDOW)
+                if not chunk.exists:
+                    return b"", False
+                reads.record(chunk)
+            data += chunk.data
+            self.offset, self.inode = chunk.offset + len(chunk.data), chunk.inode
+        else:
+            self.offset, self.inode = start + len(data), st.inode
+        if mid_line and b"\n" in data:
+            data = data.split(b"\n", 1)[1]
+        return data, restarted
+
+
+def _signature(frames: list[str]) -> tuple[str, ...]:
+    return _signature_of(tuple(frames))
+
+
+# A thread's stack stays where it is for many looks: its signature is kept (bounded: a running
+# thread's frames carry line numbers and keep changing).
+@functools.lru_cache(maxsize=1024)
+def _signature_of(frames: tuple[str, ...]) -> tuple[str, ...]:
+    """What of a thread's stack counts as where it is. Its frames in the program's own code,
+    innermost first, the innermost without its line: a loop inside one function (a spin, a
+    busy phase) stays one signature; a call into another function of the program, or back out
+    of it, changes it. A thread with no own frame in view (deep in a library, importing) is
+    where its functions are, lines aside."""
+    parsed = [parse_frame(f) for f in frames]
+    own = [f for f, p in zip(frames, parsed) if own_code(p)]
+    if own:
+        f = parse_frame(own[0])
+        return ("own", f"{f.path} {f.function}", *own[1:])
+    return ("lib", *(f"{p.path} {p.function}" for p in parsed))
+
+
+# Classes of a library stack that waits: a change there is a polling loop going round, not work.
+_WAITS = frozenset({ThreadClass.LOCK, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.GPU, ThreadClass.COLLECTIVE,
+                    ThreadClass.DATALOADER, ThreadClass.UNKNOWN})
+
+
+class ProgressTracker:
+    """Memory across polls of one run dir; a new run id starts it afresh."""
+
+    def __init__(self, progress_regex: re.Pattern[str] | str | None = None, *,
+                 second_sample: bool = True) -> None:
+        self.progress_regex = progress_regex
+        self.second_sample = second_sample
+        # What was read of train.log and events.jsonl, by this tracker and by any other reader
+        # of them that records there (the dashboard's log followers, run/evidence/logtail.py).
+        self.reads = RecentReads()
+        # What this run's looks hold parsed (records, probe reports, dumps): one watch's, never shared.
+        self.looks = LookMemory()
+        self._start(None)
+
+    def _start(self, run_id: str | None) -> None:
+        self.run_id = run_id
+        self.samples = 0
+        if run_id is not None:
+            self.reads.forget()   # a new run in the same dir: its files are read afresh
+        self.parser = ProgressParser(self.progress_regex)
+        self._log = _FileCursor()
+        self._events = _FileCursor()
+        self._cpu: collections.deque[tuple[float, float]] = collections.deque()
+        self._busy_since: float | None = None
+        self._log_grew_at: float | None = None
+        self._output_polls = 0
+        self._records = 0
+        self._step_at: float | None = None
+        self._step_source = ""
+        self._ev_step: int | None = None
+        self._ev_step_at: float | None = None
+        self._ev_loss: float | None = None
+        self._checkpoint = ""
+        self._checkpoint_step: int | None = None
+        self._disk: DiskFree | None = None
+        self._disk_at: float | None = None
+        # (pid, ident) -> (own-code frames, first seen with them); pid -> (report time, cpu_s, rate)
+        self._stacks: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
+        self._frames: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
+        self._stack_moved_at: float | None = None
+        self._stack_moved_where = ""
+        self._stack_moved_own = False
+        self._proc_cpu: dict[int, tuple[float, float, float | None]] = {}
+
+    @property
+    def progress(self) -> LogProgress:
+        return self.parser.progress
+
+    def needs_second_sample(self, now: float, log: FileStat | None, tree: ProcTree | None) -> bool:
+        """A one-shot look that cannot tell busy from idle yet: alive, one CPU sample, and a log
+        that has not grown in the last CPU_WINDOW_S (a growing log already proves progress)."""
+        if not self.second_sample or tree is None or not tree.root.alive or len(self._cpu) != 1:
+            return False
+        return log is None or not log.exists or now - log.mtime > CPU_WINDOW_S
+
+    def sample_cpu(self, now: float, tree: ProcTree | None) -> None:
+        if tree is None or not tree.root.alive:
+            return
+        self._cpu.append((now, tree.cpu_s))
+        while len(self._cpu) > 2 and now - self._cpu[1][0] >= _CPU_HISTORY_S:
+            self._cpu.popleft()
+        rate = self._cpu_rate()
+        if rate is not None:
+            if rate[0] >= BUSY_CORES:
+                if self._busy_since is None:
+                    self._busy_since = self._cpu[0][0]
+            else:
+                self._busy_since = None
+
+    def _cpu_rate(self) -> tuple[float, float] | None:
+        if len(self._cpu) < 2:
+            return None
+        (t0, c0), (t1, c1) = self._cpu[0], self._cpu[-1]
+        if t1 - t0 <= 0.2:
+            return None
+        return max(0.0, c1 - c0) / (t1 - t0), t1 - t0
+
+    async def read_files(self, ops: RemoteOps, run_dir: str, run_id: str | None, now: float,
+                         files: dict[str, FileStat]) -> None:
+        """The I/O half of an observation: the new bytes of train.log and events.jsonl and (at
+        most every DISK_EVERY_S) the free space, all at once; the caller runs it beside its
+        own proc_tree request, so a poll costs one more round trip at most."""
+        if run_id != self.run_id:
+            self._start(run_id)
+        log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
+        (log_data, restarted), (ev_data, _), _ = await gather_eager(
+            self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
+            self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
+            self._ask_disk(ops, run_dir, now))
+        if log is not None:
+            if restarted:
+                self.parser.reset()
+            before_output, before_records = self.parser.progress.output, self.parser.progress.records
+            if log_data:
+                self.parser.feed(log_data)
+            p = self.parser.progress
+            if p.output > before_output:
+                self._log_grew_at = log.mtime
+                self._output_polls += 1
+            if p.records > before_records:
+                self._step_at, self._step_source = log.mtime, "log"
+        if ev_data:
+            self._events_fed(ev_data)
+
+    def cursors(self, run_dir: str) -> dict[str, int]:
+        """Where the next reads of train.log and events.jsonl start while they grow by less than
+        a WINDOW ({path: offset}; a file never read is not in it): past this tracker's last read
+        and past what another reader read of the same file since (`reads`). A look can ask for
+        those bytes up front (run/evidence/first_look.py): `read_files` then takes held bytes up to there
+        and reads from there, so the prefetch answers it; it still decides what it reads."""
+        out = {}
+        for name, c in ((TRAIN_LOG, self._log), (EVENTS_JSONL, self._events)):
+            if c.offset is not None:
+                path = posixpath.join(run_dir, name)
+                out[path] = c.asked = self.reads.end(path, c.inode, c.offset)
+        return out
+
+    def observe(self, now: float, tree: ProcTree | None, probes: list[ProbeReport] = (),
+                dumps: Mapping[int, StackDump] | None = None) -> Activity:
+        """The other half: this poll's process tree and stacks sampled, and what advanced."""
+        self.samples += 1
+        self.sample_cpu(now, tree)
+        self.sample_stacks(probes, dumps)
+        return self.activity(now, tree)
+
+    def sample_stacks(self, probes: list[ProbeReport], dumps: Mapping[int, StackDump] | None = None) -> None:
+        """Remember where each thread is (`_signature`). A report is the process's own view at
+        `report.time`; a stack dump newer than it stands in for it (the report is stale). A
+        non-daemon thread whose signature differs from the last look's moved: that is progress,
+        even when nothing is printed (a daemon's loop, a heartbeat, is not; nor is a library's
+        polling loop going round in a wait)."""
+        seen: set[tuple[int, int]] = set()
+        # A launcher (torchrun's agent: the one process without a rank among ranked ones)
+        # loops over its workers; that loop is not the run's progress.
+        ranked = any(p.rank is not None for p in probes)
+        for p in probes:
+            if p.ended:
+                continue
+            launcher = ranked and p.rank is None
+            dump = (dumps or {}).get(p.pid)
+            if dump is not None and dump.time > p.time:
+                # The report is stale: no Python ran since about its next beat, so whatever
+                # the dump shows moved by then, not when the dump was taken.
+                threads, at = dump.threads, min(dump.time, p.time + PROBE_INTERVAL_S)
+            else:
+                threads, at = p.threads, p.time
+            self._sample_proc_cpu(p)
+            for t in threads:
+                key = (p.pid, t.ident)
+                seen.add(key)
+                exact = tuple(t.frames)
+                if key not in self._frames or self._frames[key][0] != exact:
+                    self._frames[key] = (exact, at)
+                sig = _signature(t.frames)
+                before = self._stacks.get(key)
+                if before is not None and before[0] == sig:
+                    continue
+                self._stacks[key] = (sig, at)
+                if (before is None or t.daemon or launcher or len(sig) < 2
+                        or self._stack_moved_at is not None and at < self._stack_moved_at):
+                    continue
+                own = sig[0] == "own"
+                if not own and (classify(t.frames, t.compile_state).cls in _WAITS or self._idle(p.pid)):
+                    continue   # a library's loop going round in a wait, or at no CPU
+                self._stack_moved_at = at
+                self._stack_moved_own = own
+                c = classify(t.frames, t.compile_state)
+                self._stack_moved_where = (f"{t.name} in {c.where}" if own else
+                                           f"{t.name} in {parse_frame(t.frames[0]).place}")
+        if probes:
+            pids = {p.pid for p in probes}
+            for key in [k for k in self._stacks if k not in seen and k[0] in pids]:
+                del self._stacks[key]     # a thread that ended
+            for key in [k for k in self._frames if k not in seen and k[0] in pids]:
+                del self._frames[key]
+
+    def _idle(self, pid: int) -> bool:
+        """The process used less than BUSY_CORES between its last two reports."""
+        rate = self._proc_cpu.get(pid, (0.0, 0.0, None))[2]
+        return rate is not None and rate < BUSY_CORES
+
+    def _sample_proc_cpu(self, p: ProbeReport) -> None:
+        before = self._proc_cpu.get(p.pid)
+        if before is not None and p.time == before[0]:
+            return
+        rate = None
+        if before is not None and p.time - before[0] > 0.2:
+            rate = max(0.0, p.cpu_s - before[1]) / (p.time - before[0])
+        self._proc_cpu[p.pid] = (p.time, p.cpu_s, rate if rate is not None else (before[2] if before else None))
+
+    async def _read(self, ops: RemoteOps, path: str, st: FileStat | None,
+                    cursor: _FileCursor) -> tuple[bytes, bool]:
+        if st is None:
+            return b"", False
+        try:
+            return await cursor.new_bytes(ops, path, st, self.reads)
+        except TRANSPORT_FAILURES:
+            raise
+        except TargetError:
+            return b"", False      # unreadable now: the log check says why
+
+    def _events_fed(self, data: bytes) -> None:
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data) and self._events.offset is not None:
+            # A half-written last line is read again, whole, at the next poll.
+            self._events.offset -= len(data) - cut
+        # Only the newest valid step and the newest saved checkpoint count, so the lines are
+        # read from the end (a busy trainer writes a hundred steps between two polls): each is
+        # validated until a step is found; after that only a line that can name a checkpoint
+        # (its word, or a JSON escape that could spell it) is parsed.
+        step_found = checkpoint_found = False
+        for line in reversed(data[:cut].decode("utf-8", "replace").splitlines()):
+            if step_found and "checkpoint" not in line and "\\" not in line:
+                continue
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                e = parse_event(line)
+            except SchemaError:
+                continue
+            kind = e.get("kind")
+            if kind == EventKind.STEP.value and not step_found:
+                step_found = True
+                self._ev_step, self._ev_step_at, self._ev_loss = e["step"], e["time"], e.get("loss")
+            elif (kind == EventKind.CHECKPOINT.value and e.get("action") in ("saved", "")
+                  and not checkpoint_found):
+                checkpoint_found = True
+                self._checkpoint, self._checkpoint_step = e.get("path") or "", e.get("step")
+            if step_found and checkpoint_found:
+                break
+
+    async def _ask_disk(self, ops: RemoteOps, run_dir: str, now: float) -> None:
+        if self._disk_at is not None and now - self._disk_at < DISK_EVERY_S:
+            return
+        self._disk_at = now
+        disk_free = getattr(ops, "disk_free", None)
+        if disk_free is None:
+            return
+        try:
+            self._disk = await disk_free(run_dir)
+        except TRANSPORT_FAILURES:
+            raise
+        except TargetError:
+            self._disk = None
+
+    def activity(self, now: float, tree: ProcTree | None) -> Activity:
+        p = self.parser.progress
+        rate = self._cpu_rate()
+        step, step_at, source = p.step, self._step_at, self._step_source
+        if self._ev_step_at is not None and (step_at is None or self._ev_step_at >= step_at):
+            step, step_at, source = self._ev_step, self._ev_step_at, "events"
+        return Activity(
+            samples=self.samples, log_grew_at=self._log_grew_at, program_output=p.output > 0,
+            output_polls=self._output_polls,
+            step=step, step_at=step_at, step_source=source, total=p.total,
+            loss=self._ev_loss if source == "events" and self._ev_loss is not None else p.loss,
+            rate=p.rate, rate_unit=p.rate_unit, epoch=p.epoch,
+            step_epoch=p.step_epoch if source == "log" else None,
+            cpu_s=tree.cpu_s if tree is not None and tree.root.alive else None,
+            cpu_cores=rate[0] if rate else None, cpu_window_s=rate[1] if rate else None,
+            cpu_busy_since=self._busy_since,
+            procs=tree.procs if tree is not None else 0, threads=tree.threads if tree is not None else 0,
+            states=states_words(tree) if tree is not None else "",
+            checkpoint=self._checkpoint or p.checkpoint, checkpoint_step=self._checkpoint_step,
+            disk=self._disk, disk_error=p.disk_error,
+            stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
+            stack_moved_own=self._stack_moved_own,
+            stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
+            frames_since=MappingProxyType({k: v[1] for k, v in self._frames.items()}))

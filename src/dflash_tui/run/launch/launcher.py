@@ -1,0 +1,115 @@
+"""Launcher: where and how a run is started, found alive, stopped and observed.
+
+One Launcher per profile, chosen by backends/ (`launcher_for`). Everything above it (the launch
+sequence in run/launch/launch.py, the canary, Session, the watches) calls these verbs and never asks
+which backend it has; a new backend (a batch scheduler, say) is one module in backends/ that
+subclasses Launcher, plus its config keys and tests (docs/ARCHITECTURE.md, "Launcher").
+
+The verbs, and what today's backends (backends/process.py: local, SSH, pct, docker) do:
+- `make_host(profile)` (the profile's host over SSH, or this machine, unless a backend says
+  otherwise), `make_run_target(profile, host)`: the Targets: the machine commands run
+  on (and NVML samples), and where the run dir lives (the same machine, or a container on it);
+- `preflight(ops)`: what must hold before a launch (run/launch/preflight.py's checks);
+- `detach(run_dir)`: start RUN_DIR/launch.sh so that nothing holds the channel, and return at
+  once with what the start command said (`Detached`), the only evidence before launch.json;
+- `alive(ev)`: whether the run's process lives (the recorded pid, verified by its start time);
+- `stop(ops, run_dir)`: stop.json, then the signals, never a process that is not the run's;
+- `observe(ops, run_dir)`: one look at the run dir and the process tree (run/evidence/observe.py).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from ...config import Profile
+from ...remote.base import Target
+from ...remote.factory import make_host_target
+from ...remote.ops import RemoteOps
+from ..evidence.observe import Evidence, gather, process_matches
+from .preflight import PreflightResult, run_preflight
+from .stop import StopResult
+
+
+@dataclass
+class Detached:
+    """What the start command of a launch said; all None/empty when it printed nothing."""
+
+    exit_status: int | None
+    stdout: str = ""
+    stderr: str = ""
+    pid: int | None = None            # what the backend started (the wrapper's pid, a job id's process)
+    via: str | None = None            # how it was started ("setsid", "nohup", ...)
+    own_session: bool | None = None   # the wrapper leads its own session (out of the channel's reach)
+    error: str | None = None          # the command could not be sent, or did not return in time
+
+
+class Launcher(ABC):
+    def __init__(self, profile: Profile, host: Target, target: Target) -> None:
+        self.profile = profile
+        self.host = host
+        self.target = target
+
+    # -- choosing and building ------------------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def handles(cls, profile: Profile) -> bool:
+        """Whether this backend runs `profile` (its config keys say so)."""
+
+    @classmethod
+    def make_host(cls, profile: Profile) -> Target:
+        """The machine: commands, the agent's host, NVML. Raises ValueError naming the bad field.
+        The profile's host over SSH, or this machine; a backend that reaches its machine another
+        way overrides it."""
+        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
+                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+
+    @classmethod
+    @abstractmethod
+    def make_run_target(cls, profile: Profile, host: Target) -> Target:
+        """Where the run dir lives, reached through `host`. Raises ValueError."""
+
+    @property
+    def label(self) -> str:
+        return self.target.label
+
+    # -- the verbs ------------------------------------------------------------------------------
+
+    async def preflight(self, ops: RemoteOps | None, *, profile: Profile | None = None,
+                        check_live_run: bool = True) -> PreflightResult:
+        """The checks a launch must pass; `ops` None when the run target gave none (the checks
+        say why). `profile`: this one with another run dir (the canary's)."""
+        return await run_preflight(profile or self.profile, self.host, self.target, ops,
+                                   check_live_run=check_live_run)
+
+    @abstractmethod
+    async def detach(self, run_dir: str, run_id: str) -> Detached:
+        """Start RUN_DIR/launch.sh (rendered for `run_id`, which its argv names) detached from
+        every channel and return at once. Never raises for the transport: that is
+        `Detached.error`."""
+
+    def alive(self, ev: Evidence) -> bool:
+        """Whether the run launch.json names still runs (its pid, verified by start time)."""
+        return ev.launch is not None and process_matches(ev.launch, ev.proc)
+
+    def describe_live(self, ev: Evidence) -> str:
+        """The live run in words, for a refused launch (`alive(ev)` is true)."""
+        return f"run {ev.launch.run_id} (pid {ev.launch.pid})" if ev.launch is not None else "a run"
+
+    def job_argv(self, argv: list[str]) -> list[str]:
+        """What launch.sh runs for the program `argv` (a scheduler's backend: its task launcher
+        around it, one task per node)."""
+        return argv
+
+    @abstractmethod
+    async def stop(self, ops: RemoteOps, run_dir: str, *, grace_s: float,
+                   requested_by: str | None = None,
+                   before_signal: Callable[[], Awaitable[None]] | None = None) -> StopResult:
+        """Stop the run of `run_dir`: stop.json first, then by the recorded identity only;
+        `before_signal` is awaited just before the first signal (or cancel) is sent."""
+
+    async def observe(self, ops: RemoteOps, run_dir: str, **kw) -> Evidence:
+        """One observation (run/evidence/observe.py `gather`'s keywords: attempt, tracker, rank, local_stop)."""
+        return await gather(ops, run_dir, **kw)

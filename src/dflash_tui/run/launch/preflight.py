@@ -1,0 +1,307 @@
+"""Preflight: everything a launch needs, asked through the same transport the launch will use.
+
+The checks go through `Target.run` (not the agent) on purpose: the agent is a long-lived process
+that a flaky `pct exec` or a wrong PATH does not touch, while the launch command is exactly such
+a one-shot command. Each check is a `Check`; the first failure says what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from dataclasses import dataclass, field
+
+from ...config import Profile, system_dir
+from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SLURM_JSON, SLURM_OUT,
+                               STATUS_JSON, STOP_JSON, TRAIN_LOG)
+from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ...remote.container import ContainerTarget
+from ...remote.ops import RemoteOps
+from ..evidence.observe import gather, process_matches
+from ..verdict.checklist import Check, CheckState
+
+OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
+
+# The files that describe one run (run/launch/launch.py moves them to history/ on the next launch).
+PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON,
+                 SLURM_JSON, SLURM_OUT)
+
+# $1 = run dir. Prints key=value lines; each step's failure is printed, not fatal, so one
+# round trip answers all of them. `df -P` is POSIX (1024-byte blocks with -k).
+_DIR_PROBE = r'''
+d=$1
+if err=$(mkdir -p -- "$d" 2>&1); then echo "mkdir=ok"; else echo "mkdir=$err" | tr '\n' ' '; echo; fi
+p="$d/.dflash-write-probe.$$"
+if err=$( (echo probe >"$p") 2>&1 ); then rm -f -- "$p"; echo "write=ok"; else rm -f -- "$p"; echo "write=$err" | tr '\n' ' '; echo; fi
+df -Pk -- "$d" 2>/dev/null | awk 'NR==2 {print "avail_kb=" $4}'
+for t in awk tr; do command -v "$t" >/dev/null 2>&1 || echo "missing=$t"; done
+echo "end=1"
+'''
+
+# The tools launch.sh needs beyond sh, and the Debian package of each (for the hint).
+_PACKAGE = {"awk": "mawk", "tr": "coreutils"}
+
+# Before anything is created: where the run dir really is (symlinks resolved, from its nearest
+# existing ancestor), and which of the per-run files exist as something other than a regular
+# file (a FIFO train.log would block the wrapper; the archive moves regular files only).
+# $1 = run dir, then the per-run file names.
+_WHERE_PROBE = r'''
+d=$1; shift
+p=$d rest=
+while [ ! -d "$p" ]; do rest="/${p##*/}$rest"; q=$(dirname -- "$p"); [ "$q" = "$p" ] && break; p=$q; done
+if r=$(cd -- "$p" 2>/dev/null && pwd -P); then echo "real=${r%/}$rest"; fi
+for f do
+  if [ -e "$d/$f" ] || [ -L "$d/$f" ]; then
+    if [ -d "$d/$f" ]; then echo "odd=$f directory"
+    elif [ ! -f "$d/$f" ]; then
+      k="special file"; [ -p "$d/$f" ] && k=FIFO; [ -S "$d/$f" ] && k=socket; [ -c "$d/$f" ] && k="character device"
+      [ -b "$d/$f" ] && k="block device"; [ -L "$d/$f" ] && [ ! -e "$d/$f" ] && k="dangling symlink"
+      echo "odd=$f $k"
+    fi
+  fi
+done
+echo "end=1"
+'''
+
+# Run by the profile's python: which python, and what torch sees. A JSON line, always.
+_PYTHON_PROBE = r'''
+import importlib, json, sys
+out = {"python": sys.executable, "version": sys.version.split()[0]}
+try:
+    torch = importlib.import_module("torch")   # in the profile's python on the target, never here
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.cuda.is_available()
+    out["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if out["cuda"] else []
+except Exception as exc:
+    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+try:
+    trainer = importlib.import_module("dflash_train")   # on the target, never in the dashboard
+    out["dflash_train"] = getattr(trainer, "__file__", "") or "ok"
+except Exception as exc:
+    out["trainer_error"] = "%s: %s" % (type(exc).__name__, exc)
+print("dflash-probe " + json.dumps(out))
+'''
+
+# The program is looked up the way the wrapper will run it: from the run dir (launch.sh runs
+# there), so a relative path means RUN_DIR/path, and a bare name is a PATH search. Both print
+# the absolute path found, which is what the launch then runs. $1 = run dir, $2 = program.
+_RESOLVE = r'''
+cd -- "$1" 2>/dev/null || { echo "dflash-which: no-dir"; exit 0; }
+p=$(command -v -- "$2" 2>/dev/null) || { echo "dflash-which: not found"; exit 0; }
+case $p in
+  /*) ;;
+  */*) p="$PWD/$p" ;;
+  *) echo "dflash-which: not found"; exit 0 ;;
+esac
+echo "dflash-which $p"
+'''
+# Runs the probe only if the interpreter exists, and says so otherwise: a bare 127 is ambiguous
+# through `pct exec`/`docker exec` (the tool itself missing gives the same status). $1 = the
+# absolute path _RESOLVE found.
+_RUN_IF_FOUND = '[ -x "$1" ] || { echo "dflash-probe-missing"; exit 3; }; exec "$@"'
+
+
+@dataclass
+class PreflightResult:
+    checks: list[Check] = field(default_factory=list)
+    unreachable: bool = False   # the CLI's exit code 3
+    # The absolute path of python (bundled trainer) or command[0], found from the run dir as
+    # the wrapper would find it: the launch runs this path, so preflight and run agree.
+    program: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreachable and all(c.state is not FAIL for c in self.checks)
+
+    @property
+    def first_failure(self) -> Check | None:
+        return next((c for c in self.checks if c.state is FAIL), None)
+
+
+def _ran_nothing(res: CommandResult, what: str) -> str:
+    err = " ".join(res.stderr.split())[:200]
+    return (f"{what} printed nothing (exit status {res.exit_status}, stderr {err!r}): "
+            "the transport did not run the command")
+
+
+async def run_preflight(profile: Profile, host: Target, target: Target, ops: RemoteOps | None,
+                        *, check_live_run: bool = True) -> PreflightResult:
+    out = PreflightResult()
+    add = out.checks.append
+    now = time.time()
+
+    # 1. reachable
+    try:
+        res = await host.run(["true"], timeout=15)
+    except (TargetUnreachable, CommandTimeout) as exc:
+        out.unreachable = True
+        add(Check("pre_reachable", "Target reachable", FAIL, str(exc.message), exc.hint or "check host/port/user", now))
+        return out
+    add(Check("pre_reachable", "Target reachable", OK if res.ok else WARN,
+              f"{host.label} answered" + ("" if res.ok else f" (true exited {res.exit_status})"), "", now))
+
+    # 2. container running
+    if profile.container and isinstance(target, ContainerTarget):
+        try:
+            running = await target.is_running()
+        except ContainerNotRunning as exc:
+            running, why, hint = False, exc.message, exc.hint
+        except TargetError as exc:
+            running, why, hint = False, exc.message, exc.hint
+        else:
+            why = f"{profile.container} is not running on {host.label}"
+            hint = target.start_hint()
+        if not running:
+            add(Check("pre_container", "Container running", FAIL, why, hint, now))
+            return out
+        add(Check("pre_container", "Container running", OK, f"{profile.container} is running", "", now))
+
+    try:
+        # 3a. the run dir is not a system directory behind a symlink, and holds no run file that
+        # is not a regular file
+        res = await target.run(["sh", "-c", _WHERE_PROBE, "dflash-where", profile.run_dir, *PER_RUN_FILES],
+                               timeout=30)
+        lines = res.stdout.splitlines()
+        if "end=1" not in lines:
+            add(Check("pre_run_dir", "Run dir writable", FAIL, _ran_nothing(res, "the run-dir probe"),
+                      "try `true` through the same transport; for pct, check `pct exec` works", now))
+            return out
+        real = next((l[5:] for l in lines if l.startswith("real=")), "")
+        if real and real != profile.run_dir and system_dir(real):
+            add(Check("pre_run_dir", "Run dir writable", FAIL,
+                      f"{profile.run_dir} is {real} on the target (through a symlink), a system directory",
+                      "choose a run_dir of its own, e.g. /srv/dflash/runs/NAME", now))
+            return out
+        odd = [l[4:] for l in lines if l.startswith("odd=")]
+        if odd:
+            name, _, kind = odd[0].partition(" ")
+            add(Check("pre_run_files", "Run files", FAIL,
+                      f"{profile.run_dir}/{name} is a {kind}, not a regular file"
+                      + (f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""),
+                      "remove it: the wrapper and the archive handle regular files only", now))
+            return out
+
+        # 3. run dir creatable + writable, 4. free disk
+        res = await target.run(["sh", "-c", _DIR_PROBE, "dflash-preflight", profile.run_dir], timeout=30)
+        kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+        if "end" not in kv:
+            add(Check("pre_run_dir", "Run dir writable", FAIL, _ran_nothing(res, "the run-dir probe"),
+                      "try `true` through the same transport; for pct, check `pct exec` works", now))
+            return out
+        if kv.get("mkdir") != "ok":
+            add(Check("pre_run_dir", "Run dir writable", FAIL, f"cannot create {profile.run_dir}: {kv.get('mkdir', '').strip()}",
+                      "choose a run_dir the target user can create", now))
+            return out
+        if kv.get("write") != "ok":
+            err = kv.get("write", "").strip()
+            free_kb = int(kv["avail_kb"]) if kv.get("avail_kb", "").isdigit() else None
+            # dash's echo says only "I/O error" for ENOSPC: the free space tells.
+            if "No space left on device" in err or "Disk quota exceeded" in err or (
+                    free_kb is not None and free_kb < 4096):
+                add(Check("pre_run_dir", "Run dir writable", FAIL, f"disk full: cannot write in {profile.run_dir} "
+                          f"({free_kb if free_kb is not None else '?'} KiB free): {err}",
+                          "free space on the run dir's filesystem (old runs, history/, checkpoints)", now))
+            else:
+                add(Check("pre_run_dir", "Run dir writable", FAIL, f"cannot write in {profile.run_dir}: {err}",
+                          "fix its permissions or choose another run_dir", now))
+            return out
+        add(Check("pre_run_dir", "Run dir writable", OK, f"{profile.run_dir} created and writable", "", now))
+        # launch.sh writes its records (launch.json, exit.json) through these: without them it
+        # would run the program and leave records that name no run (a crash read as KILLED).
+        missing = [v for k, v in (line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+                   if k == "missing"]
+        if missing:
+            add(Check("pre_tools", "Wrapper's tools", FAIL,
+                      f"{' and '.join(missing)} not found on {target.label}: the launch wrapper writes its "
+                      "records with them",
+                      f"install them where the run lives (Debian: apt-get install {' '.join(_PACKAGE[m] for m in missing)})",
+                      now))
+            return out
+        try:
+            avail_gb = int(kv["avail_kb"]) / (1 << 20)
+        except (KeyError, ValueError):
+            add(Check("pre_disk", "Free disk", WARN, "df gave no answer for the run dir", "check free space by hand", now))
+        else:
+            state = FAIL if avail_gb < profile.min_free_gb else OK
+            add(Check("pre_disk", "Free disk", state, f"{avail_gb:.1f} GiB free in {profile.run_dir}",
+                      f"free space or lower min_free_gb (now {profile.min_free_gb})" if state is FAIL else "", now))
+
+        # 5. python / torch (bundled trainer) or the command's program
+        what = "Python found" if profile.uses_bundled_trainer else "Program found"
+        prog = profile.python if profile.uses_bundled_trainer else profile.command[0]
+        found, why = await resolve_program(target, profile.run_dir, prog)
+        if found is None:
+            add(Check("pre_python", what, FAIL, why,
+                      f"set {'python' if profile.uses_bundled_trainer else 'command'} in the profile to an "
+                      "absolute path on the target", now))
+        elif profile.uses_bundled_trainer:
+            out.program = found
+            await _probe_python(profile, found, target, add, now)
+        else:
+            out.program = found
+            add(Check("pre_python", what, OK, found, "", now))
+    except (TargetUnreachable, CommandTimeout) as exc:
+        out.unreachable = isinstance(exc, TargetUnreachable)
+        add(Check("pre_transport", "Transport", FAIL, exc.message, exc.hint, now))
+        return out
+
+    # 6. no live run in this run dir
+    if check_live_run and ops is not None:
+        ev = await gather(ops, profile.run_dir)
+        if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
+            add(Check("pre_no_live_run", "No live run here", FAIL,
+                      f"run {ev.launch.run_id} (pid {ev.launch.pid}) is still running in {profile.run_dir}",
+                      "stop it first (--stop), or relaunch (r) to stop and start", now))
+        else:
+            add(Check("pre_no_live_run", "No live run here", OK, "no live run in the run dir", "", now))
+    return out
+
+
+async def resolve_program(target: Target, run_dir: str, prog: str) -> tuple[str | None, str]:
+    """(absolute path, "") of `prog` as the wrapper will find it from `run_dir`, or (None, why)."""
+    res = await target.run(["sh", "-c", _RESOLVE, "dflash-which", run_dir, prog], timeout=30)
+    line = next((l for l in reversed(res.stdout.splitlines()) if l.startswith("dflash-which")), "")
+    if line.startswith("dflash-which /"):
+        return posixpath.normpath(line[len("dflash-which "):]), ""
+    if not line:
+        return None, _ran_nothing(res, "`command -v`")
+    if line == "dflash-which: no-dir":
+        return None, f"cannot enter the run dir {run_dir} to look for {prog!r}"
+    if "/" in prog and not prog.startswith("/"):
+        return None, (f"{prog!r} not found in {run_dir}: a relative path is resolved from the run dir, "
+                      "where the wrapper runs")
+    return None, f"{prog!r} not found on the target's PATH"
+
+
+async def _probe_python(profile: Profile, python: str, target: Target, add, now: float) -> None:
+    res = await target.run(["sh", "-c", _RUN_IF_FOUND, "dflash-python", python, "-c", _PYTHON_PROBE],
+                           timeout=120)
+    line = next((l for l in res.stdout.splitlines() if l.startswith("dflash-probe ")), None)
+    if line is None:
+        if "dflash-probe-missing" in res.stdout:
+            add(Check("pre_python", "Python found", FAIL, f"{profile.python!r} not found on the target",
+                      "set python = \"/path/to/venv/bin/python\" in the profile", now))
+        elif res.exit_status == 0 and not res.stderr.strip():
+            add(Check("pre_python", "Python found", FAIL, _ran_nothing(res, "the python probe"), "", now))
+        else:
+            err = " ".join(res.stderr.split())[-200:]
+            add(Check("pre_python", "Python found", FAIL, f"{profile.python} failed (exit {res.exit_status}): {err}",
+                      "run it by hand on the target", now))
+        return
+    try:
+        info = json.loads(line[len("dflash-probe "):])
+    except ValueError:
+        add(Check("pre_python", "Python found", FAIL, "the python probe answered garbage", "", now))
+        return
+    add(Check("pre_python", "Python found", OK, f"{python} (python {info.get('version')})", "", now))
+    if "torch_error" in info:
+        add(Check("pre_torch", "import torch", FAIL, info["torch_error"],
+                  f"install torch for {profile.python} (pip install 'dflash-tui[train]')", now))
+    else:
+        devs = info.get("devices") or []
+        seen = f"{len(devs)} CUDA device(s): {', '.join(devs)}" if devs else "no CUDA devices (CPU only)"
+        add(Check("pre_torch", "import torch", OK, f"torch {info.get('torch')}, {seen}", "", now))
+    if "trainer_error" in info:
+        add(Check("pre_trainer", "dflash_train importable", FAIL, info["trainer_error"],
+                  f"install dflash-tui[train] for {profile.python}", now))

@@ -1,0 +1,224 @@
+"""The words the checklist speaks: verdicts, check states, checks.
+
+Shared by `--check` (printed / JSON) and the dashboard's Health pane, so both always agree.
+The verdict table itself (which evidence gives which verdict) lives in `run/verdict/health.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from ...contract.rundir import inert_text
+
+
+class Verdict(str, Enum):
+    # The verdict table (docs/ARCHITECTURE.md; run/verdict/health.py `evaluate`):
+    NEVER_STARTED = "NEVER STARTED"   # no launch.json by the deadline: the launch shell never ran
+    LOG_MISSING = "LOG MISSING"       # launch.json but no train.log
+    FINISHED = "FINISHED"             # pid gone, exit.json code 0
+    CRASHED = "CRASHED"               # pid gone, exit.json non-zero / signal
+    KILLED = "KILLED"                 # pid gone, no exit.json
+    STALLED = "STALLED"               # pid alive, nothing advanced for the stall limit
+    RUNNING = "RUNNING"               # pid alive, progress advancing (steps, output, events)
+    # Not failures, not yet healthy:
+    STARTING = "STARTING"             # pid alive, log present, no progress yet / compiling (within limits)
+    NO_RUN = "NO RUN"                 # nothing was ever launched in this run dir
+    # A --launch that preflight refused; nothing was started.
+    NOT_LAUNCHED = "NOT LAUNCHED"
+    # From run/verdict/health.py `with_gpu_check`: the run's process is alive (it was
+    # STARTING or RUNNING) but a GPU of its host fell off the bus; the run cannot go on.
+    GPU_LOST = "GPU LOST"
+    # The run ended after a stop request for it (stop.json), whatever its exit code or signal.
+    STOPPED = "STOPPED"
+    # A stop request for it (stop.json), its process still alive within the grace period and
+    # the SIGKILL wait: no verdict yet (STOPPED, or a failing stop, follows).
+    STOPPING = "STOPPING"
+    # A Slurm job's own states (run/verdict/slurm_job.py), beside the evidence-based ones:
+    QUEUED = "QUEUED"                 # pending, with Slurm's reason in words (no verdict yet)
+    BLOCKED = "BLOCKED"               # pending and never starting by itself: held, or a dependency never satisfiable
+    PREEMPTED = "PREEMPTED"           # ended by preemption
+    TIMEOUT = "TIMEOUT"               # hit its time limit
+    OUT_OF_MEMORY = "OUT OF MEMORY"   # killed for exceeding its memory limit
+    NODE_FAIL = "NODE FAIL"           # a node of the job failed
+    CANCELLED = "CANCELLED"           # cancelled from outside (the run dir has no stop request)
+
+    @property
+    def healthy(self) -> bool:
+        return self in (Verdict.RUNNING, Verdict.FINISHED, Verdict.STOPPED)
+
+    @property
+    def failing(self) -> bool:
+        return self in (Verdict.NEVER_STARTED, Verdict.LOG_MISSING, Verdict.CRASHED,
+                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED, Verdict.GPU_LOST,
+                        Verdict.BLOCKED, Verdict.PREEMPTED, Verdict.TIMEOUT, Verdict.OUT_OF_MEMORY,
+                        Verdict.NODE_FAIL, Verdict.CANCELLED)
+
+
+class CheckState(str, Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    PENDING = "pending"
+
+
+def _inert(text: str) -> str:
+    return inert_text(text, keep_newlines=True) if isinstance(text, str) else text
+
+
+@dataclass
+class Check:
+    id: str            # stable key, e.g. "launch_json", "train_log", "process", "heartbeat"
+    label: str         # what a person reads in the checklist
+    state: CheckState
+    cause: str = ""    # one line: what was observed
+    hint: str = ""     # one line: what to do about it
+    since: float | None = None  # epoch seconds when `state` last changed
+
+    def __post_init__(self) -> None:
+        # The last guard of the trust boundary (docs/ARCHITECTURE.md): what a check says is
+        # made of target output; whatever reached it un-made-inert is made inert here.
+        self.cause, self.hint = _inert(self.cause), _inert(self.hint)
+
+    def since_at(self, since: float | None) -> "Check":
+        """This check with another `since`: a copy that keeps the texts already made inert
+        (`replace` would make them inert again, a look's checks every poll)."""
+        if since == self.since:
+            return self
+        other = object.__new__(Check)   # no __init__: nothing to check or make inert again
+        other.__dict__.update(self.__dict__)
+        other.since = since
+        return other
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        return d
+
+
+class ThreadState(str, Enum):
+    """One thread of the run as the engine judges it (the Threads pane draws it as is)."""
+
+    OK = "ok"              # beating within its limit
+    WAITING = "waiting"    # a worker before the training phase: waiting for the warm-up
+    DONE = "done"          # its role is over (the main thread after the warm-up): silence is expected
+    ENDED = "ended"        # the run has ended: silent by nature
+    STUCK = "STUCK"        # silent longer than its limit while the run lives
+    FAILED = "FAILED"      # its compile failed or it reported an error
+
+
+@dataclass
+class ThreadHealth:
+    name: str
+    state: ThreadState
+    why: str = ""          # one line, for a STUCK or FAILED thread
+    # From its stack (run/stacks/classify.py, run/verdict/hang.py), for a thread of a process the run probe
+    # reports on: the process, what it waits in and where in the program's own code.
+    pid: int | None = None
+    rank: int | None = None
+    ident: int | None = None
+    cls: str = ""          # ThreadClass value: "collective", "gpu", "running", ...
+    doing: str = ""        # the call it is in: "all_reduce", "torch.cuda.synchronize"
+    where: str = ""        # "function (file.py:line)": its innermost frame of the program's own code
+    since: float | None = None   # when its stack took its current form (target clock)
+    source: str = ""       # "probe", or a stack dump's: "faulthandler", "py-spy"
+    stale: bool = False    # its process's report is stale: no Python ran there since
+
+    def __post_init__(self) -> None:
+        self.name, self.why = _inert(self.name), _inert(self.why)
+
+    @property
+    def trouble(self) -> bool:
+        return self.state in (ThreadState.STUCK, ThreadState.FAILED)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "state": self.state.value, "why": self.why}
+        if self.pid is not None:
+            d.update({"pid": self.pid, "rank": self.rank, "class": self.cls, "doing": self.doing,
+                      "where": self.where, "since": self.since, "source": self.source, "stale": self.stale})
+        return d
+
+
+def rank_ranges(ranks: tuple[int, ...] | list[int]) -> str:
+    """(0, 1, 2, 3, 5) -> "0-3, 5"."""
+    runs: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+@dataclass(frozen=True)
+class RankGroup:
+    """The threads of several ranks whose stacks agree: the same class, the same innermost frame
+    of the program's own code (run/verdict/rank_groups.py). The Threads pane, `--check` and the
+    watch's notifications list these, the odd ones out first."""
+    ranks: tuple[int, ...]
+    cls: str
+    where: str
+    doing: str
+    threads: int
+    stuck: bool = False            # its threads are STUCK (the run is STALLED and they wait)
+    nodes: tuple[str, ...] = ()    # the nodes its ranks are on (a run on several nodes)
+    members: tuple[tuple[int, int, str], ...] = ()   # (rank, pid, thread name) of each thread
+
+    def place(self) -> str:
+        if self.doing and self.where and self.doing != self.where:
+            return f"{self.doing} ({self.where.rsplit(' (', 1)[-1]}"
+        return self.where or self.doing or "an unknown frame"
+
+    def words(self) -> str:
+        """ "ranks 0-6, 8-63: collective all_reduce (train.py:88)"."""
+        who = f"rank {self.ranks[0]}" if len(self.ranks) == 1 else f"ranks {rank_ranges(self.ranks)}"
+        if self.nodes:
+            who += f" (node{'s' if len(self.nodes) > 1 else ''} {', '.join(self.nodes)})"
+        return _inert(f"{who}: {self.cls} {self.place()}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "class": self.cls, "where": self.where, "doing": self.doing,
+                "threads": self.threads, "stuck": self.stuck, "nodes": list(self.nodes)}
+
+
+@dataclass
+class Checklist:
+    verdict: Verdict
+    checks: list[Check] = field(default_factory=list)
+    summary: str = ""  # one line explaining the verdict, e.g. "exit code 1: ValueError: ..."
+    # status.json's threads, judged, then each probed process's threads with their stack's class
+    threads: list[ThreadHealth] = field(default_factory=list)
+    # A Slurm job's facts (run/verdict/slurm_job.py): job_id, state, reason, node_list, partition, ...
+    slurm: dict[str, Any] | None = None
+    # The probed threads of a run of several ranks grouped by where they stand, odd ones out
+    # first (run/verdict/rank_groups.py); empty for a run of one rank.
+    rank_groups: list[RankGroup] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.summary = _inert(self.summary)
+
+    def with_parts(self, *, checks: list[Check] | None = None, threads: list[ThreadHealth] | None = None,
+                   rank_groups: list[RankGroup] | None = None) -> "Checklist":
+        """This checklist with other checks or threads (each made inert when it was made): a
+        copy that keeps the summary already made inert (`replace` would make it inert again, on
+        every look, twice)."""
+        other = object.__new__(Checklist)   # no __init__: nothing to make inert again
+        other.__dict__.update(self.__dict__)
+        if checks is not None:
+            other.checks = checks
+        if threads is not None:
+            other.threads = threads
+        if rank_groups is not None:
+            other.rank_groups = rank_groups
+        return other
+
+    def thread(self, name: str) -> ThreadHealth | None:
+        return next((t for t in self.threads if t.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.value, "summary": self.summary,
+                "checks": [c.to_dict() for c in self.checks],
+                "threads": [t.to_dict() for t in self.threads],
+                "rank_groups": [g.to_dict() for g in self.rank_groups],
+                **({"slurm": self.slurm} if self.slurm is not None else {})}

@@ -1,0 +1,632 @@
+"""Evidence → Checklist: the verdict ladder (evaluate's docstring holds the verdict table;
+docs/ARCHITECTURE.md tells it in prose), and nothing the evidence lacks.
+
+The checks are built in run/verdict/checks.py; where a silent run is stuck comes from its stacks
+(run/verdict/hang.py). `HealthTracker` keeps each check's `since` across polls: the time its state last
+changed. The words (ages, durations, one-line causes) are dflash_tui/words.py's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ...contract.rundir import TRAIN_LOG, CompileState, Phase, ThreadStatus, TrainStatus
+
+from ...config import Profile
+from ...gpu.sample import GpuSnapshot
+from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, signame as _signame
+from .checks import (DISK_HINT, cpu_check, cpu_words, disk_check, gpus_check, last_line, last_progress,
+                     launch_cmd_check, log_problem, never_started_cause, probe_check, progress_words,
+                     run_gpu_util, silence_words, stacks_check, unlogged_progress_words)
+from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
+from ..stacks.classify import ThreadClass
+from ..evidence.observe import Evidence, current_run_id, process_matches
+from .slurm_job import judge as judge_slurm_job
+from ..evidence.tracebacks import exception_line
+from .rank_groups import group_ranks
+from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
+
+OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
+
+_COMPILING = {CompileState.WARMING.value, CompileState.COMPILING.value, CompileState.WAITING_AT_GATE.value,
+              CompileState.PENDING.value}
+
+
+@dataclass(frozen=True)
+class Limits:
+    stall_after_s: float = 60.0
+    compile_stall_after_s: float = 900.0
+    launch_deadline_s: float = 1.0
+    stop_grace_s: float = 10.0
+
+    @classmethod
+    def from_profile(cls, p: Profile) -> "Limits":
+        return cls(p.stall_after_s, p.compile_stall_after_s, p.launch_deadline_s, p.stop_grace_s)
+
+
+# How long past stop_grace_s a stop may still be under way: the stopper's wait after SIGKILL
+# (run/stop.py, 5 s) and a poll or two. A Slurm stop (scancel) waits 30 s more for the job.
+STOP_SLACK_S = 10.0
+SCANCEL_SLACK_S = 40.0
+
+
+def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
+    """The checklist for one observation. Pure: the same evidence gives the same checklist.
+
+    The verdict table, top row first (the first row that matches decides):
+
+    | observed after the launch command returns                          | verdict       |
+    | nothing launched in the run dir                                    | NO RUN        |
+    | no launch.json by launch_deadline_s (certain evidence: at once)    | NEVER STARTED |
+    | launch.json, no train.log (or it cannot be opened; "disk full")    | LOG MISSING   |
+    | pid gone (or exiting) after a stop request for this run (stop.json)| STOPPED       |
+    | pid gone, exit.json with code 0                                    | FINISHED      |
+    | pid gone, exit.json non-zero code or signal                        | CRASHED       |
+    | pid gone, no exit.json                                             | KILLED        |
+    | alive after a stop request for this run (stop.json), within        | STOPPING      |
+    |   stop_grace_s and the SIGKILL wait; its output then is no progress|               |
+    | alive, status.json: a thread STUCK/FAILED, no heartbeat, or no     | STALLED       |
+    |   step while nothing else advanced, past the limit (below)         |               |
+    | alive, no status.json: nothing advanced for the limit (below)      | STALLED       |
+    | alive, progress advancing from any source within the limit         | RUNNING       |
+    | alive, no output, but its stacks move (progress that never reaches | RUNNING (warn)|
+    |   the log) past stall_after_s                                      |               |
+    | alive, no progress yet, within the limits                          | STARTING      |
+    | (`with_gpu_check`) alive, STARTING/RUNNING, a GPU of the host lost | GPU LOST      |
+
+    Progress is anything advancing: a step in status.json (its threads' last_step_time), a
+    step or checkpoint line in train.log (run/evidence/progress.py), the log growing with the program's
+    own output, a step event in events.jsonl (the bundled trainer's, the run probe's). A
+    heartbeat (status.json's, a probe's) proves the process alive, never that it progresses.
+    A non-daemon thread whose frames in the program's own code change from one look to the
+    next progresses too, but that never reaches the log: RUNNING with a warn saying so.
+
+    The limit is stall_after_s; compile_stall_after_s while compiling: the bundled trainer
+    says it is warming up or compiling, or the run probe's stacks show a thread in the
+    compiler (dynamo, inductor, triton) while the tree uses CPU. A busy silence that is not a
+    compile gets stall_after_s: its stacks say what it is (run/verdict/hang.py). Only a program with
+    no stacks at all (not Python, or run without the probe) still gets the longer limit for
+    a busy silence, as nothing tells its compile from its hang.
+    STALLED says the kind of hang and where (run/verdict/hang.py: in a collective, waiting on the GPU,
+    for DataLoader workers, a deadlock, busy in C, ...); with no stacks, what is silent, what
+    is not and how much CPU the tree uses ("busy but silent", "idle hang").
+    Threads: a worker before the training phase is waiting, the main thread after the warm-up
+    has no role left (never a stall), a failed compile or a reported error is FAILED.
+    A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
+    a failing "disk" check and the first words of a failing verdict's summary.
+    """
+    if ev.job is not None:   # a Slurm job: its states beside the evidence (run/verdict/slurm_job.py)
+        return judge_slurm_job(ev, lambda plain: evaluate(replace(plain, job=None), limits))
+    checks: list[Check] = []
+    run_id = current_run_id(ev)
+    attempt = ev.attempt if ev.attempt is not None and ev.attempt.run_id == run_id else None
+    cmd = launch_cmd_check(attempt, ev.launch)
+    if cmd is not None:
+        checks.append(cmd)
+
+    if ev.launch is None:                              # NO RUN, STARTING, NEVER STARTED
+        return _not_launched(ev, attempt, run_id, checks, limits)
+    launch = ev.launch
+    checks.append(Check("launch_json", "Wrapper ran (launch.json)", OK,
+                        f"pid {launch.pid} on {launch.host or '?'} as {launch.user or '?'}", "", launch.start_time))
+
+    log_why = log_problem(ev)                          # LOG MISSING
+    if log_why:
+        full = log_why.startswith("disk full: ")
+        checks.append(Check("train_log", "Log (train.log)", FAIL, _one_line(log_why),
+                            DISK_HINT if full else "fix the run dir's permissions/disk space/path and relaunch",
+                            launch.start_time))
+        return Checklist(Verdict.LOG_MISSING, checks, _one_line(log_why, 400))
+    log = ev.files[TRAIN_LOG]
+    checks.append(Check("train_log", "Log (train.log)", OK, f"{log.size} bytes, written {_age(ev.now, log.mtime)}",
+                        "", log.mtime))
+
+    alive = process_matches(launch, ev.proc)           # STOPPED, FINISHED, CRASHED, KILLED
+    if not alive:
+        reused = ev.proc is not None and not ev.proc.gone
+        gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused, or the run dir is a copy)"
+                                       if reused else "is gone")
+        expected = ev.stop is not None or (ev.exit is not None and ev.exit.exit_code == 0)
+        checks.append(Check("process", "Process", OK if expected else FAIL, gone, "",
+                            ev.exit.end_time if ev.exit else None))
+        return _ended(ev, checks, gone)
+    uptime = ev.now - launch.start_time
+    checks.append(Check("process", "Process", OK, f"pid {launch.pid}, up {_duration(uptime)}", "", launch.start_time))
+    if ev.exit is not None:
+        # The wrapper writes exit.json just before it exits: the trainer has ended.
+        return _ended(ev, checks, f"pid {launch.pid} is exiting")
+    if ev.stop is not None:
+        stopping = _stopping(ev, checks, limits)
+        if stopping is not None:
+            return _with_stacks(stopping, judged_views(ev), ev)
+
+    # Alive: STALLED, RUNNING or STARTING, from the trainer's status.json when there is one,
+    # else from any program's evidence.
+    views = judged_views(ev)
+    if ev.status is None:
+        return _with_stacks(_any_program(ev, checks, limits, uptime, views), views, ev)
+    return _with_stacks(_status_reporting(ev, ev.status, checks, limits, uptime, views), views, ev)
+
+
+_WAITING = frozenset({ThreadClass.COLLECTIVE, ThreadClass.GPU, ThreadClass.DATALOADER, ThreadClass.LOCK,
+                      ThreadClass.BLOCKED, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.COMPILING,
+                      ThreadClass.IMPORTING})
+
+
+def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checklist:
+    """The checklist's threads with every probed thread's class and where (the Threads pane and
+    `--check --json` threads[] show them): a thread of status.json gets its own stack's; the
+    others follow, one per thread. While STALLED, a thread that waits (or runs no Python) is
+    STUCK, its why the class and where. `views`: hang.py `judged_views` of `ev`."""
+    if not views:
+        return cl
+    stalled = cl.verdict is Verdict.STALLED
+    out = list(cl.threads)
+    named = {t.name: i for i, t in enumerate(out)}
+    status_pid = ev.status.pid if ev.status is not None else None
+    for v in views:
+        info = dict(pid=v.pid, rank=v.rank, ident=v.ident, cls=v.cls.value, doing=v.doing,
+                    where=v.where or v.innermost, since=v.since, source=v.source, stale=v.stale)
+        i = named.get(v.name) if v.pid == status_pid else None
+        if i is not None:
+            out[i] = replace(out[i], **info)
+            continue
+        # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
+        stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
+        out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
+                                _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
+    return cl.with_parts(threads=out, rank_groups=group_ranks(out))
+
+
+def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check], limits: Limits) -> Checklist:
+    """No launch.json: nothing launched (NO RUN), the wrapper still within its deadline
+    (STARTING), or it never ran (NEVER STARTED)."""
+    add = checks.append
+    if run_id is None and not ev.exists("launch.sh"):
+        add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
+                  f"nothing launched in {ev.run_dir}", "launch with --launch or press r"))
+        return Checklist(Verdict.NO_RUN, checks, f"no run in {ev.run_dir}")
+    sent_at = attempt.target_time if attempt and attempt.target_time is not None else (
+        ev.files["launch.sh"].mtime if ev.exists("launch.sh") else None)
+    waited = (ev.now - sent_at) if sent_at is not None else None
+    # No need to wait out the deadline when the evidence is already final: the transport
+    # failed, launch.sh is not there, the detach shell printed nothing, or the detached
+    # process is gone without having written launch.json.
+    certain = attempt is not None and (
+        bool(attempt.error) or not attempt.wrapper_written or attempt.pid is None
+        or (ev.detached_proc is not None and ev.detached_proc.gone))
+    if waited is not None and waited < limits.launch_deadline_s and not ev.launch_problem and not certain:
+        add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
+                  f"waiting for launch.json ({waited:.1f} s of {limits.launch_deadline_s:.0f} s)", ""))
+        return Checklist(Verdict.STARTING, checks, "launch sent; waiting for the wrapper")
+    why = never_started_cause(ev, attempt)
+    add(Check("launch_json", "Wrapper ran (launch.json)", FAIL, why,
+              "the launch shell never ran; see the launch command's status and launch.out", sent_at))
+    summary = why
+    if attempt is not None and not attempt.error:
+        summary += "; " + attempt.transport_summary()
+    return Checklist(Verdict.NEVER_STARTED, checks, _one_line(summary, 400))
+
+
+def _stopping(ev: Evidence, checks: list[Check], limits: Limits) -> Checklist | None:
+    """A stop under way (stop.json for this run, the wrapper alive): STOPPING, whatever the
+    program says meanwhile (a program that saves on SIGTERM writes lines, which are no progress).
+    Past stop_grace_s and the SIGKILL wait the stop did not end it (the stopper was interrupted,
+    or the process survives SIGKILL): None, with a failing "stop" check, and the run is judged
+    as any live run."""
+    stop, now, pid = ev.stop, ev.now, ev.launch.pid
+    sent, by = stop.signal_sent or "stop", stop.requested_by or "?"
+    slack = SCANCEL_SLACK_S if sent == "scancel" else STOP_SLACK_S
+    if now - stop.requested_time > limits.stop_grace_s + slack:
+        checks.append(Check("stop", "Stop requested", FAIL,
+                            f"{sent} sent by {by} {_age(now, stop.requested_time)}, pid {pid} still alive",
+                            "the stop did not end it: stop it again, or see why it lives on "
+                            f"(`cat /proc/{pid}/stat` on the target)", stop.requested_time))
+        return None
+    if sent == "SIGKILL":
+        how = f"SIGKILL sent after stop_grace_s ({limits.stop_grace_s:.0f} s), pid {pid} still exiting"
+    else:
+        how = f"pid {pid} still alive, SIGKILL after stop_grace_s ({limits.stop_grace_s:.0f} s)"
+    checks.append(Check("stop", "Stop requested", WARN, f"{sent} sent by {by} {_age(now, stop.requested_time)}",
+                        f"it is saving or shutting down: {how}", stop.requested_time))
+    disk_c, _ = disk_check(ev)
+    if disk_c is not None:
+        checks.append(disk_c)
+    return Checklist(Verdict.STOPPING, checks,
+                     _one_line(f"stopping: {sent} sent by {by} {_age(now, stop.requested_time)}; {how}", 400),
+                     thread_states(ev.status, now, limits, live=True))
+
+
+# -- alive: how long a silence may last, and what it is ----------------------------------------
+
+def _busy(ev: Evidence) -> bool | None:
+    """Whether the run's process tree uses CPU now (None: not measured)."""
+    return ev.activity.cpu_busy if ev.activity is not None else None
+
+
+def _silence_limit(ev: Evidence, limits: Limits, views: list[ThreadView], trainer_compiling: bool = False) -> float:
+    """compile_stall_after_s while compiling (the trainer says so, or the stacks show a compile
+    that uses CPU); stall_after_s for any other silence. Without stacks (no probe reports),
+    a busy silence keeps the compile limit: nothing tells a compile from a hang then."""
+    if trainer_compiling or compiling_busy(ev, views):
+        return limits.compile_stall_after_s
+    if not views and _busy(ev):
+        return limits.compile_stall_after_s
+    return limits.stall_after_s
+
+
+def _limit_name(limit: float, limits: Limits) -> str:
+    return "compile_stall_after_s" if limit == limits.compile_stall_after_s != limits.stall_after_s else "stall_after_s"
+
+
+def _stack_moved(ev: Evidence, limits: Limits) -> bool:
+    """A non-daemon thread's own frames changed within stall_after_s: progress the log lacks."""
+    act = ev.activity
+    return act is not None and act.stack_moved_at is not None and ev.now - act.stack_moved_at <= limits.stall_after_s
+
+
+def _stalled_words(ev: Evidence, views: list[ThreadView], silent_for: float, heartbeat: str = "") -> tuple[str, Hang | None]:
+    """The STALLED summary: the kind of hang and where, from the stacks; else what is silent."""
+    hang = diagnose(ev) if views else None
+    if hang is None:
+        return silence_words(ev, silent_for, heartbeat), None
+    quiet = "no step, no log output" + (f", {heartbeat}" if heartbeat else "")
+    return f"{hang.words}; {quiet} for {_duration(silent_for)}", hang
+
+
+def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: float,
+                 views: list[ThreadView]) -> Checklist:
+    """A program that writes no status.json: its log, its events, its CPU, its stacks
+    (`views`: hang.py `judged_views` of `ev`)."""
+    add = checks.append
+    now, launch, act = ev.now, ev.launch, ev.activity
+    if ev.status_problem:
+        add(Check("status", "status.json", WARN, _one_line(ev.status_problem), "judged from the log and CPU", None))
+    for c in (probe_check(ev, limits.stall_after_s), cpu_check(act, uptime)):
+        if c is not None:
+            add(c)
+    disk, disk_words = disk_check(ev)
+    if disk is not None:
+        add(disk)
+    last = last_progress(ev)
+    silent_for = now - (last if last is not None else launch.start_time)
+    parsed = progress_words(ev)
+    limit = _silence_limit(ev, limits, views)
+    moved = _stack_moved(ev, limits)
+
+    def verdict(v: Verdict, summary: str, hang: Hang | None = None) -> Checklist:
+        stacks = stacks_check(ev, views, hang, v is Verdict.STALLED)
+        return Checklist(v, checks + ([stacks] if stacks is not None else []), _one_line(summary, 400))
+
+    if silent_for <= limits.stall_after_s:
+        if last is None:
+            add(Check("progress", "Progress (log, events)", PENDING,
+                      f"no output from the program yet (up {_duration(uptime)})", ""))
+            return verdict(Verdict.STARTING, f"pid {launch.pid} started, no output from the program yet")
+        if not act.advancing:
+            add(Check("progress", "Progress (log, events)", PENDING,
+                      f"output {_age(now, last)}, no progress line yet (up {_duration(uptime)})", "", last))
+            return verdict(Verdict.STARTING, f"pid {launch.pid} started, output {_age(now, last)}")
+        add(Check("progress", "Progress (log, events)", OK, f"{parsed or 'log output'}, last {_age(now, last)}", "", last))
+        return verdict(Verdict.RUNNING, f"{parsed + ', ' if parsed else ''}output {_age(now, last)}, up {_duration(uptime)}")
+    silent = "no output yet" if last is None else f"no output for {_duration(silent_for)}"
+    advanced = act is not None and act.advancing
+    if silent_for <= limit and (compiling(views) or importing(views)):
+        # A compile (or the imports of start-up) that uses CPU: the long limit.
+        what, where = ("compiling", "the compiler") if compiling(views) else ("importing modules", "imports")
+        n = sum(1 for v in views if v.cls.value == ("compiling" if what == "compiling" else "importing"))
+        add(Check("progress", "Progress (log, events)", WARN,
+                  f"{silent}: {what} ({n} thread(s) in {where}), {cpu_words(act)}",
+                  f"STALLED after compile_stall_after_s ({limits.compile_stall_after_s:.0f} s) of this", last))
+        return verdict(Verdict.RUNNING if advanced else Verdict.STARTING,
+                       f"{what}: {silent}, {cpu_use(act.cpu_cores if act else None)}{'; ' + parsed if parsed else ''}")
+    if moved:
+        # Its stack moves: it works, but its progress never reaches the log. A move through the
+        # program's own code is progress (RUNNING); one only in a library's keeps a run that
+        # never advanced STARTING (start-up, a library warming up).
+        if act.stack_moved_own:
+            why = unlogged_progress_words(ev, views)
+            moves, hint = f"its stack moves ({act.stack_moved_where})", f"its progress does not reach the log: {why}"
+            summary = f"{silent} but {moves}: its progress does not reach the log ({why})"
+        else:
+            moves = f"its stack moves in library code ({act.stack_moved_where})"
+            hint = "starting up, or working inside a library: STALLED once its stack stands still"
+            summary = f"{silent} but {moves}"
+        add(Check("progress", "Progress (log, events)", WARN, f"{silent}, but {moves} {_age(now, act.stack_moved_at)}",
+                  hint, act.stack_moved_at))
+        return verdict(Verdict.RUNNING if act.stack_moved_own or advanced else Verdict.STARTING, summary)
+    if silent_for <= limit:
+        # No stacks to tell what it is: busy and silent, within the compile limit.
+        add(Check("progress", "Progress (log, events)", WARN,
+                  f"{silent}, but the process tree is {cpu_words(act)}",
+                  f"a compile or data preparation? STALLED after compile_stall_after_s "
+                  f"({limits.compile_stall_after_s:.0f} s) of this", last))
+        return verdict(Verdict.RUNNING if advanced else Verdict.STARTING,
+                       f"silent for {_duration(silent_for)} but busy ({cpu_use(act.cpu_cores)}): "
+                       f"a compile or data preparation?{' ' + parsed if parsed else ''}")
+    why, hang = _stalled_words(ev, views, silent_for)
+    if hang is not None:
+        hint = "the stacks say where: see the Threads pane"
+    elif _busy(ev):
+        hint = "a loop that never reports, or a compile that never ends: look at the log and the threads"
+    else:
+        hint = "blocked on I/O, a lock or a peer: look at the log's last lines and the threads"
+    if disk_words:
+        why, hint = f"{disk_words}; {why}", DISK_HINT
+    add(Check("progress", "Progress (log, events)", FAIL,
+              _one_line(f"{silent} (limit {_limit_name(limit, limits)} {limit:.0f} s)"), hint, last))
+    return verdict(Verdict.STALLED, why, hang)
+
+
+def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits: Limits,
+                      uptime: float, views: list[ThreadView]) -> Checklist:
+    """A program that writes status.json (the bundled trainer): its heartbeat, threads, steps,
+    with the log, events and CPU as further sources of progress."""
+    add = checks.append
+    now, launch = ev.now, ev.launch
+    hb = st.heartbeat_time if st.heartbeat_time is not None else st.time
+    hb_age = now - hb
+    compiling = [t for t in st.threads if t.compile_state in _COMPILING]
+    warming = st.phase == Phase.WARMING.value or bool(compiling)
+    hb_limit = _silence_limit(ev, limits, views, trainer_compiling=warming)
+    if hb_age > hb_limit:
+        add(Check("heartbeat", "Heartbeat", FAIL, f"last heartbeat {_age(now, hb)} (limit {hb_limit:.0f} s)",
+                  "the process is alive but not beating: look for a deadlock or a stuck compile", hb))
+    else:
+        add(Check("heartbeat", "Heartbeat", OK, f"last heartbeat {_age(now, hb)}", "", hb))
+
+    judged = thread_states(st, now, limits, live=True)
+    by_name = {t.name: t for t in st.threads}
+    trouble = [j for j in judged if j.trouble]
+    if trouble:
+        parts = [f"{j.name} ({by_name[j.name].device}) failed: {j.why}" if j.state is ThreadState.FAILED
+                 else f"{j.name} ({by_name[j.name].device}, {by_name[j.name].compile_state}) {j.why}"
+                 for j in trouble]
+        went_silent = min((by_name[j.name].last_beat_time for j in trouble
+                           if by_name[j.name].last_beat_time is not None), default=None)
+        add(Check("threads", "Threads", FAIL, _one_line("; ".join(parts)),
+                  "the named threads stopped; their compile state says where", went_silent))
+    elif st.threads:
+        states = sorted({t.compile_state for t in st.threads})
+        waiting = any(j.state is ThreadState.WAITING for j in judged)
+        what = "waiting for the warm-up" if waiting else "beating"
+        add(Check("threads", "Threads", OK, f"{len(st.threads)} threads {what} ({', '.join(states)})", "",
+                  launch.start_time))
+
+    last_step = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
+    training = st.phase == Phase.TRAINING.value
+    if st.step > 0 or last_step is not None:
+        step_at = last_step if last_step is not None else st.time
+        # Any source of progress counts: a step in status.json, the log growing, a step event.
+        progress_at = last_progress(ev, step_at)
+        step_limit = _silence_limit(ev, limits, views)
+        if training and now - progress_at > step_limit:
+            add(Check("steps", "Steps advancing", FAIL, f"step {st.step} unchanged since {_age(now, step_at)}",
+                      "heartbeats without steps: a worker is stuck (see Threads)", last_step))
+        else:
+            total = f"/{st.total_steps}" if st.total_steps else ""
+            add(Check("steps", "Steps advancing", OK, f"step {st.step}{total}, last {_age(now, step_at)}",
+                      "", last_step))
+    elif uptime > limits.compile_stall_after_s:
+        # Heartbeats alone do not make progress: a warm-up that never ends is a stall too.
+        add(Check("steps", "Steps advancing", FAIL, f"phase {st.phase}, no step in {_duration(uptime)}",
+                  f"longer than compile_stall_after_s ({limits.compile_stall_after_s:.0f} s): see the log",
+                  launch.start_time + limits.compile_stall_after_s))
+    else:
+        add(Check("steps", "Steps advancing", PENDING, f"phase {st.phase}, no step yet", "", launch.start_time))
+    if st.last_error:
+        add(Check("errors", "Trainer errors", WARN, _one_line(st.last_error), "see the log", st.time))
+    for c in (probe_check(ev, limits.stall_after_s), cpu_check(ev.activity, uptime)):
+        if c is not None:
+            add(c)
+    disk_c, disk = disk_check(ev)
+    if disk_c is not None:
+        add(disk_c)
+
+    failing = [c for c in checks if c.id in ("heartbeat", "threads", "steps") and c.state is FAIL]
+    if failing:
+        hang = None
+        if trouble:
+            names = ", ".join(f"{j.name} [{by_name[j.name].compile_state}]" for j in trouble)
+            summary = f"threads stopped: {names}"
+        else:
+            silent_for = now - max(hb if failing[0].id == "heartbeat" else (last_progress(ev, last_step or st.time)),
+                                   launch.start_time)
+            summary, hang = _stalled_words(ev, views, silent_for,
+                                           heartbeat="no heartbeat" if failing[0].id == "heartbeat" else "")
+            summary = f"{failing[0].cause}; {summary}"
+        if disk:
+            summary = f"{disk}; {summary}"
+        stacks = stacks_check(ev, views, hang, True)
+        return Checklist(Verdict.STALLED, checks + ([stacks] if stacks else []), _one_line(summary, 400), judged)
+    stacks = stacks_check(ev, views, None, False)
+    if stacks is not None:
+        add(stacks)
+    if not any(c.id == "steps" and c.state is OK for c in checks):
+        return Checklist(Verdict.STARTING, checks, f"pid {launch.pid} alive, phase {st.phase}, heartbeats fresh",
+                         judged)
+    total = f"/{st.total_steps}" if st.total_steps else ""
+    extra = "".join(f", {k} {v:.3g}" for k, v in (("loss", st.loss), ("τ", st.tau)) if v is not None)
+    if st.step_time_s is not None:
+        extra += f", {st.step_time_s * 1000:.0f} ms/step"
+    if st.mfu is not None:
+        extra += f", MFU {st.mfu * 100:.0f} %"
+    return Checklist(Verdict.RUNNING, checks, f"step {st.step}{total}{extra}, up {_duration(uptime)}", judged)
+
+
+
+def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None) -> Checklist:
+    """`checklist` with the "gpus" check (run/verdict/checks.py `gpus_check`) from one GPU snapshot of
+    the run's host.
+
+    The one place both a RunWatch (the dashboard) and `dflash-tui --check` add it, so the two
+    never disagree. The check changes the verdict in one case only: it fails (a GPU fell off
+    the bus) while the run's process is alive (STARTING or RUNNING), which gives GPU LOST: the
+    process may still beat for a while, but a run on a host with a lost GPU cannot go on. A
+    STALLED summary gets the GPU words too: busy or idle, the SM use of the run's own
+    processes where NVML gives it per process (another user's kernel is never the run's),
+    else of the run's GPUs as devices. A warn or pending GPU check never changes the verdict,
+    and a run that already ended keeps the verdict its own evidence gives.
+    """
+    alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
+    gpus = gpus_check(snap, ev, alive)
+    checks = [*checklist.checks, gpus]
+    if gpus.state is FAIL and alive and checklist.verdict in (Verdict.STARTING, Verdict.RUNNING):
+        pid = ev.launch.pid if ev.launch is not None else "?"
+        return Checklist(Verdict.GPU_LOST, checks,
+                         _one_line(f"{gpus.cause}; pid {pid} is still alive but cannot go on", 400),
+                         checklist.threads)
+    summary = checklist.summary
+    if checklist.verdict is Verdict.STALLED and snap is not None and snap.error is None:
+        # What the GPUs do belongs to "what is silent and what is not" too.
+        util = run_gpu_util(snap)
+        if util is not None:
+            pct, whose = util
+            words = f"GPU {pct:.0f} % busy ({whose})" if pct >= 5 else f"GPU idle ({pct:.0f} % SM, {whose})"
+            summary = _one_line(f"{summary}; {words}", 400)
+    return replace(checklist, checks=checks, summary=summary)
+
+
+def thread_states(st: TrainStatus | None, now: float, limits: Limits, *, live: bool) -> list[ThreadHealth]:
+    """Each thread of status.json, judged once (the Threads pane and the "threads" check both
+    use this). A worker before the training phase is waiting for the warm-up; the main thread
+    after it has no role left (it waits for the pool), so its silence is never a stall."""
+    if st is None:
+        return []
+    workers_running = st.phase not in (Phase.STARTING.value, Phase.WARMING.value)
+    out = []
+    for t in st.threads:
+        out.append(_thread_state(t, now, limits, live=live, workers_running=workers_running))
+    return out
+
+
+def _thread_state(t: ThreadStatus, now: float, limits: Limits, *, live: bool, workers_running: bool) -> ThreadHealth:
+    if t.compile_state == CompileState.FAILED.value or t.error:
+        return ThreadHealth(t.name, ThreadState.FAILED, _one_line(t.error or "compile failed"))
+    if not live:
+        return ThreadHealth(t.name, ThreadState.ENDED)
+    if t.role == "main" and workers_running:
+        return ThreadHealth(t.name, ThreadState.DONE)
+    if not workers_running and t.role != "main":
+        return ThreadHealth(t.name, ThreadState.WAITING)
+    limit = limits.compile_stall_after_s if t.compile_state in _COMPILING else limits.stall_after_s
+    if t.last_beat_time is not None and now - t.last_beat_time > limit:
+        return ThreadHealth(t.name, ThreadState.STUCK, f"silent {_age(now, t.last_beat_time)} (limit {limit:.0f} s)")
+    return ThreadHealth(t.name, ThreadState.OK)
+
+
+def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:
+    """pid gone (or exiting): STOPPED after a stop request; else FINISHED / CRASHED from
+    exit.json, KILLED without it."""
+    add = checks.append
+    ex = ev.exit
+    stop = ev.stop
+    threads = thread_states(ev.status, ev.now, Limits(), live=False)
+    disk_c, disk = disk_check(ev)
+    if disk_c is not None:
+        add(disk_c)
+    if stop is not None and (ex is None or ex.end_time >= stop.requested_time - 1):
+        return _stopped(ev, checks, threads)
+    if ex is None:
+        why = ev.exit_problem or "no exit.json: the wrapper was killed before the trainer ended"
+        hint = "killed from outside: SIGKILL, the OOM killer (dmesg) or a container stop"
+        summary = f"{gone}, {why}"
+        if disk and not ev.exit_problem:
+            # Not necessarily killed: with the disk full the wrapper could not record the end.
+            why = "no exit.json: the disk is full, so the wrapper could not record how the run ended"
+            hint = DISK_HINT
+            summary = f"{disk}; {gone} and its exit status could not be recorded (no exit.json)"
+        # When the wrapper died is not recorded; its log's last write is the nearest evidence.
+        last_write = ev.files[TRAIN_LOG].mtime if ev.exists(TRAIN_LOG) else None
+        add(Check("exit", "Exit status", FAIL, _one_line(why), hint, last_write))
+        if ev.last_traceback:
+            add(Check("traceback", "Last traceback", WARN, _one_line(exception_line(ev.last_traceback)),
+                      "see the log", last_write))
+        root = _root_cause(ev, checks, last_write)
+        if root:
+            summary = f"{summary}; {root}"
+        return Checklist(Verdict.KILLED, checks, _one_line(summary, 400), threads)
+    if ex.exit_code == 0:
+        add(Check("exit", "Exit status", OK, "exit code 0", "", ex.end_time))
+        return Checklist(Verdict.FINISHED, checks, "finished with exit code 0", threads)
+    what = f"killed by {_signame(ex.signal)}" if ex.exit_code is None else f"exit code {ex.exit_code}"
+    root = _root_cause(ev, checks, ex.end_time)
+    if root:
+        what = f"{what}; {root}"
+    add(Check("exit", "Exit status", FAIL, what, DISK_HINT if disk else "see the traceback and the log",
+              ex.end_time))
+    cause = exception_line(ev.last_traceback)
+    if not cause and ev.log_tail and ex.signal is None:
+        cause = last_line(ev.log_tail)
+    if ev.last_traceback:
+        add(Check("traceback", "Last traceback", FAIL, _one_line(cause), "read it in the log pane / train.log",
+                  ex.end_time))
+    summary = what + (f": {cause}" if cause else "") + (f"; {disk}" if disk else "")
+    return Checklist(Verdict.CRASHED, checks, _one_line(summary, 400), threads)
+
+
+def _stopped(ev: Evidence, checks: list[Check], threads: list[ThreadHealth]) -> Checklist:
+    """Ended after a stop request for this run: who asked, when, how it ended, the checkpoint."""
+    ex, stop, now = ev.exit, ev.stop, ev.now
+    if ex is None:
+        how = "SIGKILL after the grace period" if stop.signal_sent == "SIGKILL" else "killed with its wrapper"
+    elif ex.exit_code is None:
+        how = f"killed by {_signame(ex.signal)}"
+    else:
+        how = f"exit code {ex.exit_code}"
+    by = stop.requested_by or "?"
+    checks.append(Check("exit", "Exit status", OK, f"{how}, after the stop request", "",
+                        ex.end_time if ex else None))
+    checks.append(Check("stop", "Stop requested", OK,
+                        f"{stop.signal_sent or 'stop'} by {by} {_age(now, stop.requested_time)}", "",
+                        stop.requested_time))
+    act = ev.activity
+    where = ""
+    if act is not None and act.checkpoint:
+        step = f"step {act.checkpoint_step} " if act.checkpoint_step is not None else ""
+        where = f"; last checkpoint {step}{act.checkpoint}"
+        checks.append(Check("checkpoint", "Last checkpoint", OK, _one_line(f"{step}{act.checkpoint}"), ""))
+    return Checklist(Verdict.STOPPED, checks,
+                     _one_line(f"stopped by {by} {_age(now, stop.requested_time)} ({how}){where}", 400), threads)
+
+
+def _root_cause(ev: Evidence, checks: list[Check], when: float | None) -> str:
+    """torchrun's root cause of a distributed run that died: the rank that failed first, from
+    its torchelastic error file, with its traceback's last line ("" when there is none)."""
+    rc = ev.hang.root_cause
+    if rc is None:
+        return ""
+    who = f"rank {rc.rank}" if rc.rank is not None else (f"pid {rc.pid}" if rc.pid is not None else "a rank")
+    line = exception_line(rc.traceback) if rc.traceback else ""
+    words = f"{who} failed first ({_age(ev.now, rc.time)}): {line or _one_line(rc.message)}"
+    checks.append(Check("root_cause", "First failure (torchelastic)", FAIL, _one_line(words, 300),
+                        "its traceback is the cause; the other ranks' errors followed it", rc.time))
+    return words
+
+
+class HealthTracker:
+    """Keeps, per check id, when its state last changed, across polls of one run."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, tuple[CheckState, float]] = {}
+        self._run_id: str | None = None
+
+    def reset(self) -> None:
+        self._since.clear()
+
+    def update(self, checklist: Checklist, now: float, run_id: str | None = None) -> Checklist:
+        if run_id != self._run_id:
+            self._since.clear()
+            self._run_id = run_id
+        out = []
+        for c in checklist.checks:
+            prev = self._since.get(c.id)
+            if prev is not None and prev[0] is c.state:
+                since = prev[1]
+            else:
+                # First sight of this state: the evidence's own time when it has one (e.g. the
+                # heartbeat's), else now.
+                since = c.since if c.since is not None and prev is None else now
+                self._since[c.id] = (c.state, since)
+            out.append(c.since_at(since))
+        return checklist.with_parts(checks=out)

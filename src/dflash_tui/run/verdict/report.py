@@ -1,0 +1,78 @@
+"""One observation of a run, as handed to `--check` output and to the dashboard.
+
+A RunWatch (watch/) produces these once per poll; the UI renders them and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...contract.rundir import ExitRecord, LaunchRecord, ProbeReport, StopRecord, TrainStatus
+
+from ..evidence.activity import Activity
+from ..evidence.observe import Evidence, process_matches
+from .checklist import Checklist
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """How far the run is, from its richest source: status.json, else events.jsonl or the log.
+
+    For the header's summary and the Metrics tab; the verdict does not read it."""
+
+    source: str                       # "status.json" | "events" | "log"
+    step: int | None = None
+    total: int | None = None
+    loss: float | None = None
+    rate: float | None = None         # in rate_unit
+    rate_unit: str = ""               # "it/s", "s/it", "tok/s", "samples/s"
+    time: float | None = None         # when this step was reached (target clock), if known
+
+    @classmethod
+    def of(cls, ev: Evidence) -> "RunProgress | None":
+        st, act = ev.status, ev.activity
+        if st is not None and (st.step > 0 or st.loss is not None):
+            last = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
+            return cls("status.json", st.step, st.total_steps or None, st.loss, st.tokens_per_s,
+                       "tok/s" if st.tokens_per_s is not None else "", last or st.time)
+        if act is not None and (act.step is not None or act.loss is not None or act.rate is not None):
+            return cls(act.step_source or "log", act.step, act.total, act.loss, act.rate, act.rate_unit,
+                       act.step_at)
+        return None
+
+
+@dataclass
+class RunReport:
+    time: float                       # target clock when observed (epoch seconds)
+    profile: str
+    target_label: str                 # e.g. "local", "root@gpu1 · pct:200"
+    run_dir: str
+    checklist: Checklist              # verdict + checks (+ summary line)
+    launch: LaunchRecord | None = None
+    exit: ExitRecord | None = None
+    stop: StopRecord | None = None
+    status: TrainStatus | None = None  # latest status.json, if any parsed
+    pid_alive: bool | None = None
+    uptime_s: float | None = None
+    connected: bool = True            # False: the transport is down, fields are the last known
+    stale_since: float | None = None  # local epoch seconds when the data stopped being fresh
+    error: str | None = None          # transport/read error of this poll, one line
+    last_traceback: str | None = None  # last Python traceback found in train.log, if any
+    progress: RunProgress | None = None  # step / loss / rate from status.json, events or the log
+    activity: Activity | None = None     # CPU of the process tree, log growth, disk (run/evidence/activity.py)
+    probes: list[ProbeReport] = field(default_factory=list)  # the run probe's, one per Python process
+    # A run on several nodes: run/verdict/combine.py's NodeReport per node, in rank order (each with that
+    # node's own report); empty for a run on one host.
+    nodes: tuple = ()
+
+
+def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str) -> RunReport:
+    """The report of one fresh observation: what `--check` prints and a pane renders."""
+    alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
+    return RunReport(
+        time=ev.now, profile=profile, target_label=target_label, run_dir=ev.run_dir,
+        checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop, status=ev.status,
+        pid_alive=alive,
+        uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
+        connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback,
+        progress=RunProgress.of(ev), activity=ev.activity, probes=list(ev.probes))

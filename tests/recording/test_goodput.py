@@ -1,0 +1,62 @@
+"""Goodput from outside (recording/goodput.py), from scripted verdict changes: each band lands
+in its cause, the silence before a STALLED verdict is stalled time, and the steps a failure
+threw away are lost progress at the run's own step time."""
+
+from __future__ import annotations
+
+import pytest
+
+from dflash_tui.recording.change import Evidence, VerdictChange
+from dflash_tui.recording.goodput import goodput
+
+T0 = 1_000_000.0
+
+
+def ch(t: float, run: str, state: str, step: int | None = None) -> VerdictChange:
+    return VerdictChange("p", run, T0 + t, state, "", "", evidence=Evidence(step=step))
+
+
+def test_a_hang_stopped_and_resumed_from_its_checkpoint():
+    changes = [ch(0, "r1", "STARTING"), ch(2, "r1", "RUNNING", 1), ch(12, "r1", "STALLED", 6),
+               ch(15, "r1", "STOPPED", 6), ch(20, "r2", "STARTING"), ch(21, "r2", "RUNNING", 7),
+               ch(31, "r2", "FINISHED", 20)]
+    g = goodput(changes, T0 + 500, stall_after_s=2)
+    assert g.wall_s == 31                             # to the FINISHED change, not to now
+    assert g.badput_s == {"queued": 0, "starting": 3, "stalled": 2 + 3, "down": 5, "lost_progress": 0,
+                          "unreachable": 0}
+    assert g.good_s == 8 + 10 and g.percent == pytest.approx(100 * 18 / 31)
+    assert g.runs["r1"]["good"] == 8 and g.runs["r1"]["down"] == 5 and g.runs["r2"]["good"] == 10
+    assert g.words() == "goodput 58 % of 31 s since the first launch; lost 13 s: 3 s starting, 5 s stalled, 5 s down"
+    assert g.to_json()["badput_s"]["stalled"] == 5.0
+
+
+def test_a_crash_with_no_checkpoint_loses_its_steps():
+    # 10 s of RUNNING from step 1 to step 11: 1 s a step; the next run starts again at step 1.
+    changes = [ch(0, "r1", "RUNNING", 1), ch(10, "r1", "CRASHED", 11), ch(12, "r2", "RUNNING", 1)]
+    g = goodput(changes, T0 + 20, stall_after_s=60)
+    assert g.wall_s == 20                             # the newest run still runs: to now
+    assert g.badput_s["lost_progress"] == 10 and g.badput_s["down"] == 2
+    assert g.good_s == 8 and g.runs["r1"]["good"] == 0
+    assert g.lost_words() == "lost 12 s: 2 s down, 10 s lost progress"
+
+
+def test_a_stalled_run_is_down_from_the_recoverys_stop():
+    # The STOPPED change came late (the watcher was restarted): the stop's own time counts.
+    changes = [ch(0, "r1", "RUNNING", 1), ch(10, "r1", "STALLED", 5), ch(30, "r1", "STOPPED", 5),
+               ch(31, "r2", "RUNNING", 6), ch(41, "r2", "FINISHED", 16)]
+    g = goodput(changes, T0 + 100, stall_after_s=2, stops={"r1": T0 + 12})
+    assert g.badput_s["stalled"] == 2 + 2 and g.badput_s["down"] == 18 + 1 and g.good_s == 8 + 10
+
+
+def test_a_stop_under_way_is_down_and_still_live():
+    # STALLED, then the stop's 4 s while it saves (STOPPING, not progress), then STOPPED.
+    changes = [ch(0, "r1", "RUNNING", 1), ch(10, "r1", "STALLED", 5), ch(12, "r1", "STOPPING", 5)]
+    g = goodput(changes, T0 + 16, stall_after_s=2)
+    assert g.wall_s == 16 and g.badput_s["down"] == 4 and g.good_s == 8   # still going: to now
+    g = goodput([*changes, ch(16, "r1", "STOPPED", 5)], T0 + 100, stall_after_s=2)
+    assert g.wall_s == 16 and g.badput_s["stalled"] == 2 + 2 and g.badput_s["down"] == 4
+
+
+def test_nothing_recorded():
+    assert goodput([], T0, 60).percent is None
+    assert goodput([], T0, 60).words() == "goodput: nothing recorded yet"

@@ -1,0 +1,148 @@
+"""The watcher's recovery end to end, with real programs, a real watcher process and real time:
+a program of one's own that hangs once is stopped and relaunched with DFLASH_RESTART=1 and
+resumes from its own checkpoint file, across a watcher SIGKILLed between the stop and the
+relaunch; a program with the same bug every time is given up on after one restart, notified
+once, through Apprise to a real HTTP receiver."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.recording.recovery_log import RecoveryLog
+from dflash_tui.recording.store import ChangeStore
+from tests.recording.test_daemon import PY, PROGRAMS, env_for, start_watcher, titles
+from tests.support.receivers import HttpReceiver
+from tests.test_cli_modes import cli
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def http():
+    r = HttpReceiver()
+    yield r
+    r.close()
+
+
+def write_config(tmp_path: Path, port: int, command: list[str], *, backoff_s: float) -> Path:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\ncommand = {json.dumps(command)}\n'
+        'stall_after_s = 2\nstop_grace_s = 2\nmin_free_gb = 0\n'
+        f'[watch]\ninterval_s = 0.5\nstore = "{tmp_path / "watch.sqlite3"}"\n'
+        # Only the recovery's own notifications: each restart and each give-up.
+        f'[notify]\nhold_s = 1\non = []\nurls = ["json://127.0.0.1:{port}/hook"]\n'
+        f'[recover]\non = ["CRASHED", "STALLED"]\nmax_restarts = 3\nbackoff_s = {backoff_s}\n')
+    return cfg
+
+
+def actions(tmp_path: Path) -> list[tuple[str, str, int]]:
+    path = tmp_path / "watch.sqlite3"
+    if not path.exists():
+        return []
+    with RecoveryLog(path, readonly=True) as rl:
+        return [(a.action, a.run_id, a.attempt) for a in rl.actions("p")]
+
+
+def wait_until(what, timeout: float, why):
+    deadline = time.monotonic() + timeout
+    while not (got := what()):
+        assert time.monotonic() < deadline, why()
+        time.sleep(0.2)
+    return got
+
+
+def states(tmp_path: Path) -> list[tuple[str, str]]:
+    with ChangeStore(tmp_path / "watch.sqlite3", readonly=True) as store:
+        return [(c.state, c.run_id) for c in store.changes("p")]
+
+
+def test_a_hang_is_stopped_and_resumed_once_across_a_sigkilled_watcher(tmp_path, http):
+    ckpt = tmp_path / "own-checkpoint"
+    cfg = write_config(tmp_path, http.port, [PY, str(PROGRAMS / "hang_once.py"), str(ckpt), "20", "6"],
+                       backoff_s=4)
+    a = start_watcher(tmp_path, cfg)
+    try:
+        res = cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight", "--json")
+        first = json.loads(res.stdout)["run_id"]
+        # STALLED at step 6, stopped by the watcher; killed before the backoff (4 s) is over.
+        wait_until(lambda: any(x[0] == "stopped" for x in actions(tmp_path)), 30,
+                   lambda: (actions(tmp_path), states(tmp_path)))
+        a.send_signal(signal.SIGKILL)
+        _, a_err = a.communicate(timeout=10)
+    finally:
+        a.kill()
+    assert actions(tmp_path) == [("planned", first, 1), ("stopped", first, 1)], a_err
+    assert ("STALLED", first) in states(tmp_path)
+
+    b = start_watcher(tmp_path, cfg)
+    try:
+        wait_until(lambda: states(tmp_path)[-1][0] == "FINISHED", 40, lambda: (states(tmp_path), actions(tmp_path)))
+    finally:
+        b.send_signal(signal.SIGTERM)
+        _, b_err = b.communicate(timeout=15)
+    assert b.returncode == 0, b_err
+    # One launch, the count kept: restart 1, not a new plan.
+    acts = actions(tmp_path)
+    assert [(x[0], x[2]) for x in acts] == [("planned", 1), ("stopped", 1), ("launching", 1), ("launched", 1)], acts
+    second = states(tmp_path)[-1][1]
+    assert ("STOPPED", first) in states(tmp_path)   # stopped by the watcher, not a person: resumed
+    assert second != first and [r for s, r in states(tmp_path) if s == "FINISHED"] == [second]
+    log = (tmp_path / "p" / "train.log").read_text()
+    assert "DFLASH_RESTART=1: starting at step 6" in log and "step 7 loss" in log and "finished 20 steps" in log
+    assert "step 1 loss" not in log
+    history = sorted(p.name for p in (tmp_path / "p" / "history").iterdir())
+    assert history == [first], history   # exactly one run before this one
+    assert "DFLASH_RESTART=0: starting at step 0" in (tmp_path / "p" / "history" / first / "train.log").read_text()
+    # From outside: goodput as scripted (20 steps of 0.2 s: 4 s of progress; 2 s of silence
+    # before the STALLED verdict), and the recovery armed with its one restart counted.
+    res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["recovery"] == {"state": "armed", "restarts": 1, "max_restarts": 3, "next_in_s": None, "reason": ""}
+    good = doc["goodput"]
+    assert abs(good["good_s"] - 4.0) <= 2.0, good
+    assert good["badput_s"]["stalled"] >= 1.0 and good["badput_s"]["down"] >= 3.5, good   # the backoff (4 s) is down time
+    assert abs(sum(good["badput_s"].values()) + good["good_s"] - good["wall_s"]) < 0.5, good
+    timeline = cli(tmp_path, "--config", str(cfg), "--timeline")
+    assert f"goodput {good['percent']:.0f} % of" in timeline.stdout, timeline.stdout
+    restarted = [json.loads(r.body) for r in http.requests if json.loads(r.body)["title"].startswith("dflash-tui: p restarted")]
+    assert [m["title"] for m in restarted] == ["dflash-tui: p restarted (1/3)"], titles(http)
+    body = restarted[0]["message"]
+    assert "restart 1/3 after STALLED: stuck at" in body and "hang_once.py" in body, body
+    assert f"run {second} relaunched with DFLASH_RESTART=1 (was run {first})" in body, body
+    assert "\nlost " in body and " stalled" in body, body
+
+
+def test_the_same_bug_every_time_gives_up_after_one_restart_notified_once(tmp_path, http):
+    before = len(http.requests)
+    cfg = write_config(tmp_path, http.port, [PY, str(PROGRAMS / "crash_after_steps.py"), "3"], backoff_s=1)
+    w = start_watcher(tmp_path, cfg)
+    try:
+        cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight")
+        wait_until(lambda: any(x[0] == "gave_up" for x in actions(tmp_path)), 40,
+                   lambda: (actions(tmp_path), states(tmp_path)))
+        time.sleep(2.5)   # past the hold and a backoff: anything else due would have gone out by now
+    finally:
+        w.send_signal(signal.SIGTERM)
+        _, err = w.communicate(timeout=15)
+    acts = actions(tmp_path)
+    assert [(x[0], x[2]) for x in acts] == [("planned", 1), ("launching", 1), ("launched", 1), ("gave_up", 1)], acts
+    crashed = [r for s, r in states(tmp_path) if s == "CRASHED"]
+    assert len(crashed) == 2 and crashed[0] != crashed[1]   # two attempts, no third
+    mine = [json.loads(r.body) for r in http.requests[before:]]
+    assert [m["title"] for m in mine] == ["dflash-tui: p restarted (1/3)", "dflash-tui: p recovery gave up"], mine
+    body = mine[1]["message"]
+    assert ("gave up after 1/3 restarts: the same failure came back with no progress: ValueError: shape mismatch"
+            in body), body
+    assert f"run {crashed[1]}" in body
+    res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
+    rec = json.loads(res.stdout)["recovery"]
+    assert rec["state"] == "gave_up" and rec["reason"].startswith("the same failure came back"), rec
+    text = cli(tmp_path, "--config", str(cfg), "--check").stdout
+    assert "gave up: the same failure came back with no progress" in text, text
