@@ -309,3 +309,19 @@ def test_one_writer_per_store_and_the_second_names_the_first(tmp_path):
     first = a_err.splitlines()[0]
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d{4} dflash-tui --watch: watching 2 profile", first), a_err
     assert "the built-in 'local' is not watched (add [profile.local] to" in first
+
+
+def test_a_store_whose_version_was_never_set_is_still_ours(tmp_path):
+    """Its table made, the watcher killed before the version was written: read, then completed."""
+    path = tmp_path / "s.db"
+    db = sqlite3.connect(path)
+    db.execute(_SCHEMA)
+    db.execute("INSERT INTO changes (profile, run_id, time, state, previous, cause, check_id, evidence) "
+               "VALUES ('p', 'r', ?, 'RUNNING', '', 'c', '', '{}')", (T,))
+    db.commit()
+    db.close()
+    with ChangeStore(path, readonly=True) as store:
+        assert [c.state for c in store.changes("p")] == ["RUNNING"]
+    with ChangeStore(path) as store:
+        assert store.count() == 1
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -132,10 +132,9 @@ class ChangeStore:
                 self._db = sqlite3.connect(sqlite_uri(self.path, "rwc"), uri=True, timeout=BUSY_TIMEOUT_S)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
-                if not self._check_schema():
-                    with self._db:
-                        self._db.executescript(_SCHEMA)
-                        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                self._check_schema()
+                # The table and its version in one transaction: a reader sees both or neither.
+                self._db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
             self._db.execute(f"SELECT {_COLUMNS} FROM changes LIMIT 1").fetchall()
         except StoreError:
             self._abandon()
@@ -159,7 +158,8 @@ class ChangeStore:
         if version == 0 and not tables:
             return False
         columns = [r[1] for r in self._db.execute("PRAGMA table_info(changes)")]
-        if version != SCHEMA_VERSION or columns != _COLUMNS.split(", "):
+        # Version 0 with this table: made by a dflash-tui that set the version apart from it.
+        if version not in (0, SCHEMA_VERSION) or columns != _COLUMNS.split(", "):
             raise StoreError(f"{self.path}: not a watch store (another schema: user_version {version}, "
                              f"{'no changes table' if not columns else 'other columns'}); {_MOVE_IT}")
         return True
