@@ -176,3 +176,48 @@ def test_install_service_keeps_a_path_with_newlines_one_argument(tmp_path):
     if analyze:   # systemd's own parser takes the unit as it is, the path as one argument
         check = subprocess.run([analyze, "verify", str(unit_path)], capture_output=True, text=True, timeout=60)
         assert check.returncode == 0 and "ExecStartPost" not in check.stderr, check.stderr
+
+
+def test_news_per_run_id_under_a_real_watcher(tmp_path, http):
+    """A run that finished before the watcher started is recorded, not notified; a relaunched run
+    that crashes again, within hold_s of its start, is notified again."""
+    store = tmp_path / "watch.sqlite3"
+
+    def config(name: str, command: list[str]) -> Path:
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(f'[profile.f]\nrun_dir = "{tmp_path / "f"}"\ncommand = {json.dumps(command)}\n'
+                       'stall_after_s = 2\nstop_grace_s = 2\nmin_free_gb = 0\n'
+                       f'[watch]\ninterval_s = 0.3\nstore = "{store}"\n'
+                       f'[notify]\nhold_s = 1\nurls = ["json://127.0.0.1:{http.port}/news"]\n')
+        return cfg
+
+    finishing = config("finishing", [PY, "-c", "print('step 1 loss 0.5')"])
+    crashing = config("crashing", [PY, str(PROGRAMS / "crash_after_steps.py"), "2"])
+    res = cli(tmp_path, "--config", str(finishing), "--launch", "--no-preflight", "--wait", "20")
+    assert res.returncode == 0 and "FINISHED" in res.stdout, res.stdout + res.stderr
+
+    def news() -> list[str]:
+        return [json.loads(r.body)["title"] for r in http.requests if r.path == "/news"]
+
+    w = start_watcher(tmp_path, finishing)
+    try:
+        deadline = time.monotonic() + 30
+        while not store.exists() or not ChangeStore(store, readonly=True).changes("f"):
+            assert time.monotonic() < deadline and w.poll() is None
+            time.sleep(0.1)
+        time.sleep(2.5)                                   # past hold_s: nothing is due
+        assert news() == []
+        for n in (1, 2):
+            res = cli(tmp_path, "--config", str(crashing), "--launch", "--no-preflight")
+            assert res.returncode in (0, 4), res.stdout + res.stderr
+            deadline = time.monotonic() + 30
+            while news().count("dflash-tui: f CRASHED") < n:
+                assert time.monotonic() < deadline, (n, news())
+                time.sleep(0.1)
+    finally:
+        w.send_signal(signal.SIGTERM)
+        _, err = w.communicate(timeout=15)
+    assert news() == ["dflash-tui: f CRASHED", "dflash-tui: f CRASHED"], err
+    with ChangeStore(store, readonly=True) as s:
+        runs = {c.run_id for c in s.changes("f") if c.state == "CRASHED"}
+    assert len(runs) == 2
