@@ -90,7 +90,7 @@ class Watcher:
             self._unrecorded[report.profile] = report
 
     def _heard(self, previous: RunReport | None, current: RunReport) -> None:
-        """RunWatch's change hook: a new verdict or a check in a new state."""
+        """RunWatch's change hook: a new verdict, a check in a new state, or another run."""
         self._record(current, previous)
 
     def _row_changed(self, report: RunReport | None) -> None:
