@@ -47,6 +47,11 @@ async def until(pilot, cond, timeout: float = 10.0) -> None:
         await pilot.pause(0.02)
 
 
+async def shown(pilot, app) -> None:
+    """Wait for the first report on screen, as a person sees the first frame before a key."""
+    await until(pilot, lambda: app.run_view.report is not None)
+
+
 def app_with(report=None, gpus=None, events=None, previous=None, **kw):
     src = R.ReplaySource(reports=[report or R.healthy()], gpus=gpus or [R.gpu_snapshot()],
                          logs={"train.log": R.train_log(), "events.jsonl": R.events() if events is None else events},
@@ -111,6 +116,7 @@ async def test_metrics_charts_overlay_the_previous_run_and_take_new_series():
     app, src = app_with(events=R.events() + extra, previous=prev)
     async with app.run_test(size=(120, 40)) as pilot:
         metrics = app.query_one(MetricsPane)
+        await shown(pilot, app)
         await pilot.press("4")
         await until(pilot, lambda: metrics.from_events and metrics.previous_id == "r-before")
         metrics.draw()
@@ -140,6 +146,7 @@ async def test_metrics_without_history_draw_one_line_per_chart():
     app, _ = app_with()
     async with app.run_test(size=(100, 32)) as pilot:
         metrics = app.query_one(MetricsPane)
+        await shown(pilot, app)
         await pilot.press("4")
         await until(pilot, lambda: metrics.from_events and app.query(MetricChart))
         metrics.draw()
@@ -155,6 +162,7 @@ async def test_eight_gpus_with_foreign_processes_fit_160x48():
     app, _ = app_with(gpus=hist)
     async with app.run_test(size=(160, 48)) as pilot:
         pane = app.query_one(GpuPane)
+        await shown(pilot, app)
         await pilot.press("3")
         await until(pilot, lambda: pane.snapshot is hist[-1])
         pane.draw()
@@ -205,6 +213,7 @@ async def test_eight_gpus_stay_legible_at_80x24():
     app, _ = app_with(gpus=hist)
     async with app.run_test(size=(80, 24)) as pilot:
         pane = app.query_one(GpuPane)
+        await shown(pilot, app)
         await pilot.press("3")
         await until(pilot, lambda: pane.snapshot is hist[-1])
         pane.draw()
@@ -345,6 +354,7 @@ async def test_footer_keys_are_separate_and_threads_keep_beat_at_80x24():
     app, _ = app_with()
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: app.run_view.report is not None)
+        await shown(pilot, app)
         await pilot.press("2")
         await pilot.pause()
         lines = screen_text(app).splitlines()
@@ -410,6 +420,7 @@ async def test_metrics_chart_the_progress_a_programs_own_log_shows():
     app, src = app_with(report=r1, events=[])
     async with app.run_test(size=(100, 32)) as pilot:
         metrics = app.query_one(MetricsPane)
+        await shown(pilot, app)
         await pilot.press("4")
         await until(pilot, lambda: metrics.last_step == 450)
         src.push_report(r2)

@@ -166,8 +166,10 @@ class RunScreen(Screen):
 
     def shown_pane(self) -> Pane | None:
         """The pane of the tab on screen."""
-        active = self.tabs.active
-        return next((p for p in self.panes if p.TITLE is not None and f"tab-{p.PANE_ID}" == active), None)
+        return self._pane_of_tab(self.tabs.active)
+
+    def _pane_of_tab(self, tab_id: str | None) -> Pane | None:
+        return next((p for p in self.panes if p.TITLE is not None and f"tab-{p.PANE_ID}" == tab_id), None)
 
     def _label_tabs(self) -> None:
         # At every report and GPU sample: the tab is looked up (a DOM query) only to change it.
@@ -192,7 +194,8 @@ class RunScreen(Screen):
         return old
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        shown = self.shown_pane()
+        # The event's own tab: by the time it is handled, another key may have moved `active` on.
+        shown = self._pane_of_tab(event.pane.id)
         if shown is not None and shown.STREAM == "events":
             self.streams.restart_metrics()
         else:
