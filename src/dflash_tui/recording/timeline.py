@@ -63,11 +63,14 @@ def _evidence_words(c: VerdictChange) -> str:
     return ", ".join(bits)
 
 
-def render_text(profile: str, all_bands: Sequence[Band], store: str) -> str:
+def render_text(profile: str, all_bands: Sequence[Band], store: str, skipped: int = 0) -> str:
+    """`skipped`: the store's damaged rows left out (said, so a gap is not read as calm)."""
+    damaged = f" · {skipped} damaged rows skipped" if skipped else ""
     if not all_bands:
-        return (f"{profile}: no changes recorded in {store}; start the watcher "
+        return (f"{profile}: no changes recorded in {store}{damaged}; start the watcher "
                 "(dflash-tui --watch) to record them")
-    lines = [f"{profile} · {len(all_bands)} changes recorded since {_clock(all_bands[0].start)} · {store}"]
+    lines = [f"{profile} · {len(all_bands)} changes recorded since {_clock(all_bands[0].start)} · {store}"
+             + damaged]
     for run_id, group in runs(all_bands):
         lines.append(f"run {run_id or '(no launch.json)'}")
         for b in group:
@@ -92,5 +95,5 @@ def band_json(b: Band) -> dict[str, Any]:
                          "pid": e.pid, "exit_code": e.exit_code}}
 
 
-def timeline_json(profile: str, all_bands: Sequence[Band], store: str) -> dict[str, Any]:
-    return {"profile": profile, "store": store, "bands": [band_json(b) for b in all_bands]}
+def timeline_json(profile: str, all_bands: Sequence[Band], store: str, skipped: int = 0) -> dict[str, Any]:
+    return {"profile": profile, "store": store, "skipped": skipped, "bands": [band_json(b) for b in all_bands]}
