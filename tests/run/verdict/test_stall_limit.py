@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from dflash_tui.contract.rundir import ProbeReport, ProbeThread
-from dflash_tui.run.evidence.pace import Pace
+from dflash_tui.contract.rundir import EventKind, ProbeReport, ProbeThread, make_event, to_json
+from dflash_tui.run.evidence.pace import Pace, step_times
 from dflash_tui.run.stacks.pauses import pause_in
 from dflash_tui.run.verdict.checklist import CheckState, Verdict
 from dflash_tui.run.verdict.combine import combine
@@ -156,3 +156,17 @@ def test_a_run_of_nodes_stalls_at_the_limit_of_the_node_that_trips_first():
     b.report.checklist.stall_limit_s, b.report.checklist.stall_limit_why = 12.0, "12 s: 5x its slowest step of 2.4 s"
     cl = combine([a, b]).checklist()
     assert (cl.stall_limit_s, cl.stall_limit_why) == (12.0, "node gpu2: 12 s: 5x its slowest step of 2.4 s")
+
+
+def test_a_first_look_takes_the_pace_of_the_step_events_it_reads():
+    lines = [to_json(make_event(EventKind.STEP, 1000.0 + 2 * i, step=i, loss=1.0)) for i in range(12)]
+    data = ("cut-off tail of a line}\n" + "\n".join(lines) + '\n{"v": 1, "kind": "st').encode()
+    assert step_times(data) == [1000.0 + 2 * i for i in range(12)]
+    assert learned_limit(pace_of(step_times(data)), 60).words() == "10 s: 5x its slowest step of 2.0 s"
+
+
+def pace_of(times):
+    pace = Pace()
+    for t in times:
+        pace.saw(t)
+    return pace.intervals

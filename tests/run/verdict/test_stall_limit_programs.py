@@ -5,13 +5,17 @@
   (the fixed limit said it 61 s after).
 - A loop that evaluates for 5x its step time and saves a checkpoint (real torch.save, through a
   slow file) for 10x: never STALLED, though both pauses outlast the learned limit.
-- Progress bars and print loops: RUNNING well past their learned limit.
-Each is watched by one Session (its ProgressTracker: the pace across looks) about every second.
+- Progress bars and print loops, and the bundled trainer with its evaluations and checkpoints:
+  RUNNING well past their learned limit.
+Each is watched by one Session (its ProgressTracker: the pace across looks) about every second;
+a one-shot `--check` learns the pace from the step events' own times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -22,6 +26,7 @@ from dflash_tui.config import LOCAL_TRAIN_ARGS, Profile
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.run.verdict.stall_limit import learned_limit
 from tests.support.ports import free_port
+from tests.test_cli_modes import cli, write_config
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -144,3 +149,27 @@ async def test_the_bundled_trainer_with_its_evals_and_checkpoints_runs_past_its_
     # its evaluations and checkpoints came by while the limit was learned
     assert {"evaluating", "checkpointing"} <= {phase for *_, phase in looks} or any(
         "trainer's phase" in why for _, _, why, _, _ in looks), sorted({p for *_, p in looks})
+
+
+def test_a_one_shot_check_learns_the_pace_from_the_step_events(tmp_path):
+    """`--check --json`, one look each time: the step events' own times give the pace."""
+    run = tmp_path / "probe-steps"
+    cfg = write_config(tmp_path, p={"run_dir": str(run), "command": [PY, str(PROGRAMS / "probe_steps_then_hang.py"), "14", "1.0"],
+                                    "stall_after_s": 60, "stop_grace_s": 2, "min_free_gb": 0})
+    res = cli(tmp_path, "--config", str(cfg), "--launch", "--json", "--no-preflight", timeout=120)
+    assert res.returncode in (0, 4), res.stdout + res.stderr
+    seen = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            out = json.loads(cli(tmp_path, "--config", str(cfg), "--check", "--json", timeout=60).stdout)
+            seen.append((round(time.monotonic() - deadline + 120), out["verdict"], out["stall_limit_s"], out["summary"]))
+            if out["verdict"] == "STALLED":
+                break
+            time.sleep(1.0)
+        verdict, limit, summary = seen[-1][1:]
+        assert verdict == "STALLED" and limit == 10.0, seen[-4:]
+        assert "STALLED after 1" in summary and "x its slowest step of 1.0 s" in summary, summary
+        assert int(re.search(r"STALLED after (\d+) s", summary).group(1)) <= 15, summary
+    finally:
+        cli(tmp_path, "--config", str(cfg), "--stop", timeout=60)

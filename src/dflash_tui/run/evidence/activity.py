@@ -34,7 +34,7 @@ from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from ..eager import gather_eager
 from ..stacks.records import StackDump
 from .progress import LogProgress, ProgressParser
-from .pace import Pace
+from .pace import Pace, step_times
 from ..stacks.pauses import known_pause
 from .memory import LookMemory
 from .recent_reads import RecentReads
@@ -307,6 +307,9 @@ class ProgressTracker:
             if p.records > before_records:
                 self._step_at, self._step_source = log.mtime, "log"
         if ev_data:
+            if self.samples == 0:   # a first look: the pace its window of step events shows
+                for t in step_times(ev_data):
+                    self._pace.saw(t)
             self._events_fed(ev_data)
         # -- the pace (learned stall limit): the newest progress this look saw ------------------
         self._pace.saw(max((t for t in (self._step_at, self._ev_step_at) if t is not None), default=None))

@@ -9,11 +9,17 @@ the slowest step in between, so a coarse look can only make the learned limit lo
 An interval during which a look saw a known pause (an evaluation, a checkpoint save:
 run/stacks/pauses.py) is not the steps' pace: it is left out, as the pause keeps its own limit
 (nvidia-resiliency-ext learns its sections' timeouts apart in the same way).
+
+A first look (a one-shot `--check`) has no look before it; it takes the pace the step events
+of events.jsonl's newest window show, each at its own time (`step_times`), pauses included,
+which can only make the limit longer.
 """
 
 from __future__ import annotations
 
 import collections
+
+from ...contract.rundir import EventKind, SchemaError, parse_event
 
 # How many of the newest intervals the pace keeps: "recent" for the learned limit.
 RECENT = 100
@@ -44,3 +50,19 @@ class Pace:
     @property
     def intervals(self) -> tuple[float, ...]:
         return tuple(self._intervals)
+
+
+def step_times(data: bytes) -> list[float]:
+    """The times of the step events in a window of events.jsonl, oldest first (a line cut at
+    either end, or not a valid event, is skipped)."""
+    times = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        if '"step"' not in line:
+            continue
+        try:
+            e = parse_event(line.strip())
+        except SchemaError:
+            continue
+        if e.get("kind") == EventKind.STEP.value:
+            times.append(e["time"])
+    return sorted(times)
