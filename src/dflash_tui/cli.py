@@ -41,7 +41,8 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from . import __version__
-from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
+from .backends import load_config
+from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
 from .recording.outside import check_extras
@@ -214,7 +215,8 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                 "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
                 "target": profile.where(), "exit_code": exit_code_of(report),
-                **({"slurm": d["slurm"]} if "slurm" in d else {}), **extra}   # a Slurm run's job
+                **({s.name: s.facts} if (s := report.checklist.scheduler) is not None else {}),
+                **extra}   # a scheduler's job, under the scheduler's name
     nodes = []
     for n in report.nodes:
         r = n.report

@@ -16,15 +16,15 @@ import functools
 import posixpath
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, PROBE_DIR,
-                                 STATUS_JSON, STOP_JSON, TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord,
+                                 STATUS_JSON, STOP_JSON, TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord,
                                  TrainStatus, inert_text, parse_exit, parse_launch, parse_status, parse_stop,
                                  rank_file)
 
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
-from ...slurm.job import SlurmJob
 from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, ProgressTracker
 from ..attempts import LaunchAttempt
 from ..eager import gather_eager
@@ -69,12 +69,9 @@ class Evidence:
     probes: list[ProbeReport] = field(default_factory=list)
     # Stacks of processes whose reports went stale, collectives per rank, the first failure.
     hang: HangEvidence = field(default_factory=HangEvidence)
-    # A run under Slurm (backends/slurm.py fills these): slurm.json, the job as the scheduler
-    # describes it now, and the tail of the job's own stdout/stderr (slurm.out).
-    slurm: SlurmJobRecord | None = None
-    slurm_problem: str | None = None
-    job: SlurmJob | None = None
-    slurm_out: str = ""
+    # What a scheduler's backend observed beside the run dir (backends/<name>/: Slurm's job),
+    # opaque here: only that backend's `observe` fills it and its `judge` reads it.
+    scheduler: Any = None
 
     def path(self, name: str) -> str:
         return _joined(self.run_dir, name)

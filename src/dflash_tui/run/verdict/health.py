@@ -21,7 +21,6 @@ from .checks import (DISK_HINT, cpu_check, cpu_words, disk_check, gpus_check, la
 from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
 from ..stacks.classify import ThreadClass
 from ..evidence.observe import Evidence, current_run_id, process_matches
-from .slurm_job import judge as judge_slurm_job
 from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
 from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
@@ -95,8 +94,6 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
     a failing "disk" check and the first words of a failing verdict's summary.
     """
-    if ev.job is not None:   # a Slurm job: its states beside the evidence (run/verdict/slurm_job.py)
-        return judge_slurm_job(ev, lambda plain: evaluate(replace(plain, job=None), limits))
     return _with_bad_files(_judge(ev, limits), ev)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..contract.rundir import inert_text
+from ...contract.rundir import inert_text
 
 # squeue's format: id, state, reason, node list, partition, start time, time limit, time used.
 SQUEUE_FORMAT = "%i|%T|%r|%N|%P|%S|%l|%M"
