@@ -16,9 +16,11 @@ from typing import Any
 from ..fleet.row import UNREACHABLE
 from ..run.verdict.report import RunReport
 from ..run.verdict.checklist import Checklist, CheckState
+from ..run.verdict.rank_groups import odd_ones_out
 
 TRACEBACK_LINES = 6          # the last lines of a traceback a change keeps
 TEXT_LIMIT = 400             # any one text field, after `inert`
+RANK_GROUPS_KEPT = 4         # the odd-one-out rank groups a STALLED change keeps
 
 _SEVERITY = {CheckState.FAIL: 0, CheckState.WARN: 1, CheckState.PENDING: 2, CheckState.OK: 3}
 
@@ -47,6 +49,9 @@ class Evidence:
     traceback: tuple[str, ...] = ()       # the last lines of the last traceback in the log
     pid: int | None = None
     exit_code: int | None = None
+    # a stalled run of several ranks: where its ranks differ, the odd ones out first
+    # ("rank 7: lock Queue.get (data.py:40)")
+    ranks: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         d = {k: v for k, v in asdict(self).items() if v not in (None, "", ())}
@@ -56,6 +61,7 @@ class Evidence:
     def from_json(cls, text: str) -> "Evidence":
         d: dict[str, Any] = json.loads(text or "{}")
         d["traceback"] = tuple(d.get("traceback", ()))
+        d["ranks"] = tuple(d.get("ranks", ()))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
@@ -112,7 +118,9 @@ def evidence_of(report: RunReport) -> Evidence:
         stuck_at=stuck_at(report) if verdict == "STALLED" else "",
         traceback=tuple(inert(line, 200) for line in tb),
         pid=report.launch.pid if report.launch is not None else None,
-        exit_code=report.exit.exit_code if report.exit is not None else None)
+        exit_code=report.exit.exit_code if report.exit is not None else None,
+        ranks=tuple(inert(g.words(), 200) for g in odd_ones_out(report.checklist.rank_groups)[:RANK_GROUPS_KEPT])
+        if verdict == "STALLED" else ())
 
 
 def change_of(report: RunReport, *, previous: str, before: Checklist | None, now: float) -> VerdictChange:

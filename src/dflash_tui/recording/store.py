@@ -65,7 +65,8 @@ def _row(r: tuple) -> VerdictChange:
     except (ValueError, TypeError):   # a row damaged outside the watcher: its words still count
         ev = Evidence()
     ev = replace(ev, rate_unit=inert(ev.rate_unit, 20), stuck_at=inert(ev.stuck_at, 200),
-                 traceback=tuple(inert(line, 200) for line in ev.traceback))
+                 traceback=tuple(inert(line, 200) for line in ev.traceback),
+                 ranks=tuple(inert(str(w), 200) for w in ev.ranks))
     return VerdictChange(id=r[0], profile=inert(r[1], 80), run_id=inert(r[2], 80), time=r[3],
                          state=inert(r[4], 20), previous=inert(r[5], 20), cause=inert(r[6]),
                          check=inert(r[7], 40), evidence=ev)

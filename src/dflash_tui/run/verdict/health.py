@@ -175,7 +175,16 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
         stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
-    return cl.with_parts(threads=out, rank_groups=group_ranks(out))
+    return cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
+
+
+def _nodes_of(threads: list[ThreadHealth], ev: Evidence) -> list[str] | None:
+    """Each thread's node as its process's report names it, when the run dir holds reports from
+    more than one node (a job on several nodes writing to a shared run dir); else None."""
+    node = {p.pid: p.node for p in ev.probes}
+    if len({n for n in node.values() if n}) < 2:
+        return None
+    return [node.get(t.pid, "") if t.pid is not None else "" for t in threads]
 
 
 def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check], limits: Limits) -> Checklist:
