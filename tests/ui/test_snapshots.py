@@ -148,3 +148,17 @@ def test_crashed_80x24_no_color(snap_compare, monkeypatch):
 
 def test_help_80x24(snap_compare):
     assert snap_compare(app_for(R.healthy()), terminal_size=(80, 24), run_before=settled("question_mark"))
+
+
+# -- many ranks ---------------------------------------------------------------------------------
+
+def test_ranks_stalled_1024_80x24(snap_compare):
+    assert snap_compare(app_for(R.ranks(1024, stuck=777)), terminal_size=(80, 24), run_before=settled("5"))
+
+
+def test_ranks_straggler_160x48(snap_compare):
+    assert snap_compare(app_for(R.ranks(64, slow=9)), terminal_size=(160, 48), run_before=settled("5"))
+
+
+def test_threads_rank_groups_expanded_160x48(snap_compare):
+    assert snap_compare(app_for(R.ranks(64, stuck=7)), terminal_size=(160, 48), run_before=settled("2", "x"))

@@ -24,6 +24,7 @@ from ..evidence.observe import Evidence, current_run_id, process_matches
 from .slurm_job import judge as judge_slurm_job
 from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
+from .stragglers import paces, stragglers, with_stragglers
 from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -175,7 +176,10 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
         stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
-    return cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
+    cl = cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
+    return with_stragglers(cl, stragglers(paces(((("", p) for p in ev.probes)),
+                                              {("", pid): w for pid, w in (ev.activity.waits.items()
+                                                                           if ev.activity is not None else ())})))
 
 
 def _nodes_of(threads: list[ThreadHealth], ev: Evidence) -> list[str] | None:

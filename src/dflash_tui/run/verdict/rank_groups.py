@@ -59,3 +59,13 @@ def odd_ones_out(groups: Iterable[RankGroup]) -> list[RankGroup]:
     groups = list(groups)
     every = len({r for g in groups for r in g.ranks})
     return [g for g in groups if len(g.ranks) < every]
+
+
+def rank_numbers(procs: Iterable[tuple[int, int | None]]) -> dict[int, int]:
+    """pid -> rank for the processes (pid, rank from its environment) of one run, by the rule
+    `group_ranks` numbers threads with: the environment's rank; in a run with no rank at all,
+    the order of the pids; a process without one beside ranked ones (the launcher) is none."""
+    procs = list(procs)
+    if any(r is not None for _, r in procs):
+        return {pid: r for pid, r in procs if r is not None}
+    return {pid: n for n, pid in enumerate(sorted({pid for pid, _ in procs}))}
