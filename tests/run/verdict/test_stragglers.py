@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
+import time
+from pathlib import Path
 
+from dflash_tui.config import Profile
 from dflash_tui.contract.rundir import ProbeReport
 from dflash_tui.run.evidence.activity import WaitShare
 from dflash_tui.run.verdict.stragglers import MIN_SAMPLES, RankPace, paces, stragglers
 from tests.support import scenarios as R
+from tests.support.ports import free_port
+
+PROGRAM = Path(__file__).resolve().parents[2] / "programs" / "gloo_straggler.py"
 
 
 def test_the_rank_the_others_wait_for_is_named_with_its_node():
@@ -50,3 +58,26 @@ def test_the_engine_names_the_straggler_while_running_and_check_json_carries_it(
     assert d["stragglers"][0]["rank"] == 9 and d["stragglers"][0]["node"] == "h2"
     # a stalled run names its odd rank in the groups, never a straggler
     assert R.ranks(64, stuck=7).checklist.stragglers == []
+
+
+async def test_four_gloo_ranks_one_slower_by_0_6_s_a_step_is_named_while_running(sessions, tmp_path):
+    """torchrun with 4 gloo ranks on CPU, rank 1 working 0.6 s a step more: the real probe's stacks
+    show the others waiting in all_reduce; the engine names rank 1 while the run is RUNNING."""
+    command = (sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=4",
+               f"--master-port={free_port()}", str(PROGRAM), "0.2", "0.6", "1")
+    s = sessions(Profile(name="straggler", run_dir=str(tmp_path / "straggler"), python=sys.executable,
+                         command=command, stop_grace_s=2.0, min_free_gb=0.0))
+    await s.launch(preflight=False)
+    deadline = time.monotonic() + 55
+    checklist = None
+    while time.monotonic() < deadline:
+        _, checklist = await s.check()
+        if checklist.stragglers:
+            break
+        await asyncio.sleep(1.0)
+    assert checklist is not None and checklist.stragglers, (checklist.verdict, checklist.summary,
+                                                            [c.cause for c in checklist.checks])
+    assert checklist.verdict.value == "RUNNING"
+    assert [s.rank for s in checklist.stragglers] == [1], checklist.stragglers
+    assert "the other ranks wait for it in all_reduce" in checklist.stragglers[0].why
+    assert next(c for c in checklist.checks if c.id == "stragglers").state.value == "warn"
