@@ -18,7 +18,7 @@ balanced run. Pure.
 
 from __future__ import annotations
 
-import statistics
+import bisect
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -79,15 +79,22 @@ def stragglers(ranks: list[RankPace]) -> list[Straggler]:
     sampled = [r for r in ranks if r.samples >= MIN_SAMPLES]
     if len(sampled) >= 2:
         best = min(1.0 - r.share for r in sampled)        # the rank that waits the most works the least
+        shares = sorted(r.share for r in sampled)         # the others' median, without a copy per rank
+        doings = Counter(r.doing for r in sampled if r.doing)
         for r in sampled:
-            others = [o for o in sampled if o.rank != r.rank]
-            others_wait = statistics.median(o.share for o in others)
             work = 1.0 - r.share
             score = best / work if work > 0 else 1.0
-            if score < THRESHOLD and others_wait - r.share >= MIN_GAP:
-                doing = Counter(o.doing for o in others if o.doing).most_common(1)
-                where = f" in {doing[0][0]}" if doing else " in collectives"
-                name(r, score, f"the other ranks wait for it{where} {others_wait * 100:.0f} % of the time")
+            if score >= THRESHOLD:
+                continue
+            others_wait = _median_without(shares, bisect.bisect_left(shares, r.share))
+            if others_wait - r.share < MIN_GAP:
+                continue
+            others_doing = doings.copy()
+            if r.doing:
+                others_doing[r.doing] -= 1
+            doing = [d for d, n in others_doing.most_common(1) if n > 0]
+            where = f" in {doing[0]}" if doing else " in collectives"
+            name(r, score, f"the other ranks wait for it{where} {others_wait * 100:.0f} % of the time")
     timed = [r for r in ranks if r.step_time is not None and r.step_time > 0]
     if len(timed) >= 2:
         best_t = min(r.step_time for r in timed)
@@ -100,6 +107,15 @@ def stragglers(ranks: list[RankPace]) -> list[Straggler]:
         who = f"rank {r.rank}" + (f" (node {r.node})" if r.node else "")
         out.append(Straggler(r.rank, r.node, f"{who} is slow: {'; '.join(whys)}"))
     return out
+
+
+def _median_without(values: list[float], i: int) -> float:
+    """The median of sorted `values` without its element at index `i`."""
+    n = len(values) - 1
+
+    def at(k: int) -> float:
+        return values[k if k < i else k + 1]
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
 STRAGGLER_HINT = "the other ranks wait for it every step: look at its node (CPU, GPU clocks and power, data loading)"
