@@ -10,7 +10,9 @@ Two registers:
 
 from __future__ import annotations
 
+import difflib
 import signal as _signal
+from typing import Iterable
 
 NA = "n/a"
 
@@ -89,3 +91,28 @@ def one_line(text: str | None, limit: int = 160) -> str:
         return ""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def did_you_mean(word: object, known: Iterable[str]) -> str:
+    """"; did you mean 'command'?" where `word` (a misspelt key or name) is close to one of
+    `known`, else "". A word longer than any real key is not compared (no quadratic work on a
+    hostile one)."""
+    if not isinstance(word, str) or not word or len(word) > 64:
+        return ""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def progress(step: int | None, total: int | None = None, loss: float | None = None, rate: float | None = None,
+             rate_unit: str = "", epoch: float | None = None) -> str:
+    """ "step 120/1000, loss 2.31, 3.2 it/s"; a step counted within an epoch (Lightning's bar)
+    says its epoch: "epoch 2, 51/64". What is not known is left out; "" when nothing is."""
+    parts = []
+    if step is not None:
+        n = f"{step}" + (f"/{total}" if total else "")
+        parts.append(f"epoch {epoch:g}, {n}" if epoch is not None else f"step {n}")
+    if loss is not None:
+        parts.append(f"loss {loss:.4g}")
+    if rate is not None:
+        parts.append(f"{rate:.3g} {rate_unit}".strip())
+    return ", ".join(parts)

@@ -240,7 +240,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         (st,) = await ops.stat([ev.path(EXIT_JSON)])
         if st.exists:
             ev.files[EXIT_JSON] = st
-            ev.exit, ev.exit_problem = await _read_record(ops, ev, EXIT_JSON, parse_exit)
+            ev.exit, ev.exit_problem = await _read_record(ops, ev, EXIT_JSON, parse_exit, memory)
             if ev.exit is not None and run_id is not None and ev.exit.run_id != run_id:
                 ev.exit = None
     if ev.exists(TRAIN_LOG) and not ev.files[TRAIN_LOG].is_dir and (wrapper_gone or ev.exit is not None):
@@ -279,13 +279,14 @@ async def _gather_distributed(ops: RemoteOps, ev: Evidence, memory: LookMemory) 
     (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await gather_eager(
         gather_collectives(ops, ev.run_dir, listing, ev.probes, memory),
         gather_root_cause(ops, ev.run_dir, listing, ev.probes, memory))
-    ev.hang.problems.extend(fr_problems + err_problems)
+    ev.hang.bad_files.extend(fr_problems + err_problems)
 
 
 async def _gather_hang(ops: RemoteOps, ev: Evidence, memory: LookMemory) -> None:
     """Stacks of the processes whose probe reports went stale (only while the run lives)."""
     ev.hang.stack_dumps, problems = await gather_stack_dumps(ops, ev.run_dir, ev.probes, ev.now, memory)
     ev.hang.problems.extend(problems)
+    ev.hang.bad_files.extend(d.problem for d in ev.hang.stack_dumps.values() if d.problem)
 
 
 # How often a one-shot look waits another half CPU_WINDOW_S for fresh probe reports.

@@ -12,7 +12,7 @@ import re
 from ...contract.rundir import LAUNCH_OUT, TRAIN_LOG, LaunchRecord
 from .gpu_check import CHECK_ID as GPU_CHECK_ID, LABEL as GPU_LABEL, gpu_check_for_status
 from ...gpu.sample import GpuSnapshot
-from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, size
+from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, progress, size
 from ..evidence.activity import Activity
 from ..attempts import LaunchAttempt
 from .hang import STALE_AFTER_S, Hang, ThreadView, idle_worker
@@ -152,15 +152,7 @@ def progress_words(ev: Evidence) -> str:
     act = ev.activity
     if act is None or act.step is None and act.step_at is None:
         return ""
-    parts = []
-    if act.step is not None:
-        n = f"{act.step}" + (f"/{act.total}" if act.total else "")
-        parts.append(f"epoch {act.step_epoch:g}, {n}" if act.step_epoch is not None else f"step {n}")
-    if act.loss is not None:
-        parts.append(f"loss {act.loss:.4g}")
-    if act.rate is not None:
-        parts.append(f"{act.rate:.3g} {act.rate_unit}")
-    return _one_line(", ".join(parts))
+    return _one_line(progress(act.step, act.total, act.loss, act.rate, act.rate_unit, act.step_epoch))
 
 
 def silence_words(ev: Evidence, silent_for: float, heartbeat: str = "") -> str:
@@ -201,7 +193,7 @@ def probe_check(ev: Evidence, limits_stall_s: float) -> Check | None:
     if silent:
         cause += "; silent: " + ", ".join(f"pid {p.pid} ({_age(ev.now, p.time)})" for p in silent[:4])
         return Check("probe", "Probe heartbeats", WARN, cause,
-                     "a process that runs no Python (a C call holding the GIL) or died: see the Threads pane",
+                     "a process that runs no Python (a C call holding the GIL), or one that died",
                      newest)
     return Check("probe", "Probe heartbeats", OK, cause, "", newest)
 
@@ -219,7 +211,7 @@ def stacks_check(ev: Evidence, views: list[ThreadView], hang: Hang | None, stall
     cause = f"{len(views)} thread(s) in {procs} process(es): {what}"
     if stalled and hang is not None:
         return Check("stacks", "Stacks (where the threads are)", FAIL, _one_line(hang.words, 300),
-                     "the named thread is where the run stopped: see the Threads pane", hang.since)
+                     "the named thread is where the run stopped: what it waits on (a peer, a lock, I/O) holds the run", hang.since)
     return Check("stacks", "Stacks (where the threads are)", OK, _one_line(cause, 300))
 
 
