@@ -211,7 +211,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
     launch = report.launch
     if not report.nodes:
         return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
-                "rank_groups": d["rank_groups"],
+                "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
                 "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
                 "target": profile.where(), "exit_code": exit_code_of(report),
@@ -225,8 +225,8 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                       "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
                       "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
     return {"verdict": d["verdict"], "summary": d["summary"],
-            "checks": [c for c in d["checks"] if c["id"].startswith("node:")],
-            "rank_groups": d["rank_groups"],
+            "checks": [c for c in d["checks"] if c["id"].startswith("node:") or c["id"] == "stragglers"],
+            "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
             "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],
             "profile": profile.name, "target": profile.where(), "run_dir": profile.run_dir,
             "exit_code": exit_code_of(report), **extra}

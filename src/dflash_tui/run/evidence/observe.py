@@ -213,8 +213,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status_problem = f"{status_name} belongs to run {ev.status.run_id}"
             ev.status = None
 
-    ev.probes = await gather_probes(ops, run_dir, run_id)
-    memory.reports = list(ev.probes.read)
+    ev.probes = await gather_probes(ops, run_dir, run_id, memory)
     await _gather_distributed(ops, ev, memory)
     if ev.launch is not None:
         memory.pid = ev.launch.pid
@@ -299,14 +298,14 @@ async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTrack
         t0 = time.monotonic()
         await asyncio.sleep(CPU_WINDOW_S)
         tree, probes = await asyncio.gather(ops.proc_tree(ev.launch.pid, run_dir=ev.run_dir),
-                                            gather_probes(ops, ev.run_dir, current_run_id(ev)))
+                                            gather_probes(ops, ev.run_dir, current_run_id(ev), tracker.looks))
         before = {p.pid: p.seq for p in ev.probes if not p.ended and ev.now - p.time <= 2 * CPU_WINDOW_S}
         for _ in range(_REPORT_RETRIES):
             # A report the probe has not rewritten yet says nothing new: look once more.
-            if all(p.seq != before[p.pid] for p in probes if p.pid in before):
+            if all(p.seq != before[p.pid] for p in probes if p.pid in before and p.pid in probes.fresh):
                 break
             await asyncio.sleep(CPU_WINDOW_S / 2)
-            probes = await gather_probes(ops, ev.run_dir, current_run_id(ev))
+            probes = await gather_probes(ops, ev.run_dir, current_run_id(ev), tracker.looks)
         later = ev.now + (time.monotonic() - t0)
         tracker.sample_cpu(later, tree)
         tracker.sample_stacks(probes, ev.hang.stack_dumps)

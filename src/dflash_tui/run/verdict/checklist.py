@@ -191,6 +191,17 @@ class SchedulerFacts:
     headline: tuple[tuple[str, str], ...] = ()  # (label, value) the header shows, in order
 
 
+@dataclass(frozen=True)
+class Straggler:
+    """A rank the others wait for, while the run is healthy (run/verdict/stragglers.py)."""
+    rank: int
+    node: str
+    why: str     # "rank 1 (node h2) is slow: the other ranks wait for it in all_reduce 55 % of the time"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "why": _inert(self.why)}
+
+
 @dataclass
 class Checklist:
     verdict: Verdict
@@ -204,12 +215,15 @@ class Checklist:
     # The probed threads of a run of several ranks grouped by where they stand, odd ones out
     # first (run/verdict/rank_groups.py); empty for a run of one rank.
     rank_groups: list[RankGroup] = field(default_factory=list)
+    # The ranks the others wait for, the slowest first (run/verdict/stragglers.py); only while RUNNING.
+    stragglers: list[Straggler] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.summary = _inert(self.summary)
 
     def with_parts(self, *, checks: list[Check] | None = None, threads: list[ThreadHealth] | None = None,
-                   rank_groups: list[RankGroup] | None = None) -> "Checklist":
+                   rank_groups: list[RankGroup] | None = None,
+                   stragglers: list[Straggler] | None = None) -> "Checklist":
         """This checklist with other checks or threads (each made inert when it was made): a
         copy that keeps the summary already made inert (`replace` would make it inert again, on
         every look, twice)."""
@@ -221,6 +235,8 @@ class Checklist:
             other.threads = threads
         if rank_groups is not None:
             other.rank_groups = rank_groups
+        if stragglers is not None:
+            other.stragglers = stragglers
         return other
 
     def thread(self, name: str) -> ThreadHealth | None:
@@ -231,4 +247,5 @@ class Checklist:
                 "checks": [c.to_dict() for c in self.checks],
                 "threads": [t.to_dict() for t in self.threads],
                 "rank_groups": [g.to_dict() for g in self.rank_groups],
+                "stragglers": [s.to_dict() for s in self.stragglers],
                 **({self.scheduler.name: self.scheduler.facts} if self.scheduler is not None else {})}

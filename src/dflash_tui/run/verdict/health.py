@@ -23,6 +23,7 @@ from ..stacks.classify import ThreadClass
 from ..evidence.observe import Evidence, current_run_id, process_matches
 from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
+from .stragglers import paces, stragglers, with_stragglers
 from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -188,7 +189,19 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
         stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
-    return cl.with_parts(threads=out, rank_groups=group_ranks(out))
+    cl = cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
+    return with_stragglers(cl, stragglers(paces(((("", p) for p in ev.probes)),
+                                              {("", pid): w for pid, w in (ev.activity.waits.items()
+                                                                           if ev.activity is not None else ())})))
+
+
+def _nodes_of(threads: list[ThreadHealth], ev: Evidence) -> list[str] | None:
+    """Each thread's node as its process's report names it, when the run dir holds reports from
+    more than one node (a job on several nodes writing to a shared run dir); else None."""
+    node = {p.pid: p.node for p in ev.probes}
+    if len({n for n in node.values() if n}) < 2:
+        return None
+    return [node.get(t.pid, "") if t.pid is not None else "" for t in threads]
 
 
 def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check], limits: Limits) -> Checklist:
