@@ -350,7 +350,7 @@ async def _canary_mode(args, profile: Profile, watch: RunWatch) -> int:
     return code
 
 
-async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
+async def _check_all_mode(args, config: Config, profiles: Sequence[Profile]) -> int:
     """--check --all: each profile as --check would print it, all at once; the worst exit code."""
     results = await check_all(profiles, lambda watch: _check_until(watch, args.wait))
     objects, lines = [], []
@@ -364,7 +364,8 @@ async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
             lines.append(f"{p.name:<{width}}  {word:<13}  {p.where()}  {r.error}")
             continue
         cl = r.value.checklist
-        objects.append(report_json(p, r.value))
+        extra, _ = check_extras(config, p, r.value)   # the watcher's view, as --check shows it
+        objects.append(report_json(p, r.value, **extra))
         lines.append(f"{p.name:<{width}}  {cl.verdict.value:<13}  {p.where()}  {cl.summary}")
     print(json.dumps(objects) if args.json else "\n".join(lines))
     return worst_exit_code([o["exit_code"] for o in objects])
@@ -408,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.all:
             if not args.check or args.profile:
                 raise ConfigError("--all goes with --check (and not with --profile)")
-            return asyncio.run(_check_all_mode(args, config.file_profiles()))
+            return asyncio.run(_check_all_mode(args, config, config.file_profiles()))
         if args.resume and not (args.launch or args.relaunch):
             raise ConfigError("--resume goes with --launch or --relaunch")
         no_mode = not (args.check or args.launch or args.relaunch or args.stop or args.canary)
