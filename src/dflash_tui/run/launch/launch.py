@@ -24,16 +24,16 @@ from ...remote.base import CommandResult, CommandTimeout, Target
 from ...remote.ops import RemoteOps
 from ..attempts import LaunchAttempt
 from .claim import ClaimRefused, take_claim
-from ..verdict.health import Limits, evaluate
+from ..verdict.health import Limits
 from .launcher import Launcher
 from ..evidence.observe import Evidence
-from .preflight import PER_RUN_FILES, PreflightResult
+from .preflight import PreflightResult
 from .probe_install import install_probe
 from .stop import StopResult
 from ..verdict.checklist import Check, CheckState, Checklist, Verdict
 from ..wrapper import new_run_id, render_wrapper
 
-# The files that describe one run (preflight.PER_RUN_FILES); checkpoints/ stays, so a relaunch
+# The files that describe one run (the launcher's RUN_FILES); checkpoints/ stays, so a relaunch
 # can --resume.
 HISTORY_DIR = "history"
 # How long a launch waits, past its deadline, for a detached wrapper that is alive but has not
@@ -91,9 +91,11 @@ def _history_name(old_run_id: str | None, now: float) -> str:
 async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
                      argv: Sequence[str] | None = None, run_dir: str | None = None,
                      preflight: bool = True, relaunch: bool = False,
-                     limits: Limits | None = None, on_attempt=None, restart: int = 0) -> LaunchOutcome:
+                     limits: Limits | None = None, on_attempt=None, restart: int = 0,
+                     exclude: Sequence[str] = ()) -> LaunchOutcome:
     """Launch `argv` (default: the profile's trainer) in `run_dir` (default: the profile's).
-    `restart`: the trainer's DFLASH_RESTART (run/wrapper.py).
+    `restart`: the trainer's DFLASH_RESTART (run/wrapper.py); `exclude`: nodes a scheduler
+    must not place the run on (Launcher.detach).
 
     `on_attempt(attempt)` is called as soon as the launch command returned (the CLI and the
     monitor store it); the returned outcome holds the first verdict."""
@@ -133,14 +135,14 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
     try:
         return await _launch_claimed(profile, launcher, ops, run_dir=run_dir, argv=argv, pre=pre,
                                      relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0,
-                                     restart=restart)
+                                     restart=restart, exclude=exclude)
     finally:
         await claim.release()
 
 
 async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, *, run_dir: str,
                           argv: list[str], pre: PreflightResult | None, relaunch: bool, limits: Limits,
-                          on_attempt, t0: float, restart: int = 0) -> LaunchOutcome:
+                          on_attempt, t0: float, restart: int = 0, exclude: Sequence[str] = ()) -> LaunchOutcome:
     target = launcher.target
     ev = await launcher.observe(ops, run_dir)
     stopped = None
@@ -158,7 +160,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
     old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
     aside = posixpath.join(HISTORY_DIR, _history_name(old, ev.now))
     if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)):
-        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *PER_RUN_FILES,
+        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *launcher.RUN_FILES,
                                 *rank_file_globs()], timeout=30)
         if not res.ok:
             check = Check("archive", "Previous run set aside", CheckState.FAIL,
@@ -191,7 +193,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
         # is the write command's own status.
         attempt = await _unwritten(run_id, run_dir, target, ops, write_res)
     else:
-        started = await launcher.detach(run_dir, run_id)
+        started = await launcher.detach(run_dir, run_id, exclude=exclude)
         attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, started.exit_status,
                                 stdout=started.stdout, stderr=started.stderr, pid=started.pid, via=started.via,
                                 own_session=started.own_session, error=started.error or "")
@@ -216,7 +218,7 @@ async def _settle(launcher: Launcher, ops: RemoteOps, run_dir: str, attempt: Lau
            and not ev.detached_proc.gone and time.monotonic() < deadline):
         await asyncio.sleep(0.1)
         ev = await launcher.observe(ops, run_dir, attempt=attempt)
-        checklist = evaluate(ev, limits)
+        checklist = launcher.judge(ev, limits)
     return ev, checklist
 
 
@@ -241,7 +243,7 @@ async def first_verdict(launcher: Launcher, ops: RemoteOps, run_dir: str, attemp
     deadline = time.monotonic() + limits.launch_deadline_s + SETTLE_S
     while True:
         ev = await launcher.observe(ops, run_dir, attempt=attempt)
-        checklist = evaluate(ev, limits)
+        checklist = launcher.judge(ev, limits)
         waiting = checklist.verdict is Verdict.STARTING and ev.launch is None
         if not waiting or time.monotonic() >= deadline:
             return ev, checklist

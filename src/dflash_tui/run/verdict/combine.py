@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from .report import RunReport
 from .rank_groups import group_ranks
+from .stragglers import paces, stragglers, with_stragglers
 from .checklist import Check, CheckState, Checklist, ThreadHealth, Verdict
 
 
@@ -79,8 +80,13 @@ class RunOfNodes:
         limits = [(n.report.checklist.stall_limit_s, f"node {n.node}: {n.report.checklist.stall_limit_why}")
                   for n in self.nodes if n.report.checklist.stall_limit_s is not None]
         stall_s, why = min(limits, default=(None, ""))
-        return Checklist(self.verdict, checks, self.summary, threads, rank_groups=group_ranks(threads, nodes),
-                         stall_limit_s=stall_s, stall_limit_why=why)
+        cl = Checklist(self.verdict, checks, self.summary, threads, rank_groups=group_ranks(threads, nodes),
+                       stall_limit_s=stall_s, stall_limit_why=why)
+        # Stragglers across the nodes: each node's engine saw only its own ranks.
+        probes = [(n.node, p) for n in self.nodes for p in n.report.probes]
+        waits = {(n.node, pid): w for n in self.nodes if n.report.activity is not None
+                 for pid, w in n.report.activity.waits.items()}
+        return with_stragglers(cl, stragglers(paces(probes, waits)))
 
     def report(self, profile: str, target_label: str, run_dir: str) -> RunReport:
         """The run as one RunReport, for the panes: the combined checklist; every node's
