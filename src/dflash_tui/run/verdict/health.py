@@ -88,7 +88,10 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     compiler (dynamo, inductor, triton) while the tree uses CPU. A busy silence that is not a
     compile gets stall_after_s: its stacks say what it is (run/verdict/hang.py). Only a program with
     no stacks at all (not Python, or run without the probe) still gets the longer limit for
-    a busy silence, as nothing tells its compile from its hang.
+    a busy silence, as nothing tells its compile from its hang. Once the run has shown its
+    pace, the progress silence's limit is learned from it (run/verdict/stall_limit.py:
+    max(10 s, 5x its slowest recent interval), stall_after_s the ceiling; an evaluation or a
+    checkpoint save keeps stall_after_s; `learn_stall`), and is the checklist's stall_limit_s.
     STALLED says the kind of hang and where (run/verdict/hang.py: in a collective, waiting on the GPU,
     for DataLoader workers, a deadlock, busy in C, ...); with no stacks, what is silent, what
     is not and how much CPU the tree uses ("busy but silent", "idle hang").
