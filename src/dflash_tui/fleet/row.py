@@ -106,10 +106,13 @@ def row_from_report(profile: Profile, report: RunReport | None, *, gpu: GpuSnaps
                 polled_at=polled_at, poll_s=poll_s, busy=busy, polled_every_s=polled_every_s)
     if report is None:
         return FleetRow(**base, state=CONNECTING, verdict=None, cause="first poll in flight")
-    st = report.status
+    st, pr = report.status, report.progress
     numbers = dict(step=st.step if st else None, total_steps=(st.total_steps or None) if st else None,
                    loss=st.loss if st else None, tau=st.tau if st else None,
                    tokens_per_s=st.tokens_per_s if st else None, fresh_at=fresh_at)
+    if st is None and pr is not None:
+        # A program of the user's own: how far it is from its log or metric files.
+        numbers.update(step=pr.step, total_steps=pr.total, loss=pr.loss)
     if not report.connected:
         had_data = fresh_at is not None
         retry = f"; next retry in {retry_in_s:.0f} s" if retry_in_s is not None else ""

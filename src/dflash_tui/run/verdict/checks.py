@@ -14,6 +14,8 @@ from .gpu_check import CHECK_ID as GPU_CHECK_ID, LABEL as GPU_LABEL, gpu_check_f
 from ...gpu.sample import GpuSnapshot
 from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, size
 from ..evidence.activity import Activity
+from ..evidence.step_clock import eta_s
+from ...words import eta as eta_words
 from ..attempts import LaunchAttempt
 from .hang import STALE_AFTER_S, Hang, ThreadView, idle_worker
 from ..evidence.observe import Evidence
@@ -142,22 +144,29 @@ def last_progress(ev: Evidence, *also: float | None) -> float | None:
     act = ev.activity
     times = list(also)
     if act is not None:
-        times += [act.log_grew_at if act.program_output else None, act.step_at]
+        # A metric file of this run that advanced (a TensorBoard event, a CSV row) is progress
+        # too: a program silent on stdout may write nothing else.
+        times += [act.log_grew_at if act.program_output else None, act.step_at, act.metrics_at]
     return max((t for t in times if t is not None), default=None)
 
 
 def progress_words(ev: Evidence) -> str:
     """ "step 120/1000, loss 2.31, 3.2 it/s" from the log/events, "" when none was read."""
     act = ev.activity
-    if act is None or act.step is None and act.step_at is None:
+    if act is None or act.step is None and act.step_at is None and act.metrics_at is None:
         return ""
     parts = []
     if act.step is not None:
         parts.append(f"step {act.step}" + (f"/{act.total}" if act.total else ""))
+        left = eta_s(act.step, act.total, act.steps_per_s, act.rate, act.rate_unit)
+        if left is not None and act.total and act.step < act.total:
+            parts.append(f"ETA {eta_words(left)}")
     if act.loss is not None:
         parts.append(f"loss {act.loss:.4g}")
     if act.rate is not None:
         parts.append(f"{act.rate:.3g} {act.rate_unit}")
+    if act.metrics_at is not None and (act.step_at is None or act.metrics_at > act.step_at):
+        parts.append(f"metrics written to {act.metrics_file} {_age(ev.now, act.metrics_at)}")
     return _one_line(", ".join(parts))
 
 
