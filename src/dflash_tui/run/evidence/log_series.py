@@ -97,6 +97,9 @@ def _dict(seg: str) -> dict | None:
 
 
 def _dict_number(v) -> float | None:
+    """A number of a dict line; transformers 5 prints its values as strings ('3.917')."""
+    if isinstance(v, str):
+        return _number(v) if len(v) <= 40 else None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     try:

@@ -122,10 +122,16 @@ class _Source:
     def tag(self) -> str:
         return _TAGS[self.kind]
 
+    def where(self) -> str:
+        """"TensorBoard runs/exp1", "metrics.csv lightning_logs/version_0": the kind says
+        the file's name, so a file source is named by its directory."""
+        rel = posixpath.dirname(self.rel) or "." if self.kind in ("csv", "trainer_state") else self.rel
+        return f"{_KIND_WORDS[self.kind]} {rel}"
+
     def label(self) -> str:
         n = len(self.names)
         what = {"tensorboard": "tag", "csv": "column", "trainer_state": "series"}.get(self.kind, "metric")
-        return f"{_KIND_WORDS[self.kind]} {self.rel}, {n} {what}{'s' if n != 1 else ''}"
+        return f"{self.where()}, {n} {what}{'s' if n != 1 else ''}"
 
     def view(self) -> MetricSource:
         return MetricSource(self.kind, self.path, self.label(), len(self.names), self.written_at, self.note)
@@ -426,8 +432,7 @@ class MetricFiles:
         if not hf or hf[0].state.global_step is None:
             return None
         s = hf[0]
-        return MetricProgress(s.state.global_step, s.state.max_steps, f"{hf_state.NAME} {posixpath.dirname(s.rel) or '.'}",
-                              s.mtime)
+        return MetricProgress(s.state.global_step, s.state.max_steps, s.where(), s.mtime)
 
     def add_points(self, key: str, tag: str, label: str, points: list[MetricPoint], rel: str = "") -> None:
         """Points of a source read elsewhere (the log's metric lines) into the same space."""
@@ -499,10 +504,10 @@ class MetricFiles:
             source.now = now
             points, at = source.absorb(part)
             if points:
-                self.add_points(source.key, source.tag, source.label().split(",")[0], points, source.rel)
+                self.add_points(source.key, source.tag, source.where(), points, source.rel)
             if at is not None and (floor is None or at >= floor):
                 if self.advanced_at is None or at >= self.advanced_at:
-                    self.advanced_at, self.advanced_file = at, f"{_KIND_WORDS[source.kind]} {source.rel}"
+                    self.advanced_at, self.advanced_file = at, source.where()
 
     def _found(self, found: list[dict], run_dir: str) -> None:
         def rel(path: str) -> str:
