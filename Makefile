@@ -8,10 +8,11 @@ TORCH_SPEC ?= torch==2.13.0
 # System tools the tests drive for real: an OpenSSH server on 127.0.0.1, tmux for the
 # end-to-end dashboard test, util-linux for the pct stand-in's PID namespaces, Chromium and its
 # WebDriver for the --serve browser test (iproute2's ss: the bind-address check); a two-node
-# Slurm cluster on 127.0.0.1 (munge, slurmctld, slurmd, the client commands) for the scheduler tests.
+# Slurm cluster on 127.0.0.1 (munge, slurmctld, slurmd, the client commands) for the scheduler tests;
+# LXC (behind a `pct` shim) and podman with runc (answering as `docker`) for the real-container tests.
 SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux chromium:chromium \
 	chromedriver:chromium-driver ss:iproute2 /usr/sbin/munged:munge /usr/sbin/slurmctld:slurmctld \
-	/usr/sbin/slurmd:slurmd sbatch:slurm-client
+	/usr/sbin/slurmd:slurmd sbatch:slurm-client lxc-attach:lxc podman:podman runc:runc
 
 .PHONY: run test venv system-tools clean
 

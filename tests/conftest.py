@@ -1,4 +1,5 @@
-"""Shared fixtures: a real loopback sshd (session-scoped) and its pct stand-in state.
+"""Shared fixtures: a real loopback sshd (session-scoped) and its pct stand-in state; real LXC and
+podman containers (module-scoped).
 
 Outside CI a missing sshd skips the tests that need it, with the reason; with CI=true it fails,
 so CI can never pass by skipping the transport tests.
@@ -13,12 +14,13 @@ import subprocess
 import pytest
 
 from tests.support.containers import Standins
+from tests.support.realct import LxcContainer, PodmanContainer, RealContainer, need_runtime
 from tests.support.sshd import SshdServer, SshdUnavailable, start_sshd
 
 
 def _unavailable(reason: str):
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason}; CI=true requires the real-sshd tests to run")
+        pytest.fail(f"{reason}; CI=true requires these real-system tests to run")
     pytest.skip(reason)
 
 
@@ -55,3 +57,30 @@ def need_unshare():
         if probe.returncode != 0:
             _unavailable("the pct stand-in needs root or unprivileged user namespaces "
                          f"({probe.stderr.strip()})")
+
+
+@pytest.fixture(scope="module", params=["lxc", "podman"])
+def real_container(request, tmp_path_factory) -> RealContainer:
+    """A running container of a real runtime, one per test module and runtime: LXC behind
+    Proxmox's `pct` (pct:ID) and podman answering as `docker` (docker:NAME); see
+    tests/support/realct.py. Run dirs go under its `share`. Removed after the module."""
+    why = need_runtime(request.param)
+    if why:
+        _unavailable(why)
+    base = tmp_path_factory.mktemp(f"ct-{request.param}")
+    share = base / "share"
+    share.mkdir()
+    # A name of this test session's own: LXC names its cgroups after it, and another test
+    # session on the same machine may run the same tests.
+    if request.param == "lxc":
+        ct: RealContainer = LxcContainer(base, str(100000 + os.getpid() % 800000), share)
+    else:
+        ct = PodmanContainer(base, f"trainer-{os.getpid()}", share)
+    try:
+        ct.create()
+        ct.start()
+    except RuntimeError as exc:
+        ct.destroy()
+        _unavailable(f"{request.param} cannot start a container here: {exc}")
+    yield ct
+    ct.destroy()

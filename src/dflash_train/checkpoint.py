@@ -5,6 +5,11 @@ temp directory, every file fsynced, then the directory is renamed into place and
 fsynced: the rename is the commit point, so a kill -9 at any moment leaves either the previous
 set of checkpoints or the previous set plus one complete new one, never a torn one. Leftover
 temp directories from a killed save are removed on the next save or load.
+
+Retention is per run (the run-dir contract, dflash_tui/contract/rundir.py CHECKPOINTS_DIR): a
+save prunes only the checkpoints of its own line (the run that started from step 0 and the runs
+that resumed from it) beyond the `keep` highest steps; another run's in the same run dir are
+never pruned by it. The newest checkpoint, the one --resume loads, is the one saved last.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from typing import Any
 
 import torch
 
-from dflash_tui.contract.rundir import CHECKPOINTS_DIR, SCHEMA_VERSION
+from dflash_tui.contract.rundir import (CHECKPOINT_META, CHECKPOINTS_DIR, SCHEMA_VERSION, checkpoint_line,
+                                        checkpoint_recency)
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "state.pt"
-META_FILE = "meta.json"
+META_FILE = CHECKPOINT_META
 _TMP_PREFIX = ".tmp-"
 
 
@@ -35,6 +41,18 @@ class CheckpointError(RuntimeError):
 class CheckpointInfo:
     step: int
     path: str
+    run_id: str = ""     # the run that saved it
+    line: str = ""       # its line of runs (contract/rundir.py `checkpoint_line`)
+    saved: tuple[float, int] = (float("-inf"), 0)   # `checkpoint_recency`: the newest sorts last
+
+
+def _meta(path: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(path, META_FILE), encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def _fsync_dir(path: str) -> None:
@@ -53,7 +71,7 @@ class CheckpointStore:
         self.keep = keep
 
     def list(self) -> list[CheckpointInfo]:
-        """Complete checkpoints, oldest first."""
+        """Complete checkpoints, by step."""
         if not os.path.isdir(self.root):
             return []
         found = []
@@ -61,8 +79,14 @@ class CheckpointStore:
             m = _STEP_DIR.match(name)
             path = os.path.join(self.root, name)
             if m and os.path.isfile(os.path.join(path, META_FILE)):
-                found.append(CheckpointInfo(int(m.group(1)), path))
+                step, meta = int(m.group(1)), _meta(path)
+                run_id = meta.get("run_id") if isinstance(meta.get("run_id"), str) else ""
+                found.append(CheckpointInfo(step, path, run_id, checkpoint_line(meta), checkpoint_recency(meta, step)))
         return sorted(found, key=lambda c: c.step)
+
+    def newest_first(self) -> list[CheckpointInfo]:
+        """Complete checkpoints, the one saved last first."""
+        return sorted(self.list(), key=lambda c: c.saved, reverse=True)
 
     def _remove_stale_temps(self) -> None:
         if not os.path.isdir(self.root):
@@ -95,9 +119,12 @@ class CheckpointStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        for old in self.list()[: -self.keep]:
+        line = checkpoint_line(record)
+        mine = [c for c in self.list() if c.line == line]
+        for old in mine[: -self.keep]:
             shutil.rmtree(old.path, ignore_errors=True)
-        return CheckpointInfo(step, final)
+        run_id = record.get("run_id") if isinstance(record.get("run_id"), str) else ""
+        return CheckpointInfo(step, final, run_id, line, checkpoint_recency(record, step))
 
     def load(self, info: CheckpointInfo) -> dict[str, Any]:
         path = os.path.join(info.path, STATE_FILE)
@@ -111,9 +138,9 @@ class CheckpointStore:
             raise CheckpointError(f"{path} cannot be read ({type(exc).__name__}: {exc}); delete it to resume from an older one") from None
 
     def load_latest(self, warn=lambda msg: None) -> tuple[CheckpointInfo, dict[str, Any]] | None:
-        """The newest readable checkpoint; unreadable newer ones are reported and skipped."""
+        """The newest readable checkpoint (saved last); unreadable newer ones are reported and skipped."""
         self._remove_stale_temps()
-        for info in reversed(self.list()):
+        for info in self.newest_first():
             try:
                 return info, self.load(info)
             except CheckpointError as exc:

@@ -291,6 +291,9 @@ class Trainer:
             parked=tel.parked,
         )
         self.last_saved_step = -1
+        # The line of runs this run's checkpoints belong to (contract/rundir.py CHECKPOINTS_DIR):
+        # its own id from step 0, the loaded checkpoint's line once resumed.
+        self.line = self.tel.run_id
         self.digest: str | None = None      # sha256 of replica 0's weights, when launched
         self.train_seconds = 0.0            # wall time of the pool
         self.all_reduce_seconds = 0.0       # of it, in the cross-process all_reduce
@@ -412,19 +415,21 @@ class Trainer:
             self.tel.log(f"resume: no checkpoint in {self.store.root}; starting at step 0")
             return 0
         step, path, state = offer["step"], offer["path"], offer["state"]
+        self.line = offer["line"] or self.line
         for m, opt in zip(self.replicas, self.optimizers):
             m.load_state_dict(state["drafter"])
             opt.load_state_dict(state["optimizer"])     # copies: no replica shares Adam state
         self._check_replicas_identical()
         self.last_saved_step = step
         sender = "" if self.world.is_leader else ", sent by rank 0"
-        self.tel.log(f"resume: loaded checkpoint at step {step} from {path}{sender}")
+        of_run = f" of run {offer['run_id']}" if offer["run_id"] else ""
+        self.tel.log(f"resume: loaded checkpoint at step {step}{of_run} from {path}{sender}")
         self.tel.event(EventKind.CHECKPOINT, step=step, path=path, action="resumed")
         return step
 
     def _checkpoint_offer(self) -> dict[str, Any]:
         """Rank 0's newest usable checkpoint, or why there is none to resume from."""
-        none = {"error": None, "step": None, "path": None, "state": None}
+        none = {"error": None, "step": None, "path": None, "state": None, "run_id": "", "line": ""}
         loaded = self.store.load_latest(warn=self.tel.log)
         if loaded is None:
             return none
@@ -439,7 +444,8 @@ class Trainer:
             BatchSource.from_state(self.prep.stream, state["data"])
         except DataError as exc:
             return {**none, "error": str(exc)}
-        return {"error": None, "step": info.step, "path": info.path, "state": state}
+        return {"error": None, "step": info.step, "path": info.path, "state": state, "run_id": info.run_id,
+                "line": info.line}
 
     def save_checkpoint(self, step: int) -> None:
         if step == self.last_saved_step:
@@ -455,7 +461,7 @@ class Trainer:
             "fingerprint": self.args.fingerprint(self.global_replicas),
             "config": self.prep.cfg.to_dict(),
         }
-        info = self.store.save(step, state, {"run_id": self.tel.run_id, "args": asdict(self.args)})
+        info = self.store.save(step, state, {"run_id": self.tel.run_id, "line": self.line, "args": asdict(self.args)})
         self.last_saved_step = step
         secs = time.monotonic() - t0
         self.tel.log(f"checkpoint: step {step} saved to {info.path} in {secs:.2f}s")

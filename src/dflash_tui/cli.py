@@ -11,8 +11,9 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
      should one ever reach this far, exits 1 too: it is bad data there, not a dead link)
   2  usage or config error, out-of-range number or unusable SSH file included
   3  target unreachable (connect, auth, host key, timeout, container not running)
-  4  no verdict yet: STARTING (launched, not yet stepping) or NO RUN (nothing launched here);
-     pass --wait SECONDS to wait for one
+  4  no verdict yet: STARTING (launched, not yet stepping), STOPPING (a stop under way: the
+     process still saves or shuts down within its grace period) or NO RUN (nothing launched
+     here); pass --wait SECONDS to wait for one
   130  interrupted (Ctrl-C); the run on the target keeps running
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
 the run fails (any node failing: run/verdict/combine.py `combine`), else 3 while a node is unreachable,
@@ -91,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "starts the dashboard."),
         epilog="exit codes: 0 healthy (RUNNING/FINISHED/STOPPED), 1 failing verdict (GPU LOST included), "
                "2 usage or config error, "
-               "3 target unreachable, 4 no verdict yet (STARTING / NO RUN)")
+               "3 target unreachable, 4 no verdict yet (STARTING / STOPPING / NO RUN)")
     p.add_argument("--config", metavar="FILE",
                    help=f"profiles file (default {default_config_path()}; absent: built-in 'local')")
     p.add_argument("--profile", "-p", metavar="NAME", help="profile to use (default: the only one, or 'local')")
@@ -143,6 +144,7 @@ def _serve(args, config: Config, profile: Profile) -> int:
 # -- output ------------------------------------------------------------------------------------
 
 _STUCK_THREADS_SHOWN = 8
+_RANK_GROUPS_SHOWN = 6       # text --check: the odd ones out and the biggest groups
 _MARK = {CheckState.OK: "ok", CheckState.WARN: "warn", CheckState.FAIL: "FAIL", CheckState.PENDING: "..."}
 
 
@@ -173,6 +175,13 @@ def _checklist_lines(checklist: Checklist, now: float) -> list[str]:
         since = _fmt_since(t.since, now)
         lines.append(f"  thread  {proc} {t.name}: {t.cls}" + (f" {t.doing}" if t.doing else "")
                      + (f" in {t.where}" if t.where else "") + (f"  ({since})" if since else ""))
+    # Many ranks as one picture: where the ranks stand, the odd ones out first (all: --json);
+    # only where ranks share a place (one rank a group: the thread lines say it all).
+    groups = checklist.rank_groups if any(len(g.ranks) > 1 for g in checklist.rank_groups) else []
+    for g in groups[:_RANK_GROUPS_SHOWN]:
+        lines.append(f"  ranks   {g.words()}" + (f"  [{g.threads} threads]" if g.threads > len(g.ranks) else ""))
+    if len(groups) > _RANK_GROUPS_SHOWN:
+        lines.append(f"  ranks   ... and {len(groups) - _RANK_GROUPS_SHOWN} more groups (--json: rank_groups)")
     return lines
 
 
@@ -215,6 +224,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
     launch = report.launch
     if not report.nodes:
         return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
+                "rank_groups": d["rank_groups"],
                 "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
                 "target": profile.where(), "exit_code": exit_code_of(report),
@@ -229,6 +239,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                       "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
     return {"verdict": d["verdict"], "summary": d["summary"],
             "checks": [c for c in d["checks"] if c["id"].startswith("node:")],
+            "rank_groups": d["rank_groups"],
             "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],
             "profile": profile.name, "target": profile.where(), "run_dir": profile.run_dir,
             "exit_code": exit_code_of(report), **extra}
@@ -303,8 +314,10 @@ async def _launch_mode(args, profile: Profile, watch: RunWatch) -> int:
         cl = report.checklist
         report = replace(report, checklist=Checklist(cl.verdict, [*pre, *cl.checks], cl.summary))
         stopped = {"stopped": outcome.stopped.message} if outcome.stopped else {}
-        return _emit(args, profile, report, extra_text=list(stopped.values()), run_id=outcome.run_id,
-                     launch_seconds=round(result.seconds, 3), **stopped)
+        resumed = {"resume_from": outcome.resume_from} if outcome.resume_from else {}
+        return _emit(args, profile, report, run_id=outcome.run_id, launch_seconds=round(result.seconds, 3),
+                     extra_text=[*stopped.values(), *(f"resuming from checkpoint {w}" for w in resumed.values())],
+                     **stopped, **resumed)
     return _emit(args, profile, report, extra_text=[f"node {n}: {r.message}" for n, r in result.stopped.items()],
                  code=code, launch_seconds=round(result.seconds, 3),
                  run_ids={n: o.run_id for n, o in result.outcomes.items()},

@@ -188,6 +188,64 @@ COMPILE = """\
 """
 
 
+STILL = """\
+    import time
+
+    def train():                    # one function: its loop, then a wait at another line
+        end = time.time() + 2.5
+        while time.time() < end:
+            time.sleep(0.01)
+        print("waits", time.time(), flush=True)
+        time.sleep(120)
+
+    train()
+"""
+
+
+def test_each_thread_says_since_when_its_frames_stand_still(tmp_path):
+    prog = write(tmp_path / "still.py", STILL)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([PYTHON, str(prog)], env=probe_env(run), stdout=subprocess.PIPE, text=True)
+    try:
+        waits_at = float(proc.stdout.readline().split()[1])
+        (r,) = wait_reports(run, lambda rs: rs and rs[0].time > waits_at + 1.5)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    main = thread(r, "MainThread")
+    assert main.frames[0].startswith(f"{prog}:8 train"), main.frames
+    # In train since the start; at its line since the loop ended, seen at the next beat.
+    assert main.stack_since < waits_at - 2, main
+    assert waits_at <= main.frames_since <= waits_at + 1.5, (waits_at, main)
+
+
+def test_the_compiler_s_files_run_by_an_import_are_no_compile(tmp_path):
+    """A module of the compiler's files whose top level runs (`import lightning` imports
+    torch._dynamo): its `<module>` frame is no compile. Its top level sleeps here, as a slow
+    import would, so a beat catches the thread in it."""
+    write(tmp_path / "lib" / "torch" / "_dynamo" / "convert_frame.py", """\
+        import time
+        def helper():
+            time.sleep(120)
+        helper()
+    """)
+    prog = write(tmp_path / "imports.py", f"""\
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("cf", {str(tmp_path / "lib" / "torch" / "_dynamo" /
+                                                               "convert_frame.py")!r})
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    """)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([PYTHON, str(prog)], env=probe_env(run), stdout=subprocess.PIPE, text=True)
+    try:
+        (r,) = wait_reports(run, lambda rs: rs and "helper" in thread(rs[0], "MainThread").frames[0])
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    main = thread(r, "MainThread")
+    assert main.compile_state == "", main
+
+
 def test_torch_compile_state_per_thread(tmp_path):
     prog = write(tmp_path / "compile.py", COMPILE)
     run = tmp_path / "run"

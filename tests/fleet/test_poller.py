@@ -334,3 +334,34 @@ async def test_a_steady_run_that_goes_quiet_is_stalled_at_its_limit_not_at_the_n
     finally:
         if pid is not None:
             os.killpg(pid, signal.SIGKILL)
+
+
+async def test_rows_of_user_programs_show_the_logs_step_loss_and_rate_and_keep_them_once_ended(tmp_path, monkeypatch):
+    """Programs that write no status.json (a tqdm bar with a loss postfix, a print loop that
+    crashes): each row shows the step, loss and rate their log gives (what the detail line says,
+    run/verdict/report.py `RunProgress`), while they run and after they ended."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    programs = Path(__file__).resolve().parents[1] / "programs"
+    bar = standin_profile(tmp_path / "bar", "beat", name="bar", command=(sys.executable, str(programs / "tqdm_bar.py")),
+                          train_args=("30", "0.1"), stall_after_s=10.0, compile_stall_after_s=10.0)
+    crash = standin_profile(tmp_path / "crash", "beat", name="crash", train_args=("4",), stall_after_s=10.0,
+                            command=(sys.executable, str(programs / "crash_after_steps.py")))
+    for p in (bar, crash):
+        async with Session(p) as s:
+            out = await s.launch()
+            assert out.run_id, out.checklist
+    running = []
+    async with FleetPoller([bar, crash], interval=0.3, gpu_interval=None, steady_interval=None) as poller:
+        rows = poller.rows
+
+        def ended() -> bool:
+            if "bar" in rows and rows["bar"].verdict is Verdict.RUNNING:
+                running.append(rows["bar"])
+            return (rows.get("bar") and rows["bar"].verdict is Verdict.FINISHED
+                    and rows.get("crash") and rows["crash"].verdict is Verdict.CRASHED)
+        await until(ended, 30, "the bar finished and the loop crashed")
+        done, crashed = rows["bar"], rows["crash"]
+    assert any(r.step is not None and r.rate is not None for r in running), running
+    assert done.step == 30 and done.total_steps == 30 and done.loss is not None, done
+    assert done.rate is not None and done.rate_unit == "it/s", done
+    assert crashed.step == 4 and crashed.loss == 0.25 and crashed.tau is None, crashed

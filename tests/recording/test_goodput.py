@@ -48,6 +48,15 @@ def test_a_stalled_run_is_down_from_the_recoverys_stop():
     assert g.badput_s["stalled"] == 2 + 2 and g.badput_s["down"] == 18 + 1 and g.good_s == 8 + 10
 
 
+def test_a_stop_under_way_is_down_and_still_live():
+    # STALLED, then the stop's 4 s while it saves (STOPPING, not progress), then STOPPED.
+    changes = [ch(0, "r1", "RUNNING", 1), ch(10, "r1", "STALLED", 5), ch(12, "r1", "STOPPING", 5)]
+    g = goodput(changes, T0 + 16, stall_after_s=2)
+    assert g.wall_s == 16 and g.badput_s["down"] == 4 and g.good_s == 8   # still going: to now
+    g = goodput([*changes, ch(16, "r1", "STOPPED", 5)], T0 + 100, stall_after_s=2)
+    assert g.wall_s == 16 and g.badput_s["stalled"] == 2 + 2 and g.badput_s["down"] == 4
+
+
 def test_nothing_recorded():
     assert goodput([], T0, 60).percent is None
     assert goodput([], T0, 60).words() == "goodput: nothing recorded yet"

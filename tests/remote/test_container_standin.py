@@ -135,7 +135,7 @@ async def test_ptyhang_mode_hangs_while_a_child_holds_the_exec_fds(host, standin
 async def test_stopped_mode_fails_like_the_real_tool(host, standin):
     ct = ContainerTarget(host, standin.container("pct:205", mode="stopped"))
     raw = await host.run(["pct", "exec", "205", "--", "true"])
-    assert (raw.exit_status, raw.stderr.strip()) == (2, "CT 205 not running")
+    assert (raw.exit_status, raw.stderr.strip()) == (2, "container '205' not running!")
     with pytest.raises(ContainerNotRunning) as exc:
         await ct.run(["true"])
     assert exc.value.hint == "pct start 205" and "pct:205" in str(exc.value)

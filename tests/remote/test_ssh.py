@@ -14,7 +14,7 @@ import pytest
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.base import CommandTimeout, TargetUnreachable
 from dflash_tui.remote.container import ContainerTarget
-from dflash_tui.remote.factory import make_targets
+from dflash_tui.remote.factory import make_host_target
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ssh import SSHTarget
 from dflash_tui.remote.ssh_connection import SSHPool
@@ -238,18 +238,18 @@ async def test_connection_errors_are_one_line_with_a_hint(sshd, tmp_path, monkey
 
 def test_bad_profile_fields_are_refused_before_connecting(sshd):
     with pytest.raises(ValueError, match="not understood: write pct:ID"):
-        make_targets(host="h", container="lxc:200")
+        ContainerTarget(make_host_target(host="h"), "lxc:200")
     with pytest.raises(ValueError, match="user given without host"):
-        make_targets(user="root")
+        make_host_target(user="root")
     with pytest.raises(ValueError, match="port must be a number"):
-        make_targets(host="h", port=70000)
+        make_host_target(host="h", port=70000)
     with pytest.raises(ValueError, match="not a usable SSH host name"):
-        make_targets(host="-oProxyCommand=touch /tmp/pwned")
-    host_t, run_t = make_targets(**sshd.profile(), container="pct:200")
-    assert isinstance(host_t, SSHTarget) and isinstance(run_t, ContainerTarget)
+        make_host_target(host="-oProxyCommand=touch /tmp/pwned")
+    host_t = make_host_target(**sshd.profile())
+    run_t = ContainerTarget(host_t, "pct:200")
+    assert isinstance(host_t, SSHTarget)
     assert run_t.label == f"{sshd.user}@127.0.0.1 · pct:200"
-    local, same = make_targets()
-    assert isinstance(local, LocalTarget) and same is local
+    assert isinstance(make_host_target(), LocalTarget)
     assert shlex.join(["a b"]) == "'a b'"
 
 

@@ -94,12 +94,13 @@ async def test_history_of_a_run_dir_without_one_is_empty(tmp_path, monkeypatch):
         assert await s.newest_checkpoint() is None
 
 
-def fake_checkpoint(run_dir: Path, step: int, complete: bool = True) -> Path:
+def fake_checkpoint(run_dir: Path, step: int, complete: bool = True, **meta) -> Path:
+    """A checkpoint as the bundled trainer leaves it; `meta`: its run_id, line, time."""
     d = run_dir / "checkpoints" / f"step-{step:08d}"
     d.mkdir(parents=True)
     (d / "state.pt").write_bytes(b"x")
     if complete:
-        (d / "meta.json").write_text(json.dumps({"v": 1, "step": step}))
+        (d / "meta.json").write_text(json.dumps({"v": 1, "step": step, **meta}))
     return d
 
 
@@ -121,6 +122,12 @@ async def test_relaunch_resume_passes_resume_to_the_bundled_trainer(tmp_path, mo
         fake_checkpoint(run_dir, 160, complete=False)   # a torn save is not resumed from
         ref = await s.newest_checkpoint()
         assert ref is not None and ref.step == 120
+        # The newest is the one saved last, as the trainer's --resume has it: a relaunch from
+        # scratch's step 30 after an older run's 120, named with its run.
+        fake_checkpoint(run_dir, 30, run_id="r-new", time=time.time())
+        fake_checkpoint(run_dir, 200, run_id="r-\x1b[2Jold", time=time.time() - 3600)
+        ref = await s.newest_checkpoint()
+        assert (ref.step, ref.run_id) == (30, "r-new") and ref.words() == "step 30 (step-00000030) of run r-new"
         # The stand-in is no python, so the preflight (which asks that python about torch) is skipped.
         out = await s.launch(relaunch=True, resume=True, preflight=False)
         assert out.run_id, out.checklist
@@ -156,10 +163,11 @@ def test_cli_relaunch_resume_headless(tmp_path):
     assert r.returncode == 1 and "no checkpoint" in r.stderr and "Traceback" not in r.stderr, r
     r = cli("--check", "--resume")
     assert r.returncode == 2 and "--resume goes with --launch or --relaunch" in r.stderr, r
-    fake_checkpoint(run_dir, 7)
+    fake_checkpoint(run_dir, 7, run_id="r-7", time=time.time())
     r = cli("--relaunch", "--resume", "--no-preflight", "--json", "--wait", "10")
     try:
         assert r.returncode == 0, (r.stdout, r.stderr)
+        assert json.loads(r.stdout)["resume_from"] == "step 7 (step-00000007) of run r-7", r.stdout
         argv = json.loads((run_dir / "argv.json").read_text())
         assert argv[-1] == "--resume"
     finally:

@@ -13,7 +13,7 @@ import dataclasses
 import posixpath
 
 from dflash_tui.contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_SH, STATUS_JSON, TRAIN_LOG, CompileState,
-                                        ExitRecord, LaunchRecord, Phase, ThreadStatus, TrainStatus, make_event,
+                                        ExitRecord, LaunchRecord, Phase, StopRecord, ThreadStatus, TrainStatus, make_event,
                                         to_json)
 from dflash_tui.gpu.sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
 from dflash_tui.remote.ops import FileStat, PidInfo
@@ -130,6 +130,14 @@ def failed_thread(name: str = "drafter2") -> RunReport:
 
 def stalled() -> RunReport:
     return report_of(_running_evidence(_status(threads=threads(stuck="drafter1"))), gpu_snapshot())
+
+
+def stopping() -> RunReport:
+    """A stalled run stopped 4 s ago (stop.json), still saving within its grace period."""
+    ev = _running_evidence(_status(threads=threads(stuck="drafter1")))
+    ev.stop = StopRecord(run_id=RUN_ID, pid=WRAPPER_PID, requested_time=T0 - 4, requested_by="ana@laptop",
+                         signal_sent="SIGTERM")
+    return report_of(ev, gpu_snapshot())
 
 
 def nvml_report() -> RunReport:

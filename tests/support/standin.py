@@ -274,8 +274,8 @@ def pct_main(args):
         argv = rest[1:]
         if argv[:1] == ["--"]:
             argv = argv[1:]
-        if not running:
-            raise Usage("CT %s not running" % ct.name, 2)
+        if not running:   # pve-container's pct.pm since Proxmox VE 7, exit status Perl's errno
+            raise Usage("container '%s' not running!" % ct.name, 2)
         if not argv:
             raise Usage("missing command", 255)
         if ct.mode == "noop":

@@ -235,3 +235,11 @@ def test_the_age_cell_is_fresh_for_as_long_as_its_targets_poll_pause():
     assert [age_cell(steady, 100.0 + t) for t in (0.5, 2.5, 3.9)] == ["<4s"] * 3
     assert age_cell(steady, 105.0) == "5s"
     assert age_cell(replace(base, fresh_at=None), 100.0) == "never"
+
+
+def test_the_rate_cell_says_its_unit():
+    row = FleetRow(profile="p", host="local", container="", state="RUNNING", verdict=Verdict.RUNNING, cause="")
+    cell = lambda **kw: row_cells(replace(row, **kw), 0.0)[7][0]
+    assert cell(rate=18450.4, rate_unit="tok/s") == "18450 tok/s"
+    assert cell(rate=8.234, rate_unit="it/s") == "8.23 it/s" and cell(rate=2.5, rate_unit="s/it") == "2.5 s/it"
+    assert cell() == "n/a" and row_cells(replace(row, step=30, total_steps=30), 0.0)[4][0] == "30/30"

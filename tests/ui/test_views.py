@@ -291,6 +291,17 @@ async def test_warn_and_fail_checks_show_in_full_at_80x24():
         assert "heartbeats without steps: a worker is stuck (see Threads)" in text   # both fails in full
 
 
+async def test_a_stop_under_way_reads_stopping_in_the_header_and_the_checklist():
+    app, _ = app_with(report=R.stopping())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.run_view.report is not None)
+        await pilot.pause()
+        text = " ".join(screen_text(app).split())
+        assert "STOPPING" in text and "STALLED" not in text and "RUNNING" not in text, text
+        assert "stopping: SIGTERM sent by ana@laptop 4 s ago" in text
+        assert "Stop requested" in text and "SIGKILL after stop_grace_s (10 s)" in text
+
+
 async def test_a_launch_in_flight_is_not_called_nothing_launched():
     gate = asyncio.Event()
 

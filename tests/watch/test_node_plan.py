@@ -147,6 +147,10 @@ def test_running_and_finished_need_every_node():
     assert stopped.verdict is Verdict.STOPPED and exit_code_of(stopped.report("p", "nodes", "/d")) == EXIT_HEALTHY
     assert stopped.summary == "2 nodes stopped: a, b"
     assert combine([node("a", 0, Verdict.NO_RUN), node("b", 1, Verdict.NO_RUN)]).verdict is Verdict.NO_RUN
+    # A stop under way on one node, ended on the other: the run is stopping (exit 4, no verdict yet).
+    stopping = combine([node("a", 0, Verdict.STOPPED), node("b", 1, Verdict.STOPPING, "stopping: SIGTERM sent")])
+    assert stopping.verdict is Verdict.STOPPING and stopping.summary == "node b: STOPPING stopping: SIGTERM sent"
+    assert exit_code_of(stopping.report("p", "nodes", "/d")) == EXIT_UNDECIDED
 
 
 def test_an_unreachable_node_is_exit_3_unless_the_run_already_failed():

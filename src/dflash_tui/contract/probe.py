@@ -386,14 +386,23 @@ class _Probe:
         """Each thread's innermost frames, compile state, and since when its stack stands where
         it is: the frames kept, compared with the last beat's of the same thread, the innermost
         one without its line (a loop inside one function is one place, as `py-spy` users read a
-        busy function). Seen first at this beat: since this beat."""
+        busy function). Seen first at this beat: since this beat. `frames_since`: since when
+        the frames kept are exactly these, lines included.
+
+        Past _MAX_THREADS threads, the main thread and the oldest are kept: the program's own
+        threads come before the pools it starts (CPython lists the newest first)."""
         frames = sys._current_frames()
         before = self._stacks
         stacks = {}
         known = {t.ident: t for t in threading.enumerate()}
         now = time.monotonic()
         out = []
-        for ident, frame in frames.items():
+        main = threading.main_thread().ident
+        order = list(frames.items())
+        if len(order) > _MAX_THREADS:
+            order.reverse()
+            order.sort(key=lambda kv: kv[0] != main)     # stable: the main thread first
+        for ident, frame in order:
             if ident == me:
                 continue
             if len(out) >= _MAX_THREADS:
@@ -411,16 +420,25 @@ class _Probe:
                     innermost = code
                 if depth < FRAMES_PER_THREAD:
                     lines.append(("%s:%s %s" % (code.co_filename, f.f_lineno, code.co_name))[:_MAX_TEXT])
-                if code.co_filename.endswith(_COMPILE_FRAMES):
+                if code.co_name == "<module>":
+                    # The compiler's files run by an import (`import lightning` imports
+                    # torch._dynamo) compile nothing; a compile the script's top level started does.
+                    if compiling_in_stack and f.f_globals.get("__name__") != "__main__":
+                        compiling_in_stack = False
+                elif code.co_filename.endswith(_COMPILE_FRAMES):
                     compiling_in_stack = True
-                    if depth >= FRAMES_PER_THREAD:
-                        break
                 f = f.f_back
                 depth += 1
             del f, frame
             key = (innermost, *lines[1:])
+            exact = tuple(lines)
             seen = before.get(ident)
-            stood = seen if seen is not None and seen[0] == key else (key, wall, now)
+            if seen is None or seen[0] != key:
+                stood = (key, wall, now, exact, wall)
+            elif seen[3] != exact:
+                stood = (*seen[:3], exact, wall)     # the same place, at another line now
+            else:
+                stood = seen
             stacks[ident] = stood
             comp = self._compiles.get(ident)
             started = comp.started if comp is not None else None
@@ -435,7 +453,7 @@ class _Probe:
                 ident=ident, native_id=getattr(t, "native_id", None), daemon=bool(getattr(t, "daemon", False)),
                 frames=lines, compile_state=state,
                 compiling_for_s=round(now - started, 3) if started is not None else None,
-                stack_since=stood[1],
+                stack_since=stood[1], frames_since=stood[4],
                 graphs=comp.graphs if comp is not None else 0,
                 recompiles=comp.recompiles if comp is not None else 0,
                 compile_seconds=round(comp.seconds, 3) if comp is not None else 0.0))

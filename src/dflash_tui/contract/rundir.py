@@ -67,7 +67,16 @@ STOP_JSON = "stop.json"
 # stdout/stderr (slurmstepd's words: "CANCELLED AT ... DUE TO TIME LIMIT", "exceeded memory limit").
 SLURM_JSON = "slurm.json"
 SLURM_OUT = "slurm.out"
+# The bundled trainer's checkpoints: CHECKPOINTS_DIR/step-NNNNNNNN/{state.pt, CHECKPOINT_META},
+# the meta written last (a directory with it is complete). The meta names the run that saved it
+# (`run_id`), its `line` (the run id of the run that started from step 0; a --resume keeps the
+# line of the checkpoint it loaded) and when it was saved (`time`). Retention is per run: a save
+# prunes only its own line's checkpoints beyond the `keep` highest steps, never another run's
+# (the run before a relaunch from scratch keeps its own). The newest checkpoint, the one
+# --resume loads and a resume offer names with its run, is the one saved last
+# (`checkpoint_recency`).
 CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_META = "meta.json"
 LAUNCH_CLAIM = ".launch-claim"
 PROBE_DIR = "probe"
 PROBE_SITECUSTOMIZE = "sitecustomize.py"
@@ -303,6 +312,9 @@ class ProbeThread:
     # Since when its frames stand where they are now (target clock), as the probe saw them at
     # its beats: the innermost frame's line aside, first seen at a beat. None: an older probe.
     stack_since: float | None = None
+    # Since when its frames kept are exactly these, lines included (a thread that waits stood
+    # still since then). None: an older probe.
+    frames_since: float | None = None
 
 
 @dataclass
@@ -814,3 +826,26 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def checkpoint_line(meta: Any) -> str:
+    """The line of runs a checkpoint's meta (parsed JSON, anything) belongs to: its `line`, else
+    (saved before lines were recorded) its `run_id`; "" when it names neither."""
+    if not isinstance(meta, dict):
+        return ""
+    for key in ("line", "run_id"):
+        value = meta.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def checkpoint_recency(meta: Any, step: int) -> tuple[float, int]:
+    """Sort key of checkpoints, oldest first: when it was saved (meta `time`; an unreadable or
+    missing time counts as oldest), then its step."""
+    t = meta.get("time") if isinstance(meta, dict) else None
+    try:
+        saved = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else math.nan
+    except OverflowError:       # an int too big for a float: no time a clock gives
+        saved = math.nan
+    return (saved if math.isfinite(saved) else -math.inf, step)

@@ -70,7 +70,8 @@ class FleetRow:
     total_steps: int | None = None
     loss: float | None = None
     tau: float | None = None
-    tokens_per_s: float | None = None
+    rate: float | None = None        # in rate_unit: the trainer's tokens/s, a log's it/s, ...
+    rate_unit: str = ""
     gpus: RunGpus = RunGpus()
     uptime_s: float | None = None
     fresh_at: float | None = None    # local epoch of the newest data it shows (None: never had any)
@@ -106,13 +107,7 @@ def row_from_report(profile: Profile, report: RunReport | None, *, gpu: GpuSnaps
                 polled_at=polled_at, poll_s=poll_s, busy=busy, polled_every_s=polled_every_s)
     if report is None:
         return FleetRow(**base, state=CONNECTING, verdict=None, cause="first poll in flight")
-    st, pr = report.status, report.progress
-    numbers = dict(step=st.step if st else None, total_steps=(st.total_steps or None) if st else None,
-                   loss=st.loss if st else None, tau=st.tau if st else None,
-                   tokens_per_s=st.tokens_per_s if st else None, fresh_at=fresh_at)
-    if st is None and pr is not None:
-        # A program of the user's own: how far it is from its log or metric files.
-        numbers.update(step=pr.step, total_steps=pr.total, loss=pr.loss)
+    numbers = dict(_numbers(report), fresh_at=fresh_at)
     if not report.connected:
         had_data = fresh_at is not None
         retry = f"; next retry in {retry_in_s:.0f} s" if retry_in_s is not None else ""
@@ -124,6 +119,17 @@ def row_from_report(profile: Profile, report: RunReport | None, *, gpu: GpuSnaps
     return FleetRow(**base, state=report.checklist.verdict.value, verdict=report.checklist.verdict,
                     cause=cause_line(report), gpus=run_gpus(gpu) if report.pid_alive else RunGpus(),
                     uptime_s=report.uptime_s, **numbers)
+
+
+def _numbers(report: RunReport) -> dict:
+    """Step, loss and rate from the run's richest source of progress (run/verdict/report.py
+    `RunProgress`: status.json, else events.jsonl or the log, as the detail line says them), τ
+    from status.json. An ended run keeps the last ones its files hold."""
+    st, p = report.status, report.progress
+    if p is None:
+        return dict(tau=st.tau if st else None)
+    return dict(step=p.step, total_steps=p.total or None, loss=p.loss, tau=st.tau if st else None,
+                rate=p.rate, rate_unit=p.rate_unit if p.rate is not None else "")
 
 
 def cause_line(report: RunReport) -> str:

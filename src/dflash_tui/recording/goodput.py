@@ -8,8 +8,8 @@ Badput causes (seconds), each band of the timeline counted once:
 - stalled: STALLED and GPU LOST (from the verdict to the action: the recovery's stop, or the
   next change), and the silence before a
   STALLED verdict (the last `stall_after_s` of the RUNNING band before it);
-- down: from a run's end (CRASHED, KILLED, STOPPED, ...) to the next run's first change
-  (the backoff included);
+- down: a stop under way (STOPPING), and from a run's end (CRASHED, KILLED, STOPPED, ...) to
+  the next run's first change (the backoff included);
 - lost_progress: the steps a failure threw away (the failed run's best step minus the step
   the next run started from), at the failed run's own step time, taken out of its RUNNING time;
 - unreachable: while the target did not answer (what the run did then is unknown).
@@ -29,7 +29,8 @@ from .timeline import Band, bands
 CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "unreachable")
 _QUEUED = ("QUEUED", "BLOCKED")
 _STALLED = ("STALLED", "GPU LOST")
-_LIVE = ("RUNNING", "STARTING", "STALLED", "GPU LOST", "QUEUED", "BLOCKED", "UNREACHABLE", "NO RUN")
+_LIVE = ("RUNNING", "STARTING", "STALLED", "GPU LOST", "QUEUED", "BLOCKED", "UNREACHABLE", "NO RUN",
+         "STOPPING")
 
 
 @dataclass

@@ -135,9 +135,7 @@ class AgentOps:
             await proc.close()
             if not text:
                 # A stopped container answers on stderr, which this channel does not carry.
-                ensure_running = getattr(self.target, "ensure_running", None)
-                if ensure_running is not None:
-                    await ensure_running()
+                await self.target.ensure_running()
                 raise TargetError(
                     f"the agent on {self.label} printed nothing and exited "
                     f"(status {proc.returncode}): the transport did not run the command",

@@ -133,6 +133,16 @@ class Target(abc.ABC):
                 "check that the directory exists and is writable",
             )
 
+    @property
+    def state(self):
+        """The state of the connection underneath (SSHTarget's ConnectionState: connected,
+        last error, attempts), for the header; None where there is no connection to keep."""
+        return None
+
+    async def ensure_running(self) -> None:
+        """Raise ContainerNotRunning where commands run in a container that is stopped; a
+        machine has nothing to check."""
+
     async def close(self) -> None:
         """Release connections. Idempotent."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .base import Target
-from .container import ContainerTarget
 from .local import LocalTarget
 from .ssh import SSHTarget
 
@@ -25,14 +24,3 @@ def make_host_target(host: str | None = None, user: str | None = None, port: int
         raise ValueError(f"port must be a number from 1 to 65535, not {port!r}")
     return SSHTarget(host, user=user or None, port=port, identity_file=identity_file or None,
                      known_hosts=known_hosts or None, ssh_config=ssh_config or None)
-
-
-def make_targets(host: str | None = None, user: str | None = None, port: int | None = None,
-                 identity_file: str | None = None, container: str | None = None,
-                 known_hosts: str | None = None,
-                 ssh_config: str | None = None) -> tuple[Target, Target]:
-    """(host_target, run_target): the machine (`make_host_target`) and where the run lives (the
-    container on it, if any, else the machine). Raises ValueError naming the bad field."""
-    host_target = make_host_target(host, user, port, identity_file, known_hosts, ssh_config)
-    run_target = ContainerTarget(host_target, container) if container else host_target
-    return host_target, run_target

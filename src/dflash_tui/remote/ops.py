@@ -57,6 +57,11 @@ class PidInfo:
     # when not asked, or when /proc/<pid>/cwd cannot be looked at (another user's process).
     in_run_dir: bool | None = None
 
+    @property
+    def gone(self) -> bool:
+        """Ended: not there, or a zombie whose parent has not reaped it (it runs nothing)."""
+        return not self.alive or self.state == "Z"
+
 
 @dataclass(frozen=True)
 class ProcTree:

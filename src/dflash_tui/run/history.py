@@ -12,11 +12,13 @@ API: `list_runs` (newest first), `open_run` (one, by id), `run_path`, `newest_ch
 from __future__ import annotations
 
 import asyncio
+import json
 import posixpath
 import re
 from dataclasses import dataclass
 
-from ..contract.rundir import CHECKPOINTS_DIR, EVENTS_JSONL, LAUNCH_JSON, TRAIN_LOG
+from ..contract.rundir import (CHECKPOINT_META, CHECKPOINTS_DIR, EVENTS_JSONL, LAUNCH_JSON, TRAIN_LOG, inert_text,
+                               checkpoint_recency)
 from ..remote.base import TRANSPORT_FAILURES, TargetError
 from ..remote.ops import RemoteOps
 from .verdict.health import Limits, evaluate
@@ -27,7 +29,8 @@ from .verdict.checklist import Checklist, Verdict
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
-_CHECKPOINT_META = "meta.json"   # what the trainer writes last into a complete checkpoint
+_META_MAX_BYTES = 256 << 10      # a checkpoint's meta.json: its run, line, time and the args
+_CHECKPOINTS_READ = 64           # the highest this many step directories are looked at
 MAX_RUNS = 200                   # the newest this many are read; older ones are left alone
 _CONCURRENT_READS = 8
 # The tail of the previous run's events.jsonl that the Metrics overlay reads: its recent curve.
@@ -64,6 +67,12 @@ class HistoryRun:
 class CheckpointRef:
     step: int
     path: str
+    run_id: str = ""     # the run that saved it ("" when its meta.json does not say)
+
+    def words(self) -> str:
+        """ "step 120 (step-00000120) of run 20261205-011204-ab12cd" """
+        of = f" of run {self.run_id}" if self.run_id else ""
+        return f"step {self.step} ({posixpath.basename(self.path)}){of}"
 
 
 def run_path(run_dir: str, run_id: str) -> str:
@@ -121,16 +130,37 @@ async def open_run(ops: RemoteOps, run_dir: str, run_id: str, limits: Limits = L
 
 
 async def newest_checkpoint(ops: RemoteOps, run_dir: str) -> CheckpointRef | None:
-    """The newest complete checkpoint in RUN_DIR/checkpoints/ (what the trainer's --resume
-    loads), or None."""
+    """The newest complete checkpoint in RUN_DIR/checkpoints/, the one the trainer's --resume
+    loads: the one saved last (contract/rundir.py `checkpoint_recency`), with the run that saved
+    it; None when there is none."""
     root = posixpath.join(run_dir, CHECKPOINTS_DIR)
     found = sorted(((int(m.group(1)), e.path) for e in await ops.list_dir(root)
                     if e.is_dir and (m := _STEP_DIR.match(posixpath.basename(e.path)))), reverse=True)
-    for step, path in found:
-        (meta,) = await ops.stat([posixpath.join(path, _CHECKPOINT_META)])
-        if meta.exists and not meta.is_dir:
-            return CheckpointRef(step, path)
-    return None
+    metas = await asyncio.gather(*(_checkpoint_meta(ops, path) for _, path in found[:_CHECKPOINTS_READ]))
+    complete = [(checkpoint_recency(meta, step), step, path, meta)
+                for (step, path), meta in zip(found, metas) if meta is not None]
+    if not complete:
+        return None
+    _, step, path, meta = max(complete, key=lambda c: c[0])
+    run_id = meta.get("run_id") if isinstance(meta, dict) else None
+    return CheckpointRef(step, path, inert_text(run_id)[:80] if isinstance(run_id, str) else "")
+
+
+async def _checkpoint_meta(ops: RemoteOps, path: str):
+    """A checkpoint's meta.json parsed (anything JSON gives; {} when it is not JSON), or None
+    when there is none: the checkpoint is incomplete."""
+    try:
+        chunk = await ops.read(posixpath.join(path, CHECKPOINT_META), 0, _META_MAX_BYTES)
+    except TRANSPORT_FAILURES:
+        raise
+    except TargetError:
+        return None          # a directory, unreadable: not a checkpoint --resume would load
+    if not chunk.exists:
+        return None
+    try:
+        return json.loads(chunk.data.decode("utf-8")) if chunk.size <= _META_MAX_BYTES else {}
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return {}
 
 
 @dataclass(frozen=True)

@@ -175,12 +175,16 @@ class Session:
             if not pre.ok:
                 return not_launched(pre)
             raise
-        if resume and not checkpoint_found and await newest_checkpoint(ops, self.profile.run_dir) is None:
+        ref = await newest_checkpoint(ops, self.profile.run_dir) if resume and not checkpoint_found else None
+        if resume and not checkpoint_found and ref is None:
             raise LaunchRefused(f"no checkpoint in {self.profile.run_dir}/checkpoints to resume "
                                 "from; relaunch without resume")
-        return await launch_run(self.profile, self.launcher, ops, argv=argv,
-                                preflight=preflight, relaunch=relaunch, limits=self.limits,
-                                on_attempt=self._remember, restart=restart)
+        outcome = await launch_run(self.profile, self.launcher, ops, argv=argv,
+                                   preflight=preflight, relaunch=relaunch, limits=self.limits,
+                                   on_attempt=self._remember, restart=restart)
+        if ref is not None and outcome.run_id:
+            outcome.resume_from = ref.words()
+        return outcome
 
     async def history(self) -> list[HistoryRun]:
         """The runs in the run dir's history/, newest first, each judged as it ended."""

@@ -60,6 +60,27 @@ def test_lightning_bar():
     assert (p.step, p.total, p.loss, p.rate, p.epoch) == (460, 1000, 2.05, 44.31, 0.0)
 
 
+def test_lightning_s_step_counts_within_its_epoch_and_says_it():
+    # Lightning's TQDMProgressBar: "51/64" is the 51st batch of epoch 2's 64, not a step of 64.
+    p = parse_text("\rEpoch 2:  80%|████████  | 51/64 [00:10<00:02, 5.10it/s, v_num=0, train_loss=2.100]")
+    assert (p.step, p.total, p.step_epoch) == (51, 64, 2.0)
+    # A step said without an epoch (or by another form) counts within none.
+    assert parse_text("Step 30/100 loss 1.2\n").step_epoch is None
+    assert parse_text("epoch 3 step 120 loss 1.2\n").step_epoch is None
+
+
+def test_a_step_and_its_total_come_from_one_line():
+    # A Lightning bar, then a crash whose exception text names a step: the bar's total (the
+    # epoch's batches) is not the total of that step.
+    bar = "\rEpoch 1:  92%|█████████▏| 59/64 [00:11<00:00, 5.10it/s, v_num=0, train_loss=2.100]"
+    p = parse_text(bar + "\nTraceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n"
+                   "RuntimeError: loss is NaN at step 120\n")
+    assert (p.step, p.total, p.step_epoch) == (120, None, None), p
+    # A total said once holds for the later steps of the same form.
+    p = parse_text("Step 10/200 loss 2.0\nstep 11 loss 1.9\n")
+    assert (p.step, p.total) == (11, 200)
+
+
 def test_transformers_trainer_dicts():
     text = ("{'loss': 2.1043, 'grad_norm': 1.532, 'learning_rate': 4.5e-05, 'epoch': 0.3}\n"
             "{'eval_loss': 1.9, 'eval_runtime': 1.2, 'epoch': 0.5}\n"

@@ -5,6 +5,7 @@ preflight with the run dir named (it used to pass preflight and then CRASH with 
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -89,3 +90,24 @@ def test_run_dir_behind_a_symlink_into_a_system_dir_is_refused(tmp_path):
     out = json.loads(res.stdout)
     assert res.returncode == 1 and "/etc/dflash-run on the target (through a symlink)" in out["summary"], out
     assert not os.path.exists("/etc/dflash-run")
+
+
+def test_a_target_without_awk_is_refused_before_the_wrapper_runs(tmp_path):
+    """launch.sh writes launch.json and exit.json through awk and tr: where they are missing (a
+    container whose awk is a dangling alternatives link), a launch would run the program and
+    leave records naming no run, so a crash would read KILLED. Preflight refuses it by name."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "true", "mkdir", "rm", "dirname", "df", "tr", "cat"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    (bin_dir / "awk").symlink_to(tmp_path / "gone" / "awk")     # dangling, as a broken alternatives link
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path, p={"run_dir": str(run), "min_free_gb": 0, "command": [sys.executable, PROGRAM, "beat"]})
+    env = {**os.environ, "PATH": str(bin_dir), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_CONFIG_HOME": str(tmp_path / "cfg"), "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
+    res = subprocess.run([sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--launch"], capture_output=True,
+                         text=True, env=env, timeout=90)
+    assert res.returncode != 0, res.stdout
+    assert "awk not found on local: the launch wrapper writes its records with them" in res.stdout, res.stdout
+    assert "apt-get install mawk" in res.stdout
+    assert not (run / "launch.json").exists() and not (run / "launch.sh").exists()

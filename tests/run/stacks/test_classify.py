@@ -91,3 +91,105 @@ def test_where_is_the_innermost_own_frame():
                                        "/w/train.py:40 main")]
     assert where(frames) == "forward (model.py:12)"
     assert where([parse_frame(f"{SITE}/a.py:1 f")]) == ""
+
+
+# A library's helper thread as the probe reports it (CPython 3.11): threading's bootstrap
+# outermost, the library's run loop, then the wait it parks in.
+BOOT = (f"{STD}/threading.py:1045 _bootstrap_inner", f"{STD}/threading.py:1002 _bootstrap")
+
+
+@pytest.mark.parametrize("frames, cls, doing, helper, idle", [
+    # tqdm's monitor thread between its checks: an Event.wait (a Condition.wait inside)
+    ([f"{STD}/threading.py:331 wait", f"{STD}/threading.py:629 wait", f"{SITE}/tqdm/_monitor.py:69 run", *BOOT],
+     C.LOCK, "threading.wait", "tqdm monitor (tqdm/_monitor.py:69)", True),
+    # rich's refresh thread (Lightning's RichProgressBar)
+    ([f"{STD}/threading.py:331 wait", f"{STD}/threading.py:629 wait", f"{SITE}/rich/live.py:35 run", *BOOT],
+     C.LOCK, "threading.wait", "rich refresh (rich/live.py:35)", True),
+    # an idle ThreadPoolExecutor worker: SimpleQueue.get is a C call from _worker
+    ([f"{STD}/concurrent/futures/thread.py:81 _worker", f"{STD}/threading.py:1010 run", *BOOT],
+     C.LOCK, "thread._worker", "thread pool worker (concurrent/futures/thread.py:81)", True),
+    # a library thread taking a semaphore: a lock wait, not parked
+    ([f"{STD}/threading.py:331 wait", f"{STD}/threading.py:494 acquire", f"{SITE}/lib/pool.py:12 fetch", *BOOT],
+     C.LOCK, "threading.wait", "fetch (lib/pool.py:12)", False),
+    # ... or a multiprocessing Lock's `with` (its C acquire leaves __enter__ innermost)
+    ([f"{STD}/multiprocessing/synchronize.py:95 __enter__", f"{SITE}/lib/pool.py:12 fetch", *BOOT],
+     C.LOCK, "synchronize.__enter__", "fetch (lib/pool.py:12)", False),
+    # rich's refresh thread redrawing (in its own loop, no wait): threading's bootstrap below it
+    # is no lock wait
+    ([f"{SITE}/rich/live.py:36 run", *BOOT], C.LIBRARY, "run (live.py:36)", "rich refresh (rich/live.py:36)", False),
+    # a thread whose target is a C function: threading's run is innermost; never a wait of its own
+    ([f"{STD}/threading.py:1010 run", *BOOT], C.LIBRARY, "a C call, the thread's target",
+     "Thread.run (threading.py:1010)", False),
+    ([*BOOT], C.LIBRARY, "starting or ending", "Thread._bootstrap_inner (threading.py:1045)", False),
+])
+def test_a_library_helper_thread_is_named_by_its_library_and_idle_when_parked(frames, cls, doing, helper, idle):
+    got = classify(frames)
+    assert (got.cls, got.doing, got.where, got.helper, got.idle) == (cls, doing, "", helper, idle), got
+    assert "_bootstrap" not in got.doing
+
+
+def test_a_thread_of_the_program_s_own_is_no_helper():
+    got = classify([f"{STD}/queue.py:171 get", "/w/m.py:3 consume", *BOOT])
+    assert (got.cls, got.where, got.helper, got.idle) == (C.LOCK, "consume (m.py:3)", "", False), got
+
+
+def test_the_compiler_s_files_run_by_an_import_are_importing_not_compiling():
+    # `import lightning` imports torch._dynamo: its top level runs, and calls into it, under the
+    # import machinery (frames as sampled from a real `import torch._dynamo`, torch 2.13).
+    imports = ["<frozen importlib._bootstrap>:241 _call_with_frames_removed",
+               "<frozen importlib._bootstrap_external>:940 exec_module"]
+    for frames in ([f"{SITE}/torch/_dynamo/convert_frame.py:55 <module>", *imports],
+                   [f"{SITE}/torch/_subclasses/fake_tensor.py:204 ordered_set",
+                    f"{SITE}/torch/_subclasses/fake_tensor.py:3104 FakeTensorMode",
+                    f"{SITE}/torch/_subclasses/fake_tensor.py:1432 <module>", *imports]):
+        assert classify(frames).cls is C.IMPORTING, frames
+    # A real compile that imports a module lazily, or that the script's own top level started.
+    lazy = [f"{SITE}/torch/_inductor/codegen/triton.py:1 <module>", *imports,
+            f"{SITE}/torch/_inductor/compile_fx.py:700 compile_fx_inner", "/w/train.py:9 <module>"]
+    assert classify(lazy).cls is C.COMPILING
+    assert classify([f"{SITE}/torch/_dynamo/convert_frame.py:900 _compile", "/w/train.py:9 <module>"]).cls \
+        is C.COMPILING
+
+
+SAMPLE_IMPORT = """\
+import json, sys, threading, time
+main, out, done = threading.main_thread().ident, [], threading.Event()
+
+def sample():
+    while not done.is_set():
+        f, lines = sys._current_frames().get(main), []
+        while f is not None and len(lines) < 6:          # as the probe keeps them
+            lines.append(f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}")
+            f = f.f_back
+        out.append(lines)
+        time.sleep(0.002)
+
+t = threading.Thread(target=sample)
+t.start()
+import torch._dynamo, torch._inductor.compile_fx    # what `import lightning` brings in, and more
+done.set()
+t.join()
+print(json.dumps(out))
+"""
+
+
+def test_a_real_import_of_the_compiler_is_importing_not_compiling():
+    """`import lightning` imports torch._dynamo: sampled as it runs (every 2 ms, the frames the
+    probe keeps), the thread imports; it compiles nothing. Where the six frames kept show the
+    import (the machinery, a module's top level) it is never compiling; a call from a module's
+    top level deeper than six frames cannot show it, and is rare (about 45 % of the samples read
+    compiling before imports were told from compiles)."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    res = subprocess.run([sys.executable, "-c", SAMPLE_IMPORT], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    stacks = [s for s in json.loads(res.stdout) if s]
+    classes = [classify(s).cls for s in stacks]
+    assert classes.count(C.IMPORTING) > 20, (len(stacks), set(classes))
+    compiling = [s for s, c in zip(stacks, classes) if c is C.COMPILING]
+    shown = [s for s in compiling if any(" <module>" in f or f.startswith("<frozen importlib") for f in s)]
+    assert not shown, shown[:2]
+    assert len(compiling) <= len(stacks) // 50, (len(compiling), len(stacks), compiling[:2])

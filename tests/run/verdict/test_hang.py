@@ -17,7 +17,7 @@ from dflash_tui.run.evidence.activity import ProgressTracker
 from dflash_tui.run.verdict.hang import thread_views
 from dflash_tui.run.stacks.records import CollectiveProgress, HangEvidence, RankFailure, StackDump
 from dflash_tui.run.verdict.health import Limits, evaluate, with_gpu_check
-from dflash_tui.run.verdict.checklist import CheckState, Verdict
+from dflash_tui.run.verdict.checklist import CheckState, ThreadState, Verdict
 
 from tests.run.verdict.test_health import NOW, alive, by_id, files, launch, plain
 
@@ -120,6 +120,65 @@ def test_a_lock_order_deadlock_names_both_threads():
     # Busy, the same stacks are no deadlock: threads that run.
     busy = evaluate(looked(*held((NOW - 100, p), (NOW - 0.5, p)), cpu=2.0), LIM)
     assert busy.verdict is Verdict.STALLED and not busy.summary.startswith("deadlock"), busy.summary
+
+
+BOOT = (f"{STD}/threading.py:1045 _bootstrap_inner", f"{STD}/threading.py:1002 _bootstrap")
+TQDM_MONITOR = th("tqdm_monitor", f"{STD}/threading.py:331 wait", f"{STD}/threading.py:629 wait",
+                  f"{SITE}/tqdm/_monitor.py:69 run", *BOOT, daemon=True)
+
+
+def test_a_progress_bar_s_idle_helper_beside_a_hang_is_no_party_of_it():
+    # tqdm's monitor thread (every tqdm and Lightning script) parked beside a program blocked in
+    # a C call: the program's thread is where it stopped; no deadlock, the monitor not STUCK.
+    p = [rep(201, TQDM_MONITOR, th("MainThread", "/w/t.py:22 wait_for_peer", "/w/t.py:25 <module>"))]
+    cl = evaluate(looked(*held((NOW - 100, p), (NOW - 0.5, p)), cpu=0.0), LIM)
+    assert cl.verdict is Verdict.STALLED, cl
+    assert cl.summary.startswith("blocked in a C call: MainThread in wait_for_peer (t.py:22) for 2 min, 0 % CPU"), \
+        cl.summary
+    threads = {t.name: t for t in cl.threads}
+    monitor = threads["tqdm_monitor"]
+    assert monitor.state is ThreadState.OK and monitor.where == "tqdm monitor (tqdm/_monitor.py:69)", monitor
+    assert "_bootstrap" not in monitor.doing, monitor
+    assert threads["MainThread"].state is ThreadState.STUCK, threads["MainThread"]
+
+
+def test_a_thousand_parked_pool_workers_beside_a_hang_are_no_deadlock():
+    worker = (f"{STD}/concurrent/futures/thread.py:81 _worker", f"{STD}/threading.py:1010 run", *BOOT)
+    p = [rep(201, th("MainThread", "/w/t.py:22 wait_for_peer", "/w/t.py:25 <module>"),
+             *(th(f"loader_{i}", *worker, ident=i) for i in range(1000)))]
+    cl = evaluate(looked(*held((NOW - 100, p), (NOW - 0.5, p)), cpu=0.0), LIM)
+    assert cl.summary.startswith("blocked in a C call: MainThread in wait_for_peer (t.py:22)"), cl.summary[:200]
+    assert sum(t.state is ThreadState.STUCK for t in cl.threads) == 1, [t for t in cl.threads if t.trouble][:3]
+
+
+def test_threads_of_the_program_waiting_for_work_are_no_deadlock():
+    # Two consumers of the program's own at their queues: waits for work, not locks taken.
+    p = [rep(201, th("MainThread", "/w/t.py:22 wait_for_peer"),
+             th("consumer-1", f"{STD}/threading.py:320 wait", f"{STD}/queue.py:171 get", "/w/t.py:3 consume"),
+             th("consumer-2", f"{STD}/threading.py:320 wait", f"{STD}/queue.py:171 get", "/w/t.py:3 consume"))]
+    cl = evaluate(looked(*held((NOW - 100, p), (NOW - 0.5, p)), cpu=0.0), LIM)
+    assert cl.summary.startswith("blocked in a C call: MainThread in wait_for_peer (t.py:22)"), cl.summary
+    # Two of its threads taking semaphores are.
+    sem = (f"{STD}/threading.py:331 wait", f"{STD}/threading.py:494 acquire")
+    p = [rep(201, th("a", *sem, "/w/t.py:3 take_a"), th("b", *sem, "/w/t.py:9 take_b"))]
+    cl = evaluate(looked(*held((NOW - 100, p), (NOW - 0.5, p)), cpu=0.0), LIM)
+    assert cl.summary.startswith("deadlock: a waits in threading.wait in take_a (t.py:3); b waits"), cl.summary
+
+
+def test_how_long_a_thread_waits_counts_from_when_its_stack_stopped_changing():
+    # In one function all along: running its loop (line 5) until 30 s ago, blocked at line 9 since.
+    loop = [rep(201, th("MainThread", "/w/t.py:5 train", "/w/t.py:12 <module>"))]
+    hung = [rep(201, th("MainThread", "/w/t.py:9 train", "/w/t.py:12 <module>"))]
+    cl = evaluate(looked(*held((NOW - 100, loop), (NOW - 30, hung), (NOW - 0.5, hung)), cpu=0.0), LIM)
+    assert cl.summary.startswith("blocked in a C call: MainThread in train (t.py:9) for 30 s, 0 % CPU"), cl.summary
+    # The probe's own word, in one look (a one-shot --check): in train since 100 s, still since 30 s.
+    one = [rep(201, replace(hung[0].threads[0], stack_since=NOW - 100, frames_since=NOW - 30), at=NOW - 0.5)]
+    one[0] = replace(one[0], start_time=NOW - 200)
+    cl = evaluate(looked(one, cpu=0.0), LIM)
+    assert cl.summary.startswith("blocked in a C call: MainThread in train (t.py:9) for 30 s"), cl.summary
+    # A busy loop in one function is in it since it entered it.
+    cl = evaluate(looked(*held((NOW - 100, loop), (NOW - 30, hung), (NOW - 0.5, hung)), cpu=1.0), LIM)
+    assert cl.summary.startswith("busy in its own code: MainThread in train (t.py:9) for 2 min"), cl.summary
 
 
 def test_waiting_for_dataloader_workers_names_the_stuck_worker():

@@ -175,3 +175,60 @@ def test_one_shot_check_reads_stacks_from_two_looks(tmp_path, monkeypatch):
     finally:
         for name in ("quiet", "deadlock"):
             cli(tmp_path, "--config", str(cfg), "--profile", name, "--stop")
+
+
+# Programs that hang for good in a C call (time.sleep) beside a library's idle helper threads.
+HELPERS = {
+    # tqdm drawn as Lightning draws ("Epoch 2: ...| 29/64"), its monitor thread beside: 30
+    # steps 0.15 s apart in train(), then the hang at another line of train().
+    "tqdm": (PY, str(PROGRAMS / "tqdm_then_hang.py"), "30", "0.15"),
+    # rich's refresh thread redrawing the bar beside a loop that hangs after 20 steps.
+    "rich": (PY, str(PROGRAMS / "rich_bar.py"), "100000", "0.1", "20"),
+    # 1,000 ThreadPoolExecutor workers parked at their queue.
+    "pool": (PY, str(PROGRAMS / "pool_then_hang.py"), "1000"),
+}
+
+
+async def test_idle_helper_threads_beside_a_hang_are_no_party_of_it(sessions, tmp_path, monkeypatch):
+    """tqdm's monitor, rich's refresh thread and a thread pool's parked workers wait for the
+    program: the hang is the program's thread blocked in a C call, never a "deadlock"; the
+    helpers are named by their library, and not STUCK. How long it is blocked counts from when
+    its stack stopped changing, not from when it entered its function."""
+    for name in ("TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "FORCE_COLOR", "PYTHONUNBUFFERED"):
+        monkeypatch.delenv(name, raising=False)
+    made = {name: sessions(program_profile(tmp_path / name, cmd, stall_after_s=STALL_S,
+                                           compile_stall_after_s=COMPILE_LIMIT_S))
+            for name, cmd in HELPERS.items()}
+    await asyncio.gather(*(s.launch(preflight=False) for s in made.values()))
+    seen: dict[str, list[tuple[float, Verdict, str, dict, list]]] = {n: [] for n in made}
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120 and not all(
+            len(v) >= 4 and all(x[1] is Verdict.STALLED for x in v[-4:]) for v in seen.values()):
+        looks = await asyncio.gather(*(s.check() for s in made.values()))
+        for name, (ev, cl) in zip(made, looks):
+            up = ev.now - ev.launch.start_time if ev.launch is not None else 0.0
+            seen[name].append((up, cl.verdict, cl.summary, {c.id: c for c in cl.checks}, cl.threads))
+        await asyncio.sleep(0.5)
+
+    main_fn = {"tqdm": r"train \(tqdm_then_hang\.py:\d+\)", "rich": r"<module> \(rich_bar\.py:\d+\)",
+               "pool": r"wait_for_peer \(pool_then_hang\.py:\d+\)"}
+    helper = {"tqdm": r"tqdm monitor \(tqdm/_monitor\.py:\d+\)", "rich": r"rich refresh \(rich/live\.py:\d+\)",
+              "pool": r"thread pool worker \(concurrent/futures/thread\.py:\d+\)"}
+    for name, looks in seen.items():
+        up, verdict, summary, checks, threads = looks[-1]
+        assert verdict is Verdict.STALLED, (name, [x[:3] for x in looks[-5:]])
+        assert not any("deadlock" in x[2] for x in looks), (name, [x[2] for x in looks if "deadlock" in x[2]][:1])
+        m = re.match(rf"blocked in a C call: MainThread in {main_fn[name]} for (\d+) s, \d+ % CPU; "
+                     rf"no step, no log output for (\d+) s", summary)
+        assert m, (name, summary)
+        # Blocked since its last step, give or take a beat: not since train() began (4.5 s before).
+        assert int(m.group(1)) <= int(m.group(2)) + 2, (name, summary)
+        stuck = [t for t in threads if t.trouble]
+        assert [t.name for t in stuck] == ["MainThread"], (name, [(t.name, t.state, t.why) for t in stuck][:3])
+        helpers = [t for t in threads if t.name != "MainThread" and t.pid is not None]
+        assert helpers and all(re.fullmatch(helper[name], t.where) for t in helpers), \
+            (name, [(t.name, t.where, t.doing) for t in helpers][:3])
+        assert not any("_bootstrap" in t.doing or "threading.py" in t.where for t in threads), name
+    # Lightning's step counts within its epoch: said with it while the loop ran.
+    running = [x[2] for x in seen["tqdm"] if x[1] is Verdict.RUNNING]
+    assert any(re.match(r"epoch 2, \d+/64, loss ", s) for s in running), running[-3:]

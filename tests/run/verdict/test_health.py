@@ -181,6 +181,26 @@ def test_stop_request_is_shown_on_the_end_verdict():
     assert "SIGKILL after the grace period" in cl.summary and cl.verdict.healthy
 
 
+def test_a_stop_under_way_is_stopping_and_one_that_did_not_end_the_run_fails_its_check():
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    lim = Limits(stall_after_s=60, compile_stall_after_s=600, stop_grace_s=10)
+    stop = StopRecord("r1", 100, NOW - 12, "me@laptop", "SIGTERM")
+    # Within stop_grace_s and the SIGKILL wait, whatever the trainer reports (steps advancing).
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status(), stop=stop), lim)
+    assert cl.verdict is Verdict.STOPPING and not cl.verdict.healthy and not cl.verdict.failing, cl
+    assert cl.summary.startswith("stopping: SIGTERM sent by me@laptop 12 s ago"), cl.summary
+    assert by_id(cl)["stop"].state is CheckState.WARN and [t.name for t in cl.threads] == ["drafter0"]
+    # Past it the process still lives: the stop did not end it; judged as any live run.
+    late = StopRecord("r1", 100, NOW - 60, "me@laptop", "SIGKILL")
+    cl = evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status(), stop=late), lim)
+    assert cl.verdict is Verdict.RUNNING, cl
+    assert by_id(cl)["stop"].state is CheckState.FAIL and "still alive" in by_id(cl)["stop"].cause
+    # A Slurm stop (scancel) waits longer for the job.
+    slurm = StopRecord("r1", 100, NOW - 40, "me@laptop", "scancel")
+    assert evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status(), stop=slurm), lim).verdict \
+        is Verdict.STOPPING
+
+
 def test_tracker_keeps_since_until_the_state_changes():
     fs = files("launch.sh", "launch.json", "train.log", "status.json")
     tr = HealthTracker()

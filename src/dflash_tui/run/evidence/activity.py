@@ -72,6 +72,7 @@ class Activity:
     rate: float | None = None             # latest rate the log gave, in rate_unit
     rate_unit: str = ""                   # "it/s", "s/it", "tok/s", "samples/s"
     epoch: float | None = None
+    step_epoch: float | None = None       # the epoch the log's step counts within (Lightning's bar)
     cpu_s: float | None = None            # CPU seconds of the tree so far
     cpu_cores: float | None = None        # recent CPU use in cores (None: one sample only)
     cpu_window_s: float | None = None     # over how long cpu_cores was measured
@@ -97,6 +98,9 @@ class Activity:
     metrics_at: float | None = None
     metrics_file: str = ""                # its source: "TensorBoard runs/exp1"
     steps_per_s: float | None = None      # the step's recent rate over the looks (StepClock)
+    # per thread, when its frames took exactly the form they have now, lines included (first
+    # seen so): a thread that waits has stood still since then, wherever its function began.
+    frames_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
 
     @property
     def advancing(self) -> bool:
@@ -248,6 +252,7 @@ class ProgressTracker:
         self._disk_at: float | None = None
         # (pid, ident) -> (own-code frames, first seen with them); pid -> (report time, cpu_s, rate)
         self._stacks: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
+        self._frames: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
         self._stack_moved_at: float | None = None
         self._stack_moved_where = ""
         self._stack_moved_own = False
@@ -365,6 +370,9 @@ class ProgressTracker:
             for t in threads:
                 key = (p.pid, t.ident)
                 seen.add(key)
+                exact = tuple(t.frames)
+                if key not in self._frames or self._frames[key][0] != exact:
+                    self._frames[key] = (exact, at)
                 sig = _signature(t.frames)
                 before = self._stacks.get(key)
                 if before is not None and before[0] == sig:
@@ -382,8 +390,11 @@ class ProgressTracker:
                 self._stack_moved_where = (f"{t.name} in {c.where}" if own else
                                            f"{t.name} in {parse_frame(t.frames[0]).place}")
         if probes:
-            for key in [k for k in self._stacks if k not in seen and k[0] in {p.pid for p in probes}]:
+            pids = {p.pid for p in probes}
+            for key in [k for k in self._stacks if k not in seen and k[0] in pids]:
                 del self._stacks[key]     # a thread that ended
+            for key in [k for k in self._frames if k not in seen and k[0] in pids]:
+                del self._frames[key]
 
     def _idle(self, pid: int) -> bool:
         """The process used less than BUSY_CORES between its last two reports."""
@@ -472,6 +483,7 @@ class ProgressTracker:
             step=step, step_at=step_at, step_source=source, total=p.total,
             loss=self._ev_loss if source == "events" and self._ev_loss is not None else p.loss,
             rate=p.rate, rate_unit=p.rate_unit, epoch=p.epoch,
+            step_epoch=p.step_epoch if source == "log" else None,
             cpu_s=tree.cpu_s if tree is not None and tree.root.alive else None,
             cpu_cores=rate[0] if rate else None, cpu_window_s=rate[1] if rate else None,
             cpu_busy_since=self._busy_since,
@@ -482,5 +494,6 @@ class ProgressTracker:
             stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
             stack_moved_own=self._stack_moved_own,
             stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
+            frames_since=MappingProxyType({k: v[1] for k, v in self._frames.items()}),
             metrics_at=self.metric_files.advanced_at, metrics_file=self.metric_files.advanced_file,
             steps_per_s=self._clock.steps_per_s())

@@ -231,7 +231,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         ev.proc = judged_root(ev.launch, run_dir, ev.tree.root)
     elif attempt is not None and attempt.pid and attempt.run_id == run_id:
         (ev.detached_proc,) = await ops.pid_info([attempt.pid])
-        if not ev.detached_proc.alive or ev.detached_proc.state == "Z":
+        if ev.detached_proc.gone:
             # It may have written launch.json and ended between our stat and pid_info: look
             # again before calling it NEVER STARTED.
             (again,) = await ops.stat([ev.path(LAUNCH_JSON)])
@@ -373,7 +373,7 @@ def _argv_words(argv) -> str:
 def process_matches(launch: LaunchRecord, proc: PidInfo | None) -> bool:
     """The wrapper recorded in launch.json is still alive, is still the same process (start
     time), and is provably this run dir's wrapper (`wrapper_refusal`)."""
-    if proc is None or not proc.alive or proc.state == "Z":
+    if proc is None or proc.gone:
         return False
     if launch.start_ticks is not None and proc.start_ticks is not None and proc.start_ticks != launch.start_ticks:
         return False

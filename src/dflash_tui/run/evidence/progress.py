@@ -99,6 +99,9 @@ class LogProgress:
     rate: float | None = None
     rate_unit: str = ""             # "it/s", "s/it", "tok/s", "samples/s"
     epoch: float | None = None
+    # The epoch a bar's step counts within, from the bar's own line (Lightning's "Epoch 2: 80%|
+    # ...| 51/64": step 51 of the epoch's 64); None when the step's line named no epoch.
+    step_epoch: float | None = None
     records: int = 0                # progress segments read so far: each new one is progress
     last_line: str = ""             # the latest progress segment, trimmed
     checkpoint: str = ""            # the latest checkpoint path the program said it saved
@@ -166,6 +169,7 @@ class ProgressParser:
         self._partial_redraw = False     # the partial segment began with "\r" or a cursor-up
         self._up = 0                     # lines the cursor went up: their newlines redraw too
         self._said: tuple | None = None  # (step, total, loss, epoch) of the last progress segment
+        self._step_form = ""             # the form of the line that gave the step: its total's
 
     def reset(self) -> None:
         """The file was truncated or replaced: forget the partial segment, keep the values."""
@@ -290,6 +294,7 @@ class ProgressParser:
         p = self.progress
         step = total = None
         loss = rate = epoch = None
+        form = ""                        # "regex", "dict", "bar" (tqdm, rich, Lightning), "step"
         unit = ""
         hit = False
         if self.regex is not None:
@@ -300,6 +305,7 @@ class ProgressParser:
                 total = _int_text(gd.get("total"))
                 loss = _finite(gd["loss"]) if gd.get("loss") else None
                 hit = step is not None or loss is not None
+                form = "regex"
         if not hit:
             d = _metrics_dict(seg)
             if d is not None:
@@ -308,10 +314,12 @@ class ProgressParser:
                 loss = next((v for v in (_num(d.get(k)) for k in _LOSS_KEYS) if v is not None), None)
                 epoch = _num(d.get("epoch"))
                 hit = step is not None or loss is not None or epoch is not None
+                form = "dict"
             else:
                 m = _BAR.search(seg) or _BAR_RICH.search(seg) or _STEP.search(seg)
                 if m:
                     step, total = _int_text(m.group(1)), _int_text(m.group(2))
+                    form = "step" if m.re is _STEP else "bar"
                 lm = _LOSS.search(seg)
                 if lm:
                     loss = _finite(lm.group(1))
@@ -336,9 +344,16 @@ class ProgressParser:
         if count:
             self._said = said
         if step is not None:
+            # A total said once holds for the later steps of the same form (a trainer's JSON
+            # lines, its "step N/M" then "step N"); a step of another form (an exception's
+            # "at step 120" under a Lightning bar's "51/64") never pairs with it.
+            if total:
+                p.total = total
+            elif form != self._step_form:
+                p.total = None
+            self._step_form = form
             p.step = step
-        if total:
-            p.total = total
+            p.step_epoch = epoch if form == "bar" else None
         if loss is not None:
             p.loss = loss
         if rate is not None:

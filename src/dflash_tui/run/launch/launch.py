@@ -68,6 +68,7 @@ class LaunchOutcome:
     unreachable: bool = False
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    resume_from: str = ""      # a resumed launch: the checkpoint it continues from, and its run
 
 
 def _not_launched(why: Check, checks: list[Check], unreachable: bool = False, **kw) -> LaunchOutcome:
@@ -212,7 +213,7 @@ async def _settle(launcher: Launcher, ops: RemoteOps, run_dir: str, attempt: Lau
     let in meanwhile would start a second trainer beside it."""
     deadline = time.monotonic() + SETTLE_S
     while (checklist.verdict is Verdict.NEVER_STARTED and ev.launch is None and ev.detached_proc is not None
-           and ev.detached_proc.alive and ev.detached_proc.state != "Z" and time.monotonic() < deadline):
+           and not ev.detached_proc.gone and time.monotonic() < deadline):
         await asyncio.sleep(0.1)
         ev = await launcher.observe(ops, run_dir, attempt=attempt)
         checklist = evaluate(ev, limits)

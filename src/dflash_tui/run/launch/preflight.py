@@ -16,6 +16,7 @@ from ...config import Profile, system_dir
 from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SLURM_JSON, SLURM_OUT,
                                STATUS_JSON, STOP_JSON, TRAIN_LOG)
 from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
+from ...remote.container import ContainerTarget
 from ...remote.ops import RemoteOps
 from ..evidence.observe import gather, process_matches
 from ..verdict.checklist import Check, CheckState
@@ -34,8 +35,12 @@ if err=$(mkdir -p -- "$d" 2>&1); then echo "mkdir=ok"; else echo "mkdir=$err" | 
 p="$d/.dflash-write-probe.$$"
 if err=$( (echo probe >"$p") 2>&1 ); then rm -f -- "$p"; echo "write=ok"; else rm -f -- "$p"; echo "write=$err" | tr '\n' ' '; echo; fi
 df -Pk -- "$d" 2>/dev/null | awk 'NR==2 {print "avail_kb=" $4}'
+for t in awk tr; do command -v "$t" >/dev/null 2>&1 || echo "missing=$t"; done
 echo "end=1"
 '''
+
+# The tools launch.sh needs beyond sh, and the Debian package of each (for the hint).
+_PACKAGE = {"awk": "mawk", "tr": "coreutils"}
 
 # Before anything is created: where the run dir really is (symlinks resolved, from its nearest
 # existing ancestor), and which of the per-run files exist as something other than a regular
@@ -137,18 +142,16 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
               f"{host.label} answered" + ("" if res.ok else f" (true exited {res.exit_status})"), "", now))
 
     # 2. container running
-    if profile.container:
-        is_running = getattr(target, "is_running", None)
+    if profile.container and isinstance(target, ContainerTarget):
         try:
-            running = await is_running() if is_running else True
+            running = await target.is_running()
         except ContainerNotRunning as exc:
             running, why, hint = False, exc.message, exc.hint
         except TargetError as exc:
             running, why, hint = False, exc.message, exc.hint
         else:
-            start_hint = getattr(target, "start_hint", None)
             why = f"{profile.container} is not running on {host.label}"
-            hint = start_hint() if start_hint else f"start it on {host.label}"
+            hint = target.start_hint()
         if not running:
             add(Check("pre_container", "Container running", FAIL, why, hint, now))
             return out
@@ -204,6 +207,17 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
                           "fix its permissions or choose another run_dir", now))
             return out
         add(Check("pre_run_dir", "Run dir writable", OK, f"{profile.run_dir} created and writable", "", now))
+        # launch.sh writes its records (launch.json, exit.json) through these: without them it
+        # would run the program and leave records that name no run (a crash read as KILLED).
+        missing = [v for k, v in (line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+                   if k == "missing"]
+        if missing:
+            add(Check("pre_tools", "Wrapper's tools", FAIL,
+                      f"{' and '.join(missing)} not found on {target.label}: the launch wrapper writes its "
+                      "records with them",
+                      f"install them where the run lives (Debian: apt-get install {' '.join(_PACKAGE[m] for m in missing)})",
+                      now))
+            return out
         try:
             avail_gb = int(kv["avail_kb"]) / (1 << 20)
         except (KeyError, ValueError):

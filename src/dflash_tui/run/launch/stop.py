@@ -64,7 +64,7 @@ async def _write_stop(target: Target, run_dir: str, record: StopRecord) -> bool:
 
 def _same_process(launch, info) -> bool:
     """The process we signalled is still there (alive, the same start time)."""
-    return info.alive and info.state != "Z" and info.start_ticks == launch.start_ticks
+    return not info.gone and info.start_ticks == launch.start_ticks
 
 
 async def _wait_gone(ops: RemoteOps, launch, seconds: float) -> bool:
@@ -92,7 +92,7 @@ async def stop_run(ops: RemoteOps, target: Target, run_dir: str, *, grace_s: flo
     if launch is None:
         return StopResult("no-run", None, None, 0.0, f"no launch.json in {run_dir}: nothing to stop")
     proc = ev.proc
-    if proc is not None and proc.alive and proc.state != "Z":
+    if proc is not None and not proc.gone:
         if launch.start_ticks is None:
             # Without the start time nothing tells this pid from a process that reused it.
             return StopResult("unverified", launch.pid, launch.run_id, time.monotonic() - t0,

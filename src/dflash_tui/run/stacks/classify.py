@@ -15,14 +15,22 @@ tells a blocked thread from a running one by the CPU (run/verdict/hang.py), neve
 
 Three classes are read anywhere in the frames kept, not only innermost: the compiler, the
 DataLoader's wait for its workers and the import machinery exist on a stack only while the
-thread is in them, whatever they wait in below (a lock, a pipe, dlopen).
+thread is in them, whatever they wait in below (a lock, a pipe, dlopen). The compiler's files
+are also run when they are imported (`import lightning` imports torch._dynamo): their code
+run by an import (below a library module's top level) is importing, not compiling.
+
+A thread with no frame of the program's own code is a library's helper (tqdm's monitor,
+rich's refresh thread, a thread pool's workers): `helper` names the library function that
+runs it ("tqdm monitor (tqdm/_monitor.py:69)"), never threading's bootstrap, and `idle` says
+it is parked, waiting for work on a condition, an event, a queue or a future: such a thread is
+no party of a hang (run/verdict/hang.py).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 
@@ -175,6 +183,9 @@ class Classified:
     cls: ThreadClass
     doing: str = ""      # the call it is in: "all_reduce", "torch.cuda.synchronize", "Lock.acquire"
     where: str = ""      # the innermost own frame, "function (file.py:line)"; "" if none
+    helper: str = ""     # no own frame: the library function that runs the thread, "tqdm monitor (tqdm/_monitor.py:69)"
+    idle: bool = False   # no own frame, parked on a condition, event, queue or future: waits for work
+    acquiring: bool = False   # a LOCK wait that takes a lock (a semaphore), not a wait for a signal or for work
 
 
 def classify(frames: list[str], compile_state: str = "") -> Classified:
@@ -189,20 +200,38 @@ def classify(frames: list[str], compile_state: str = "") -> Classified:
 @functools.lru_cache(maxsize=1024)
 def _classify(frames: tuple[str, ...], compile_state: str) -> Classified:
     parsed = [parse_frame(f) for f in frames]
+    c = _class_of(parsed, compile_state)
+    if c.cls is ThreadClass.LOCK and _acquiring(parsed):
+        c = replace(c, acquiring=True)
+    if c.where or not parsed:
+        return c
+    # No frame of the program's own: a library's helper thread.
+    return replace(c, helper=_helper(parsed), idle=c.cls is ThreadClass.LOCK and not c.acquiring)
+
+
+def _class_of(parsed: list[Frame], compile_state: str) -> Classified:
     here = where(parsed)
     # The compiler anywhere on the stack decides, whatever it waits in (a lock: inductor's
-    # compile workers; I/O: its cache): frames of dynamo/inductor only exist while compiling.
-    # So do DataLoader's waits for its workers (a queue below them) and the import machinery.
-    inner = next((f for f in parsed if _match(f) is ThreadClass.COMPILING), None)
+    # compile workers; I/O: its cache): frames of dynamo/inductor only exist while compiling,
+    # unless an import runs them. So do DataLoader's waits for its workers (a queue below
+    # them) and the import machinery.
+    inner = next((f for i, f in enumerate(parsed) if _match(f) is ThreadClass.COMPILING
+                  and not _imported(parsed, i)), None)
     if compile_state == "compiling" or inner is not None:
         return Classified(ThreadClass.COMPILING, _doing(ThreadClass.COMPILING, inner) if inner else "", here)
     loader = next((f for f in parsed if _match(f) is ThreadClass.DATALOADER), None)
     if loader is not None:
         return Classified(ThreadClass.DATALOADER, _doing(ThreadClass.DATALOADER, loader), here)
-    if any(f.path.startswith("<frozen importlib") for f in parsed):
+    # The import machinery, or the compiler's files run by an import (their top level may be
+    # all the frames kept: a dataclass being built at it, say).
+    if any(f.path.startswith("<frozen importlib") or _match(f) is ThreadClass.COMPILING for f in parsed):
         return Classified(ThreadClass.IMPORTING, "import", here)
     if not parsed:
         return Classified(ThreadClass.UNKNOWN)
+    if all(_bootstrap(f) for f in parsed):
+        # Only threading's own frames: the thread's target is a C function (or it is starting).
+        what = "a C call, the thread's target" if parsed[0].function == "run" else "starting or ending"
+        return Classified(ThreadClass.LIBRARY, what, here)
     for f in parsed:
         if own_code(f):
             return Classified(ThreadClass.RUNNING, "", here)
@@ -212,7 +241,64 @@ def _classify(frames: tuple[str, ...], compile_state: str) -> Classified:
     return Classified(ThreadClass.LIBRARY, parsed[0].place, here)
 
 
+def _imported(parsed: list[Frame], i: int) -> bool:
+    """Frame i runs because a module is being imported: a library module's top level (its
+    `<module>` frame, a class body in it) is at or outside it. A compile started by the
+    program's own top level (its script's `<module>`) is no import."""
+    return any(f.function == "<module>" and not own_code(f) for f in parsed[i:])
+
+
+# threading's frames that start every thread and run its target: no wait of their own.
+_BOOTSTRAP = frozenset({"_bootstrap", "_bootstrap_inner", "run"})
+
+
+def _bootstrap(f: Frame) -> bool:
+    return f.path.endswith("/threading.py") and f.function in _BOOTSTRAP
+
+
+# The functions of a wait that takes a lock: Semaphore.acquire, asyncio.Lock.acquire, and the
+# `with` of a Condition or a multiprocessing Lock (its C acquire leaves `__enter__` innermost).
+_ACQUIRE = frozenset({"acquire", "__enter__"})
+
+
+def _acquiring(parsed: list[Frame]) -> bool:
+    """The wait (the innermost run of known wait frames) takes a lock, as opposed to a wait
+    for a signal or for work (a condition's wait, an event, a queue, a future, a join)."""
+    for f in parsed:
+        if _match(f) is not ThreadClass.LOCK:
+            return False
+        if f.function in _ACQUIRE:
+            return True
+    return False
+
+
+# Library helper threads a person knows by name, by the file of the function that runs them.
+_HELPERS = (("/tqdm/_monitor.py", "tqdm monitor"), ("/rich/live.py", "rich refresh"),
+            ("/rich/progress.py", "rich progress"), ("/concurrent/futures/thread.py", "thread pool worker"),
+            ("/concurrent/futures/process.py", "process pool manager"),
+            ("/multiprocessing/pool.py", "multiprocessing pool"), ("/multiprocessing/queues.py", "queue feeder"),
+            ("/torch/utils/data/_utils/pin_memory.py", "DataLoader pin-memory thread"),
+            ("/asyncio/base_events.py", "asyncio event loop"))
+_INSTALLED = re.compile(r"^.*/(?:site-packages|dist-packages|lib/python\d+(?:\.\d+)?t?)/")
+
+
+def _helper(parsed: list[Frame]) -> str:
+    """The library function that runs a thread with no frame of the program's own: the
+    outermost frame kept that is not threading's bootstrap, with its file as installed
+    ("tqdm monitor (tqdm/_monitor.py:69)", "run (somelib/worker.py:12)")."""
+    runs = [f for f in parsed if not _bootstrap(f) and f.path]
+    f = runs[-1] if runs else parsed[0]
+    if not f.path:
+        return f.function
+    rel = _INSTALLED.sub("", f.path)
+    name = next((label for suffix, label in _HELPERS if f.path.endswith(suffix)),
+                f"Thread.{f.function}" if _bootstrap(f) else f.function)
+    return f"{name} ({rel}:{f.line})" if f.line is not None else f"{name} ({rel})"
+
+
 def _match(f: Frame) -> ThreadClass | None:
+    if _bootstrap(f):
+        return None
     if not f.path:
         return next((cls for cls, rx in _NATIVE if rx.search(f.function)), None)
     for cls, paths, functions in _RULES:

@@ -32,6 +32,9 @@ class Verdict(str, Enum):
     GPU_LOST = "GPU LOST"
     # The run ended after a stop request for it (stop.json), whatever its exit code or signal.
     STOPPED = "STOPPED"
+    # A stop request for it (stop.json), its process still alive within the grace period and
+    # the SIGKILL wait: no verdict yet (STOPPED, or a failing stop, follows).
+    STOPPING = "STOPPING"
     # A Slurm job's own states (run/verdict/slurm_job.py), beside the evidence-based ones:
     QUEUED = "QUEUED"                 # pending, with Slurm's reason in words (no verdict yet)
     BLOCKED = "BLOCKED"               # pending and never starting by itself: held, or a dependency never satisfiable
@@ -137,6 +140,48 @@ class ThreadHealth:
         return d
 
 
+def rank_ranges(ranks: tuple[int, ...] | list[int]) -> str:
+    """(0, 1, 2, 3, 5) -> "0-3, 5"."""
+    runs: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+@dataclass(frozen=True)
+class RankGroup:
+    """The threads of several ranks whose stacks agree: the same class, the same innermost frame
+    of the program's own code (run/verdict/rank_groups.py). The Threads pane, `--check` and the
+    watch's notifications list these, the odd ones out first."""
+    ranks: tuple[int, ...]
+    cls: str
+    where: str
+    doing: str
+    threads: int
+    stuck: bool = False            # its threads are STUCK (the run is STALLED and they wait)
+    nodes: tuple[str, ...] = ()    # the nodes its ranks are on (a run on several nodes)
+    members: tuple[tuple[int, int, str], ...] = ()   # (rank, pid, thread name) of each thread
+
+    def place(self) -> str:
+        if self.doing and self.where and self.doing != self.where:
+            return f"{self.doing} ({self.where.rsplit(' (', 1)[-1]}"
+        return self.where or self.doing or "an unknown frame"
+
+    def words(self) -> str:
+        """ "ranks 0-6, 8-63: collective all_reduce (train.py:88)"."""
+        who = f"rank {self.ranks[0]}" if len(self.ranks) == 1 else f"ranks {rank_ranges(self.ranks)}"
+        if self.nodes:
+            who += f" (node{'s' if len(self.nodes) > 1 else ''} {', '.join(self.nodes)})"
+        return _inert(f"{who}: {self.cls} {self.place()}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "class": self.cls, "where": self.where, "doing": self.doing,
+                "threads": self.threads, "stuck": self.stuck, "nodes": list(self.nodes)}
+
+
 @dataclass
 class Checklist:
     verdict: Verdict
@@ -146,12 +191,15 @@ class Checklist:
     threads: list[ThreadHealth] = field(default_factory=list)
     # A Slurm job's facts (run/verdict/slurm_job.py): job_id, state, reason, node_list, partition, ...
     slurm: dict[str, Any] | None = None
+    # The probed threads of a run of several ranks grouped by where they stand, odd ones out
+    # first (run/verdict/rank_groups.py); empty for a run of one rank.
+    rank_groups: list[RankGroup] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.summary = _inert(self.summary)
 
-    def with_parts(self, *, checks: list[Check] | None = None,
-                   threads: list[ThreadHealth] | None = None) -> "Checklist":
+    def with_parts(self, *, checks: list[Check] | None = None, threads: list[ThreadHealth] | None = None,
+                   rank_groups: list[RankGroup] | None = None) -> "Checklist":
         """This checklist with other checks or threads (each made inert when it was made): a
         copy that keeps the summary already made inert (`replace` would make it inert again, on
         every look, twice)."""
@@ -161,6 +209,8 @@ class Checklist:
             other.checks = checks
         if threads is not None:
             other.threads = threads
+        if rank_groups is not None:
+            other.rank_groups = rank_groups
         return other
 
     def thread(self, name: str) -> ThreadHealth | None:
@@ -170,4 +220,5 @@ class Checklist:
         return {"verdict": self.verdict.value, "summary": self.summary,
                 "checks": [c.to_dict() for c in self.checks],
                 "threads": [t.to_dict() for t in self.threads],
+                "rank_groups": [g.to_dict() for g in self.rank_groups],
                 **({"slurm": self.slurm} if self.slurm is not None else {})}

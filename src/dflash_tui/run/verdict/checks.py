@@ -151,13 +151,15 @@ def last_progress(ev: Evidence, *also: float | None) -> float | None:
 
 
 def progress_words(ev: Evidence) -> str:
-    """ "step 120/1000, loss 2.31, 3.2 it/s" from the log/events, "" when none was read."""
+    """ "step 120/1000, loss 2.31, 3.2 it/s" from the log/events, "" when none was read; a
+    step counted within an epoch (Lightning's bar) says its epoch: "epoch 2, 51/64"."""
     act = ev.activity
     if act is None or act.step is None and act.step_at is None and act.metrics_at is None:
         return ""
     parts = []
     if act.step is not None:
-        parts.append(f"step {act.step}" + (f"/{act.total}" if act.total else ""))
+        n = f"{act.step}" + (f"/{act.total}" if act.total else "")
+        parts.append(f"epoch {act.step_epoch:g}, {n}" if act.step_epoch is not None else f"step {n}")
         left = eta_s(act.step, act.total, act.steps_per_s, act.rate, act.rate_unit)
         if left is not None and act.total and act.step < act.total:
             parts.append(f"ETA {eta_words(left)}")

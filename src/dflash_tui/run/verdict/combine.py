@@ -12,7 +12,8 @@ The combination rule (docs/ARCHITECTURE.md, "Runs on several nodes"):
    started comes before one that exited with a code, which is how a peer reacts to another's
    death;
 2. else, every node RUNNING: RUNNING; every node NO RUN: NO RUN; every node ended (FINISHED or
-   STOPPED): STOPPED if any node was stopped, else FINISHED;
+   STOPPED): STOPPED if any node was stopped, else FINISHED; every node stopping or ended, one
+   STOPPING: STOPPING;
 3. else STARTING (no verdict yet), naming the nodes that are not RUNNING yet (or, at the end,
    the ones still going after others ended).
 A run that is STALLED where some nodes' ranks wait in a collective (their threads' class, as
@@ -21,7 +22,7 @@ each node's engine read its stacks) and another node's ranks are not in it says 
 is not in it: checkpoint_to_slow_disk (train.py:9)" — the node not in it is where to look.
 A node that could not be reached this poll keeps its last known report; `unreachable` names
 it, and the CLI's exit code is 1 for a failing run, else 3 while a node is unreachable, else
-the verdict's own (0 RUNNING/FINISHED/STOPPED, 4 STARTING/NO RUN).
+the verdict's own (0 RUNNING/FINISHED/STOPPED, 4 STARTING/STOPPING/NO RUN).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from .report import RunReport
+from .rank_groups import group_ranks
 from .checklist import Check, CheckState, Checklist, ThreadHealth, Verdict
 
 
@@ -72,7 +74,8 @@ class RunOfNodes:
                                 "" if state is CheckState.OK else f"see node {n.node}'s checks below"))
             checks += [replace(c, id=f"{n.node}:{c.id}", label=f"{n.node} · {c.label}") for c in cl.checks]
         threads = [replace(t, name=f"{n.node}/{t.name}") for n in self.nodes for t in n.report.checklist.threads]
-        return Checklist(self.verdict, checks, self.summary, threads)
+        nodes = [n.node for n in self.nodes for _ in n.report.checklist.threads]
+        return Checklist(self.verdict, checks, self.summary, threads, rank_groups=group_ranks(threads, nodes))
 
     def report(self, profile: str, target_label: str, run_dir: str) -> RunReport:
         """The run as one RunReport, for the panes: the combined checklist; every node's
@@ -202,6 +205,9 @@ def combine(nodes: list[NodeReport]) -> RunOfNodes:
         return RunOfNodes(Verdict.RUNNING, f"{len(nodes)} nodes running: {names}", nodes, unreachable)
     if verdicts == {Verdict.NO_RUN}:
         return RunOfNodes(Verdict.NO_RUN, f"no run on {names}", nodes, unreachable)
+    if Verdict.STOPPING in verdicts and verdicts <= _ENDED | {Verdict.STOPPING}:
+        going = [n for n in nodes if n.verdict is Verdict.STOPPING]
+        return RunOfNodes(Verdict.STOPPING, "; ".join(n.line() for n in going), nodes, unreachable)
     if verdicts <= _ENDED:
         # A stop that reached a node after it had finished still stopped the run.
         verdict = Verdict.STOPPED if Verdict.STOPPED in verdicts else Verdict.FINISHED

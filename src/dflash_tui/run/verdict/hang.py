@@ -14,14 +14,22 @@ The kind, first match wins (a run is one kind; its other threads wait for the on
 | a thread in a GPU wait (synchronize, event/stream waits)        | gpu         |
 | a main process waiting for its DataLoader workers               | dataloader  |
 | a thread in the compiler (or importing) while the tree uses CPU | compiling / importing |
-| two or more threads of one process waiting on locks or blocked  | deadlock    |
-|   in a C call (own frames standing still, CPU idle)             |             |
+| two or more threads of one process in the program's own code    | deadlock    |
+|   taking locks or blocked in a C call (standing still, CPU idle)|             |
 | a process whose report is stale (no Python runs), busy CPU      | busy_c      |
 | threads in the compiler while the tree is idle ("deadlock in   | compiler_stuck |
 |   the compiler" when several)                                   |             |
 | a process whose report is stale, idle CPU                       | stuck_c     |
 | a thread in I/O / on a lock / asleep / blocked in a C call      | io / lock / sleep / blocked |
 | a thread in the program's own code, busy                        | busy        |
+
+A library's helper thread parked waiting for work (tqdm's monitor, rich's refresh thread, the
+idle workers of a thread pool: `Classified.idle`) is no party of any of these and never the
+thread named: it waits for the program, which is where the run stopped.
+
+How long ("for 3 min"): a thread that waits (or runs no Python) has stood still since its
+frames last changed at all (`ThreadView.since`, lines included); a thread that runs is in its
+function since it entered it (its innermost own frame, the line aside: a loop is one place).
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ class ThreadView:
     cls: ThreadClass
     doing: str = ""              # the call it is in: "all_reduce", "torch.cuda.synchronize"
     where: str = ""              # its innermost own frame, "function (file.py:line)"
-    innermost: str = ""          # its innermost frame, for a thread with no own frame
+    innermost: str = ""          # no own frame: the library function that runs it ("tqdm monitor (tqdm/_monitor.py:69)")
     since: float | None = None   # since when its stack stands where it is (target clock); None: unknown
     source: str = "probe"        # "probe", or the stack dump's: "faulthandler", "py-spy"
     stale: bool = False          # its process's report is stale: no Python ran since `report_time`
@@ -61,6 +69,9 @@ class ThreadView:
     daemon: bool = False
     ppid: int = 0
     dataloader_worker: bool = False
+    idle: bool = False           # a library's helper parked waiting for work: no party of a hang
+    acquiring: bool = False      # its lock wait takes a lock (a semaphore), not a wait for a signal
+    still: float | None = None   # since when its frames are exactly these, lines included
 
     @property
     def main(self) -> bool:
@@ -102,6 +113,17 @@ def _probe_since(p: ProbeReport, t: ProbeThread) -> float | None:
     return s
 
 
+def _probe_still(p: ProbeReport, t: ProbeThread) -> float | None:
+    """The probe's word on since when the thread's frames are exactly these; an older probe's
+    report (no such field) gives its `stack_since`, the nearest it knows."""
+    s = t.frames_since
+    if s is None:
+        return _probe_since(p, t)
+    if s > p.time or (p.start_time is not None and s < p.start_time):
+        return None
+    return s
+
+
 def _earliest(*times: float | None) -> float | None:
     return min((t for t in times if t is not None), default=None)
 
@@ -111,6 +133,7 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
     from the stack dump taken after it, when there is one."""
     act = ev.activity
     since_of = act.stack_since if act is not None else {}
+    still_of = act.frames_since if act is not None else {}
     out: list[ThreadView] = []
     loading: set[int] = set()     # processes whose thread waits for DataLoader workers
     for p in ev.probes:
@@ -128,11 +151,13 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
             # Both are when the stack was first seen where it is, by the probe at its beats
             # (every second, since the process started) and by our own looks: the earlier knows more.
             since = _earliest(since_of.get((p.pid, t.ident)), None if use_dump else _probe_since(p, t))
+            still = _earliest(still_of.get((p.pid, t.ident)), None if use_dump else _probe_still(p, t))
             if stale:   # no Python ran since the report: its stack stood still since then at least
-                since = _earliest(since, p.time)
-            inner = parse_frame(t.frames[0]).place if t.frames else ""
+                since, still = _earliest(since, p.time), _earliest(still, p.time)
+            inner = c.helper or (parse_frame(t.frames[0]).place if t.frames else "")
             out.append(ThreadView(p.pid, p.rank, t.name, t.ident, c.cls, c.doing, c.where, inner, since,
-                                  dump.source if use_dump else "probe", stale, p.time, t.daemon, p.ppid, worker))
+                                  dump.source if use_dump else "probe", stale, p.time, t.daemon, p.ppid, worker,
+                                  c.idle, c.acquiring, still))
             if c.cls is C.DATALOADER:
                 loading.add(p.pid)
     # A child of a process that waits for its DataLoader workers is one of them, wherever its
@@ -186,7 +211,12 @@ def _pick(views: list[ThreadView]) -> ThreadView:
     order = {C.COLLECTIVE: 0, C.GPU: 1, C.DATALOADER: 2, C.COMPILING: 3, C.IMPORTING: 3, C.IO: 4, C.LOCK: 5, C.BLOCKED: 6,
              C.RUNNING: 7, C.SLEEP: 8, C.LIBRARY: 9, C.UNKNOWN: 10}
     joining = {v.pid for v in views if v.main and v.doing == "Thread.join"}
-    return min(views, key=lambda v: (v.daemon, order[v.cls], not v.main or v.pid in joining, v.name))
+
+    def rank(v: ThreadView) -> float:
+        # A wait for a signal or for work (a queue, an event) waits for another thread: after
+        # a thread blocked where it is.
+        return 6.5 if v.cls is C.LOCK and not v.acquiring else order[v.cls]
+    return min(views, key=lambda v: (v.idle, v.daemon, rank(v), not v.main or v.pid in joining, v.name))
 
 
 def _by_process(views: list[ThreadView]) -> dict[int, list[ThreadView]]:
@@ -204,9 +234,21 @@ def _blocked(ev: Evidence, views: list[ThreadView]) -> list[ThreadView]:
     return [replace(v, cls=C.BLOCKED) if v.cls is C.RUNNING else v for v in views]
 
 
+# Classes of a thread that runs: it is in its function since it entered it, whatever line.
+_RUNS = frozenset({C.RUNNING, C.LIBRARY, C.COMPILING, C.IMPORTING})
+
+
+def _still(v: ThreadView) -> ThreadView:
+    """A thread that waits, or runs no Python, stood still since its frames last changed."""
+    if v.cls in _RUNS and not v.stale or v.still is None:
+        return v
+    return replace(v, since=v.still)
+
+
 def judged_views(ev: Evidence) -> list[ThreadView]:
-    """`thread_views` with what time and CPU add: own code in an idle tree is BLOCKED."""
-    return _blocked(ev, [v for v in thread_views(ev) if v.cls is not C.UNKNOWN])
+    """`thread_views` with what time and CPU add: own code in an idle tree is BLOCKED; a
+    thread that waits has waited since its stack last changed at all."""
+    return [_still(v) for v in _blocked(ev, [v for v in thread_views(ev) if v.cls is not C.UNKNOWN])]
 
 
 def diagnose(ev: Evidence) -> Hang | None:
@@ -250,8 +292,7 @@ def _diagnose(ev: Evidence) -> Hang | None:
                 "start-up never ended: {} importing modules").format(_threads(comp, ranked))
         return Hang(cls.value, f"{what}{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
     for pid, vs in procs.items():
-        waiting = sorted((v for v in vs if v.cls in (C.LOCK, C.BLOCKED) and v.doing != "Thread.join"),
-                         key=lambda v: v.name)
+        waiting = sorted((v for v in vs if _deadlock_party(v)), key=lambda v: v.name)
         if len(waiting) >= 2 and not any(v.cls in (C.RUNNING, C.COMPILING) and not v.daemon for v in vs):
             since = _oldest(waiting)
             parts = "; ".join(_lock_words(v) for v in waiting)
@@ -273,7 +314,7 @@ def _diagnose(ev: Evidence) -> Hang | None:
         v = _pick(stale)
         return Hang("stuck_c", f"stuck in C: {_who(v, ranked)} in {v.place()}" + (f", {cpu}" if cpu else "")
                     + f", stack unchanged{_for(now, v.since)} (pid {v.pid} runs no Python)", v.since)
-    lead = _pick([v for v in views if not v.daemon] or views)
+    lead = _pick([v for v in views if not v.daemon and not v.idle] or views)
     since = lead.since
     if lead.cls in (C.IO, C.LOCK, C.SLEEP, C.BLOCKED):
         return Hang(lead.cls.value, f"{lead.cls.words}: {_who(lead, ranked)} in {lead.place()}"
@@ -293,6 +334,16 @@ def _threads(views: list[ThreadView], ranked: bool) -> str:
         return _who(views[0], ranked)
     procs = len({v.pid for v in views})
     return f"{len(views)} threads" + (f" of {procs} processes" if procs > 1 else "")
+
+
+def _deadlock_party(v: ThreadView) -> bool:
+    """A thread of the program's own code that stands taking a lock: blocked in a C call from
+    its own line (a plain Lock, RLock), or in a wait that takes a lock (a semaphore). A wait
+    for a signal or for work (a condition, an event, a queue, a future, a join) is no party;
+    nor is a library's helper that waits for work."""
+    if not v.where or v.idle:
+        return False
+    return v.cls is C.BLOCKED or (v.cls is C.LOCK and v.acquiring)
 
 
 def _lock_words(v: ThreadView) -> str:

@@ -23,6 +23,7 @@ from ..stacks.classify import ThreadClass
 from ..evidence.observe import Evidence, current_run_id, process_matches
 from .slurm_job import judge as judge_slurm_job
 from ..evidence.tracebacks import exception_line
+from .rank_groups import group_ranks
 from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -36,10 +37,17 @@ class Limits:
     stall_after_s: float = 60.0
     compile_stall_after_s: float = 900.0
     launch_deadline_s: float = 1.0
+    stop_grace_s: float = 10.0
 
     @classmethod
     def from_profile(cls, p: Profile) -> "Limits":
-        return cls(p.stall_after_s, p.compile_stall_after_s, p.launch_deadline_s)
+        return cls(p.stall_after_s, p.compile_stall_after_s, p.launch_deadline_s, p.stop_grace_s)
+
+
+# How long past stop_grace_s a stop may still be under way: the stopper's wait after SIGKILL
+# (run/stop.py, 5 s) and a poll or two. A Slurm stop (scancel) waits 30 s more for the job.
+STOP_SLACK_S = 10.0
+SCANCEL_SLACK_S = 40.0
 
 
 def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
@@ -55,6 +63,8 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     | pid gone, exit.json with code 0                                    | FINISHED      |
     | pid gone, exit.json non-zero code or signal                        | CRASHED       |
     | pid gone, no exit.json                                             | KILLED        |
+    | alive after a stop request for this run (stop.json), within        | STOPPING      |
+    |   stop_grace_s and the SIGKILL wait; its output then is no progress|               |
     | alive, status.json: a thread STUCK/FAILED, no heartbeat, or no     | STALLED       |
     |   step while nothing else advanced, past the limit (below)         |               |
     | alive, no status.json: nothing advanced for the limit (below)      | STALLED       |
@@ -113,7 +123,7 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
 
     alive = process_matches(launch, ev.proc)           # STOPPED, FINISHED, CRASHED, KILLED
     if not alive:
-        reused = ev.proc is not None and ev.proc.alive and ev.proc.state != "Z"
+        reused = ev.proc is not None and not ev.proc.gone
         gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused, or the run dir is a copy)"
                                        if reused else "is gone")
         expected = ev.stop is not None or (ev.exit is not None and ev.exit.exit_code == 0)
@@ -126,10 +136,9 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
         # The wrapper writes exit.json just before it exits: the trainer has ended.
         return _ended(ev, checks, f"pid {launch.pid} is exiting")
     if ev.stop is not None:
-        stop = ev.stop
-        checks.append(Check("stop", "Stop requested", WARN,
-                            f"{stop.signal_sent or 'stop'} sent {_age(ev.now, stop.requested_time)}"
-                            f" by {stop.requested_by or '?'}", "wait for the grace period", stop.requested_time))
+        stopping = _stopping(ev, checks, limits)
+        if stopping is not None:
+            return _with_stacks(stopping, judged_views(ev), ev)
 
     # Alive: STALLED, RUNNING or STARTING, from the trainer's status.json when there is one,
     # else from any program's evidence.
@@ -162,10 +171,11 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
         if i is not None:
             out[i] = replace(out[i], **info)
             continue
-        stuck = stalled and (v.cls in _WAITING or v.stale)
+        # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
+        stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
-    return cl.with_parts(threads=out)
+    return cl.with_parts(threads=out, rank_groups=group_ranks(out))
 
 
 def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check], limits: Limits) -> Checklist:
@@ -184,7 +194,7 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
     # process is gone without having written launch.json.
     certain = attempt is not None and (
         bool(attempt.error) or not attempt.wrapper_written or attempt.pid is None
-        or (ev.detached_proc is not None and (not ev.detached_proc.alive or ev.detached_proc.state == "Z")))
+        or (ev.detached_proc is not None and ev.detached_proc.gone))
     if waited is not None and waited < limits.launch_deadline_s and not ev.launch_problem and not certain:
         add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
                   f"waiting for launch.json ({waited:.1f} s of {limits.launch_deadline_s:.0f} s)", ""))
@@ -196,6 +206,35 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
     if attempt is not None and not attempt.error:
         summary += "; " + attempt.transport_summary()
     return Checklist(Verdict.NEVER_STARTED, checks, _one_line(summary, 400))
+
+
+def _stopping(ev: Evidence, checks: list[Check], limits: Limits) -> Checklist | None:
+    """A stop under way (stop.json for this run, the wrapper alive): STOPPING, whatever the
+    program says meanwhile (a program that saves on SIGTERM writes lines, which are no progress).
+    Past stop_grace_s and the SIGKILL wait the stop did not end it (the stopper was interrupted,
+    or the process survives SIGKILL): None, with a failing "stop" check, and the run is judged
+    as any live run."""
+    stop, now, pid = ev.stop, ev.now, ev.launch.pid
+    sent, by = stop.signal_sent or "stop", stop.requested_by or "?"
+    slack = SCANCEL_SLACK_S if sent == "scancel" else STOP_SLACK_S
+    if now - stop.requested_time > limits.stop_grace_s + slack:
+        checks.append(Check("stop", "Stop requested", FAIL,
+                            f"{sent} sent by {by} {_age(now, stop.requested_time)}, pid {pid} still alive",
+                            "the stop did not end it: stop it again, or see why it lives on "
+                            f"(`cat /proc/{pid}/stat` on the target)", stop.requested_time))
+        return None
+    if sent == "SIGKILL":
+        how = f"SIGKILL sent after stop_grace_s ({limits.stop_grace_s:.0f} s), pid {pid} still exiting"
+    else:
+        how = f"pid {pid} still alive, SIGKILL after stop_grace_s ({limits.stop_grace_s:.0f} s)"
+    checks.append(Check("stop", "Stop requested", WARN, f"{sent} sent by {by} {_age(now, stop.requested_time)}",
+                        f"it is saving or shutting down: {how}", stop.requested_time))
+    disk_c, _ = disk_check(ev)
+    if disk_c is not None:
+        checks.append(disk_c)
+    return Checklist(Verdict.STOPPING, checks,
+                     _one_line(f"stopping: {sent} sent by {by} {_age(now, stop.requested_time)}; {how}", 400),
+                     thread_states(ev.status, now, limits, live=True))
 
 
 # -- alive: how long a silence may last, and what it is ----------------------------------------

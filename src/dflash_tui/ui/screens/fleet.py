@@ -3,7 +3,8 @@
 Rows come from a fleet (fleet/poller.py `FleetPoller`: `snapshot()`, `changes()`, `poke()`),
 which polls each target on its own schedule; this screen only renders FleetRows and passes
 keys on. One row per profile: name, host, container, verdict (colour and word; its one-line
-cause on the detail line under the table), step/total, loss, tau, tokens/s, the run's GPUs
+cause on the detail line under the table), step/total, loss, tau, rate (the trainer's tokens/s, a
+log's it/s; from status.json, else the log's progress, kept once the run ended), the run's GPUs
 (util and memory, from the host's NVML), uptime and the age of the data. An unreachable
 target is UNREACHABLE with the reason and the next retry.
 
@@ -39,7 +40,7 @@ STYLE = {OK: "bold green", FAIL: "bold white on red", DOWN: "bold magenta", WAIT
 # (key, header, sort key). The verdict sorts worst first; numbers sort missing last.
 COLUMNS: Sequence[tuple[str, str]] = (
     ("profile", "Profile"), ("host", "Host"), ("container", "Container"), ("verdict", "Verdict"),
-    ("step", "Step"), ("loss", "Loss"), ("tau", "τ"), ("tps", "tok/s"), ("gpu", "GPU util·mem"),
+    ("step", "Step"), ("loss", "Loss"), ("tau", "τ"), ("rate", "Rate"), ("gpu", "GPU util·mem"),
     ("uptime", "Up"), ("age", "Age"),
 )
 _BIG = float("inf")
@@ -49,12 +50,20 @@ COALESCE_S = 0.4   # well inside the 2 s a failure may take to turn its row red
 def _sort_value(row: FleetRow, key: str, now: float):
     if key == "verdict":
         return (SEVERITY_RANK[row.severity], row.state, row.profile)
-    num_of = {"step": row.step, "loss": row.loss, "tau": row.tau, "tps": row.tokens_per_s,
+    num_of = {"step": row.step, "loss": row.loss, "tau": row.tau, "rate": row.rate,
               "gpu": row.gpus.util_pct, "uptime": row.uptime_s, "age": row.age_s(now)}
     if key in num_of:
         v = num_of[key]
         return (v is None, v if v is not None else _BIG, row.profile)
     return (str(getattr(row, key, "")).lower(), row.profile)
+
+
+def _rate_cell(row: FleetRow) -> str:
+    """The rate with its unit: tokens/s is the trainer's, it/s or s/it a progress bar's."""
+    if row.rate is None:
+        return NA
+    text = f"{row.rate:.0f}" if abs(row.rate) >= 100 else f"{row.rate:.3g}"
+    return f"{text} {row.rate_unit}".strip()
 
 
 def _gpu_cell(row: FleetRow) -> str:
@@ -94,7 +103,7 @@ def row_cells(row: FleetRow, now: float) -> list[tuple[str, str]]:
     step = NA if row.step is None else (f"{row.step}/{row.total_steps}" if row.total_steps else str(row.step))
     data_age = _data_age(row.age_s(now), row.polled_every_s)
     cells = [row.profile, row.host, row.container or "-", state, step, num(row.loss, "{:.3f}"),
-             num(row.tau, "{:.2f}"), num(row.tokens_per_s, "{:.0f}"), _gpu_cell(row),
+             num(row.tau, "{:.2f}"), _rate_cell(row), _gpu_cell(row),
              uptime(row.uptime_s), data_age]
     styles = {0: "bold", 3: STYLE[row.severity]}
     return [(c, styles.get(i, "")) for i, c in enumerate(cells)]

@@ -39,7 +39,7 @@ class RelaunchScreen(ModalScreen[str | None]):
     ]
 
     def __init__(self, detail: str, checkpoint: str | None = None) -> None:
-        """`checkpoint`: how to name the newest checkpoint ("step 120 (checkpoints/step-00000120)")."""
+        """`checkpoint`: how to name the newest checkpoint ("step 120 (step-00000120) of run RUN_ID")."""
         super().__init__()
         self._detail, self._checkpoint = detail, checkpoint
 

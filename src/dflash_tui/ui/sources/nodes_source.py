@@ -11,7 +11,6 @@ actions are the watch's: all or nothing, on every node, one at a time.
 from __future__ import annotations
 
 import asyncio
-import posixpath
 from typing import AsyncIterator
 
 from ...config import ConfigError, Profile
@@ -107,7 +106,7 @@ class NodesSource:
         if not self.watch.profile.uses_bundled_trainer:
             return None
         ref = await self.watch.nodes.sessions[0].newest_checkpoint()
-        return None if ref is None else f"step {ref.step} ({posixpath.basename(ref.path)})"
+        return None if ref is None else f"rank 0's {ref.words()}"
 
     # -- actions ----------------------------------------------------------------------------
     async def _act(self, action):

@@ -132,7 +132,8 @@ class SessionSource:
         parts = []
         if outcome.stopped is not None:
             parts.append(outcome.stopped.message)
-        parts.append(f"launched run {outcome.run_id} in {outcome.seconds:.1f} s: {cl.verdict.value}")
+        parts.append(f"launched run {outcome.run_id} in {outcome.seconds:.1f} s: {cl.verdict.value}"
+                     + (f", resuming from checkpoint {outcome.resume_from}" if outcome.resume_from else ""))
         if cl.verdict.failing:
             raise ActionError("; ".join(parts) + (f" ({cl.summary})" if cl.summary else ""))
         return "; ".join(parts)
@@ -162,7 +163,7 @@ class SessionSource:
         if not self.resumable:
             return None
         ref = await self.session.newest_checkpoint()
-        return None if ref is None else f"step {ref.step} ({posixpath.basename(ref.path)})"
+        return None if ref is None else ref.words()
 
     async def history(self):
         return await self.session.history()
