@@ -246,7 +246,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         (st,) = await ops.stat([ev.path(EXIT_JSON)])
         if st.exists:
             ev.files[EXIT_JSON] = st
-            ev.exit, ev.exit_problem = await _read_record(ops, ev, EXIT_JSON, parse_exit)
+            ev.exit, ev.exit_problem = await _read_record(ops, ev, EXIT_JSON, parse_exit, memory)
             if ev.exit is not None and run_id is not None and ev.exit.run_id != run_id:
                 ev.exit = None
     if ev.exists(TRAIN_LOG) and not ev.files[TRAIN_LOG].is_dir and (wrapper_gone or ev.exit is not None):
