@@ -205,3 +205,20 @@ def test_check_json_has_metrics_and_progress(tmp_path, monkeypatch):
         assert d["progress"] is None        # TensorBoard says no total; nothing printed a step
     finally:
         cli(tmp_path, "--config", str(cfg), "--stop")
+
+
+async def test_a_big_event_file_is_read_from_its_newest_part(tmp_path, ops, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setattr(reader_mod, "TB_FIRST_TAIL", 32 << 10)
+    w = SummaryWriter(str(tmp_path / "tb"))
+    for step in range(1, 4001):
+        w.add_scalar("loss", 1.0 / step, step)
+    w.close()
+    files = MetricFiles()
+    steps = []
+    for _ in range(4):
+        steps += [p.step for p in await _poll(files, ops, tmp_path)]
+    # Resynced on a record's start (both CRCs): every step from there to the last, in order.
+    assert steps and steps[-1] == 4000 and steps == list(range(steps[0], 4001)) and steps[0] > 1000, steps[:3]
+    assert "read from its newest" in files.views()[0].note

@@ -67,6 +67,29 @@ def split_records(buf: bytes | memoryview, offset: int = 0) -> Framed:
     return out
 
 
+# How far into a buffer a resync looks for a record's start before giving up on that buffer.
+RESYNC_SCAN = 256 << 10
+
+
+def resync(buf: bytes | memoryview) -> int | None:
+    """Where the first whole record starts in `buf`, which begins at an arbitrary byte (a read
+    of a file's newest part): the first position whose length and data both pass their CRCs
+    (a false start needs two 32-bit CRCs to match by chance). None: none within RESYNC_SCAN."""
+    view = memoryview(buf)
+    n = len(view)
+    for pos in range(min(n - _HEADER.size, RESYNC_SCAN)):
+        length, len_crc = _HEADER.unpack_from(view, pos)
+        if length > MAX_RECORD or masked_crc(bytes(view[pos:pos + 8])) != len_crc:
+            continue
+        end = pos + _HEADER.size + length + _FOOTER.size
+        if end > n:
+            return pos        # a length that passed its CRC, its data not all here yet
+        (data_crc,) = _FOOTER.unpack_from(view, end - _FOOTER.size)
+        if masked_crc(bytes(view[pos + _HEADER.size:end - _FOOTER.size])) == data_crc:
+            return pos
+    return None
+
+
 def frame(data: bytes) -> bytes:
     """One record as a writer frames it (what tests and benchmarks write with)."""
     header = struct.pack("<Q", len(data))
