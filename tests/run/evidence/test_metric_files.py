@@ -222,3 +222,25 @@ async def test_a_big_event_file_is_read_from_its_newest_part(tmp_path, ops, monk
     # Resynced on a record's start (both CRCs): every step from there to the last, in order.
     assert steps and steps[-1] == 4000 and steps == list(range(steps[0], 4001)) and steps[0] > 1000, steps[:3]
     assert "read from its newest" in files.views()[0].note
+
+
+async def test_without_the_agent_files_are_read_through_single_ops(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    for step in range(1, 11):
+        w.add_scalar("train/loss", 1.0 / step, step)
+    w.flush()
+    sqlite3.connect(tmp_path / "mlflow.db").close()
+    shell = await open_ops(LocalTarget(), prefer="shell")
+    try:
+        files = MetricFiles()
+        assert [p.step for p in await _poll(files, shell, tmp_path)] == list(range(1, 11))
+        w.add_scalar("train/loss", 0.01, 11)
+        w.flush()
+        assert [p.step for p in await _poll(files, shell, tmp_path)] == [11]
+        notes = {v.kind: v.note for v in files.views()}
+        assert "read by the agent (python3 on the target)" in notes["mlflow"], notes
+    finally:
+        w.close()
+        await shell.close()
