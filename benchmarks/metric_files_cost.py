@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -114,7 +115,7 @@ async def main(args) -> None:
         whole_ms = (time.process_time() - c0) * 1000
     finally:
         await ops.close()
-        path.unlink()
+        shutil.rmtree(tmp)
     med = lambda i: statistics.median(p[i] for p in per)
     lines = [
         HEADING, "",

@@ -27,6 +27,10 @@ async def _find(ops, roots, patterns, max_depth=4, max_entries=MAX_ENTRIES, max_
                 deeper_under=(), deeper_by=3) -> dict:
     found, notes = [], []
     for root in roots:
+        (st,) = await ops.stat([root])
+        if st.is_regular:            # a file named itself
+            found.append({**_stat_dict(st), "under": False})
+            continue
         queue, seen = [(root, 0, False)], 0
         while queue and len(found) < max_found:
             path, depth, deeper = queue.pop(0)
