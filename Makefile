@@ -19,14 +19,22 @@ SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux chrom
 # Extra hf (transformers, for --target-checkpoint and its tests) costs ~45 MB of wheels and ~30 s,
 # and leaves the torch installed first alone (transformers does not depend on torch).
 # The Makefile is a prerequisite so that a change of extras here reaches an existing venv.
+# Each step says what it does first; `make run` shows pip's own progress (the first run
+# installs for about a minute), `make test` keeps pip quiet so the test output stays readable.
+# PIP_FLAGS is target-specific, so it reaches the venv step from whichever target asked for it.
+PIP_FLAGS ?= -q
 $(BIN)/.installed: pyproject.toml Makefile
+	@echo "make: creating the virtual environment $(VENV) (first time, or after a change of pyproject.toml / Makefile)"
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[train,test,hf]"
+	@echo "make: installing $(TORCH_SPEC) (the largest download)"
+	$(BIN)/pip install $(PIP_FLAGS) "$(TORCH_SPEC)"
+	@echo "make: installing dflash-tui and its extras (train, test, hf)"
+	$(BIN)/pip install $(PIP_FLAGS) -e ".[train,test,hf]"
 	touch $@
 
 venv: $(BIN)/.installed
 
+run: PIP_FLAGS =
 run: venv
 	$(BIN)/dflash-tui
 
@@ -44,6 +52,7 @@ system-tools:
 	  fi; \
 	fi
 
+test: PIP_FLAGS = -q
 test: venv system-tools
 	$(BIN)/python -m pytest -q --durations=15
 

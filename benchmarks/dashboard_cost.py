@@ -8,7 +8,7 @@ What runs (all real product code, on this machine):
   events.jsonl, and status.json with --threads threads at 1 Hz; it runs under the run probe
   (the profile's default), with --threads Python threads of its own, so probe reports with every
   thread's stack reach the dashboard each second (the script fails if none did);
-- the dashboard (DashboardApp + SessionSource: HostWatch at 1 Hz through the persistent
+- the dashboard (DashboardApp + WatchSource: HostWatch at 1 Hz through the persistent
   agent, LogFollower, GpuStream over a fake NVML with --gpus GPUs), headless, in its own
   process at 120x40;
 - `tail -F train.log > /dev/null`, started at the same moment.
@@ -100,26 +100,25 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     from dflash_tui.config import Profile
     from dflash_tui.gpu.fake_nvml import FakeNvml, loader
     from dflash_tui.gpu.sources import LocalNvmlSource
-    from dflash_tui.gpu.stream import GpuStream
     from dflash_tui.ui.app import DashboardApp
-    from dflash_tui.ui.sources.session_source import SessionSource
+    from dflash_tui.ui.sources.watch_source import WatchSource
+    from dflash_tui.watch import open_watch
 
     profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     breakdown = _instrument() if os.environ.get("DFLASH_BENCH_BREAKDOWN") else None
     follower_polls = _count_follower_polls()
     bytes_decoded = _count_chunk_bytes()
 
-    class FakeGpuSessionSource(SessionSource):
+    def fake_gpu_source(profile) -> WatchSource:
         """The live source, except that NVML is the fake one with `gpus` busy GPUs."""
+        watch = open_watch(profile)
 
-        async def gpu_snapshots(self):
+        async def fake_nvml():
             if os.environ.get("DFLASH_BENCH_NOGPU"):   # experiment knob: the GPU stream's share
                 await asyncio.Event().wait()
-            fake = FakeNvml([_busy_gpu(i) for i in range(gpus)])
-            self._gpu_stream = GpuStream(LocalNvmlSource(load=loader(fake)), run=self._run_ref)
-            self._gpu_stream.start()
-            async for snap in self._gpu_stream:
-                yield snap
+            return LocalNvmlSource(load=loader(FakeNvml([_busy_gpu(i) for i in range(gpus)])))
+        watch.gpus.open_source = fake_nvml
+        return WatchSource(watch)
 
     result: dict = {}
 
@@ -219,7 +218,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                                            for t in pr.threads))
             self.exit()
 
-    app = MeasuredApp(lambda name: FakeGpuSessionSource(profile), profile.name)
+    app = MeasuredApp(lambda name: fake_gpu_source(profile), profile.name)
     # In a real terminal (the pty the orchestrator gives it): painting includes writing the
     # escape sequences, which a headless run would skip.
     app.run(headless=not sys.stdout.isatty())

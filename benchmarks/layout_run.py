@@ -57,7 +57,7 @@ async def watch_run(name: str, train_args: list[str], out: Path, every: float, l
     stream = GpuStream(await open_gpu_source(LocalTarget()), interval=1.0)
     stream.start()
     monitor = HostWatch(session, interval=every)
-    monitor.gpu_snapshot = lambda: stream.latest
+    monitor.gpus.lend(lambda: stream.latest)
     samples = out / f"{name}.samples.jsonl"
     last = None
     first_step_t = None

@@ -243,3 +243,12 @@ def test_run_rooms_import_down_only():
 def test_run_has_few_modules_at_its_top():
     top = [p for p in (PACKAGE_DIR / "run").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
     assert len(top) <= 20, sorted(p.name for p in top)
+
+
+def test_the_ui_holds_a_watch_and_nothing_under_it():
+    # The dashboard's sources adapt a RunWatch (dflash_tui.watch, its package API); the Session,
+    # the transport and the nodes' session under it are the watch's own.
+    graph = _import_graph("dflash_tui")
+    bad = [f"{m} imports {t}" for m, targets in sorted(graph.items()) if m.startswith("dflash_tui.ui")
+           for t in sorted(targets) if t.startswith("dflash_tui.watch.")]
+    assert bad == []

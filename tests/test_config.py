@@ -113,7 +113,7 @@ def test_bad_config_names_file_key_and_problem(tmp_path, body, words):
 
 def test_unknown_profile_lists_the_known_ones(tmp_path):
     cfg = load_config(write(tmp_path, '[profile.gpu1]\nhost = "g"\nrun_dir = "/r"'))
-    with pytest.raises(ConfigError, match=r"no profile named 'gpu2' \(known: gpu1, local\)"):
+    with pytest.raises(ConfigError, match=r"no profile named 'gpu2'; did you mean 'gpu1'\? \(known: gpu1, local\)"):
         cfg.profile("gpu2")
 
 

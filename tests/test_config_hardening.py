@@ -98,3 +98,35 @@ def test_config_files_that_are_not_regular_files_are_never_read(tmp_path):
     latin = tmp_path / "latin.toml"
     latin.write_bytes(b"# caf\xe9\n")
     assert "not UTF-8" in usage_error(tmp_path, "--config", str(latin), "--check")
+
+
+@pytest.mark.parametrize("body, words", [
+    ('[profile.p]\nrun_dir = "/srv/r"\ncomand = ["true"]\n', "unknown key 'comand'; did you mean 'command'? (known keys: "),
+    ('[profile.p]\nrun_dir = "/srv/r"\nstall_after = 5\n', "did you mean 'stall_after_s'?"),
+    ('[profile.p]\nrun_dir = "/srv/r"\nhost = "h"\nscheduler = "slurm"\npartiton = "gpu"\n',
+     "unknown key 'partiton'; did you mean 'partition'?"),
+    ('[profile.p]\nrun_dir = "/srv/r"\nhost = "h"\nscheduler = "slrum"\n', "did you mean 'slurm'?"),
+    ('[profiles.p]\nrun_dir = "/srv/r"\n', "unknown top-level key 'profiles'; did you mean 'profile'?"),
+    ('[profile.p]\nrun_dir = "/srv/r"\n[notify]\nurl = ["json://127.0.0.1/x"]\n',
+     "[notify]: unknown key 'url'; did you mean 'urls'?"),
+    ('[profile.p]\nrun_dir = "/srv/r"\n[notify]\non = ["FINISHD"]\n', "unknown event 'FINISHD'; did you mean 'FINISHED'?"),
+    ('[profile.gpu1]\nrun_dir = "/srv/r"\n[notify.profile.gpu11]\nenabled = false\n',
+     "no [profile.gpu11] to apply it to; did you mean 'gpu1'?"),
+    ('[profile.p]\nrun_dir = "/srv/r"\n[watch]\nstroe = "/tmp/x.db"\n', "[watch]: unknown key 'stroe'; did you mean 'store'?"),
+])
+def test_a_typo_is_answered_with_the_close_key(body, words):
+    with pytest.raises(ConfigError) as err:
+        parse_config(body, "c.toml")
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_no_suggestion_when_nothing_is_close_and_a_profile_typo_on_the_command_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        parse_config('[profile.p]\nrun_dir = "/srv/r"\nzzzz = 1\n', "c.toml")
+    assert "did you mean" not in str(err.value) and "known keys" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_config('[profile.p]\nrun_dir = "/srv/r"\n' + "c" * 100_000 + "ommand = 1\n", "c.toml")
+    assert "did you mean" not in str(err.value)
+    cfg = profile(tmp_path, "", name="gpu-main")
+    assert "no profile named 'gpu-mian'; did you mean 'gpu-main'?" in usage_error(
+        tmp_path, "--config", str(cfg), "--profile", "gpu-mian", "--check")

@@ -8,7 +8,12 @@ progress_regex values and host names no resolver takes into the config).
 Most cases call `dflash_tui.cli.main` in this process (a worker thread, so a hang is seen and
 not waited out); the run-directory cases go through real agents and real files (FIFOs, device
 symlinks, directories, crafted records), and a sample of every kind is repeated as a real
-`python -m dflash_tui` process. DFLASH_FUZZ_SEED and DFLASH_FUZZ_SCALE (a multiplier of the
+`python -m dflash_tui` process. The probe-directory cases forge what a run writes into probe/:
+Flight Recorder pickles (numbers no int64 holds or int() refuses, "²", names of deep lists and
+escapes, opcodes the pickle machine fails on plain data with, cut and flipped bytes),
+torchelastic error files, probe reports and stack dumps (line numbers and thread ids of any
+length, escapes); their readers are also fuzzed straight, many more cases than --check could
+run. DFLASH_FUZZ_SEED and DFLASH_FUZZ_SCALE (a multiplier of the
 case counts) reproduce or widen a run; the counts are in benchmarks/RESULTS.md.
 """
 
@@ -18,6 +23,7 @@ import contextlib
 import io
 import json
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -34,7 +40,8 @@ pytestmark = pytest.mark.timeout(170)
 
 SEED = int(os.environ.get("DFLASH_FUZZ_SEED", "20261201"))
 SCALE = float(os.environ.get("DFLASH_FUZZ_SCALE", "1"))
-CASES = {"config": int(250 * SCALE), "argv": int(100 * SCALE), "rundir": int(25 * SCALE)}
+CASES = {"config": int(250 * SCALE), "argv": int(100 * SCALE), "rundir": int(25 * SCALE), "probe": int(20 * SCALE)}
+PARSER_CASES = int(300 * SCALE)    # of each probe-file kind, straight through its reader
 REAL_PROCESS_SAMPLE = max(1, int(2 * SCALE))   # of each kind, also run as a real process
 CASE_LIMIT_S = 10.0
 EXIT_CODES = {0, 1, 2, 3, 4}       # the README table's, but 130 (only Ctrl-C gives it)
@@ -220,6 +227,156 @@ def fuzz_rundir(rng: random.Random, ctx: dict, i: int) -> tuple[list[str], str]:
     return ["--config", str(cfg), mode, *(["--json"] if rng.random() < 0.5 else [])], ",".join(made)
 
 
+# -- probe directory files: Flight Recorder dumps, torchelastic error files, probe reports, stack dumps
+
+# Numbers int() or float() refuse or no int64 holds, and digits that are not ASCII ones.
+FR_NUMBERS = [0, 1, -1, 7, 2 ** 63 - 1, 2 ** 63, -(2 ** 63) - 1, 10 ** 400, 10 ** 5000 - 1, 1.5, float("nan"),
+              float("inf"), True, None, "3", "-3", "9" * 5001, "²", "٣", "1e3", "0x10", " 5", "", "1_0"]
+LINE_NUMBERS = ["7", "0", "123456789", "9" * 10, "9" * 5000, "²", "٣٣", "???", "-1", ""]
+
+
+def fuzz_value(rng: random.Random, depth: int = 0):
+    """A value where a dump holds a number or a name: a hostile number, an escape, or a container
+    (a tuple, deep lists, a dict)."""
+    roll = rng.random()
+    if roll < 0.45:
+        return rng.choice(FR_NUMBERS)
+    if roll < 0.75:
+        return rng.choice(["", "x", "default_pg", "nccl:all_reduce"]) + rng.choice(ESCAPES + [""])
+    if roll < 0.85 and depth < 3:
+        return tuple(fuzz_value(rng, depth + 1) for _ in range(rng.randint(0, 3)))
+    if roll < 0.92:
+        deep: object = "x"
+        for _ in range(rng.choice([2, 40, 900])):
+            deep = [deep]
+        return deep
+    return {rng.choice(["a", "b"]): rng.choice(FR_NUMBERS)} if depth < 3 else b"\x00bytes"
+
+
+def _fr_entry(rng: random.Random, i: int) -> dict:
+    entry = {"pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": i,
+             "profiling_name": "nccl:all_reduce", "time_created_ns": 1_700_000_000_000_000_000 + i,
+             "state": rng.choice(["scheduled", "started", "completed"]), "is_p2p": False}
+    for key in rng.sample(list(entry), rng.randint(0, 3)):
+        entry[key] = fuzz_value(rng)
+    return entry
+
+
+# Pickles of plain data that the pickle machine itself fails on, and ones no dump is.
+FR_RAW = [b"\x80\x04}\x94}\x94(\x8c\x01a\x94K\x01ub.",           # BUILD on a dict
+          b"\x80\x02}X\x01\x00\x00\x00xa.",                       # APPEND to a dict
+          b"\x80\x04](K\x01\x90.",                                 # ADDITEMS to a list
+          b"\x80\x04}(\x8c\x01x" + b"\x85" * 200 + b"K\x01u.",       # a dict key of tuples 200 deep
+          b"\x80\x04\x8c\x05posix\x8c\x06system\x93.",                # a global
+          b"\x80\x04)\x81.", b"\x80\x04.", b"\x80\x04(((.", b"", b"\x80", b"{", b'{"entries": [' + b"9" * 5000 + b"]}"]
+
+
+def fuzz_fr_dump(rng: random.Random) -> bytes:
+    roll = rng.random()
+    if roll < 0.15:
+        return rng.choice(FR_RAW)
+    groups = rng.choice([1, 2, 40])
+    status = {}
+    for g in range(groups):
+        key = rng.choice([str(g), g, fuzz_value(rng)]) if rng.random() < 0.2 else str(g)
+        try:
+            hash(key)
+        except TypeError:
+            key = str(g)
+        status[key] = {"last_enqueued_collective": fuzz_value(rng) if rng.random() < 0.3 else 5,
+                       "last_started_collective": -1, "last_completed_collective": 4}
+    dump = {"version": "2.10",
+            "pg_config": {str(g): {"name": str(g), "desc": fuzz_value(rng) if rng.random() < 0.3 else "default_pg"}
+                          for g in range(groups)},
+            "pg_status": status, "entries": [_fr_entry(rng, i) for i in range(rng.choice([0, 1, 5, 300]))]}
+    try:
+        data = pickle.dumps(dump, protocol=rng.randint(0, 5))
+    except (TypeError, RecursionError, ValueError):     # an unhashable key the generator drew
+        return rng.choice(FR_RAW)
+    if roll > 0.85:                                      # bytes flipped or cut off
+        data = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        data = bytes(data[: rng.randint(1, len(data))])
+    return data
+
+
+def fuzz_error_json(rng: random.Random) -> bytes:
+    stamp = rng.choice(['"1700000000"', "1700000000", '"' + "9" * 320 + '"', "9" * 320, '"²"', "1e999", "null",
+                        "[]", '"' + rng.choice(ESCAPES) + '"'])
+    message = json.dumps("ValueError: shard" + rng.choice(ESCAPES))
+    return rng.choice([
+        '{"message": {"message": %s, "extraInfo": {"py_callstack": %s, "timestamp": %s}}}'
+        % (message, json.dumps('  File "t.py", line 3' + rng.choice(ESCAPES)), stamp),
+        '{"message": %s}' % message, '{"message": 3}', "[" * 5000, "{"]).encode("utf-8", "surrogatepass")
+
+
+def _frame(rng: random.Random) -> str:
+    return (f"/srv/t{rng.choice(ESCAPES + [''])}.py:{rng.choice(LINE_NUMBERS)} "
+            f"{rng.choice(['main', 'parse', 'f' + rng.choice(ESCAPES)])}")
+
+
+def fuzz_probe_report(rng: random.Random, run_id: str, pid: int) -> bytes:
+    threads = [{"name": "MainThread" + rng.choice(ESCAPES + [""]), "ident": rng.choice([1, 2 ** 64, -1]),
+                "frames": [_frame(rng) for _ in range(rng.randint(0, 4))],
+                "stack_since": rng.choice([None, time.time(), 1e308])} for _ in range(rng.randint(0, 3))]
+    text = json.dumps({"v": 1, "run_id": run_id, "pid": pid, "time": time.time(), "threads": threads,
+                       "start_ticks": 12345, "stack_signal": rng.choice([None, 60, 99])})
+    if rng.random() < 0.2:     # numbers JSON can say but a report must not hold
+        text = text.replace("12345", rng.choice(["9" * 5000, "1e999", "NaN", "-0"]), 1)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def fuzz_stack_text(rng: random.Random) -> str:
+    """faulthandler's or py-spy's form, with escapes, idents and line numbers of any length."""
+    lines = []
+    for _ in range(rng.randint(1, 3)):
+        ident = "0x" + "f" * rng.choice([12, 16, 17, 5000])
+        if rng.random() < 0.5:
+            lines.append(f"Thread {ident} (most recent call first):")
+            lines += [f'  File "/srv/x{rng.choice(ESCAPES)}.py", line {rng.choice(LINE_NUMBERS)} in '
+                      f"f{rng.choice(ESCAPES)}" for _ in range(rng.randint(0, 4))]
+        else:
+            tid = rng.choice([ident, "812", "9" * rng.choice([10, 11, 5000])])
+            lines.append(f'Thread {tid} (idle): "n{rng.choice(ESCAPES)}"')
+            lines += [f"    f{rng.choice(ESCAPES)} (x{rng.choice(ESCAPES)}.py:{rng.choice(LINE_NUMBERS)})"
+                      for _ in range(rng.randint(0, 4))]
+    return "\n".join(lines) + rng.choice(["\n", "", "\r\n" + rng.choice(ESCAPES)])
+
+
+def fuzz_probe_dir(rng: random.Random, ctx: dict, i: int) -> tuple[list[str], str]:
+    """A run that ended (its wrapper gone), its probe directory full of forged files."""
+    run = ctx["tmp"] / f"pd{i}"
+    probe = run / "probe"
+    probe.mkdir(parents=True)
+    rec = RECORDS["launch.json"](rng)
+    rec["pid"] = rec["pgid"] = 4194000 + i
+    (run / "launch.json").write_text(json.dumps(rec))
+    (run / "launch.sh").write_text("#!/bin/sh\n# dflash-run-id: fuzz-run\n")
+    (run / "train.log").write_text("step 1 loss 2.0\n")
+    (run / "exit.json").write_text(json.dumps(RECORDS["exit.json"](rng)))
+    made = []
+    for r in range(rng.randint(0, 2)):
+        (probe / f"fr_rank_{r}").write_bytes(fuzz_fr_dump(rng))
+        made.append(f"fr_rank_{r}")
+    if rng.random() < 0.5:
+        (probe / "error.json").write_bytes(fuzz_error_json(rng))
+        made.append("error.json")
+    if rng.random() < 0.4:
+        local = probe / "torchelastic" / "run" / "attempt_0" / str(rng.randint(0, 3))
+        local.mkdir(parents=True)
+        (local / "error.json").write_bytes(fuzz_error_json(rng))
+        made.append("torchelastic error.json")
+    for pid in rng.sample(range(4194100, 4194200), rng.randint(0, 3)):
+        (probe / f"{pid}.json").write_bytes(fuzz_probe_report(rng, "fuzz-run", pid))
+        (probe / f"{pid}.stack").write_text(fuzz_stack_text(rng), errors="surrogatepass")
+        made.append(f"{pid}.json")
+    cfg_dir = ctx["tmp"] / f"pdc{i}"
+    cfg_dir.mkdir()
+    cfg = write_config(cfg_dir, p={"run_dir": str(run), "command": ["true", TAG], "min_free_gb": 0})
+    return ["--config", str(cfg), "--check", *(["--json"] if rng.random() < 0.5 else [])], ",".join(made)
+
+
 # -- running a case -------------------------------------------------------------------------
 
 def run_in_process(argv: list[str]) -> tuple[int | None, str, str, float]:
@@ -307,8 +464,11 @@ def test_fuzz_configs_arguments_and_run_dirs(tmp_path, monkeypatch, capsys):
     for i in range(CASES["rundir"]):
         argv, made = fuzz_rundir(rng, ctx, i)
         cases.append(("rundir", made, argv))
+    for i in range(CASES["probe"]):
+        argv, made = fuzz_probe_dir(rng, ctx, i)
+        cases.append(("probe", made, argv))
 
-    failures, tried, started = [], {"config": 0, "argv": 0, "rundir": 0, "process": 0}, time.monotonic()
+    failures, tried, started = [], {"config": 0, "argv": 0, "rundir": 0, "probe": 0, "process": 0}, time.monotonic()
     spent = dict.fromkeys(tried, 0.0)
     sampled: dict[str, int] = {}
     for kind, desc, argv in cases:
@@ -332,3 +492,156 @@ def test_fuzz_configs_arguments_and_run_dirs(tmp_path, monkeypatch, capsys):
         print(f"\nfuzz seed {SEED}: {sum(tried.values())} cases ({tried}) in {seconds:.1f} s, "
               f"{len(failures)} failed; seconds per kind {({k: round(v, 1) for k, v in spent.items()})}")
     assert not failures, f"{len(failures)} of {sum(tried.values())} cases failed:\n" + "\n".join(failures[:25])
+
+
+def bad_chars(text: str) -> list[str]:
+    return sorted({repr(c) for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f
+                   or 0xd800 <= ord(c) <= 0xdfff or c in "\u2028\u2029"})
+
+
+def test_fuzz_probe_file_readers():
+    """Each reader of a file the run writes into probe/, straight: a Flight Recorder dump is
+    progress or one FlightRecorderError line naming the file; an error file a failure or one
+    line; a probe report a report or one SchemaError line; a stack dump threads whose every
+    name and frame is inert, and whose frames a classifier reads. Nothing else is raised, and
+    each case ends in well under a second."""
+    from dflash_tui.contract.rundir import ProbeReport, SchemaError, parse_probe
+    from dflash_tui.remote.ops import StackDumpAnswer
+    from dflash_tui.run.evidence.flight_recorder import FlightRecorderError, failure_of, load_dump, progress_of
+    from dflash_tui.run.evidence.stack_dumps import stack_dump_of
+    from dflash_tui.run.stacks.classify import classify, parse_frame
+
+    rng = random.Random(SEED + 35)
+    slow: list[str] = []
+
+    def timed(what: str, fn):
+        t0 = time.monotonic()
+        try:
+            return fn()
+        finally:
+            if time.monotonic() - t0 > 2:
+                slow.append(f"{what}: {time.monotonic() - t0:.1f} s")
+
+    def one_line(exc: Exception, name: str) -> None:
+        said = str(exc)
+        assert said.startswith(name) and "\n" not in said and not bad_chars(said), said
+
+    for i in range(PARSER_CASES):
+        data = fuzz_fr_dump(rng)
+        try:
+            got, notes = timed(f"dump {i}", lambda: progress_of(load_dump(data, "probe/fr_rank_0"), rank=0, time=1.0,
+                                                              what="probe/fr_rank_0"))
+            for c in got:
+                assert not bad_chars(c.process_group + c.pending_op), c
+                json.dumps([c.last_enqueued_seq, c.pending_seq, c.pending_since])   # every number prints
+        except FlightRecorderError as exc:
+            one_line(exc, "probe/fr_rank_0")
+
+        text = fuzz_error_json(rng).decode("utf-8", "replace")
+        try:
+            failure = failure_of(text, "probe/error.json", mtime=1.0)
+            json.dumps(failure.time)
+        except FlightRecorderError as exc:
+            one_line(exc, "probe/error.json")
+
+        report_text = fuzz_probe_report(rng, "r", 7).decode("utf-8", "surrogatepass")
+        try:
+            report = parse_probe(report_text, "probe/7.json")
+            for t in report.threads:
+                classify(t.frames)
+                assert not bad_chars(t.name + "".join(t.frames)), t
+        except SchemaError as exc:
+            one_line(exc, "probe/7.json")
+
+        stack = fuzz_stack_text(rng).encode("utf-8", "surrogatepass")
+        for source in ("faulthandler", "py-spy"):
+            dump = timed(f"stack {i}", lambda: stack_dump_of(ProbeReport(run_id="r", pid=7, time=1.0), StackDumpAnswer(
+                "dumped", stack, 1.0), source))
+            for t in dump.threads:
+                assert not bad_chars(t.name + "".join(t.frames)), t
+                for f in t.frames:
+                    assert parse_frame(f).line is None or parse_frame(f).line < 10 ** 9, f
+                classify(t.frames)
+            assert not bad_chars(dump.problem), dump.problem
+    assert not slow, slow
+
+
+# -- a Slurm login host's answers -----------------------------------------------------------
+
+SLURM_CASES = int(24 * SCALE)
+JOB_IDS = ["42", "\u00b2", "\u0663", "\uff14\uff12", "1" * 25, "-1", "$(touch /tmp/dflash-pwned)", "4\x1b2", " 42",
+           "42\n", "0x2a", ""]
+STATES = ["RUNNING", "PENDING", "COMPLETED", "FAILED", "CANCELLED by 0", "", "RUNNING\x1b]2;t\x07", "\u00b2", "x" * 5000]
+# What squeue, scontrol and scancel print (the scheduler's side), besides well-formed answers.
+NOISE = [*ESCAPES, "", "slurm_load_jobs error: Invalid job id specified", "Socket timed out on send/recv operation",
+         "x" * 100_000, "|||||||", "JobId=42 JobState=COMPLETED JobState=RUNNING", "\xff\xfe"]
+
+
+def fuzz_slurm_login_host(rng: random.Random, ctx: dict, i: int) -> tuple[list[str], str, dict[str, str]]:
+    """A Slurm profile's run dir with a slurm.json, and the scheduler's answers about its job:
+    (argv, what was made, the scripts that stand for squeue, scontrol, scancel and sacct).
+    After scancel, every command says the job is gone, so a stop ends within the case's limit."""
+    run = ctx["tmp"] / f"slurm{i}" / rng.choice(["run", "a JobState=COMPLETED b", "r\x1b]2;t\x07", "r Command=x"])
+    run.mkdir(parents=True)
+    job_id = rng.choice(JOB_IDS)
+    answer_id = job_id if rng.random() < 0.6 else "42"
+    (run / "launch.sh").write_text("#!/bin/sh\n# dflash-run-id: fuzz-run\n", errors="surrogateescape")
+    record = {"v": 1, "run_id": "fuzz-run", "job_id": job_id, "submit_time": time.time()}
+    if rng.random() < 0.2:
+        record[rng.choice(list(record))] = rng.choice(BAD_VALUES)
+    (run / "slurm.json").write_text(json.dumps(record))
+    if rng.random() < 0.5:
+        (run / "launch.json").write_text(json.dumps(_launch_record(rng)))
+    where = rng.choice([str(run), str(run) + "/", str(run.parent / "elsewhere"), rng.choice(ESCAPES)])
+    state = rng.choice(STATES)
+    squeue = rng.choice([f"{answer_id}|{state}|{rng.choice(NOISE)}|n{rng.choice(NOISE)}|{rng.choice(NOISE)}|x|1:00|0:01",
+                         rng.choice(NOISE)])
+    scontrol = rng.choice([f"JobId={answer_id} JobName=dflash-run JobState={state} Reason={rng.choice(NOISE)} "
+                           f"Restarts={rng.choice(['0', HUGE_INT, '²'])} Partition={rng.choice(NOISE)} "
+                           f"NodeList=n1 Command={where}/launch.sh WorkDir={where} StdErr={where}/slurm.out Power=",
+                           rng.choice(NOISE)])
+    files = ctx["tmp"] / f"slurm{i}" / "answers"
+    files.mkdir()
+    for name, text in (("squeue", squeue), ("scontrol", scontrol),
+                       ("scancel", rng.choice(NOISE)), ("sacct", rng.choice(NOISE))):
+        (files / name).write_bytes(text.encode("utf-8", "surrogatepass"))
+    gone = {"squeue": "exit 0", "scontrol": "echo 'slurm_load_jobs error: Invalid job id specified'; exit 1",
+            "sacct": "exit 1", "scancel": f'cat "{files}/scancel" >&2; touch "{files}/cancelled"; exit {rng.choice([0, 1])}'}
+    scripts = {name: (gone[name] if name == "scancel" else
+                      f'if [ -e "{files}/cancelled" ]; then {gone[name]}; fi\n'
+                      f'cat "{files}/{name}"; exit {rng.choice([0, 0, 1])}')
+               for name in gone}
+    cfg_dir = ctx["tmp"] / f"slurm{i}" / "cfg"
+    cfg_dir.mkdir()
+    cfg = write_config(cfg_dir, p={"scheduler": "slurm", "run_dir": str(run), "command": ["true", TAG],
+                                   "stop_grace_s": 0.5})
+    mode = rng.choice(["--check", "--check", "--stop", "--stop"])
+    made = f"job_id={job_id!r} state={state[:40]!r} where={where[-40:]!r} squeue={squeue[:80]!r} scontrol={scontrol[:120]!r}"
+    return ["--config", str(cfg), mode, *(["--json"] if rng.random() < 0.5 else [])], made, scripts
+
+
+def test_fuzz_a_slurm_login_hosts_answers_and_records(tmp_path, monkeypatch):
+    """Hostile scheduler answers (escapes, a JobState spoofed by a path, a job id of digits
+    that are not ASCII, 100 KB, noise) and slurm.json records, through --check and --stop:
+    the same bar as every case above, from real scripts on PATH in place of the scheduler."""
+    from tests.support.slurm import scheduler_shims
+
+    rng = random.Random(SEED + 35)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DFLASH_TUI_DEBUG", raising=False)
+    ctx = {"tmp": tmp_path}
+    failures = []
+    plain = os.environ["PATH"]
+    for i in range(SLURM_CASES):
+        argv, made, scripts = fuzz_slurm_login_host(rng, ctx, i)
+        monkeypatch.setenv("PATH", scheduler_shims(tmp_path / f"slurm{i}" / "path", scripts=scripts))
+        try:
+            code, out, err, took = run_in_process(argv)
+        finally:
+            monkeypatch.setenv("PATH", plain)
+        why = judge("slurm", made, code, out, err, took)
+        if why:
+            failures.append(f"slurm {made} {argv[2:]}: {why}\n    stderr: {err.strip()[:300]}\n    stdout: {out[-300:]}")
+    assert not Path("/tmp/dflash-pwned").exists()
+    assert not failures, f"{len(failures)} of {SLURM_CASES} cases failed:\n" + "\n".join(failures[:10])

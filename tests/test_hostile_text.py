@@ -27,7 +27,8 @@ import pytest
 from dflash_tui.config import Profile
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.sources.session_source import SessionSource
+from dflash_tui.ui.sources.watch_source import WatchSource
+from dflash_tui.watch import open_watch
 from tests.support.runs import alive
 from tests.test_cli_modes import cli, local, write_config
 from tests.ui.test_app import until
@@ -198,7 +199,7 @@ async def test_the_dashboard_shows_every_field_inert_and_survives_huge_numbers(h
     fields = local(run, "beat", stall_after_s=60)
     profile = Profile(name="evil", run_dir=str(run), command=tuple(fields["command"]), python=sys.executable,
                       stall_after_s=60.0, min_free_gb=0.0)
-    app = DashboardApp(lambda name: SessionSource(profile), "evil")
+    app = DashboardApp(lambda name: WatchSource(open_watch(profile)), "evil")
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.run_view.report is not None
                     and app.run_view.report.checklist.verdict in (Verdict.RUNNING, Verdict.STALLED), 30)
@@ -235,3 +236,101 @@ def test_gpu_answers_are_inert_and_huge_numbers_are_a_bad_answer():
         assert not bad_chars(text), text
     with pytest.raises(ProbeAnswerError):
         snapshot_from_dict({"time": 1.0, "gpus": [{"index": 0, "power_w": int(HUGE)}]})
+
+
+# A program that writes its own stack dump: probe/<pid>.stack, rewritten every 0.3 s (so the
+# agent answers with it as a recent dump, signalling nothing) by a child of its own with what
+# RUN_DIR/stack_text holds, while its main thread holds the GIL for good (its report goes stale).
+SELF_DUMPING = r"""
+import os, re, subprocess, sys, threading, time
+run = os.environ["DFLASH_RUN_DIR"]
+with open(os.path.join(run, "main_ident"), "w") as f:
+    f.write("%016x" % threading.get_ident())
+WRITER = ("import sys, time\nwhile True:\n    text = open(sys.argv[2]).read()\n"
+          "    open(sys.argv[1], 'w').write(text)\n    time.sleep(0.3)\n")
+subprocess.Popen([sys.executable, "-S", "-c", WRITER, os.path.join(run, "probe", "%d.stack" % os.getpid()),
+                  os.path.join(run, "stack_text")], env={})
+print("parsing metadata", flush=True)
+time.sleep(1.5)
+re.match(r"(a+)+$", "a" * 64 + "b")
+"""
+
+
+def stack_text(ident: str, marks: list[str], line: str = "7") -> str:
+    return (f"Thread 0x{ident} (most recent call first):\n"
+            f'  File "/srv/evil{marks[0]}.py", line {line} in parse{marks[1]}\n'
+            f'  File "/srv/evil.py", line 3 in main{marks[2]}\n')
+
+
+@pytest.fixture(scope="module")
+def self_dumping_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("selfdump")
+    marks = escapes(random.Random(SEED + 1), 3)
+    marks[0] = "\x1b]2;pwned\x07"      # always an OSC and a one-byte CSI, whatever the seed
+    marks[1] = "\x9b31m"
+    run = tmp / "run"
+    run.mkdir()
+    (run / "stack_text").write_text("")
+    prog = tmp / "self_dumping.py"
+    prog.write_text(SELF_DUMPING)
+    fields = {"run_dir": str(run), "command": [sys.executable, str(prog)], "stall_after_s": 3,
+              "stop_grace_s": 1, "min_free_gb": 0}
+    cfg = write_config(tmp, evil=fields)
+    res = cli(tmp, "--config", str(cfg), "--launch", "--json", "--wait", "20")
+    pid = json.loads(res.stdout)["pid"]
+    deadline = time.monotonic() + 20
+    while not (run / "main_ident").exists():
+        assert time.monotonic() < deadline, "the program never started"
+        time.sleep(0.1)
+    ident = (run / "main_ident").read_text()
+    (run / "stack_text").write_text(stack_text(ident, marks))
+    yield tmp, cfg, run, fields, ident, marks
+    if alive(pid):
+        os.killpg(pid, 9)
+
+
+def stalled_check(tmp: Path, cfg: Path, what: str) -> dict:
+    deadline = time.monotonic() + 60
+    while True:
+        out = check_all_outputs(tmp, cfg, what)
+        if out["verdict"] == "STALLED" and any(t.get("stale") for t in out["threads"]) or time.monotonic() > deadline:
+            return out
+        time.sleep(1)
+
+
+def test_a_stack_dump_the_run_writes_itself_is_shown_inert(self_dumping_run):
+    """Its escapes reach neither text --check's stuck-thread line nor --json; a frame line number
+    int() refuses (5,000 digits) leaves the frame out with a note naming the file."""
+    tmp, cfg, run, fields, ident, marks = self_dumping_run
+    out = stalled_check(tmp, cfg, "self-written stack dump")
+    assert out["verdict"] == "STALLED", out
+    (main,) = [t for t in out["threads"] if t.get("stale")]
+    assert main["state"] == "STUCK" and main["where"] == "parse\\x9b31m (evil\\x1b]2;pwned\\x07.py:7)", main
+    text = run_cli(tmp, "--config", str(cfg), "--check").stdout.decode()
+    assert "thread  pid" in text and "parse\\x9b31m (evil\\x1b]2;pwned\\x07.py:7)" in text, text
+
+    (run / "stack_text").write_text(stack_text(ident, marks, line="9" * 5000))
+    time.sleep(1)
+    out = stalled_check(tmp, cfg, "a 5,000-digit line number")
+    notes = [c for c in out["checks"] if c["id"] == "probe_files"]
+    assert notes and "a frame's line number has 5000 digits" in notes[0]["cause"], out["checks"]
+    assert notes[0]["cause"].startswith("probe/") and ".stack:" in notes[0]["cause"], notes
+    (run / "stack_text").write_text(stack_text(ident, marks))
+
+
+async def test_the_threads_tab_shows_a_self_written_stack_dump_inert(self_dumping_run, monkeypatch):
+    tmp, cfg, run, fields, ident, marks = self_dumping_run
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp / "state"))
+    profile = Profile(name="evil", run_dir=str(run), command=tuple(fields["command"]), python=sys.executable,
+                      stall_after_s=3.0, min_free_gb=0.0)
+    app = DashboardApp(lambda name: WatchSource(open_watch(profile)), "evil")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.run_view.report is not None and any(
+            t.source == "faulthandler" for t in app.run_view.report.checklist.threads), 60)
+        for key in ("1", "2", "3", "4"):
+            await pilot.press(key)
+            await pilot.pause(0.6)
+            svg = app.export_screenshot()
+            assert not bad_chars(svg), f"the dashboard drew {bad_chars(svg)} after key {key!r}"
+        assert "parse\\x9b31m" in app.export_screenshot() or any(
+            "parse\\x9b31m" in t.where for t in app.run_view.report.checklist.threads)

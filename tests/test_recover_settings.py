@@ -44,16 +44,21 @@ def test_backoff_doubles_and_is_capped_at_30_min():
 
 
 @pytest.mark.parametrize("body, words", [
-    ("[recover]\nretries = 3\n", "[recover]: unknown key 'retries'; known: enabled, on,"),
-    ('[recover]\non = ["CRASHED", "HUNG"]\n', "[recover]: on: unknown word 'HUNG'; pick from NEVER STARTED,"),
+    ("[recover]\nretries = 3\n", "[recover]: unknown key 'retries' (known: enabled, on,"),
+    ('[recover]\non = ["CRASHED", "HUNG"]\n', "[recover]: on: unknown word 'HUNG' (pick from NEVER STARTED,"),
     ('[recover]\non = ["FINISHED"]\n', "[recover]: on: unknown word 'FINISHED'"),
     ("[recover]\nmax_restarts = -1\n", "[recover]: max_restarts = -1: must be an integer from 0 to 1000"),
     ("[recover]\nbackoff_s = -5\n", "[recover]: backoff_s = -5: must be a number of seconds from 0 to 1800"),
     ("[recover]\nwindow_s = nan\n", "[recover]: window_s = nan: must be a number of seconds"),
-    ('[recover]\ngive_up_on = ["oom"]\n', "[recover]: give_up_on: unknown word 'oom'; pick from cuda_oom,"),
+    ('[recover]\ngive_up_on = ["oom"]\n', "[recover]: give_up_on: unknown word 'oom' (pick from cuda_oom,"),
     ("[recover.profile.zz]\nmax_restarts = 1\n", "[recover.profile.zz]: no [profile.zz] to apply it to"),
     ("[recover.profile.a]\nmax_restarts = 1.5\n", "[recover.profile.a]: max_restarts = 1.5: must be an integer"),
     ('[recover]\nresume = "yes"\n', "[recover]: resume must be true or false"),
+    # A typo is answered with the close word.
+    ("[recover]\nmax_restart = 3\n", "[recover]: unknown key 'max_restart'; did you mean 'max_restarts'? (known: "),
+    ('[recover]\non = ["STALED"]\n', "[recover]: on: unknown word 'STALED'; did you mean 'STALLED'? (pick from "),
+    ('[recover]\ngive_up_on = ["cuda_om"]\n', "unknown word 'cuda_om'; did you mean 'cuda_oom'?"),
+    ("[recover.profile.aa]\nmax_restarts = 1\n", "[recover.profile.aa]: no [profile.aa] to apply it to; did you mean 'a'?"),
 ])
 def test_bad_values_are_one_line(body, words):
     with pytest.raises(ConfigError) as err:

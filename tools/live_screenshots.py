@@ -17,13 +17,14 @@ from pathlib import Path
 
 from dflash_tui.config import load_config
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.sources.session_source import SessionSource
+from dflash_tui.ui.sources.watch_source import WatchSource
+from dflash_tui.watch import open_watch
 
 TABS = (("log", None), ("threads", "2"), ("gpus", "3"), ("metrics", "4"))
 
 
 async def shoot(config, profile: str, outdir: Path, wait_s: float, settle_s: float, size) -> int:
-    app = DashboardApp(lambda name: SessionSource(config.profile(name)), profile,
+    app = DashboardApp(lambda name: WatchSource(open_watch(config.profile(name))), profile,
                        sorted(config.profiles), launch_if_no_run=True)
     async with app.run_test(size=size) as pilot:
         deadline = time.monotonic() + wait_s

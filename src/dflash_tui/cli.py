@@ -134,11 +134,14 @@ def _serve(args, config: Config, profile: Profile) -> int:
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: must be 1-65535")
     try:
-        from .ui.serve import serve   # the optional browser stack (textual-serve, aiohttp)
+        from .ui.serve import CannotServe, serve   # the optional browser stack (textual-serve, aiohttp)
     except ImportError as exc:
         raise ConfigError(f"--serve needs textual-serve ({exc}); pip install textual-serve") from None
-    return serve(str(config.path) if config.path else None, profile.name,
-                 host=args.host, port=args.port, token=new_token())
+    try:
+        return serve(str(config.path) if config.path else None, profile.name,
+                     host=args.host, port=args.port, token=new_token())
+    except CannotServe as exc:     # a port in use, an address not on this host: the user's to fix
+        raise ConfigError(str(exc)) from None
 
 
 # -- output ------------------------------------------------------------------------------------

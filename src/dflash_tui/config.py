@@ -21,7 +21,8 @@ from typing import Any
 from .remote.container import parse_container_spec
 from .progress_regex import ProgressRegexError, compile_progress_regex
 from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
-from .slurm.spec import SlurmSpec, take_slurm_keys
+from .slurm.spec import SCHEDULER_KEY, SLURM_KEYS, SlurmSpec, take_slurm_keys
+from .words import did_you_mean
 from .small_file import SmallFileRefused, read_small_file
 
 DEFAULT_PROFILE = "local"
@@ -152,8 +153,8 @@ class Config:
         except KeyError:
             known = ", ".join(sorted(self.profiles)) or "none"
             where = self.path or "the built-in config"
-            raise ConfigError(f"{where}: no profile named {name!r} (known: {known}); "
-                              f"add a [profile.{name}] table or pick another") from None
+            raise ConfigError(f"{where}: no profile named {name!r}{did_you_mean(name, self.profiles)} "
+                              f"(known: {known}); add a [profile.{name}] table or pick another") from None
 
 
     def file_profiles(self) -> list[Profile]:
@@ -295,8 +296,9 @@ def _profile_from_table(path: str, name: str, table: Any) -> Profile:
     values: dict[str, Any] = {"slurm": slurm} if slurm is not None else {}
     for key, value in table.items():
         if key not in _KEYS:
-            known = ", ".join(sorted([*_KEYS, "scheduler"]))
-            raise ConfigError(f"{where}: unknown key {show_value(key)} (known keys: {known})")
+            keys = sorted({*_KEYS, SCHEDULER_KEY, *SLURM_KEYS})
+            raise ConfigError(f"{where}: unknown key {show_value(key)}{did_you_mean(key, keys)} "
+                              f"(known keys: {', '.join(keys)})")
         types, desc = _KEYS[key]
         # TOML booleans are ints to Python; a port of `true` is a mistake, not 1.
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
@@ -423,9 +425,11 @@ def parse_config(text: str, path: str) -> Config:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
         raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
-    extra = sorted(set(data) - {"profile", "watch", "notify", "recover"})
+    tops = ("profile", "watch", "notify", "recover")
+    extra = sorted(set(data) - set(tops))
     if extra:
-        raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}; profiles go under [profile.NAME]")
+        raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}{did_you_mean(extra[0], tops)} "
+                          "(profiles go under [profile.NAME]; [watch], [notify] and [recover] are the others)")
     tables = data.get("profile", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{path}: 'profile' must hold tables, e.g. [profile.gpu1]")
@@ -501,7 +505,8 @@ def _table_keys(path: str, where: str, table: Any, keys: dict[str, str]) -> dict
         raise ConfigError(f"{path}: {where} must be a table")
     unknown = sorted(set(table) - set(keys))
     if unknown:
-        raise ConfigError(f"{path}: {where}: unknown key {unknown[0]!r}; known: {', '.join(keys)}")
+        raise ConfigError(f"{path}: {where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], keys)} "
+                          f"(known: {', '.join(keys)})")
     return table
 
 
@@ -551,8 +556,8 @@ def notify_settings(path: str, table: Any, profiles: dict[str, Profile]) -> Noti
         on = _strings(path, "[notify]", "on", t["on"])
         bad = [x for x in on if x not in NOTIFY_EVENTS]
         if bad:
-            raise ConfigError(f"{path}: [notify]: on: unknown event {bad[0]!r}; "
-                              f"pick from {', '.join(NOTIFY_EVENTS)}")
+            raise ConfigError(f"{path}: [notify]: on: unknown event {bad[0]!r}{did_you_mean(bad[0], NOTIFY_EVENTS)} "
+                              f"(pick from {', '.join(NOTIFY_EVENTS)})")
         out = replace(out, on=on)
     for key, high in (("hold_s", 86400.0), ("unreachable_after_s", 7 * 86400.0), ("retry_max_s", 86400.0)):
         if key in t:
@@ -564,7 +569,8 @@ def notify_settings(path: str, table: Any, profiles: dict[str, Profile]) -> Noti
     for name, pt in prof_tables.items():
         where = f"[notify.profile.{name}]"
         if name not in profiles:
-            raise ConfigError(f"{path}: {where}: no [profile.{name}] to apply it to; fix the name")
+            raise ConfigError(f"{path}: {where}: no [profile.{name}] to apply it to{did_you_mean(name, profiles)}; "
+                              "fix the name")
         pt = _table_keys(path, where, pt, {"enabled": "", "urls": ""})
         enabled = pt.get("enabled", True)
         if not isinstance(enabled, bool):

@@ -20,6 +20,7 @@ them equal to run/verdict.py's failing verdicts.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -83,12 +84,22 @@ def _seconds(where: str, key: str, value: Any, low: float, high: float) -> float
     return float(value)
 
 
+def _close(word: Any, known: Any) -> str:
+    """"; did you mean 'max_restarts'?" for a misspelt word (words.did_you_mean's rule; this
+    module sits beside words.py, so it asks difflib itself)."""
+    if not isinstance(word, str) or not word or len(word) > 64:
+        return ""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _words(where: str, key: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise RecoverSettingsError(f"{where}: {key} must be a list of words, e.g. {list(known[:2])}")
     bad = [v for v in value if v not in known]
     if bad:
-        raise RecoverSettingsError(f"{where}: {key}: unknown word {_show(bad[0])}; pick from {', '.join(known)}")
+        raise RecoverSettingsError(f"{where}: {key}: unknown word {_show(bad[0])}{_close(bad[0], known)} "
+                                   f"(pick from {', '.join(known)})")
     return tuple(dict.fromkeys(value))
 
 
@@ -98,7 +109,8 @@ def _policy(where: str, table: Any, base: RecoverPolicy, keys: tuple[str, ...]) 
         raise RecoverSettingsError(f"{where} must be a table")
     unknown = sorted(set(table) - set(keys))
     if unknown:
-        raise RecoverSettingsError(f"{where}: unknown key {_show(unknown[0])}; known: {', '.join(keys)}")
+        raise RecoverSettingsError(f"{where}: unknown key {_show(unknown[0])}{_close(unknown[0], keys)} "
+                                   f"(known: {', '.join(keys)})")
     out = base
     if "on" in table:
         out = replace(out, on=_words(where, "on", table["on"], RESTARTABLE))
@@ -137,7 +149,8 @@ def recover_settings(table: Any, profile_names: set[str] | frozenset[str] | list
     for name, pt in tables.items():
         where = f"[recover.profile.{name}]"
         if name not in profile_names:
-            raise RecoverSettingsError(f"{where}: no [profile.{name}] to apply it to; fix the name")
+            raise RecoverSettingsError(f"{where}: no [profile.{name}] to apply it to{_close(name, profile_names)}; "
+                                       "fix the name")
         policy, on = _policy(where, pt, default, _KEYS)
         per[name] = policy if on else None
     return RecoverSettings(default if (own and enabled) else None, per)

@@ -10,7 +10,9 @@ Two registers:
 
 from __future__ import annotations
 
+import difflib
 import signal as _signal
+from typing import Iterable
 
 NA = "n/a"
 
@@ -104,3 +106,13 @@ def one_line(text: str | None, limit: int = 160) -> str:
         return ""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def did_you_mean(word: object, known: Iterable[str]) -> str:
+    """"; did you mean 'command'?" where `word` (a misspelt key or name) is close to one of
+    `known`, else "". A word longer than any real key is not compared (no quadratic work on a
+    hostile one)."""
+    if not isinstance(word, str) or not word or len(word) > 64:
+        return ""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

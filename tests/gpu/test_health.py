@@ -121,7 +121,7 @@ async def test_run_watch_adds_the_gpu_check_from_the_stream(tmp_path):
         monitor = HostWatch(session)
         report = await monitor.poll()
         assert CHECK_ID not in [c.id for c in report.checklist.checks]   # no stream: no check
-        monitor.gpu_snapshot = lambda: snap_of(FakeNvml(library_missing=True))
+        monitor.gpus.lend(lambda: snap_of(FakeNvml(library_missing=True)))
         first = await monitor.poll()
         (check,) = [c for c in first.checklist.checks if c.id == CHECK_ID]
         assert check.state is CheckState.WARN and "libnvidia-ml.so.1" in check.cause
@@ -130,3 +130,21 @@ async def test_run_watch_adds_the_gpu_check_from_the_stream(tmp_path):
         assert again.since == check.since
     finally:
         await session.close()
+
+
+def no_gpu_snapshot():
+    return snapshot_from_dict(NvmlReader(fake_nvml.loader(FakeNvml(library_missing=True)),
+                                         gpu_present=lambda: False).sample())
+
+
+def test_a_host_without_an_nvidia_gpu_is_information_not_a_warning():
+    """A user program (devices unknown) or the bundled trainer before it names its devices:
+    ok, saying there is no GPU; a run that names CUDA devices there is warned."""
+    snap = no_gpu_snapshot()
+    for devices in (None, ["cpu"]):
+        c = gpu_check(snap, run_devices=devices, compile_done=True)
+        assert c.state is CheckState.OK and not c.hint, c
+    c = gpu_check(snap, run_devices=None, compile_done=False)
+    assert c.state is CheckState.OK and c.cause.startswith("no NVIDIA GPU on "), c
+    c = gpu_check(snap, run_devices=["cuda:0", "cuda:1"], compile_done=True)
+    assert c.state is CheckState.WARN and "uses 2 CUDA device(s) but no NVIDIA GPU on " in c.cause, c

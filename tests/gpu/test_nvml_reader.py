@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pynvml
 import pytest
 
 from dflash_tui.gpu import fake_nvml
 from dflash_tui.gpu.codec import ProbeAnswerError, snapshot_from_dict
 from dflash_tui.gpu.fake_nvml import FakeGpu, FakeNvml
-from dflash_tui.gpu.nvml_reader import REINIT_INTERVAL_S, NvmlReader, throttle_reason_names
+from dflash_tui.gpu.nvml_reader import REINIT_INTERVAL_S, NvmlReader, nvidia_gpu_present, throttle_reason_names
 from dflash_tui.gpu.sample import GpuErrorKind
 
 
@@ -204,3 +206,55 @@ def test_a_gpu_that_cannot_be_opened_does_not_hide_the_others():
     assert [g.index for g in snap.gpus] == [0, 2]
     assert snap.error.kind is GpuErrorKind.UNKNOWN and snap.error.gpu_index == 1
     assert "GPU 1 cannot be opened: Insufficient Permissions" == snap.error.message
+
+
+def pci_root(tmp_path, *devices: tuple[str, str]):
+    """A /sys with the given (vendor, class) PCI functions, as the kernel lays them out."""
+    base = tmp_path / "sys" / "bus" / "pci" / "devices"
+    base.mkdir(parents=True)
+    for i, (vendor, cls) in enumerate(devices):
+        d = base / f"0000:00:{i:02x}.0"
+        d.mkdir()
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "class").write_text(cls + "\n")
+    return tmp_path / "sys"
+
+
+@pytest.mark.parametrize("devices, dev_nvidia0, present", [
+    ([("0x8086", "0x060000"), ("0x1af4", "0x020000")], False, False),   # this machine's kind
+    ([("0x8086", "0x060000"), ("0x10de", "0x030200")], False, True),    # an H200: 3D controller
+    ([("0x10de", "0x030000")], False, True),                            # a VGA-class NVIDIA card
+    ([("0x10de", "0x040300"), ("0x10de", "0x068000")], False, False),   # NVIDIA audio, NVSwitch only
+    ([("0x1af4", "0x020000")], True, True),                             # a container given /dev/nvidia0
+    ([], False, None),                                                  # an empty bus: cannot tell
+])
+def test_nvidia_gpu_present_reads_the_pci_bus(tmp_path, devices, dev_nvidia0, present):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    if dev_nvidia0:
+        (dev / "nvidia0").write_text("")
+    assert nvidia_gpu_present(str(pci_root(tmp_path, *devices)), str(dev)) is present
+    assert nvidia_gpu_present(str(tmp_path / "no-sys"), str(tmp_path / "no-dev")) is None
+
+
+@pytest.mark.parametrize("load", [fake_nvml.missing_module_loader(),
+                                  fake_nvml.loader(FakeNvml(library_missing=True)),
+                                  fake_nvml.loader(FakeNvml(driver_loaded=False))])
+def test_a_host_without_an_nvidia_gpu_says_so_instead_of_asking_for_a_driver(tmp_path, load):
+    """No pynvml, no libnvidia-ml or no driver on a host whose PCI bus shows no NVIDIA GPU:
+    "no GPU" (information), not a request to install the driver utilities."""
+    sys_root, dev = str(pci_root(tmp_path, ("0x8086", "0x060000"))), str(tmp_path / "dev")
+    snap = snapshot_from_dict(NvmlReader(load, gpu_present=lambda: nvidia_gpu_present(sys_root, dev)).sample())
+    assert snap.error.kind is GpuErrorKind.NO_GPU
+    assert snap.error.message == f"no NVIDIA GPU on {os.uname().nodename}"
+
+
+def test_a_host_with_a_gpu_but_no_driver_still_asks_for_the_driver(tmp_path):
+    sys_root, dev = str(pci_root(tmp_path, ("0x10de", "0x030200"))), str(tmp_path / "dev")
+    for load, kind in ((fake_nvml.missing_module_loader(), GpuErrorKind.LIBRARY_NOT_FOUND),
+                       (fake_nvml.loader(FakeNvml(driver_loaded=False)), GpuErrorKind.NO_DRIVER)):
+        snap = snapshot_from_dict(NvmlReader(load, gpu_present=lambda: nvidia_gpu_present(sys_root, dev)).sample())
+        assert snap.error.kind is kind
+    # A stand-in NVML (no gpu_present) is never second-guessed by this machine's bus.
+    snap = snapshot_from_dict(NvmlReader(fake_nvml.loader(FakeNvml(library_missing=True))).sample())
+    assert snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND

@@ -3,11 +3,13 @@ SSH, and the nvidia-smi stream when the host's python has no NVML."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from dflash_tui.gpu.nvml_reader import nvidia_gpu_present
 from dflash_tui.gpu.sample import GpuErrorKind
 from dflash_tui.gpu.sources import open_gpu_source
 from dflash_tui.gpu.stream import GpuStream
@@ -46,8 +48,13 @@ async def test_remote_host_without_nvml_says_why(sshd):
             snap = await source.sample(None)
         finally:
             await source.close()
-        assert snap.gpus == () and snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND
-        assert "pynvml" in snap.error.message and "nvidia-smi" in snap.error.message
+        if nvidia_gpu_present() is False:
+            # A host whose PCI bus shows no NVIDIA GPU: said as that, no driver asked for.
+            assert snap.gpus == () and snap.error.kind is GpuErrorKind.NO_GPU, snap.error
+            assert snap.error.message == f"no NVIDIA GPU on {os.uname().nodename}"
+        else:
+            assert snap.gpus == () and snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND
+            assert "pynvml" in snap.error.message and "nvidia-smi" in snap.error.message
     finally:
         await host.close()
 
@@ -63,8 +70,11 @@ async def test_a_python_missing_on_the_host_falls_back_to_python3(sshd):
             await source.close()
         # This host has neither NVML nor nvidia-smi: the answer is the probe's, run by python3.
         assert snap.source == "none" and snap.gpus == (), snap
-        assert snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND, snap.error
-        assert "pynvml for the host's python3" in snap.error.message, snap.error.message
+        if nvidia_gpu_present() is False:   # only the probe reads the PCI bus: it ran
+            assert snap.error.kind is GpuErrorKind.NO_GPU, snap.error
+        else:
+            assert snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND, snap.error
+            assert "pynvml for the host's python3" in snap.error.message, snap.error.message
         assert "/nonexistent" not in snap.error.message and "\n" not in snap.error.message
         assert type(source).__name__ == "FallbackSource"     # the agent path, not smi alone
     finally:

@@ -16,6 +16,7 @@ from dflash_tui.gpu import fake_nvml
 from dflash_tui.gpu.agent_probe import OP_NAME, gpu_agent_sources
 from dflash_tui.gpu.fake_nvml import FakeNvml
 from dflash_tui.gpu.nspid import read_stat
+from dflash_tui.gpu.nvml_reader import nvidia_gpu_present
 from dflash_tui.gpu.sample import GpuErrorKind, GpuSnapshot
 from dflash_tui.gpu.sources import (AgentNvmlSource, FallbackSource, LocalNvmlSource, RunRef,
                                     SmiStreamSource, open_gpu_source)
@@ -178,7 +179,12 @@ async def test_agent_probe_without_pynvml_falls_back_to_nvidia_smi():
     ops = await AgentOps.start(target, python="/usr/bin/python3", extra_sources=gpu_agent_sources())
     try:
         raw = await ops.call(OP_NAME)
-        assert raw["error"]["kind"] == "library_not_found" and "pynvml" in raw["error"]["message"]
+        if nvidia_gpu_present() is False:
+            # This machine's PCI bus shows no NVIDIA GPU: the probe says so, and the fallback
+            # still asks nvidia-smi (here a stand-in that shows an H200), which wins.
+            assert raw["error"]["kind"] == "no_gpu" and "no NVIDIA GPU" in raw["error"]["message"]
+        else:
+            assert raw["error"]["kind"] == "library_not_found" and "pynvml" in raw["error"]["message"]
         source = FallbackSource(AgentNvmlSource(ops), lambda: SmiStreamSource(target, interval_ms=100))
         snap = await source.sample(None)
         assert snap.error is None and snap.source == "nvidia-smi" and snap.gpus[0].name == "NVIDIA H200"
@@ -194,6 +200,19 @@ async def test_no_nvml_and_no_nvidia_smi_says_both():
     snap = await source.sample(None)
     assert snap.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND
     assert "pynvml" in snap.error.message and "nvidia-smi" in snap.error.message
+    await source.close()
+
+
+async def test_no_nvidia_gpu_and_no_nvidia_smi_is_said_as_no_gpu():
+    """NVML's "no GPU on the bus" and no nvidia-smi either: one line of information, not a
+    request for the driver utilities."""
+    target = LocalTarget(env=dict(os.environ, PATH="/usr/bin:/bin"))
+    source = FallbackSource(LocalNvmlSource(fake_nvml.missing_module_loader(), gpu_present=lambda: False),
+                            lambda: SmiStreamSource(target))
+    for _ in range(2):
+        snap = await source.sample(None)
+        assert snap.error.kind is GpuErrorKind.NO_GPU and snap.gpus == ()
+        assert snap.error.message.startswith("no NVIDIA GPU on ") and "install" not in snap.error.message
     await source.close()
 
 

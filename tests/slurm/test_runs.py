@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,13 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.config import parse_config
+from dflash_tui.config import ConfigError, parse_config
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.launch.launch import LaunchRefused
 from dflash_tui.run.verdict.checklist import Checklist, Verdict
 from dflash_tui.watch.session import Session
+from dflash_tui.slurm.commands import sbatch_argv
 
-from tests.support.slurm import SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
+from tests.support.slurm import (SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, scheduler_shims, sleepers,
+                                 slurm_cluster)  # noqa: F401  (fixture)
 from tests.support.sshd import SshdUnavailable, start_sshd
 
 pytestmark = pytest.mark.timeout(150)
@@ -356,3 +359,157 @@ async def test_time_limit_is_timeout(time_limited_run):
         cl = await wait_for(s, {Verdict.TIMEOUT}, timeout=100)
         assert "hit its time limit" in cl.summary, cl.summary
         assert (Path(time_limited_run.run_dir) / "exit.json").exists()   # the wrapper saw the SIGTERM
+
+
+async def test_a_copy_of_a_run_dir_neither_reports_nor_cancels_the_original_job(make_session, slurm_cluster, tmp_path):
+    """The original's path holds ` JobState=COMPLETED`: its running job still reads RUNNING and
+    its stop cancels it; a `cp -a` copy names the same job id, and neither shows nor cancels it."""
+    original = tmp_path / "a JobState=COMPLETED b"
+    s = make_session("orig", run_dir=str(original), command=sh_steps(200))
+    await s.launch()
+    cl = await wait_for(s, {Verdict.RUNNING})
+    job_id = job_of(cl)["job_id"]
+    assert job_of(cl)["state"] == "RUNNING", cl
+    shutil.copytree(original, tmp_path / "copy", symlinks=True)
+    copy = make_session("copy", command=sh_steps(200))
+    _, copied = await copy.check()
+    assert copied.slurm is None, copied    # the original's job is not this run dir's
+    res = await copy.stop(grace_s=1)
+    assert res.outcome == "mismatch" and not res.ok, res
+    assert f"job {job_id} in slurm.json runs in {original}, not in this run dir" in res.message, res.message
+    # Its relaunch stops nothing (its own run is not alive) and submits a job of its own.
+    out = await copy.launch(relaunch=True)
+    assert out.stopped is None and (await copy.evidence()).slurm.job_id != job_id, out
+    assert "JobState=RUNNING" in slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
+    res = await s.stop()
+    assert res.outcome == "terminated", res
+    await wait_for(s, {Verdict.STOPPED})
+
+
+async def test_stop_on_a_host_without_slurms_commands_is_one_line_and_cancels_nothing(make_session, tmp_path):
+    s = make_session("bare", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    bare = scheduler_shims(tmp_path / "path-bare", missing=True)
+    cli = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "dflash_tui", "--config", s.profile.source,
+                                                   "--profile", "bare", "--stop"],
+                                  capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": bare})
+    assert cli.returncode == 1 and "internal error" not in cli.stdout + cli.stderr and not cli.stderr, cli
+    (stop,) = [line for line in cli.stdout.splitlines() if line.strip().startswith("stop: ")]
+    assert "no squeue/scontrol" in stop and "nothing was cancelled" in stop, stop
+    assert (await s.check())[1].verdict is Verdict.RUNNING
+
+
+async def test_a_hung_squeue_holds_neither_check_nor_stop(make_session, tmp_path, monkeypatch):
+    s = make_session("hung", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    s.launcher.query_timeout_s = 5.0    # each command 1 s
+    plain = os.environ["PATH"]
+    # squeue waits on a child forever: each check and the stop are bounded, and it is ended.
+    monkeypatch.setenv("PATH", scheduler_shims(tmp_path / "path-hang", hang=("squeue",)))
+    try:
+        t0 = time.monotonic()
+        _, cl = await asyncio.wait_for(s.check(), 30)
+        assert time.monotonic() - t0 < 8 and cl.verdict is Verdict.RUNNING, cl
+        assert job_of(cl)["state"] == "RUNNING"        # scontrol answered
+        res = await asyncio.wait_for(s.stop(grace_s=1), 60)
+        assert res.outcome == "terminated", res
+    finally:
+        monkeypatch.setenv("PATH", plain)
+    await asyncio.sleep(0.5)
+    assert sleepers() == []
+
+
+def sbatch_spellings() -> list[str]:
+    """Every spelling sbatch reads as one of the options the launch sets (getopt_long: each
+    unambiguous prefix of a long option; short options clustered behind ones without an
+    argument), with a value that would move the job; and options of sbatch's own beside them."""
+    values = {"--output": "=/tmp/elsewhere.out", "--error": "=/tmp/elsewhere.err", "--chdir": "=/tmp",
+              "--job-name": "=other", "--wrap": "=true", "--nodes": "=2", "--ntasks-per-node": "=2",
+              "--partition": "=urgent", "--time": "=5", "--hold": "", "--parsable": ""}
+    out = [name[:n] + value for name, value in values.items() for n in range(3, len(name) + 1)]
+    shorts = {"o": "/tmp/elsewhere.out", "e": "/tmp/elsewhere.err", "D": "/tmp", "J": "other", "N": "2",
+              "p": "urgent", "t": "5", "H": "", "W": ""}
+    out += [f"{lead}{letter}{value}" for letter, value in shorts.items() for lead in ("-v", "-Q", "-vQ", "-s")]
+    return out + ["--ntasks=2", "-n2", "--time-min=1", "--comment=-o/tmp/x", "-vc1", "-Qs", "-sQ", "--qui", "--requeue"]
+
+
+def test_sbatch_args_the_profile_takes_leave_the_launchs_options_as_sbatch_reads_them(slurm_cluster, tmp_path):
+    """sbatch itself is the judge: each spelling the profile check lets through is submitted
+    (held) with the launch's own options, and the job must still be the launch's."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "launch.sh").write_text("#!/bin/sh\ntrue\n")
+    submitted = []
+    for arg in sbatch_spellings():
+        try:
+            profile = parse_config(f'[profile.p]\nscheduler = "slurm"\nrun_dir = "{run_dir}"\n'
+                                   f"sbatch_args = [{json.dumps(arg)}]\n", "c.toml").profiles["p"]
+        except ConfigError:
+            continue
+        argv = sbatch_argv(profile.slurm, str(run_dir), "dflash-probe")
+        res = slurm_cluster.run(argv[0], "--hold", *argv[1:], check=False)
+        if res.returncode != 0:
+            continue    # sbatch refused it: nothing was moved either
+        job_id = res.stdout.strip()
+        assert job_id.isdigit(), f"sbatch_args {arg!r}: sbatch took the job and printed no job id ({res.stdout!r})"
+        submitted.append(arg)
+        line = slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
+        slurm_cluster.run("scancel", job_id, check=False)
+        for field in ("JobName=dflash-probe ", "Reason=JobHeldUser ", "Partition=debug ", "NumNodes=1",
+                      f"Command={run_dir}/launch.sh ", f"WorkDir={run_dir} ", f"StdOut={run_dir}/slurm.out ",
+                      f"StdErr={run_dir}/slurm.out "):
+            assert f" {field}" in line, f"sbatch_args {arg!r} moved the job: {field!r} not in {line}"
+        assert " NumNodes=2" not in line and line.count("JobId=") == 1, (arg, job_id, line)
+    assert "--time-min=1" in submitted and "--comment=-o/tmp/x" in submitted, submitted
+
+
+async def test_what_scancel_says_reaches_the_stop_line_inert(make_session, tmp_path, monkeypatch):
+    s = make_session("loud", command=sh_steps(200))
+    await s.launch()
+    await wait_for(s, {Verdict.RUNNING})
+    s.launcher.cancel_margin_s = 1.0
+    shims = scheduler_shims(tmp_path / "path-loud", scripts={
+        "scancel": "printf '\\033]2;pwned\\007scancel: error: \\233 Kill job error\\n' >&2\nexit 1\n"})
+    plain = os.environ["PATH"]
+    monkeypatch.setenv("PATH", shims)
+    try:
+        res = await s.stop(grace_s=0)
+    finally:
+        monkeypatch.setenv("PATH", plain)
+    assert res.outcome == "survived" and "Kill job error" in res.message, res
+    assert res.message.isprintable() and "\\x1b]2;pwned" in res.message, res.message
+
+
+async def test_a_hung_squeue_on_a_login_host_over_ssh_is_ended_there(slurm_cluster, tmp_path):
+    """Over SSH the client can only close the channel: the hung squeue (and what it waits on)
+    is ended on the login host itself, within the check's bound."""
+    shims = scheduler_shims(tmp_path / "path-hang", hang=("squeue",))
+    try:
+        sshd = start_sshd(tmp_path / "sshd", env={"SLURM_CONF": str(slurm_cluster.conf)}, path_first=shims)
+    except SshdUnavailable as exc:
+        pytest.skip(str(exc))
+    toml = "\n".join(["[profile.login]", 'scheduler = "slurm"', f'host = "{sshd.host}"', f"port = {sshd.port}",
+                      f'user = "{sshd.user}"', f'identity_file = "{sshd.client_key}"',
+                      f'known_hosts = "{sshd.known_hosts}"', f'run_dir = "{tmp_path / "run"}"',
+                      "launch_deadline_s = 5", f"command = {json.dumps(sh_steps(200))}", ""])
+    profile = parse_config(toml, str(tmp_path / "c.toml")).profiles["login"]
+    try:
+        async with Session(profile) as s:
+            s.launcher.min_query_interval_s = 0.0
+            s.launcher.query_timeout_s = 5.0    # each command 1 s
+            await s.launch()
+            await wait_for(s, {Verdict.RUNNING}, until=lambda cl: job_of(cl)["state"] == "RUNNING")
+            t0 = time.monotonic()
+            _, cl = await s.check()
+            took = time.monotonic() - t0
+            assert 1 <= took < 8 and cl.verdict is Verdict.RUNNING, (took, cl)   # squeue's 1 s, then scontrol
+            await asyncio.sleep(1.0)
+            # Without the bound on the login host each hung squeue would stay, and hold its
+            # SSH session, until sshd refused new channels.
+            assert sleepers() == [], "the hung squeue outlived the check on the login host"
+            res = await s.stop(grace_s=1)
+            assert res.outcome == "terminated", res
+    finally:
+        sshd.stop()

@@ -13,7 +13,8 @@ import dataclasses
 import posixpath
 
 from dflash_tui.contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_SH, STATUS_JSON, TRAIN_LOG, CompileState,
-                                        ExitRecord, LaunchRecord, Phase, StopRecord, ThreadStatus, TrainStatus, make_event,
+                                        ExitRecord, LaunchRecord, Phase, ProbeReport, ProbeThread, StopRecord,
+                                        ThreadStatus, TrainStatus, make_event,
                                         to_json)
 from dflash_tui.gpu.sample import GpuError, GpuErrorKind, GpuProcess, GpuSample, GpuSnapshot
 from dflash_tui.remote.ops import FileStat, PidInfo
@@ -132,6 +133,18 @@ def stalled() -> RunReport:
     return report_of(_running_evidence(_status(threads=threads(stuck="drafter1"))), gpu_snapshot())
 
 
+def stalled_program() -> RunReport:
+    """A program of the user's hung in a collective beside a waiting helper thread, on a GPU
+    host whose NVML is missing: the longest checklist a STALLED run shows in full."""
+    probes = [ProbeReport(run_id=RUN_ID, pid=11, time=T0 - 0.5, rank=0, threads=[
+        ProbeThread(name="MainThread", ident=1, frames=[
+            "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3252 all_reduce",
+            "/x/train.py:42 step"]),
+        ProbeThread(name="Thread-1", ident=2, frames=["/usr/lib/python3.11/threading.py:320 wait",
+                                                      "/x/t.py:3 f"])])]
+    return report_of(dataclasses.replace(_running_evidence(), status=None, probes=probes), nvml_unavailable())
+
+
 def stopping() -> RunReport:
     """A stalled run stopped 4 s ago (stop.json), still saving within its grace period."""
     ev = _running_evidence(_status(threads=threads(stuck="drafter1")))
@@ -225,6 +238,11 @@ def nvml_unavailable() -> GpuSnapshot:
     return GpuSnapshot(time=T0, source="none", error=GpuError(
         GpuErrorKind.LIBRARY_NOT_FOUND,
         "libnvidia-ml.so.1 not found on gpu1: install the NVIDIA driver, or nvidia-smi for the fallback"))
+
+
+def no_gpu() -> GpuSnapshot:
+    """A host with no NVIDIA GPU at all (nothing on its PCI bus): information, not a fault."""
+    return GpuSnapshot(time=T0, source="none", error=GpuError(GpuErrorKind.NO_GPU, "no NVIDIA GPU on gpu1"))
 
 
 def train_log(crash: bool = False) -> list[str]:

@@ -335,6 +335,45 @@ def start_cluster(workdir: Path, *, min_job_age_s: int = MIN_JOB_AGE_S) -> Slurm
     return cluster
 
 
+# -- a login host's PATH ---------------------------------------------------------------------
+
+# What a hung scheduler command waits on: `sleep` with an argument of this test process's own.
+HANG = f"300.{os.getpid()}"
+
+
+def scheduler_shims(path: Path, *, hang: tuple[str, ...] = (), missing: bool = False,
+                    scripts: dict[str, str] | None = None) -> str:
+    """A PATH for the login host's commands: `hang` are scripts that wait on a child of their
+    own (a controller that accepts and never answers: `sleep HANG`); `missing` leaves out every
+    Slurm command (a host that is not a login host); `scripts` are sh scripts by name (a
+    scheduler that answers what a test says). The rest are this machine's own."""
+    path.mkdir()
+    scripts = {**(scripts or {}), **{name: f"sleep {HANG}\nexit 0\n" for name in hang}}
+    slurm = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo")
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for tool in Path(d).iterdir():
+            if not (path / tool.name).exists() and not (missing and tool.name in slurm) and tool.name not in scripts:
+                (path / tool.name).symlink_to(tool)
+    for name, body in scripts.items():
+        (path / name).write_text("#!/bin/sh\n" + body)
+        (path / name).chmod(0o755)
+    return str(path)
+
+
+def sleepers() -> list[int]:
+    want = f"sleep\0{HANG}\0".encode()
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _read(p / "cmdline") == want]
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory) -> SlurmCluster:
     """A running two-node cluster for one test module; always torn down, no daemon left.

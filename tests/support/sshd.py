@@ -154,9 +154,11 @@ class SshdServer:
 
 
 def start_sshd(workdir: str | os.PathLike, *, user: str | None = None,
-               env: dict[str, str] | None = None) -> SshdServer:
+               env: dict[str, str] | None = None, path_first: str | None = None) -> SshdServer:
     """Generate keys and config under `workdir` and start sshd on a free loopback port.
-    `env`: more variables every session gets (e.g. SLURM_CONF for a test cluster's login host).
+    `env`: more variables every session gets (e.g. SLURM_CONF for a test cluster's login host);
+    `path_first`: a directory the sessions' PATH looks in before the system's (a login host's
+    own commands).
 
     Raises SshdUnavailable when sshd or ssh-keygen is not installed."""
     sshd = find_sshd()
@@ -181,7 +183,8 @@ def start_sshd(workdir: str | os.PathLike, *, user: str | None = None,
         known_hosts = work / "known_hosts"
         known_hosts.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
         config_path = work / "sshd_config"
-        path_env = f"{BIN_DIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        path_env = (f"{path_first}:" if path_first else "") + \
+            f"{BIN_DIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         config_path.write_text("\n".join([
             f"Port {port}",
             "ListenAddress 127.0.0.1",

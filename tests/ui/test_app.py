@@ -19,7 +19,7 @@ from dflash_tui.ui.widgets.rows import RowTable
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.panes.gpus import GpuPane
 from dflash_tui.ui.panes.header import RunHeader
-from dflash_tui.ui.panes.health import HealthPane
+from dflash_tui.ui.panes.health import HealthBox, HealthPane
 from dflash_tui.ui.panes.metrics import MetricsPane
 from dflash_tui.ui.screens.dialogs import ConfirmScreen, HelpScreen, ProfileScreen
 from dflash_tui.ui.sources.source import ActionError
@@ -98,6 +98,24 @@ async def test_never_started_is_red_at_the_first_poll():
         assert "✗ fail" in health and "launch shell never ran" in health
 
 
+async def test_a_slurm_jobs_words_from_the_scheduler_reach_the_header_inert():
+    # squeue's partition, node list and reason as a hostile scheduler prints them: the header
+    # shows their escapes as text (an OSC would set the terminal's title), and the wrapper's
+    # pid on a compute node this host cannot see is not "gone".
+    from dflash_tui.slurm.job import parse_squeue
+    esc = "\x1b]2;pwned\x07"
+    job = parse_squeue("77", f"77|PENDING|Prio{esc}rity|n{esc}1|gp\x9bu{esc}|x|1:00|0:00", 0)
+    healthy = R.healthy()
+    report = dataclasses.replace(healthy, pid_alive=None, checklist=dataclasses.replace(
+        healthy.checklist, slurm={**job.to_dict(), "pending_reason": job.reason, "pending_words": None}))
+    app, _ = make(report)
+    async with app.run_test(size=(220, 32)) as pilot:
+        await until(pilot, lambda: app.run_view.report is not None)
+        head = header_text(app)
+        assert "job 77" in head and "\\x1b]2;pwned\\x07" in head and "(gone)" not in head, head
+        assert "\x1b" not in head and "\x07" not in head and "\x9b" not in head
+
+
 async def test_crashed_shows_traceback_and_e_jumps_to_it():
     app, _ = make(R.crashed(), crash_log=True)
     async with app.run_test(size=SIZE) as pilot:
@@ -134,6 +152,23 @@ async def test_failed_thread_is_marked_failed():
         await until(pilot, lambda: table.row_count > 0)
         row = [str(c) for c in table.get_row_at(0)]
         assert row[0] == "drafter2 FAILED" and row[4].startswith("FAILED: RuntimeError")
+
+
+async def test_a_host_without_a_gpu_is_said_once_as_information():
+    """A user program on a host with no NVIDIA GPU: the GPUs tab says so plainly (no alarm
+    banner, "GPUs (none)"), and the checklist carries no warning about it."""
+    report = R.report_of(dataclasses.replace(R._running_evidence(), status=None), R.no_gpu())
+    gpus = next(c for c in report.checklist.checks if c.id == "gpus")
+    assert gpus.state is CheckState.OK and gpus.cause == "no NVIDIA GPU on gpu1", gpus
+    app, _ = make(report, gpu=R.no_gpu())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        pane = app.query_one(GpuPane)
+        await until(pilot, lambda: pane.snapshot is not None)
+        banner = app.query_one("#gpu-banner")
+        assert banner.display and text_of(banner).strip() == "no NVIDIA GPU on gpu1"
+        assert not banner.has_class("-error")
+        assert str(app.query_one(TabbedContent).get_tab("tab-gpus").label) == "GPUs (none)"
 
 
 async def test_nvml_unavailable_banner_and_lost_gpu():
@@ -402,6 +437,41 @@ async def test_help_lists_every_key():
         assert {"r", "s", "c", "l", "f", "/", "g", "G", "p", "q", "?", "e"} <= keys
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_a_stalled_checklist_leaves_the_tabs_their_share_at_80x24():
+    """The longest STALLED checklist (a user program hung, its helper thread waiting, NVML
+    missing) at 80x24: the checklist is capped and scrolls, the Threads tab keeps 12 rows
+    (its note, header and every stuck thread)."""
+    app, _ = make(R.stalled_program(), gpu=R.nvml_unavailable())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.run_view.report is not None)
+        await pilot.press("2")
+        await pilot.pause()
+        health, threads = app.query_one(HealthBox), app.query_one(ThreadsPane)
+        assert health.region.height <= 9 and threads.region.height >= 10, (health.region, threads.region)
+        assert health.max_scroll_y > 0   # the rest of the checklist is a scroll away
+        table = app.query_one("#probe-table", RowTable)
+        await until(pilot, lambda: table.row_count == 2)
+        assert table.region.height >= 3 and table.region.bottom <= threads.region.bottom
+        # A tall terminal gives the checklist all it needs (60 % at most).
+        await pilot.resize_terminal(100, 48)
+        await pilot.pause()
+        assert health.max_scroll_y == 0 and health.region.height <= 28, health.region
+
+
+@pytest.mark.parametrize("size", [(80, 40), (100, 32), (80, 24)])
+async def test_help_draws_every_key_whole(size):
+    """No key is cut to "…" (esc is three cells wide), whether the help has one column with
+    what each key does or two with the short names."""
+    app, _ = make()
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+        assert re.search(r"\besc +Back\b", text), text
+        for key, description, _ in app.screen.rows:
+            assert re.search(rf"(^|\s){re.escape(key)} +{re.escape(description)}", text, re.M), (key, text)
 
 
 async def test_tabs_by_number():

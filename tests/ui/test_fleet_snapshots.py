@@ -104,7 +104,7 @@ def history_dir(tmp_path, monkeypatch):
 
 
 class LocalHistory:
-    """The history half of SessionSource, over this machine (a real Session and agent)."""
+    """The history half of WatchSource, over this machine (a real Session and agent)."""
 
     def __init__(self, run_dir) -> None:
         from dflash_tui.config import Profile

@@ -1,7 +1,8 @@
 """`dflash-tui --serve` against malformed and hostile requests, over raw sockets: every one gets
 a 4xx (a cookie that is not UTF-8 is 403, never 500), the server logs no traceback, `/static/`
 lists nothing even with the token, and the token's cookie is named for the served port (a
-browser sends a host's cookies to every port of it). Requests come from a seeded generator
+browser sends a host's cookies to every port of it). Where it cannot listen (a port in use, an
+address not on this host) it says so in one line and exits 2. Requests come from a seeded generator
 (DFLASH_FUZZ_SEED); one real server is shared by the module.
 """
 
@@ -11,10 +12,13 @@ import os
 import random
 import re
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.serve import served_dashboard
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -124,3 +128,31 @@ def test_the_token_cookie_is_named_for_the_served_port(server):
     assert status(raw(port, get(b"/", b"Cookie: dflash_token=" + token.encode()))) == 403
     assert status(raw(port, get(b"/", b"Cookie: dflash_token_%d=%s" % (port + 1, token.encode())))) == 403
     assert status(raw(port, get(b"/", b"Cookie: dflash_token_%d=%s" % (port, token.encode())))) == 200
+
+
+def serve_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[profile.web]\nrun_dir = "{tmp_path / "run"}"\n')
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    return subprocess.run([sys.executable, "-m", "dflash_tui", "--serve", "--config", str(cfg), *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path):
+    """Another program listens on the port (a real listener on 127.0.0.1): one line naming the
+    port and the fix, exit 2, and no URL printed for a server that never listened."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        res = serve_cli(tmp_path, "--port", str(port))
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout == "" and res.stderr == (f"dflash-tui: --serve: port {port} on 127.0.0.1 is in use by another "
+                                               "program; pick a free one with --port\n"), res.stderr
+
+
+def test_an_address_not_on_this_host_is_one_line_and_exit_2(tmp_path):
+    res = serve_cli(tmp_path, "--host", "192.0.2.7", "--port", str(free_port()))   # TEST-NET-1: nobody's
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout == "" and len(res.stderr.splitlines()) == 1, res.stderr
+    assert "--host 192.0.2.7 is not an address of this machine; use 127.0.0.1" in res.stderr, res.stderr

@@ -51,6 +51,8 @@ def test_clean_strips_escapes_controls_and_caps_length():
     assert clean("a\x00b\x07c") == "abc"
     long = clean("x" * 10_000)
     assert len(long) == 2000 and long.endswith("…")
+    # 8-bit C1 controls (a one-byte CSI, an OSC), separators and lone surrogates: shown, inert.
+    assert clean("a\x9b31mb\x9d0;t\x9c\u2028\ud800") == "a\\x9b31mb\\x9d0;t\\x9c\\u2028\\ud800"
 
 
 def test_helpers():
@@ -180,3 +182,31 @@ async def test_a_row_that_only_moved_is_not_drawn_again():
         ll.append(["step 100", "step 101"])          # every row moves up two
         await pilot.pause()
         assert len(drawn) == 2, drawn                 # only the two new rows were drawn
+
+
+# What a run can print into train.log that a terminal acts on: 8-bit CSI and OSC (U+009B,
+# U+009D), a string terminator, NEL, a line separator, a lone surrogate.
+C1 = ["\x9b2J", "\x9d0;pwned\x9c", "\x85", "\u2028", "\ud800"]
+
+
+def _drawn(ll: LogLines) -> str:
+    return "".join(seg.text for y in range(ll.scrollable_content_region.height) for seg in ll.render_line(y))
+
+
+async def test_no_c1_control_reaches_the_screen_from_any_kind_of_row():
+    """Lines in one batch, a redrawn display (cursor up), the partial line a bar rewrites, a
+    search for the text: whatever the row, what is drawn holds no C1 control, its escape instead."""
+    app = LogApp(max_lines=200)
+    async with app.run_test(size=(100, 16)) as pilot:
+        ll = app.query_one(LogLines)
+        ll.append([f"step {i} {c}" for i, c in enumerate(C1)])
+        ll.append(["Traceback (most recent call last):", f"ValueError: {C1[0]}{C1[1]}"])
+        ll.append([f"bar 1 {C1[0]}", f"\x1b[1Abar 2 {C1[1]}"])          # rich's redraw in place
+        ll.show_partial(f"47%|####   | 47/100 {C1[2]}\r48%|####   | 48/100 {C1[1]}")
+        await pilot.pause()
+        drawn = _drawn(ll) + app.export_screenshot()
+        bad = sorted({hex(ord(c)) for c in drawn if 0x80 <= ord(c) <= 0x9f or 0xd800 <= ord(c) <= 0xdfff
+                      or c in "\u2028\u2029"})
+        assert not bad, bad
+        assert "step 0 \\x9b2J" in ll.lines() and "\\x9d0;pwned\\x9c" in ll.partial
+        assert ll.search("x9b2J") is not None

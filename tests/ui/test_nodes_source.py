@@ -12,7 +12,8 @@ from dflash_tui.watch import NodesWatch
 from dflash_tui.run.verdict.combine import merge_gpu_snapshots
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.ui.app import DashboardApp
-from dflash_tui.ui.sources.nodes_source import NodesSource
+from dflash_tui.ui.sources.watch_source import WatchSource
+from dflash_tui.watch import open_watch
 
 from tests.support.runs import alive
 from tests.watch.test_nodes_session import LOCAL, nodes_profile
@@ -28,7 +29,7 @@ async def test_dashboard_shows_one_run_of_two_nodes_and_stops_both(sshd, tmp_pat
         out = await nodes.launch()
         assert out.launched, out.report.checklist.summary
     pids = [o.evidence.launch.pid for o in out.outcomes.values()]
-    app = DashboardApp(lambda name: NodesSource(profile), "two")
+    app = DashboardApp(lambda name: WatchSource(open_watch(profile)), "two")
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.run_view.report is not None and app.run_view.report.checklist.verdict is Verdict.RUNNING, 90)

@@ -1,4 +1,4 @@
-"""The dashboard on the live path (SessionSource: HostWatch, LogFollower over the agent, real
+"""The dashboard on the live path (WatchSource over a HostWatch: LogFollower over the agent, real
 asyncssh to the loopback sshd), through an SSH drop: the panes keep their last data marked
 stale, the app reconnects and resumes, and the run on the target is not touched."""
 
@@ -15,7 +15,8 @@ from dflash_tui.watch.session import Session
 from dflash_tui.ui.app import DashboardApp
 from dflash_tui.ui.panes.header import RunHeader
 from dflash_tui.ui.panes.logview import MARKER
-from dflash_tui.ui.sources.session_source import SessionSource
+from dflash_tui.ui.sources.watch_source import WatchSource
+from dflash_tui.watch import open_watch
 
 from tests.support.run_standins import PROGRAM
 from tests.support.runs import alive
@@ -53,7 +54,7 @@ async def test_ssh_drop_marks_stale_then_resumes_and_the_run_lives(sshd, tmp_pat
         assert out.run_id, out.checklist
     pid = out.evidence.launch.pid if out.evidence and out.evidence.launch else None
 
-    app = DashboardApp(lambda name: SessionSource(profile), "drop")
+    app = DashboardApp(lambda name: WatchSource(open_watch(profile)), "drop")
     try:
         async with app.run_test(size=(100, 32)) as pilot:
             await until(pilot, lambda: app.run_view.report is not None
@@ -93,7 +94,7 @@ async def test_log_pane_survives_truncation_and_rotation_on_the_live_path(tmp_pa
     log = run_dir / "train.log"
     log.write_text("".join(f"old {i}\n" for i in range(50)))
     profile = Profile(name="logs", run_dir=str(run_dir), python=sys.executable)
-    app = DashboardApp(lambda name: SessionSource(profile), "logs")
+    app = DashboardApp(lambda name: WatchSource(open_watch(profile)), "logs")
     async with app.run_test(size=(100, 32)) as pilot:
         lines = app.run_view.log_pane.lines
         await until(pilot, lambda: lines.last_line() == "old 49", 15)
@@ -102,9 +103,13 @@ async def test_log_pane_survives_truncation_and_rotation_on_the_live_path(tmp_pa
         await until(pilot, lambda: lines.last_line() == "after truncate 1", 10)
         assert any("was truncated" in line for line in lines.lines())
 
-        log.rename(run_dir / "train.log.1")             # rotated: a new file, a new inode
-        log.write_text("rotated 1\nrotated 2\n")
-        await until(pilot, lambda: lines.last_line() == "rotated 2", 10)
+        # A launch sets the previous run's log aside (history/<run id>/) and the new run's
+        # wrapper writes a new one: a new file, a new inode, said as a new run.
+        (run_dir / "history" / "r-old").mkdir(parents=True)
+        log.rename(run_dir / "history" / "r-old" / "train.log")
+        log.write_text("new run 1\nnew run 2\n")
+        await until(pilot, lambda: lines.last_line() == "new run 2", 10)
         notes = [(line, kind) for line, kind in zip(lines.lines(), lines.kinds()) if "dflash-tui:" in line]
-        assert any("rotated" in line for line, _ in notes)
+        assert any("new run: the previous run's train.log was set aside (history/)" in line for line, _ in notes), notes
+        assert not any("rotated" in line for line, _ in notes), notes
         assert all(kind == MARKER for _, kind in notes)

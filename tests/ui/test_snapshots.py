@@ -148,3 +148,15 @@ def test_crashed_80x24_no_color(snap_compare, monkeypatch):
 
 def test_help_80x24(snap_compare):
     assert snap_compare(app_for(R.healthy()), terminal_size=(80, 24), run_before=settled("question_mark"))
+
+
+def test_stalled_program_threads_80x24(snap_compare):
+    """A STALLED user program's checklist in full at 80x24 (two failures and a warning, each
+    wrapped) is capped: the Threads tab keeps its rows, the checklist scrolls."""
+    assert snap_compare(app_for(R.stalled_program(), R.nvml_unavailable()), terminal_size=(80, 24),
+                        run_before=settled("2"))
+
+
+def test_help_80x40(snap_compare):
+    """Tall enough for one row per key with what it does: every key whole (esc too)."""
+    assert snap_compare(app_for(R.healthy()), terminal_size=(80, 40), run_before=settled("question_mark"))

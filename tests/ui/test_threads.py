@@ -50,7 +50,11 @@ async def test_probe_threads_grouped_by_process_without_status_json():
         # an ended process is not read by the engine: its innermost frame, no class
         assert rows[3][0] == "pid 10 (ended)" and rows[3][2:4] == ["-", "<module> (torchrun:12)"]
         assert not app.query_one("#threads-table", RowTable).display
-        assert "run probe" in str(app.query_one("#threads-note").render())
+        # In the user's words: their program writes none of the trainer's files, and says
+        # its progress in its log; no file name of ours.
+        note = str(app.query_one("#threads-note").render())
+        assert note == ("the program's threads, as the run probe reads them (it does not write the "
+                        "trainer's status file: its progress comes from its log)"), note
 
 
 async def test_the_first_step_time_is_shown_above_healthy_threads():
@@ -80,7 +84,8 @@ async def test_stuck_probe_threads_are_counted_and_named():
         await until(pilot, lambda: table.row_count == 1)
         assert [str(c) for c in table.get_row_at(0)][2:4] == ["collective all_reduce STUCK", "step (train.py:42)"]
         note = str(app.query_one("#threads-note").render())
-        assert "1 thread(s) need attention: pid 11 MainThread stuck" in note, note
+        assert note.startswith("1 thread(s) need attention: pid 11 MainThread stuck; the program's threads"), note
+        assert "status.json" not in note
         assert app.query_one("ThreadsPane").trouble_count() == 1
 
 

@@ -12,6 +12,12 @@ A run "lives" while its job is pending or running. Observing a run is the run di
 (run/observe.gather) plus slurm.json, the job as the scheduler says (slurm/commands.query, at
 most every `min_query_interval_s`; an ended job is final and never asked again), and the tail
 of slurm.out (the job's own stdout/stderr, where slurmstepd writes why it ended).
+
+A job id in slurm.json is this run dir's job only where scontrol shows it running this run
+dir's launch.sh in this run dir (`SlurmJob.runs_in`): a copy of a run dir (`cp -a`) names the
+original's job, which the copy's check does not report and its stop never cancels. Stop
+cancels only a job proven so, and says so in one line when Slurm cannot prove it (no answer,
+no scheduler commands on the host).
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ import time
 from typing import Awaitable, Callable
 
 from ..config import Profile
-from ..contract.rundir import (SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
-                               SlurmJobRecord, StopRecord, parse_slurm_job, to_json)
+from ..contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
+                               SlurmJobRecord, StopRecord, inert_text, parse_slurm_job, to_json)
 from ..remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
 from ..remote.ops import RemoteOps
 from ..run.launch.launcher import Detached, Launcher
@@ -32,7 +38,7 @@ from ..run.evidence.observe import Evidence, gather
 from ..run.launch.preflight import PreflightResult
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Check, CheckState
-from ..slurm.commands import SchedulerMissing, cancel, query, submit
+from ..slurm.commands import SchedulerMissing, cancel, query, run_scheduler, submit
 from ..slurm.job import SlurmJob
 from ..slurm.script import job_argv
 
@@ -44,6 +50,9 @@ JOB_NAME_PREFIX = "dflash-"
 # squeue/scontrol against a controller that hangs wait for it; past this the job is "not
 # answered" (never taken for its end), and the poll goes on with the run dir's evidence.
 QUERY_TIMEOUT_S = 15.0
+# After scancel, how long past the stop's grace the job may take to leave pending/running
+# (Slurm's KillWait, the epilog) before the stop says it survived.
+CANCEL_MARGIN_S = 30.0
 
 
 def job_name(run_dir: str) -> str:
@@ -69,6 +78,7 @@ class SlurmLauncher(Launcher):
         self.spec = profile.slurm
         self.min_query_interval_s = MIN_QUERY_INTERVAL_S
         self.query_timeout_s = QUERY_TIMEOUT_S
+        self.cancel_margin_s = CANCEL_MARGIN_S
         self._last: dict[str, tuple[float, SlurmJob]] = {}   # job id -> (when asked, the answer)
 
     @classmethod
@@ -96,12 +106,12 @@ class SlurmLauncher(Launcher):
         now = time.time()
         argv = ["sinfo", "-h", "-o", "%P %a"] + ([f"--partition={self.spec.partition}"] if self.spec.partition else [])
         try:
-            res = await self.target.run(argv, timeout=20)
+            res = await run_scheduler(self.target, argv, 20)
         except TRANSPORT_FAILURES:
             raise
         except TargetError as exc:
             return Check("pre_slurm", "Slurm", CheckState.FAIL, exc.message, "check sinfo on the login host", now)
-        text = " ".join((res.stderr or res.stdout).split())[:200]
+        text = inert_text(" ".join((res.stderr or res.stdout).split()))[:200]
         if not res.ok:
             return Check("pre_slurm", "Slurm", CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
                          "run it on a Slurm login host (sinfo, sbatch, squeue on PATH)", now)
@@ -114,7 +124,7 @@ class SlurmLauncher(Launcher):
         if self.spec.partition and down:
             return Check("pre_slurm", "Slurm", CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
                          "pick a partition that is up (sinfo -s)", now)
-        names = ", ".join(l[0] for l in lines[:4])
+        names = inert_text(", ".join(l[0] for l in lines[:4]))
         return Check("pre_slurm", "Slurm", CheckState.OK, f"sinfo answers; partition {names}", "", now)
 
     async def detach(self, run_dir: str, run_id: str) -> Detached:
@@ -135,10 +145,14 @@ class SlurmLauncher(Launcher):
             await self.target.write_file(posixpath.join(run_dir, SLURM_JSON), (to_json(record) + "\n").encode())
         except TargetError as exc:
             # Without slurm.json nothing could find or cancel the job later: cancel it now.
-            await cancel(self.target, sub.job_id, wait_s=10)
+            try:
+                await cancel(self.target, sub.job_id, wait_s=10, timeout=self.query_timeout_s)
+                done = "the job was cancelled"
+            except (CommandTimeout, TargetError):
+                done = f"cancel it by hand (scancel {sub.job_id}): scancel did not answer"
             return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch",
                             error=f"job {sub.job_id} submitted, but {SLURM_JSON} could not be written "
-                                  f"({exc.message}); the job was cancelled")
+                                  f"({exc.message}); {done}")
         return Detached(res.exit_status, res.stdout[-2000:], res.stderr[-2000:], via="sbatch")
 
     # -- observe ----------------------------------------------------------------------------
@@ -150,7 +164,7 @@ class SlurmLauncher(Launcher):
         try:
             job = await query(self.target, job_id, timeout=self.query_timeout_s)
         except SchedulerMissing as exc:
-            job = SlurmJob(job_id, answered=False, error=str(exc))
+            job = SlurmJob(job_id, answered=False, error=str(exc), commands_missing=True)
         except CommandTimeout:
             job = SlurmJob(job_id, answered=False,
                            error=f"squeue/scontrol did not answer within {self.query_timeout_s:.0f} s")
@@ -175,7 +189,14 @@ class SlurmLauncher(Launcher):
         # The job of the run this dir is about: a record left by an older run is not it.
         if ev.wrapper_run_id and record.run_id and record.run_id != ev.wrapper_run_id:
             return ev
-        ev.job = await self.job(record.job_id, fresh=fresh)
+        job = await self.job(record.job_id, fresh=fresh)
+        if job.runs_in(run_dir, posixpath.join(run_dir, LAUNCH_SH)) is False:
+            # Another run dir's job (this dir is a copy of that one): not this run's to report
+            # or cancel; the run dir's own evidence decides.
+            ev.slurm_problem = (f"job {record.job_id} in {SLURM_JSON} runs in {job.work_dir_words()}, not in this "
+                                "run dir (a copy of another run dir?)")
+            return ev
+        ev.job = job
         try:
             chunk = await ops.read_tail(posixpath.join(run_dir, SLURM_OUT), SLURM_OUT_TAIL)
             ev.slurm_out = chunk.data.decode("utf-8", "replace") if chunk.exists else ""
@@ -208,6 +229,20 @@ class SlurmLauncher(Launcher):
             why = ev.slurm_problem or f"no {SLURM_JSON} in {run_dir}"
             return StopResult("no-run", None, None, 0.0, f"{why}: no Slurm job to cancel")
         job = ev.job
+        if job is None and ev.slurm_problem:
+            return StopResult("mismatch", None, rec.run_id, time.monotonic() - t0,
+                              f"{ev.slurm_problem}: nothing was cancelled")
+        if job is not None and not job.answered:
+            fix = ("run --stop on a Slurm login host (squeue, scontrol and scancel on PATH)" if job.commands_missing
+                   else f"run --stop again once Slurm answers, or check `scontrol show job {rec.job_id}` and "
+                        "scancel it by hand")
+            return StopResult("unverified", None, rec.run_id, time.monotonic() - t0,
+                              f"job {rec.job_id} cannot be verified as this run dir's job: "
+                              f"{job.error or 'Slurm did not answer'}; nothing was cancelled; {fix}")
+        if job is not None and (job.pending or job.active) and job.runs_in(run_dir, posixpath.join(run_dir, LAUNCH_SH)) is None:
+            return StopResult("unverified", None, rec.run_id, time.monotonic() - t0,
+                              f"scontrol did not describe job {rec.job_id} ({job.state}), so it cannot be verified "
+                              "as this run dir's job: nothing was cancelled; run --stop again")
         if job is None or (job.answered and not (job.pending or job.active)):
             state = job.state if job is not None and job.known else "no longer known to Slurm"
             return StopResult("not-running", None, rec.run_id, time.monotonic() - t0,
@@ -223,14 +258,20 @@ class SlurmLauncher(Launcher):
             recorded = False
         if before_signal is not None:
             await before_signal()
-        res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + 30.0)
+        try:
+            res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + self.cancel_margin_s,
+                                     timeout=self.query_timeout_s)
+        except CommandTimeout as exc:
+            return StopResult("survived", record.pid, rec.run_id, time.monotonic() - t0,
+                              f"{exc.message}: job {rec.job_id} may still run; check `squeue -j {rec.job_id}`",
+                              record=record, recorded=recorded)
         self._last[rec.job_id] = (time.monotonic(), last)
         took = time.monotonic() - t0
         if last.answered and (not last.known or last.ended):
             return StopResult("terminated", record.pid, rec.run_id, took,
                               f"job {rec.job_id} of run {rec.run_id} cancelled ({last.state or 'gone'})",
                               record=record, recorded=recorded)
-        words = " ".join((res.stderr or res.stdout).split())[:200]
+        words = inert_text(" ".join((res.stderr or res.stdout).split()))[:200]
         return StopResult("survived", record.pid, rec.run_id, took,
                           f"job {rec.job_id} is still {last.state or 'unanswered'} after scancel"
                           + (f" ({words})" if words else "") + f"; check `squeue -j {rec.job_id}`",

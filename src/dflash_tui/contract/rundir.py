@@ -369,8 +369,23 @@ def probe_stack_name(pid: int) -> str:
     return f"{int(pid)}.stack"
 
 
+# A frame's line number has at most this many digits: no source file has a billion lines, and
+# a longer one (4,300 digits and Python's int() refuses it) is not a frame the probe wrote.
+FRAME_LINE_DIGITS = 9
+_LONG_DIGITS = re.compile("[0-9]{%d} " % (FRAME_LINE_DIGITS + 1))
+_LONG_FRAME_LINE = re.compile(r":([0-9]{%d,}) " % (FRAME_LINE_DIGITS + 1))
+
+
 def parse_probe(text: str, what: str = PROBE_DIR + "/<pid>.json") -> ProbeReport:
-    return build_record(ProbeReport, loads_object(text, what), what)
+    report = build_record(ProbeReport, loads_object(text, what), what)
+    if _LONG_DIGITS.search(text):    # rare: a number is followed by a comma in JSON, not a space
+        for i, t in enumerate(report.threads):
+            for j, frame in enumerate(t.frames):
+                m = _LONG_FRAME_LINE.search(frame)
+                if m:
+                    raise SchemaError(f"{what}: threads[{i}].frames[{j}] has a line number of "
+                                      f"{len(m.group(1))} digits, not a frame the probe writes")
+    return report
 
 
 # -- events -------------------------------------------------------------------------------
@@ -740,7 +755,7 @@ def parse_stop(text: str) -> StopRecord:
 
 def parse_slurm_job(text: str) -> SlurmJobRecord:
     rec = build_record(SlurmJobRecord, loads_object(text, SLURM_JSON), SLURM_JSON)
-    if not rec.job_id.isdigit() or len(rec.job_id) > 20:
+    if not (rec.job_id.isascii() and rec.job_id.isdigit()) or len(rec.job_id) > 20:   # "²".isdigit()
         raise SchemaError(f"{SLURM_JSON}: field 'job_id' is {rec.job_id[:40]!r}, expected a Slurm job id (digits)")
     return rec
 

@@ -88,7 +88,7 @@ class FleetPoller:
                 continue
             self.watches[p.name] = watch
             for key, w in _gpu_watches(p.name, watch):
-                w.gpu_snapshot = (lambda key=key: self._gpu.get(key))
+                w.gpus.lend(lambda key=key: self._gpu.get(key))
             self._groups.setdefault(_poll_key(p), []).append(p.name)
             self.rows[p.name] = row_from_report(p, None)
 

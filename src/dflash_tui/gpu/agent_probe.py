@@ -77,7 +77,10 @@ def gpu_sample(run_pid=None, run_start_ticks=None, nvml=None, runs=None):
     try:
         state = _PROBE.get(spec)
         if state is None:
-            state = _PROBE[spec] = (NvmlReader(_nvml_loader(spec)), RunPidMapper())
+            # Only real NVML is asked whether the host has a GPU at all: a stand-in's GPUs
+            # are not on this machine's PCI bus.
+            present = nvidia_gpu_present if spec == "pynvml" else None
+            state = _PROBE[spec] = (NvmlReader(_nvml_loader(spec), gpu_present=present), RunPidMapper())
         reader, mapper = state
         snap = reader.sample()
         procs = [p for g in snap["gpus"] for p in g["processes"]]

@@ -111,6 +111,47 @@ def _error_dict(kind, message, gpu_index=None):
     return {"kind": kind, "message": message, "gpu_index": gpu_index}
 
 
+NVIDIA_PCI_VENDOR = "0x10de"
+NO_GPU_MESSAGE = "no NVIDIA GPU on %s"
+
+
+def nvidia_gpu_present(sys_root="/sys", dev_root="/dev"):
+    """Whether this host has an NVIDIA GPU, asked of the hardware rather than of the driver:
+    True when /dev/nvidia0 exists (a container given a GPU) or the PCI bus shows an NVIDIA
+    display or 3D controller (class 0x03...; NVIDIA's audio and NVSwitch functions do not
+    count), False when the bus is readable and shows none, None when it cannot be told (no
+    readable or an empty /sys/bus/pci, as in some sandboxes)."""
+    if os.path.exists(os.path.join(dev_root, "nvidia0")):
+        return True
+    base = os.path.join(sys_root, "bus", "pci", "devices")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return None
+    if not names:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(base, name, "vendor")) as f:
+                if f.read(16).strip().lower() != NVIDIA_PCI_VENDOR:
+                    continue
+            with open(os.path.join(base, name, "class")) as f:
+                if f.read(16).strip().lower().startswith("0x03"):
+                    return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def no_gpu_error():
+    """The answer where the host has no NVIDIA GPU: information, not a fault to fix."""
+    try:
+        host = os.uname().nodename or "this host"
+    except (AttributeError, OSError):
+        host = "this host"
+    return _error_dict("no_gpu", NO_GPU_MESSAGE % host)
+
+
 def classify_init_error(exc):
     """Map an exception from loading or initialising NVML to a snapshot error dict."""
     code = getattr(exc, "value", None)
@@ -168,8 +209,13 @@ class NvmlReader(object):
     Not thread-safe: one sampler thread (or the agent's single loop) owns a reader.
     """
 
-    def __init__(self, load, clock=time.time, monotonic=time.monotonic, proc_root="/proc"):
+    def __init__(self, load, clock=time.time, monotonic=time.monotonic, proc_root="/proc",
+                 gpu_present=None):
+        """`gpu_present`: asked when NVML cannot start for want of a library or a driver
+        (`nvidia_gpu_present` on a real host; None where the NVML is a stand-in): a host with
+        no NVIDIA GPU then answers "no_gpu" instead of asking for a driver it does not need."""
         self._load = load
+        self._gpu_present = gpu_present
         self._clock = clock
         self._monotonic = monotonic
         self._proc_root = proc_root
@@ -201,7 +247,7 @@ class NvmlReader(object):
             nvml = self._nvml
             nvml.nvmlInit()
         except Exception as exc:  # ImportError, NVMLError and anything a broken install raises
-            self._init_error = classify_init_error(exc)
+            self._init_error = self._no_gpu_or(classify_init_error(exc))
             return self._init_error
         self._initialised = True
         try:
@@ -253,6 +299,16 @@ class NvmlReader(object):
             self._devices.append(dev)
         self._init_error = None
         return None
+
+    def _no_gpu_or(self, error):
+        if error["kind"] in ("library_not_found", "no_driver") and self._gpu_present is not None:
+            try:
+                present = self._gpu_present()
+            except Exception:
+                present = None
+            if present is False:
+                return no_gpu_error()
+        return error
 
     def _name_for_index(self, index):
         for _uuid, (i, name) in self._known.items():

@@ -17,6 +17,7 @@ class GpuErrorKind(str, Enum):
     VERSION_MISMATCH = "version_mismatch"  # driver/library version mismatch
     GPU_LOST = "gpu_lost"                  # a GPU fell off the bus
     PROBE_FAILED = "probe_failed"          # the remote probe died or answered garbage
+    NO_GPU = "no_gpu"                      # the host has no NVIDIA GPU at all: information, not a fault
     UNKNOWN = "unknown"
 
 

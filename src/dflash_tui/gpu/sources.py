@@ -26,7 +26,7 @@ from ..remote.local import LocalTarget
 from .agent_probe import OP_NAME, gpu_agent_sources
 from .codec import ProbeAnswerError, snapshot_from_dict, snapshots_for_runs
 from .nspid import RunPidMapper
-from .nvml_reader import NvmlReader
+from .nvml_reader import NvmlReader, nvidia_gpu_present
 from .sample import GpuError, GpuErrorKind, GpuSnapshot
 from .smi import (AppsTracker, GpuLineGrouper, SmiLineError, apps_query_argv, classify_message,
                   gpu_query_argv, parse_app_line, parse_gpu_line, snapshot_dict)
@@ -100,8 +100,9 @@ class LocalNvmlSource:
     name = "nvml"
 
     def __init__(self, load: Callable[[], Any] = _import_pynvml, *, proc_root: str = "/proc",
-                 timeout: float = 5.0) -> None:
-        self._reader = NvmlReader(load, proc_root=proc_root)
+                 timeout: float = 5.0, gpu_present: Callable[[], bool | None] | None = None) -> None:
+        """`gpu_present`: see NvmlReader (`nvidia_gpu_present` for this machine's real NVML)."""
+        self._reader = NvmlReader(load, proc_root=proc_root, gpu_present=gpu_present)
         self._mapper = RunPidMapper(proc_root)
         self._timeout = timeout
         # The sample in flight on the worker thread. NVML calls on a failing GPU can hang for
@@ -400,13 +401,18 @@ class SmiStreamSource:
 
 
 class FallbackSource:
-    """NVML first; nvidia-smi as soon as NVML reports its library missing (and from then on)."""
+    """NVML first; nvidia-smi as soon as NVML reports its library missing (and from then on).
+
+    NVML's "no NVIDIA GPU on this host" (nvml_reader's `no_gpu`, from the PCI bus) is checked
+    against nvidia-smi too: where it finds GPUs it wins, and where it finds none (or is not
+    installed) the answer is "no GPU", said as information rather than a missing driver."""
 
     def __init__(self, primary: GpuSource, make_fallback: Callable[[], GpuSource]) -> None:
         self._primary = primary
         self._make_fallback = make_fallback
         self._fallback: GpuSource | None = None
         self._why = ""
+        self._no_gpu: GpuError | None = None
 
     @property
     def name(self) -> str:
@@ -421,16 +427,21 @@ class FallbackSource:
     async def _sampled(self, ask: Callable[[GpuSource], Awaitable[list[GpuSnapshot]]]) -> list[GpuSnapshot]:
         if self._fallback is None:
             snaps = await ask(self._primary)
-            missing = next((s.error for s in snaps if s.error is not None
-                            and s.error.kind is GpuErrorKind.LIBRARY_NOT_FOUND), None)
+            missing = next((s.error for s in snaps if s.error is not None and s.error.kind in
+                            (GpuErrorKind.LIBRARY_NOT_FOUND, GpuErrorKind.NO_GPU)), None)
             if missing is None:
                 return snaps
             self._why = missing.message
+            self._no_gpu = missing if missing.kind is GpuErrorKind.NO_GPU else None
             self._fallback = self._make_fallback()
         return [self._neither_way(s) for s in await ask(self._fallback)]
 
     def _neither_way(self, snap: GpuSnapshot) -> GpuSnapshot:
-        if snap.error is None or snap.error.kind is not GpuErrorKind.LIBRARY_NOT_FOUND:
+        if snap.error is None or snap.gpus:
+            return snap
+        if self._no_gpu is not None:
+            return GpuSnapshot(time=snap.time, source="none", error=self._no_gpu)
+        if snap.error.kind is not GpuErrorKind.LIBRARY_NOT_FOUND:
             return snap
         # Neither way works: say both, the NVML reason first (it names the usual fix).
         msg = f"{self._why.split(':')[0]}, and {snap.error.message}"
@@ -466,7 +477,7 @@ async def open_gpu_source(host_target: Target, *, ops: Any = None, nvml_spec: st
         nvml_spec = os.environ.get(ENV_NVML_SPEC) or "pynvml"
     local = isinstance(host_target, LocalTarget)
     if local and nvml_spec == "pynvml" and not isolate:
-        return FallbackSource(LocalNvmlSource(),
+        return FallbackSource(LocalNvmlSource(gpu_present=nvidia_gpu_present),
                               lambda: SmiStreamSource(host_target, annotate=local_annotator()))
     if local and isolate:
         python = sys.executable   # the interpreter whose pynvml the in-process reader would use

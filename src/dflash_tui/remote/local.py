@@ -1,4 +1,9 @@
-"""Commands on this machine, through asyncio subprocesses (no shell)."""
+"""Commands on this machine, through asyncio subprocesses (no shell).
+
+`run` starts each command as the leader of a process group of its own, so that a command that
+runs past its timeout (or whose caller gives up on it) is ended with everything it started and
+did not detach: a hung child of a script (a squeue that sleeps on its controller) would
+otherwise keep the pipes open, and the wait for them would last as long as the hang."""
 
 from __future__ import annotations
 
@@ -9,6 +14,22 @@ import time
 from typing import Sequence
 
 from .base import CommandResult, CommandTimeout, Process, Target, TargetUnreachable
+
+
+# After the kill, how long `run` waits for the killed command to be reaped.
+_REAP_S = 2.0
+
+
+def _end_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the command's process group (it is its leader), then close our ends of its
+    pipes: a process of the group that survives (one that left it) cannot hold the wait."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass   # already gone (and reaped): the group is empty
+    transport = getattr(proc, "_transport", None)   # asyncio keeps the pipes there
+    if transport is not None:
+        transport.close()
 
 
 class _LocalProcess(Process):
@@ -59,6 +80,7 @@ class LocalTarget(Target):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
+                start_new_session=True,
             )
         except FileNotFoundError as exc:
             return CommandResult(tuple(argv), 127, "", f"{argv[0]}: {exc.strerror}", time.monotonic() - t0)
@@ -67,12 +89,18 @@ class LocalTarget(Target):
         try:
             out, err = await asyncio.wait_for(proc.communicate(input), timeout)
         except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
+            _end_group(proc)
+            try:
+                await asyncio.wait_for(proc.wait(), _REAP_S)
+            except asyncio.TimeoutError:
+                pass   # a process it detached into a session of its own: not ours to wait for
             raise CommandTimeout(
                 f"{argv[0]} did not finish within {timeout:.0f}s",
-                "a child may be holding its stdout/stderr open",
+                "it and what it started were killed; a child that hangs holds its output open",
             ) from None
+        except BaseException:
+            _end_group(proc)   # cancelled: nobody will read its answer
+            raise
         rc = proc.returncode
         sig = None
         if rc is not None and rc < 0:

@@ -11,19 +11,50 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+import re
 import time
 from dataclasses import dataclass
 
-from ..contract.rundir import LAUNCH_SH, SLURM_OUT
+from ..contract.rundir import LAUNCH_SH, SLURM_OUT, inert_text
 from ..remote.base import CommandResult, CommandTimeout, Target
-from .job import (SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
+from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
                   parse_scontrol, parse_squeue, unanswered, unknown_job)
 from .spec import SlurmSpec, sbatch_options
 
-# $1 = job id. Each command's output, then its status on a line of its own.
-_QUERY = ('j=$1; squeue -h -j "$j" -o "$2" 2>&1; echo "@@rc=$?"; '
-          'scontrol show job -o "$j" 2>&1; echo "@@rc=$?"')
+# `timeout`'s exit status when it ended the command (124: its signal; 137: the KILL after).
+_TIMED_OUT = (124, 137)
+# $1 = job id, $2 = squeue's format, $3 = each command's limit in seconds. Each command's
+# output, then its status on a line of its own.
+_QUERY = ('j=$1; t=; if command -v timeout >/dev/null 2>&1; then t="timeout -k 1 $3"; fi; '
+          '$t squeue -h -j "$j" -o "$2" 2>&1; echo "@@rc=$?"; '
+          '$t scontrol show job -o "$j" 2>&1; echo "@@rc=$?"')
+# $1 = the limit in seconds, then the command's argv.
+_BOUNDED = ('if command -v timeout >/dev/null 2>&1; then exec timeout -k 1 "$@"; fi; '
+            'shift; exec "$@"')
 _TIMEOUT_S = 20.0
+# What the Target waits beyond the limit on the login host (the kill, the round trip).
+_MARGIN_S = 3.0
+_JOB_ID = re.compile(r"[0-9]{1,20}", re.ASCII)
+
+
+def valid_job_id(text: str) -> bool:
+    """A Slurm job id: ASCII digits ("²" is a digit to str.isdigit, and no job's id)."""
+    return _JOB_ID.fullmatch(text) is not None
+
+
+def bounded_argv(argv: list[str], limit_s: float) -> list[str]:
+    """`argv` run under `timeout` on the login host, where it has one."""
+    return ["sh", "-c", _BOUNDED, "dflash-slurm", f"{max(1.0, limit_s):.0f}", *argv]
+
+
+async def run_scheduler(target: Target, argv: list[str], limit_s: float) -> CommandResult:
+    """One scheduler command, ended (with what it started) after `limit_s` on the login host.
+    Raises CommandTimeout when it did not answer in time."""
+    res = await target.run(bounded_argv(argv, limit_s), timeout=limit_s + _MARGIN_S)
+    if res.exit_status in _TIMED_OUT and not res.stdout.strip():
+        raise CommandTimeout(f"{argv[0]} did not answer within {limit_s:.0f} s",
+                             "the Slurm controller may be overloaded or restarting")
+    return res
 
 
 class SchedulerMissing(Exception):
@@ -37,8 +68,8 @@ class Submitted:
     result: CommandResult
 
     def refusal(self) -> str:
-        """sbatch's own words, one line."""
-        text = " ".join((self.result.stderr or self.result.stdout).split())
+        """sbatch's own words, one line (inert)."""
+        text = inert_text(" ".join((self.result.stderr or self.result.stdout).split()))
         return text[:300] or f"sbatch exit status {self.result.exit_status}, no output"
 
 
@@ -58,12 +89,12 @@ def sbatch_argv(spec: SlurmSpec, run_dir: str, job_name: str) -> list[str]:
 
 
 async def submit(target: Target, spec: SlurmSpec, run_dir: str, job_name: str) -> Submitted:
-    res = await target.run(sbatch_argv(spec, run_dir, job_name), timeout=60)
+    res = await run_scheduler(target, sbatch_argv(spec, run_dir, job_name), 60)
     line = res.stdout.strip().splitlines()[-1] if res.ok and res.stdout.strip() else ""
     job_id, _, cluster = line.partition(";")
-    if not res.ok or not job_id.strip().isdigit():
+    if not res.ok or not valid_job_id(job_id.strip()):
         return Submitted(None, "", res)
-    return Submitted(job_id.strip(), cluster.strip(), res)
+    return Submitted(job_id.strip(), inert_text(cluster.strip())[:100], res)
 
 
 def _split_answers(stdout: str) -> list[tuple[str, int]]:
@@ -83,53 +114,64 @@ def _split_answers(stdout: str) -> list[tuple[str, int]]:
 
 async def query(target: Target, job_id: str, *, timeout: float = _TIMEOUT_S) -> SlurmJob:
     """The job as the scheduler describes it now (see the module's docstring for the order).
-    Raises CommandTimeout when the commands hang (a controller that accepts and never answers)."""
-    res = await target.run(["sh", "-c", _QUERY, "dflash-slurm-query", job_id, SQUEUE_FORMAT], timeout=timeout)
+    Each command is ended after half of `timeout` on the login host (one that hangs is "not
+    answered", never an end); raises CommandTimeout when the round trip itself overruns."""
+    each = max(1.0, (timeout - _MARGIN_S) / 2)
+    res = await target.run(["sh", "-c", _QUERY, "dflash-slurm-query", job_id, SQUEUE_FORMAT, f"{each:.0f}"],
+                           timeout=2 * each + _MARGIN_S)
     answers = _split_answers(res.stdout)
     if len(answers) < 2:
         return unanswered(job_id, res.stderr or res.stdout or f"the query printed nothing (exit {res.exit_status})")
     (sq_text, sq_rc), (sc_text, sc_rc) = answers[:2]
+    hung = [name for name, rc in (("squeue", sq_rc), ("scontrol", sc_rc)) if rc in _TIMED_OUT]
     listed = parse_squeue(job_id, sq_text, sq_rc)
     detail = parse_scontrol(job_id, sc_text, sc_rc)
     if detail is not None:
         # scontrol has every field; squeue's state is as fresh (both ask the controller).
-        if listed is not None and listed.state and listed.state != detail.state and not detail.ended:
+        if listed is not None and listed.state in KNOWN_STATES and listed.state != detail.state and not detail.ended:
             detail.state = listed.state
         return detail
     if listed is not None:
         return listed
+    if hung:
+        return unanswered(job_id, f"{' and '.join(hung)} did not answer within {each:.0f} s")
     if controller_silent(sq_text) or controller_silent(sc_text):
         return unanswered(job_id, sc_text or sq_text)
-    if _missing(sq_text) and _missing(sc_text):
-        raise SchedulerMissing(f"the login host has no squeue/scontrol ({' '.join(sq_text.split())[:120]})")
+    if _missing(sq_text, sq_rc) and _missing(sc_text, sc_rc):
+        raise SchedulerMissing("the login host has no squeue/scontrol on PATH")
     if not invalid_id(sc_text):
         # scontrol said something else: not a proof that the job is gone.
         return unanswered(job_id, sc_text or sq_text)
     return await _ask_accounting(target, job_id, timeout)
 
 
-def _missing(text: str) -> bool:
-    return "command not found" in text or ": not found" in text
+def _missing(text: str, rc: int) -> bool:
+    # sh says "not found", timeout "failed to run command": both exit 127.
+    return rc == 127 or "command not found" in text or ": not found" in text
 
 
 async def _ask_accounting(target: Target, job_id: str, timeout: float) -> SlurmJob:
-    res = await target.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS], timeout=timeout)
+    res = await run_scheduler(target, ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS], timeout)
     job = parse_sacct(job_id, res.stdout, res.exit_status or 0)
     if job is not None:
         return job
     return unknown_job(job_id, ["squeue", "scontrol", "sacct" if res.ok else "sacct (no accounting)"])
 
 
-async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0) -> tuple[CommandResult, SlurmJob]:
+async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0,
+                 timeout: float = _TIMEOUT_S) -> tuple[CommandResult, SlurmJob]:
     """`scancel JOB_ID` (that job only), then wait until it is no longer pending or running.
-    Returns scancel's result and the job as last seen."""
-    res = await target.run(["scancel", job_id], timeout=_TIMEOUT_S)
+    Returns scancel's result and the job as last seen. Raises CommandTimeout when scancel
+    itself does not answer within `timeout`."""
+    res = await run_scheduler(target, ["scancel", job_id], timeout)
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            job = await query(target, job_id)
+            job = await query(target, job_id, timeout=timeout)
         except CommandTimeout:
             job = SlurmJob(job_id, answered=False, error="squeue/scontrol did not answer")
+        except SchedulerMissing as exc:
+            job = SlurmJob(job_id, answered=False, error=str(exc))
         settled = job.answered and (not job.known or job.ended)
         if settled or time.monotonic() >= deadline:
             return res, job

@@ -5,12 +5,18 @@ parsed into one `SlurmJob`. Pure (text in, record out); slurm/commands.py asks.
 (squeue and scontrol "Invalid job id", sacct nothing or no accounting): a purged job (MinJobAge)
 or a job of another cluster. `answered` is False when the controller did not answer at all, which
 is never taken for the job's end.
+
+Every value taken from an answer is inert text (contract.rundir.inert_text): the scheduler's
+words (a reason, a node list, a partition) reach the terminal, and a job's name or path may
+hold anything.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from ..contract.rundir import inert_text
 
 # squeue's format: id, state, reason, node list, partition, start time, time limit, time used.
 SQUEUE_FORMAT = "%i|%T|%r|%N|%P|%S|%l|%M"
@@ -21,6 +27,7 @@ ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIG
                            "RESIZING", "UPDATE_DB", "POWER_UP_NODE"})
 ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY",
                           "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+KNOWN_STATES = PENDING_STATES | ACTIVE_STATES | ENDED_STATES
 _INVALID_ID = "Invalid job id"
 _NO_CONTROLLER = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
                   "Zero Bytes were transmitted", "Communication connection failure")
@@ -46,7 +53,9 @@ class SlurmJob:
     known: bool = True          # False: every source said the job does not exist (any more)
     answered: bool = True       # False: the controller did not answer; nothing is concluded
     error: str = ""             # what the commands said when they did not answer
+    commands_missing: bool = False   # not answered because the host has no squeue/scontrol
     sources_asked: list[str] = field(default_factory=list)
+    detail: str = field(default="", repr=False)   # scontrol's line as it came, for `runs_in`
 
     @property
     def pending(self) -> bool:
@@ -60,6 +69,24 @@ class SlurmJob:
     def ended(self) -> bool:
         return self.state in ENDED_STATES
 
+    def runs_in(self, run_dir: str, script: str) -> bool | None:
+        """Whether scontrol describes this job as `script` run in `run_dir` (what the launch
+        gave sbatch: the script's path and --chdir); None when no scontrol answer says.
+
+        Each field is matched whole, up to the next ` Key=` or the end, rather than split out:
+        `-o` separates fields with spaces, and a path may hold spaces and `Key=` of its own."""
+        if not self.detail:
+            return None
+        work_dir = run_dir.rstrip("/") or "/"
+        return all(re.search(r"(?:^|\s)" + key + "=" + re.escape(value) + r"/?(?= [A-Za-z][A-Za-z0-9_/:]*=|\s*$)",
+                             self.detail) is not None
+                   for key, value in (("Command", script), ("WorkDir", work_dir)))
+
+    def work_dir_words(self) -> str:
+        """The job's working directory as scontrol's line shows it, inert, for a refusal."""
+        m = re.search(r"(?:^|\s)WorkDir=(.*?)(?= StdErr=| StdIn=| StdOut=| Power=|\s*$)", self.detail)
+        return inert_text(m.group(1))[:200] if m else "?"
+
     def to_dict(self) -> dict:
         return {"job_id": self.job_id, "state": self.state or None, "reason": self.reason or None,
                 "node_list": self.node_list or None, "partition": self.partition or None,
@@ -69,12 +96,13 @@ class SlurmJob:
 
 def _clean(value: str) -> str:
     value = value.strip()
-    return "" if value in ("(null)", "None", "N/A", "n/a", "Unknown") else value
+    return "" if value in ("(null)", "None", "N/A", "n/a", "Unknown") else inert_text(value)[:300]
 
 
 def base_state(state: str) -> str:
     """"CANCELLED by 1000" -> "CANCELLED"; "RUNNING+" ... -> "RUNNING"."""
-    return state.strip().split(" ")[0].rstrip("+*").upper()
+    parts = state.strip().split(" ")
+    return inert_text(parts[0].rstrip("+*").upper())[:40]
 
 
 def controller_silent(text: str) -> bool:
@@ -98,12 +126,14 @@ def parse_squeue(job_id: str, text: str, rc: int) -> SlurmJob | None:
 
 def parse_scontrol_fields(line: str) -> dict[str, str]:
     """`scontrol show job -o` key=value pairs; a value runs until the next ` Key=` (values may
-    hold spaces: a path, a reason)."""
+    hold spaces: a path, a reason). A key's first occurrence is its field: scontrol prints its
+    fields in a fixed order, JobId and JobState long before any path, so a path that holds
+    ` JobState=COMPLETED` adds a key that comes too late to count."""
     out: dict[str, str] = {}
     matches = list(_KEY_VALUE.finditer(line))
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end():end].strip()
+        out.setdefault(m.group(1), line[m.end():end].strip())
     return out
 
 
@@ -123,7 +153,7 @@ def parse_scontrol(job_id: str, text: str, rc: int) -> SlurmJob | None:
                         exit_code=_clean(f.get("ExitCode", "")), batch_host=_clean(f.get("BatchHost", "")),
                         start_time=_clean(f.get("StartTime", "")), end_time=_clean(f.get("EndTime", "")),
                         time_limit=_clean(f.get("TimeLimit", "")), run_time=_clean(f.get("RunTime", "")),
-                        restarts=restarts, source="scontrol")
+                        restarts=restarts, source="scontrol", detail=line)
     return None
 
 
@@ -139,7 +169,7 @@ def parse_sacct(job_id: str, text: str, rc: int) -> SlurmJob | None:
         by = state.split(" by ", 1)[1].strip() if " by " in state else ""
         return SlurmJob(job_id, state=base_state(state), reason=_clean(parts[2]), exit_code=_clean(parts[3]),
                         node_list=_clean(parts[4]), partition=_clean(parts[5]), start_time=_clean(parts[6]),
-                        end_time=_clean(parts[7]), time_limit=_clean(parts[8]), cancelled_by=by, source="sacct")
+                        end_time=_clean(parts[7]), time_limit=_clean(parts[8]), cancelled_by=_clean(by), source="sacct")
     return None
 
 
@@ -148,7 +178,7 @@ def unknown_job(job_id: str, asked: list[str]) -> SlurmJob:
 
 
 def unanswered(job_id: str, error: str) -> SlurmJob:
-    return SlurmJob(job_id, answered=False, error=" ".join(error.split())[:300])
+    return SlurmJob(job_id, answered=False, error=inert_text(" ".join(error.split())[:300]))
 
 
 def invalid_id(text: str) -> bool:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..words import did_you_mean
+
 SCHEDULER_KEY = "scheduler"
 SCHEDULERS = ("slurm",)
 # Keys that mean something only under a scheduler; `nodes` is a count there (a list of SSH
@@ -19,16 +21,49 @@ SCHEDULERS = ("slurm",)
 SLURM_KEYS = ("partition", "account", "qos", "gpus_per_node", "time_limit", "sbatch_args")
 MAX_NODES = 4096
 # Slurm's own time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; UNLIMITED.
-_TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|"
-                      r"\d+-\d{1,2}:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE)$")
+# ASCII digits only, the whole value (fullmatch: no trailing newline).
+_TIME_RE = re.compile(r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|"
+                      r"\d+-\d{1,2}:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE", re.ASCII)
 # Partition, account and QOS names: what Slurm accepts, and nothing a shell or an option parser
 # could take for something else.
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", re.ASCII)
 # sbatch options the launch sets itself: giving them again would point the job's output away
 # from the run dir or run it elsewhere than the run dir.
-_OWN_OPTIONS = ("--output", "-o", "--error", "-e", "--chdir", "-D", "--job-name", "-J", "--parsable",
-                "--wrap", "--nodes", "-N", "--ntasks-per-node", "--partition", "-p", "--account", "-A",
-                "--qos", "-q", "--time", "-t", "--gpus-per-node", "--hold", "-H")
+# --ntasks too (the launch runs one task per node: more tasks ask for more nodes), and what
+# would keep sbatch's answer from the launch: --quiet (no job id printed), --wait (no answer
+# until the job ends).
+_OWN_LONG = ("--output", "--error", "--chdir", "--job-name", "--parsable", "--wrap", "--nodes", "--ntasks",
+             "--ntasks-per-node", "--partition", "--account", "--qos", "--time", "--gpus-per-node", "--hold",
+             "--quiet", "--wait")
+_OWN_SHORT = "oeDJNnpAqtHQW"
+# sbatch parses its options with getopt_long: a long option may be abbreviated to any prefix
+# that names one option (`--out=` is `--output=`), unless the name is an option of its own
+# (`--gpus` is not `--gpus-per-node`); short options cluster (`-vo FILE` is `-v -o FILE`).
+# sbatch's own options that are a prefix of one the launch sets, so taken as themselves:
+_SBATCH_PREFIX_OPTIONS = ("--gpus",)
+# Short options that take no argument (and -I, -k, whose argument is optional: read as none,
+# which refuses more): in a cluster, the letter after one is another option. Every other letter
+# takes the rest of the item as its argument.
+_SHORT_FLAGS = "hIkOsvV"
+
+
+def _own_option(arg: str) -> str | None:
+    """The option the launch sets that `arg` would give sbatch again, as sbatch reads it, or
+    None. Conservative: an abbreviation that could name one of them counts."""
+    if arg.startswith("--"):
+        name = arg.split("=", 1)[0]
+        if name in _OWN_LONG:
+            return name
+        if name in _SBATCH_PREFIX_OPTIONS:
+            return None
+        hits = [own for own in _OWN_LONG if own.startswith(name)]
+        return hits[0] if hits else None
+    for letter in arg[1:]:
+        if letter in _OWN_SHORT:
+            return "-" + letter
+        if letter not in _SHORT_FLAGS:
+            return None   # the rest of the item is this option's argument
+    return None
 
 
 @dataclass(frozen=True)
@@ -63,8 +98,8 @@ def take_slurm_keys(table: dict[str, Any]) -> tuple[SlurmSpec | None, dict[str, 
         return None, table
     scheduler = table[SCHEDULER_KEY]
     if scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler = {scheduler!r} is not a known scheduler; use scheduler = \"slurm\" "
-                         "or remove it")
+        raise ValueError(f"scheduler = {scheduler!r:.80} is not a known scheduler{did_you_mean(scheduler, SCHEDULERS)} "
+                         "(use scheduler = \"slurm\" or remove it)")
     rest = {k: v for k, v in table.items() if k not in (SCHEDULER_KEY, "nodes", *SLURM_KEYS)}
     for key in ("container", "master_addr", "master_port"):
         if key in rest:
@@ -79,7 +114,7 @@ def take_slurm_keys(table: dict[str, Any]) -> tuple[SlurmSpec | None, dict[str, 
             raise ValueError(f"{key} = {value!r:.80} is not {desc}")
         values[key] = value
     for key in ("partition", "account", "qos"):
-        if key in values and not _NAME_RE.match(values[key]):
+        if key in values and not _NAME_RE.fullmatch(values[key]):
             raise ValueError(f"{key} = {values[key]!r:.80} is not a Slurm name (letters, digits, '_', '.', '-', '+')")
     if "nodes" in values and not 1 <= values["nodes"] <= MAX_NODES:
         raise ValueError(f"nodes = {values['nodes']} is out of range; use 1 to {MAX_NODES}")
@@ -87,22 +122,22 @@ def take_slurm_keys(table: dict[str, Any]) -> tuple[SlurmSpec | None, dict[str, 
         raise ValueError(f"gpus_per_node = {values['gpus_per_node']} is out of range; use 0 to 64")
     if "time_limit" in values:
         limit = str(values["time_limit"])
-        if not _TIME_RE.match(limit) or limit in ("0",):
+        if not _TIME_RE.fullmatch(limit) or limit in ("0",):
             raise ValueError(f"time_limit = {values['time_limit']!r:.80} is not a Slurm time limit; write "
                              'minutes (60), "HH:MM:SS" or "D-HH:MM:SS"')
         values["time_limit"] = limit
     if "sbatch_args" in values:
         args = values["sbatch_args"]
         for arg in args:
-            if not isinstance(arg, str) or not arg.startswith("-") or any(c in arg for c in "\x00\n\r"):
+            if (not isinstance(arg, str) or not arg.startswith("-") or arg in ("-", "--")
+                    or any(c in arg for c in "\x00\n\r")):
                 raise ValueError(f"sbatch_args item {arg!r:.80} is not an sbatch option (each item starts "
                                  "with '-', one option per item, e.g. \"--exclusive\", \"--constraint=h100\")")
-            name = arg.split("=", 1)[0]
-            short = name[:2] if not name.startswith("--") else name   # "-pdebug" is "-p debug"
-            if name in _OWN_OPTIONS or short in _OWN_OPTIONS:
-                raise ValueError(f"sbatch_args item {arg!r:.80} sets what the profile or the launch sets; use the "
-                                 "profile's key (partition, account, qos, nodes, time_limit, gpus_per_node) "
-                                 "or leave it to the launch (output, chdir, job name)")
+            own = _own_option(arg)
+            if own is not None:
+                raise ValueError(f"sbatch_args item {arg!r:.80} sets what the profile or the launch sets ({own}, "
+                                 "as sbatch reads it); use the profile's key (partition, account, qos, nodes, "
+                                 "time_limit, gpus_per_node) or leave it to the launch (output, chdir, job name)")
         values["sbatch_args"] = tuple(args)
     return SlurmSpec(**values), rest
 

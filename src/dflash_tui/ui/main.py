@@ -12,8 +12,8 @@ from ..fleet.poller import FleetPoller
 from ..recording.recovery_state import recovery_words
 from ..recording.store import store_path
 from .app import DashboardApp
-from .sources.nodes_source import NodesSource
-from .sources.session_source import SessionSource
+from ..watch import open_watch
+from .sources.watch_source import WatchSource
 from .sources.source import DashboardSource
 
 
@@ -44,12 +44,10 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
 
     def source_for(name: str) -> DashboardSource:
         profile = config.profile(name)
-        if profile.is_multinode:
-            return NodesSource(profile)
-        watch = fleet.watches.get(name) if fleet is not None else None
+        watch = fleet.watches.get(name) if fleet is not None and not profile.is_multinode else None
         if watch is not None:   # a run on one host: the fleet's HostWatch
-            return SessionSource(profile, watch=watch)
-        return SessionSource(profile)
+            return WatchSource(watch, owned=False)
+        return WatchSource(open_watch(profile))
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
     command = invocation()

@@ -12,7 +12,9 @@ never a traceback, and nothing a request carries reaches the terminal as an esca
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 
 import aiohttp_jinja2
 import jinja2
@@ -64,7 +66,49 @@ class TokenServer(Server):
             print(line, flush=True)
 
 
+class CannotServe(Exception):
+    """--serve cannot listen where it was told: one line naming the problem and the fix."""
+
+
+def _listen_words(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"--serve: port {port} on {host} is in use by another program; pick a free one with --port"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (f"--serve: --host {host} is not an address of this machine; use 127.0.0.1 (the default, "
+                "with an SSH port-forward) or one of this host's own addresses")
+    if exc.errno == errno.EACCES:
+        return f"--serve: port {port} is not allowed for this user (below 1024 needs root); pick one above 1023 with --port"
+    return f"--serve cannot listen on {host} port {port}: {exc.strerror or exc}"
+
+
+def check_listen(host: str, port: int) -> None:
+    """Bind every address `host` resolves to, as the server will (SO_REUSEADDR, IPv6 only on
+    IPv6 sockets), and let go: a port in use or an address not on this host is CannotServe
+    before anything is printed. (One that goes between this and the server's own bind is
+    caught there, with the same words.)"""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise CannotServe(f"--serve: --host {inert_text(host)} is not an address this machine can resolve "
+                          f"({getattr(exc, 'strerror', None) or exc}); use 127.0.0.1 or one of this host's "
+                          "own addresses") from None
+    for family, kind, proto, _, addr in found:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                s.bind(addr)
+            except OSError as exc:
+                raise CannotServe(_listen_words(inert_text(host), port, exc)) from None
+
+
 def serve(config_path: str | None, profile: str, *, host: str, port: int, token: str) -> int:
+    """Serve until Ctrl+C; CannotServe where it cannot listen."""
+    check_listen(host, port)
     command = dashboard_command(config_path, profile)
-    TokenServer(command, host=host, port=port, token=token, title=f"dflash-tui · {profile}").serve()
+    try:
+        TokenServer(command, host=host, port=port, token=token, title=f"dflash-tui · {profile}").serve()
+    except OSError as exc:
+        raise CannotServe(_listen_words(inert_text(host), port, exc)) from None
     return 0

@@ -176,8 +176,10 @@ class RunStreams:
                 delay = EVENTS_POLL_S
                 if lines:
                     metrics.add_lines(lines)   # drawn with the next report's frame (flush)
-                    if time.monotonic() - self._report_applied_at > REPORTS_QUIET_S:
-                        metrics.flush()   # no reports are coming: the points show by themselves
+            # No report for a while (a quiet source, a replay): points not drawn yet show by
+            # themselves, also those that came just before the reports stopped.
+            if time.monotonic() - self._report_applied_at > REPORTS_QUIET_S:
+                metrics.flush()
             await self._next_poll(delay)
 
     async def _previous_run(self) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from ..config import Profile
 from .transport import SharedTransport
 from .session import Session
-from .base import ActionInFlight, LaunchResult, Listener, RunWatch, changed, unreachable_report
+from .base import (ActionInFlight, LaunchResult, Listener, RunWatch, canary_words, changed, stop_words,
+                   unreachable_report)
+from .files import LineFollower
 from .host import HostWatch
 from .nodes import NodesWatch
 
-__all__ = ["ActionInFlight", "HostWatch", "LaunchResult", "Listener", "NodesWatch", "RunWatch", "changed",
-           "open_watch", "unreachable_report"]
+__all__ = ["ActionInFlight", "HostWatch", "LaunchResult", "LineFollower", "Listener", "NodesWatch", "RunWatch",
+           "canary_words", "changed", "open_watch", "stop_words", "unreachable_report"]
 
 
 def open_watch(profile: Profile, *, interval: float = 1.0, poll_timeout: float | None = None,

@@ -37,7 +37,9 @@ from ..run.launch.launch import LaunchOutcome
 from ..run.verdict.report import RunReport
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Check, CheckState, Checklist, Verdict
-from ..run.history import CheckpointRef
+from ..gpu.sample import GpuSnapshot
+from ..run.history import CheckpointRef, HistoryRun, PreviousRun
+from .files import LineFollower
 
 Listener = Callable[[RunReport | None, RunReport], None]
 
@@ -62,6 +64,44 @@ class LaunchResult:
     @property
     def unreachable(self) -> bool:
         return any(o.unreachable for o in self.outcomes.values())
+
+    def words(self) -> tuple[bool, str]:
+        """(whether it went well, one line saying what it did), for a person: the dashboard's
+        notification of `r`, the watcher's log."""
+        cl = self.report.checklist
+        if len(self.outcomes) == 1:
+            (outcome,) = self.outcomes.values()
+            if outcome.unreachable or not outcome.run_id:
+                return False, outcome.checklist.summary or f"not launched: {outcome.checklist.verdict.value}"
+            parts = [outcome.stopped.message] if outcome.stopped is not None else []
+            parts.append(f"launched run {outcome.run_id} in {outcome.seconds:.1f} s: {outcome.checklist.verdict.value}"
+                         + (f", resuming from checkpoint {outcome.resume_from}" if outcome.resume_from else ""))
+            ok = not outcome.checklist.verdict.failing
+            text = "; ".join(parts)
+            return ok, text if ok else text + (f" ({outcome.checklist.summary})" if outcome.checklist.summary else "")
+        if not self.launched or cl.verdict.failing:
+            return False, f"{cl.verdict.value}: {cl.summary}"
+        ids = ", ".join(f"{n} {o.run_id}" for n, o in self.outcomes.items())
+        return True, f"launched {len(self.outcomes)} nodes in {self.seconds:.1f} s ({ids}): {cl.verdict.value}"
+
+
+def stop_words(results: dict[str, StopResult]) -> tuple[bool, str]:
+    """(every stop verified, one line): a node's result named by its node."""
+    if len(results) == 1:
+        (res,) = results.values()
+        return res.ok, res.message
+    return all(r.ok for r in results.values()), "; ".join(f"node {n}: {r.message}" for n, r in results.items())
+
+
+def canary_words(results: dict[str, CanaryResult]) -> tuple[bool, str]:
+    """(the canary passed everywhere, one line)."""
+    ok = all(r.ok for r in results.values())
+    if len(results) == 1:
+        (res,) = results.values()
+        text = res.message
+    else:
+        text = "; ".join(f"node {n}: {'passed' if r.ok else 'FAILED'}: {r.message}" for n, r in results.items())
+    return ok, f"canary passed: {text}" if ok else f"canary FAILED: {text}"
 
 
 def unreachable_report(last: RunReport | None, *, profile: str, target_label: str, run_dir: str,
@@ -94,6 +134,7 @@ class RunWatch(ABC):
 
     profile: Profile
     limits: Limits
+    label: str      # where the run is, in words: "root@gpu1 · pct:200", the nodes
 
     def __init__(self, interval: float = 1.0) -> None:
         self.interval = interval
@@ -131,8 +172,36 @@ class RunWatch(ABC):
     @abstractmethod
     def host_watches(self) -> list[tuple[str, "RunWatch"]]:
         """The one-host watches under this one, each with its node's name: itself ("") for a
-        run on one host, one per node otherwise. Whoever samples a host's GPUs sets that
-        watch's `gpu_snapshot` provider (its "gpus" check: GPU LOST)."""
+        run on one host, one per node otherwise. Whoever samples a host's GPUs for all its runs
+        (the fleet) lends that watch the sample (`gpus.lend`: its "gpus" check, GPU LOST)."""
+
+    # -- the run's files and GPUs, for whoever shows them live ----------------------------------
+
+    @abstractmethod
+    def follow(self, name: str) -> LineFollower:
+        """A file of the run dir (train.log, events.jsonl), its new complete lines at each poll;
+        on several nodes every node's lines, prefixed with its name (events.jsonl: rank 0's)."""
+
+    @abstractmethod
+    def follow_path(self, path: str) -> LineFollower:
+        """Any file where the run lives (a history run's), followed the same way."""
+
+    @abstractmethod
+    async def previous_run(self, exclude: str | None) -> PreviousRun | None:
+        """The run before the shown one in the run dir's history/ (rank 0's on several nodes)."""
+
+    @abstractmethod
+    async def history(self) -> list[HistoryRun] | None:
+        """The runs kept in history/ (None: no one list, a run on several nodes)."""
+
+    @abstractmethod
+    def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]:
+        """The GPUs of the run's hosts, live (merged over the nodes); the watch's "gpus" check
+        reads the same samples while this stream runs."""
+
+    @abstractmethod
+    async def stop_gpu_stream(self) -> None:
+        """End what gpu_snapshots started (the lent samples, if any, serve the check again)."""
 
     @property
     @abstractmethod

@@ -11,7 +11,9 @@ the target is not touched by any of it.
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import time
+from typing import AsyncIterator
 
 from ..remote.base import TargetError
 from ..run.launch.canary import CanaryResult
@@ -22,8 +24,11 @@ from ..run.verdict.report import RunReport, report_from
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Checklist
 from .session import Session
-from ..run.history import CheckpointRef
+from ..gpu.sample import GpuSnapshot
+from ..run.history import CheckpointRef, HistoryRun, PreviousRun, previous_run
 from .base import LaunchResult, RunWatch, unreachable_report
+from .files import RunFileFollower
+from .gpu_feed import GpuFeed
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -41,9 +46,9 @@ class HostWatch(RunWatch):
         self.tracker = HealthTracker()
         self._backoff = 0.0
         self._next_try = 0.0
-        # Set by whoever runs a GpuStream (the dashboard, the fleet): a callable returning its
-        # latest GpuSnapshot. Then every polled checklist carries the "gpus" check (GPU LOST).
-        self.gpu_snapshot = None
+        # The host's GPU samples, the fleet's lent one or a stream of its own: while either
+        # runs, every polled checklist carries the "gpus" check (GPU LOST).
+        self.gpus = GpuFeed(session)
 
     @property
     def label(self) -> str:
@@ -67,9 +72,11 @@ class HostWatch(RunWatch):
         checklist = evaluate(ev, self.limits)
         if gpus:
             checklist = await self.session.with_gpus(ev, checklist)   # one bounded sample
-        elif self.gpu_snapshot is not None:
-            checklist = with_gpu_check(checklist, ev, self.gpu_snapshot())
-        return self.settle(ev, checklist)
+        elif self.gpus.known:
+            checklist = with_gpu_check(checklist, ev, self.gpus.latest())
+        report = self.settle(ev, checklist)
+        self.gpus.follow(report)
+        return report
 
     async def _check(self, gpus: bool) -> RunReport:
         return await self._judge(await self.session.evidence(), gpus)
@@ -138,5 +145,26 @@ class HostWatch(RunWatch):
     async def newest_checkpoint(self) -> CheckpointRef | None:
         return await self.session.newest_checkpoint()
 
+    # -- files and GPUs -------------------------------------------------------------------------
+
+    def follow(self, name: str) -> RunFileFollower:
+        return RunFileFollower(self.session, posixpath.join(self.profile.run_dir, name))
+
+    def follow_path(self, path: str) -> RunFileFollower:
+        return RunFileFollower(self.session, path)
+
+    async def previous_run(self, exclude: str | None) -> PreviousRun | None:
+        return await previous_run(await self.session.ops(), self.profile.run_dir, exclude=exclude)
+
+    async def history(self) -> list[HistoryRun]:
+        return await self.session.history()
+
+    def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]:
+        return self.gpus.snapshots()
+
+    async def stop_gpu_stream(self) -> None:
+        await self.gpus.close()
+
     async def close(self) -> None:
+        await self.gpus.close()
         await self.session.close()

@@ -9,16 +9,20 @@ report in `RunReport.nodes`. The verbs are watch/nodes_session.py's NodesSession
 from __future__ import annotations
 
 import asyncio
+from typing import AsyncIterator
 
 from ..config import Profile
 from .nodes_session import NodesSession
 from ..remote.base import TargetError
 from ..run.launch.canary import CanaryResult
-from ..run.verdict.combine import NodeReport, combine
+from ..contract.rundir import EVENTS_JSONL
+from ..gpu.sample import GpuSnapshot
+from ..run.verdict.combine import NodeReport, combine, merge_gpu_snapshots
 from ..run.verdict.report import RunReport
 from ..run.launch.stop import StopResult
-from ..run.history import CheckpointRef
+from ..run.history import CheckpointRef, PreviousRun
 from .base import LaunchResult, RunWatch
+from .files import LineFollower, PrefixedFollower, merged
 from .host import HostWatch
 
 UNREACHABLE_HINT = "check the host and its ssh config"
@@ -33,6 +37,10 @@ class NodesWatch(RunWatch):
         self.limits = self.nodes.limits
         self.plans = self.nodes.plans
         self.watches = [HostWatch(s, interval=interval, poll_timeout=poll_timeout) for s in self.nodes.sessions]
+
+    @property
+    def label(self) -> str:
+        return self.profile.where()
 
     def host_watches(self) -> list[tuple[str, HostWatch]]:
         return [(plan.node, w) for plan, w in zip(self.plans, self.watches)]
@@ -82,5 +90,34 @@ class NodesWatch(RunWatch):
     async def newest_checkpoint(self) -> CheckpointRef | None:
         return await self.nodes.sessions[0].newest_checkpoint()
 
+    # -- files and GPUs: every node's, merged; the run's own record (events, history) rank 0's --
+
+    def follow(self, name: str) -> LineFollower:
+        if name == EVENTS_JSONL:
+            return self.watches[0].follow(name)   # rank 0 logs the run's steps and evals
+        return PrefixedFollower([(p.node, w.follow(name)) for p, w in zip(self.plans, self.watches)])
+
+    def follow_path(self, path: str) -> LineFollower:
+        return self.watches[0].follow_path(path)
+
+    async def previous_run(self, exclude: str | None) -> PreviousRun | None:
+        return await self.watches[0].previous_run(exclude)
+
+    async def history(self) -> None:
+        return None   # one history/ per node: no one list of the run's history yet
+
+    def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]:
+        latest: list[GpuSnapshot | None] = [None] * len(self.watches)
+        nodes = [p.node for p in self.plans]
+
+        def on_snapshot(i: int, snap: GpuSnapshot) -> GpuSnapshot:
+            latest[i] = snap
+            return merge_gpu_snapshots([(n, s) for n, s in zip(nodes, latest) if s is not None])
+        return merged([w.gpu_snapshots() for w in self.watches], on_snapshot)
+
+    async def stop_gpu_stream(self) -> None:
+        await asyncio.gather(*(w.stop_gpu_stream() for w in self.watches))
+
     async def close(self) -> None:
+        await self.stop_gpu_stream()
         await self.nodes.close()

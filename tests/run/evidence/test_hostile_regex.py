@@ -121,7 +121,8 @@ async def test_a_catastrophic_user_pattern_cannot_starve_the_dashboard(tmp_path,
     from dflash_tui.config import Profile
     from dflash_tui.ui.app import DashboardApp
     from dflash_tui.ui.screens.dialogs import HelpScreen
-    from dflash_tui.ui.sources.session_source import SessionSource
+    from dflash_tui.ui.sources.watch_source import WatchSource
+    from dflash_tui.watch import open_watch
     from tests.ui.test_app import until
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
@@ -132,7 +133,7 @@ async def test_a_catastrophic_user_pattern_cannot_starve_the_dashboard(tmp_path,
                                                  "start_ticks": 1, "start_time": time.time() - 5, "argv": ["x"]}))
     profile = Profile(name="re", run_dir=str(run), command=("true",), python=sys.executable,
                       progress_regex="(?P<step>(a|aa)+)+$", min_free_gb=0.0)
-    app = DashboardApp(lambda name: SessionSource(profile), "re")
+    app = DashboardApp(lambda name: WatchSource(open_watch(profile)), "re")
     t0 = time.monotonic()
     async with app.run_test(size=(100, 32)) as pilot:
         await until(pilot, lambda: app.run_view.report is not None and app.run_view.report.checklist.verdict.value == "KILLED", 20)

@@ -153,18 +153,19 @@ def test_claim_that_is_not_a_regular_file_is_refused_by_name(tmp_path):
 
 
 async def test_the_dashboards_r_and_a_script_at_once_start_one_trainer(tmp_path, monkeypatch):
-    """The dashboard's `r` (SessionSource.relaunch, as the key calls it) racing a script's
+    """The dashboard's `r` (WatchSource.relaunch, as the key calls it) racing a script's
     `--launch` of the same profile: one trainer; the loser is told why."""
     import asyncio
 
     from dflash_tui.config import load_config
     from dflash_tui.ui.sources.source import ActionError
-    from dflash_tui.ui.sources.session_source import SessionSource
+    from dflash_tui.ui.sources.watch_source import WatchSource
+    from dflash_tui.watch import open_watch
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     tag = f"--tag={uuid.uuid4().hex}"
     cfg = write_config(tmp_path, race=local(tmp_path / "run", "beat", tag))
     argv = [sys.executable, "-m", "dflash_tui", "--config", str(cfg), "--launch", "--wait", "20"]
-    source = SessionSource(load_config(cfg).profile("race"))
+    source = WatchSource(open_watch(load_config(cfg).profile("race")))
     try:
         for attempt in range(3):
             script = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -179,13 +180,13 @@ async def test_the_dashboards_r_and_a_script_at_once_start_one_trainer(tmp_path,
                 assert "another launch of this run dir is in progress" in said or "still running" in said, said
             else:
                 assert script.returncode == 1, (said, out, err)   # the script lost
-            await source.session.stop(grace_s=2)
+            await source.watch.session.stop(grace_s=2)
             deadline = time.monotonic() + 20
             while trainers(tag) and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
     finally:
         kill_each(trainers(tag))
-        await source.session.close()
+        await source.close()
 
 
 def test_a_launcher_killed_inside_its_claim_leaves_no_lasting_lock(tmp_path):

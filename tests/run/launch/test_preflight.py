@@ -57,6 +57,8 @@ def test_relative_command_in_the_run_dir_launches_its_absolute_path(tmp_path):
         assert res.returncode == 0 and out["verdict"] == "RUNNING", (res.stdout, res.stderr)
         found = next(c for c in out["checks"] if c["id"] == "pre_python")
         assert found["cause"] == str(run / "bin" / "prog"), found
+        files = next(c for c in out["checks"] if c["id"] == "pre_args")
+        assert files["state"] == "ok" and files["cause"] == f"1 found: {PROGRAM}", files
         launch = json.loads((run / "launch.json").read_text())
         assert launch["argv"][0] == str(run / "bin" / "prog")
     finally:
@@ -90,6 +92,37 @@ def test_run_dir_behind_a_symlink_into_a_system_dir_is_refused(tmp_path):
     out = json.loads(res.stdout)
     assert res.returncode == 1 and "/etc/dflash-run on the target (through a symlink)" in out["summary"], out
     assert not os.path.exists("/etc/dflash-run")
+
+
+def test_a_script_argument_missing_from_the_run_dir_is_refused_with_where_it_looked(tmp_path):
+    """`command = ["python3", "t.py"]`: t.py is looked for where the wrapper will run it (the
+    run dir), not beside the caller; preflight names the absolute path it looked at and the
+    run dir, before anything is launched. A missing file that is not a script (maybe an
+    output) is named too."""
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    (caller / "t.py").write_text("print('hi')\n")
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path, p={"run_dir": str(run), "min_free_gb": 0,
+                                    "command": [sys.executable, "t.py", "--config=conf/a.yaml", "-m", "x.py",
+                                                "meta-llama/Llama-3-8B", "https://example.org/d.json"]})
+    res = cli_in(caller, tmp_path, "--config", str(cfg), "--launch", "--json")
+    out = json.loads(res.stdout)
+    assert res.returncode == 1 and out["verdict"] == "NOT LAUNCHED", (res.stdout, res.stderr)
+    check = next(c for c in out["checks"] if c["id"] == "pre_args")
+    assert check["state"] == "fail", check
+    assert check["cause"] == (f"'t.py' not found at {run}/t.py; 'conf/a.yaml' not found at {run}/conf/a.yaml "
+                              f"(a relative path is resolved from the run dir {run}, where the wrapper runs "
+                              "the command)"), check
+    assert "absolute path" in check["hint"] and f"{run}/t.py" in out["summary"], out
+    assert not (run / "launch.sh").exists()
+
+
+def test_path_like_arguments():
+    from dflash_tui.run.launch.preflight import path_like_arguments
+    assert path_like_arguments(["t.py", "-m", "pkg.mod", "--lr", "0.1", "--out=./o", "data/x.JSONL", "/abs/file",
+                                "../up", "meta-llama/Llama-3-8B", "s3://b/k.json", "-c", "print(1)", "x"]) == \
+        ["t.py", "./o", "data/x.JSONL", "/abs/file", "../up"]
 
 
 def test_a_target_without_awk_is_refused_before_the_wrapper_runs(tmp_path):

@@ -172,6 +172,11 @@ def test_one_shot_check_reads_stacks_from_two_looks(tmp_path, monkeypatch):
         assert re.fullmatch(r"write_metrics \(lock_deadlock\.py:\d+\)", probed["metrics-writer"]["where"]), probed
         assert probed["MainThread"]["class"] == "lock" and probed["MainThread"]["doing"] == "Thread.join", probed
         assert all(isinstance(t["since"], float) and t["source"] == "probe" for t in probed.values()), probed
+        # The text says where the threads are itself: it points at no pane of the dashboard.
+        text = cli(tmp_path, "--config", str(cfg), "--profile", "deadlock", "--check").stdout
+        assert text.startswith("deadlock · local") and "STALLED: deadlock:" in text, text
+        assert "  thread  pid " in text and "checkpointer: blocked" in text, text
+        assert "pane" not in text.lower() and "see the threads" not in text.lower(), text
     finally:
         for name in ("quiet", "deadlock"):
             cli(tmp_path, "--config", str(cfg), "--profile", name, "--stop")

@@ -9,12 +9,13 @@ import pytest
 
 from dflash_tui.backends.slurm import SlurmLauncher
 from dflash_tui.config import ConfigError, parse_config
-from dflash_tui.contract.rundir import ExitRecord, LaunchRecord, SlurmJobRecord, StopRecord
+from dflash_tui.contract.rundir import ExitRecord, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord, parse_slurm_job
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ops import FileStat, PidInfo
 from dflash_tui.run.verdict.health import evaluate
 from dflash_tui.run.evidence.observe import Evidence
+from dflash_tui.run.verdict.report import report_from
 from dflash_tui.run.verdict.slurm_job import pending_words, stepd_end
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.slurm.commands import sbatch_argv
@@ -33,6 +34,37 @@ def test_scontrol_line_is_parsed_with_spaces_in_values():
         ("PENDING", "Resources", "gpu", "", "01:00:00")
     assert parse_scontrol("43", SCONTROL, 0) is None
     assert parse_scontrol("42", "slurm_load_jobs error: Invalid job id specified", 1) is None
+
+
+def test_a_path_that_holds_key_value_text_neither_changes_the_state_nor_proves_a_copy():
+    # A running job whose run dir's path holds " JobState=COMPLETED": scontrol's own field,
+    # which comes first, is the state; the path is matched whole for the job's identity.
+    run = "/srv/runs/a JobState=COMPLETED b"
+    line = (f"JobId=42 JobName=dflash-a UserId=me(1000) JobState=RUNNING Reason=None Restarts=0 ExitCode=0:0 "
+            f"Partition=gpu NodeList=n1 Command={run}/launch.sh WorkDir={run} StdErr={run}/slurm.out StdIn=/dev/null "
+            f"StdOut={run}/slurm.out Power=")
+    job = parse_scontrol("42", line, 0)
+    assert (job.state, job.node_list) == ("RUNNING", "n1") and job.active
+    assert job.runs_in(run, f"{run}/launch.sh") and job.runs_in(run + "/", f"{run}/launch.sh")
+    copy = "/srv/runs/a JobState=COMPLETED b.copy"
+    assert job.runs_in(copy, f"{copy}/launch.sh") is False and job.runs_in("/srv/runs/a", "/srv/runs/a/launch.sh") is False
+    assert job.work_dir_words() == run
+    assert parse_squeue("42", "42|RUNNING|None|n1|gpu|x|1:00|0:01", 0).runs_in(run, f"{run}/launch.sh") is None
+
+
+def test_escapes_in_the_schedulers_answers_are_inert():
+    esc = "\x1b]2;pwned\x07"
+    job = parse_squeue("7", f"7|RUN{esc}NING|{esc}Res|n{esc}1|gp\x9bu|x|1:00|0:05", 0)
+    detail = parse_scontrol("7", f"JobId=7 JobState=RUNNING{esc} Reason={esc} Partition=p{esc} NodeList=n{esc}", 0)
+    for value in (*job.to_dict().values(), *detail.to_dict().values()):
+        assert not isinstance(value, str) or value.isprintable(), value
+    assert "\\x1b" in job.partition + job.node_list + detail.partition
+
+
+def test_a_job_id_must_be_ascii_digits():
+    with pytest.raises(SchemaError, match="expected a Slurm job id"):
+        parse_slurm_job('{"v": 1, "run_id": "r1", "job_id": "\u00b2", "submit_time": 1}')
+    assert parse_slurm_job('{"v": 1, "run_id": "r1", "job_id": "42", "submit_time": 1}').job_id == "42"
 
 
 def test_squeue_empty_is_not_an_answer_and_sacct_names_the_canceller():
@@ -84,6 +116,9 @@ def test_the_schedulers_end_outranks_the_programs_exit_code_but_not_a_stop():
     assert evaluate(_ev(SlurmJob("5", state="COMPLETED"))).verdict is Verdict.FINISHED
     crashed = evaluate(_ev(SlurmJob("5", state="FAILED", exit_code="1:0"), exit_code=1))
     assert crashed.verdict is Verdict.CRASHED
+    assert crashed.checks[0].id == "slurm_job" and crashed.checks[0].state.value == "fail"   # a failed job is no ok
+    finished = evaluate(_ev(SlurmJob("5", state="COMPLETED")))
+    assert finished.checks[0].id == "slurm_job" and finished.checks[0].state.value == "ok"
 
 
 def test_a_running_job_vouches_for_a_wrapper_on_another_host_and_silence_is_no_end():
@@ -96,6 +131,11 @@ def test_a_running_job_vouches_for_a_wrapper_on_another_host_and_silence_is_no_e
     assert silent.slurm["job_id"] == "5"
     unseen = evaluate(_ev(SlurmJob("5", answered=False, error="Socket timed out"), exit_code=None))
     assert unseen.verdict is not Verdict.KILLED, unseen   # a wrapper on another host, Slurm silent
+    # The header's pid: not "gone" while the job runs it on a host this one does not see.
+    ev = _ev(SlurmJob("5", state="RUNNING", node_list="n1"), exit_code=None)
+    assert report_from(ev, evaluate(ev), profile="s", target_label="login").pid_alive is None
+    ended = _ev(SlurmJob("5", state="COMPLETED"))
+    assert report_from(ended, evaluate(ended), profile="s", target_label="login").pid_alive is False
 
 
 def test_pending_is_queued_with_exit_4_and_held_is_blocked():
@@ -118,6 +158,9 @@ def test_profile_keys_and_their_one_line_errors():
                  gpus_per_node=8, time_limit='"1-00:00:00"', sbatch_args='["--exclusive"]')
     assert p.slurm == SlurmSpec("gpu", "ml", "hi", 2, 8, "1-00:00:00", ("--exclusive",)) and not p.is_multinode
     for bad, words in ((dict(nodes='["a"]'), "is not a number of nodes"), (dict(partition='"a;b"'), "not a Slurm name"),
+                       (dict(partition='"gpu\\n"'), "not a Slurm name"), (dict(account='"ml\\n"'), "not a Slurm name"),
+                       (dict(qos='"hi\\n"'), "not a Slurm name"), (dict(time_limit='"60\\n"'), "not a Slurm time"),
+                       (dict(time_limit='"\u0666\u0660"'), "not a Slurm time"), (dict(time_limit='"\uff16\uff10"'), "not a Slurm time"),
                        (dict(time_limit='"soon"'), "not a Slurm time limit"), (dict(sbatch_args='["-pgpu"]'), "sets what"),
                        (dict(sbatch_args='["--output=x"]'), "sets what"), (dict(container='"pct:1"'), "does not apply"),
                        (dict(scheduler='"pbs"'), "not a known scheduler")):
@@ -125,6 +168,21 @@ def test_profile_keys_and_their_one_line_errors():
             _profile(**{"scheduler": '"slurm"', "run_dir": '"/srv/r"', **bad})
     with pytest.raises(ConfigError, match='add scheduler = "slurm"'):
         _profile(run_dir='"/srv/r"', partition='"gpu"')
+
+
+@pytest.mark.parametrize("arg", ["--out=/tmp/x", "--chd=/tmp", "--wra=id", "--job=x", "--part=urgent", "--ntasks-per=2",
+                                 "--gpus-per=1", "--ho", "--pars", "-vo", "-vH", "-QvD/tmp", "-Hv", "-sJx", "--", "-",
+                                 "--ntasks=2", "-vn2", "-sQ", "--qui", "--wai", "-vW"])
+def test_sbatch_args_refuse_what_sbatch_reads_as_the_launchs_own_options(arg):
+    # getopt_long takes any unambiguous prefix of a long option; short options cluster.
+    with pytest.raises(ConfigError, match="sbatch_args item"):
+        _profile(scheduler='"slurm"', run_dir='"/srv/r"', sbatch_args=f'["{arg}"]')
+
+
+@pytest.mark.parametrize("arg", ["--gpus=2", "--time-min=10", "--exclusive", "--mem=0", "-c4", "-vc4",
+                                 "--constraint=h100", "-wn1", "--requeue", "--comment=-o"])
+def test_sbatch_args_keep_the_options_that_are_their_own(arg):
+    assert _profile(scheduler='"slurm"', run_dir='"/srv/r"', sbatch_args=f'["{arg}"]').slurm.sbatch_args == (arg,)
 
 
 def test_sbatch_argv_keeps_a_percent_in_the_run_dir_literal():

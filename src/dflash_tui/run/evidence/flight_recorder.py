@@ -5,8 +5,12 @@ watchdog timeout, or by the run probe when a thread sits in torch.distributed) a
 run dir can be written by anyone who can write it, so they are read by an unpickler that builds
 only plain data (dict, list, tuple, str, bytes, numbers, bool, None) and refuses every global:
 no class is ever looked up, no callable ever called. Each file is read only up to
-FR_MAX_BYTES. torchelastic's error files (JSON) give the first failure: rank, time, message and
-traceback, as torchrun's "Root Cause" does.
+FR_MAX_BYTES, and walked opcode by opcode (pickletools) before it is loaded: an opcode plain data
+never needs, or tuples nested deep enough to overflow the C stack when one is hashed as a dict
+key, refuse it. Every number is an int64 and every name short inert text, or the dump is a
+problem line naming the field; its work is one pass over at most MAX_FR_ENTRIES entries, and
+MAX_FR_GROUPS process groups are kept. torchelastic's error files (JSON) give the first
+failure: rank, time, message and traceback, as torchrun's "Root Cause" does.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import functools
 import io
 import json
 import pickle
+import pickletools
 import posixpath
 import re
 
-from ...contract.rundir import ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, FR_DUMP_PREFIX, PROBE_DIR, ProbeReport
+from ...contract.rundir import (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, FR_DUMP_PREFIX, PROBE_DIR, ProbeReport,
+                                inert_text)
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PreflightOps
 from .memory import LookMemory
@@ -29,7 +35,18 @@ FR_MAX_BYTES = 8 << 20            # 2000 entries with their Python frames are ~1
 ERROR_MAX_BYTES = 256 << 10
 MAX_FR_FILES = 64
 MAX_ERROR_FILES = 64
+# Bounds on the work of one dump, far above what torch writes (2000 entries by default,
+# TORCH_NCCL_TRACE_BUFFER_SIZE; a handful of process groups per rank). Past them the newest
+# entries and the groups with a collective pending are read, and a problem line says so.
+MAX_FR_ENTRIES = 20_000
+MAX_FR_GROUPS = 32
+# Hashing a tuple (a dict key) recurses in C with no limit: a pickle of a few MiB can nest one
+# deep enough to overflow the C stack. torch's dumps nest tuples one or two deep.
+MAX_TUPLE_DEPTH = 64
+_TEXT_MAX = 200                   # a group name, an op name
+_INT_LIMIT = 1 << 63              # torch's numbers are int64
 _FR_NAME = re.compile(r"^" + re.escape(FR_DUMP_PREFIX) + r"(\d{1,6})$")
+_DECIMAL = re.compile(r"-?[0-9]{1,19}")
 
 
 class FlightRecorderError(ValueError):
@@ -47,6 +64,85 @@ class _DataOnly(pickle.Unpickler):
         raise pickle.UnpicklingError("holds a persistent reference, and only plain data is read")
 
 
+# Opcodes that build objects of classes (or call them): plain data never needs one. BUILD
+# sets an object's state, which no dict, list or tuple has.
+_CLASS_OPS = frozenset({"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX",
+                        "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID"})
+_REFUSE, _MARK, _PUT, _MEMOIZE, _GET, _POP, _DUP, _TUPLE, _OTHER = range(9)
+
+
+def _plan(op: pickletools.OpcodeInfo) -> tuple[int, bool, int, int]:
+    """What one opcode does to the stack _scan follows: (kind, pops to a mark, items popped
+    besides, items pushed)."""
+    name = op.name
+    marked = pickletools.markobject in op.stack_before
+    kind = (_REFUSE if name in _CLASS_OPS else _MARK if name == "MARK" else _MEMOIZE if name == "MEMOIZE"
+            else _PUT if name.endswith("PUT") else _GET if name.endswith("GET") else _POP if name == "POP"
+            else _DUP if name == "DUP" else _TUPLE if name.startswith(("TUPLE", "EMPTY_TUPLE")) else _OTHER)
+    return kind, marked, len(op.stack_before) - 2 * marked, len(op.stack_after)
+
+
+_PLANS = {op.code: _plan(op) for op in pickletools.opcodes}
+
+
+def _scan(data: bytes, what: str) -> None:
+    """Refuse, before any object is built, a pickle that uses an opcode plain data never needs or
+    nests tuples deeper than MAX_TUPLE_DEPTH: the pickle machine's stack is followed, each item
+    with the depth of tuples it is (a list or dict is 0: neither is hashable)."""
+    stack: list[int] = []
+    marks: list[int] = []
+    memo: dict = {}
+    texts = ["", ""]                         # the last two texts pushed: STACK_GLOBAL's names
+    broken = FlightRecorderError(f"{what} is not a Flight Recorder dump (a broken pickle)")
+    for op, arg, _ in pickletools.genops(data):
+        kind, marked, count, pushed = _PLANS[op.code]
+        if kind == _OTHER and not marked and count == 0:
+            stack += [0] * pushed            # a value: text, a number, an empty list or dict
+            if isinstance(arg, str):
+                texts = [texts[1], arg]
+            continue
+        if kind == _REFUSE:
+            if op.name in ("GLOBAL", "INST", "STACK_GLOBAL"):
+                module, name = arg.split(" ", 1) if isinstance(arg, str) and " " in arg else texts
+                raise FlightRecorderError(f"{what} refers to {inert_text(module[:_TEXT_MAX])}."
+                                          f"{inert_text(name[:_TEXT_MAX])}, and only plain data is read")
+            raise FlightRecorderError(f"{what} is not plain data (pickle's {op.name}), so it is not read")
+        if kind == _MARK:
+            marks.append(len(stack))
+            continue
+        if kind in (_PUT, _MEMOIZE):
+            if stack:
+                memo[arg if kind == _PUT else len(memo)] = stack[-1]
+            continue
+        if kind == _POP and marks and marks[-1] == len(stack):
+            marks.pop()                      # POP right after a MARK takes the mark
+            continue
+        popped: list[int] = []
+        if marked:
+            if not marks:
+                raise broken
+            mark = marks.pop()
+            popped = stack[mark:]
+            del stack[mark:]
+        if count > len(stack):
+            raise broken
+        if count:
+            popped += stack[-count:]
+            del stack[-count:]
+        if kind == _TUPLE:
+            depth = 1 + max(popped, default=0)
+            if depth > MAX_TUPLE_DEPTH:
+                raise FlightRecorderError(f"{what} nests tuples more than {MAX_TUPLE_DEPTH} deep: "
+                                          "not a Flight Recorder dump")
+            stack.append(depth)
+        elif kind == _GET:
+            stack.append(memo.get(arg, 0))
+        elif kind == _DUP:
+            stack += popped * 2
+        else:
+            stack += [0] * pushed
+
+
 def load_dump(data: bytes, what: str) -> dict:
     """A Flight Recorder dump (pickle, or torch's JSON form) as a dict, or FlightRecorderError."""
     if len(data) > FR_MAX_BYTES:
@@ -55,59 +151,131 @@ def load_dump(data: bytes, what: str) -> dict:
         if data[:1] == b"{":
             obj = json.loads(data.decode("utf-8"))
         else:
+            _scan(data, what)
             obj = _DataOnly(io.BytesIO(data)).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError, RecursionError, MemoryError,
-            IndexError, KeyError, TypeError) as exc:
-        raise FlightRecorderError(f"{what} is not a Flight Recorder dump: {exc}") from None
+    except FlightRecorderError:
+        raise
+    except (pickle.UnpicklingError, ValueError, RecursionError, MemoryError) as exc:
+        raise FlightRecorderError(f"{what} is not a Flight Recorder dump: {_said(exc)}") from None
+    except Exception as exc:   # the pickle machine on plain data: APPEND to a dict, ADDITEMS to a list, ...
+        raise FlightRecorderError(f"{what} is not a Flight Recorder dump ({type(exc).__name__}: {_said(exc)})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("entries", []), list):
         raise FlightRecorderError(f"{what} is not a Flight Recorder dump (no entries)")
     return obj
 
 
-def _int(value) -> int | None:
-    if isinstance(value, bool):
+def _said(exc: BaseException) -> str:
+    return inert_text(str(exc)[:_TEXT_MAX])
+
+
+def _shown(value) -> str:
+    """A value of the dump as a problem line quotes it, short whatever it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if -_INT_LIMIT < value < _INT_LIMIT:
+            return str(value)
+        return "an integer of more than 19 digits"
+    if isinstance(value, str):
+        return f"a text of {len(value)} characters" if len(value) > 40 else repr(inert_text(value))
+    return f"a {type(value).__name__}"
+
+
+class _Bad(Exception):
+    """One field of the dump that is not what torch writes there (where, what it holds)."""
+
+
+def _int(value, field: str) -> int | None:
+    """An int64 of the dump (an int, or the decimal text torch's JSON form may give); None when
+    absent; _Bad for anything else (a 5,000-digit integer, "²", a list)."""
+    if value is None:
         return None
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool) and -_INT_LIMIT < value < _INT_LIMIT:
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, float) and value.is_integer() and -_INT_LIMIT < value < _INT_LIMIT:
         return int(value)
-    return None
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return int(value)
+    big = isinstance(value, int) and not isinstance(value, bool)
+    raise _Bad(f"{field} is {_shown(value)}, " + ("more than torch's 64-bit numbers" if big else "not a number"))
 
 
-def progress_of(dump: dict, rank: int, time: float, pid: int | None = None) -> list[CollectiveProgress]:
+def _text(value, field: str) -> str:
+    """A name of the dump (text, or a group's number), short and inert; _Bad for anything else."""
+    if value is None:
+        return ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(_int(value, field))
+    if isinstance(value, str):
+        return inert_text(value[:_TEXT_MAX])
+    raise _Bad(f"{field} is {_shown(value)}, not a name")
+
+
+def progress_of(dump: dict, rank: int, time: float, pid: int | None = None,
+                what: str = "the dump") -> tuple[list[CollectiveProgress], list[str]]:
     """One CollectiveProgress per process group of this rank's dump: the last collective it
-    enqueued, started and completed (torch's pg_status), and the oldest one not completed."""
+    enqueued, started and completed (torch's pg_status), and the oldest one not completed;
+    and what was left unread (one line each). One pass over the entries, at most
+    MAX_FR_ENTRIES of them and MAX_FR_GROUPS groups; a field that holds what torch never
+    writes there (FlightRecorderError) makes the whole dump unread."""
+    try:
+        return _progress(dump, rank, time, pid, what)
+    except _Bad as bad:
+        raise FlightRecorderError(f"{what}: {bad}, so it is not read") from None
+
+
+def _progress(dump: dict, rank: int, time: float, pid: int | None, what: str):
+    notes: list[str] = []
     status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
     config = dump.get("pg_config") if isinstance(dump.get("pg_config"), dict) else {}
-    entries = [e for e in dump.get("entries", []) if isinstance(e, dict)]
-    groups: dict[str, dict] = {str(k): v for k, v in status.items() if isinstance(v, dict)}
-    for e in entries:
-        groups.setdefault(str(e.get("pg_id")), {})
+    entries = dump.get("entries", [])
+    if len(entries) > MAX_FR_ENTRIES:
+        notes.append(f"{what} holds {len(entries)} entries; the newest {MAX_FR_ENTRIES} were read")
+        entries = entries[-MAX_FR_ENTRIES:]
+    groups: dict[str, dict] = {}
+    for k, v in status.items():
+        if isinstance(v, dict):
+            groups[_text(k, "a pg_status key")] = v
+    mine: dict[str, list[tuple[int | None, dict]]] = {}    # group -> (seq, entry), in order
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or e.get("pg_id") is None:
+            continue
+        pg_id = _text(e.get("pg_id"), f"entries[{i}].pg_id")
+        groups.setdefault(pg_id, {})
+        if e.get("is_p2p"):
+            continue
+        mine.setdefault(pg_id, []).append((_int(e.get("collective_seq_id"), f"entries[{i}].collective_seq_id"), e))
     out = []
-    for pg_id, st in sorted(groups.items()):
-        completed = _int(st.get("last_completed_collective"))
-        mine = [e for e in entries if str(e.get("pg_id")) == pg_id and not e.get("is_p2p")]
-        pending = [e for e in mine if _int(e.get("collective_seq_id")) is not None
-                   and (completed is None or _int(e["collective_seq_id"]) > completed)
-                   and e.get("state") != "completed"]
-        oldest = min(pending, key=lambda e: _int(e["collective_seq_id"]), default=None)
-        name = ""
-        pg = next((e.get("process_group") for e in mine if e.get("process_group")), None)
-        if isinstance(pg, (tuple, list)) and len(pg) == 2:
-            name = str(pg[1] or pg[0])
-        elif isinstance(config.get(pg_id), dict):
-            name = str(config[pg_id].get("desc") or config[pg_id].get("name") or "")
-        started = _int(st.get("last_started_collective"))
-        created = _int(oldest.get("time_created_ns")) if oldest else None
+    for pg_id in sorted(groups):
+        st = groups[pg_id]
+        completed = _int(st.get("last_completed_collective"), f"pg_status[{pg_id}].last_completed_collective")
+        oldest, oldest_seq, name = None, None, ""
+        for seq, e in mine.get(pg_id, ()):
+            if not name and e.get("process_group"):
+                pg = e["process_group"]
+                if isinstance(pg, (tuple, list)) and len(pg) == 2:
+                    name = _text(pg[1], "a process_group name") or _text(pg[0], "a process_group id")
+            if (seq is not None and (completed is None or seq > completed) and e.get("state") != "completed"
+                    and (oldest_seq is None or seq < oldest_seq)):
+                oldest, oldest_seq = e, seq
+        if not name and isinstance(config.get(pg_id), dict):
+            cfg = config[pg_id]
+            name = _text(cfg.get("desc"), "a pg_config desc") or _text(cfg.get("name"), "a pg_config name")
+        started = _int(st.get("last_started_collective"), f"pg_status[{pg_id}].last_started_collective")
+        created = _int(oldest.get("time_created_ns"), "an entry's time_created_ns") if oldest else None
+        op = _text(oldest.get("profiling_name"), "an entry's profiling_name") if oldest else ""
         out.append(CollectiveProgress(
             rank=rank, time=time, pid=pid, process_group=name or pg_id,
-            last_enqueued_seq=_int(st.get("last_enqueued_collective")),
+            last_enqueued_seq=_int(st.get("last_enqueued_collective"), f"pg_status[{pg_id}].last_enqueued_collective"),
             last_started_seq=started if started is not None and started >= 0 else None,
             last_completed_seq=completed if completed is not None and completed >= 0 else None,
-            pending_op=str(oldest.get("profiling_name", "")).rsplit(":", 1)[-1] if oldest else "",
-            pending_seq=_int(oldest["collective_seq_id"]) if oldest else None,
+            pending_op=op.rsplit(":", 1)[-1],
+            pending_seq=oldest_seq if oldest else None,
             pending_since=created / 1e9 if created else None))
-    return out
+    if len(out) > MAX_FR_GROUPS:
+        notes.append(f"{what} holds {len(out)} process groups; {MAX_FR_GROUPS} were read, "
+                     "those with a collective pending first")
+        keep = set(map(id, sorted(out, key=lambda c: c.pending_seq is None)[:MAX_FR_GROUPS]))
+        out = [c for c in out if id(c) in keep]
+    return out, notes
 
 
 def failure_of(text: str, what: str, *, rank: int | None = None, pid: int | None = None,
@@ -124,7 +292,10 @@ def failure_of(text: str, what: str, *, rank: int | None = None, pid: int | None
     if not isinstance(msg, dict):
         raise FlightRecorderError(f"{what} is not a torchelastic error file (no message)")
     extra = msg.get("extraInfo") if isinstance(msg.get("extraInfo"), dict) else {}
-    when = _int(extra.get("timestamp"))
+    try:
+        when = _int(extra.get("timestamp"), "its timestamp")
+    except _Bad as bad:
+        raise FlightRecorderError(f"{what}: {bad}, so it is not read") from None
     return RankFailure(time=float(when) if when else mtime, message=str(msg.get("message", ""))[:300],
                        rank=rank, pid=pid, traceback=str(extra.get("py_callstack", ""))[-4000:])
 
@@ -172,6 +343,14 @@ def holds_distributed_files(paths: tuple[str, ...]) -> bool:
     return any(_FR_NAME.match(n) or n in (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR) for n in names)
 
 
+def _parse_dump(data: bytes, what: str, rank: int, mtime: float,
+                pid: int | None) -> tuple[list[CollectiveProgress], list[str]] | str:
+    try:
+        return progress_of(load_dump(data, what), rank, mtime, pid, what)
+    except FlightRecorderError as exc:
+        return str(exc)
+
+
 async def gather_collectives(ops: PreflightOps, run_dir: str, listing: list[FileStat],
                              reports: list[ProbeReport],
                              memory: LookMemory | None = None) -> tuple[list[CollectiveProgress], list[str]]:
@@ -191,16 +370,15 @@ async def gather_collectives(ops: PreflightOps, run_dir: str, listing: list[File
                 if problem:
                     problems.append(problem)
                 continue
-            try:
-                dump = load_dump(data, f"{PROBE_DIR}/{posixpath.basename(st.path)}")
-                parsed.remember(key, progress_of(dump, rank, st.mtime, report.pid if report else None))
-            except FlightRecorderError as exc:
-                parsed.remember(key, str(exc))
+            # Off the event loop: reading a dump of a few MiB takes a good part of a second.
+            parsed.remember(key, await asyncio.to_thread(_parse_dump, data, f"{PROBE_DIR}/{posixpath.basename(st.path)}",
+                                                         rank, st.mtime, report.pid if report else None))
         got = parsed[key]
         if isinstance(got, str):
             problems.append(got)
         else:
-            out.extend(got)
+            out.extend(got[0])
+            problems.extend(got[1])
     return out, problems
 
 

@@ -25,11 +25,16 @@ SHARED_MAX_AGE_S = 0.2
 
 class LogFollower:
     def __init__(self, ops: RemoteOps, path: str, *, window: int = DEFAULT_WINDOW,
-                 from_start: bool = False, shared: RecentReads | None = None) -> None:
+                 from_start: bool = False, shared: RecentReads | None = None,
+                 replaced: str = "") -> None:
         """`shared`: the memo of what the readers of this file read (run/evidence/recent_reads.py; the
         progress tracker's, ProgressTracker.reads): this follower records its reads there and
-        takes from there the bytes another reader read past its offset."""
+        takes from there the bytes another reader read past its offset.
+        `replaced`: what a new file at `path` means, where the caller knows (a run dir's
+        train.log is replaced only by a launch, which sets the previous run's aside); by
+        default the file was rotated."""
         self.ops = ops
+        self.replaced = replaced or f"{path} was rotated; following the new file"
         self.path = path
         self.window = window
         self.shared = shared
@@ -75,9 +80,9 @@ class LogFollower:
         lines: list[str] = []
         if chunk.inode != self._inode or chunk.size < self._offset:
             # Rotated or truncated: what is left of the partial line belongs to the old file.
-            what = "rotated" if chunk.inode != self._inode else "truncated"
             lines += self._flush_partial()
-            lines.append(f"[dflash-tui: {self.path} was {what}; following the new file]")
+            lines.append(f"[dflash-tui: {self.replaced}]" if chunk.inode != self._inode else
+                         f"[dflash-tui: {self.path} was truncated; following it from its start]")
             self.resets += 1
             self._inode = chunk.inode
             self._offset = 0

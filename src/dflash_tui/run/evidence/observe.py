@@ -285,13 +285,14 @@ async def _gather_distributed(ops: RemoteOps, ev: Evidence, memory: LookMemory) 
     (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await gather_eager(
         gather_collectives(ops, ev.run_dir, listing, ev.probes, memory),
         gather_root_cause(ops, ev.run_dir, listing, ev.probes, memory))
-    ev.hang.problems.extend(fr_problems + err_problems)
+    ev.hang.bad_files.extend(fr_problems + err_problems)
 
 
 async def _gather_hang(ops: RemoteOps, ev: Evidence, memory: LookMemory) -> None:
     """Stacks of the processes whose probe reports went stale (only while the run lives)."""
     ev.hang.stack_dumps, problems = await gather_stack_dumps(ops, ev.run_dir, ev.probes, ev.now, memory)
     ev.hang.problems.extend(problems)
+    ev.hang.bad_files.extend(d.problem for d in ev.hang.stack_dumps.values() if d.problem)
 
 
 # How often a one-shot look waits another half CPU_WINDOW_S for fresh probe reports.

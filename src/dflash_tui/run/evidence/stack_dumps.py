@@ -19,7 +19,8 @@ import posixpath
 import re
 import time
 
-from ...contract.rundir import PROBE_DIR, PROBE_INTERVAL_S, ProbeReport, ProbeThread, probe_stack_name
+from ...contract.rundir import (FRAME_LINE_DIGITS, PROBE_DIR, PROBE_INTERVAL_S, ProbeReport, ProbeThread,
+                                inert_text, probe_stack_name)
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import RemoteOps, StackDumpAnswer
 from ..stacks.records import StackDump
@@ -32,16 +33,33 @@ MAX_DUMPS = 32                   # processes asked per poll
 MAX_FRAMES = 64                  # kept per thread (faulthandler writes at most 100)
 _PROBE_MODULE = "dflash_probe.py"
 
-_FH_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[[^\]]*\])? \(most recent call first\):$")
+# Thread idents are 64-bit (pthread_t), native ids at most 10 digits: a longer one is not a
+# thread header. A frame's line number longer than FRAME_LINE_DIGITS is read, then left out.
+_FH_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]{1,16})(?: \[[^\]]*\])? \(most recent call first\):$")
 _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
-_FH_FRAME = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
-_SPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([^)]*)\)(?:: "(.*)")?$')
-_SPY_FRAME = re.compile(r"^    (.*) \((.*):(\d+)\)$")
+_FH_FRAME = re.compile(r'^  File "(.*)", line ([0-9]+|\?\?\?) in (.*)$')
+_SPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]{1,16}|[0-9]{1,10}) \(([^)]*)\)(?:: "(.*)")?$')
+_SPY_FRAME = re.compile(r"^    (.*) \((.*):([0-9]+)\)$")
+
+
+class _Threads(list):
+    """Threads parsed from a dump, and the longest line number of the frames left out."""
+
+    longest_line = 0
+
+
+def _frame(frames: list[str] | None, path: str, line: str, func: str, out: _Threads) -> None:
+    if frames is None or len(frames) >= MAX_FRAMES:
+        return
+    if len(line) > FRAME_LINE_DIGITS:
+        out.longest_line = max(out.longest_line, len(line))
+        return
+    frames.append(f"{path}:{line} {func}")
 
 
 def parse_faulthandler(text: str) -> list[tuple[int | None, list[str]]]:
     """(ident, frames) per thread of faulthandler's all-threads dump."""
-    threads: list[tuple[int | None, list[str]]] = []
+    threads: list[tuple[int | None, list[str]]] = _Threads()
     frames: list[str] | None = None
     for line in text.splitlines():
         m = _FH_THREAD.match(line)
@@ -50,14 +68,14 @@ def parse_faulthandler(text: str) -> list[tuple[int | None, list[str]]]:
             threads.append((int(m.group(1), 16) if m else None, frames))
             continue
         f = _FH_FRAME.match(line)
-        if f and frames is not None and len(frames) < MAX_FRAMES:
-            frames.append(f"{f.group(1)}:{f.group(2)} {f.group(3)}")
+        if f:
+            _frame(frames, f.group(1), f.group(2), f.group(3), threads)
     return threads
 
 
 def parse_py_spy(text: str) -> list[tuple[int | None, int | None, str, list[str]]]:
     """(ident, native id, name, frames) per thread of `py-spy dump`'s output."""
-    threads: list[tuple[int | None, int | None, str, list[str]]] = []
+    threads: list[tuple[int | None, int | None, str, list[str]]] = _Threads()
     frames: list[str] | None = None
     for line in text.splitlines():
         m = _SPY_THREAD.match(line)
@@ -68,8 +86,8 @@ def parse_py_spy(text: str) -> list[tuple[int | None, int | None, str, list[str]
             threads.append((ident, native, m.group(3) or "", frames))
             continue
         f = _SPY_FRAME.match(line)
-        if f and frames is not None and len(frames) < MAX_FRAMES:
-            frames.append(f"{f.group(2)}:{f.group(3)} {f.group(1).strip()}")
+        if f:
+            _frame(frames, f.group(2), f.group(3), f.group(1).strip(), threads)
     return threads
 
 
@@ -91,18 +109,26 @@ def _thread(report: ProbeReport, ident: int | None, native: int | None, name: st
 
 def stack_dump_of(report: ProbeReport, answer: StackDumpAnswer, source: str) -> StackDump:
     """The dump in `answer` as a StackDump, its threads named from `report`; the probe's own
-    thread left out (it is not the program's)."""
-    text = answer.data.decode("utf-8", "replace")
+    thread left out (it is not the program's). The run can write the dump file itself, so its
+    text is made inert first (contract/rundir.py inert_text): every name and frame from it is."""
+    text = inert_text(answer.data.decode("utf-8", "replace"), keep_newlines=True)
     threads: list[ProbeThread] = []
     if source == "py-spy":
-        for ident, native, name, frames in parse_py_spy(text):
+        parsed = parse_py_spy(text)
+        for ident, native, name, frames in parsed:
             if not _is_probe_thread(frames):
                 threads.append(_thread(report, ident, native, name, frames))
     else:
-        for ident, frames in parse_faulthandler(text):
+        parsed = parse_faulthandler(text)
+        for ident, frames in parsed:
             if not _is_probe_thread(frames):
                 threads.append(_thread(report, ident, None, "", frames))
-    return StackDump(pid=report.pid, time=answer.time, source=source, threads=tuple(threads))
+    problem = ""
+    if parsed.longest_line:
+        what = "py-spy's dump" if source == "py-spy" else f"{PROBE_DIR}/{probe_stack_name(report.pid)}"
+        problem = (f"{what}: a frame's line number has {parsed.longest_line} digits, not one a stack dump "
+                   "writes; such frames were left out")
+    return StackDump(pid=report.pid, time=answer.time, source=source, threads=tuple(threads), problem=problem)
 
 
 def is_stale(report: ProbeReport, now: float) -> bool:

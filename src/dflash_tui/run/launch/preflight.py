@@ -96,6 +96,44 @@ case $p in
 esac
 echo "dflash-which $p"
 '''
+# $1 = the run dir, then the command's path-like arguments: the index of each that does not
+# exist, seen from the run dir (where the wrapper runs the command).
+_EXISTS = r'''
+cd -- "$1" 2>/dev/null || { echo "no-dir=1"; exit 0; }
+shift; i=0
+for f do [ -e "$f" ] || echo "missing=$i"; i=$((i+1)); done
+echo "end=1"
+'''
+# Files a program reads and never writes: one missing means the run cannot start (python3
+# t.py exits 2 at once). Any other path-like argument may be an output the run creates.
+_SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".pl", ".rb", ".js", ".lua", ".jl")
+_FILE_SUFFIXES = _SCRIPT_SUFFIXES + (".yaml", ".yml", ".json", ".jsonl", ".toml", ".cfg", ".ini", ".conf",
+                                     ".txt", ".csv", ".tsv", ".parquet", ".arrow", ".pt", ".pth", ".ckpt",
+                                     ".bin", ".safetensors", ".npy", ".npz")
+
+
+def path_like_arguments(args: list[str]) -> list[str]:
+    """The arguments of a command (after its program) that name a file: a path ("/x", "./x",
+    "../x") or a name with a file suffix ("t.py", "conf/a.yaml"), also as an option's value
+    ("--config=conf/a.yaml"). Not: URLs, `-m`/`-c`'s module or code, a name without a suffix
+    ("meta-llama/Llama-3-8B" is a model id, not a file)."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in ("-m", "-c"):
+            skip = True
+            continue
+        value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else ("" if arg.startswith("-") else arg)
+        if not value or "://" in value or "\n" in value or "\0" in value:
+            continue
+        if value.startswith(("/", "./", "../")) or value.lower().endswith(_FILE_SUFFIXES):
+            out.append(value)
+    return out
+
+
 # Runs the probe only if the interpreter exists, and says so otherwise: a bare 127 is ambiguous
 # through `pct exec`/`docker exec` (the tool itself missing gives the same status). $1 = the
 # absolute path _RESOLVE found.
@@ -241,6 +279,7 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
         else:
             out.program = found
             add(Check("pre_python", what, OK, found, "", now))
+            await _check_arguments(target, profile, add, now)
     except (TargetUnreachable, CommandTimeout) as exc:
         out.unreachable = isinstance(exc, TargetUnreachable)
         add(Check("pre_transport", "Transport", FAIL, exc.message, exc.hint, now))
@@ -272,6 +311,36 @@ async def resolve_program(target: Target, run_dir: str, prog: str) -> tuple[str 
         return None, (f"{prog!r} not found in {run_dir}: a relative path is resolved from the run dir, "
                       "where the wrapper runs")
     return None, f"{prog!r} not found on the target's PATH"
+
+
+async def _check_arguments(target: Target, profile: Profile, add, now: float) -> None:
+    """The command's path-like arguments, each looked for from the run dir as the wrapper will:
+    a missing script fails the preflight, any other missing file is a warning (the run may
+    create it). Each missing one is named with the absolute path looked at."""
+    paths = path_like_arguments(list(profile.command[1:]))
+    if not paths:
+        return
+    res = await target.run(["sh", "-c", _EXISTS, "dflash-exists", profile.run_dir, *paths], timeout=30)
+    kv = [line.split("=", 1) for line in res.stdout.splitlines() if "=" in line]
+    if ("end", "1") not in [tuple(p) for p in kv]:
+        add(Check("pre_args", "Command's files", WARN, _ran_nothing(res, "the file check"),
+                  "check the command's files by hand", now))
+        return
+    missing = [paths[int(v)] for k, v in kv if k == "missing" and v.isdigit() and int(v) < len(paths)]
+    if not missing:
+        add(Check("pre_args", "Command's files", OK, f"{len(paths)} found: {', '.join(paths)}", "", now))
+        return
+    relative = any(not m.startswith("/") for m in missing)
+    looked = "; ".join(f"{m!r} not found at {posixpath.normpath(posixpath.join(profile.run_dir, m))}"
+                       for m in missing)
+    if relative:
+        looked += f" (a relative path is resolved from the run dir {profile.run_dir}, where the wrapper runs the command)"
+    if any(m.lower().endswith(_SCRIPT_SUFFIXES) for m in missing):
+        add(Check("pre_args", "Command's files", FAIL, looked,
+                  "put the file in the run dir, or write its absolute path in command", now))
+    else:
+        add(Check("pre_args", "Command's files", WARN, looked,
+                  "nothing to do if the run creates it; else fix its path in command", now))
 
 
 async def _probe_python(profile: Profile, python: str, target: Target, add, now: float) -> None:

@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from ...contract.rundir import FRAME_LINE_DIGITS
+
 
 class ThreadClass(str, Enum):
     """What a thread waits for (`--check --json` threads[].class)."""
@@ -92,11 +94,13 @@ _FRAME = re.compile(r"^(?P<path>.*):(?P<line>\d+) (?P<func>\S+)$")
 
 def parse_frame(text: str) -> Frame:
     """ "file:line function" -> Frame; a native frame ("cudaStreamSynchronize") keeps its text as
-    the function, with no file."""
+    the function, with no file. A line number longer than FRAME_LINE_DIGITS is no line (and
+    never reaches int(), which refuses 4,300 digits)."""
     m = _FRAME.match(text.strip())
     if m is None:
         return Frame("", None, text.strip())
-    return Frame(m["path"], int(m["line"]), m["func"])
+    line = m["line"]
+    return Frame(m["path"], int(line) if len(line) <= FRAME_LINE_DIGITS else None, m["func"])
 
 
 # Paths that are not the program's own code.

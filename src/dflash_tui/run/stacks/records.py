@@ -23,6 +23,7 @@ class StackDump:
     source: str                    # "faulthandler" (the probe's registered signal) or "py-spy"
     # Frames as the probe reports them ("file:line function", innermost first).
     threads: tuple[ProbeThread, ...] = ()
+    problem: str = ""              # what of the file was left out, naming it ("" when nothing)
 
 
 @dataclass(frozen=True)
@@ -59,4 +60,8 @@ class HangEvidence:
     stack_dumps: dict[int, StackDump] = field(default_factory=dict)   # by pid
     collectives: list[CollectiveProgress] = field(default_factory=list)
     root_cause: RankFailure | None = None
-    problems: list[str] = field(default_factory=list)  # what could not be read, one line each
+    problems: list[str] = field(default_factory=list)  # stacks that could not be had, one line each
+    # Files of the probe directory the run writes (Flight Recorder dumps, torchelastic's error
+    # files, stack dumps) that hold what their writer never puts there: one line each, naming
+    # the file and what is wrong. The verdict is judged without them.
+    bad_files: list[str] = field(default_factory=list)

@@ -210,7 +210,7 @@ def probe_check(ev: Evidence, limits_stall_s: float) -> Check | None:
     if silent:
         cause += "; silent: " + ", ".join(f"pid {p.pid} ({_age(ev.now, p.time)})" for p in silent[:4])
         return Check("probe", "Probe heartbeats", WARN, cause,
-                     "a process that runs no Python (a C call holding the GIL) or died: see the Threads pane",
+                     "a process that runs no Python (a C call holding the GIL), or one that died",
                      newest)
     return Check("probe", "Probe heartbeats", OK, cause, "", newest)
 
@@ -228,7 +228,7 @@ def stacks_check(ev: Evidence, views: list[ThreadView], hang: Hang | None, stall
     cause = f"{len(views)} thread(s) in {procs} process(es): {what}"
     if stalled and hang is not None:
         return Check("stacks", "Stacks (where the threads are)", FAIL, _one_line(hang.words, 300),
-                     "the named thread is where the run stopped: see the Threads pane", hang.since)
+                     "the named thread is where the run stopped: what it waits on (a peer, a lock, I/O) holds the run", hang.since)
     return Check("stacks", "Stacks (where the threads are)", OK, _one_line(cause, 300))
 
 

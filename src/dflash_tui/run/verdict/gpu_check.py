@@ -7,7 +7,10 @@
           finished, its GPUs do not all show a process of the run (a thread that never reached
           its device, or a run that silently fell back to CPU)
 - pending no GPU data yet, or the run is still starting/compiling
-- ok      the run's processes are on as many GPUs as it uses; or the run uses only CPU devices
+- ok      the run's processes are on as many GPUs as it uses; or the run uses only CPU devices;
+          or the host has no NVIDIA GPU at all and the run is not known to use CUDA (said as
+          information: a driver it does not need is no fault; a run that names CUDA devices
+          there is warned)
 
 The trainer names devices as torch does ("cuda:3"); CUDA may number GPUs differently from NVML
 (CUDA_VISIBLE_DEVICES, fastest-first order), so the check compares how MANY GPUs carry a run
@@ -69,6 +72,11 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
         return check(CheckState.OK, "no GPU in use: the run uses only CPU devices")
     if snap is None:
         return check(CheckState.PENDING, "no GPU sample yet")
+    if snap.error is not None and snap.error.kind is GpuErrorKind.NO_GPU:
+        if devices:
+            return check(CheckState.WARN, f"the run uses {len(devices)} CUDA device(s) but {snap.error.message}",
+                         "check that the run's host is the one watched, or run it on a GPU host")
+        return check(CheckState.OK, snap.error.message)
     if snap.error is not None:
         hint = {
             GpuErrorKind.LIBRARY_NOT_FOUND: "GPU numbers are unavailable; the run itself is not affected",
@@ -97,7 +105,7 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
                      f"{len(with_run)} GPU(s): {_list(g.index for g in with_run)}; no run process on "
                      f"{_list(idle)}")
         return check(CheckState.WARN, cause,
-                     "a thread may not have reached its device, or the run fell back to CPU: see the Threads pane")
+                     "a thread may not have reached its device, or the run fell back to CPU: each thread's device is in status.json")
     used = sum(p.used_memory_bytes or 0 for g in with_run for p in g.processes if p.is_run_process)
     return check(CheckState.OK, f"run processes on {len(with_run)} GPU(s) "
                                 f"({_list(g.index for g in with_run)}), {used / _BYTES_GIB:.1f} GiB")

@@ -97,6 +97,22 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     """
     if ev.job is not None:   # a Slurm job: its states beside the evidence (run/verdict/slurm_job.py)
         return judge_slurm_job(ev, lambda plain: evaluate(replace(plain, job=None), limits))
+    return _with_bad_files(_judge(ev, limits), ev)
+
+
+def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
+    """The checklist with a warn naming the probe directory's files that could not be read
+    (probe reports, Flight Recorder dumps, error files, stack dumps): the verdict stands
+    without them, and the note says which file and what is wrong with it."""
+    bad = [*getattr(ev.probes, "problems", ()), *ev.hang.bad_files]
+    if not bad:
+        return cl
+    note = Check("probe_files", "Probe files", WARN, _one_line("; ".join(bad), 300),
+                 "the verdict is judged without them")
+    return cl.with_parts(checks=[*cl.checks, note])
+
+
+def _judge(ev: Evidence, limits: Limits) -> Checklist:
     checks: list[Check] = []
     run_id = current_run_id(ev)
     attempt = ev.attempt if ev.attempt is not None and ev.attempt.run_id == run_id else None
@@ -346,7 +362,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
                        f"a compile or data preparation?{' ' + parsed if parsed else ''}")
     why, hang = _stalled_words(ev, views, silent_for)
     if hang is not None:
-        hint = "the stacks say where: see the Threads pane"
+        hint = "the stacks say where: each stuck thread with the frame it waits in"
     elif _busy(ev):
         hint = "a loop that never reports, or a compile that never ends: look at the log and the threads"
     else:
@@ -402,7 +418,7 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
         step_limit = _silence_limit(ev, limits, views)
         if training and now - progress_at > step_limit:
             add(Check("steps", "Steps advancing", FAIL, f"step {st.step} unchanged since {_age(now, step_at)}",
-                      "heartbeats without steps: a worker is stuck (see Threads)", last_step))
+                      "heartbeats without steps: a worker is stuck (the threads check names it)", last_step))
         else:
             total = f"/{st.total_steps}" if st.total_steps else ""
             add(Check("steps", "Steps advancing", OK, f"step {st.step}{total}, last {_age(now, step_at)}",
@@ -559,7 +575,7 @@ def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:
     if not cause and ev.log_tail and ex.signal is None:
         cause = last_line(ev.log_tail)
     if ev.last_traceback:
-        add(Check("traceback", "Last traceback", FAIL, _one_line(cause), "read it in the log pane / train.log",
+        add(Check("traceback", "Last traceback", FAIL, _one_line(cause), "read it at the end of train.log",
                   ex.end_time))
     summary = what + (f": {cause}" if cause else "") + (f"; {disk}" if disk else "")
     return Checklist(Verdict.CRASHED, checks, _one_line(summary, 400), threads)

@@ -14,6 +14,7 @@ from ..evidence.metric_files.reader import MetricsView
 from ..evidence.observe import Evidence, process_matches
 from ..evidence.step_clock import eta_s
 from .checklist import Checklist
+from .slurm_job import job_vouches
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class RunReport:
 def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str) -> RunReport:
     """The report of one fresh observation: what `--check` prints and a pane renders."""
     alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
+    if alive is False and job_vouches(ev):
+        alive = None   # a Slurm job's wrapper on a compute node: its pid is not seen from here
     return RunReport(
         time=ev.now, profile=profile, target_label=target_label, run_dir=ev.run_dir,
         checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop, status=ev.status,

@@ -211,6 +211,11 @@ def _vouched(ev: Evidence) -> Evidence:
                                     in_run_dir=True))
 
 
+def job_vouches(ev: Evidence) -> bool:
+    """The job stands for the wrapper's pid, which this host may not see (see `_vouched`)."""
+    return ev.job is not None and ev.exit is None and (ev.job.active or not ev.job.answered)
+
+
 def _plain(ev: Evidence) -> Evidence:
     # The launch command's check is the job's here: sbatch printed no pid to judge.
     return replace(ev, attempt=None)
@@ -260,8 +265,10 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         return Checklist(Verdict.NEVER_STARTED, [check], one_line(why + (f"; {out}" if out else ""), 400))
     if verdict is None:
         cl = evidence_verdict(_plain(ev))
-        state_ok = state in ("COMPLETED", "") or cl.verdict.failing
-        return _with(cl, Check("slurm_job", "Slurm job", OK if state_ok else WARN, known, "", ev.now))
+        # COMPLETED (or no word from Slurm) is the job's ok; any other end (FAILED, ...) is the
+        # job's failure, red beside a failing verdict and a warning beside the program's own end.
+        mark = OK if state in ("COMPLETED", "") else FAIL if cl.verdict.failing else WARN
+        return _with(cl, Check("slurm_job", "Slurm job", mark, known, "", ev.now))
     by = ""
     if verdict is Verdict.CANCELLED:
         by = f" by uid {job.cancelled_by}" if job.cancelled_by else " (Slurm names who only with accounting: sacct)"

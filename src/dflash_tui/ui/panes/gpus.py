@@ -11,7 +11,8 @@
 
 A field the driver does not support arrives as None and is shown as n/a, never as 0. When
 NVML (or nvidia-smi) is unavailable the snapshot carries an error state and the pane shows
-it as a banner with its one-line reason and fix; the cards of the last good sample stay.
+it as a banner with its one-line reason and fix; the cards of the last good sample stay. A
+host with no NVIDIA GPU at all is said once, plainly, as information (no alarm style).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ...gpu.sample import GpuSample, GpuSnapshot
+from ...gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot
 from ..fmt import NA, alarm_style, gib, num
 from ..widgets.rows import RowTable
 from .base import Pane
@@ -224,7 +225,7 @@ class GpuPane(Pane, OnScreenOnly, Vertical):
         if snap is None:
             return "GPUs"
         if snap.error is not None and not snap.gpus:
-            return "GPUs (n/a)"
+            return "GPUs (none)" if snap.error.kind is GpuErrorKind.NO_GPU else "GPUs (n/a)"
         lost = sum(1 for g in snap.gpus if g.lost)
         return f"GPUs ({lost} lost)" if lost else "GPUs"
 
@@ -257,7 +258,9 @@ class GpuPane(Pane, OnScreenOnly, Vertical):
         snap = self.snapshot
         if snap is None:
             return
-        if snap.error is not None:
+        if snap.error is not None and snap.error.kind is GpuErrorKind.NO_GPU:
+            self._set_banner(snap.error.message, False)
+        elif snap.error is not None:
             where = f" (GPU {snap.error.gpu_index})" if snap.error.gpu_index is not None else ""
             self._set_banner(f"GPU data unavailable{where}: {snap.error.message}", True)
         elif not snap.gpus:

@@ -17,6 +17,7 @@ import functools
 
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
+from textual.containers import VerticalScroll
 
 from ...run.verdict.report import RunReport
 from ...run.verdict.checklist import CheckState, Verdict
@@ -31,6 +32,29 @@ _STATE_STYLE = {
     CheckState.PENDING: "italic",
 }
 TRACEBACK_LINES = 6   # the tail of the last traceback shown under a CRASHED checklist
+# Rows the run view keeps for the tabs whatever the checklist says: the tab bar (2), a note,
+# a table header and eight rows of threads or log. Past its share the checklist scrolls.
+TABS_MIN_ROWS = 12
+HEADER_ROWS, FOOTER_ROWS = 2, 1
+
+
+def max_rows(screen_height: int) -> int:
+    """The checklist's height cap (its border included) for a screen this tall: at most 60 %
+    of it, and never so much that the tabs keep fewer than TABS_MIN_ROWS (at 80x24 a STALLED
+    checklist in full left the Threads tab one row)."""
+    return max(4, min(screen_height * 6 // 10, screen_height - HEADER_ROWS - FOOTER_ROWS - TABS_MIN_ROWS))
+
+
+class HealthBox(VerticalScroll, can_focus=False):
+    """The Health pane's frame: as tall as the checklist up to its cap (`max_rows`), and past
+    it the checklist scrolls (the wheel). A container, because a widget capped by max-height
+    only clips what does not fit."""
+
+    def fit(self, screen_height: int) -> None:
+        """Cap the height for a screen this tall (the app calls it on every resize)."""
+        cap = max_rows(screen_height)
+        if self.styles.max_height is None or self.styles.max_height.value != cap:
+            self.styles.max_height = cap
 
 
 class HealthPane(Pane, PartLines):

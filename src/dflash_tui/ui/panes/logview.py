@@ -23,6 +23,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
+from ...contract.rundir import inert_text
 from ..sources.source import LOG_NAMES
 from ..widgets.plain import PlainRows
 from .base import Pane, PaneKey
@@ -46,11 +47,13 @@ _CURSOR_UP = re.compile(r"\x1b\[([0-9]*)[AF]")
 
 
 def clean(line: str) -> str:
-    """One displayable line: no ANSI escapes, no control characters, tabs expanded, capped."""
+    """One displayable line: no ANSI escapes, no C0 control characters, tabs expanded, capped.
+    What else a terminal could act on (a C1 control: U+009B is a one-byte CSI, U+009D an OSC, to
+    some terminals; a line separator, a lone surrogate) is shown as its escape (inert_text)."""
     line = _ANSI.sub("", line.rstrip("\r\n"))
     if "\r" in line:  # progress bars redraw with \r: what a terminal would show is the last part
         line = line.rsplit("\r", 1)[-1]
-    line = _CONTROL.sub("", line.expandtabs(4))
+    line = inert_text(_CONTROL.sub("", line.expandtabs(4)))
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
 
 

@@ -361,7 +361,12 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
         if self.last_step is None:
             return "no steps yet" + extra
-        where = "events.jsonl" if self.from_events else f"{self.point_source} (no step events)"
+        if self.from_events:
+            where = "events.jsonl"
+        elif self.point_source == "log progress":   # a program of the user's: its own words
+            where = "the program's log"
+        else:
+            where = f"{self.point_source} (no step events)"
         parts = [f"step {self.last_step}", f"{n_series} series from {where}"]
         if self.metric_sources:
             parts[-1] += " and " + "; ".join(self.metric_sources)

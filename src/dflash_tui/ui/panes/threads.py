@@ -86,12 +86,20 @@ def thread_trouble(report: RunReport, name: str) -> str:
     return judged.state.value if judged is not None and judged.trouble else ""
 
 
+# In a user's words: their own program writes none of the bundled trainer's files, and that is
+# no fault of it (its progress comes from its log, its threads from the run probe).
+NO_THREADS_YET = "no threads yet"
+NO_THREADS = "no threads yet: neither the trainer's status file nor the run probe has reported"
+PROBED = "the program's threads, as the run probe reads them"
+NO_STATUS_FILE = "it does not write the trainer's status file: its progress comes from its log"
+
+
 class ThreadsPane(Pane, OnScreenOnly, Vertical):
     PANE_ID = "threads"
     TITLE = "Threads"
 
     def compose(self):
-        self.note = Static("no status.json yet: the trainer has not published its threads", id="threads-note")
+        self.note = Static(NO_THREADS_YET, id="threads-note")
         self.table = RowTable(COLUMNS, id="threads-table")
         self.probe_table = RowTable(PROBE_COLUMNS, id="probe-table")
         self.probe_table.display = False
@@ -158,11 +166,10 @@ class ThreadsPane(Pane, OnScreenOnly, Vertical):
         stuck_words = ", ".join(f"pid {t.pid} {t.name} stuck" for t in stuck[:4])
         if status is None or not status.threads:
             if probes and stuck:
-                self._set_note(f"no status.json: the run probe's threads below; {len(stuck)} thread(s) need "
-                               f"attention: {stuck_words}", alarm_style(self.app.no_color))
+                self._set_note(f"{len(stuck)} thread(s) need attention: {stuck_words}; {PROBED}",
+                               alarm_style(self.app.no_color))
             else:
-                self._set_note("no status.json: the run probe's threads below" if probes else
-                               "no status.json yet: the trainer has not published its threads")
+                self._set_note(f"{PROBED} ({NO_STATUS_FILE})" if probes else NO_THREADS)
             table.display = False
             return
         now = report.time

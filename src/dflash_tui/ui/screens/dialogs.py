@@ -80,16 +80,18 @@ class HelpScreen(ModalScreen[None]):
         # the long descriptions stay in the command palette.
         width, height = self.app.size
         one_column = height - 8 >= len(self.rows)
+        # The keys are never cut ("esc" is three cells): only what they do gives way.
+        key_w = max((len(key) for key, _, _ in self.rows), default=1)
         if one_column:
-            table = Table.grid(padding=(0, 2))
-            table.add_column("key", style="bold", no_wrap=True)
-            table.add_column("what it does", no_wrap=True, overflow="ellipsis")
+            table = Table.grid(padding=(0, 2), expand=True)
+            table.add_column("key", style="bold", no_wrap=True, min_width=key_w)
+            table.add_column("what it does", no_wrap=True, overflow="ellipsis", ratio=1)
             for key, description, tooltip in self.rows:
                 table.add_row(key, description + (f": {tooltip}" if tooltip else ""))
         else:
             table = Table.grid(padding=(0, 1))
             for _ in range(2):
-                table.add_column("key", style="bold", no_wrap=True, justify="right")
+                table.add_column("key", style="bold", no_wrap=True, justify="right", min_width=key_w)
                 table.add_column("what", no_wrap=True, overflow="ellipsis", ratio=1)
             half = -(-len(self.rows) // 2)
             left, right = self.rows[:half], self.rows[half:]

@@ -41,14 +41,14 @@ class HistorySource:
     resumable = False
 
     def __init__(self, live, run: HistoryRun) -> None:
-        """`live`: the profile's SessionSource (its session reads the archived files)."""
+        """`live`: the profile's live source (its watch reads the archived files)."""
         self.live = live
         self.run = run
         self.profile = live.profile
         self.label = f"history {run.run_id} (read-only)"
 
     async def reports(self) -> AsyncIterator[RunReport]:
-        yield self.run.report(self.profile, self.live.session.label)
+        yield self.run.report(self.profile, self.live.label)
         await asyncio.Event().wait()   # an ended run does not change
 
     async def gpu_snapshots(self) -> AsyncIterator[GpuSnapshot]:
@@ -99,7 +99,7 @@ class HistoryScreen(Screen[None]):
     ]
 
     def __init__(self, profile: str, source, on_open: Callable[[str, HistoryRun], object]) -> None:
-        """`source`: the profile's SessionSource; `on_open(profile, run)` shows a run."""
+        """`source`: the profile's live source; `on_open(profile, run)` shows a run."""
         super().__init__()
         self.profile = profile
         self.source = source

@@ -23,7 +23,7 @@ import asyncio
 import time
 from typing import Callable, TypeVar
 
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -36,6 +36,7 @@ from ...run.verdict.checklist import Verdict
 from ...run.verdict.report import RunReport
 from ..fmt import one_line
 from ..panes import RUN_PANES, TAB_PANES, GpuPane, HealthPane, LogPane, MetricsPane, Pane, RunHeader
+from ..panes.health import HealthBox
 from ..sources.source import ActionError, DashboardSource, run_action
 from ..streams import RunStreams
 from .dialogs import ConfirmScreen
@@ -103,7 +104,10 @@ class RunScreen(Screen):
     # -- layout -----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         for pane in RUN_PANES:
-            if pane.TITLE is None:
+            if pane is HealthPane:
+                with HealthBox(id="health-box"):
+                    yield pane(id=pane.PANE_ID)
+            elif pane.TITLE is None:
                 yield pane(id=pane.PANE_ID)
         with TabbedContent(id="tabs", initial=f"tab-{TAB_PANES[0].PANE_ID}"):
             for pane in TAB_PANES:
@@ -118,6 +122,7 @@ class RunScreen(Screen):
         # keep updating these panes while a modal (confirm, help) is on top.
         self.panes: list[Pane] = [self.query_one(f"#{p.PANE_ID}", p) for p in RUN_PANES]
         self.tabs = self.query_one(TabbedContent)
+        self.query_one(HealthBox).fit(self.app.size.height)
         self.render_header()
         self._tick_header_in(HEADER_TICK_S)
         if self.recovery_words is not None:
@@ -126,6 +131,10 @@ class RunScreen(Screen):
         self.log_pane.lines.focus()
         if self.start_on_mount:
             self.streams.start()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if getattr(self, "panes", None):   # the first Resize comes before on_mount, which fits it
+            self.query_one(HealthBox).fit(event.size.height)   # the tabs keep their share at any height
 
     def on_unmount(self) -> None:
         if self._header_tick is not None:
@@ -157,8 +166,10 @@ class RunScreen(Screen):
 
     def shown_pane(self) -> Pane | None:
         """The pane of the tab on screen."""
-        active = self.tabs.active
-        return next((p for p in self.panes if p.TITLE is not None and f"tab-{p.PANE_ID}" == active), None)
+        return self._pane_of_tab(self.tabs.active)
+
+    def _pane_of_tab(self, tab_id: str | None) -> Pane | None:
+        return next((p for p in self.panes if p.TITLE is not None and f"tab-{p.PANE_ID}" == tab_id), None)
 
     def _label_tabs(self) -> None:
         # At every report and GPU sample: the tab is looked up (a DOM query) only to change it.
@@ -183,7 +194,8 @@ class RunScreen(Screen):
         return old
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        shown = self.shown_pane()
+        # The event's own tab: by the time it is handled, another key may have moved `active` on.
+        shown = self._pane_of_tab(event.pane.id)
         if shown is not None and shown.STREAM == "events":
             self.streams.restart_metrics()
         else:

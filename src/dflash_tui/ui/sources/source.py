@@ -14,10 +14,9 @@ itself. It consumes a `DashboardSource`:
 - `launch()/stop()/relaunch()/canary()`  the watch's actions, each returning one line that
   says what happened (raising `ActionError` with a one-line message when it could not).
 
-The live implementations are `session_source.SessionSource` (a HostWatch, LogFollower,
-GpuStream) and `nodes_source.NodesSource` (a NodesWatch, each node's followers and GPU stream);
-tests and screenshots use `replay.ReplaySource`, which plays back recorded dataclasses through
-the same interface.
+The live implementation is `watch_source.WatchSource`, over any RunWatch (one host or several
+nodes: the watch merges the nodes' files and GPUs); tests and screenshots use
+`replay.ReplaySource`, which plays back recorded dataclasses through the same interface.
 """
 
 from __future__ import annotations
