@@ -473,8 +473,10 @@ class ProgressTracker:
         if self._ev_step_at is not None and (step_at is None or self._ev_step_at >= step_at):
             step, step_at, source = self._ev_step, self._ev_step_at, "events"
         mp = self.metrics.progress
-        if mp is not None and mp.total and not p.total:
-            self._clock.saw(mp.step, mp.at)      # the HF Trainer's exact count of its total
+        if mp is not None and mp.total and p.total != mp.total:
+            # The HF Trainer's exact count of its total (a log's N/M of another count, such as
+            # a "Writing model shards 1/1" bar, is not the run's).
+            self._clock.saw(mp.step, mp.at)
         else:
             self._clock.saw(step, step_at)
         return Activity(

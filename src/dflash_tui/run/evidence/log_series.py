@@ -152,6 +152,7 @@ class LogSeries:
     def __init__(self) -> None:
         self._partial = ""
         self._bar_step: int | None = None
+        self._bar_total = 0
         self._dicts = 0
         self._pending: list[Point] = []
         self.forms: set[str] = set()
@@ -170,8 +171,10 @@ class LogSeries:
                 continue
             if "/" in seg and "[" in seg:
                 bar = _BAR.search(seg[:MAX_SEGMENT])
-                if bar:
-                    self._bar_step = int(bar.group(1))
+                # The training bar is the longest one: a "Writing model shards 1/1" bar, or an
+                # eval bar of fewer steps, does not move the dicts' step.
+                if bar and int(bar.group(2)) >= max(2, self._bar_total):
+                    self._bar_step, self._bar_total = int(bar.group(1)), int(bar.group(2))
             got = parse_line(seg)
             if got is not None:
                 self._add(got)

@@ -157,11 +157,20 @@ def progress_words(ev: Evidence) -> str:
     if act is None or act.step is None and act.step_at is None and act.metrics_at is None:
         return ""
     parts = []
-    if act.step is not None:
+    mp = ev.metrics.progress if ev.metrics is not None else None
+    if mp is not None and mp.total and act.total != mp.total:
+        # The HF Trainer's trainer_state.json: global_step of max_steps, where the log has no
+        # total of that count.
+        parts.append(f"step {mp.step}/{mp.total}")
+        left = eta_s(mp.step, mp.total, act.steps_per_s)
+        if left is not None and mp.step < mp.total:
+            parts.append(f"ETA {eta_words(left)}")
+    elif act.step is not None:
         n = f"{act.step}" + (f"/{act.total}" if act.total else "")
         parts.append(f"epoch {act.step_epoch:g}, {n}" if act.step_epoch is not None else f"step {n}")
+        # An ETA to the run's end: not to the end of an epoch (a bar counted within one).
         left = eta_s(act.step, act.total, act.steps_per_s, act.rate, act.rate_unit)
-        if left is not None and act.total and act.step < act.total:
+        if left is not None and act.total and act.step < act.total and act.step_epoch is None:
             parts.append(f"ETA {eta_words(left)}")
     if act.loss is not None:
         parts.append(f"loss {act.loss:.4g}")

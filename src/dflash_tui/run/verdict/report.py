@@ -43,8 +43,9 @@ class RunProgress:
                        "tok/s" if st.tokens_per_s is not None else "", last or st.time,
                        eta_s(st.step, total, pace))
         mp = ev.metrics.progress if ev.metrics is not None else None
-        if mp is not None and mp.total and (act is None or not act.total):
-            # The HF Trainer's global_step of max_steps: exact, where the log gives no total.
+        if mp is not None and mp.total and (act is None or act.total != mp.total):
+            # The HF Trainer's global_step of max_steps: exact, where the log gives no total of
+            # the same count (its own bar's N/M is as exact and fresher).
             loss = act.loss if act is not None else None
             return cls(mp.source, mp.step, mp.total, loss, None, "", mp.at, eta_s(mp.step, mp.total, pace))
         if act is not None and (act.step is not None or act.loss is not None or act.rate is not None):

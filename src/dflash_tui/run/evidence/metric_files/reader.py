@@ -473,6 +473,13 @@ class MetricFiles:
             items.append({"find": {"roots": roots, "patterns": list(PATTERNS), "max_depth": MAX_DEPTH,
                                    "max_entries": MAX_ENTRIES, "skip_top": list(SKIP_TOP),
                                    "deeper_under": [mlflow.MLRUNS]}})
+        hf = self.sources.get("trainer_state")
+        if not finding and hf is not None:
+            # The Trainer moves its newest state into a new checkpoint-N/ at every save: the
+            # directory above them is listed every poll (one level, bounded), not every 10 s.
+            finding = True
+            items.append({"find": {"roots": [posixpath.dirname(posixpath.dirname(hf.path))],
+                                   "patterns": [hf_state.NAME], "max_depth": 1, "max_entries": 2000}})
         asked = [(s, s.asks()) for s in self._ordered()]
         for _, a in asked:
             items += a
@@ -484,7 +491,8 @@ class MetricFiles:
         if finding:
             res, err = _answer(answers[0])
             answers = answers[1:]
-            self.notes = [err] if err else list((res or {}).get("notes") or [])
+            if len(items[0]["find"]["patterns"]) > 1:     # the full search, not the checkpoints' listing
+                self.notes = [err] if err else list((res or {}).get("notes") or [])
             before = {k: len(self._files_of(s)) for k, s in self.sources.items()}
             self._found(((res or {}).get("found") or []), run_dir)
         self._absorb(asked, answers, now, floor)
