@@ -33,9 +33,15 @@ PROGRAMS = Path(__file__).resolve().parents[2] / "programs"
 PY = sys.executable
 
 
-@pytest.fixture
-async def ops():
-    o = await open_ops(LocalTarget(), python=PY, prefer="agent")
+@pytest.fixture(params=["local", "ssh"])
+async def ops(request):
+    """The agent on this machine, or over the loopback sshd (the files are the same files)."""
+    if request.param == "local":
+        target = LocalTarget()
+    else:
+        from dflash_tui.remote.factory import make_host_target
+        target = make_host_target(**request.getfixturevalue("sshd").profile())
+    o = await open_ops(target, python=PY, prefer="agent")
     yield o
     await o.close()
 
