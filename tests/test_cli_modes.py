@@ -114,6 +114,10 @@ def test_usage_and_config_errors_exit_2(tmp_path):
     assert res.returncode == 2 and "--wait" in one_line_error(res)
     res = cli(tmp_path, "--config", str(cfg), "--list-profiles")
     assert res.returncode == 0 and "a " in res.stdout and "local" in res.stdout
+    # With a config file, the built-in `local` is listed, and said to be left out of --watch / --check --all.
+    listed = {line.split()[1 if line.startswith("*") else 0]: line for line in res.stdout.splitlines()}
+    assert listed["local"].endswith("(built-in: not in --watch or --check --all)") and "built-in" not in listed["a"]
+    assert "built-in" not in cli(tmp_path, "--list-profiles").stdout        # no file: it is the profile
 
 
 def test_unreachable_exits_3(tmp_path):

@@ -9,7 +9,8 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
      nothing (pid reused, or launch.json has no start time to verify it) or the process
      survived SIGKILL; --canary failed (an operation the target refused on its own files,
      should one ever reach this far, exits 1 too: it is bad data there, not a dead link)
-  2  usage or config error, out-of-range number or unusable SSH file included
+  2  usage or config error, out-of-range number or unusable SSH file included; a watch store
+     that cannot be used or that another --watch holds
   3  target unreachable (connect, auth, host key, timeout, container not running)
   4  no verdict yet: STARTING (launched, not yet stepping), STOPPING (a stop under way: the
      process still saves or shuts down within its grace period) or NO RUN (nothing launched
@@ -412,7 +413,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.list_profiles:
             for name, prof in sorted(config.profiles.items()):
                 mark = "*" if name == config.default else " "
-                print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}")
+                # With a config file, --watch and --check --all take its profiles only: say so.
+                builtin = config.path is not None and prof.source != config.path
+                print(f"{mark} {name:<16} {prof.where():<32} {prof.run_dir}"
+                      + ("  (built-in: not in --watch or --check --all)" if builtin else ""))
             return EXIT_HEALTHY
         if recording_flags.wants(args):
             # Apprise, the store and the watcher: a start-up cost the other modes never pay.

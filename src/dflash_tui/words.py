@@ -116,3 +116,18 @@ def did_you_mean(word: object, known: Iterable[str]) -> str:
         return ""
     close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def progress(step: int | None, total: int | None = None, loss: float | None = None, rate: float | None = None,
+             rate_unit: str = "", epoch: float | None = None) -> str:
+    """ "step 120/1000, loss 2.31, 3.2 it/s"; a step counted within an epoch (Lightning's bar)
+    says its epoch: "epoch 2, 51/64". What is not known is left out; "" when nothing is."""
+    parts = []
+    if step is not None:
+        n = f"{step}" + (f"/{total}" if total else "")
+        parts.append(f"epoch {epoch:g}, {n}" if epoch is not None else f"step {n}")
+    if loss is not None:
+        parts.append(f"loss {loss:.4g}")
+    if rate is not None:
+        parts.append(f"{rate:.3g} {rate_unit}".strip())
+    return ", ".join(parts)

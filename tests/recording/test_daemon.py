@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -151,3 +152,72 @@ def test_install_service_writes_the_unit_and_says_when_systemd_is_missing(tmp_pa
                           f'"--store" "{tmp_path / "my store.db"}"')
     for must in ("[Unit]", "[Service]", "Restart=on-failure", "[Install]", "WantedBy=default.target"):
         assert must in unit
+
+
+def test_install_service_keeps_a_path_with_newlines_one_argument(tmp_path):
+    """A newline or CR in the config path would end ExecStart= and start a directive of its own."""
+    odd = tmp_path / "a\nExecStartPost=/bin/touch /tmp/dflash-pwned\rb%$x"
+    odd.mkdir(parents=True)
+    cfg = odd / "config.toml"
+    cfg.write_text(f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "PATH": str(bin_dir)}
+    env.pop("XDG_CONFIG_HOME", None)
+    res = subprocess.run([PY, "-m", "dflash_tui", "--config", str(cfg), "--watch", "--install-service"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
+    unit_path = tmp_path / "home" / ".config" / "systemd" / "user" / UNIT_NAME
+    lines = unit_path.read_text().splitlines()
+    assert not [l for l in lines if l.startswith("ExecStartPost")]
+    exec_start, = [l for l in lines if l.startswith("ExecStart")]
+    assert f'"--config" "{tmp_path}/a\\x0aExecStartPost=/bin/touch /tmp/dflash-pwned\\x0db%%$$x/config.toml"' in exec_start
+    analyze = shutil.which("systemd-analyze")
+    if analyze:   # systemd's own parser takes the unit as it is, the path as one argument
+        check = subprocess.run([analyze, "verify", str(unit_path)], capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0 and "ExecStartPost" not in check.stderr, check.stderr
+
+
+def test_news_per_run_id_under_a_real_watcher(tmp_path, http):
+    """A run that finished before the watcher started is recorded, not notified; a relaunched run
+    that crashes again, within hold_s of its start, is notified again."""
+    store = tmp_path / "watch.sqlite3"
+
+    def config(name: str, command: list[str]) -> Path:
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(f'[profile.f]\nrun_dir = "{tmp_path / "f"}"\ncommand = {json.dumps(command)}\n'
+                       'stall_after_s = 2\nstop_grace_s = 2\nmin_free_gb = 0\n'
+                       f'[watch]\ninterval_s = 0.3\nstore = "{store}"\n'
+                       f'[notify]\nhold_s = 1\nurls = ["json://127.0.0.1:{http.port}/news"]\n')
+        return cfg
+
+    finishing = config("finishing", [PY, "-c", "print('step 1 loss 0.5')"])
+    crashing = config("crashing", [PY, str(PROGRAMS / "crash_after_steps.py"), "2"])
+    res = cli(tmp_path, "--config", str(finishing), "--launch", "--no-preflight", "--wait", "20")
+    assert res.returncode == 0 and "FINISHED" in res.stdout, res.stdout + res.stderr
+
+    def news() -> list[str]:
+        return [json.loads(r.body)["title"] for r in http.requests if r.path == "/news"]
+
+    w = start_watcher(tmp_path, finishing)
+    try:
+        deadline = time.monotonic() + 30
+        while not store.exists() or not ChangeStore(store, readonly=True).changes("f"):
+            assert time.monotonic() < deadline and w.poll() is None
+            time.sleep(0.1)
+        time.sleep(2.5)                                   # past hold_s: nothing is due
+        assert news() == []
+        for n in (1, 2):
+            res = cli(tmp_path, "--config", str(crashing), "--launch", "--no-preflight")
+            assert res.returncode in (0, 4), res.stdout + res.stderr
+            deadline = time.monotonic() + 30
+            while news().count("dflash-tui: f CRASHED") < n:
+                assert time.monotonic() < deadline, (n, news())
+                time.sleep(0.1)
+    finally:
+        w.send_signal(signal.SIGTERM)
+        _, err = w.communicate(timeout=15)
+    assert news() == ["dflash-tui: f CRASHED", "dflash-tui: f CRASHED"], err
+    with ChangeStore(store, readonly=True) as s:
+        runs = {c.run_id for c in s.changes("f") if c.state == "CRASHED"}
+    assert len(runs) == 2

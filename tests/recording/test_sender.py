@@ -97,9 +97,49 @@ def test_a_failing_service_is_retried_with_backoff_and_never_blocks(http, caplog
         assert threading.active_count() >= 2
     finally:
         sender.close(drain_s=0.5)
-    assert "could not notify json://127.0.0.1:9/never" in caplog.text
+    assert "could not notify json://127.0.0.1/…" in caplog.text
 
 
 def test_a_url_apprise_cannot_use_is_one_line():
     problem = check_urls(("json://127.0.0.1:1/x", "nosuchservice://abc"))
     assert problem is not None and "'nosuchservice'" in problem and "\n" not in problem
+
+
+SECRETS = ("alice", "pw-SECRET1", "SECRET2", "SECRET3", "SECRET4", "SECRET5")
+
+
+def secret_url(port: int) -> str:
+    return (f"json://alice:pw-SECRET1@127.0.0.1:{port}/hook/SECRET2?-token=SECRET3"
+            "&+Authorization=Bearer%20SECRET4&:extra=SECRET5")
+
+
+def test_nothing_of_a_url_but_its_scheme_and_host_is_ever_logged(http, caplog):
+    """Tokens sit in a URL's user part, path, GET parameters, headers and payload extras; and an
+    HTTP library's error quotes the path and query it tried."""
+    caplog.set_level("INFO", logger="dflash_tui.recording")
+    dead, flaky = secret_url(9), secret_url(http.port)
+    http.fail_first["/hook/SECRET2?token=SECRET3"] = 1
+    deliveries = []
+    sender = NotifySender(retry_max_s=0.5, on_delivery=deliveries.append)
+    try:
+        sender.submit(notification([dead, flaky]))
+        (got,) = http.wait_for(1, "/hook/SECRET2?token=SECRET3")
+        deadline = time.monotonic() + 10
+        while sum(1 for d in deliveries if d.url == dead) < 2 or not any(d.sent_at for d in deliveries):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        sender.close(drain_s=0.5)
+    assert b"SECRET5" in got.body                                      # the URL did carry them
+    logged = caplog.text + " ".join(d.error for d in deliveries)
+    assert "could not notify json://127.0.0.1/… (attempt 1" in logged and "notified json://127.0.0.1/…" in logged
+    assert not [s for s in SECRETS if s in logged], logged
+    assert masked("tgram://123456:ABCDEFtoken/chatid") == "tgram://1...n/…"    # a token as the host
+
+
+def test_a_refused_url_shows_nothing_of_itself_but_its_scheme():
+    for url in ("ghp_SECRETTOKEN0123456789/abc", "nosuch://user:SECRET1@host/SECRET2?k=SECRET3",
+                "json//SECRET4@127.0.0.1"):
+        problem = check_urls(("json://127.0.0.1/x", url))
+        assert problem is not None and "URL 2 of 2" in problem and "\n" not in problem
+        assert "SECRET" not in problem and "ghp_" not in problem, problem

@@ -167,6 +167,8 @@ def test_the_message_says_what_where_and_how_to_open_it(tmp_path):
     policy = NotifyPolicy(NotifySettings(urls=("json://x",), hold_s=0,
                                          profiles={"q": NotifyProfile(enabled=False)}), config_path="/c.toml")
     rec.listeners.append(policy.changed)
+    rec.observe(report(Verdict.RUNNING))
+    rec.observe(report(Verdict.RUNNING, profile="q"))
     rec.observe(report(Verdict.CRASHED, tb="Traceback (most recent call last):\n  File \"t.py\", line 3\n"
                        "RuntimeError: CUDA error", step=40, summary="exit code 1: RuntimeError: CUDA error"))
     rec.observe(report(Verdict.CRASHED, profile="q"))
@@ -232,3 +234,67 @@ def test_a_store_that_fails_under_the_watcher_is_logged_and_retried_never_raised
         assert [c.state for c in store.changes("p")] == ["CRASHED"] and not watcher._unrecorded
     finally:
         watcher.sender.close()
+
+
+def test_news_is_decided_per_run_id(tmp_path):
+    """A run first seen already ended is recorded, not notified; a relaunched run that crashes
+    again within hold_s is news of its own; a known run that ended while no watcher ran is news."""
+    path = tmp_path / "w.sqlite3"
+    clock = Clock(0.0)
+    settings = NotifySettings(urls=("json://x",), hold_s=10)
+    sent = []
+
+    def watcher():
+        store = ChangeStore(path)
+        rec, policy = Recorder(store, clock=clock), NotifyPolicy(settings)
+        rec.listeners.append(policy.changed)
+        return store, rec, policy
+
+    def at(rec, policy, t, *reports):
+        clock.t = t
+        for r in reports:
+            rec.observe(r)
+        sent.extend((n.profile, n.change.run_id, n.state, n.event) for n in policy.due(t))
+
+    store, rec, policy = watcher()
+    # The first look: p's run finished and q's crashed before the watcher started; s is live.
+    at(rec, policy, 0, report(Verdict.FINISHED, run_id="old"), report(Verdict.CRASHED, profile="q", run_id="qq"),
+       report(Verdict.RUNNING, profile="s", run_id="s1"))
+    at(rec, policy, 20)
+    assert sent == [] and [c.state for c in store.changes("p")] == ["FINISHED"]    # recorded, not notified
+    at(rec, policy, 30, report(Verdict.RUNNING, run_id="r1"))
+    at(rec, policy, 40, report(Verdict.CRASHED, run_id="r1"))
+    at(rec, policy, 55)
+    at(rec, policy, 60, report(Verdict.RUNNING, run_id="r2"))     # relaunched ...
+    at(rec, policy, 63, report(Verdict.CRASHED, run_id="r2"))     # ... and crashed again within the hold
+    at(rec, policy, 80)
+    at(rec, policy, 90, report(Verdict.CRASHED, run_id="r3"))     # a run that came and went between two polls
+    at(rec, policy, 110)
+    assert sent == [("p", "r1", "CRASHED", "failing"), ("p", "r2", "CRASHED", "failing"),
+                    ("p", "r3", "CRASHED", "failing")]
+    store.close()
+
+    # A restarted watcher: s's run, known RUNNING, crashed while none watched: that is news.
+    store, rec, policy = watcher()
+    sent.clear()
+    at(rec, policy, 200, report(Verdict.CRASHED, profile="s", run_id="s1"), report(Verdict.CRASHED, run_id="r3"))
+    at(rec, policy, 220)
+    assert sent == [("s", "s1", "CRASHED", "failing")]
+    store.close()
+
+
+def test_a_restarted_watcher_does_not_announce_a_first_look_it_recorded_in_its_hold(tmp_path):
+    from dflash_tui.recording.daemon import Watcher
+    cfg = parse_config(f'[profile.p]\nrun_dir = "{tmp_path}/p"\n[notify]\nurls = ["json://127.0.0.1:9/x"]\n'
+                       'hold_s = 60\n', "c.toml")
+    clock = Clock(1000.0)
+    with ChangeStore(tmp_path / "w.sqlite3") as store:
+        Recorder(store, clock=clock).observe(report(Verdict.FINISHED, run_id="old"))   # first look, then killed
+    clock.t = 1010.0
+    store = ChangeStore(tmp_path / "w.sqlite3")
+    watcher = Watcher(cfg, cfg.file_profiles(), store, clock=clock)
+    try:
+        assert watcher.policy.next_due() is None and watcher.policy.due(2000.0) == []
+    finally:
+        watcher.sender.close()
+        store.close()

@@ -67,3 +67,20 @@ def test_text_and_json(tmp_path):
 
 def test_systemd_quoting_takes_specifiers_and_variables_literally():
     assert systemd_quote('/home/a b/100%"$x\\') == '"/home/a b/100%%\\"$$x\\\\"'
+
+
+def test_without_profile_every_profile_of_the_file_is_shown(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\n[profile.q]\nrun_dir = "{tmp_path / "q"}"\n')
+    seed(tmp_path / "s.db")
+    with ChangeStore(tmp_path / "s.db") as s:
+        s.record(VerdictChange("q", "z", T + 5, "FINISHED", "", "done"))
+    text = cli(tmp_path, "--config", str(cfg), "--timeline", "--store", str(tmp_path / "s.db"))
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("p · 4 changes recorded") and "\n\nq · 1 changes recorded" in text.stdout
+    js = json.loads(cli(tmp_path, "--config", str(cfg), "--timeline", "--json", "--store", str(tmp_path / "s.db")).stdout)
+    assert [(d["profile"], len(d["bands"])) for d in js] == [("p", 4), ("q", 1)]
+    res = cli(tmp_path, "--config", str(cfg), "--timeline", "--store", str(tmp_path / "s.db"), "--trace", str(tmp_path / "t.json"))
+    assert res.returncode == 0 and "wrote 5 bands of p, q" in res.stdout, res.stderr
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"} == {"dflash-tui p", "dflash-tui q"}

@@ -10,6 +10,7 @@ a chat message would act on.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,13 +51,48 @@ class Evidence:
 
     def to_json(self) -> str:
         d = {k: v for k, v in asdict(self).items() if v not in (None, "", ())}
-        return json.dumps(d, separators=(",", ":"))
+        return json.dumps(d, separators=(",", ":"), allow_nan=False)
 
     @classmethod
-    def from_json(cls, text: str) -> "Evidence":
-        d: dict[str, Any] = json.loads(text or "{}")
-        d["traceback"] = tuple(d.get("traceback", ()))
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+    def from_json(cls, text: Any) -> "Evidence":
+        """The evidence a stored JSON text holds; what is not of its field's kind (a string for
+        a number, NaN, a number no int64 holds, a damaged text) is unknown, never an error."""
+        try:
+            d = json.loads(text or "{}")
+        except (ValueError, TypeError, RecursionError):
+            return cls()
+        return sane_evidence(d) if isinstance(d, dict) else cls()
+
+
+_INT_LIMIT = 2 ** 63
+
+
+def whole(v: Any) -> int | None:
+    """`v` if it is an int64 (not a bool), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and -_INT_LIMIT <= v < _INT_LIMIT else None
+
+
+def finite(v: Any) -> float | None:
+    """`v` as a float if it is a finite number (not a bool), else None: JSON has no NaN."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def sane_evidence(d: dict[str, Any]) -> Evidence:
+    """Evidence from loose values (a stored record, a run's numbers), each of its own kind."""
+    tb = d.get("traceback")
+    lines = [line for line in tb if isinstance(line, str)] if isinstance(tb, (list, tuple)) else []
+    text = {k: d.get(k) if isinstance(d.get(k), str) else "" for k in ("rate_unit", "stuck_at")}
+    return Evidence(step=whole(d.get("step")), total=whole(d.get("total")), loss=finite(d.get("loss")),
+                    rate=finite(d.get("rate")), rate_unit=inert(text["rate_unit"], 20),
+                    stuck_at=inert(text["stuck_at"], 200),
+                    traceback=tuple(inert(line, 200) for line in lines[-TRACEBACK_LINES:]),
+                    pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")))
 
 
 @dataclass(frozen=True)
@@ -70,6 +106,9 @@ class VerdictChange:
     check: str = ""                       # the id of the check that made the change
     evidence: Evidence = field(default_factory=Evidence)
     id: int | None = None                 # the store's row id, once recorded
+    # Not stored: a run no watcher had recorded, in this watcher's first report of its profile
+    # (what it shows happened before anyone watched; notify.py `news_event`).
+    first_look: bool = False
 
 
 def state_of(report: RunReport) -> str:
@@ -106,19 +145,19 @@ def evidence_of(report: RunReport) -> Evidence:
     p = report.progress
     tb = report.last_traceback.strip().splitlines()[-TRACEBACK_LINES:] if report.last_traceback else []
     verdict = report.checklist.verdict.value
-    return Evidence(
-        step=p.step if p else None, total=p.total if p else None, loss=p.loss if p else None,
-        rate=p.rate if p else None, rate_unit=inert(p.rate_unit, 20) if p else "",
-        stuck_at=stuck_at(report) if verdict == "STALLED" else "",
-        traceback=tuple(inert(line, 200) for line in tb),
-        pid=report.launch.pid if report.launch is not None else None,
-        exit_code=report.exit.exit_code if report.exit is not None else None)
+    return sane_evidence({
+        "step": p.step if p else None, "total": p.total if p else None, "loss": p.loss if p else None,
+        "rate": p.rate if p else None, "rate_unit": p.rate_unit if p else "",
+        "stuck_at": stuck_at(report) if verdict == "STALLED" else "", "traceback": tb,
+        "pid": report.launch.pid if report.launch is not None else None,
+        "exit_code": report.exit.exit_code if report.exit is not None else None})
 
 
-def change_of(report: RunReport, *, previous: str, before: Checklist | None, now: float) -> VerdictChange:
+def change_of(report: RunReport, *, previous: str, before: Checklist | None, now: float,
+              first_look: bool = False) -> VerdictChange:
     state = state_of(report)
     cause = report.checklist.summary if report.connected else (report.error or "no answer")
     return VerdictChange(profile=report.profile, run_id=run_id_of(report), time=now, state=state,
                          previous=previous, cause=inert(cause),
                          check=deciding_check(report.checklist, before, not report.connected),
-                         evidence=evidence_of(report))
+                         evidence=evidence_of(report), first_look=first_look)

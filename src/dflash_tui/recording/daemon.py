@@ -19,9 +19,10 @@ import logging
 import signal
 import sqlite3
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
-from ..config import Config, Profile
+from ..config import DEFAULT_PROFILE, Config, Profile
 from ..fleet.poller import FleetPoller
 from ..fleet.row import UNREACHABLE
 from ..run.verdict.report import RunReport
@@ -31,7 +32,7 @@ from .recorder import Recorder
 from .recovery import Recovery
 from .recovery_log import RecoveryLog
 from .sender import NotifySender
-from .store import ChangeStore
+from .store import ChangeStore, StoreError
 
 log = logging.getLogger("dflash_tui.recording")
 
@@ -53,7 +54,9 @@ class Watcher:
         self.policy = NotifyPolicy(config.notify, config_path=config.path)
         now = clock()
         for last in store.last_states().values():
-            self.policy.resume(last, now)
+            # The only change of its run: recorded at a first look, if it was one.
+            only = len(store.changes(last.profile, run_id=last.run_id)) == 1
+            self.policy.resume(replace(last, first_look=only), now)
         self.recorder.listeners.append(self._changed)
         self.sender = NotifySender(retry_max_s=config.notify.retry_max_s, on_delivery=on_notified,
                                    clock=clock)
@@ -81,13 +84,13 @@ class Watcher:
         try:
             self.recorder.observe(report, previous)
             self._unrecorded.pop(report.profile, None)
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, OSError, StoreError) as exc:
             if report.profile not in self._unrecorded:
                 log.error("%s: could not record a change (%s); trying again", report.profile, exc)
             self._unrecorded[report.profile] = report
 
     def _heard(self, previous: RunReport | None, current: RunReport) -> None:
-        """RunWatch's change hook: a new verdict or a check in a new state."""
+        """RunWatch's change hook: a new verdict, a check in a new state, or another run."""
         self._record(current, previous)
 
     def _row_changed(self, report: RunReport | None) -> None:
@@ -152,9 +155,21 @@ class Watcher:
             await asyncio.to_thread(self.sender.close)
 
 
+def builtin_note(config: Config, profiles: Sequence[Profile]) -> str:
+    """Why the built-in `local` that --list-profiles shows is not watched, when it is not."""
+    local = config.profiles.get(DEFAULT_PROFILE)
+    if (config.path is None or local is None or local.source == config.path
+            or any(p.name == DEFAULT_PROFILE for p in profiles)):
+        return ""
+    return (f"; the built-in '{DEFAULT_PROFILE}' is not watched (add [profile.{DEFAULT_PROFILE}] "
+            f"to {config.path}, or pass --profile {DEFAULT_PROFILE})")
+
+
 def run_watcher(config: Config, profiles: Sequence[Profile], store: ChangeStore) -> int:
     """The --watch mode: until SIGTERM/SIGINT; 0 when it was told to stop."""
-    logging.basicConfig(level=logging.INFO, format="dflash-tui --watch: %(message)s")
+    # Local time with its offset: a line read from a file (not the journal) says when it happened.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s dflash-tui --watch: %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S%z")
     # Apprise's own warnings arrive in the sender's one line per failed attempt (log_callback).
     logging.getLogger("apprise").setLevel(logging.CRITICAL)
 
@@ -164,8 +179,8 @@ def run_watcher(config: Config, profiles: Sequence[Profile], store: ChangeStore)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, watcher.stop)
         urls = {u for p in profiles for u in config.notify.for_profile(p.name)}
-        log.info("watching %d profile(s); store %s (%d changes); notifying %d URL(s)",
-                 len(profiles), store.path, store.count(), len(urls))
+        log.info("watching %d profile(s); store %s (%d changes); notifying %d URL(s)%s",
+                 len(profiles), store.path, store.count(), len(urls), builtin_note(config, profiles))
         await watcher.run()
         log.info("stopped")
 

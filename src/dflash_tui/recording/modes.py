@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from ..config import Config, ConfigError
+from .change import inert
 from .daemon import run_watcher
 from .goodput import goodput
 from .recovery_log import stop_times
@@ -44,7 +45,8 @@ def run_mode(args, config: Config) -> int:
             except OSError as exc:
                 raise ConfigError(f"cannot write the systemd unit ({exc.strerror}: {exc.filename}); "
                                   "check that ~/.config/systemd/user is writable") from None
-            print(f"dflash-tui: {done.message}", file=sys.stdout if done.started else sys.stderr)
+            # One line, whatever the paths in it hold.
+            print(f"dflash-tui: {inert(done.message, 4000)}", file=sys.stdout if done.started else sys.stderr)
             return EXIT_OK if done.started else EXIT_NOT_STARTED
         s = config.watch
         with ChangeStore(store_path(s, args.store), retention_days=s.retention_days,
@@ -54,30 +56,43 @@ def run_mode(args, config: Config) -> int:
 
 
 def _timeline(args, config: Config) -> int:
-    profile = config.profile(args.profile)
+    """--profile's timeline; without it, every profile of the config file's (the only one's
+    alone: one JSON object; several: a JSON list of them, a trace with a process each)."""
+    profiles = [config.profile(args.profile)] if args.profile else config.file_profiles()
     path = store_path(config.watch, args.store)
-    changes = []
+    read: list[tuple[str, list, int]] = []          # (profile, its changes, damaged rows skipped)
     if path.exists():
         with ChangeStore(path, readonly=True) as store:
-            changes = store.changes(profile.name)
+            for p in profiles:
+                before = store.skipped
+                read.append((p.name, store.changes(p.name), store.skipped - before))
     elif args.store:
         raise ConfigError(f"{path}: no such store; check the --store path")
+    else:
+        read = [(p.name, [], 0) for p in profiles]
     now = time.time()
-    all_bands = bands(changes, now)
-    good = goodput(changes, now, profile.stall_after_s, stop_times(read_actions(path, profile.name)))
+    stall = {p.name: p.stall_after_s for p in profiles}
+    timelines = [(name, bands(changes, now), skipped) for name, changes, skipped in read]
+    goods = {name: goodput(changes, now, stall[name], stop_times(read_actions(path, name)))
+             for name, changes, _ in read}
     if args.trace:
-        doc = trace(profile.name, all_bands)
-        doc["otherData"]["goodput"] = good.to_json()
+        doc = trace([(n, b) for n, b, _ in timelines])
+        doc["otherData"]["goodput"] = (goods[timelines[0][0]].to_json() if len(timelines) == 1
+                                       else {n: g.to_json() for n, g in goods.items()})
         try:
-            Path(args.trace).write_text(json.dumps(doc))
+            Path(args.trace).write_text(json.dumps(doc, allow_nan=False))
         except OSError as exc:
             raise ConfigError(f"--trace {args.trace}: cannot write it ({exc.strerror})") from None
-        print(f"dflash-tui: wrote {len(all_bands)} bands of {profile.name} to {args.trace} "
+        names = ", ".join(n for n, _, _ in timelines)
+        print(f"dflash-tui: wrote {sum(len(b) for _, b, _ in timelines)} bands of {names} to {args.trace} "
               "(open it in https://ui.perfetto.dev)")
         return EXIT_OK
     if args.json:
-        print(json.dumps({**timeline_json(profile.name, all_bands, str(path)), "goodput": good.to_json()}))
+        docs = [{**timeline_json(n, b, str(path), skipped), "goodput": goods[n].to_json()}
+                for n, b, skipped in timelines]
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, allow_nan=False))
     else:
-        text = render_text(profile.name, all_bands, str(path))
-        print(f"{text}\n{good.words()}" if all_bands else text)
+        texts = [render_text(n, b, str(path), skipped) + (f"\n{goods[n].words()}" if b else "")
+                 for n, b, skipped in timelines]
+        print("\n\n".join(texts))
     return EXIT_OK

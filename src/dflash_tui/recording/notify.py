@@ -1,11 +1,13 @@
 """NotifyPolicy: which recorded changes notify, and when; and what the message says.
 
-A change notifies when its state is one the user chose (`[notify] on`: any failing verdict,
-FINISHED, STOPPED, UNREACHABLE, and `recovered`: a healthy verdict after a notified failing or
-unreachable one), once it has lasted `hold_s` (UNREACHABLE: `unreachable_after_s`, if longer).
-A state that changes again within its hold notifies nothing, and a state equal to the last one
-notified is not news: a flapping run notifies once per change that lasts. Pure: time comes in
-as arguments; delivery is sender.py's.
+A change notifies when it is news (`news_event`, decided per run id) of an event the user chose
+(`[notify] on`: any failing verdict, FINISHED, STOPPED, UNREACHABLE, and `recovered`: a healthy
+verdict of a run after its notified failing state, or after a notified UNREACHABLE), once it has
+lasted `hold_s` (UNREACHABLE: `unreachable_after_s`, if longer). A state that changes again
+within its hold notifies nothing; the same state of the same run as the last one notified is not
+news (a flapping run notifies once per change that lasts), while a relaunched run's states are
+news of their own; a run the watcher first saw already ended is recorded, not notified (it ended
+before anyone watched). Pure: time comes in as arguments; delivery is sender.py's.
 """
 
 from __future__ import annotations
@@ -15,11 +17,42 @@ from dataclasses import dataclass
 from ..config import NotifySettings
 from ..fleet.row import UNREACHABLE
 from ..run.verdict.checklist import Verdict
+from ..words import progress
 from .change import VerdictChange
 
 
-def event_of(state: str, notified: str) -> str | None:
-    """The `[notify] on` word a change to `state` is, given the state last notified."""
+# The verdicts of a run that is over: seen at the watcher's first look, they happened before it.
+ENDED = frozenset({Verdict.FINISHED, Verdict.STOPPED, Verdict.CRASHED, Verdict.KILLED,
+                   Verdict.NEVER_STARTED, Verdict.NOT_LAUNCHED, Verdict.PREEMPTED, Verdict.TIMEOUT,
+                   Verdict.OUT_OF_MEMORY, Verdict.NODE_FAIL, Verdict.CANCELLED})
+
+
+@dataclass(frozen=True)
+class Notified:
+    """What was last notified of a profile: news is told apart per run."""
+
+    run_id: str
+    state: str
+
+
+def ended(state: str) -> bool:
+    try:
+        return Verdict(state) in ENDED
+    except ValueError:
+        return False
+
+
+def news_event(change: VerdictChange, notified: Notified | None) -> str | None:
+    """The `[notify] on` word `change` is news of, given what was last notified of its profile;
+    None when it is no news. Decided per run id: the same state of the same run is not news
+    again, a relaunched run's state is; `recovered` is a run healthy again after its own
+    notified failure, or any run once its target answers after a notified UNREACHABLE. A run
+    first seen already ended (`change.first_look`) is no news: it ended before the watcher looked."""
+    if notified is not None and (notified.run_id, notified.state) == (change.run_id, change.state):
+        return None
+    state = change.state
+    if change.first_look and ended(state):
+        return None
     if state == UNREACHABLE:
         return UNREACHABLE
     try:
@@ -30,7 +63,8 @@ def event_of(state: str, notified: str) -> str | None:
         return "failing"
     if verdict in (Verdict.FINISHED, Verdict.STOPPED):
         return verdict.value
-    if verdict.healthy and notified and (notified == UNREACHABLE or _failing(notified)):
+    if verdict.healthy and notified is not None and (
+            notified.state == UNREACHABLE or (_failing(notified.state) and notified.run_id == change.run_id)):
         return "recovered"
     return None
 
@@ -66,15 +100,9 @@ def message(change: VerdictChange, event: str, config_path: str | None) -> tuple
     lines = [f"{change.state} (was {change.previous or 'not recorded'}): {change.cause}"]
     if change.check:
         lines.append(f"check: {change.check}")
-    numbers = []
-    if ev.step is not None:
-        numbers.append(f"step {ev.step}" + (f"/{ev.total}" if ev.total else ""))
-    if ev.loss is not None:
-        numbers.append(f"loss {ev.loss:.4g}")
-    if ev.rate is not None:
-        numbers.append(f"{ev.rate:.4g} {ev.rate_unit}".strip())
+    numbers = progress(ev.step, ev.total, ev.loss, ev.rate, ev.rate_unit)
     if numbers:
-        lines.append(", ".join(numbers))
+        lines.append(numbers)
     if ev.stuck_at:
         lines.append(f"stuck at: {ev.stuck_at}")
     if ev.traceback:
@@ -90,7 +118,7 @@ class NotifyPolicy:
     def __init__(self, settings: NotifySettings, *, config_path: str | None = None) -> None:
         self.settings = settings
         self.config_path = config_path
-        self._notified: dict[str, str] = {}                       # profile -> state last notified
+        self._notified: dict[str, Notified] = {}                  # profile -> what was last notified
         self._pending: dict[str, tuple[VerdictChange, str, float]] = {}   # profile -> (change, event, due)
 
     def hold_for(self, state: str) -> float:
@@ -100,13 +128,14 @@ class NotifyPolicy:
 
     def resume(self, last: VerdictChange, now: float) -> None:
         """A restarted watcher: `last` (the store's newest change of a profile) was notified
-        if its hold had passed; else it is pending again."""
+        if its hold had passed; else it is pending again. (`last.first_look`: the store holds
+        no earlier change of its run, so an ended run's change was no news when recorded.)"""
         self._pending.pop(last.profile, None)
         self.changed(last)
         due = self._pending.get(last.profile)
         if due is not None and due[2] <= now:
             del self._pending[last.profile]
-            self._notified[last.profile] = last.state
+            self._notified[last.profile] = Notified(last.run_id, last.state)
 
     def changed(self, change: VerdictChange) -> None:
         """A recorded change: it replaces whatever was waiting out its hold for the profile."""
@@ -114,10 +143,7 @@ class NotifyPolicy:
         self._pending.pop(name, None)
         if not self.settings.for_profile(name):
             return
-        notified = self._notified.get(name, "")
-        if change.state == notified:
-            return
-        event = event_of(change.state, notified)
+        event = news_event(change, self._notified.get(name))
         if event is None or event not in self.settings.on:
             return
         self._pending[name] = (change, event, change.time + self.hold_for(change.state))
@@ -129,7 +155,7 @@ class NotifyPolicy:
             if at > now:
                 continue
             del self._pending[name]
-            self._notified[name] = change.state
+            self._notified[name] = Notified(change.run_id, change.state)
             title, body = message(change, event, self.config_path)
             out.append(Notification(name, change.state, event, title, body,
                                     self.settings.for_profile(name), change, at))

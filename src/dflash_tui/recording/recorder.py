@@ -27,6 +27,7 @@ class Recorder:
         self._last: dict[str, tuple[str, str]] = {
             name: (c.state, c.run_id) for name, c in store.last_states().items()}
         self._seen: dict[str, Checklist] = {}
+        self._looked: set[str] = set()    # the profiles this recorder has had a report of
         self._pruned_at = clock()
         store.prune(self._pruned_at)
 
@@ -46,11 +47,16 @@ class Recorder:
         if report.connected:
             self._seen[name] = report.checklist
         last = self._last.get(name)
+        # A run no watcher recorded, in this recorder's first report of the profile: what it
+        # shows happened before anyone watched (a run ended by then is recorded, not news).
+        first_look = name not in self._looked and (last is None or run_id != last[1])
         if last is not None:
             if state == last[0] and (run_id == last[1] or not report.connected):
+                self._looked.add(name)
                 return None
         change = self.store.record(change_of(report, previous=last[0] if last else "",
-                                             before=before, now=now))
+                                             before=before, now=now, first_look=first_look))
+        self._looked.add(name)     # only once recorded: a store that failed sees it again
         self._last[name] = (state, change.run_id if report.connected or last is None else last[1])
         for listener in self.listeners:
             listener(change)

@@ -17,6 +17,7 @@ Durable like the ChangeStore: WAL, synchronous=FULL, one transaction per action.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 from ..config import ConfigError
 from .change import inert
+from .store import MAX_TIME, sqlite_uri
 from .recover_policy import Attempt, Failure
 
 PLANNED, STOPPED, LAUNCHING, LAUNCHED, GAVE_UP, SUPERSEDED = (
@@ -70,16 +72,24 @@ def failure_json(f: Failure) -> dict[str, Any]:
     return {k: getattr(f, k) for k in Failure.__dataclass_fields__}
 
 
+def _sane(r: tuple) -> bool:
+    t, attempt = r[2], r[5]
+    return (isinstance(r[0], int) and isinstance(t, (int, float)) and math.isfinite(t) and 0 <= t <= MAX_TIME
+            and isinstance(attempt, int) and 0 <= attempt < 2 ** 31)
+
+
 def _row(r: tuple) -> Action:
     try:
         detail = json.loads(r[6])
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):
         detail = {}
     if not isinstance(detail, dict):
         detail = {}
     # The file is only as trusted as its directory: the words in it are made inert again.
     detail = {k: inert(v) if isinstance(v, str) else v for k, v in detail.items()}
-    return Action(inert(r[1], 80), r[2], inert(r[3], 20), inert(r[4], 80), r[5], detail, r[0])
+    text = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x if isinstance(x, str) else "" for x in
+            (r[1], r[3], r[4])]
+    return Action(inert(text[0], 80), float(r[2]), inert(text[1], 20), inert(text[2], 80), r[5], detail, r[0])
 
 
 class RecoveryLog:
@@ -87,7 +97,9 @@ class RecoveryLog:
         self.path = Path(path)
         try:
             if readonly:
-                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+                if self.path.exists() and not self.path.is_file():   # a FIFO would block the open
+                    raise ConfigError(f"{self.path}: not a regular file; move it away or choose another with --store")
+                self._db = sqlite3.connect(sqlite_uri(self.path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S)
                 if not self._db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'recovery'").fetchone()[0]:
                     self._db.close()   # no recovery yet in this store: an empty log
                     self._db = sqlite3.connect(":memory:")
@@ -116,8 +128,15 @@ class RecoveryLog:
         self.close()
 
     def _query(self, where: str, args: tuple) -> list[Action]:
+        """The actions, each read as it can be: a row whose time or attempt is not a number the
+        watcher can have written is left out; a damaged page is one line (ConfigError)."""
         sql = f"SELECT id, profile, time, action, run_id, attempt, detail FROM recovery {where} ORDER BY id"
-        return [_row(r) for r in self._db.execute(sql, args)]
+        try:
+            rows = self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise ConfigError(f"{self.path}: cannot read the watch store ({exc}); "
+                              "move it away or choose another with --store") from None
+        return [_row(r) for r in rows if _sane(r)]
 
     def record(self, a: Action) -> Action:
         """Commit `a` (durable on return)."""

@@ -3,7 +3,8 @@
 One worker thread sends; `submit` only puts work in a queue, so a slow or dead service never
 holds up polling. Each (notification, URL) is one delivery, retried on its own with backoff
 (1 s doubling, capped at `retry_max_s`) until it is sent or `give_up_after_s` has passed;
-every failure is logged with the URL's secrets masked (Apprise's privacy form).
+every failure is logged with the URL shown as its scheme and host only (redact.py), and the
+failure's words scrubbed of the rest of it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Callable
 import apprise
 
 from .notify import Notification
+from .redact import masked, scheme_of, scrub
 
 log = logging.getLogger("dflash_tui.recording")
 
@@ -27,19 +29,21 @@ GIVE_UP_AFTER_S = 86400.0
 SEND_TIMEOUT_S = 10.0
 
 
-def masked(url: str) -> str:
-    """The URL as Apprise prints it with its passwords and tokens masked; "?" if unparsable."""
-    plugin = apprise.Apprise.instantiate(url)
-    return plugin.url(privacy=True) if plugin else "an unparsable Apprise URL"
-
-
 def check_urls(urls: tuple[str, ...]) -> str | None:
-    """The first URL Apprise cannot use, as a one-line problem; None when all are usable."""
-    for url in urls:
-        if not apprise.Apprise.instantiate(url):
-            scheme = url.split("://", 1)[0] if "://" in url else url[:20]
-            return (f"[notify] urls: Apprise cannot use a {scheme!r} URL; see "
-                    "https://github.com/caronc/apprise/wiki for the form of each service")
+    """The first URL Apprise cannot use, as a one-line problem naming only its scheme (a URL is
+    a credential); None when all are usable."""
+    for i, url in enumerate(urls, start=1):
+        scheme = scheme_of(url)
+        if scheme is None:
+            return (f"[notify] urls: URL {i} of {len(urls)} has no scheme (no '://'); write it as "
+                    "SERVICE://..., see https://github.com/caronc/apprise/wiki for the form of each service")
+        try:
+            usable = bool(apprise.Apprise.instantiate(url))
+        except Exception:   # a plugin's own bug on a hostile URL
+            usable = False
+        if not usable:
+            return (f"[notify] urls: Apprise cannot use URL {i} of {len(urls)} ({masked(url)}); see "
+                    f"https://github.com/caronc/apprise/wiki for the form of a {scheme!r} URL")
     return None
 
 
@@ -116,7 +120,12 @@ class NotifySender:
                 heapq.heappush(self._heap, (now + delay, next(self._seq), n, url, attempt + 1))
 
     def _send(self, n: Notification, url: str) -> str | None:
-        """None when sent; else why not, one line. Never raises."""
+        """None when sent; else why not, one line, with nothing of `url` but its scheme and
+        host (a service's or an HTTP library's words may quote its path and query). Never raises."""
+        error = self._attempt(n, url)
+        return None if error is None else scrub(error, url)
+
+    def _attempt(self, n: Notification, url: str) -> str | None:
         try:
             ap = apprise.Apprise()
             if not ap.add(url):

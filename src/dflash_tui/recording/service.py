@@ -4,6 +4,7 @@ with this install's command line, written to ~/.config/systemd/user/, enabled an
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,11 +22,23 @@ def unit_dir() -> Path:
     return Path(base) / "systemd" / "user"
 
 
+def _escape(ch: str) -> str:
+    if ch in '\\"':
+        return "\\" + ch
+    if ch in "%$":                      # a specifier, a variable: taken literally
+        return ch * 2
+    if ch.isprintable():
+        return ch
+    # A newline or CR would end the line and start a directive of its own.
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def systemd_quote(arg: str) -> str:
     """One ExecStart argument: double-quoted, with systemd's specifiers (%) and variables ($)
-    taken literally."""
-    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return f'"{escaped}"'
+    taken literally and every control character as systemd's C escape (systemd.service(5),
+    "Command lines"), so the argument stays one argument on one line."""
+    return '"' + "".join(_escape(ch) for ch in arg) + '"'
 
 
 def watch_command(*, config: str | None, profile: str | None, store: str | None) -> list[str]:
@@ -65,7 +78,7 @@ def install(argv: Sequence[str]) -> Installed:
     systemctl = shutil.which("systemctl")
     if systemctl is None:
         return Installed(path, False, f"wrote {path}, but systemd --user is not available here "
-                                      "(no systemctl); run the watcher another way: " + " ".join(argv))
+                                      "(no systemctl); run the watcher another way: " + shlex.join(argv))
     for args in (["daemon-reload"], ["enable", "--now", UNIT_NAME]):
         try:
             out = subprocess.run([systemctl, "--user", *args], capture_output=True, text=True,

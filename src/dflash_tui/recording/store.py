@@ -13,16 +13,28 @@ changes are rare enough (a handful per run per day) that one fsync each costs no
 
 Retention: `prune` deletes changes older than `retention_days` and, per profile and run id,
 all but the newest `max_rows_per_run`; the watcher calls it at start and once an hour.
-Several readers (`--timeline`, the dashboard) may read while one watcher writes (WAL).
+Several readers (`--timeline`, the dashboard) may read while one watcher writes (WAL). One
+writer per store: the writer holds an exclusive flock on `<store>.lock` (its pid and host
+inside) for as long as it is open, so a second watcher is refused in one line naming the first.
+
+The file is only as trusted as its directory: it is opened by path (never parsed as an SQLite
+URI: a `#` or `%41` in its name is just a character), another program's database or a newer
+schema is refused in one line, a damaged page is one line when it is read, and a row whose
+values are not of their column's kind (BLOB or text for a number, an infinite time) is skipped
+and counted (`skipped`), never an error.
 """
 
 from __future__ import annotations
 
+import fcntl
+import math
 import os
+import socket
 import sqlite3
 import time
-from dataclasses import replace
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 from ..config import ConfigError, WatchSettings, state_dir
 from .change import Evidence, VerdictChange, inert
@@ -46,6 +58,14 @@ CREATE TABLE IF NOT EXISTS changes (
 CREATE INDEX IF NOT EXISTS changes_by_run ON changes(profile, run_id, time);
 """
 _COLUMNS = "id, profile, run_id, time, state, previous, cause, check_id, evidence"
+# A time the watcher can have written: an epoch from 1970 to the year 9999 (what localtime takes).
+MAX_TIME = 253402300799.0
+_TIME_RANGE = (0.0, MAX_TIME)
+_MOVE_IT = "move it away or choose another with --store"
+
+
+class StoreError(ConfigError):
+    """The store cannot be used: one line naming the file, what is wrong and the fix."""
 
 
 def default_store_path() -> Path:
@@ -58,56 +78,144 @@ def store_path(settings: WatchSettings, override: str | None = None) -> Path:
     return Path(os.path.expanduser(chosen)) if chosen else default_store_path()
 
 
-def _row(r: tuple) -> VerdictChange:
-    """A stored change, every text inert again: the file is only as trusted as its directory."""
-    try:
-        ev = Evidence.from_json(r[8])
-    except (ValueError, TypeError):   # a row damaged outside the watcher: its words still count
-        ev = Evidence()
-    ev = replace(ev, rate_unit=inert(ev.rate_unit, 20), stuck_at=inert(ev.stuck_at, 200),
-                 traceback=tuple(inert(line, 200) for line in ev.traceback))
-    return VerdictChange(id=r[0], profile=inert(r[1], 80), run_id=inert(r[2], 80), time=r[3],
-                         state=inert(r[4], 20), previous=inert(r[5], 20), cause=inert(r[6]),
-                         check=inert(r[7], 40), evidence=ev)
+def _text(v: Any, limit: int) -> str:
+    """A stored text, inert; a BLOB or a number where text belongs is read as what it says."""
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    elif not isinstance(v, str):
+        v = "" if v is None else str(v)
+    return inert(v, limit)
+
+
+def _row(r: tuple) -> VerdictChange | None:
+    """A stored change, every text inert again (the file is only as trusted as its directory);
+    None for a row whose id or time is not a number the watcher can have written."""
+    rid, t = r[0], r[3]
+    if not isinstance(rid, int) or isinstance(t, (str, bytes)) or t is None:
+        return None
+    if not (math.isfinite(t) and _TIME_RANGE[0] <= t <= _TIME_RANGE[1]):
+        return None
+    return VerdictChange(id=rid, profile=_text(r[1], 80), run_id=_text(r[2], 80), time=float(t),
+                         state=_text(r[4], 20), previous=_text(r[5], 20), cause=_text(r[6], 400),
+                         check=_text(r[7], 40), evidence=Evidence.from_json(r[8]))
+
+
+def sqlite_uri(path: Path, mode: str) -> str:
+    """`path` as an SQLite URI: percent-encoded, so no character of its name is read as URI
+    syntax (`#`, `?`, `%41`), and no name starting with `file:` is read as a URI either."""
+    return f"{Path(os.path.abspath(path)).as_uri()}?mode={mode}"
 
 
 class ChangeStore:
     def __init__(self, path: str | os.PathLike[str], *, retention_days: float = 30.0,
                  max_rows_per_run: int = 1000, readonly: bool = False) -> None:
-        """Raises ConfigError (one line) for a file that cannot be opened as the store."""
+        """Raises StoreError (one line) for a file that cannot be opened as the store, and, for
+        a writer, when another writer holds the store."""
         self.path = Path(path)
         self.retention_days = retention_days
         self.max_rows_per_run = max_rows_per_run
+        self.skipped = 0              # rows read and skipped as damaged, since it was opened
+        self._lock_fd: int | None = None
+        if self.path.exists() and not self.path.is_file():   # a FIFO would block the open
+            raise StoreError(f"{self.path}: not a regular file; {_MOVE_IT}")
         try:
             if readonly:
-                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
-                if not self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                self._db = sqlite3.connect(sqlite_uri(self.path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S)
+                if not self._check_schema():
                     # A watcher has just created the file and not yet its table: empty, for now.
                     self._db.close()
                     self._db = sqlite3.connect(":memory:")
                     self._db.executescript(_SCHEMA)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+                self._lock()
+                self._db = sqlite3.connect(sqlite_uri(self.path, "rwc"), uri=True, timeout=BUSY_TIMEOUT_S)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
-                version = self._db.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    raise ConfigError(f"{self.path}: a store of a newer dflash-tui (schema {version}); "
-                                      "upgrade, or point --store at another file")
-                with self._db:
-                    self._db.executescript(_SCHEMA)
-                    self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._db.execute("SELECT count(*) FROM changes").fetchone()
+                self._check_schema()
+                # The table and its version in one transaction: a reader sees both or neither.
+                self._db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
+            self._db.execute(f"SELECT {_COLUMNS} FROM changes LIMIT 1").fetchall()
+        except StoreError:
+            self._abandon()
+            raise
         except sqlite3.Error as exc:
-            raise ConfigError(f"{self.path}: not a usable watch store ({exc}); "
-                              "move it away or choose another with --store") from None
+            self._abandon()
+            raise StoreError(f"{self.path}: not a usable watch store ({exc}); {_MOVE_IT}") from None
         except OSError as exc:
-            raise ConfigError(f"{self.path}: cannot create the watch store there ({exc.strerror}); "
-                              "choose another with --store or [watch] store") from None
+            self._abandon()
+            raise StoreError(f"{self.path}: cannot create the watch store there ({exc.strerror}); "
+                             "choose another with --store or [watch] store") from None
+
+    def _check_schema(self) -> bool:
+        """True for a watch store of this schema; False for an empty database (no table yet);
+        StoreError for a newer dflash-tui's store or another program's database."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: a store of a newer dflash-tui (schema {version}; this one "
+                             f"reads {SCHEMA_VERSION}); upgrade dflash-tui, or point --store at another file")
+        if version == 0 and not tables:
+            return False
+        columns = [r[1] for r in self._db.execute("PRAGMA table_info(changes)")]
+        # Version 0 with this table: made by a dflash-tui that set the version apart from it.
+        if version not in (0, SCHEMA_VERSION) or columns != _COLUMNS.split(", "):
+            raise StoreError(f"{self.path}: not a watch store (another schema: user_version {version}, "
+                             f"{'no changes table' if not columns else 'other columns'}); {_MOVE_IT}")
+        return True
+
+    def _lock(self) -> None:
+        """One writer per store: an exclusive flock on `<store>.lock`, held while open."""
+        lock = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            said = os.pread(fd, 300, 0).decode("utf-8", "replace").split()
+            os.close(fd)
+            pid = said[0] if said and said[0].isascii() and said[0].isdigit() else "unknown"
+            host = inert(said[1], 80) if len(said) > 1 else "unknown"
+            raise StoreError(f"{self.path}: another watcher writes this store (pid {pid} on {host}, "
+                             f"holding {lock.name}); stop it first, or give this one another --store") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _abandon(self) -> None:
+        """An open that failed: close what it had opened."""
+        db = getattr(self, "_db", None)
+        if db is not None:
+            db.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)      # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A damaged page (or a file changed under the reader) is one line, never a traceback."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the watch store ({exc}); {_MOVE_IT}") from None
+
+    def _rows(self, sql: str, args: Any = ()) -> list[VerdictChange]:
+        with self._reading():
+            rows = self._db.execute(sql, args).fetchall()
+        out = []
+        for r in rows:
+            c = _row(r)
+            if c is None:
+                self.skipped += 1
+            else:
+                out.append(c)
+        return out
 
     def close(self) -> None:
         self._db.close()
+        self._unlock()
 
     def __enter__(self) -> "ChangeStore":
         return self
@@ -131,7 +239,7 @@ class ChangeStore:
         every profile survives the age limit: it is where the run stands."""
         now = time.time() if now is None else now
         cutoff = now - self.retention_days * 86400.0
-        with self._db:
+        with self._reading(), self._db:
             n = self._db.execute(
                 "DELETE FROM changes WHERE time < ? AND id NOT IN "
                 "(SELECT max(id) FROM changes GROUP BY profile)", (cutoff,)).rowcount
@@ -144,9 +252,9 @@ class ChangeStore:
     # -- reading ----------------------------------------------------------------------------
     def last_states(self) -> dict[str, VerdictChange]:
         """Per profile, its newest change: where each run stood when the watcher last saw it."""
-        rows = self._db.execute(
+        rows = self._rows(
             f"SELECT {_COLUMNS} FROM changes WHERE id IN (SELECT max(id) FROM changes GROUP BY profile)")
-        return {c.profile: c for c in map(_row, rows)}
+        return {c.profile: c for c in rows}
 
     def changes(self, profile: str | None = None, *, run_id: str | None = None,
                 since: float | None = None) -> list[VerdictChange]:
@@ -160,7 +268,8 @@ class ChangeStore:
             where.append("time >= ?")
             args.append(since)
         sql = f"SELECT {_COLUMNS} FROM changes" + (f" WHERE {' AND '.join(where)}" if where else "")
-        return [_row(r) for r in self._db.execute(sql + " ORDER BY id", args)]
+        return self._rows(sql + " ORDER BY id", args)
 
     def count(self) -> int:
-        return self._db.execute("SELECT count(*) FROM changes").fetchone()[0]
+        with self._reading():
+            return self._db.execute("SELECT count(*) FROM changes").fetchone()[0]

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..words import compact
+from ..words import compact, progress
 from .change import VerdictChange
 
 
@@ -57,23 +57,20 @@ def _clock(t: float) -> str:
 
 def _evidence_words(c: VerdictChange) -> str:
     e = c.evidence
-    bits = []
-    if e.step is not None:
-        bits.append(f"step {e.step}" + (f"/{e.total}" if e.total else ""))
-    if e.loss is not None:
-        bits.append(f"loss {e.loss:.4g}")
-    if e.rate is not None:
-        bits.append(f"{e.rate:.4g} {e.rate_unit}".strip())
+    bits = [words] if (words := progress(e.step, e.total, e.loss, e.rate, e.rate_unit)) else []
     if e.stuck_at:
         bits.append(f"stuck at {e.stuck_at}")
     return ", ".join(bits)
 
 
-def render_text(profile: str, all_bands: Sequence[Band], store: str) -> str:
+def render_text(profile: str, all_bands: Sequence[Band], store: str, skipped: int = 0) -> str:
+    """`skipped`: the store's damaged rows left out (said, so a gap is not read as calm)."""
+    damaged = f" · {skipped} damaged rows skipped" if skipped else ""
     if not all_bands:
-        return (f"{profile}: no changes recorded in {store}; start the watcher "
+        return (f"{profile}: no changes recorded in {store}{damaged}; start the watcher "
                 "(dflash-tui --watch) to record them")
-    lines = [f"{profile} · {len(all_bands)} changes recorded since {_clock(all_bands[0].start)} · {store}"]
+    lines = [f"{profile} · {len(all_bands)} changes recorded since {_clock(all_bands[0].start)} · {store}"
+             + damaged]
     for run_id, group in runs(all_bands):
         lines.append(f"run {run_id or '(no launch.json)'}")
         for b in group:
@@ -98,5 +95,5 @@ def band_json(b: Band) -> dict[str, Any]:
                          "pid": e.pid, "exit_code": e.exit_code}}
 
 
-def timeline_json(profile: str, all_bands: Sequence[Band], store: str) -> dict[str, Any]:
-    return {"profile": profile, "store": store, "bands": [band_json(b) for b in all_bands]}
+def timeline_json(profile: str, all_bands: Sequence[Band], store: str, skipped: int = 0) -> dict[str, Any]:
+    return {"profile": profile, "store": store, "skipped": skipped, "bands": [band_json(b) for b in all_bands]}

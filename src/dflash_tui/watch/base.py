@@ -119,11 +119,15 @@ def unreachable_report(last: RunReport | None, *, profile: str, target_label: st
 
 
 def changed(previous: RunReport | None, current: RunReport) -> bool:
-    """Whether `current` says something new: another verdict, or a check in another state
-    (or a check come or gone). Ages, steps and stale marks alone are not a change."""
+    """Whether `current` says something new: another verdict, a check in another state (or a
+    check come or gone), or another run (a relaunch that crashed again before a poll saw it
+    start has the checklist of the run before it). Ages, steps and stale marks alone are not a
+    change."""
     if previous is None:
         return True
     if previous.checklist.verdict is not current.checklist.verdict:
+        return True
+    if (previous.launch and previous.launch.run_id) != (current.launch and current.launch.run_id):
         return True
     before = {c.id: c.state for c in previous.checklist.checks}
     return before != {c.id: c.state for c in current.checklist.checks}

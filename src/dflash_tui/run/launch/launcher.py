@@ -2,8 +2,10 @@
 
 One Launcher per profile, chosen by backends/ (`launcher_for`). Everything above it (the launch
 sequence in run/launch/launch.py, the canary, Session, the watches) calls these verbs and never asks
-which backend it has; a new backend (a batch scheduler, say) is one module in backends/ that
-subclasses Launcher, plus its config keys and tests (docs/ARCHITECTURE.md, "Launcher").
+which backend it has; a new backend is a module in backends/ that subclasses Launcher, plus its
+config keys and tests (docs/ARCHITECTURE.md, "Launcher"). A scheduler's own states still reach
+below this seam (Slurm's: the Evidence fields and profile keys it fills, the verdict branch in
+run/verdict/slurm_job.py), which the ARCHITECTURE's Launcher section lists.
 
 The verbs, and what today's backends (backends/process.py: local, SSH, pct, docker) do:
 - `make_host(profile)` (the profile's host over SSH, or this machine, unless a backend says

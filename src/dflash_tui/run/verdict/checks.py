@@ -12,7 +12,7 @@ import re
 from ...contract.rundir import LAUNCH_OUT, TRAIN_LOG, LaunchRecord
 from .gpu_check import CHECK_ID as GPU_CHECK_ID, LABEL as GPU_LABEL, gpu_check_for_status
 from ...gpu.sample import GpuSnapshot
-from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, size
+from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, progress, size
 from ..evidence.activity import Activity
 from ..evidence.step_clock import eta_s
 from ...words import eta as eta_words
@@ -156,29 +156,23 @@ def progress_words(ev: Evidence) -> str:
     act = ev.activity
     if act is None or act.step is None and act.step_at is None and act.metrics_at is None:
         return ""
-    parts = []
     mp = ev.metrics.progress if ev.metrics is not None else None
     if mp is not None and mp.total and act.total != mp.total:
         # The HF Trainer's trainer_state.json: global_step of max_steps, where the log has no
         # total of that count.
-        parts.append(f"step {mp.step}/{mp.total}")
+        step, total, epoch = mp.step, mp.total, None
         left = eta_s(mp.step, mp.total, act.steps_per_s)
-        if left is not None and mp.step < mp.total:
-            parts.append(f"ETA {eta_words(left)}")
-    elif act.step is not None:
-        n = f"{act.step}" + (f"/{act.total}" if act.total else "")
-        parts.append(f"epoch {act.step_epoch:g}, {n}" if act.step_epoch is not None else f"step {n}")
+    else:
+        step, total, epoch = act.step, act.total, act.step_epoch
         # An ETA to the run's end: not to the end of an epoch (a bar counted within one).
-        left = eta_s(act.step, act.total, act.steps_per_s, act.rate, act.rate_unit)
-        if left is not None and act.total and act.step < act.total and act.step_epoch is None:
-            parts.append(f"ETA {eta_words(left)}")
-    if act.loss is not None:
-        parts.append(f"loss {act.loss:.4g}")
-    if act.rate is not None:
-        parts.append(f"{act.rate:.3g} {act.rate_unit}")
+        left = eta_s(step, total, act.steps_per_s, act.rate, act.rate_unit) if epoch is None else None
+    words = progress(step, total, act.loss, act.rate, act.rate_unit, epoch)
+    if left is not None and step is not None and total and step < total:
+        head = progress(step, total, epoch=epoch)
+        words = f"{head}, ETA {eta_words(left)}{words[len(head):]}"
     if act.metrics_at is not None and (act.step_at is None or act.metrics_at > act.step_at):
-        parts.append(f"metrics written to {act.metrics_file} {_age(ev.now, act.metrics_at)}")
-    return _one_line(", ".join(parts))
+        words += f"{', ' if words else ''}metrics written to {act.metrics_file} {_age(ev.now, act.metrics_at)}"
+    return _one_line(words)
 
 
 def silence_words(ev: Evidence, silent_for: float, heartbeat: str = "") -> str:
