@@ -257,7 +257,7 @@ async def test_hf_trainer_progress_and_eta_while_it_runs(place, sessions, tmp_pa
 
     label, keys = place
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
-    s = sessions(program_profile(tmp_path / "hf", (PY, str(PROGRAMS / "hf_trainer.py"), "out", "60"), **keys,
+    s = sessions(program_profile(tmp_path / "hf", (PY, str(PROGRAMS / "hf_trainer.py"), "out", "80"), **keys,
                                  stall_after_s=30.0))
     await s.launch(preflight=False)
     seen = []
@@ -271,12 +271,12 @@ async def test_hf_trainer_progress_and_eta_while_it_runs(place, sessions, tmp_pa
             break
         await asyncio.sleep(0.5)
     assert cl.verdict.value == "FINISHED", (label, cl.summary)
-    assert seen and seen[-1][:2] == (60, 60), (label, seen)
-    running = [x for x in seen if x[3] == "RUNNING" and x[2] is not None and x[0] < 60]
+    assert seen and seen[-1][:2] == (80, 80), (label, seen)
+    running = [x for x in seen if x[3] == "RUNNING" and x[2] is not None and x[0] < 80]
     assert running, (label, seen)        # an ETA from two checkpoints' steps and times
-    assert any(f"step {x[0]}/60, ETA " in x[4] for x in running), (label, running)
+    assert any(f"step {x[0]}/80, ETA " in x[4] for x in running), (label, running)
     # The Trainer's dicts in the log and its trainer_state.json: one series space, the log's
     # plain, the file's named with its source.
     latest = ev.metrics.latest
-    assert latest["hf:loss"][0] == 60 and latest["hf:loss"][2].startswith("trainer_state.json out/checkpoint-"), latest
+    assert latest["hf:loss"][0] == 80 and latest["hf:loss"][2].startswith("trainer_state.json out/checkpoint-"), latest
     assert latest["loss"][2] == "log" and latest["train_runtime"][2] == "log", latest
