@@ -53,6 +53,7 @@ MAX_MLRUNS_KEYS = 64
 PATTERNS = (tensorboard.EVENT_FILE, csv_logger.NAME, hf_state.NAME, mlflow.DB_NAME)
 # Names under the run dir that are dflash's own (the run probe's files, earlier runs' records).
 SKIP_TOP = ("probe", "history")
+_LOSS_NAMES = frozenset({"loss", "train_loss", "lm_loss", "train_loss_step", "loss_train"})
 _TAGS = {"tensorboard": "tb", "csv": "csv", "trainer_state": "hf", "mlflow": "mlflow", "mlruns": "mlflow"}
 _KIND_WORDS = {"tensorboard": "TensorBoard", "csv": "metrics.csv", "trainer_state": "trainer_state.json",
                "mlflow": "MLflow", "mlruns": "MLflow mlruns"}
@@ -90,6 +91,16 @@ class MetricsView:
     progress: MetricProgress | None = None
     written_at: float | None = None          # the newest write of a metric file (this run's)
     written_file: str = ""                   # which source that was ("TensorBoard runs/exp1")
+
+    def newest_loss(self) -> float | None:
+        """The training loss among the series, for a line that has room for one number:
+        "loss" itself, else the newest of the series named like one ("train/loss", "tb:loss",
+        "train_loss", "lm_loss"), evaluation losses aside."""
+        if "loss" in self.latest:
+            return self.latest["loss"][1]
+        named = [(step, value) for name, (step, value, _) in self.latest.items()
+                 if name.rsplit(":", 1)[-1].replace("/", "_") in _LOSS_NAMES]
+        return max(named)[1] if named else None
 
 
 def _b64(text: str) -> bytes:
