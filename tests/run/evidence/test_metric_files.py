@@ -104,6 +104,15 @@ async def test_hf_trainer_state_gives_its_log_history_and_exact_progress(tmp_pat
     # The newest checkpoint's file is the source: the Trainer's global_step of max_steps.
     assert (progress.step, progress.total, progress.source) == (20, 20, "trainer_state.json out/checkpoint-20")
     assert files.latest()["loss"][2] == "trainer_state.json out/checkpoint-20"
+    # Caught while the Trainer rewrites it: a note, the same file read again at the next poll.
+    state = tmp_path / "out" / "checkpoint-20" / "trainer_state.json"
+    whole = state.read_bytes()
+    state.write_bytes(whole[:len(whole) // 2])
+    assert await _poll(files, ops, tmp_path) == []
+    assert "did not parse (being rewritten?)" in files.views()[0].note
+    state.write_bytes(whole.replace(b'"global_step": 20', b'"global_step": 21'))
+    await _poll(files, ops, tmp_path)
+    assert files.views()[0].note == "" and files.progress().step == 21
 
 
 async def test_lightning_csv_logger_with_a_column_that_appears_mid_run(tmp_path, ops):
