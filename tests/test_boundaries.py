@@ -158,7 +158,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("contract",),
     ("words", "progress_regex", "small_file", "serve_auth", "recover_settings"),
     ("remote",),
-    ("slurm",),
     ("config", "gpu"),
     ("run",),
     ("backends",),
@@ -251,4 +250,16 @@ def test_the_ui_holds_a_watch_and_nothing_under_it():
     graph = _import_graph("dflash_tui")
     bad = [f"{m} imports {t}" for m, targets in sorted(graph.items()) if m.startswith("dflash_tui.ui")
            for t in sorted(targets) if t.startswith("dflash_tui.watch.")]
+    assert bad == []
+
+
+def test_a_backends_folder_is_imported_by_backends_only():
+    # A launch backend is one folder (backends/NAME/): what the layers below it need of it goes
+    # through the Launcher's declared slots (run/launch/launcher.py), never by importing it.
+    graph = _import_graph("dflash_tui")
+    folders = [p.name for p in (PACKAGE_DIR / "backends").iterdir() if (p / "__init__.py").exists()]
+    assert folders, "no backend folder under backends/"
+    bad = [f"{m} imports {t}" for m, targets in sorted(graph.items()) if not m.startswith("dflash_tui.backends")
+           for t in sorted(targets) if any(t == f"dflash_tui.backends.{f}" or t.startswith(f"dflash_tui.backends.{f}.")
+                                           for f in folders)]
     assert bad == []

@@ -41,7 +41,8 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from . import __version__
-from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path, load_config
+from .backends import load_config
+from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
 from .recording.outside import check_extras
@@ -228,12 +229,13 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
     launch = report.launch
     if not report.nodes:
         return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
-                "rank_groups": d["rank_groups"],
+                "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
                 "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
                 "target": profile.where(), "exit_code": exit_code_of(report),
                 "metrics": metrics_json(report), "progress": progress_json(report),
-                **({"slurm": d["slurm"]} if "slurm" in d else {}), **extra}   # a Slurm run's job
+                **({s.name: s.facts} if (s := report.checklist.scheduler) is not None else {}),
+                **extra}   # a scheduler's job, under the scheduler's name
     nodes = []
     for n in report.nodes:
         r = n.report
@@ -242,8 +244,8 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                       "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
                       "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
     return {"verdict": d["verdict"], "summary": d["summary"],
-            "checks": [c for c in d["checks"] if c["id"].startswith("node:")],
-            "rank_groups": d["rank_groups"],
+            "checks": [c for c in d["checks"] if c["id"].startswith("node:") or c["id"] == "stragglers"],
+            "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
             "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],
             "profile": profile.name, "target": profile.where(), "run_dir": profile.run_dir,
             "exit_code": exit_code_of(report), **extra}
@@ -367,7 +369,7 @@ async def _canary_mode(args, profile: Profile, watch: RunWatch) -> int:
     return code
 
 
-async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
+async def _check_all_mode(args, config: Config, profiles: Sequence[Profile]) -> int:
     """--check --all: each profile as --check would print it, all at once; the worst exit code."""
     results = await check_all(profiles, lambda watch: _check_until(watch, args.wait))
     objects, lines = [], []
@@ -381,7 +383,8 @@ async def _check_all_mode(args, profiles: Sequence[Profile]) -> int:
             lines.append(f"{p.name:<{width}}  {word:<13}  {p.where()}  {r.error}")
             continue
         cl = r.value.checklist
-        objects.append(report_json(p, r.value))
+        extra, _ = check_extras(config, p, r.value)   # the watcher's view, as --check shows it
+        objects.append(report_json(p, r.value, **extra))
         lines.append(f"{p.name:<{width}}  {cl.verdict.value:<13}  {p.where()}  {cl.summary}")
     print(json.dumps(objects) if args.json else "\n".join(lines))
     return worst_exit_code([o["exit_code"] for o in objects])
@@ -425,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.all:
             if not args.check or args.profile:
                 raise ConfigError("--all goes with --check (and not with --profile)")
-            return asyncio.run(_check_all_mode(args, config.file_profiles()))
+            return asyncio.run(_check_all_mode(args, config, config.file_profiles()))
         if args.resume and not (args.launch or args.relaunch):
             raise ConfigError("--resume goes with --launch or --relaunch")
         no_mode = not (args.check or args.launch or args.relaunch or args.stop or args.canary)

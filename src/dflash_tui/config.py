@@ -16,12 +16,11 @@ import sys
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from .remote.container import parse_container_spec
 from .progress_regex import ProgressRegexError, compile_progress_regex
 from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
-from .slurm.spec import SCHEDULER_KEY, SLURM_KEYS, SlurmSpec, take_slurm_keys
 from .words import did_you_mean
 from .small_file import SmallFileRefused, read_small_file
 
@@ -58,6 +57,50 @@ class ConfigError(ValueError):
     """A config problem, already phrased as the one line the user reads."""
 
 
+SCHEDULER_KEY = "scheduler"
+
+
+class SchedulerSpec(Protocol):
+    """A scheduler's settings of one profile, as its backend parsed them (opaque here)."""
+
+    def where(self) -> str:
+        """The scheduler in the target's label, e.g. "slurm:gpu"."""
+
+
+@dataclass(frozen=True)
+class SchedulerKeys:
+    """A scheduler's profile keys, published by its launch backend (backends/NAME/) and handed
+    to the loader by the caller (backends.load_config): config sits below the backends and
+    names none of them, yet every profile is checked whole when the file is loaded."""
+
+    name: str                  # scheduler = "NAME"
+    title: str                 # the scheduler in messages ("Slurm")
+    keys: tuple[str, ...]      # the keys that mean something only under it
+    # The table (with `scheduler`) -> (its spec, the table without its keys). Each problem is a
+    # ValueError phrased as the one line the user reads (the loader adds file and profile).
+    take: Callable[[dict[str, Any]], tuple[SchedulerSpec, dict[str, Any]]]
+
+
+def take_scheduler_keys(table: dict[str, Any], schedulers: tuple[SchedulerKeys, ...]
+                        ) -> tuple[SchedulerSpec | None, dict[str, Any]]:
+    """(the scheduler's spec, the table without its keys). Without `scheduler` the table is
+    returned as is, except that a scheduler's key there is an error naming `scheduler`."""
+    if SCHEDULER_KEY not in table:
+        for sched in schedulers:
+            stray = [k for k in sched.keys if k in table]
+            if stray:
+                raise ValueError(f"{stray[0]} is a {sched.title} setting; add scheduler = \"{sched.name}\" or remove it")
+        return None, table
+    value = table[SCHEDULER_KEY]
+    names = tuple(s.name for s in schedulers)
+    sched = next((s for s in schedulers if s.name == value), None)
+    if sched is None:
+        use = "".join(f"scheduler = \"{n}\" or " for n in names)
+        raise ValueError(f"scheduler = {value!r:.80} is not a known scheduler{did_you_mean(value, names)} "
+                         f"(use {use}remove it)")
+    return sched.take(table)
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -92,8 +135,9 @@ class Profile:
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
     master_addr: str | None = None     # None: the first node's address (its ssh HostName)
     master_port: int = 29500           # torch.distributed rendezvous port on the first node
-    # -- a run under a scheduler: Slurm (slurm/spec.py); host is then the login host --------
-    slurm: SlurmSpec | None = None
+    # -- a run under a scheduler (`scheduler = "slurm"`: backends/slurm/spec.py); host is then
+    # its login host --------------------------------------------------------------------------
+    scheduler: SchedulerSpec | None = None
 
     @property
     def is_local(self) -> bool:
@@ -102,10 +146,6 @@ class Profile:
     @property
     def is_multinode(self) -> bool:
         return bool(self.nodes)
-
-    @property
-    def is_slurm(self) -> bool:
-        return self.slurm is not None
 
     @property
     def trainer_argv(self) -> list[str]:
@@ -126,8 +166,8 @@ class Profile:
             base = "local"
         else:
             base = f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
-        if self.slurm is not None:
-            return f"{base} · slurm{':' + self.slurm.partition if self.slurm.partition else ''}"
+        if self.scheduler is not None:
+            return f"{base} · {self.scheduler.where()}"
         return f"{base} · {self.container}" if self.container else base
 
 
@@ -282,21 +322,21 @@ def check_run_dir(run_dir: str, where: str) -> str:
     return norm
 
 
-def _profile_from_table(path: str, name: str, table: Any) -> Profile:
+def _profile_from_table(path: str, name: str, table: Any, schedulers: tuple[SchedulerKeys, ...] = ()) -> Profile:
     where = f"{path}: [profile.{name}]" if _PROFILE_NAME_RE.fullmatch(name) else f"{path}: profile {name!r}"
     if not _PROFILE_NAME_RE.fullmatch(name):
         raise ConfigError(f"{where}: profile names use letters, digits, '_', '.', '-'; rename it")
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table (write it as [profile.{name}] with keys below)")
-    # -- the scheduler's keys (slurm/spec.py): taken out first, `nodes` is a count there ------
+    # -- the scheduler's keys (its backend's): taken out first, `nodes` is a count under Slurm --
     try:
-        slurm, table = take_slurm_keys(table)
+        scheduler, table = take_scheduler_keys(table, schedulers)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    values: dict[str, Any] = {"slurm": slurm} if slurm is not None else {}
+    values: dict[str, Any] = {"scheduler": scheduler} if scheduler is not None else {}
     for key, value in table.items():
         if key not in _KEYS:
-            keys = sorted({*_KEYS, SCHEDULER_KEY, *SLURM_KEYS})
+            keys = sorted({*_KEYS, SCHEDULER_KEY, *(k for s in schedulers for k in s.keys)})
             raise ConfigError(f"{where}: unknown key {show_value(key)}{did_you_mean(key, keys)} "
                               f"(known keys: {', '.join(keys)})")
         types, desc = _KEYS[key]
@@ -418,7 +458,9 @@ def read_small_text_file(path: str | os.PathLike[str], what: str, max_bytes: int
         raise ConfigError(f"{path}: {why}") from None
 
 
-def parse_config(text: str, path: str) -> Config:
+def parse_config(text: str, path: str, schedulers: tuple[SchedulerKeys, ...] = ()) -> Config:
+    """The config in `text`; `schedulers`: the keys of the schedulers a profile may name
+    (backends.SCHEDULERS; backends.parse_config passes them)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -436,7 +478,7 @@ def parse_config(text: str, path: str) -> Config:
     if not tables:
         raise ConfigError(f"{path}: no profiles; add a [profile.NAME] table "
                           "(see assets/profiles.example.toml)")
-    profiles = {name: _profile_from_table(path, name, table) for name, table in tables.items()}
+    profiles = {name: _profile_from_table(path, name, table, schedulers) for name, table in tables.items()}
     try:
         recover = recover_settings(data.get("recover"), set(profiles))
     except RecoverSettingsError as exc:
@@ -445,7 +487,7 @@ def parse_config(text: str, path: str) -> Config:
                   notify=notify_settings(path, data.get("notify", {}), profiles), recover=recover)
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+def load_config(path: str | os.PathLike[str] | None = None, schedulers: tuple[SchedulerKeys, ...] = ()) -> Config:
     """Load `path`, or the default path; with no file at the default path, the built-in profile.
 
     An explicit path that does not exist is an error (the user asked for it by name)."""
@@ -457,7 +499,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         if explicit:
             raise ConfigError(f"{p}: no such config file; check the --config path") from None
         return Config(path=None, profiles={DEFAULT_PROFILE: builtin_local_profile()})
-    config = parse_config(text, str(p))
+    config = parse_config(text, str(p), schedulers)
     # Without --profile: the file's only profile, or its `local`; several and no `local` is
     # ambiguous. The built-in `local` stays reachable by name unless the file overrides it.
     names = list(config.profiles)

@@ -13,10 +13,11 @@ from dflash_tui.config import ConfigError, NotifyProfile, NotifySettings, parse_
 from dflash_tui.contract.rundir import LaunchRecord
 from dflash_tui.run.verdict.report import RunProgress, RunReport
 from dflash_tui.run.verdict.checklist import Check, CheckState, Checklist, Verdict
-from dflash_tui.recording.change import inert
+from dflash_tui.recording.change import evidence_of, inert
 from dflash_tui.recording.notify import NotifyPolicy
 from dflash_tui.recording.recorder import Recorder
 from dflash_tui.recording.store import ChangeStore
+from tests.support import scenarios as R
 
 
 def report(verdict: Verdict, *, profile="p", run_id="r1", connected=True, summary="why",
@@ -298,3 +299,20 @@ def test_a_restarted_watcher_does_not_announce_a_first_look_it_recorded_in_its_h
     finally:
         watcher.sender.close()
         store.close()
+
+
+def test_a_stalled_run_of_many_ranks_says_where_they_differ_and_the_store_keeps_it(tmp_path):
+    clock = Clock(0.0)
+    store = ChangeStore(tmp_path / "w.sqlite3")
+    rec = Recorder(store, clock=clock)
+    policy = NotifyPolicy(NotifySettings(urls=("json://x",), hold_s=0))
+    rec.listeners.append(policy.changed)
+    rec.observe(R.ranks(64, stuck=7))
+    (n,) = policy.due(0.0)
+    assert "hung in a collective: ranks 0-6, 8-63 wait in all_reduce (train.py:88); rank 7 is not in it" in n.body
+    assert ("ranks (where they differ): rank 7 (node h1): lock threading.wait (data.py:40); "
+            "ranks 0-6, 8-63 (nodes h1, h2, h3, h4, h5, h6, h7, h8): collective all_reduce (train.py:88)") in n.body, n.body
+    (stored,) = ChangeStore(tmp_path / "w.sqlite3", readonly=True).changes(R.PROFILE)
+    assert stored.evidence.ranks[0] == "rank 7 (node h1): lock threading.wait (data.py:40)"
+    # a healthy run of many ranks keeps none: its groups are no news
+    assert evidence_of(R.ranks(64)).ranks == ()

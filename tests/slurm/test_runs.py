@@ -20,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.config import ConfigError, parse_config
+from dflash_tui.backends import parse_config
+from dflash_tui.config import ConfigError
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.launch.launch import LaunchRefused
 from dflash_tui.run.verdict.checklist import Checklist, Verdict
 from dflash_tui.watch.session import Session
-from dflash_tui.slurm.commands import sbatch_argv
+from dflash_tui.backends.slurm.commands import sbatch_argv
+from dflash_tui.backends.slurm.evidence import slurm_of
 
 from tests.support.slurm import (SIDE, URGENT, PROLOG_FAIL_MARKER, SlurmCluster, scheduler_shims, sleepers,
                                  slurm_cluster)  # noqa: F401  (fixture)
@@ -110,7 +112,7 @@ async def check_after_slurm_forgot(cluster: SlurmCluster, session: Session, time
     """Wait until squeue and scontrol no longer know the run's job (MinJobAge), then check it
     as a new process would (`--check`: nothing remembered of the job)."""
     ev = await session.evidence()
-    job_id = ev.slurm.job_id
+    job_id = slurm_of(ev).record.job_id
     deadline = time.monotonic() + timeout
     while cluster.run("scontrol", "show", "job", job_id, check=False).returncode == 0:
         assert time.monotonic() < deadline, f"job {job_id} still known after {timeout} s"
@@ -122,8 +124,8 @@ async def check_after_slurm_forgot(cluster: SlurmCluster, session: Session, time
 
 
 def job_of(cl: Checklist) -> dict:
-    assert cl.slurm is not None, cl
-    return cl.slurm
+    assert cl.scheduler is not None and cl.scheduler.name == "slurm", cl
+    return cl.scheduler.facts
 
 
 def sh_steps(n: int, pause: float = 0.5) -> list[str]:
@@ -207,7 +209,7 @@ async def test_held_dependency_queues_then_blocks_when_it_can_never_be_satisfied
 async def test_a_held_job_is_blocked(make_session, slurm_cluster):
     s = make_session("held", command=sh_steps(2), sbatch_args=["--begin=now+600"])
     await s.launch()
-    job_id = (await s.evidence()).slurm.job_id
+    job_id = slurm_of(await s.evidence()).record.job_id
     slurm_cluster.run("scontrol", "uhold", job_id)
     cl = await wait_for(s, {Verdict.BLOCKED})
     assert "held by its user" in cl.summary and f"scontrol release {job_id}" in cl.checks[0].hint
@@ -275,7 +277,7 @@ async def test_cancelled_from_outside_is_cancelled_and_stays_so_after_slurm_forg
     s = make_session("cancel", command=sh_steps(200))
     await s.launch()
     await wait_for(s, {Verdict.RUNNING})
-    slurm_cluster.run("scancel", (await s.evidence()).slurm.job_id)
+    slurm_cluster.run("scancel", slurm_of(await s.evidence()).record.job_id)
     cl = await wait_for(s, {Verdict.CANCELLED})
     assert "cancelled from outside" in cl.summary and "no stop request" in cl.summary
     cl = await check_after_slurm_forgot(slurm_cluster, s)
@@ -373,13 +375,13 @@ async def test_a_copy_of_a_run_dir_neither_reports_nor_cancels_the_original_job(
     shutil.copytree(original, tmp_path / "copy", symlinks=True)
     copy = make_session("copy", command=sh_steps(200))
     _, copied = await copy.check()
-    assert copied.slurm is None, copied    # the original's job is not this run dir's
+    assert copied.scheduler is None, copied    # the original's job is not this run dir's
     res = await copy.stop(grace_s=1)
     assert res.outcome == "mismatch" and not res.ok, res
     assert f"job {job_id} in slurm.json runs in {original}, not in this run dir" in res.message, res.message
     # Its relaunch stops nothing (its own run is not alive) and submits a job of its own.
     out = await copy.launch(relaunch=True)
-    assert out.stopped is None and (await copy.evidence()).slurm.job_id != job_id, out
+    assert out.stopped is None and slurm_of(await copy.evidence()).record.job_id != job_id, out
     assert "JobState=RUNNING" in slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
     res = await s.stop()
     assert res.outcome == "terminated", res
@@ -448,7 +450,7 @@ def test_sbatch_args_the_profile_takes_leave_the_launchs_options_as_sbatch_reads
                                    f"sbatch_args = [{json.dumps(arg)}]\n", "c.toml").profiles["p"]
         except ConfigError:
             continue
-        argv = sbatch_argv(profile.slurm, str(run_dir), "dflash-probe")
+        argv = sbatch_argv(profile.scheduler, str(run_dir), "dflash-probe")
         res = slurm_cluster.run(argv[0], "--hold", *argv[1:], check=False)
         if res.returncode != 0:
             continue    # sbatch refused it: nothing was moved either

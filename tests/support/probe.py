@@ -51,3 +51,17 @@ def wait_reports(run_dir: Path, ok: Callable[[list[ProbeReport]], bool], timeout
 
 def thread(report: ProbeReport, name: str):
     return next((t for t in report.threads if t.name == name), None)
+
+
+def write_reports(run_dir: Path, reports: list[ProbeReport], mtimes: list[float]) -> None:
+    """Write each report as the probe does (probe/<pid>.json, by a rename) with its file's mtime:
+    a run dir of many ranks' reports without running them."""
+    from dflash_tui.contract.rundir import probe_report_name, to_json
+    probe_dir = run_dir / PROBE_DIR
+    probe_dir.mkdir(parents=True, exist_ok=True)
+    for report, mtime in zip(reports, mtimes):
+        path = probe_dir / probe_report_name(report.pid)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(to_json(report))
+        os.utime(tmp, (mtime, mtime))
+        tmp.replace(path)

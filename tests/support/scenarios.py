@@ -196,6 +196,49 @@ def stale() -> RunReport:
                                      "reconnecting in 4 s")
 
 
+COLLECTIVE_FRAMES = ["/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3252 all_reduce",
+                     "/srv/dflash/train.py:88 step"]
+QUEUE_FRAMES = ["/usr/lib/python3.11/threading.py:331 wait", "/usr/lib/python3.11/queue.py:171 get",
+                "/srv/dflash/data.py:40 next_batch"]
+OWN_FRAMES = ["/srv/dflash/model.py:51 forward", "/srv/dflash/train.py:80 step"]
+
+
+def rank_probes(n: int, *, stuck: int | None = None, slow: int | None = None) -> list:
+    """The run probe's reports of `n` ranks on nodes of 8 (h1, h2, ...): every rank in all_reduce,
+    rank `stuck` waiting on a queue, rank `slow` in its own code (the others wait for it)."""
+    from dflash_tui.contract.rundir import ProbeReport, ProbeThread
+    out = []
+    for r in range(n):
+        frames = QUEUE_FRAMES if r == stuck else OWN_FRAMES if r == slow else COLLECTIVE_FRAMES
+        since = T0 - 90 if r == stuck else T0 - 0.5
+        out.append(ProbeReport(
+            run_id=RUN_ID, pid=60_000 + r, time=T0 - 0.5, node=f"h{r // 8 + 1}", rank=r, local_rank=r % 8,
+            world_size=n, cpu_s=300.0 + r, step=1527 if r != stuck else 1490,
+            step_time=(1.4 if r == slow else 0.8), threads=[
+                ProbeThread(name="MainThread", ident=1, frames=list(frames), stack_since=since, frames_since=since),
+                ProbeThread(name="pin_memory", ident=2, daemon=True, frames=list(QUEUE_FRAMES[:2]),
+                            stack_since=T0 - 600, frames_since=T0 - 600)]))
+    return out
+
+
+def ranks(n: int = 64, *, stuck: int | None = None, slow: int | None = None) -> RunReport:
+    """A run of `n` ranks seen through the run probe: healthy, one rank stuck on a queue while
+    the others wait in all_reduce (STALLED), or one rank slow that the others wait for (RUNNING,
+    its wait shares from 30 s of the tracker's samples)."""
+    from dflash_tui.run.evidence.activity import Activity, WaitShare
+    probes = rank_probes(n, stuck=stuck, slow=slow)
+    waits = {p.pid: WaitShare(samples=30, waiting=2 if p.rank == slow else 17, doing="all_reduce")
+             for p in probes}
+    last = T0 - 0.4 if stuck is None else T0 - 95
+    activity = Activity(samples=30, log_grew_at=last, program_output=True, output_polls=30,
+                        step=1527, step_at=last, step_source="log",
+                        cpu_cores=float(n), cpu_window_s=3.0, procs=n + 1, threads=2 * n, waits=waits)
+    ev = dataclasses.replace(_running_evidence(), status=None, probes=probes, activity=activity)
+    if stuck is not None:
+        ev.files[TRAIN_LOG] = _stat(TRAIN_LOG, size=1_262_000, mtime=T0 - 95)
+    return report_of(ev)
+
+
 # -- GPU snapshots and log lines ---------------------------------------------------------------
 
 # Another user's jobs on the same host: what a shared box looks like (nvitop shows them too).

@@ -102,12 +102,15 @@ async def test_a_slurm_jobs_words_from_the_scheduler_reach_the_header_inert():
     # squeue's partition, node list and reason as a hostile scheduler prints them: the header
     # shows their escapes as text (an OSC would set the terminal's title), and the wrapper's
     # pid on a compute node this host cannot see is not "gone".
-    from dflash_tui.slurm.job import parse_squeue
+    from dflash_tui.backends.slurm.job import parse_squeue
+    from dflash_tui.backends.slurm.verdict import headline
+    from dflash_tui.run.verdict.checklist import SchedulerFacts
     esc = "\x1b]2;pwned\x07"
     job = parse_squeue("77", f"77|PENDING|Prio{esc}rity|n{esc}1|gp\x9bu{esc}|x|1:00|0:00", 0)
     healthy = R.healthy()
+    facts = {**job.to_dict(), "pending_reason": job.reason, "pending_words": None}
     report = dataclasses.replace(healthy, pid_alive=None, checklist=dataclasses.replace(
-        healthy.checklist, slurm={**job.to_dict(), "pending_reason": job.reason, "pending_words": None}))
+        healthy.checklist, scheduler=SchedulerFacts("slurm", facts, headline(facts))))
     app, _ = make(report)
     async with app.run_test(size=(220, 32)) as pilot:
         await until(pilot, lambda: app.run_view.report is not None)

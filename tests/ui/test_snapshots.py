@@ -160,3 +160,17 @@ def test_stalled_program_threads_80x24(snap_compare):
 def test_help_80x40(snap_compare):
     """Tall enough for one row per key with what it does: every key whole (esc too)."""
     assert snap_compare(app_for(R.healthy()), terminal_size=(80, 40), run_before=settled("question_mark"))
+
+
+# -- many ranks ---------------------------------------------------------------------------------
+
+def test_ranks_stalled_1024_80x24(snap_compare):
+    assert snap_compare(app_for(R.ranks(1024, stuck=777)), terminal_size=(80, 24), run_before=settled("5"))
+
+
+def test_ranks_straggler_160x48(snap_compare):
+    assert snap_compare(app_for(R.ranks(64, slow=9)), terminal_size=(160, 48), run_before=settled("5"))
+
+
+def test_threads_rank_groups_expanded_160x48(snap_compare):
+    assert snap_compare(app_for(R.ranks(64, stuck=7)), terminal_size=(160, 48), run_before=settled("2", "x"))

@@ -125,3 +125,36 @@ async def test_table_rows_drawn_directly_equal_textuals_pipeline():
             for crop in (Region(0, 0, size.width, size.height), Region(3, 1, size.width - 10, 4)):
                 fast, slow = both(crop)
                 assert fast == slow, (scroll, crop)
+
+
+async def test_rank_groups_lead_the_threads_tab_and_expand_to_their_members():
+    """64 ranks, rank 7 on a queue while the others wait in all_reduce: the group rows come first,
+    rank 7's on top in the alarm style; x lists each group's members under it."""
+    app, _ = make(R.ranks(64, stuck=7))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.run_view.report is not None)
+        await pilot.press("2")
+        groups = app.query_one("#rank-groups", RowTable)
+        await until(pilot, lambda: groups.row_count == 3)
+        first = [str(c) for c in groups.get_row_at(0)]
+        assert first == ["▸ rank 7", "1", "lock STUCK", "threading.wait (data.py:40)", "h1"]
+        assert [str(c) for c in groups.get_row_at(1)][:3] == ["▸ ranks 0-6, 8-63", "63", "collective STUCK"]
+        assert groups.get_row_at(0)[0].style
+        await pilot.press("x")
+        await until(pilot, lambda: groups.row_count > 3)
+        rows = [[str(c) for c in groups.get_row_at(i)] for i in range(groups.row_count)]
+        assert rows[0][0] == "▾ rank 7" and rows[1] == ["    rank 7 · pid 60007", "", "MainThread", "", ""]
+        assert rows[2][0] == "▾ ranks 0-6, 8-63" and rows[3][0] == "    rank 0 · pid 60000"
+        # 64 members of the helper threads' group: listed up to MEMBERS_SHOWN, the rest counted
+        assert rows[-1][0] == "    … 0 more threads" or len(rows) == 1 + 1 + 1 + 63 + 1 + 64
+        await pilot.press("x")
+        await until(pilot, lambda: groups.row_count == 3)
+
+
+async def test_one_rank_has_no_group_rows():
+    app, _ = make(R.probed_program(probes()[:1]))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.run_view.report is not None)
+        await pilot.press("2")
+        await until(pilot, lambda: app.query_one("#probe-table", RowTable).row_count == 2)
+        assert not app.query_one("#rank-groups", RowTable).display

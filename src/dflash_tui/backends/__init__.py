@@ -1,20 +1,37 @@
-"""Launch backends: which Launcher (run/launch/launcher.py) runs a profile, and building it.
+"""Launch backends: which Launcher (run/launch/launcher.py) runs a profile, building it, and
+loading a config that knows every backend's keys.
 
-A new backend is one module here (a Launcher subclass whose `handles(profile)` recognises its
-config keys) added to BACKENDS before the backends it must win over, plus its keys in
-config.py and its tests (docs/ARCHITECTURE.md, "Launcher").
+A new backend is one folder here (a Launcher subclass whose `handles(profile)` recognises its
+config keys, which it declares as `CONFIG_KEYS`) and one line in BACKENDS, before the backends
+it must win over (docs/ARCHITECTURE.md, "Launcher"). Nothing outside backends/ imports a
+backend's folder.
 """
 
 from __future__ import annotations
 
-from ..config import ConfigError, Profile
+import os
+
+from .. import config as _config
+from ..config import Config, ConfigError, Profile, SchedulerKeys
 from ..remote.base import Target
 from ..run.launch.launcher import Launcher
 from .process import ContainerLauncher, LocalLauncher, SSHLauncher
-from .slurm import SlurmLauncher
+from .slurm.launcher import SlurmLauncher
 
 # First match wins: a scheduler's keys before the host/container ones a Slurm profile also has.
 BACKENDS: tuple[type[Launcher], ...] = (SlurmLauncher, ContainerLauncher, SSHLauncher, LocalLauncher)
+# The schedulers' profile keys, for config's loader (config sits below the backends).
+SCHEDULERS: tuple[SchedulerKeys, ...] = tuple(cls.CONFIG_KEYS for cls in BACKENDS if cls.CONFIG_KEYS is not None)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """config.load_config, every backend's scheduler keys known."""
+    return _config.load_config(path, SCHEDULERS)
+
+
+def parse_config(text: str, path: str) -> Config:
+    """config.parse_config, every backend's scheduler keys known."""
+    return _config.parse_config(text, path, SCHEDULERS)
 
 
 def launcher_class(profile: Profile) -> type[Launcher]:

@@ -63,7 +63,7 @@ EVENTS_JSONL = "events.jsonl"
 STATUS_JSON = "status.json"
 EXIT_JSON = "exit.json"
 STOP_JSON = "stop.json"
-# A run under Slurm (dflash_tui/slurm/): the job the launch submitted, and the job's own
+# A run under Slurm (dflash_tui/backends/slurm/): the job the launch submitted, and the job's own
 # stdout/stderr (slurmstepd's words: "CANCELLED AT ... DUE TO TIME LIMIT", "exceeded memory limit").
 SLURM_JSON = "slurm.json"
 SLURM_OUT = "slurm.out"

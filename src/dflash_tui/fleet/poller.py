@@ -26,6 +26,7 @@ from dataclasses import fields, replace
 from operator import attrgetter
 from typing import AsyncIterator, Callable, Sequence
 
+from ..backends import launcher_class
 from ..config import ConfigError, Profile
 from ..gpu.sample import GpuSnapshot
 from ..gpu.sources import run_ref_from_launch
@@ -100,7 +101,7 @@ class FleetPoller:
             self._wake[key] = asyncio.Event()
             self.latencies[key] = deque(maxlen=LATENCY_SAMPLES)
             watchable = (self.steady_interval is not None and key[0] != "nodes"
-                         and not any(self.profiles[n].is_slurm for n in names))
+                         and all(launcher_class(self.profiles[n]).POLL_SLOWLY_WHEN_STEADY for n in names))
             self.cadence[key] = TargetCadence(names, interval=self.interval,
                                               steady_interval=self.steady_interval or self.interval,
                                               steady_after=self.steady_after, watchable=watchable)

@@ -17,9 +17,11 @@ from typing import Any
 from ..fleet.row import UNREACHABLE
 from ..run.verdict.report import RunReport
 from ..run.verdict.checklist import Checklist, CheckState
+from ..run.verdict.rank_groups import odd_ones_out
 
 TRACEBACK_LINES = 6          # the last lines of a traceback a change keeps
 TEXT_LIMIT = 400             # any one text field, after `inert`
+RANK_GROUPS_KEPT = 4         # the odd-one-out rank groups a STALLED change keeps
 
 _SEVERITY = {CheckState.FAIL: 0, CheckState.WARN: 1, CheckState.PENDING: 2, CheckState.OK: 3}
 
@@ -49,6 +51,9 @@ class Evidence:
     pid: int | None = None
     exit_code: int | None = None
     eta_s: float | None = None            # seconds to the run's total at its recent rate
+    # a stalled run of several ranks: where its ranks differ, the odd ones out first
+    # ("rank 7: lock Queue.get (data.py:40)")
+    ranks: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         d = {k: v for k, v in asdict(self).items() if v not in (None, "", ())}
@@ -93,7 +98,12 @@ def sane_evidence(d: dict[str, Any]) -> Evidence:
                     rate=finite(d.get("rate")), rate_unit=inert(text["rate_unit"], 20),
                     stuck_at=inert(text["stuck_at"], 200),
                     traceback=tuple(inert(line, 200) for line in lines[-TRACEBACK_LINES:]),
-                    pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")), eta_s=finite(d.get("eta_s")))
+                    pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")), eta_s=finite(d.get("eta_s")),
+                    ranks=tuple(inert(w, 200) for w in _strings(d.get("ranks"))[:RANK_GROUPS_KEPT]))
+
+
+def _strings(v: Any) -> list[str]:
+    return [x for x in v if isinstance(x, str)] if isinstance(v, (list, tuple)) else []
 
 
 @dataclass(frozen=True)
@@ -154,7 +164,9 @@ def evidence_of(report: RunReport) -> Evidence:
         "rate": p.rate if p else None, "rate_unit": p.rate_unit if p else "",
         "stuck_at": stuck_at(report) if verdict == "STALLED" else "", "traceback": tb,
         "pid": report.launch.pid if report.launch is not None else None,
-        "exit_code": report.exit.exit_code if report.exit is not None else None})
+        "exit_code": report.exit.exit_code if report.exit is not None else None,
+        "ranks": [g.words() for g in odd_ones_out(report.checklist.rank_groups)[:RANK_GROUPS_KEPT]]
+        if verdict == "STALLED" else []})
 
 
 def change_of(report: RunReport, *, previous: str, before: Checklist | None, now: float,

@@ -107,6 +107,8 @@ def message(change: VerdictChange, event: str, config_path: str | None) -> tuple
         lines.append(numbers)
     if ev.stuck_at:
         lines.append(f"stuck at: {ev.stuck_at}")
+    if ev.ranks:
+        lines.append("ranks (where they differ): " + "; ".join(ev.ranks))
     if ev.traceback:
         lines.append("traceback (last lines):")
         lines += [f"  {line}" for line in ev.traceback]

@@ -17,7 +17,7 @@ from typing import AsyncIterator
 
 from ..remote.base import TargetError
 from ..run.launch.canary import CanaryResult
-from ..run.verdict.health import HealthTracker, evaluate, with_gpu_check
+from ..run.verdict.health import HealthTracker, with_gpu_check
 from ..run.launch.launch import LaunchOutcome
 from ..run.evidence.observe import Evidence, current_run_id
 from ..run.verdict.report import RunReport, report_from
@@ -64,12 +64,13 @@ class HostWatch(RunWatch):
         return max(0.0, self._next_try - time.monotonic())
 
     def settle(self, ev: Evidence, checklist: Checklist) -> RunReport:
-        """evaluate's checklist (the "gpus" check added) -> each check's `since` -> the report."""
+        """the launcher's checklist (the "gpus" check added) -> each check's `since` -> the report."""
         checklist = self.tracker.update(checklist, ev.now, current_run_id(ev))
-        return report_from(ev, checklist, profile=self.profile.name, target_label=self.label)
+        return report_from(ev, checklist, profile=self.profile.name, target_label=self.label,
+                           vouched=self.session.launcher.vouches(ev))
 
     async def _judge(self, ev: Evidence, gpus: bool) -> RunReport:
-        checklist = evaluate(ev, self.limits)
+        checklist = self.session.launcher.judge(ev, self.limits)
         if gpus:
             checklist = await self.session.with_gpus(ev, checklist)   # one bounded sample
         elif self.gpus.known:

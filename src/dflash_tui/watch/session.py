@@ -28,7 +28,7 @@ from ..remote.ops import RemoteOps
 from ..run.evidence.activity import ProgressTracker
 from ..run.attempts import LaunchAttempt, load_attempt, load_local_stop, save_attempt, save_local_stop
 from ..run.launch.canary import CanaryResult, run_canary
-from ..run.verdict.health import Limits, evaluate, with_gpu_check
+from ..run.verdict.health import Limits, with_gpu_check
 from ..run.history import CheckpointRef, HistoryRun, list_runs, newest_checkpoint, open_run
 from ..run.launch.launch import LaunchOutcome, LaunchRefused, launch_run, not_launched
 from ..run.launch.launcher import Launcher
@@ -136,7 +136,7 @@ class Session:
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""
         ev = await self.evidence()
-        cl = evaluate(ev, self.limits)
+        cl = self.launcher.judge(ev, self.limits)
         return ev, (await self.with_gpus(ev, cl) if gpus else cl)
 
     async def gpu_snapshot(self, ev: Evidence):

@@ -1,5 +1,5 @@
 """The pure half of the Slurm support: the scheduler's answers parsed, the job's states as
-verdicts (run/verdict/slurm_job.py through run/health.evaluate), and the profile keys. The daemons'
+verdicts (backends/slurm/verdict.py through the Slurm launcher's `judge`), and the profile keys. The daemons'
 half is tests/slurm/test_runs.py; sacct's text here is its documented `-P` format, the one
 answer the test cluster (no accounting) cannot give."""
 
@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_tui.backends.slurm import SlurmLauncher
-from dflash_tui.config import ConfigError, parse_config
+from dflash_tui.backends import parse_config
+from dflash_tui.backends.slurm.commands import sbatch_argv
+from dflash_tui.backends.slurm.evidence import SlurmEvidence, slurm_of
+from dflash_tui.backends.slurm.job import SlurmJob, parse_sacct, parse_scontrol, parse_squeue
+from dflash_tui.backends.slurm.launcher import SlurmLauncher
+from dflash_tui.backends.slurm.spec import SlurmSpec
+from dflash_tui.backends.slurm.verdict import pending_words, stepd_end
+from dflash_tui.config import ConfigError
 from dflash_tui.contract.rundir import ExitRecord, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord, parse_slurm_job
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ops import FileStat, PidInfo
-from dflash_tui.run.verdict.health import evaluate
+from dflash_tui.run.verdict.health import Limits
 from dflash_tui.run.evidence.observe import Evidence
 from dflash_tui.run.verdict.report import report_from
-from dflash_tui.run.verdict.slurm_job import pending_words, stepd_end
 from dflash_tui.run.verdict.checklist import Verdict
-from dflash_tui.slurm.commands import sbatch_argv
-from dflash_tui.slurm.job import SlurmJob, parse_sacct, parse_scontrol, parse_squeue
-from dflash_tui.slurm.spec import SlurmSpec
 
 SCONTROL = ("JobId=42 JobName=dflash-run UserId=me(1000) GroupId=me(1000) JobState=PENDING "
             "Reason=Resources Dependency=(null) Requeue=0 Restarts=0 BatchFlag=1 ExitCode=0:0 "
@@ -96,7 +98,7 @@ def _ev(job: SlurmJob, *, exit_code: int | None = 0, stop: bool = False, alive: 
     launch = LaunchRecord(run_id="r1", pid=100, pgid=100, start_ticks=5, start_time=1000.0, argv=["x"], host="n1")
     log = FileStat("/srv/r/train.log", True, size=100, mtime=1099.0, kind="file")
     ev = Evidence(now=1100.0, run_dir="/srv/r", launch=launch, wrapper_run_id="r1", files={"train.log": log},
-                  slurm=SlurmJobRecord(run_id="r1", job_id=job.job_id, submit_time=990.0), job=job,
+                  scheduler=SlurmEvidence(SlurmJobRecord(run_id="r1", job_id=job.job_id, submit_time=990.0), job=job),
                   proc=PidInfo(pid=100, alive=alive, start_ticks=5 if alive else None))
     if exit_code is not None and not alive:
         ev.exit = ExitRecord(run_id="r1", exit_code=exit_code, signal=None, end_time=1090.0)
@@ -104,6 +106,15 @@ def _ev(job: SlurmJob, *, exit_code: int | None = 0, stop: bool = False, alive: 
         ev.stop = StopRecord(run_id="r1", pid=100, requested_time=1080.0, requested_by="me@laptop",
                              signal_sent="scancel", job_id=job.job_id)
     return ev
+
+
+def _launcher() -> SlurmLauncher:
+    return SlurmLauncher(_profile(scheduler='"slurm"', run_dir='"/srv/r"'), LocalTarget(), LocalTarget())
+
+
+def evaluate(ev: Evidence):
+    """The Slurm launcher's verdict (`judge`): the job's states beside the evidence's."""
+    return _launcher().judge(ev, Limits())
 
 
 def test_the_schedulers_end_outranks_the_programs_exit_code_but_not_a_stop():
@@ -128,14 +139,16 @@ def test_a_running_job_vouches_for_a_wrapper_on_another_host_and_silence_is_no_e
     assert running.verdict is not Verdict.KILLED
     silent = evaluate(_ev(SlurmJob("5", answered=False, error="Socket timed out"), exit_code=None, alive=True))
     assert silent.verdict is not Verdict.KILLED and silent.checks[0].state.value == "warn"
-    assert silent.slurm["job_id"] == "5"
+    assert silent.scheduler.name == "slurm" and silent.scheduler.facts["job_id"] == "5"
     unseen = evaluate(_ev(SlurmJob("5", answered=False, error="Socket timed out"), exit_code=None))
     assert unseen.verdict is not Verdict.KILLED, unseen   # a wrapper on another host, Slurm silent
     # The header's pid: not "gone" while the job runs it on a host this one does not see.
     ev = _ev(SlurmJob("5", state="RUNNING", node_list="n1"), exit_code=None)
-    assert report_from(ev, evaluate(ev), profile="s", target_label="login").pid_alive is None
+    assert report_from(ev, evaluate(ev), profile="s", target_label="login",
+                       vouched=_launcher().vouches(ev)).pid_alive is None
     ended = _ev(SlurmJob("5", state="COMPLETED"))
-    assert report_from(ended, evaluate(ended), profile="s", target_label="login").pid_alive is False
+    assert report_from(ended, evaluate(ended), profile="s", target_label="login",
+                       vouched=_launcher().vouches(ended)).pid_alive is False
 
 
 def test_pending_is_queued_with_exit_4_and_held_is_blocked():
@@ -143,8 +156,8 @@ def test_pending_is_queued_with_exit_4_and_held_is_blocked():
     ev.launch = None
     cl = evaluate(ev)
     assert cl.verdict is Verdict.QUEUED and not cl.verdict.failing and not cl.verdict.healthy
-    assert cl.slurm["pending_reason"] == "Priority" and "jobs of higher priority" in cl.summary
-    ev.job = SlurmJob("5", state="PENDING", reason="JobHeldAdmin")
+    assert cl.scheduler.facts["pending_reason"] == "Priority" and "jobs of higher priority" in cl.summary
+    ev.scheduler.job = SlurmJob("5", state="PENDING", reason="JobHeldAdmin")
     assert evaluate(ev).verdict is Verdict.BLOCKED
 
 
@@ -156,7 +169,7 @@ def _profile(**keys):
 def test_profile_keys_and_their_one_line_errors():
     p = _profile(scheduler='"slurm"', run_dir='"/srv/r"', nodes=2, partition='"gpu"', account='"ml"', qos='"hi"',
                  gpus_per_node=8, time_limit='"1-00:00:00"', sbatch_args='["--exclusive"]')
-    assert p.slurm == SlurmSpec("gpu", "ml", "hi", 2, 8, "1-00:00:00", ("--exclusive",)) and not p.is_multinode
+    assert p.scheduler == SlurmSpec("gpu", "ml", "hi", 2, 8, "1-00:00:00", ("--exclusive",)) and not p.is_multinode
     for bad, words in ((dict(nodes='["a"]'), "is not a number of nodes"), (dict(partition='"a;b"'), "not a Slurm name"),
                        (dict(partition='"gpu\\n"'), "not a Slurm name"), (dict(account='"ml\\n"'), "not a Slurm name"),
                        (dict(qos='"hi\\n"'), "not a Slurm name"), (dict(time_limit='"60\\n"'), "not a Slurm time"),
@@ -182,7 +195,7 @@ def test_sbatch_args_refuse_what_sbatch_reads_as_the_launchs_own_options(arg):
 @pytest.mark.parametrize("arg", ["--gpus=2", "--time-min=10", "--exclusive", "--mem=0", "-c4", "-vc4",
                                  "--constraint=h100", "-wn1", "--requeue", "--comment=-o"])
 def test_sbatch_args_keep_the_options_that_are_their_own(arg):
-    assert _profile(scheduler='"slurm"', run_dir='"/srv/r"', sbatch_args=f'["{arg}"]').slurm.sbatch_args == (arg,)
+    assert _profile(scheduler='"slurm"', run_dir='"/srv/r"', sbatch_args=f'["{arg}"]').scheduler.sbatch_args == (arg,)
 
 
 def test_sbatch_argv_keeps_a_percent_in_the_run_dir_literal():
@@ -205,5 +218,5 @@ async def test_a_corrupt_slurm_json_is_one_line_not_a_crash(tmp_path):
     finally:
         await ops.close()
     cl = evaluate(ev)
-    assert ev.job is None and cl.verdict is Verdict.NEVER_STARTED
+    assert slurm_of(ev).job is None and cl.verdict is Verdict.NEVER_STARTED
     assert "expected a Slurm job id" in cl.summary and "cannot be identified" in cl.summary

@@ -50,10 +50,28 @@ CPU_WINDOW_S = 1.0
 BUSY_CORES = 0.05
 # CPU samples older than this are forgotten: the rate is the recent one.
 _CPU_HISTORY_S = 3.0
+# The newest reports of each process its share of time waiting in collectives is counted over:
+# about a minute of the probe's beats, so a rank that turned slow shows within that.
+WAIT_WINDOW = 60
 # Free space is asked for at most this often (statvfs runs in a thread of the agent).
 DISK_EVERY_S = 10.0
 # Below this much free space the run dir's filesystem is full for any practical purpose.
 DISK_FULL_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class WaitShare:
+    """Of one process's last reports (one a probe beat, at most WAIT_WINDOW), how many found a
+    thread of it waiting in a collective: the share of its time it waits for the other ranks
+    (the rest it spends in its own code, or elsewhere). `doing`: the collective it waited in."""
+
+    samples: int
+    waiting: int
+    doing: str = ""
+
+    @property
+    def share(self) -> float:
+        return self.waiting / self.samples if self.samples else 0.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +119,8 @@ class Activity:
     # per thread, when its frames took exactly the form they have now, lines included (first
     # seen so): a thread that waits has stood still since then, wherever its function began.
     frames_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    # per process (pid), its share of time waiting in collectives, from its reports across polls
+    waits: Mapping[int, WaitShare] = field(default_factory=dict)
 
     @property
     def advancing(self) -> bool:
@@ -257,6 +277,9 @@ class ProgressTracker:
         self._stack_moved_where = ""
         self._stack_moved_own = False
         self._proc_cpu: dict[int, tuple[float, float, float | None]] = {}
+        # pid -> (the seq of its last report sampled, one flag per report: waiting in a
+        # collective, the collective it waited in last)
+        self._waits: dict[int, tuple[int, collections.deque[bool], str]] = {}
 
     @property
     def progress(self) -> LogProgress:
@@ -367,6 +390,8 @@ class ProgressTracker:
             else:
                 threads, at = p.threads, p.time
             self._sample_proc_cpu(p)
+            if not launcher:
+                self._sample_wait(p)
             for t in threads:
                 key = (p.pid, t.ident)
                 seen.add(key)
@@ -395,6 +420,25 @@ class ProgressTracker:
                 del self._stacks[key]     # a thread that ended
             for key in [k for k in self._frames if k not in seen and k[0] in pids]:
                 del self._frames[key]
+
+    def _sample_wait(self, p: ProbeReport) -> None:
+        """One report more of process `p`: did a thread of it wait in a collective? Each report
+        counts once (the probe writes one a beat; a look that finds the same one adds nothing)."""
+        before = self._waits.get(p.pid)
+        if before is not None and before[0] == p.seq:
+            return
+        flags = before[1] if before is not None else collections.deque(maxlen=WAIT_WINDOW)
+        doing = before[2] if before is not None else ""
+        waiting = False
+        for t in p.threads:
+            if t.daemon:
+                continue
+            c = classify(t.frames, t.compile_state)
+            if c.cls is ThreadClass.COLLECTIVE:
+                waiting, doing = True, c.doing or doing
+                break
+        flags.append(waiting)
+        self._waits[p.pid] = (p.seq, flags, doing)
 
     def _idle(self, pid: int) -> bool:
         """The process used less than BUSY_CORES between its last two reports."""
@@ -497,5 +541,6 @@ class ProgressTracker:
             stack_moved_own=self._stack_moved_own,
             stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
             frames_since=MappingProxyType({k: v[1] for k, v in self._frames.items()}),
+            waits=MappingProxyType({pid: WaitShare(len(f), sum(f), doing) for pid, (_, f, doing) in self._waits.items()}),
             metrics_at=self.metric_files.advanced_at, metrics_file=self.metric_files.advanced_file,
             steps_per_s=self._clock.steps_per_s())

@@ -42,8 +42,12 @@ class LookMemory:
         # The wrapper pid launch.json named at the last look: the tree the next look asks for in
         # its first request (a pid that changed is asked again, on its own).
         self.pid: int | None = None
-        # The probe reports the last look read (their paths), asked for in the next one's first request.
+        # The probe reports the next look is likely to read (their paths), asked for in its first request.
         self.reports: list[str] = []
+        # probe_files: each report's path -> (inode, size, mtime, its parse or None) as last read,
+        # and where the rotating window through the reports stands
+        self.probe_reports: dict[str, tuple] = {}
+        self.probe_cursor = 0
         # first_look: path -> [inode, size, mtime] of the copy held parsed; the agent skips its read.
         self.known: Bounded[str, list] = Bounded(4096)
         # stack_dumps: (pid, start ticks) -> (monotonic time asked, the dump then)

@@ -16,15 +16,15 @@ import functools
 import posixpath
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, PROBE_DIR,
-                                 STATUS_JSON, STOP_JSON, TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord,
+                                 STATUS_JSON, STOP_JSON, TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord,
                                  TrainStatus, inert_text, parse_exit, parse_launch, parse_status, parse_stop,
                                  rank_file)
 
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
-from ...slurm.job import SlurmJob
 from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, ProgressTracker
 from .metric_files.reader import MetricsView
 from ..attempts import LaunchAttempt
@@ -73,12 +73,9 @@ class Evidence:
     probes: list[ProbeReport] = field(default_factory=list)
     # Stacks of processes whose reports went stale, collectives per rank, the first failure.
     hang: HangEvidence = field(default_factory=HangEvidence)
-    # A run under Slurm (backends/slurm.py fills these): slurm.json, the job as the scheduler
-    # describes it now, and the tail of the job's own stdout/stderr (slurm.out).
-    slurm: SlurmJobRecord | None = None
-    slurm_problem: str | None = None
-    job: SlurmJob | None = None
-    slurm_out: str = ""
+    # What a scheduler's backend observed beside the run dir (backends/<name>/: Slurm's job),
+    # opaque here: only that backend's `observe` fills it and its `judge` reads it.
+    scheduler: Any = None
 
     def path(self, name: str) -> str:
         return _joined(self.run_dir, name)
@@ -220,8 +217,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
             ev.status_problem = f"{status_name} belongs to run {ev.status.run_id}"
             ev.status = None
 
-    ev.probes = await gather_probes(ops, run_dir, run_id)
-    memory.reports = list(ev.probes.read)
+    ev.probes = await gather_probes(ops, run_dir, run_id, memory)
     await _gather_distributed(ops, ev, memory)
     if ev.launch is not None:
         memory.pid = ev.launch.pid
@@ -307,14 +303,14 @@ async def _observe_activity(ops: RemoteOps, ev: Evidence, tracker: ProgressTrack
         t0 = time.monotonic()
         await asyncio.sleep(CPU_WINDOW_S)
         tree, probes = await asyncio.gather(ops.proc_tree(ev.launch.pid, run_dir=ev.run_dir),
-                                            gather_probes(ops, ev.run_dir, current_run_id(ev)))
+                                            gather_probes(ops, ev.run_dir, current_run_id(ev), tracker.looks))
         before = {p.pid: p.seq for p in ev.probes if not p.ended and ev.now - p.time <= 2 * CPU_WINDOW_S}
         for _ in range(_REPORT_RETRIES):
             # A report the probe has not rewritten yet says nothing new: look once more.
-            if all(p.seq != before[p.pid] for p in probes if p.pid in before):
+            if all(p.seq != before[p.pid] for p in probes if p.pid in before and p.pid in probes.fresh):
                 break
             await asyncio.sleep(CPU_WINDOW_S / 2)
-            probes = await gather_probes(ops, ev.run_dir, current_run_id(ev))
+            probes = await gather_probes(ops, ev.run_dir, current_run_id(ev), tracker.looks)
         later = ev.now + (time.monotonic() - t0)
         tracker.sample_cpu(later, tree)
         tracker.sample_stacks(probes, ev.hang.stack_dumps)

@@ -1,13 +1,23 @@
 """Read the run probe's reports (RUN_DIR/probe/<pid>.json) through RemoteOps.
 
-One listing of the probe directory, then small reads of at most MAX_REPORTS reports, the
-most recently written first (a process that ended stops rewriting its report, so live ones
-come first). A report that cannot be read or parsed is a problem string, never an exception;
-one of another run (left behind in the directory) is not evidence about this one.
+One listing of the probe directory, then small reads of at most MAX_REPORTS reports. A report
+that cannot be read or parsed is a problem string, never an exception; one of another run (left
+behind in the directory) is not evidence about this one.
+
+A look without memory (a one-shot stop or launch) reads the most recently written (a process
+that ended stops rewriting its report, so live ones come first). A watch's looks (with its
+LookMemory) reach every rank of a run of a thousand, at a bounded cost per poll: each look reads
+the NEWEST reports, then the ones never read, then a rotating window through the rest, and
+keeps the last parse of each; a report whose file did not change since is not read again. A
+kept copy stands in for a report not read this look, honestly: where its file was rewritten
+since (a newer mtime), the probe beat then, so the copy's `time` is that mtime (its stacks are
+those of its last read); a process is never judged stale from a copy whose file is newer. The
+first look of a watch reads up to FIRST_LOOK_REPORTS at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 
@@ -15,8 +25,11 @@ from ...contract.rundir import PROBE_DIR, ProbeReport, SchemaError, parse_probe
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PreflightOps
 from ..eager import gather_eager
+from .memory import LookMemory
 
-MAX_REPORTS = 32
+MAX_REPORTS = 64                 # reports read per look at most (a watch's look: FIRST_LOOK_REPORTS once)
+NEWEST = 16                      # of which the most recently written, each look
+FIRST_LOOK_REPORTS = 1024
 REPORT_MAX_BYTES = 256 << 10     # a report of 256 threads with six frames each is ~100 KiB
 _REPORT_NAME = re.compile(r"^[1-9][0-9]{0,9}\.json$")
 
@@ -31,6 +44,8 @@ class ProbeReports(list):
         # Every entry of the probe directory (stack dumps, Flight Recorder dumps, error files).
         self.listing: list[FileStat] = list(listing)
         self.read: list[str] = list(read)            # the reports' paths read this time
+        self.cached = 0                              # reports not read this time: their kept copy
+        self.fresh: set[int] = set()                 # the pids whose report was read this time
 
 
 async def _read_one(ops: PreflightOps, st: FileStat) -> tuple[ProbeReport | None, str | None]:
@@ -53,8 +68,10 @@ async def _read_one(ops: PreflightOps, st: FileStat) -> tuple[ProbeReport | None
         return None, str(exc)
 
 
-async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None) -> ProbeReports:
-    """The probe reports of run `run_id` (any run's when None) in `run_dir`."""
+async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None,
+                        memory: LookMemory | None = None) -> ProbeReports:
+    """The probe reports of run `run_id` (any run's when None) in `run_dir`; with a watch's
+    `memory`, every report's newest parse (this module's docstring)."""
     probe_dir = posixpath.join(run_dir, PROBE_DIR)
     try:
         listing = await ops.list_dir(probe_dir)
@@ -65,9 +82,62 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None) -> 
     candidates = [st for st in listing
                   if st.exists and not st.is_dir and _REPORT_NAME.match(posixpath.basename(st.path))]
     candidates.sort(key=lambda st: st.mtime, reverse=True)
-    read = candidates[:MAX_REPORTS]
+    if memory is None:
+        read, kept = candidates[:MAX_REPORTS], []
+    else:
+        read, kept = _plan(candidates, memory)
     results = await gather_eager(*(_read_one(ops, st) for st in read))
-    reports = [r for r, _ in results if r is not None and (run_id is None or r.run_id == run_id)]
+    found: list[ProbeReport] = []
+    for st, (r, _) in zip(read, results):
+        if memory is not None:
+            memory.probe_reports[st.path] = (st.inode, st.size, st.mtime, r)
+        if r is not None:
+            found.append(r)
+    fresh = {r.pid for r in found}
+    for st, (_, _, _, r) in kept:
+        if r is None:
+            continue
+        if st.mtime > r.time:
+            # Rewritten since the copy was read: the probe beat by then (its stacks are older).
+            r = dataclasses.replace(r, time=st.mtime)
+        found.append(r)
+    reports = [r for r in found if run_id is None or r.run_id == run_id]
     reports.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
-    return ProbeReports(reports, [p for _, p in results if p], skipped=len(candidates) - len(read),
-                        listing=listing, read=[st.path for st in read])
+    out = ProbeReports(reports, [p for _, p in results if p], skipped=len(candidates) - len(read) - len(kept),
+                       listing=listing, read=[st.path for st in read])
+    out.cached, out.fresh = len(kept), fresh
+    return out
+
+
+def _plan(candidates: list[FileStat], memory: LookMemory) -> tuple[list[FileStat], list[tuple[FileStat, tuple]]]:
+    """(the reports to read this look, (stat, kept copy) of the others held) for a watch's look:
+    the NEWEST changed ones, then those never read, then the rotating window; a report whose
+    file is as it was when read is never read again."""
+    held = memory.probe_reports
+    paths = {st.path for st in candidates}
+    for gone in [p for p in held if p not in paths]:
+        del held[gone]
+    budget = MAX_REPORTS if held else FIRST_LOOK_REPORTS
+
+    def same(st: FileStat) -> bool:
+        h = held.get(st.path)
+        return h is not None and h[:3] == (st.inode, st.size, st.mtime)
+    changed = [st for st in candidates if not same(st)]
+    chosen: dict[str, FileStat] = {st.path: st for st in changed[:NEWEST]}
+    for st in changed:
+        if len(chosen) >= budget:
+            break
+        if st.path not in held:
+            chosen.setdefault(st.path, st)
+    rest = sorted((st for st in changed if st.path not in chosen), key=lambda st: st.path)
+    if rest and len(chosen) < budget:
+        start = memory.probe_cursor % len(rest)
+        window = (rest[start:] + rest[:start])[:budget - len(chosen)]
+        chosen.update((st.path, st) for st in window)
+        memory.probe_cursor = start + len(window)
+    read = list(chosen.values())
+    kept = [(st, held[st.path]) for st in candidates if st.path not in chosen and st.path in held]
+    # Asked for up front in the next look's first request: the newest, the window after this one.
+    ahead = rest[memory.probe_cursor % len(rest):][:MAX_REPORTS - NEWEST] if rest else []
+    memory.reports = [st.path for st in changed[:NEWEST]] + [st.path for st in ahead]
+    return read, kept

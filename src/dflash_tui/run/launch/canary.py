@@ -18,7 +18,7 @@ from typing import Awaitable, Callable
 from ...config import Profile
 from ...remote.base import TargetError
 from ...remote.ops import RemoteOps
-from ..verdict.health import Limits, evaluate
+from ..verdict.health import Limits
 from .launch import LaunchRefused, launch_run
 from .launcher import Launcher
 from ..verdict.checklist import Check, CheckState
@@ -71,7 +71,7 @@ async def run_canary(profile: Profile, launcher: Launcher, ops: RemoteOps,
         checks.append(Check("canary", "Canary outlived the channel", CheckState.FAIL, msg, "", time.time()))
         return CanaryResult(False, msg, run_dir, launch.pid, time.monotonic() - t0, checks)
     alive = launcher.alive(ev)
-    cl = evaluate(ev, limits)
+    cl = launcher.judge(ev, limits)
     if not alive:
         msg = (f"sleep (pid {launch.pid}) died when the channel closed: {cl.verdict.value}, {cl.summary}; "
                "this transport kills detached children (check setsid on the target)")

@@ -24,16 +24,16 @@ from ...remote.base import CommandResult, CommandTimeout, Target
 from ...remote.ops import RemoteOps
 from ..attempts import LaunchAttempt
 from .claim import ClaimRefused, take_claim
-from ..verdict.health import Limits, evaluate
+from ..verdict.health import Limits
 from .launcher import Launcher
 from ..evidence.observe import Evidence
-from .preflight import PER_RUN_FILES, PreflightResult
+from .preflight import PreflightResult
 from .probe_install import install_probe
 from .stop import StopResult
 from ..verdict.checklist import Check, CheckState, Checklist, Verdict
 from ..wrapper import new_run_id, render_wrapper
 
-# The files that describe one run (preflight.PER_RUN_FILES); checkpoints/ stays, so a relaunch
+# The files that describe one run (the launcher's RUN_FILES); checkpoints/ stays, so a relaunch
 # can --resume.
 HISTORY_DIR = "history"
 # How long a launch waits, past its deadline, for a detached wrapper that is alive but has not
@@ -158,7 +158,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
     old = ev.launch.run_id if ev.launch is not None else ev.wrapper_run_id
     aside = posixpath.join(HISTORY_DIR, _history_name(old, ev.now))
     if any(ev.exists(n) for n in (LAUNCH_SH, LAUNCH_JSON, TRAIN_LOG, EXIT_JSON, STATUS_JSON, STOP_JSON, LAUNCH_OUT)):
-        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *PER_RUN_FILES,
+        res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *launcher.RUN_FILES,
                                 *rank_file_globs()], timeout=30)
         if not res.ok:
             check = Check("archive", "Previous run set aside", CheckState.FAIL,
@@ -216,7 +216,7 @@ async def _settle(launcher: Launcher, ops: RemoteOps, run_dir: str, attempt: Lau
            and not ev.detached_proc.gone and time.monotonic() < deadline):
         await asyncio.sleep(0.1)
         ev = await launcher.observe(ops, run_dir, attempt=attempt)
-        checklist = evaluate(ev, limits)
+        checklist = launcher.judge(ev, limits)
     return ev, checklist
 
 
@@ -241,7 +241,7 @@ async def first_verdict(launcher: Launcher, ops: RemoteOps, run_dir: str, attemp
     deadline = time.monotonic() + limits.launch_deadline_s + SETTLE_S
     while True:
         ev = await launcher.observe(ops, run_dir, attempt=attempt)
-        checklist = evaluate(ev, limits)
+        checklist = launcher.judge(ev, limits)
         waiting = checklist.verdict is Verdict.STARTING and ev.launch is None
         if not waiting or time.monotonic() >= deadline:
             return ev, checklist

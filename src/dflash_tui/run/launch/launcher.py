@@ -3,9 +3,11 @@
 One Launcher per profile, chosen by backends/ (`launcher_for`). Everything above it (the launch
 sequence in run/launch/launch.py, the canary, Session, the watches) calls these verbs and never asks
 which backend it has; a new backend is a module in backends/ that subclasses Launcher, plus its
-config keys and tests (docs/ARCHITECTURE.md, "Launcher"). A scheduler's own states still reach
-below this seam (Slurm's: the Evidence fields and profile keys it fills, the verdict branch in
-run/verdict/slurm_job.py), which the ARCHITECTURE's Launcher section lists.
+config keys and tests (docs/ARCHITECTURE.md, "Launcher"). A scheduler's own knowledge stays in
+its folder and reaches the layers below through declared slots only: its profile keys
+(`CONFIG_KEYS`, parsed at config load into `Profile.scheduler`), what it observed
+(`Evidence.scheduler`), its verdict (`judge`, its facts in `Checklist.scheduler`), its run files
+(`RUN_FILES`) and whether a steady run may be polled slowly (`POLL_SLOWLY_WHEN_STEADY`).
 
 The verbs, and what today's backends (backends/process.py: local, SSH, pct, docker) do:
 - `make_host(profile)` (the profile's host over SSH, or this machine, unless a backend says
@@ -16,7 +18,10 @@ The verbs, and what today's backends (backends/process.py: local, SSH, pct, dock
   once with what the start command said (`Detached`), the only evidence before launch.json;
 - `alive(ev)`: whether the run's process lives (the recorded pid, verified by its start time);
 - `stop(ops, run_dir)`: stop.json, then the signals, never a process that is not the run's;
-- `observe(ops, run_dir)`: one look at the run dir and the process tree (run/evidence/observe.py).
+- `observe(ops, run_dir)`: one look at the run dir and the process tree (run/evidence/observe.py);
+- `judge(ev, limits)`: the verdict's entry (run/verdict/health.py `evaluate`, unless the backend
+  knows more: a scheduler's job states); `vouches(ev)`: whether the backend stands for the
+  wrapper's pid where this host cannot see it.
 """
 
 from __future__ import annotations
@@ -25,12 +30,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from ...config import Profile
+from ...config import Profile, SchedulerKeys
 from ...remote.base import Target
 from ...remote.factory import make_host_target
 from ...remote.ops import RemoteOps
 from ..evidence.observe import Evidence, gather, process_matches
-from .preflight import PreflightResult, run_preflight
+from ..verdict.checklist import Checklist
+from ..verdict.health import Limits, evaluate
+from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
 from .stop import StopResult
 
 
@@ -48,6 +55,15 @@ class Detached:
 
 
 class Launcher(ABC):
+    # The files that describe one run, put aside to history/ on the next launch.
+    RUN_FILES: tuple[str, ...] = PER_RUN_FILES
+    # A steady run's poll may slow down while a cheap watch for its exit stands by (fleet/):
+    # a backend whose end only its scheduler tells (no exit.json seen first) says False.
+    POLL_SLOWLY_WHEN_STEADY: bool = True
+    # The scheduler's profile keys (`scheduler = "NAME"`), handed to config's loader by
+    # backends/; None for a backend chosen by the common keys alone.
+    CONFIG_KEYS: SchedulerKeys | None = None
+
     def __init__(self, profile: Profile, host: Target, target: Target) -> None:
         self.profile = profile
         self.host = host
@@ -84,7 +100,7 @@ class Launcher(ABC):
         """The checks a launch must pass; `ops` None when the run target gave none (the checks
         say why). `profile`: this one with another run dir (the canary's)."""
         return await run_preflight(profile or self.profile, self.host, self.target, ops,
-                                   check_live_run=check_live_run)
+                                   check_live_run=check_live_run, run_files=self.RUN_FILES)
 
     @abstractmethod
     async def detach(self, run_dir: str, run_id: str) -> Detached:
@@ -95,6 +111,14 @@ class Launcher(ABC):
     def alive(self, ev: Evidence) -> bool:
         """Whether the run launch.json names still runs (its pid, verified by start time)."""
         return ev.launch is not None and process_matches(ev.launch, ev.proc)
+
+    def judge(self, ev: Evidence, limits: Limits) -> Checklist:
+        """The verdict on one observation of this backend's run."""
+        return evaluate(ev, limits)
+
+    def vouches(self, ev: Evidence) -> bool:
+        """Whether the backend stands for the wrapper's pid, which this host may not see."""
+        return False
 
     def describe_live(self, ev: Evidence) -> str:
         """The live run in words, for a refused launch (`alive(ev)` is true)."""

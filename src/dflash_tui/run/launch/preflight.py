@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ...config import Profile, system_dir
-from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, SLURM_JSON, SLURM_OUT,
+from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH,
                                STATUS_JSON, STOP_JSON, TRAIN_LOG)
 from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
 from ...remote.container import ContainerTarget
@@ -24,8 +24,8 @@ from ..verdict.checklist import Check, CheckState
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
 # The files that describe one run (run/launch/launch.py moves them to history/ on the next launch).
-PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON,
-                 SLURM_JSON, SLURM_OUT)
+# A backend adds its own (Launcher.RUN_FILES).
+PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON)
 
 # $1 = run dir. Prints key=value lines; each step's failure is printed, not fatal, so one
 # round trip answers all of them. `df -P` is POSIX (1024-byte blocks with -k).
@@ -164,7 +164,7 @@ def _ran_nothing(res: CommandResult, what: str) -> str:
 
 
 async def run_preflight(profile: Profile, host: Target, target: Target, ops: RemoteOps | None,
-                        *, check_live_run: bool = True) -> PreflightResult:
+                        *, check_live_run: bool = True, run_files: tuple[str, ...] = PER_RUN_FILES) -> PreflightResult:
     out = PreflightResult()
     add = out.checks.append
     now = time.time()
@@ -198,7 +198,7 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
     try:
         # 3a. the run dir is not a system directory behind a symlink, and holds no run file that
         # is not a regular file
-        res = await target.run(["sh", "-c", _WHERE_PROBE, "dflash-where", profile.run_dir, *PER_RUN_FILES],
+        res = await target.run(["sh", "-c", _WHERE_PROBE, "dflash-where", profile.run_dir, *run_files],
                                timeout=30)
         lines = res.stdout.splitlines()
         if "end=1" not in lines:

@@ -35,7 +35,7 @@ class Verdict(str, Enum):
     # A stop request for it (stop.json), its process still alive within the grace period and
     # the SIGKILL wait: no verdict yet (STOPPED, or a failing stop, follows).
     STOPPING = "STOPPING"
-    # A Slurm job's own states (run/verdict/slurm_job.py), beside the evidence-based ones:
+    # A Slurm job's own states (backends/slurm/verdict.py), beside the evidence-based ones:
     QUEUED = "QUEUED"                 # pending, with Slurm's reason in words (no verdict yet)
     BLOCKED = "BLOCKED"               # pending and never starting by itself: held, or a dependency never satisfiable
     PREEMPTED = "PREEMPTED"           # ended by preemption
@@ -182,6 +182,26 @@ class RankGroup:
                 "threads": self.threads, "stuck": self.stuck, "nodes": list(self.nodes)}
 
 
+@dataclass(frozen=True)
+class SchedulerFacts:
+    """What a scheduler says about the run's job, as its backend's `judge` put it."""
+
+    name: str                                  # the scheduler; --check --json's key ("slurm")
+    facts: dict[str, Any]                      # --check --json's object under that key
+    headline: tuple[tuple[str, str], ...] = ()  # (label, value) the header shows, in order
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank the others wait for, while the run is healthy (run/verdict/stragglers.py)."""
+    rank: int
+    node: str
+    why: str     # "rank 1 (node h2) is slow: the other ranks wait for it in all_reduce 55 % of the time"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "why": _inert(self.why)}
+
+
 @dataclass
 class Checklist:
     verdict: Verdict
@@ -189,17 +209,21 @@ class Checklist:
     summary: str = ""  # one line explaining the verdict, e.g. "exit code 1: ValueError: ..."
     # status.json's threads, judged, then each probed process's threads with their stack's class
     threads: list[ThreadHealth] = field(default_factory=list)
-    # A Slurm job's facts (run/verdict/slurm_job.py): job_id, state, reason, node_list, partition, ...
-    slurm: dict[str, Any] | None = None
+    # A scheduler's facts, named by the scheduler (its backend's `judge` sets them; Slurm's job:
+    # job_id, state, reason, node_list, partition, ...): the header and --check --json show them.
+    scheduler: SchedulerFacts | None = None
     # The probed threads of a run of several ranks grouped by where they stand, odd ones out
     # first (run/verdict/rank_groups.py); empty for a run of one rank.
     rank_groups: list[RankGroup] = field(default_factory=list)
+    # The ranks the others wait for, the slowest first (run/verdict/stragglers.py); only while RUNNING.
+    stragglers: list[Straggler] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.summary = _inert(self.summary)
 
     def with_parts(self, *, checks: list[Check] | None = None, threads: list[ThreadHealth] | None = None,
-                   rank_groups: list[RankGroup] | None = None) -> "Checklist":
+                   rank_groups: list[RankGroup] | None = None,
+                   stragglers: list[Straggler] | None = None) -> "Checklist":
         """This checklist with other checks or threads (each made inert when it was made): a
         copy that keeps the summary already made inert (`replace` would make it inert again, on
         every look, twice)."""
@@ -211,6 +235,8 @@ class Checklist:
             other.threads = threads
         if rank_groups is not None:
             other.rank_groups = rank_groups
+        if stragglers is not None:
+            other.stragglers = stragglers
         return other
 
     def thread(self, name: str) -> ThreadHealth | None:
@@ -221,4 +247,5 @@ class Checklist:
                 "checks": [c.to_dict() for c in self.checks],
                 "threads": [t.to_dict() for t in self.threads],
                 "rank_groups": [g.to_dict() for g in self.rank_groups],
-                **({"slurm": self.slurm} if self.slurm is not None else {})}
+                "stragglers": [s.to_dict() for s in self.stragglers],
+                **({self.scheduler.name: self.scheduler.facts} if self.scheduler is not None else {})}

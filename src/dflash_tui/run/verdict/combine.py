@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from .report import RunReport
 from .rank_groups import group_ranks
+from .stragglers import paces, stragglers, with_stragglers
 from .checklist import Check, CheckState, Checklist, ThreadHealth, Verdict
 
 
@@ -75,7 +76,12 @@ class RunOfNodes:
             checks += [replace(c, id=f"{n.node}:{c.id}", label=f"{n.node} · {c.label}") for c in cl.checks]
         threads = [replace(t, name=f"{n.node}/{t.name}") for n in self.nodes for t in n.report.checklist.threads]
         nodes = [n.node for n in self.nodes for _ in n.report.checklist.threads]
-        return Checklist(self.verdict, checks, self.summary, threads, rank_groups=group_ranks(threads, nodes))
+        cl = Checklist(self.verdict, checks, self.summary, threads, rank_groups=group_ranks(threads, nodes))
+        # Stragglers across the nodes: each node's engine saw only its own ranks.
+        probes = [(n.node, p) for n in self.nodes for p in n.report.probes]
+        waits = {(n.node, pid): w for n in self.nodes if n.report.activity is not None
+                 for pid, w in n.report.activity.waits.items()}
+        return with_stragglers(cl, stragglers(paces(probes, waits)))
 
     def report(self, profile: str, target_label: str, run_dir: str) -> RunReport:
         """The run as one RunReport, for the panes: the combined checklist; every node's

@@ -41,6 +41,7 @@ from ...words import cpu_use, duration
 from ..stacks.records import CollectiveProgress
 from ..evidence.observe import Evidence
 from ..stacks.classify import ThreadClass, classify, parse_frame
+from .checklist import rank_ranges
 
 # A report older than this is stale: the probe rewrites it every second, unless no Python can
 # run in its process (a C call holding the GIL, a deadlock inside the interpreter).
@@ -392,7 +393,8 @@ def _rank_list(vs: list[ThreadView], ranked: bool) -> str:
     if not ranked:
         return ", ".join(v.name for v in vs)
     ranks = sorted({v.rank for v in vs if v.rank is not None})
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+    # Compact: "ranks 0-6, 8-63" (64 ranks listed one by one filled the summary's 400 characters).
+    return ("rank " if len(ranks) == 1 else "ranks ") + rank_ranges(ranks)
 
 
 def _collective_words(progress: list[CollectiveProgress]) -> str:

@@ -21,9 +21,9 @@ from .checks import (DISK_HINT, cpu_check, cpu_words, disk_check, gpus_check, la
 from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
 from ..stacks.classify import ThreadClass
 from ..evidence.observe import Evidence, current_run_id, process_matches
-from .slurm_job import judge as judge_slurm_job
 from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
+from .stragglers import paces, stragglers, with_stragglers
 from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -95,8 +95,6 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
     a failing "disk" check and the first words of a failing verdict's summary.
     """
-    if ev.job is not None:   # a Slurm job: its states beside the evidence (run/verdict/slurm_job.py)
-        return judge_slurm_job(ev, lambda plain: evaluate(replace(plain, job=None), limits))
     return _with_bad_files(_judge(ev, limits), ev)
 
 
@@ -191,7 +189,19 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
         stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
-    return cl.with_parts(threads=out, rank_groups=group_ranks(out))
+    cl = cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
+    return with_stragglers(cl, stragglers(paces(((("", p) for p in ev.probes)),
+                                              {("", pid): w for pid, w in (ev.activity.waits.items()
+                                                                           if ev.activity is not None else ())})))
+
+
+def _nodes_of(threads: list[ThreadHealth], ev: Evidence) -> list[str] | None:
+    """Each thread's node as its process's report names it, when the run dir holds reports from
+    more than one node (a job on several nodes writing to a shared run dir); else None."""
+    node = {p.pid: p.node for p in ev.probes}
+    if len({n for n in node.values() if n}) < 2:
+        return None
+    return [node.get(t.pid, "") if t.pid is not None else "" for t in threads]
 
 
 def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check], limits: Limits) -> Checklist:

@@ -13,7 +13,6 @@ then the groups on every rank, those with STUCK threads first, the most threads 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Iterable, Sequence
 
 from .checklist import RankGroup, ThreadHealth, ThreadState
@@ -21,35 +20,44 @@ from .checklist import RankGroup, ThreadHealth, ThreadState
 
 def group_ranks(threads: Sequence[ThreadHealth], nodes: Sequence[str] | None = None) -> list[RankGroup]:
     """The groups of a run of two or more ranks (`nodes[i]`: the node of `threads[i]`, for a run
-    on several nodes); none for one rank, which the thread rows already show."""
-    probed = [(i, t) for i, t in enumerate(threads) if t.pid is not None]
-    if any(t.rank is not None for _, t in probed):
-        # A process without a rank beside ranked ones is their launcher (torchrun's agent): it
-        # starts and watches the ranks, it is never one of them.
-        probed = [(i, t) for i, t in probed if t.rank is not None]
-    # A process without a rank in its environment: its place in the order of such processes.
-    unranked = sorted({t.pid for _, t in probed if t.rank is None})
-    order = {pid: n for n, pid in enumerate(unranked)}
-    rank_of = {i: (t.rank if t.rank is not None else order[t.pid]) for i, t in probed}
+    on several nodes); none for one rank, which the thread rows already show.
+
+    One pass to number the processes and one to group their threads: at 1,024 ranks x 20
+    threads this runs every poll (benchmarks/rank_groups_cost.py)."""
+    env_rank: dict[int, int | None] = {}
+    for t in threads:
+        pid = t.pid
+        if pid is not None and env_rank.get(pid) is None:
+            env_rank[pid] = t.rank
+    rank_of = rank_numbers(env_rank.items())
     # The same rank on several nodes is several processes: rank numbers are the run's own, so
     # only a run whose ranks were numbered per node has them twice, and then the node tells.
-    if len({rank_of[i] for i, _ in probed}) < 2:
+    every = len(set(rank_of.values()))
+    if every < 2:
         return []
-    acc: dict[tuple[str, str], dict] = defaultdict(lambda: {"ranks": set(), "members": [], "stuck": False,
-                                                               "doing": "", "nodes": set()})
-    for i, t in probed:
-        g = acc[(t.cls, t.where)]
-        g["ranks"].add(rank_of[i])
-        g["members"].append((rank_of[i], t.pid, t.name))
-        g["stuck"] = g["stuck"] or t.state is ThreadState.STUCK
-        g["doing"] = g["doing"] or t.doing
+    acc: dict[tuple[str, str], list] = {}
+    stuck_state = ThreadState.STUCK
+    for i, t in enumerate(threads):
+        rank = rank_of.get(t.pid)   # None: not probed, or the launcher beside ranked processes
+        if rank is None:
+            continue
+        key = (t.cls, t.where)
+        g = acc.get(key)
+        if g is None:
+            # ranks, members, stuck, doing, nodes
+            g = acc[key] = [set(), [], False, "", set()]
+        g[0].add(rank)
+        g[1].append((rank, t.pid, t.name))
+        if not g[2] and t.state is stuck_state:
+            g[2] = True
+        if not g[3] and t.doing:
+            g[3] = t.doing
         if nodes is not None:
-            g["nodes"].add(nodes[i])
-    every = len({rank_of[i] for i, _ in probed})
-    groups = [RankGroup(ranks=tuple(sorted(g["ranks"])), cls=cls, where=where, doing=g["doing"],
-                        threads=len(g["members"]), stuck=g["stuck"], nodes=tuple(sorted(g["nodes"])),
-                        members=tuple(sorted(g["members"])))
-              for (cls, where), g in acc.items()]
+            g[4].add(nodes[i])
+    groups = [RankGroup(ranks=tuple(sorted(ranks)), cls=cls, where=where, doing=doing, threads=len(members),
+                        stuck=stuck, nodes=tuple(sorted(n for n in nodes_ if n)) if nodes_ else (),
+                        members=tuple(sorted(members)))
+              for (cls, where), (ranks, members, stuck, doing, nodes_) in acc.items()]
     return sorted(groups, key=lambda g: (len(g.ranks) == every, len(g.ranks), not g.stuck, -g.threads,
                                          g.cls, g.where))
 
@@ -59,3 +67,13 @@ def odd_ones_out(groups: Iterable[RankGroup]) -> list[RankGroup]:
     groups = list(groups)
     every = len({r for g in groups for r in g.ranks})
     return [g for g in groups if len(g.ranks) < every]
+
+
+def rank_numbers(procs: Iterable[tuple[int, int | None]]) -> dict[int, int]:
+    """pid -> rank for the processes (pid, rank from its environment) of one run, by the rule
+    `group_ranks` numbers threads with: the environment's rank; in a run with no rank at all,
+    the order of the pids; a process without one beside ranked ones (the launcher) is none."""
+    procs = list(procs)
+    if any(r is not None for _, r in procs):
+        return {pid: r for pid, r in procs if r is not None}
+    return {pid: n for n, pid in enumerate(sorted({pid for pid, _ in procs}))}

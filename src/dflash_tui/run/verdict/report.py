@@ -14,7 +14,6 @@ from ..evidence.metric_files.reader import MetricsView
 from ..evidence.observe import Evidence, process_matches
 from ..evidence.step_clock import eta_s
 from .checklist import Checklist
-from .slurm_job import job_vouches
 
 
 @dataclass(frozen=True)
@@ -82,11 +81,14 @@ class RunReport:
     metrics: MetricsView | None = None   # metric lines and files: sources, newest points (run/evidence/metric_files/)
 
 
-def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str) -> RunReport:
-    """The report of one fresh observation: what `--check` prints and a pane renders."""
+def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str,
+                vouched: bool = False) -> RunReport:
+    """The report of one fresh observation: what `--check` prints and a pane renders.
+    `vouched`: a scheduler stands for the wrapper's pid (`Launcher.vouches`), which this host
+    may not see (a Slurm job's wrapper on a compute node): its pid is then not called gone."""
     alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
-    if alive is False and job_vouches(ev):
-        alive = None   # a Slurm job's wrapper on a compute node: its pid is not seen from here
+    if alive is False and vouched:
+        alive = None
     return RunReport(
         time=ev.now, profile=profile, target_label=target_label, run_dir=ev.run_dir,
         checklist=checklist, launch=ev.launch, exit=ev.exit, stop=ev.stop, status=ev.status,

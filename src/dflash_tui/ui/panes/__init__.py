@@ -10,8 +10,9 @@ from .header import RunHeader
 from .health import HealthPane
 from .logview import LogPane
 from .metrics import MetricsPane
+from .ranks import RanksPane
 from .threads import ThreadsPane
 
 # Top to bottom: the panes without a title above the tabs, then the tabs in order (keys 1, 2, ...).
-RUN_PANES: tuple[type[Pane], ...] = (RunHeader, HealthPane, LogPane, ThreadsPane, GpuPane, MetricsPane)
+RUN_PANES: tuple[type[Pane], ...] = (RunHeader, HealthPane, LogPane, ThreadsPane, GpuPane, MetricsPane, RanksPane)
 TAB_PANES = tuple(p for p in RUN_PANES if p.TITLE is not None)

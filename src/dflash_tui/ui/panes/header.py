@@ -113,12 +113,9 @@ class RunHeader(Pane, Horizontal):
                 line1.append(" (gone)", "bold")
         if report.uptime_s is not None:
             line1.append("  up ", "dim").append(age(report.uptime_s))
-        job = report.checklist.slurm
-        if job is not None:   # a Slurm run: its job, partition, nodes, and why it waits
-            line1.append("  job ", "dim").append(str(job["job_id"]))
-            for key, label in (("partition", "partition"), ("node_list", "nodes"), ("pending_reason", "pending")):
-                if job.get(key):
-                    line1.append(f"  {label} ", "dim").append(str(job[key]))
+        if report.checklist.scheduler is not None:   # a scheduler's job: its id, partition, nodes, why it waits
+            for label, value in report.checklist.scheduler.headline:
+                line1.append(f"  {label} ", "dim").append(value)
         if busy:
             line1.append(f"  {busy}…", "bold yellow")
 

@@ -9,6 +9,10 @@ Python process of the run, grouped by process (rank, pid), with the class of wha
 (a collective, a GPU wait, a lock, running its own code: run/stacks/classify.py) and where in the
 program's own code, both as the engine read them (the checklist's threads), for how long its
 stack has stood so, and its compile state.
+
+Above them, in a run of two or more ranks, the engine's rank groups (run/verdict/rank_groups.py):
+one row per group of threads whose stacks agree across ranks, the odd ones out first; `x`
+expands each group to its members (rank, pid, thread).
 """
 
 from __future__ import annotations
@@ -20,10 +24,10 @@ from textual.widgets import Static
 from ...contract.rundir import CompileState, ProbeReport
 
 from ...run.verdict.report import RunReport
-from ...run.verdict.checklist import ThreadHealth
+from ...run.verdict.checklist import RankGroup, ThreadHealth, rank_ranges
 from ..fmt import age, alarm_style, one_line
 from ..widgets.rows import RowTable
-from .base import Pane
+from .base import Pane, PaneKey
 from ..widgets.tables import OnScreenOnly
 
 # What says whether a thread is alive comes first (beat, step), so at 80 columns it is the
@@ -32,6 +36,27 @@ COLUMNS = ("thread", "beat", "step", "last step", "compile", "device", "role", "
            "compile s")
 PROBE_COLUMNS = ("process", "thread", "class", "where", "for", "report", "compile", "graphs", "recomp",
                  "compile s")
+
+GROUP_COLUMNS = ("ranks", "threads", "class", "where", "nodes")
+MEMBERS_SHOWN = 64    # the members listed under one expanded group; the rest are counted
+
+
+def group_rows(groups: list[RankGroup], expanded: bool) -> list[tuple[str, list[str], bool]]:
+    """(row key, cells, stuck) for the rank groups' table: one row per group in the engine's
+    order (odd ones out first); expanded, each group's members below it, one per thread."""
+    rows = []
+    for i, g in enumerate(groups):
+        who = f"rank {g.ranks[0]}" if len(g.ranks) == 1 else f"ranks {rank_ranges(g.ranks)}"
+        rows.append((f"g{i}", [("▾ " if expanded else "▸ ") + who, str(g.threads),
+                               g.cls + (" STUCK" if g.stuck else ""), one_line(g.place(), 60),
+                               ", ".join(g.nodes)], g.stuck))
+        if expanded:
+            for rank, pid, name in g.members[:MEMBERS_SHOWN]:
+                rows.append((f"g{i}/{pid}/{name}", [f"    rank {rank} · pid {pid}", "", name, "", ""], g.stuck))
+            if len(g.members) > MEMBERS_SHOWN:
+                rows.append((f"g{i}/more", [f"    … {len(g.members) - MEMBERS_SHOWN} more threads", "", "", "", ""],
+                             False))
+    return rows
 
 
 def _process_label(p: ProbeReport) -> str:
@@ -97,14 +122,19 @@ NO_STATUS_FILE = "it does not write the trainer's status file: its progress come
 class ThreadsPane(Pane, OnScreenOnly, Vertical):
     PANE_ID = "threads"
     TITLE = "Threads"
+    KEYS = (PaneKey("x", "toggle_groups", "Expand", "Threads: expand each rank group to its members, or fold them",
+                    show=False, reveal=True),)
 
     def compose(self):
         self.note = Static(NO_THREADS_YET, id="threads-note")
         self.table = RowTable(COLUMNS, id="threads-table")
         self.probe_table = RowTable(PROBE_COLUMNS, id="probe-table")
         self.probe_table.display = False
+        self.group_table = RowTable(GROUP_COLUMNS, id="rank-groups")
+        self.group_table.display = False
         yield self.note
         yield self.table
+        yield self.group_table
         yield self.probe_table
 
     def trouble_count(self) -> int:
@@ -118,6 +148,12 @@ class ThreadsPane(Pane, OnScreenOnly, Vertical):
         self._note = ""
         self.report: RunReport | None = None
         self._cells: dict[tuple[str, str], Text] = {}   # (text, style) -> the Text drawn (draw)
+        self.expanded = False   # the rank groups listed with their members
+
+    def action_toggle_groups(self) -> None:
+        self.expanded = not self.expanded
+        if self.on_screen:
+            self.draw()
 
     def _set_note(self, text: str, style: str = "") -> None:
         note = self.note
@@ -157,6 +193,12 @@ class ThreadsPane(Pane, OnScreenOnly, Vertical):
         status = report.status
         probes = report.probes
         self.probe_table.display = bool(probes)
+        groups = report.checklist.rank_groups
+        self.group_table.display = bool(groups)
+        if groups:
+            alarm = alarm_style(self.app.no_color)
+            self.group_table.set_rows([(key, [cell(c, alarm if stuck else "") for c in cells])
+                                       for key, cells, stuck in group_rows(groups, self.expanded)])
         if probes:
             alarm = alarm_style(self.app.no_color)
             self.probe_table.set_rows([(key, [cell(c, alarm if stuck else "") for c in cells])

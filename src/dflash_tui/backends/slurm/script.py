@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..contract.rundir import TRAIN_LOG, rank_file
+from ...contract.rundir import TRAIN_LOG, rank_file
 
 # One srun task: the torch.distributed environment from Slurm's, then the program. The
 # rendezvous is the first node of the job's node list, at its NodeAddr (the address the nodes

@@ -1,5 +1,5 @@
 """A Slurm job as the scheduler describes it: squeue, `scontrol show job -o` and sacct answers
-parsed into one `SlurmJob`. Pure (text in, record out); slurm/commands.py asks.
+parsed into one `SlurmJob`. Pure (text in, record out); commands.py asks.
 
 `SlurmJob.known` is False only when every source asked agreed the job does not exist any more
 (squeue and scontrol "Invalid job id", sacct nothing or no accounting): a purged job (MinJobAge)
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..contract.rundir import inert_text
+from ...contract.rundir import inert_text
 
 # squeue's format: id, state, reason, node list, partition, start time, time limit, time used.
 SQUEUE_FORMAT = "%i|%T|%r|%N|%P|%S|%l|%M"

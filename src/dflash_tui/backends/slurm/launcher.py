@@ -1,17 +1,18 @@
 """The Slurm backend: a run is a job, submitted, observed, found alive and cancelled from a
-login host (`host`, or this machine) through the scheduler's commands (slurm/commands.py).
+login host (`host`, or this machine) through the scheduler's commands (commands.py).
 
 The launch sequence is everyone's (run/launch/launch.py: preflight, claim, archive, launch.sh, the run
 probe); `detach` submits launch.sh as the job's script with `sbatch` instead of starting it, and
 slurm.json records the job id in the run dir (stop cancels exactly that job; the verdict asks
 the scheduler about it). The wrapper then runs on the job's first node and writes launch.json,
 train.log and exit.json into the shared run dir as on one host; on several nodes its program
-is srun with one task per node (`job_argv`, slurm/script.py).
+is srun with one task per node (`job_argv`, script.py).
 
 A run "lives" while its job is pending or running. Observing a run is the run dir's evidence
-(run/observe.gather) plus slurm.json, the job as the scheduler says (slurm/commands.query, at
-most every `min_query_interval_s`; an ended job is final and never asked again), and the tail
-of slurm.out (the job's own stdout/stderr, where slurmstepd writes why it ended).
+(run/evidence/observe.gather) plus, in `Evidence.scheduler` (evidence.py), slurm.json, the job as
+the scheduler says (commands.query, at most every `min_query_interval_s`; an ended job is final
+and never asked again), and the tail of slurm.out (the job's own stdout/stderr, where
+slurmstepd writes why it ended). Its verdict is verdict.py's (`judge`).
 
 A job id in slurm.json is this run dir's job only where scontrol shows it running this run
 dir's launch.sh in this run dir (`SlurmJob.runs_in`): a copy of a run dir (`cp -a`) names the
@@ -28,19 +29,24 @@ import socket
 import time
 from typing import Awaitable, Callable
 
-from ..config import Profile
-from ..contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
+from ...config import Profile
+from ...contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
                                SlurmJobRecord, StopRecord, inert_text, parse_slurm_job, to_json)
-from ..remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
-from ..remote.ops import RemoteOps
-from ..run.launch.launcher import Detached, Launcher
-from ..run.evidence.observe import Evidence, gather
-from ..run.launch.preflight import PreflightResult
-from ..run.launch.stop import StopResult
-from ..run.verdict.checklist import Check, CheckState
-from ..slurm.commands import SchedulerMissing, cancel, query, run_scheduler, submit
-from ..slurm.job import SlurmJob
-from ..slurm.script import job_argv
+from ...remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
+from ...remote.ops import RemoteOps
+from ...run.launch.launcher import Detached, Launcher
+from ...run.evidence.observe import Evidence, gather
+from ...run.launch.preflight import PreflightResult
+from ...run.launch.stop import StopResult
+from ...run.launch.preflight import PER_RUN_FILES
+from ...run.verdict.checklist import Check, CheckState, Checklist
+from ...run.verdict.health import Limits, evaluate
+from .commands import SchedulerMissing, cancel, query, run_scheduler, submit
+from .evidence import SlurmEvidence, slurm_of
+from .job import SlurmJob
+from .script import job_argv
+from .spec import KEYS, SlurmSpec
+from .verdict import job_vouches, judge_job
 
 SLURM_OUT_TAIL = 8 << 10
 # A dashboard polls every second; the controller is shared by every user of the cluster, so a
@@ -71,11 +77,15 @@ class SlurmLauncher(Launcher):
     """`scheduler = "slurm"`: the host (SSH or this machine) is the cluster's login host."""
 
     name = "slurm"
+    RUN_FILES = (*PER_RUN_FILES, SLURM_JSON, SLURM_OUT)
+    # The job's end is the scheduler's to tell (a cancelled job may leave no exit.json).
+    POLL_SLOWLY_WHEN_STEADY = False
+    CONFIG_KEYS = KEYS
 
     def __init__(self, profile: Profile, host: Target, target: Target) -> None:
         super().__init__(profile, host, target)
-        assert profile.slurm is not None
-        self.spec = profile.slurm
+        assert isinstance(profile.scheduler, SlurmSpec)
+        self.spec: SlurmSpec = profile.scheduler
         self.min_query_interval_s = MIN_QUERY_INTERVAL_S
         self.query_timeout_s = QUERY_TIMEOUT_S
         self.cancel_margin_s = CANCEL_MARGIN_S
@@ -83,7 +93,7 @@ class SlurmLauncher(Launcher):
 
     @classmethod
     def handles(cls, profile: Profile) -> bool:
-        return profile.slurm is not None
+        return isinstance(profile.scheduler, SlurmSpec)
 
     @classmethod
     def make_run_target(cls, profile: Profile, host: Target) -> Target:
@@ -175,7 +185,7 @@ class SlurmLauncher(Launcher):
     async def observe(self, ops: RemoteOps, run_dir: str, *, fresh: bool = False, **gather_kw) -> Evidence:
         ev = await gather(ops, run_dir, **gather_kw)
         record, problem = await read_record(ops, run_dir)
-        ev.slurm, ev.slurm_problem = record, problem
+        seen = ev.scheduler = SlurmEvidence(record, problem)
         attempt = ev.attempt
         if (record is None and ev.launch is None and attempt is not None and attempt.via == "sbatch"
                 and attempt.error and attempt.run_id == ev.wrapper_run_id):
@@ -193,13 +203,13 @@ class SlurmLauncher(Launcher):
         if job.runs_in(run_dir, posixpath.join(run_dir, LAUNCH_SH)) is False:
             # Another run dir's job (this dir is a copy of that one): not this run's to report
             # or cancel; the run dir's own evidence decides.
-            ev.slurm_problem = (f"job {record.job_id} in {SLURM_JSON} runs in {job.work_dir_words()}, not in this "
+            seen.problem = (f"job {record.job_id} in {SLURM_JSON} runs in {job.work_dir_words()}, not in this "
                                 "run dir (a copy of another run dir?)")
             return ev
-        ev.job = job
+        seen.job = job
         try:
             chunk = await ops.read_tail(posixpath.join(run_dir, SLURM_OUT), SLURM_OUT_TAIL)
-            ev.slurm_out = chunk.data.decode("utf-8", "replace") if chunk.exists else ""
+            seen.out = chunk.data.decode("utf-8", "replace") if chunk.exists else ""
         except TargetError as exc:
             if is_transport_failure(exc):
                 raise
@@ -207,11 +217,21 @@ class SlurmLauncher(Launcher):
 
     def alive(self, ev: Evidence) -> bool:
         """The run's job is pending or running (or the scheduler does not answer about it)."""
-        job = ev.job
+        job = slurm_of(ev).job
         return job is not None and (not job.answered or job.pending or job.active)
 
+    def judge(self, ev: Evidence, limits: Limits) -> Checklist:
+        """A run with a job: the job's states beside the evidence (verdict.py); else the evidence."""
+        if slurm_of(ev).job is None:
+            return evaluate(ev, limits)
+        return judge_job(ev, lambda plain: evaluate(plain, limits))
+
+    def vouches(self, ev: Evidence) -> bool:
+        return job_vouches(ev)
+
     def describe_live(self, ev: Evidence) -> str:
-        job, rec = ev.job, ev.slurm
+        seen = slurm_of(ev)
+        job, rec = seen.job, seen.record
         if job is None or rec is None:
             return super().describe_live(ev)
         return f"job {job.job_id} of run {rec.run_id} ({job.state or 'not answering'})"
@@ -224,14 +244,15 @@ class SlurmLauncher(Launcher):
         pending/running. Slurm itself sends SIGTERM, waits KillWait, then SIGKILL."""
         t0 = time.monotonic()
         ev = await self.observe(ops, run_dir, fresh=True)
-        rec = ev.slurm
+        seen = slurm_of(ev)
+        rec = seen.record
         if rec is None:
-            why = ev.slurm_problem or f"no {SLURM_JSON} in {run_dir}"
+            why = seen.problem or f"no {SLURM_JSON} in {run_dir}"
             return StopResult("no-run", None, None, 0.0, f"{why}: no Slurm job to cancel")
-        job = ev.job
-        if job is None and ev.slurm_problem:
+        job = seen.job
+        if job is None and seen.problem:
             return StopResult("mismatch", None, rec.run_id, time.monotonic() - t0,
-                              f"{ev.slurm_problem}: nothing was cancelled")
+                              f"{seen.problem}: nothing was cancelled")
         if job is not None and not job.answered:
             fix = ("run --stop on a Slurm login host (squeue, scontrol and scancel on PATH)" if job.commands_missing
                    else f"run --stop again once Slurm answers, or check `scontrol show job {rec.job_id}` and "

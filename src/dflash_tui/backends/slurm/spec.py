@@ -3,7 +3,9 @@
 A Slurm profile runs on a login host (`host`, or this machine) that has sbatch, squeue,
 scontrol and scancel; the job runs on the cluster's compute nodes, which must see `run_dir`
 (shared storage). Each problem is a ValueError phrased as the one line the user reads (the
-config loader adds the file and profile).
+config loader adds the file and profile). `KEYS` is what the loader is handed (config.py's
+`SchedulerKeys`, through backends.load_config): `scheduler` itself and a Slurm key without it are
+the loader's to check.
 """
 
 from __future__ import annotations
@@ -12,10 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..words import did_you_mean
+from ...config import SCHEDULER_KEY, SchedulerKeys
 
-SCHEDULER_KEY = "scheduler"
-SCHEDULERS = ("slurm",)
 # Keys that mean something only under a scheduler; `nodes` is a count there (a list of SSH
 # hosts without one).
 SLURM_KEYS = ("partition", "account", "qos", "gpus_per_node", "time_limit", "sbatch_args")
@@ -76,6 +76,9 @@ class SlurmSpec:
     time_limit: str | None = None
     sbatch_args: tuple[str, ...] = ()
 
+    def where(self) -> str:
+        return f"slurm{':' + self.partition if self.partition else ''}"
+
 
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "partition": ((str,), "a partition name"),
@@ -88,18 +91,9 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
-def take_slurm_keys(table: dict[str, Any]) -> tuple[SlurmSpec | None, dict[str, Any]]:
-    """(the spec, the table without the Slurm keys). Without `scheduler` the table is returned
-    as is, except that a Slurm key there is an error naming `scheduler`."""
-    if SCHEDULER_KEY not in table:
-        stray = [k for k in SLURM_KEYS if k in table]
-        if stray:
-            raise ValueError(f"{stray[0]} is a Slurm setting; add scheduler = \"slurm\" or remove it")
-        return None, table
-    scheduler = table[SCHEDULER_KEY]
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler = {scheduler!r:.80} is not a known scheduler{did_you_mean(scheduler, SCHEDULERS)} "
-                         "(use scheduler = \"slurm\" or remove it)")
+def take_slurm_keys(table: dict[str, Any]) -> tuple[SlurmSpec, dict[str, Any]]:
+    """(the spec, the table without `scheduler` and the Slurm keys) of a table with
+    `scheduler = "slurm"`."""
     rest = {k: v for k, v in table.items() if k not in (SCHEDULER_KEY, "nodes", *SLURM_KEYS)}
     for key in ("container", "master_addr", "master_port"):
         if key in rest:
@@ -156,3 +150,6 @@ def sbatch_options(spec: SlurmSpec) -> list[str]:
     if spec.gpus_per_node:
         opts.append(f"--gpus-per-node={spec.gpus_per_node}")
     return [*opts, *spec.sbatch_args]
+
+
+KEYS = SchedulerKeys("slurm", "Slurm", SLURM_KEYS, take_slurm_keys)

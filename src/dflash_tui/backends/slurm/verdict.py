@@ -1,8 +1,9 @@
 """A Slurm job's states beside the evidence-based verdicts. Pure: evidence in, checklist out.
 
-`run/verdict/health.py`'s `evaluate` calls `judge` for a run that has a job (`Evidence.job`), passing
-itself (without the job) as `evidence_verdict`, so the run dir's own evidence keeps deciding
-everything the scheduler does not know (FINISHED, CRASHED with its traceback, STALLED, ...).
+The Slurm launcher's `judge` calls `judge_job` for a run that has a job (`SlurmEvidence.job` in
+`Evidence.scheduler`), passing run/verdict/health.py's `evaluate` as `evidence_verdict`, so the
+run dir's own evidence keeps deciding everything the scheduler does not know (FINISHED, CRASHED
+with its traceback, STALLED, ...).
 
 | the job (squeue / scontrol / sacct; slurm.out once the scheduler forgot it) | verdict |
 | pending, waiting (resources, priority, QOS or account limits, a dependency, begin time)      | QUEUED (no verdict yet) |
@@ -29,11 +30,12 @@ from dataclasses import replace
 from typing import Callable
 
 from ...remote.ops import PidInfo
-from ...slurm.job import SlurmJob
 from ...words import one_line
-from ..evidence.observe import Evidence, process_matches
-from ..wrapper import LEGACY_WRAPPER_ARGV
-from .checklist import Check, CheckState, Checklist, Verdict
+from ...run.evidence.observe import Evidence, process_matches
+from ...run.wrapper import LEGACY_WRAPPER_ARGV
+from ...run.verdict.checklist import Check, CheckState, Checklist, SchedulerFacts, Verdict
+from .evidence import slurm_of
+from .job import SlurmJob
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -125,29 +127,38 @@ def _job_words(job: SlurmJob) -> str:
 
 
 def _stopped_run(ev: Evidence) -> bool:
-    return ev.stop is not None and (ev.slurm is None or ev.stop.run_id == ev.slurm.run_id)
+    rec = slurm_of(ev).record
+    return ev.stop is not None and (rec is None or ev.stop.run_id == rec.run_id)
 
 
 def _out_tail(ev: Evidence) -> str:
-    lines = [l for l in ev.slurm_out.splitlines() if l.strip()]
+    lines = [l for l in slurm_of(ev).out.splitlines() if l.strip()]
     return one_line(" | ".join(lines[-3:]), 300) if lines else ""
 
 
-def judge(ev: Evidence, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
-    """The checklist of a run with a Slurm job; `slurm` carries the job's facts (the header and
-    --check --json show them)."""
-    assert ev.job is not None
-    cl = _judge(ev, evidence_verdict)
-    job = ev.job
+def judge_job(ev: Evidence, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
+    """The checklist of a run with a Slurm job; `scheduler` carries the job's facts under
+    "slurm" (the header and --check --json show them)."""
+    job = slurm_of(ev).job
+    assert job is not None
+    cl = _judge(ev, job, evidence_verdict)
     reason = job.reason if job.pending else ""
-    cl.slurm = {**job.to_dict(), "pending_reason": reason or None,
-                "pending_words": pending_words(reason)[0] if job.pending else None}
+    facts = {**job.to_dict(), "pending_reason": reason or None,
+             "pending_words": pending_words(reason)[0] if job.pending else None}
+    cl.scheduler = SchedulerFacts("slurm", facts, headline(facts))
     return cl
 
 
-def _judge(ev: Evidence, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
-    job = ev.job
-    assert job is not None
+def headline(facts: dict) -> tuple[tuple[str, str], ...]:
+    """The job in the header: its id, partition, nodes, and why it waits."""
+    shown = [("job", str(facts["job_id"]))]
+    for key, label in (("partition", "partition"), ("node_list", "nodes"), ("pending_reason", "pending")):
+        if facts.get(key):
+            shown.append((label, str(facts[key])))
+    return tuple(shown)
+
+
+def _judge(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
     now = ev.now
     if not job.answered:
         check = Check("slurm_job", "Slurm job", WARN, one_line(f"job {job.job_id}: Slurm does not answer: {job.error}"),
@@ -202,7 +213,8 @@ def _vouched(ev: Evidence) -> Evidence:
     launch = ev.launch
     if launch is None or ev.exit is not None or process_matches(launch, ev.proc):
         return ev
-    if ev.job is None or not (ev.job.active or not ev.job.answered):
+    job = slurm_of(ev).job
+    if job is None or not (job.active or not job.answered):
         return ev
     # The job id (slurm.json) is the identity here: what the batch host runs is the job's copy
     # of launch.sh, so the stand-in carries the argv and run dir launch.json recorded.
@@ -213,7 +225,8 @@ def _vouched(ev: Evidence) -> Evidence:
 
 def job_vouches(ev: Evidence) -> bool:
     """The job stands for the wrapper's pid, which this host may not see (see `_vouched`)."""
-    return ev.job is not None and ev.exit is None and (ev.job.active or not ev.job.answered)
+    job = slurm_of(ev).job
+    return job is not None and ev.exit is None and (job.active or not job.answered)
 
 
 def _plain(ev: Evidence) -> Evidence:
@@ -226,7 +239,7 @@ def _with(cl: Checklist, first: Check) -> Checklist:
 
 
 def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
-    stepd = stepd_end(ev.slurm_out, job.job_id)
+    stepd = stepd_end(slurm_of(ev).out, job.job_id)
     state = job.state if job.known else ""
     # slurmstepd's words are more precise than a plain CANCELLED/FAILED: "DUE TO TIME LIMIT",
     # "exceeded memory limit" (a FAILED job that the memory enforcement killed).

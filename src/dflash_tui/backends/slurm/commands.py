@@ -15,8 +15,8 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..contract.rundir import LAUNCH_SH, SLURM_OUT, inert_text
-from ..remote.base import CommandResult, CommandTimeout, Target
+from ...contract.rundir import LAUNCH_SH, SLURM_OUT, inert_text
+from ...remote.base import CommandResult, CommandTimeout, Target
 from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
                   parse_scontrol, parse_squeue, unanswered, unknown_job)
 from .spec import SlurmSpec, sbatch_options
