@@ -66,7 +66,7 @@ class PopenLauncher(LocalLauncher):
     def handles(cls, profile: Profile) -> bool:
         return profile.name.startswith("popen-")
 
-    async def detach(self, run_dir: str, run_id: str) -> Detached:
+    async def detach(self, run_dir: str, run_id: str, *, exclude=()) -> Detached:
         res = await self.target.run(["sh", "-c", 'cd "$1" && shift && exec "$@"', "t", run_dir, sys.executable,
                                      "-c", SPAWN, *wrapper_argv(run_dir, run_id)], timeout=10)
         pid = int(res.stdout.split("pid=")[1].split()[0])

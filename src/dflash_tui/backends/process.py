@@ -8,7 +8,7 @@ its process group after stop.json (run/launch/stop.py).
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from ..config import Profile
 from ..remote.base import CommandTimeout, Target, TargetError
@@ -26,7 +26,7 @@ class ProcessLauncher(Launcher):
     def make_run_target(cls, profile: Profile, host: Target) -> Target:
         return host
 
-    async def detach(self, run_dir: str, run_id: str) -> Detached:
+    async def detach(self, run_dir: str, run_id: str, *, exclude: Sequence[str] = ()) -> Detached:
         try:
             res = await self.target.run(detach_argv(run_dir, run_id), timeout=DETACH_TIMEOUT_S)
         except (CommandTimeout, TargetError) as exc:   # unreachable included

@@ -22,6 +22,7 @@ from typing import Callable
 from ..config import Config, ConfigError
 from ..remote.base import TargetError
 from ..run.launch.launch import LaunchRefused
+from ..run.verdict.report import RunReport
 from ..watch.base import ActionInFlight, RunWatch
 from .change import VerdictChange, run_id_of, state_of
 from .goodput import goodput
@@ -36,6 +37,16 @@ log = logging.getLogger("dflash_tui.recording")
 TICK_S = 0.5
 LIVE = ("STALLED", "GPU LOST", "RUNNING", "STARTING")   # verdicts whose processes still run
 NEVER_SEEN_S = 120.0   # a `launching` whose new run never shows a run id: given up after this
+# The verdicts that name a node at fault: the relaunch asks the scheduler to avoid it.
+NAMES_A_NODE = ("NODE FAIL",)
+
+
+def failed_nodes(state: str, report: RunReport | None) -> tuple[str, ...]:
+    """The nodes a relaunch must avoid after a failure in `state`, as the failed run's report
+    names them (a Slurm job's node list on NODE FAIL); () when none is named."""
+    sched = report.checklist.scheduler if report is not None else None
+    nodes = sched.facts.get("node_list") if sched is not None and state in NAMES_A_NODE else None
+    return (nodes,) if isinstance(nodes, str) and nodes else ()
 
 
 class Recovery:
@@ -121,7 +132,10 @@ class Recovery:
             gave = self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure))
             self._notify_gave_up(name, gave, failure, policy.max_restarts)
         elif d.kind == RESTART:
-            plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure))
+            report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
+            exclude = failed_nodes(change.state, report)
+            plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
+                                **({"exclude": list(exclude)} if exclude else {}))
             await self._continue(name, watch, plan, policy.max_restarts)
 
     async def _continue(self, name: str, watch: RunWatch, last: Action, max_restarts: int) -> None:
@@ -134,7 +148,8 @@ class Recovery:
             if last.action == LAUNCHING and run_id:
                 # Killed after the launch, before recording it: the new run is there.
                 done = self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
-                                    from_step=last.detail.get("from_step"), resume=last.detail.get("resume"))
+                                    from_step=last.detail.get("from_step"), resume=last.detail.get("resume"),
+                                    **({"exclude": last.detail["exclude"]} if last.detail.get("exclude") else {}))
                 self._notify_restart(name, done, failure, max_restarts)
             elif last.action == LAUNCHING and self.clock() - last.time > NEVER_SEEN_S:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure) if failure else {},
@@ -152,7 +167,8 @@ class Recovery:
                 self._notify_gave_up(name, gave, failure, max_restarts)
                 return
             last = self._record(name, STOPPED, last.run_id, last.attempt, at=last.detail.get("at"),
-                                outcome="; ".join(r.message for r in results.values()))
+                                outcome="; ".join(r.message for r in results.values()),
+                                **({"exclude": last.detail["exclude"]} if last.detail.get("exclude") else {}))
         at = last.detail.get("at")
         if last.action in (PLANNED, STOPPED) and isinstance(at, (int, float)) and self.clock() < at:
             return   # the backoff
@@ -173,10 +189,12 @@ class Recovery:
         if watch.profile.uses_bundled_trainer and (policy is None or policy.resume):
             ref = await watch.newest_checkpoint()
             resume, from_step = ref is not None, (ref.step if ref is not None else None)
+        exclude = tuple(x for x in last.detail.get("exclude") or () if isinstance(x, str))
+        more = {"exclude": list(exclude)} if exclude else {}
         if last.action != LAUNCHING:
-            last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step)
+            last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, **more)
         try:
-            result = await watch.relaunch(resume=resume, restart=n)
+            result = await watch.relaunch(resume=resume, restart=n, exclude=exclude)
         except (LaunchRefused, ConfigError) as exc:
             gave = self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
                                 reason=f"the relaunch was refused: {exc}")
@@ -189,7 +207,8 @@ class Recovery:
                                 reason=f"the relaunch failed: {cl.verdict.value} {cl.summary}")
             self._notify_gave_up(name, gave, failure, max_restarts)
             return
-        done = self._record(name, LAUNCHED, last.run_id, n, new_run_id=new_id, from_step=from_step, resume=resume)
+        done = self._record(name, LAUNCHED, last.run_id, n, new_run_id=new_id, from_step=from_step, resume=resume,
+                            **more)
         self._notify_restart(name, done, failure, max_restarts)
 
     # -- notifications ----------------------------------------------------------------------------
@@ -213,6 +232,8 @@ class Recovery:
         lines = [f"restart {done.attempt}/{max_restarts} after {failure.state if failure else 'a failure'}"
                  + (f": {failure.where}" if failure and failure.where else ""),
                  f"run {done.detail.get('new_run_id') or '?'} {what} (was run {done.run_id})"]
+        if done.detail.get("exclude"):
+            lines.append(f"excluding node {', '.join(map(str, done.detail['exclude']))} (it failed the run before)")
         self._send(name, "restarted", f"dflash-tui: {name} restarted ({done.attempt}/{max_restarts})", lines)
 
     def _notify_gave_up(self, name: str, gave: Action, failure: Failure | None, max_restarts: int) -> None:

@@ -157,7 +157,7 @@ class RunWatch(ABC):
 
     @abstractmethod
     async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
-                      restart: int) -> LaunchResult: ...
+                      restart: int, exclude: tuple[str, ...] = ()) -> LaunchResult: ...
 
     @abstractmethod
     async def _stop(self) -> dict[str, StopResult]: ...
@@ -270,10 +270,11 @@ class RunWatch(ABC):
         return await self._act(lambda: self._launch(False, preflight, resume, gpus, restart))
 
     async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
-                       restart: int = 0) -> LaunchResult:
+                       restart: int = 0, exclude: tuple[str, ...] = ()) -> LaunchResult:
         """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint
-        (on several nodes: every node, from rank 0's)."""
-        return await self._act(lambda: self._launch(True, preflight, resume, gpus, restart))
+        (on several nodes: every node, from rank 0's); `exclude`: nodes a scheduler must not
+        place the new run on (the recovery's hint: the node that failed; Launcher.detach)."""
+        return await self._act(lambda: self._launch(True, preflight, resume, gpus, restart, exclude))
 
     async def stop(self) -> dict[str, StopResult]:
         """The run stopped by its recorded pid (every node at once); per node."""

@@ -117,10 +117,10 @@ class HostWatch(RunWatch):
     # -- actions ------------------------------------------------------------------------------
 
     async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
-                      restart: int) -> LaunchResult:
+                      restart: int, exclude: tuple[str, ...] = ()) -> LaunchResult:
         self.tracker.reset()
         outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume,
-                                            restart=restart)
+                                            restart=restart, exclude=exclude)
         return LaunchResult(await self.launched(outcome, gpus), {self.profile.name: outcome},
                             {self.profile.name: outcome.stopped} if outcome.stopped else {},
                             outcome.seconds)

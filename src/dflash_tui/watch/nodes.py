@@ -69,7 +69,8 @@ class NodesWatch(RunWatch):
         return self.combined(list(await asyncio.gather(*(self._node_check(w, gpus) for w in self.watches))))
 
     async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
-                      restart: int) -> LaunchResult:
+                      restart: int, exclude: tuple[str, ...] = ()) -> LaunchResult:
+        # `exclude` is a scheduler's: SSH nodes are the profile's own list, none is picked.
         for w in self.watches:
             w.tracker.reset()
         out = await self.nodes.launch(relaunch=relaunch, preflight=preflight, resume=resume, restart=restart)

@@ -155,11 +155,13 @@ class Session:
         return with_gpu_check(checklist, ev, await self.gpu_snapshot(ev))
 
     async def launch(self, *, relaunch: bool = False, preflight: bool = True,
-                     resume: bool = False, restart: int = 0, checkpoint_found: bool = False) -> LaunchOutcome:
+                     resume: bool = False, restart: int = 0, checkpoint_found: bool = False,
+                     exclude: Sequence[str] = ()) -> LaunchOutcome:
         """`resume`: the bundled trainer continues from the newest checkpoint in the run dir
         (checkpoints/ stays where it is when the last run is moved to history/);
         `checkpoint_found`: the caller found the checkpoint already (a node of several resumes
-        from rank 0's, which its own run dir does not hold). `restart`: DFLASH_RESTART."""
+        from rank 0's, which its own run dir does not hold). `restart`: DFLASH_RESTART;
+        `exclude`: nodes a scheduler must not place the run on (a recovery's hint)."""
         argv = self.argv
         if resume:
             if not self.profile.uses_bundled_trainer:
@@ -181,7 +183,7 @@ class Session:
                                 "from; relaunch without resume")
         outcome = await launch_run(self.profile, self.launcher, ops, argv=argv,
                                    preflight=preflight, relaunch=relaunch, limits=self.limits,
-                                   on_attempt=self._remember, restart=restart)
+                                   on_attempt=self._remember, restart=restart, exclude=exclude)
         if ref is not None and outcome.run_id:
             outcome.resume_from = ref.words()
         return outcome

@@ -27,7 +27,7 @@ import getpass
 import posixpath
 import socket
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from ...config import Profile
 from ...contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
@@ -137,11 +137,12 @@ class SlurmLauncher(Launcher):
         names = inert_text(", ".join(l[0] for l in lines[:4]))
         return Check("pre_slurm", "Slurm", CheckState.OK, f"sinfo answers; partition {names}", "", now)
 
-    async def detach(self, run_dir: str, run_id: str) -> Detached:
-        """Submit launch.sh with sbatch; slurm.json is written before this returns, so a stop
-        or a check from now on knows the job. A refusal is `Detached.error` with sbatch's words."""
+    async def detach(self, run_dir: str, run_id: str, *, exclude: Sequence[str] = ()) -> Detached:
+        """Submit launch.sh with sbatch (`--exclude` for `exclude`); slurm.json is written before
+        this returns, so a stop or a check from now on knows the job. A refusal is
+        `Detached.error` with sbatch's words."""
         try:
-            sub = await submit(self.target, self.spec, run_dir, job_name(run_dir))
+            sub = await submit(self.target, self.spec, run_dir, job_name(run_dir), exclude=exclude)
         except (CommandTimeout, TargetError) as exc:   # unreachable included
             return Detached(None, error=str(exc))
         res = sub.result

@@ -91,9 +91,11 @@ def _history_name(old_run_id: str | None, now: float) -> str:
 async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
                      argv: Sequence[str] | None = None, run_dir: str | None = None,
                      preflight: bool = True, relaunch: bool = False,
-                     limits: Limits | None = None, on_attempt=None, restart: int = 0) -> LaunchOutcome:
+                     limits: Limits | None = None, on_attempt=None, restart: int = 0,
+                     exclude: Sequence[str] = ()) -> LaunchOutcome:
     """Launch `argv` (default: the profile's trainer) in `run_dir` (default: the profile's).
-    `restart`: the trainer's DFLASH_RESTART (run/wrapper.py).
+    `restart`: the trainer's DFLASH_RESTART (run/wrapper.py); `exclude`: nodes a scheduler
+    must not place the run on (Launcher.detach).
 
     `on_attempt(attempt)` is called as soon as the launch command returned (the CLI and the
     monitor store it); the returned outcome holds the first verdict."""
@@ -133,14 +135,14 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
     try:
         return await _launch_claimed(profile, launcher, ops, run_dir=run_dir, argv=argv, pre=pre,
                                      relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0,
-                                     restart=restart)
+                                     restart=restart, exclude=exclude)
     finally:
         await claim.release()
 
 
 async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, *, run_dir: str,
                           argv: list[str], pre: PreflightResult | None, relaunch: bool, limits: Limits,
-                          on_attempt, t0: float, restart: int = 0) -> LaunchOutcome:
+                          on_attempt, t0: float, restart: int = 0, exclude: Sequence[str] = ()) -> LaunchOutcome:
     target = launcher.target
     ev = await launcher.observe(ops, run_dir)
     stopped = None
@@ -191,7 +193,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
         # is the write command's own status.
         attempt = await _unwritten(run_id, run_dir, target, ops, write_res)
     else:
-        started = await launcher.detach(run_dir, run_id)
+        started = await launcher.detach(run_dir, run_id, exclude=exclude)
         attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, started.exit_status,
                                 stdout=started.stdout, stderr=started.stderr, pid=started.pid, via=started.via,
                                 own_session=started.own_session, error=started.error or "")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from ...config import Profile, SchedulerKeys
 from ...remote.base import Target
@@ -103,10 +103,11 @@ class Launcher(ABC):
                                    check_live_run=check_live_run, run_files=self.RUN_FILES)
 
     @abstractmethod
-    async def detach(self, run_dir: str, run_id: str) -> Detached:
+    async def detach(self, run_dir: str, run_id: str, *, exclude: Sequence[str] = ()) -> Detached:
         """Start RUN_DIR/launch.sh (rendered for `run_id`, which its argv names) detached from
         every channel and return at once. Never raises for the transport: that is
-        `Detached.error`."""
+        `Detached.error`. `exclude`: nodes a scheduler must not place the run on (a recovery's
+        hint: the node that failed); a backend that picks no nodes has none to avoid."""
 
     def alive(self, ev: Evidence) -> bool:
         """Whether the run launch.json names still runs (its pid, verified by start time)."""
