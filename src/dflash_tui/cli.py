@@ -204,6 +204,24 @@ def render_text(profile: Profile, report: RunReport, *, now: float, extra: Seque
     return "\n".join(lines)
 
 
+def metrics_json(report: RunReport) -> dict[str, dict]:
+    """{name: {"step", "value", "source"}}: each series' newest point (log lines, metric files)."""
+    m = report.metrics
+    if m is None:
+        return {}
+    return {name: {"step": step, "value": value, "source": source}
+            for name, (step, value, source) in sorted(m.latest.items())}
+
+
+def progress_json(report: RunReport) -> dict[str, Any] | None:
+    """{"step", "total", "eta_s", "source"} of the report's progress; None before any."""
+    p = report.progress
+    if p is None or p.step is None:
+        return None
+    return {"step": p.step, "total": p.total,
+            "eta_s": round(p.eta_s, 1) if p.eta_s is not None else None, "source": p.source}
+
+
 def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, Any]:
     """The report as --check --json prints it (`extra` adds or overrides fields); a run on
     several nodes: the run's node checks and one object per node."""
@@ -216,6 +234,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                 "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
                 "target": profile.where(), "exit_code": exit_code_of(report),
+                "metrics": metrics_json(report), "progress": progress_json(report),
                 **({s.name: s.facts} if (s := report.checklist.scheduler) is not None else {}),
                 **extra}   # a scheduler's job, under the scheduler's name
     nodes = []

@@ -129,6 +129,10 @@ class Profile:
     # and/or total (run/evidence/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
     probe: bool = True                 # the run probe in every Python process (run/launch/probe_install.py)
+    # Where the program writes metric files beyond its run dir (which is always searched):
+    # directories or files, relative to run_dir, "~" the target user's home
+    # (run/evidence/metric_files/reader.py).
+    metrics: tuple[str, ...] = ()
     source: str = "<built-in>"         # the file the profile came from, for messages
     # -- a run across several hosts (watch/node_plan.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
@@ -245,6 +249,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "master_addr": ((str,), "the address the other nodes reach the first node at"),
     "master_port": ((int,), "a port number (1-65535)"),
     "probe": ((bool,), "true or false"),
+    "metrics": ((list,), 'a list of directories or files of metrics, relative to run_dir, e.g. ["~/runs/exp1", "out/"]'),
     "learn_stall": ((bool,), "true or false"),
 }
 

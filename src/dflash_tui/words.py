@@ -33,6 +33,21 @@ def seconds_words(seconds: float) -> str:
     return f"{s:.1f} s" if s < 9.95 else duration(s)
 
 
+def eta(seconds: float) -> str:
+    """Time left, in prose: "40 s", "12 min", "1 h 20 min", "3 d 4 h"."""
+    s = max(0.0, seconds)
+    if s < 90:
+        return f"{s:.0f} s"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
 def ago(seconds: float | None) -> str:
     """How long ago, in prose: "just now", "12 s ago", "5 min ago"; None is "never"."""
     if seconds is None:

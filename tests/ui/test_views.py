@@ -443,3 +443,31 @@ def test_every_pane_key_is_bound_once_and_handled_by_its_pane():
         for k in pane.KEYS:
             assert bound[k.key] == f"pane('{pane.PANE_ID}', '{k.action}')"
             assert callable(getattr(pane, f"action_{k.action}", None)), (pane.__name__, k.action)
+
+
+async def test_metrics_chart_a_tensorboard_file_and_list_its_source(tmp_path: Path):
+    # A program that logs only to TensorBoard: the engine's metric files reader (run through the
+    # real agent) hands the pane its points and sources with the report.
+    from torch.utils.tensorboard import SummaryWriter
+
+    from dflash_tui.run.evidence.metric_files.reader import MetricFiles
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    for step in range(1, 21):
+        w.add_scalar("train/loss", 4.0 / step, step)
+    w.close()
+    files = MetricFiles()
+    ops = await open_ops(LocalTarget(), python=sys.executable, prefer="agent")
+    try:
+        await files.poll(ops, str(tmp_path), 0.0)
+    finally:
+        await ops.close()
+    report = dataclasses.replace(R.healthy(), status=None, progress=None, metrics=files.view())
+    app, _ = app_with(report=report, events=[])
+    async with app.run_test(size=(160, 32)) as pilot:
+        metrics = app.query_one(MetricsPane)
+        await pilot.press("4")
+        await until(pilot, lambda: metrics.last_step == 20)
+        assert list(metrics.series["train/loss"].steps) == list(range(1, 21))
+        metrics.draw()
+        await pilot.pause()
+        assert "TensorBoard runs/exp1, 1 tag" in screen_text(app)

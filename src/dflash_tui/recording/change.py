@@ -50,6 +50,7 @@ class Evidence:
     traceback: tuple[str, ...] = ()       # the last lines of the last traceback in the log
     pid: int | None = None
     exit_code: int | None = None
+    eta_s: float | None = None            # seconds to the run's total at its recent rate
     # a stalled run of several ranks: where its ranks differ, the odd ones out first
     # ("rank 7: lock Queue.get (data.py:40)")
     ranks: tuple[str, ...] = ()
@@ -97,7 +98,7 @@ def sane_evidence(d: dict[str, Any]) -> Evidence:
                     rate=finite(d.get("rate")), rate_unit=inert(text["rate_unit"], 20),
                     stuck_at=inert(text["stuck_at"], 200),
                     traceback=tuple(inert(line, 200) for line in lines[-TRACEBACK_LINES:]),
-                    pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")),
+                    pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")), eta_s=finite(d.get("eta_s")),
                     ranks=tuple(inert(w, 200) for w in _strings(d.get("ranks"))[:RANK_GROUPS_KEPT]))
 
 
@@ -156,7 +157,10 @@ def evidence_of(report: RunReport) -> Evidence:
     tb = report.last_traceback.strip().splitlines()[-TRACEBACK_LINES:] if report.last_traceback else []
     verdict = report.checklist.verdict.value
     return sane_evidence({
-        "step": p.step if p else None, "total": p.total if p else None, "loss": p.loss if p else None,
+        "step": p.step if p else None, "total": p.total if p else None,
+        # The loss its progress gave, else its metric files' (a program that prints nothing).
+        "loss": p.loss if p and p.loss is not None else (report.metrics.newest_loss() if report.metrics else None),
+        "eta_s": round(p.eta_s, 1) if p and p.eta_s is not None else None,
         "rate": p.rate if p else None, "rate_unit": p.rate_unit if p else "",
         "stuck_at": stuck_at(report) if verdict == "STALLED" else "", "traceback": tb,
         "pid": report.launch.pid if report.launch is not None else None,

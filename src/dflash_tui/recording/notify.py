@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..config import NotifySettings
 from ..fleet.row import UNREACHABLE
 from ..run.verdict.checklist import Verdict
-from ..words import progress
+from ..words import eta, progress
 from .change import VerdictChange
 
 
@@ -101,6 +101,8 @@ def message(change: VerdictChange, event: str, config_path: str | None) -> tuple
     if change.check:
         lines.append(f"check: {change.check}")
     numbers = progress(ev.step, ev.total, ev.loss, ev.rate, ev.rate_unit)
+    if ev.eta_s is not None and ev.step is not None and ev.total and ev.step < ev.total:
+        numbers += f", ETA {eta(ev.eta_s)}"
     if numbers:
         lines.append(numbers)
     if ev.stuck_at:

@@ -377,6 +377,12 @@ class AgentOps:
         _fail_all(waiting, OpRefused(f"observe on {self.label}: the agent did not keep the look's plan"))
 
     # -- PreflightOps ---------------------------------------------------------------------
+    async def metric_read(self, items: list[dict]) -> list[dict]:
+        """A run's metric files in one request (agent_server `op_metric_read`): searches, new
+        bytes by offset, read-only SQLite rows; each answer {"ok", "result"|"error"}, raw
+        (bytes base64, rows as lists): run/evidence/metric_files/ decodes them."""
+        return await self.call("metric_read", items=list(items))
+
     async def remove_if_holds(self, path: str, token: str) -> bool:
         return bool(await self.call("remove_if_holds", path=path, token=token))
 

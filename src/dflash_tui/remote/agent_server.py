@@ -852,19 +852,169 @@ def _tree_delta(last, item):
                                       if k not in before or before[k] != v)}
 
 
+# -- metric files: found and read for run/evidence/metric_files/ (the dashboard decodes) ---
+#
+# One `metric_read` request per poll carries every question about a run's metric files: a
+# bounded search of directories for the files of known names, the new bytes of files by
+# offset, and rows of SQLite files opened read-only. The agent ships bytes and rows; it parses
+# nothing. Bounded: entries looked at per search, bytes per answer, rows per query, and a
+# SQLite file locked by its writer answers at once ("database is locked"), never waits.
+
+METRIC_READ_BUDGET = 6 << 20     # bytes of file data in one metric_read answer
+METRIC_SQL_TIMEOUT_S = 0.2
+
+
+def metric_find(roots, patterns, max_depth=4, max_entries=20000, max_found=512, skip_top=(),
+                deeper_under=(), deeper_by=3):
+    """Files under `roots` whose name matches one of `patterns` (fnmatch), breadth first, at
+    most `max_depth` directories down (`deeper_by` more below a directory named in
+    `deeper_under`, such as mlruns), hidden directories and `skip_top` (of a root) skipped.
+    Stops after `max_entries` entries per root, saying so in "notes"."""
+    import fnmatch
+    found, notes = [], []
+    for root in roots:
+        root = os.path.expanduser(root)
+        if os.path.isfile(root):     # a file named itself
+            rec = stat_one(root)
+            rec["under"] = False
+            found.append(rec)
+            continue
+        queue, seen = [(root, 0, False)], 0
+        while queue and len(found) < max_found:
+            path, depth, deeper = queue.pop(0)
+            try:
+                it = os.scandir(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
+                continue
+            with it:
+                for entry in it:
+                    seen += 1
+                    if seen > max_entries:
+                        notes.append("stopped looking in %s after %d entries (in %s)" % (root, max_entries, path))
+                        queue = []
+                        break
+                    name = entry.name
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if is_dir:
+                        if name.startswith(".") or name == "__pycache__" or depth == 0 and name in skip_top:
+                            continue
+                        under = deeper or name in deeper_under
+                        if depth < max_depth + (deeper_by if under else 0):
+                            queue.append((entry.path, depth + 1, under))
+                    elif (deeper and os.sep + "metrics" + os.sep in entry.path) or any(
+                            fnmatch.fnmatchcase(name, p) for p in patterns):
+                        rec = stat_one(entry.path)
+                        if rec["kind"] == "file":
+                            rec["under"] = bool(deeper)
+                            found.append(rec)
+                            if len(found) >= max_found:
+                                notes.append("stopped at %d metric files under %s" % (max_found, root))
+                                break
+    return {"found": found, "notes": notes}
+
+
+def metric_sql(path, query, params=(), max_rows=5000):
+    """Rows of a read-only SELECT on the SQLite file `path` (never created, never written)."""
+    import sqlite3
+    try:
+        from urllib.parse import quote
+    except ImportError:   # pragma: no cover
+        quote = lambda s: s
+    if not query.lstrip().upper().startswith("SELECT"):
+        raise OpFailed("only a SELECT is asked of %s" % path)
+    st = stat_one(path)
+    if st["kind"] != "file":
+        return {"stat": st, "rows": []}
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % quote(path), uri=True, timeout=METRIC_SQL_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        raise OpFailed("cannot open %s: %s" % (path, exc))
+    try:
+        con.execute("PRAGMA query_only = 1")
+        rows = con.execute(query, list(params)).fetchmany(max(1, min(int(max_rows), 50000)))
+    except sqlite3.Error as exc:
+        raise OpFailed("%s: %s" % (path, exc))
+    finally:
+        con.close()
+    return {"stat": st, "rows": [[c if not isinstance(c, bytes) else None for c in r] for r in rows]}
+
+
+def metric_bytes(path, offset=0, max_bytes=1 << 20, inode=0, known=None, head=0, budget=None):
+    """A file's stat and its bytes from `offset` (from 0 when its inode is not `inode` or it
+    is shorter than `offset`: replaced or truncated; "restarted" says so); none when its
+    (inode, size, mtime) is `known`. `head`: its first bytes too (a CSV header, compared)."""
+    st = stat_one(path)
+    out = {"stat": st, "offset": int(offset), "data": "", "restarted": False, "head": ""}
+    if st["kind"] != "file" or st["error"]:
+        return out
+    if known is not None and list(known) == [st["inode"], st["size"], st["mtime"]]:
+        return out
+    offset = int(offset)
+    if inode and (st["inode"] != inode or st["size"] < offset):
+        offset, out["restarted"] = 0, True
+    want = min(int(max_bytes), budget[0] if budget else int(max_bytes))
+    if st["size"] > offset and want > 0:
+        chunk = op_read(path, offset, want)
+        out["data"] = chunk["data"]
+        out["stat"] = dict(st, size=chunk["size"], inode=chunk["inode"])
+        if budget:
+            budget[0] -= len(chunk["data"]) * 3 // 4
+    out["offset"] = offset
+    if head and offset > 0:
+        out["head"] = op_read(path, 0, int(head))["data"]
+    return out
+
+
+def op_metric_read(items):
+    """Answers to `items`, in order, each {"ok": true, "result": ...} or {"ok": false, "error"}:
+    {"find": {...metric_find arguments}}, {"read": path, ...metric_bytes arguments},
+    {"sql": path, "query": ..., "params": [...], "max_rows": n}."""
+    if not isinstance(items, list):
+        raise OpFailed("items must be a list")
+    budget = [METRIC_READ_BUDGET]
+    out = []
+    for item in items:
+        try:
+            if not isinstance(item, dict):
+                raise OpFailed("an item must be an object")
+            if "find" in item:
+                out.append({"ok": True, "result": metric_find(**item["find"])})
+            elif "sql" in item:
+                args = dict(item)
+                out.append({"ok": True, "result": metric_sql(args.pop("sql"), **args)})
+            elif "read" in item:
+                args = dict(item)
+                out.append({"ok": True, "result": metric_bytes(args.pop("read"), budget=budget, **args)})
+            else:
+                raise OpFailed("an item asks for find, read or sql")
+        except OpFailed as exc:
+            out.append({"ok": False, "error": str(exc)})
+        except TypeError as exc:
+            out.append({"ok": False, "error": "bad arguments: %s" % exc})
+    return out
+
+
 for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("read", op_read),
                    ("read_tail", op_read_tail), ("pid_info", op_pid_info),
                    ("signal", op_signal), ("which", op_which), ("disk_free", op_disk_free),
                    ("probe_dir", op_probe_dir), ("list_dir", op_list_dir),
                    ("proc_tree", op_proc_tree), ("dump_stacks", op_dump_stacks),
                    ("py_spy_dump", op_py_spy_dump), ("observe", op_observe),
-                   ("remove_if_holds", op_remove_if_holds), ("wait_exit", op_wait_exit)):
+                   ("remove_if_holds", op_remove_if_holds), ("wait_exit", op_wait_exit),
+                   ("metric_read", op_metric_read)):
     # statvfs on a dead NFS mount can hang: keep it off the line that answers stat. Reads stay
     # on that line (a thread per request costs ~1 ms against 0.1 ms): they cannot block on a
     # FIFO or device, as op_read opens non-blocking and refuses anything but a regular file.
     # A stack dump waits up to a second for the dump to be written; py-spy runs a process; an
-    # exit watch waits for a process to end.
-    register(_name, _fn, blocking=_name in ("disk_free", "dump_stacks", "py_spy_dump", "wait_exit"))
+    # exit watch waits for a process to end. A metric read searches directories and opens
+    # SQLite files (a slow mount, a locked database) in a thread of its own too.
+    register(_name, _fn, blocking=_name in ("disk_free", "dump_stacks", "py_spy_dump", "wait_exit", "metric_read"))
 
 EXTRAS_FAILED = []
 

@@ -275,8 +275,19 @@ def test_a_plain_program_printing_steps_is_running():
             rate_unit="it/s", step_at=NOW - 2, step_source="log", cpu_cores=0.9, cpu_window_s=1.0)
     cl = evaluate(plain(activity=a), LIM)
     assert cl.verdict is Verdict.RUNNING, cl
-    assert cl.summary.startswith("step 120/1000, loss 2.31, 3.2 it/s"), cl.summary
+    # 880 steps left at the 3.2 it/s it printed: the ETA follows the total.
+    assert cl.summary.startswith("step 120/1000, ETA 5 min, loss 2.31, 3.2 it/s"), cl.summary
     assert by_id(cl)["progress"].state is CheckState.OK and "90 % CPU" in by_id(cl)["cpu"].cause
+
+
+def test_a_silent_program_whose_metrics_file_advances_is_running():
+    # Nothing in the log, no stacks; a TensorBoard file of this run written 1 s ago.
+    a = act(cpu_cores=0.02, cpu_window_s=1.0, metrics_at=NOW - 1, metrics_file="TensorBoard runs/exp1")
+    cl = evaluate(plain(activity=a), LIM)
+    assert cl.verdict is Verdict.RUNNING, cl
+    assert "metrics written to TensorBoard runs/exp1 1 s ago" in cl.summary, cl.summary
+    stale = act(cpu_cores=0.02, cpu_window_s=1.0, metrics_at=NOW - 200, metrics_file="TensorBoard runs/exp1")
+    assert evaluate(plain(activity=stale), LIM).verdict is Verdict.STALLED
 
 
 def test_no_output_yet_is_starting_within_the_limit():

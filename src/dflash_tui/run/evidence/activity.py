@@ -27,15 +27,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ...contract.rundir import (EVENTS_JSONL, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
+from ...contract.rundir import (EVENTS_JSONL, LAUNCH_JSON, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
                                SchemaError, parse_event)
 from ...remote.base import TRANSPORT_FAILURES, TargetError
 from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from ..eager import gather_eager
 from ..stacks.records import StackDump
+from .log_series import LogSeries
+from .metric_files.reader import MetricFiles, MetricsView
 from .progress import LogProgress, ProgressParser
 from .pace import Pace, step_times
 from ..stacks.pauses import known_pause
+from .step_clock import StepClock
 from .memory import LookMemory
 from .recent_reads import RecentReads
 from ..stacks.classify import ThreadClass, classify, own_code, parse_frame
@@ -109,6 +112,12 @@ class Activity:
     stack_moved_where: str = ""
     stack_moved_own: bool = False         # that move was in the program's own code (not a library's)
     stack_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    # Metric files (run/evidence/metric_files/): when one of this run's last had new records
+    # written (its mtime, target clock), and which; a program silent on stdout that writes
+    # TensorBoard events progresses.
+    metrics_at: float | None = None
+    metrics_file: str = ""                # its source: "TensorBoard runs/exp1"
+    steps_per_s: float | None = None      # the step's recent rate over the looks (StepClock)
     # per thread, when its frames took exactly the form they have now, lines included (first
     # seen so): a thread that waits has stood still since then, wherever its function began.
     frames_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
@@ -119,9 +128,9 @@ class Activity:
 
     @property
     def advancing(self) -> bool:
-        """Progress was seen, not only a first word: a step or progress line, or output that
-        kept coming after the first look."""
-        return self.step_at is not None or self.output_polls >= 2
+        """Progress was seen, not only a first word: a step or progress line, a metric file
+        that advanced, or output that kept coming after the first look."""
+        return self.step_at is not None or self.metrics_at is not None or self.output_polls >= 2
 
     @property
     def cpu_busy(self) -> bool | None:
@@ -228,9 +237,10 @@ class ProgressTracker:
     """Memory across polls of one run dir; a new run id starts it afresh."""
 
     def __init__(self, progress_regex: re.Pattern[str] | str | None = None, *,
-                 second_sample: bool = True) -> None:
+                 second_sample: bool = True, metric_paths: tuple[str, ...] = ()) -> None:
         self.progress_regex = progress_regex
         self.second_sample = second_sample
+        self.metric_paths = tuple(metric_paths)   # a profile's `metrics`, relative to the run dir
         # What was read of train.log and events.jsonl, by this tracker and by any other reader
         # of them that records there (the dashboard's log followers, run/evidence/logtail.py).
         self.reads = RecentReads()
@@ -244,6 +254,10 @@ class ProgressTracker:
         if run_id is not None:
             self.reads.forget()   # a new run in the same dir: its files are read afresh
         self.parser = ProgressParser(self.progress_regex)
+        self.log_series = LogSeries()
+        self.metric_files = MetricFiles(self.metric_paths)
+        self.metrics = MetricsView()
+        self._clock = StepClock()
         self._log = _FileCursor()
         self._events = _FileCursor()
         self._cpu: collections.deque[tuple[float, float]] = collections.deque()
@@ -313,16 +327,21 @@ class ProgressTracker:
         if run_id != self.run_id:
             self._start(run_id)
         log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
-        (log_data, restarted), (ev_data, _), _ = await gather_eager(
+        launched = files.get(LAUNCH_JSON)
+        (log_data, restarted), (ev_data, _), _, _ = await gather_eager(
             self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
             self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
-            self._ask_disk(ops, run_dir, now))
+            self._ask_disk(ops, run_dir, now),
+            self.metric_files.poll(ops, run_dir, now, launched.mtime if launched and launched.exists else None))
         if log is not None:
             if restarted:
                 self.parser.reset()
+                self.log_series.reset()
             before_output, before_records = self.parser.progress.output, self.parser.progress.records
             if log_data:
                 self.parser.feed(log_data)
+                self.log_series.feed(log_data)
+                self.metric_files.add_points("log", "log", "log", self.log_series.take())
             p = self.parser.progress
             if p.output > before_output:
                 self._log_grew_at = log.mtime
@@ -334,6 +353,7 @@ class ProgressTracker:
                 for t in step_times(ev_data):
                     self._pace.saw(t)
             self._events_fed(ev_data)
+        self.metrics = self.metric_files.view()
         # -- the pace (learned stall limit): the newest progress this look saw ------------------
         self._pace.saw(max((t for t in (self._step_at, self._ev_step_at) if t is not None), default=None))
 
@@ -509,6 +529,13 @@ class ProgressTracker:
         step, step_at, source = p.step, self._step_at, self._step_source
         if self._ev_step_at is not None and (step_at is None or self._ev_step_at >= step_at):
             step, step_at, source = self._ev_step, self._ev_step_at, "events"
+        mp = self.metrics.progress
+        if mp is not None and mp.total and p.total != mp.total:
+            # The HF Trainer's exact count of its total (a log's N/M of another count, such as
+            # a "Writing model shards 1/1" bar, is not the run's).
+            self._clock.saw(mp.step, mp.at)
+        else:
+            self._clock.saw(step, step_at)
         return Activity(
             samples=self.samples, log_grew_at=self._log_grew_at, program_output=p.output > 0,
             output_polls=self._output_polls,
@@ -528,4 +555,6 @@ class ProgressTracker:
             stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
             frames_since=MappingProxyType({k: v[1] for k, v in self._frames.items()}),
             waits=MappingProxyType({pid: WaitShare(len(f), sum(f), doing) for pid, (_, f, doing) in self._waits.items()}),
+            metrics_at=self.metric_files.advanced_at, metrics_file=self.metric_files.advanced_file,
+            steps_per_s=self._clock.steps_per_s(),
             intervals=self._pace.intervals)

@@ -26,6 +26,7 @@ from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PidInfo, ProcTree, RemoteOps
 from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, ProgressTracker
+from .metric_files.reader import MetricsView
 from ..attempts import LaunchAttempt
 from ..eager import gather_eager
 from .first_look import first_look
@@ -64,6 +65,9 @@ class Evidence:
     attempt: LaunchAttempt | None = None
     tree: ProcTree | None = None                 # the wrapper's process tree (proc_tree), while launched
     activity: Activity | None = None             # what advanced: CPU, log, steps (ProgressTracker)
+    # The run's metrics from its log's metric lines and its metric files (TensorBoard, CSV,
+    # trainer_state.json, MLflow): sources, newest points, this poll's new points.
+    metrics: MetricsView | None = None
     # Per-process reports of the run probe (RUN_DIR/probe/<pid>.json), when a program runs
     # under it: heartbeats prove a process alive; its step events (events.jsonl) are progress.
     probes: list[ProbeReport] = field(default_factory=list)
@@ -219,6 +223,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         memory.pid = ev.launch.pid
         ev.tree, _ = await gather_eager(ops.proc_tree(ev.launch.pid, run_dir=run_dir),
                                           tracker.read_files(ops, run_dir, run_id, ev.now, ev.files))
+        ev.metrics = tracker.metrics
         ev.proc = judged_root(ev.launch, run_dir, ev.tree.root)
     elif attempt is not None and attempt.pid and attempt.run_id == run_id:
         (ev.detached_proc,) = await ops.pid_info([attempt.pid])

@@ -14,6 +14,8 @@ from .gpu_check import CHECK_ID as GPU_CHECK_ID, LABEL as GPU_LABEL, gpu_check_f
 from ...gpu.sample import GpuSnapshot
 from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, progress, size
 from ..evidence.activity import Activity
+from ..evidence.step_clock import eta_s
+from ...words import eta as eta_words
 from ..attempts import LaunchAttempt
 from .hang import STALE_AFTER_S, Hang, ThreadView, idle_worker
 from ..evidence.observe import Evidence
@@ -142,7 +144,9 @@ def last_progress(ev: Evidence, *also: float | None) -> float | None:
     act = ev.activity
     times = list(also)
     if act is not None:
-        times += [act.log_grew_at if act.program_output else None, act.step_at]
+        # A metric file of this run that advanced (a TensorBoard event, a CSV row) is progress
+        # too: a program silent on stdout may write nothing else.
+        times += [act.log_grew_at if act.program_output else None, act.step_at, act.metrics_at]
     return max((t for t in times if t is not None), default=None)
 
 
@@ -150,9 +154,25 @@ def progress_words(ev: Evidence) -> str:
     """ "step 120/1000, loss 2.31, 3.2 it/s" from the log/events, "" when none was read; a
     step counted within an epoch (Lightning's bar) says its epoch: "epoch 2, 51/64"."""
     act = ev.activity
-    if act is None or act.step is None and act.step_at is None:
+    if act is None or act.step is None and act.step_at is None and act.metrics_at is None:
         return ""
-    return _one_line(progress(act.step, act.total, act.loss, act.rate, act.rate_unit, act.step_epoch))
+    mp = ev.metrics.progress if ev.metrics is not None else None
+    if mp is not None and mp.total and act.total != mp.total:
+        # The HF Trainer's trainer_state.json: global_step of max_steps, where the log has no
+        # total of that count.
+        step, total, epoch = mp.step, mp.total, None
+        left = eta_s(mp.step, mp.total, act.steps_per_s)
+    else:
+        step, total, epoch = act.step, act.total, act.step_epoch
+        # An ETA to the run's end: not to the end of an epoch (a bar counted within one).
+        left = eta_s(step, total, act.steps_per_s, act.rate, act.rate_unit) if epoch is None else None
+    words = progress(step, total, act.loss, act.rate, act.rate_unit, epoch)
+    if left is not None and step is not None and total and step < total:
+        head = progress(step, total, epoch=epoch)
+        words = f"{head}, ETA {eta_words(left)}{words[len(head):]}"
+    if act.metrics_at is not None and (act.step_at is None or act.metrics_at > act.step_at):
+        words += f"{', ' if words else ''}metrics written to {act.metrics_file} {_age(ev.now, act.metrics_at)}"
+    return _one_line(words)
 
 
 def silence_words(ev: Evidence, silent_for: float, heartbeat: str = "") -> str:

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from ...contract.rundir import ExitRecord, LaunchRecord, ProbeReport, StopRecord, TrainStatus
 
 from ..evidence.activity import Activity
+from ..evidence.metric_files.reader import MetricsView
 from ..evidence.observe import Evidence, process_matches
+from ..evidence.step_clock import eta_s
 from .checklist import Checklist
 
 
@@ -20,24 +22,36 @@ class RunProgress:
 
     For the header's summary and the Metrics tab; the verdict does not read it."""
 
-    source: str                       # "status.json" | "events" | "log"
+    source: str                       # "status.json" | "events" | "log" | "trainer_state.json DIR"
     step: int | None = None
     total: int | None = None
     loss: float | None = None
     rate: float | None = None         # in rate_unit
     rate_unit: str = ""               # "it/s", "s/it", "tok/s", "samples/s"
     time: float | None = None         # when this step was reached (target clock), if known
+    eta_s: float | None = None        # seconds to `total` at the recent rate, where both are known
 
     @classmethod
     def of(cls, ev: Evidence) -> "RunProgress | None":
         st, act = ev.status, ev.activity
+        pace = act.steps_per_s if act is not None else None
         if st is not None and (st.step > 0 or st.loss is not None):
             last = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
-            return cls("status.json", st.step, st.total_steps or None, st.loss, st.tokens_per_s,
-                       "tok/s" if st.tokens_per_s is not None else "", last or st.time)
+            total = st.total_steps or None
+            return cls("status.json", st.step, total, st.loss, st.tokens_per_s,
+                       "tok/s" if st.tokens_per_s is not None else "", last or st.time,
+                       eta_s(st.step, total, pace))
+        mp = ev.metrics.progress if ev.metrics is not None else None
+        if mp is not None and mp.total and (act is None or act.total != mp.total):
+            # The HF Trainer's global_step of max_steps: exact, where the log gives no total of
+            # the same count (its own bar's N/M is as exact and fresher).
+            loss = act.loss if act is not None else None
+            return cls(mp.source, mp.step, mp.total, loss, None, "", mp.at, eta_s(mp.step, mp.total, pace))
         if act is not None and (act.step is not None or act.loss is not None or act.rate is not None):
             return cls(act.step_source or "log", act.step, act.total, act.loss, act.rate, act.rate_unit,
-                       act.step_at)
+                       act.step_at, eta_s(act.step, act.total, pace, act.rate, act.rate_unit))
+        if mp is not None:
+            return cls(mp.source, mp.step, None, None, None, "", mp.at)
         return None
 
 
@@ -64,6 +78,7 @@ class RunReport:
     # A run on several nodes: run/verdict/combine.py's NodeReport per node, in rank order (each with that
     # node's own report); empty for a run on one host.
     nodes: tuple = ()
+    metrics: MetricsView | None = None   # metric lines and files: sources, newest points (run/evidence/metric_files/)
 
 
 def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str,
@@ -80,4 +95,4 @@ def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_labe
         pid_alive=alive,
         uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
         connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback,
-        progress=RunProgress.of(ev), activity=ev.activity, probes=list(ev.probes))
+        progress=RunProgress.of(ev), activity=ev.activity, probes=list(ev.probes), metrics=ev.metrics)

@@ -3,7 +3,9 @@
 Everything arrives as run/series.Point (name, step, value), whatever its source: the step
 and eval records of events.jsonl (every numeric field they carry), or, when the program
 writes no events, status.json's values or the step/loss/rate its own log showed (the
-report's progress). A new source only has to produce points. Each chart is a
+report's progress); and the metric lines and files of the report's metrics (TorchTitan,
+Megatron and Trainer lines; TensorBoard, metrics.csv, trainer_state.json, MLflow), whose
+sources the note above the charts lists. A new source only has to produce points. Each chart is a
 textual-plotext PlotextPlot: step on x, the value on y, both with ticks; the previous run of
 the same run dir (RUN_DIR/history/, read by run/history.py) is drawn under it in a second,
 dimmer line, so a relaunch compares at a glance.
@@ -198,6 +200,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         self.skipped = 0
         self.from_events = False     # once step events arrive, report points are not added
         self.point_source = "status.json"   # where report points come from (status or a log)
+        self.metric_sources: tuple[str, ...] = ()   # metric files read: "TensorBoard runs/exp1, 3 tags"
         self.dirty = False           # new points not drawn yet (see flush)
         self.smoothing = SMOOTHING[0]
         self.zoom = ZOOMS[0]
@@ -228,7 +231,16 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
 
     def show(self, report: RunReport) -> None:
         """A point per new step from the report: status.json's values, else the progress the
-        program's own log showed. Unused once events.jsonl has step records."""
+        program's own log showed. Unused once events.jsonl has step records. The points of
+        metric lines and metric files (report.metrics: TensorBoard, CSV, trainer_state.json,
+        MLflow, each poll's new ones) are added whatever else there is."""
+        m = report.metrics
+        if m is not None:
+            sources = tuple(s.label + (f" ({s.note})" if s.note else "") for s in m.sources)
+            if sources != self.metric_sources:
+                self.metric_sources, self.dirty = sources, True
+            if m.points:
+                self._add(list(m.points))
         if self.from_events:
             return
         points = points_from_status(report.status)
@@ -356,6 +368,8 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         else:
             where = f"{self.point_source} (no step events)"
         parts = [f"step {self.last_step}", f"{n_series} series from {where}"]
+        if self.metric_sources:
+            parts[-1] += " and " + "; ".join(self.metric_sources)
         if pages > 1:
             parts[-1] += f" (m: page {self.page + 1}/{pages})"
         if self.previous_id:

@@ -1,0 +1,592 @@
+"""MetricFiles: a run's metric files found, read incrementally, and reduced to metric points.
+
+Discovery: the run dir (the program's working directory) and the profile's `metrics` paths
+(relative to the run dir), breadth first, at most MAX_DEPTH directories down (mlruns/ three
+more), hidden directories and the run dir's own probe/ and history/ skipped, at most
+MAX_ENTRIES entries per root (a directory of 100,000 files is looked at in part, with a note).
+Files by name: events.out.tfevents.* (a directory of them is one TensorBoard run), metrics.csv
+(Lightning's CSVLogger), trainer_state.json (the newest one: the HF Trainer writes one per
+checkpoint), mlflow.db, and mlruns/<exp>/<run>/metrics/<key> (the newest run). Newest writer
+first; at most MAX_TB_DIRS TensorBoard runs and MAX_CSV CSV files are read.
+
+Reading: ONE `metric_read` request per poll (remote/agent_server.py) carries every question:
+the new bytes of each file from its cursor (a replaced or truncated file is read again from
+its start), the rows of mlflow.db past the last rowid, and, every DISCOVER_EVERY_S, the
+search itself. A poll whose search finds a file not read before asks for its bytes at once in
+a second request (so a one-shot check reads what it found); every other poll is one request.
+Bounded: TB_WINDOW bytes per event file per poll (a 2 GB file is caught up over polls), the
+agent's budget per answer, MAX_ROWS rows, hf_state.MAX_BYTES for trainer_state.json. What
+cannot be read is a note of its source, never an exception: a record cut short waits for its
+rest, a broken record stops that file with a note, a JSON file rewritten while read is read
+again at the next poll, a locked SQLite file says so and is asked again.
+
+Targets without the agent (ShellOps) get the same answers from its single ops (fallback.py),
+SQLite aside.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ....remote.base import TRANSPORT_FAILURES, TargetError
+from ..metric_point import MetricPoint
+from . import csv_logger, hf_state, mlflow, tensorboard
+from .fallback import metric_read_over
+from .tfrecord import RESYNC_SCAN, resync, split_records
+
+DISCOVER_EVERY_S = 10.0
+MAX_DEPTH = 4
+MAX_ENTRIES = 20_000
+# Event bytes read per file per poll (decoding costs ~5 us a scalar: 512 KiB is ~50 ms).
+TB_WINDOW = 512 << 10
+# A file found bigger than this is read from its newest TB_FIRST_TAIL bytes on (the charts keep
+# 5000 points a series: the start of a 2 GB file would never be drawn), resynced by CRC.
+TB_FIRST_TAIL = 4 << 20
+CSV_WINDOW = 1 << 20
+MLRUNS_WINDOW = 256 << 10
+MAX_TB_DIRS = 8
+MAX_CSV = 4
+MAX_MLRUNS_KEYS = 64
+PATTERNS = (tensorboard.EVENT_FILE, csv_logger.NAME, hf_state.NAME, mlflow.DB_NAME)
+# Names under the run dir that are dflash's own (the run probe's files, earlier runs' records).
+SKIP_TOP = ("probe", "history")
+_LOSS_NAMES = frozenset({"loss", "train_loss", "lm_loss", "train_loss_step", "loss_train"})
+_TAGS = {"tensorboard": "tb", "csv": "csv", "trainer_state": "hf", "mlflow": "mlflow", "mlruns": "mlflow"}
+_KIND_WORDS = {"tensorboard": "TensorBoard", "csv": "metrics.csv", "trainer_state": "trainer_state.json",
+               "mlflow": "MLflow", "mlruns": "MLflow mlruns"}
+
+
+@dataclass(frozen=True)
+class MetricSource:
+    """One source as the Metrics pane lists it and --check --json names it."""
+
+    kind: str                  # "tensorboard" | "csv" | "trainer_state" | "mlflow" | "mlruns"
+    path: str                  # the directory (TensorBoard, an mlruns run) or the file
+    label: str                 # "TensorBoard runs/exp1, 3 tags"
+    series: int
+    written_at: float | None   # the newest write read from it (target clock)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class MetricProgress:
+    step: int
+    total: int | None
+    source: str                # e.g. "trainer_state.json out/checkpoint-40"
+    at: float | None           # when that step was written (target clock)
+
+
+@dataclass(frozen=True)
+class MetricsView:
+    """One poll's metrics of a run: its sources, each series' newest point, the points new
+    this poll (the Metrics pane adds them to its charts), and the progress they tell."""
+
+    sources: tuple[MetricSource, ...] = ()
+    latest: Mapping[str, tuple[int, float, str]] = field(default_factory=dict)
+    points: tuple[MetricPoint, ...] = ()
+    notes: tuple[str, ...] = ()
+    progress: MetricProgress | None = None
+    written_at: float | None = None          # the newest write of a metric file (this run's)
+    written_file: str = ""                   # which source that was ("TensorBoard runs/exp1")
+
+    def newest_loss(self) -> float | None:
+        """The training loss among the series, for a line that has room for one number:
+        "loss" itself, else the newest of the series named like one ("train/loss", "tb:loss",
+        "train_loss", "lm_loss"), evaluation losses aside."""
+        if "loss" in self.latest:
+            return self.latest["loss"][1]
+        named = [(step, value) for name, (step, value, _) in self.latest.items()
+                 if name.rsplit(":", 1)[-1].replace("/", "_") in _LOSS_NAMES]
+        return max(named)[1] if named else None
+
+
+def _b64(text: str) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+class _Cursor:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = 0
+        self.inode = 0
+        self.mtime: float | None = None
+        self.resync = False         # offset is at an arbitrary byte: find a record's start first
+
+    def ask(self, max_bytes: int, **extra) -> dict:
+        return {"read": self.path, "offset": self.offset, "max_bytes": max_bytes, "inode": self.inode, **extra}
+
+
+class _Source:
+    kind = ""
+
+    def __init__(self, path: str, rel: str) -> None:
+        self.path, self.rel = path, rel
+        self.names: set[str] = set()
+        self.written_at: float | None = None
+        self.note = ""
+        self.now = 0.0                       # the poll's target clock, set before absorb
+
+    @property
+    def key(self) -> str:
+        """Its identity in the series space (stable while it is read)."""
+        return self.path
+
+    @property
+    def tag(self) -> str:
+        return _TAGS[self.kind]
+
+    def where(self) -> str:
+        """"TensorBoard runs/exp1", "metrics.csv lightning_logs/version_0": the kind says
+        the file's name, so a file source is named by its directory."""
+        rel = posixpath.dirname(self.rel) or "." if self.kind in ("csv", "trainer_state") else self.rel
+        return f"{_KIND_WORDS[self.kind]} {rel}"
+
+    def label(self) -> str:
+        n = len(self.names)
+        what = {"tensorboard": "tag", "csv": "column", "trainer_state": "series"}.get(self.kind, "metric")
+        return f"{self.where()}, {n} {what}{'s' if n != 1 else ''}"
+
+    def view(self) -> MetricSource:
+        return MetricSource(self.kind, self.path, self.label(), len(self.names), self.written_at, self.note)
+
+    def asks(self) -> list[dict]:
+        raise NotImplementedError
+
+    def absorb(self, answers: list[dict]) -> tuple[list[MetricPoint], float | None]:
+        """(points, the mtime of the newest new data) of the answers to `asks()`."""
+        raise NotImplementedError
+
+    def _wrote(self, mtime: float | None) -> float | None:
+        if mtime is not None and (self.written_at is None or mtime > self.written_at):
+            self.written_at = mtime
+        return mtime
+
+    def _got(self, points: list[MetricPoint]) -> list[MetricPoint]:
+        self.names.update(p.name for p in points)
+        return points
+
+
+def _answer(item: dict) -> tuple[dict | None, str]:
+    if not item.get("ok"):
+        return None, str(item.get("error", "failed"))
+    return item.get("result") or {}, ""
+
+
+class _TensorBoard(_Source):
+    kind = "tensorboard"
+
+    def __init__(self, path: str, rel: str) -> None:
+        super().__init__(path, rel)
+        self.files: dict[str, _Cursor] = {}
+        self.broken: dict[str, str] = {}
+        self._bad = 0
+        self.tail_from = 0        # a file this big was read from its newest part only
+
+    def add_file(self, path: str, size: int = 0) -> None:
+        if path not in self.files:
+            c = self.files[path] = _Cursor(path)
+            if size > TB_FIRST_TAIL:
+                c.offset, c.resync = size - TB_FIRST_TAIL, True
+                self.tail_from = max(self.tail_from, c.offset)
+
+    def asks(self) -> list[dict]:
+        if not tensorboard.available():
+            self.note = tensorboard.MISSING
+            return []
+        return [c.ask(TB_WINDOW) for p, c in sorted(self.files.items()) if p not in self.broken]
+
+    def absorb(self, answers):
+        points, newest = [], None
+        cursors = [c for p, c in sorted(self.files.items()) if p not in self.broken]
+        notes = []
+        for c, item in zip(cursors, answers):
+            res, err = _answer(item)
+            if res is None:
+                notes.append(err)
+                continue
+            st = res["stat"]
+            if not st.get("exists"):
+                continue
+            data = _b64(res.get("data", ""))
+            start = int(res.get("offset", c.offset))
+            c.inode = st["inode"]
+            if res.get("restarted"):
+                c.resync = False        # replaced or truncated: read from its start
+            if not data:
+                c.offset = start
+                continue
+            if c.resync:
+                at = resync(data)
+                if at is None:          # no record start in sight: look further next poll
+                    c.offset = start + min(len(data), RESYNC_SCAN)
+                    continue
+                data, start, c.resync = data[at:], start + at, False
+            framed = split_records(data, start)
+            c.offset = start + framed.consumed + framed.skip
+            self._bad += framed.bad_data
+            if framed.broken:
+                self.broken[c.path] = framed.broken
+                notes.append(f"{posixpath.basename(c.path)}: {framed.broken}; read no further")
+            found, bad = tensorboard.scalars(framed.records)
+            self._bad += bad
+            if framed.records:
+                newest = self._wrote(st["mtime"])
+            points += [MetricPoint(s.tag, s.step, s.value) for s in found]
+        if self._bad:
+            notes.append(f"{self._bad} damaged record(s) skipped")
+        if self.tail_from:
+            notes.append(f"read from its newest {TB_FIRST_TAIL >> 20} MiB")
+        self.note = "; ".join(notes)
+        return self._got(points), newest
+
+
+class _Csv(_Source):
+    kind = "csv"
+
+    def __init__(self, path: str, rel: str) -> None:
+        super().__init__(path, rel)
+        self.cursor = _Cursor(path)
+        self.csv = csv_logger.CsvMetrics()
+
+    def asks(self):
+        head = len(self.csv.header_bytes) if self.csv.header is not None else 0
+        return [self.cursor.ask(CSV_WINDOW, head=head)]
+
+    def absorb(self, answers):
+        res, err = _answer(answers[0])
+        self.note = err
+        if res is None or not res["stat"].get("exists"):
+            return [], None
+        c, st = self.cursor, res["stat"]
+        data, start = _b64(res.get("data", "")), int(res.get("offset", 0))
+        head = _b64(res.get("head", ""))
+        if res.get("restarted") or (head and head != self.csv.header_bytes):
+            # Replaced, truncated, or rewritten under a new header: read it again from its start.
+            self.csv.restart()
+            if start > 0:
+                c.offset, c.inode = 0, st["inode"]
+                return [], None
+        c.inode = st["inode"]
+        if not data:
+            return [], None
+        c.offset = start + len(data)
+        points = self.csv.feed(data)
+        return self._got(points), self._wrote(st["mtime"]) if points else None
+
+
+class _TrainerState(_Source):
+    kind = "trainer_state"
+
+    def __init__(self, path: str, rel: str) -> None:
+        super().__init__(path, rel)
+        self.known: list | None = None
+        self.last: dict[str, int] = {}
+        self.state: hf_state.TrainerState | None = None
+        self.mtime: float | None = None
+        self.found_mtime = 0.0
+
+    @property
+    def key(self) -> str:
+        return "trainer_state"       # one source, whichever checkpoint holds the newest file
+
+    def moved_to(self, path: str, rel: str) -> None:
+        """A newer checkpoint's trainer_state.json: the same history, longer."""
+        self.path, self.rel, self.known = path, rel, None
+
+    def asks(self):
+        return [{"read": self.path, "offset": 0, "max_bytes": hf_state.MAX_BYTES + 1, "known": self.known}]
+
+    def absorb(self, answers):
+        res, err = _answer(answers[0])
+        self.note = err
+        if res is None or not res["stat"].get("exists"):
+            return [], None
+        st = res["stat"]
+        data = _b64(res.get("data", ""))
+        if not data:
+            return [], None
+        if len(data) > hf_state.MAX_BYTES:
+            self.note = f"{self.rel} is over {hf_state.MAX_BYTES >> 20} MB: not read"
+            self.known = [st["inode"], st["size"], st["mtime"]]
+            return [], None
+        try:
+            state = hf_state.parse(data)
+        except ValueError:
+            self.note = f"{self.rel} did not parse (being rewritten?): read again at the next poll"
+            return [], None
+        self.known = [st["inode"], st["size"], st["mtime"]]
+        self.state, self.mtime = state, st["mtime"]
+        new = [p for p in state.points if p.step > self.last.get(p.name, -1)]
+        for p in new:
+            self.last[p.name] = max(p.step, self.last.get(p.name, -1))
+        return self._got(new), self._wrote(st["mtime"]) if new else None
+
+
+class _MlflowDb(_Source):
+    kind = "mlflow"
+
+    def __init__(self, path: str, rel: str) -> None:
+        super().__init__(path, rel)
+        self.rowid = 0
+        self.run = ""
+        self.read_once = False
+
+    def asks(self):
+        return [{"sql": self.path, "query": mlflow.ROWS_QUERY, "params": [self.rowid, mlflow.MAX_ROWS],
+                 "max_rows": mlflow.MAX_ROWS}]
+
+    def absorb(self, answers):
+        res, err = _answer(answers[0])
+        if res is None:
+            self.note = err + ("; asked again at the next poll" if "locked" in err else "")
+            return [], None
+        self.note = ""
+        points, last, run = mlflow.points_of_rows(res.get("rows") or [])
+        if last is not None:
+            self.rowid = last
+        if run:
+            self.run = run
+        st = res.get("stat") or {}
+        at = None
+        if points:
+            # Rows land in a WAL file before the database file: the file's mtime lags, so
+            # after the first read new rows count as written now (the answer's stat time).
+            at = self._wrote(st.get("mtime") if not self.read_once else max(st.get("mtime", 0.0), self.now))
+        self.read_once = True
+        return self._got(points), at
+
+
+class _Mlruns(_Source):
+    kind = "mlruns"
+
+    def __init__(self, path: str, rel: str) -> None:
+        super().__init__(path, rel)
+        self.files: dict[str, tuple[_Cursor, mlflow.MlrunsFile]] = {}
+
+    def add_file(self, path: str, key: str) -> None:
+        if path not in self.files and len(self.files) < MAX_MLRUNS_KEYS:
+            self.files[path] = (_Cursor(path), mlflow.MlrunsFile(key))
+
+    def asks(self):
+        return [c.ask(MLRUNS_WINDOW) for _, (c, _) in sorted(self.files.items())]
+
+    def absorb(self, answers):
+        points, newest, notes = [], None, []
+        for (c, f), item in zip([v for _, v in sorted(self.files.items())], answers):
+            res, err = _answer(item)
+            if res is None:
+                notes.append(err)
+                continue
+            st = res["stat"]
+            if not st.get("exists"):
+                continue
+            if res.get("restarted"):
+                f.restart()
+            data, start = _b64(res.get("data", "")), int(res.get("offset", 0))
+            c.inode, c.offset = st["inode"], start + len(data)
+            got = f.feed(data) if data else []
+            if got:
+                newest = max(newest or 0.0, self._wrote(st["mtime"]))
+            points += got
+        self.note = "; ".join(notes)
+        return self._got(points), newest
+
+
+class SeriesNames:
+    """One name space for every source: a name keeps its plain form for the first source that
+    gives it; a second source's series of that name is named with its source ("tb:loss")."""
+
+    def __init__(self) -> None:
+        self._owner: dict[str, tuple[str, str]] = {}     # display name -> (source key, base)
+        self._names: dict[tuple[str, str], str] = {}     # (source key, base) -> display name
+
+    def name(self, key: str, tag: str, base: str, rel: str = "") -> str:
+        got = self._names.get((key, base))
+        if got is not None:
+            return got
+        for candidate in (base, f"{tag}:{base}", f"{tag}:{rel}/{base}"):
+            if candidate not in self._owner:
+                break
+        self._owner[candidate] = (key, base)
+        self._names[(key, base)] = candidate
+        return candidate
+
+
+class MetricFiles:
+    """The metric files of one run dir across polls (one watch's; a new run starts it anew)."""
+
+    def __init__(self, paths: tuple[str, ...] = ()) -> None:
+        self.paths = tuple(paths)
+        self.sources: dict[str, _Source] = {}
+        self.names = SeriesNames()
+        self.notes: list[str] = []
+        self.requests = 0                   # metric_read requests sent (tests, benchmarks)
+        self._found_at: float | None = None
+        self._pending: list[tuple[str, str, str, str, list[MetricPoint]]] = []
+        self._latest: dict[str, tuple[int, float, str]] = {}
+        self.advanced_at: float | None = None
+        self.advanced_file = ""
+
+    # -- what the poll found ---------------------------------------------------------------
+    def take(self) -> list[MetricPoint]:
+        """The points read since the last take, named in the one series space: the log's
+        first (its names stay plain), then each file source's in a fixed order."""
+        raw, self._pending = self._pending, []
+        raw.sort(key=lambda r: (r[1] != "log", r[0]))
+        out = []
+        for key, tag, label, rel, points in raw:
+            for p in points:
+                name = self.names.name(key, tag, p.name, rel)
+                out.append(MetricPoint(name, p.step, p.value))
+                self._latest[name] = (p.step, p.value, label)
+        return out
+
+    def latest(self) -> dict[str, tuple[int, float, str]]:
+        """display name -> (step, value, source label) of each series' newest point taken."""
+        return dict(self._latest)
+
+    def view(self) -> "MetricsView":
+        """What this poll read, for the report: take() first."""
+        points = self.take()
+        return MetricsView(tuple(self.views()), dict(self._latest), tuple(points), tuple(self.notes),
+                           self.progress(), self.advanced_at, self.advanced_file)
+
+    def views(self) -> list[MetricSource]:
+        return sorted((s.view() for s in self.sources.values()),
+                      key=lambda v: -(v.written_at or 0.0))
+
+    def progress(self) -> MetricProgress | None:
+        hf = [s for s in self.sources.values() if isinstance(s, _TrainerState) and s.state is not None]
+        if not hf or hf[0].state.global_step is None:
+            return None
+        s = hf[0]
+        return MetricProgress(s.state.global_step, s.state.max_steps, s.where(), s.mtime)
+
+    def add_points(self, key: str, tag: str, label: str, points: list[MetricPoint], rel: str = "") -> None:
+        """Points of a source read elsewhere (the log's metric lines) into the same space."""
+        if points:
+            self._pending.append((key, tag, label, rel, points))
+
+    # -- one poll ---------------------------------------------------------------------------
+    async def poll(self, ops, run_dir: str, now: float, floor: float | None = None) -> None:
+        """Ask for what is new (see the module's docstring). `floor`: writes older than it
+        (the launch) are metrics, but not progress of this run."""
+        # "~" is the target user's home: the agent expands it there.
+        roots = [run_dir] + [p if p.startswith("~") else posixpath.normpath(posixpath.join(run_dir, p))
+                             for p in self.paths]
+        items: list[dict] = []
+        finding = self._found_at is None or now - self._found_at >= DISCOVER_EVERY_S
+        if finding:
+            self._found_at = now
+            items.append({"find": {"roots": roots, "patterns": list(PATTERNS), "max_depth": MAX_DEPTH,
+                                   "max_entries": MAX_ENTRIES, "skip_top": list(SKIP_TOP),
+                                   "deeper_under": [mlflow.MLRUNS]}})
+        hf = self.sources.get("trainer_state")
+        if not finding and hf is not None:
+            # The Trainer moves its newest state into a new checkpoint-N/ at every save: the
+            # directory above them is listed every poll (one level, bounded), not every 10 s.
+            finding = True
+            items.append({"find": {"roots": [posixpath.dirname(posixpath.dirname(hf.path))],
+                                   "patterns": [hf_state.NAME], "max_depth": 1, "max_entries": 2000}})
+        asked = [(s, s.asks()) for s in self._ordered()]
+        for _, a in asked:
+            items += a
+        if not items:
+            return
+        answers = await self._ask(ops, items)
+        if answers is None:
+            return
+        if finding:
+            res, err = _answer(answers[0])
+            answers = answers[1:]
+            if len(items[0]["find"]["patterns"]) > 1:     # the full search, not the checkpoints' listing
+                self.notes = [err] if err else list((res or {}).get("notes") or [])
+            before = {k: len(self._files_of(s)) for k, s in self.sources.items()}
+            self._found(((res or {}).get("found") or []), run_dir)
+        self._absorb(asked, answers, now, floor)
+        if finding:
+            # Files found now and never read: their bytes in a second request, this poll.
+            new = [(s, s.asks()) for k, s in self.sources.items() if len(self._files_of(s)) != before.get(k, -1)]
+            new = [(s, a) for s, a in new if a]
+            if new:
+                more = await self._ask(ops, [i for _, a in new for i in a])
+                if more is not None:
+                    self._absorb(new, more, now, floor)
+
+    @staticmethod
+    def _files_of(s: _Source) -> set:
+        return set(getattr(s, "files", None) or {s.path})
+
+    def _ordered(self) -> list[_Source]:
+        return [self.sources[k] for k in sorted(self.sources)]
+
+    async def _ask(self, ops, items: list[dict]) -> list[dict] | None:
+        self.requests += 1
+        try:
+            read = getattr(ops, "metric_read", None)
+            return await (read(items) if read is not None else metric_read_over(ops, items))
+        except TRANSPORT_FAILURES:
+            raise
+        except TargetError as exc:
+            self.notes = [f"metric files: {exc.message}"]
+            return None
+
+    def _absorb(self, asked, answers, now: float, floor: float | None) -> None:
+        i = 0
+        for source, a in asked:
+            part, i = answers[i:i + len(a)], i + len(a)
+            if len(part) < len(a):
+                break
+            source.now = now
+            points, at = source.absorb(part)
+            if points:
+                self.add_points(source.key, source.tag, source.where(), points, source.rel)
+            if at is not None and (floor is None or at >= floor):
+                if self.advanced_at is None or at >= self.advanced_at:
+                    self.advanced_at, self.advanced_file = at, source.where()
+
+    def _found(self, found: list[dict], run_dir: str) -> None:
+        def rel(path: str) -> str:
+            r = posixpath.relpath(path, run_dir)
+            return path if r.startswith("..") else r
+
+        found = sorted(found, key=lambda st: -float(st.get("mtime", 0.0)))
+        tb_dirs: list[str] = []
+        csvs = 0
+        for st in found:
+            path = st["path"]
+            name = posixpath.basename(path)
+            if st.get("under") and "/metrics/" in path:
+                run, key = path.split("/metrics/", 1)
+                if not any(isinstance(s, _Mlruns) for s in self.sources.values()):
+                    self.sources[run] = _Mlruns(run, rel(run))
+                src = self.sources.get(run)
+                if isinstance(src, _Mlruns):
+                    src.add_file(path, key)
+            elif name.startswith("events.out.tfevents."):
+                d = posixpath.dirname(path)
+                if d not in self.sources:
+                    if len([s for s in self.sources.values() if isinstance(s, _TensorBoard)]) >= MAX_TB_DIRS:
+                        continue
+                    self.sources[d] = _TensorBoard(d, rel(d))
+                if d not in tb_dirs:
+                    tb_dirs.append(d)
+                self.sources[d].add_file(path, int(st.get("size", 0)))
+            elif name == csv_logger.NAME:
+                if path not in self.sources and csvs < MAX_CSV:
+                    self.sources[path] = _Csv(path, rel(path))
+                csvs += 1
+            elif name == hf_state.NAME:
+                hf = next((s for s in self.sources.values() if isinstance(s, _TrainerState)), None)
+                mtime = float(st.get("mtime", 0.0))
+                if hf is None:
+                    hf = self.sources["trainer_state"] = _TrainerState(path, rel(path))
+                    hf.found_mtime = mtime
+                elif hf.path != path and mtime > hf.found_mtime:
+                    hf.moved_to(path, rel(path))
+                    hf.found_mtime = mtime
+            elif name == mlflow.DB_NAME and path not in self.sources:
+                self.sources[path] = _MlflowDb(path, rel(path))

@@ -1,0 +1,291 @@
+"""Metrics from the files real writers write (run/evidence/metric_files/), read through the real
+agent: torch's SummaryWriter (TensorBoard), Lightning's CSVLogger in a real Trainer.fit, the
+transformers Trainer's trainer_state.json, MLflow's mlflow.db; incrementally, and bounded (a
+record cut short, a locked database, a directory of many files). And the verdict: a program
+that writes only TensorBoard events and prints nothing stays RUNNING past stall_after_s, on
+this machine and over the loopback sshd into the pct stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.remote.agent import open_ops
+from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.evidence.metric_files import reader as reader_mod
+from dflash_tui.run.evidence.metric_files.reader import MetricFiles
+from dflash_tui.run.evidence.metric_files.tfrecord import split_records
+from dflash_tui.run.verdict.checklist import Verdict
+
+from tests.run.verdict.test_verdicts_programs import program_profile
+
+pytestmark = pytest.mark.timeout(300)
+
+PROGRAMS = Path(__file__).resolve().parents[2] / "programs"
+PY = sys.executable
+
+
+@pytest.fixture(params=["local", "ssh"])
+async def ops(request):
+    """The agent on this machine, or over the loopback sshd (the files are the same files)."""
+    if request.param == "local":
+        target = LocalTarget()
+    else:
+        from dflash_tui.remote.factory import make_host_target
+        target = make_host_target(**request.getfixturevalue("sshd").profile())
+    o = await open_ops(target, python=PY, prefer="agent")
+    yield o
+    await o.close()
+
+
+async def _poll(files: MetricFiles, ops, run_dir: Path, now: float | None = None):
+    await files.poll(ops, str(run_dir), time.time() if now is None else now)
+    return files.take()
+
+
+def _run(*argv: str, cwd: Path) -> None:
+    res = subprocess.run([PY, *argv], cwd=cwd, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+async def test_tensorboard_events_read_incrementally_and_a_cut_record_waits(tmp_path, ops):
+    from torch.utils.tensorboard import SummaryWriter
+
+    logdir = tmp_path / "runs" / "exp1"
+    w = SummaryWriter(str(logdir))
+    for step in range(1, 51):
+        w.add_scalar("train/loss", 10.0 / step, step)
+    w.flush()
+    files = MetricFiles()
+    points = await _poll(files, ops, tmp_path)
+    assert [p.step for p in points if p.name == "train/loss"] == list(range(1, 51))
+    (source,) = files.views()
+    assert source.kind == "tensorboard" and source.label == "TensorBoard runs/exp1, 1 tag" and not source.note
+    (event_file,) = logdir.iterdir()
+    tb = files.sources[str(logdir)]
+    assert tb.files[str(event_file)].offset == event_file.stat().st_size   # all of it read
+
+    before = event_file.stat().st_size
+    for step in range(51, 61):
+        w.add_scalar("train/loss", 10.0 / step, step)
+    w.flush()
+    points = await _poll(files, ops, tmp_path, time.time())   # no search this poll: one request
+    assert [p.step for p in points] == list(range(51, 61))
+    assert tb.files[str(event_file)].offset == event_file.stat().st_size > before
+
+    # A record cut short (its writer mid-write): nothing now, the point once its rest is there.
+    w.add_scalar("train/loss", 0.5, 61)
+    w.flush()
+    whole = event_file.read_bytes()
+    record = whole[tb.files[str(event_file)].offset:]
+    assert split_records(record).records
+    event_file.write_bytes(whole[:len(whole) - len(record)] + record[:len(record) // 2])
+    assert await _poll(files, ops, tmp_path) == [] and not tb.note
+    event_file.write_bytes(whole)
+    assert [(p.step, p.value) for p in await _poll(files, ops, tmp_path)] == [(61, 0.5)]
+    w.close()
+
+
+async def test_hf_trainer_state_gives_its_log_history_and_exact_progress(tmp_path, ops):
+    _run(str(PROGRAMS / "hf_trainer.py"), "out", "20", cwd=tmp_path)
+    files = MetricFiles()
+    points = await _poll(files, ops, tmp_path)
+    assert sorted({p.step for p in points if p.name == "loss"}) == [5, 10, 15, 20], points
+    assert {"grad_norm", "learning_rate"} <= {p.name for p in points}
+    progress = files.progress()
+    # The newest checkpoint's file is the source: the Trainer's global_step of max_steps.
+    assert (progress.step, progress.total, progress.source) == (20, 20, "trainer_state.json out/checkpoint-20")
+    assert files.latest()["loss"][2] == "trainer_state.json out/checkpoint-20"
+    # Caught while the Trainer rewrites it: a note, the same file read again at the next poll.
+    state = tmp_path / "out" / "checkpoint-20" / "trainer_state.json"
+    whole = state.read_bytes()
+    state.write_bytes(whole[:len(whole) // 2])
+    assert await _poll(files, ops, tmp_path) == []
+    assert "did not parse (being rewritten?)" in files.views()[0].note
+    state.write_bytes(whole.replace(b'"global_step": 20', b'"global_step": 21'))
+    await _poll(files, ops, tmp_path)
+    assert files.views()[0].note == "" and files.progress().step == 21
+
+
+async def test_lightning_csv_logger_with_a_column_that_appears_mid_run(tmp_path, ops):
+    _run(str(PROGRAMS / "lightning_csv.py"), "logs", cwd=tmp_path)
+    files = MetricFiles()
+    points = await _poll(files, ops, tmp_path)
+    train = [p.step for p in points if p.name == "train_loss"]
+    assert train == list(range(24)), train          # 3 epochs of 8 steps, each row once
+    assert [p.step for p in points if p.name == "val_loss"] == [7, 15, 23]
+    (source,) = files.views()
+    assert source.label == "metrics.csv logs/lightning_logs/version_0, 2 columns"
+
+
+async def test_mlflow_db_rows_incrementally_and_a_locked_database_is_a_note(tmp_path, ops):
+    mlflow = pytest.importorskip("mlflow")
+    db = tmp_path / "mlflow.db"
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    with mlflow.start_run():
+        for step in range(5):
+            mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+        files = MetricFiles()
+        points = await _poll(files, ops, tmp_path)
+        assert [(p.name, p.step) for p in points] == [("loss", s) for s in range(5)]
+        mlflow.log_metric("loss", 0.1, step=5)
+        assert [(p.name, p.step, p.value) for p in await _poll(files, ops, tmp_path)] == [("loss", 5, 0.1)]
+        # A writer holding the database: the poll answers at once with a note, then reads on.
+        con = sqlite3.connect(db)
+        con.execute("BEGIN EXCLUSIVE")
+        t0 = time.monotonic()
+        assert await _poll(files, ops, tmp_path) == []
+        assert time.monotonic() - t0 < 2
+        assert "locked" in files.views()[0].note, files.views()
+        con.rollback()
+        con.close()
+        mlflow.log_metric("loss", 0.05, step=6)
+        assert [p.step for p in await _poll(files, ops, tmp_path)] == [6]
+    mlflow.set_tracking_uri("")
+
+
+async def test_a_directory_of_many_files_is_looked_at_in_part(tmp_path, ops, monkeypatch):
+    monkeypatch.setattr(reader_mod, "MAX_ENTRIES", 3000)
+    crowd = tmp_path / "crowd"
+    crowd.mkdir()
+    for i in range(5000):
+        (crowd / f"f{i}").touch()
+    files = MetricFiles()
+    t0 = time.monotonic()
+    await _poll(files, ops, tmp_path)
+    assert time.monotonic() - t0 < 5
+    assert any("stopped looking" in n and "3000 entries" in n for n in files.notes), files.notes
+
+
+async def test_a_profile_names_a_metrics_directory_outside_the_run_dir(tmp_path, ops):
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "elsewhere" / "tb"))
+    w.add_scalar("loss", 1.0, 1)
+    w.close()
+    (tmp_path / "run").mkdir()
+    files = MetricFiles(("../elsewhere",))
+    points = await _poll(files, ops, tmp_path / "run")
+    assert [(p.name, p.step) for p in points] == [("loss", 1)]
+
+
+async def test_a_silent_tensorboard_writer_stays_running_past_stall_after_s(place, sessions, tmp_path, monkeypatch):
+    label, keys = place
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    # No run probe: no stacks either, so only the event file can say it progresses.
+    s = sessions(program_profile(tmp_path / "tb", (PY, str(PROGRAMS / "tb_silent.py")), **keys,
+                                 stall_after_s=2.0, probe=False))
+    await s.launch(preflight=False)
+    t0 = time.monotonic()
+    verdicts, running_since = [], None
+    # Torch's import is silent too (STARTING, or STALLED when it outlasts the 2 s limit); from
+    # its first event on, watched for four stall limits and more.
+    while time.monotonic() - t0 < 60 and (running_since is None or time.monotonic() - running_since < 9):
+        ev, cl = await s.check()
+        verdicts.append((round(time.monotonic() - t0, 1), cl.verdict.value, cl.summary))
+        if running_since is None and cl.verdict is Verdict.RUNNING:
+            running_since = time.monotonic()
+            first = len(verdicts) - 1
+        await asyncio.sleep(1.0)
+    assert running_since is not None, (label, verdicts)
+    assert all(v == "RUNNING" for _, v, _ in verdicts[first:]), (label, verdicts)
+    assert "metrics written to TensorBoard runs/exp1" in cl.summary, cl.summary
+    assert ev.activity.log_grew_at is None or not ev.activity.program_output   # it printed nothing
+
+
+def test_check_json_has_metrics_and_progress(tmp_path, monkeypatch):
+    from tests.test_cli_modes import cli
+
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[profile.tb]\nrun_dir = {json.dumps(str(tmp_path / 'run'))}\n"
+                   f"command = {json.dumps([PY, str(PROGRAMS / 'tb_silent.py')])}\n"
+                   "stall_after_s = 2\nmin_free_gb = 0\nprobe = false\nstop_grace_s = 2\n")
+    try:
+        res = cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight")
+        assert res.returncode in (0, 4), res.stdout + res.stderr
+        time.sleep(5)
+        d = json.loads(cli(tmp_path, "--config", str(cfg), "--check", "--json").stdout)
+        assert d["verdict"] == "RUNNING", d["summary"]
+        loss = d["metrics"]["train/loss"]
+        assert loss["step"] > 5 and loss["source"] == "TensorBoard runs/exp1", d["metrics"]
+        assert d["progress"] is None        # TensorBoard says no total; nothing printed a step
+    finally:
+        cli(tmp_path, "--config", str(cfg), "--stop")
+
+
+async def test_a_big_event_file_is_read_from_its_newest_part(tmp_path, ops, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setattr(reader_mod, "TB_FIRST_TAIL", 32 << 10)
+    w = SummaryWriter(str(tmp_path / "tb"))
+    for step in range(1, 4001):
+        w.add_scalar("loss", 1.0 / step, step)
+    w.close()
+    files = MetricFiles()
+    steps = []
+    for _ in range(4):
+        steps += [p.step for p in await _poll(files, ops, tmp_path)]
+    # Resynced on a record's start (both CRCs): every step from there to the last, in order.
+    assert steps and steps[-1] == 4000 and steps == list(range(steps[0], 4001)) and steps[0] > 1000, steps[:3]
+    assert "read from its newest" in files.views()[0].note
+
+
+async def test_without_the_agent_files_are_read_through_single_ops(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    for step in range(1, 11):
+        w.add_scalar("train/loss", 1.0 / step, step)
+    w.flush()
+    sqlite3.connect(tmp_path / "mlflow.db").close()
+    shell = await open_ops(LocalTarget(), prefer="shell")
+    try:
+        files = MetricFiles()
+        assert [p.step for p in await _poll(files, shell, tmp_path)] == list(range(1, 11))
+        w.add_scalar("train/loss", 0.01, 11)
+        w.flush()
+        assert [p.step for p in await _poll(files, shell, tmp_path)] == [11]
+        notes = {v.kind: v.note for v in files.views()}
+        assert "read by the agent (python3 on the target)" in notes["mlflow"], notes
+    finally:
+        w.close()
+        await shell.close()
+
+
+async def test_hf_trainer_progress_and_eta_while_it_runs(place, sessions, tmp_path, monkeypatch):
+    from dflash_tui.run.verdict.report import RunProgress
+
+    label, keys = place
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    s = sessions(program_profile(tmp_path / "hf", (PY, str(PROGRAMS / "hf_trainer.py"), "out", "80"), **keys,
+                                 stall_after_s=30.0))
+    await s.launch(preflight=False)
+    seen = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 200:
+        ev, cl = await s.check()
+        p = RunProgress.of(ev)
+        if p is not None and p.source.startswith("trainer_state.json"):
+            seen.append((p.step, p.total, p.eta_s, cl.verdict.value, cl.summary))
+        if cl.verdict.value in ("FINISHED", "CRASHED", "KILLED"):
+            break
+        await asyncio.sleep(0.5)
+    assert cl.verdict.value == "FINISHED", (label, cl.summary)
+    assert seen and seen[-1][:2] == (80, 80), (label, seen)
+    running = [x for x in seen if x[3] == "RUNNING" and x[2] is not None and x[0] < 80]
+    assert running, (label, seen)        # an ETA from two checkpoints' steps and times
+    assert any(f"step {x[0]}/80, ETA " in x[4] for x in running), (label, running)
+    # The Trainer's dicts in the log and its trainer_state.json: one series space, the log's
+    # plain, the file's named with its source.
+    latest = ev.metrics.latest
+    assert latest["hf:loss"][0] == 80 and latest["hf:loss"][2].startswith("trainer_state.json out/checkpoint-"), latest
+    assert latest["loss"][2] == "log" and latest["train_runtime"][2] == "log", latest
