@@ -498,6 +498,20 @@ def _escape(m: "re.Match[str]") -> str:
     return ascii(ch)[1:-1] if ch not in "\u2028\u2029" else f"\\u{ord(ch):04x}"
 
 
+def finite_number(v: Any) -> float | None:
+    """`v` as a float when it is a finite JSON number (not a bool, not an int too large for a
+    float), else None: what any reader of a number written by a run may believe."""
+    if type(v) is float:   # the common case, a float already: nan and inf give nan in v - v
+        return v if v - v == 0.0 else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if f - f == 0.0 else None
+
+
 def inert_text(text: str, *, keep_newlines: bool = False) -> str:
     """`text` with every character that a terminal could act on shown as its escape
     (ESC as ``\\x1b``, a lone surrogate as ``\\ud800``); with `keep_newlines`, a newline stays

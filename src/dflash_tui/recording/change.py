@@ -10,10 +10,10 @@ a chat message would act on.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..contract.rundir import finite_number
 from ..fleet.row import UNREACHABLE
 from ..run.verdict.report import RunReport
 from ..run.verdict.checklist import Checklist, CheckState
@@ -78,27 +78,17 @@ def whole(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and -_INT_LIMIT <= v < _INT_LIMIT else None
 
 
-def finite(v: Any) -> float | None:
-    """`v` as a float if it is a finite number (not a bool), else None: JSON has no NaN."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
-
 
 def sane_evidence(d: dict[str, Any]) -> Evidence:
     """Evidence from loose values (a stored record, a run's numbers), each of its own kind."""
     tb = d.get("traceback")
     lines = [line for line in tb if isinstance(line, str)] if isinstance(tb, (list, tuple)) else []
     text = {k: d.get(k) if isinstance(d.get(k), str) else "" for k in ("rate_unit", "stuck_at")}
-    return Evidence(step=whole(d.get("step")), total=whole(d.get("total")), loss=finite(d.get("loss")),
-                    rate=finite(d.get("rate")), rate_unit=inert(text["rate_unit"], 20),
+    return Evidence(step=whole(d.get("step")), total=whole(d.get("total")), loss=finite_number(d.get("loss")),
+                    rate=finite_number(d.get("rate")), rate_unit=inert(text["rate_unit"], 20),
                     stuck_at=inert(text["stuck_at"], 200),
                     traceback=tuple(inert(line, 200) for line in lines[-TRACEBACK_LINES:]),
-                    pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")), eta_s=finite(d.get("eta_s")),
+                    pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")), eta_s=finite_number(d.get("eta_s")),
                     ranks=tuple(inert(w, 200) for w in _strings(d.get("ranks"))[:RANK_GROUPS_KEPT]))
 
 

@@ -27,6 +27,7 @@ import math
 import re
 from typing import NamedTuple
 
+from ...contract.rundir import finite_number
 from .metric_point import MetricPoint as Point
 
 MAX_SEGMENT = 4096
@@ -100,13 +101,7 @@ def _dict_number(v) -> float | None:
     """A number of a dict line; transformers 5 prints its values as strings ('3.917')."""
     if isinstance(v, str):
         return _number(v) if len(v) <= 40 else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
+    return finite_number(v)
 
 
 def parse_line(seg: str) -> LineSeries | None:

@@ -91,7 +91,7 @@ def rank_rows(report: RunReport) -> list[RankRow]:
 def rank_summary(rows: list[RankRow]) -> str:
     """ "1024 ranks on 128 nodes · 1024 STUCK: ranks 0-1023 · 1 odd one(s) out: rank 777" """
     nodes = {r.node for r in rows if r.node}
-    parts = [f"{len(rows)} ranks" + (f" on {len(nodes)} nodes" if len(nodes) > 1 else "")]
+    parts = [f"{len(rows)} rank{'' if len(rows) == 1 else 's'}" + (f" on {len(nodes)} nodes" if len(nodes) > 1 else "")]
     for label, ranks in ((STUCK, [r.rank for r in rows if r.state == STUCK]),
                          ("slow", [r.rank for r in rows if r.state == SLOW]),
                          ("odd one(s) out", [r.rank for r in rows if r.odd])):

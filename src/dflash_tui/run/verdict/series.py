@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
-from ...contract.rundir import EventKind, TrainStatus, parse_events
+from ...contract.rundir import EventKind, TrainStatus, finite_number, parse_events
 from .report import RunProgress
 
 # Fields of a record that are not measurements of the run.
@@ -31,19 +31,6 @@ class Point(NamedTuple):   # a tuple: a hundred a second are made while Metrics 
     value: float
 
 
-def _number(v: object) -> float | None:
-    """A finite float; None for anything else, an integer too large for a float included
-    (any field of a step record may hold one)."""
-    if type(v) is float:   # nearly every field: the contract has made each declared number one
-        return v if v - v == 0.0 else None   # nan and inf give nan
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if f == f and f not in (float("inf"), float("-inf")) else None
-
 
 def points_from_events(lines: Iterable[str]) -> tuple[list[Point], int]:
     """The points of events.jsonl lines, and how many lines could not be parsed."""
@@ -56,7 +43,7 @@ def points_from_events(lines: Iterable[str]) -> tuple[list[Point], int]:
         for key, raw in ev.items():
             if key in _NOT_SERIES:
                 continue
-            value = _number(raw)
+            value = finite_number(raw)
             if value is not None:
                 out.append(Point(ALIASES.get(key, key), step, value))
     return out, batch.skipped
@@ -68,7 +55,7 @@ def points_from_status(status: TrainStatus | None) -> list[Point]:
         return []
     out = []
     for name in _STATUS_FIELDS:
-        value = _number(getattr(status, name, None))
+        value = finite_number(getattr(status, name, None))
         if value is not None:
             out.append(Point(name, status.step, value))
     return out
@@ -79,10 +66,10 @@ def points_from_progress(progress: RunProgress | None) -> list[Point]:
     if progress is None or progress.step is None:
         return []
     out = []
-    loss = _number(progress.loss)
+    loss = finite_number(progress.loss)
     if loss is not None:
         out.append(Point("loss", progress.step, loss))
-    rate = _number(progress.rate)
+    rate = finite_number(progress.rate)
     if rate is not None and progress.rate_unit:
         out.append(Point(ALIASES.get(progress.rate_unit, progress.rate_unit), progress.step, rate))
     return out

@@ -16,6 +16,7 @@ from textual.widgets import Input, Static
 from ...run.verdict.rank_rows import SLOW, STUCK, RankRow, rank_rows, rank_summary
 from ...run.verdict.report import RunReport
 from ..fmt import alarm_style
+from ..widgets.cells import TextCells
 from ..widgets.rows import RowTable
 from ..widgets.tables import OnScreenOnly
 from .base import Pane, PaneKey
@@ -57,7 +58,7 @@ class RanksPane(Pane, OnScreenOnly, Vertical):
         self.report: RunReport | None = None
         self.term = ""
         self._note = ""
-        self._cells: dict[tuple[str, str], Text] = {}
+        self.cell = TextCells()   # (text, style) -> the Text drawn, from draw to draw
         self._trouble = 0   # processes with a STUCK thread, and stragglers: the tab's label
 
     def tab_label(self) -> str:
@@ -87,20 +88,12 @@ class RanksPane(Pane, OnScreenOnly, Vertical):
         why = [r.why for r in rows if r.state == SLOW][:2]
         self._set_note(words + "".join(f"\n{w}" for w in why))
         alarm = alarm_style(self.app.no_color)
-        known, fresh = self._cells, {}
-
-        def cell(text: str, style: str) -> Text:
-            key = (text, style)
-            found = fresh.get(key) or known.get(key)
-            if found is None:
-                found = Text(text, style=style)
-            fresh[key] = found
-            return found
+        cell = self.cell
+        cell.new_draw()
         out = []
         for r in picked:
             style = alarm if r.state in (STUCK, SLOW) else ""
             out.append((f"{r.node}/{r.pid}", [cell(c, style) for c in r.cells()]))
-        self._cells = fresh
         self.table.set_rows(out)
 
     def _set_note(self, text: str) -> None:

@@ -26,6 +26,7 @@ from ...contract.rundir import CompileState, ProbeReport
 from ...run.verdict.report import RunReport
 from ...run.verdict.checklist import RankGroup, ThreadHealth, rank_ranges
 from ..fmt import age, alarm_style, one_line
+from ..widgets.cells import TextCells
 from ..widgets.rows import RowTable
 from .base import Pane, PaneKey
 from ..widgets.tables import OnScreenOnly
@@ -147,7 +148,7 @@ class ThreadsPane(Pane, OnScreenOnly, Vertical):
         self._trouble = 0
         self._note = ""
         self.report: RunReport | None = None
-        self._cells: dict[tuple[str, str], Text] = {}   # (text, style) -> the Text drawn (draw)
+        self.cell = TextCells()   # (text, style) -> the Text drawn, from draw to draw
         self.expanded = False   # the rank groups listed with their members
 
     def action_toggle_groups(self) -> None:
@@ -177,18 +178,8 @@ class ThreadsPane(Pane, OnScreenOnly, Vertical):
         report = self.report
         if report is None:
             return
-        # A cell that says what it said last second is the same Text: the tables compare and
-        # measure it once (RowTable.set_rows). Only this draw's cells are kept.
-        known, fresh = self._cells, {}
-
-        def cell(text: str, style: str) -> Text:
-            key = (text, style)
-            found = fresh.get(key) or known.get(key)
-            if found is None:
-                found = Text(text, style=style)
-            fresh[key] = found
-            return found
-        self._cells = fresh
+        cell = self.cell   # widgets/cells.py: a cell that says what it said last second is the same Text
+        cell.new_draw()
         table = self.table
         status = report.status
         probes = report.probes

@@ -10,9 +10,9 @@ does not parse (the Trainer rewriting it while it was read) is read again at the
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
+from ....contract.rundir import finite_number
 from ..metric_point import MetricPoint
 
 NAME = "trainer_state.json"
@@ -27,15 +27,6 @@ class TrainerState:
     max_steps: int | None
     epoch: float | None
 
-
-def _number(v) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _count(v) -> int | None:
@@ -56,8 +47,8 @@ def parse(data: bytes) -> TrainerState:
         if step is None:
             continue
         for key, raw in entry.items():
-            v = _number(raw)
+            v = finite_number(raw)
             if v is not None and key not in _NOT_SERIES and isinstance(key, str):
                 points.append(MetricPoint(key[:80], step, v))
-    epoch = _number(obj.get("epoch"))
+    epoch = finite_number(obj.get("epoch"))
     return TrainerState(points, _count(obj.get("global_step")), _count(obj.get("max_steps")) or None, epoch)
