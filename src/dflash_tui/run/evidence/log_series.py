@@ -21,17 +21,15 @@ when short, and every regular expression here is possessive (no backtracking).
 
 from __future__ import annotations
 
-import ast
-import json
 import math
 import re
 from typing import NamedTuple
 
 from ...contract.rundir import finite_number
 from .metric_point import MetricPoint as Point
+from .progress import metrics_dict
 
 MAX_SEGMENT = 4096
-MAX_DICT = 2048
 # Points kept between two takes (a poll's worth); a burst beyond it keeps the newest.
 MAX_PENDING = 20_000
 
@@ -83,20 +81,6 @@ def _name(text: str) -> str:
     return re.sub(r"[^0-9A-Za-z]++", "_", text.strip()).strip("_").lower()
 
 
-def _dict(seg: str) -> dict | None:
-    s = seg.strip()
-    if not (s.startswith("{") and s.endswith("}")) or len(s) > MAX_DICT:
-        return None
-    try:
-        obj = json.loads(s)
-    except ValueError:
-        try:
-            obj = ast.literal_eval(s)
-        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
-            return None
-    return obj if isinstance(obj, dict) else None
-
-
 def _dict_number(v) -> float | None:
     """A number of a dict line; transformers 5 prints its values as strings ('3.917')."""
     if isinstance(v, str):
@@ -129,7 +113,7 @@ def parse_line(seg: str) -> LineSeries | None:
                     values[key] = v
             return LineSeries("torchtitan", int(m.group(1)), None, values)
     if seg.lstrip().startswith("{"):
-        d = _dict(seg)
+        d = metrics_dict(seg)
         if d:
             step = next((v for v in (d.get(k) for k in _DICT_STEP_KEYS)
                          if isinstance(v, int) and not isinstance(v, bool) and v >= 0), None)

@@ -143,7 +143,7 @@ def _num(value) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _metrics_dict(seg: str) -> dict | None:
+def metrics_dict(seg: str) -> dict | None:
     """A JSON object or a Python dict literal on its own line (Trainer's `{'loss': ...}`)."""
     s = seg.strip()
     if not (s.startswith("{") and s.endswith("}")) or len(s) > MAX_DICT:
@@ -307,7 +307,7 @@ class ProgressParser:
                 hit = step is not None or loss is not None
                 form = "regex"
         if not hit:
-            d = _metrics_dict(seg)
+            d = metrics_dict(seg)
             if d is not None:
                 step = next((v for v in (_int(d.get(k)) for k in _STEP_KEYS) if v is not None), None)
                 total = next((v for v in (_int(d.get(k)) for k in _TOTAL_KEYS) if v is not None), None)
