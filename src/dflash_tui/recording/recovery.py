@@ -207,6 +207,7 @@ class Recovery:
                                 reason=f"the relaunch failed: {cl.verdict.value} {cl.summary}")
             self._notify_gave_up(name, gave, failure, max_restarts)
             return
+        watch.heard(result.report)   # the new run's first state, recorded when it was seen
         done = self._record(name, LAUNCHED, last.run_id, n, new_run_id=new_id, from_step=from_step, resume=resume,
                             **more)
         self._notify_restart(name, done, failure, max_restarts)

@@ -228,6 +228,12 @@ class RunWatch(ABC):
                 fn(previous, report)
         return report
 
+    def heard(self, report: RunReport) -> None:
+        """A report an action's caller holds (a launch's, settled like a poll's), heard by the
+        listeners as a poll's would be: the watcher records a run it relaunched from the launch,
+        not from the first poll after the action."""
+        self._publish(report)
+
     async def poll(self) -> RunReport:
         """One observation; never raises for transport trouble (it is in the report)."""
         return self._publish(await self._poll())
