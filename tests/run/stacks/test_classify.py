@@ -143,6 +143,16 @@ def test_the_compiler_s_files_run_by_an_import_are_importing_not_compiling():
                     f"{SITE}/torch/_subclasses/fake_tensor.py:3104 FakeTensorMode",
                     f"{SITE}/torch/_subclasses/fake_tensor.py:1432 <module>", *imports]):
         assert classify(frames).cls is C.IMPORTING, frames
+    # A dataclass built in a class body of the compiler's, its module's top level past the six
+    # frames kept (sampled from a real `import torch._inductor.compile_fx`).
+    dataclass_built = ["<string>:0 <module>", f"{STD}/dataclasses.py:433 _create_fn",
+                       f"{STD}/dataclasses.py:1034 _process_class", f"{STD}/dataclasses.py:1230 wrap",
+                       f"{SITE}/torch/_inductor/scheduler.py:567 NestedReduction"]
+    assert classify(dataclass_built).cls is C.IMPORTING
+    # A class defined inside a compile (its body, then the compiler's function outside it).
+    nested = [f"{SITE}/torch/_inductor/codegen/wrapper.py:90 Line",
+              f"{SITE}/torch/_inductor/codegen/wrapper.py:88 codegen", "/w/train.py:9 step"]
+    assert classify(nested).cls is C.COMPILING
     # A real compile that imports a module lazily, or that the script's own top level started.
     lazy = [f"{SITE}/torch/_inductor/codegen/triton.py:1 <module>", *imports,
             f"{SITE}/torch/_inductor/compile_fx.py:700 compile_fx_inner", "/w/train.py:9 <module>"]

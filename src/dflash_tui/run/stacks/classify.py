@@ -248,8 +248,11 @@ def _class_of(parsed: list[Frame], compile_state: str) -> Classified:
 def _imported(parsed: list[Frame], i: int) -> bool:
     """Frame i runs because a module is being imported: a library module's top level (its
     `<module>` frame, a class body in it) is at or outside it. A compile started by the
-    program's own top level (its script's `<module>`) is no import."""
-    return any(f.function == "<module>" and not own_code(f) for f in parsed[i:])
+    program's own top level (its script's `<module>`) is no import. A class body is named for
+    its class (CamelCase, where functions are snake_case): the compiler's classes are defined at
+    their module's top level, which may sit deeper than the frames kept (a dataclass built there)."""
+    return parsed[i].function[:1].isupper() or any(
+        f.function == "<module>" and not own_code(f) for f in parsed[i:])
 
 
 # threading's frames that start every thread and run its target: no wait of their own.
