@@ -13,7 +13,7 @@ policy on 50 profiles beside the same watcher without it.
 (b) The watcher's CPU: --profiles local profiles, each a real shell loop printing a step every
     2 s, launched once; two real watcher processes at the same time over the same runs, one
     with `[recover]` on for every profile, one with no `[recover]` table (each its own store);
-    each one's CPU (psutil: user + system, all threads) over the same --window seconds once
+    each one's CPU (psutil: user + system, all threads, its children's) over the same --window seconds once
     both have recorded every profile RUNNING. The bar: on / off <= 1.1.
 Everything it started is stopped.
 """
@@ -144,7 +144,7 @@ def cpu_side_by_side(work: Path, env: dict, profiles: int, window: float) -> dic
         c0, w0 = {k: p.cpu_times() for k, p in ps.items()}, time.monotonic()
         time.sleep(window)
         c1, w1 = {k: p.cpu_times() for k, p in ps.items()}, time.monotonic()
-        cpu = {k: (c1[k].user + c1[k].system) - (c0[k].user + c0[k].system) for k in ps}
+        cpu = {k: sum(c1[k][:4]) - sum(c0[k][:4]) for k in ps}   # user, system, its children's
         return {"profiles": profiles, "window_s": w1 - w0, "cpu_s": cpu,
                 "percent": {k: 100.0 * v / (w1 - w0) for k, v in cpu.items()},
                 "ratio": cpu["on"] / cpu["off"] if cpu["off"] > 0 else None}
