@@ -13,7 +13,8 @@ policy on 50 profiles beside the same watcher without it.
 (b) The watcher's CPU: --profiles local profiles, each a real shell loop printing a step every
     2 s, launched once; two real watcher processes at the same time over the same runs, one
     with `[recover]` on for every profile, one with no `[recover]` table (each its own store);
-    each one's CPU (psutil: user + system, all threads, its children's) over the same --window seconds once
+    each one's CPU (psutil: user + system of the watcher and its live descendants, its
+    host agents) over the same --window seconds once
     both have recorded every profile RUNNING. The bar: on / off <= 1.1.
 Everything it started is stopped.
 """
@@ -118,6 +119,17 @@ def hang_trials(work: Path, env: dict, trials: int) -> list[dict]:
 
 # -- (b) the watcher's CPU, policy on beside off ------------------------------------------------
 
+def tree_cpu(proc: psutil.Process) -> dict[int, float]:
+    """pid -> CPU seconds (user + system, reaped children's included) of the process and every
+    live descendant (the watcher's host agents work in child processes)."""
+    out = {}
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            out[p.pid] = sum(p.cpu_times()[:4])
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
 def cpu_side_by_side(work: Path, env: dict, profiles: int, window: float) -> dict:
     names = [f"p{i:02d}" for i in range(profiles)]
     body = "".join(f'[profile.{n}]\nrun_dir = "{work / "runs" / n}"\ncommand = {json.dumps(["sh", "-c", LOOP])}\n'
@@ -141,11 +153,13 @@ def cpu_side_by_side(work: Path, env: dict, profiles: int, window: float) -> dic
                 time.sleep(0.5)
         time.sleep(3.0)
         ps = {k: psutil.Process(p.pid) for k, p in procs.items()}
-        c0, w0 = {k: p.cpu_times() for k, p in ps.items()}, time.monotonic()
+        c0, w0 = {k: tree_cpu(p) for k, p in ps.items()}, time.monotonic()
         time.sleep(window)
-        c1, w1 = {k: p.cpu_times() for k, p in ps.items()}, time.monotonic()
-        cpu = {k: sum(c1[k][:4]) - sum(c0[k][:4]) for k in ps}   # user, system, its children's
-        return {"profiles": profiles, "window_s": w1 - w0, "cpu_s": cpu,
+        c1, w1 = {k: tree_cpu(p) for k, p in ps.items()}, time.monotonic()
+        # Per process of the tree (the watcher, its host agents): CPU over the window.
+        cpu = {k: sum(v - c0[k].get(pid, 0.0) for pid, v in c1[k].items()) for k in ps}
+        agents = {k: len(c1[k]) - 1 for k in ps}
+        return {"profiles": profiles, "window_s": w1 - w0, "cpu_s": cpu, "children": agents,
                 "percent": {k: 100.0 * v / (w1 - w0) for k, v in cpu.items()},
                 "ratio": cpu["on"] / cpu["off"] if cpu["off"] > 0 else None}
     finally:
@@ -206,7 +220,8 @@ program's first step, which itself waits its 0.5 s step), `stall_after_s = {STAL
 Worst {worst:.1f} s against the bar of stall_after_s + 15 s = {bar} s ({'met' if worst <= bar else 'NOT met'}).
 
 (b) The watcher's CPU over the same {cpu['window_s']:.0f} s, {cpu['profiles']} local profiles (a shell
-loop each, a step every 2 s), both watchers at once over the same runs:
+loop each, a step every 2 s), both watchers at once over the same runs; each watcher's process
+and its live descendants (off: {cpu['children']['off']}, on: {cpu['children']['on']} child processes):
 
 | watcher | CPU seconds | CPU % of one core |
 | --- | ---: | ---: |
