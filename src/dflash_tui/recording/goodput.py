@@ -141,24 +141,30 @@ def _progress_began(all_bands: Sequence[Band]) -> dict[int, float]:
     times of its later changes), where the run continues past the steps of the run before it;
     never before the STARTING band began."""
     out: dict[int, float] = {}
+    points: dict[str, list[tuple[int, float]]] = {}   # run id -> (step, its own time) of its changes
+    best: dict[str, int] = {}                         # run id -> its best step
+    for x in all_bands:
+        e = x.change.evidence
+        if e.step is not None:
+            best[x.change.run_id] = max(e.step, best.get(x.change.run_id, e.step))
+            if e.step_at is not None:
+                points.setdefault(x.change.run_id, []).append((e.step, e.step_at))
     best_before: int | None = None
     for i, b in enumerate(all_bands):
+        run, e = b.change.run_id, b.change.evidence
         prev = all_bands[i - 1] if i else None
+        if prev is not None and prev.change.run_id != run:
+            best_before = best.get(prev.change.run_id, best_before)
         if (b.state == "RUNNING" and prev is not None and prev.state == "STARTING"
-                and prev.change.run_id == b.change.run_id and b.change.evidence.step_at is not None):
-            e = b.change.evidence
+                and prev.change.run_id == run and e.step_at is not None):
             first_at = e.step_at
             if e.step is not None:
-                points = [(c.evidence.step, c.evidence.step_at) for c in (x.change for x in all_bands[i:])
-                          if c.run_id == b.change.run_id and c.evidence.step is not None and c.evidence.step_at is not None]
+                later = [pt for pt in points.get(run, ()) if pt[1] >= e.step_at]
                 first = best_before + 1 if best_before is not None and best_before < e.step else e.step
-                (s0, t0), (s1, t1) = points[0], points[-1]
+                (s0, t0), (s1, t1) = later[0], later[-1]
                 if first < e.step and s1 > s0 and t1 > t0:
                     first_at -= (e.step - first) * (t1 - t0) / (s1 - s0)
             out[i] = min(max(0.0, b.start - max(first_at, prev.start)), prev.seconds)
-        if b.change.evidence.step is not None and (i + 1 == len(all_bands) or all_bands[i + 1].change.run_id != b.change.run_id):
-            steps = [x.change.evidence.step for x in all_bands if x.change.run_id == b.change.run_id and x.change.evidence.step is not None]
-            best_before = max(steps)
     return out
 
 
