@@ -18,9 +18,9 @@ from typing import Sequence
 
 from ...contract.rundir import LAUNCH_SH, SLURM_OUT, inert_text
 from ...remote.base import CommandResult, CommandTimeout, Target
-from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
-                  parse_scontrol, parse_squeue, unanswered, unknown_job)
-from .spec import SlurmSpec, sbatch_options
+from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id,
+                  parse_failed_nodes, parse_sacct, parse_scontrol, parse_squeue, unanswered, unknown_job)
+from .spec import SlurmSpec, merge_exclude, sbatch_options
 
 # `timeout`'s exit status when it ended the command (124: its signal; 137: the KILL after).
 _TIMED_OUT = (124, 137)
@@ -83,12 +83,12 @@ def sbatch_argv(spec: SlurmSpec, run_dir: str, job_name: str, exclude: Sequence[
     """sbatch for launch.sh in the run dir: parsable output, the job's name, its working
     directory and its own stdout/stderr in the run dir, no requeue (a requeued job would run
     the wrapper again into the same run files; a profile may ask for it in sbatch_args);
-    `exclude`: nodes the job must not get (a recovery's: the node that failed the last job)."""
+    `exclude`: nodes the job must not get (a recovery's: the node that failed the last job),
+    merged with the profile's own --exclude into one option (spec.merge_exclude)."""
     out = _pattern_safe(posixpath.join(run_dir, SLURM_OUT))
     requeue = [] if any(a.split("=")[0] in ("--requeue", "--no-requeue") for a in spec.sbatch_args) else ["--no-requeue"]
     return ["sbatch", "--parsable", f"--job-name={job_name}", f"--chdir={run_dir}", f"--output={out}",
-            f"--error={out}", *requeue, *sbatch_options(spec),
-            *([f"--exclude={','.join(exclude)}"] if exclude else []), posixpath.join(run_dir, LAUNCH_SH)]
+            f"--error={out}", *requeue, *merge_exclude(sbatch_options(spec), exclude), posixpath.join(run_dir, LAUNCH_SH)]
 
 
 async def submit(target: Target, spec: SlurmSpec, run_dir: str, job_name: str,
@@ -160,6 +160,16 @@ async def _ask_accounting(target: Target, job_id: str, timeout: float) -> SlurmJ
     if job is not None:
         return job
     return unknown_job(job_id, ["squeue", "scontrol", "sacct" if res.ok else "sacct (no accounting)"])
+
+
+async def failed_nodes(target: Target, node_list: str, *, timeout: float = _TIMEOUT_S) -> tuple[str, ...]:
+    """Which of `node_list` (a job's) Slurm holds out of service now (down, drained, failing,
+    not responding); () when none is, or sinfo does not answer."""
+    try:
+        res = await run_scheduler(target, ["sinfo", "-h", "-N", "-n", node_list, "-o", "%N %t"], timeout)
+    except CommandTimeout:
+        return ()
+    return parse_failed_nodes(res.stdout, res.exit_status or 0)
 
 
 async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0,

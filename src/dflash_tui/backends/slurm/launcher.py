@@ -41,7 +41,7 @@ from ...run.launch.stop import StopResult
 from ...run.launch.preflight import PER_RUN_FILES
 from ...run.verdict.checklist import Check, CheckState, Checklist
 from ...run.verdict.health import Limits, evaluate
-from .commands import SchedulerMissing, cancel, query, run_scheduler, submit
+from .commands import SchedulerMissing, cancel, failed_nodes, query, run_scheduler, submit
 from .evidence import SlurmEvidence, slurm_of
 from .job import SlurmJob
 from .script import job_argv
@@ -59,6 +59,7 @@ QUERY_TIMEOUT_S = 15.0
 # After scancel, how long past the stop's grace the job may take to leave pending/running
 # (Slurm's KillWait, the epilog) before the stop says it survived.
 CANCEL_MARGIN_S = 30.0
+NODE_FAILURES = ("NODE_FAIL", "BOOT_FAIL")
 
 
 def job_name(run_dir: str) -> str:
@@ -179,6 +180,10 @@ class SlurmLauncher(Launcher):
         except CommandTimeout:
             job = SlurmJob(job_id, answered=False,
                            error=f"squeue/scontrol did not answer within {self.query_timeout_s:.0f} s")
+        if job.ended and job.state in NODE_FAILURES and job.node_list:
+            # Which of its nodes failed, asked once as the end is seen (the job's record is
+            # final from here): a recovery excludes those, not every node of the job.
+            job.failed_nodes = await failed_nodes(self.target, job.node_list, timeout=self.query_timeout_s)
         if job.answered:
             self._last[job_id] = (now, job)
         return job

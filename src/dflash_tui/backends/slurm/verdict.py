@@ -288,7 +288,10 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         by = f" by uid {job.cancelled_by}" if job.cancelled_by else " (Slurm names who only with accounting: sacct)"
     limit = f" ({job.time_limit})" if job.time_limit else ""
     words, hint = _ENDED_WORDS[verdict]
-    text = words.format(limit=limit, nodes=f" of {job.node_list}" if job.node_list else "", by=by)
+    nodes = f" of {job.node_list}" if job.node_list else ""
+    if job.failed_nodes:
+        nodes += f" ({', '.join(job.failed_nodes)} out of service)"
+    text = words.format(limit=limit, nodes=nodes, by=by)
     cause = f"job {job.job_id} {text}" + (f" at {when}" if when else "")
     hint = hint.format(job=job.job_id)
     check = Check("slurm_job", "Slurm job", FAIL, one_line(cause), hint, ev.now)
