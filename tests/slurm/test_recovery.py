@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,15 +22,17 @@ from dflash_tui.backends.slurm.job import parse_failed_nodes
 from dflash_tui.backends.slurm.spec import merge_exclude
 from dflash_tui.backends import parse_config
 from dflash_tui.config import ConfigError
-from dflash_tui.contract.rundir import SLURM_JSON
-from dflash_tui.recording.recovery import failed_nodes
+from dflash_tui.contract.rundir import SLURM_JSON, LaunchRecord
+from dflash_tui.recording.change import VerdictChange
+from dflash_tui.recording.recovery import SCHEDULER_SETTLE_S, failed_nodes, job_still_ending
 from dflash_tui.recording.recovery_log import RecoveryLog
 from dflash_tui.run.verdict.checklist import Checklist, SchedulerFacts, ThreadHealth, ThreadState, Verdict
 from dflash_tui.run.verdict.rank_groups import group_ranks, nodes_outside_collective
 from dflash_tui.run.verdict.report import RunReport
-from tests.recording.test_daemon import start_watcher
+from tests.recording.test_daemon import start_watcher, wait_title
 from tests.recording.test_recovery import states, wait_until
 from tests.slurm.test_runs import cancel_jobs_on_the_two_nodes, slurm_env  # noqa: F401  (fixture)
+from tests.support.receivers import HttpReceiver
 from tests.support.slurm import WIDE, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
 from tests.test_cli_modes import cli
 
@@ -41,16 +45,23 @@ def steps_then_fewer(first: int, again: int) -> list[str]:
             'while [ $i -le $n ]; do echo "step $i/$n"; i=$((i+1)); sleep 0.5; done']
 
 
-def write_config(tmp_path: Path, backoff_s: float = 3, **keys) -> Path:
+# The default verdicts' failing ends: a job that ends under its program (the program killed by
+# Slurm's SIGTERM) must be judged by the job's end, never CRASHED first (a restart without the
+# exclusion).
+DEFAULT_ON = ("CRASHED", "KILLED", "NODE FAIL", "PREEMPTED")
+
+
+def write_config(tmp_path: Path, *, backoff_s: float = 3, on: tuple[str, ...] = DEFAULT_ON,
+                 notify_port: int | None = None, **keys) -> Path:
     cfg = tmp_path / "config.toml"
-    keys = {"command": steps_then_fewer(40, 4), **keys}
+    keys = {"command": steps_then_fewer(40, 4), "launch_deadline_s": 5, "stall_after_s": 60, "min_free_gb": 0, **keys}
     cfg.write_text(
         f'[profile.p]\nscheduler = "slurm"\nrun_dir = "{tmp_path / "p"}"\n'
         + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
-        + 'launch_deadline_s = 5\nstall_after_s = 60\nmin_free_gb = 0\n'
-        f'[watch]\ninterval_s = 0.5\nstore = "{tmp_path / "watch.sqlite3"}"\n'
-        '[recover]\non = ["NODE FAIL", "PREEMPTED"]\nmax_restarts = 2\n'
-        f'backoff_s = {backoff_s}\n')
+        + f'[watch]\ninterval_s = 0.5\nstore = "{tmp_path / "watch.sqlite3"}"\n'
+        # Only the recovery's own notifications: each restart and each give-up.
+        + (f'[notify]\nhold_s = 1\non = []\nurls = ["json://127.0.0.1:{notify_port}/hook"]\n' if notify_port else "")
+        + f'[recover]\non = {json.dumps(list(on))}\nmax_restarts = 2\nbackoff_s = {backoff_s}\n')
     return cfg
 
 
@@ -113,9 +124,10 @@ def test_a_job_on_two_nodes_that_loses_one_is_requeued_excluding_only_that_node_
         shown = slurm_cluster.run("scontrol", "show", "job", second_job, check=False).stdout
     finally:
         err = stop_watcher(w, slurm_cluster)
-    assert ("NODE FAIL", first) in states(tmp_path)
+    assert [st for st, run in states(tmp_path) if run == first][-1] == "NODE FAIL", states(tmp_path)
     acts = recovery(tmp_path)
     assert [a.action for a in acts] == ["planned", "launching", "launched"], (acts, err)
+    assert acts[0].failure.state == "NODE FAIL", acts   # not the program's end (CRASHED) seen before it
     # Only the node that failed, not both of the job's.
     assert all(a.detail.get("exclude") == [lost] for a in acts), acts
     assert acts[-1].detail["exclude_why"] == "it failed the run before"
@@ -132,7 +144,8 @@ def test_a_preempted_job_is_requeued_as_a_new_job_and_finishes(tmp_path, slurm_c
     try:
         first = json.loads(cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight", "--json").stdout)["run_id"]
         first_job = job_id(tmp_path)
-        wait_until(lambda: ("RUNNING", first) in states(tmp_path), 40, lambda: states(tmp_path))
+        wait_until(lambda: (tmp_path / "p" / "launch.json").exists() and slurm_cluster.run(
+            "squeue", "-h", "-j", first_job, "-o", "%T").stdout.strip() == "RUNNING", 40, lambda: states(tmp_path))
         # What a job of a higher-priority partition does to it on a busy cluster (PreemptMode=CANCEL).
         slurm_cluster.run("sbatch", "--parsable", "-p", "urgent", "-N2", "--exclusive", "-o", "/dev/null",
                           "--wrap", "sleep 1")
@@ -140,11 +153,50 @@ def test_a_preempted_job_is_requeued_as_a_new_job_and_finishes(tmp_path, slurm_c
         second_job = job_id(tmp_path)
     finally:
         err = stop_watcher(w, slurm_cluster)
-    assert ("PREEMPTED", first) in states(tmp_path)
+    assert [st for st, run in states(tmp_path) if run == first][-1] == "PREEMPTED", states(tmp_path)
     acts = recovery(tmp_path)
     assert [a.action for a in acts] == ["planned", "launching", "launched"], (acts, err)
+    assert acts[0].failure.state == "PREEMPTED", acts
     assert not any(a.detail.get("exclude") for a in acts), acts   # a preemption names no node
     assert second_job != first_job
+
+
+ODD_RANK_PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "ranks_one_odd.py"
+
+
+def test_a_hang_whose_odd_rank_names_a_node_is_requeued_excluding_that_node(tmp_path, slurm_cluster):
+    """Two gloo ranks, one per node: after 6 steps rank 1 waits on a queue while rank 0 waits
+    for it in all_reduce. STALLED (stall_after_s long enough for torch's import on a loaded
+    machine; the learned limit takes over once the steps show their pace); the recovery stops
+    the job and submits a new one without rank 1's node, and says why. The relaunch
+    (DFLASH_RESTART=1) runs a few steps of sh."""
+    again = 'i=1; while [ $i -le 4 ]; do echo "step $i/4"; i=$((i+1)); sleep 0.5; done'
+    command = ["sh", "-c", f'if [ "${{DFLASH_RESTART:-0}}" -gt 0 ]; then {again}; '
+               f'else OMP_NUM_THREADS=1 exec {sys.executable} {ODD_RANK_PROGRAM} 6 0.3 1; fi']
+    http = HttpReceiver()
+    cfg = write_config(tmp_path, backoff_s=1, on=("STALLED",), notify_port=http.port, command=command, nodes=2,
+                       partition=WIDE, stall_after_s=10, stop_grace_s=2)
+    w = start_watcher(tmp_path, cfg)
+    try:
+        first = json.loads(cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight", "--json").stdout)["run_id"]
+        given = hostnames(slurm_cluster, wait_until(lambda: check_json(tmp_path, cfg).get("slurm", {}).get("node_list"),
+                                                    40, lambda: states(tmp_path)))
+        wait_until(lambda: finished_again(tmp_path, first), 90, lambda: (states(tmp_path), recovery(tmp_path)))
+        shown = slurm_cluster.run("scontrol", "show", "job", job_id(tmp_path), check=False).stdout
+        wait_title(http, "dflash-tui: p restarted (1/2)", 15)
+    finally:
+        err = stop_watcher(w, slurm_cluster)
+        http.close()
+    assert ("STALLED", first) in states(tmp_path)
+    acts = recovery(tmp_path)
+    assert [a.action for a in acts] == ["planned", "stopped", "launching", "launched"], (acts, err)
+    odd = given[1]   # srun's task 1 (rank 1) runs on the job's second node
+    assert all(a.detail.get("exclude") == [odd] for a in acts), acts
+    assert acts[-1].detail["exclude_why"] == "rank 1 was not in the collective the others waited in"
+    if shown:
+        assert f"ExcNodeList={odd}" in shown, shown
+    (message,) = [json.loads(r.body)["message"] for r in http.requests if r.path == "/hook"]
+    assert f"excluding node {odd}: rank 1 was not in the collective the others waited in" in message, message
 
 
 def test_the_profiles_exclude_and_the_recoverys_reach_sbatch_as_one_option(slurm_cluster, tmp_path):
@@ -220,3 +272,21 @@ def test_a_node_failure_names_the_nodes_slurm_holds_out_of_service_else_every_no
     out = "n1 idle\nn1 idle\nn2 down\nn2 down\nn3 idle*\nn4 drng\nn5 mix\nn6 alloc\n"
     assert parse_failed_nodes(out, 0) == ("n2", "n3", "n4")
     assert parse_failed_nodes(out, 1) == ()
+
+
+def test_a_programs_end_waits_for_the_schedulers_word_on_how_the_job_ended():
+    """CRASHED (the program killed by Slurm's SIGTERM) while Slurm still says the job runs: not
+    acted on until Slurm says how the job ended (NODE FAIL names the node to exclude), or
+    SCHEDULER_SETTLE_S passed."""
+    launch = LaunchRecord("r1", pid=5, pgid=5, start_ticks=None, start_time=0.0, argv=["x"])
+
+    def seen(active: bool) -> RunReport:
+        cl = Checklist(Verdict.CRASHED, scheduler=SchedulerFacts("slurm", {"node_list": "n[1-2]", "active": active}))
+        return RunReport(0.0, "p", "local", "/r", cl, launch=launch)
+    crashed = VerdictChange("p", "r1", 100.0, "CRASHED", "RUNNING", "killed by SIGTERM")
+    assert job_still_ending(seen(True), crashed, 101.0)
+    assert not job_still_ending(seen(False), crashed, 101.0)
+    assert not job_still_ending(seen(True), crashed, 100.0 + SCHEDULER_SETTLE_S)
+    assert not job_still_ending(seen(True), replace(crashed, state="NODE FAIL"), 101.0)
+    assert not job_still_ending(seen(True), replace(crashed, run_id="r0"), 101.0)   # another run's report
+    assert not job_still_ending(report(Checklist(Verdict.CRASHED)), crashed, 101.0)   # no scheduler

@@ -41,6 +41,10 @@ NEVER_SEEN_S = 120.0   # a `launching` whose new run never shows a run id: given
 # The verdicts that name a node at fault: the relaunch asks the scheduler to avoid it.
 NAMES_A_NODE = ("NODE FAIL",)
 FAILED_BEFORE = "it failed the run before"
+# A program's own failing ends, which a scheduler's end of its job (a node failure, a
+# preemption) may be behind; the scheduler is given this long to say so.
+PROGRAM_ENDS = ("CRASHED", "KILLED")
+SCHEDULER_SETTLE_S = 30.0
 
 
 def failed_nodes(state: str, report: RunReport | None) -> tuple[tuple[str, ...], str]:
@@ -61,6 +65,16 @@ def failed_nodes(state: str, report: RunReport | None) -> tuple[tuple[str, ...],
         return tuple(failed), FAILED_BEFORE
     nodes = sched.facts.get("node_list")
     return ((nodes,), FAILED_BEFORE) if isinstance(nodes, str) and nodes else ((), "")
+
+
+def job_still_ending(report: RunReport | None, change: VerdictChange, now: float) -> bool:
+    """The run's program ended while its scheduler still says its job runs (facts "active"):
+    how the job ended (NODE FAIL names the node to exclude, PREEMPTED) is the scheduler's to
+    say within SCHEDULER_SETTLE_S; its program's own end (CRASHED, killed by Slurm's SIGTERM)
+    is not acted on before."""
+    sched = report.checklist.scheduler if report is not None and run_id_of(report) == change.run_id else None
+    return (sched is not None and sched.facts.get("active") is True and change.state in PROGRAM_ENDS
+            and now - change.time < SCHEDULER_SETTLE_S)
 
 
 def _exclude_detail(detail: dict) -> dict:
@@ -140,6 +154,9 @@ class Recovery:
             return
         change = self._latest.get(name)
         if change is None or policy is None or self.log.handled(name, change.run_id):
+            return
+        if job_still_ending(watch.last, change, self.clock()):
+            await asyncio.sleep(TICK_S)   # asked again on the next tick, with the scheduler's word
             return
         actions = self.log.actions(name)
         chain = chain_of(actions, change.run_id)

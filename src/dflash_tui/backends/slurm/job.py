@@ -95,6 +95,7 @@ class SlurmJob:
                 "node_list": self.node_list or None, "partition": self.partition or None,
                 "exit_code": self.exit_code or None, "source": self.source or None,
                 "known": self.known, "answered": self.answered,
+                "active": self.answered and self.known and (self.pending or self.active),
                 "failed_nodes": list(self.failed_nodes) or None}
 
 

@@ -91,6 +91,7 @@ class SlurmLauncher(Launcher):
         self.query_timeout_s = QUERY_TIMEOUT_S
         self.cancel_margin_s = CANCEL_MARGIN_S
         self._last: dict[str, tuple[float, SlurmJob]] = {}   # job id -> (when asked, the answer)
+        self._asked_at_exit: set[str] = set()   # jobs asked again as their wrapper's exit.json appeared
 
     @classmethod
     def handles(cls, profile: Profile) -> bool:
@@ -206,6 +207,12 @@ class SlurmLauncher(Launcher):
         if ev.wrapper_run_id and record.run_id and record.run_id != ev.wrapper_run_id:
             return ev
         job = await self.job(record.job_id, fresh=fresh)
+        if (ev.exit is not None and job.answered and not job.ended and record.job_id not in self._asked_at_exit):
+            # The wrapper just ended: the job's end (a node that failed, a preemption: the
+            # signal the program died of) is news the answer kept from before may not have yet.
+            # Asked once, so a job still completing is not asked at every poll.
+            self._asked_at_exit.add(record.job_id)
+            job = await self.job(record.job_id, fresh=True)
         if job.runs_in(run_dir, posixpath.join(run_dir, LAUNCH_SH)) is False:
             # Another run dir's job (this dir is a copy of that one): not this run's to report
             # or cancel; the run dir's own evidence decides.
