@@ -172,12 +172,28 @@ async def failed_nodes(target: Target, node_list: str, *, timeout: float = _TIME
     return parse_failed_nodes(res.stdout, res.exit_status or 0)
 
 
-async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0,
+async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0, steps_first_s: float = 0.0,
                  timeout: float = _TIMEOUT_S) -> tuple[CommandResult, SlurmJob]:
     """`scancel JOB_ID` (that job only), then wait until it is no longer pending or running.
     Returns scancel's result and the job as last seen. Raises CommandTimeout when scancel
-    itself does not answer within `timeout`."""
+    itself does not answer within `timeout`.
+
+    `steps_first_s`: first SIGTERM to the job's steps only (`scancel --signal=TERM`: not the
+    batch script, so not the srun in it), and up to that long for the job to end by itself.
+    srun answers a SIGTERM of its own by killing its tasks at once, before a program stopping
+    on SIGTERM (the bundled trainer's checkpoint) is done; the ranks, signalled themselves,
+    finish, srun returns, and the job ends."""
+    if steps_first_s > 0:
+        res = await run_scheduler(target, ["scancel", "--signal=TERM", job_id], timeout)
+        job = await _settled(target, job_id, steps_first_s, timeout)
+        if job.answered and (not job.known or job.ended):
+            return res, job
     res = await run_scheduler(target, ["scancel", job_id], timeout)
+    return res, await _settled(target, job_id, wait_s, timeout)
+
+
+async def _settled(target: Target, job_id: str, wait_s: float, timeout: float) -> SlurmJob:
+    """The job once no longer pending or running, or as last seen after `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -188,5 +204,5 @@ async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0,
             job = SlurmJob(job_id, answered=False, error=str(exc))
         settled = job.answered and (not job.known or job.ended)
         if settled or time.monotonic() >= deadline:
-            return res, job
+            return job
         await asyncio.sleep(0.3)

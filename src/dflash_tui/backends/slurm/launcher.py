@@ -293,8 +293,10 @@ class SlurmLauncher(Launcher):
         if before_signal is not None:
             await before_signal()
         try:
-            res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + self.cancel_margin_s,
-                                     timeout=self.query_timeout_s)
+            # A job on several nodes: its ranks (srun's tasks) get SIGTERM first, for the grace.
+            steps_first = grace_s if self.spec.nodes > 1 and job.active else 0.0
+            res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + self.cancel_margin_s - steps_first,
+                                     steps_first_s=steps_first, timeout=self.query_timeout_s)
         except CommandTimeout as exc:
             return StopResult("survived", record.pid, rec.run_id, time.monotonic() - t0,
                               f"{exc.message}: job {rec.job_id} may still run; check `squeue -j {rec.job_id}`",
