@@ -13,7 +13,7 @@ import pytest
 
 from dflash_tui.gpu.nspid import read_stat
 from dflash_tui.gpu.sample import GpuErrorKind
-from dflash_tui.gpu.smi import (AppsTracker, GpuLineGrouper, SmiLineError, apps_query_argv,
+from dflash_tui.gpu.smi import (GPU_FIELDS, AppsTracker, GpuLineGrouper, SmiLineError, apps_query_argv,
                                 classify_message, gpu_query_argv, parse_app_line, parse_gpu_line,
                                 snapshot_dict)
 from dflash_tui.gpu.codec import snapshot_from_dict
@@ -70,8 +70,29 @@ def test_unavailable_values_and_lost_gpu():
     assert g3["util_sm_pct"] is None and g3["power_w"] is None and g3["power_limit_w"] is None
     assert g3["ecc_errors_uncorrected"] is None and g3["mem_used_bytes"] == 1024 * MIB
     assert g3["throttle_reasons"] == [] and not g3["lost"]
+    assert g3["sm_clock_mhz"] == 1980 and g3["sm_clock_max_mhz"] is None   # clocks.max.sm [N/A]
+    assert gpus[0]["sm_clock_max_mhz"] == 1980 and gpus[0]["power_w"] == pytest.approx(600.25)
     lost = gpus[8 + 5]
     assert lost["lost"] and lost["index"] == 5 and lost["name"] == "" and lost["util_sm_pct"] is None
+    assert lost["sm_clock_max_mhz"] is None and lost["power_w"] is None
+
+
+@pytest.mark.parametrize("power, limit, clock, top", [
+    ("[N/A]", "[N/A]", "[N/A]", "[N/A]"), ("", "", "", ""), ("[Not Supported]", "700.00", "1980", "[Unknown Error]"),
+])
+def test_power_and_clocks_not_given_read_none(power, limit, clock, top):
+    """power.draw, enforced.power.limit, clocks.sm and clocks.max.sm as drivers leave them out:
+    None each (shown n/a, never 0, never "spins"), the rest of the line still read."""
+    cells = [c.strip() for c in lines("synthetic_8gpu_lms.csv")[0].split(",")]
+    names = [f for f, _, _ in GPU_FIELDS]
+    for name, value in (("power.draw", power), ("enforced.power.limit", limit), ("clocks.sm", clock),
+                        ("clocks.max.sm", top)):
+        cells[names.index(name)] = value
+    g = parse_gpu_line(", ".join(cells))
+    assert g["power_w"] is None and g["sm_clock_max_mhz"] is None and not g["lost"]
+    assert g["power_limit_w"] == (700.0 if limit == "700.00" else None)
+    assert g["sm_clock_mhz"] == (1980 if clock == "1980" else None)
+    assert g["util_sm_pct"] == 90.0 and g["index"] == 0
 
 
 def test_comma_in_process_name_and_na_memory():
