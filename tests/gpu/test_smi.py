@@ -21,7 +21,7 @@ from dflash_tui.gpu.sources import RunRef, SmiStreamSource, local_annotator
 from dflash_tui.remote.local import LocalTarget
 
 FIX = Path(__file__).parents[1] / "fixtures" / "nvidia_smi"
-H200_UUID = "GPU-28f0e6e8-9cd8-2cbb-4132-4135bbed0eec"
+H200_UUID = "GPU-ee71b3b3-9eed-a0bd-187c-5a63db221ab8"
 MIB = 1024 * 1024
 
 
