@@ -42,9 +42,10 @@ def test_parse_recorded_h200_line_under_load():
     assert g["name"] == "NVIDIA H200" and g["uuid"] == H200_UUID
     assert g["util_sm_pct"] == 99.0 and g["util_mem_pct"] == 24.0
     assert g["mem_used_bytes"] == 9331 * MIB and g["mem_total_bytes"] == 143771 * MIB
-    assert g["temperature_c"] == 56.0
-    assert g["power_w"] == pytest.approx(691.69) and g["power_limit_w"] == 700.0
-    assert (g["sm_clock_mhz"], g["mem_clock_mhz"]) == (1440, 3201)
+    assert g["temperature_c"] == 62.0
+    assert g["power_w"] == pytest.approx(689.52) and g["power_limit_w"] == 700.0
+    # Power-capped: the SMs run well under their top clock.
+    assert (g["sm_clock_mhz"], g["sm_clock_max_mhz"], g["mem_clock_mhz"]) == (1455, 1980, 3201)
     assert g["throttle_reasons"] == ["sw_power_cap"]     # 0x4: at the 700 W cap under matmul
     assert g["ecc_errors_uncorrected"] == 0 and not g["lost"]
 
@@ -52,8 +53,9 @@ def test_parse_recorded_h200_line_under_load():
 def test_parse_recorded_idle_line():
     (line,) = lines("h200_idle_query_gpu.csv")
     g = parse_gpu_line(line)
-    assert g["util_sm_pct"] == 0.0 and g["sm_clock_mhz"] == 345
-    assert g["throttle_reasons"] == ["gpu_idle"]
+    assert g["util_sm_pct"] == 0.0 and g["power_w"] == pytest.approx(130.22)
+    # Recorded just after a load: the SM clock still at its top, so no gpu_idle reason yet.
+    assert (g["sm_clock_mhz"], g["sm_clock_max_mhz"]) == (1980, 1980) and g["throttle_reasons"] == []
 
 
 def test_parse_recorded_compute_apps():

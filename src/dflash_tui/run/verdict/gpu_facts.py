@@ -19,9 +19,9 @@ from ...gpu.sample import GpuSample, GpuSnapshot
 # A GPU busy at least this share of the time ...
 SPIN_UTIL_PCT = 90.0
 # ... while drawing at most this share of its power limit runs a kernel that spins, not
-# arithmetic. Measured on an H200 (700 W limit; benchmarks/device/spin_vs_matmul.sh,
-# RESULTS.md): idle 75-80 W, one spinning kernel (100 % busy) under 120 W, a bf16 matmul loop
-# at the 700 W cap, the bundled trainer's small model well above this share.
+# arithmetic. Measured on an H200 (700 W limit; benchmarks/device/power_run.sh, RESULTS.md):
+# idle 82 W; a spinning kernel 100 % busy at 127 W (18 %); a bf16 matmul loop 100 % busy at
+# 692 W; the bundled trainer's small preset 34 % busy at 214 W (31 %).
 SPIN_POWER_SHARE = 0.25
 
 
