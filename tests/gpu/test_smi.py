@@ -21,7 +21,7 @@ from dflash_tui.gpu.sources import RunRef, SmiStreamSource, local_annotator
 from dflash_tui.remote.local import LocalTarget
 
 FIX = Path(__file__).parents[1] / "fixtures" / "nvidia_smi"
-H200_UUID = "GPU-ee71b3b3-9eed-a0bd-187c-5a63db221ab8"
+H200_UUID = "GPU-2348b5de-3186-5fcf-d969-532aaad974cd"
 MIB = 1024 * 1024
 
 
@@ -42,8 +42,8 @@ def test_parse_recorded_h200_line_under_load():
     assert g["name"] == "NVIDIA H200" and g["uuid"] == H200_UUID
     assert g["util_sm_pct"] == 99.0 and g["util_mem_pct"] == 24.0
     assert g["mem_used_bytes"] == 9331 * MIB and g["mem_total_bytes"] == 143771 * MIB
-    assert g["temperature_c"] == 62.0
-    assert g["power_w"] == pytest.approx(689.52) and g["power_limit_w"] == 700.0
+    assert g["temperature_c"] == 59.0
+    assert g["power_w"] == pytest.approx(689.87) and g["power_limit_w"] == 700.0
     # Power-capped: the SMs run well under their top clock.
     assert (g["sm_clock_mhz"], g["sm_clock_max_mhz"], g["mem_clock_mhz"]) == (1455, 1980, 3201)
     assert g["throttle_reasons"] == ["sw_power_cap"]     # 0x4: at the 700 W cap under matmul
@@ -53,14 +53,14 @@ def test_parse_recorded_h200_line_under_load():
 def test_parse_recorded_idle_line():
     (line,) = lines("h200_idle_query_gpu.csv")
     g = parse_gpu_line(line)
-    assert g["util_sm_pct"] == 0.0 and g["power_w"] == pytest.approx(130.22)
-    # Recorded just after a load: the SM clock still at its top, so no gpu_idle reason yet.
-    assert (g["sm_clock_mhz"], g["sm_clock_max_mhz"]) == (1980, 1980) and g["throttle_reasons"] == []
+    assert g["util_sm_pct"] == 0.0 and g["power_w"] == pytest.approx(79.10)
+    assert (g["sm_clock_mhz"], g["sm_clock_max_mhz"]) == (345, 1980)   # idle far under its top
+    assert g["throttle_reasons"] == ["gpu_idle"]
 
 
 def test_parse_recorded_compute_apps():
     apps = [parse_app_line(ln) for ln in lines("h200_load_compute_apps_lms.csv")]
-    assert {a["pid"] for a in apps} == {424}
+    assert {a["pid"] for a in apps} == {514}
     assert apps[0]["used_memory_bytes"] == 9322 * MIB
     assert apps[0]["gpu_uuid"] == H200_UUID and apps[0]["name"] == "/opt/torch/.venv/bin/python3"
     assert lines("h200_idle_compute_apps.csv") == []   # no process: nvidia-smi prints nothing
