@@ -185,11 +185,11 @@ async def test_eight_gpus_with_foreign_processes_fit_160x48():
         assert graph.render_s > 0 and redraw_interval(graph.render_s, CHART_CPU_SHARE) >= CHART_MIN_S
         built = graph.render_s
         graph.render_s = 10 * CHART_MAX_S   # as if it were dear: the longest wait
-        pane._graph_at -= CHART_MAX_S - 1
+        pane._graph_at = time.monotonic() - (CHART_MAX_S - 5)   # 5 s short of the wait, from now
         pane.show_snapshot(hist[-2])
         await pilot.pause()
         assert graph.render_s == 10 * CHART_MAX_S           # not rebuilt yet
-        pane._graph_at -= 2
+        pane._graph_at -= 6
         pane.show_snapshot(hist[-1])
         await pilot.pause()
         assert graph.render_s != 10 * CHART_MAX_S and graph.render_s < 10 * built + 1   # rebuilt
