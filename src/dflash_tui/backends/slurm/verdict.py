@@ -235,8 +235,8 @@ def _plain(ev: Evidence) -> Evidence:
 
 
 def _with(cl: Checklist, first: Check) -> Checklist:
-    return Checklist(cl.verdict, [first, *cl.checks], cl.summary, cl.threads,
-                     stall_limit_s=cl.stall_limit_s, stall_limit_why=cl.stall_limit_why)
+    # Everything the evidence's verdict said (its threads, groups of ranks, stragglers, limit), the job's check first.
+    return cl.with_parts(checks=[first, *cl.checks])
 
 
 def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
