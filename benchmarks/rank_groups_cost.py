@@ -3,7 +3,7 @@
 Generated evidence, the shape of a large data-parallel run: every rank's main thread in
 all_reduce but rank 777's (on a queue), and 19 helper threads per rank (a pin-memory thread, a
 loader's workers' queues, tqdm's monitor, NCCL/gloo watchdogs), each at a place of its own
-kind. Timed, each the median of --repeat runs on this machine:
+kind. Timed, each the median CPU time of --repeat runs on this machine:
 
 - `group_ranks` over the 20,480 judged threads (the bar: at most 50 ms);
 - `stragglers(paces(...))` over the 1,024 ranks' reports and wait shares;
@@ -60,11 +60,13 @@ def helpers() -> list[ProbeThread]:
 
 
 def median_ms(fn, repeat: int) -> float:
+    """The median CPU time of one call (this process's: on a shared 2-core machine, wall time
+    also counts the waits for a core, which is the other tenants' load, not this code)."""
     times = []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = time.process_time()
         fn()
-        times.append((time.perf_counter() - t) * 1000)
+        times.append((time.process_time() - t) * 1000)
     return statistics.median(times)
 
 
@@ -117,7 +119,7 @@ def main() -> None:
     command = "`.venv/bin/python benchmarks/rank_groups_cost.py --repeat {}{} --append`".format(
         args.repeat, f" --before {args.before}" if args.before else "")
     lines = [HEADING, "", f"{command} on this machine ({cpu} cores, load average {load:.1f} when it ran); "
-             "median wall time of one call" + (f"; before: the code under {args.before}, timed just before in a "
+             "median CPU time of one call" + (f"; before: the code under {args.before}, timed just before in a "
                                                 "child process" if before else "") + ".", ""]
     if before:
         lines += ["| what | before | now |", "|---|---|---|"]

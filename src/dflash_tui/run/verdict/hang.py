@@ -104,7 +104,9 @@ def _stale(ev: Evidence, p: ProbeReport) -> bool:
 
 
 def _worker(p: ProbeReport, threads: list[ProbeThread]) -> bool:
-    return any("/torch/utils/data/_utils/worker.py" in f for t in threads for f in t.frames)
+    # One search per thread through its frames joined, not one per frame (the path holds no
+    # newline, so no match spans two frames): every process of a run of 1,024, each poll.
+    return any("/torch/utils/data/_utils/worker.py" in "\n".join(t.frames) for t in threads)
 
 
 def _probe_since(p: ProbeReport, t: ProbeThread) -> float | None:
