@@ -277,7 +277,6 @@ def _diagnose(ev: Evidence, views: list[ThreadView]) -> Hang | None:
     if not views:
         return None
     now = ev.now
-    procs = _by_process(views)
     cpu = cpu_use(ev.activity.cpu_cores) if ev.activity is not None and ev.activity.cpu_cores is not None else ""
 
     coll = [v for v in views if v.cls is C.COLLECTIVE and not v.dataloader_worker]
@@ -298,6 +297,7 @@ def _diagnose(ev: Evidence, views: list[ThreadView]) -> Hang | None:
         what = ("compile never ended: {} in the compiler" if cls is C.COMPILING else
                 "start-up never ended: {} importing modules").format(_threads(comp, ranked))
         return Hang(cls.value, f"{what}{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
+    procs = _by_process(views)
     for pid, vs in procs.items():
         waiting = sorted((v for v in vs if _deadlock_party(v)), key=lambda v: v.name)
         if len(waiting) >= 2 and not any(v.cls in (C.RUNNING, C.COMPILING) and not v.daemon for v in vs):
