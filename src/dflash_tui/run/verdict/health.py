@@ -183,6 +183,7 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
     out = list(cl.threads)
     named = {t.name: i for i, t in enumerate(out)}
     status_pid = ev.status.pid if ev.status is not None else None
+    whys: dict[tuple, str] = {}
     for v in views:
         i = named.get(v.name) if v.pid == status_pid else None
         if i is not None:
@@ -191,8 +192,13 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
             continue
         # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
         stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
-        out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
-                                _one_line(f"{v.cls.words} in {v.place()}") if stuck else "",
+        why = ""
+        if stuck:   # the same words for every thread at one place: a hung run of 1,024 ranks has few
+            key = (v.cls, v.doing, v.where, v.innermost)
+            why = whys.get(key)
+            if why is None:
+                why = whys[key] = _one_line(f"{v.cls.words} in {v.place()}")
+        out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK, why,
                                 v.pid, v.rank, v.ident, v.cls.value, v.doing, v.where or v.innermost, v.since,
                                 v.source, v.stale))
     cl = cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
