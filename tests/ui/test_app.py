@@ -594,12 +594,13 @@ async def test_log_behind_another_tab_keeps_lines_and_shows_the_end_on_return():
         extra = [f"step {2000 + i} loss 2.0" for i in range(60)]
         sources["h200"].push_log("train.log", extra)
         await until(pilot, lambda: lines.last_line() == extra[-1])
-        # Hidden: the data is in, but it was neither scrolled nor painted.
-        assert lines.scroll_y < lines.max_scroll_y
+        # Hidden: the data is in, but it was neither sized (a layout), scrolled nor painted.
+        scrolled = lines.scroll_y
+        assert lines.virtual_size.height < lines.line_count
         await pilot.press("1")
         await until(pilot, lambda: not lines._hidden)
         await pilot.pause()
-        assert lines.follow and lines.scroll_y == lines.max_scroll_y
+        assert lines.follow and lines.scroll_y == lines.max_scroll_y > scrolled
         rows = [lines.render_line(y).text.strip() for y in range(lines.scrollable_content_region.height)]
         assert extra[-1] in rows
 

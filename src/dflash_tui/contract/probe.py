@@ -199,9 +199,8 @@ class _Probe:
         self.rank = _int_env("RANK")
         self.local_rank = _int_env("LOCAL_RANK")
         self.world_size = _int_env("WORLD_SIZE")
-        # The node's name as the launch named it (DFLASH_NODE: a nodes profile's node, Slurm's
-        # SLURMD_NODENAME), so a run dir shared by nodes groups its ranks by the names the user
-        # gave; the host name when launched otherwise.
+        # The launcher's name for the node (a Slurm node's, an SSH node's): what a scheduler is
+        # told to avoid; the host name elsewhere.
         self.node = os.environ.get("DFLASH_NODE") or os.uname().nodename
         self.start_ticks = _own_start_ticks()
         self.stack_path = os.path.join(self.probe_dir, _rd.probe_stack_name(self.pid))
