@@ -145,6 +145,7 @@ class RunWatch(ABC):
         self.last: RunReport | None = None
         self._listeners: list[Listener] = []
         self._action = asyncio.Lock()
+        self._launches = 0   # odd while a launch or relaunch is in flight; +2 per launch
         self._wake = asyncio.Event()
 
     # -- what a backend of the watch implements -------------------------------------------------
@@ -235,8 +236,15 @@ class RunWatch(ABC):
         self._publish(report)
 
     async def poll(self) -> RunReport:
-        """One observation; never raises for transport trouble (it is in the report)."""
-        return self._publish(await self._poll())
+        """One observation; never raises for transport trouble (it is in the report). One that
+        overlapped a launch is returned and not heard: it may see the relaunch half done (a node
+        already moved to history beside one not yet, a new rank 0 beside the old rank 1's crash),
+        a state no run had; the launch's caller hears its result (`heard`)."""
+        before = self._launches
+        report = await self._poll()
+        if before % 2 or self._launches != before:
+            return report
+        return self._publish(report)
 
     async def check(self, *, gpus: bool = False) -> RunReport:
         """One observation; raises TargetError when one host cannot be reached (a node of several
@@ -268,19 +276,26 @@ class RunWatch(ABC):
             finally:
                 self._wake.set()
 
+    async def _launching(self, coro) -> LaunchResult:
+        self._launches += 1
+        try:
+            return await coro
+        finally:
+            self._launches += 1
+
     async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
                      restart: int = 0) -> LaunchResult:
         """Preflight and launch; raises LaunchRefused when the run dir's run is still alive.
         `gpus`: the result's report carries the "gpus" check from one GPU sample; `restart`:
         the trainer's DFLASH_RESTART (the watcher's recovery counts its relaunches)."""
-        return await self._act(lambda: self._launch(False, preflight, resume, gpus, restart))
+        return await self._act(lambda: self._launching(self._launch(False, preflight, resume, gpus, restart)))
 
     async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
                        restart: int = 0, exclude: tuple[str, ...] = ()) -> LaunchResult:
         """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint
         (on several nodes: every node, from rank 0's); `exclude`: nodes a scheduler must not
         place the new run on (the recovery's hint: the node that failed; Launcher.detach)."""
-        return await self._act(lambda: self._launch(True, preflight, resume, gpus, restart, exclude))
+        return await self._act(lambda: self._launching(self._launch(True, preflight, resume, gpus, restart, exclude)))
 
     async def stop(self) -> dict[str, StopResult]:
         """The run stopped by its recorded pid (every node at once); per node."""
