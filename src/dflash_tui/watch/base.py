@@ -146,6 +146,7 @@ class RunWatch(ABC):
         self._listeners: list[Listener] = []
         self._action = asyncio.Lock()
         self._launches = 0   # odd while a launch or relaunch is in flight; +2 per launch
+        self._before_launch: frozenset[str] = frozenset()   # the run ids `last` named when it began
         self._wake = asyncio.Event()
 
     # -- what a backend of the watch implements -------------------------------------------------
@@ -235,14 +236,19 @@ class RunWatch(ABC):
         not from the first poll after the action."""
         self._publish(report)
 
+    # Several nodes are relaunched one by one: a poll in between combines them half done.
+    launch_mixes_runs = False
+
     async def poll(self) -> RunReport:
-        """One observation; never raises for transport trouble (it is in the report). One that
-        overlapped a launch is returned and not heard: it may see the relaunch half done (a node
-        already moved to history beside one not yet, a new rank 0 beside the old rank 1's crash),
-        a state no run had; the launch's caller hears its result (`heard`)."""
+        """One observation; never raises for transport trouble (it is in the report). On several
+        nodes, one that overlapped a launch is heard only when every node's run in it is a new
+        one: else it may see the relaunch half done (one node's run already moved to history, a
+        new rank 0 beside the old rank 1's crash), a state no run had; the launch's caller hears
+        its result (`heard`)."""
         before = self._launches
         report = await self._poll()
-        if before % 2 or self._launches != before:
+        if self.launch_mixes_runs and (before % 2 or self._launches != before) and not all(
+                i is not None and i not in self._before_launch for i in _run_ids(report)):
             return report
         return self._publish(report)
 
@@ -277,6 +283,7 @@ class RunWatch(ABC):
                 self._wake.set()
 
     async def _launching(self, coro) -> LaunchResult:
+        self._before_launch = frozenset(i for i in _run_ids(self.last) if i) if self.last else frozenset()
         self._launches += 1
         try:
             return await coro
@@ -310,3 +317,8 @@ class RunWatch(ABC):
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+def _run_ids(report: RunReport) -> list[str | None]:
+    """The run id of each node's run in a report (one: a run on one host); None: no launch.json."""
+    return [p.launch.run_id if p.launch else None for p in ([n.report for n in report.nodes] or [report])]

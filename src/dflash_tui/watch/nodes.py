@@ -29,6 +29,8 @@ UNREACHABLE_HINT = "check the host and its ssh config"
 
 
 class NodesWatch(RunWatch):
+    launch_mixes_runs = True   # a relaunch moves and starts the nodes one after another
+
     def __init__(self, profile: Profile, *, interval: float = 1.0, poll_timeout: float | None = None,
                  ops_kind: str = "auto") -> None:
         super().__init__(interval)
