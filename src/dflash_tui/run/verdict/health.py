@@ -167,11 +167,6 @@ def _judge(ev: Evidence, limits: Limits) -> Checklist:
     return _with_stacks(_status_reporting(ev, ev.status, checks, limits, uptime, views), views, ev)
 
 
-_WAITING = frozenset({ThreadClass.COLLECTIVE, ThreadClass.GPU, ThreadClass.DATALOADER, ThreadClass.LOCK,
-                      ThreadClass.BLOCKED, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.COMPILING,
-                      ThreadClass.IMPORTING})
-
-
 def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checklist:
     """The checklist's threads with every probed thread's class and where (the Threads pane and
     `--check --json` threads[] show them): a thread of status.json gets its own stack's; the
@@ -191,7 +186,7 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
             out[i] = replace(out[i], **info)
             continue
         # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
-        stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
+        stuck = stalled and (v.cls.waits or v.cls.compiles or v.stale) and not v.idle
         out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
                                 _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
     cl = cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
@@ -378,7 +373,8 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
     if silent_for <= limit and (compiling(views) or importing(views)):
         # A compile (or the imports of start-up) that uses CPU: the long limit.
         what, where = ("compiling", "the compiler") if compiling(views) else ("importing modules", "imports")
-        n = sum(1 for v in views if v.cls.value == ("compiling" if what == "compiling" else "importing"))
+        cls = ThreadClass.COMPILING if what == "compiling" else ThreadClass.IMPORTING
+        n = sum(1 for v in views if v.cls is cls)
         add(Check("progress", "Progress (log, events)", WARN,
                   f"{silent}: {what} ({n} thread(s) in {where}), {cpu_words(act)}",
                   f"STALLED after compile_stall_after_s ({limits.compile_stall_after_s:.0f} s) of this", last))
