@@ -30,9 +30,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Callable
 
-from ..config import Profile
+from ..config import Limits, Profile
 from ..run.launch.canary import CanaryResult
-from ..run.verdict.health import Limits
 from ..run.launch.launch import LaunchOutcome
 from ..run.verdict.report import RunReport
 from ..run.launch.stop import StopResult

@@ -15,10 +15,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from ..config import ConfigError, Profile
+from ..config import ConfigError, Limits, Profile
 from ..remote.base import TargetError
 from ..run.launch.canary import CanaryResult
-from ..run.verdict.health import Limits
 from ..run.launch.launch import LaunchOutcome, LaunchRefused, not_launched
 from .node_plan import NodePlan, plan_nodes
 from ..run.launch.preflight import PreflightResult
@@ -87,7 +86,7 @@ class NodesSession:
         if not profile.nodes:
             raise ConfigError(f"{profile.source}: [profile.{profile.name}] has no nodes")
         self.profile = profile
-        self.limits = Limits.from_profile(profile)
+        self.limits = profile.limits
         self.plans: list[NodePlan] = plan_nodes(profile)
         self.sessions: list[Session] = [Session(p.profile, ops_kind=ops_kind, argv=p.argv, rank=p.rank) for p in self.plans]
 

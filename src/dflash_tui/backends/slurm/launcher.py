@@ -29,7 +29,7 @@ import socket
 import time
 from typing import Awaitable, Callable, Sequence
 
-from ...config import Profile
+from ...config import Profile, Limits
 from ...contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
                                SlurmJobRecord, StopRecord, inert_text, parse_slurm_job, to_json)
 from ...remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
@@ -40,7 +40,7 @@ from ...run.launch.preflight import PreflightResult
 from ...run.launch.stop import StopResult
 from ...run.launch.preflight import PER_RUN_FILES
 from ...run.verdict.checklist import Check, CheckState, Checklist
-from ...run.verdict.health import Limits, evaluate
+from ...run.verdict.health import evaluate
 from .commands import SchedulerMissing, cancel, query, run_scheduler, submit
 from .evidence import SlurmEvidence, slurm_of
 from .job import SlurmJob

@@ -15,10 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from ...config import Profile
+from ...config import Limits, Profile
 from ...remote.base import TargetError
 from ...remote.ops import RemoteOps
-from ..verdict.health import Limits
 from .launch import LaunchRefused, launch_run
 from .launcher import Launcher
 from ..verdict.checklist import Check, CheckState
@@ -45,7 +44,7 @@ async def run_canary(profile: Profile, launcher: Launcher, ops: RemoteOps,
     t0 = time.monotonic()
     run_dir = posixpath.join(profile.run_dir, CANARY_DIR)
     checks: list[Check] = []
-    limits = Limits.from_profile(profile)
+    limits = profile.limits
     try:
         outcome = await launch_run(profile, launcher, ops, argv=["sleep", str(int(sleep_s))],
                                    run_dir=run_dir, preflight=False, relaunch=True, limits=limits)

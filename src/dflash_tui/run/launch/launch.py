@@ -19,12 +19,11 @@ from typing import Sequence
 from ...contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
                                STOP_JSON, TRAIN_LOG, rank_file_globs)
 
-from ...config import Profile
+from ...config import Limits, Profile
 from ...remote.base import CommandResult, CommandTimeout, Target
 from ...remote.ops import RemoteOps
 from ..attempts import LaunchAttempt
 from .claim import ClaimRefused, take_claim
-from ..verdict.health import Limits
 from .launcher import Launcher
 from ..evidence.observe import Evidence
 from .preflight import PreflightResult
@@ -104,7 +103,7 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
     run_dir = run_dir or profile.run_dir
     own_trainer = argv is None
     argv = list(argv) if argv is not None else profile.trainer_argv
-    limits = limits or Limits.from_profile(profile)
+    limits = limits or profile.limits
     pre = None
     if preflight:
         pre = await launcher.preflight(ops, check_live_run=not relaunch,

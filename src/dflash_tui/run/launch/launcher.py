@@ -30,13 +30,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
-from ...config import Profile, SchedulerKeys
+from ...config import Limits, Profile, SchedulerKeys
 from ...remote.base import Target
 from ...remote.factory import make_host_target
 from ...remote.ops import RemoteOps
 from ..evidence.observe import Evidence, gather, process_matches
 from ..verdict.checklist import Checklist
-from ..verdict.health import Limits, evaluate
+from ..verdict.health import evaluate
 from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
 from .stop import StopResult
 

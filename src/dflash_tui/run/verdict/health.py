@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ...contract.rundir import TRAIN_LOG, CompileState, Phase, ThreadStatus, TrainStatus
 
-from ...config import Profile
+from ...config import Limits
 from ...gpu.sample import GpuSnapshot
 from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, signame as _signame
 from .checks import (DISK_HINT, cpu_check, cpu_words, disk_check, gpus_check, last_line, last_progress,
@@ -31,19 +31,6 @@ OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, Check
 
 _COMPILING = {CompileState.WARMING.value, CompileState.COMPILING.value, CompileState.WAITING_AT_GATE.value,
               CompileState.PENDING.value}
-
-
-@dataclass(frozen=True)
-class Limits:
-    stall_after_s: float = 60.0
-    compile_stall_after_s: float = 900.0
-    launch_deadline_s: float = 1.0
-    stop_grace_s: float = 10.0
-    learn_stall: bool = True       # the silence limit learned from the run's pace (stall_limit.py)
-
-    @classmethod
-    def from_profile(cls, p: Profile) -> "Limits":
-        return cls(p.stall_after_s, p.compile_stall_after_s, p.launch_deadline_s, p.stop_grace_s, p.learn_stall)
 
 
 # How long past stop_grace_s a stop may still be under way: the stopper's wait after SIGKILL
@@ -148,12 +135,12 @@ def _judge(ev: Evidence, limits: Limits) -> Checklist:
         expected = ev.stop is not None or (ev.exit is not None and ev.exit.exit_code == 0)
         checks.append(Check("process", "Process", OK if expected else FAIL, gone, "",
                             ev.exit.end_time if ev.exit else None))
-        return _ended(ev, checks, gone)
+        return _ended(ev, checks, gone, limits)
     uptime = ev.now - launch.start_time
     checks.append(Check("process", "Process", OK, f"pid {launch.pid}, up {_duration(uptime)}", "", launch.start_time))
     if ev.exit is not None:
         # The wrapper writes exit.json just before it exits: the trainer has ended.
-        return _ended(ev, checks, f"pid {launch.pid} is exiting")
+        return _ended(ev, checks, f"pid {launch.pid} is exiting", limits)
     if ev.stop is not None:
         stopping = _stopping(ev, checks, limits)
         if stopping is not None:
@@ -580,13 +567,13 @@ def _thread_state(t: ThreadStatus, now: float, limits: Limits, *, live: bool, wo
     return ThreadHealth(t.name, ThreadState.OK)
 
 
-def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:
+def _ended(ev: Evidence, checks: list[Check], gone: str, limits: Limits) -> Checklist:
     """pid gone (or exiting): STOPPED after a stop request; else FINISHED / CRASHED from
     exit.json, KILLED without it."""
     add = checks.append
     ex = ev.exit
     stop = ev.stop
-    threads = thread_states(ev.status, ev.now, Limits(), live=False)
+    threads = thread_states(ev.status, ev.now, limits, live=False)
     disk_c, disk = disk_check(ev)
     if disk_c is not None:
         add(disk_c)
