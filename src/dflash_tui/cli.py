@@ -49,7 +49,7 @@ from .recording.outside import check_extras
 from .remote.base import OpRefused, TargetError
 from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport
-from .run.verdict.checklist import CheckState, Checklist, Verdict
+from .run.verdict.checklist import CheckId, CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
 from .watch import RunWatch, open_watch
 from .words import compact
@@ -245,7 +245,7 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                       "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
                       "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
     return {"verdict": d["verdict"], "summary": d["summary"],
-            "checks": [c for c in d["checks"] if c["id"].startswith("node:") or c["id"] == "stragglers"],
+            "checks": [c for c in d["checks"] if c["id"].startswith("node:") or c["id"] == CheckId.STRAGGLERS],
             "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
             "stall_limit_s": d["stall_limit_s"], "stall_limit_why": d["stall_limit_why"],
             "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],

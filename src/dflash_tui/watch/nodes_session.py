@@ -15,14 +15,14 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from ..config import ConfigError, Limits, Profile
+from ..config import ConfigError, Profile
 from ..remote.base import TargetError
 from ..run.launch.canary import CanaryResult
 from ..run.launch.launch import LaunchOutcome, LaunchRefused, not_launched
 from .node_plan import NodePlan, plan_nodes
 from ..run.launch.preflight import PreflightResult
 from ..run.launch.stop import StopResult
-from ..run.verdict.checklist import Check, CheckState, Checklist, Verdict
+from ..run.verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from .session import Session, resume_refused
 
 
@@ -114,7 +114,7 @@ class NodesSession:
             # sends it), found before any node was stopped or started.
             return await s.launch(preflight=False, resume=resume, restart=restart, checkpoint_found=resume)
         except TargetError as exc:
-            check = Check("launch_cmd", "Launch command", CheckState.FAIL, str(exc),
+            check = Check.of(CheckId.LAUNCH_CMD, CheckState.FAIL, str(exc),
                           "check the host, then relaunch every node", time.time())
             return LaunchOutcome(Checklist(Verdict.NOT_LAUNCHED, [check], str(exc)), unreachable=True)
 
@@ -142,7 +142,7 @@ class NodesSession:
                 outcomes = {}
                 for plan, pre in zip(self.plans, pres):
                     if pre.ok:
-                        why = Check("pre_nodes", "Every node ready", CheckState.FAIL,
+                        why = Check.of(CheckId.PRE_NODES, CheckState.FAIL,
                                     f"not launched: the preflight of node {', '.join(refused)} failed",
                                     "fix that node, then launch again")
                         outcomes[plan.node] = LaunchOutcome(Checklist(Verdict.NOT_LAUNCHED, [*pre.checks, why],

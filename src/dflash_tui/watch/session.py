@@ -19,7 +19,7 @@ import asyncio
 from typing import Awaitable, Callable, Sequence
 
 from ..backends import launcher_for
-from ..config import ConfigError, Limits, Profile
+from ..config import ConfigError, Profile
 from ..gpu.oneshot import OneShotGpuProbe
 from ..gpu.sources import run_ref_from_launch
 from ..remote.agent import open_ops

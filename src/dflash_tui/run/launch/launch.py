@@ -29,7 +29,7 @@ from ..evidence.observe import Evidence
 from .preflight import PreflightResult
 from .probe_install import install_probe
 from .stop import StopResult
-from ..verdict.checklist import Check, CheckState, Checklist, Verdict
+from ..verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from ..wrapper import new_run_id, render_wrapper
 
 # The files that describe one run (the launcher's RUN_FILES); checkpoints/ stays, so a relaunch
@@ -151,7 +151,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
                                 "stop it first, or relaunch")
         stopped = await launcher.stop(ops, run_dir, grace_s=profile.stop_grace_s)
         if not stopped.ok:
-            check = Check("relaunch_stop", "Previous run stopped", CheckState.FAIL, stopped.message,
+            check = Check.of(CheckId.RELAUNCH_STOP, CheckState.FAIL, stopped.message,
                           "stop it by hand, then launch", time.time())
             return _not_launched(check, [check], preflight=pre, stopped=stopped, seconds=time.monotonic() - t0)
 
@@ -162,7 +162,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
         res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *launcher.RUN_FILES,
                                 *rank_file_globs()], timeout=30)
         if not res.ok:
-            check = Check("archive", "Previous run set aside", CheckState.FAIL,
+            check = Check.of(CheckId.ARCHIVE, CheckState.FAIL,
                           f"could not move the last run's files to {run_dir}/{HISTORY_DIR}: "
                           f"{res.stderr.strip() or res.exit_status}", "fix the run dir's permissions", time.time())
             return _not_launched(check, [*(pre.checks if pre else []), check], preflight=pre, stopped=stopped,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ...contract.rundir import LAUNCH_OUT, TRAIN_LOG, LaunchRecord
-from .gpu_check import CHECK_ID as GPU_CHECK_ID, LABEL as GPU_LABEL, gpu_check_for_status
+from .gpu_check import gpu_check_for_status
 from ...gpu.sample import GpuSnapshot
 from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, progress, size
 from ..evidence.activity import Activity
@@ -20,7 +20,7 @@ from ..attempts import LaunchAttempt
 from .hang import STALE_AFTER_S, Hang, ThreadView, idle_worker
 from ..evidence.observe import Evidence
 from ..stacks.classify import ThreadClass
-from .checklist import Check, CheckState
+from .checklist import Check, CheckId, CheckState
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -42,7 +42,7 @@ def launch_cmd_check(attempt: LaunchAttempt | None, launch: LaunchRecord | None)
     if attempt is None:
         return None
     def c(state: CheckState, cause: str, hint: str = "") -> Check:
-        return Check("launch_cmd", "Launch command", state, cause, hint, attempt.target_time)
+        return Check.of(CheckId.LAUNCH_CMD, state, cause, hint, attempt.target_time)
     if attempt.error:
         return c(FAIL, _one_line(attempt.transport_summary()), "check the connection and the container, then relaunch")
     if attempt.exit_status == 0 and attempt.pid and launch is None and attempt.stderr.strip():
@@ -111,10 +111,10 @@ def cpu_check(act: Activity | None, uptime: float) -> Check | None:
         return None
     if act.cpu_cores is None:
         avg = f", {cpu_use(act.cpu_s / uptime)} on average" if uptime > 0 else ""
-        return Check("cpu", "CPU (process tree)", OK,
+        return Check.of(CheckId.CPU, OK,
                      f"{act.cpu_s:.1f} CPU seconds in {_duration(uptime)}{avg}; {act.procs} processes, "
                      f"{act.states or 'states unknown'}")
-    return Check("cpu", "CPU (process tree)", OK, cpu_words(act))
+    return Check.of(CheckId.CPU, OK, cpu_words(act))
 
 
 def disk_words(ev: Evidence) -> str:
@@ -132,7 +132,7 @@ def disk_words(ev: Evidence) -> str:
 
 def disk_check(ev: Evidence) -> tuple[Check | None, str]:
     words = disk_words(ev)
-    return (Check("disk", "Disk space (run dir)", FAIL, _one_line(words), DISK_HINT, None) if words else None), words
+    return (Check.of(CheckId.DISK, FAIL, _one_line(words), DISK_HINT, None) if words else None), words
 
 
 # -- progress -----------------------------------------------------------------------------------
@@ -212,10 +212,10 @@ def probe_check(ev: Evidence, limits_stall_s: float) -> Check | None:
         cause += f"; {len(gone_workers)} DataLoader worker(s) ended"
     if silent:
         cause += "; silent: " + ", ".join(f"pid {p.pid} ({_age(ev.now, p.time)})" for p in silent[:4])
-        return Check("probe", "Probe heartbeats", WARN, cause,
+        return Check.of(CheckId.PROBE, WARN, cause,
                      "a process that runs no Python (a C call holding the GIL), or one that died",
                      newest)
-    return Check("probe", "Probe heartbeats", OK, cause, "", newest)
+    return Check.of(CheckId.PROBE, OK, cause, "", newest)
 
 
 def stacks_check(ev: Evidence, views: list[ThreadView], hang: Hang | None, stalled: bool) -> Check | None:
@@ -230,9 +230,9 @@ def stacks_check(ev: Evidence, views: list[ThreadView], hang: Hang | None, stall
     what = ", ".join(f"{n} {cls.words}" for cls, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     cause = f"{len(views)} thread(s) in {procs} process(es): {what}"
     if stalled and hang is not None:
-        return Check("stacks", "Stacks (where the threads are)", FAIL, _one_line(hang.words, 300),
+        return Check.of(CheckId.STACKS, FAIL, _one_line(hang.words, 300),
                      "the named thread is where the run stopped: what it waits on (a peer, a lock, I/O) holds the run", hang.since)
-    return Check("stacks", "Stacks (where the threads are)", OK, _one_line(cause, 300))
+    return Check.of(CheckId.STACKS, OK, _one_line(cause, 300))
 
 
 # -- GPUs ---------------------------------------------------------------------------------------
@@ -245,12 +245,12 @@ def gpus_check(snap: GpuSnapshot | None, ev: Evidence, alive: bool | None) -> Ch
         return gpu_check_for_status(snap, ev.status, alive)
     with_run = [g for g in snap.gpus if any(p.is_run_process for p in g.processes)]
     if not with_run:
-        return Check(GPU_CHECK_ID, GPU_LABEL, OK,
+        return Check.of(CheckId.GPUS, OK,
                      f"no process of the run on the host's {len(snap.gpus)} GPU(s): it uses none so far")
     used = sum(p.used_memory_bytes or 0 for g in with_run for p in g.processes if p.is_run_process)
     util = run_gpu_util(snap)
     busy = f", {util[0]:.0f} % SM ({util[1]})" if util is not None else ""
-    return Check(GPU_CHECK_ID, GPU_LABEL, OK,
+    return Check.of(CheckId.GPUS, OK,
                  f"run processes on {len(with_run)} GPU(s) ({', '.join(str(g.index) for g in with_run)}), "
                  f"{used / 1024 ** 3:.1f} GiB{busy}")
 

@@ -23,10 +23,9 @@ from typing import Iterable
 
 from ...contract.rundir import TrainStatus
 from ...gpu.sample import GpuErrorKind, GpuSnapshot
-from .checklist import Check, CheckState
+from .checklist import Check, CheckId, CheckState
 
-CHECK_ID = "gpus"
-LABEL = "GPUs in use by the run"
+CHECK_ID = CheckId.GPUS
 
 _BYTES_GIB = 1024 ** 3
 
@@ -51,7 +50,7 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
     not known yet. compile_done: every thread finished its compile warm-up.
     """
     def check(state: CheckState, cause: str, hint: str = "") -> Check:
-        return Check(CHECK_ID, LABEL, state, cause, hint)
+        return Check.of(CHECK_ID, state, cause, hint)
 
     devices = None if run_devices is None else cuda_devices(run_devices)
     cpu_only = devices is not None and not devices

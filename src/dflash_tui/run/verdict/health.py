@@ -8,7 +8,7 @@ changed. The words (ages, durations, one-line causes) are dflash_tui/words.py's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ...contract.rundir import TRAIN_LOG, CompileState, Phase, ThreadStatus, TrainStatus
 
@@ -25,7 +25,7 @@ from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
 from .stragglers import paces, stragglers, with_stragglers
 from .stall_limit import StallLimit, run_pause, stall_limit
-from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
+from .checklist import Check, CheckId, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -97,7 +97,7 @@ def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
     bad = [*getattr(ev.probes, "problems", ()), *ev.hang.bad_files]
     if not bad:
         return cl
-    note = Check("probe_files", "Probe files", WARN, _one_line("; ".join(bad), 300),
+    note = Check.of(CheckId.PROBE_FILES, WARN, _one_line("; ".join(bad), 300),
                  "the verdict is judged without them")
     return cl.with_parts(checks=[*cl.checks, note])
 
@@ -113,18 +113,18 @@ def _judge(ev: Evidence, limits: Limits) -> Checklist:
     if ev.launch is None:                              # NO RUN, STARTING, NEVER STARTED
         return _not_launched(ev, attempt, run_id, checks, limits)
     launch = ev.launch
-    checks.append(Check("launch_json", "Wrapper ran (launch.json)", OK,
+    checks.append(Check.of(CheckId.LAUNCH_JSON, OK,
                         f"pid {launch.pid} on {launch.host or '?'} as {launch.user or '?'}", "", launch.start_time))
 
     log_why = log_problem(ev)                          # LOG MISSING
     if log_why:
         full = log_why.startswith("disk full: ")
-        checks.append(Check("train_log", "Log (train.log)", FAIL, _one_line(log_why),
+        checks.append(Check.of(CheckId.TRAIN_LOG, FAIL, _one_line(log_why),
                             DISK_HINT if full else "fix the run dir's permissions/disk space/path and relaunch",
                             launch.start_time))
         return Checklist(Verdict.LOG_MISSING, checks, _one_line(log_why, 400))
     log = ev.files[TRAIN_LOG]
-    checks.append(Check("train_log", "Log (train.log)", OK, f"{log.size} bytes, written {_age(ev.now, log.mtime)}",
+    checks.append(Check.of(CheckId.TRAIN_LOG, OK, f"{log.size} bytes, written {_age(ev.now, log.mtime)}",
                         "", log.mtime))
 
     alive = process_matches(launch, ev.proc)           # STOPPED, FINISHED, CRASHED, KILLED
@@ -133,11 +133,11 @@ def _judge(ev: Evidence, limits: Limits) -> Checklist:
         gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused, or the run dir is a copy)"
                                        if reused else "is gone")
         expected = ev.stop is not None or (ev.exit is not None and ev.exit.exit_code == 0)
-        checks.append(Check("process", "Process", OK if expected else FAIL, gone, "",
+        checks.append(Check.of(CheckId.PROCESS, OK if expected else FAIL, gone, "",
                             ev.exit.end_time if ev.exit else None))
         return _ended(ev, checks, gone, limits)
     uptime = ev.now - launch.start_time
-    checks.append(Check("process", "Process", OK, f"pid {launch.pid}, up {_duration(uptime)}", "", launch.start_time))
+    checks.append(Check.of(CheckId.PROCESS, OK, f"pid {launch.pid}, up {_duration(uptime)}", "", launch.start_time))
     if ev.exit is not None:
         # The wrapper writes exit.json just before it exits: the trainer has ended.
         return _ended(ev, checks, f"pid {launch.pid} is exiting", limits)
@@ -196,7 +196,7 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
     (STARTING), or it never ran (NEVER STARTED)."""
     add = checks.append
     if run_id is None and not ev.exists("launch.sh"):
-        add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
+        add(Check.of(CheckId.LAUNCH_JSON, PENDING,
                   f"nothing launched in {ev.run_dir}", "launch with --launch or press r"))
         return Checklist(Verdict.NO_RUN, checks, f"no run in {ev.run_dir}")
     sent_at = attempt.target_time if attempt and attempt.target_time is not None else (
@@ -209,11 +209,11 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
         bool(attempt.error) or not attempt.wrapper_written or attempt.pid is None
         or (ev.detached_proc is not None and ev.detached_proc.gone))
     if waited is not None and waited < limits.launch_deadline_s and not ev.launch_problem and not certain:
-        add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
+        add(Check.of(CheckId.LAUNCH_JSON, PENDING,
                   f"waiting for launch.json ({waited:.1f} s of {limits.launch_deadline_s:.0f} s)", ""))
         return Checklist(Verdict.STARTING, checks, "launch sent; waiting for the wrapper")
     why = never_started_cause(ev, attempt)
-    add(Check("launch_json", "Wrapper ran (launch.json)", FAIL, why,
+    add(Check.of(CheckId.LAUNCH_JSON, FAIL, why,
               "the launch shell never ran; see the launch command's status and launch.out", sent_at))
     summary = why
     if attempt is not None and not attempt.error:
@@ -231,7 +231,7 @@ def _stopping(ev: Evidence, checks: list[Check], limits: Limits) -> Checklist | 
     sent, by = stop.signal_sent or "stop", stop.requested_by or "?"
     slack = SCANCEL_SLACK_S if sent == "scancel" else STOP_SLACK_S
     if now - stop.requested_time > limits.stop_grace_s + slack:
-        checks.append(Check("stop", "Stop requested", FAIL,
+        checks.append(Check.of(CheckId.STOP, FAIL,
                             f"{sent} sent by {by} {_age(now, stop.requested_time)}, pid {pid} still alive",
                             "the stop did not end it: stop it again, or see why it lives on "
                             f"(`cat /proc/{pid}/stat` on the target)", stop.requested_time))
@@ -240,7 +240,7 @@ def _stopping(ev: Evidence, checks: list[Check], limits: Limits) -> Checklist | 
         how = f"SIGKILL sent after stop_grace_s ({limits.stop_grace_s:.0f} s), pid {pid} still exiting"
     else:
         how = f"pid {pid} still alive, SIGKILL after stop_grace_s ({limits.stop_grace_s:.0f} s)"
-    checks.append(Check("stop", "Stop requested", WARN, f"{sent} sent by {by} {_age(now, stop.requested_time)}",
+    checks.append(Check.of(CheckId.STOP, WARN, f"{sent} sent by {by} {_age(now, stop.requested_time)}",
                         f"it is saving or shutting down: {how}", stop.requested_time))
     disk_c, _ = disk_check(ev)
     if disk_c is not None:
@@ -284,7 +284,7 @@ def _limit_check(checks: list[Check], stall: StallLimit) -> None:
     """A "Silence limit" check once the pace (or a known pause) sets the limit; the fixed rule
     alone needs no line (`--check --json` carries it as stall_limit_s always)."""
     if stall.from_pace:
-        checks.append(Check("stall_limit", "Silence limit", OK, _one_line(stall.to_words()), ""))
+        checks.append(Check.of(CheckId.STALL_LIMIT, OK, _one_line(stall.to_words()), ""))
 
 
 def _limit_words(silent: str, stall: StallLimit) -> str:
@@ -323,7 +323,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
     add = checks.append
     now, launch, act = ev.now, ev.launch, ev.activity
     if ev.status_problem:
-        add(Check("status", "status.json", WARN, _one_line(ev.status_problem), "judged from the log and CPU", None))
+        add(Check.of(CheckId.STATUS, WARN, _one_line(ev.status_problem), "judged from the log and CPU", None))
     for c in (probe_check(ev, limits.stall_after_s), cpu_check(act, uptime)):
         if c is not None:
             add(c)
@@ -346,14 +346,14 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
 
     if silent_for <= quiet_s:
         if last is None:
-            add(Check("progress", "Progress (log, events)", PENDING,
+            add(Check.of(CheckId.PROGRESS, PENDING,
                       f"no output from the program yet (up {_duration(uptime)})", ""))
             return verdict(Verdict.STARTING, f"pid {launch.pid} started, no output from the program yet")
         if not act.advancing:
-            add(Check("progress", "Progress (log, events)", PENDING,
+            add(Check.of(CheckId.PROGRESS, PENDING,
                       f"output {_age(now, last)}, no progress line yet (up {_duration(uptime)})", "", last))
             return verdict(Verdict.STARTING, f"pid {launch.pid} started, output {_age(now, last)}")
-        add(Check("progress", "Progress (log, events)", OK, f"{parsed or 'log output'}, last {_age(now, last)}", "", last))
+        add(Check.of(CheckId.PROGRESS, OK, f"{parsed or 'log output'}, last {_age(now, last)}", "", last))
         return verdict(Verdict.RUNNING, f"{parsed + ', ' if parsed else ''}output {_age(now, last)}, up {_duration(uptime)}")
     silent = "no output yet" if last is None else f"no output for {_duration(silent_for)}"
     advanced = act is not None and act.advancing
@@ -362,7 +362,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
         what, where = ("compiling", "the compiler") if compiling(views) else ("importing modules", "imports")
         cls = ThreadClass.COMPILING if what == "compiling" else ThreadClass.IMPORTING
         n = sum(1 for v in views if v.cls is cls)
-        add(Check("progress", "Progress (log, events)", WARN,
+        add(Check.of(CheckId.PROGRESS, WARN,
                   f"{silent}: {what} ({n} thread(s) in {where}), {cpu_words(act)}",
                   f"STALLED after compile_stall_after_s ({limits.compile_stall_after_s:.0f} s) of this", last))
         return verdict(Verdict.RUNNING if advanced else Verdict.STARTING,
@@ -379,12 +379,12 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
             moves = f"its stack moves in library code ({act.stack_moved_where})"
             hint = "starting up, or working inside a library: STALLED once its stack stands still"
             summary = f"{silent} but {moves}"
-        add(Check("progress", "Progress (log, events)", WARN, f"{silent}, but {moves} {_age(now, act.stack_moved_at)}",
+        add(Check.of(CheckId.PROGRESS, WARN, f"{silent}, but {moves} {_age(now, act.stack_moved_at)}",
                   hint, act.stack_moved_at))
         return verdict(Verdict.RUNNING if act.stack_moved_own or advanced else Verdict.STARTING, summary)
     if silent_for <= limit and limit > limits.stall_after_s:
         # No stacks to tell what it is: busy and silent, within the compile limit.
-        add(Check("progress", "Progress (log, events)", WARN,
+        add(Check.of(CheckId.PROGRESS, WARN,
                   f"{silent}, but the process tree is {cpu_words(act)}",
                   f"a compile or data preparation? STALLED after compile_stall_after_s "
                   f"({limits.compile_stall_after_s:.0f} s) of this", last))
@@ -400,7 +400,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
         hint = "blocked on I/O, a lock or a peer: look at the log's last lines and the threads"
     if disk_words:
         why, hint = f"{disk_words}; {why}", DISK_HINT
-    add(Check("progress", "Progress (log, events)", FAIL, _one_line(_limit_words(silent, stall)), hint, last))
+    add(Check.of(CheckId.PROGRESS, FAIL, _one_line(_limit_words(silent, stall)), hint, last))
     return verdict(Verdict.STALLED, _with_limit(why, stall, silent_for), hang)
 
 
@@ -416,10 +416,10 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     warming = st.phase == Phase.WARMING.value or bool(compiling)
     hb_limit = _silence_limit(ev, limits, views, trainer_compiling=warming)
     if hb_age > hb_limit:
-        add(Check("heartbeat", "Heartbeat", FAIL, f"last heartbeat {_age(now, hb)} (limit {hb_limit:.0f} s)",
+        add(Check.of(CheckId.HEARTBEAT, FAIL, f"last heartbeat {_age(now, hb)} (limit {hb_limit:.0f} s)",
                   "the process is alive but not beating: look for a deadlock or a stuck compile", hb))
     else:
-        add(Check("heartbeat", "Heartbeat", OK, f"last heartbeat {_age(now, hb)}", "", hb))
+        add(Check.of(CheckId.HEARTBEAT, OK, f"last heartbeat {_age(now, hb)}", "", hb))
 
     judged = thread_states(st, now, limits, live=True)
     by_name = {t.name: t for t in st.threads}
@@ -430,13 +430,13 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
                  for j in trouble]
         went_silent = min((by_name[j.name].last_beat_time for j in trouble
                            if by_name[j.name].last_beat_time is not None), default=None)
-        add(Check("threads", "Threads", FAIL, _one_line("; ".join(parts)),
+        add(Check.of(CheckId.THREADS, FAIL, _one_line("; ".join(parts)),
                   "the named threads stopped; their compile state says where", went_silent))
     elif st.threads:
         states = sorted({t.compile_state for t in st.threads})
         waiting = any(j.state is ThreadState.WAITING for j in judged)
         what = "waiting for the warm-up" if waiting else "beating"
-        add(Check("threads", "Threads", OK, f"{len(st.threads)} threads {what} ({', '.join(states)})", "",
+        add(Check.of(CheckId.THREADS, OK, f"{len(st.threads)} threads {what} ({', '.join(states)})", "",
                   launch.start_time))
 
     last_step = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
@@ -448,21 +448,21 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
         progress_at = last_progress(ev, step_at)
         if training and now - progress_at > stall.seconds:
             unchanged = f"step {st.step} unchanged since {_age(now, step_at)}"
-            add(Check("steps", "Steps advancing", FAIL, _limit_words(unchanged, stall) if stall.from_pace else unchanged,
+            add(Check.of(CheckId.STEPS, FAIL, _limit_words(unchanged, stall) if stall.from_pace else unchanged,
                       "heartbeats without steps: a worker is stuck (the threads check names it)", last_step))
         else:
             total = f"/{st.total_steps}" if st.total_steps else ""
-            add(Check("steps", "Steps advancing", OK, f"step {st.step}{total}, last {_age(now, step_at)}",
+            add(Check.of(CheckId.STEPS, OK, f"step {st.step}{total}, last {_age(now, step_at)}",
                       "", last_step))
     elif uptime > limits.compile_stall_after_s:
         # Heartbeats alone do not make progress: a warm-up that never ends is a stall too.
-        add(Check("steps", "Steps advancing", FAIL, f"phase {st.phase}, no step in {_duration(uptime)}",
+        add(Check.of(CheckId.STEPS, FAIL, f"phase {st.phase}, no step in {_duration(uptime)}",
                   f"longer than compile_stall_after_s ({limits.compile_stall_after_s:.0f} s): see the log",
                   launch.start_time + limits.compile_stall_after_s))
     else:
-        add(Check("steps", "Steps advancing", PENDING, f"phase {st.phase}, no step yet", "", launch.start_time))
+        add(Check.of(CheckId.STEPS, PENDING, f"phase {st.phase}, no step yet", "", launch.start_time))
     if st.last_error:
-        add(Check("errors", "Trainer errors", WARN, _one_line(st.last_error), "see the log", st.time))
+        add(Check.of(CheckId.ERRORS, WARN, _one_line(st.last_error), "see the log", st.time))
     _limit_check(checks, stall)
     for c in (probe_check(ev, limits.stall_after_s), cpu_check(ev.activity, uptime)):
         if c is not None:
@@ -471,19 +471,19 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     if disk_c is not None:
         add(disk_c)
 
-    failing = [c for c in checks if c.id in ("heartbeat", "threads", "steps") and c.state is FAIL]
+    failing = [c for c in checks if c.id in (CheckId.HEARTBEAT, CheckId.THREADS, CheckId.STEPS) and c.state is FAIL]
     if failing:
         hang = None
         if trouble:
             names = ", ".join(f"{j.name} [{by_name[j.name].compile_state}]" for j in trouble)
             summary = f"threads stopped: {names}"
         else:
-            silent_for = now - max(hb if failing[0].id == "heartbeat" else (last_progress(ev, last_step or st.time)),
+            silent_for = now - max(hb if failing[0].id == CheckId.HEARTBEAT else (last_progress(ev, last_step or st.time)),
                                    launch.start_time)
             summary, hang = _stalled_words(ev, views, silent_for,
-                                           heartbeat="no heartbeat" if failing[0].id == "heartbeat" else "")
+                                           heartbeat="no heartbeat" if failing[0].id == CheckId.HEARTBEAT else "")
             summary = f"{failing[0].cause}; {summary}"
-            if failing[0].id == "steps":
+            if failing[0].id == CheckId.STEPS:
                 summary = _with_limit(summary, stall, silent_for)
         if disk:
             summary = f"{disk}; {summary}"
@@ -493,7 +493,7 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     stacks = stacks_check(ev, views, None, False)
     if stacks is not None:
         add(stacks)
-    if not any(c.id == "steps" and c.state is OK for c in checks):
+    if not any(c.id == CheckId.STEPS and c.state is OK for c in checks):
         return Checklist(Verdict.STARTING, checks, f"pid {launch.pid} alive, phase {st.phase}, heartbeats fresh",
                          judged, stall_limit_s=stall.seconds, stall_limit_why=stall.to_words())
     total = f"/{st.total_steps}" if st.total_steps else ""
@@ -590,28 +590,28 @@ def _ended(ev: Evidence, checks: list[Check], gone: str, limits: Limits) -> Chec
             summary = f"{disk}; {gone} and its exit status could not be recorded (no exit.json)"
         # When the wrapper died is not recorded; its log's last write is the nearest evidence.
         last_write = ev.files[TRAIN_LOG].mtime if ev.exists(TRAIN_LOG) else None
-        add(Check("exit", "Exit status", FAIL, _one_line(why), hint, last_write))
+        add(Check.of(CheckId.EXIT, FAIL, _one_line(why), hint, last_write))
         if ev.last_traceback:
-            add(Check("traceback", "Last traceback", WARN, _one_line(exception_line(ev.last_traceback)),
+            add(Check.of(CheckId.TRACEBACK, WARN, _one_line(exception_line(ev.last_traceback)),
                       "see the log", last_write))
         root = _root_cause(ev, checks, last_write)
         if root:
             summary = f"{summary}; {root}"
         return Checklist(Verdict.KILLED, checks, _one_line(summary, 400), threads)
     if ex.exit_code == 0:
-        add(Check("exit", "Exit status", OK, "exit code 0", "", ex.end_time))
+        add(Check.of(CheckId.EXIT, OK, "exit code 0", "", ex.end_time))
         return Checklist(Verdict.FINISHED, checks, "finished with exit code 0", threads)
     what = f"killed by {_signame(ex.signal)}" if ex.exit_code is None else f"exit code {ex.exit_code}"
     root = _root_cause(ev, checks, ex.end_time)
     if root:
         what = f"{what}; {root}"
-    add(Check("exit", "Exit status", FAIL, what, DISK_HINT if disk else "see the traceback and the log",
+    add(Check.of(CheckId.EXIT, FAIL, what, DISK_HINT if disk else "see the traceback and the log",
               ex.end_time))
     cause = exception_line(ev.last_traceback)
     if not cause and ev.log_tail and ex.signal is None:
         cause = last_line(ev.log_tail)
     if ev.last_traceback:
-        add(Check("traceback", "Last traceback", FAIL, _one_line(cause), "read it at the end of train.log",
+        add(Check.of(CheckId.TRACEBACK, FAIL, _one_line(cause), "read it at the end of train.log",
                   ex.end_time))
     summary = what + (f": {cause}" if cause else "") + (f"; {disk}" if disk else "")
     return Checklist(Verdict.CRASHED, checks, _one_line(summary, 400), threads)
@@ -627,9 +627,9 @@ def _stopped(ev: Evidence, checks: list[Check], threads: list[ThreadHealth]) -> 
     else:
         how = f"exit code {ex.exit_code}"
     by = stop.requested_by or "?"
-    checks.append(Check("exit", "Exit status", OK, f"{how}, after the stop request", "",
+    checks.append(Check.of(CheckId.EXIT, OK, f"{how}, after the stop request", "",
                         ex.end_time if ex else None))
-    checks.append(Check("stop", "Stop requested", OK,
+    checks.append(Check.of(CheckId.STOP, OK,
                         f"{stop.signal_sent or 'stop'} by {by} {_age(now, stop.requested_time)}", "",
                         stop.requested_time))
     act = ev.activity
@@ -637,7 +637,7 @@ def _stopped(ev: Evidence, checks: list[Check], threads: list[ThreadHealth]) -> 
     if act is not None and act.checkpoint:
         step = f"step {act.checkpoint_step} " if act.checkpoint_step is not None else ""
         where = f"; last checkpoint {step}{act.checkpoint}"
-        checks.append(Check("checkpoint", "Last checkpoint", OK, _one_line(f"{step}{act.checkpoint}"), ""))
+        checks.append(Check.of(CheckId.CHECKPOINT, OK, _one_line(f"{step}{act.checkpoint}"), ""))
     return Checklist(Verdict.STOPPED, checks,
                      _one_line(f"stopped by {by} {_age(now, stop.requested_time)} ({how}){where}", 400), threads)
 
@@ -651,7 +651,7 @@ def _root_cause(ev: Evidence, checks: list[Check], when: float | None) -> str:
     who = f"rank {rc.rank}" if rc.rank is not None else (f"pid {rc.pid}" if rc.pid is not None else "a rank")
     line = exception_line(rc.traceback) if rc.traceback else ""
     words = f"{who} failed first ({_age(ev.now, rc.time)}): {line or _one_line(rc.message)}"
-    checks.append(Check("root_cause", "First failure (torchelastic)", FAIL, _one_line(words, 300),
+    checks.append(Check.of(CheckId.ROOT_CAUSE, FAIL, _one_line(words, 300),
                         "its traceback is the cause; the other ranks' errors followed it", rc.time))
     return words
 
