@@ -35,7 +35,7 @@ function since it entered it (its innermost own frame, the line aside: a loop is
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
+from enum import StrEnum
 
 from ...contract.rundir import ProbeReport, ProbeThread
 from ...words import cpu_use, duration
@@ -91,7 +91,7 @@ class ThreadView:
                 "source": self.source, "stale": self.stale}
 
 
-class HangKind(str, Enum):
+class HangKind(StrEnum):
     """The run's one kind of hang (the table above), first match wins."""
 
     COLLECTIVE = "collective"
