@@ -61,7 +61,7 @@ class CheckId(StrEnum):
     `label`, the words a person reads for it. A run on several nodes prefixes its nodes' ids
     ("n1:steps", combine.py), so `Check.id` stays a str."""
 
-    # The launch and what the wrapper wrote (run/verdict/checks/)
+    # The launch and what the wrapper wrote (built in run/verdict/checks/)
     LAUNCH_CMD = "launch_cmd"
     LAUNCH_JSON = "launch_json"
     TRAIN_LOG = "train_log"

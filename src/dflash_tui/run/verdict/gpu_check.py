@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ...contract.rundir import TrainStatus
+from ...contract.rundir import Phase, TrainStatus
 from ...gpu.sample import GpuErrorKind, GpuSnapshot
 from .checklist import Check, CheckId, CheckState
 
@@ -114,8 +114,8 @@ def _list(items: Iterable[int]) -> str:
     return ", ".join(str(i) for i in items)
 
 
-# Trainer phases after the main-thread compile warm-up (contract.rundir.Phase values).
-_PAST_COMPILE = {"training", "checkpointing", "evaluating", "finished"}
+# Trainer phases after the main-thread compile warm-up.
+_PAST_COMPILE = {Phase.TRAINING.value, Phase.CHECKPOINTING.value, Phase.EVALUATING.value, Phase.FINISHED.value}
 
 
 def gpu_check_for_status(snap: GpuSnapshot | None, status: "TrainStatus | None",
