@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from .remote.container import parse_container_spec
+from .remote.ssh_dest import SSHDest
 from .progress_regex import ProgressRegexError, compile_progress_regex
 from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
 from .words import did_you_mean
@@ -164,6 +165,11 @@ class Profile:
         """This profile's limits, built once (a frozen profile never changes them)."""
         return Limits(self.stall_after_s, self.compile_stall_after_s, self.launch_deadline_s, self.stop_grace_s,
                       self.learn_stall)
+
+    @cached_property
+    def ssh_dest(self) -> SSHDest:
+        """Where and as whom its host is reached (host None: this machine)."""
+        return SSHDest(self.host, self.port, self.user, self.identity_file, self.known_hosts, self.ssh_config)
 
     @property
     def is_local(self) -> bool:

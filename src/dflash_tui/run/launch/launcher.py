@@ -81,8 +81,7 @@ class Launcher(ABC):
         """The machine: commands, the agent's host, NVML. Raises ValueError naming the bad field.
         The profile's host over SSH, or this machine; a backend that reaches its machine another
         way overrides it."""
-        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
-                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+        return make_host_target(profile.ssh_dest)
 
     @classmethod
     @abstractmethod
