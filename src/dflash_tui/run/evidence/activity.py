@@ -508,11 +508,8 @@ class ProgressTracker:
         if self._disk_at is not None and now - self._disk_at < DISK_EVERY_S:
             return
         self._disk_at = now
-        disk_free = getattr(ops, "disk_free", None)
-        if disk_free is None:
-            return
         try:
-            self._disk = await disk_free(run_dir)
+            self._disk = await ops.disk_free(run_dir)
         except TRANSPORT_FAILURES:
             raise
         except TargetError:

@@ -104,7 +104,7 @@ def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
     """The checklist with a warn naming the probe directory's files that could not be read
     (probe reports, Flight Recorder dumps, error files, stack dumps): the verdict stands
     without them, and the note says which file and what is wrong with it."""
-    note = probe_files_check([*getattr(ev.probes, "problems", ()), *ev.hang.bad_files])
+    note = probe_files_check([*ev.probes.problems, *ev.hang.bad_files])
     return cl if note is None else cl.with_parts(checks=[*cl.checks, note])
 
 

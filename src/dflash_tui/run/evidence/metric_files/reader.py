@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ....remote.base import TRANSPORT_FAILURES, TargetError
+from ....remote.ops import look_ops
 from ..metric_point import MetricPoint
 from . import csv_logger, hf_state, mlflow, tensorboard
 from .fallback import metric_read_over
@@ -526,8 +527,8 @@ class MetricFiles:
     async def _ask(self, ops, items: list[dict]) -> list[dict] | None:
         self.requests += 1
         try:
-            read = getattr(ops, "metric_read", None)
-            return await (read(items) if read is not None else metric_read_over(ops, items))
+            agent = look_ops(ops)
+            return await (agent.metric_read(items) if agent is not None else metric_read_over(ops, items))
         except TRANSPORT_FAILURES:
             raise
         except TargetError as exc:
