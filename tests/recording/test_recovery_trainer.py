@@ -16,6 +16,8 @@ import pytest
 import torch
 
 from dflash_tui.contract import rundir
+from dflash_tui.recording.goodput import goodput
+from dflash_tui.recording.store import ChangeStore
 from tests.recording.test_daemon import start_watcher
 from tests.recording.test_recovery import actions, states, wait_until
 from tests.test_cli_modes import cli, toml_str
@@ -93,3 +95,14 @@ def test_the_trainer_sigkilled_mid_run_is_resumed_by_the_policy_bit_for_bit(tmp_
     for (ka, sa), (kb, sb) in zip(a["optimizer"]["state"].items(), b["optimizer"]["state"].items()):
         for name in sa:
             assert torch.equal(torch.as_tensor(sa[name]), torch.as_tensor(sb[name])), (ka, name)
+    # Goodput's checkpoint cause: the saves' seconds the trainer's events reported, summed in
+    # the evidence of the killed run's last change.
+    saves = [json.loads(line) for line in (run_dir / "history" / first / rundir.EVENTS_JSONL).read_text().splitlines()
+             if '"checkpoint"' in line]
+    reported = sum(e.get("seconds") or 0.0 for e in saves if e.get("action") == "saved")
+    with ChangeStore(tmp_path / "watch.sqlite3", readonly=True) as store:
+        changes = store.changes("p")
+    killed = [c for c in changes if c.run_id == first][-1]
+    assert reported > 0 and killed.evidence.checkpoint_s == pytest.approx(reported, abs=0.01), (saves, killed)
+    good = goodput(changes, time.time(), 60)
+    assert good.runs[first]["checkpoint"] == pytest.approx(reported, abs=0.01), good

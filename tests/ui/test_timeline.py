@@ -13,6 +13,7 @@ import time
 import pytest
 
 from dflash_tui.recording.change import Evidence, VerdictChange
+from dflash_tui.recording.goodput import goodput
 from dflash_tui.recording.store import ChangeStore
 from dflash_tui.recording.timeline import bands
 from dflash_tui.ui.screens.fleet import FleetScreen
@@ -104,6 +105,21 @@ async def test_t_on_a_fleet_row_opens_its_timeline_and_escape_comes_back(store, 
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(pilot.app.screen, FleetScreen)
+
+
+async def test_the_goodput_line_shows_goodputs_result_for_the_profile(store, utc):
+    app = app_with(store)
+    async with app.run_test(size=(130, 30)) as pilot:
+        await on_timeline()(pilot)
+        screen = pilot.app.screen
+        line = str(screen.query_one("#tl-goodput").render())
+        assert screen.stall_after_s == app.fleet.profiles[PROFILE].stall_after_s
+    with ChangeStore(store, readonly=True) as s:
+        expected = goodput(s.changes(PROFILE), R.T0, screen.stall_after_s)
+    assert line == expected.words(), line
+    # run-a crashed after 2,100 s of RUNNING; run-b stalled, was unreachable: all named.
+    assert line.startswith(f"goodput {expected.percent:.0f} % of 2.0 h since the first launch; lost ")
+    assert "stalled" in line and "down" in line and "unreachable" in line and "lost progress" in line
 
 
 async def test_a_profile_with_nothing_recorded_says_how_to_start_the_watcher(tmp_path, utc):

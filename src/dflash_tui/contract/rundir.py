@@ -435,6 +435,7 @@ class CheckpointEvent:
     step: int = field(metadata={"min": 0})
     path: str = ""
     action: str = ""                     # "saved" | "resumed"
+    seconds: float | None = None         # a save: how long it took
 
 
 @dataclass

@@ -51,6 +51,11 @@ class Evidence:
     pid: int | None = None
     exit_code: int | None = None
     eta_s: float | None = None            # seconds to the run's total at its recent rate
+    # when `step` was reached, the step's own time (the log's write, the step event's time,
+    # status.json's last step), on the watcher's clock: goodput counts progress from it
+    step_at: float | None = None
+    # the checkpoint saves' seconds the trainer reported for this run so far (its events)
+    checkpoint_s: float | None = None
     # a stalled run of several ranks: where its ranks differ, the odd ones out first
     # ("rank 7: lock Queue.get (data.py:40)")
     ranks: tuple[str, ...] = ()
@@ -89,6 +94,7 @@ def sane_evidence(d: dict[str, Any]) -> Evidence:
                     stuck_at=inert(text["stuck_at"], 200),
                     traceback=tuple(inert(line, 200) for line in lines[-TRACEBACK_LINES:]),
                     pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")), eta_s=finite_number(d.get("eta_s")),
+                    step_at=finite_number(d.get("step_at")), checkpoint_s=finite_number(d.get("checkpoint_s")),
                     ranks=tuple(inert(w, 200) for w in _strings(d.get("ranks"))[:RANK_GROUPS_KEPT]))
 
 
@@ -142,8 +148,11 @@ def stuck_at(report: RunReport) -> str:
     return ""
 
 
-def evidence_of(report: RunReport) -> Evidence:
+def evidence_of(report: RunReport, now: float | None = None) -> Evidence:
+    """`now`: the watcher's clock when it saw `report` (the step's time is moved onto it)."""
     p = report.progress
+    skew = 0.0 if now is None else now - report.time
+    act = report.activity
     tb = report.last_traceback.strip().splitlines()[-TRACEBACK_LINES:] if report.last_traceback else []
     verdict = report.checklist.verdict.value
     return sane_evidence({
@@ -151,6 +160,8 @@ def evidence_of(report: RunReport) -> Evidence:
         # The loss its progress gave, else its metric files' (a program that prints nothing).
         "loss": p.loss if p and p.loss is not None else (report.metrics.newest_loss() if report.metrics else None),
         "eta_s": round(p.eta_s, 1) if p and p.eta_s is not None else None,
+        "step_at": round(p.time + skew, 3) if p and p.time is not None else None,
+        "checkpoint_s": round(act.checkpoint_s, 3) if act is not None and act.checkpoint_s else None,
         "rate": p.rate if p else None, "rate_unit": p.rate_unit if p else "",
         "stuck_at": stuck_at(report) if verdict == "STALLED" else "", "traceback": tb,
         "pid": report.launch.pid if report.launch is not None else None,
@@ -166,4 +177,4 @@ def change_of(report: RunReport, *, previous: str, before: Checklist | None, now
     return VerdictChange(profile=report.profile, run_id=run_id_of(report), time=now, state=state,
                          previous=previous, cause=inert(cause),
                          check=deciding_check(report.checklist, before, not report.connected),
-                         evidence=evidence_of(report), first_look=first_look)
+                         evidence=evidence_of(report, now), first_look=first_look)

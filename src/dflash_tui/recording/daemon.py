@@ -58,7 +58,8 @@ class Watcher:
             only = len(store.changes(last.profile, run_id=last.run_id)) == 1
             self.policy.resume(replace(last, first_look=only), now)
         self.recorder.listeners.append(self._changed)
-        self.sender = NotifySender(retry_max_s=config.notify.retry_max_s, on_delivery=on_notified,
+        self.on_notified = on_notified
+        self.sender = NotifySender(retry_max_s=config.notify.retry_max_s, on_delivery=self._delivered,
                                    clock=clock)
         self._due = asyncio.Event()
         self._stop = asyncio.Event()
@@ -71,6 +72,13 @@ class Watcher:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _delivered(self, d) -> None:
+        """The sender's report of one delivery (its worker thread)."""
+        if self.recovery is not None:
+            self.recovery.delivered(d)   # a recovery notice every URL took: marked sent in the outbox
+        if self.on_notified is not None:
+            self.on_notified(d)
 
     def _changed(self, change: VerdictChange) -> None:
         log.info("%s: %s -> %s%s: %s", change.profile, change.previous or "(first seen)", change.state,
@@ -120,6 +128,8 @@ class Watcher:
     async def run(self) -> None:
         poller = FleetPoller(self.profiles, interval=self.interval, gpu_interval=self.gpu_interval)
         clock_task = asyncio.create_task(self._notify_clock(), name="watch notify clock")
+        if self.recovery is not None:
+            self.recovery.send_pending()   # what a watcher killed before the send left in the outbox
         recover_task = (asyncio.create_task(self.recovery.run(poller.watches), name="watch recovery")
                         if self.recovery is not None else None)
         try:

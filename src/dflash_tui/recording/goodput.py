@@ -4,14 +4,19 @@ evidence alone (no recorder calls in the trainer). Pure.
 
 Badput causes (seconds), each band of the timeline counted once:
 - queued: QUEUED and BLOCKED (Slurm);
-- starting: STARTING (launch to the first step: imports, compile, data);
+- starting: STARTING (launch to the first step: imports, compile, data), until the first
+  step's own time: the watcher records RUNNING a look or two after the step, so the RUNNING
+  change's step time (`step_at`), taken back to the run's first step at the run's own pace,
+  is where progress began;
 - stalled: STALLED and GPU LOST (from the verdict to the action: the recovery's stop, or the
-  next change), and the silence before a
-  STALLED verdict (the last `stall_after_s` of the RUNNING band before it);
+  next change), and the silence before a STALLED verdict (from the last step's own time, the
+  STALLED change's `step_at`; without one, the last `stall_after_s` of the RUNNING band);
 - down: a stop under way (STOPPING), and from a run's end (CRASHED, KILLED, STOPPED, ...) to
   the next run's first change (the backoff included);
 - lost_progress: the steps a failure threw away (the failed run's best step minus the step
   the next run started from), at the failed run's own step time, taken out of its RUNNING time;
+- checkpoint: the checkpoint saves' seconds the trainer reported (its checkpoint events'
+  `seconds`, summed in each change's evidence as `checkpoint_s`), taken out of its RUNNING time;
 - unreachable: while the target did not answer (what the run did then is unknown).
 Goodput = the rest of the RUNNING time; percent = goodput / wall. The wall ends at the start
 of the last band when that band is an end (FINISHED, or a failure nothing followed), else now.
@@ -24,9 +29,9 @@ from typing import Any, Mapping, Sequence
 
 from ..words import duration
 from .change import VerdictChange
-from .timeline import Band, bands
+from .timeline import Band, bands, runs
 
-CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "unreachable")
+CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "checkpoint", "unreachable")
 _QUEUED = ("QUEUED", "BLOCKED")
 _STALLED = ("STALLED", "GPU LOST")
 _LIVE = ("RUNNING", "STARTING", "STALLED", "GPU LOST", "QUEUED", "BLOCKED", "UNREACHABLE", "NO RUN",
@@ -97,19 +102,24 @@ def goodput(changes: Sequence[VerdictChange], now: float, stall_after_s: float,
     ended = last.state not in _LIVE
     end = last.start if ended else max(last.end, now)
     out.wall_s = max(0.0, end - all_bands[0].start)
+    early = _progress_began(all_bands)
     for i, b in enumerate(all_bands):
         if ended and b is last:
             break
         run, state, secs = b.change.run_id, b.state, b.seconds
         nxt = all_bands[i + 1] if i + 1 < len(all_bands) else None
         if state == "RUNNING":
-            silent = min(stall_after_s, secs) if nxt is not None and nxt.state == "STALLED" and nxt.change.run_id == run else 0.0
+            silent = 0.0
+            if nxt is not None and nxt.state == "STALLED" and nxt.change.run_id == run:
+                last_step = nxt.change.evidence.step_at
+                silent = nxt.start - last_step if last_step is not None else stall_after_s
+            silent = min(max(0.0, silent), secs)
             out._add(run, "stalled", silent)
-            out._add(run, "good", secs - silent)
+            out._add(run, "good", secs - silent + early.get(i, 0.0))
         elif state in _QUEUED:
             out._add(run, "queued", secs)
         elif state == "STARTING":
-            out._add(run, "starting", secs)
+            out._add(run, "starting", secs - early.get(i + 1, 0.0))
         elif state in _STALLED:
             cut = stops.get(run)
             cut = min(max(cut, b.start), b.end) if cut is not None else b.end
@@ -119,8 +129,56 @@ def goodput(changes: Sequence[VerdictChange], now: float, stall_after_s: float,
             out._add(run, "unreachable", secs)
         else:
             out._add(run, "down", secs)   # an end, until the next run's first change
+    _checkpoints(out, all_bands)
     _lost_progress(out, all_bands)
     return out
+
+
+def _progress_began(all_bands: Sequence[Band]) -> dict[int, float]:
+    """{index of a RUNNING band that follows its run's STARTING band: how long before the band
+    the run's first step was made}. From the run's step times: the first RUNNING change's step
+    (`step_at`), taken back to the first step of the run at its own pace (the steps and their
+    times of its later changes), where the run continues past the steps of the run before it;
+    never before the STARTING band began."""
+    out: dict[int, float] = {}
+    points: dict[str, list[tuple[int, float]]] = {}   # run id -> (step, its own time) of its changes
+    best: dict[str, int] = {}                         # run id -> its best step
+    for x in all_bands:
+        e = x.change.evidence
+        if e.step is not None:
+            best[x.change.run_id] = max(e.step, best.get(x.change.run_id, e.step))
+            if e.step_at is not None:
+                points.setdefault(x.change.run_id, []).append((e.step, e.step_at))
+    best_before: int | None = None
+    for i, b in enumerate(all_bands):
+        run, e = b.change.run_id, b.change.evidence
+        prev = all_bands[i - 1] if i else None
+        if prev is not None and prev.change.run_id != run:
+            best_before = best.get(prev.change.run_id, best_before)
+        if (b.state == "RUNNING" and prev is not None and prev.state == "STARTING"
+                and prev.change.run_id == run and e.step_at is not None):
+            first_at = e.step_at
+            if e.step is not None:
+                later = [pt for pt in points.get(run, ()) if pt[1] >= e.step_at]
+                first = best_before + 1 if best_before is not None and best_before < e.step else e.step
+                (s0, t0), (s1, t1) = later[0], later[-1]
+                if first < e.step and s1 > s0 and t1 > t0:
+                    first_at -= (e.step - first) * (t1 - t0) / (s1 - s0)
+            out[i] = min(max(0.0, b.start - max(first_at, prev.start)), prev.seconds)
+    return out
+
+
+def _checkpoints(out: Goodput, all_bands: Sequence[Band]) -> None:
+    """Move each run's reported checkpoint-save time from its goodput to checkpoint."""
+    for run, group in runs(all_bands):
+        saved = max((b.change.evidence.checkpoint_s or 0.0 for b in group), default=0.0)
+        per = out.runs.get(run)
+        if per is None or saved <= 0:
+            continue
+        moved = min(per["good"], saved)
+        per["good"] -= moved
+        out.good_s -= moved
+        out._add(run, "checkpoint", moved)
 
 
 def _lost_progress(out: Goodput, all_bands: Sequence[Band]) -> None:

@@ -86,6 +86,7 @@ class Notification:
     urls: tuple[str, ...]
     change: VerdictChange         # the recorded change it announces
     due: float                    # when it became due (local epoch)
+    outbox_id: int | None = None  # a recovery's notice: its row in the store's outbox (recovery_log.py)
 
 
 def open_command(profile: str, config_path: str | None) -> str:

@@ -7,7 +7,9 @@ still live (STALLED, GPU LOST) with the verified stop, waits out the backoff, re
 `launching`, and relaunches through the profile's RunWatch: the bundled trainer with --resume
 from its newest checkpoint, any program with DFLASH_RESTART=<n> in its environment; then
 `launched`. To give up: `gave_up` and the reason. Each restart and each give-up is one
-notification. A watcher killed at any point resumes from the log (module doc there). A stop
+notification, committed with its action in the store's outbox and marked sent once every URL
+took it: a watcher killed between the two sends what is pending when it starts again, once.
+A watcher killed at any point resumes from the log (module doc there). A stop
 by a person is never undone: STOPPED is no trigger, and a run someone else launched meanwhile
 supersedes the plan.
 """
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
 from typing import Callable
 
@@ -28,8 +32,9 @@ from .change import VerdictChange, run_id_of, state_of
 from .goodput import goodput
 from .notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
-from .recovery_log import (GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action,
-                           RecoveryLog, chain_of, failure_json, stop_times)
+from .recovery_log import (GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action, Notice,
+                           RecoveryLog, chain_of, failure_json, mark_sent, stop_times)
+from .sender import Delivery
 from .store import ChangeStore
 
 log = logging.getLogger("dflash_tui.recording")
@@ -39,6 +44,9 @@ LIVE = ("STALLED", "GPU LOST", "RUNNING", "STARTING")   # verdicts whose process
 NEVER_SEEN_S = 120.0   # a `launching` whose new run never shows a run id: given up after this
 # The verdicts that name a node at fault: the relaunch asks the scheduler to avoid it.
 NAMES_A_NODE = ("NODE FAIL",)
+# For tests only: seconds to hold the watcher still right after a notice is committed with its
+# action, before it is handed to the sender (a test SIGKILLs the watcher there).
+PAUSE_ENV = "DFLASH_TUI_TEST_PAUSE_BEFORE_NOTIFY_S"
 
 
 def failed_nodes(state: str, report: RunReport | None) -> tuple[str, ...]:
@@ -62,6 +70,42 @@ class Recovery:
             name: c for name, c in store.last_states().items() if config.recover.for_profile(name) is not None}
         self._tasks: dict[str, asyncio.Task] = {}
         self._wake = asyncio.Event()
+        self._unsent: dict[int, set[str]] = {}   # outbox id -> the URLs that have not taken it yet
+        self._unsent_lock = threading.Lock()
+
+    def send_pending(self) -> None:
+        """A watcher starting: send, once, the notices a watcher before it committed and never
+        marked sent (killed between the action and the send)."""
+        latest = self.store.last_states()
+        for notice in self.log.pending(self.clock()):
+            change = latest.get(notice.profile)
+            urls = self.config.notify.for_profile(notice.profile)
+            if change is None or not urls:
+                continue
+            log.info("%s: sending the notice a watcher before this one did not: %s", notice.profile, notice.title)
+            self._hand_over(Notification(notice.profile, change.state, notice.event, notice.title, notice.body,
+                                         urls, change, notice.time, notice.id))
+
+    def _hand_over(self, n: Notification) -> None:
+        if n.outbox_id is not None:
+            with self._unsent_lock:
+                self._unsent[n.outbox_id] = set(n.urls)
+        self.submit(n)
+
+    def delivered(self, d: Delivery) -> None:
+        """The sender's report (its worker thread): a notice every URL took is marked sent."""
+        oid = d.notification.outbox_id
+        if oid is None or d.sent_at is None:
+            return
+        with self._unsent_lock:
+            left = self._unsent.get(oid)
+            if left is None:
+                return
+            left.discard(d.url)
+            if left:
+                return
+            del self._unsent[oid]
+        mark_sent(self.log.path, oid, d.sent_at)
 
     def changed(self, change: VerdictChange) -> None:
         """The Recorder's listener: a committed change."""
@@ -104,10 +148,21 @@ class Recovery:
             self._tasks.pop(name, None)
             self._wake.set()
 
-    def _record(self, name: str, action: str, run_id: str, attempt: int, **detail) -> Action:
-        a = self.log.record(Action(name, self.clock(), action, run_id, attempt, detail))
+    def _record(self, name: str, action: str, run_id: str, attempt: int,
+                notify: Callable[[Action], Notification | None] | None = None, **detail) -> Action:
+        """Commit an action; with `notify`, the notification it announces in the same
+        transaction (the outbox), then handed to the sender."""
+        a = Action(name, self.clock(), action, run_id, attempt, detail)
+        n = notify(a) if notify is not None else None
+        a = self.log.record(a, Notice(name, n.due, n.event, n.title, n.body) if n is not None else None)
         log.info("%s: recovery %s (run %s, restart %d)%s", name, action, run_id or "-", attempt,
                  f": {detail['reason']}" if "reason" in detail else "")
+        if n is not None:
+            pause = os.environ.get(PAUSE_ENV)
+            if pause:
+                time.sleep(float(pause))
+            self._hand_over(Notification(n.profile, n.state, n.event, n.title, n.body, n.urls, n.change, n.due,
+                                         self.log.outbox_id))
         return a
 
     # -- one step of a profile's recovery --------------------------------------------------------
@@ -129,8 +184,8 @@ class Recovery:
         now = self.clock()
         d = decide(policy, failure, chain, now)
         if d.kind == GIVE_UP:
-            gave = self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure))
-            self._notify_gave_up(name, gave, failure, policy.max_restarts)
+            self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure),
+                         notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
         elif d.kind == RESTART:
             report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
             exclude = failed_nodes(change.state, report)
@@ -147,10 +202,10 @@ class Recovery:
         if run_id != last.run_id:
             if last.action == LAUNCHING and run_id:
                 # Killed after the launch, before recording it: the new run is there.
-                done = self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
-                                    from_step=last.detail.get("from_step"), resume=last.detail.get("resume"),
-                                    **({"exclude": last.detail["exclude"]} if last.detail.get("exclude") else {}))
-                self._notify_restart(name, done, failure, max_restarts)
+                self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
+                             from_step=last.detail.get("from_step"), resume=last.detail.get("resume"),
+                             notify=lambda a: self._notify_restart(name, a, failure, max_restarts),
+                             **({"exclude": last.detail["exclude"]} if last.detail.get("exclude") else {}))
             elif last.action == LAUNCHING and self.clock() - last.time > NEVER_SEEN_S:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure) if failure else {},
                              reason=f"the relaunch showed no run within {NEVER_SEEN_S:.0f} s")
@@ -162,9 +217,9 @@ class Recovery:
             results = await watch.stop()
             bad = [r.message for r in results.values() if not r.ok]
             if bad:
-                gave = self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure),
-                                    reason=f"could not stop the run: {'; '.join(bad)}")
-                self._notify_gave_up(name, gave, failure, max_restarts)
+                self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure),
+                             reason=f"could not stop the run: {'; '.join(bad)}",
+                             notify=lambda a: self._notify_gave_up(name, a, failure, max_restarts))
                 return
             last = self._record(name, STOPPED, last.run_id, last.attempt, at=last.detail.get("at"),
                                 outcome="; ".join(r.message for r in results.values()),
@@ -196,38 +251,38 @@ class Recovery:
         try:
             result = await watch.relaunch(resume=resume, restart=n, exclude=exclude)
         except (LaunchRefused, ConfigError) as exc:
-            gave = self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
-                                reason=f"the relaunch was refused: {exc}")
-            self._notify_gave_up(name, gave, failure, max_restarts)
+            self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
+                         reason=f"the relaunch was refused: {exc}",
+                         notify=lambda a: self._notify_gave_up(name, a, failure, max_restarts))
             return
         new_id = run_id_of(result.report)
         if not result.launched or result.report.checklist.verdict.failing:
             cl = result.report.checklist
-            gave = self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
-                                reason=f"the relaunch failed: {cl.verdict.value} {cl.summary}")
-            self._notify_gave_up(name, gave, failure, max_restarts)
+            self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
+                         reason=f"the relaunch failed: {cl.verdict.value} {cl.summary}",
+                         notify=lambda a: self._notify_gave_up(name, a, failure, max_restarts))
             return
         watch.heard(result.report)   # the new run's first state, recorded when it was seen
-        done = self._record(name, LAUNCHED, last.run_id, n, new_run_id=new_id, from_step=from_step, resume=resume,
-                            **more)
-        self._notify_restart(name, done, failure, max_restarts)
+        self._record(name, LAUNCHED, last.run_id, n, new_run_id=new_id, from_step=from_step, resume=resume,
+                     notify=lambda a: self._notify_restart(name, a, failure, max_restarts), **more)
 
     # -- notifications ----------------------------------------------------------------------------
 
-    def _send(self, name: str, event: str, title: str, lines: list[str]) -> None:
+    def _send(self, name: str, event: str, title: str, lines: list[str]) -> Notification | None:
         urls = self.config.notify.for_profile(name)
         change = self._latest.get(name)
         if not urls or change is None:
-            return
+            return None
         watch = self.watches.get(name)
         if watch is not None:   # the time lost so far, from the recorded changes (goodput.py)
             good = goodput(self.store.changes(name), self.clock(), watch.profile.stall_after_s,
                            stop_times(self.log.actions(name)))
             lines.append(good.lost_words())
         lines.append(f"open it: {open_command(name, self.config.path)}")
-        self.submit(Notification(name, change.state, event, title, "\n".join(lines), urls, change, self.clock()))
+        return Notification(name, change.state, event, title, "\n".join(lines), urls, change, self.clock())
 
-    def _notify_restart(self, name: str, done: Action, failure: Failure | None, max_restarts: int) -> None:
+    def _notify_restart(self, name: str, done: Action, failure: Failure | None,
+                        max_restarts: int) -> Notification | None:
         what = (f"resumed from step {done.detail['from_step']}" if done.detail.get("resume")
                 else f"relaunched with DFLASH_RESTART={done.attempt}")
         lines = [f"restart {done.attempt}/{max_restarts} after {failure.state if failure else 'a failure'}"
@@ -235,11 +290,12 @@ class Recovery:
                  f"run {done.detail.get('new_run_id') or '?'} {what} (was run {done.run_id})"]
         if done.detail.get("exclude"):
             lines.append(f"excluding node {', '.join(map(str, done.detail['exclude']))} (it failed the run before)")
-        self._send(name, "restarted", f"dflash-tui: {name} restarted ({done.attempt}/{max_restarts})", lines)
+        return self._send(name, "restarted", f"dflash-tui: {name} restarted ({done.attempt}/{max_restarts})", lines)
 
-    def _notify_gave_up(self, name: str, gave: Action, failure: Failure | None, max_restarts: int) -> None:
+    def _notify_gave_up(self, name: str, gave: Action, failure: Failure | None,
+                        max_restarts: int) -> Notification | None:
         lines = [f"gave up after {gave.attempt}/{max_restarts} restarts: {gave.detail.get('reason', '')}"]
         if failure is not None:
             lines.append(f"{failure.state}: {failure.where}")
         lines.append(f"run {gave.run_id}")
-        self._send(name, "gave_up", f"dflash-tui: {name} recovery gave up", lines)
+        return self._send(name, "gave_up", f"dflash-tui: {name} recovery gave up", lines)

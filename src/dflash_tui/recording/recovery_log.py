@@ -12,6 +12,16 @@ run meanwhile). So a watcher killed at any point and started again knows where i
 never plans the same failure twice, and a `launching` whose new run is there is recorded as
 launched rather than launched again (the launch claim, run/launch/claim.py, holds across the two).
 Durable like the ChangeStore: WAL, synchronous=FULL, one transaction per action.
+
+Beside it, the recovery's outbox: the notification an action announces (`launched`, `gave_up`)
+is committed in the same transaction as the action, and marked sent once every URL took it:
+
+    outbox(id INTEGER PRIMARY KEY, action_id INTEGER, profile TEXT, time REAL, event TEXT,
+           title TEXT, body TEXT, sent REAL)   -- sent: NULL while pending
+
+So a watcher killed between the action and the send does not lose the notification: the next
+one sends what is pending, once. No URL is stored (a URL is a credential): a pending notice goes
+to the profile's URLs in the config of the watcher that sends it.
 """
 
 from __future__ import annotations
@@ -44,7 +54,31 @@ CREATE TABLE IF NOT EXISTS recovery (
     detail TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS recovery_by_profile ON recovery(profile, id);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY,
+    action_id INTEGER NOT NULL,
+    profile TEXT NOT NULL,
+    time REAL NOT NULL,
+    event TEXT NOT NULL,
+    title TEXT NOT NULL,
+    body TEXT NOT NULL,
+    sent REAL
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(sent, id);
 """
+OUTBOX_KEEP_S = 86400.0   # a notice pending longer than this is not sent any more (the sender's give-up)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A recovery's notification, as the outbox keeps it."""
+
+    profile: str
+    time: float
+    event: str                    # "restarted" | "gave_up"
+    title: str
+    body: str
+    id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,15 +172,33 @@ class RecoveryLog:
                               "move it away or choose another with --store") from None
         return [_row(r) for r in rows if _sane(r)]
 
-    def record(self, a: Action) -> Action:
-        """Commit `a` (durable on return)."""
+    def record(self, a: Action, notice: Notice | None = None) -> Action:
+        """Commit `a` and the notification it announces, if any, in one transaction (durable on
+        return); `outbox_id` then says the notice's row."""
         with self._db:
             cur = self._db.execute(
                 "INSERT INTO recovery (profile, time, action, run_id, attempt, detail) VALUES (?, ?, ?, ?, ?, ?)",
                 (a.profile, a.time, a.action, a.run_id, a.attempt, json.dumps(a.detail, separators=(",", ":"))))
-        done = Action(a.profile, a.time, a.action, a.run_id, a.attempt, a.detail, cur.lastrowid)
+            done = Action(a.profile, a.time, a.action, a.run_id, a.attempt, a.detail, cur.lastrowid)
+            self.outbox_id = None
+            if notice is not None:
+                self.outbox_id = self._db.execute(
+                    "INSERT INTO outbox (action_id, profile, time, event, title, body) VALUES (?, ?, ?, ?, ?, ?)",
+                    (done.id, notice.profile, notice.time, notice.event, notice.title, notice.body)).lastrowid
         self._last[a.profile] = done
         return done
+
+    def pending(self, now: float) -> list[Notice]:
+        """The notices committed and not yet sent, oldest first (none older than OUTBOX_KEEP_S)."""
+        try:
+            rows = self._db.execute("SELECT id, profile, time, event, title, body FROM outbox "
+                                    "WHERE sent IS NULL AND time >= ? ORDER BY id", (now - OUTBOX_KEEP_S,)).fetchall()
+        except sqlite3.Error as exc:
+            raise ConfigError(f"{self.path}: cannot read the watch store ({exc}); "
+                              "move it away or choose another with --store") from None
+        return [Notice(inert(str(r[1]), 80), float(r[2]), inert(str(r[3]), 20), inert(str(r[4])),
+                       "\n".join(inert(line) for line in str(r[5]).splitlines()), r[0]) for r in rows if isinstance(r[2], (int, float))]
+
 
     def last(self, profile: str) -> Action | None:
         """The profile's newest action (cached: the watcher is the only writer)."""
@@ -187,3 +239,14 @@ def chain_of(actions: list[Action], run_id: str) -> list[Attempt]:
         out.append(Attempt(failure, plan.time, run_id))
         run_id = done.run_id
     return out[::-1]
+
+
+def mark_sent(path: str | Path, outbox_id: int, when: float) -> None:
+    """Mark a notice sent, from any thread (its own connection: the sender's worker calls it)."""
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
+    try:
+        db.execute("PRAGMA synchronous=FULL")
+        with db:
+            db.execute("UPDATE outbox SET sent = ? WHERE id = ? AND sent IS NULL", (when, outbox_id))
+    finally:
+        db.close()

@@ -102,6 +102,7 @@ class Activity:
     states: str = ""                      # e.g. "1 running, 2 sleeping"
     checkpoint: str = ""                  # the latest checkpoint the program reported
     checkpoint_step: int | None = None
+    checkpoint_s: float = 0.0             # the saves' seconds the trainer's checkpoint events reported
     disk: DiskFree | None = None          # free space of the run dir's filesystem, when asked
     disk_error: str = ""                  # a line of the log that said the disk is full
     # Stacks across polls (the run probe's reports, stack dumps): when a thread of the run last
@@ -267,6 +268,7 @@ class ProgressTracker:
         self._ev_loss: float | None = None
         self._checkpoint = ""
         self._checkpoint_step: int | None = None
+        self._checkpoint_s = 0.0
         self._disk: DiskFree | None = None
         self._disk_at: float | None = None
         # (pid, ident) -> (own-code frames, first seen with them); pid -> (report time, cpu_s, rate)
@@ -478,10 +480,11 @@ class ProgressTracker:
         if cut < len(data) and self._events.offset is not None:
             # A half-written last line is read again, whole, at the next poll.
             self._events.offset -= len(data) - cut
-        # Only the newest valid step and the newest saved checkpoint count, so the lines are
-        # read from the end (a busy trainer writes a hundred steps between two polls): each is
-        # validated until a step is found; after that only a line that can name a checkpoint
-        # (its word, or a JSON escape that could spell it) is parsed.
+        # Only the newest valid step and the newest saved checkpoint count (and every save's
+        # seconds, summed: goodput's checkpoint time), so the lines are read from the end (a busy
+        # trainer writes a hundred steps between two polls): each is validated until a step is
+        # found; after that only a line that can name a checkpoint (its word, or a JSON escape
+        # that could spell it) is parsed.
         step_found = checkpoint_found = False
         for line in reversed(data[:cut].decode("utf-8", "replace").splitlines()):
             if step_found and "checkpoint" not in line and "\\" not in line:
@@ -497,12 +500,11 @@ class ProgressTracker:
             if kind == EventKind.STEP.value and not step_found:
                 step_found = True
                 self._ev_step, self._ev_step_at, self._ev_loss = e["step"], e["time"], e.get("loss")
-            elif (kind == EventKind.CHECKPOINT.value and e.get("action") in ("saved", "")
-                  and not checkpoint_found):
-                checkpoint_found = True
-                self._checkpoint, self._checkpoint_step = e.get("path") or "", e.get("step")
-            if step_found and checkpoint_found:
-                break
+            elif kind == EventKind.CHECKPOINT.value and e.get("action") in ("saved", ""):
+                self._checkpoint_s += max(0.0, e.get("seconds") or 0.0)
+                if not checkpoint_found:
+                    checkpoint_found = True
+                    self._checkpoint, self._checkpoint_step = e.get("path") or "", e.get("step")
 
     async def _ask_disk(self, ops: RemoteOps, run_dir: str, now: float) -> None:
         if self._disk_at is not None and now - self._disk_at < DISK_EVERY_S:
@@ -541,6 +543,7 @@ class ProgressTracker:
             procs=tree.procs if tree is not None else 0, threads=tree.threads if tree is not None else 0,
             states=states_words(tree) if tree is not None else "",
             checkpoint=self._checkpoint or p.checkpoint, checkpoint_step=self._checkpoint_step,
+            checkpoint_s=self._checkpoint_s,
             disk=self._disk, disk_error=p.disk_error,
             stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
             stack_moved_own=self._stack_moved_own,

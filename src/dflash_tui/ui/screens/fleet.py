@@ -308,8 +308,9 @@ class FleetScreen(Screen[None]):
         """The watcher's record of the selected row's run (ui/screens/timeline.py)."""
         name = self.selected_name()
         if name is not None:
-            self.app.push_screen(TimelineScreen(name, getattr(self.app, "timeline_store", None),
-                                                clock=self.clock))
+            profile = self.fleet.profiles.get(name)
+            self.app.push_screen(TimelineScreen(name, getattr(self.app, "timeline_store", None), clock=self.clock,
+                                                **({"stall_after_s": profile.stall_after_s} if profile else {})))
 
     def action_filter(self) -> None:
         self.filter_input.display = True

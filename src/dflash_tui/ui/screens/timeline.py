@@ -5,7 +5,9 @@ again every few seconds while it is shown. Per run (run id: runs moved to histor
 one strip of bands, each as wide as the time it lasted (at least one cell, so a short STALLED
 never vanishes), coloured by severity as the fleet screen colours rows; under it, every change
 with its time, how long the state held, the check that made it, the cause, and the evidence
-(step, loss, rate, where a stall sits, the last traceback line). Escape goes back.
+(step, loss, rate, where a stall sits, the last traceback line). Above the strips, goodput
+(recording/goodput.py's result, from the same changes and the recovery's stop times: this
+screen only shows it). Escape goes back.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ...fleet.row import UNREACHABLE
+from ...recording.goodput import Goodput, goodput
+from ...recording.recovery_log import RecoveryLog, stop_times
 from ...recording.store import ChangeStore, default_store_path
 from ...recording.timeline import Band, bands, runs
 from ...run.verdict.checklist import Verdict
@@ -58,17 +62,21 @@ def strip(group: Sequence[Band], start: float, end: float, width: int) -> Text:
     return out
 
 
-def _read(path: Path, profile: str) -> list:
+def _read(path: Path, profile: str) -> tuple[list, dict[str, float]]:
+    """The profile's changes and its recovery's stop times (run id -> when it was stopped)."""
     if not path.exists():
-        return []
+        return [], {}
     with ChangeStore(path, readonly=True) as store:
-        return store.changes(profile)
+        changes = store.changes(profile)
+    with RecoveryLog(path, readonly=True) as rl:
+        return changes, stop_times(rl.actions(profile))
 
 
 class TimelineScreen(Screen[None]):
     DEFAULT_CSS = """
     TimelineScreen { layout: vertical; }
     TimelineScreen #tl-title { height: 1; background: $panel; text-style: bold; }
+    TimelineScreen #tl-goodput { height: auto; padding: 0 1; }
     TimelineScreen #tl-bands { height: auto; max-height: 50%; padding: 0 1; }
     TimelineScreen #tl-changes { height: 1fr; }
     TimelineScreen #tl-cause { height: 3; padding: 0 1; }
@@ -79,16 +87,19 @@ class TimelineScreen(Screen[None]):
     ]
 
     def __init__(self, profile: str, store: str | Path | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, stall_after_s: float = 60.0) -> None:
         super().__init__()
         self.profile = profile
         self.store_path = Path(store) if store is not None else default_store_path()
         self.clock = clock
+        self.stall_after_s = stall_after_s   # the profile's: goodput's silence before a STALLED
         self.bands: list[Band] = []
+        self.goodput: Goodput | None = None
         self.error = ""
 
     def compose(self):
         yield Static(id="tl-title")
+        yield Static(id="tl-goodput")
         yield Static(id="tl-bands")
         table = DataTable(id="tl-changes", cursor_type="row", zebra_stripes=True)
         table.add_columns("When", "State", "Held", "Check", "Cause", "Evidence")
@@ -108,13 +119,15 @@ class TimelineScreen(Screen[None]):
 
     async def reload(self) -> None:
         try:
-            changes = await asyncio.to_thread(_read, self.store_path, self.profile)
+            changes, stops = await asyncio.to_thread(_read, self.store_path, self.profile)
             self.error = ""
         except Exception as exc:   # a store mid-write or unreadable: say so, keep the last view
             self.error = one_line(str(exc), 200)
             changes = None
         if changes is not None:
-            self.bands = bands(changes, self.clock())
+            now = self.clock()
+            self.bands = bands(changes, now)
+            self.goodput = goodput(changes, now, self.stall_after_s, stops) if changes else None
         self.render_timeline()
 
     def on_resize(self) -> None:
@@ -147,6 +160,7 @@ class TimelineScreen(Screen[None]):
             title.update(f" Timeline · {self.profile} · {len(self.bands)} changes since "
                          f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(self.bands[0].start))} · "
                          f"{self.store_path.name}")
+        self.query_one("#tl-goodput", Static).update(self.goodput.words() if self.goodput is not None else "")
         self._render_bands()
         self._render_table()
 
