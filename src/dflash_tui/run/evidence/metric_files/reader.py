@@ -135,6 +135,10 @@ class _Source:
         """Its identity in the series space (stable while it is read)."""
         return self.path
 
+    def read_paths(self) -> set[str]:
+        """The files it reads (a directory's source: those found in it so far)."""
+        return {self.path}
+
     @property
     def tag(self) -> str:
         return _TAGS[self.kind]
@@ -185,6 +189,9 @@ class _TensorBoard(_Source):
         self.broken: dict[str, str] = {}
         self._bad = 0
         self.tail_from = 0        # a file this big was read from its newest part only
+
+    def read_paths(self) -> set[str]:
+        return set(self.files) or {self.path}
 
     def add_file(self, path: str, size: int = 0) -> None:
         if path not in self.files:
@@ -367,6 +374,9 @@ class _Mlruns(_Source):
         super().__init__(path, rel)
         self.files: dict[str, tuple[_Cursor, mlflow.MlrunsFile]] = {}
 
+    def read_paths(self) -> set[str]:
+        return set(self.files) or {self.path}
+
     def add_file(self, path: str, key: str) -> None:
         if path not in self.files and len(self.files) < MAX_MLRUNS_KEYS:
             self.files[path] = (_Cursor(path), mlflow.MlrunsFile(key))
@@ -519,7 +529,7 @@ class MetricFiles:
 
     @staticmethod
     def _files_of(s: _Source) -> set:
-        return set(getattr(s, "files", None) or {s.path})
+        return s.read_paths()
 
     def _ordered(self) -> list[_Source]:
         return [self.sources[k] for k in sorted(self.sources)]
