@@ -54,7 +54,7 @@ system-tools:
 
 test: PIP_FLAGS = -q
 test: venv system-tools
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
 
 
 clean:

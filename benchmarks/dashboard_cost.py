@@ -106,6 +106,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
 
     profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     breakdown = _instrument() if os.environ.get("DFLASH_BENCH_BREAKDOWN") else None
+    layouts = _count_layouts() if os.environ.get("DFLASH_BENCH_LAYOUTS") else None
     follower_polls = _count_follower_polls()
     bytes_decoded = _count_chunk_bytes()
 
@@ -132,8 +133,13 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             tab = os.environ.get("DFLASH_BENCH_TAB", "tab-log")   # which pane is on screen
             # TabbedContent applies its `initial` tab after the app's on_mount, so a switch
             # made right away is undone: switch once the first frame is up, and check it held.
-            await asyncio.sleep(0.5)
-            self.run_view.action_show_tab(tab)
+            # On a loaded machine the first frame can take seconds: switch until it holds.
+            for _ in range(40):
+                await asyncio.sleep(0.5)
+                self.run_view.action_show_tab(tab)
+                await asyncio.sleep(0.5)
+                if self.run_view.tabs.active == tab:
+                    break
             me = psutil.Process()
             await asyncio.sleep(warmup)
             # The agent works for the dashboard: its CPU counts. Listed once, so the
@@ -202,6 +208,8 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             if breakdown is not None:
                 result["breakdown"] = {k: round(v, 4) for k, v in breakdown.items()}
             result["follower_polls"] = dict(follower_polls)
+            if layouts is not None:
+                result["layouts"] = dict(layouts.most_common(12))
             result["bytes_decoded"] = {k: v - bytes0.get(k, 0) for k, v in bytes_decoded.items()}
             result.update(tab=self.run_view.tabs.active, frames=frames[0], cpu_s=c1 - c0, main_cpu_s=main_cpu, agent_cpu_s=a1 - a0, wall_s=w1 - w0,
                           lag_max=lags[-1] if lags else None,
@@ -224,6 +232,22 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     app.run(headless=not sys.stdout.isatty())
     Path(out).write_text(json.dumps(result))
     return 0
+
+
+def _count_layouts():
+    """DFLASH_BENCH_LAYOUTS=1: which widgets ask for a layout (each one repaints the screen)."""
+    import collections
+
+    from textual.widget import Widget
+    counts: collections.Counter = collections.Counter()
+    refresh = Widget.refresh
+
+    def counted(self, *regions, repaint=True, layout=False, recompose=False):
+        if layout:
+            counts[f"{type(self).__name__}#{self.id}"] += 1
+        return refresh(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
+    Widget.refresh = counted
+    return counts
 
 
 def _count_follower_polls() -> dict:

@@ -74,6 +74,7 @@ TOLERANCES = {
     "power_w": ("<= 10% or 30 W", _rel(0.10, 30)),
     "power_limit_w": ("<= 0.5 W", _abs(0.5)),
     "sm_clock_mhz": ("<= 5% or 30 MHz", _rel(0.05, 30)),
+    "sm_clock_max_mhz": ("exact", lambda a, b: a == b),
     "mem_clock_mhz": ("<= 1 MHz", _abs(1)),
     "ecc_errors_uncorrected": ("exact", lambda a, b: a == b),
 }

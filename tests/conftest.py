@@ -1,5 +1,9 @@
 """Shared fixtures: a real loopback sshd (session-scoped) and its pct stand-in state; real LXC and
-podman containers (module-scoped).
+podman containers (module-scoped); each test's own state and config folders.
+
+Under pytest-xdist (`make test` runs two workers) a test module stays on one worker, so its
+module-scoped daemons and programs are started once; the Slurm modules share one worker, one
+cluster at a time.
 
 Outside CI a missing sshd skips the tests that need it, with the reason; with CI=true it fails,
 so CI can never pass by skipping the transport tests.
@@ -16,6 +20,25 @@ import pytest
 from tests.support.containers import Standins
 from tests.support.realct import LxcContainer, PodmanContainer, RealContainer, need_runtime
 from tests.support.sshd import SshdServer, SshdUnavailable, start_sshd
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.has_plugin("xdist"):
+        return
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = "slurm" if path.startswith("tests/slurm/") else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def own_state_dirs(tmp_path_factory, monkeypatch):
+    """The product's state and config folders ($XDG_STATE_HOME, $XDG_CONFIG_HOME: the watch store,
+    launch attempts, default run dirs) are the test's own, never the user's, nor shared by tests
+    running side by side. A test that sets its own wins."""
+    base = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "config"))
 
 
 def _unavailable(reason: str):

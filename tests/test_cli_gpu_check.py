@@ -106,7 +106,32 @@ def test_lost_gpu_fails_the_check_and_a_live_run(tmp_path):
         res = cli(tmp_path, "--config", str(cfg), "--check", "--json", env={**FAKE, **procs})
         out = json.loads(res.stdout)
         assert res.returncode == 0 and out["verdict"] == "RUNNING", res.stdout
-        assert gpus_of(out)["state"] == "ok" and gpus_of(out)["cause"] == "run processes on 1 GPU(s) (0), 20.0 GiB"
+        assert gpus_of(out)["state"] == "ok" and gpus_of(out)["cause"] == (
+            "run processes on 1 GPU(s) (0), 20.0 GiB, 0 % SM (the run's processes), 72 W of 700 W, "
+            "SM 345 of 1980 MHz")
+        # Every GPU of the sample in the JSON: power against its limit, SM clock against its top.
+        g0, g1 = out["gpus"]
+        assert g0["run_pids"] == [run_pid(run_dir)] and g1["run_pids"] == []
+        assert (g0["power_w"], g0["power_limit_w"], g0["power_pct"]) == (72.0, 700.0, 10.3)
+        assert (g1["util_sm_pct"], g1["sm_clock_mhz"], g1["sm_clock_max_mhz"]) == (37.0, 1980, 1980)
+        assert not g0["spinning"] and not g1["spinning"]
+
+        # The run's GPU busy on a kernel that spins: 100 % busy, but the power says it.
+        res = cli(tmp_path, "--config", str(cfg), "--check", "--json",
+                  env={**FAKE, **procs, "DFLASH_FAKE_NVML_SPIN": "0"})
+        out = json.loads(res.stdout)
+        assert out["verdict"] == "RUNNING" and out["gpus"][0]["spinning"], res.stdout
+        assert gpus_of(out)["cause"].endswith(
+            "100 % SM (the whole device) but drawing 76 W of 700 W: a kernel that spins, not compute"), gpus_of(out)
+        # A driver that gives neither power nor the clock's top: left out, no error, never "spins".
+        res = cli(tmp_path, "--config", str(cfg), "--check", "--json",
+                  env={**FAKE, **procs, "DFLASH_FAKE_NVML_SPIN": "0",
+                       "DFLASH_FAKE_NVML_UNSUPPORTED": "power,max_clocks"})
+        out = json.loads(res.stdout)
+        assert gpus_of(out)["state"] == "ok" and not out["gpus"][0]["spinning"], res.stdout
+        assert gpus_of(out)["cause"].endswith("100 % SM (the whole device), SM 1980 MHz"), gpus_of(out)
+        assert (out["gpus"][0]["power_w"], out["gpus"][0]["power_pct"], out["gpus"][0]["sm_clock_max_mhz"]) == \
+            (None, None, None)
     finally:
         res = cli(tmp_path, "--config", str(cfg), "--stop")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -234,7 +234,7 @@ class _OneHost:
         return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
                 "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
                 "stall_limit_s": d["stall_limit_s"], "stall_limit_why": d["stall_limit_why"],
-                "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
+                "gpus": d["gpus"], "run_dir": profile.run_dir, "pid": launch.pid if launch else None,
                 "run_id": launch.run_id if launch else None, "profile": profile.name,
                 "target": profile.where(), "exit_code": exit_code_of(report),
                 "metrics": metrics_json(report), "progress": progress_json(report),
@@ -259,7 +259,7 @@ class _OneHost:
         (outcome,) = result.outcomes.values()
         pre = outcome.preflight.checks if outcome.preflight else []
         cl = report.checklist
-        report = replace(report, checklist=Checklist(cl.verdict, [*pre, *cl.checks], cl.summary))
+        report = replace(report, checklist=cl.with_parts(checks=[*pre, *cl.checks]))
         stopped = {"stopped": outcome.stopped.message} if outcome.stopped else {}
         resumed = {"resume_from": outcome.resume_from} if outcome.resume_from else {}
         return _emit(args, profile, report, run_id=outcome.run_id, launch_seconds=round(result.seconds, 3),

@@ -137,3 +137,44 @@ def progress(step: int | None, total: int | None = None, loss: float | None = No
     if rate is not None:
         parts.append(f"{rate:.3g} {rate_unit}".strip())
     return ", ".join(parts)
+
+
+def gpu_draw(power_w: float | None, limit_w: float | None, sm_mhz: int | None = None,
+             sm_max_mhz: int | None = None) -> str:
+    """What a GPU draws and how fast its SMs run: "655 W of 700 W, SM 1755 of 1980 MHz".
+    What the driver does not give is left out; "" when it gives neither."""
+    parts = []
+    if power_w is not None:
+        parts.append(f"{power_w:.0f} W" + (f" of {limit_w:.0f} W" if limit_w else ""))
+    if sm_mhz is not None:
+        parts.append(f"SM {sm_mhz}" + (f" of {sm_max_mhz}" if sm_max_mhz else "") + " MHz")
+    return ", ".join(parts)
+
+
+SPINS = "a kernel that spins, not compute"
+
+
+def gpu_use(pct: float, whose: str, power_w: float | None, limit_w: float | None, sm_mhz: int | None,
+            sm_max_mhz: int | None, spinning: bool) -> str:
+    """A GPU's use for a check's cause: "100 % SM (the run's processes), 655 W of 700 W, SM 1755
+    of 1980 MHz"; busy on too little power: "100 % SM (the whole device) but drawing 80 W of
+    700 W: a kernel that spins, not compute"."""
+    head = f"{pct:.0f} % SM ({whose})"
+    if spinning and pct >= 5:
+        return f"{head} but drawing {gpu_draw(power_w, limit_w)}: {SPINS}"
+    draw = gpu_draw(power_w, limit_w, sm_mhz, sm_max_mhz)
+    return f"{head}, {draw}" if draw else head
+
+
+def gpu_busy(index: int, pct: float, whose: str, power_w: float | None, limit_w: float | None,
+             sm_mhz: int | None, sm_max_mhz: int | None, spinning: bool) -> str:
+    """A GPU in a summary: "GPU 0 100 % busy (the run's processes), 655 W of 700 W, SM 1755 of
+    1980 MHz", "GPU 0 100 % busy (the run's processes) but drawing 80 W of 700 W: a kernel that
+    spins, not compute", "GPU 0 idle (0 % SM, the whole device), 75 W of 700 W"."""
+    draw = gpu_draw(power_w, limit_w, sm_mhz, sm_max_mhz)
+    if pct < 5:
+        return f"GPU {index} idle ({pct:.0f} % SM, {whose})" + (f", {draw}" if draw else "")
+    head = f"GPU {index} {pct:.0f} % busy ({whose})"
+    if spinning:
+        return f"{head} but drawing {gpu_draw(power_w, limit_w)}: {SPINS}"
+    return f"{head}, {draw}" if draw else head

@@ -69,6 +69,20 @@ def test_plain_program_reports_threads_and_frames(tmp_path):
     assert not list((run / PROBE_DIR).glob(".*.tmp"))            # no temp file left behind
 
 
+def test_a_process_on_a_node_the_launcher_named_reports_that_name(tmp_path):
+    """$DFLASH_NODE (Slurm's node name in a job's task, an SSH node's): what a scheduler is told
+    to --exclude, which need not be the host name."""
+    prog = write(tmp_path / "prog.py", PLAIN)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([PYTHON, str(prog), "20"], env={**probe_env(run), "DFLASH_NODE": "n7"},
+                            stdout=subprocess.DEVNULL)
+    try:
+        (r,) = wait_reports(run, lambda rs: len(rs) == 1)
+        assert r.node == "n7"
+    finally:
+        proc.communicate(timeout=60)
+
+
 
 STANDING = """\
     import threading, time

@@ -52,7 +52,7 @@ def test_all_fields_of_all_gpus():
     assert g0.mem_total_bytes == 143771 * 1024 * 1024
     assert g0.temperature_c == 64.0
     assert g0.power_w == pytest.approx(552.0) and g0.power_limit_w == 700.0
-    assert (g0.sm_clock_mhz, g0.mem_clock_mhz) == (1980, 2619)
+    assert (g0.sm_clock_mhz, g0.mem_clock_mhz) == (1980, 2619) and g0.sm_clock_max_mhz == 1980
     assert g1.throttle_reasons == ("gpu_idle",) and g0.throttle_reasons == ()
     assert g0.ecc_errors_uncorrected == 2 and g0.xid_errors == 0
     assert [(p.pid, p.used_memory_bytes) for p in g0.processes] == [(4242, 3 << 30), (4343, None)]
@@ -68,6 +68,29 @@ def test_not_supported_fields_are_none_not_zero():
     assert g.xid_errors is None            # Xid events not observable here: n/a, not "0 errors"
     assert g.throttle_reasons == () and g.processes == ()
     assert g.power_limit_w == 700.0 and g.util_sm_pct == 50.0   # the rest still reads
+
+
+def test_power_and_sm_clock_tell_a_spinning_kernel_from_compute():
+    fake = FakeNvml([FakeGpu(load_pct=100), FakeGpu(load_pct=100, compute_pct=0), FakeGpu()])
+    compute, spin, idle = snapshot_from_dict(reader_for(fake).sample()).gpus
+    # Both read 100 % busy at the SMs' top clock; only arithmetic draws the power.
+    assert compute.util_sm_pct == spin.util_sm_pct == 100.0
+    assert compute.sm_clock_mhz == spin.sm_clock_mhz == spin.sm_clock_max_mhz == 1980
+    assert compute.power_w == pytest.approx(672.0) and spin.power_w == pytest.approx(76.0)
+    assert idle.power_w == pytest.approx(72.0) and idle.sm_clock_mhz == 345 and idle.sm_clock_max_mhz == 1980
+
+
+def test_power_and_clock_tops_not_supported_read_none_and_are_not_asked_again():
+    fake = FakeNvml([FakeGpu(load_pct=100, unsupported={"power", "power_limit", "max_clocks"})])
+    with pytest.raises(pynvml.NVMLError_NotSupported):   # what the real library raises there
+        fake.nvmlInit() or fake.nvmlDeviceGetMaxClockInfo(fake.nvmlDeviceGetHandleByIndex(0), pynvml.NVML_CLOCK_SM)
+    reader = reader_for(fake)
+    g = snapshot_from_dict(reader.sample()).gpus[0]
+    assert (g.power_w, g.power_limit_w, g.sm_clock_max_mhz) == (None, None, None)
+    assert g.sm_clock_mhz == 1980 and g.util_sm_pct == 100.0
+    asked = []
+    fake.nvmlDeviceGetMaxClockInfo = lambda *a: asked.append(a) or 1980   # type: ignore[method-assign]
+    assert snapshot_from_dict(reader.sample()).gpus[0].sm_clock_max_mhz is None and asked == []
 
 
 def test_unknown_fake_field_is_refused():

@@ -13,7 +13,7 @@ import pytest
 
 from dflash_tui.gpu.nspid import read_stat
 from dflash_tui.gpu.sample import GpuErrorKind
-from dflash_tui.gpu.smi import (AppsTracker, GpuLineGrouper, SmiLineError, apps_query_argv,
+from dflash_tui.gpu.smi import (GPU_FIELDS, AppsTracker, GpuLineGrouper, SmiLineError, apps_query_argv,
                                 classify_message, gpu_query_argv, parse_app_line, parse_gpu_line,
                                 snapshot_dict)
 from dflash_tui.gpu.codec import snapshot_from_dict
@@ -21,7 +21,7 @@ from dflash_tui.gpu.sources import RunRef, SmiStreamSource, local_annotator
 from dflash_tui.remote.local import LocalTarget
 
 FIX = Path(__file__).parents[1] / "fixtures" / "nvidia_smi"
-H200_UUID = "GPU-28f0e6e8-9cd8-2cbb-4132-4135bbed0eec"
+H200_UUID = "GPU-2348b5de-3186-5fcf-d969-532aaad974cd"
 MIB = 1024 * 1024
 
 
@@ -42,9 +42,10 @@ def test_parse_recorded_h200_line_under_load():
     assert g["name"] == "NVIDIA H200" and g["uuid"] == H200_UUID
     assert g["util_sm_pct"] == 99.0 and g["util_mem_pct"] == 24.0
     assert g["mem_used_bytes"] == 9331 * MIB and g["mem_total_bytes"] == 143771 * MIB
-    assert g["temperature_c"] == 56.0
-    assert g["power_w"] == pytest.approx(691.69) and g["power_limit_w"] == 700.0
-    assert (g["sm_clock_mhz"], g["mem_clock_mhz"]) == (1440, 3201)
+    assert g["temperature_c"] == 59.0
+    assert g["power_w"] == pytest.approx(689.87) and g["power_limit_w"] == 700.0
+    # Power-capped: the SMs run well under their top clock.
+    assert (g["sm_clock_mhz"], g["sm_clock_max_mhz"], g["mem_clock_mhz"]) == (1455, 1980, 3201)
     assert g["throttle_reasons"] == ["sw_power_cap"]     # 0x4: at the 700 W cap under matmul
     assert g["ecc_errors_uncorrected"] == 0 and not g["lost"]
 
@@ -52,13 +53,14 @@ def test_parse_recorded_h200_line_under_load():
 def test_parse_recorded_idle_line():
     (line,) = lines("h200_idle_query_gpu.csv")
     g = parse_gpu_line(line)
-    assert g["util_sm_pct"] == 0.0 and g["sm_clock_mhz"] == 345
+    assert g["util_sm_pct"] == 0.0 and g["power_w"] == pytest.approx(79.10)
+    assert (g["sm_clock_mhz"], g["sm_clock_max_mhz"]) == (345, 1980)   # idle far under its top
     assert g["throttle_reasons"] == ["gpu_idle"]
 
 
 def test_parse_recorded_compute_apps():
     apps = [parse_app_line(ln) for ln in lines("h200_load_compute_apps_lms.csv")]
-    assert {a["pid"] for a in apps} == {424}
+    assert {a["pid"] for a in apps} == {514}
     assert apps[0]["used_memory_bytes"] == 9322 * MIB
     assert apps[0]["gpu_uuid"] == H200_UUID and apps[0]["name"] == "/opt/torch/.venv/bin/python3"
     assert lines("h200_idle_compute_apps.csv") == []   # no process: nvidia-smi prints nothing
@@ -70,8 +72,29 @@ def test_unavailable_values_and_lost_gpu():
     assert g3["util_sm_pct"] is None and g3["power_w"] is None and g3["power_limit_w"] is None
     assert g3["ecc_errors_uncorrected"] is None and g3["mem_used_bytes"] == 1024 * MIB
     assert g3["throttle_reasons"] == [] and not g3["lost"]
+    assert g3["sm_clock_mhz"] == 1980 and g3["sm_clock_max_mhz"] is None   # clocks.max.sm [N/A]
+    assert gpus[0]["sm_clock_max_mhz"] == 1980 and gpus[0]["power_w"] == pytest.approx(600.25)
     lost = gpus[8 + 5]
     assert lost["lost"] and lost["index"] == 5 and lost["name"] == "" and lost["util_sm_pct"] is None
+    assert lost["sm_clock_max_mhz"] is None and lost["power_w"] is None
+
+
+@pytest.mark.parametrize("power, limit, clock, top", [
+    ("[N/A]", "[N/A]", "[N/A]", "[N/A]"), ("", "", "", ""), ("[Not Supported]", "700.00", "1980", "[Unknown Error]"),
+])
+def test_power_and_clocks_not_given_read_none(power, limit, clock, top):
+    """power.draw, enforced.power.limit, clocks.sm and clocks.max.sm as drivers leave them out:
+    None each (shown n/a, never 0, never "spins"), the rest of the line still read."""
+    cells = [c.strip() for c in lines("synthetic_8gpu_lms.csv")[0].split(",")]
+    names = [f for f, _, _ in GPU_FIELDS]
+    for name, value in (("power.draw", power), ("enforced.power.limit", limit), ("clocks.sm", clock),
+                        ("clocks.max.sm", top)):
+        cells[names.index(name)] = value
+    g = parse_gpu_line(", ".join(cells))
+    assert g["power_w"] is None and g["sm_clock_max_mhz"] is None and not g["lost"]
+    assert g["power_limit_w"] == (700.0 if limit == "700.00" else None)
+    assert g["sm_clock_mhz"] == (1980 if clock == "1980" else None)
+    assert g["util_sm_pct"] == 90.0 and g["index"] == 0
 
 
 def test_comma_in_process_name_and_na_memory():

@@ -43,6 +43,8 @@ SIDE_NODE = "n3"
 SIDE = "side"
 PARTITION = "debug"
 URGENT = "urgent"         # a higher PriorityTier on the same nodes: its jobs preempt debug's (PREEMPTED)
+# Every node, for a job on two nodes that loses one and runs again on the two others.
+WIDE = "wide"
 # The node prolog fails while this file exists in the cluster's dir: the job is requeued and
 # held before its script runs, and the node drained (a node whose setup fails).
 PROLOG_FAIL_MARKER = "prolog-fails"
@@ -129,6 +131,7 @@ JobCompLoc={dir}/jobcomp.txt
 PartitionName={partition} Nodes={node_list} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName={urgent} Nodes={node_list} MaxTime=INFINITE State=UP PriorityTier=2
 PartitionName={side} Nodes={side_node} MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName={wide} Nodes={node_list},{side_node} MaxTime=INFINITE State=UP PriorityTier=1
 """
 
 
@@ -323,7 +326,7 @@ def start_cluster(workdir: Path, *, min_job_age_s: int = MIN_JOB_AGE_S) -> Slurm
     conf.write_text(SLURM_CONF.format(task_plugin="task/cgroup" if cgroup else "task/none",
                                       acct_gather_params="" if cgroup else "JobAcctGatherParams=OverMemoryKill",
                                       ctld_port=ctld_port, munge_socket=sock, dir=workdir, nodes=nodes,
-                                      min_job_age=min_job_age_s, partition=PARTITION, urgent=URGENT, side=SIDE, side_node=SIDE_NODE,
+                                      min_job_age=min_job_age_s, partition=PARTITION, urgent=URGENT, side=SIDE, side_node=SIDE_NODE, wide=WIDE,
                                       node_list=f"n[1-{len(NODES)}]"))
     cluster = SlurmCluster(workdir, conf, sock, min_job_age_s=min_job_age_s,
                            memory_enforcement="cgroup" if cgroup else "jobacct")

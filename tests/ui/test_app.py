@@ -214,6 +214,23 @@ async def test_unsupported_gpu_fields_read_na():
         assert re.search(r"\b0 H200 .* 51%\s+n/a\s+n/a ● run 71\.0G", card), card
 
 
+async def test_a_gpu_busy_on_too_little_power_is_marked_as_spinning():
+    snap = R.gpu_snapshot(2)
+    spin = dataclasses.replace(snap.gpus[0], util_sm_pct=100.0, power_w=80.0, sm_clock_mhz=1980,
+                               sm_clock_max_mhz=1980)
+    work = dataclasses.replace(snap.gpus[1], util_sm_pct=100.0, power_w=690.0, sm_clock_mhz=1755,
+                               sm_clock_max_mhz=1980)
+    app, _ = make(gpu=dataclasses.replace(snap, gpus=(spin, work)))
+    async with app.run_test(size=(160, 48)) as pilot:
+        pane = app.query_one(GpuPane)
+        await pilot.press("3")
+        await until(pilot, lambda: pane.snapshot is not None and "SM" in text_of(app.query_one("#gpu-cards")))
+        cards = [ln for ln in text_of(app.query_one("#gpu-cards")).splitlines() if ln.strip()]
+        # Both read 100 % busy; the one drawing 11 % of its power spins, the other computes.
+        assert "80W/700W" in cards[0] and "SM 1980/1980 MEM" in cards[1] and "spins (11 % power)" in cards[1]
+        assert "690W/700W" in cards[2] and "SM 1755/1980 MEM" in cards[3] and "spins" not in cards[2] + cards[3]
+
+
 async def test_stale_connection_shows_age_and_keeps_ticking():
     clock = Clock()
     app, sources = make(clock=clock)
@@ -594,12 +611,13 @@ async def test_log_behind_another_tab_keeps_lines_and_shows_the_end_on_return():
         extra = [f"step {2000 + i} loss 2.0" for i in range(60)]
         sources["h200"].push_log("train.log", extra)
         await until(pilot, lambda: lines.last_line() == extra[-1])
-        # Hidden: the data is in, but it was neither scrolled nor painted.
-        assert lines.scroll_y < lines.max_scroll_y
+        # Hidden: the data is in, but it was neither sized (a layout), scrolled nor painted.
+        scrolled = lines.scroll_y
+        assert lines.virtual_size.height < lines.line_count
         await pilot.press("1")
         await until(pilot, lambda: not lines._hidden)
         await pilot.pause()
-        assert lines.follow and lines.scroll_y == lines.max_scroll_y
+        assert lines.follow and lines.scroll_y == lines.max_scroll_y > scrolled
         rows = [lines.render_line(y).text.strip() for y in range(lines.scrollable_content_region.height)]
         assert extra[-1] in rows
 

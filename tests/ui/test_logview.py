@@ -210,3 +210,56 @@ async def test_no_c1_control_reaches_the_screen_from_any_kind_of_row():
         assert not bad, bad
         assert "step 0 \\x9b2J" in ll.lines() and "\\x9d0;pwned\\x9c" in ll.partial
         assert ll.search("x9b2J") is not None
+
+
+class TabbedLogApp(App):
+    """The log behind another tab, as on the dashboard while the Metrics tab is shown."""
+
+    def compose(self):
+        from textual.widgets import Static, TabbedContent, TabPane
+        with TabbedContent():
+            with TabPane("Log", id="log"):
+                yield LogLines(max_lines=1000)
+            with TabPane("Other", id="other"):
+                yield Static("charts")
+
+
+async def test_a_growing_log_behind_another_tab_asks_for_no_layout():
+    # A log that grows (a line a second, its ring far from full) while another tab is shown
+    # must not make Textual lay out and repaint that tab's screen every time.
+    app = TabbedLogApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        ll = app.query_one(LogLines)
+        ll.append([f"step {i}" for i in range(5)])
+        await pilot.pause()
+        app.query_one("TabbedContent").active = "other"
+        await pilot.pause()
+        await pilot.pause()
+        layouts = []
+        refresh_layout = app.screen._refresh_layout
+
+        def counted(*args, **kwargs):
+            layouts.append(1)
+            return refresh_layout(*args, **kwargs)
+        app.screen._refresh_layout = counted
+        for i in range(5, 40):
+            ll.append([f"step {i}"])
+            await pilot.pause()
+        assert layouts == []
+        app.query_one("TabbedContent").active = "log"     # shown: sized and at its end at once
+        await pilot.pause()
+        await pilot.pause()
+        assert ll.virtual_size.height == 40
+        assert ll.scroll_y == ll.max_scroll_y > 0
+        assert "step 39" in "\n".join(s.text for s in app.screen._compositor.render_strips())
+        # A key that reveals the pane jumps before its Show: to the row asked for all the same.
+        app.query_one("TabbedContent").active = "other"
+        await pilot.pause()
+        await pilot.pause()
+        ll.append([f"step {i}" for i in range(40, 200)] + ["RuntimeError: boom"] + [f"step {i}" for i in range(200, 260)])
+        await pilot.pause()
+        app.query_one("TabbedContent").active = "log"
+        assert ll.first_error() == 200
+        await pilot.pause()
+        await pilot.pause()
+        assert "RuntimeError: boom" in "\n".join(s.text for s in app.screen._compositor.render_strips())

@@ -185,11 +185,11 @@ async def test_eight_gpus_with_foreign_processes_fit_160x48():
         assert graph.render_s > 0 and redraw_interval(graph.render_s, CHART_CPU_SHARE) >= CHART_MIN_S
         built = graph.render_s
         graph.render_s = 10 * CHART_MAX_S   # as if it were dear: the longest wait
-        pane._graph_at -= CHART_MAX_S - 1
+        pane._graph_at = time.monotonic() - (CHART_MAX_S - 5)   # 5 s short of the wait, from now
         pane.show_snapshot(hist[-2])
         await pilot.pause()
         assert graph.render_s == 10 * CHART_MAX_S           # not rebuilt yet
-        pane._graph_at -= 2
+        pane._graph_at -= 6
         pane.show_snapshot(hist[-1])
         await pilot.pause()
         assert graph.render_s != 10 * CHART_MAX_S and graph.render_s < 10 * built + 1   # rebuilt
@@ -471,3 +471,26 @@ async def test_metrics_chart_a_tensorboard_file_and_list_its_source(tmp_path: Pa
         metrics.draw()
         await pilot.pause()
         assert "TensorBoard runs/exp1, 1 tag" in screen_text(app)
+
+
+async def test_metrics_a_series_that_appears_mid_run_is_charted_at_once():
+    # A metric file found after the first charts were drawn (TensorBoard's first flush): its
+    # series get their charts with the next report, not after the charts' redraw interval.
+    from dflash_tui.run.evidence.metric_files.reader import MetricSource, MetricsView
+    from dflash_tui.run.evidence.metric_point import MetricPoint
+    from dflash_tui.run.verdict.report import RunProgress
+    r1 = dataclasses.replace(R.healthy(), status=None, progress=RunProgress("log", step=10, loss=2.1))
+    tb = MetricSource("tensorboard", "/r/tb", "TensorBoard tb, 2 tags", 2, None)
+    r2 = dataclasses.replace(r1, progress=RunProgress("log", step=11, loss=2.0), metrics=MetricsView(
+        (tb,), points=(MetricPoint("train/lr", 11, 0.1), MetricPoint("train/grad_norm", 11, 1.5))))
+    app, src = app_with(report=r1, events=[])
+    async with app.run_test(size=(160, 40)) as pilot:
+        metrics = app.query_one(MetricsPane)
+        await shown(pilot, app)
+        await pilot.press("4")
+        await until(pilot, lambda: len(app.query(MetricChart)) == 1)
+        assert metrics.chart_interval() >= CHART_MIN_S
+        src.push_report(r2)
+        await until(pilot, lambda: "train/lr" in metrics.series)
+        await until(pilot, lambda: len(app.query(MetricChart)) == 3, timeout=CHART_MIN_S * 0.6)
+        assert "TensorBoard tb, 2 tags" in screen_text(app)

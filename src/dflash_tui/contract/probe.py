@@ -199,7 +199,9 @@ class _Probe:
         self.rank = _int_env("RANK")
         self.local_rank = _int_env("LOCAL_RANK")
         self.world_size = _int_env("WORLD_SIZE")
-        self.node = os.uname().nodename
+        # The launcher's name for the node (a Slurm node's, an SSH node's): what a scheduler is
+        # told to avoid; the host name elsewhere.
+        self.node = os.environ.get("DFLASH_NODE") or os.uname().nodename
         self.start_ticks = _own_start_ticks()
         self.stack_path = os.path.join(self.probe_dir, _rd.probe_stack_name(self.pid))
 

@@ -331,7 +331,7 @@ class ProbeReport:
     ppid: int = 0
     start_time: float | None = None     # when the probe started in this process
     seq: int = 0                   # reports written so far by this process
-    node: str = ""                 # host name of the machine it runs on
+    node: str = ""                 # the node it runs on: $DFLASH_NODE (the launcher's name), else the host name
     rank: int | None = None        # $RANK, $LOCAL_RANK, $WORLD_SIZE as torchrun/accelerate set them
     local_rank: int | None = None
     world_size: int | None = None

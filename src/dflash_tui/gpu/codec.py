@@ -20,7 +20,7 @@ class ProbeAnswerError(ValueError):
 
 
 _FLOAT_FIELDS = ("util_sm_pct", "util_mem_pct", "temperature_c", "power_w", "power_limit_w")
-_INT_FIELDS = ("mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "mem_clock_mhz",
+_INT_FIELDS = ("mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz",
                "ecc_errors_uncorrected", "xid_errors", "last_xid")
 
 

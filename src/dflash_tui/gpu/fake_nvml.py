@@ -10,7 +10,10 @@ Failure scenarios, each reproducing what the real library does:
 - `FakeNvml(library_missing=True)`: nvmlInit raises LibraryNotFound (no libnvidia-ml.so.1).
 - `FakeNvml(driver_loaded=False)` / `.unload_driver()`: DriverNotLoaded.
 - `FakeNvml(version_mismatch=True)`: LibRmVersionMismatch (driver upgraded without reboot).
-- `FakeGpu(unsupported={"power", ...})`: that getter raises NotSupported.
+- `FakeGpu(unsupported={"power", ...})`: that getter raises NotSupported (as power and the
+  clocks' tops do on some consumer and virtualised GPUs: "max_clocks").
+- `FakeGpu(load_pct=100, compute_pct=0)` / `.spin(i)`: a kernel that spins: 100 % busy at the
+  top SM clock, drawing about idle power (what an H200 shows under `torch.cuda._sleep`).
 - `.lose_gpu(i)`: every call on GPU i, and getting its handle, raises GpuIsLost.
 - `FakeGpu(open_error=NVML_ERROR_NO_PERMISSION)`: that GPU's handle cannot be had.
 - `.set_processes(i, [(pid, bytes), ...])`, `.inject_xid(i, 79)`.
@@ -48,7 +51,7 @@ nvmlMemory_v2 = _real.nvmlMemory_v2
 
 #: Field groups a FakeGpu can declare unsupported (the getter raises NotSupported).
 FIELDS = frozenset({"utilization", "memory", "temperature", "power", "power_limit", "clocks",
-                    "throttle", "ecc", "processes", "events", "process_utilization"})
+                    "max_clocks", "throttle", "ecc", "processes", "events", "process_utilization"})
 PROCESS_SAMPLE_S = 1 / 6      # the driver's per-process sampling period
 
 
@@ -60,6 +63,11 @@ class FakeGpu:
     reserved: int = 536 * 1024 * 1024
     power_limit_mw: int = 700_000
     load_pct: float = 0.0                      # drives utilisation, clocks, power, temperature
+    # How much of the busy time is arithmetic (drives power and temperature); None: all of it.
+    # A kernel that spins on a flag (NCCL waiting for a peer, torch.cuda._sleep) keeps the GPU
+    # 100 % busy at the SMs' top clock while it draws about idle power: load_pct=100, compute_pct=0.
+    compute_pct: float | None = None
+    sm_clock_max: int = 1980                   # nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM) of an H200
     mem_used: int = 0
     unsupported: set[str] = field(default_factory=set)
     processes: list[tuple[int, int | None]] = field(default_factory=list)
@@ -133,8 +141,13 @@ class FakeNvml:
     def set_process_util(self, index: int, util: dict[int, tuple[float, float]]) -> None:
         self.gpus[index].process_util = dict(util)
 
-    def set_load(self, index: int, pct: float) -> None:
+    def set_load(self, index: int, pct: float, compute_pct: float | None = None) -> None:
         self.gpus[index].load_pct = pct
+        self.gpus[index].compute_pct = compute_pct
+
+    def spin(self, index: int) -> None:
+        """GPU `index` runs a kernel that spins: always busy, no arithmetic."""
+        self.set_load(index, 100.0, 0.0)
 
     def inject_xid(self, index: int, xid: int) -> None:
         with self._lock:
@@ -231,11 +244,14 @@ class FakeNvml:
         g = self._gpu(handle, "temperature")
         if sensor != NVML_TEMPERATURE_GPU:
             raise NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
-        return int(28 + g.load_pct * 0.45)
+        return int(28 + _work(g) * 0.45)
 
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
+        """Milliwatts: 72 W idle, 672 W under full arithmetic; a kernel that spins adds a few
+        watts for its busy SMs (4 W at 100 %)."""
         g = self._gpu(handle, "power")
-        return int(72_000 + g.load_pct * 6_000)
+        work = _work(g)
+        return int(72_000 + work * 6_000 + (g.load_pct - work) * 40)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:
         return self._gpu(handle, "power_limit").power_limit_mw
@@ -246,6 +262,14 @@ class FakeNvml:
             return 345 if g.load_pct == 0 else 1980
         if clock_type == NVML_CLOCK_MEM:
             return 2619
+        raise NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: _Handle, clock_type: int) -> int:
+        g = self._gpu(handle, "max_clocks")
+        if clock_type == NVML_CLOCK_SM:
+            return g.sm_clock_max
+        if clock_type == NVML_CLOCK_MEM:
+            return 3201
         raise NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:
@@ -305,6 +329,11 @@ class FakeNvml:
             self._event_sets.pop(event_set, None)
 
 
+def _work(g: FakeGpu) -> float:
+    """The share of the time the GPU does arithmetic, in %."""
+    return g.load_pct if g.compute_pct is None else min(g.load_pct, g.compute_pct)
+
+
 def loader(fake: FakeNvml) -> Callable[[], FakeNvml]:
     """What `NvmlReader` calls instead of `import pynvml`."""
     return lambda: fake
@@ -325,6 +354,8 @@ ENV_SCENARIO = "DFLASH_FAKE_NVML_SCENARIO"
 ENV_PROCS = "DFLASH_FAKE_NVML_PROCS"   # "gpu:pid:bytes,gpu:pid:bytes"
 ENV_HANG = "DFLASH_FAKE_NVML_HANG_S"   # every power reading takes this long (a failing GPU)
 ENV_LOST = "DFLASH_FAKE_NVML_LOST"     # "1,3": these GPUs fell off the bus (Xid 79)
+ENV_SPIN = "DFLASH_FAKE_NVML_SPIN"     # "0,2": these GPUs run a kernel that spins (100 % busy, idle power)
+ENV_UNSUPPORTED = "DFLASH_FAKE_NVML_UNSUPPORTED"   # "power,max_clocks": getters that raise NotSupported
 _SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
               "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
 _FROM_ENV: FakeNvml | None = None
@@ -335,7 +366,9 @@ def from_env() -> FakeNvml:
     DFLASH_FAKE_NVML_SCENARIO (ok | library_missing | no_driver | version_mismatch) and
     DFLASH_FAKE_NVML_PROCS (processes on GPUs, "gpu:pid:bytes,...") and
     DFLASH_FAKE_NVML_HANG_S (seconds each power reading hangs, as on a failing GPU) and
-    DFLASH_FAKE_NVML_LOST (indices of GPUs that fell off the bus, "1,3")."""
+    DFLASH_FAKE_NVML_LOST (indices of GPUs that fell off the bus, "1,3") and
+    DFLASH_FAKE_NVML_SPIN (indices of GPUs that run a kernel that spins, "0") and
+    DFLASH_FAKE_NVML_UNSUPPORTED (field groups every GPU answers NotSupported for, "power")."""
     global _FROM_ENV
     if _FROM_ENV is None:
         raw = os.environ.get(ENV_GPUS, "8")
@@ -358,6 +391,17 @@ def from_env() -> FakeNvml:
                 raise ValueError(f"{ENV_LOST}: {item!r} is not the index of one of the "
                                  f"{len(fake.gpus)} fake GPUs")
             fake.lose_gpu(int(item))
+        for item in filter(None, os.environ.get(ENV_SPIN, "").split(",")):
+            if not item.strip().isdigit() or int(item) >= len(fake.gpus):
+                raise ValueError(f"{ENV_SPIN}: {item!r} is not the index of one of the "
+                                 f"{len(fake.gpus)} fake GPUs")
+            fake.spin(int(item))
+        unsupported = set(filter(None, os.environ.get(ENV_UNSUPPORTED, "").split(",")))
+        if unsupported - FIELDS:
+            raise ValueError(f"{ENV_UNSUPPORTED}: unknown field(s) {sorted(unsupported - FIELDS)}; "
+                             f"known: {', '.join(sorted(FIELDS))}")
+        for g in fake.gpus:
+            g.unsupported |= unsupported
         hang = float(os.environ.get(ENV_HANG, "0") or 0)
         if hang > 0:
             read_power = fake.nvmlDeviceGetPowerUsage

@@ -190,7 +190,8 @@ def _describe(exc):
 
 
 class _Device(object):
-    __slots__ = ("index", "handle", "name", "uuid", "lost", "xid_registered", "util_since", "proc_util")
+    __slots__ = ("index", "handle", "name", "uuid", "lost", "xid_registered", "util_since", "proc_util",
+                 "max_sm_clock")
 
     def __init__(self, index, handle, name, uuid):
         self.index = index
@@ -201,6 +202,7 @@ class _Device(object):
         self.xid_registered = False
         self.util_since = None    # the newest per-process utilisation sample read (driver µs)
         self.proc_util = True     # False once the driver said NOT_SUPPORTED: not asked again
+        self.max_sm_clock = None  # MHz once read; False once the driver cannot give it
 
 
 class NvmlReader(object):
@@ -413,7 +415,7 @@ class NvmlReader(object):
     def _lost_gpu(self, index, name, uuid, lost=True):
         return {"index": index, "name": name, "uuid": uuid, "util_sm_pct": None, "util_mem_pct": None,
                 "mem_used_bytes": None, "mem_total_bytes": None, "temperature_c": None, "power_w": None,
-                "power_limit_w": None, "sm_clock_mhz": None, "mem_clock_mhz": None,
+                "power_limit_w": None, "sm_clock_mhz": None, "sm_clock_max_mhz": None, "mem_clock_mhz": None,
                 "throttle_reasons": [], "ecc_errors_uncorrected": None,
                 "xid_errors": self._xid_count.get(uuid), "last_xid": self._last_xid.get(uuid),
                 "processes": [], "lost": lost}
@@ -439,6 +441,7 @@ class NvmlReader(object):
             "power_w": None if power_mw is None else power_mw / 1000.0,
             "power_limit_w": None if limit_mw is None else limit_mw / 1000.0,
             "sm_clock_mhz": _int(_field(nvml.nvmlDeviceGetClockInfo, h, NVML_CLOCK_SM)),
+            "sm_clock_max_mhz": self._max_sm_clock(nvml, dev),
             "mem_clock_mhz": _int(_field(nvml.nvmlDeviceGetClockInfo, h, NVML_CLOCK_MEM)),
             "throttle_reasons": throttle_reason_names(reasons),
             "ecc_errors_uncorrected": _int(ecc),
@@ -448,6 +451,19 @@ class NvmlReader(object):
                                                 util),
             "lost": False,
         }
+
+    @staticmethod
+    def _max_sm_clock(nvml, dev):
+        """The SM clock's top, read once per device: a fixed property of the board, and one
+        NVML call fewer per GPU per sample. Not supported here: None, and not asked again."""
+        if dev.max_sm_clock is False:
+            return None
+        if dev.max_sm_clock is None:
+            fn = getattr(nvml, "nvmlDeviceGetMaxClockInfo", None)
+            value = None if fn is None else _int(_field(fn, dev.handle, NVML_CLOCK_SM))
+            dev.max_sm_clock = False if value is None else value
+            return value
+        return dev.max_sm_clock
 
     def _process_utilisation(self, nvml, dev):
         """{pid: (SM %, memory %)} over the samples since the last look (NVML keeps a short ring

@@ -55,6 +55,7 @@ class GpuSample:
     power_w: float | None = None
     power_limit_w: float | None = None
     sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None   # the SM clock's top (NVML's max clock; nvidia-smi clocks.max.sm)
     mem_clock_mhz: int | None = None
     throttle_reasons: tuple[str, ...] = ()
     ecc_errors_uncorrected: int | None = None

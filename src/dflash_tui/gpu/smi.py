@@ -44,6 +44,8 @@ GPU_FIELDS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     # The older name: drivers before 535 know only it, newer ones accept both.
     ("clocks_throttle_reasons.active", "throttle_mask", lambda v: int(v, 16)),
     ("ecc.errors.uncorrected.volatile.total", "ecc_errors_uncorrected", lambda v: int(float(v))),
+    # The SM clock's top, beside clocks.sm: a clock well under it names a cap (power, heat).
+    ("clocks.max.sm", "sm_clock_max_mhz", lambda v: int(float(v))),
 )
 APP_FIELDS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("timestamp", "timestamp", str),

@@ -26,6 +26,7 @@ from typing import Callable
 from ..config import Config, ConfigError
 from ..remote.base import TargetError
 from ..run.launch.launch import LaunchRefused
+from ..run.verdict.rank_groups import nodes_outside_collective
 from ..run.verdict.report import RunReport
 from ..watch.base import ActionInFlight, RunWatch
 from .change import VerdictChange, run_id_of, state_of
@@ -44,17 +45,49 @@ LIVE = ("STALLED", "GPU LOST", "RUNNING", "STARTING")   # verdicts whose process
 NEVER_SEEN_S = 120.0   # a `launching` whose new run never shows a run id: given up after this
 # The verdicts that name a node at fault: the relaunch asks the scheduler to avoid it.
 NAMES_A_NODE = ("NODE FAIL",)
+FAILED_BEFORE = "it failed the run before"
+# A program's own failing ends, which a scheduler's end of its job (a node failure, a
+# preemption) may be behind; the scheduler is given this long to say so.
+PROGRAM_ENDS = ("CRASHED", "KILLED")
+SCHEDULER_SETTLE_S = 30.0
 # For tests only: seconds to hold the watcher still right after a notice is committed with its
 # action, before it is handed to the sender (a test SIGKILLs the watcher there).
 PAUSE_ENV = "DFLASH_TUI_TEST_PAUSE_BEFORE_NOTIFY_S"
 
 
-def failed_nodes(state: str, report: RunReport | None) -> tuple[str, ...]:
-    """The nodes a relaunch must avoid after a failure in `state`, as the failed run's report
-    names them (a Slurm job's node list on NODE FAIL); () when none is named."""
-    sched = report.checklist.scheduler if report is not None else None
-    nodes = sched.facts.get("node_list") if sched is not None and state in NAMES_A_NODE else None
-    return (nodes,) if isinstance(nodes, str) and nodes else ()
+def failed_nodes(state: str, report: RunReport | None) -> tuple[tuple[str, ...], str]:
+    """(the nodes a relaunch must avoid after a failure in `state`, why), as the failed run's
+    report names them: on NODE FAIL the job's nodes Slurm holds out of service (all its nodes
+    when it names none); on STALLED the node of the rank that was not in the collective the
+    others waited in; ((), "") when none is named."""
+    if report is None:
+        return (), ""
+    if state == "STALLED":
+        odd = nodes_outside_collective(report.checklist.rank_groups)
+        return (odd.nodes, odd.why()) if odd is not None else ((), "")
+    sched = report.checklist.scheduler
+    if sched is None or state not in NAMES_A_NODE:
+        return (), ""
+    failed = sched.facts.get("failed_nodes")
+    if isinstance(failed, list) and failed and all(isinstance(n, str) and n for n in failed):
+        return tuple(failed), FAILED_BEFORE
+    nodes = sched.facts.get("node_list")
+    return ((nodes,), FAILED_BEFORE) if isinstance(nodes, str) and nodes else ((), "")
+
+
+def job_still_ending(report: RunReport | None, change: VerdictChange, now: float) -> bool:
+    """The run's program ended while its scheduler still says its job runs (facts "active"):
+    how the job ended (NODE FAIL names the node to exclude, PREEMPTED) is the scheduler's to
+    say within SCHEDULER_SETTLE_S; its program's own end (CRASHED, killed by Slurm's SIGTERM)
+    is not acted on before."""
+    sched = report.checklist.scheduler if report is not None and run_id_of(report) == change.run_id else None
+    return (sched is not None and sched.facts.get("active") is True and change.state in PROGRAM_ENDS
+            and now - change.time < SCHEDULER_SETTLE_S)
+
+
+def _exclude_detail(detail: dict) -> dict:
+    """The exclusion a plan carries on to its later actions."""
+    return {k: detail[k] for k in ("exclude", "exclude_why") if detail.get(k)}
 
 
 class Recovery:
@@ -177,6 +210,9 @@ class Recovery:
         change = self._latest.get(name)
         if change is None or policy is None or self.log.handled(name, change.run_id):
             return
+        if job_still_ending(watch.last, change, self.clock()):
+            await asyncio.sleep(TICK_S)   # asked again on the next tick, with the scheduler's word
+            return
         actions = self.log.actions(name)
         chain = chain_of(actions, change.run_id)
         steps = [c.evidence.step for c in self.store.changes(name, run_id=change.run_id) if c.evidence.step is not None]
@@ -188,9 +224,9 @@ class Recovery:
                          notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
         elif d.kind == RESTART:
             report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
-            exclude = failed_nodes(change.state, report)
+            exclude, why = failed_nodes(change.state, report)
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
-                                **({"exclude": list(exclude)} if exclude else {}))
+                                **({"exclude": list(exclude), "exclude_why": why} if exclude else {}))
             await self._continue(name, watch, plan, policy.max_restarts)
 
     async def _continue(self, name: str, watch: RunWatch, last: Action, max_restarts: int) -> None:
@@ -205,7 +241,7 @@ class Recovery:
                 self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
                              from_step=last.detail.get("from_step"), resume=last.detail.get("resume"),
                              notify=lambda a: self._notify_restart(name, a, failure, max_restarts),
-                             **({"exclude": last.detail["exclude"]} if last.detail.get("exclude") else {}))
+                             **_exclude_detail(last.detail))
             elif last.action == LAUNCHING and self.clock() - last.time > NEVER_SEEN_S:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure) if failure else {},
                              reason=f"the relaunch showed no run within {NEVER_SEEN_S:.0f} s")
@@ -223,7 +259,7 @@ class Recovery:
                 return
             last = self._record(name, STOPPED, last.run_id, last.attempt, at=last.detail.get("at"),
                                 outcome="; ".join(r.message for r in results.values()),
-                                **({"exclude": last.detail["exclude"]} if last.detail.get("exclude") else {}))
+                                **_exclude_detail(last.detail))
         at = last.detail.get("at")
         if last.action in (PLANNED, STOPPED) and isinstance(at, (int, float)) and self.clock() < at:
             return   # the backoff
@@ -245,7 +281,7 @@ class Recovery:
             ref = await watch.newest_checkpoint()
             resume, from_step = ref is not None, (ref.step if ref is not None else None)
         exclude = tuple(x for x in last.detail.get("exclude") or () if isinstance(x, str))
-        more = {"exclude": list(exclude)} if exclude else {}
+        more = {**_exclude_detail(last.detail), "exclude": list(exclude)} if exclude else {}
         if last.action != LAUNCHING:
             last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, **more)
         try:
@@ -289,7 +325,9 @@ class Recovery:
                  + (f": {failure.where}" if failure and failure.where else ""),
                  f"run {done.detail.get('new_run_id') or '?'} {what} (was run {done.run_id})"]
         if done.detail.get("exclude"):
-            lines.append(f"excluding node {', '.join(map(str, done.detail['exclude']))} (it failed the run before)")
+            nodes = ", ".join(map(str, done.detail["exclude"]))
+            why = str(done.detail.get("exclude_why") or FAILED_BEFORE)
+            lines.append(f"excluding node {nodes} ({why})" if why == FAILED_BEFORE else f"excluding node {nodes}: {why}")
         return self._send(name, "restarted", f"dflash-tui: {name} restarted ({done.attempt}/{max_restarts})", lines)
 
     def _notify_gave_up(self, name: str, gave: Action, failure: Failure | None,

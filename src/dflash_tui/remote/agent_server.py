@@ -864,14 +864,53 @@ METRIC_READ_BUDGET = 6 << 20     # bytes of file data in one metric_read answer
 METRIC_SQL_TIMEOUT_S = 0.2
 
 
+def trackio_dir():
+    """Where trackio keeps its projects for this user: TRACKIO_DIR, else $HF_HOME/trackio
+    (HF_HOME itself defaulting to $XDG_CACHE_HOME/huggingface, as huggingface_hub does)."""
+    if os.environ.get("TRACKIO_DIR"):
+        return os.path.expanduser(os.environ["TRACKIO_DIR"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return os.path.join(os.path.expanduser(home), "trackio")
+
+
+def _trackio_projects(dirs, max_entries, notes):
+    """The project databases (*.db) directly in each of `dirs` ("" is trackio_dir()), each
+    stamped with the newer mtime of it and its WAL (trackio writes in WAL mode: the database
+    file itself changes only at a checkpoint)."""
+    found = []
+    for d in dirs:
+        d = os.path.expanduser(d) if d else trackio_dir()
+        try:
+            names = sorted(os.listdir(d))[:max_entries]
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            notes.append("cannot list %s: %s" % (d, exc.strerror or exc))
+            continue
+        for name in names:
+            if not name.endswith(".db") or name.startswith("."):
+                continue
+            rec = stat_one(os.path.join(d, name))
+            if rec["kind"] != "file":
+                continue
+            wal = stat_one(rec["path"] + "-wal")
+            if wal["kind"] == "file" and wal["mtime"] > rec["mtime"]:
+                rec["mtime"] = wal["mtime"]
+            rec["under"], rec["trackio"] = False, True
+            found.append(rec)
+    return found
+
+
 def metric_find(roots, patterns, max_depth=4, max_entries=20000, max_found=512, skip_top=(),
-                deeper_under=(), deeper_by=3):
+                deeper_under=(), deeper_by=3, trackio_dirs=()):
     """Files under `roots` whose name matches one of `patterns` (fnmatch), breadth first, at
     most `max_depth` directories down (`deeper_by` more below a directory named in
     `deeper_under`, such as mlruns), hidden directories and `skip_top` (of a root) skipped.
-    Stops after `max_entries` entries per root, saying so in "notes"."""
+    Stops after `max_entries` entries per root, saying so in "notes". Then trackio's project
+    databases in `trackio_dirs` (marked "trackio")."""
     import fnmatch
     found, notes = [], []
+    found += _trackio_projects(trackio_dirs, max_entries, notes)
     for root in roots:
         root = os.path.expanduser(root)
         if os.path.isfile(root):     # a file named itself

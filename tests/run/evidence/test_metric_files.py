@@ -248,15 +248,18 @@ async def test_without_the_agent_files_are_read_through_single_ops(tmp_path):
         w.add_scalar("train/loss", 1.0 / step, step)
     w.flush()
     sqlite3.connect(tmp_path / "mlflow.db").close()
+    (tmp_path / "trackio").mkdir()
+    sqlite3.connect(tmp_path / "trackio" / "exp.db").close()
     shell = await open_ops(LocalTarget(), prefer="shell")
     try:
-        files = MetricFiles()
+        files = MetricFiles(("trackio",))
         assert [p.step for p in await _poll(files, shell, tmp_path)] == list(range(1, 11))
         w.add_scalar("train/loss", 0.01, 11)
         w.flush()
         assert [p.step for p in await _poll(files, shell, tmp_path)] == [11]
         notes = {v.kind: v.note for v in files.views()}
         assert "read by the agent (python3 on the target)" in notes["mlflow"], notes
+        assert "read by the agent (python3 on the target)" in notes["trackio"], notes
     finally:
         w.close()
         await shell.close()
@@ -290,3 +293,61 @@ async def test_hf_trainer_progress_and_eta_while_it_runs(place, sessions, tmp_pa
     latest = ev.metrics.latest
     assert latest["hf:loss"][0] == 80 and latest["hf:loss"][2].startswith("trainer_state.json out/checkpoint-"), latest
     assert latest["loss"][2] == "log" and latest["train_runtime"][2] == "log", latest
+
+
+def _trackio(trackio_dir: Path, *argv: str) -> None:
+    """tests/programs/trackio_log.py with its store in `trackio_dir` (read: trackio 0.43)."""
+    res = subprocess.run([PY, str(PROGRAMS / "trackio_log.py"), *argv], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TRACKIO_DIR": str(trackio_dir)})
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+async def test_trackio_rows_of_the_newest_run_incrementally_and_a_locked_database_is_a_note(tmp_path, ops):
+    pytest.importorskip("trackio")
+    store, run_dir = tmp_path / "trackio", tmp_path / "run"
+    run_dir.mkdir()
+    _trackio(store, "exp", "run-a", "0", "3")
+    files = MetricFiles(("../trackio",))          # a profile's `metrics` directory named trackio
+    points = await _poll(files, ops, run_dir)
+    assert [(p.name, p.step) for p in points] == [(n, s) for s in range(3) for n in ("loss", "train/acc")]
+    (source,) = files.views()
+    assert source.label == "trackio project exp run run-a, 2 metrics", source
+    _trackio(store, "exp", "run-a", "3", "2")
+    assert [(p.name, p.step, p.value) for p in await _poll(files, ops, run_dir)] == [
+        ("loss", 3, 0.25), ("train/acc", 3, 0.3), ("loss", 4, 0.2), ("train/acc", 4, 0.4)]
+    # A writer holding the database (trackio's TRACKIO_SQLITE_LOCKING_MODE=exclusive, as on
+    # Spaces): the poll answers at once with a note, then reads on.
+    con = sqlite3.connect(store / "exp.db")
+    con.execute("PRAGMA locking_mode = EXCLUSIVE")
+    con.execute("BEGIN EXCLUSIVE")
+    t0 = time.monotonic()
+    assert await _poll(files, ops, run_dir) == []
+    assert time.monotonic() - t0 < 2
+    assert "locked" in files.views()[0].note, files.views()
+    con.rollback()
+    con.close()
+    _trackio(store, "exp", "run-b", "0", "1")       # a new run of the project: its rows only
+    assert [(p.name, p.step) for p in await _poll(files, ops, run_dir)] == [("loss", 0), ("train/acc", 0)]
+    assert files.views()[0].label.startswith("trackio project exp run run-b"), files.views()
+
+
+async def test_trackio_default_store_is_read_from_the_newest_project_written_since_the_launch(tmp_path, monkeypatch):
+    pytest.importorskip("trackio")
+    store, run_dir = tmp_path / "hf" / "trackio", tmp_path / "run"
+    run_dir.mkdir()
+    _trackio(store, "old", "run-x", "0", "2")
+    launch = time.time() - 30
+    os.utime(store / "old.db", (launch - 60, launch - 60))     # a project of an earlier day
+    _trackio(store, "new", "run-y", "0", "2")
+    # The agent finds trackio's directory as trackio does: $HF_HOME/trackio here.
+    monkeypatch.delenv("TRACKIO_DIR", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    o = await open_ops(LocalTarget(), python=PY, prefer="agent")
+    try:
+        files = MetricFiles()
+        await files.poll(o, str(run_dir), time.time(), floor=launch)
+        assert sorted({p.name for p in files.take()}) == ["loss", "train/acc"]
+        (source,) = files.views()
+        assert source.label.startswith("trackio project new run run-y"), source
+    finally:
+        await o.close()

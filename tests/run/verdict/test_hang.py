@@ -95,15 +95,30 @@ def test_waiting_on_the_gpu_says_the_run_s_own_gpu_use():
     assert cl.summary.startswith("waiting on the GPU: MainThread in torch.cuda.synchronize (train.py:7) for 4 min"), \
         cl.summary
 
-    def snap(own: float | None, device: float) -> GpuSnapshot:
+    def snap(own: float | None, device: float, power: float | None = None, limit: float | None = 700.0,
+             sm: int | None = None, top: int | None = None) -> GpuSnapshot:
         procs = (GpuProcess(201, 1 << 30, is_run_process=True, sm_util_pct=own),
                  GpuProcess(999, 1 << 30, is_run_process=False, sm_util_pct=100.0 - (own or 0)))
-        return GpuSnapshot(NOW, "nvml", gpus=(GpuSample(0, "H200", "u0", util_sm_pct=device, processes=procs),))
-    assert with_gpu_check(cl, e, snap(100.0, 100.0)).summary.endswith("GPU 100 % busy (the run's processes)")
+        return GpuSnapshot(NOW, "nvml", gpus=(GpuSample(0, "H200", "u0", util_sm_pct=device, processes=procs,
+                                                        power_w=power, power_limit_w=limit, sm_clock_mhz=sm,
+                                                        sm_clock_max_mhz=top),))
+    assert with_gpu_check(cl, e, snap(100.0, 100.0)).summary.endswith("GPU 0 100 % busy (the run's processes)")
     # Another user's kernel keeps the device busy: the run's own share is what is said.
-    assert with_gpu_check(cl, e, snap(0.0, 100.0)).summary.endswith("GPU idle (0 % SM, the run's processes)")
+    assert with_gpu_check(cl, e, snap(0.0, 100.0)).summary.endswith("GPU 0 idle (0 % SM, the run's processes)")
     # No per-process numbers: the device's, said as the device's.
-    assert with_gpu_check(cl, e, snap(None, 97.0)).summary.endswith("GPU 97 % busy (the whole device)")
+    assert with_gpu_check(cl, e, snap(None, 97.0)).summary.endswith("GPU 0 97 % busy (the whole device)")
+    # Power tells arithmetic from a kernel that spins: both read 100 % busy.
+    assert with_gpu_check(cl, e, snap(100.0, 100.0, 690.0, sm=1755, top=1980)).summary.endswith(
+        "GPU 0 100 % busy (the run's processes), 690 W of 700 W, SM 1755 of 1980 MHz")
+    spin = with_gpu_check(cl, e, snap(100.0, 100.0, 112.0, sm=1980, top=1980))
+    assert spin.summary.endswith("GPU 0 100 % busy (the run's processes) but drawing 112 W of 700 W: "
+                                 "a kernel that spins, not compute"), spin.summary
+    assert spin.gpus[0].spinning and spin.gpus[0].to_dict()["power_pct"] == 16.0
+    # Power or its limit not given ("[N/A]", NotSupported): never called spinning, nothing made up.
+    assert with_gpu_check(cl, e, snap(100.0, 100.0, None, sm=1980)).summary.endswith(
+        "GPU 0 100 % busy (the run's processes), SM 1980 MHz")
+    assert with_gpu_check(cl, e, snap(100.0, 100.0, 112.0, limit=None)).summary.endswith(
+        "GPU 0 100 % busy (the run's processes), 112 W")
 
 
 def test_a_lock_order_deadlock_names_both_threads():

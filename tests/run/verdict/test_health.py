@@ -389,5 +389,5 @@ def test_a_stalled_summary_says_whether_the_run_s_gpus_work():
     snap = GpuSnapshot(NOW, "fake", gpus=(GpuSample(0, "H200", "u0", util_sm_pct=0.0,
                                                     processes=(GpuProcess(100, 1 << 30, is_run_process=True),)),))
     out = with_gpu_check(cl, e, snap)
-    assert out.verdict is Verdict.STALLED and out.summary.endswith("GPU idle (0 % SM, the whole device)")
+    assert out.verdict is Verdict.STALLED and out.summary.endswith("GPU 0 idle (0 % SM, the whole device)")
     assert out.summary.startswith("idle hang")

@@ -13,7 +13,7 @@ from dflash_tui.backends.slurm.evidence import SlurmEvidence, slurm_of
 from dflash_tui.backends.slurm.job import SlurmJob, parse_sacct, parse_scontrol, parse_squeue
 from dflash_tui.backends.slurm.launcher import SlurmLauncher
 from dflash_tui.backends.slurm.spec import SlurmSpec
-from dflash_tui.backends.slurm.verdict import pending_words, stepd_end
+from dflash_tui.backends.slurm.verdict import judge_job, pending_words, stepd_end
 from dflash_tui.config import ConfigError
 from dflash_tui.contract.rundir import ExitRecord, LaunchRecord, SchemaError, SlurmJobRecord, StopRecord, parse_slurm_job
 from dflash_tui.remote.agent import open_ops
@@ -22,7 +22,7 @@ from dflash_tui.remote.ops import FileStat, PidInfo
 from dflash_tui.run.verdict.health import Limits
 from dflash_tui.run.evidence.observe import Evidence
 from dflash_tui.run.verdict.report import report_from
-from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.run.verdict.checklist import Checklist, RankGroup, Verdict
 
 SCONTROL = ("JobId=42 JobName=dflash-run UserId=me(1000) GroupId=me(1000) JobState=PENDING "
             "Reason=Resources Dependency=(null) Requeue=0 Restarts=0 BatchFlag=1 ExitCode=0:0 "
@@ -130,6 +130,25 @@ def test_the_schedulers_end_outranks_the_programs_exit_code_but_not_a_stop():
     assert crashed.checks[0].id == "slurm_job" and crashed.checks[0].state.value == "fail"   # a failed job is no ok
     finished = evaluate(_ev(SlurmJob("5", state="COMPLETED")))
     assert finished.checks[0].id == "slurm_job" and finished.checks[0].state.value == "ok"
+
+
+def test_a_node_failure_names_the_nodes_out_of_service_and_the_facts_say_whether_the_job_runs():
+    lost = SlurmJob("5", state="NODE_FAIL", node_list="n[1-2]", failed_nodes=("n2",))
+    cl = evaluate(_ev(lost, exit_code=None))
+    assert cl.verdict is Verdict.NODE_FAIL and "lost a node of n[1-2] (n2 out of service)" in cl.summary, cl.summary
+    assert cl.scheduler.facts["failed_nodes"] == ["n2"] and cl.scheduler.facts["active"] is False
+    running = evaluate(_ev(SlurmJob("5", state="RUNNING", node_list="n1"), exit_code=None))
+    assert running.scheduler.facts["active"] is True and running.scheduler.facts["failed_nodes"] is None
+
+
+def test_a_jobs_checklist_keeps_the_evidences_rank_groups():
+    """The job's check goes first; the evidence's own parts (its rank groups, which name the
+    node of a rank outside a hung collective) stay."""
+    group = RankGroup(ranks=(1,), cls="lock", where="f (a.py:3)", doing="", threads=1, nodes=("n2",))
+    for job in (SlurmJob("5", state="RUNNING", node_list="n[1-2]"), SlurmJob("5", state="PREEMPTED", node_list="n1")):
+        cl = judge_job(_ev(job, exit_code=None),
+                       lambda ev: Checklist(Verdict.STALLED, [], "hung", rank_groups=[group], stall_limit_s=9.0))
+        assert cl.checks[0].id == "slurm_job" and cl.rank_groups == [group], (job.state, cl)
 
 
 def test_a_running_job_vouches_for_a_wrapper_on_another_host_and_silence_is_no_end():

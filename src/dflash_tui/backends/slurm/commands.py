@@ -18,9 +18,9 @@ from typing import Sequence
 
 from ...contract.rundir import LAUNCH_SH, SLURM_OUT, inert_text
 from ...remote.base import CommandResult, CommandTimeout, Target
-from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id, parse_sacct,
-                  parse_scontrol, parse_squeue, unanswered, unknown_job)
-from .spec import SlurmSpec, sbatch_options
+from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id,
+                  parse_failed_nodes, parse_sacct, parse_scontrol, parse_squeue, unanswered, unknown_job)
+from .spec import SlurmSpec, merge_exclude, sbatch_options
 
 # `timeout`'s exit status when it ended the command (124: its signal; 137: the KILL after).
 _TIMED_OUT = (124, 137)
@@ -83,12 +83,12 @@ def sbatch_argv(spec: SlurmSpec, run_dir: str, job_name: str, exclude: Sequence[
     """sbatch for launch.sh in the run dir: parsable output, the job's name, its working
     directory and its own stdout/stderr in the run dir, no requeue (a requeued job would run
     the wrapper again into the same run files; a profile may ask for it in sbatch_args);
-    `exclude`: nodes the job must not get (a recovery's: the node that failed the last job)."""
+    `exclude`: nodes the job must not get (a recovery's: the node that failed the last job),
+    merged with the profile's own --exclude into one option (spec.merge_exclude)."""
     out = _pattern_safe(posixpath.join(run_dir, SLURM_OUT))
     requeue = [] if any(a.split("=")[0] in ("--requeue", "--no-requeue") for a in spec.sbatch_args) else ["--no-requeue"]
     return ["sbatch", "--parsable", f"--job-name={job_name}", f"--chdir={run_dir}", f"--output={out}",
-            f"--error={out}", *requeue, *sbatch_options(spec),
-            *([f"--exclude={','.join(exclude)}"] if exclude else []), posixpath.join(run_dir, LAUNCH_SH)]
+            f"--error={out}", *requeue, *merge_exclude(sbatch_options(spec), exclude), posixpath.join(run_dir, LAUNCH_SH)]
 
 
 async def submit(target: Target, spec: SlurmSpec, run_dir: str, job_name: str,
@@ -162,12 +162,38 @@ async def _ask_accounting(target: Target, job_id: str, timeout: float) -> SlurmJ
     return unknown_job(job_id, ["squeue", "scontrol", "sacct" if res.ok else "sacct (no accounting)"])
 
 
-async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0,
+async def failed_nodes(target: Target, node_list: str, *, timeout: float = _TIMEOUT_S) -> tuple[str, ...]:
+    """Which of `node_list` (a job's) Slurm holds out of service now (down, drained, failing,
+    not responding); () when none is, or sinfo does not answer."""
+    try:
+        res = await run_scheduler(target, ["sinfo", "-h", "-N", "-n", node_list, "-o", "%N %t"], timeout)
+    except CommandTimeout:
+        return ()
+    return parse_failed_nodes(res.stdout, res.exit_status or 0)
+
+
+async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0, steps_first_s: float = 0.0,
                  timeout: float = _TIMEOUT_S) -> tuple[CommandResult, SlurmJob]:
     """`scancel JOB_ID` (that job only), then wait until it is no longer pending or running.
     Returns scancel's result and the job as last seen. Raises CommandTimeout when scancel
-    itself does not answer within `timeout`."""
+    itself does not answer within `timeout`.
+
+    `steps_first_s`: first SIGTERM to the job's steps only (`scancel --signal=TERM`: not the
+    batch script, so not the srun in it), and up to that long for the job to end by itself.
+    srun answers a SIGTERM of its own by killing its tasks at once, before a program stopping
+    on SIGTERM (the bundled trainer's checkpoint) is done; the ranks, signalled themselves,
+    finish, srun returns, and the job ends."""
+    if steps_first_s > 0:
+        res = await run_scheduler(target, ["scancel", "--signal=TERM", job_id], timeout)
+        job = await _settled(target, job_id, steps_first_s, timeout)
+        if job.answered and (not job.known or job.ended):
+            return res, job
     res = await run_scheduler(target, ["scancel", job_id], timeout)
+    return res, await _settled(target, job_id, wait_s, timeout)
+
+
+async def _settled(target: Target, job_id: str, wait_s: float, timeout: float) -> SlurmJob:
+    """The job once no longer pending or running, or as last seen after `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -178,5 +204,5 @@ async def cancel(target: Target, job_id: str, *, wait_s: float = 30.0,
             job = SlurmJob(job_id, answered=False, error=str(exc))
         settled = job.answered and (not job.known or job.ended)
         if settled or time.monotonic() >= deadline:
-            return res, job
+            return job
         await asyncio.sleep(0.3)

@@ -55,6 +55,9 @@ class SlurmJob:
     error: str = ""             # what the commands said when they did not answer
     commands_missing: bool = False   # not answered because the host has no squeue/scontrol
     sources_asked: list[str] = field(default_factory=list)
+    # The nodes of an ended NODE_FAIL/BOOT_FAIL job that Slurm holds down, drained or not
+    # responding when the end was seen (commands.failed_nodes): the ones at fault.
+    failed_nodes: tuple[str, ...] = ()
     detail: str = field(default="", repr=False)   # scontrol's line as it came, for `runs_in`
 
     @property
@@ -91,7 +94,9 @@ class SlurmJob:
         return {"job_id": self.job_id, "state": self.state or None, "reason": self.reason or None,
                 "node_list": self.node_list or None, "partition": self.partition or None,
                 "exit_code": self.exit_code or None, "source": self.source or None,
-                "known": self.known, "answered": self.answered}
+                "known": self.known, "answered": self.answered,
+                "active": self.answered and self.known and (self.pending or self.active),
+                "failed_nodes": list(self.failed_nodes) or None}
 
 
 def _clean(value: str) -> str:
@@ -171,6 +176,27 @@ def parse_sacct(job_id: str, text: str, rc: int) -> SlurmJob | None:
                         node_list=_clean(parts[4]), partition=_clean(parts[5]), start_time=_clean(parts[6]),
                         end_time=_clean(parts[7]), time_limit=_clean(parts[8]), cancelled_by=_clean(by), source="sacct")
     return None
+
+
+# sinfo's short node states (%t) of a node out of service, besides a "*" (not responding).
+_OUT_OF_SERVICE = frozenset({"down", "drain", "drng", "drained", "draining", "fail", "failg", "failing", "inval",
+                             "unk", "boot_fail"})
+
+
+def parse_failed_nodes(text: str, rc: int) -> tuple[str, ...]:
+    """The nodes out of service in `sinfo -h -N -n LIST -o "%N %t"` (a node once per partition
+    it is in): down, drained or draining, failing, or not responding ("idle*")."""
+    if rc != 0:
+        return ()
+    out: list[str] = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        node, state = inert_text(parts[0])[:100], parts[1].lower()
+        if state.endswith("*") or state.rstrip("~#!%$@^-") in _OUT_OF_SERVICE:
+            out.append(node)
+    return tuple(dict.fromkeys(out))
 
 
 def unknown_job(job_id: str, asked: list[str]) -> SlurmJob:

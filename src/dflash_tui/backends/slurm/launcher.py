@@ -29,7 +29,7 @@ import socket
 import time
 from typing import Awaitable, Callable, Sequence
 
-from ...config import Profile, Limits
+from ...config import Limits, Profile
 from ...contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
                                SlurmJobRecord, StopRecord, inert_text, parse_slurm_job, to_json)
 from ...remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
@@ -41,7 +41,7 @@ from ...run.launch.stop import StopResult
 from ...run.launch.preflight import PER_RUN_FILES
 from ...run.verdict.checklist import Check, CheckId, CheckState, Checklist
 from ...run.verdict.health import evaluate
-from .commands import SchedulerMissing, cancel, query, run_scheduler, submit
+from .commands import SchedulerMissing, cancel, failed_nodes, query, run_scheduler, submit
 from .evidence import SlurmEvidence, slurm_of
 from .job import SlurmJob
 from .script import job_argv
@@ -59,6 +59,7 @@ QUERY_TIMEOUT_S = 15.0
 # After scancel, how long past the stop's grace the job may take to leave pending/running
 # (Slurm's KillWait, the epilog) before the stop says it survived.
 CANCEL_MARGIN_S = 30.0
+NODE_FAILURES = ("NODE_FAIL", "BOOT_FAIL")
 
 
 def job_name(run_dir: str) -> str:
@@ -90,6 +91,7 @@ class SlurmLauncher(Launcher):
         self.query_timeout_s = QUERY_TIMEOUT_S
         self.cancel_margin_s = CANCEL_MARGIN_S
         self._last: dict[str, tuple[float, SlurmJob]] = {}   # job id -> (when asked, the answer)
+        self._asked_at_exit: set[str] = set()   # jobs asked again as their wrapper's exit.json appeared
 
     @classmethod
     def handles(cls, profile: Profile) -> bool:
@@ -179,6 +181,10 @@ class SlurmLauncher(Launcher):
         except CommandTimeout:
             job = SlurmJob(job_id, answered=False,
                            error=f"squeue/scontrol did not answer within {self.query_timeout_s:.0f} s")
+        if job.ended and job.state in NODE_FAILURES and job.node_list:
+            # Which of its nodes failed, asked once as the end is seen (the job's record is
+            # final from here): a recovery excludes those, not every node of the job.
+            job.failed_nodes = await failed_nodes(self.target, job.node_list, timeout=self.query_timeout_s)
         if job.answered:
             self._last[job_id] = (now, job)
         return job
@@ -201,6 +207,12 @@ class SlurmLauncher(Launcher):
         if ev.wrapper_run_id and record.run_id and record.run_id != ev.wrapper_run_id:
             return ev
         job = await self.job(record.job_id, fresh=fresh)
+        if (ev.exit is not None and job.answered and not job.ended and record.job_id not in self._asked_at_exit):
+            # The wrapper just ended: the job's end (a node that failed, a preemption: the
+            # signal the program died of) is news the answer kept from before may not have yet.
+            # Asked once, so a job still completing is not asked at every poll.
+            self._asked_at_exit.add(record.job_id)
+            job = await self.job(record.job_id, fresh=True)
         if job.runs_in(run_dir, posixpath.join(run_dir, LAUNCH_SH)) is False:
             # Another run dir's job (this dir is a copy of that one): not this run's to report
             # or cancel; the run dir's own evidence decides.
@@ -281,8 +293,10 @@ class SlurmLauncher(Launcher):
         if before_signal is not None:
             await before_signal()
         try:
-            res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + self.cancel_margin_s,
-                                     timeout=self.query_timeout_s)
+            # A job on several nodes: its ranks (srun's tasks) get SIGTERM first, for the grace.
+            steps_first = grace_s if self.spec.nodes > 1 and job.active else 0.0
+            res, last = await cancel(self.target, rec.job_id, wait_s=grace_s + self.cancel_margin_s - steps_first,
+                                     steps_first_s=steps_first, timeout=self.query_timeout_s)
         except CommandTimeout as exc:
             return StopResult("survived", record.pid, rec.run_id, time.monotonic() - t0,
                               f"{exc.message}: job {rec.job_id} may still run; check `squeue -j {rec.job_id}`",

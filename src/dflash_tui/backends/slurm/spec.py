@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from ...config import SCHEDULER_KEY, SchedulerKeys
 
@@ -45,6 +45,10 @@ _SBATCH_PREFIX_OPTIONS = ("--gpus",)
 # which refuses more): in a cluster, the letter after one is another option. Every other letter
 # takes the rest of the item as its argument.
 _SHORT_FLAGS = "hIkOsvV"
+# --exclude as getopt_long reads it: "--exclu" is also --exclusive's, so "--exclud" is the
+# shortest spelling; -x the short one.
+_EXCLUDE = "--exclude"
+_EXCLUDE_SHORTEST = len("--exclud")
 
 
 def _own_option(arg: str) -> str | None:
@@ -64,6 +68,57 @@ def _own_option(arg: str) -> str | None:
         if letter not in _SHORT_FLAGS:
             return None   # the rest of the item is this option's argument
     return None
+
+
+def exclude_of(arg: str) -> tuple[str, str] | None:
+    """(what stays of `arg`, the node list it excludes) where sbatch reads `arg` as --exclude
+    (`--exclude=n1`, `--exclud=n1`, `-xn1`, `-vxn1`: "-v" stays); None for any other option.
+    A node list of "" is the option without its value (sbatch would take the next item)."""
+    if arg.startswith("--"):
+        name, eq, value = arg.partition("=")
+        if len(name) >= _EXCLUDE_SHORTEST and _EXCLUDE.startswith(name):
+            return "", value if eq else ""
+        return None
+    for i, letter in enumerate(arg[1:], start=1):
+        if letter == "x":
+            return (arg[:i] if i > 1 else ""), arg[i + 1:]
+        if letter not in _SHORT_FLAGS:
+            return None   # the rest of the item is this option's argument
+    return None
+
+
+def node_names(node_list: str) -> list[str]:
+    """A Slurm node list split at its top-level commas ("n[1,3],n5" -> ["n[1,3]", "n5"])."""
+    out, depth, part = [], 0, ""
+    for c in node_list:
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth == 0:
+            out.append(part)
+            part = ""
+        else:
+            part += c
+    out.append(part)
+    return [p.strip() for p in out if p.strip()]
+
+
+def merge_exclude(args: Sequence[str], exclude: Sequence[str]) -> list[str]:
+    """`args` with every --exclude of the profile's and the recovery's `exclude` merged into one
+    `--exclude=` (the union, the profile's first): sbatch keeps only the last of two."""
+    rest: list[str] = []
+    nodes: list[str] = []
+    for arg in args:
+        found = exclude_of(arg)
+        if found is None:
+            rest.append(arg)
+            continue
+        kept, listed = found
+        if kept:
+            rest.append(kept)
+        nodes += node_names(listed)
+    for node_list in exclude:
+        nodes += node_names(node_list)
+    union = list(dict.fromkeys(nodes))
+    return [*rest, f"{_EXCLUDE}={','.join(union)}"] if union else rest
 
 
 @dataclass(frozen=True)
@@ -127,6 +182,10 @@ def take_slurm_keys(table: dict[str, Any]) -> tuple[SlurmSpec, dict[str, Any]]:
                     or any(c in arg for c in "\x00\n\r")):
                 raise ValueError(f"sbatch_args item {arg!r:.80} is not an sbatch option (each item starts "
                                  "with '-', one option per item, e.g. \"--exclusive\", \"--constraint=h100\")")
+            excluded = exclude_of(arg)
+            if excluded is not None and not excluded[1]:
+                raise ValueError(f"sbatch_args item {arg!r:.80} names no nodes (sbatch would take the next option "
+                                 "for them); write the nodes in the same item: \"--exclude=n1,n2\"")
             own = _own_option(arg)
             if own is not None:
                 raise ValueError(f"sbatch_args item {arg!r:.80} sets what the profile or the launch sets ({own}, "

@@ -235,8 +235,8 @@ def _plain(ev: Evidence) -> Evidence:
 
 
 def _with(cl: Checklist, first: Check) -> Checklist:
-    return Checklist(cl.verdict, [first, *cl.checks], cl.summary, cl.threads,
-                     stall_limit_s=cl.stall_limit_s, stall_limit_why=cl.stall_limit_why)
+    # The evidence's checklist whole (its rank groups, stragglers, silence limit), the job first.
+    return cl.with_parts(checks=[first, *cl.checks])
 
 
 def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
@@ -288,7 +288,10 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         by = f" by uid {job.cancelled_by}" if job.cancelled_by else " (Slurm names who only with accounting: sacct)"
     limit = f" ({job.time_limit})" if job.time_limit else ""
     words, hint = _ENDED_WORDS[verdict]
-    text = words.format(limit=limit, nodes=f" of {job.node_list}" if job.node_list else "", by=by)
+    nodes = f" of {job.node_list}" if job.node_list else ""
+    if job.failed_nodes:
+        nodes += f" ({', '.join(job.failed_nodes)} out of service)"
+    text = words.format(limit=limit, nodes=nodes, by=by)
     cause = f"job {job.job_id} {text}" + (f" at {when}" if when else "")
     hint = hint.format(job=job.job_id)
     check = Check.of(CheckId.SLURM_JOB, FAIL, one_line(cause), hint, ev.now)
@@ -297,4 +300,5 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
     plain = evidence_verdict(_plain(ev))
     # The program's own end (its exit code, a traceback) stays in the list, after the job's.
     return Checklist(verdict, [check, *plain.checks], one_line(f"{cause}; {plain.summary}", 400), plain.threads,
-                     stall_limit_s=plain.stall_limit_s, stall_limit_why=plain.stall_limit_why)
+                     rank_groups=plain.rank_groups, stall_limit_s=plain.stall_limit_s,
+                     stall_limit_why=plain.stall_limit_why)

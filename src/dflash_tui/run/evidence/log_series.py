@@ -4,7 +4,7 @@ run/evidence/progress.py reads the step, loss and rate any program prints; the l
 more, and each of their values is a series of its own here:
 
     step: 10  loss:  7.1234  grad_norm: 1.2  memory: 36.86GiB(46.55%)  tps: 6,543  tflops: 321.0  mfu: 32.4%
-                                                                                        TorchTitan
+    validate step: 10  loss:  6.5000  memory: 36.86GiB(46.55%)  tps: 6,543             TorchTitan
     [2025-01-01 10:00:00] iteration       10/     500 | consumed samples: 640 | elapsed time per
     iteration (ms): 1234.5 | learning rate: 1.5E-04 | ... | lm loss: 1.036860E+01 | ... |
     throughput per GPU (TFLOP/s/GPU): 123.4 |                                           Megatron-LM
@@ -36,8 +36,9 @@ MAX_PENDING = 20_000
 _NUM = r"[-+]?+(?:\d[\d,]*+(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+"
 _ANSI = re.compile(r"\x1b\[[0-?]*+[ -/]*+[@-~]")
 _SPLIT = re.compile(r"[\r\n]")
-# TorchTitan: "step: 10  loss: 7.1234 ... mfu: 32.4%" (colours dropped first).
-_TITAN_STEP = re.compile(r"\bstep:\s*+(\d++)\s++loss:")
+# TorchTitan: "step: 10  loss: 7.1234 ... mfu: 32.4%" (colours dropped first); its validation
+# line "validate step: 10  loss: 6.5 ..." gives series of their own ("validate_loss").
+_TITAN_STEP = re.compile(r"\b(validate\s++)?+step:\s*+(\d++)\s++loss:")
 _TITAN_PAIR = re.compile(r"\b([a-z][a-z_]*+):\s*+(" + _NUM + r")")
 # Megatron-LM: "iteration 10/ 500 | name: value | ...".
 _MEGATRON = re.compile(r"\biteration\s++(\d++)\s*+/\s*+(\d++)\s*+\|")
@@ -50,7 +51,8 @@ MEGATRON_NAMES = {
     "elapsed time per iteration (ms)": "iteration_ms",
 }
 # Megatron fields that count or describe, not measure.
-_MEGATRON_SKIP = frozenset({"global batch size", "number of skipped iterations", "number of nan iterations"})
+_MEGATRON_SKIP = frozenset({"global batch size", "number of skipped iterations", "number of nan iterations",
+                            "consumed samples", "skipped samples"})
 _TITAN_SKIP = frozenset({"step"})
 _DICT_STEP_KEYS = ("step", "global_step")
 _DICT_SKIP = frozenset({"step", "global_step", "total_flos"})
@@ -107,11 +109,12 @@ def parse_line(seg: str) -> LineSeries | None:
         m = _TITAN_STEP.search(seg)
         if m:
             values = {}
-            for key, num in _TITAN_PAIR.findall(seg[m.start():]):
+            prefix = "validate_" if m.group(1) else ""
+            for key, num in _TITAN_PAIR.findall(seg[m.end(1) if m.group(1) else m.start():]):
                 v = _number(num)
                 if v is not None and key not in _TITAN_SKIP:
-                    values[key] = v
-            return LineSeries("torchtitan", int(m.group(1)), None, values)
+                    values[prefix + key] = v
+            return LineSeries("torchtitan", int(m.group(2)), None, values)
     if seg.lstrip().startswith("{"):
         d = metrics_dict(seg)
         if d:

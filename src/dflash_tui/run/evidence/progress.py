@@ -59,6 +59,8 @@ _RATE = re.compile(r"(" + _NUM + r")\s*+(it/s|s/it|tok(?:ens)?/s|samples/s)")
 # The other order, "tok/s 18,450" (the bundled trainer's log): the unit, then its number.
 _RATE_AFTER = re.compile(r"\b(it/s|s/it|tok(?:ens)?/s|samples/s)\s*+[:=]?+\s*+"
                          r"((?>\d{1,3}(?:,\d{3})++(?:\.\d++)?+|" + _NUM + r"))")
+# An evaluation's line ("validate step: 20  loss: 6.5", TorchTitan): its loss is not the training's.
+_EVAL_STEP = re.compile(r"\b(?:validate|validation|eval|evaluation)\s++step\b", re.IGNORECASE)
 _EPOCH = re.compile(r"\bepoch\b\s*+[:=]?+\s*+(" + _NUM + r")", re.IGNORECASE)
 # "checkpoint: step N saved to PATH": the gap between the two words is bounded, so a line of
 # many "checkpoint" words costs a bounded look at each.
@@ -321,7 +323,7 @@ class ProgressParser:
                     step, total = _int_text(m.group(1)), _int_text(m.group(2))
                     form = "step" if m.re is _STEP else "bar"
                 lm = _LOSS.search(seg)
-                if lm:
+                if lm and not _EVAL_STEP.search(seg):
                     loss = _finite(lm.group(1))
                 if "/s" in seg or "s/it" in seg:
                     after = _RATE_AFTER.search(seg)

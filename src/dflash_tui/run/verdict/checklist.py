@@ -11,6 +11,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from ...contract.rundir import inert_text
+from .gpu_facts import GpuFacts
 
 
 class Verdict(str, Enum):
@@ -331,6 +332,10 @@ class Checklist:
     # run is not alive (or not launched).
     stall_limit_s: float | None = None
     stall_limit_why: str = ""
+    # The host's GPUs as the last sample saw them (run/verdict/gpu_facts.py; set by
+    # health.with_gpu_check): utilisation, power against its limit, SM clock against its top,
+    # the run's processes on each, and whether its busy time is a kernel that spins.
+    gpus: list[GpuFacts] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.summary = _inert(self.summary)
@@ -363,4 +368,5 @@ class Checklist:
                 "rank_groups": [g.to_dict() for g in self.rank_groups],
                 "stragglers": [s.to_dict() for s in self.stragglers],
                 "stall_limit_s": self.stall_limit_s, "stall_limit_why": self.stall_limit_why,
+                "gpus": [g.to_dict() for g in self.gpus],
                 **({self.scheduler.name: self.scheduler.facts} if self.scheduler is not None else {})}

@@ -7,7 +7,9 @@
           finished, its GPUs do not all show a process of the run (a thread that never reached
           its device, or a run that silently fell back to CPU)
 - pending no GPU data yet, or the run is still starting/compiling
-- ok      the run's processes are on as many GPUs as it uses; or the run uses only CPU devices;
+- ok      the run's processes are on as many GPUs as it uses (with the SM use, power against its
+          limit and SM clock against its top of the GPU that says most, or "... but drawing
+          80 W of 700 W: a kernel that spins, not compute": run/verdict/gpu_facts.py); or the run uses only CPU devices;
           or the host has no NVIDIA GPU at all and the run is not known to use CUDA (said as
           information: a driver it does not need is no fault; a run that names CUDA devices
           there is warned)
@@ -23,7 +25,9 @@ from typing import Iterable
 
 from ...contract.rundir import Phase, TrainStatus
 from ...gpu.sample import GpuErrorKind, GpuSnapshot
+from ...words import gpu_use
 from .checklist import Check, CheckId, CheckState
+from .gpu_facts import run_gpu
 
 CHECK_ID = CheckId.GPUS
 
@@ -107,7 +111,20 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
                      "a thread may not have reached its device, or the run fell back to CPU: each thread's device is in status.json")
     used = sum(p.used_memory_bytes or 0 for g in with_run for p in g.processes if p.is_run_process)
     return check(CheckState.OK, f"run processes on {len(with_run)} GPU(s) "
-                                f"({_list(g.index for g in with_run)}), {used / _BYTES_GIB:.1f} GiB")
+                                f"({_list(g.index for g in with_run)}), {used / _BYTES_GIB:.1f} GiB"
+                                f"{run_gpu_words(snap)}")
+
+
+def run_gpu_words(snap: GpuSnapshot) -> str:
+    """", 100 % SM (the run's processes), 655 W of 700 W, SM 1755 of 1980 MHz" of the GPU that
+    says most about the run (gpu_facts.run_gpu: one that spins, else its busiest); "" when no
+    GPU shows a process of the run."""
+    found = run_gpu(snap)
+    if found is None:
+        return ""
+    f, pct, whose = found
+    return ", " + gpu_use(pct, whose, f.power_w, f.power_limit_w, f.sm_clock_mhz, f.sm_clock_max_mhz,
+                          f.spinning)
 
 
 def _list(items: Iterable[int]) -> str:

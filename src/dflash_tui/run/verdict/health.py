@@ -14,10 +14,10 @@ from ...contract.rundir import TRAIN_LOG, CompileState, Phase, ThreadStatus, Tra
 
 from ...config import Limits
 from ...gpu.sample import GpuSnapshot
-from ...words import age_at as _age, cpu_use, duration as _duration, one_line as _one_line, signame as _signame
+from ...words import age_at as _age, cpu_use, duration as _duration, gpu_busy, one_line as _one_line, signame as _signame
 from .checks.ended import (checkpoint_check, exit_check, no_exit_check, root_cause_check, stop_lives_on_check,
                            stopped_checks, stopping_check, traceback_check)
-from .checks.gpus import gpus_check, run_gpu_util
+from .checks.gpus import gpus_check
 from .checks.launch import (DISK_HINT, last_line, launch_cmd_check, launch_json_check, launch_json_missing_check,
                             launch_json_waiting_check, never_started_cause, nothing_launched_check,
                             process_alive_check, process_gone_check, train_log_check)
@@ -28,6 +28,7 @@ from .checks.progress import (busy_silent_check, compiling_check, last_progress,
                               unlogged_progress_words)
 from .checks.trainer import (heartbeat_check, no_step_check, steps_check, steps_stalled_check, threads_check,
                              trainer_errors_check)
+from .gpu_facts import gpu_facts, run_gpu
 from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
 from ..stacks.classify import ThreadClass
 from ..evidence.observe import Evidence, current_run_id, process_matches
@@ -467,26 +468,32 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None)
     process may still beat for a while, but a run on a host with a lost GPU cannot go on. A
     STALLED summary gets the GPU words too: busy or idle, the SM use of the run's own
     processes where NVML gives it per process (another user's kernel is never the run's),
-    else of the run's GPUs as devices. A warn or pending GPU check never changes the verdict,
+    else of the run's GPUs as devices, with the power against its limit and the SM clock
+    against its top, or "but drawing 80 W of 700 W: a kernel that spins, not compute"
+    (run/verdict/gpu_facts.py). The sample's GPUs go with the checklist (`gpus`, for
+    `--check --json`). A warn or pending GPU check never changes the verdict,
     and a run that already ended keeps the verdict its own evidence gives.
     """
     alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
     gpus = gpus_check(snap, ev, alive)
     checks = [*checklist.checks, gpus]
+    facts = gpu_facts(snap)
     if gpus.state is FAIL and alive and checklist.verdict in (Verdict.STARTING, Verdict.RUNNING):
         pid = ev.launch.pid if ev.launch is not None else "?"
         return Checklist(Verdict.GPU_LOST, checks,
                          _one_line(f"{gpus.cause}; pid {pid} is still alive but cannot go on", 400),
-                         checklist.threads)
+                         checklist.threads, gpus=facts)
     summary = checklist.summary
     if checklist.verdict is Verdict.STALLED and snap is not None and snap.error is None:
-        # What the GPUs do belongs to "what is silent and what is not" too.
-        util = run_gpu_util(snap)
-        if util is not None:
-            pct, whose = util
-            words = f"GPU {pct:.0f} % busy ({whose})" if pct >= 5 else f"GPU idle ({pct:.0f} % SM, {whose})"
+        # What the GPUs do belongs to "what is silent and what is not" too: busy on arithmetic,
+        # or busy on a kernel that spins (power tells), or idle.
+        found = run_gpu(snap)
+        if found is not None:
+            f, pct, whose = found
+            words = gpu_busy(f.index, pct, whose, f.power_w, f.power_limit_w, f.sm_clock_mhz,
+                             f.sm_clock_max_mhz, f.spinning)
             summary = _one_line(f"{summary}; {words}", 400)
-    return replace(checklist, checks=checks, summary=summary)
+    return replace(checklist, checks=checks, summary=summary, gpus=facts)
 
 
 def thread_states(st: TrainStatus | None, now: float, limits: Limits, *, live: bool) -> list[ThreadHealth]:

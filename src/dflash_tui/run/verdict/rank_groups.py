@@ -13,9 +13,11 @@ then the groups on every rank, those with STUCK threads first, the most threads 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .checklist import RankGroup, ThreadHealth, ThreadState
+from ..stacks.classify import ThreadClass
+from .checklist import RankGroup, ThreadHealth, ThreadState, rank_ranges
 
 
 def group_ranks(threads: Sequence[ThreadHealth], nodes: Sequence[str] | None = None) -> list[RankGroup]:
@@ -67,6 +69,42 @@ def odd_ones_out(groups: Iterable[RankGroup]) -> list[RankGroup]:
     groups = list(groups)
     every = len({r for g in groups for r in g.ranks})
     return [g for g in groups if len(g.ranks) < every]
+
+
+@dataclass(frozen=True)
+class OddNodes:
+    """The nodes of the ranks that stood outside a collective the other ranks waited in."""
+
+    nodes: tuple[str, ...]
+    ranks: tuple[int, ...]
+
+    def why(self) -> str:
+        """ "rank 1 was not in the collective the others waited in" """
+        who = f"rank {self.ranks[0]} was" if len(self.ranks) == 1 else f"ranks {rank_ranges(self.ranks)} were"
+        return f"{who} not in the collective the others waited in"
+
+
+def nodes_outside_collective(groups: Sequence[RankGroup]) -> OddNodes | None:
+    """Where a hung collective names a node: ranks with a thread waiting in a collective, and no
+    more ranks with none (the ones the collective waits for), each of those placed on a node by a
+    group of theirs alone (`RankGroup.nodes`: a run on several nodes). None when most ranks are
+    outside it, a rank's node is not known, or the odd nodes are every node of the run
+    (excluding them all would leave nothing to run on)."""
+    every = {r for g in groups for r in g.ranks}
+    waiting = {r for g in groups if g.cls == ThreadClass.COLLECTIVE.value for r in g.ranks}
+    outside = every - waiting
+    if not waiting or not outside or len(outside) > len(waiting):
+        return None
+    placed: set[int] = set()
+    nodes: dict[str, None] = {}
+    for g in groups:
+        if g.nodes and set(g.ranks) <= outside:
+            placed.update(g.ranks)
+            nodes.update(dict.fromkeys(g.nodes))
+    run_nodes = {n for g in groups for n in g.nodes}
+    if placed != outside or not nodes or set(nodes) >= run_nodes:
+        return None
+    return OddNodes(tuple(sorted(nodes)), tuple(sorted(outside)))
 
 
 def rank_numbers(procs: Iterable[tuple[int, int | None]]) -> dict[int, int]:

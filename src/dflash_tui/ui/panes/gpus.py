@@ -1,7 +1,9 @@
 """The GPUs pane, as dense as nvitop: a card per GPU, every process on them, a history graph.
 
 - A card per GPU: utilisation and memory as bars, temperature, power against its limit,
-  SM/memory clocks, throttle reasons, Xid and uncorrected-ECC counts. One line per GPU
+  SM clock against its top and the memory clock, throttle reasons, Xid and uncorrected-ECC
+  counts; a GPU busy on too little power is marked "! spins (11 % power)" (a kernel that
+  spins, not compute: run/verdict/gpu_facts.py). One line per GPU
   where space is short (8 GPUs at 80x24), two where it is not (8 GPUs at 160x48).
 - Every process on every GPU: host pid, the pid in the run's container, its user, command
   and GPU memory; the run's own are marked ● run and sorted first, so a foreign job
@@ -25,6 +27,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from ...gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot
+from ...run.verdict.gpu_facts import facts_of
 from ..fmt import NA, alarm_style, gib, num
 from ..widgets.rows import RowTable
 from .base import Pane
@@ -104,7 +107,8 @@ def card_lines(g: GpuSample, width: int, two_lines: bool, no_color: bool = False
     head.append(f"{power:>9} ")
     trouble = _trouble(g)
     detail = Text(no_wrap=True, overflow="ellipsis")
-    detail.append(f"SM {num(g.sm_clock_mhz)} MEM {num(g.mem_clock_mhz)} MHz")
+    top = f"/{g.sm_clock_max_mhz}" if g.sm_clock_max_mhz is not None and g.sm_clock_mhz is not None else ""
+    detail.append(f"SM {num(g.sm_clock_mhz)}{top} MEM {num(g.mem_clock_mhz)} MHz")
     detail.append("  throttle ")
     detail.append(", ".join(g.throttle_reasons) if g.throttle_reasons else "none",
                   "bold" if g.throttle_reasons else "")
@@ -128,6 +132,10 @@ def card_lines(g: GpuSample, width: int, two_lines: bool, no_color: bool = False
 
 def _trouble(g: GpuSample) -> str:
     parts = []
+    facts = facts_of(g)
+    if facts.spinning and facts.power_share is not None:
+        # Busy on too little power: a kernel that spins (a collective waiting for a peer).
+        parts.append(f"spins ({facts.power_share * 100:.0f} % power)")
     if g.xid_errors:
         parts.append(f"{g.xid_errors} Xid")
     if g.ecc_errors_uncorrected:

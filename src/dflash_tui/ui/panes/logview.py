@@ -272,14 +272,15 @@ class LogLines(PlainRows, ScrollView, can_focus=True):
 
     def _after_change(self, fell_off: int, shift: int = 0) -> None:
         self._dropped += fell_off
-        # Unchanged once the ring is full; one row more while a line is being written.
-        self.virtual_size = Size(self._width, len(self._lines) + bool(self._partial))
         if self._hidden:
             # Behind another tab: a refresh or scroll of a widget that is not on screen makes
-            # Textual rebuild the whole screen map on the next frame (and repaint it all).
-            # Scrolled and painted once, when shown again (on_show).
+            # Textual rebuild the whole screen map on the next frame (and repaint it all), and
+            # so does a new virtual size (a layout reactive): a log that grows by a line a
+            # second would repaint the Metrics tab's charts every second. Sized, scrolled and
+            # painted once, when shown again (on_show).
             self._fell_off_hidden += fell_off
             return
+        self._size_now()
         fell_off += shift
         if self.follow:
             bottom = self.max_scroll_y
@@ -290,6 +291,12 @@ class LogLines(PlainRows, ScrollView, can_focus=True):
             self.scroll_to(y=max(0, self.scroll_y - fell_off), animate=False, immediate=True, force=True)
         self.refresh()
 
+    def _size_now(self) -> None:
+        """The virtual size of the lines held. Unchanged once the ring is full; one row more
+        while a line is being written. A jump made as the tab comes back (a key that reveals
+        the pane, before its Show) scrolls within it, not within the size it had when hidden."""
+        self.virtual_size = Size(self._width, len(self._lines) + bool(self._partial))
+
     # -- navigation -------------------------------------------------------------------------
     def on_resize(self) -> None:
         # Lines may arrive before the first layout (size 0); pin to the end once sized.
@@ -298,21 +305,25 @@ class LogLines(PlainRows, ScrollView, can_focus=True):
 
     def watch_follow(self, follow: bool) -> None:
         if follow:
+            self._size_now()
             self.cursor = None
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
 
     def go_top(self) -> None:
         self.follow = False
+        self._size_now()
         self.scroll_to(y=0, animate=False, immediate=True, force=True)
 
     def go_bottom(self) -> None:
         self.follow = True
+        self._size_now()
         self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
 
     def _show(self, index: int) -> None:
         """Put buffer row `index` on screen, a third of the way down, and stop following."""
         self.follow = False
         self.cursor = self._dropped + index
+        self._size_now()
         self.scroll_to(y=max(0, index - self.size.height // 3), animate=False, immediate=True, force=True)
         self.refresh()
 

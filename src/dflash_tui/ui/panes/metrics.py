@@ -267,9 +267,18 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         self._add(points)
 
     def _add(self, points: list[Point]) -> None:
+        before = len(self.series)
         series_from(points, self.series)
         self.last_step = max(max(p.step for p in points), self.last_step or 0)
         self.dirty = True
+        if len(self.series) > before and len(self.charts) < self._per_page():
+            # A series where the page has room for its chart (a metric file found mid-run):
+            # drawn with the next frame, not after the charts' interval (up to 30 s).
+            self._drawn_at = 0.0
+
+    def _per_page(self) -> int:
+        cols, rows = self._layout()
+        return cols * rows
 
     # -- settings (app keys) ----------------------------------------------------------------
     def cycle_smoothing(self) -> float:

@@ -1,4 +1,4 @@
-"""Metrics from the files programs already write: TensorBoard, Lightning CSV, HF, MLflow.
+"""Metrics from the files programs already write: TensorBoard, Lightning CSV, HF, MLflow, trackio.
 
 One module per format decodes what the target shipped (bytes or rows) into metric points;
 `reader.MetricFiles` finds the files (discover.py), asks for their new bytes and rows in one

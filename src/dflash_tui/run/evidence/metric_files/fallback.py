@@ -12,6 +12,7 @@ import fnmatch
 import posixpath
 
 from ....remote.base import TRANSPORT_FAILURES, TargetError
+from . import trackio
 
 # A shell lists a directory per command: fewer entries than the agent looks at.
 MAX_ENTRIES = 2000
@@ -23,9 +24,26 @@ def _stat_dict(st) -> dict:
             "error": st.error}
 
 
+async def _trackio_projects(ops, dirs) -> list[dict]:
+    """trackio's project databases directly in the directories of `dirs` a profile named (""
+    is the agent's own trackio directory, from its environment: a shell expands no "~"); their
+    items answer with a note."""
+    found = []
+    for d in filter(None, dirs):
+        try:
+            entries = await ops.list_dir(d)
+        except TRANSPORT_FAILURES:
+            raise
+        except TargetError:
+            continue
+        found += [{**_stat_dict(st), "under": False, "trackio": True} for st in entries[:MAX_ENTRIES]
+                  if st.is_regular and trackio.is_project_file(posixpath.basename(st.path))]
+    return found
+
+
 async def _find(ops, roots, patterns, max_depth=4, max_entries=MAX_ENTRIES, max_found=512, skip_top=(),
-                deeper_under=(), deeper_by=3) -> dict:
-    found, notes = [], []
+                deeper_under=(), deeper_by=3, trackio_dirs=()) -> dict:
+    found, notes = await _trackio_projects(ops, trackio_dirs), []
     for root in roots:
         (st,) = await ops.stat([root])
         if st.is_regular:            # a file named itself

@@ -6,12 +6,15 @@ more), hidden directories and the run dir's own probe/ and history/ skipped, at 
 MAX_ENTRIES entries per root (a directory of 100,000 files is looked at in part, with a note).
 Files by name: events.out.tfevents.* (a directory of them is one TensorBoard run), metrics.csv
 (Lightning's CSVLogger), trainer_state.json (the newest one: the HF Trainer writes one per
-checkpoint), mlflow.db, and mlruns/<exp>/<run>/metrics/<key> (the newest run). Newest writer
-first; at most MAX_TB_DIRS TensorBoard runs and MAX_CSV CSV files are read.
+checkpoint), mlflow.db, and mlruns/<exp>/<run>/metrics/<key> (the newest run). trackio keeps
+its projects outside the run dir: the *.db directly in trackio's directory (the agent's
+TRACKIO_DIR, else $HF_HOME/trackio) and in a profile's `metrics` directory named trackio; the
+newest project written since the launch is read (a .db file the profile names, whatever its
+age). Newest writer first; at most MAX_TB_DIRS TensorBoard runs and MAX_CSV CSV files are read.
 
 Reading: ONE `metric_read` request per poll (remote/agent_server.py) carries every question:
 the new bytes of each file from its cursor (a replaced or truncated file is read again from
-its start), the rows of mlflow.db past the last rowid, and, every DISCOVER_EVERY_S, the
+its start), the rows of mlflow.db and of the trackio project past the last id, and, every DISCOVER_EVERY_S, the
 search itself. A poll whose search finds a file not read before asks for its bytes at once in
 a second request (so a one-shot check reads what it found); every other poll is one request.
 Bounded: TB_WINDOW bytes per event file per poll (a 2 GB file is caught up over polls), the
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 from ....remote.base import TRANSPORT_FAILURES, TargetError
 from ....remote.ops import look_ops
 from ..metric_point import MetricPoint
-from . import csv_logger, hf_state, mlflow, tensorboard
+from . import csv_logger, hf_state, mlflow, tensorboard, trackio
 from .fallback import metric_read_over
 from .tfrecord import RESYNC_SCAN, resync, split_records
 
@@ -55,16 +58,17 @@ PATTERNS = (tensorboard.EVENT_FILE, csv_logger.NAME, hf_state.NAME, mlflow.DB_NA
 # Names under the run dir that are dflash's own (the run probe's files, earlier runs' records).
 SKIP_TOP = ("probe", "history")
 _LOSS_NAMES = frozenset({"loss", "train_loss", "lm_loss", "train_loss_step", "loss_train"})
-_TAGS = {"tensorboard": "tb", "csv": "csv", "trainer_state": "hf", "mlflow": "mlflow", "mlruns": "mlflow"}
+_TAGS = {"tensorboard": "tb", "csv": "csv", "trainer_state": "hf", "mlflow": "mlflow", "mlruns": "mlflow",
+         "trackio": "trackio"}
 _KIND_WORDS = {"tensorboard": "TensorBoard", "csv": "metrics.csv", "trainer_state": "trainer_state.json",
-               "mlflow": "MLflow", "mlruns": "MLflow mlruns"}
+               "mlflow": "MLflow", "mlruns": "MLflow mlruns", "trackio": "trackio"}
 
 
 @dataclass(frozen=True)
 class MetricSource:
     """One source as the Metrics pane lists it and --check --json names it."""
 
-    kind: str                  # "tensorboard" | "csv" | "trainer_state" | "mlflow" | "mlruns"
+    kind: str                  # "tensorboard" | "csv" | "trainer_state" | "mlflow" | "mlruns" | "trackio"
     path: str                  # the directory (TensorBoard, an mlruns run) or the file
     label: str                 # "TensorBoard runs/exp1, 3 tags"
     series: int
@@ -367,6 +371,54 @@ class _MlflowDb(_Source):
         return self._got(points), at
 
 
+class _Trackio(_Source):
+    """The newest run of one trackio project (the newest project written since the launch)."""
+
+    kind = "trackio"
+
+    def __init__(self, path: str, rel: str) -> None:
+        super().__init__(path, rel)
+        self.rowid = 0
+        self.run = ""
+        self.read_once = False
+        self.found_mtime = 0.0
+        self.named = False           # a file the profile names: kept whatever else is written
+
+    @property
+    def key(self) -> str:
+        return "trackio"             # one source: a newer project replaces it
+
+    def moved_to(self, path: str, rel: str) -> None:
+        self.path, self.rel, self.rowid, self.run, self.read_once = path, rel, 0, "", False
+
+    def where(self) -> str:
+        run = f" run {self.run}" if self.run else ""
+        return f"trackio project {trackio.project_of(self.path)}{run}"
+
+    def asks(self):
+        return [{"sql": self.path, "query": trackio.ROWS_QUERY, "params": [self.rowid, trackio.MAX_ROWS],
+                 "max_rows": trackio.MAX_ROWS}]
+
+    def absorb(self, answers):
+        res, err = _answer(answers[0])
+        if res is None:
+            self.note = err + ("; asked again at the next poll" if "locked" in err else "")
+            return [], None
+        self.note = ""
+        points, last, run = trackio.points_of_rows(res.get("rows") or [])
+        if last is not None:
+            self.rowid = last
+        if run:
+            self.run = run
+        st = res.get("stat") or {}
+        at = None
+        if points:
+            # WAL mode: the database file's mtime lags its rows (see _MlflowDb).
+            at = self._wrote(st.get("mtime") if not self.read_once else max(st.get("mtime", 0.0), self.now))
+        self.read_once = True
+        return self._got(points), at
+
+
 class _Mlruns(_Source):
     kind = "mlruns"
 
@@ -494,7 +546,7 @@ class MetricFiles:
             self._found_at = now
             items.append({"find": {"roots": roots, "patterns": list(PATTERNS), "max_depth": MAX_DEPTH,
                                    "max_entries": MAX_ENTRIES, "skip_top": list(SKIP_TOP),
-                                   "deeper_under": [mlflow.MLRUNS]}})
+                                   "deeper_under": [mlflow.MLRUNS], "trackio_dirs": self._trackio_dirs(roots)}})
         hf = self.sources.get("trainer_state")
         if not finding and hf is not None:
             # The Trainer moves its newest state into a new checkpoint-N/ at every save: the
@@ -516,7 +568,7 @@ class MetricFiles:
             if len(items[0]["find"]["patterns"]) > 1:     # the full search, not the checkpoints' listing
                 self.notes = [err] if err else list((res or {}).get("notes") or [])
             before = {k: len(self._files_of(s)) for k, s in self.sources.items()}
-            self._found(((res or {}).get("found") or []), run_dir)
+            self._found(((res or {}).get("found") or []), run_dir, floor)
         self._absorb(asked, answers, now, floor)
         if finding:
             # Files found now and never read: their bytes in a second request, this poll.
@@ -526,6 +578,10 @@ class MetricFiles:
                 more = await self._ask(ops, [i for _, a in new for i in a])
                 if more is not None:
                     self._absorb(new, more, now, floor)
+
+    def _trackio_dirs(self, roots: list[str]) -> list[str]:
+        """trackio's directory as the agent finds it (""), and any the profile names."""
+        return [""] + [r for r in roots[1:] if posixpath.basename(r.rstrip("/")) == trackio.DIR_NAME]
 
     @staticmethod
     def _files_of(s: _Source) -> set:
@@ -559,7 +615,7 @@ class MetricFiles:
                 if self.advanced_at is None or at >= self.advanced_at:
                     self.advanced_at, self.advanced_file = at, source.where()
 
-    def _found(self, found: list[dict], run_dir: str) -> None:
+    def _found(self, found: list[dict], run_dir: str, floor: float | None = None) -> None:
         def rel(path: str) -> str:
             r = posixpath.relpath(path, run_dir)
             return path if r.startswith("..") else r
@@ -599,5 +655,25 @@ class MetricFiles:
                 elif hf.path != path and mtime > hf.found_mtime:
                     hf.moved_to(path, rel(path))
                     hf.found_mtime = mtime
-            elif name == mlflow.DB_NAME and path not in self.sources:
-                self.sources[path] = _MlflowDb(path, rel(path))
+            elif name == mlflow.DB_NAME:
+                if path not in self.sources:
+                    self.sources[path] = _MlflowDb(path, rel(path))
+            elif trackio.is_project_file(name):
+                self._found_trackio(st, rel(path), floor)
+
+    def _found_trackio(self, st: dict, rel: str, floor: float | None) -> None:
+        """The trackio project to read: one a profile names as a file, else the newest written
+        since the launch (the directory holds every project this user ever logged)."""
+        mtime = float(st.get("mtime", 0.0))
+        if st.get("trackio") and floor is not None and mtime < floor:
+            return
+        src = self.sources.get("trackio")
+        if src is None:
+            src = self.sources["trackio"] = _Trackio(st["path"], rel)
+            src.found_mtime, src.named = mtime, not st.get("trackio")
+        elif isinstance(src, _Trackio) and src.path != st["path"] and mtime > src.found_mtime + 1.0 \
+                and not src.named:
+            src.moved_to(st["path"], rel)
+            src.found_mtime = mtime
+        elif isinstance(src, _Trackio) and src.path == st["path"]:
+            src.found_mtime = max(src.found_mtime, mtime)

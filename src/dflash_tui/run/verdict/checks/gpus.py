@@ -6,7 +6,7 @@ from __future__ import annotations
 from ....gpu.sample import GpuSnapshot
 from ...evidence.observe import Evidence
 from ..checklist import Check, CheckId, CheckState
-from ..gpu_check import gpu_check_for_status
+from ..gpu_check import gpu_check_for_status, run_gpu_words
 
 OK = CheckState.OK
 
@@ -20,24 +20,9 @@ def gpus_check(snap: GpuSnapshot | None, ev: Evidence, alive: bool | None) -> Ch
     with_run = [g for g in snap.gpus if any(p.is_run_process for p in g.processes)]
     if not with_run:
         return Check.of(CheckId.GPUS, OK,
-                     f"no process of the run on the host's {len(snap.gpus)} GPU(s): it uses none so far")
+                        f"no process of the run on the host's {len(snap.gpus)} GPU(s): it uses none so far")
     used = sum(p.used_memory_bytes or 0 for g in with_run for p in g.processes if p.is_run_process)
-    util = run_gpu_util(snap)
-    busy = f", {util[0]:.0f} % SM ({util[1]})" if util is not None else ""
     return Check.of(CheckId.GPUS, OK,
-                 f"run processes on {len(with_run)} GPU(s) ({', '.join(str(g.index) for g in with_run)}), "
-                 f"{used / 1024 ** 3:.1f} GiB{busy}")
-
-
-def run_gpu_util(snap: GpuSnapshot) -> tuple[float, str] | None:
-    """(SM use in %, whose) on the run's busiest GPU: the run's own processes' share where NVML
-    gives it per process, else the whole device's ("the device", which another user may share)."""
-    used = [g for g in snap.gpus if any(p.is_run_process for p in g.processes)]
-    if not used:
-        return None
-    own = [sum(p.sm_util_pct for p in g.processes if p.is_run_process and p.sm_util_pct is not None)
-           for g in used if any(p.is_run_process and p.sm_util_pct is not None for p in g.processes)]
-    if own:
-        return max(own), "the run's processes"
-    return max((g.util_sm_pct or 0.0) for g in used), "the whole device"
+                    f"run processes on {len(with_run)} GPU(s) ({', '.join(str(g.index) for g in with_run)}), "
+                    f"{used / 1024 ** 3:.1f} GiB{run_gpu_words(snap)}")
 
