@@ -1,6 +1,6 @@
 """Dashboard cost under load, measured side by side with `tail -F` on the same file.
 
-    .venv/bin/python benchmarks/dashboard_cost.py [--seconds 30] [--rate 1000] [--threads 16] [--gpus 8]
+    .venv/bin/python benchmarks/dashboard_cost.py [--seconds 30] [--rate 1000] [--threads 16] [--gpus 8] [--ranks N]
 
 What runs (all real product code, on this machine):
 - a "trainer" launched through the product's own wrapper (Session.launch on a local profile):
@@ -8,6 +8,9 @@ What runs (all real product code, on this machine):
   events.jsonl, and status.json with --threads threads at 1 Hz; it runs under the run probe
   (the profile's default), with --threads Python threads of its own, so probe reports with every
   thread's stack reach the dashboard each second (the script fails if none did);
+- with --ranks N, N more processes beside it, each a rank (RANK, LOCAL_RANK, WORLD_SIZE in its
+  environment, as torchrun sets them) with a loop of its own and two helper threads, each under
+  the run probe: N more probe reports rewritten every second (the writer is then their launcher);
 - the dashboard (DashboardApp + WatchSource: HostWatch at 1 Hz through the persistent
   agent, LogFollower, GpuStream over a fake NVML with --gpus GPUs), headless, in its own
   process at 120x40;
@@ -48,13 +51,14 @@ LAG_TARGET_S = 1.0
 
 # -- the fake trainer (runs under launch.sh) ----------------------------------------------------
 
-def writer(rate: int, n_threads: int) -> int:
+def writer(rate: int, n_threads: int, ranks: int = 0) -> int:
     from dflash_tui.contract.rundir import (EVENTS_JSONL, STATUS_JSON, Phase, ThreadStatus, TrainStatus,
                                      atomic_write_text, make_event, to_json)
     run_dir = Path(os.environ["DFLASH_RUN_DIR"])
     run_id = os.environ["DFLASH_RUN_ID"]
     out = sys.stdout
     events = open(run_dir / EVENTS_JSONL, "a", buffering=1)
+    start_ranks(ranks)   # ended with the run: the stop signals the whole process group
 
     def drafter() -> None:   # threads with stacks of their own for the probe to report
         while True:
@@ -90,6 +94,30 @@ def writer(rate: int, n_threads: int) -> int:
         time.sleep(max(0.0, next_t - time.time()))
         if now - start > 3600:
             return 0
+
+
+def rank_child() -> int:
+    """One rank beside the writer: a step loop in its own function and two helper threads, so
+    its probe report carries three stacks, rewritten every second, as a rank's would."""
+    def helper() -> None:
+        while True:
+            time.sleep(0.5)
+    for name in ("pin_memory", "watchdog"):
+        threading.Thread(target=helper, name=name, daemon=True).start()
+
+    def train_step() -> None:
+        time.sleep(0.5)
+    while True:
+        train_step()
+
+
+def start_ranks(n: int) -> list[subprocess.Popen]:
+    """`n` rank processes, children of the writer: the probe starts in each (PYTHONPATH and
+    DFLASH_RUN_DIR come with the environment)."""
+    return [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--rank-child"],
+                             env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r % 8), "WORLD_SIZE": str(n)},
+                             stdout=subprocess.DEVNULL)
+            for r in range(n)]
 
 
 # -- the measured dashboard process -------------------------------------------------------------
@@ -396,12 +424,16 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=1000, help="log lines per second")
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--ranks", type=int, default=0, help="rank processes beside the writer, each with its probe report")
     ap.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rank-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dashboard", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.writer:
-        return writer(args.rate, args.threads)
+        return writer(args.rate, args.threads, args.ranks)
+    if args.rank_child:
+        return rank_child()
     if args.dashboard:
         return dashboard(args.dashboard, args.seconds, args.warmup, args.gpus, args.out)
     if shutil.which("tail") is None:
@@ -418,7 +450,7 @@ def main() -> int:
     run_dir = tmp / "run"
     profile = Profile(name="bench", run_dir=str(run_dir), python=sys.executable,
                       command=(sys.executable, str(Path(__file__).resolve()), "--writer",
-                               "--rate", str(args.rate), "--threads", str(args.threads)),
+                               "--rate", str(args.rate), "--threads", str(args.threads), "--ranks", str(args.ranks)),
                       stop_grace_s=3.0, min_free_gb=0.0)
 
     async def launch() -> None:
@@ -488,7 +520,7 @@ def main() -> int:
     tail_pct = 100 * (t1 - t0) / (w1 - w0)
     lines_written = sum(1 for _ in open(log, "rb"))
     print(f"load: {args.rate} lines/s into train.log ({lines_written} lines, {log.stat().st_size >> 20} MiB), "
-          f"{args.threads} threads in status.json, {args.gpus} fake-NVML GPUs, 1 Hz refresh; "
+          f"{args.threads} threads in status.json, {args.ranks} rank processes, {args.gpus} fake-NVML GPUs, 1 Hz refresh; "
           f"{args.seconds:.0f} s measured after {args.warmup:.0f} s warm-up")
     print(f"of which the agent: {100 * r['agent_cpu_s'] / r['wall_s']:.2f}% of one core, the app's event loop: "
           f"{100 * r['main_cpu_s'] / r['wall_s']:.2f}%")

@@ -3,28 +3,38 @@
 Generated evidence, the shape of a large data-parallel run: every rank's main thread in
 all_reduce but rank 777's (on a queue), and 19 helper threads per rank (a pin-memory thread, a
 loader's workers' queues, tqdm's monitor, NCCL/gloo watchdogs), each at a place of its own
-kind. Timed, each the median of --repeat runs on this machine:
+kind. Timed, each the median CPU time of --repeat runs on this machine:
 
 - `group_ranks` over the 20,480 judged threads (the bar: at most 50 ms);
 - `stragglers(paces(...))` over the 1,024 ranks' reports and wait shares;
 - `rank_rows` of the report (the Ranks view's rows, built only while its tab is shown);
-- the whole `evaluate` of the 1,024 probe reports, for scale (it includes the hang diagnosis).
+- the whole `evaluate` of the 1,024 probe reports: as it is (RUNNING: rank 777's wait is young),
+  and 120 s later with every report still beating and no step since (STALLED: the hang
+  diagnosis too).
 
-`.venv/bin/python benchmarks/rank_groups_cost.py [--repeat 15] [--append]`
+With `--before DIR` (a checkout's root, e.g. `git archive <commit> src | tar -x -C DIR`) each
+figure is also taken, in a child process right before, with DIR/src's code: the table shows
+both side by side.
+
+`.venv/bin/python benchmarks/rank_groups_cost.py [--repeat 15] [--before DIR] [--append]`
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+# `--src DIR` (the child of `--before`): time DIR/src's code instead of this tree's.
+_SRC = Path(sys.argv[sys.argv.index("--src") + 1]) if "--src" in sys.argv else ROOT
+sys.path.insert(0, str(_SRC / "src"))
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results_file import replace_section  # noqa: E402
@@ -50,19 +60,18 @@ def helpers() -> list[ProbeThread]:
 
 
 def median_ms(fn, repeat: int) -> float:
+    """The median CPU time of one call (this process's: on a shared 2-core machine, wall time
+    also counts the waits for a core, which is the other tenants' load, not this code)."""
     times = []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = time.process_time()
         fn()
-        times.append((time.perf_counter() - t) * 1000)
+        times.append((time.process_time() - t) * 1000)
     return statistics.median(times)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--append", action="store_true", help="write the section into benchmarks/RESULTS.md")
-    args = ap.parse_args()
+def measure(repeat: int) -> dict[str, float]:
+    """Each figure's median in ms, by row name."""
     probes = [dataclasses.replace(p, threads=[p.threads[0], *helpers()]) for p in R.rank_probes(N, stuck=ODD)]
     waits = {p.pid: WaitShare(60, 40, "all_reduce") for p in probes}
     ev = dataclasses.replace(R._running_evidence(), status=None, probes=probes,
@@ -73,20 +82,52 @@ def main() -> None:
     groups = group_ranks(threads)
     assert groups[0].ranks == (ODD,), groups[0]
     report = R.report_of(ev)
-    rows = {
-        f"`group_ranks`, {len(threads):,} threads of {N:,} ranks": median_ms(lambda: group_ranks(threads), args.repeat),
+    # The same run 120 s on: every rank's probe still beats, no step since: STALLED, diagnosed.
+    later = dataclasses.replace(ev, now=ev.now + 120, probes=[dataclasses.replace(p, time=p.time + 120) for p in probes])
+    stalled = evaluate(later)
+    assert stalled.verdict.value == "STALLED" and "rank 777" in stalled.summary, stalled.summary
+    return {
+        f"`group_ranks`, {len(threads):,} threads of {N:,} ranks": median_ms(lambda: group_ranks(threads), repeat),
         f"`stragglers(paces(...))`, {N:,} ranks": median_ms(
-            lambda: stragglers(paces([("", p) for p in probes], {("", k): w for k, w in waits.items()})), args.repeat),
-        f"`rank_rows` (the Ranks view), {N:,} rows": median_ms(lambda: rank_rows(report), args.repeat),
-        f"whole `evaluate` of {N:,} probe reports (for scale)": median_ms(lambda: evaluate(ev), max(3, args.repeat // 3)),
+            lambda: stragglers(paces([("", p) for p in probes], {("", k): w for k, w in waits.items()})), repeat),
+        f"`rank_rows` (the Ranks view), {N:,} rows": median_ms(lambda: rank_rows(report), repeat),
+        f"whole `evaluate` of {N:,} probe reports, RUNNING": median_ms(lambda: evaluate(ev), repeat),
+        f"whole `evaluate` of {N:,} probe reports, STALLED (with the hang diagnosis)":
+            median_ms(lambda: evaluate(later), repeat),
     }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--before", metavar="DIR", help="also time DIR/src's code (a checkout of the code before)")
+    ap.add_argument("--src", metavar="DIR", help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--append", action="store_true", help="write the section into benchmarks/RESULTS.md")
+    args = ap.parse_args()
+    if args.json:
+        print(json.dumps(measure(args.repeat)))
+        return
+    before: dict[str, float] = {}
+    if args.before:
+        child = subprocess.run([sys.executable, __file__, "--src", args.before, "--json", "--repeat", str(args.repeat)],
+                               check=True, capture_output=True, text=True)
+        before = json.loads(child.stdout)
+    rows = measure(args.repeat)
     cpu = os.cpu_count()
     load = os.getloadavg()[0]
-    lines = [HEADING, "",
-             f"`.venv/bin/python benchmarks/rank_groups_cost.py --repeat {args.repeat} --append` on this machine "
-             f"({cpu} cores, load average {load:.1f} when it ran); median wall time of one call.", "",
-             "| what | median |", "|---|---|"]
-    lines += [f"| {k} | {v:.1f} ms |" for k, v in rows.items()]
+    command = "`.venv/bin/python benchmarks/rank_groups_cost.py --repeat {}{} --append`".format(
+        args.repeat, f" --before {args.before}" if args.before else "")
+    lines = [HEADING, "", f"{command} on this machine ({cpu} cores, load average {load:.1f} when it ran); "
+             "median CPU time of one call" + (f"; before: the code under {args.before}, timed just before in a "
+                                                "child process" if before else "") + ".", ""]
+    if before:
+        lines += ["| what | before | now |", "|---|---|---|"]
+        lines += [f"| {k} | {before[k]:.1f} ms | {v:.1f} ms |" if k in before else f"| {k} | - | {v:.1f} ms |"
+                  for k, v in rows.items()]
+    else:
+        lines += ["| what | median |", "|---|---|"]
+        lines += [f"| {k} | {v:.1f} ms |" for k, v in rows.items()]
     bar = rows[next(iter(rows))]
     lines += ["", f"Grouping: {bar:.1f} ms against the bar of 50 ms ({'met' if bar <= 50 else 'NOT met'}).", ""]
     text = "\n".join(lines)

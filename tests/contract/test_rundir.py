@@ -143,3 +143,27 @@ def test_text_that_decodes_to_a_control_is_made_inert_and_the_newline_a_file_end
     with pytest.raises(SchemaError, match="not valid JSON"):
         parse_launch(raw_tab)
     assert parse_launch(json.dumps(LAUNCH) + "\n\r\n").host == "h"
+
+
+def test_a_report_read_again_keeps_the_parse_of_its_threads_that_did_not_move():
+    """parse_probe_after: the answer of parse_probe, its unmoved threads' parse kept, its
+    errors those of parse_probe."""
+    from dflash_tui.contract.rundir import ProbeReport, ProbeThread, parse_probe, parse_probe_after, to_json
+
+    def report(t: float, main_line: int, helper=None) -> str:
+        threads = [ProbeThread(name="MainThread", ident=1, frames=[f"/w/train.py:{main_line} step"], stack_since=t),
+                   helper or ProbeThread(name="pin_memory", ident=2, daemon=True, frames=["/w/data.py:9 get"])]
+        return to_json(ProbeReport(run_id="r", pid=7, time=t, rank=3, threads=threads))
+
+    first, raw = parse_probe_after(report(100.0, 40), "probe/7.json", None)
+    assert first == parse_probe(report(100.0, 40))
+    second, raw2 = parse_probe_after(report(101.0, 41), "probe/7.json", (raw, first.threads))
+    assert second == parse_probe(report(101.0, 41)) and second.time == 101.0
+    assert second.threads[1] is first.threads[1] and second.threads[0] is not first.threads[0]
+    # a thread that turned bad is named as parse_probe names it
+    bad = report(102.0, 41).replace('"/w/data.py:9 get"', "17")
+    with pytest.raises(SchemaError) as direct:
+        parse_probe(bad, "probe/7.json")
+    with pytest.raises(SchemaError) as after:
+        parse_probe_after(bad, "probe/7.json", (raw2, second.threads))
+    assert str(after.value) == str(direct.value) and "threads" in str(after.value)

@@ -151,6 +151,10 @@ async def test_two_nodes_run_the_bundled_trainer_stopped_then_resumed_to_the_end
     await s.launch()
     cl = await wait_for(s, {Verdict.RUNNING}, timeout=150, until=lambda cl: "step" in cl.summary)
     assert job_of(cl)["node_list"] == "n[1-2]"
+    # Both ranks' probe reports in the one shared run dir: the groups name Slurm's nodes.
+    cl = await wait_for(s, {Verdict.RUNNING}, timeout=30,
+                        until=lambda cl: {n for g in cl.rank_groups for n in g.nodes} == {"n1", "n2"})
+    assert all(g.nodes for g in cl.rank_groups), [g.words() for g in cl.rank_groups]
     res = await s.stop()
     assert res.ok and res.record is not None and res.record.job_id == job_of(cl)["job_id"], res
     await wait_for(s, {Verdict.STOPPED})

@@ -81,7 +81,7 @@ def program_pid(run_dir: str, rank: int) -> int:
 
 
 async def test_two_nodes_reach_running_then_finished(sshd, nodes_session, tmp_path):
-    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--steps=40", "--interval=0.1"))
+    nodes = nodes_session(nodes_profile(sshd, tmp_path, "--steps=80", "--interval=0.1"))
     out = await nodes.launch()
     assert out.launched, out.report.checklist.summary
     assert {o.preflight.ok for o in out.outcomes.values()} == {True}
@@ -89,6 +89,14 @@ async def test_two_nodes_reach_running_then_finished(sshd, nodes_session, tmp_pa
     assert run.checklist.verdict is Verdict.RUNNING, run.checklist.summary
     assert [n.verdict for n in run.nodes] == [Verdict.RUNNING, Verdict.RUNNING]
     assert run.checklist.summary == f"2 nodes running: {LOCAL}, {sshd.alias}"
+    # Once both ranks' probe reports are read, the groups of ranks name their nodes.
+    deadline = time.monotonic() + 8
+    while {n for g in run.checklist.rank_groups for n in g.nodes} != {LOCAL, sshd.alias} and time.monotonic() < deadline:
+        await asyncio.sleep(0.3)
+        run = await nodes.check()
+    groups = run.checklist.rank_groups
+    assert {n for g in groups for n in g.nodes} == {LOCAL, sshd.alias}, [g.words() for g in groups]
+    assert all(g.nodes for g in groups) and {r for g in groups for r in g.ranks} == {0, 1}, [g.words() for g in groups]
     # Each node is its own wrapper, run dir and rank; the SSH node was reached through sshd.
     local, remote = run.nodes
     assert local.report.run_dir == str(tmp_path / f"run-{LOCAL}")
@@ -99,7 +107,7 @@ async def test_two_nodes_reach_running_then_finished(sshd, nodes_session, tmp_pa
     run = await wait_run(nodes, {Verdict.FINISHED} | {v for v in Verdict if v.failing})
     assert run.checklist.verdict is Verdict.FINISHED, run.checklist.summary
     for n in run.nodes:
-        assert "finished 40 steps" in Path(n.report.run_dir, "train.log").read_text()
+        assert "finished 80 steps" in Path(n.report.run_dir, "train.log").read_text()
 
     # --check and --check --json report the nodes, from another process.
     cfg = tmp_path / "c.toml"

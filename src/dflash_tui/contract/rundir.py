@@ -389,6 +389,36 @@ def parse_probe(text: str, what: str = PROBE_DIR + "/<pid>.json") -> ProbeReport
     return report
 
 
+def parse_probe_after(text: str, what: str, before: tuple[list, list] | None
+                      ) -> tuple[ProbeReport, list | None]:
+    """`parse_probe` for a reader that reads the same report every second: `before` is (the raw
+    `threads` JSON, their parse) of this report's last read, and a thread whose JSON is equal to
+    the one at its place there keeps its parse (a rank's helpers, and every thread of a hung
+    rank, stand still while the probe rewrites the report each beat). Returns the report and
+    its raw `threads` for the next read. The same answer as `parse_probe`, errors included:
+    anything unusual is parsed by it."""
+    data = loads_object(text, what)
+    raw = data.get("threads")
+    if (before is None or not isinstance(raw, list) or len(raw) > _MAX_ITEMS
+            or _LONG_DIGITS.search(text)):
+        return parse_probe(text, what), raw if isinstance(raw, list) else None
+    old_raw, old_threads = before
+    threads = []
+    for i, t in enumerate(raw):
+        if i < len(old_raw) and t == old_raw[i]:
+            threads.append(old_threads[i])
+            continue
+        try:
+            threads.append(build_record(ProbeThread, t, what) if isinstance(t, dict) else None)
+        except SchemaError:
+            threads.append(None)
+        if threads[-1] is None:
+            return parse_probe(text, what), raw   # the error named as the whole report's parse names it
+    report = build_record(ProbeReport, {**data, "threads": []}, what)
+    report.threads = threads
+    return report, raw
+
+
 # -- events -------------------------------------------------------------------------------
 # One dataclass per kind: the fields a reader may rely on. Writers may add more (forward
 # compatibility); a known field of the wrong type makes the line unreadable, never a crash.

@@ -36,7 +36,7 @@ from ..stacks.records import StackDump
 from .log_series import LogSeries
 from .metric_files.reader import MetricFiles, MetricsView
 from .progress import LogProgress, ProgressParser
-from .pace import Pace, step_times
+from .pace import Pace, line_intervals, step_times
 from ..stacks.pauses import known_pause
 from .step_clock import StepClock
 from .memory import LookMemory
@@ -336,6 +336,8 @@ class ProgressTracker:
                 self.log_series.reset()
             before_output, before_records = self.parser.progress.output, self.parser.progress.records
             if log_data:
+                if self.samples == 0:   # a first look: the pace its log lines' own times show
+                    self._pace.took(line_intervals(log_data))
                 self.parser.feed(log_data)
                 self.log_series.feed(log_data)
                 self.metric_files.add_points("log", "log", "log", self.log_series.take())

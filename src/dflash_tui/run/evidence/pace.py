@@ -11,15 +11,20 @@ run/stacks/pauses.py) is not the steps' pace: it is left out, as the pause keeps
 (nvidia-resiliency-ext learns its sections' timeouts apart in the same way).
 
 A first look (a one-shot `--check`) has no look before it; it takes the pace the step events
-of events.jsonl's newest window show, each at its own time (`step_times`), pauses included,
-which can only make the limit longer.
+of events.jsonl's newest window show, each at its own time (`step_times`), and the pace of the
+log window's step lines that begin with their own time, as Python's logging and Megatron print
+them ("2026-12-05 04:31:00,123 step 40 loss 0.51", "[2026-12-05 04:31:00] iteration 40/ 500 |":
+`line_intervals`); pauses included, which can only make the limit longer.
 """
 
 from __future__ import annotations
 
 import collections
+import re
+from datetime import datetime, timezone
 
 from ...contract.rundir import EventKind, SchemaError, parse_event
+from .progress import parse_text
 
 # How many of the newest intervals the pace keeps: "recent" for the learned limit.
 RECENT = 100
@@ -47,9 +52,43 @@ class Pace:
         """A look saw the run in a known pause: the interval it is in is no step's."""
         self._paused = True
 
+    def took(self, intervals: list[float]) -> None:
+        """Intervals a first look read off the program's own clock (its log lines' times): they
+        say the pace, not when the newest progress was, as that clock may not be the target's."""
+        self._intervals.extend(intervals)
+
     @property
     def intervals(self) -> tuple[float, ...]:
         return tuple(self._intervals)
+
+
+# A line that begins with its own date and time: logging's asctime ("2026-12-05 04:31:00,123"),
+# ISO 8601 ("2026-12-05T04:31:00.5"), Megatron's bracketed "[2026-12-05 04:31:00]".
+_LINE_TIME = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?(?![\d])")
+_LINES = re.compile(r"[\r\n]")
+
+
+def line_intervals(data: bytes, recent: int = RECENT) -> list[float]:
+    """The intervals between the newest `recent` + 1 step lines of a log window that carry their
+    time at their start (a line whose rest names no step, or whose time is no date, is skipped;
+    a time that goes back, a clock set back, adds none). The times are read as UTC: only their
+    differences count (a daylight-saving change makes one interval an hour longer, which only
+    lengthens the limit)."""
+    times: list[float] = []
+    for line in reversed(_LINES.split(data.decode("utf-8", "replace"))):
+        m = _LINE_TIME.match(line)
+        if m is None or parse_text(line[m.end():]).step is None:
+            continue
+        y, mo, d, h, mi, sec, frac = m.groups()
+        try:
+            t = datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            continue     # "2026-13-45 ...": no date
+        times.append(t + (float("0." + frac) if frac else 0.0))
+        if len(times) > recent:
+            break
+    times.reverse()
+    return [b - a for a, b in zip(times, times[1:]) if b > a]
 
 
 def step_times(data: bytes) -> list[float]:

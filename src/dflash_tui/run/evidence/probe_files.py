@@ -21,7 +21,7 @@ import dataclasses
 import posixpath
 import re
 
-from ...contract.rundir import PROBE_DIR, ProbeReport, SchemaError, parse_probe
+from ...contract.rundir import PROBE_DIR, ProbeReport, SchemaError, parse_probe_after
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PreflightOps
 from ..eager import gather_eager
@@ -48,7 +48,8 @@ class ProbeReports(list):
         self.fresh: set[int] = set()                 # the pids whose report was read this time
 
 
-async def _read_one(ops: PreflightOps, st: FileStat) -> tuple[ProbeReport | None, str | None]:
+async def _read_one(ops: PreflightOps, st: FileStat, memory: LookMemory | None
+                    ) -> tuple[ProbeReport | None, str | None]:
     name = f"{PROBE_DIR}/{posixpath.basename(st.path)}"
     try:
         chunk = await ops.read(st.path, 0, REPORT_MAX_BYTES)
@@ -61,7 +62,12 @@ async def _read_one(ops: PreflightOps, st: FileStat) -> tuple[ProbeReport | None
     if chunk.size > REPORT_MAX_BYTES:
         return None, f"{name} is {chunk.size} bytes, too big to be a probe report"
     try:
-        return parse_probe(chunk.data.decode("utf-8"), name), None
+        # A watch reads each report every beat: the threads that did not move keep their parse.
+        before = memory.probe_threads.get(st.path) if memory is not None else None
+        report, raw = parse_probe_after(chunk.data.decode("utf-8"), name, before)
+        if memory is not None and raw is not None:
+            memory.probe_threads[st.path] = (raw, report.threads)
+        return report, None
     except UnicodeDecodeError:
         return None, f"{name} is not UTF-8 text"
     except SchemaError as exc:
@@ -86,7 +92,7 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None,
         read, kept = candidates[:MAX_REPORTS], []
     else:
         read, kept = _plan(candidates, memory)
-    results = await gather_eager(*(_read_one(ops, st) for st in read))
+    results = await gather_eager(*(_read_one(ops, st, memory) for st in read))
     found: list[ProbeReport] = []
     for st, (r, _) in zip(read, results):
         if memory is not None:
@@ -117,6 +123,7 @@ def _plan(candidates: list[FileStat], memory: LookMemory) -> tuple[list[FileStat
     paths = {st.path for st in candidates}
     for gone in [p for p in held if p not in paths]:
         del held[gone]
+        memory.probe_threads.pop(gone, None)
     budget = MAX_REPORTS if held else FIRST_LOOK_REPORTS
 
     def same(st: FileStat) -> bool:

@@ -121,6 +121,13 @@ def parse_frame(text: str) -> Frame:
     return Frame(m["path"], int(line) if len(line) <= FRAME_LINE_DIGITS else None, m["func"])
 
 
+@functools.lru_cache(maxsize=1024)
+def frame_place(text: str) -> str:
+    """`parse_frame(text).place`, kept: a run's threads share their innermost frames, and each
+    poll reads every thread of every rank."""
+    return parse_frame(text).place
+
+
 # Paths that are not the program's own code.
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/torch/", "/torchinductor_", "/triton/")
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?t?/")

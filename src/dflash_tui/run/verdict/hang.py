@@ -41,7 +41,7 @@ from ...contract.rundir import ProbeReport, ProbeThread
 from ...words import cpu_use, duration
 from ..stacks.records import CollectiveProgress
 from ..evidence.observe import Evidence
-from ..stacks.classify import ThreadClass, classify, parse_frame
+from ..stacks.classify import ThreadClass, classify, frame_place
 from .checklist import rank_ranges
 
 # A report older than this is stale: the probe rewrites it every second, unless no Python can
@@ -51,10 +51,12 @@ STALE_AFTER_S = 5.0
 C = ThreadClass
 
 
-@dataclass(frozen=True)
+@dataclass
 class ThreadView:
     """One thread of one process of the run, as the engine reads it (the Threads pane and
-    `--check --json` threads[] show these)."""
+    `--check --json` threads[] show these). Not frozen: a frozen dataclass's __init__ sets each
+    field through object.__setattr__, 8x the cost, and a poll of 1,024 ranks builds 20,000 of
+    these; nothing changes one after `judged_views` returns it."""
 
     pid: int
     rank: int | None
@@ -127,7 +129,9 @@ def _stale(ev: Evidence, p: ProbeReport) -> bool:
 
 
 def _worker(p: ProbeReport, threads: list[ProbeThread]) -> bool:
-    return any("/torch/utils/data/_utils/worker.py" in f for t in threads for f in t.frames)
+    # One search per thread through its frames joined, not one per frame (the path holds no
+    # newline, so no match spans two frames): every process of a run of 1,024, each poll.
+    return any("/torch/utils/data/_utils/worker.py" in "\n".join(t.frames) for t in threads)
 
 
 def _probe_since(p: ProbeReport, t: ProbeThread) -> float | None:
@@ -150,8 +154,10 @@ def _probe_still(p: ProbeReport, t: ProbeThread) -> float | None:
     return s
 
 
-def _earliest(*times: float | None) -> float | None:
-    return min((t for t in times if t is not None), default=None)
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None or a <= b else b
 
 
 def thread_views(ev: Evidence) -> list[ThreadView]:
@@ -180,7 +186,7 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
             still = _earliest(still_of.get((p.pid, t.ident)), None if use_dump else _probe_still(p, t))
             if stale:   # no Python ran since the report: its stack stood still since then at least
                 since, still = _earliest(since, p.time), _earliest(still, p.time)
-            inner = c.helper or (parse_frame(t.frames[0]).place if t.frames else "")
+            inner = c.helper or (frame_place(t.frames[0]) if t.frames else "")
             out.append(ThreadView(p.pid, p.rank, t.name, t.ident, c.cls, c.doing, c.where, inner, since,
                                   dump.source if use_dump else "probe", stale, p.time, t.daemon, p.ppid, worker,
                                   c.idle, c.acquiring, still))
@@ -263,7 +269,7 @@ def _blocked(ev: Evidence, views: list[ThreadView]) -> list[ThreadView]:
 def _still(v: ThreadView) -> ThreadView:
     """A thread that waits, or runs no Python, stood still since its frames last changed; one
     that runs is in its function since it entered it, whatever line."""
-    if not v.cls.waits and not v.stale or v.still is None:
+    if not v.cls.waits and not v.stale or v.still is None or v.still == v.since:
         return v
     return replace(v, since=v.still)
 
@@ -274,11 +280,12 @@ def judged_views(ev: Evidence) -> list[ThreadView]:
     return [_still(v) for v in _blocked(ev, [v for v in thread_views(ev) if v.cls is not C.UNKNOWN])]
 
 
-def diagnose(ev: Evidence) -> Hang | None:
+def diagnose(ev: Evidence, views: list[ThreadView] | None = None) -> Hang | None:
     """The run's kind of hang, in words, from its threads (None: no stacks to read). Where the
     Flight Recorder says a collective is pending and no thread is seen in one (NCCL returns to
-    Python at once; the thread then waits at a later sync, on the GPU), its words follow."""
-    hang = _diagnose(ev)
+    Python at once; the thread then waits at a later sync, on the GPU), its words follow.
+    `views`: `judged_views(ev)` when the caller has them already."""
+    hang = _diagnose(ev, judged_views(ev) if views is None else views)
     if hang is None or hang.kind is HangKind.COLLECTIVE:
         return hang
     pending = [c for c in ev.hang.collectives if c.pending_op]
@@ -286,14 +293,12 @@ def diagnose(ev: Evidence) -> Hang | None:
     return replace(hang, words=f"{hang.words}; {seqs}") if seqs else hang
 
 
-def _diagnose(ev: Evidence) -> Hang | None:
-    views = judged_views(ev)
+def _diagnose(ev: Evidence, views: list[ThreadView]) -> Hang | None:
     ranked = any(v.rank is not None for v in views)
     views = [v for v in views if not _launcher(v, ranked)]
     if not views:
         return None
     now = ev.now
-    procs = _by_process(views)
     cpu = cpu_use(ev.activity.cpu_cores) if ev.activity is not None and ev.activity.cpu_cores is not None else ""
 
     coll = [v for v in views if v.cls is C.COLLECTIVE and not v.dataloader_worker]
@@ -314,6 +319,7 @@ def _diagnose(ev: Evidence) -> Hang | None:
         what = ("compile never ended: {} in the compiler" if cls is C.COMPILING else
                 "start-up never ended: {} importing modules").format(_threads(comp, ranked))
         return Hang(HangKind.of(cls), f"{what}{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
+    procs = _by_process(views)
     for pid, vs in procs.items():
         waiting = sorted((v for v in vs if _deadlock_party(v)), key=lambda v: v.name)
         if len(waiting) >= 2 and not any(v.cls in (C.RUNNING, C.COMPILING) and not v.daemon for v in vs):

@@ -161,17 +161,24 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
     out = list(cl.threads)
     named = {t.name: i for i, t in enumerate(out)}
     status_pid = ev.status.pid if ev.status is not None else None
+    whys: dict[tuple, str] = {}
     for v in views:
-        info = dict(pid=v.pid, rank=v.rank, ident=v.ident, cls=v.cls.value, doing=v.doing,
-                    where=v.where or v.innermost, since=v.since, source=v.source, stale=v.stale)
         i = named.get(v.name) if v.pid == status_pid else None
         if i is not None:
-            out[i] = replace(out[i], **info)
+            out[i] = replace(out[i], pid=v.pid, rank=v.rank, ident=v.ident, cls=v.cls.value, doing=v.doing,
+                             where=v.where or v.innermost, since=v.since, source=v.source, stale=v.stale)
             continue
         # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
         stuck = stalled and (v.cls.waits or v.cls.compiles or v.stale) and not v.idle
-        out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK,
-                                _one_line(f"{v.cls.words} in {v.place()}") if stuck else "", **info))
+        why = ""
+        if stuck:   # the same words for every thread at one place: a hung run of 1,024 ranks has few
+            key = (v.cls, v.doing, v.where, v.innermost)
+            why = whys.get(key)
+            if why is None:
+                why = whys[key] = _one_line(f"{v.cls.words} in {v.place()}")
+        out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK, why,
+                                v.pid, v.rank, v.ident, v.cls.value, v.doing, v.where or v.innermost, v.since,
+                                v.source, v.stale))
     cl = cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
     return with_stragglers(cl, stragglers(paces(((("", p) for p in ev.probes)),
                                               {("", pid): w for pid, w in (ev.activity.waits.items()
@@ -292,7 +299,7 @@ def _stack_moved(ev: Evidence, within_s: float) -> bool:
 
 def _stalled_words(ev: Evidence, views: list[ThreadView], silent_for: float, heartbeat: str = "") -> tuple[str, Hang | None]:
     """The STALLED summary: the kind of hang and where, from the stacks; else what is silent."""
-    hang = diagnose(ev) if views else None
+    hang = diagnose(ev, views) if views else None
     if hang is None:
         return silence_words(ev, silent_for, heartbeat), None
     quiet = "no step, no log output" + (f", {heartbeat}" if heartbeat else "")
