@@ -22,6 +22,7 @@ from tests.support.realct import LxcContainer, PodmanContainer, RealContainer, n
 from tests.support.sshd import SshdServer, SshdUnavailable, start_sshd
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups off the marks
 def pytest_collection_modifyitems(config, items):
     if not config.pluginmanager.has_plugin("xdist"):
         return

@@ -155,9 +155,9 @@ def test_a_report_read_again_keeps_the_parse_of_its_threads_that_did_not_move():
                    helper or ProbeThread(name="pin_memory", ident=2, daemon=True, frames=["/w/data.py:9 get"])]
         return to_json(ProbeReport(run_id="r", pid=7, time=t, rank=3, threads=threads))
 
-    first, raw = parse_probe_after(report(100.0, 40), "probe/7.json", None)
+    first, after = parse_probe_after(report(100.0, 40), "probe/7.json", None)
     assert first == parse_probe(report(100.0, 40))
-    second, raw2 = parse_probe_after(report(101.0, 41), "probe/7.json", (raw, first.threads))
+    second, after2 = parse_probe_after(report(101.0, 41), "probe/7.json", after)
     assert second == parse_probe(report(101.0, 41)) and second.time == 101.0
     assert second.threads[1] is first.threads[1] and second.threads[0] is not first.threads[0]
     # a thread that turned bad is named as parse_probe names it
@@ -165,5 +165,44 @@ def test_a_report_read_again_keeps_the_parse_of_its_threads_that_did_not_move():
     with pytest.raises(SchemaError) as direct:
         parse_probe(bad, "probe/7.json")
     with pytest.raises(SchemaError) as after:
-        parse_probe_after(bad, "probe/7.json", (raw2, second.threads))
+        parse_probe_after(bad, "probe/7.json", after2)
     assert str(after.value) == str(direct.value) and "threads" in str(after.value)
+    # so is a thread that moved to a frame of an overlong line number
+    long = report(102.0, 12345678901)
+    with pytest.raises(SchemaError) as direct:
+        parse_probe(long, "probe/7.json")
+    with pytest.raises(SchemaError) as after:
+        parse_probe_after(long, "probe/7.json", after2)
+    assert str(after.value) == str(direct.value) and "11 digits" in str(after.value)
+
+
+def test_a_report_whose_beat_alone_moved_is_its_last_parse_with_the_new_beat():
+    """parse_probe_after: when only the beat's fields (time, seq, CPU, step) moved, the report
+    is the last one with them replaced (its other fields not checked again), the same answer
+    as parse_probe; any other field that moved, or a beat field of the wrong type, is parsed
+    and named as parse_probe does."""
+    from dflash_tui.contract.rundir import ProbeReport, ProbeThread, parse_probe, parse_probe_after, to_json
+
+    def report(t: float, seq: int, **kw) -> str:
+        threads = [ProbeThread(name="MainThread", ident=1, frames=["/w/train.py:40 step"])]
+        return to_json(ProbeReport(run_id="r", pid=7, time=t, seq=seq, cpu_s=t / 10, rank=3,
+                                   argv=["python", "train.py"], threads=threads, **kw))
+
+    first, after = parse_probe_after(report(100.0, 1), "probe/7.json", None)
+    second, after = parse_probe_after(report(101.0, 2, step=5, step_time=0.5), "probe/7.json", after)
+    assert second == parse_probe(report(101.0, 2, step=5, step_time=0.5))
+    assert (second.time, second.seq, second.cpu_s, second.step) == (101.0, 2, 10.1, 5)
+    assert second.argv is first.argv and second.threads[0] is first.threads[0]
+    assert first.time == 100.0 and first.seq == 1   # the last report itself is left as it was
+    # a field other than the beat moved: parsed again
+    third, after = parse_probe_after(report(102.0, 3, step=6, errors=2), "probe/7.json", after)
+    assert third == parse_probe(report(102.0, 3, step=6, errors=2)) and third.errors == 2
+    # a beat field of the wrong type, or missing, is named as parse_probe names it
+    for bad in (report(103.0, 4, step=6, errors=2).replace('"seq":4', '"seq":"x"'),
+                report(103.0, 4, step=6, errors=2).replace('"time":103.0,', '')):
+        assert bad != report(103.0, 4, step=6, errors=2)
+        with pytest.raises(SchemaError) as direct:
+            parse_probe(bad, "probe/7.json")
+        with pytest.raises(SchemaError) as got:
+            parse_probe_after(bad, "probe/7.json", after)
+        assert str(got.value) == str(direct.value)

@@ -389,34 +389,63 @@ def parse_probe(text: str, what: str = PROBE_DIR + "/<pid>.json") -> ProbeReport
     return report
 
 
-def parse_probe_after(text: str, what: str, before: tuple[list, list] | None
-                      ) -> tuple[ProbeReport, list | None]:
-    """`parse_probe` for a reader that reads the same report every second: `before` is (the raw
-    `threads` JSON, their parse) of this report's last read, and a thread whose JSON is equal to
-    the one at its place there keeps its parse (a rank's helpers, and every thread of a hung
-    rank, stand still while the probe rewrites the report each beat). Returns the report and
-    its raw `threads` for the next read. The same answer as `parse_probe`, errors included:
-    anything unusual is parsed by it."""
+# The fields of a probe report that move at each beat (or step) while the rest stands still.
+_PROBE_BEAT = frozenset(("time", "seq", "cpu_s", "probe_cpu_s", "step", "step_time"))
+
+
+def parse_probe_after(text: str, what: str, before: tuple | None) -> tuple[ProbeReport, tuple | None]:
+    """`parse_probe` for a reader that reads the same report every second: `before` is what
+    this function returned for the report's last read (None the first time). A thread whose
+    JSON is equal to the one at its place there keeps its parse (a rank's helpers, and every
+    thread of a hung rank, stand still while the probe rewrites the report each beat), and
+    when nothing but the beat's fields (_PROBE_BEAT) moved besides, the report is the last
+    one with those fields replaced (each checked as its field's rule checks it). Returns the
+    report and what to pass as `before` next time. The same answer as `parse_probe`, errors
+    included: anything unusual is parsed by it."""
     data = loads_object(text, what)
     raw = data.get("threads")
-    if (before is None or not isinstance(raw, list) or len(raw) > _MAX_ITEMS
-            or _LONG_DIGITS.search(text)):
-        return parse_probe(text, what), raw if isinstance(raw, list) else None
-    old_raw, old_threads = before
+    if not isinstance(raw, list):
+        return parse_probe(text, what), None
+    if before is None or len(raw) > _MAX_ITEMS:
+        report = parse_probe(text, what)
+        return report, (raw, report.threads, _probe_rest(data), report)
+    old_raw, old_threads, old_rest, old_report = before
     threads = []
     for i, t in enumerate(raw):
         if i < len(old_raw) and t == old_raw[i]:
-            threads.append(old_threads[i])
+            threads.append(old_threads[i])   # its frames passed parse_probe's line check then
             continue
         try:
             threads.append(build_record(ProbeThread, t, what) if isinstance(t, dict) else None)
         except SchemaError:
             threads.append(None)
-        if threads[-1] is None:
-            return parse_probe(text, what), raw   # the error named as the whole report's parse names it
-    report = build_record(ProbeReport, {**data, "threads": []}, what)
-    report.threads = threads
-    return report, raw
+        # parse_probe refuses a frame's overlong line number: looked for in this thread's
+        # frames alone (a search of the whole text costs more than the rest of this read).
+        if threads[-1] is None or any(_LONG_FRAME_LINE.search(f) for f in threads[-1].frames):
+            report = parse_probe(text, what)   # the error named as the whole report's parse names it
+            return report, (raw, report.threads, _probe_rest(data), report)
+    rest = _probe_rest(data)
+    if rest == old_rest:
+        # Only the beat moved (and perhaps threads): the last report with the beat's fields.
+        beat = {}
+        for name, _required, _default, check in _plan(ProbeReport):
+            if name in _PROBE_BEAT and name in data:
+                try:
+                    beat[name] = check(data[name])
+                except _Bad as bad:
+                    raise SchemaError(f"{what}: field {name!r}{bad.path} {bad.tail}") from None
+        report = object.__new__(ProbeReport)   # dataclasses.replace, without its per-field dispatch
+        report.__dict__.update(old_report.__dict__, threads=threads, **beat)
+    else:
+        report = build_record(ProbeReport, {**data, "threads": []}, what)
+        report.threads = threads
+    return report, (raw, threads, rest, report)
+
+
+def _probe_rest(data: dict) -> tuple:
+    """A report's fields other than its threads and beat, and which beat fields it has."""
+    return ({k: v for k, v in data.items() if k != "threads" and k not in _PROBE_BEAT},
+            frozenset(k for k in _PROBE_BEAT if k in data))
 
 
 # -- events -------------------------------------------------------------------------------

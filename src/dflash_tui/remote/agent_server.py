@@ -766,6 +766,12 @@ def observe_one(paths, reads=None, known=None, grown=None, list_dirs=(), proc_tr
     stats = op_stat(paths)
     listings = dict((path, _item(op_list_dir, path)) for path in list_dirs)
     by_path = dict((st["path"], st) for st in stats)
+    # A listed file's stat of a moment ago decides its read as well as a second stat would
+    # (a probe report's, usually): one stat a file, not two.
+    for item in listings.values():
+        if item.get("ok"):
+            for st in item["result"]:
+                by_path.setdefault(st["path"], st)
     answers = {}
     for path, max_bytes in reads.items():
         st = by_path.get(path) or stat_one(path)

@@ -15,7 +15,7 @@ import pytest
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.evidence.memory import LookMemory
-from dflash_tui.run.evidence.probe_files import FIRST_LOOK_REPORTS, MAX_REPORTS, NEWEST, gather_probes
+from dflash_tui.run.evidence.probe_files import FIRST_LOOK_REPORTS, MAX_REPORTS, NEWEST, REPORT_MAX_BYTES, gather_probes
 from dflash_tui.run.verdict.hang import STALE_AFTER_S
 from dflash_tui.run.verdict.health import evaluate
 from tests.support import scenarios as R
@@ -81,5 +81,33 @@ async def test_without_memory_a_look_reads_the_newest_only(run_dir):
         got = await gather_probes(ops, str(run_dir), R.RUN_ID)
         assert len(got) == MAX_REPORTS and got.skipped == N - MAX_REPORTS
         assert all(p.rank != HUNG for p in got)   # the issue's miss: why a watch keeps memory
+    finally:
+        await ops.close()
+
+
+async def test_a_look_at_a_few_dozen_ranks_asks_for_every_report_in_its_first_request(run_dir):
+    """Up to MAX_REPORTS + NEWEST reports, the next look's first request asks for all of them
+    (which ones it reads depends on whose beat came first), and the agent sends none of those
+    held as they are: no report is left to a request of its own."""
+    n = MAX_REPORTS + NEWEST - 10
+    reports = R.rank_probes(n)
+
+    def beat(t: float) -> None:
+        write_reports(run_dir, [dataclasses.replace(p, time=t, seq=int(t)) for p in reports],
+                      [t + 1e-3 * ((p.rank * 7 + int(t)) % n) for p in reports])   # a new order each beat
+    ops = await open_ops(LocalTarget(), python=sys.executable, prefer="agent")
+    memory = LookMemory()
+    try:
+        for t in (R.T0, R.T0 + 1, R.T0 + 2):
+            beat(t)
+            got = await gather_probes(ops, str(run_dir), R.RUN_ID, memory)
+            assert len(got) == n
+        paths = sorted(str(run_dir / "probe" / f"{p.pid}.json") for p in reports)
+        assert sorted(memory.reports) == paths
+        # nothing rewritten since: the agent sends only the reports the last look did not read
+        known = {p: memory.known[p] for p in memory.reports if p in memory.known}
+        answer = await ops.observe([], reads={p: REPORT_MAX_BYTES for p in memory.reports}, known=known)
+        assert sorted(answer["reads"]) == sorted(set(paths) - set(got.read))
+        assert len(got.read) == MAX_REPORTS
     finally:
         await ops.close()

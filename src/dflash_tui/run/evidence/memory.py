@@ -47,8 +47,8 @@ class LookMemory:
         # probe_files: each report's path -> (inode, size, mtime, its parse or None) as last read,
         # and where the rotating window through the reports stands
         self.probe_reports: dict[str, tuple] = {}
-        # probe_files: each report's path -> (its raw `threads` JSON, their parse) as last read
-        self.probe_threads: dict[str, tuple[list, list]] = {}
+        # probe_files: each report's path -> what rundir.parse_probe_after answered at its last read
+        self.probe_threads: dict[str, tuple] = {}
         self.probe_cursor = 0
         # first_look: path -> [inode, size, mtime] of the copy held parsed; the agent skips its read.
         self.known: Bounded[str, list] = Bounded(4096)

@@ -64,9 +64,9 @@ async def _read_one(ops: PreflightOps, st: FileStat, memory: LookMemory | None
     try:
         # A watch reads each report every beat: the threads that did not move keep their parse.
         before = memory.probe_threads.get(st.path) if memory is not None else None
-        report, raw = parse_probe_after(chunk.data.decode("utf-8"), name, before)
-        if memory is not None and raw is not None:
-            memory.probe_threads[st.path] = (raw, report.threads)
+        report, after = parse_probe_after(chunk.data.decode("utf-8"), name, before)
+        if memory is not None and after is not None:
+            memory.probe_threads[st.path] = after
         return report, None
     except UnicodeDecodeError:
         return None, f"{name} is not UTF-8 text"
@@ -97,6 +97,7 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None,
     for st, (r, _) in zip(read, results):
         if memory is not None:
             memory.probe_reports[st.path] = (st.inode, st.size, st.mtime, r)
+            memory.held(st.path, st)   # the next look's first request need not send it as it is
         if r is not None:
             found.append(r)
     fresh = {r.pid for r in found}
@@ -144,7 +145,14 @@ def _plan(candidates: list[FileStat], memory: LookMemory) -> tuple[list[FileStat
         memory.probe_cursor = start + len(window)
     read = list(chosen.values())
     kept = [(st, held[st.path]) for st in candidates if st.path not in chosen and st.path in held]
-    # Asked for up front in the next look's first request: the newest, the window after this one.
-    ahead = rest[memory.probe_cursor % len(rest):][:MAX_REPORTS - NEWEST] if rest else []
-    memory.reports = [st.path for st in changed[:NEWEST]] + [st.path for st in ahead]
+    # Asked for up front in the next look's first request. When the reports are few enough
+    # (at most a look's reads and its NEWEST more), all of them: the next look reads most of
+    # them, and which ones depends on whose beat comes first (the agent skips every report as
+    # it was when held, and a look's reads asked one by one cost a request each); else the
+    # newest and the window after this one.
+    if len(candidates) <= MAX_REPORTS + NEWEST:
+        memory.reports = [st.path for st in candidates]
+    else:
+        ahead = rest[memory.probe_cursor % len(rest):][:MAX_REPORTS - NEWEST] if rest else []
+        memory.reports = [st.path for st in changed[:NEWEST]] + [st.path for st in ahead]
     return read, kept
