@@ -337,8 +337,11 @@ class _TrainerState(_Source):
         return self._got(new), self._wrote(st["mtime"]) if new else None
 
 
-class _MlflowDb(_Source):
-    kind = "mlflow"
+class _SqliteRows(_Source):
+    """A SQLite store read by rowid, the rows added since the last poll: `rows` is the format's
+    module (its ROWS_QUERY, MAX_ROWS and points_of_rows)."""
+
+    rows = mlflow
 
     def __init__(self, path: str, rel: str) -> None:
         super().__init__(path, rel)
@@ -347,8 +350,8 @@ class _MlflowDb(_Source):
         self.read_once = False
 
     def asks(self):
-        return [{"sql": self.path, "query": mlflow.ROWS_QUERY, "params": [self.rowid, mlflow.MAX_ROWS],
-                 "max_rows": mlflow.MAX_ROWS}]
+        return [{"sql": self.path, "query": self.rows.ROWS_QUERY, "params": [self.rowid, self.rows.MAX_ROWS],
+                 "max_rows": self.rows.MAX_ROWS}]
 
     def absorb(self, answers):
         res, err = _answer(answers[0])
@@ -356,7 +359,7 @@ class _MlflowDb(_Source):
             self.note = err + ("; asked again at the next poll" if "locked" in err else "")
             return [], None
         self.note = ""
-        points, last, run = mlflow.points_of_rows(res.get("rows") or [])
+        points, last, run = self.rows.points_of_rows(res.get("rows") or [])
         if last is not None:
             self.rowid = last
         if run:
@@ -371,16 +374,19 @@ class _MlflowDb(_Source):
         return self._got(points), at
 
 
-class _Trackio(_Source):
+class _MlflowDb(_SqliteRows):
+    kind = "mlflow"
+    rows = mlflow
+
+
+class _Trackio(_SqliteRows):
     """The newest run of one trackio project (the newest project written since the launch)."""
 
     kind = "trackio"
+    rows = trackio
 
     def __init__(self, path: str, rel: str) -> None:
         super().__init__(path, rel)
-        self.rowid = 0
-        self.run = ""
-        self.read_once = False
         self.found_mtime = 0.0
         self.named = False           # a file the profile names: kept whatever else is written
 
@@ -394,29 +400,6 @@ class _Trackio(_Source):
     def where(self) -> str:
         run = f" run {self.run}" if self.run else ""
         return f"trackio project {trackio.project_of(self.path)}{run}"
-
-    def asks(self):
-        return [{"sql": self.path, "query": trackio.ROWS_QUERY, "params": [self.rowid, trackio.MAX_ROWS],
-                 "max_rows": trackio.MAX_ROWS}]
-
-    def absorb(self, answers):
-        res, err = _answer(answers[0])
-        if res is None:
-            self.note = err + ("; asked again at the next poll" if "locked" in err else "")
-            return [], None
-        self.note = ""
-        points, last, run = trackio.points_of_rows(res.get("rows") or [])
-        if last is not None:
-            self.rowid = last
-        if run:
-            self.run = run
-        st = res.get("stat") or {}
-        at = None
-        if points:
-            # WAL mode: the database file's mtime lags its rows (see _MlflowDb).
-            at = self._wrote(st.get("mtime") if not self.read_once else max(st.get("mtime", 0.0), self.now))
-        self.read_once = True
-        return self._got(points), at
 
 
 class _Mlruns(_Source):
