@@ -54,7 +54,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
+# FLEET_COST_SRC: another tree's src/ for a child of --same-run-dir (this script, that tree's code).
+sys.path.insert(0, os.environ.get("FLEET_COST_SRC") or str(ROOT / "src"))
 
 from benchmarks.results_file import replace_section  # noqa: E402
 
@@ -293,7 +294,13 @@ def main() -> int:
     ap.add_argument("--child-poller", metavar="CONFIG")
     ap.add_argument("--victims", default="")
     ap.add_argument("--out")
+    ap.add_argument("--same-run-dir", action="store_true",
+                    help="two hosts, each profile of the second with the first's run_dir string (needs --before)")
+    ap.add_argument("--child-same", metavar="CONFIG")
     args = ap.parse_args()
+    if args.child_same:
+        asyncio.run(same_child(args.child_same, args.window, args.out))
+        return 0
     if args.child_poller:
         asyncio.run(poller_child(args.child_poller, args.window, args.out))
         return 0
@@ -314,6 +321,8 @@ def main() -> int:
             print(f"fleet_cost: {exc}", file=sys.stderr)
             return 2
         cfg = work / "config.toml"
+        if args.same_run_dir:
+            return same_run_dir(args, servers, cfg, work, env)
         names = write_config(cfg, servers, args.per_host, work / "runs")
         host_of = {n: f"127.0.0.1:{servers[int(n[1:3])].port}" for n in names}
         t = time.monotonic()
@@ -542,6 +551,145 @@ def report_compare(args, sides: dict[str, dict], n: int, launch_s: float, load: 
     print(json.dumps(row, indent=1), file=sys.stderr)
     if args.append:
         replace_section(COMPARE_HEADING, section)
+    return 0
+
+
+# -- two hosts, one run_dir string (issue 34 item 5: one memory per watched run) ------------------
+
+SAME_HEADING = ("## fleet: profiles on two hosts with the same run_dir string, before and after one memory per "
+                "watched run (benchmarks/fleet_cost.py --same-run-dir --before)")
+
+
+def write_same_config(path: Path, servers, per_host: int, runs: Path) -> tuple[list[str], list[str]]:
+    """Host 0's profiles each own a run dir; host 1's profiles name the same run_dir strings. On
+    loopback both hosts are this machine, so the second profile of a pair watches the first's run
+    through its own SSH connection, agent and session: only the memory of the looks could be shared."""
+    first, second, text = [], [], []
+    for h, srv in enumerate(servers[:2]):
+        for i in range(per_host):
+            name = f"h{h:02d}-r{i}"
+            (first if h == 0 else second).append(name)
+            text.append(f"""[profile.{name}]
+host = "{srv.host}"
+port = {srv.port}
+user = "{srv.user}"
+identity_file = "{srv.client_key}"
+known_hosts = "{srv.known_hosts}"
+run_dir = "{runs / f"r{i}"}"
+python = "{sys.executable}"
+command = ["{sys.executable}", "{PROGRAM}", "beat"]
+train_args = ["--interval=2"]
+stall_after_s = 60
+stop_grace_s = 2
+""")
+    path.write_text("\n".join(text))
+    return first, second
+
+
+async def same_child(cfg: str, window: float, out: str) -> None:
+    """Every profile polled by one FleetPoller (the dashboard's polling, no screen) for `window`:
+    its CPU, its looks and each row's verdict and summary at the end."""
+    from dflash_tui.fleet.poller import FleetPoller
+    config = load_config(cfg)
+    async with FleetPoller(config.file_profiles()) as poller:
+        t0 = time.monotonic()
+        while not all(r.verdict is not None for r in poller.rows.values()):
+            if time.monotonic() - t0 > 60:
+                raise SystemExit("the poller did not see every run within 60 s")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(3.0)
+        looks: dict[str, int] = {}
+
+        async def count() -> None:
+            async for names in poller.changes():
+                for n in names:
+                    looks[n] = looks.get(n, 0) + 1
+
+        counter = asyncio.ensure_future(count())
+        c0, w0 = time.process_time(), time.monotonic()
+        await asyncio.sleep(window)
+        cpu, wall = time.process_time() - c0, time.monotonic() - w0
+        counter.cancel()
+        rows = {n: {"verdict": r.verdict.value if r.verdict else None, "cause": r.cause}
+                for n, r in poller.rows.items()}
+        Path(out).write_text(json.dumps({"cpu_s": cpu, "wall_s": wall, "rows": rows, "changes": looks}))
+
+
+def run_same_child(cfg: Path, window: float, workdir: Path, env: dict, src: Path) -> dict:
+    out = workdir / "same.json"
+    env = {**env, "FLEET_COST_SRC": str(src)}
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-same", str(cfg),
+                           "--window", str(window), "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=window + 120)
+    if proc.returncode != 0:
+        raise SystemExit(f"poller child failed: {proc.stderr[-2000:]}")
+    return json.loads(out.read_text())
+
+
+def same_run_dir(args, servers, cfg: Path, work: Path, env: dict) -> int:
+    if args.before is None or len(servers) < 2:
+        print("fleet_cost: --same-run-dir needs --before TREE and --hosts 2 or more", file=sys.stderr)
+        return 2
+    first, second = write_same_config(cfg, servers, args.per_host, work / "runs")
+    launch_cfg = work / "launch.toml"
+    launch_cfg.write_text(cfg.read_text().split(f"[profile.{second[0]}]")[0])   # host 0's profiles only
+    t = time.monotonic()
+    asyncio.run(launch_all(launch_cfg))
+    launch_s = time.monotonic() - t
+    trees = {"before": args.before.resolve() / "src", "after": ROOT / "src"}
+    sides: dict[str, list[dict]] = {k: [] for k in trees}
+    for side in ("before", "after", "after", "before"):
+        sides[side].append(run_same_child(cfg, args.window, work, env, trees[side]))
+    load = os.getloadavg()[0]
+    before = subprocess.run(["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+
+    def cpu(runs: list[dict]) -> float:
+        return 100.0 * sum(r["cpu_s"] for r in runs) / sum(r["wall_s"] for r in runs)
+
+    def each(runs: list[dict]) -> str:
+        return ", ".join(f"{100 * r['cpu_s'] / r['wall_s']:.1f}%" for r in runs)
+
+    def agree(runs: list[dict]) -> str:
+        """Pairs (host 0's profile, host 1's of the same run_dir) whose rows say the same verdict."""
+        same = sum(1 for r in runs for a, b in zip(first, second) if r["rows"][a]["verdict"] == r["rows"][b]["verdict"])
+        return f"{same} of {len(runs) * len(first)}"
+
+    def verdicts(runs: list[dict]) -> str:
+        counts: dict[str, int] = {}
+        for r in runs:
+            for row in r["rows"].values():
+                counts[str(row["verdict"])] = counts.get(str(row["verdict"]), 0) + 1
+        return ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))
+
+    b, a = sides["before"], sides["after"]
+    lines = [
+        SAME_HEADING, "",
+        f"Command: `git worktree add --detach {args.before} {before}`, then `.venv/bin/python benchmarks/fleet_cost.py "
+        f"--same-run-dir --hosts 2 --per-host {args.per_host} --window {args.window:g} --before {args.before} --append` "
+        f"(before: {before}, the parent of 4da8edf, whose seven module-level caches were keyed by path; after: this tree)", "",
+        f"Machine: this one ({os.cpu_count()} shared CPU cores, no GPU, CPython {platform.python_version()}, load "
+        f"average {load:.1f} at the end). {len(first)} detached `run_standins.py beat` runs launched from host 0 in "
+        f"{launch_s:.0f} s; {len(first) + len(second)} profiles on 2 loopback sshd hosts, host 1's with host 0's "
+        f"run_dir strings (on loopback, the same files: both rows must agree). Each tree's FleetPoller (the dashboard's "
+        f"polling, no screen) watched all of them: before, after, after, before, {args.window:g} s each.", "",
+        "| | before | after | after/before |",
+        "| --- | ---: | ---: | ---: |",
+        f"| CPU of the polling | {cpu(b):.1f}% ({each(b)}) | {cpu(a):.1f}% ({each(a)}) | {cpu(a) / cpu(b):.2f} |",
+        f"| rows' verdicts at the end of each window | {verdicts(b)} | {verdicts(a)} | |",
+        f"| pairs of the same run_dir string whose rows agree | {agree(b)} | {agree(a)} | |",
+        "",
+        "On loopback the two hosts hold the same files, so the before tree's shared caches gave the right answer "
+        "here by luck of the files being equal; what the change buys (a second host's files read as its own, not "
+        "the first host's parse) is shown by tests/run/evidence/test_first_look.py, not by this table, which says "
+        "what the separate memories cost.",
+        "",
+    ]
+    section = "\n".join(lines)
+    print(section)
+    print(json.dumps(sides, indent=1), file=sys.stderr)
+    if args.append:
+        replace_section(SAME_HEADING, section)
     return 0
 
 

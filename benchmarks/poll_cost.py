@@ -42,6 +42,7 @@ from dflash_tui.remote.agent import AgentOps  # noqa: E402
 from dflash_tui.remote.container import ContainerTarget  # noqa: E402
 from dflash_tui.remote.shell_ops import ShellOps  # noqa: E402
 from dflash_tui.remote.ssh import SSHTarget  # noqa: E402
+from dflash_tui.remote.ssh_dest import SSHDest  # noqa: E402
 from tests.support.containers import Standins  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 
@@ -114,8 +115,7 @@ async def measure(args) -> dict:
         results["a"] = samples
         results["a_cpu"] = (cpu_seconds() - cpu0) / len(samples)
 
-        host = SSHTarget(sshd.host, port=sshd.port, user=sshd.user,
-                         identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts))
+        host = SSHTarget(SSHDest(**sshd.profile()))
         ct = ContainerTarget(host, f"pct:{CT}")
         try:
             # (b) a new channel per check on one connection

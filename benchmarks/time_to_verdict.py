@@ -41,7 +41,7 @@ from benchmarks.results_file import replace_section  # noqa: E402
 from dflash_tui.backends import launcher_for  # noqa: E402
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.remote.agent import open_ops  # noqa: E402
-from dflash_tui.run.verdict.health import Limits, evaluate  # noqa: E402
+from dflash_tui.run.verdict.health import evaluate  # noqa: E402
 from dflash_tui.run.launch.launch import launch_run  # noqa: E402
 from dflash_tui.run.evidence.observe import gather  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
@@ -79,7 +79,7 @@ async def ours(sshd, standins: Standins, work: Path, scenario: str, rep: int) ->
         cl = out.checklist
         while not cl.verdict.failing and not cl.verdict.healthy:
             await asyncio.sleep(POLL_S)
-            cl = evaluate(await gather(ops, str(run_dir), attempt=out.attempt), Limits.from_profile(prof))
+            cl = evaluate(await gather(ops, str(run_dir), attempt=out.attempt), prof.limits)
         return time.monotonic() - returned[0], cl.verdict.value, cl.summary
     finally:
         standins.set_mode(CT, "ok")

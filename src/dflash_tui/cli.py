@@ -49,7 +49,7 @@ from .recording.outside import check_extras
 from .remote.base import OpRefused, TargetError
 from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport
-from .run.verdict.checklist import CheckState, Checklist, Verdict
+from .run.verdict.checklist import CheckId, CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
 from .watch import RunWatch, open_watch
 from .words import compact
@@ -161,7 +161,7 @@ def exit_code_of(report: RunReport) -> int:
     """The report's exit code; a run on several nodes: 1 when it fails, else 3 while a node is
     unreachable, else the verdict's own."""
     verdict = report.checklist.verdict
-    if report.nodes and not verdict.failing and any(not n.report.connected for n in report.nodes):
+    if not verdict.failing and any(not n.report.connected for n in report.nodes):
         return EXIT_UNREACHABLE
     return exit_code_for(verdict)
 
@@ -194,14 +194,7 @@ def render_text(profile: Profile, report: RunReport, *, now: float, extra: Seque
     """The report as --check prints it; a run on several nodes: the run, then every node's checks."""
     verdict, *checks = _checklist_lines(report.checklist, now)
     lines = [f"{profile.name} · {profile.where()} · {profile.run_dir}", verdict, *(f"  {x}" for x in extra)]
-    if not report.nodes:
-        return "\n".join(lines + checks)
-    for n in report.nodes:
-        r = n.report
-        lines.append(f"node {n.node} (rank {n.rank}) · {r.target_label} · {r.run_dir}"
-                     + ("" if r.connected else f" · UNREACHABLE: {r.error}"))
-        lines += _checklist_lines(r.checklist, now)
-    return "\n".join(lines)
+    return "\n".join(lines + _output_of(report).body_lines(report, checks, now))
 
 
 def metrics_json(report: RunReport) -> dict[str, dict]:
@@ -225,9 +218,19 @@ def progress_json(report: RunReport) -> dict[str, Any] | None:
 def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, Any]:
     """The report as --check --json prints it (`extra` adds or overrides fields); a run on
     several nodes: the run's node checks and one object per node."""
-    d = report.checklist.to_dict()
-    launch = report.launch
-    if not report.nodes:
+    return _output_of(report).json(profile, report, **extra)
+
+
+class _OneHost:
+    """How a run on one host is put out: its checks, its launch's preflight and its stop."""
+
+    @staticmethod
+    def body_lines(report: RunReport, checks: list[str], now: float) -> list[str]:
+        return checks
+
+    @staticmethod
+    def json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, Any]:
+        d, launch = report.checklist.to_dict(), report.launch
         return {"verdict": d["verdict"], "summary": d["summary"], "checks": d["checks"], "threads": d["threads"],
                 "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
                 "stall_limit_s": d["stall_limit_s"], "stall_limit_why": d["stall_limit_why"],
@@ -237,20 +240,95 @@ def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, 
                 "metrics": metrics_json(report), "progress": progress_json(report),
                 **({s.name: s.facts} if (s := report.checklist.scheduler) is not None else {}),
                 **extra}   # a scheduler's job, under the scheduler's name
-    nodes = []
-    for n in report.nodes:
-        r = n.report
-        nodes.append({"node": n.node, "rank": n.rank, "target": r.target_label, "run_dir": r.run_dir,
-                      **r.checklist.to_dict(),
-                      "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
-                      "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
-    return {"verdict": d["verdict"], "summary": d["summary"],
-            "checks": [c for c in d["checks"] if c["id"].startswith("node:") or c["id"] == "stragglers"],
-            "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
-            "stall_limit_s": d["stall_limit_s"], "stall_limit_why": d["stall_limit_why"],
-            "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],
-            "profile": profile.name, "target": profile.where(), "run_dir": profile.run_dir,
-            "exit_code": exit_code_of(report), **extra}
+
+    @staticmethod
+    def refused(args, profile: Profile, report: RunReport, result) -> int | None:
+        """The exit code of a launch that did not happen (its words printed), else None."""
+        (outcome,) = result.outcomes.values()
+        if outcome.unreachable:
+            fail = next((c for c in outcome.checklist.checks if c.state is CheckState.FAIL), None)
+            return _fail(args, EXIT_UNREACHABLE,
+                         f"{profile.where()} unreachable: {fail.cause if fail else outcome.checklist.summary}"
+                         + (f" ({fail.hint})" if fail and fail.hint else ""))
+        if report.checklist.verdict is Verdict.NOT_LAUNCHED:
+            return _emit(args, profile, report)
+        return None
+
+    @staticmethod
+    def launched(args, profile: Profile, report: RunReport, result) -> int:
+        (outcome,) = result.outcomes.values()
+        pre = outcome.preflight.checks if outcome.preflight else []
+        cl = report.checklist
+        report = replace(report, checklist=cl.with_parts(checks=[*pre, *cl.checks]))
+        stopped = {"stopped": outcome.stopped.message} if outcome.stopped else {}
+        resumed = {"resume_from": outcome.resume_from} if outcome.resume_from else {}
+        return _emit(args, profile, report, run_id=outcome.run_id, launch_seconds=round(result.seconds, 3),
+                     extra_text=[*stopped.values(), *(f"resuming from checkpoint {w}" for w in resumed.values())],
+                     **stopped, **resumed)
+
+    @staticmethod
+    def stopped(args, profile: Profile, report: RunReport, results: dict, code: int) -> int:
+        (res,) = results.values()
+        return _emit(args, profile, report, code=code, extra_text=[f"stop: {res.message}"], pid=res.pid,
+                     run_id=res.run_id, stop={"outcome": res.outcome, "message": res.message,
+                                              "seconds": round(res.seconds, 3)})
+
+
+class _Nodes:
+    """How a run on several nodes is put out: the run, then each node's."""
+
+    @staticmethod
+    def body_lines(report: RunReport, checks: list[str], now: float) -> list[str]:
+        lines = []
+        for n in report.nodes:
+            r = n.report
+            lines.append(f"node {n.node} (rank {n.rank}) · {r.target_label} · {r.run_dir}"
+                         + ("" if r.connected else f" · UNREACHABLE: {r.error}"))
+            lines += _checklist_lines(r.checklist, now)
+        return lines
+
+    @staticmethod
+    def json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, Any]:
+        d = report.checklist.to_dict()
+        nodes = []
+        for n in report.nodes:
+            r = n.report
+            nodes.append({"node": n.node, "rank": n.rank, "target": r.target_label, "run_dir": r.run_dir,
+                          **r.checklist.to_dict(),
+                          "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
+                          "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
+        return {"verdict": d["verdict"], "summary": d["summary"],
+                "checks": [c for c in d["checks"] if c["id"].startswith("node:") or c["id"] == CheckId.STRAGGLERS],
+                "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
+                "stall_limit_s": d["stall_limit_s"], "stall_limit_why": d["stall_limit_why"],
+                "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],
+                "profile": profile.name, "target": profile.where(), "run_dir": profile.run_dir,
+                "exit_code": exit_code_of(report), **extra}
+
+    @staticmethod
+    def refused(args, profile: Profile, report: RunReport, result) -> int | None:
+        return None   # a node that could not start says so in its own report
+
+    @staticmethod
+    def launched(args, profile: Profile, report: RunReport, result) -> int:
+        # No node started because one could not be reached: 3, as for one host.
+        code = EXIT_UNREACHABLE if not result.launched and result.unreachable else None
+        return _emit(args, profile, report, extra_text=[f"node {n}: {r.message}" for n, r in result.stopped.items()],
+                     code=code, launch_seconds=round(result.seconds, 3),
+                     run_ids={n: o.run_id for n, o in result.outcomes.items()},
+                     **({"stopped": {n: r.message for n, r in result.stopped.items()}} if result.stopped else {}))
+
+    @staticmethod
+    def stopped(args, profile: Profile, report: RunReport, results: dict, code: int) -> int:
+        return _emit(args, profile, report, code=code,
+                     extra_text=[f"stop node {n}: {r.message}" for n, r in results.items()],
+                     stop={n: {"outcome": r.outcome, "message": r.message, "pid": r.pid,
+                               "seconds": round(r.seconds, 3)} for n, r in results.items()})
+
+
+def _output_of(report: RunReport) -> type[_OneHost] | type[_Nodes]:
+    """The one place the shape of the output is chosen: a run on one host, or on several nodes."""
+    return _Nodes if report.nodes else _OneHost
 
 
 def _emit(args, profile: Profile, report: RunReport, *, extra_text: Sequence[str] = (), code: int | None = None,
@@ -302,34 +380,14 @@ async def _launch_mode(args, profile: Profile, watch: RunWatch) -> int:
         result = await act(preflight=not args.no_preflight, resume=args.resume, gpus=True)
     except LaunchRefused as exc:
         return _fail(args, EXIT_FAILING, str(exc))
-    report, code = result.report, None
-    if not report.nodes:
-        (outcome,) = result.outcomes.values()
-        if outcome.unreachable:
-            fail = next((c for c in outcome.checklist.checks if c.state is CheckState.FAIL), None)
-            return _fail(args, EXIT_UNREACHABLE,
-                         f"{profile.where()} unreachable: {fail.cause if fail else outcome.checklist.summary}"
-                         + (f" ({fail.hint})" if fail and fail.hint else ""))
-        if report.checklist.verdict is Verdict.NOT_LAUNCHED:
-            return _emit(args, profile, report)
-    elif not result.launched and result.unreachable:
-        code = EXIT_UNREACHABLE   # no node started because one could not be reached: 3, as for one host
+    report = result.report
+    out = _output_of(report)
+    code = out.refused(args, profile, report, result)
+    if code is not None:
+        return code
     if result.launched and args.wait > 0:
         report = await _check_until(watch, args.wait, first=report)
-    if not report.nodes:
-        (outcome,) = result.outcomes.values()
-        pre = outcome.preflight.checks if outcome.preflight else []
-        cl = report.checklist
-        report = replace(report, checklist=cl.with_parts(checks=[*pre, *cl.checks]))
-        stopped = {"stopped": outcome.stopped.message} if outcome.stopped else {}
-        resumed = {"resume_from": outcome.resume_from} if outcome.resume_from else {}
-        return _emit(args, profile, report, run_id=outcome.run_id, launch_seconds=round(result.seconds, 3),
-                     extra_text=[*stopped.values(), *(f"resuming from checkpoint {w}" for w in resumed.values())],
-                     **stopped, **resumed)
-    return _emit(args, profile, report, extra_text=[f"node {n}: {r.message}" for n, r in result.stopped.items()],
-                 code=code, launch_seconds=round(result.seconds, 3),
-                 run_ids={n: o.run_id for n, o in result.outcomes.items()},
-                 **({"stopped": {n: r.message for n, r in result.stopped.items()}} if result.stopped else {}))
+    return _output_of(report).launched(args, profile, report, result)
 
 
 async def _stop_mode(args, profile: Profile, watch: RunWatch) -> int:
@@ -337,14 +395,7 @@ async def _stop_mode(args, profile: Profile, watch: RunWatch) -> int:
     ok = all(r.ok for r in results.values())
     report = await watch.check()
     code = EXIT_HEALTHY if ok else EXIT_FAILING
-    if not report.nodes:
-        (res,) = results.values()
-        return _emit(args, profile, report, code=code, extra_text=[f"stop: {res.message}"], pid=res.pid,
-                     run_id=res.run_id, stop={"outcome": res.outcome, "message": res.message,
-                                              "seconds": round(res.seconds, 3)})
-    return _emit(args, profile, report, code=code, extra_text=[f"stop node {n}: {r.message}" for n, r in results.items()],
-                 stop={n: {"outcome": r.outcome, "message": r.message, "pid": r.pid, "seconds": round(r.seconds, 3)}
-                       for n, r in results.items()})
+    return _output_of(report).stopped(args, profile, report, results, code)
 
 
 async def _canary_mode(args, profile: Profile, watch: RunWatch) -> int:

@@ -15,10 +15,12 @@ import re
 import sys
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from .remote.container import parse_container_spec
+from .remote.ssh_dest import SSHDest
 from .progress_regex import ProgressRegexError, compile_progress_regex
 from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
 from .words import did_you_mean
@@ -102,6 +104,23 @@ def take_scheduler_keys(table: dict[str, Any], schedulers: tuple[SchedulerKeys, 
 
 
 @dataclass(frozen=True)
+class Limits:
+    """The limits the verdict is judged by (run/verdict/health.py `evaluate`): one profile's,
+    `Profile.limits`; these defaults are the profile's too."""
+
+    stall_after_s: float = 60.0        # nothing advancing this long: STALLED
+    compile_stall_after_s: float = 900.0  # the same, for a thread that is compiling or warming up
+    launch_deadline_s: float = 1.0     # no launch.json this long after the launch: NEVER STARTED
+    stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
+    # Once the run shows its pace, its silence limit is learned from it, stall_after_s the
+    # ceiling (run/verdict/stall_limit.py); false keeps stall_after_s.
+    learn_stall: bool = True
+
+
+_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     run_dir: str
@@ -117,13 +136,12 @@ class Profile:
     command: tuple[str, ...] | None = None
     known_hosts: str | None = None     # None: asyncssh default (~/.ssh/known_hosts)
     ssh_config: str | None = None      # None: ~/.ssh/config
-    stall_after_s: float = 60.0        # heartbeat older than this: STALLED
-    compile_stall_after_s: float = 900.0  # same, for a thread that is compiling or warming up
-    # Once the run shows its pace, its silence limit is learned from it, stall_after_s the
-    # ceiling (run/verdict/stall_limit.py); false keeps stall_after_s.
-    learn_stall: bool = True
-    launch_deadline_s: float = 1.0     # no launch.json this long after the launch: NEVER STARTED
-    stop_grace_s: float = 10.0         # SIGTERM, then this long, then SIGKILL
+    # The verdict's limits (Limits says what each is); `limits` holds them as one record.
+    stall_after_s: float = _LIMITS.stall_after_s
+    compile_stall_after_s: float = _LIMITS.compile_stall_after_s
+    learn_stall: bool = _LIMITS.learn_stall
+    launch_deadline_s: float = _LIMITS.launch_deadline_s
+    stop_grace_s: float = _LIMITS.stop_grace_s
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
     # A regular expression for the program's progress lines, with named groups step, loss
     # and/or total (run/evidence/progress.py); tried before the built-in forms.
@@ -141,6 +159,17 @@ class Profile:
     # -- a run under a scheduler (`scheduler = "slurm"`: backends/slurm/spec.py); host is then
     # its login host --------------------------------------------------------------------------
     scheduler: SchedulerSpec | None = None
+
+    @cached_property
+    def limits(self) -> Limits:
+        """This profile's limits, built once (a frozen profile never changes them)."""
+        return Limits(self.stall_after_s, self.compile_stall_after_s, self.launch_deadline_s, self.stop_grace_s,
+                      self.learn_stall)
+
+    @cached_property
+    def ssh_dest(self) -> SSHDest:
+        """Where and as whom its host is reached (host None: this machine)."""
+        return SSHDest(self.host, self.port, self.user, self.identity_file, self.known_hosts, self.ssh_config)
 
     @property
     def is_local(self) -> bool:

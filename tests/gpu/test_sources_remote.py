@@ -14,6 +14,7 @@ from dflash_tui.gpu.sample import GpuErrorKind
 from dflash_tui.gpu.sources import open_gpu_source
 from dflash_tui.gpu.stream import GpuStream
 from dflash_tui.remote.factory import make_host_target
+from dflash_tui.remote.ssh_dest import SSHDest
 
 pytestmark = pytest.mark.sshd
 
@@ -23,7 +24,7 @@ VENV_PYTHON = sys.executable
 
 
 async def test_remote_host_agent_probe_through_ssh(sshd):
-    host = make_host_target(**sshd.profile())
+    host = make_host_target(SSHDest(**sshd.profile()))
     try:
         source = await open_gpu_source(host, nvml_spec="dflash_tui.gpu.fake_nvml:from_env",
                                        python=VENV_PYTHON)
@@ -41,7 +42,7 @@ async def test_remote_host_without_nvml_says_why(sshd):
     # one-line state naming both, through SSH, never an exception.
     if Path("/usr/bin/nvidia-smi").exists():
         pytest.skip("this machine has nvidia-smi")
-    host = make_host_target(**sshd.profile())
+    host = make_host_target(SSHDest(**sshd.profile()))
     try:
         source = await open_gpu_source(host, python="/usr/bin/python3")
         try:
@@ -61,7 +62,7 @@ async def test_remote_host_without_nvml_says_why(sshd):
 
 async def test_a_python_missing_on_the_host_falls_back_to_python3(sshd):
     # The profile's python may exist only in the container: the host agent then uses python3.
-    host = make_host_target(**sshd.profile())
+    host = make_host_target(SSHDest(**sshd.profile()))
     try:
         source = await open_gpu_source(host, python="/nonexistent/container-only/python")
         try:

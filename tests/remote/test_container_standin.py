@@ -12,6 +12,7 @@ import pytest
 from dflash_tui.remote.base import CommandTimeout, ContainerNotRunning
 from dflash_tui.remote.container import ContainerTarget
 from dflash_tui.remote.ssh import SSHTarget
+from dflash_tui.remote.ssh_dest import SSHDest
 
 pytestmark = pytest.mark.sshd
 
@@ -52,7 +53,7 @@ def appears_soon(*argv: str, within: float = 5.0) -> bool:
 
 @pytest.fixture
 async def host(sshd):
-    t = SSHTarget(sshd.host, **{k: v for k, v in sshd.profile().items() if k != "host"})
+    t = SSHTarget(SSHDest(**sshd.profile()))
     yield t
     await t.close()
 

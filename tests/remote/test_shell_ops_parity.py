@@ -14,6 +14,7 @@ import pytest
 from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.shell_ops import ShellOps, parse_stat_time
+from dflash_tui.remote.ssh_dest import SSHDest
 
 # a process whose argv carries arbitrary strings (sleep would reject extra arguments)
 SLEEPER = (sys.executable, "-c", "import time; time.sleep(30)")
@@ -200,7 +201,7 @@ async def test_parity_over_ssh_and_inside_a_container(sshd, standin, tree):
     from dflash_tui.remote.container import ContainerTarget
     from dflash_tui.remote.ssh import SSHTarget
 
-    ssh = SSHTarget(sshd.host, **{k: v for k, v in sshd.profile().items() if k != "host"})
+    ssh = SSHTarget(SSHDest(**sshd.profile()))
     ct = ContainerTarget(ssh, standin.container("pct:220"))
     try:
         for target in (ssh, ct):
@@ -231,7 +232,7 @@ async def test_agent_in_a_container_that_is_stopped_or_runs_nothing(sshd, standi
     from dflash_tui.remote.agent import open_ops
     from dflash_tui.remote.ssh import SSHTarget
 
-    ssh = SSHTarget(sshd.host, **{k: v for k, v in sshd.profile().items() if k != "host"})
+    ssh = SSHTarget(SSHDest(**sshd.profile()))
     try:
         ct = ContainerTarget(ssh, standin.container("pct:221", mode="stopped"))
         with pytest.raises(ContainerNotRunning, match="pct start 221"):

@@ -18,6 +18,7 @@ from dflash_tui.remote.factory import make_host_target
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ssh import SSHTarget
 from dflash_tui.remote.ssh_connection import SSHPool
+from dflash_tui.remote.ssh_dest import SSHDest
 
 pytestmark = pytest.mark.sshd
 
@@ -34,7 +35,7 @@ def ssh_kw(sshd, **over):
 
 @pytest.fixture
 async def target(sshd):
-    t = SSHTarget(sshd.host, **ssh_kw(sshd))
+    t = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd)))
     yield t
     await t.close()
 
@@ -42,7 +43,7 @@ async def target(sshd):
 async def test_hostile_strings_round_trip_exactly_everywhere(sshd, standin, tmp_path):
     pwned = "/tmp/pwned"
     existed = os.path.exists(pwned)
-    ssh = SSHTarget(sshd.host, **ssh_kw(sshd))
+    ssh = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd)))
     targets = [LocalTarget(), ssh, ContainerTarget(ssh, standin.container("pct:210"))]
     try:
         for t in targets:
@@ -65,8 +66,8 @@ async def test_hostile_strings_round_trip_exactly_everywhere(sshd, standin, tmp_
 
 async def test_one_connection_for_every_command_stream_and_agent(sshd):
     pool = SSHPool()
-    a = SSHTarget(sshd.host, pool=pool, **ssh_kw(sshd))
-    b = SSHTarget(sshd.host, pool=pool, **ssh_kw(sshd))
+    a = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd)), pool=pool)
+    b = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd)), pool=pool)
     before = sshd.accepted_connections()
     try:
         results = await asyncio.gather(*(t.run(["echo", str(i)]) for i, t in
@@ -106,7 +107,7 @@ async def test_more_concurrent_commands_than_sshd_allows_channels(target):
 async def test_unknown_host_key_is_refused_with_the_command_that_accepts_it(sshd, tmp_path):
     kh = tmp_path / "known_hosts"
     kh.write_text("")
-    t = SSHTarget(sshd.host, **ssh_kw(sshd, known_hosts=str(kh)))
+    t = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd, known_hosts=str(kh))))
     with pytest.raises(TargetUnreachable) as exc:
         await t.run(["true"])
     msg = str(exc.value)
@@ -118,7 +119,7 @@ async def test_unknown_host_key_is_refused_with_the_command_that_accepts_it(sshd
     keyscan = subprocess.run(["ssh-keyscan", "-p", str(sshd.port), "127.0.0.1"],
                              capture_output=True, text=True, timeout=30)
     kh.write_text(keyscan.stdout)
-    t2 = SSHTarget(sshd.host, **ssh_kw(sshd, known_hosts=str(kh)))
+    t2 = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd, known_hosts=str(kh))))
     try:
         assert (await t2.run(["true"])).ok
     finally:
@@ -131,7 +132,7 @@ async def test_changed_host_key_is_refused_and_named(sshd, tmp_path):
                    check=True, timeout=30)
     kh = tmp_path / "known_hosts"
     kh.write_text(f"[127.0.0.1]:{sshd.port} {other.with_suffix('.pub').read_text()}")
-    t = SSHTarget(sshd.host, **ssh_kw(sshd, known_hosts=str(kh)))
+    t = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd, known_hosts=str(kh))))
     with pytest.raises(TargetUnreachable) as exc:
         await t.run(["true"])
     assert f"host key of [127.0.0.1]:{sshd.port} has CHANGED" in str(exc.value)
@@ -141,15 +142,15 @@ async def test_changed_host_key_is_refused_and_named(sshd, tmp_path):
 
 async def test_host_keys_are_verified_by_default(sshd, tmp_path):
     # No known_hosts given: ~/.ssh/known_hosts applies, and it has never seen this server.
-    t = SSHTarget(sshd.host, port=sshd.port, user=sshd.user,
-                  identity_file=str(sshd.client_key))
+    t = SSHTarget(SSHDest(sshd.host, port=sshd.port, user=sshd.user,
+                          identity_file=str(sshd.client_key)))
     with pytest.raises(TargetUnreachable, match="unknown host key"):
         await t.run(["true"])
     await t.close()
 
 
 async def test_ssh_config_alias_supplies_host_port_user_key_and_known_hosts(sshd):
-    t = SSHTarget(sshd.alias, ssh_config=str(sshd.ssh_config))
+    t = SSHTarget(SSHDest(sshd.alias, ssh_config=str(sshd.ssh_config)))
     try:
         assert t.label == f"{sshd.user}@{sshd.alias}"
         res = await t.run(["sh", "-c", 'echo "$SSH_CONNECTION"'])
@@ -170,7 +171,7 @@ async def test_proxyjump_from_ssh_config(sshd, tmp_path):
         f"  ProxyJump {sshd.alias}",
         ""]))
     before = sshd.accepted_connections()
-    t = SSHTarget("behind-jump", ssh_config=str(cfg))
+    t = SSHTarget(SSHDest("behind-jump", ssh_config=str(cfg)))
     try:
         res = await t.run(["sh", "-c", 'echo "$SSH_CLIENT"'])
         assert res.ok
@@ -181,7 +182,7 @@ async def test_proxyjump_from_ssh_config(sshd, tmp_path):
 
 
 async def test_reconnects_after_sshd_restart_and_restarts_the_agent(sshd):
-    t = SSHTarget(sshd.host, **ssh_kw(sshd))
+    t = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd)))
     ops = await open_ops(t)
     try:
         assert (await t.run(["true"])).ok and (await ops.stat(["/"]))[0].exists
@@ -218,13 +219,14 @@ async def test_connection_errors_are_one_line_with_a_hint(sshd, tmp_path, monkey
     ]
     try:
         for over, message, hint in cases:
-            t = SSHTarget(sshd.host, **ssh_kw(sshd, **over))
+            timeout = over.pop("connect_timeout", None)
+            t = SSHTarget(SSHDest(sshd.host, **ssh_kw(sshd, **over)), **({"connect_timeout": timeout} if timeout else {}))
             with pytest.raises(TargetUnreachable) as exc:
                 await t.run(["true"])
             assert message in exc.value.message and hint in exc.value.hint
             assert "\n" not in str(exc.value)
             await t.close()
-        t = SSHTarget(f"no-such-host-{uuid.uuid4().hex[:8]}.invalid", connect_timeout=5)
+        t = SSHTarget(SSHDest(f"no-such-host-{uuid.uuid4().hex[:8]}.invalid"), connect_timeout=5)
         with pytest.raises(TargetUnreachable, match="cannot resolve host name"):
             await t.run(["true"])
         # Backoff: an immediate retry does not hammer the host, it says when it will retry.
@@ -238,18 +240,18 @@ async def test_connection_errors_are_one_line_with_a_hint(sshd, tmp_path, monkey
 
 def test_bad_profile_fields_are_refused_before_connecting(sshd):
     with pytest.raises(ValueError, match="not understood: write pct:ID"):
-        ContainerTarget(make_host_target(host="h"), "lxc:200")
+        ContainerTarget(make_host_target(SSHDest("h")), "lxc:200")
     with pytest.raises(ValueError, match="user given without host"):
-        make_host_target(user="root")
+        make_host_target(SSHDest(None, user="root"))
     with pytest.raises(ValueError, match="port must be a number"):
-        make_host_target(host="h", port=70000)
+        make_host_target(SSHDest("h", port=70000))
     with pytest.raises(ValueError, match="not a usable SSH host name"):
-        make_host_target(host="-oProxyCommand=touch /tmp/pwned")
-    host_t = make_host_target(**sshd.profile())
+        make_host_target(SSHDest("-oProxyCommand=touch /tmp/pwned"))
+    host_t = make_host_target(SSHDest(**sshd.profile()))
     run_t = ContainerTarget(host_t, "pct:200")
     assert isinstance(host_t, SSHTarget)
     assert run_t.label == f"{sshd.user}@127.0.0.1 · pct:200"
-    assert isinstance(make_host_target(), LocalTarget)
+    assert isinstance(make_host_target(SSHDest(None)), LocalTarget)
     assert shlex.join(["a b"]) == "'a b'"
 
 

@@ -148,7 +148,7 @@ class SshdServer:
         return text.count("Accepted publickey for ")
 
     def profile(self) -> dict:
-        """Keyword arguments for remote.factory.make_host_target / SSHTarget."""
+        """The fields of an SSHDest (remote/ssh_dest.py) that reaches this server."""
         return {"host": self.host, "port": self.port, "user": self.user,
                 "identity_file": str(self.client_key), "known_hosts": str(self.known_hosts)}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..config import Profile
 from ..gpu.sample import GpuSnapshot
 from ..run.verdict.report import RunReport
-from ..run.verdict.checklist import CheckState, Verdict
+from ..run.verdict.checklist import CheckId, CheckState, Verdict
 
 UNREACHABLE = "UNREACHABLE"
 CONNECTING = "CONNECTING"      # no answer yet: the first poll is in flight
@@ -137,7 +137,7 @@ def cause_line(report: RunReport) -> str:
     one (the failing "stacks" check: "hung in a collective: rank 0 waits in ..."), so a row
     among twenty says what kind of trouble before it runs out of width."""
     cl = report.checklist
-    stacks = next((c for c in cl.checks if c.id == "stacks" and c.state is CheckState.FAIL), None)
+    stacks = next((c for c in cl.checks if c.id == CheckId.STACKS and c.state is CheckState.FAIL), None)
     words = stacks.cause.rstrip("…") if stacks is not None else ""
     if not words or cl.summary.startswith(words):
         return cl.summary

@@ -77,7 +77,7 @@ class OneShotGpuProbe:
         source = await self._open()
         if source is None:
             return [self._open_failed] * len(runs)
-        name = getattr(source, "name", "nvml")
+        name = source.name
         deadline = time.monotonic() + self.sample_timeout
         while True:
             if self._pending is None:

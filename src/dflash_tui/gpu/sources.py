@@ -20,9 +20,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
-from ..remote.agent import open_ops
+from ..contract.rundir import LaunchRecord
+from ..remote.agent import AgentOps, open_ops
 from ..remote.base import Target, TargetError
 from ..remote.local import LocalTarget
+from ..remote.ops import RemoteOps
 from .agent_probe import OP_NAME, gpu_agent_sources
 from .codec import ProbeAnswerError, snapshot_from_dict, snapshots_for_runs
 from .nspid import RunPidMapper
@@ -41,12 +43,9 @@ class RunRef:
     start_ticks: int | None = None
 
 
-def run_ref_from_launch(launch: Any) -> "RunRef | None":
-    """The RunRef of a run from its launch.json record (contract.rundir.LaunchRecord)."""
-    if launch is None or not isinstance(getattr(launch, "pid", None), int):
-        return None
-    ticks = getattr(launch, "start_ticks", None)
-    return RunRef(launch.pid, ticks if isinstance(ticks, int) else None)
+def run_ref_from_launch(launch: LaunchRecord | None) -> "RunRef | None":
+    """The RunRef of a run from its launch.json record (its fields checked when it was read)."""
+    return RunRef(launch.pid, launch.start_ticks) if launch is not None else None
 
 
 class GpuSource(Protocol):
@@ -163,7 +162,7 @@ class LocalNvmlSource:
 class AgentNvmlSource:
     name = "nvml"
 
-    def __init__(self, ops: Any, *, nvml_spec: str | None = None, timeout: float = 5.0,
+    def __init__(self, ops: AgentOps, *, nvml_spec: str | None = None, timeout: float = 5.0,
                  owns_ops: bool = False) -> None:
         self._ops = ops
         self._spec = nvml_spec
@@ -181,7 +180,7 @@ class AgentNvmlSource:
 
     @property
     def _label(self) -> str:
-        return getattr(self._ops, "label", "host")
+        return self._ops.label
 
     def _garbage(self, exc: ProbeAnswerError) -> GpuSnapshot:
         return error_snapshot(GpuErrorKind.PROBE_FAILED,
@@ -202,7 +201,7 @@ class AgentNvmlSource:
 
     async def sample_runs(self, runs: Sequence[RunRef | None]) -> list[GpuSnapshot]:
         """One request for all of `runs`; one per run where the agent's op takes no `runs`."""
-        if "runs" not in (getattr(self._ops, "info", None) or {}).get("args", {}).get(OP_NAME, ()):
+        if "runs" not in self._ops.info.get("args", {}).get(OP_NAME, ()):
             return await sample_each(self, runs)
         asked = distinct_runs(runs)
         answer = await self._ask(runs=[[r.pid, r.start_ticks] for r in asked])
@@ -459,7 +458,7 @@ class FallbackSource:
 ENV_NVML_SPEC = "DFLASH_TUI_NVML"
 
 
-async def open_gpu_source(host_target: Target, *, ops: Any = None, nvml_spec: str | None = None,
+async def open_gpu_source(host_target: Target, *, ops: RemoteOps | None = None, nvml_spec: str | None = None,
                           python: str = "python3", isolate: bool = False) -> GpuSource:
     """The GPU source for a host: in-process NVML for this machine, the host agent's probe for a
     remote one (falling back to nvidia-smi), nvidia-smi alone where the host has no python3.
@@ -482,16 +481,16 @@ async def open_gpu_source(host_target: Target, *, ops: Any = None, nvml_spec: st
     if local and isolate:
         python = sys.executable   # the interpreter whose pynvml the in-process reader would use
     owns = False
-    if ops is None or OP_NAME not in (getattr(ops, "info", {}) or {}).get("ops", ()):
+    if not isinstance(ops, AgentOps) or OP_NAME not in ops.info.get("ops", ()):
         ops = await open_ops(host_target, python=python,
                              extra_sources=gpu_agent_sources(nvml_spec))
-        if getattr(ops, "kind", "") != "agent" and python != "python3":
+        if not isinstance(ops, AgentOps) and python != "python3":
             # A profile's python names the trainer's interpreter, which may exist only inside
             # the container; NVML is read on the host, where plain python3 is the usual one.
             await ops.close()
             ops = await open_ops(host_target, extra_sources=gpu_agent_sources(nvml_spec))
         owns = True
-    if getattr(ops, "kind", "") == "agent" and OP_NAME in ops.info.get("ops", ()):
+    if isinstance(ops, AgentOps) and OP_NAME in ops.info.get("ops", ()):
         return FallbackSource(AgentNvmlSource(ops, owns_ops=owns),
                               lambda: SmiStreamSource(host_target, annotate=ops_annotator(ops)))
     return SmiStreamSource(host_target, annotate=ops_annotator(ops), closes=ops if owns else None)

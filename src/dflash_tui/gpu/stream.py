@@ -119,7 +119,7 @@ class GpuStream:
         try:
             snap = await self.source.sample(self.run)
         except Exception as exc:   # sources promise not to raise; this keeps the promise for them
-            snap = GpuSnapshot(time=time.time(), source=getattr(self.source, "name", "?"),
+            snap = GpuSnapshot(time=time.time(), source=self.source.name,
                                error=GpuError(GpuErrorKind.PROBE_FAILED,
                                               f"GPU source failed: {type(exc).__name__}: {exc}"))
         self._publish(snap)

@@ -92,6 +92,9 @@ class StackDumpAnswer:
 
 
 class RemoteOps(Protocol):
+    kind: str         # "agent" or "shell": how the answers are obtained
+    label: str        # the target's name in every message
+
     async def now(self) -> float: ...
     async def stat(self, paths: list[str]) -> list[FileStat]: ...
     async def read(self, path: str, offset: int = 0, max_bytes: int = 1 << 20) -> FileChunk: ...
@@ -118,6 +121,8 @@ class RemoteOps(Protocol):
     async def remove_if_holds(self, path: str, token: str) -> bool:
         """Remove `path` only if it is a regular file (not a link) whose first 4 KiB hold
         `token`; True if it was removed. How a launch gives back its own claim."""
+    async def disk_free(self, path: str) -> DiskFree:
+        """Free space of the filesystem that holds `path` (or its nearest existing ancestor)."""
     async def close(self) -> None: ...
 
 
@@ -130,6 +135,26 @@ class ExitWatch(Protocol):
         identity of a run's wrapper) has ended, those that have: gone, a zombie, or its pid now
         another process's (the start time differs); [] when all still run after `timeout_s`
         (clamped to 0-300 s). One wait holds no other request up."""
+
+
+class LookOps(RemoteOps, Protocol):
+    """What the agent answers too (ShellOps, one sh command per question, gains nothing from
+    them): a look's first round in one request, and a run's metric files in one request."""
+
+    async def observe(self, paths: list[str], *, reads: dict[str, int], known: dict[str, list],
+                      grown: dict[str, tuple[int, int]] | None = None, list_dirs: Sequence[str] = (),
+                      proc_tree: tuple[int, str | None] | None = None) -> dict:
+        """The first round of a look at a run dir: run/evidence/first_look.py reads it."""
+
+    async def metric_read(self, items: list[dict]) -> list[dict]:
+        """A run's metric files: run/evidence/metric_files/ decodes the answers."""
+
+
+def look_ops(ops: RemoteOps) -> LookOps | None:
+    """`ops` as LookOps where its target answers them (the agent's, kind "agent"), else None.
+    By the declared kind, not by isinstance: a wrapper that passes the agent's ops through
+    (run/evidence/first_look.py's FirstLook) answers them too."""
+    return ops if ops.kind == "agent" else None   # type: ignore[return-value]
 
 
 # -- the preflight questions, answered by both AgentOps and ShellOps
@@ -153,9 +178,6 @@ class DirProbe:
 
 
 class PreflightOps(RemoteOps, Protocol):
-    kind: str         # "agent" or "shell": how the answers are obtained
-
     async def which(self, names: list[str]) -> dict[str, str | None]: ...
-    async def disk_free(self, path: str) -> DiskFree: ...
     async def probe_dir(self, path: str, create: bool = True) -> DirProbe: ...
     async def list_dir(self, path: str) -> list[FileStat]: ...

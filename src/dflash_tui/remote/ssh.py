@@ -23,6 +23,7 @@ import asyncssh
 
 from ..small_file import SmallFileRefused, read_small_file
 from .base import CommandResult, CommandTimeout, Process, Target, TargetError, TargetUnreachable
+from .ssh_dest import SSHDest
 from .ssh_connection import (CONNECTION_ERRORS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE, DEFAULT_MAX_CHANNELS,
                              ConnectionState, SSHConnection, SSHParams, SSHPool, default_pool, label_for)
 
@@ -119,24 +120,21 @@ class _SSHProcess(Process):
 class SSHTarget(Target):
     """A host reached over SSH. Share-nothing to construct; the connection is pooled."""
 
-    def __init__(self, host: str, *, user: str | None = None, port: int | None = None,
-                 identity_file: str | None = None, known_hosts: str | None = None,
-                 ssh_config: str | None = None,
+    def __init__(self, dest: SSHDest, *,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  keepalive_interval: float = DEFAULT_KEEPALIVE,
                  max_channels: int = DEFAULT_MAX_CHANNELS,
                  pool: SSHPool | None = None) -> None:
+        host, port, user, ssh_config = dest.host, dest.port, dest.user, dest.ssh_config
         if not host or host.startswith("-") or any(c.isspace() or not c.isprintable() for c in host):
             raise ValueError(f"not a usable SSH host name: {host!r}")
-        for field_name, value, text in (("identity_file", identity_file, False),
-                                        ("known_hosts", known_hosts, True),
+        for field_name, value, text in (("identity_file", dest.identity_file, False),
+                                        ("known_hosts", dest.known_hosts, True),
                                         ("ssh_config", ssh_config or DEFAULT_SSH_CONFIG, True)):
             if value:
                 check_local_file(field_name, value, text=text)
-        self.params = SSHParams(host=host, port=port, user=user, identity_file=identity_file,
-                                known_hosts=known_hosts, ssh_config=ssh_config,
-                                connect_timeout=connect_timeout,
-                                keepalive_interval=keepalive_interval, max_channels=max_channels)
+        self.params = SSHParams(dest, connect_timeout=connect_timeout, keepalive_interval=keepalive_interval,
+                                max_channels=max_channels)
         self._pool = pool
         self._conn: SSHConnection | None = None
         config = os.path.expanduser(ssh_config or DEFAULT_SSH_CONFIG)

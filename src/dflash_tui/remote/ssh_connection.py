@@ -21,6 +21,7 @@ from typing import Any
 import asyncssh
 
 from .base import CommandTimeout, TargetUnreachable
+from .ssh_dest import SSHDest
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_KEEPALIVE = 15.0          # seconds between keepalives; 3 missed → connection lost
@@ -52,32 +53,28 @@ class ConnectionState:
 
 @dataclass(frozen=True)
 class SSHParams:
-    host: str
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    ssh_config: str | None = None
+    dest: SSHDest
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     keepalive_interval: float = DEFAULT_KEEPALIVE
     max_channels: int = DEFAULT_MAX_CHANNELS
 
     @property
-    def key(self) -> tuple:
-        return (self.host, self.port, self.user, self.identity_file, self.known_hosts,
-                self.ssh_config)
+    def key(self) -> SSHDest:
+        """Targets with one destination share a connection, whatever their tuning."""
+        return self.dest
 
 
 @functools.lru_cache(maxsize=64)
 def resolve(p: SSHParams) -> tuple[str, int, str, list[str]]:
     """(hostname, port, user, known_hosts files) after applying the ssh config: what the
     messages name, so "unknown host key" says which file and which [host]:port."""
-    host, port, user = p.host, p.port or 22, p.user or ""
-    files = [p.known_hosts] if p.known_hosts else []
+    d = p.dest
+    host, port, user = d.host, d.port or 22, d.user or ""
+    files = [d.known_hosts] if d.known_hosts else []
     try:
         opts = asyncssh.SSHClientConnectionOptions(
-            host=p.host, port=p.port if p.port else (), username=p.user if p.user else (),
-            config=[os.path.expanduser(p.ssh_config)] if p.ssh_config else ())
+            host=d.host, port=d.port if d.port else (), username=d.user if d.user else (),
+            config=[os.path.expanduser(d.ssh_config)] if d.ssh_config else ())
         host, port, user = opts.host, opts.port, opts.username
         if not files and isinstance(opts.known_hosts, (list, tuple)):
             files = [str(f) for f in opts.known_hosts
@@ -91,7 +88,7 @@ def resolve(p: SSHParams) -> tuple[str, int, str, list[str]]:
 @functools.lru_cache(maxsize=64)
 def label_for(p: SSHParams) -> str:
     user = resolve(p)[2]
-    return f"{user}@{p.host}" if user else p.host
+    return f"{user}@{p.dest.host}" if user else p.dest.host
 
 
 def _known_hosts_entry(host: str, port: int) -> str:
@@ -156,42 +153,42 @@ class SSHConnection:
             self.state.last_error = error
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        p = self.params
+        p, d = self.params, self.params.dest
         kw: dict[str, Any] = {
             "connect_timeout": p.connect_timeout,
             "keepalive_interval": p.keepalive_interval,
             "keepalive_count_max": 3,
             "encryption_algs": _CIPHERS,
         }
-        if p.port:
-            kw["port"] = p.port
-        if p.user:
-            kw["username"] = p.user
+        if d.port:
+            kw["port"] = d.port
+        if d.user:
+            kw["username"] = d.user
         # Files named by the profile: a missing one is a profile error, not a network one.
-        for field_name, value in (("identity_file", p.identity_file),
-                                  ("known_hosts", p.known_hosts), ("ssh_config", p.ssh_config)):
+        for field_name, value in (("identity_file", d.identity_file),
+                                  ("known_hosts", d.known_hosts), ("ssh_config", d.ssh_config)):
             if value and not os.path.isfile(os.path.expanduser(value)):
                 raise TargetUnreachable(f"{self.label}: {field_name} {value} does not exist",
                                         f"fix `{field_name}` in the profile" + (
-                                            f"; `ssh-keyscan -p {p.port or 22} {p.host} > {value}`"
+                                            f"; `ssh-keyscan -p {d.port or 22} {d.host} > {value}`"
                                             " creates it after you check the fingerprint"
                                             if field_name == "known_hosts" else ""))
-        if p.identity_file:
-            kw["client_keys"] = [os.path.expanduser(p.identity_file)]
-        if p.known_hosts:
-            kw["known_hosts"] = os.path.expanduser(p.known_hosts)
-        if p.ssh_config:
-            kw["config"] = [os.path.expanduser(p.ssh_config)]
+        if d.identity_file:
+            kw["client_keys"] = [os.path.expanduser(d.identity_file)]
+        if d.known_hosts:
+            kw["known_hosts"] = os.path.expanduser(d.known_hosts)
+        if d.ssh_config:
+            kw["config"] = [os.path.expanduser(d.ssh_config)]
         try:
             try:
-                return await asyncssh.connect(p.host, **kw)
+                return await asyncssh.connect(d.host, **kw)
             except asyncssh.KeyImportError:
                 # A passphrase-protected identity_file: OpenSSH would use the key the agent
                 # holds for it, so try the agent before giving up.
                 if "client_keys" not in kw or not os.environ.get("SSH_AUTH_SOCK"):
                     raise
                 del kw["client_keys"]
-                return await asyncssh.connect(p.host, **kw)
+                return await asyncssh.connect(d.host, **kw)
         except asyncssh.HostKeyNotVerifiable as exc:
             raise self._host_key_error(exc) from None
         except asyncssh.KeyImportError as exc:

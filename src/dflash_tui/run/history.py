@@ -21,7 +21,8 @@ from ..contract.rundir import (CHECKPOINT_META, CHECKPOINTS_DIR, EVENTS_JSONL, L
                                checkpoint_recency)
 from ..remote.base import TRANSPORT_FAILURES, TargetError
 from ..remote.ops import RemoteOps
-from .verdict.health import Limits, evaluate
+from .verdict.health import evaluate
+from ..config import Limits
 from .launch.launch import HISTORY_DIR
 from .evidence.observe import Evidence, gather
 from .verdict.report import RunReport, report_from

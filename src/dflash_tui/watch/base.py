@@ -30,13 +30,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Callable
 
-from ..config import Profile
+from ..config import Limits, Profile
 from ..run.launch.canary import CanaryResult
-from ..run.verdict.health import Limits
 from ..run.launch.launch import LaunchOutcome
 from ..run.verdict.report import RunReport
 from ..run.launch.stop import StopResult
-from ..run.verdict.checklist import Check, CheckState, Checklist, Verdict
+from ..run.verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from ..gpu.sample import GpuSnapshot
 from ..run.history import CheckpointRef, HistoryRun, PreviousRun
 from .files import LineFollower
@@ -112,7 +111,7 @@ def unreachable_report(last: RunReport | None, *, profile: str, target_label: st
     error = why if error is None else error
     if last is not None:
         return replace(last, connected=False, stale_since=last.stale_since or now, error=error)
-    check = Check("transport", "Target reachable", CheckState.FAIL, why, hint, now)
+    check = Check.of(CheckId.TRANSPORT, CheckState.FAIL, why, hint, now)
     return RunReport(time=now, profile=profile, target_label=target_label, run_dir=run_dir,
                      checklist=Checklist(Verdict.NO_RUN, [check], f"cannot reach {target_label}"),
                      connected=False, stale_since=now, error=why)

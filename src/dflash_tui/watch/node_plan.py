@@ -51,8 +51,7 @@ def rendezvous_addr(profile: Profile) -> str:
 
 
 def _hostname(profile: Profile, node: str) -> str:
-    return resolve(SSHParams(host=node, port=profile.port, user=profile.user, identity_file=profile.identity_file,
-                             known_hosts=profile.known_hosts, ssh_config=profile.ssh_config))[0]
+    return resolve(SSHParams(profile.ssh_dest.on(node)))[0]
 
 
 def _is_loopback(host: str) -> bool:

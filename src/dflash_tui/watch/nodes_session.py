@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from ..config import ConfigError, Profile
 from ..remote.base import TargetError
 from ..run.launch.canary import CanaryResult
-from ..run.verdict.health import Limits
 from ..run.launch.launch import LaunchOutcome, LaunchRefused, not_launched
 from .node_plan import NodePlan, plan_nodes
 from ..run.launch.preflight import PreflightResult
 from ..run.launch.stop import StopResult
-from ..run.verdict.checklist import Check, CheckState, Checklist, Verdict
+from ..run.verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from .session import Session, resume_refused
 
 
@@ -87,7 +86,7 @@ class NodesSession:
         if not profile.nodes:
             raise ConfigError(f"{profile.source}: [profile.{profile.name}] has no nodes")
         self.profile = profile
-        self.limits = Limits.from_profile(profile)
+        self.limits = profile.limits
         self.plans: list[NodePlan] = plan_nodes(profile)
         self.sessions: list[Session] = [Session(p.profile, ops_kind=ops_kind, argv=p.argv, rank=p.rank) for p in self.plans]
 
@@ -115,7 +114,7 @@ class NodesSession:
             # sends it), found before any node was stopped or started.
             return await s.launch(preflight=False, resume=resume, restart=restart, checkpoint_found=resume)
         except TargetError as exc:
-            check = Check("launch_cmd", "Launch command", CheckState.FAIL, str(exc),
+            check = Check.of(CheckId.LAUNCH_CMD, CheckState.FAIL, str(exc),
                           "check the host, then relaunch every node", time.time())
             return LaunchOutcome(Checklist(Verdict.NOT_LAUNCHED, [check], str(exc)), unreachable=True)
 
@@ -143,7 +142,7 @@ class NodesSession:
                 outcomes = {}
                 for plan, pre in zip(self.plans, pres):
                     if pre.ok:
-                        why = Check("pre_nodes", "Every node ready", CheckState.FAIL,
+                        why = Check.of(CheckId.PRE_NODES, CheckState.FAIL,
                                     f"not launched: the preflight of node {', '.join(refused)} failed",
                                     "fix that node, then launch again")
                         outcomes[plan.node] = LaunchOutcome(Checklist(Verdict.NOT_LAUNCHED, [*pre.checks, why],

@@ -28,7 +28,7 @@ from ..remote.ops import RemoteOps
 from ..run.evidence.activity import ProgressTracker
 from ..run.attempts import LaunchAttempt, load_attempt, load_local_stop, save_attempt, save_local_stop
 from ..run.launch.canary import CanaryResult, run_canary
-from ..run.verdict.health import Limits, with_gpu_check
+from ..run.verdict.health import with_gpu_check
 from ..run.history import CheckpointRef, HistoryRun, list_runs, newest_checkpoint, open_run
 from ..run.launch.launch import LaunchOutcome, LaunchRefused, launch_run, not_launched
 from ..run.launch.launcher import Launcher
@@ -55,7 +55,7 @@ class Session:
         self.argv = list(argv) if argv is not None else None
         self.rank = rank
         self.ops_kind = ops_kind
-        self.limits = Limits.from_profile(profile)
+        self.limits = profile.limits
         self.transport = transport
         self._given_targets = targets is not None or transport is not None
         self.launcher: Launcher = (transport.launcher(profile) if transport is not None

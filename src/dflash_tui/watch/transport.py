@@ -31,8 +31,7 @@ def host_key(profile: Profile) -> tuple:
     """What makes two profiles reach the same machine the same way."""
     if profile.host is None:
         return ("local",)
-    return ("ssh", profile.host, profile.port, profile.user, profile.identity_file,
-            profile.known_hosts, profile.ssh_config)
+    return ("ssh", profile.ssh_dest)
 
 
 def target_key(profile: Profile) -> tuple:

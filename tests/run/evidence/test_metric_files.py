@@ -24,6 +24,7 @@ from dflash_tui.run.evidence.metric_files import reader as reader_mod
 from dflash_tui.run.evidence.metric_files.reader import MetricFiles
 from dflash_tui.run.evidence.metric_files.tfrecord import split_records
 from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.remote.ssh_dest import SSHDest
 
 from tests.run.verdict.test_verdicts_programs import program_profile
 
@@ -40,7 +41,7 @@ async def ops(request):
         target = LocalTarget()
     else:
         from dflash_tui.remote.factory import make_host_target
-        target = make_host_target(**request.getfixturevalue("sshd").profile())
+        target = make_host_target(SSHDest(**request.getfixturevalue("sshd").profile()))
     o = await open_ops(target, python=PY, prefer="agent")
     yield o
     await o.close()

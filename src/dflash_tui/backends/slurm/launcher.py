@@ -29,7 +29,7 @@ import socket
 import time
 from typing import Awaitable, Callable, Sequence
 
-from ...config import Profile
+from ...config import Limits, Profile
 from ...contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
                                SlurmJobRecord, StopRecord, inert_text, parse_slurm_job, to_json)
 from ...remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
@@ -39,8 +39,8 @@ from ...run.evidence.observe import Evidence, gather
 from ...run.launch.preflight import PreflightResult
 from ...run.launch.stop import StopResult
 from ...run.launch.preflight import PER_RUN_FILES
-from ...run.verdict.checklist import Check, CheckState, Checklist
-from ...run.verdict.health import Limits, evaluate
+from ...run.verdict.checklist import Check, CheckId, CheckState, Checklist
+from ...run.verdict.health import evaluate
 from .commands import SchedulerMissing, cancel, failed_nodes, query, run_scheduler, submit
 from .evidence import SlurmEvidence, slurm_of
 from .job import SlurmJob
@@ -122,22 +122,22 @@ class SlurmLauncher(Launcher):
         except TRANSPORT_FAILURES:
             raise
         except TargetError as exc:
-            return Check("pre_slurm", "Slurm", CheckState.FAIL, exc.message, "check sinfo on the login host", now)
+            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, exc.message, "check sinfo on the login host", now)
         text = inert_text(" ".join((res.stderr or res.stdout).split()))[:200]
         if not res.ok:
-            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
+            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
                          "run it on a Slurm login host (sinfo, sbatch, squeue on PATH)", now)
         lines = [l.split() for l in res.stdout.splitlines() if l.strip()]
         if not lines:
             want = f"partition {self.spec.partition!r}" if self.spec.partition else "any partition"
-            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"sinfo lists no {want}",
+            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"sinfo lists no {want}",
                          "set partition to one that `sinfo -s` lists", now)
         down = [p for p, avail in (l[:2] for l in lines if len(l) >= 2) if avail != "up"]
         if self.spec.partition and down:
-            return Check("pre_slurm", "Slurm", CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
+            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
                          "pick a partition that is up (sinfo -s)", now)
         names = inert_text(", ".join(l[0] for l in lines[:4]))
-        return Check("pre_slurm", "Slurm", CheckState.OK, f"sinfo answers; partition {names}", "", now)
+        return Check.of(CheckId.PRE_SLURM, CheckState.OK, f"sinfo answers; partition {names}", "", now)
 
     async def detach(self, run_dir: str, run_id: str, *, exclude: Sequence[str] = ()) -> Detached:
         """Submit launch.sh with sbatch (`--exclude` for `exclude`); slurm.json is written before

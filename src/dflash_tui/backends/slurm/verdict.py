@@ -33,7 +33,7 @@ from ...remote.ops import PidInfo
 from ...words import one_line
 from ...run.evidence.observe import Evidence, process_matches
 from ...run.wrapper import LEGACY_WRAPPER_ARGV
-from ...run.verdict.checklist import Check, CheckState, Checklist, SchedulerFacts, Verdict
+from ...run.verdict.checklist import Check, CheckId, CheckState, Checklist, SchedulerFacts, Verdict
 from .evidence import slurm_of
 from .job import SlurmJob
 
@@ -161,7 +161,7 @@ def headline(facts: dict) -> tuple[tuple[str, str], ...]:
 def _judge(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
     now = ev.now
     if not job.answered:
-        check = Check("slurm_job", "Slurm job", WARN, one_line(f"job {job.job_id}: Slurm does not answer: {job.error}"),
+        check = Check.of(CheckId.SLURM_JOB, WARN, one_line(f"job {job.job_id}: Slurm does not answer: {job.error}"),
                       "the controller may be restarting; nothing is concluded from its silence", now)
         if ev.launch is None:
             return Checklist(Verdict.STARTING, [check], f"job {job.job_id}: waiting for Slurm to answer")
@@ -171,9 +171,9 @@ def _judge(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         return _pending(ev, job)
 
     if job.known and job.active:
-        check = Check("slurm_job", "Slurm job", OK, _job_words(job), "", now)
+        check = Check.of(CheckId.SLURM_JOB, OK, _job_words(job), "", now)
         if ev.launch is None:
-            return Checklist(Verdict.STARTING, [check, Check("launch_json", "Wrapper ran (launch.json)", PENDING,
+            return Checklist(Verdict.STARTING, [check, Check.of(CheckId.LAUNCH_JSON, PENDING,
                                                              f"job {job.job_id} started; waiting for launch.json", "")],
                              f"job {job.job_id} running on {job.node_list or '?'}; waiting for the wrapper")
         return _with(evidence_verdict(_plain(_vouched(ev))), check)
@@ -186,12 +186,12 @@ def _pending(ev: Evidence, job: SlurmJob) -> Checklist:
         why = (f"job {job.job_id} was requeued and held before its script ran (Slurm: {job.reason or 'held'}; "
                "a node's prolog or the job's launch failed)")
         out = _out_tail(ev)
-        check = Check("slurm_job", "Slurm job", FAIL, one_line(why + (f"; slurm.out: {out}" if out else "")),
+        check = Check.of(CheckId.SLURM_JOB, FAIL, one_line(why + (f"; slurm.out: {out}" if out else "")),
                       f"see slurm.out and `scontrol show job {job.job_id}`; cancel it (--stop) and relaunch", ev.now)
         return Checklist(Verdict.NEVER_STARTED, [check], one_line(why + (f"; {out}" if out else ""), 400))
     words, blocked = pending_words(job.reason)
     if _stopped_run(ev):
-        check = Check("slurm_job", "Slurm job", WARN, f"job {job.job_id} pending; a stop was requested "
+        check = Check.of(CheckId.SLURM_JOB, WARN, f"job {job.job_id} pending; a stop was requested "
                       f"{'by ' + ev.stop.requested_by if ev.stop and ev.stop.requested_by else ''}".strip(),
                       "the cancel is on its way", ev.now)
         return Checklist(Verdict.QUEUED, [check], f"job {job.job_id} pending; stop requested")
@@ -200,8 +200,8 @@ def _pending(ev: Evidence, job: SlurmJob) -> Checklist:
     if blocked:
         hint = _BLOCKED_HINTS.get(job.reason, "fix the job's request, cancel it (--stop) and relaunch").format(
             job=job.job_id)
-        return Checklist(Verdict.BLOCKED, [Check("slurm_job", "Slurm job", FAIL, cause, hint, ev.now)], cause)
-    return Checklist(Verdict.QUEUED, [Check("slurm_job", "Slurm job", PENDING, cause,
+        return Checklist(Verdict.BLOCKED, [Check.of(CheckId.SLURM_JOB, FAIL, cause, hint, ev.now)], cause)
+    return Checklist(Verdict.QUEUED, [Check.of(CheckId.SLURM_JOB, PENDING, cause,
                                             f"Slurm's reason: {job.reason or 'None'}; squeue -j {job.job_id}", ev.now)],
                      cause)
 
@@ -251,7 +251,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
              f"job {job.job_id} is no longer known to Slurm (asked {', '.join(job.sources_asked) or 'squeue, scontrol'})"
              + (f"; slurm.out says {state}" if state else ""))
     if _stopped_run(ev):
-        check = Check("slurm_job", "Slurm job", OK, known, "", ev.now)
+        check = Check.of(CheckId.SLURM_JOB, OK, known, "", ev.now)
         if ev.launch is None:
             stop = ev.stop
             return Checklist(Verdict.STOPPED, [check], f"job {job.job_id} cancelled before it started, by request of "
@@ -272,7 +272,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         if not job.known and not state:
             why = f"{known}, and the wrapper never wrote launch.json"
         out = _out_tail(ev)
-        check = Check("launch_json", "Wrapper ran (launch.json)", FAIL,
+        check = Check.of(CheckId.LAUNCH_JSON, FAIL,
                       one_line(why + (f"; slurm.out: {out}" if out else "; slurm.out is empty or missing")),
                       "the job's script did not run: is run_dir on storage the compute nodes share? "
                       f"see slurm.out and `scontrol show job {job.job_id}`", ev.now)
@@ -282,7 +282,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         # COMPLETED (or no word from Slurm) is the job's ok; any other end (FAILED, ...) is the
         # job's failure, red beside a failing verdict and a warning beside the program's own end.
         mark = OK if state in ("COMPLETED", "") else FAIL if cl.verdict.failing else WARN
-        return _with(cl, Check("slurm_job", "Slurm job", mark, known, "", ev.now))
+        return _with(cl, Check.of(CheckId.SLURM_JOB, mark, known, "", ev.now))
     by = ""
     if verdict is Verdict.CANCELLED:
         by = f" by uid {job.cancelled_by}" if job.cancelled_by else " (Slurm names who only with accounting: sacct)"
@@ -294,7 +294,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
     text = words.format(limit=limit, nodes=nodes, by=by)
     cause = f"job {job.job_id} {text}" + (f" at {when}" if when else "")
     hint = hint.format(job=job.job_id)
-    check = Check("slurm_job", "Slurm job", FAIL, one_line(cause), hint, ev.now)
+    check = Check.of(CheckId.SLURM_JOB, FAIL, one_line(cause), hint, ev.now)
     if ev.launch is None:
         return Checklist(verdict, [check], one_line(cause + "; its script never started", 400))
     plain = evidence_verdict(_plain(ev))

@@ -229,11 +229,6 @@ def _signature_of(frames: tuple[str, ...]) -> tuple[str, ...]:
     return ("lib", *(f"{p.path} {p.function}" for p in parsed))
 
 
-# Classes of a library stack that waits: a change there is a polling loop going round, not work.
-_WAITS = frozenset({ThreadClass.LOCK, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.GPU, ThreadClass.COLLECTIVE,
-                    ThreadClass.DATALOADER, ThreadClass.UNKNOWN})
-
-
 class ProgressTracker:
     """Memory across polls of one run dir; a new run id starts it afresh."""
 
@@ -424,7 +419,7 @@ class ProgressTracker:
                         or self._stack_moved_at is not None and at < self._stack_moved_at):
                     continue
                 own = sig[0] == "own"
-                if not own and (classify(t.frames, t.compile_state).cls in _WAITS or self._idle(p.pid)):
+                if not own and (classify(t.frames, t.compile_state).cls.waits or self._idle(p.pid)):
                     continue   # a library's loop going round in a wait, or at no CPU
                 self._stack_moved_at = at
                 self._stack_moved_own = own
@@ -517,11 +512,8 @@ class ProgressTracker:
         if self._disk_at is not None and now - self._disk_at < DISK_EVERY_S:
             return
         self._disk_at = now
-        disk_free = getattr(ops, "disk_free", None)
-        if disk_free is None:
-            return
         try:
-            self._disk = await disk_free(run_dir)
+            self._disk = await ops.disk_free(run_dir)
         except TRANSPORT_FAILURES:
             raise
         except TargetError:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...remote.answers import chunk_from, proctree_from
 from ...remote.base import OpRefused
-from ...remote.ops import FileChunk, FileStat, ProcTree
+from ...remote.ops import FileChunk, FileStat, ProcTree, RemoteOps, look_ops
 from .memory import LookMemory
 
 
@@ -79,18 +79,18 @@ class FirstLook:
         return await self._ops.proc_tree(pid, run_dir=run_dir)
 
 
-async def first_look(ops: Any, paths: list[str], *, reads: dict[str, int], grown: dict[str, tuple[int, int]],
+async def first_look(ops: RemoteOps, paths: list[str], *, reads: dict[str, int], grown: dict[str, tuple[int, int]],
                      list_dirs: list[str], proc_tree: tuple[int, str | None] | None,
-                     memory: LookMemory | None = None) -> Any:
+                     memory: LookMemory | None = None) -> RemoteOps:
     """`ops`, or a FirstLook over it when its target answers `observe` (the agent does; ShellOps,
     one sh command per question, gains nothing from it and asks as before). `memory`: what this
     watch holds parsed already (the agent skips those reads); none for a one-shot look."""
-    observe = getattr(ops, "observe", None)
-    if observe is None:
+    agent = look_ops(ops)
+    if agent is None:
         return ops
     known = {p: memory.known[p] for p in reads if p in memory.known} if memory is not None else {}
     try:
-        answer = await observe(paths, reads=reads, known=known, grown=grown, list_dirs=list_dirs,
+        answer = await agent.observe(paths, reads=reads, known=known, grown=grown, list_dirs=list_dirs,
                                proc_tree=proc_tree)
     except OpRefused:
         return ops   # an agent that cannot answer it: the single questions, as before

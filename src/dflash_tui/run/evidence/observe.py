@@ -33,7 +33,7 @@ from .first_look import first_look
 from .flight_recorder import gather_collectives, gather_root_cause, holds_distributed_files
 from .memory import LookMemory
 from ..stacks.records import HangEvidence
-from .probe_files import REPORT_MAX_BYTES, ProbeReport, gather_probes
+from .probe_files import REPORT_MAX_BYTES, ProbeReports, gather_probes
 from .stack_dumps import gather_stack_dumps
 from .tracebacks import last_traceback
 from ..wrapper import LEGACY_WRAPPER_ARGV, run_id_of_wrapper, wrapper_argv
@@ -70,12 +70,17 @@ class Evidence:
     metrics: MetricsView | None = None
     # Per-process reports of the run probe (RUN_DIR/probe/<pid>.json), when a program runs
     # under it: heartbeats prove a process alive; its step events (events.jsonl) are progress.
-    probes: list[ProbeReport] = field(default_factory=list)
+    # With the probe directory's listing and the reports that could not be read.
+    probes: ProbeReports = field(default_factory=ProbeReports)
     # Stacks of processes whose reports went stale, collectives per rank, the first failure.
     hang: HangEvidence = field(default_factory=HangEvidence)
     # What a scheduler's backend observed beside the run dir (backends/<name>/: Slurm's job),
     # opaque here: only that backend's `observe` fills it and its `judge` reads it.
     scheduler: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.probes, ProbeReports):   # reports given as a plain list
+            self.probes = ProbeReports(self.probes)
 
     def path(self, name: str) -> str:
         return _joined(self.run_dir, name)
@@ -275,7 +280,7 @@ def _look_plan(run_dir: str, rank: int) -> tuple[str, tuple[str, ...], tuple[str
 async def _gather_distributed(ops: RemoteOps, ev: Evidence, memory: LookMemory) -> None:
     """Where each rank's collectives stand (Flight Recorder) and the first failure (torchelastic),
     from the files the run left in its probe directory; live or ended."""
-    listing = getattr(ev.probes, "listing", [])
+    listing = ev.probes.listing
     if not listing or not holds_distributed_files(tuple(st.path for st in listing)):
         return   # what the two would find in it: nothing
     (ev.hang.collectives, fr_problems), (ev.hang.root_cause, err_problems) = await gather_eager(

@@ -18,10 +18,9 @@ from typing import Awaitable, Callable
 from ...config import Profile
 from ...remote.base import TargetError
 from ...remote.ops import RemoteOps
-from ..verdict.health import Limits
 from .launch import LaunchRefused, launch_run
 from .launcher import Launcher
-from ..verdict.checklist import Check, CheckState
+from ..verdict.checklist import Check, CheckId, CheckState
 
 CANARY_DIR = "canary"
 
@@ -45,7 +44,7 @@ async def run_canary(profile: Profile, launcher: Launcher, ops: RemoteOps,
     t0 = time.monotonic()
     run_dir = posixpath.join(profile.run_dir, CANARY_DIR)
     checks: list[Check] = []
-    limits = Limits.from_profile(profile)
+    limits = profile.limits
     try:
         outcome = await launch_run(profile, launcher, ops, argv=["sleep", str(int(sleep_s))],
                                    run_dir=run_dir, preflight=False, relaunch=True, limits=limits)
@@ -68,21 +67,21 @@ async def run_canary(profile: Profile, launcher: Launcher, ops: RemoteOps,
     ev = await launcher.observe(ops, run_dir)
     if ev.launch is None or ev.launch.run_id != launch.run_id:
         msg = f"launch.json of the canary vanished from {run_dir}"
-        checks.append(Check("canary", "Canary outlived the channel", CheckState.FAIL, msg, "", time.time()))
+        checks.append(Check.of(CheckId.CANARY, CheckState.FAIL, msg, "", time.time()))
         return CanaryResult(False, msg, run_dir, launch.pid, time.monotonic() - t0, checks)
     alive = launcher.alive(ev)
     cl = launcher.judge(ev, limits)
     if not alive:
         msg = (f"sleep (pid {launch.pid}) died when the channel closed: {cl.verdict.value}, {cl.summary}; "
                "this transport kills detached children (check setsid on the target)")
-        checks.append(Check("canary", "Canary outlived the channel", CheckState.FAIL, msg,
+        checks.append(Check.of(CheckId.CANARY, CheckState.FAIL, msg,
                             "a real launch would die the same way", time.time()))
         return CanaryResult(False, msg, run_dir, launch.pid, time.monotonic() - t0, checks)
 
     via = outcome.attempt.via if outcome.attempt else "?"
     msg = (f"sleep (pid {launch.pid}, started via {via}) outlived the channel and a new connection; "
            f"detached launches work on {launcher.label}")
-    checks.append(Check("canary", "Canary outlived the channel", CheckState.OK, msg, "", time.time()))
+    checks.append(Check.of(CheckId.CANARY, CheckState.OK, msg, "", time.time()))
     stopped = await launcher.stop(ops, run_dir, grace_s=2.0, requested_by="dflash-tui canary")
     if not stopped.ok:
         msg += f"; but stopping it failed: {stopped.message}"

@@ -19,18 +19,17 @@ from typing import Sequence
 from ...contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
                                STOP_JSON, TRAIN_LOG, rank_file_globs)
 
-from ...config import Profile
+from ...config import Limits, Profile
 from ...remote.base import CommandResult, CommandTimeout, Target
 from ...remote.ops import RemoteOps
 from ..attempts import LaunchAttempt
 from .claim import ClaimRefused, take_claim
-from ..verdict.health import Limits
 from .launcher import Launcher
 from ..evidence.observe import Evidence
 from .preflight import PreflightResult
 from .probe_install import install_probe
 from .stop import StopResult
-from ..verdict.checklist import Check, CheckState, Checklist, Verdict
+from ..verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from ..wrapper import new_run_id, render_wrapper
 
 # The files that describe one run (the launcher's RUN_FILES); checkpoints/ stays, so a relaunch
@@ -104,7 +103,7 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
     run_dir = run_dir or profile.run_dir
     own_trainer = argv is None
     argv = list(argv) if argv is not None else profile.trainer_argv
-    limits = limits or Limits.from_profile(profile)
+    limits = limits or profile.limits
     pre = None
     if preflight:
         pre = await launcher.preflight(ops, check_live_run=not relaunch,
@@ -152,7 +151,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
                                 "stop it first, or relaunch")
         stopped = await launcher.stop(ops, run_dir, grace_s=profile.stop_grace_s)
         if not stopped.ok:
-            check = Check("relaunch_stop", "Previous run stopped", CheckState.FAIL, stopped.message,
+            check = Check.of(CheckId.RELAUNCH_STOP, CheckState.FAIL, stopped.message,
                           "stop it by hand, then launch", time.time())
             return _not_launched(check, [check], preflight=pre, stopped=stopped, seconds=time.monotonic() - t0)
 
@@ -163,7 +162,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
         res = await target.run(["sh", "-c", _ARCHIVE, "dflash-archive", run_dir, aside, *launcher.RUN_FILES,
                                 *rank_file_globs()], timeout=30)
         if not res.ok:
-            check = Check("archive", "Previous run set aside", CheckState.FAIL,
+            check = Check.of(CheckId.ARCHIVE, CheckState.FAIL,
                           f"could not move the last run's files to {run_dir}/{HISTORY_DIR}: "
                           f"{res.stderr.strip() or res.exit_status}", "fix the run dir's permissions", time.time())
             return _not_launched(check, [*(pre.checks if pre else []), check], preflight=pre, stopped=stopped,

@@ -30,13 +30,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
-from ...config import Profile, SchedulerKeys
+from ...config import Limits, Profile, SchedulerKeys
 from ...remote.base import Target
 from ...remote.factory import make_host_target
 from ...remote.ops import RemoteOps
 from ..evidence.observe import Evidence, gather, process_matches
 from ..verdict.checklist import Checklist
-from ..verdict.health import Limits, evaluate
+from ..verdict.health import evaluate
 from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
 from .stop import StopResult
 
@@ -81,8 +81,7 @@ class Launcher(ABC):
         """The machine: commands, the agent's host, NVML. Raises ValueError naming the bad field.
         The profile's host over SSH, or this machine; a backend that reaches its machine another
         way overrides it."""
-        return make_host_target(profile.host, profile.user, profile.port, profile.identity_file,
-                                known_hosts=profile.known_hosts, ssh_config=profile.ssh_config)
+        return make_host_target(profile.ssh_dest)
 
     @classmethod
     @abstractmethod

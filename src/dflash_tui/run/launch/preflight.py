@@ -19,7 +19,7 @@ from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, T
 from ...remote.container import ContainerTarget
 from ...remote.ops import RemoteOps
 from ..evidence.observe import gather, process_matches
-from ..verdict.checklist import Check, CheckState
+from ..verdict.checklist import Check, CheckId, CheckState
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -174,9 +174,9 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
         res = await host.run(["true"], timeout=15)
     except (TargetUnreachable, CommandTimeout) as exc:
         out.unreachable = True
-        add(Check("pre_reachable", "Target reachable", FAIL, str(exc.message), exc.hint or "check host/port/user", now))
+        add(Check.of(CheckId.PRE_REACHABLE, FAIL, str(exc.message), exc.hint or "check host/port/user", now))
         return out
-    add(Check("pre_reachable", "Target reachable", OK if res.ok else WARN,
+    add(Check.of(CheckId.PRE_REACHABLE, OK if res.ok else WARN,
               f"{host.label} answered" + ("" if res.ok else f" (true exited {res.exit_status})"), "", now))
 
     # 2. container running
@@ -191,9 +191,9 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
             why = f"{profile.container} is not running on {host.label}"
             hint = target.start_hint()
         if not running:
-            add(Check("pre_container", "Container running", FAIL, why, hint, now))
+            add(Check.of(CheckId.PRE_CONTAINER, FAIL, why, hint, now))
             return out
-        add(Check("pre_container", "Container running", OK, f"{profile.container} is running", "", now))
+        add(Check.of(CheckId.PRE_CONTAINER, OK, f"{profile.container} is running", "", now))
 
     try:
         # 3a. the run dir is not a system directory behind a symlink, and holds no run file that
@@ -202,19 +202,19 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
                                timeout=30)
         lines = res.stdout.splitlines()
         if "end=1" not in lines:
-            add(Check("pre_run_dir", "Run dir writable", FAIL, _ran_nothing(res, "the run-dir probe"),
+            add(Check.of(CheckId.PRE_RUN_DIR, FAIL, _ran_nothing(res, "the run-dir probe"),
                       "try `true` through the same transport; for pct, check `pct exec` works", now))
             return out
         real = next((l[5:] for l in lines if l.startswith("real=")), "")
         if real and real != profile.run_dir and system_dir(real):
-            add(Check("pre_run_dir", "Run dir writable", FAIL,
+            add(Check.of(CheckId.PRE_RUN_DIR, FAIL,
                       f"{profile.run_dir} is {real} on the target (through a symlink), a system directory",
                       "choose a run_dir of its own, e.g. /srv/dflash/runs/NAME", now))
             return out
         odd = [l[4:] for l in lines if l.startswith("odd=")]
         if odd:
             name, _, kind = odd[0].partition(" ")
-            add(Check("pre_run_files", "Run files", FAIL,
+            add(Check.of(CheckId.PRE_RUN_FILES, FAIL,
                       f"{profile.run_dir}/{name} is a {kind}, not a regular file"
                       + (f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""),
                       "remove it: the wrapper and the archive handle regular files only", now))
@@ -224,11 +224,11 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
         res = await target.run(["sh", "-c", _DIR_PROBE, "dflash-preflight", profile.run_dir], timeout=30)
         kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
         if "end" not in kv:
-            add(Check("pre_run_dir", "Run dir writable", FAIL, _ran_nothing(res, "the run-dir probe"),
+            add(Check.of(CheckId.PRE_RUN_DIR, FAIL, _ran_nothing(res, "the run-dir probe"),
                       "try `true` through the same transport; for pct, check `pct exec` works", now))
             return out
         if kv.get("mkdir") != "ok":
-            add(Check("pre_run_dir", "Run dir writable", FAIL, f"cannot create {profile.run_dir}: {kv.get('mkdir', '').strip()}",
+            add(Check.of(CheckId.PRE_RUN_DIR, FAIL, f"cannot create {profile.run_dir}: {kv.get('mkdir', '').strip()}",
                       "choose a run_dir the target user can create", now))
             return out
         if kv.get("write") != "ok":
@@ -237,20 +237,20 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
             # dash's echo says only "I/O error" for ENOSPC: the free space tells.
             if "No space left on device" in err or "Disk quota exceeded" in err or (
                     free_kb is not None and free_kb < 4096):
-                add(Check("pre_run_dir", "Run dir writable", FAIL, f"disk full: cannot write in {profile.run_dir} "
+                add(Check.of(CheckId.PRE_RUN_DIR, FAIL, f"disk full: cannot write in {profile.run_dir} "
                           f"({free_kb if free_kb is not None else '?'} KiB free): {err}",
                           "free space on the run dir's filesystem (old runs, history/, checkpoints)", now))
             else:
-                add(Check("pre_run_dir", "Run dir writable", FAIL, f"cannot write in {profile.run_dir}: {err}",
+                add(Check.of(CheckId.PRE_RUN_DIR, FAIL, f"cannot write in {profile.run_dir}: {err}",
                           "fix its permissions or choose another run_dir", now))
             return out
-        add(Check("pre_run_dir", "Run dir writable", OK, f"{profile.run_dir} created and writable", "", now))
+        add(Check.of(CheckId.PRE_RUN_DIR, OK, f"{profile.run_dir} created and writable", "", now))
         # launch.sh writes its records (launch.json, exit.json) through these: without them it
         # would run the program and leave records that name no run (a crash read as KILLED).
         missing = [v for k, v in (line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
                    if k == "missing"]
         if missing:
-            add(Check("pre_tools", "Wrapper's tools", FAIL,
+            add(Check.of(CheckId.PRE_TOOLS, FAIL,
                       f"{' and '.join(missing)} not found on {target.label}: the launch wrapper writes its "
                       "records with them",
                       f"install them where the run lives (Debian: apt-get install {' '.join(_PACKAGE[m] for m in missing)})",
@@ -259,10 +259,10 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
         try:
             avail_gb = int(kv["avail_kb"]) / (1 << 20)
         except (KeyError, ValueError):
-            add(Check("pre_disk", "Free disk", WARN, "df gave no answer for the run dir", "check free space by hand", now))
+            add(Check.of(CheckId.PRE_DISK, WARN, "df gave no answer for the run dir", "check free space by hand", now))
         else:
             state = FAIL if avail_gb < profile.min_free_gb else OK
-            add(Check("pre_disk", "Free disk", state, f"{avail_gb:.1f} GiB free in {profile.run_dir}",
+            add(Check.of(CheckId.PRE_DISK, state, f"{avail_gb:.1f} GiB free in {profile.run_dir}",
                       f"free space or lower min_free_gb (now {profile.min_free_gb})" if state is FAIL else "", now))
 
         # 5. python / torch (bundled trainer) or the command's program
@@ -270,7 +270,7 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
         prog = profile.python if profile.uses_bundled_trainer else profile.command[0]
         found, why = await resolve_program(target, profile.run_dir, prog)
         if found is None:
-            add(Check("pre_python", what, FAIL, why,
+            add(Check(CheckId.PRE_PYTHON, what, FAIL, why,
                       f"set {'python' if profile.uses_bundled_trainer else 'command'} in the profile to an "
                       "absolute path on the target", now))
         elif profile.uses_bundled_trainer:
@@ -278,22 +278,22 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
             await _probe_python(profile, found, target, add, now)
         else:
             out.program = found
-            add(Check("pre_python", what, OK, found, "", now))
+            add(Check(CheckId.PRE_PYTHON, what, OK, found, "", now))
             await _check_arguments(target, profile, add, now)
     except (TargetUnreachable, CommandTimeout) as exc:
         out.unreachable = isinstance(exc, TargetUnreachable)
-        add(Check("pre_transport", "Transport", FAIL, exc.message, exc.hint, now))
+        add(Check.of(CheckId.PRE_TRANSPORT, FAIL, exc.message, exc.hint, now))
         return out
 
     # 6. no live run in this run dir
     if check_live_run and ops is not None:
         ev = await gather(ops, profile.run_dir)
         if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:
-            add(Check("pre_no_live_run", "No live run here", FAIL,
+            add(Check.of(CheckId.PRE_NO_LIVE_RUN, FAIL,
                       f"run {ev.launch.run_id} (pid {ev.launch.pid}) is still running in {profile.run_dir}",
                       "stop it first (--stop), or relaunch (r) to stop and start", now))
         else:
-            add(Check("pre_no_live_run", "No live run here", OK, "no live run in the run dir", "", now))
+            add(Check.of(CheckId.PRE_NO_LIVE_RUN, OK, "no live run in the run dir", "", now))
     return out
 
 
@@ -323,12 +323,12 @@ async def _check_arguments(target: Target, profile: Profile, add, now: float) ->
     res = await target.run(["sh", "-c", _EXISTS, "dflash-exists", profile.run_dir, *paths], timeout=30)
     kv = [line.split("=", 1) for line in res.stdout.splitlines() if "=" in line]
     if ("end", "1") not in [tuple(p) for p in kv]:
-        add(Check("pre_args", "Command's files", WARN, _ran_nothing(res, "the file check"),
+        add(Check.of(CheckId.PRE_ARGS, WARN, _ran_nothing(res, "the file check"),
                   "check the command's files by hand", now))
         return
     missing = [paths[int(v)] for k, v in kv if k == "missing" and v.isdigit() and int(v) < len(paths)]
     if not missing:
-        add(Check("pre_args", "Command's files", OK, f"{len(paths)} found: {', '.join(paths)}", "", now))
+        add(Check.of(CheckId.PRE_ARGS, OK, f"{len(paths)} found: {', '.join(paths)}", "", now))
         return
     relative = any(not m.startswith("/") for m in missing)
     looked = "; ".join(f"{m!r} not found at {posixpath.normpath(posixpath.join(profile.run_dir, m))}"
@@ -336,10 +336,10 @@ async def _check_arguments(target: Target, profile: Profile, add, now: float) ->
     if relative:
         looked += f" (a relative path is resolved from the run dir {profile.run_dir}, where the wrapper runs the command)"
     if any(m.lower().endswith(_SCRIPT_SUFFIXES) for m in missing):
-        add(Check("pre_args", "Command's files", FAIL, looked,
+        add(Check.of(CheckId.PRE_ARGS, FAIL, looked,
                   "put the file in the run dir, or write its absolute path in command", now))
     else:
-        add(Check("pre_args", "Command's files", WARN, looked,
+        add(Check.of(CheckId.PRE_ARGS, WARN, looked,
                   "nothing to do if the run creates it; else fix its path in command", now))
 
 
@@ -349,28 +349,28 @@ async def _probe_python(profile: Profile, python: str, target: Target, add, now:
     line = next((l for l in res.stdout.splitlines() if l.startswith("dflash-probe ")), None)
     if line is None:
         if "dflash-probe-missing" in res.stdout:
-            add(Check("pre_python", "Python found", FAIL, f"{profile.python!r} not found on the target",
+            add(Check.of(CheckId.PRE_PYTHON, FAIL, f"{profile.python!r} not found on the target",
                       "set python = \"/path/to/venv/bin/python\" in the profile", now))
         elif res.exit_status == 0 and not res.stderr.strip():
-            add(Check("pre_python", "Python found", FAIL, _ran_nothing(res, "the python probe"), "", now))
+            add(Check.of(CheckId.PRE_PYTHON, FAIL, _ran_nothing(res, "the python probe"), "", now))
         else:
             err = " ".join(res.stderr.split())[-200:]
-            add(Check("pre_python", "Python found", FAIL, f"{profile.python} failed (exit {res.exit_status}): {err}",
+            add(Check.of(CheckId.PRE_PYTHON, FAIL, f"{profile.python} failed (exit {res.exit_status}): {err}",
                       "run it by hand on the target", now))
         return
     try:
         info = json.loads(line[len("dflash-probe "):])
     except ValueError:
-        add(Check("pre_python", "Python found", FAIL, "the python probe answered garbage", "", now))
+        add(Check.of(CheckId.PRE_PYTHON, FAIL, "the python probe answered garbage", "", now))
         return
-    add(Check("pre_python", "Python found", OK, f"{python} (python {info.get('version')})", "", now))
+    add(Check.of(CheckId.PRE_PYTHON, OK, f"{python} (python {info.get('version')})", "", now))
     if "torch_error" in info:
-        add(Check("pre_torch", "import torch", FAIL, info["torch_error"],
+        add(Check.of(CheckId.PRE_TORCH, FAIL, info["torch_error"],
                   f"install torch for {profile.python} (pip install 'dflash-tui[train]')", now))
     else:
         devs = info.get("devices") or []
         seen = f"{len(devs)} CUDA device(s): {', '.join(devs)}" if devs else "no CUDA devices (CPU only)"
-        add(Check("pre_torch", "import torch", OK, f"torch {info.get('torch')}, {seen}", "", now))
+        add(Check.of(CheckId.PRE_TORCH, OK, f"torch {info.get('torch')}, {seen}", "", now))
     if "trainer_error" in info:
-        add(Check("pre_trainer", "dflash_train importable", FAIL, info["trainer_error"],
+        add(Check.of(CheckId.PRE_TRAINER, FAIL, info["trainer_error"],
                   f"install dflash-tui[train] for {profile.python}", now))

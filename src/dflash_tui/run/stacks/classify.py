@@ -56,6 +56,24 @@ class ThreadClass(str, Enum):
     def words(self) -> str:
         return _WORDS[self]
 
+    @property
+    def waits(self) -> bool:
+        """A thread of this class waits for something else (a peer, the GPU, a lock, I/O) or runs
+        no Python that can be seen (no frames): it stood still since its frames last changed,
+        a library's stack of it that changes is a polling loop going round, and while the run
+        is STALLED it is stuck. The others run: their own code, a library's, the compiler, the
+        imports."""
+        return self in _WAITING
+
+    @property
+    def compiles(self) -> bool:
+        """The compiler or the imports of start-up: work, but no step (stuck once past
+        compile_stall_after_s)."""
+        return self in (ThreadClass.COMPILING, ThreadClass.IMPORTING)
+
+
+_WAITING = frozenset({ThreadClass.GPU, ThreadClass.COLLECTIVE, ThreadClass.DATALOADER, ThreadClass.LOCK,
+                      ThreadClass.SLEEP, ThreadClass.IO, ThreadClass.BLOCKED, ThreadClass.UNKNOWN})
 
 _WORDS = {
     ThreadClass.COMPILING: "compiling",

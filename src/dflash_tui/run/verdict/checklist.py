@@ -7,7 +7,7 @@ The verdict table itself (which evidence gives which verdict) lives in `run/verd
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 from ...contract.rundir import inert_text
@@ -57,6 +57,110 @@ class Verdict(str, Enum):
                         Verdict.NODE_FAIL, Verdict.CANCELLED)
 
 
+class CheckId(StrEnum):
+    """A check's stable key (`--check --json` checks[].id, the store's changes) and, through
+    `label`, the words a person reads for it. A run on several nodes prefixes its nodes' ids
+    ("n1:steps", combine.py), so `Check.id` stays a str."""
+
+    # The launch and what the wrapper wrote (built in run/verdict/checks/)
+    LAUNCH_CMD = "launch_cmd"
+    LAUNCH_JSON = "launch_json"
+    TRAIN_LOG = "train_log"
+    PROCESS = "process"
+    EXIT = "exit"
+    TRACEBACK = "traceback"
+    ROOT_CAUSE = "root_cause"
+    STOP = "stop"
+    CHECKPOINT = "checkpoint"
+    # A live run: progress, the trainer's status.json, the probe, the machine
+    STATUS = "status"
+    HEARTBEAT = "heartbeat"
+    THREADS = "threads"
+    STEPS = "steps"
+    ERRORS = "errors"
+    PROGRESS = "progress"
+    STALL_LIMIT = "stall_limit"
+    PROBE = "probe"
+    PROBE_FILES = "probe_files"
+    STACKS = "stacks"
+    STRAGGLERS = "stragglers"
+    CPU = "cpu"
+    DISK = "disk"
+    GPUS = "gpus"
+    # The watch's own (watch/) and a scheduler's (backends/)
+    TRANSPORT = "transport"
+    SLURM_JOB = "slurm_job"
+    # A launch's own: what it did before the run (run/launch/)
+    ARCHIVE = "archive"
+    RELAUNCH_STOP = "relaunch_stop"
+    CANARY = "canary"
+    # Preflight (run/launch/preflight.py; backends/slurm, watch/nodes_session.py)
+    PRE_REACHABLE = "pre_reachable"
+    PRE_TRANSPORT = "pre_transport"
+    PRE_CONTAINER = "pre_container"
+    PRE_RUN_DIR = "pre_run_dir"
+    PRE_DISK = "pre_disk"
+    PRE_NO_LIVE_RUN = "pre_no_live_run"
+    PRE_PYTHON = "pre_python"
+    PRE_TORCH = "pre_torch"
+    PRE_TRAINER = "pre_trainer"
+    PRE_TOOLS = "pre_tools"
+    PRE_ARGS = "pre_args"
+    PRE_RUN_FILES = "pre_run_files"
+    PRE_NODES = "pre_nodes"
+    PRE_SLURM = "pre_slurm"
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+
+_LABELS = {
+    CheckId.LAUNCH_CMD: "Launch command",
+    CheckId.LAUNCH_JSON: "Wrapper ran (launch.json)",
+    CheckId.TRAIN_LOG: "Log (train.log)",
+    CheckId.PROCESS: "Process",
+    CheckId.EXIT: "Exit status",
+    CheckId.TRACEBACK: "Last traceback",
+    CheckId.ROOT_CAUSE: "First failure (torchelastic)",
+    CheckId.STOP: "Stop requested",
+    CheckId.CHECKPOINT: "Last checkpoint",
+    CheckId.STATUS: "status.json",
+    CheckId.HEARTBEAT: "Heartbeat",
+    CheckId.THREADS: "Threads",
+    CheckId.STEPS: "Steps advancing",
+    CheckId.ERRORS: "Trainer errors",
+    CheckId.PROGRESS: "Progress (log, events)",
+    CheckId.STALL_LIMIT: "Silence limit",
+    CheckId.PROBE: "Probe heartbeats",
+    CheckId.PROBE_FILES: "Probe files",
+    CheckId.STACKS: "Stacks (where the threads are)",
+    CheckId.STRAGGLERS: "Stragglers",
+    CheckId.CPU: "CPU (process tree)",
+    CheckId.DISK: "Disk space (run dir)",
+    CheckId.GPUS: "GPUs in use by the run",
+    CheckId.TRANSPORT: "Target reachable",
+    CheckId.SLURM_JOB: "Slurm job",
+    CheckId.ARCHIVE: "Previous run set aside",
+    CheckId.RELAUNCH_STOP: "Previous run stopped",
+    CheckId.CANARY: "Canary outlived the channel",
+    CheckId.PRE_REACHABLE: "Target reachable",
+    CheckId.PRE_TRANSPORT: "Transport",
+    CheckId.PRE_CONTAINER: "Container running",
+    CheckId.PRE_RUN_DIR: "Run dir writable",
+    CheckId.PRE_DISK: "Free disk",
+    CheckId.PRE_NO_LIVE_RUN: "No live run here",
+    CheckId.PRE_PYTHON: "Python found",
+    CheckId.PRE_TORCH: "import torch",
+    CheckId.PRE_TRAINER: "dflash_train importable",
+    CheckId.PRE_TOOLS: "Wrapper's tools",
+    CheckId.PRE_ARGS: "Command's files",
+    CheckId.PRE_RUN_FILES: "Run files",
+    CheckId.PRE_NODES: "Every node ready",
+    CheckId.PRE_SLURM: "Slurm",
+}
+
+
 class CheckState(str, Enum):
     OK = "ok"
     WARN = "warn"
@@ -73,7 +177,7 @@ def _inert(text: str) -> str:
 
 @dataclass
 class Check:
-    id: str            # stable key, e.g. "launch_json", "train_log", "process", "heartbeat"
+    id: str            # stable key: a CheckId ("launch_json", "train_log", "process", ...)
     label: str         # what a person reads in the checklist
     state: CheckState
     cause: str = ""    # one line: what was observed
@@ -84,6 +188,12 @@ class Check:
         # The last guard of the trust boundary (docs/ARCHITECTURE.md): what a check says is
         # made of target output; whatever reached it un-made-inert is made inert here.
         self.cause, self.hint = _inert(self.cause), _inert(self.hint)
+
+    @classmethod
+    def of(cls, cid: CheckId, state: CheckState, cause: str = "", hint: str = "",
+           since: float | None = None) -> "Check":
+        """The check `cid` with its own label."""
+        return cls(cid, cid.label, state, cause, hint, since)
 
     def since_at(self, since: float | None) -> "Check":
         """This check with another `since`: a copy that keeps the texts already made inert
@@ -97,7 +207,7 @@ class Check:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["state"] = self.state.value
+        d["id"], d["state"] = str(self.id), self.state.value
         return d
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
+from ..stacks.classify import ThreadClass
 from .report import RunReport
 from .rank_groups import group_ranks
 from .stragglers import paces, stragglers, with_stragglers
@@ -183,7 +184,7 @@ def _collective_split(nodes: list[NodeReport]) -> str:
         threads = [t for t in n.report.checklist.threads if t.pid is not None and t.rank is not None]
         if not threads:
             continue
-        coll = [t for t in threads if t.cls == "collective"]
+        coll = [t for t in threads if t.cls == ThreadClass.COLLECTIVE]
         if coll:
             waiting.append((n, _speaker(coll) or coll[0]))
         elif (t := _speaker(threads)) is not None:

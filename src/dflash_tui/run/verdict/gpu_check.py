@@ -23,14 +23,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ...contract.rundir import TrainStatus
+from ...contract.rundir import Phase, TrainStatus
 from ...gpu.sample import GpuErrorKind, GpuSnapshot
 from ...words import gpu_use
-from .checklist import Check, CheckState
+from .checklist import Check, CheckId, CheckState
 from .gpu_facts import run_gpu
 
-CHECK_ID = "gpus"
-LABEL = "GPUs in use by the run"
+CHECK_ID = CheckId.GPUS
 
 _BYTES_GIB = 1024 ** 3
 
@@ -55,7 +54,7 @@ def gpu_check(snap: GpuSnapshot | None, *, run_devices: Iterable[str] | None,
     not known yet. compile_done: every thread finished its compile warm-up.
     """
     def check(state: CheckState, cause: str, hint: str = "") -> Check:
-        return Check(CHECK_ID, LABEL, state, cause, hint)
+        return Check.of(CHECK_ID, state, cause, hint)
 
     devices = None if run_devices is None else cuda_devices(run_devices)
     cpu_only = devices is not None and not devices
@@ -132,8 +131,8 @@ def _list(items: Iterable[int]) -> str:
     return ", ".join(str(i) for i in items)
 
 
-# Trainer phases after the main-thread compile warm-up (contract.rundir.Phase values).
-_PAST_COMPILE = {"training", "checkpointing", "evaluating", "finished"}
+# Trainer phases after the main-thread compile warm-up.
+_PAST_COMPILE = {Phase.TRAINING.value, Phase.CHECKPOINTING.value, Phase.EVALUATING.value, Phase.FINISHED.value}
 
 
 def gpu_check_for_status(snap: GpuSnapshot | None, status: "TrainStatus | None",

@@ -35,6 +35,7 @@ function since it entered it (its innermost own frame, the line aside: a loop is
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from ...contract.rundir import ProbeReport, ProbeThread
 from ...words import cpu_use, duration
@@ -92,9 +93,33 @@ class ThreadView:
                 "source": self.source, "stale": self.stale}
 
 
+class HangKind(StrEnum):
+    """The run's one kind of hang (the table above), first match wins."""
+
+    COLLECTIVE = "collective"
+    GPU = "gpu"
+    DATALOADER = "dataloader"
+    COMPILING = "compiling"            # a working compile past compile_stall_after_s
+    IMPORTING = "importing"            # the imports of start-up, the same
+    DEADLOCK = "deadlock"
+    BUSY_C = "busy_c"
+    COMPILER_STUCK = "compiler_stuck"
+    STUCK_C = "stuck_c"
+    IO = "io"
+    LOCK = "lock"
+    SLEEP = "sleep"
+    BLOCKED = "blocked"
+    BUSY = "busy"
+
+    @classmethod
+    def of(cls, thread_class: ThreadClass) -> "HangKind":
+        """The kind named after one thread's class (compiling, importing, io, lock, sleep, blocked)."""
+        return cls(thread_class.value)
+
+
 @dataclass(frozen=True)
 class Hang:
-    kind: str
+    kind: HangKind
     words: str                   # "hung in a collective: rank 0 waits in all_reduce (train.py:42) for 3 min; ..."
     since: float | None = None   # when the named threads stopped moving, if known
 
@@ -241,13 +266,10 @@ def _blocked(ev: Evidence, views: list[ThreadView]) -> list[ThreadView]:
     return [replace(v, cls=C.BLOCKED) if v.cls is C.RUNNING else v for v in views]
 
 
-# Classes of a thread that runs: it is in its function since it entered it, whatever line.
-_RUNS = frozenset({C.RUNNING, C.LIBRARY, C.COMPILING, C.IMPORTING})
-
-
 def _still(v: ThreadView) -> ThreadView:
-    """A thread that waits, or runs no Python, stood still since its frames last changed."""
-    if v.cls in _RUNS and not v.stale or v.still is None or v.still == v.since:
+    """A thread that waits, or runs no Python, stood still since its frames last changed; one
+    that runs is in its function since it entered it, whatever line."""
+    if not v.cls.waits and not v.stale or v.still is None or v.still == v.since:
         return v
     return replace(v, since=v.still)
 
@@ -264,7 +286,7 @@ def diagnose(ev: Evidence, views: list[ThreadView] | None = None) -> Hang | None
     Python at once; the thread then waits at a later sync, on the GPU), its words follow.
     `views`: `judged_views(ev)` when the caller has them already."""
     hang = _diagnose(ev, judged_views(ev) if views is None else views)
-    if hang is None or hang.kind == "collective":
+    if hang is None or hang.kind is HangKind.COLLECTIVE:
         return hang
     pending = [c for c in ev.hang.collectives if c.pending_op]
     seqs = _collective_words(ev.hang.collectives) if pending else ""
@@ -286,7 +308,7 @@ def _diagnose(ev: Evidence, views: list[ThreadView]) -> Hang | None:
     if gpu:
         since = _oldest(gpu)
         names = "; ".join(f"{_who(v, ranked)} in {v.place()}" for v in _one_per_process(gpu))
-        return Hang("gpu", f"waiting on the GPU: {names}{_for(now, since)}", since)
+        return Hang(HangKind.GPU, f"waiting on the GPU: {names}{_for(now, since)}", since)
     loader = [v for v in views if v.cls is C.DATALOADER]
     if loader:
         return _dataloader(ev, views, loader)
@@ -296,37 +318,37 @@ def _diagnose(ev: Evidence, views: list[ThreadView]) -> Hang | None:
         since = _oldest(comp)
         what = ("compile never ended: {} in the compiler" if cls is C.COMPILING else
                 "start-up never ended: {} importing modules").format(_threads(comp, ranked))
-        return Hang(cls.value, f"{what}{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
+        return Hang(HangKind.of(cls), f"{what}{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
     procs = _by_process(views)
     for pid, vs in procs.items():
         waiting = sorted((v for v in vs if _deadlock_party(v)), key=lambda v: v.name)
         if len(waiting) >= 2 and not any(v.cls in (C.RUNNING, C.COMPILING) and not v.daemon for v in vs):
             since = _oldest(waiting)
             parts = "; ".join(_lock_words(v) for v in waiting)
-            return Hang("deadlock", f"deadlock: {parts}{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
+            return Hang(HangKind.DEADLOCK, f"deadlock: {parts}{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
     stale = [v for v in views if v.stale]
     if stale and _busy(ev):
         v = _pick(stale)
         since = v.since
-        return Hang("busy_c", f"busy in C: {_who(v, ranked)} in {v.place()}" + (f", {cpu}" if cpu else "")
+        return Hang(HangKind.BUSY_C, f"busy in C: {_who(v, ranked)} in {v.place()}" + (f", {cpu}" if cpu else "")
                     + f", stack unchanged{_for(now, since)} (pid {v.pid} runs no Python)", since)
     if compiling(views):
         # The incident's pattern: threads compiling one function at once wait for each other.
         comp = [v for v in views if v.cls is C.COMPILING]
         since = _oldest(comp)
         what = "deadlock in the compiler" if len(comp) > 1 else "stuck in the compiler"
-        return Hang("compiler_stuck", f"{what}: {_threads(comp, ranked)} in the compiler"
+        return Hang(HangKind.COMPILER_STUCK, f"{what}: {_threads(comp, ranked)} in the compiler"
                                       f"{_for(now, since)}, {cpu or 'CPU not measured'}", since)
     if stale:
         v = _pick(stale)
-        return Hang("stuck_c", f"stuck in C: {_who(v, ranked)} in {v.place()}" + (f", {cpu}" if cpu else "")
+        return Hang(HangKind.STUCK_C, f"stuck in C: {_who(v, ranked)} in {v.place()}" + (f", {cpu}" if cpu else "")
                     + f", stack unchanged{_for(now, v.since)} (pid {v.pid} runs no Python)", v.since)
     lead = _pick([v for v in views if not v.daemon and not v.idle] or views)
     since = lead.since
     if lead.cls in (C.IO, C.LOCK, C.SLEEP, C.BLOCKED):
-        return Hang(lead.cls.value, f"{lead.cls.words}: {_who(lead, ranked)} in {lead.place()}"
+        return Hang(HangKind.of(lead.cls), f"{lead.cls.words}: {_who(lead, ranked)} in {lead.place()}"
                     f"{_for(now, since)}" + (f", {cpu}" if cpu else ""), since)
-    return Hang("busy", f"busy in {'its own code' if lead.cls is C.RUNNING else 'library code'}: "
+    return Hang(HangKind.BUSY, f"busy in {'its own code' if lead.cls is C.RUNNING else 'library code'}: "
                         f"{_who(lead, ranked)} in {lead.place()}{_for(now, since)}" + (f", {cpu}" if cpu else "")
                         + ", calling nothing else of the program", since)
 
@@ -392,7 +414,7 @@ def _collective(ev: Evidence, views: list[ThreadView], coll: list[ThreadView], r
     seqs = _collective_words(ev.hang.collectives)
     if seqs:
         words += f"; {seqs}"
-    return Hang("collective", words, since)
+    return Hang(HangKind.COLLECTIVE, words, since)
 
 
 def _rank_list(vs: list[ThreadView], ranked: bool) -> str:
@@ -436,9 +458,9 @@ def _dataloader(ev: Evidence, views: list[ThreadView], loader: list[ThreadView])
         busy = [v for v in named if v.where] or named
         parts = "; ".join(f"worker pid {v.pid} in {v.place()}{_for(now, v.since)}" for v in busy[:4])
         more = f" (+{len(busy) - 4} more)" if len(busy) > 4 else ""
-        return Hang("dataloader", f"waiting for DataLoader workers: {parts}{more}", since)
+        return Hang(HangKind.DATALOADER, f"waiting for DataLoader workers: {parts}{more}", since)
     main = _pick(loader)
-    return Hang("dataloader", f"waiting for DataLoader workers: {main.name} in {main.place()}{_for(now, since)}"
+    return Hang(HangKind.DATALOADER, f"waiting for DataLoader workers: {main.name} in {main.place()}{_for(now, since)}"
                               f" (no worker's stack was read)", since)
 
 

@@ -1,23 +1,33 @@
 """Evidence → Checklist: the verdict ladder (evaluate's docstring holds the verdict table;
 docs/ARCHITECTURE.md tells it in prose), and nothing the evidence lacks.
 
-The checks are built in run/verdict/checks.py; where a silent run is stuck comes from its stacks
+The checks are built in run/verdict/checks/ (one builder each); where a silent run is stuck comes from its stacks
 (run/verdict/hang.py). `HealthTracker` keeps each check's `since` across polls: the time its state last
 changed. The words (ages, durations, one-line causes) are dflash_tui/words.py's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ...contract.rundir import TRAIN_LOG, CompileState, Phase, ThreadStatus, TrainStatus
 
-from ...config import Profile
+from ...config import Limits
 from ...gpu.sample import GpuSnapshot
 from ...words import age_at as _age, cpu_use, duration as _duration, gpu_busy, one_line as _one_line, signame as _signame
-from .checks import (DISK_HINT, cpu_check, cpu_words, disk_check, gpus_check, last_line, last_progress,
-                     launch_cmd_check, log_problem, never_started_cause, probe_check, progress_words,
-                     silence_words, stacks_check, unlogged_progress_words)
+from .checks.ended import (checkpoint_check, exit_check, no_exit_check, root_cause_check, stop_lives_on_check,
+                           stopped_checks, stopping_check, traceback_check)
+from .checks.gpus import gpus_check
+from .checks.launch import (DISK_HINT, last_line, launch_cmd_check, launch_json_check, launch_json_missing_check,
+                            launch_json_waiting_check, never_started_cause, nothing_launched_check,
+                            process_alive_check, process_gone_check, train_log_check)
+from .checks.machine import cpu_check, disk_check, probe_check, probe_files_check, stacks_check
+from .checks.progress import (busy_silent_check, compiling_check, last_progress, no_output_check,
+                              no_progress_line_check, progress_check, progress_words, silence_words,
+                              silent_check, stack_moves_check, stall_limit_check, status_problem_check,
+                              unlogged_progress_words)
+from .checks.trainer import (heartbeat_check, no_step_check, steps_check, steps_stalled_check, threads_check,
+                             trainer_errors_check)
 from .gpu_facts import gpu_facts, run_gpu
 from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
 from ..stacks.classify import ThreadClass
@@ -26,25 +36,12 @@ from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
 from .stragglers import paces, stragglers, with_stragglers
 from .stall_limit import StallLimit, run_pause, stall_limit
-from .checklist import Check, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
+from .checklist import Check, CheckId, CheckState, Checklist, ThreadHealth, ThreadState, Verdict
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
 _COMPILING = {CompileState.WARMING.value, CompileState.COMPILING.value, CompileState.WAITING_AT_GATE.value,
               CompileState.PENDING.value}
-
-
-@dataclass(frozen=True)
-class Limits:
-    stall_after_s: float = 60.0
-    compile_stall_after_s: float = 900.0
-    launch_deadline_s: float = 1.0
-    stop_grace_s: float = 10.0
-    learn_stall: bool = True       # the silence limit learned from the run's pace (stall_limit.py)
-
-    @classmethod
-    def from_profile(cls, p: Profile) -> "Limits":
-        return cls(p.stall_after_s, p.compile_stall_after_s, p.launch_deadline_s, p.stop_grace_s, p.learn_stall)
 
 
 # How long past stop_grace_s a stop may still be under way: the stopper's wait after SIGKILL
@@ -108,12 +105,8 @@ def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
     """The checklist with a warn naming the probe directory's files that could not be read
     (probe reports, Flight Recorder dumps, error files, stack dumps): the verdict stands
     without them, and the note says which file and what is wrong with it."""
-    bad = [*getattr(ev.probes, "problems", ()), *ev.hang.bad_files]
-    if not bad:
-        return cl
-    note = Check("probe_files", "Probe files", WARN, _one_line("; ".join(bad), 300),
-                 "the verdict is judged without them")
-    return cl.with_parts(checks=[*cl.checks, note])
+    note = probe_files_check([*ev.probes.problems, *ev.hang.bad_files])
+    return cl if note is None else cl.with_parts(checks=[*cl.checks, note])
 
 
 def _judge(ev: Evidence, limits: Limits) -> Checklist:
@@ -127,34 +120,23 @@ def _judge(ev: Evidence, limits: Limits) -> Checklist:
     if ev.launch is None:                              # NO RUN, STARTING, NEVER STARTED
         return _not_launched(ev, attempt, run_id, checks, limits)
     launch = ev.launch
-    checks.append(Check("launch_json", "Wrapper ran (launch.json)", OK,
-                        f"pid {launch.pid} on {launch.host or '?'} as {launch.user or '?'}", "", launch.start_time))
+    checks.append(launch_json_check(launch))
 
-    log_why = log_problem(ev)                          # LOG MISSING
+    log, log_why = train_log_check(ev)                 # LOG MISSING
+    checks.append(log)
     if log_why:
-        full = log_why.startswith("disk full: ")
-        checks.append(Check("train_log", "Log (train.log)", FAIL, _one_line(log_why),
-                            DISK_HINT if full else "fix the run dir's permissions/disk space/path and relaunch",
-                            launch.start_time))
         return Checklist(Verdict.LOG_MISSING, checks, _one_line(log_why, 400))
-    log = ev.files[TRAIN_LOG]
-    checks.append(Check("train_log", "Log (train.log)", OK, f"{log.size} bytes, written {_age(ev.now, log.mtime)}",
-                        "", log.mtime))
 
     alive = process_matches(launch, ev.proc)           # STOPPED, FINISHED, CRASHED, KILLED
     if not alive:
-        reused = ev.proc is not None and not ev.proc.gone
-        gone = f"pid {launch.pid} " + ("now belongs to another process (pid reused, or the run dir is a copy)"
-                                       if reused else "is gone")
-        expected = ev.stop is not None or (ev.exit is not None and ev.exit.exit_code == 0)
-        checks.append(Check("process", "Process", OK if expected else FAIL, gone, "",
-                            ev.exit.end_time if ev.exit else None))
-        return _ended(ev, checks, gone)
+        process, gone = process_gone_check(ev)
+        checks.append(process)
+        return _ended(ev, checks, gone, limits)
     uptime = ev.now - launch.start_time
-    checks.append(Check("process", "Process", OK, f"pid {launch.pid}, up {_duration(uptime)}", "", launch.start_time))
+    checks.append(process_alive_check(launch, uptime))
     if ev.exit is not None:
         # The wrapper writes exit.json just before it exits: the trainer has ended.
-        return _ended(ev, checks, f"pid {launch.pid} is exiting")
+        return _ended(ev, checks, f"pid {launch.pid} is exiting", limits)
     if ev.stop is not None:
         stopping = _stopping(ev, checks, limits)
         if stopping is not None:
@@ -166,11 +148,6 @@ def _judge(ev: Evidence, limits: Limits) -> Checklist:
     if ev.status is None:
         return _with_stacks(_any_program(ev, checks, limits, uptime, views), views, ev)
     return _with_stacks(_status_reporting(ev, ev.status, checks, limits, uptime, views), views, ev)
-
-
-_WAITING = frozenset({ThreadClass.COLLECTIVE, ThreadClass.GPU, ThreadClass.DATALOADER, ThreadClass.LOCK,
-                      ThreadClass.BLOCKED, ThreadClass.IO, ThreadClass.SLEEP, ThreadClass.COMPILING,
-                      ThreadClass.IMPORTING})
 
 
 def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checklist:
@@ -192,7 +169,7 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
                              where=v.where or v.innermost, since=v.since, source=v.source, stale=v.stale)
             continue
         # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
-        stuck = stalled and (v.cls in _WAITING or v.stale) and not v.idle
+        stuck = stalled and (v.cls.waits or v.cls.compiles or v.stale) and not v.idle
         why = ""
         if stuck:   # the same words for every thread at one place: a hung run of 1,024 ranks has few
             key = (v.cls, v.doing, v.where, v.innermost)
@@ -222,8 +199,7 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
     (STARTING), or it never ran (NEVER STARTED)."""
     add = checks.append
     if run_id is None and not ev.exists("launch.sh"):
-        add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
-                  f"nothing launched in {ev.run_dir}", "launch with --launch or press r"))
+        add(nothing_launched_check(ev.run_dir))
         return Checklist(Verdict.NO_RUN, checks, f"no run in {ev.run_dir}")
     sent_at = attempt.target_time if attempt and attempt.target_time is not None else (
         ev.files["launch.sh"].mtime if ev.exists("launch.sh") else None)
@@ -235,12 +211,10 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
         bool(attempt.error) or not attempt.wrapper_written or attempt.pid is None
         or (ev.detached_proc is not None and ev.detached_proc.gone))
     if waited is not None and waited < limits.launch_deadline_s and not ev.launch_problem and not certain:
-        add(Check("launch_json", "Wrapper ran (launch.json)", PENDING,
-                  f"waiting for launch.json ({waited:.1f} s of {limits.launch_deadline_s:.0f} s)", ""))
+        add(launch_json_waiting_check(waited, limits.launch_deadline_s))
         return Checklist(Verdict.STARTING, checks, "launch sent; waiting for the wrapper")
     why = never_started_cause(ev, attempt)
-    add(Check("launch_json", "Wrapper ran (launch.json)", FAIL, why,
-              "the launch shell never ran; see the launch command's status and launch.out", sent_at))
+    add(launch_json_missing_check(why, sent_at))
     summary = why
     if attempt is not None and not attempt.error:
         summary += "; " + attempt.transport_summary()
@@ -257,17 +231,13 @@ def _stopping(ev: Evidence, checks: list[Check], limits: Limits) -> Checklist | 
     sent, by = stop.signal_sent or "stop", stop.requested_by or "?"
     slack = SCANCEL_SLACK_S if sent == "scancel" else STOP_SLACK_S
     if now - stop.requested_time > limits.stop_grace_s + slack:
-        checks.append(Check("stop", "Stop requested", FAIL,
-                            f"{sent} sent by {by} {_age(now, stop.requested_time)}, pid {pid} still alive",
-                            "the stop did not end it: stop it again, or see why it lives on "
-                            f"(`cat /proc/{pid}/stat` on the target)", stop.requested_time))
+        checks.append(stop_lives_on_check(stop, sent, now, pid))
         return None
     if sent == "SIGKILL":
         how = f"SIGKILL sent after stop_grace_s ({limits.stop_grace_s:.0f} s), pid {pid} still exiting"
     else:
         how = f"pid {pid} still alive, SIGKILL after stop_grace_s ({limits.stop_grace_s:.0f} s)"
-    checks.append(Check("stop", "Stop requested", WARN, f"{sent} sent by {by} {_age(now, stop.requested_time)}",
-                        f"it is saving or shutting down: {how}", stop.requested_time))
+    checks.append(stopping_check(stop, sent, now, how))
     disk_c, _ = disk_check(ev)
     if disk_c is not None:
         checks.append(disk_c)
@@ -307,15 +277,9 @@ def _pace_limit(ev: Evidence, limits: Limits, fixed: float) -> StallLimit:
 
 
 def _limit_check(checks: list[Check], stall: StallLimit) -> None:
-    """A "Silence limit" check once the pace (or a known pause) sets the limit; the fixed rule
-    alone needs no line (`--check --json` carries it as stall_limit_s always)."""
-    if stall.from_pace:
-        checks.append(Check("stall_limit", "Silence limit", OK, _one_line(stall.to_words()), ""))
-
-
-def _limit_words(silent: str, stall: StallLimit) -> str:
-    """The progress check's cause past the limit: "no output for 12 s (limit 10 s: 5x ...)"."""
-    return f"{silent} (limit {stall.words()})"
+    limit = stall_limit_check(stall)
+    if limit is not None:
+        checks.append(limit)
 
 
 def _with_limit(summary: str, stall: StallLimit, silent_for: float) -> str:
@@ -349,7 +313,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
     add = checks.append
     now, launch, act = ev.now, ev.launch, ev.activity
     if ev.status_problem:
-        add(Check("status", "status.json", WARN, _one_line(ev.status_problem), "judged from the log and CPU", None))
+        add(status_problem_check(ev.status_problem))
     for c in (probe_check(ev, limits.stall_after_s), cpu_check(act, uptime)):
         if c is not None:
             add(c)
@@ -372,24 +336,21 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
 
     if silent_for <= quiet_s:
         if last is None:
-            add(Check("progress", "Progress (log, events)", PENDING,
-                      f"no output from the program yet (up {_duration(uptime)})", ""))
+            add(no_output_check(uptime))
             return verdict(Verdict.STARTING, f"pid {launch.pid} started, no output from the program yet")
         if not act.advancing:
-            add(Check("progress", "Progress (log, events)", PENDING,
-                      f"output {_age(now, last)}, no progress line yet (up {_duration(uptime)})", "", last))
+            add(no_progress_line_check(now, last, uptime))
             return verdict(Verdict.STARTING, f"pid {launch.pid} started, output {_age(now, last)}")
-        add(Check("progress", "Progress (log, events)", OK, f"{parsed or 'log output'}, last {_age(now, last)}", "", last))
+        add(progress_check(parsed, now, last))
         return verdict(Verdict.RUNNING, f"{parsed + ', ' if parsed else ''}output {_age(now, last)}, up {_duration(uptime)}")
     silent = "no output yet" if last is None else f"no output for {_duration(silent_for)}"
     advanced = act is not None and act.advancing
     if silent_for <= limit and (compiling(views) or importing(views)):
         # A compile (or the imports of start-up) that uses CPU: the long limit.
         what, where = ("compiling", "the compiler") if compiling(views) else ("importing modules", "imports")
-        n = sum(1 for v in views if v.cls.value == ("compiling" if what == "compiling" else "importing"))
-        add(Check("progress", "Progress (log, events)", WARN,
-                  f"{silent}: {what} ({n} thread(s) in {where}), {cpu_words(act)}",
-                  f"STALLED after compile_stall_after_s ({limits.compile_stall_after_s:.0f} s) of this", last))
+        cls = ThreadClass.COMPILING if what == "compiling" else ThreadClass.IMPORTING
+        n = sum(1 for v in views if v.cls is cls)
+        add(compiling_check(silent, what, where, n, act, limits.compile_stall_after_s, last))
         return verdict(Verdict.RUNNING if advanced else Verdict.STARTING,
                        f"{what}: {silent}, {cpu_use(act.cpu_cores if act else None)}{'; ' + parsed if parsed else ''}")
     if moved:
@@ -404,15 +365,11 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
             moves = f"its stack moves in library code ({act.stack_moved_where})"
             hint = "starting up, or working inside a library: STALLED once its stack stands still"
             summary = f"{silent} but {moves}"
-        add(Check("progress", "Progress (log, events)", WARN, f"{silent}, but {moves} {_age(now, act.stack_moved_at)}",
-                  hint, act.stack_moved_at))
+        add(stack_moves_check(silent, moves, hint, now, act))
         return verdict(Verdict.RUNNING if act.stack_moved_own or advanced else Verdict.STARTING, summary)
     if silent_for <= limit and limit > limits.stall_after_s:
         # No stacks to tell what it is: busy and silent, within the compile limit.
-        add(Check("progress", "Progress (log, events)", WARN,
-                  f"{silent}, but the process tree is {cpu_words(act)}",
-                  f"a compile or data preparation? STALLED after compile_stall_after_s "
-                  f"({limits.compile_stall_after_s:.0f} s) of this", last))
+        add(busy_silent_check(silent, act, limits.compile_stall_after_s, last))
         return verdict(Verdict.RUNNING if advanced else Verdict.STARTING,
                        f"silent for {_duration(silent_for)} but busy ({cpu_use(act.cpu_cores)}): "
                        f"a compile or data preparation?{' ' + parsed if parsed else ''}")
@@ -425,7 +382,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
         hint = "blocked on I/O, a lock or a peer: look at the log's last lines and the threads"
     if disk_words:
         why, hint = f"{disk_words}; {why}", DISK_HINT
-    add(Check("progress", "Progress (log, events)", FAIL, _one_line(_limit_words(silent, stall)), hint, last))
+    add(silent_check(silent, stall, hint, last))
     return verdict(Verdict.STALLED, _with_limit(why, stall, silent_for), hang)
 
 
@@ -436,33 +393,17 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     add = checks.append
     now, launch = ev.now, ev.launch
     hb = st.heartbeat_time if st.heartbeat_time is not None else st.time
-    hb_age = now - hb
     compiling = [t for t in st.threads if t.compile_state in _COMPILING]
     warming = st.phase == Phase.WARMING.value or bool(compiling)
     hb_limit = _silence_limit(ev, limits, views, trainer_compiling=warming)
-    if hb_age > hb_limit:
-        add(Check("heartbeat", "Heartbeat", FAIL, f"last heartbeat {_age(now, hb)} (limit {hb_limit:.0f} s)",
-                  "the process is alive but not beating: look for a deadlock or a stuck compile", hb))
-    else:
-        add(Check("heartbeat", "Heartbeat", OK, f"last heartbeat {_age(now, hb)}", "", hb))
+    add(heartbeat_check(now, hb, hb_limit))
 
     judged = thread_states(st, now, limits, live=True)
     by_name = {t.name: t for t in st.threads}
     trouble = [j for j in judged if j.trouble]
-    if trouble:
-        parts = [f"{j.name} ({by_name[j.name].device}) failed: {j.why}" if j.state is ThreadState.FAILED
-                 else f"{j.name} ({by_name[j.name].device}, {by_name[j.name].compile_state}) {j.why}"
-                 for j in trouble]
-        went_silent = min((by_name[j.name].last_beat_time for j in trouble
-                           if by_name[j.name].last_beat_time is not None), default=None)
-        add(Check("threads", "Threads", FAIL, _one_line("; ".join(parts)),
-                  "the named threads stopped; their compile state says where", went_silent))
-    elif st.threads:
-        states = sorted({t.compile_state for t in st.threads})
-        waiting = any(j.state is ThreadState.WAITING for j in judged)
-        what = "waiting for the warm-up" if waiting else "beating"
-        add(Check("threads", "Threads", OK, f"{len(st.threads)} threads {what} ({', '.join(states)})", "",
-                  launch.start_time))
+    threads = threads_check(st, judged, launch.start_time)
+    if threads is not None:
+        add(threads)
 
     last_step = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
     training = st.phase == Phase.TRAINING.value
@@ -472,22 +413,14 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
         # Any source of progress counts: a step in status.json, the log growing, a step event.
         progress_at = last_progress(ev, step_at)
         if training and now - progress_at > stall.seconds:
-            unchanged = f"step {st.step} unchanged since {_age(now, step_at)}"
-            add(Check("steps", "Steps advancing", FAIL, _limit_words(unchanged, stall) if stall.from_pace else unchanged,
-                      "heartbeats without steps: a worker is stuck (the threads check names it)", last_step))
+            add(steps_stalled_check(st, now, step_at, last_step, stall))
         else:
-            total = f"/{st.total_steps}" if st.total_steps else ""
-            add(Check("steps", "Steps advancing", OK, f"step {st.step}{total}, last {_age(now, step_at)}",
-                      "", last_step))
-    elif uptime > limits.compile_stall_after_s:
-        # Heartbeats alone do not make progress: a warm-up that never ends is a stall too.
-        add(Check("steps", "Steps advancing", FAIL, f"phase {st.phase}, no step in {_duration(uptime)}",
-                  f"longer than compile_stall_after_s ({limits.compile_stall_after_s:.0f} s): see the log",
-                  launch.start_time + limits.compile_stall_after_s))
+            add(steps_check(st, now, step_at, last_step))
     else:
-        add(Check("steps", "Steps advancing", PENDING, f"phase {st.phase}, no step yet", "", launch.start_time))
-    if st.last_error:
-        add(Check("errors", "Trainer errors", WARN, _one_line(st.last_error), "see the log", st.time))
+        add(no_step_check(st, uptime, limits.compile_stall_after_s, launch.start_time))
+    errors = trainer_errors_check(st)
+    if errors is not None:
+        add(errors)
     _limit_check(checks, stall)
     for c in (probe_check(ev, limits.stall_after_s), cpu_check(ev.activity, uptime)):
         if c is not None:
@@ -496,19 +429,19 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     if disk_c is not None:
         add(disk_c)
 
-    failing = [c for c in checks if c.id in ("heartbeat", "threads", "steps") and c.state is FAIL]
+    failing = [c for c in checks if c.id in (CheckId.HEARTBEAT, CheckId.THREADS, CheckId.STEPS) and c.state is FAIL]
     if failing:
         hang = None
         if trouble:
             names = ", ".join(f"{j.name} [{by_name[j.name].compile_state}]" for j in trouble)
             summary = f"threads stopped: {names}"
         else:
-            silent_for = now - max(hb if failing[0].id == "heartbeat" else (last_progress(ev, last_step or st.time)),
+            silent_for = now - max(hb if failing[0].id == CheckId.HEARTBEAT else (last_progress(ev, last_step or st.time)),
                                    launch.start_time)
             summary, hang = _stalled_words(ev, views, silent_for,
-                                           heartbeat="no heartbeat" if failing[0].id == "heartbeat" else "")
+                                           heartbeat="no heartbeat" if failing[0].id == CheckId.HEARTBEAT else "")
             summary = f"{failing[0].cause}; {summary}"
-            if failing[0].id == "steps":
+            if failing[0].id == CheckId.STEPS:
                 summary = _with_limit(summary, stall, silent_for)
         if disk:
             summary = f"{disk}; {summary}"
@@ -518,7 +451,7 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
     stacks = stacks_check(ev, views, None, False)
     if stacks is not None:
         add(stacks)
-    if not any(c.id == "steps" and c.state is OK for c in checks):
+    if not any(c.id == CheckId.STEPS and c.state is OK for c in checks):
         return Checklist(Verdict.STARTING, checks, f"pid {launch.pid} alive, phase {st.phase}, heartbeats fresh",
                          judged, stall_limit_s=stall.seconds, stall_limit_why=stall.to_words())
     total = f"/{st.total_steps}" if st.total_steps else ""
@@ -533,7 +466,7 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
 
 
 def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None) -> Checklist:
-    """`checklist` with the "gpus" check (run/verdict/checks.py `gpus_check`) from one GPU snapshot of
+    """`checklist` with the "gpus" check (run/verdict/checks/gpus.py `gpus_check`) from one GPU snapshot of
     the run's host.
 
     The one place both a RunWatch (the dashboard) and `dflash-tui --check` add it, so the two
@@ -598,13 +531,13 @@ def _thread_state(t: ThreadStatus, now: float, limits: Limits, *, live: bool, wo
     return ThreadHealth(t.name, ThreadState.OK)
 
 
-def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:
+def _ended(ev: Evidence, checks: list[Check], gone: str, limits: Limits) -> Checklist:
     """pid gone (or exiting): STOPPED after a stop request; else FINISHED / CRASHED from
     exit.json, KILLED without it."""
     add = checks.append
     ex = ev.exit
     stop = ev.stop
-    threads = thread_states(ev.status, ev.now, Limits(), live=False)
+    threads = thread_states(ev.status, ev.now, limits, live=False)
     disk_c, disk = disk_check(ev)
     if disk_c is not None:
         add(disk_c)
@@ -621,29 +554,26 @@ def _ended(ev: Evidence, checks: list[Check], gone: str) -> Checklist:
             summary = f"{disk}; {gone} and its exit status could not be recorded (no exit.json)"
         # When the wrapper died is not recorded; its log's last write is the nearest evidence.
         last_write = ev.files[TRAIN_LOG].mtime if ev.exists(TRAIN_LOG) else None
-        add(Check("exit", "Exit status", FAIL, _one_line(why), hint, last_write))
+        add(no_exit_check(why, hint, last_write))
         if ev.last_traceback:
-            add(Check("traceback", "Last traceback", WARN, _one_line(exception_line(ev.last_traceback)),
-                      "see the log", last_write))
+            add(traceback_check(ev.last_traceback, last_write, crashed=False))
         root = _root_cause(ev, checks, last_write)
         if root:
             summary = f"{summary}; {root}"
         return Checklist(Verdict.KILLED, checks, _one_line(summary, 400), threads)
     if ex.exit_code == 0:
-        add(Check("exit", "Exit status", OK, "exit code 0", "", ex.end_time))
+        add(exit_check(ex, "", disk))
         return Checklist(Verdict.FINISHED, checks, "finished with exit code 0", threads)
     what = f"killed by {_signame(ex.signal)}" if ex.exit_code is None else f"exit code {ex.exit_code}"
     root = _root_cause(ev, checks, ex.end_time)
     if root:
         what = f"{what}; {root}"
-    add(Check("exit", "Exit status", FAIL, what, DISK_HINT if disk else "see the traceback and the log",
-              ex.end_time))
+    add(exit_check(ex, what, disk))
     cause = exception_line(ev.last_traceback)
     if not cause and ev.log_tail and ex.signal is None:
         cause = last_line(ev.log_tail)
     if ev.last_traceback:
-        add(Check("traceback", "Last traceback", FAIL, _one_line(cause), "read it at the end of train.log",
-                  ex.end_time))
+        add(traceback_check(ev.last_traceback, ex.end_time, crashed=True, cause=cause))
     summary = what + (f": {cause}" if cause else "") + (f"; {disk}" if disk else "")
     return Checklist(Verdict.CRASHED, checks, _one_line(summary, 400), threads)
 
@@ -658,17 +588,12 @@ def _stopped(ev: Evidence, checks: list[Check], threads: list[ThreadHealth]) -> 
     else:
         how = f"exit code {ex.exit_code}"
     by = stop.requested_by or "?"
-    checks.append(Check("exit", "Exit status", OK, f"{how}, after the stop request", "",
-                        ex.end_time if ex else None))
-    checks.append(Check("stop", "Stop requested", OK,
-                        f"{stop.signal_sent or 'stop'} by {by} {_age(now, stop.requested_time)}", "",
-                        stop.requested_time))
-    act = ev.activity
+    checks += stopped_checks(how, ex, stop, now)
+    checkpoint, saved = checkpoint_check(ev.activity)
     where = ""
-    if act is not None and act.checkpoint:
-        step = f"step {act.checkpoint_step} " if act.checkpoint_step is not None else ""
-        where = f"; last checkpoint {step}{act.checkpoint}"
-        checks.append(Check("checkpoint", "Last checkpoint", OK, _one_line(f"{step}{act.checkpoint}"), ""))
+    if checkpoint is not None:
+        where = f"; last checkpoint {saved}"
+        checks.append(checkpoint)
     return Checklist(Verdict.STOPPED, checks,
                      _one_line(f"stopped by {by} {_age(now, stop.requested_time)} ({how}){where}", 400), threads)
 
@@ -682,8 +607,7 @@ def _root_cause(ev: Evidence, checks: list[Check], when: float | None) -> str:
     who = f"rank {rc.rank}" if rc.rank is not None else (f"pid {rc.pid}" if rc.pid is not None else "a rank")
     line = exception_line(rc.traceback) if rc.traceback else ""
     words = f"{who} failed first ({_age(ev.now, rc.time)}): {line or _one_line(rc.message)}"
-    checks.append(Check("root_cause", "First failure (torchelastic)", FAIL, _one_line(words, 300),
-                        "its traceback is the cause; the other ranks' errors followed it", rc.time))
+    checks.append(root_cause_check(words, rc.time))
     return words
 
 

@@ -26,7 +26,7 @@ from typing import Iterable, Mapping
 from ...contract.rundir import ProbeReport
 from ..evidence.activity import WaitShare
 from ...words import one_line
-from .checklist import Check, CheckState, Checklist, Straggler, Verdict
+from .checklist import Check, CheckId, CheckState, Checklist, Straggler, Verdict
 from .rank_groups import rank_numbers
 
 THRESHOLD = 0.7       # nvidia-resiliency-ext's relative score below which a rank straggles
@@ -126,6 +126,6 @@ def with_stragglers(cl: Checklist, found: list[Straggler]) -> Checklist:
     named while the run is healthy; a stalled run's odd rank is the rank groups' to show)."""
     if cl.verdict is not Verdict.RUNNING or not found:
         return cl
-    check = Check("stragglers", "Stragglers", CheckState.WARN, one_line("; ".join(s.why for s in found[:4])),
+    check = Check.of(CheckId.STRAGGLERS, CheckState.WARN, one_line("; ".join(s.why for s in found[:4])),
                   STRAGGLER_HINT)
     return cl.with_parts(checks=[*cl.checks, check], stragglers=found)

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ....remote.base import TRANSPORT_FAILURES, TargetError
+from ....remote.ops import look_ops
 from ..metric_point import MetricPoint
 from . import csv_logger, hf_state, mlflow, tensorboard, trackio
 from .fallback import metric_read_over
@@ -138,6 +139,10 @@ class _Source:
         """Its identity in the series space (stable while it is read)."""
         return self.path
 
+    def read_paths(self) -> set[str]:
+        """The files it reads (a directory's source: those found in it so far)."""
+        return {self.path}
+
     @property
     def tag(self) -> str:
         return _TAGS[self.kind]
@@ -188,6 +193,9 @@ class _TensorBoard(_Source):
         self.broken: dict[str, str] = {}
         self._bad = 0
         self.tail_from = 0        # a file this big was read from its newest part only
+
+    def read_paths(self) -> set[str]:
+        return set(self.files) or {self.path}
 
     def add_file(self, path: str, size: int = 0) -> None:
         if path not in self.files:
@@ -329,8 +337,11 @@ class _TrainerState(_Source):
         return self._got(new), self._wrote(st["mtime"]) if new else None
 
 
-class _MlflowDb(_Source):
-    kind = "mlflow"
+class _SqliteRows(_Source):
+    """A SQLite store read by rowid, the rows added since the last poll: `rows` is the format's
+    module (its ROWS_QUERY, MAX_ROWS and points_of_rows)."""
+
+    rows = mlflow
 
     def __init__(self, path: str, rel: str) -> None:
         super().__init__(path, rel)
@@ -339,8 +350,8 @@ class _MlflowDb(_Source):
         self.read_once = False
 
     def asks(self):
-        return [{"sql": self.path, "query": mlflow.ROWS_QUERY, "params": [self.rowid, mlflow.MAX_ROWS],
-                 "max_rows": mlflow.MAX_ROWS}]
+        return [{"sql": self.path, "query": self.rows.ROWS_QUERY, "params": [self.rowid, self.rows.MAX_ROWS],
+                 "max_rows": self.rows.MAX_ROWS}]
 
     def absorb(self, answers):
         res, err = _answer(answers[0])
@@ -348,7 +359,7 @@ class _MlflowDb(_Source):
             self.note = err + ("; asked again at the next poll" if "locked" in err else "")
             return [], None
         self.note = ""
-        points, last, run = mlflow.points_of_rows(res.get("rows") or [])
+        points, last, run = self.rows.points_of_rows(res.get("rows") or [])
         if last is not None:
             self.rowid = last
         if run:
@@ -363,16 +374,19 @@ class _MlflowDb(_Source):
         return self._got(points), at
 
 
-class _Trackio(_Source):
+class _MlflowDb(_SqliteRows):
+    kind = "mlflow"
+    rows = mlflow
+
+
+class _Trackio(_SqliteRows):
     """The newest run of one trackio project (the newest project written since the launch)."""
 
     kind = "trackio"
+    rows = trackio
 
     def __init__(self, path: str, rel: str) -> None:
         super().__init__(path, rel)
-        self.rowid = 0
-        self.run = ""
-        self.read_once = False
         self.found_mtime = 0.0
         self.named = False           # a file the profile names: kept whatever else is written
 
@@ -387,29 +401,6 @@ class _Trackio(_Source):
         run = f" run {self.run}" if self.run else ""
         return f"trackio project {trackio.project_of(self.path)}{run}"
 
-    def asks(self):
-        return [{"sql": self.path, "query": trackio.ROWS_QUERY, "params": [self.rowid, trackio.MAX_ROWS],
-                 "max_rows": trackio.MAX_ROWS}]
-
-    def absorb(self, answers):
-        res, err = _answer(answers[0])
-        if res is None:
-            self.note = err + ("; asked again at the next poll" if "locked" in err else "")
-            return [], None
-        self.note = ""
-        points, last, run = trackio.points_of_rows(res.get("rows") or [])
-        if last is not None:
-            self.rowid = last
-        if run:
-            self.run = run
-        st = res.get("stat") or {}
-        at = None
-        if points:
-            # WAL mode: the database file's mtime lags its rows (see _MlflowDb).
-            at = self._wrote(st.get("mtime") if not self.read_once else max(st.get("mtime", 0.0), self.now))
-        self.read_once = True
-        return self._got(points), at
-
 
 class _Mlruns(_Source):
     kind = "mlruns"
@@ -417,6 +408,9 @@ class _Mlruns(_Source):
     def __init__(self, path: str, rel: str) -> None:
         super().__init__(path, rel)
         self.files: dict[str, tuple[_Cursor, mlflow.MlrunsFile]] = {}
+
+    def read_paths(self) -> set[str]:
+        return set(self.files) or {self.path}
 
     def add_file(self, path: str, key: str) -> None:
         if path not in self.files and len(self.files) < MAX_MLRUNS_KEYS:
@@ -574,7 +568,7 @@ class MetricFiles:
 
     @staticmethod
     def _files_of(s: _Source) -> set:
-        return set(getattr(s, "files", None) or {s.path})
+        return s.read_paths()
 
     def _ordered(self) -> list[_Source]:
         return [self.sources[k] for k in sorted(self.sources)]
@@ -582,8 +576,8 @@ class MetricFiles:
     async def _ask(self, ops, items: list[dict]) -> list[dict] | None:
         self.requests += 1
         try:
-            read = getattr(ops, "metric_read", None)
-            return await (read(items) if read is not None else metric_read_over(ops, items))
+            agent = look_ops(ops)
+            return await (agent.metric_read(items) if agent is not None else metric_read_over(ops, items))
         except TRANSPORT_FAILURES:
             raise
         except TargetError as exc:
