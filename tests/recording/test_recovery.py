@@ -154,7 +154,10 @@ def test_the_same_bug_every_time_gives_up_after_one_restart_notified_once(tmp_pa
 
 
 def outbox(tmp_path: Path) -> list[tuple[str, bool]]:
-    """(title, sent) of each notice in the store's outbox, oldest first."""
+    """(title, sent) of each notice in the store's outbox, oldest first (none before the watcher
+    made its store)."""
+    if not (tmp_path / "watch.sqlite3").exists():
+        return []
     db = sqlite3.connect(f"file:{tmp_path / 'watch.sqlite3'}?mode=ro", uri=True)
     try:
         if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'outbox'").fetchone():
