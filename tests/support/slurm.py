@@ -27,13 +27,14 @@ import getpass
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.support.ports import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 NODES = ("n1", "n2")
@@ -69,17 +70,7 @@ def _tool(name: str) -> str:
 
 
 def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
+    return [free_port() for _ in range(n)]
 
 
 SLURM_CONF = """\
