@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import os
@@ -466,7 +467,7 @@ def main() -> int:
     asyncio.run(launch())
     log = run_dir / "train.log"
     try:
-        profile_json = json.dumps({k: v for k, v in profile.__dict__.items()})
+        profile_json = json.dumps({f.name: getattr(profile, f.name) for f in dataclasses.fields(profile)})
         out = tmp / "dashboard.json"
         master, slave = _terminal(COLS, ROWS)
         dash = subprocess.Popen([sys.executable, __file__, "--dashboard", profile_json, "--out", str(out),

@@ -106,7 +106,7 @@ def measure(args, tmp: Path) -> dict:
             if os.environ.get("METRICS_BENCH_CPROFILE"):   # where each one's time goes: PATH.tb, PATH.none
                 env["DFLASH_BENCH_CPROFILE"] = f"{os.environ['METRICS_BENCH_CPROFILE']}.{name}"
             dashes[name] = subprocess.Popen(
-                [sys.executable, dashboard_cost.__file__, "--dashboard", json.dumps(p.__dict__),
+                [sys.executable, dashboard_cost.__file__, "--dashboard", json.dumps({f.name: getattr(p, f.name) for f in dataclasses.fields(p)}),
                  "--out", str(tmp / f"{name}.json"), "--seconds", str(args.seconds),
                  "--warmup", str(args.warmup), "--gpus", "1"],
                 stdin=slave, stdout=slave, stderr=slave, start_new_session=True, env=env)
