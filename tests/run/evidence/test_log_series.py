@@ -102,3 +102,33 @@ def test_trainer_dicts_at_the_bar_step_split_across_reads():
     got = [(p.name, p.step, p.value) for p in s.take()]
     assert got == [("loss", 10, 3.917), ("grad_norm", 10, 1.479), ("learning_rate", 10, 2.5e-06), ("epoch", 10, 1.25),
                    ("eval_loss", 10, 3.5), ("epoch", 10, 1.25)]
+
+
+def _plain_lines(n: int, start: int = 0) -> str:
+    """The house load's lines (benchmarks/dashboard_cost.py): a step word, but no form's."""
+    return "".join(f"1796456656.{k:06d} step {k} loss 2.3456 acc 0.4567 tau 3.21 tok/s 18450 thread drafter-{k % 16}\n"
+                   for k in range(start, start + n))
+
+
+def test_every_form_found_inside_a_big_chunk_of_other_lines(monkeypatch):
+    """The chunk-level pre-test (may_hold_series) lets through each form a 1,000-line chunk
+    holds, a colour-split word and a line whose word arrives in the next read included; a
+    chunk of only other lines is not read line by line at all."""
+    from dflash_tui.run.evidence import log_series
+    train, _ = titan_lines(step=7)
+    s = LogSeries()
+    s.feed(_plain_lines(400) + megatron_line(iteration=12) + "\n" + _plain_lines(300, 400)
+           + f"[rank0]:[titan] INFO - {train}\n" + _plain_lines(200, 700)
+           + " 40%|████      | 16/40 [00:04<00:06, 4.0it/s]\r{'loss': 0.75, 'epoch': 0.4}\n" + _plain_lines(100, 900))
+    got = [(p.name, p.step, p.value) for p in s.take()]
+    assert ("lm_loss", 12, 10.3686) in got and ("mfu", 7, 32.4) in got
+    assert ("loss", 16, 0.75) in got            # the dict at the bar's step, both inside the chunk
+    assert s.forms == {"megatron", "torchtitan", "transformers"}
+    # "step" and ":" apart by a colour, and a line whose "step:" is split across two reads.
+    s.feed(_plain_lines(50) + "\x1b[31mstep\x1b[0m: 30  loss: 2.5\n" + _plain_lines(50, 50) + "ste")
+    s.feed("p: 31  loss: 2.25\n")
+    assert [(p.name, p.step, p.value) for p in s.take()] == [("loss", 30, 2.5), ("loss", 31, 2.25)]
+    calls = []
+    monkeypatch.setattr(log_series, "parse_line", lambda seg: calls.append(seg))
+    s.feed(_plain_lines(1000, 1000))
+    assert calls == [] and s.take() == []

@@ -127,6 +127,15 @@ def parse_line(seg: str) -> LineSeries | None:
     return None
 
 
+def may_hold_series(text: str) -> bool:
+    """False only when no line of `text` can give a point or move a bar's step: every form
+    needs one of its literal words ("iteration", "step:", a dict's "{", a bar's "/" and "["),
+    and a colour escape, dropped before a line is read, could be hiding one. A test over the
+    whole chunk, at C speed: a log of other lines (a thousand a second) is not read line by line."""
+    return ("\x1b" in text or "iteration" in text or "step:" in text or "{" in text
+            or ("[" in text and "/" in text))
+
+
 class LogSeries:
     """Feed it a log's bytes in order; `take()` gives the points of the lines read since the
     last take. Forms: see the module's docstring."""
@@ -145,10 +154,13 @@ class LogSeries:
         self._partial = ""
 
     def feed(self, data: bytes | str) -> None:
-        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-        segs = _SPLIT.split(self._partial + text)
-        self._partial = segs.pop()[-MAX_SEGMENT:]
-        for seg in segs:
+        text = self._partial + (data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
+        end = max(text.rfind("\n"), text.rfind("\r"))
+        self._partial = text[end + 1:][-MAX_SEGMENT:]
+        done = text[:max(end, 0)]
+        if not may_hold_series(done):
+            return
+        for seg in (_SPLIT.split(done) if "\r" in done else done.split("\n")):
             if not seg or seg.isspace():
                 continue
             if "/" in seg and "[" in seg:
