@@ -197,6 +197,8 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 self.screen._compositor_refresh = lambda *a, **k: None
             if breakdown is not None:
                 breakdown.clear()
+            if layouts is not None:
+                layouts.clear()
             gc0 = [g["collections"] for g in gc.get_stats()]
             c0, a0, w0 = cpu(), cpu(helpers), time.monotonic()
             bytes0 = dict(bytes_decoded)
@@ -237,8 +239,11 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             if breakdown is not None:
                 result["breakdown"] = {k: round(v, 4) for k, v in breakdown.items()}
             result["follower_polls"] = dict(follower_polls)
+            if _FRAME_KINDS:
+                result["frames_by_kind"] = {k: f"{n} frames, {1000 * t / n:.2f} ms each, {w / n:.1f} widget types"
+                                            for k, (n, t, w) in _FRAME_KINDS.items()}
             if layouts is not None:
-                result["layouts"] = dict(layouts.most_common(12))
+                result["layouts"] = dict(layouts.most_common(24))
             result["bytes_decoded"] = {k: v - bytes0.get(k, 0) for k, v in bytes_decoded.items()}
             result.update(tab=self.run_view.tabs.active, frames=frames[0], cpu_s=c1 - c0, main_cpu_s=main_cpu, agent_cpu_s=a1 - a0, wall_s=w1 - w0,
                           lag_max=lags[-1] if lags else None,
@@ -274,6 +279,8 @@ def _count_layouts():
     def counted(self, *regions, repaint=True, layout=False, recompose=False):
         if layout:
             counts[f"{type(self).__name__}#{self.id}"] += 1
+        elif repaint and os.environ.get("DFLASH_BENCH_LAYOUTS") == "all":   # repaints too
+            counts[f"repaint {type(self).__name__}#{self.id}"] += 1
         return refresh(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
     Widget.refresh = counted
     return counts
@@ -350,6 +357,7 @@ def _instrument() -> dict:
             return render_lines(self, crop)
         finally:
             spent[f"  render {type(self).__name__}#{self.id}"] += time.thread_time() - t
+            spent[f"  renders of {type(self).__name__}#{self.id}"] += 1
     Widget.render_lines = per_widget
     wrap(Screen, "_refresh_layout", "layout")
     wrap(logview.LogLines, "append", "log append")
@@ -400,15 +408,42 @@ def _drain(fd: int) -> bytearray:
 
 
 def _count_frames(screen) -> list[int]:
-    """Count the screen's repaints from now on (a diagnostic printed beside the CPU figure)."""
+    """Count the screen's repaints from now on (a diagnostic printed beside the CPU figure).
+    DFLASH_BENCH_FRAMES=1: also each frame's CPU by its kind (which widgets it rendered),
+    in result["frames_by_kind"]."""
     n = [0]
     paint = screen._compositor_refresh
+    kinds = _FRAME_KINDS if os.environ.get("DFLASH_BENCH_FRAMES") else None
+    if kinds is not None:
+        from textual.widget import Widget
+        rendered: set = set()
+        render_lines = Widget.render_lines
+
+        def noted(self, crop):
+            rendered.add(type(self).__name__)
+            return render_lines(self, crop)
+        Widget.render_lines = noted
 
     def counted(*args, **kwargs):
         n[0] += 1
-        return paint(*args, **kwargs)
+        if kinds is None:
+            return paint(*args, **kwargs)
+        rendered.clear()
+        t = time.thread_time()
+        try:
+            return paint(*args, **kwargs)
+        finally:
+            kind = "with HealthPane" if "HealthPane" in rendered else (
+                "log only" if rendered else "nothing")
+            k = kinds.setdefault(kind, [0, 0.0, 0])
+            k[0] += 1
+            k[1] += time.thread_time() - t
+            k[2] += len(rendered)
     screen._compositor_refresh = counted
     return n
+
+
+_FRAME_KINDS: dict = {}
 
 
 def _busy_gpu(i: int):
@@ -534,6 +569,10 @@ def main() -> int:
     bd = r.get("bytes_decoded", {})
     print("file bytes from the agent, per second measured: " + ", ".join(
         f"{name} {n / 1024 / r['wall_s']:.1f} KiB" for name, n in sorted(bd.items(), key=lambda kv: -kv[1])[:4]))
+    if "frames_by_kind" in r:
+        print("frames by kind: " + "; ".join(f"{k}: {v}" for k, v in r["frames_by_kind"].items()))
+    if "layouts" in r:
+        print("layouts asked for (widget: count in the window): " + ", ".join(f"{k} {v}" for k, v in r["layouts"].items()))
     if "breakdown" in r:
         print("breakdown (seconds in the window): " + ", ".join(f"{k} {v}" for k, v in r["breakdown"].items()))
     print(f"dashboard saw: {r['tab']} on screen, verdict {r['verdict']}, {r['gpus_shown']} GPUs, {r['threads_shown']} threads, "
