@@ -171,3 +171,38 @@ def test_rare_lines_are_found_by_case_insensitive_words_beyond_ascii():
     assert p.checkpoint == "/ck/1"
     p = parse_text("step 2\n[Errno 28] No space left on device: '/ck'\n")
     assert "No space left on device" in p.disk_error
+
+
+def test_each_search_still_runs_where_its_words_are(monkeypatch):
+    """A segment's searches run only where their words are (progress.py's _segment): words in
+    capitals, the characters `re` folds to an ASCII letter (ſ for s), a bar, an evaluation's
+    line and an epoch are all still read; a plain step line runs no bar, evaluation or epoch
+    search at all."""
+    p = parse_text("STEP 4 LOSS 0.5 EPOCH 2\n")
+    assert (p.step, p.loss, p.epoch) == (4, 0.5, 2.0)
+    p = parse_text("ſtep 5/10 loſs 0.25\n")    # the "/" makes it a candidate line
+    assert (p.step, p.total, p.loss) == (5, 10, 0.25)
+    p = parse_text("Epoch 1:  40%|████      | 16/40 [00:04<00:06, 4.00it/s, loss=0.75]\n")
+    assert (p.step, p.total, p.step_epoch, p.loss) == (16, 40, 1.0, 0.75)
+    p = parse_text("Epoch 0/9 ━━━━━━━━━━━━ 450/1000 0:00:10 • 0:00:12 44.30it/s train_loss: 2.10\n")
+    assert (p.step, p.total, p.loss) == (450, 1000, 2.1)
+    p = parse_text("step: 20  loss: 7.1\nVALIDATE STEP: 20  LOSS: 6.5\n")   # not the training loss
+    assert (p.step, p.loss, p.records) == (20, 7.1, 2)
+    p = parse_text("step 9 loss 1.5\ncheckpoint: step 9 saved to /ckpt/9\n")
+    assert p.checkpoint == "/ckpt/9"
+    from dflash_tui.run.evidence import progress
+    searched = []
+
+    class Counted:
+        def __init__(self, name, pattern):
+            self.name, self.pattern = name, pattern
+
+        def search(self, text):
+            searched.append(self.name)
+            return self.pattern.search(text)
+    for name in ("_BAR", "_BAR_RICH", "_EVAL_STEP", "_EPOCH"):
+        monkeypatch.setattr(progress, name, Counted(name, getattr(progress, name)))
+    p = parse_text("".join(f"1796456656.{k:06d} step {k} loss 2.3456 acc 0.4567 tau 3.21 tok/s 18450\n"
+                           for k in range(100)))
+    assert (p.step, p.loss, p.rate, p.records) == (99, 2.3456, 18450.0, 100)
+    assert searched == []

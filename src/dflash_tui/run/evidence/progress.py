@@ -318,12 +318,19 @@ class ProgressParser:
                 hit = step is not None or loss is not None or epoch is not None
                 form = "dict"
             else:
-                m = _BAR.search(seg) or _BAR_RICH.search(seg) or _STEP.search(seg)
+                # Each search only where the words it needs are (a substring test costs a tenth
+                # of a search, and the newest DETAIL_LAST lines of every look come here).
+                low = seg.lower()
+                folds = not seg.isascii() and any(c in seg for c in _FOLDS_TO_ASCII)
+                m = ((_BAR.search(seg) if "[" in seg and "/" in seg else None)
+                     or (_BAR_RICH.search(seg) if not seg.isascii() else None)
+                     or (_STEP.search(seg) if "step" in low or "iter" in low or folds else None))
                 if m:
                     step, total = _int_text(m.group(1)), _int_text(m.group(2))
                     form = "step" if m.re is _STEP else "bar"
-                lm = _LOSS.search(seg)
-                if lm and not _EVAL_STEP.search(seg):
+                lm = _LOSS.search(seg) if "loss" in low or folds else None
+                # Every evaluation word holds "val", and no character folds to v, a or l.
+                if lm and not ("val" in low and _EVAL_STEP.search(seg)):
                     loss = _finite(lm.group(1))
                 if "/s" in seg or "s/it" in seg:
                     after = _RATE_AFTER.search(seg)
@@ -334,11 +341,11 @@ class ProgressParser:
                         if rm:
                             rate, unit = _finite(rm.group(1)), rm.group(2)
                     unit = unit.replace("tokens/s", "tok/s")
-                em = _EPOCH.search(seg)
+                em = _EPOCH.search(seg) if "epoch" in low else None   # e, p, o, c, h: no folds
                 if em:
                     epoch = _finite(em.group(1))
                 hit = step is not None or loss is not None or rate is not None
-        if not hit and not _CHECKPOINT.search(seg):
+        if not hit and not (_may_hold_word(seg, "checkpoint") and _CHECKPOINT.search(seg)):
             return 0
         said = (step, total, loss, epoch)
         if redraw and count and said == self._said:
