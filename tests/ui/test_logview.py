@@ -55,6 +55,27 @@ def test_clean_strips_escapes_controls_and_caps_length():
     assert clean("a\x9b31mb\x9d0;t\x9c\u2028\ud800") == "a\\x9b31mb\\x9d0;t\\x9c\\u2028\\ud800"
 
 
+def test_a_batch_is_classified_as_line_by_line_and_printable_as_isprintable():
+    """LogLines.append's batch tests (a character pre-test before the error words, printable()
+    for str.isprintable) decide as the per-line ones: each kind found inside a batch of
+    plain lines, and every ASCII character and a few others judged as isprintable does."""
+    from dflash_tui.ui.panes import logview
+    for c in map(chr, [*range(0x80), 0x85, 0xA0, 0x2028, 0x4E00, 0xD800]):
+        assert logview.printable(f"ab{c}cd") == f"ab{c}cd".isprintable(), hex(ord(c))
+    assert logview.printable("")
+    for hint in (*logview._ERROR_HINTS, logview._TB_START, logview._FOLLOWER_NOTE):
+        assert any(c in hint for c in logview._HINT_CHARS), hint
+    plain = [f"1796456656.{k:06d} step {k} loss 2.3456 acc 0.4567 tok/s 18450" for k in range(200)]
+    for odd in (*CRASH, "[dflash-tui: train.log was truncated; following it from its start]",
+                "a FATAL one", "bell\x07 and \x1b[31mcolour\x1b[0m"):
+        batch = plain[:100] + [odd] + plain[100:]
+        ll = LogLines(max_lines=500)
+        ll._after_change = lambda *a, **k: None    # no app: the buffer alone
+        ll.append(batch)
+        classify = LineClassifier()
+        assert ll.kinds() == [classify(line) for line in map(clean, batch)], odd
+
+
 def test_helpers():
     assert age(None) == "n/a" and age(-3) == "0s" and age(59) == "59s" and age(754) == "12m34s"
     assert age(7300) == "2h01m" and age(90000) == "1d1h"

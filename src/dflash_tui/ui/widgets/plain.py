@@ -28,14 +28,26 @@ class PlainRows:
                 and not any(styles.padding) and not styles.tint.a and styles.text_opacity == 1.0
                 and styles.hatch in (None, "none") and self.opacity == 1.0)
 
-    def _finish_rows(self, strips: list[Strip], crop: Region, width: int) -> list[Strip]:
+    def _row_fill(self, width: int) -> tuple[int, object, tuple]:
+        """What `_finish_rows` pads a row of `width` cells with: (cells, style), and the box's
+        background colours. A widget may draw its rows with this fill already (one Strip a row
+        instead of two); the padding then finds them at the content width and keeps them."""
+        colors = self.background_colors
+        extra = self.content_region.width - width
+        if extra <= 0:
+            return 0, None, colors
+        base_background, background = colors
+        return extra, VisualStyle(background=base_background + background).rich_style, colors
+
+    def _finish_rows(self, strips: list[Strip], crop: Region, width: int, fill: tuple | None = None) -> list[Strip]:
         """What Textual's styles cache does to a plain box's rows (_styles_cache.render_widget):
         padded from `width` (the rows' own) to the content width with the background, filtered
-        (NO_COLOR, ANSI colours), cut to the crop's columns."""
-        base_background, background = self.background_colors
-        content_width, region_width = self.content_region.width, self.region.width
-        if width < content_width:
-            inner = VisualStyle(background=base_background + background).rich_style
+        (NO_COLOR, ANSI colours), cut to the crop's columns. `fill`: `_row_fill(width)`, if
+        the caller has it."""
+        extra, inner, (_, background) = fill or self._row_fill(width)
+        region_width = self.region.width
+        if extra:
+            content_width = width + extra
             strips = [strip.adjust_cell_length(content_width, inner) for strip in strips]
         for line_filter in self.app.get_line_filters():
             strips = [strip.apply_filter(line_filter, background) for strip in strips]
