@@ -197,6 +197,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
                 self.screen._compositor_refresh = lambda *a, **k: None
             if breakdown is not None:
                 breakdown.clear()
+            wakeups = _count_wakeups() if os.environ.get("DFLASH_BENCH_WAKEUPS") else None
             if layouts is not None:
                 layouts.clear()
             gc0 = [g["collections"] for g in gc.get_stats()]
@@ -239,6 +240,8 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
             if breakdown is not None:
                 result["breakdown"] = {k: round(v, 4) for k, v in breakdown.items()}
             result["follower_polls"] = dict(follower_polls)
+            if wakeups is not None:
+                result["wakeups"] = {k: round(v / seconds, 1) for k, v in wakeups.most_common(16)}
             if _FRAME_KINDS:
                 result["frames_by_kind"] = {k: f"{n} frames, {1000 * t / n:.2f} ms each, {w / n:.1f} widget types"
                                             for k, (n, t, w) in _FRAME_KINDS.items()}
@@ -266,6 +269,34 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     app.run(headless=not sys.stdout.isatty())
     Path(out).write_text(json.dumps(result))
     return 0
+
+
+def _count_wakeups():
+    """DFLASH_BENCH_WAKEUPS=1: the event loop's turns and the callbacks it ran, by name."""
+    import asyncio.base_events
+    import asyncio.events
+    import collections
+    counts: collections.Counter = collections.Counter()
+    run = asyncio.events.Handle._run
+
+    def counted(self):
+        cb = self._callback
+        task = getattr(cb, "__self__", None)
+        if isinstance(task, asyncio.Task):
+            coro = task.get_coro()
+            name = f"task {getattr(coro, '__qualname__', coro)}"
+        else:
+            name = getattr(cb, "__qualname__", repr(cb))
+        counts[name] += 1
+        return run(self)
+    asyncio.events.Handle._run = counted
+    run_once = asyncio.base_events.BaseEventLoop._run_once
+
+    def turn(self):
+        counts["(loop turns)"] += 1
+        return run_once(self)
+    asyncio.base_events.BaseEventLoop._run_once = turn
+    return counts
 
 
 def _count_layouts():
@@ -569,6 +600,8 @@ def main() -> int:
     bd = r.get("bytes_decoded", {})
     print("file bytes from the agent, per second measured: " + ", ".join(
         f"{name} {n / 1024 / r['wall_s']:.1f} KiB" for name, n in sorted(bd.items(), key=lambda kv: -kv[1])[:4]))
+    if "wakeups" in r:
+        print("event loop, a second: " + ", ".join(f"{k} {v}" for k, v in r["wakeups"].items()))
     if "frames_by_kind" in r:
         print("frames by kind: " + "; ".join(f"{k}: {v}" for k, v in r["frames_by_kind"].items()))
     if "layouts" in r:
