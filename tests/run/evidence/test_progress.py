@@ -191,6 +191,12 @@ def test_each_search_still_runs_where_its_words_are(monkeypatch):
     p = parse_text("step 9 loss 1.5\ncheckpoint: step 9 saved to /ckpt/9\n")
     assert p.checkpoint == "/ckpt/9"
     from dflash_tui.run.evidence import progress
+    # The chunk's disk-full test: a capital of each word first, then the words.
+    assert all(any(c in w for c in progress._DISK_FULL_CHARS) for w in progress._DISK_FULL_WORDS)
+    for line in ("OSError: [Errno 28] No space left on device", "write failed: ENOSPC",
+                 "Disk quota exceeded", "No space left on device"):
+        plain = "".join(f"step {k} loss 2.5\n" for k in range(500))
+        assert line in parse_text(plain + line + "\n" + plain).disk_error
     searched = []
 
     class Counted:
