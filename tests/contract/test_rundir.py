@@ -7,6 +7,7 @@ deep is a SchemaError that names the file, the field and the value; never anothe
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -67,6 +68,23 @@ def test_hostile_json_is_a_schema_error(text, words):
     with pytest.raises(SchemaError) as err:
         parse_exit(text)
     assert words in str(err.value)
+
+
+def test_the_nesting_limit_counts_as_a_walk_of_every_character_counts():
+    """The pass that peels innermost pairs answers what a walk of the text answers: strings
+    with brackets and escaped quotes, wide records, unbalanced and unclosed ones."""
+    from dflash_tui.contract import rundir
+    rng = random.Random(7)
+    texts = ['{"t": [' + ", ".join('{"f": ["a[b", "c\\"{d"]}' for _ in range(40)) + "]}",
+             "[" * 33 + "]" * 33, "[" * 32 + "]" * 32, "{" * 40, "]" * 40 + "[" * 40,
+             '"' + "[" * 40, "[" * 20 + '"x' + "[" * 20]
+    for _ in range(3000):
+        opens = rng.choice((1, 2, 4))   # some texts deeper than the limit, most not
+        texts.append("".join(rng.choices('[{]}"\\a', weights=(opens, opens, 1, 1, 0.3, 0.2, 2),
+                                         k=rng.randrange(40, 400))))
+    texts += ["[" * d + "]" * d for d in range(28, 38)]
+    for text in texts:
+        assert rundir._too_deep(text) == rundir._too_deep_walk(text), text
 
 
 def test_a_missing_required_field_is_named():
