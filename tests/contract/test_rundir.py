@@ -70,21 +70,34 @@ def test_hostile_json_is_a_schema_error(text, words):
     assert words in str(err.value)
 
 
-def test_the_nesting_limit_counts_as_a_walk_of_every_character_counts():
-    """The pass that peels innermost pairs answers what a walk of the text answers: strings
-    with brackets and escaped quotes, wide records, unbalanced and unclosed ones."""
-    from dflash_tui.contract import rundir
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _nested(rng: random.Random, depth: int):
+    """A JSON value `depth` deep, wide at random, its strings full of brackets and quotes."""
+    if depth == 0:
+        return rng.choice(['a[b{', '"]}', "x\\[", 1, 2.5, None])
+    inner = [_nested(rng, rng.randrange(depth)) for _ in range(rng.randrange(3))] + [_nested(rng, depth - 1)]
+    rng.shuffle(inner)
+    return inner if rng.random() < 0.5 else {f"k{i}[": v for i, v in enumerate(inner)}
+
+
+def test_the_nesting_limit_is_the_depth_of_lists_and_objects_not_of_brackets_in_strings():
     rng = random.Random(7)
-    texts = ['{"t": [' + ", ".join('{"f": ["a[b", "c\\"{d"]}' for _ in range(40)) + "]}",
-             "[" * 33 + "]" * 33, "[" * 32 + "]" * 32, "{" * 40, "]" * 40 + "[" * 40,
-             '"' + "[" * 40, "[" * 20 + '"x' + "[" * 20]
-    for _ in range(3000):
-        opens = rng.choice((1, 2, 4))   # some texts deeper than the limit, most not
-        texts.append("".join(rng.choices('[{]}"\\a', weights=(opens, opens, 1, 1, 0.3, 0.2, 2),
-                                         k=rng.randrange(40, 400))))
-    texts += ["[" * d + "]" * d for d in range(28, 38)]
-    for text in texts:
-        assert rundir._too_deep(text) == rundir._too_deep_walk(text), text
+    for _ in range(400):
+        record = {"v": 1, "run_id": "r", "exit_code": 0, "signal": None, "end_time": 1.0,
+                  "extra": _nested(rng, rng.randrange(20, 40))}
+        deep = _depth(record) > 32
+        try:
+            parse_exit(json.dumps(record))
+            assert not deep, _depth(record)
+        except SchemaError as err:
+            assert deep and "nested more than 32 levels" in str(err), (_depth(record), err)
 
 
 def test_a_missing_required_field_is_named():
