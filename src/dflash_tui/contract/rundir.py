@@ -319,6 +319,19 @@ class ProbeThread:
 
 
 @dataclass
+class BeatStack:
+    """Where one non-daemon thread stood at a beat (ProbeReport.beats)."""
+
+    frames: list[str] = field(default_factory=list)   # as ProbeThread.frames
+    compile_state: str = ""
+
+
+# Beats a probe report keeps the stacks of (ProbeReport.beats): a reader that reads a report
+# every few seconds (a run of many ranks, read in turns) still counts every beat.
+BEAT_HISTORY = 16
+
+
+@dataclass
 class ProbeReport:
     """probe/<pid>.json: one Python process of the run, rewritten by the probe every second.
 
@@ -357,7 +370,20 @@ class ProbeReport:
     # (faulthandler, from C: it works while another thread holds the GIL). None: no handler
     # registered, and then that signal must never be sent.
     stack_signal: int | None = None
+    # The last beats up to this one (at most BEAT_HISTORY; beats[-1] is this report's, seq
+    # `seq`, the one before it seq - 1, ...): each beat's non-daemon threads, as indices into
+    # `beat_stacks`. Empty: an older probe (a reader samples `threads` once a report).
+    beats: list[list[int]] = field(default_factory=list)
+    beat_stacks: list[BeatStack] = field(default_factory=list)
     v: int = SCHEMA_VERSION
+
+    def beat_samples(self) -> list[tuple[int, list[BeatStack]]]:
+        """(seq, the non-daemon threads' stacks then) of each beat the report holds, oldest
+        first; an index that names no stack is left out."""
+        first = self.seq - len(self.beats) + 1
+        n = len(self.beat_stacks)
+        return [(first + i, [self.beat_stacks[j] for j in idx if 0 <= j < n])
+                for i, idx in enumerate(self.beats)]
 
 
 def probe_report_name(pid: int) -> str:
@@ -390,7 +416,7 @@ def parse_probe(text: str, what: str = PROBE_DIR + "/<pid>.json") -> ProbeReport
 
 
 # The fields of a probe report that move at each beat (or step) while the rest stands still.
-_PROBE_BEAT = frozenset(("time", "seq", "cpu_s", "probe_cpu_s", "step", "step_time"))
+_PROBE_BEAT = frozenset(("time", "seq", "cpu_s", "probe_cpu_s", "step", "step_time", "beats"))
 
 
 def parse_probe_after(text: str, what: str, before: tuple | None) -> tuple[ProbeReport, tuple | None]:
