@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_tui.contract.rundir import BEAT_HISTORY
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.evidence.memory import LookMemory
@@ -147,5 +148,27 @@ async def test_a_steady_run_s_reports_are_read_in_turns_each_within_a_few_looks(
         t += 1.0
         beat(t)
         assert len((await gather_probes(ops, str(run_dir), R.RUN_ID, memory)).read) == n
+    finally:
+        await ops.close()
+
+
+async def test_a_steady_run_of_1024_ranks_reads_each_report_within_its_beat_history(run_dir):
+    """At 1,024 ranks a turn is 64 reports: each one read again within BEAT_HISTORY looks, so
+    no beat's wait sample is lost between two reads."""
+    ops = await open_ops(LocalTarget(), python=sys.executable, prefer="agent")
+    memory = LookMemory()
+    try:
+        t = R.T0 - 60
+        poll_files(run_dir, t, hung=False)
+        await gather_probes(ops, str(run_dir), R.RUN_ID, memory)
+        memory.steady = True
+        seen: set[str] = set()
+        for _ in range(BEAT_HISTORY):
+            t += 1.0
+            poll_files(run_dir, t, hung=False)
+            got = await gather_probes(ops, str(run_dir), R.RUN_ID, memory)
+            assert len(got.read) == N // BEAT_HISTORY
+            seen.update(got.read)
+        assert len(seen) == N
     finally:
         await ops.close()

@@ -15,10 +15,10 @@ those of its last read); a process is never judged stale from a copy whose file 
 first look of a watch reads up to FIRST_LOOK_REPORTS at once.
 
 While the watch finds the run steady (LookMemory.steady, run/verdict/steady.py), a look reads
-the ones never read and STEADY_REPORTS in turns, by path, whatever changed first: a report is
-then at most ceil(reports / STEADY_REPORTS) looks old, and every beat's wait sample still
-arrives with it (ProbeReport.beats keeps the last BEAT_HISTORY). The next look's turn is asked
-for up front.
+the ones never read and a turn of STEADY_REPORTS in turns, by path, whatever changed first (a
+turn of more at over 256 ranks, so that each report is read again within BEAT_HISTORY looks): a
+report is then at most a few looks old, and every beat's wait sample still arrives with it
+(ProbeReport.beats keeps the last BEAT_HISTORY). The next look's turn is asked for up front.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import dataclasses
 import posixpath
 import re
 
-from ...contract.rundir import PROBE_DIR, ProbeReport, SchemaError, parse_probe_after
+from ...contract.rundir import BEAT_HISTORY, PROBE_DIR, ProbeReport, SchemaError, parse_probe_after
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PreflightOps
 from ..eager import gather_eager
@@ -175,13 +175,16 @@ def _in_turns(candidates: list[FileStat], memory: LookMemory, same) -> tuple[lis
     n = len(ordered)
     if not n:
         return [], []
+    # Each report read again before its probe's BEAT_HISTORY is rewritten past (a run of 1,024
+    # ranks: 64 a look), never more than a look's MAX_REPORTS.
+    size = min(MAX_REPORTS, max(STEADY_REPORTS, -(-n // BEAT_HISTORY)))
     start = memory.probe_cursor % n
-    turn = (ordered[start:] + ordered[:start])[:STEADY_REPORTS]
+    turn = (ordered[start:] + ordered[:start])[:size]
     memory.probe_cursor = start + len(turn)
     chosen = {st.path: st for st in candidates if st.path not in held}
     chosen.update((st.path, st) for st in turn if not same(st))
     read = list(chosen.values())
     kept = [(st, held[st.path]) for st in candidates if st.path not in chosen and st.path in held]
     after = memory.probe_cursor % n
-    memory.reports = [st.path for st in (ordered[after:] + ordered[:after])[:STEADY_REPORTS]]
+    memory.reports = [st.path for st in (ordered[after:] + ordered[:after])[:size]]
     return read, kept
