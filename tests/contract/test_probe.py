@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.contract.rundir import EVENTS_JSONL, PROBE_DIR, PROBE_ERRORS_LOG, parse_events
+from dflash_tui.contract.rundir import BEAT_HISTORY, EVENTS_JSONL, PROBE_DIR, PROBE_ERRORS_LOG, parse_events
 
 from tests.support.probe import PYTHON, probe_env, reports, thread, wait_reports
 from tests.support.signals import default_sigint
@@ -124,6 +124,32 @@ def test_each_thread_says_since_when_its_stack_stands_where_it_is(tmp_path):
     spin, spin_later = thread(first, "spinner"), thread(later, "spinner")
     assert spin_later.stack_since == spin.stack_since < moved_at, (spin, spin_later)
     assert first.start_time <= spin.stack_since
+
+def test_each_report_carries_the_stacks_of_its_recent_beats(tmp_path):
+    """A reader that reads a report only every few seconds (a run of many ranks, read in turns)
+    still sees each beat's stacks: the report holds its last beats, consecutive, the newest
+    its own; daemon threads left out."""
+    prog = write(tmp_path / "standing.py", STANDING)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([PYTHON, str(prog)], env=probe_env(run), stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()
+        (first,) = wait_reports(run, lambda rs: rs and "phase_two" in thread(rs[0], "MainThread").frames[0])
+        (later,) = wait_reports(run, lambda rs: rs and rs[0].seq >= first.seq + 2)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    samples = later.beat_samples()
+    assert 4 <= len(samples) <= BEAT_HISTORY and [seq for seq, _ in samples] == list(
+        range(later.seq - len(samples) + 1, later.seq + 1)), samples
+    places = [[st.frames[0].split(" ")[-1] for st in stacks] for _, stacks in samples]
+    assert all(len(p) == 1 for p in places), places        # the main thread; not the spinner
+    flat = [p[0] for p in places]
+    assert flat[-1] == "phase_two" and "phase_one" in flat, flat
+    assert flat == sorted(flat), flat                      # phase_one's beats, then phase_two's
+    assert later.beat_stacks[later.beats[-1][0]].frames == thread(later, "MainThread").frames
+    assert len(later.beat_stacks) <= 3
+
 
 def test_program_with_its_own_sitecustomize_still_runs_it(tmp_path):
     user_site = tmp_path / "user_site"

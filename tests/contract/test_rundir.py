@@ -7,6 +7,7 @@ deep is a SchemaError that names the file, the field and the value; never anothe
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -67,6 +68,36 @@ def test_hostile_json_is_a_schema_error(text, words):
     with pytest.raises(SchemaError) as err:
         parse_exit(text)
     assert words in str(err.value)
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _nested(rng: random.Random, depth: int):
+    """A JSON value `depth` deep, wide at random, its strings full of brackets and quotes."""
+    if depth == 0:
+        return rng.choice(['a[b{', '"]}', "x\\[", 1, 2.5, None])
+    inner = [_nested(rng, rng.randrange(depth)) for _ in range(rng.randrange(3))] + [_nested(rng, depth - 1)]
+    rng.shuffle(inner)
+    return inner if rng.random() < 0.5 else {f"k{i}[": v for i, v in enumerate(inner)}
+
+
+def test_the_nesting_limit_is_the_depth_of_lists_and_objects_not_of_brackets_in_strings():
+    rng = random.Random(7)
+    for _ in range(400):
+        record = {"v": 1, "run_id": "r", "exit_code": 0, "signal": None, "end_time": 1.0,
+                  "extra": _nested(rng, rng.randrange(20, 40))}
+        deep = _depth(record) > 32
+        try:
+            parse_exit(json.dumps(record))
+            assert not deep, _depth(record)
+        except SchemaError as err:
+            assert deep and "nested more than 32 levels" in str(err), (_depth(record), err)
 
 
 def test_a_missing_required_field_is_named():

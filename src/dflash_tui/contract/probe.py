@@ -57,6 +57,8 @@ THREAD_NAME = "dflash-probe"
 FRAMES_PER_THREAD = 6         # innermost frames kept per thread
 _STACK_WALK_MAX = 512         # frames looked at per thread to tell whether it is compiling
 _MAX_THREADS = 256
+_BEAT_THREADS = 8             # non-daemon threads kept per beat in the report's recent beats
+_BEAT_STACKS = 32             # distinct stacks those beats may name
 _MAX_ARGV = 64
 _MAX_TEXT = 400               # characters kept of one argv item or one frame line
 _ERRORS_MAX_BYTES = 64 << 10
@@ -194,6 +196,7 @@ class _Probe:
         self.step_time: float | None = None
         self.log_calls = 0
         self._stacks = {}
+        self._beats: list[tuple[int, tuple]] = []   # (seq, its non-daemon threads' stacks): `_recent_beats`
         self.report_path = os.path.join(self.probe_dir, _rd.probe_report_name(self.pid))
         self.tmp_path = os.path.join(self.probe_dir, ".%d.tmp" % self.pid)
         self.rank = _int_env("RANK")
@@ -371,6 +374,7 @@ class _Probe:
         totals = list(self._compiles.values())
         if not ended:
             self._watch_collectives(threads)
+        beats, beat_stacks = self._recent_beats(threads)
         return _rd.ProbeReport(
             run_id=self.run_id, pid=self.pid, time=now, ppid=self.ppid, start_time=self.start_time,
             seq=self.seq, node=self.node, rank=self.rank, local_rank=self.local_rank,
@@ -382,7 +386,29 @@ class _Probe:
             compile_seconds=round(sum(c.seconds for c in totals), 3),
             unique_graphs=dynamo[0], graph_breaks=dynamo[1],
             step=self.step, step_time=self.step_time, ended=ended, errors=self.errors,
-            start_ticks=self.start_ticks, stack_signal=None if ended else self.stack_signal)
+            start_ticks=self.start_ticks, stack_signal=None if ended else self.stack_signal,
+            beats=beats, beat_stacks=beat_stacks)
+
+    def _recent_beats(self, threads: list) -> tuple[list, list]:
+        """This beat's non-daemon threads' stacks beside the last BEAT_HISTORY - 1 beats', as
+        ProbeReport.beats says. A beat whose report was not written (seq did not move) is
+        replaced; past _BEAT_STACKS distinct stacks, the older beats are left out."""
+        now = tuple((tuple(t.frames), t.compile_state) for t in threads if not t.daemon)[:_BEAT_THREADS]
+        if self._beats and self._beats[-1][0] == self.seq:
+            self._beats[-1] = (self.seq, now)
+        else:
+            self._beats.append((self.seq, now))
+            del self._beats[:-_rd.BEAT_HISTORY]
+        index: dict = {}
+        beats: list = []
+        for seq, stacks in reversed(self._beats):
+            if seq != self.seq - len(beats):
+                break   # not consecutive (a fork restarted the count): older beats say nothing
+            if len(index) + len({st for st in stacks if st not in index}) > _BEAT_STACKS:
+                break
+            beats.append([index.setdefault(st, len(index)) for st in stacks])
+        beats.reverse()
+        return beats, [_rd.BeatStack(frames=list(frames), compile_state=state) for frames, state in index]
 
     def _threads(self, me: int | None, wall: float) -> list:
         """Each thread's innermost frames, compile state, and since when its stack stands where

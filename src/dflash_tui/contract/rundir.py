@@ -319,6 +319,19 @@ class ProbeThread:
 
 
 @dataclass
+class BeatStack:
+    """Where one non-daemon thread stood at a beat (ProbeReport.beats)."""
+
+    frames: list[str] = field(default_factory=list)   # as ProbeThread.frames
+    compile_state: str = ""
+
+
+# Beats a probe report keeps the stacks of (ProbeReport.beats): a reader that reads a report
+# every few seconds (a run of many ranks, read in turns) still counts every beat.
+BEAT_HISTORY = 16
+
+
+@dataclass
 class ProbeReport:
     """probe/<pid>.json: one Python process of the run, rewritten by the probe every second.
 
@@ -357,7 +370,20 @@ class ProbeReport:
     # (faulthandler, from C: it works while another thread holds the GIL). None: no handler
     # registered, and then that signal must never be sent.
     stack_signal: int | None = None
+    # The last beats up to this one (at most BEAT_HISTORY; beats[-1] is this report's, seq
+    # `seq`, the one before it seq - 1, ...): each beat's non-daemon threads, as indices into
+    # `beat_stacks`. Empty: an older probe (a reader samples `threads` once a report).
+    beats: list[list[int]] = field(default_factory=list)
+    beat_stacks: list[BeatStack] = field(default_factory=list)
     v: int = SCHEMA_VERSION
+
+    def beat_samples(self) -> list[tuple[int, list[BeatStack]]]:
+        """(seq, the non-daemon threads' stacks then) of each beat the report holds, oldest
+        first; an index that names no stack is left out."""
+        first = self.seq - len(self.beats) + 1
+        n = len(self.beat_stacks)
+        return [(first + i, [self.beat_stacks[j] for j in idx if 0 <= j < n])
+                for i, idx in enumerate(self.beats)]
 
 
 def probe_report_name(pid: int) -> str:
@@ -390,7 +416,7 @@ def parse_probe(text: str, what: str = PROBE_DIR + "/<pid>.json") -> ProbeReport
 
 
 # The fields of a probe report that move at each beat (or step) while the rest stands still.
-_PROBE_BEAT = frozenset(("time", "seq", "cpu_s", "probe_cpu_s", "step", "step_time"))
+_PROBE_BEAT = frozenset(("time", "seq", "cpu_s", "probe_cpu_s", "step", "step_time", "beats"))
 
 
 def parse_probe_after(text: str, what: str, before: tuple | None) -> tuple[ProbeReport, tuple | None]:
@@ -528,7 +554,7 @@ EVENT_TYPES: dict[str, type] = {
 # Bounds that no honest writer reaches: they keep a hostile record from costing memory or time.
 _INT_LIMIT = 1 << 63
 _MAX_ITEMS = 4096          # list fields (threads, argv, per-position accuracy)
-_MAX_DEPTH = 32            # JSON nesting: deeper is refused before the parser recurses on it
+_MAX_DEPTH = 32            # JSON nesting: deeper is not a record of ours
 
 
 # -- inert text ---------------------------------------------------------------------------
@@ -766,42 +792,36 @@ def build_record(cls: type, data: dict[str, Any], what: str):
 _TIME = _checker(float)
 
 
-def _too_deep(text: str) -> bool:
-    if text.count("[") + text.count("{") <= _MAX_DEPTH:    # the common case, at C speed
-        return False
-    depth = 0
-    in_str = escaped = False
-    for ch in text:
-        if in_str:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth > _MAX_DEPTH:
-                return True
-        elif ch in "]}":
-            depth -= 1
+def _nested_deeper(obj: Any, limit: int) -> bool:
+    """Whether parsed JSON nests its lists and objects more than `limit` deep: a walk of the
+    containers, not of the text's characters (a report of 17 threads is 8 KB of text and a few
+    hundred values)."""
+    todo = [(obj, 1)]
+    while todo:
+        o, depth = todo.pop()
+        if depth > limit:
+            return True
+        for x in (o.values() if isinstance(o, dict) else o):
+            if isinstance(x, (dict, list)):
+                todo.append((x, depth + 1))
     return False
 
 
 def loads_object(text: str, what: str) -> dict[str, Any]:
     """One JSON object of this schema version, or SchemaError saying what is wrong with it."""
-    if _too_deep(text):
-        raise SchemaError(f"{what} is nested more than {_MAX_DEPTH} levels deep: not a record of ours")
+    too_deep = f"{what} is nested more than {_MAX_DEPTH} levels deep: not a record of ours"
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno} col {exc.colno})") from None
-    except (ValueError, RecursionError) as exc:   # e.g. an integer of more than 4300 digits
+    except RecursionError:   # the C parser's own guard, at the interpreter's recursion limit
+        raise SchemaError(too_deep) from None
+    except ValueError as exc:   # e.g. an integer of more than 4300 digits
         raise SchemaError(f"{what} cannot be read: {str(exc)[:120]}") from None
     if not isinstance(obj, dict):
         raise SchemaError(f"{what} holds a {type(obj).__name__}, expected a JSON object")
+    if text.count("[") + text.count("{") > _MAX_DEPTH and _nested_deeper(obj, _MAX_DEPTH):
+        raise SchemaError(too_deep)
     if _json_unsafe(text):
         obj = _inert_json(obj)
     v = obj.get("v")

@@ -23,6 +23,7 @@ from ..run.evidence.observe import Evidence, current_run_id
 from ..run.verdict.report import RunReport, report_from
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Checklist
+from ..run.verdict.steady import steady
 from .session import Session
 from ..gpu.sample import GpuSnapshot
 from ..run.history import CheckpointRef, HistoryRun, PreviousRun, previous_run
@@ -77,6 +78,8 @@ class HostWatch(RunWatch):
             checklist = with_gpu_check(checklist, ev, self.gpus.latest())
         report = self.settle(ev, checklist)
         self.gpus.follow(report)
+        # A steady run's probe reports are read in turns by the next looks, until it is not.
+        self.session.progress.looks.steady = steady(ev, report.checklist)
         return report
 
     async def _check(self, gpus: bool) -> RunReport:

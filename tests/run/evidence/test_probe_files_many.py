@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from dflash_tui.contract.rundir import BEAT_HISTORY
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.evidence.memory import LookMemory
-from dflash_tui.run.evidence.probe_files import FIRST_LOOK_REPORTS, MAX_REPORTS, NEWEST, REPORT_MAX_BYTES, gather_probes
+from dflash_tui.run.evidence.probe_files import (FIRST_LOOK_REPORTS, MAX_REPORTS, NEWEST, REPORT_MAX_BYTES,
+                                              STEADY_REPORTS, gather_probes)
 from dflash_tui.run.verdict.hang import STALE_AFTER_S
 from dflash_tui.run.verdict.health import evaluate
 from tests.support import scenarios as R
@@ -109,5 +111,64 @@ async def test_a_look_at_a_few_dozen_ranks_asks_for_every_report_in_its_first_re
         answer = await ops.observe([], reads={p: REPORT_MAX_BYTES for p in memory.reports}, known=known)
         assert sorted(answer["reads"]) == sorted(set(paths) - set(got.read))
         assert len(got.read) == MAX_REPORTS
+    finally:
+        await ops.close()
+
+
+async def test_a_steady_run_s_reports_are_read_in_turns_each_within_a_few_looks(run_dir):
+    """While the watch finds the run steady, a look reads STEADY_REPORTS of 64 ranks' reports,
+    in turns by path: each one read again within ceil(64 / STEADY_REPORTS) looks, the next turn
+    asked for up front, a kept copy as fresh as its file. Not steady: every changed one again."""
+    n = 64
+    reports = R.rank_probes(n)
+
+    def beat(t: float) -> None:
+        write_reports(run_dir, [dataclasses.replace(p, time=t, seq=int(t)) for p in reports],
+                      [t + 1e-3 * p.rank for p in reports])
+    ops = await open_ops(LocalTarget(), python=sys.executable, prefer="agent")
+    memory = LookMemory()
+    try:
+        t = R.T0
+        beat(t)
+        assert len((await gather_probes(ops, str(run_dir), R.RUN_ID, memory)).read) == n
+        memory.steady = True
+        last_read: dict[str, float] = {}
+        looks = -(-n // STEADY_REPORTS)
+        for _ in range(2 * looks):
+            t += 1.0
+            beat(t)
+            asked = list(memory.reports)
+            got = await gather_probes(ops, str(run_dir), R.RUN_ID, memory)
+            assert len(got) == n and len(got.read) == STEADY_REPORTS and got.cached == n - STEADY_REPORTS
+            assert set(got.read) <= set(asked) or asked == []
+            assert all(t + 1 - r.time <= STALE_AFTER_S for r in got)   # copies as fresh as their files
+            last_read.update((path, t) for path in got.read)
+        assert len(last_read) == n and min(last_read.values()) >= t - looks + 1
+        memory.steady = False
+        t += 1.0
+        beat(t)
+        assert len((await gather_probes(ops, str(run_dir), R.RUN_ID, memory)).read) == n
+    finally:
+        await ops.close()
+
+
+async def test_a_steady_run_of_1024_ranks_reads_each_report_within_its_beat_history(run_dir):
+    """At 1,024 ranks a turn is 64 reports: each one read again within BEAT_HISTORY looks, so
+    no beat's wait sample is lost between two reads."""
+    ops = await open_ops(LocalTarget(), python=sys.executable, prefer="agent")
+    memory = LookMemory()
+    try:
+        t = R.T0 - 60
+        poll_files(run_dir, t, hung=False)
+        await gather_probes(ops, str(run_dir), R.RUN_ID, memory)
+        memory.steady = True
+        seen: set[str] = set()
+        for _ in range(BEAT_HISTORY):
+            t += 1.0
+            poll_files(run_dir, t, hung=False)
+            got = await gather_probes(ops, str(run_dir), R.RUN_ID, memory)
+            assert len(got.read) == N // BEAT_HISTORY
+            seen.update(got.read)
+        assert len(seen) == N
     finally:
         await ops.close()

@@ -434,22 +434,27 @@ class ProgressTracker:
                 del self._frames[key]
 
     def _sample_wait(self, p: ProbeReport) -> None:
-        """One report more of process `p`: did a thread of it wait in a collective? Each report
-        counts once (the probe writes one a beat; a look that finds the same one adds nothing)."""
+        """The beats of process `p` not counted yet: did a non-daemon thread of it wait in a
+        collective at each? A report holds its recent beats' stacks (ProbeReport.beats), so a
+        report read every few seconds still counts every beat; one of an older probe counts
+        once, its own threads. Each beat counts once (a look that finds the same report adds
+        nothing)."""
         before = self._waits.get(p.pid)
-        if before is not None and before[0] == p.seq:
+        if before is not None and before[0] >= p.seq:
             return
         flags = before[1] if before is not None else collections.deque(maxlen=WAIT_WINDOW)
         doing = before[2] if before is not None else ""
-        waiting = False
-        for t in p.threads:
-            if t.daemon:
+        beats = p.beat_samples() if p.beats else [(p.seq, [t for t in p.threads if not t.daemon])]
+        for seq, stacks in beats:
+            if before is not None and seq <= before[0]:
                 continue
-            c = classify(t.frames, t.compile_state)
-            if c.cls is ThreadClass.COLLECTIVE:
-                waiting, doing = True, c.doing or doing
-                break
-        flags.append(waiting)
+            waiting = False
+            for st in stacks:
+                c = classify(st.frames, st.compile_state)
+                if c.cls is ThreadClass.COLLECTIVE:
+                    waiting, doing = True, c.doing or doing
+                    break
+            flags.append(waiting)
         self._waits[p.pid] = (p.seq, flags, doing)
 
     def _idle(self, pid: int) -> bool:

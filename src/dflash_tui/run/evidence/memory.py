@@ -50,6 +50,9 @@ class LookMemory:
         # probe_files: each report's path -> what rundir.parse_probe_after answered at its last read
         self.probe_threads: dict[str, tuple] = {}
         self.probe_cursor = 0
+        # The watch's last verdict found the run steady (run/verdict/steady.py): probe_files may
+        # read the reports in turns. Set by the watch after each judged look; False until then.
+        self.steady = False
         # first_look: path -> [inode, size, mtime] of the copy held parsed; the agent skips its read.
         self.known: Bounded[str, list] = Bounded(4096)
         # stack_dumps: (pid, start ticks) -> (monotonic time asked, the dump then)

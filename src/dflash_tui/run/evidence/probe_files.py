@@ -13,6 +13,12 @@ kept copy stands in for a report not read this look, honestly: where its file wa
 since (a newer mtime), the probe beat then, so the copy's `time` is that mtime (its stacks are
 those of its last read); a process is never judged stale from a copy whose file is newer. The
 first look of a watch reads up to FIRST_LOOK_REPORTS at once.
+
+While the watch finds the run steady (LookMemory.steady, run/verdict/steady.py), a look reads
+the ones never read and a turn of STEADY_REPORTS in turns, by path, whatever changed first (a
+turn of more at over 256 ranks, so that each report is read again within BEAT_HISTORY looks): a
+report is then at most a few looks old, and every beat's wait sample still arrives with it
+(ProbeReport.beats keeps the last BEAT_HISTORY). The next look's turn is asked for up front.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import dataclasses
 import posixpath
 import re
 
-from ...contract.rundir import PROBE_DIR, ProbeReport, SchemaError, parse_probe_after
+from ...contract.rundir import BEAT_HISTORY, PROBE_DIR, ProbeReport, SchemaError, parse_probe_after
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import FileStat, PreflightOps
 from ..eager import gather_eager
@@ -30,6 +36,7 @@ from .memory import LookMemory
 MAX_REPORTS = 64                 # reports read per look at most (a watch's look: FIRST_LOOK_REPORTS once)
 NEWEST = 16                      # of which the most recently written, each look
 FIRST_LOOK_REPORTS = 1024
+STEADY_REPORTS = 16              # read per look, in turns, while the run is steady
 REPORT_MAX_BYTES = 256 << 10     # a report of 256 threads with six frames each is ~100 KiB
 _REPORT_NAME = re.compile(r"^[1-9][0-9]{0,9}\.json$")
 
@@ -130,6 +137,8 @@ def _plan(candidates: list[FileStat], memory: LookMemory) -> tuple[list[FileStat
     def same(st: FileStat) -> bool:
         h = held.get(st.path)
         return h is not None and h[:3] == (st.inode, st.size, st.mtime)
+    if memory.steady and held:
+        return _in_turns(candidates, memory, same)
     changed = [st for st in candidates if not same(st)]
     chosen: dict[str, FileStat] = {st.path: st for st in changed[:NEWEST]}
     for st in changed:
@@ -155,4 +164,27 @@ def _plan(candidates: list[FileStat], memory: LookMemory) -> tuple[list[FileStat
     else:
         ahead = rest[memory.probe_cursor % len(rest):][:MAX_REPORTS - NEWEST] if rest else []
         memory.reports = [st.path for st in changed[:NEWEST]] + [st.path for st in ahead]
+    return read, kept
+
+
+def _in_turns(candidates: list[FileStat], memory: LookMemory, same) -> tuple[list[FileStat], list[tuple[FileStat, tuple]]]:
+    """`_plan` for a steady run: those never read, and the changed ones of this look's turn of
+    STEADY_REPORTS (by path, so that the next turn is known now and asked for up front)."""
+    held = memory.probe_reports
+    ordered = sorted(candidates, key=lambda st: st.path)
+    n = len(ordered)
+    if not n:
+        return [], []
+    # Each report read again before its probe's BEAT_HISTORY is rewritten past (a run of 1,024
+    # ranks: 64 a look), never more than a look's MAX_REPORTS.
+    size = min(MAX_REPORTS, max(STEADY_REPORTS, -(-n // BEAT_HISTORY)))
+    start = memory.probe_cursor % n
+    turn = (ordered[start:] + ordered[:start])[:size]
+    memory.probe_cursor = start + len(turn)
+    chosen = {st.path: st for st in candidates if st.path not in held}
+    chosen.update((st.path, st) for st in turn if not same(st))
+    read = list(chosen.values())
+    kept = [(st, held[st.path]) for st in candidates if st.path not in chosen and st.path in held]
+    after = memory.probe_cursor % n
+    memory.reports = [st.path for st in (ordered[after:] + ordered[:after])[:size]]
     return read, kept
