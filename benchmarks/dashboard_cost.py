@@ -397,6 +397,15 @@ def _instrument() -> dict:
     wrap(run_screen.RunScreen, "on_gpu_snapshot", "gpu -> pane")
     wrap(health, "evaluate", "checklist (run/health)")
     wrap(tracebacks, "last_traceback", "traceback scan (run/)")
+    # The look's and the log poll's synchronous pieces.
+    from dflash_tui.gpu import sources as gpu_sources
+    from dflash_tui.run.evidence import log_series, logtail, progress
+    from dflash_tui.run.launch import launcher
+    wrap(launcher.Launcher, "judge", "judge (evaluate)")
+    wrap(progress.ProgressParser, "feed", "train.log progress parse")
+    wrap(log_series.LogSeries, "feed", "train.log metric series parse")
+    wrap(logtail.LogFollower, "_lines", "log follower lines")
+    wrap(gpu_sources, "snapshot_from_dict", "gpu snapshot decode")
     import gc
     started: list[float] = []
 
