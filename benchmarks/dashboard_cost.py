@@ -11,9 +11,10 @@ What runs (all real product code, on this machine):
 - with --ranks N, N more processes beside it, each a rank (RANK, LOCAL_RANK, WORLD_SIZE in its
   environment, as torchrun sets them) with a loop of its own and two helper threads, each under
   the run probe: N more probe reports rewritten every second (the writer is then their launcher);
-- the dashboard (DashboardApp + WatchSource: HostWatch at 1 Hz through the persistent
-  agent, LogFollower, GpuStream over a fake NVML with --gpus GPUs), headless, in its own
-  process at 120x40;
+- the dashboard (DashboardApp + WatchSource: HostWatch through the persistent agent, looking
+  every second, every STEADY_LOOK_S while the run is steady as the dashboard does
+  (DFLASH_BENCH_EVERY_SECOND=1: every second regardless), LogFollower, GpuStream over a fake
+  NVML with --gpus GPUs), headless, in its own process at 120x40;
 - `tail -F train.log > /dev/null`, started at the same moment.
 
 Measured over the same window after a warm-up: CPU seconds of the dashboard process plus its
@@ -130,6 +131,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     from dflash_tui.gpu.fake_nvml import FakeNvml, loader
     from dflash_tui.gpu.sources import LocalNvmlSource
     from dflash_tui.ui.app import DashboardApp
+    from dflash_tui.ui.main import STEADY_LOOK_S
     from dflash_tui.ui.sources.watch_source import WatchSource
     from dflash_tui.watch import open_watch
 
@@ -141,7 +143,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
 
     def fake_gpu_source(profile) -> WatchSource:
         """The live source, except that NVML is the fake one with `gpus` busy GPUs."""
-        watch = open_watch(profile)
+        watch = open_watch(profile, steady_interval=None if os.environ.get("DFLASH_BENCH_EVERY_SECOND") else STEADY_LOOK_S)
 
         async def fake_nvml():
             if os.environ.get("DFLASH_BENCH_NOGPU"):   # experiment knob: the GPU stream's share

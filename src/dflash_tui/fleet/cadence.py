@@ -27,24 +27,13 @@ from typing import Iterable
 from ..run.verdict.report import RunReport
 from ..run.verdict.checklist import Verdict
 from ..watch import changed
+from ..watch.base import Pid, running_pid
 
 STEADY_AFTER_POLLS = 5
 
 # Verdicts after which nothing more happens without a new launch (with no live process).
 ENDED = frozenset({Verdict.NO_RUN, Verdict.NOT_LAUNCHED, Verdict.NEVER_STARTED, Verdict.LOG_MISSING,
                    Verdict.FINISHED, Verdict.CRASHED, Verdict.KILLED, Verdict.STOPPED})
-
-Pid = tuple[int, int]   # (pid, start_ticks): one process, never another that reused its pid
-
-
-def running_pid(report: RunReport | None) -> Pid | None:
-    """The wrapper of a RUNNING run as an exit watch names it, when the report proves it alive
-    and recorded its start time; None otherwise."""
-    if (report is None or not report.connected or report.checklist.verdict is not Verdict.RUNNING
-            or report.pid_alive is not True or report.launch is None or report.launch.start_ticks is None):
-        return None
-    return (report.launch.pid, report.launch.start_ticks)
-
 
 def progressing(report: RunReport, within_s: float) -> bool:
     """Whether the run's last progress (target clock) is younger than `within_s`."""

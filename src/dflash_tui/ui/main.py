@@ -33,6 +33,11 @@ def invocation(argv0: str | None = None) -> str:
     return shlex.quote(argv0)
 
 
+# The run view looks at a steady run (watch/host.py) this often, at any other every second: a
+# run's end still shows at once (the agent's exit watch), its log still follows twice a second.
+STEADY_LOOK_S = 2.0
+
+
 def build_app(config, profile_name: str, *, fleet_home: bool = True) -> DashboardApp:
     """The live dashboard for a loaded config (dflash_tui.config.Config): with several profiles
     in the file, a FleetPoller behind the fleet screen, whose RunWatch each run view on one host
@@ -47,7 +52,7 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
         watch = fleet.watches.get(name) if fleet is not None and not profile.is_multinode else None
         if watch is not None:   # a run on one host: the fleet's HostWatch
             return WatchSource(watch, owned=False)
-        return WatchSource(open_watch(profile))
+        return WatchSource(open_watch(profile, steady_interval=STEADY_LOOK_S))
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
     command = invocation()

@@ -16,9 +16,11 @@ __all__ = ["ActionInFlight", "HostWatch", "LaunchResult", "LineFollower", "Liste
 
 
 def open_watch(profile: Profile, *, interval: float = 1.0, poll_timeout: float | None = None,
-               transport: SharedTransport | None = None) -> RunWatch:
+               transport: SharedTransport | None = None, steady_interval: float | None = None) -> RunWatch:
     """The watch of `profile`'s run. `transport`: a single host borrows its targets and agent
-    from it (the fleet); the nodes of a run on several have their own. Raises ConfigError."""
+    from it (the fleet); the nodes of a run on several have their own. `steady_interval`: how
+    often `reports` looks at a steady run on one host (watch/host.py). Raises ConfigError."""
     if profile.is_multinode:
         return NodesWatch(profile, interval=interval, poll_timeout=poll_timeout)
-    return HostWatch(Session(profile, transport=transport), interval=interval, poll_timeout=poll_timeout)
+    return HostWatch(Session(profile, transport=transport), interval=interval, poll_timeout=poll_timeout,
+                     steady_interval=steady_interval)

@@ -132,6 +132,19 @@ def changed(previous: RunReport | None, current: RunReport) -> bool:
     return before != {c.id: c.state for c in current.checklist.checks}
 
 
+Pid = tuple[int, int]   # (pid, start_ticks): one process, never another that reused its pid
+
+
+def running_pid(report: RunReport | None) -> Pid | None:
+    """The wrapper of a RUNNING run as an exit watch names it, when the report proves it alive
+    and recorded its start time; None otherwise."""
+    if (report is None or not report.connected or report.checklist.verdict is not Verdict.RUNNING
+            or report.pid_alive is not True or report.launch is None or report.launch.start_ticks is None):
+        return None
+    return (report.launch.pid, report.launch.start_ticks)
+
+
+
 class RunWatch(ABC):
     """The base of HostWatch (one host) and NodesWatch (a run on several nodes)."""
 
@@ -257,14 +270,19 @@ class RunWatch(ABC):
         return self._publish(await self._check(gpus))
 
     async def reports(self) -> AsyncIterator[RunReport]:
-        """Forever: a report now, then one per interval (sooner after an action)."""
+        """Forever: a report now, then one per interval (sooner after an action; a watch may
+        look less often while its run is steady: `_pause_s`)."""
         while True:
             yield await self.poll()
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+                await asyncio.wait_for(self._wake.wait(), await self._pause_s())
             except asyncio.TimeoutError:
                 pass
+
+    async def _pause_s(self) -> float:
+        """How long `reports` waits before its next look (an action or `_wake` ends it sooner)."""
+        return self.interval
 
     # -- the actions, one at a time -------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import time
 from typing import AsyncIterator
 
 from ..remote.base import TargetError
+from ..remote.ops import ExitWatch
 from ..run.launch.canary import CanaryResult
 from ..run.verdict.health import HealthTracker, with_gpu_check
 from ..run.launch.launch import LaunchOutcome
@@ -27,19 +28,28 @@ from ..run.verdict.steady import steady
 from .session import Session
 from ..gpu.sample import GpuSnapshot
 from ..run.history import CheckpointRef, HistoryRun, PreviousRun, previous_run
-from .base import LaunchResult, RunWatch, unreachable_report
+from .base import LaunchResult, Pid, RunWatch, running_pid, unreachable_report
 from .files import RunFileFollower
 from .gpu_feed import GpuFeed
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
+EXIT_WATCH_S = 30.0   # one wait_exit's longest wait; the next one follows at once
 
 
 class HostWatch(RunWatch):
-    def __init__(self, session: Session, interval: float = 1.0, poll_timeout: float | None = None) -> None:
+    def __init__(self, session: Session, interval: float = 1.0, poll_timeout: float | None = None,
+                 steady_interval: float | None = None) -> None:
         """`poll_timeout`: the longest one observation may take; past it the poll reports the
-        target as not answering (stale, with a retry), like any other transport failure."""
+        target as not answering (stale, with a retry), like any other transport failure.
+        `steady_interval`: `reports` looks this often instead while the run is steady and an
+        exit watch on the target's agent guards its wrapper (None: every `interval`)."""
         super().__init__(interval)
+        self.steady_interval = max(interval, steady_interval) if steady_interval is not None else None
+        self._steady = False                       # the last judged look found the run steady
+        self._exit_watch: asyncio.Task | None = None
+        self._exit_watched: Pid | None = None      # the wrapper that exit watch waits on
+        self._unwatchable: Pid | None = None       # a wrapper whose exit watch failed: `interval`
         self.session = session
         self.profile = session.profile
         self.limits = session.limits
@@ -79,8 +89,44 @@ class HostWatch(RunWatch):
         report = self.settle(ev, checklist)
         self.gpus.follow(report)
         # A steady run's probe reports are read in turns by the next looks, until it is not.
-        self.session.progress.looks.steady = steady(ev, report.checklist)
+        self._steady = self.session.progress.looks.steady = steady(ev, report.checklist)
         return report
+
+    async def _pause_s(self) -> float:
+        """`steady_interval` while the run is steady (run/verdict/steady.py: RUNNING, silent for
+        less than half its limit, so the next look still comes well before any limit) and an
+        exit watch guards its wrapper, so that its end wakes the next look at once, as at
+        `interval`; else `interval`."""
+        pid = running_pid(self.last) if self.steady_interval is not None and self._steady else None
+        if pid is None or pid == self._unwatchable:
+            self._end_exit_watch()
+            return self.interval
+        if self._exit_watched != pid or self._exit_watch is None or self._exit_watch.done():
+            self._end_exit_watch()
+            try:
+                ops = await self.session.ops()
+            except (TargetError, OSError):
+                return self.interval   # the next look says what is wrong
+            if not isinstance(ops, ExitWatch):
+                self._unwatchable = pid
+                return self.interval
+            self._exit_watched = pid
+            self._exit_watch = asyncio.create_task(self._watch_exit(ops, pid))
+        return self.steady_interval
+
+    async def _watch_exit(self, ops: ExitWatch, pid: Pid) -> None:
+        """Wake the next look the moment the steady run's wrapper ends."""
+        try:
+            while not await ops.wait_exit([pid], EXIT_WATCH_S):
+                pass
+        except (TargetError, OSError, ValueError, TypeError):
+            self._unwatchable = pid   # the looks report what is wrong with the target
+        self._wake.set()
+
+    def _end_exit_watch(self) -> None:
+        if self._exit_watch is not None:
+            self._exit_watch.cancel()
+        self._exit_watch, self._exit_watched = None, None
 
     async def _check(self, gpus: bool) -> RunReport:
         return await self._judge(await self.session.evidence(), gpus)
@@ -170,5 +216,6 @@ class HostWatch(RunWatch):
         await self.gpus.close()
 
     async def close(self) -> None:
+        self._end_exit_watch()
         await self.gpus.close()
         await self.session.close()

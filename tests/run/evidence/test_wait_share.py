@@ -3,8 +3,11 @@ read every few seconds (a run of many ranks read in turns) counts every beat it 
 
 from __future__ import annotations
 
+import dataclasses
+
 from dflash_tui.contract.rundir import BeatStack, ProbeReport, ProbeThread
 from dflash_tui.run.evidence.activity import ProgressTracker, WaitShare
+from dflash_tui.run.evidence.probe_files import ProbeReports
 
 REDUCE = ["/site-packages/torch/distributed/distributed_c10d.py:2501 all_reduce", "/w/train.py:88 step"]
 WORK = ["/w/model.py:40 forward", "/w/train.py:80 step"]
@@ -41,3 +44,24 @@ def test_a_report_of_an_older_probe_counts_its_own_threads_once():
     for seq in (3, 3, 4):
         tracker.sample_stacks([report(seq, [], waiting_now=True)])
     assert share(tracker) == WaitShare(2, 2, "all_reduce")
+
+
+def test_a_kept_copy_of_a_report_is_no_new_cpu_sample():
+    """A report not read this look stands in with its file's newer mtime as its time and the CPU
+    of its read: sampled again, the process would look idle for that look."""
+    tracker = ProgressTracker()
+    base = report(5, [[0]])
+
+    def look(report: ProbeReport, kept: bool = False) -> None:
+        probes = ProbeReports([report])
+        probes.cached, probes.fresh = (1, set()) if kept else (0, {report.pid})
+        tracker.sample_stacks(probes)
+    look(dataclasses.replace(base, seq=4, time=100.0, cpu_s=10.0))
+    look(dataclasses.replace(base, seq=5, time=101.0, cpu_s=11.0))
+    assert not tracker._idle(40)
+    look(dataclasses.replace(base, seq=5, time=104.0, cpu_s=11.0), kept=True)
+    assert not tracker._idle(40)
+    look(dataclasses.replace(base, seq=9, time=105.0, cpu_s=15.0))
+    assert not tracker._idle(40)
+    look(dataclasses.replace(base, seq=10, time=106.0, cpu_s=15.0))   # idle now
+    assert tracker._idle(40)

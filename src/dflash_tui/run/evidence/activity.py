@@ -40,6 +40,7 @@ from .pace import Pace, line_intervals, step_times
 from ..stacks.pauses import known_pause
 from .step_clock import StepClock
 from .memory import LookMemory
+from .probe_files import ProbeReports
 from .recent_reads import RecentReads
 from ..stacks.classify import ThreadClass, classify, own_code, parse_frame
 
@@ -390,6 +391,10 @@ class ProgressTracker:
         # A launcher (torchrun's agent: the one process without a rank among ranked ones)
         # loops over its workers; that loop is not the run's progress.
         ranked = any(p.rank is not None for p in probes)
+        # Reports not read this look (run/evidence/probe_files.py's kept copies) carry their
+        # file's newer mtime as their time but the CPU of their read: no new CPU sample.
+        kept = ({p.pid for p in probes if p.pid not in probes.fresh}
+                if isinstance(probes, ProbeReports) and probes.cached else ())
         for p in probes:
             if p.ended:
                 continue
@@ -401,7 +406,8 @@ class ProgressTracker:
                 threads, at = dump.threads, min(dump.time, p.time + PROBE_INTERVAL_S)
             else:
                 threads, at = p.threads, p.time
-            self._sample_proc_cpu(p)
+            if p.pid not in kept:
+                self._sample_proc_cpu(p)
             if not launcher:
                 self._sample_wait(p)
             for t in threads:
