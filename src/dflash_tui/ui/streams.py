@@ -12,6 +12,7 @@ resubscribes with capped backoff.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 
 from ..remote.base import TargetError
@@ -21,8 +22,9 @@ from .sources.source import EVENTS_LOG, ActionError
 
 LOG_POLL_S = 0.5   # two polls a second: under 1 s behind the file, half the redraws of 4 Hz
 # After a poll its timer made, the next one waits this much longer for the report it expects
-# (reports come each second, a little over): a timer poll just before a report, then the
-# report's own poll, would repaint every log row twice within a few milliseconds.
+# when one is due about then (reports come each second, or every 2 s while the run is steady,
+# a little over): a timer poll just before a report, then the report's own poll, would repaint
+# every log row twice within a few milliseconds.
 REPORT_SLACK_S = 0.2
 EVENTS_POLL_S = 1.0
 RETRY_MAX_S = 5.0
@@ -40,6 +42,7 @@ class RunStreams:
         self._pending_report: RunReport | None = None
         self._hold: asyncio.TimerHandle | None = None   # draws a held report alone, if still held
         self._report_applied_at = float("-inf")
+        self._report_times: collections.deque[float] = collections.deque(maxlen=2)   # the last two arrivals
 
     def _run(self, coro, group: str) -> None:
         self.view.run_worker(coro, group=group, exclusive=True)
@@ -91,6 +94,7 @@ class RunStreams:
                     # Held for the log poll it wakes, so both repaint in one frame; drawn
                     # alone if that poll does not come back quickly (a slow transport).
                     self._pending_report = report
+                    self._report_times.append(time.monotonic())
                     self._report_arrived.set()
                     # A plain loop timer, cancelled when the log poll draws the report (it
                     # nearly always does): no timer task and no wake-up a second for nothing.
@@ -161,7 +165,17 @@ class RunStreams:
                     pane.update_title()
                 # A bar redrawn with carriage returns shows at its latest state before its line ends.
                 pane.lines.show_partial(follower.partial)
-            timed = not await self._next_poll(delay + (REPORT_SLACK_S if timed and delay == LOG_POLL_S else 0.0))
+            timed = not await self._next_poll(delay + (self._slack(delay) if timed and delay == LOG_POLL_S else 0.0))
+
+    def _slack(self, delay: float) -> float:
+        """REPORT_SLACK_S when the next report is due about `delay` from now (as far after the
+        last one as that was after the one before), else none: a poll waits for a report that
+        is about to come, never for one a second away (a steady run's reports)."""
+        if len(self._report_times) < 2:
+            return REPORT_SLACK_S
+        before, last = self._report_times
+        due = last + (last - before) - time.monotonic()
+        return REPORT_SLACK_S if abs(due - delay) <= REPORT_SLACK_S else 0.0
 
     async def _events(self) -> None:
         metrics = self.view.metrics_pane
