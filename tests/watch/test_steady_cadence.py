@@ -54,3 +54,24 @@ async def test_a_steady_run_is_looked_at_less_often_and_its_end_shows_at_once(tm
         assert not watch.session.progress.looks.steady
     finally:
         await watch.close()
+
+
+async def test_without_an_exit_watch_a_steady_run_is_still_looked_at_every_interval(tmp_path):
+    """ShellOps cannot wait on a process on the target: a steady look every STEADY_S would see
+    the run's end up to STEADY_S late, so the looks stay every `interval`."""
+    profile = Profile(name="shell", run_dir=str(tmp_path / "run"), python=sys.executable,
+                      command=(sys.executable, PRINT_LOOP, "100000", "0.2"), stop_grace_s=2.0, min_free_gb=0.0)
+    watch = HostWatch(Session(profile, ops_kind="shell"), interval=0.25, steady_interval=STEADY_S)
+    try:
+        await watch.launch(preflight=False)
+        at, steady_looks = [], 0
+        deadline = time.monotonic() + 40
+        async for _ in watch.reports():
+            at.append(time.monotonic())
+            steady_looks += watch.session.progress.looks.steady
+            if steady_looks >= 4 or time.monotonic() > deadline:
+                break
+        assert steady_looks >= 4 and max(b - a for a, b in zip(at[-4:], at[-3:])) < 1.5, at
+    finally:
+        await watch.stop()
+        await watch.close()

@@ -35,6 +35,7 @@ from .gpu_feed import GpuFeed
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
 EXIT_WATCH_S = 30.0   # one wait_exit's longest wait; the next one follows at once
+EXIT_WATCH_RETRY_S = 30.0   # after a failed exit watch, a steady run is looked at every interval this long
 
 
 class HostWatch(RunWatch):
@@ -49,7 +50,7 @@ class HostWatch(RunWatch):
         self._steady = False                       # the last judged look found the run steady
         self._exit_watch: asyncio.Task | None = None
         self._exit_watched: Pid | None = None      # the wrapper that exit watch waits on
-        self._unwatchable: Pid | None = None       # a wrapper whose exit watch failed: `interval`
+        self._watch_again_at = 0.0                 # after a failed exit watch: `interval` till then
         self.session = session
         self.profile = session.profile
         self.limits = session.limits
@@ -98,7 +99,7 @@ class HostWatch(RunWatch):
         exit watch guards its wrapper, so that its end wakes the next look at once, as at
         `interval`; else `interval`."""
         pid = running_pid(self.last) if self.steady_interval is not None and self._steady else None
-        if pid is None or pid == self._unwatchable:
+        if pid is None or time.monotonic() < self._watch_again_at:
             self._end_exit_watch()
             return self.interval
         if self._exit_watched != pid or self._exit_watch is None or self._exit_watch.done():
@@ -107,8 +108,8 @@ class HostWatch(RunWatch):
                 ops = await self.session.ops()
             except (TargetError, OSError):
                 return self.interval   # the next look says what is wrong
-            if not isinstance(ops, ExitWatch):
-                self._unwatchable = pid
+            if not isinstance(ops, ExitWatch):   # ShellOps: no way to wait on the target
+                self._watch_again_at = time.monotonic() + EXIT_WATCH_RETRY_S
                 return self.interval
             self._exit_watched = pid
             self._exit_watch = asyncio.create_task(self._watch_exit(ops, pid))
@@ -120,7 +121,8 @@ class HostWatch(RunWatch):
             while not await ops.wait_exit([pid], EXIT_WATCH_S):
                 pass
         except (TargetError, OSError, ValueError, TypeError):
-            self._unwatchable = pid   # the looks report what is wrong with the target
+            # The looks report what is wrong with the target; every `interval` meanwhile.
+            self._watch_again_at = time.monotonic() + EXIT_WATCH_RETRY_S
         self._wake.set()
 
     def _end_exit_watch(self) -> None:
