@@ -33,6 +33,7 @@ from ..gpu.sources import run_ref_from_launch
 from ..remote.base import TargetError
 from ..remote.ops import ExitWatch
 from ..watch import HostWatch, RunWatch, open_watch
+from ..watch.host import EXIT_WATCH_S
 from .cadence import STEADY_AFTER_POLLS, TargetCadence
 from .row import FleetRow, config_error_row, row_from_report
 from ..watch.transport import SharedTransport, host_key, target_key
@@ -42,7 +43,6 @@ DEFAULT_POLL_TIMEOUT_S = 5.0
 DEFAULT_MAX_CONCURRENT = 16
 DEFAULT_GPU_INTERVAL_S = 2.0
 DEFAULT_STEADY_INTERVAL_S = 3.0
-EXIT_WATCH_S = 30.0   # one wait_exit's longest wait; the next one follows at once
 LATENCY_SAMPLES = 512
 
 

@@ -144,7 +144,6 @@ def running_pid(report: RunReport | None) -> Pid | None:
     return (report.launch.pid, report.launch.start_ticks)
 
 
-
 class RunWatch(ABC):
     """The base of HostWatch (one host) and NodesWatch (a run on several nodes)."""
 
