@@ -250,3 +250,35 @@ async def test_ops_annotator_marks_the_run_through_remote_ops(prefer):
         await ops.close()
         os.killpg(leader.pid, 9)
         leader.wait()
+
+
+@pytest.mark.parametrize("refused", ["clocks.max.sm", "clocks_throttle_reasons.active,clocks.max.sm"])
+async def test_a_driver_that_refuses_an_optional_field_is_queried_without_it(refused):
+    """An older driver (no clocks.max.sm) or a newer one that dropped a name prints `Field "x"
+    is not a valid field to query.` and exits 2: the query goes on without that field, whose
+    value reads None; the rest is the snapshot as always."""
+    source = SmiStreamSource(LocalTarget(env=standin_env(NVIDIA_SMI_STANDIN_REFUSE=refused)), interval_ms=100)
+    try:
+        snap = await source.sample(None)
+        for _ in range(20):   # the stream's first loop, after the one-shot query
+            if snap.error is None and snap.gpus:
+                break
+            await asyncio.sleep(0.1)
+            snap = await source.sample(None)
+        assert snap.error is None, snap.error
+        (gpu,) = snap.gpus
+        assert gpu.name == "NVIDIA H200" and gpu.util_sm_pct is not None and gpu.sm_clock_mhz is not None
+        assert gpu.sm_clock_max_mhz is None
+        assert (gpu.throttle_reasons == ()) == ("throttle" in refused)
+    finally:
+        await source.close()
+
+
+async def test_a_refused_field_the_snapshot_needs_is_an_error_that_names_it():
+    source = SmiStreamSource(LocalTarget(env=standin_env(NVIDIA_SMI_STANDIN_REFUSE="memory.used")), interval_ms=100)
+    try:
+        snap = await source.sample(None)
+        assert snap.gpus == () and snap.error is not None
+        assert 'too old for the query: Field "memory.used" is not a valid field' in snap.error.message
+    finally:
+        await source.close()

@@ -10,12 +10,15 @@ Format facts (checked against driver 580 on an H200, recorded in tests/fixtures/
 `--format=csv,noheader,nounits` prints comma+space separated values; unavailable values are
 `[N/A]`, `[Not Supported]`, `N/A`, or an error in brackets such as `[Unknown Error]` or
 `[GPU is lost]`; memory is MiB, power W, clocks MHz, temperature C; the throttle mask is hex.
-A bad field name makes it print `Field "x" is not a valid field to query.` and exit 2.
+A bad field name makes it print `Field "x" is not a valid field to query.` and exit 2: a
+driver that does not know one of OPTIONAL_FIELDS (an older one, or a newer one that dropped a
+name) gets the query without it, and that value reads None (gpu/sources.py SmiStreamSource).
 """
 
 from __future__ import annotations
 
 import csv
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -47,6 +50,11 @@ GPU_FIELDS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     # The SM clock's top, beside clocks.sm: a clock well under it names a cap (power, heat).
     ("clocks.max.sm", "sm_clock_max_mhz", lambda v: int(float(v))),
 )
+# The fields a snapshot can do without: refused by a driver, each is left out of the query.
+OPTIONAL_FIELDS = frozenset(("utilization.memory", "temperature.gpu", "power.draw", "enforced.power.limit",
+                             "clocks.sm", "clocks.mem", "clocks_throttle_reasons.active",
+                             "ecc.errors.uncorrected.volatile.total", "clocks.max.sm"))
+_REFUSED_FIELD = re.compile(r'Field "([^"\n]{1,80})" is not a valid field to query')
 APP_FIELDS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("timestamp", "timestamp", str),
     ("gpu_uuid", "gpu_uuid", str),
@@ -59,8 +67,22 @@ _UNAVAILABLE = {"n/a", "[n/a]", "[not supported]", "not supported", "[unknown er
 _LOST_MARKERS = ("gpu is lost", "gpu requires reset", "gpu requires restart")
 
 
-def gpu_query_argv(interval_ms: int | None = 1000) -> list[str]:
-    argv = ["nvidia-smi", "--query-gpu=" + ",".join(f for f, _, _ in GPU_FIELDS),
+def refused_field(text: str) -> str | None:
+    """The field nvidia-smi refused, from its message, or None."""
+    m = _REFUSED_FIELD.search(text)
+    return m.group(1) if m else None
+
+
+def without_field(fields: tuple, name: str) -> tuple | None:
+    """`fields` without optional field `name`; None when `name` is not one of them or not
+    optional (a query without it says nothing)."""
+    if name not in OPTIONAL_FIELDS or not any(f == name for f, _, _ in fields):
+        return None
+    return tuple(f for f in fields if f[0] != name)
+
+
+def gpu_query_argv(interval_ms: int | None = 1000, fields: tuple = GPU_FIELDS) -> list[str]:
+    argv = ["nvidia-smi", "--query-gpu=" + ",".join(f for f, _, _ in fields),
             "--format=csv,noheader,nounits"]
     return argv + ["-lms", str(interval_ms)] if interval_ms else argv
 
@@ -103,15 +125,16 @@ def _convert(raw: str, conv: Callable[[str], Any]) -> tuple[Any, bool]:
         return None, False
 
 
-def parse_gpu_line(line: str) -> dict[str, Any]:
-    """One `--query-gpu` line -> probe-style GPU dict (keys of gpu/sample.py's GpuSample).
+def parse_gpu_line(line: str, fields: tuple = GPU_FIELDS) -> dict[str, Any]:
+    """One `--query-gpu` line of `fields` -> probe-style GPU dict (keys of gpu/sample.py's
+    GpuSample; a field left out of the query reads None).
 
     Also returns `timestamp` and `count` (used to group lines into one sample).
     """
-    cells = _split(line, len(GPU_FIELDS), "--query-gpu", text_at=3)
-    out: dict[str, Any] = {}
+    cells = _split(line, len(fields), "--query-gpu", text_at=3)
+    out: dict[str, Any] = {key: None for _, key, _ in GPU_FIELDS}
     lost = False
-    for (prop, key, conv), raw in zip(GPU_FIELDS, cells):
+    for (prop, key, conv), raw in zip(fields, cells):
         value, gone = _convert(raw, conv)
         lost = lost or gone
         out[key] = value

@@ -30,8 +30,8 @@ from .codec import ProbeAnswerError, snapshot_from_dict, snapshots_for_runs
 from .nspid import RunPidMapper
 from .nvml_reader import NvmlReader, nvidia_gpu_present
 from .sample import GpuError, GpuErrorKind, GpuSnapshot
-from .smi import (AppsTracker, GpuLineGrouper, SmiLineError, apps_query_argv, classify_message,
-                  gpu_query_argv, parse_app_line, parse_gpu_line, snapshot_dict)
+from .smi import (GPU_FIELDS, AppsTracker, GpuLineGrouper, SmiLineError, apps_query_argv, classify_message,
+                  gpu_query_argv, parse_app_line, parse_gpu_line, refused_field, snapshot_dict, without_field)
 
 
 @dataclass(frozen=True)
@@ -285,15 +285,20 @@ class SmiStreamSource:
         self._tasks: list[asyncio.Task] = []
         self._retry_after = retry_after
         self._retry_at = 0.0          # when nvidia-smi could not start: when to try again
+        self._fields = GPU_FIELDS     # the query's fields: those this driver refused left out
 
     async def _preflight(self) -> bool:
-        """One one-shot query: proves nvidia-smi runs, says why when it does not."""
-        try:
-            res = await self._target.run(gpu_query_argv(None), timeout=15.0)
-        except TargetError as exc:
-            self._error = classify_message(str(exc)) or {
-                "kind": "probe_failed", "gpu_index": None,
-                "message": f"could not run nvidia-smi on {self._target.label}: {exc}"}
+        """One one-shot query: proves nvidia-smi runs, says why when it does not. A field this
+        driver refuses (OPTIONAL_FIELDS) is left out and the query asked again."""
+        while True:
+            res = await self._query()
+            if res is None or res.ok:
+                break
+            fewer = without_field(self._fields, refused_field(res.stdout + "\n" + res.stderr) or "")
+            if fewer is None:
+                break
+            self._fields = fewer
+        if res is None:
             return False
         if res.exit_status == 127 or (not res.ok and not res.stdout.strip()
                                       and "not found" in res.stderr.lower()):
@@ -308,12 +313,22 @@ class SmiStreamSource:
         self._consume_gpu_lines(res.stdout.splitlines(), GpuLineGrouper())
         return True
 
+    async def _query(self):
+        """The one-shot query's result, or None (the error said) when it could not be run."""
+        try:
+            return await self._target.run(gpu_query_argv(None, self._fields), timeout=15.0)
+        except TargetError as exc:
+            self._error = classify_message(str(exc)) or {
+                "kind": "probe_failed", "gpu_index": None,
+                "message": f"could not run nvidia-smi on {self._target.label}: {exc}"}
+            return None
+
     def _consume_gpu_lines(self, lines, grouper: GpuLineGrouper) -> None:
         for line in lines:
             if not line.strip():
                 continue
             try:
-                gpu = parse_gpu_line(line)
+                gpu = parse_gpu_line(line, self._fields)
             except SmiLineError:
                 self._error = classify_message(line) or {
                     "kind": "probe_failed", "gpu_index": None,
@@ -352,7 +367,7 @@ class SmiStreamSource:
             return
         grouper = GpuLineGrouper()
         self._tasks = [
-            asyncio.create_task(self._follow(gpu_query_argv(self._interval_ms),
+            asyncio.create_task(self._follow(gpu_query_argv(self._interval_ms, self._fields),
                                              lambda line: self._consume_gpu_lines([line], grouper))),
             asyncio.create_task(self._follow(apps_query_argv(self._interval_ms), self._on_app_line)),
         ]
