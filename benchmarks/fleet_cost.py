@@ -203,17 +203,22 @@ async def dashboard_child(cfg: str, window: float, victims: list[str], out: str)
     Path(out).write_text(json.dumps(result))
 
 
+async def every_run_seen(poller) -> None:
+    """Until the poller has a verdict for every profile, then 3 s more (past the first polls)."""
+    t0 = time.monotonic()
+    while not all(r.verdict is not None for r in poller.rows.values()):
+        if time.monotonic() - t0 > 60:
+            raise SystemExit("the poller did not see every run within 60 s")
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(3.0)
+
+
 async def poller_child(cfg: str, window: float, out: str) -> None:
     """The same polling without the screen: how the dashboard's CPU splits."""
     from dflash_tui.fleet.poller import FleetPoller
     config = load_config(cfg)
     async with FleetPoller(config.file_profiles()) as poller:
-        t0 = time.monotonic()
-        while not all(r.verdict is not None for r in poller.rows.values()):
-            if time.monotonic() - t0 > 60:
-                raise SystemExit("the poller did not see every run within 60 s")
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(3.0)
+        await every_run_seen(poller)
         c0, w0 = time.process_time(), time.monotonic()
         await asyncio.sleep(window)
         Path(out).write_text(json.dumps({"cpu_s": time.process_time() - c0, "wall_s": time.monotonic() - w0}))
@@ -592,12 +597,7 @@ async def same_child(cfg: str, window: float, out: str) -> None:
     from dflash_tui.fleet.poller import FleetPoller
     config = load_config(cfg)
     async with FleetPoller(config.file_profiles()) as poller:
-        t0 = time.monotonic()
-        while not all(r.verdict is not None for r in poller.rows.values()):
-            if time.monotonic() - t0 > 60:
-                raise SystemExit("the poller did not see every run within 60 s")
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(3.0)
+        await every_run_seen(poller)
         looks: dict[str, int] = {}
 
         async def count() -> None:

@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.recording.recovery import PAUSE_ENV
-from dflash_tui.recording.recovery_log import RecoveryLog
-from dflash_tui.recording.store import ChangeStore
 from tests.recording.test_daemon import PY, PROGRAMS, env_for, start_watcher, titles
 from tests.support.receivers import HttpReceiver
+from tests.support.watch_store import recorded_actions, recorded_states
 from tests.test_cli_modes import cli
 
 pytestmark = pytest.mark.timeout(120)
@@ -46,11 +45,7 @@ def write_config(tmp_path: Path, port: int, command: list[str], *, backoff_s: fl
 
 
 def actions(tmp_path: Path) -> list[tuple[str, str, int]]:
-    path = tmp_path / "watch.sqlite3"
-    if not path.exists():
-        return []
-    with RecoveryLog(path, readonly=True) as rl:
-        return [(a.action, a.run_id, a.attempt) for a in rl.actions("p")]
+    return [(a.action, a.run_id, a.attempt) for a in recorded_actions(tmp_path / "watch.sqlite3", "p")]
 
 
 def wait_until(what, timeout: float, why):
@@ -62,8 +57,7 @@ def wait_until(what, timeout: float, why):
 
 
 def states(tmp_path: Path) -> list[tuple[str, str]]:
-    with ChangeStore(tmp_path / "watch.sqlite3", readonly=True) as store:
-        return [(c.state, c.run_id) for c in store.changes("p")]
+    return recorded_states(tmp_path / "watch.sqlite3", "p")
 
 
 def test_a_hang_is_stopped_and_resumed_once_across_a_sigkilled_watcher(tmp_path, http):

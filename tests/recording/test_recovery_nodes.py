@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.contract.rundir import CHECKPOINTS_DIR, STATUS_JSON, TRAIN_LOG, parse_status, rank_file
-from dflash_tui.recording.recovery_log import RecoveryLog
-from dflash_tui.recording.store import ChangeStore
 from tests.recording.test_daemon import start_watcher
 from tests.recording.test_recovery import http, wait_until   # noqa: F401  (the module's receiver)
 from tests.support.runs import alive
+from tests.support.watch_store import recorded_actions, recorded_states
 from tests.test_cli_modes import cli
 from tests.watch.test_nodes_session import LOCAL, nodes_toml
 
@@ -43,19 +42,11 @@ def write_config(sshd, tmp_path: Path, port: int) -> Path:
 
 
 def actions(tmp_path: Path) -> list:
-    path = tmp_path / "watch.sqlite3"
-    if not path.exists():
-        return []
-    with RecoveryLog(path, readonly=True) as rl:
-        return rl.actions("two")
+    return recorded_actions(tmp_path / "watch.sqlite3", "two")
 
 
 def states(tmp_path: Path) -> list[tuple[str, str]]:
-    path = tmp_path / "watch.sqlite3"
-    if not path.exists():
-        return []
-    with ChangeStore(path, readonly=True) as store:
-        return [(c.state, c.run_id) for c in store.changes("two")]
+    return recorded_states(tmp_path / "watch.sqlite3", "two")
 
 
 def status(run_dir: Path, rank: int):

@@ -25,7 +25,6 @@ from dflash_tui.config import ConfigError
 from dflash_tui.contract.rundir import SLURM_JSON, LaunchRecord
 from dflash_tui.recording.change import VerdictChange
 from dflash_tui.recording.recovery import SCHEDULER_SETTLE_S, failed_nodes, job_still_ending
-from dflash_tui.recording.recovery_log import RecoveryLog
 from dflash_tui.run.verdict.checklist import Checklist, SchedulerFacts, ThreadHealth, ThreadState, Verdict
 from dflash_tui.run.verdict.rank_groups import group_ranks, nodes_outside_collective
 from dflash_tui.run.verdict.report import RunReport
@@ -34,6 +33,7 @@ from tests.recording.test_recovery import states, wait_until
 from tests.slurm.test_runs import cancel_jobs_on_the_two_nodes, slurm_env  # noqa: F401  (fixture)
 from tests.support.receivers import HttpReceiver
 from tests.support.slurm import WIDE, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
+from tests.support.watch_store import recorded_actions
 from tests.test_cli_modes import cli
 
 pytestmark = pytest.mark.timeout(120)
@@ -66,11 +66,7 @@ def write_config(tmp_path: Path, *, backoff_s: float = 3, on: tuple[str, ...] = 
 
 
 def recovery(tmp_path: Path) -> list:
-    path = tmp_path / "watch.sqlite3"
-    if not path.exists():
-        return []
-    with RecoveryLog(path, readonly=True) as rl:
-        return rl.actions("p")
+    return recorded_actions(tmp_path / "watch.sqlite3", "p")
 
 
 def job_id(tmp_path: Path) -> str:
