@@ -17,6 +17,7 @@ Keep this file free of anything newer than Python 3.8 and of non-stdlib imports.
 """
 
 import base64
+import collections
 import json
 import os
 import select
@@ -172,16 +173,40 @@ def _proc_bytes(path):
     except OSError:
         return None
     try:
-        chunks = []
-        while True:
-            b = os.read(fd, 65536)
-            if not b:
-                return b"".join(chunks)
-            chunks.append(b)
+        return _pread_all(fd)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+# A read of a /proc seq_file (stat, a thread's children) stops short of the caller's buffer only
+# at the file's end or when the kernel's own buffer, a page (4 KiB or more), is full, and then
+# within one record (a child's "PID ") of it: a shorter read is the whole file, so the walk's
+# files take one read each and only a children list of some 500 pids takes more.
+_READ = 4096
+_WHOLE_BELOW = _READ - 64
+
+
+def _pread_all(fd):
+    raw = os.pread(fd, _READ, 0)
+    if len(raw) < _WHOLE_BELOW:
+        return raw
+    chunks = [raw]
+    offset = len(raw)
+    while True:
+        more = os.pread(fd, 65536, offset)
+        if not more:
+            return b"".join(chunks)
+        chunks.append(more)
+        offset += len(more)
+
+
+def _stat_threads(stat_raw):
+    try:
+        return int(stat_raw[stat_raw.rindex(b")") + 2:].split()[17])
+    except (ValueError, IndexError):
+        return 2   # unparseable: look at every task
 
 
 def _children_of(pid, threads):
@@ -198,8 +223,226 @@ def _children_of(pid, threads):
     for tid in tids:
         raw = _proc_bytes("/proc/%d/task/%s/children" % (pid, tid))
         if raw:
-            kids.extend(parse_children(raw.decode("ascii", "replace")))
+            kids.extend(parse_children(raw))
     return kids
+
+
+# -- the walk's files, held open from one walk of a tree to the next ------------------------
+#
+# Opening a /proc file costs three times reading it, and a run of 64 ranks of 4 threads is
+# some 330 files a walk. So a walk keeps each process's stat and each thread's children file
+# open for the next walk of the same tree, and reads them again from offset 0 (a seq_file
+# regenerates). A held file stays bound to the process or thread it was opened for: once that
+# one is gone, stat and comm fail (ESRCH) and children reads empty, whatever later takes its
+# number. So a held process whose stat still reads is the very process the number names now, and
+# a held thread whose comm still reads is alive; when stat's thread count equals the held
+# threads and each of them is alive, they are all of its threads (a thread that ended and another
+# that started fail the liveness; a count that changed fails the count), otherwise the task
+# directory is listed again. The files are held for the processes of the last walk only, under
+# a budget of descriptors (beyond it a process is read by path, as if nothing were held), and
+# a tree not walked for HELD_IDLE_S is let go.
+
+HELD_IDLE_S = 120.0
+_held = {}          # root pid -> [monotonic time of its last walk, {pid: _Held}]
+_held_lock = threading.Lock()
+_held_fds = [0]     # descriptors held, all trees together
+
+
+def _fd_budget():
+    """Half the descriptors this process may open, at most 8192, less a margin."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            soft = 1 << 16
+    except (ImportError, ValueError, OSError):
+        soft = 1024
+    return max(0, min(soft // 2, 8192) - 64)
+
+
+FD_BUDGET = _fd_budget()
+
+
+def _hold(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    _held_fds[0] += 1
+    return fd
+
+
+def _let_go(fd):
+    if fd is not None:
+        _held_fds[0] -= 1
+        os.close(fd)
+
+
+class _Held(object):
+    """One process of a walked tree: its stat file and, per thread in the task directory's
+    order, (tid, children file, comm file or None for the leader, whose stat proves it alive)."""
+
+    __slots__ = ("pid", "stat_fd", "tasks")
+
+    def __init__(self, pid, stat_fd):
+        self.pid, self.stat_fd, self.tasks = pid, stat_fd, None
+
+    def close(self):
+        _let_go(self.stat_fd)
+        self.stat_fd = None
+        self._drop_tasks(self.tasks or ())
+        self.tasks = None
+
+    @staticmethod
+    def _drop_tasks(tasks):
+        for _tid, children_fd, comm_fd in tasks:
+            _let_go(children_fd)
+            _let_go(comm_fd)
+
+    def stat(self):
+        try:
+            return _pread_all(self.stat_fd)
+        except OSError:
+            return None
+
+    def children(self, threads):
+        """Children of every thread, the held ones when they are still all of them; None when
+        its threads' files would not fit the budget (nothing of them is held then)."""
+        if self.tasks is not None and len(self.tasks) == max(threads, 1):
+            kids = self._read_tasks(strict=True)
+            if kids is not None:
+                return kids
+        for attempt in range(3):
+            listed = self._relist(threads)
+            if listed is None:
+                return []   # the process is gone
+            if not listed:
+                self._drop_tasks(self.tasks or ())
+                self.tasks = None
+                return None
+            kids = self._read_tasks(strict=attempt < 2)
+            if kids is not None:
+                return kids
+        return []
+
+    def _read_tasks(self, strict):
+        """The children of the held threads; None (strict) when one of them has ended."""
+        kids = []
+        for _tid, children_fd, comm_fd in self.tasks:
+            try:
+                raw = _pread_all(children_fd)
+                if comm_fd is not None:
+                    os.pread(comm_fd, 64, 0)
+            except OSError:
+                if strict:
+                    return None
+                continue
+            if raw:
+                kids.extend(parse_children(raw))
+        return kids
+
+    def _relist(self, threads):
+        """Hold the current threads' files, keeping those of threads still alive; None when
+        the process is gone, False when they would not fit the budget."""
+        if threads <= 1:
+            tids = [str(self.pid)]
+        else:
+            try:
+                tids = os.listdir("/proc/%d/task" % self.pid)
+            except OSError:
+                return None
+        if _held_fds[0] + 2 * len(tids) > FD_BUDGET + 2 * len(self.tasks or ()):
+            return False
+        leader = str(self.pid)
+        old = {}
+        for task in self.tasks or ():
+            try:
+                if task[2] is not None:
+                    os.pread(task[2], 64, 0)
+                old[task[0]] = task
+            except OSError:
+                self._drop_tasks([task])
+        tasks = []
+        for tid in tids:
+            task = old.pop(tid, None)
+            if task is None:
+                base = "/proc/%d/task/%s/" % (self.pid, tid)
+                children_fd = _hold(base + "children")
+                if children_fd is None:
+                    continue   # that thread ended since the listing
+                comm_fd = None if tid == leader else _hold(base + "comm")
+                if tid != leader and comm_fd is None:
+                    _let_go(children_fd)
+                    continue
+                task = (tid, children_fd, comm_fd)
+            tasks.append(task)
+        self._drop_tasks(old.values())
+        self.tasks = tasks
+        return True
+
+
+def _walk_one(p, held, kept):
+    """(stat bytes, children pids) of process p, or None when it is gone; its files move from
+    `held` (the last walk's) to `kept` (this walk's)."""
+    h = held.pop(p, None)
+    stat_raw = h.stat() if h is not None else None
+    if stat_raw is None and h is not None:
+        h.close()   # the process it was opened for has ended; the number may be another's now
+        h = None
+    if h is None:
+        if _held_fds[0] + 2 <= FD_BUDGET:
+            fd = _hold("/proc/%d/stat" % p)
+            if fd is None:
+                return None
+            h = _Held(p, fd)
+            stat_raw = h.stat()
+            if stat_raw is None:
+                h.close()
+                return None
+        else:
+            stat_raw = _proc_bytes("/proc/%d/stat" % p)
+            if stat_raw is None:
+                return None
+            return stat_raw, _children_of(p, _stat_threads(stat_raw))
+    threads = _stat_threads(stat_raw)
+    kids = h.children(threads)
+    if kids is None:    # its threads' files are over the budget: read them by path
+        kids = _children_of(p, threads)
+    kept[p] = h
+    return stat_raw, kids
+
+
+def _walk(pid, max_procs):
+    walked, queue, seen = [], collections.deque([pid]), set()
+    now = time.monotonic()
+    with _held_lock:
+        for root in [r for r, (t, _) in _held.items() if now - t > HELD_IDLE_S and r != pid]:
+            for h in _held.pop(root)[1].values():
+                h.close()
+        held = _held.pop(pid, (0, {}))[1]
+        kept = {}
+        try:
+            while queue and len(walked) < max_procs:
+                p = queue.popleft()
+                if p in seen:
+                    continue
+                seen.add(p)
+                got = _walk_one(p, held, kept)
+                if got is None:
+                    if p == pid:
+                        break   # the root is gone: nothing below it to walk
+                    continue
+                walked.append((p, got[0], got[1]))
+                queue.extend(got[1])
+        finally:
+            for h in held.values():
+                h.close()
+            if walked:
+                _held[pid] = [now, kept]
+            else:
+                for h in kept.values():
+                    h.close()
+    return walked, bool(queue)
 
 
 def same_dir(a, b):
@@ -218,30 +461,13 @@ def op_proc_tree(pid, max_procs=MAX_TREE, run_dir=None):
     pid, max_procs = int(pid), max(1, min(int(max_procs), MAX_TREE))
     if pid <= 0:
         raise OpFailed("pid must be a positive integer, got %d" % pid)
-    walked, queue, seen = [], [pid], set()
-    while queue and len(walked) < max_procs:
-        p = queue.pop(0)
-        if p in seen:
-            continue
-        seen.add(p)
-        stat_raw = _proc_bytes("/proc/%d/stat" % p)
-        if stat_raw is None:
-            if p == pid:
-                break   # the root is gone: nothing below it to walk
-            continue
-        try:
-            threads = parse_stat_usage(stat_raw.decode("utf-8", "replace"))[3]
-        except (ValueError, IndexError):
-            threads = 2   # unparseable: look at every task
-        kids = _children_of(p, threads)
-        walked.append((p, stat_raw, kids))
-        queue.extend(kids)
+    walked, truncated = _walk(pid, max_procs)
     base = "/proc/%d/" % pid
     main = walked[0][2][0] if walked and walked[0][2] else None
     in_run_dir = same_dir(base + "cwd", run_dir) if run_dir is not None and walked else None
     return proc_tree_record(pid, walked, _proc_bytes(base + "cmdline"), _proc_bytes(base + "status"),
                             _proc_bytes("/proc/%d/cmdline" % main) if main else None,
-                            _CLK_TCK, bool(queue), in_run_dir)
+                            _CLK_TCK, truncated, in_run_dir)
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
