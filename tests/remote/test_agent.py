@@ -14,6 +14,7 @@ import pytest
 
 from dflash_tui.remote.agent import (BOOTSTRAP, AgentOps, AgentUnavailable, build_program,
                                      open_ops)
+from dflash_tui.remote import agent_server
 from dflash_tui.remote.agent_server import MAX_WAIT_PIDS, pid_info_one
 from dflash_tui.remote.base import CommandTimeout, OpRefused, TargetError
 from dflash_tui.remote.local import LocalTarget
@@ -266,3 +267,93 @@ async def test_wait_exit_returns_when_that_very_process_ends(python):
     while Path(f"/proc/{agent}").exists() and Path(f"/proc/{agent}/stat").read_text().split(") ")[1][0] != "Z":
         assert time.monotonic() < deadline, "a wait in flight kept the agent past its channel"
         await asyncio.sleep(0.05)
+
+
+# -- the process tree's walk, its files held open between walks ------------------------------
+
+THREAD_FORKS = ("import subprocess, sys, threading\n"
+                "done = threading.Event()\n"
+                "def worker():\n"
+                "    child = subprocess.Popen(['sleep', '60'])\n"
+                "    print(threading.get_native_id(), child.pid, flush=True)\n"
+                "    done.wait()\n"
+                "for line in sys.stdin:\n"
+                "    if line.strip() == 'end':\n"
+                "        done.set(); t.join(); done.clear(); print('ended', flush=True)\n"
+                "    else:\n"
+                "        t = threading.Thread(target=worker); t.start()\n")
+
+
+@pytest.fixture
+def thread_forks():
+    """A process whose worker thread forks a `sleep` on each 'fork' line and ends on 'end'."""
+    p = subprocess.Popen(["python3", "-c", THREAD_FORKS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, start_new_session=True)
+
+    def ask(line: str) -> list[str]:
+        p.stdin.write(line + "\n")
+        p.stdin.flush()
+        return p.stdout.readline().split()
+    yield p, ask
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    agent_server.op_proc_tree(p.pid)   # a tree that is gone lets its held files go
+
+
+def _walked(pid: int) -> set[int]:
+    """The pids one walk from pid finds."""
+    return {p for p, *_ in agent_server._walk(pid, agent_server.MAX_TREE)[0]}
+
+
+def test_proc_tree_finds_the_child_of_a_thread_that_replaced_one_that_ended(thread_forks):
+    """The walk holds each thread's children file between walks. A worker thread that ended and
+    another that started leave the thread count as it was: the held files must not be trusted
+    then, or the new thread's child is missed (the ended one's file reads empty)."""
+    p, ask = thread_forks
+    held0 = agent_server._held_fds[0]
+    tid1, child1 = map(int, ask("fork"))
+    for _ in range(2):   # the first walk opens the files, the second reads the held ones
+        tree = agent_server.op_proc_tree(p.pid)
+        assert (tree["procs"], tree["threads"], tree["main_pid"]) == (2, 2 + 1, child1)
+    assert ask("end") == ["ended"]     # its sleep is now the main thread's
+    tid2, child2 = map(int, ask("fork"))
+    assert tid2 != tid1
+    assert _walked(p.pid) == {p.pid, child1, child2}   # the very walk after the change
+    tree = agent_server.op_proc_tree(p.pid)
+    assert (tree["procs"], tree["threads"]) == (3, 2 + 1 + 1)
+    assert agent_server._held_fds[0] > held0
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert agent_server.op_proc_tree(p.pid)["procs"] == 0
+    assert agent_server._held_fds[0] == held0   # a tree that is gone lets its files go
+
+
+def test_proc_tree_trusts_no_held_file_of_a_process_that_ended(thread_forks):
+    """A held file names the process it was opened for, not its number: files held for a
+    number whose process ended (as when the number is reused) are dropped, the number read
+    afresh. Files of an ended `sleep` are planted under the live process's number."""
+    p, ask = thread_forks
+    _, child = map(int, ask("fork"))
+    gone = subprocess.Popen(["sleep", "60"])
+    entry = agent_server._Held(p.pid, agent_server._hold(f"/proc/{gone.pid}/stat"))
+    entry.tasks = [(str(p.pid), agent_server._hold(f"/proc/{gone.pid}/task/{gone.pid}/children"), None)]
+    gone.kill()
+    gone.wait()
+    agent_server._held[p.pid] = [time.monotonic(), {p.pid: entry}]
+    tree = agent_server.op_proc_tree(p.pid)
+    assert tree["procs"] == 2 and tree["main_pid"] == child and tree["root"]["alive"]
+    assert entry.stat_fd is None   # let go
+
+
+def test_proc_tree_over_the_descriptor_budget_reads_by_path(thread_forks, monkeypatch):
+    """Beyond the budget of held descriptors a process is read by path: the same answer."""
+    p, ask = thread_forks
+    _, child = map(int, ask("fork"))
+    held = agent_server.op_proc_tree(p.pid)
+    monkeypatch.setattr(agent_server, "FD_BUDGET", agent_server._held_fds[0] + 3)   # the root's stat only
+    for entry in agent_server._held.pop(p.pid)[1].values():
+        entry.close()
+    by_path = agent_server.op_proc_tree(p.pid)
+    assert by_path["main_pid"] == child and by_path["procs"] == 2
+    assert {k: v for k, v in by_path.items() if k != "cpu_s"} == {k: v for k, v in held.items() if k != "cpu_s"}
