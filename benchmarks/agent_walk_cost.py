@@ -6,18 +6,21 @@ Starts a tree like the dashboard benchmark's (benchmarks/dashboard_cost.py --ran
 launcher with --ranks child processes, each with 3 extra threads sleeping in loops, plus one
 process whose worker thread (not its main thread) forks a `sleep`, so a walk that reads only
 the main threads' children files would miss it. Then, each round, in alternating order, walks
-it with three copies of `op_proc_tree`:
+it four ways:
 
   before   the function at --before (`git show REF:src/dflash_tui/remote/agent_server.py`,
            written to a temporary module): every file opened by path each walk, the task
            directory listed for every process of more than one thread;
   by path  this tree's module with its descriptor budget at 0: the same walk by path, but one
            read a file and stat parsed from bytes (what the one-read idea is worth alone);
+  tids by path  the brief's first idea, in this file (TidsByPath): by path, one read a file,
+           the thread ids kept per (pid, start time) and the task directory listed again only
+           when the count changed or a kept thread's children file would not open;
   held     this tree's module as the agent runs it: the files held open from one walk to the
            next, the task directory listed again only when the threads changed.
 
 Measured: the thread CPU time (time.thread_time) of each walk; prints median and p90 per way
-and the ratios. Every round checks that the three records agree (procs, threads, states,
+and the ratios. Every round checks that the four records agree (procs, threads, states,
 main_pid, main_argv, the root, truncated; states with R and S counted together and CPU
 seconds within 0.1 s, the walks being moments apart) and that the worker thread's child is in them; a disagreement ends the run with its
 round and both records.
@@ -72,6 +75,61 @@ def load(path: Path, name: str):
     return mod
 
 
+class TidsByPath:
+    """The idea held files won over, for the record: keep each process's thread ids (keyed by
+    pid and start time) and, while stat's thread count is unchanged and every kept thread's
+    children file opens, read those by path without listing the task directory."""
+
+    def __init__(self, mod):
+        self.mod, self.tids = mod, {}
+
+    def op_proc_tree(self, pid: int) -> dict:
+        m, kept = self.mod, {}
+        walked, queue, seen = [], [pid], set()
+        while queue and len(walked) < m.MAX_TREE:
+            p = queue.pop(0)
+            if p in seen:
+                continue
+            seen.add(p)
+            stat_raw = m._proc_bytes("/proc/%d/stat" % p)
+            if stat_raw is None:
+                if p == pid:
+                    break
+                continue
+            rest = stat_raw[stat_raw.rindex(b")") + 2:].split()
+            threads, key = int(rest[17]), (p, int(rest[19]))
+            kids = self._kids(p, threads, self.tids.get(key)) if threads > 1 else m._children_of(p, 1)
+            if threads > 1:
+                kept[key] = self._last
+            walked.append((p, stat_raw, kids))
+            queue.extend(kids)
+        self.tids = kept
+        base = "/proc/%d/" % pid
+        main = walked[0][2][0] if walked and walked[0][2] else None
+        return m.proc_tree_record(pid, walked, m._proc_bytes(base + "cmdline"), m._proc_bytes(base + "status"),
+                                  m._proc_bytes("/proc/%d/cmdline" % main) if main else None,
+                                  m._CLK_TCK, bool(queue), None)
+
+    def _kids(self, p: int, threads: int, tids: list[str] | None) -> list[int]:
+        for attempt in range(2):
+            if tids is None or len(tids) != threads or attempt:
+                try:
+                    tids = os.listdir("/proc/%d/task" % p)
+                except OSError:
+                    return []
+            kids, whole = [], True
+            for tid in tids:
+                raw = self.mod._proc_bytes("/proc/%d/task/%s/children" % (p, tid))
+                if raw is None:
+                    whole = False
+                elif raw:
+                    kids.extend(self.mod.parse_children(raw))
+            if whole:
+                break
+        self._last = tids
+        return kids
+
+
 def comparable(rec: dict) -> dict:
     """What two walks moments apart must agree on: a sleeper that is running at one moment and
     asleep at the next counts as one either way (R and S together)."""
@@ -116,9 +174,11 @@ def measure(rounds: int, ranks: int, before: str, interval: float) -> dict:
     (tmp / "walk_before.py").write_bytes(old_src)
     ways = {"before": load(tmp / "walk_before.py", "walk_before"),
             "by path": load(SOURCE, "walk_path"),
+            "tids by path": TidsByPath(load(SOURCE, "walk_tids")),
             "held": load(SOURCE, "walk_held")}
     sys.modules["walk_held"] = ways["held"]
     ways["by path"].FD_BUDGET = 0
+    ways["tids by path"].mod.FD_BUDGET = 0
     load0 = os.getloadavg()
     tree = start_tree(ranks)
     try:
@@ -164,7 +224,7 @@ def report(res: dict, args: argparse.Namespace, command: str) -> str:
             f"{res['load1'][0]:.1f} after), CPython {platform.python_version()}, Linux {platform.release()}. "
             f"The tree: a launcher, {args.ranks} ranks of 4 threads, one process whose worker thread "
             f"forked a `sleep`: {res['procs']} processes, {res['threads']} threads. {args.rounds} rounds, "
-            f"the three ways in alternating order, {args.interval * 1e3:.0f} ms between rounds; the "
+            f"the four ways in alternating order, {args.interval * 1e3:.0f} ms between rounds; the "
             f"records agreed on every round. The held walk kept {res['fds']} descriptors open "
             f"(budget {res['budget']}).\n\n"
             f"| way | thread CPU a walk, median | p90 | of before (median) |\n| --- | ---: | ---: | ---: |\n"

@@ -308,7 +308,7 @@ class _Held(object):
     def children(self, threads):
         """Children of every thread, the held ones when they are still all of them; None when
         its threads' files would not fit the budget (nothing of them is held then)."""
-        if self.tasks is not None and len(self.tasks) == max(threads, 1):
+        if self.tasks and len(self.tasks) == max(threads, 1) and (threads > 1 or self.tasks[0][0] == str(self.pid)):
             kids = self._read_tasks(strict=True)
             if kids is not None:
                 return kids
