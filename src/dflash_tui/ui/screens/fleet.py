@@ -31,6 +31,7 @@ from ...remote.base import TargetError
 from ...fleet.row import DOWN, FAIL, OK, SEVERITY_RANK, WAIT, FleetRow
 from ..fmt import NA, age, gib, num, one_line
 from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
+from .compositor import changed_only
 from .dialogs import ConfirmScreen
 from .fleet_table import FleetHeader, FleetTable
 from ..sources.source import ActionError, run_action
@@ -156,6 +157,7 @@ class FleetScreen(Screen[None]):
         `source_for(name)`: the profile's DashboardSource, through which r/s/c act;
         `on_open(name)` / `on_history(name)`: what Enter / h do."""
         super().__init__()
+        changed_only(self)   # a row's change draws that row, not the whole screen
         self.fleet = fleet
         self.source_for = source_for
         self.on_open = on_open

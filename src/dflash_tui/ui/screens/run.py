@@ -39,6 +39,7 @@ from ..panes import RUN_PANES, TAB_PANES, GpuPane, HealthPane, LogPane, MetricsP
 from ..panes.health import HealthBox
 from ..sources.source import ActionError, DashboardSource, run_action
 from ..streams import RunStreams
+from .compositor import changed_only
 from .dialogs import ConfirmScreen
 from .fleet import FleetScreen
 from .history import HistoryScreen
@@ -86,6 +87,7 @@ class RunScreen(Screen):
         is none yet, so the first screen shows a real run start, compile and train. `start`: feed
         the panes from the first mount (else from the first `show_source`, or `streams.start()`)."""
         super().__init__(**kwargs)
+        changed_only(self)   # a log frame draws the log's rows, not the whole screen's
         self.start_on_mount = start
         self.source = source
         self.profile = profile
