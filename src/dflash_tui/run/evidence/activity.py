@@ -275,6 +275,10 @@ class ProgressTracker:
         # (pid, ident) -> (own-code frames, first seen with them); pid -> (report time, cpu_s, rate)
         self._stacks: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
         self._frames: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
+        # pid -> (the thread list of its report sampled last, its threads' keys): a report whose
+        # threads are that very list (run/evidence/probe_files.py's kept copy, or a read in which
+        # no thread moved: contract/rundir.py parse_probe_after keeps the list) changes neither.
+        self._sampled: dict[int, tuple[list, tuple[tuple[int, int], ...]]] = {}
         self._stack_moved_at: float | None = None
         self._stack_moved_where = ""
         self._stack_moved_own = False
@@ -397,6 +401,7 @@ class ProgressTracker:
                 if isinstance(probes, ProbeReports) and probes.cached else ())
         for p in probes:
             if p.ended:
+                self._sampled.pop(p.pid, None)   # its threads' memory goes below
                 continue
             launcher = ranked and p.rank is None
             dump = (dumps or {}).get(p.pid)
@@ -410,6 +415,11 @@ class ProgressTracker:
                 self._sample_proc_cpu(p)
             if not launcher:
                 self._sample_wait(p)
+            last = self._sampled.get(p.pid)
+            if last is not None and last[0] is threads:
+                seen.update(last[1])    # each thread's frames, signature and time as they are
+                continue
+            self._sampled[p.pid] = (threads, tuple((p.pid, t.ident) for t in threads))
             for t in threads:
                 key = (p.pid, t.ident)
                 seen.add(key)
@@ -438,6 +448,8 @@ class ProgressTracker:
                 del self._stacks[key]     # a thread that ended
             for key in [k for k in self._frames if k not in seen and k[0] in pids]:
                 del self._frames[key]
+            for pid in [pid for pid in self._sampled if pid not in pids]:
+                del self._sampled[pid]
 
     def _sample_wait(self, p: ProbeReport) -> None:
         """The beats of process `p` not counted yet: did a non-daemon thread of it wait in a

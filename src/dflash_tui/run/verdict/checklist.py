@@ -242,6 +242,18 @@ class ThreadHealth:
     def __post_init__(self) -> None:
         self.name, self.why = _inert(self.name), _inert(self.why)
 
+    @classmethod
+    def probed(cls, name: str, state: ThreadState, why: str, pid: int, rank: int | None, ident: int,
+               class_: str, doing: str, where: str, since: float | None, source: str,
+               stale: bool) -> "ThreadHealth":
+        """A probed thread's row, as `ThreadHealth(...)` makes it, without the generated
+        __init__'s call chain: a look of 1,024 ranks makes 20,000 of these."""
+        row = object.__new__(cls)
+        row.__dict__.update(name=name if name.isprintable() else _inert(name), state=state,
+                            why=why if not why or why.isprintable() else _inert(why), pid=pid, rank=rank, ident=ident,
+                            cls=class_, doing=doing, where=where, since=since, source=source, stale=stale)
+        return row
+
     @property
     def trouble(self) -> bool:
         return self.state in (ThreadState.STUCK, ThreadState.FAILED)

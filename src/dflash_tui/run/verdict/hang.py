@@ -41,7 +41,7 @@ from ...contract.rundir import ProbeReport, ProbeThread
 from ...words import cpu_use, duration
 from ..stacks.records import CollectiveProgress
 from ..evidence.observe import Evidence
-from ..stacks.classify import ThreadClass, classify, frame_place
+from ..stacks.classify import Classified, ThreadClass, classify, frame_place
 from .checklist import rank_ranges
 
 # A report older than this is stale: the probe rewrites it every second, unless no Python can
@@ -128,7 +128,7 @@ def _stale(ev: Evidence, p: ProbeReport) -> bool:
     return not p.ended and ev.now - p.time > STALE_AFTER_S
 
 
-def _worker(p: ProbeReport, threads: list[ProbeThread]) -> bool:
+def _worker(threads: list[ProbeThread]) -> bool:
     # One search per thread through its frames joined, not one per frame (the path holds no
     # newline, so no match spans two frames): every process of a run of 1,024, each poll.
     return any("/torch/utils/data/_utils/worker.py" in "\n".join(t.frames) for t in threads)
@@ -160,6 +160,33 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return a if b is None or a <= b else b
 
 
+# Each report's threads classified, kept while its thread list is the one read (a kept copy of a
+# report, or a read in which no thread moved, shares its last read's list: contract/rundir.py
+# parse_probe_after): id(list) -> (the list, its threads, whether the process is a DataLoader
+# worker, (class, innermost place) per thread). The list is held, so no other list takes its
+# id while the entry lives, and each thread is checked to be the one classified: a report is
+# never changed once parsed, so the entry is what classifying it again would give.
+_CLASSIFIED: dict[int, tuple[list[ProbeThread], tuple[ProbeThread, ...], bool, list[tuple[Classified, str]]]] = {}
+_CLASSIFIED_MAX = 4096     # reports (1,024 ranks and their DataLoader workers)
+
+
+def _classified(threads: list[ProbeThread]) -> tuple[bool, list[tuple[Classified, str]]]:
+    """(the process is a DataLoader worker, (class, innermost place) of each thread)."""
+    hit = _CLASSIFIED.get(id(threads))
+    if (hit is not None and hit[0] is threads and len(hit[1]) == len(threads)
+            and all(a is b for a, b in zip(hit[1], threads))):
+        return hit[2], hit[3]
+    rows = []
+    for t in threads:
+        c = classify(t.frames, t.compile_state)
+        rows.append((c, c.helper or (frame_place(t.frames[0]) if t.frames else "")))
+    worker = _worker(threads)
+    if len(_CLASSIFIED) >= _CLASSIFIED_MAX:
+        del _CLASSIFIED[next(iter(_CLASSIFIED))]     # the oldest
+    _CLASSIFIED[id(threads)] = (threads, tuple(threads), worker, rows)
+    return worker, rows
+
+
 def thread_views(ev: Evidence) -> list[ThreadView]:
     """Every thread of every live process of the run, classified; a stale report's threads come
     from the stack dump taken after it, when there is one."""
@@ -177,16 +204,14 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
         stale = _stale(ev, p)
         if stale and not use_dump and idle_worker(p):
             continue     # a DataLoader worker that ended with its loader (no atexit in workers)
-        worker = _worker(p, threads)
-        for t in threads:
-            c = classify(t.frames, t.compile_state)
+        worker, classes = _classified(threads)
+        for t, (c, inner) in zip(threads, classes):
             # Both are when the stack was first seen where it is, by the probe at its beats
             # (every second, since the process started) and by our own looks: the earlier knows more.
             since = _earliest(since_of.get((p.pid, t.ident)), None if use_dump else _probe_since(p, t))
             still = _earliest(still_of.get((p.pid, t.ident)), None if use_dump else _probe_still(p, t))
             if stale:   # no Python ran since the report: its stack stood still since then at least
                 since, still = _earliest(since, p.time), _earliest(still, p.time)
-            inner = c.helper or (frame_place(t.frames[0]) if t.frames else "")
             out.append(ThreadView(p.pid, p.rank, t.name, t.ident, c.cls, c.doing, c.where, inner, since,
                                   dump.source if use_dump else "probe", stale, p.time, t.daemon, p.ppid, worker,
                                   c.idle, c.acquiring, still))
@@ -258,14 +283,6 @@ def _by_process(views: list[ThreadView]) -> dict[int, list[ThreadView]]:
     return out
 
 
-def _blocked(ev: Evidence, views: list[ThreadView]) -> list[ThreadView]:
-    """Own code in a tree that uses no CPU is no code running: each such thread is in a C call
-    that waits (a plain lock, a sleep, a read), whatever its innermost Python frame says."""
-    if _busy(ev) is not False:
-        return views
-    return [replace(v, cls=C.BLOCKED) if v.cls is C.RUNNING else v for v in views]
-
-
 def _still(v: ThreadView) -> ThreadView:
     """A thread that waits, or runs no Python, stood still since its frames last changed; one
     that runs is in its function since it entered it, whatever line."""
@@ -275,9 +292,19 @@ def _still(v: ThreadView) -> ThreadView:
 
 
 def judged_views(ev: Evidence) -> list[ThreadView]:
-    """`thread_views` with what time and CPU add: own code in an idle tree is BLOCKED; a
-    thread that waits has waited since its stack last changed at all."""
-    return [_still(v) for v in _blocked(ev, [v for v in thread_views(ev) if v.cls is not C.UNKNOWN])]
+    """`thread_views` with what time and CPU add: own code in an idle tree is BLOCKED (each
+    such thread is in a C call that waits, a plain lock, a sleep, a read, whatever its
+    innermost Python frame says); a thread that waits has waited since its stack last changed
+    at all."""
+    blocked = _busy(ev) is False
+    out = []
+    for v in thread_views(ev):     # one pass, a look's every thread
+        if v.cls is C.UNKNOWN:
+            continue
+        if blocked and v.cls is C.RUNNING:
+            v = replace(v, cls=C.BLOCKED)
+        out.append(_still(v))
+    return out
 
 
 def diagnose(ev: Evidence, views: list[ThreadView] | None = None) -> Hang | None:
@@ -467,7 +494,7 @@ def _dataloader(ev: Evidence, views: list[ThreadView], loader: list[ThreadView])
 def idle_worker(p: ProbeReport) -> bool:
     """A DataLoader worker waiting at its index queue: what a worker that exited normally with
     its DataLoader looked like last (multiprocessing ends workers without atexit)."""
-    if not _worker(p, p.threads):
+    if not _worker(p.threads):
         return False
     main = next((t for t in p.threads if t.name == "MainThread"), None)
     if main is None or not main.frames:

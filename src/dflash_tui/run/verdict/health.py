@@ -176,9 +176,9 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
             why = whys.get(key)
             if why is None:
                 why = whys[key] = _one_line(f"{v.cls.words} in {v.place()}")
-        out.append(ThreadHealth(v.name, ThreadState.STUCK if stuck else ThreadState.OK, why,
-                                v.pid, v.rank, v.ident, v.cls.value, v.doing, v.where or v.innermost, v.since,
-                                v.source, v.stale))
+        out.append(ThreadHealth.probed(v.name, ThreadState.STUCK if stuck else ThreadState.OK, why,
+                                       v.pid, v.rank, v.ident, v.cls.value, v.doing, v.where or v.innermost,
+                                       v.since, v.source, v.stale))
     cl = cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
     return with_stragglers(cl, stragglers(paces(((("", p) for p in ev.probes)),
                                               {("", pid): w for pid, w in (ev.activity.waits.items()
