@@ -1,0 +1,125 @@
+"""A steady look's memos never change what it finds: the reports parsed, the stacks sampled and
+the verdict with its threads, rank groups and stragglers are what the same looks give without
+them (issue 37: the CPU of a look at many ranks).
+
+The looks are a watch's: 64 ranks' reports parsed from their JSON after their last read
+(contract/rundir.py parse_probe_after), most of them kept copies (run/evidence/probe_files.py),
+some read again with nothing moved, one rank whose main thread moves to a queue and back, one
+whose report goes stale, and at last a silence long enough for STALLED (the hang's words and
+the STUCK rows). Each look is judged with the memos warm from the looks before and again cold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from dflash_tui.contract.rundir import ProbeReport, parse_probe, parse_probe_after
+from dflash_tui.run.evidence.activity import Activity, ProgressTracker, WaitShare
+from dflash_tui.run.evidence.probe_files import ProbeReports
+from dflash_tui.run.verdict import hang
+from dflash_tui.run.verdict.health import evaluate
+from tests.support import scenarios as R
+
+RANKS, MOVER, STALE = 64, 5, 9
+
+
+def _text(p: ProbeReport) -> str:
+    return json.dumps(dataclasses.asdict(p))
+
+
+def _beat(p: ProbeReport, now: float, frames: list[str] | None = None) -> ProbeReport:
+    """The rank's next report at `now`: a new beat, its main thread at `frames` if given."""
+    threads = p.threads
+    if frames is not None and list(frames) != threads[0].frames:
+        threads = [dataclasses.replace(threads[0], frames=list(frames), stack_since=now, frames_since=now),
+                   *threads[1:]]
+    return dataclasses.replace(p, time=now, seq=p.seq + 1, cpu_s=p.cpu_s + 0.5, threads=threads)
+
+
+def _looks():
+    """(now, the look's reports as a watch holds them, the pids read this look) per look."""
+    files = {p.pid: p for p in R.rank_probes(RANKS)}     # each rank's report as its file holds it
+    held: dict[int, tuple] = {}                          # pid -> (the last read's parse, `before`)
+    now = R.T0
+    mover = files[60_000 + MOVER].threads[0].frames
+    plan = [  # (seconds on, ranks read, the mover's main thread)
+        (0, range(RANKS), None), (2, range(0, 16), None), (2, [MOVER, *range(16, 32)], R.QUEUE_FRAMES),
+        (2, range(32, 48), None), (2, [MOVER, *range(48, 64)], mover),
+        (2, range(0, 16), None), (300, range(16, 32), None)]
+    for on, read, frames in plan:
+        now += on
+        for pid, p in files.items():
+            if pid != 60_000 + STALE or now < R.T0 + 4:       # the stale rank's probe stops beating
+                files[pid] = _beat(p, now - 0.5, frames if pid == 60_000 + MOVER else None)
+        reports, fresh = [], set()
+        for pid, p in files.items():
+            if pid - 60_000 in read or pid not in held:
+                text = _text(p)
+                got, after = parse_probe_after(text, f"probe/{pid}.json", held.get(pid, (None, None))[1])
+                assert got == parse_probe(text, f"probe/{pid}.json")      # the memo's parse is the parse
+                held[pid] = (got, after)
+                reports.append(got)
+                fresh.add(pid)
+            else:   # a kept copy: the file beat since, so its time is the file's
+                kept = held[pid][0]
+                reports.append(dataclasses.replace(kept, time=p.time) if p.time > kept.time else kept)
+        probes = ProbeReports(reports)
+        probes.cached, probes.fresh = len(reports) - len(fresh), fresh
+        yield now, probes
+
+
+def _evidence(now: float, probes: ProbeReports, act: Activity):
+    base = dataclasses.replace(R._running_evidence(), status=None)
+    activity = dataclasses.replace(
+        ranks_activity(), stack_since=act.stack_since, frames_since=act.frames_since,
+        stack_moved_at=act.stack_moved_at, stack_moved_where=act.stack_moved_where)
+    return dataclasses.replace(base, now=now, probes=probes, activity=activity)
+
+
+def ranks_activity() -> Activity:
+    """A healthy run's tracker facts (a step 0.4 s before T0, busy CPU, every rank's wait share)."""
+    waits = {60_000 + r: WaitShare(samples=30, waiting=17, doing="all_reduce") for r in range(RANKS)}
+    return Activity(samples=30, log_grew_at=R.T0 - 0.4, program_output=True, output_polls=30, step=1527,
+                    step_at=R.T0 - 0.4, step_source="log", cpu_cores=float(RANKS), cpu_window_s=3.0,
+                    procs=RANKS + 1, threads=2 * RANKS, waits=waits)
+
+
+def _stacks(tracker: ProgressTracker, now: float) -> tuple:
+    a = tracker.activity(now, None)
+    return dict(a.stack_since), dict(a.frames_since), a.stack_moved_at, a.stack_moved_where
+
+
+def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
+    warm, cold = ProgressTracker(), ProgressTracker()
+    hang._CLASSIFIED.clear()
+    verdicts, moved = [], []
+    for now, probes in _looks():
+        warm.sample_stacks(probes)
+        cold._sampled.clear()          # every thread sampled as if seen for the first time this look
+        cold.sample_stacks(probes)
+        assert _stacks(warm, now) == _stacks(cold, now)
+        ev = _evidence(now, probes, warm.activity(now, None))
+        with_memo = evaluate(ev).to_dict()
+        hang._CLASSIFIED.clear()
+        without = evaluate(ev).to_dict()
+        assert with_memo == without
+        verdicts.append(without["verdict"])
+        moved.append([t for t in without["threads"] if t["pid"] == 60_000 + MOVER and t["name"] == "MainThread"][0])
+    # The looks went where the memos could go wrong: the mover's thread was judged where it
+    # stood each look, and the run ended STALLED with the hang's words.
+    assert [m["class"] for m in moved] == ["collective", "collective", "lock", "lock", "collective", "collective",
+                                           "collective"]
+    assert verdicts[0] == "RUNNING" and verdicts[-1] == "STALLED"
+
+
+def test_the_classes_memo_holds_its_lists_and_forgets_the_oldest():
+    hang._CLASSIFIED.clear()
+    probes = R.rank_probes(2)
+    ev = dataclasses.replace(R._running_evidence(), status=None, probes=probes)
+    hang.thread_views(ev)
+    assert {id(p.threads) for p in probes} <= set(hang._CLASSIFIED)
+    assert all(entry[0] is p.threads for p in probes for entry in [hang._CLASSIFIED[id(p.threads)]])
+    for _ in range(hang._CLASSIFIED_MAX):
+        hang._classified([])
+    assert len(hang._CLASSIFIED) <= hang._CLASSIFIED_MAX
