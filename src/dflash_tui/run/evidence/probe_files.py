@@ -113,7 +113,9 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None,
             continue
         if st.mtime > r.time:
             # Rewritten since the copy was read: the probe beat by then (its stacks are older).
-            r = dataclasses.replace(r, time=st.mtime)
+            # (A copy with one field set: `dataclasses.replace` calls every field's init, and
+            # most of a look's reports of many ranks are such copies.)
+            r = _at(r, st.mtime)
         found.append(r)
     reports = [r for r in found if run_id is None or r.run_id == run_id]
     reports.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
@@ -121,6 +123,13 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None,
                        listing=listing, read=[st.path for st in read])
     out.cached, out.fresh = len(kept), fresh
     return out
+
+
+def _at(report: ProbeReport, time: float) -> ProbeReport:
+    """`report` with `time` for its time."""
+    copy = object.__new__(ProbeReport)
+    copy.__dict__.update(report.__dict__, time=time)
+    return copy
 
 
 def _plan(candidates: list[FileStat], memory: LookMemory) -> tuple[list[FileStat], list[tuple[FileStat, tuple]]]:

@@ -254,6 +254,15 @@ class ThreadHealth:
                             cls=class_, doing=doing, where=where, since=since, source=source, stale=stale)
         return row
 
+    def with_stack(self, pid: int, rank: int | None, ident: int, class_: str, doing: str, where: str,
+                   since: float | None, source: str, stale: bool) -> "ThreadHealth":
+        """This thread's row with its stack's fields: a copy that keeps the texts already made
+        inert (`replace` would make them inert again, a status.json's every thread a look)."""
+        row = object.__new__(ThreadHealth)
+        row.__dict__.update(self.__dict__, pid=pid, rank=rank, ident=ident, cls=class_, doing=doing, where=where,
+                            since=since, source=source, stale=stale)
+        return row
+
     @property
     def trouble(self) -> bool:
         return self.state in (ThreadState.STUCK, ThreadState.FAILED)

@@ -165,8 +165,8 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
     for v in views:
         i = named.get(v.name) if v.pid == status_pid else None
         if i is not None:
-            out[i] = replace(out[i], pid=v.pid, rank=v.rank, ident=v.ident, cls=v.cls.value, doing=v.doing,
-                             where=v.where or v.innermost, since=v.since, source=v.source, stale=v.stale)
+            out[i] = out[i].with_stack(v.pid, v.rank, v.ident, v.cls.value, v.doing, v.where or v.innermost,
+                                       v.since, v.source, v.stale)
             continue
         # A library's helper parked waiting for work (tqdm's monitor) is not where a run stopped.
         stuck = stalled and (v.cls.waits or v.cls.compiles or v.stale) and not v.idle
