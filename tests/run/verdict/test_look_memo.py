@@ -5,8 +5,9 @@ them (issue 37: the CPU of a look at many ranks).
 The looks are a watch's: 64 ranks' reports parsed from their JSON after their last read
 (contract/rundir.py parse_probe_after), most of them kept copies (run/evidence/probe_files.py),
 some read again with nothing moved, one rank whose main thread moves to a queue and back, one
-whose report goes stale, and at last a silence long enough for STALLED (the hang's words and
-the STUCK rows). Each look is judged with the memos warm from the looks before and again cold.
+whose report goes stale, half of them from an older probe (no since of its own: the tracker's
+alone), a new watch's tracker midway, and at last a silence long enough for STALLED (the hang's
+words and the STUCK rows). Each look is judged with the memos warm from the looks before and again cold.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def _beat(p: ProbeReport, now: float, frames: list[str] | None = None) -> ProbeR
 def _looks():
     """(now, the look's reports as a watch holds them, the pids read this look) per look."""
     files = {p.pid: p for p in R.rank_probes(RANKS)}     # each rank's report as its file holds it
+    for pid, p in files.items():   # half the ranks run an older probe: since when, the tracker alone knows
+        if pid - 60_000 >= RANKS // 2:
+            files[pid] = dataclasses.replace(p, threads=[dataclasses.replace(t, stack_since=None, frames_since=None)
+                                                         for t in p.threads])
     held: dict[int, tuple] = {}                          # pid -> (the last read's parse, `before`)
     now = R.T0
     mover = files[60_000 + MOVER].threads[0].frames
@@ -93,8 +98,11 @@ def _stacks(tracker: ProgressTracker, now: float) -> tuple:
 def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
     warm, cold = ProgressTracker(), ProgressTracker()
     hang._CLASSIFIED.clear()
-    verdicts, moved = [], []
-    for now, probes in _looks():
+    hang._VIEWS.clear()
+    verdicts, moved, since = [], [], []
+    for look, (now, probes) in enumerate(_looks()):
+        if look == 5:   # a new watch of the same run: the tracker's since of every thread starts now
+            warm, cold = ProgressTracker(), ProgressTracker()
         warm.sample_stacks(probes)
         cold._sampled.clear()          # every thread sampled as if seen for the first time this look
         cold.sample_stacks(probes)
@@ -102,15 +110,18 @@ def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
         ev = _evidence(now, probes, warm.activity(now, None))
         with_memo = evaluate(ev).to_dict()
         hang._CLASSIFIED.clear()
+        hang._VIEWS.clear()
         without = evaluate(ev).to_dict()
         assert with_memo == without
         verdicts.append(without["verdict"])
         moved.append([t for t in without["threads"] if t["pid"] == 60_000 + MOVER and t["name"] == "MainThread"][0])
+        since.append([t for t in without["threads"] if t["pid"] == 60_000 + RANKS - 1 and t["name"] == "pin_memory"][0])
     # The looks went where the memos could go wrong: the mover's thread was judged where it
     # stood each look, and the run ended STALLED with the hang's words.
     assert [m["class"] for m in moved] == ["collective", "collective", "lock", "lock", "collective", "collective",
                                            "collective"]
     assert verdicts[0] == "RUNNING" and verdicts[-1] == "STALLED"
+    assert since[4]["since"] < since[5]["since"]    # the new watch's since, from its own first look
 
 
 def test_the_classes_memo_holds_its_lists_and_forgets_the_oldest():

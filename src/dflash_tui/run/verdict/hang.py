@@ -68,8 +68,7 @@ class ThreadView:
     innermost: str = ""          # no own frame: the library function that runs it ("tqdm monitor (tqdm/_monitor.py:69)")
     since: float | None = None   # since when its stack stands where it is (target clock); None: unknown
     source: str = "probe"        # "probe", or the stack dump's: "faulthandler", "py-spy"
-    stale: bool = False          # its process's report is stale: no Python ran since `report_time`
-    report_time: float = 0.0
+    stale: bool = False          # its process's report is stale: no Python ran since it was written
     daemon: bool = False
     ppid: int = 0
     dataloader_worker: bool = False
@@ -187,6 +186,36 @@ def _classified(threads: list[ProbeThread]) -> tuple[bool, list[tuple[Classified
     return worker, rows
 
 
+# Each live report's views, kept while what they are made of is as it was: its thread list (as
+# _CLASSIFIED's), its process's fields, the tracker's since of each thread, and a report time at
+# least as late (a probe's since later than its report is believed once the report catches up:
+# then only the same time). A stale report's, or one a stack dump replaces, is made afresh.
+# id(list) -> (the list, its threads, (pid, rank, ppid, start_time), time, later, the tracker's
+# since and still of each thread, the views, whether one waits for DataLoader workers).
+_VIEWS: dict[int, tuple] = {}
+
+
+def _kept_views(p: ProbeReport, since_of, still_of) -> tuple[list[ThreadView], bool] | None:
+    hit = _VIEWS.get(id(p.threads))
+    if (hit is None or hit[0] is not p.threads or hit[2] != (p.pid, p.rank, p.ppid, p.start_time)
+            or p.time < hit[3] or hit[4] and p.time != hit[3] or len(hit[1]) != len(p.threads)
+            or not all(a is b for a, b in zip(hit[1], p.threads))):
+        return None
+    keys = [(p.pid, t.ident) for t in hit[1]]
+    if [since_of.get(k) for k in keys] != hit[5] or [still_of.get(k) for k in keys] != hit[6]:
+        return None
+    return hit[7], hit[8]
+
+
+def _remember_views(p: ProbeReport, since_of, still_of, views: list[ThreadView], later: bool,
+                    loading: bool) -> None:
+    keys = [(p.pid, t.ident) for t in p.threads]
+    if len(_VIEWS) >= _CLASSIFIED_MAX:
+        del _VIEWS[next(iter(_VIEWS))]     # the oldest
+    _VIEWS[id(p.threads)] = (p.threads, tuple(p.threads), (p.pid, p.rank, p.ppid, p.start_time), p.time, later,
+                             [since_of.get(k) for k in keys], [still_of.get(k) for k in keys], views, loading)
+
+
 def thread_views(ev: Evidence) -> list[ThreadView]:
     """Every thread of every live process of the run, classified; a stale report's threads come
     from the stack dump taken after it, when there is one."""
@@ -204,6 +233,15 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
         stale = _stale(ev, p)
         if stale and not use_dump and idle_worker(p):
             continue     # a DataLoader worker that ended with its loader (no atexit in workers)
+        if not use_dump and not stale:
+            kept = _kept_views(p, since_of, still_of)
+            if kept is not None:
+                out.extend(kept[0])
+                if kept[1]:
+                    loading.add(p.pid)
+                continue
+        mine: list[ThreadView] = []
+        later = False    # a probe's word on a thread's since was later than its report
         worker, classes = _classified(threads)
         for t, (c, inner) in zip(threads, classes):
             # Both are when the stack was first seen where it is, by the probe at its beats
@@ -212,11 +250,17 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
             still = _earliest(still_of.get((p.pid, t.ident)), None if use_dump else _probe_still(p, t))
             if stale:   # no Python ran since the report: its stack stood still since then at least
                 since, still = _earliest(since, p.time), _earliest(still, p.time)
-            out.append(ThreadView(p.pid, p.rank, t.name, t.ident, c.cls, c.doing, c.where, inner, since,
-                                  dump.source if use_dump else "probe", stale, p.time, t.daemon, p.ppid, worker,
-                                  c.idle, c.acquiring, still))
+            if not use_dump and (t.stack_since is not None and t.stack_since > p.time
+                                 or t.frames_since is not None and t.frames_since > p.time):
+                later = True
+            mine.append(ThreadView(p.pid, p.rank, t.name, t.ident, c.cls, c.doing, c.where, inner, since,
+                                   dump.source if use_dump else "probe", stale, t.daemon, p.ppid, worker,
+                                   c.idle, c.acquiring, still))
             if c.cls is C.DATALOADER:
                 loading.add(p.pid)
+        out.extend(mine)
+        if not use_dump and not stale:
+            _remember_views(p, since_of, still_of, mine, later, p.pid in loading)
     # A child of a process that waits for its DataLoader workers is one of them, wherever its
     # stack is (the worker loop may be beyond the frames kept).
     return [replace(v, dataloader_worker=True) if v.ppid in loading and not v.dataloader_worker else v
