@@ -124,13 +124,15 @@ def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
     assert since[4]["since"] < since[5]["since"]    # the new watch's since, from its own first look
 
 
-def test_the_classes_memo_holds_its_lists_and_forgets_the_oldest():
+def test_the_memos_hold_one_entry_a_process_and_forget_the_oldest():
     hang._CLASSIFIED.clear()
+    hang._VIEWS.clear()
     probes = R.rank_probes(2)
     ev = dataclasses.replace(R._running_evidence(), status=None, probes=probes)
     hang.thread_views(ev)
-    assert {id(p.threads) for p in probes} <= set(hang._CLASSIFIED)
-    assert all(entry[0] is p.threads for p in probes for entry in [hang._CLASSIFIED[id(p.threads)]])
-    for _ in range(hang._CLASSIFIED_MAX):
-        hang._classified([])
-    assert len(hang._CLASSIFIED) <= hang._CLASSIFIED_MAX
+    hang.thread_views(dataclasses.replace(ev, probes=[dataclasses.replace(p, threads=list(p.threads)) for p in probes]))
+    for memo in (hang._CLASSIFIED, hang._VIEWS):
+        assert sorted(memo) == [p.pid for p in probes]     # a process's new list took its last one's place
+    for pid in range(hang._MEMO_MAX + 10):
+        hang._classified(pid, [])
+    assert len(hang._CLASSIFIED) == hang._MEMO_MAX and probes[0].pid not in hang._CLASSIFIED

@@ -23,7 +23,7 @@ report is then at most a few looks old, and every beat's wait sample still arriv
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import posixpath
 import re
 
@@ -92,8 +92,7 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None,
         if is_transport_failure(exc):
             raise
         return ProbeReports(problems=[f"{probe_dir}: {exc}"])
-    candidates = [st for st in listing
-                  if st.exists and not st.is_dir and _REPORT_NAME.match(posixpath.basename(st.path))]
+    candidates = [st for st in listing if st.exists and not st.is_dir and _is_report(st.path)]
     candidates.sort(key=lambda st: st.mtime, reverse=True)
     if memory is None:
         read, kept = candidates[:MAX_REPORTS], []
@@ -123,6 +122,12 @@ async def gather_probes(ops: PreflightOps, run_dir: str, run_id: str | None,
                        listing=listing, read=[st.path for st in read])
     out.cached, out.fresh = len(kept), fresh
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_report(path: str) -> bool:
+    """Whether a listed file is named as a probe report: the same paths every look."""
+    return _REPORT_NAME.match(posixpath.basename(path)) is not None
 
 
 def _at(report: ProbeReport, time: float) -> ProbeReport:

@@ -159,19 +159,26 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return a if b is None or a <= b else b
 
 
-# Each report's threads classified, kept while its thread list is the one read (a kept copy of a
-# report, or a read in which no thread moved, shares its last read's list: contract/rundir.py
-# parse_probe_after): id(list) -> (the list, its threads, whether the process is a DataLoader
-# worker, (class, innermost place) per thread). The list is held, so no other list takes its
-# id while the entry lives, and each thread is checked to be the one classified: a report is
-# never changed once parsed, so the entry is what classifying it again would give.
+# Each process's threads classified, kept while its report's thread list is the one classified
+# (a kept copy of a report, or a read in which no thread moved, shares its last read's list:
+# contract/rundir.py parse_probe_after): pid -> (the list, its threads, whether the process is
+# a DataLoader worker, (class, innermost place) per thread). The list and each of its threads
+# must be the very ones classified: a report is never changed once parsed, so the entry is what
+# classifying it again would give. By pid, so a process's next list takes its last one's place.
 _CLASSIFIED: dict[int, tuple[list[ProbeThread], tuple[ProbeThread, ...], bool, list[tuple[Classified, str]]]] = {}
-_CLASSIFIED_MAX = 4096     # reports (1,024 ranks and their DataLoader workers)
+_MEMO_MAX = 4096     # processes (1,024 ranks and their DataLoader workers), the oldest forgotten
 
 
-def _classified(threads: list[ProbeThread]) -> tuple[bool, list[tuple[Classified, str]]]:
+def _remember(memo: dict, pid: int, entry: tuple) -> None:
+    memo.pop(pid, None)
+    if len(memo) >= _MEMO_MAX:
+        del memo[next(iter(memo))]
+    memo[pid] = entry
+
+
+def _classified(pid: int, threads: list[ProbeThread]) -> tuple[bool, list[tuple[Classified, str]]]:
     """(the process is a DataLoader worker, (class, innermost place) of each thread)."""
-    hit = _CLASSIFIED.get(id(threads))
+    hit = _CLASSIFIED.get(pid)
     if (hit is not None and hit[0] is threads and len(hit[1]) == len(threads)
             and all(a is b for a, b in zip(hit[1], threads))):
         return hit[2], hit[3]
@@ -180,9 +187,7 @@ def _classified(threads: list[ProbeThread]) -> tuple[bool, list[tuple[Classified
         c = classify(t.frames, t.compile_state)
         rows.append((c, c.helper or (frame_place(t.frames[0]) if t.frames else "")))
     worker = _worker(threads)
-    if len(_CLASSIFIED) >= _CLASSIFIED_MAX:
-        del _CLASSIFIED[next(iter(_CLASSIFIED))]     # the oldest
-    _CLASSIFIED[id(threads)] = (threads, tuple(threads), worker, rows)
+    _remember(_CLASSIFIED, pid, (threads, tuple(threads), worker, rows))
     return worker, rows
 
 
@@ -190,13 +195,13 @@ def _classified(threads: list[ProbeThread]) -> tuple[bool, list[tuple[Classified
 # _CLASSIFIED's), its process's fields, the tracker's since of each thread, and a report time at
 # least as late (a probe's since later than its report is believed once the report catches up:
 # then only the same time). A stale report's, or one a stack dump replaces, is made afresh.
-# id(list) -> (the list, its threads, (pid, rank, ppid, start_time), time, later, the tracker's
+# pid -> (the list, its threads, (pid, rank, ppid, start_time), time, later, the tracker's
 # since and still of each thread, the views, whether one waits for DataLoader workers).
 _VIEWS: dict[int, tuple] = {}
 
 
 def _kept_views(p: ProbeReport, since_of, still_of) -> tuple[list[ThreadView], bool] | None:
-    hit = _VIEWS.get(id(p.threads))
+    hit = _VIEWS.get(p.pid)
     if (hit is None or hit[0] is not p.threads or hit[2] != (p.pid, p.rank, p.ppid, p.start_time)
             or p.time < hit[3] or hit[4] and p.time != hit[3] or len(hit[1]) != len(p.threads)
             or not all(a is b for a, b in zip(hit[1], p.threads))):
@@ -210,10 +215,8 @@ def _kept_views(p: ProbeReport, since_of, still_of) -> tuple[list[ThreadView], b
 def _remember_views(p: ProbeReport, since_of, still_of, views: list[ThreadView], later: bool,
                     loading: bool) -> None:
     keys = [(p.pid, t.ident) for t in p.threads]
-    if len(_VIEWS) >= _CLASSIFIED_MAX:
-        del _VIEWS[next(iter(_VIEWS))]     # the oldest
-    _VIEWS[id(p.threads)] = (p.threads, tuple(p.threads), (p.pid, p.rank, p.ppid, p.start_time), p.time, later,
-                             [since_of.get(k) for k in keys], [still_of.get(k) for k in keys], views, loading)
+    _remember(_VIEWS, p.pid, (p.threads, tuple(p.threads), (p.pid, p.rank, p.ppid, p.start_time), p.time, later,
+                             [since_of.get(k) for k in keys], [still_of.get(k) for k in keys], views, loading))
 
 
 def thread_views(ev: Evidence) -> list[ThreadView]:
@@ -242,7 +245,7 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
                 continue
         mine: list[ThreadView] = []
         later = False    # a probe's word on a thread's since was later than its report
-        worker, classes = _classified(threads)
+        worker, classes = _classified(p.pid, threads)
         for t, (c, inner) in zip(threads, classes):
             # Both are when the stack was first seen where it is, by the probe at its beats
             # (every second, since the process started) and by our own looks: the earlier knows more.
