@@ -5,7 +5,7 @@ them (issue 37: the CPU of a look at many ranks).
 The looks are a watch's: 64 ranks' reports parsed from their JSON after their last read
 (contract/rundir.py parse_probe_after), most of them kept copies (run/evidence/probe_files.py),
 some read again with nothing moved, one rank whose main thread moves to a queue and back, one
-whose report goes stale, half of them from an older probe (no since of its own: the tracker's
+whose report goes stale, one whose thread is renamed, half of them from an older probe (no since of its own: the tracker's
 alone), a new watch's tracker midway, and at last a silence long enough for STALLED (the hang's
 words and the STUCK rows). Each look is judged with the memos warm from the looks before and again cold.
 """
@@ -22,7 +22,7 @@ from dflash_tui.run.verdict import hang
 from dflash_tui.run.verdict.health import evaluate
 from tests.support import scenarios as R
 
-RANKS, MOVER, STALE = 64, 5, 9
+RANKS, MOVER, STALE, RENAMED = 64, 5, 9, 40
 
 
 def _text(p: ProbeReport) -> str:
@@ -57,6 +57,10 @@ def _looks():
         for pid, p in files.items():
             if pid != 60_000 + STALE or now < R.T0 + 4:       # the stale rank's probe stops beating
                 files[pid] = _beat(p, now - 0.5, frames if pid == 60_000 + MOVER else None)
+        if now == R.T0 + 6:   # a thread renamed, its frames as they were: nothing else tells
+            renamed = files[60_000 + RENAMED]
+            files[renamed.pid] = dataclasses.replace(renamed, threads=[
+                renamed.threads[0], dataclasses.replace(renamed.threads[1], name="pin_memory_thread")])
         reports, fresh = [], set()
         for pid, p in files.items():
             if pid - 60_000 in read or pid not in held:
@@ -121,7 +125,8 @@ def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
     assert [m["class"] for m in moved] == ["collective", "collective", "lock", "lock", "collective", "collective",
                                            "collective"]
     assert verdicts[0] == "RUNNING" and verdicts[-1] == "STALLED"
-    assert since[4]["since"] < since[5]["since"]    # the new watch's since, from its own first look
+    assert since[4]["since"] < since[5]["since"]
+    assert "pin_memory_thread" in {t["name"] for t in without["threads"] if t["pid"] == 60_000 + RENAMED}    # the new watch's since, from its own first look
 
 
 def test_the_memos_hold_one_entry_a_process_and_forget_the_oldest():
