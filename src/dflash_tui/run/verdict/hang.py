@@ -34,6 +34,7 @@ function since it entered it (its innermost own frame, the line aside: a loop is
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -49,6 +50,7 @@ from .checklist import rank_ranges
 STALE_AFTER_S = 5.0
 
 C = ThreadClass
+_WAITING = frozenset(c for c in ThreadClass if c.waits)    # `ThreadClass.waits`, as a set
 
 
 @dataclass
@@ -180,7 +182,7 @@ def _classified(pid: int, threads: list[ProbeThread]) -> tuple[bool, list[tuple[
     """(the process is a DataLoader worker, (class, innermost place) of each thread)."""
     hit = _CLASSIFIED.get(pid)
     if (hit is not None and hit[0] is threads and len(hit[1]) == len(threads)
-            and all(a is b for a, b in zip(hit[1], threads))):
+            and all(map(operator.is_, hit[1], threads))):
         return hit[2], hit[3]
     rows = []
     for t in threads:
@@ -195,8 +197,9 @@ def _classified(pid: int, threads: list[ProbeThread]) -> tuple[bool, list[tuple[
 # _CLASSIFIED's), its process's fields, the tracker's since of each thread, and a report time at
 # least as late (a probe's since later than its report is believed once the report catches up:
 # then only the same time). A stale report's, or one a stack dump replaces, is made afresh.
-# pid -> (the list, its threads, (pid, rank, ppid, start_time), time, later, the tracker's
-# since and still of each thread, the views, whether one waits for DataLoader workers).
+# pid -> (the list, its threads, (pid, rank, ppid, start_time), time, later, each thread's
+# (pid, ident), the tracker's since and still of each, the views, whether one waits for
+# DataLoader workers).
 _VIEWS: dict[int, tuple] = {}
 
 
@@ -204,19 +207,19 @@ def _kept_views(p: ProbeReport, since_of, still_of) -> tuple[list[ThreadView], b
     hit = _VIEWS.get(p.pid)
     if (hit is None or hit[0] is not p.threads or hit[2] != (p.pid, p.rank, p.ppid, p.start_time)
             or p.time < hit[3] or hit[4] and p.time != hit[3] or len(hit[1]) != len(p.threads)
-            or not all(a is b for a, b in zip(hit[1], p.threads))):
+            or not all(map(operator.is_, hit[1], p.threads))):
         return None
-    keys = [(p.pid, t.ident) for t in hit[1]]
-    if [since_of.get(k) for k in keys] != hit[5] or [still_of.get(k) for k in keys] != hit[6]:
+    keys = hit[5]
+    if list(map(since_of.get, keys)) != hit[6] or list(map(still_of.get, keys)) != hit[7]:
         return None
-    return hit[7], hit[8]
+    return hit[8], hit[9]
 
 
 def _remember_views(p: ProbeReport, since_of, still_of, views: list[ThreadView], later: bool,
                     loading: bool) -> None:
     keys = [(p.pid, t.ident) for t in p.threads]
     _remember(_VIEWS, p.pid, (p.threads, tuple(p.threads), (p.pid, p.rank, p.ppid, p.start_time), p.time, later,
-                             [since_of.get(k) for k in keys], [still_of.get(k) for k in keys], views, loading))
+                             keys, list(map(since_of.get, keys)), list(map(still_of.get, keys)), views, loading))
 
 
 def thread_views(ev: Evidence) -> list[ThreadView]:
@@ -270,12 +273,15 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
             for v in out]
 
 
+_CLASS = operator.attrgetter("cls")
+
+
 def compiling(views: list[ThreadView]) -> bool:
-    return any(v.cls is C.COMPILING for v in views)
+    return C.COMPILING in map(_CLASS, views)    # a look asks this of its every thread, several times
 
 
 def importing(views: list[ThreadView]) -> bool:
-    return any(v.cls is C.IMPORTING for v in views)
+    return C.IMPORTING in map(_CLASS, views)
 
 
 def _busy(ev: Evidence) -> bool | None:
@@ -333,7 +339,7 @@ def _by_process(views: list[ThreadView]) -> dict[int, list[ThreadView]]:
 def _still(v: ThreadView) -> ThreadView:
     """A thread that waits, or runs no Python, stood still since its frames last changed; one
     that runs is in its function since it entered it, whatever line."""
-    if not v.cls.waits and not v.stale or v.still is None or v.still == v.since:
+    if v.still is None or v.still == v.since or not v.stale and v.cls not in _WAITING:
         return v
     return replace(v, since=v.still)
 
