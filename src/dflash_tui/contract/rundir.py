@@ -43,6 +43,8 @@ terminal as an escape sequence, whatever view prints it.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 import math
@@ -458,8 +460,8 @@ def parse_probe_after(text: str, what: str, before: tuple | None) -> tuple[Probe
     if rest == old_rest:
         # Only the beat moved (and perhaps threads): the last report with the beat's fields.
         beat = {}
-        for name, _required, _default, check in _plan(ProbeReport):
-            if name in _PROBE_BEAT and name in data:
+        for name, check in _beat_plan():
+            if name in data:
                 try:
                     beat[name] = check(data[name])
                 except _Bad as bad:
@@ -470,6 +472,12 @@ def parse_probe_after(text: str, what: str, before: tuple | None) -> tuple[Probe
         report = build_record(ProbeReport, {**data, "threads": []}, what)
         report.threads = threads
     return report, (raw, threads, rest, report)
+
+
+@functools.cache
+def _beat_plan() -> tuple[tuple[str, Any], ...]:
+    """(name, checker) of the beat's fields, in the report's field order."""
+    return tuple((name, check) for name, _required, _default, check in _plan(ProbeReport) if name in _PROBE_BEAT)
 
 
 def _probe_rest(data: dict) -> tuple:
@@ -649,6 +657,15 @@ def _wrong(value: Any, expected: str) -> _Bad:
     return _Bad(f"is {_show(value)}, expected {expected}")
 
 
+_INT, _LIST = frozenset((int,)), frozenset((list,))
+
+
+def _plain_ints(values: list) -> bool:
+    """Every value an int (not a bool) within _INT_LIMIT: `check_int`'s rule, in C's loops."""
+    return (set(map(type, values)) <= _INT
+            and (not values or -_INT_LIMIT < min(values) and max(values) < _INT_LIMIT))
+
+
 def _checker(hint: Any, meta: Any = None):
     """A function value -> value as `hint` requires (ints stay ints, numbers become floats),
     raising _Bad. Built once per field, so reading a record dispatches on no types."""
@@ -686,12 +703,11 @@ def _checker(hint: Any, meta: Any = None):
             # The common cases of ints and lists of ints (a report's beats: 16 lists a read) in
             # one pass without a call per item; anything else gets the item's own check and its
             # words.
-            if plain_ints and all(type(v) is int and -_INT_LIMIT < v < _INT_LIMIT for v in value):
+            if plain_ints and _plain_ints(value):
                 return list(value)
-            if lists_of_ints and all(type(b) is list and len(b) <= _MAX_ITEMS
-                                     and all(type(v) is int and -_INT_LIMIT < v < _INT_LIMIT for v in b)
-                                     for b in value):
-                return [list(b) for b in value]
+            if (lists_of_ints and set(map(type, value)) <= _LIST and max(map(len, value), default=0) <= _MAX_ITEMS
+                    and _plain_ints(list(itertools.chain.from_iterable(value)))):
+                return list(map(list, value))
             out = []
             for i, v in enumerate(value):
                 try:
