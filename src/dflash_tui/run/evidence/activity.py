@@ -275,6 +275,9 @@ class ProgressTracker:
         # (pid, ident) -> (own-code frames, first seen with them); pid -> (report time, cpu_s, rate)
         self._stacks: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
         self._frames: dict[tuple[int, int], tuple[tuple[str, ...], float]] = {}
+        # Each thread's since and still (from _stacks and _frames) as the last Activity had them;
+        # None once either changed.
+        self._since: tuple[Mapping, Mapping] | None = None
         # pid -> (the thread list of its report sampled last, its threads' keys): a report whose
         # threads are that very list (run/evidence/probe_files.py's kept copy, or a read in which
         # no thread moved: contract/rundir.py parse_probe_after keeps the list) changes neither.
@@ -284,8 +287,8 @@ class ProgressTracker:
         self._stack_moved_own = False
         self._proc_cpu: dict[int, tuple[float, float, float | None]] = {}
         # pid -> (the seq of its last report sampled, one flag per report: waiting in a
-        # collective, the collective it waited in last)
-        self._waits: dict[int, tuple[int, collections.deque[bool], str]] = {}
+        # collective, the collective it waited in last, its share of them)
+        self._waits: dict[int, tuple[int, collections.deque[bool], str, WaitShare]] = {}
         self._pace = Pace()
 
     @property
@@ -426,11 +429,13 @@ class ProgressTracker:
                 exact = tuple(t.frames)
                 if key not in self._frames or self._frames[key][0] != exact:
                     self._frames[key] = (exact, at)
+                    self._since = None
                 sig = _signature(t.frames)
                 before = self._stacks.get(key)
                 if before is not None and before[0] == sig:
                     continue
                 self._stacks[key] = (sig, at)
+                self._since = None
                 if (before is None or t.daemon or launcher or len(sig) < 2
                         or self._stack_moved_at is not None and at < self._stack_moved_at):
                     continue
@@ -446,8 +451,10 @@ class ProgressTracker:
             pids = {p.pid for p in probes}
             for key in [k for k in self._stacks if k not in seen and k[0] in pids]:
                 del self._stacks[key]     # a thread that ended
+                self._since = None
             for key in [k for k in self._frames if k not in seen and k[0] in pids]:
                 del self._frames[key]
+                self._since = None
             for pid in [pid for pid in self._sampled if pid not in pids]:
                 del self._sampled[pid]
 
@@ -473,7 +480,7 @@ class ProgressTracker:
                     waiting, doing = True, c.doing or doing
                     break
             flags.append(waiting)
-        self._waits[p.pid] = (p.seq, flags, doing)
+        self._waits[p.pid] = (p.seq, flags, doing, WaitShare(len(flags), sum(flags), doing))
 
     def _idle(self, pid: int) -> bool:
         """The process used less than BUSY_CORES between its last two reports."""
@@ -544,6 +551,10 @@ class ProgressTracker:
 
     def activity(self, now: float, tree: ProcTree | None) -> Activity:
         p = self.parser.progress
+        if self._since is None:   # the stacks moved since the last look's: made afresh
+            self._since = (MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
+                           MappingProxyType({k: v[1] for k, v in self._frames.items()}))
+        since, still = self._since
         rate = self._cpu_rate()
         step, step_at, source = p.step, self._step_at, self._step_source
         if self._ev_step_at is not None and (step_at is None or self._ev_step_at >= step_at):
@@ -572,9 +583,8 @@ class ProgressTracker:
             disk=self._disk, disk_error=p.disk_error,
             stack_moved_at=self._stack_moved_at, stack_moved_where=self._stack_moved_where,
             stack_moved_own=self._stack_moved_own,
-            stack_since=MappingProxyType({k: v[1] for k, v in self._stacks.items()}),
-            frames_since=MappingProxyType({k: v[1] for k, v in self._frames.items()}),
-            waits=MappingProxyType({pid: WaitShare(len(f), sum(f), doing) for pid, (_, f, doing) in self._waits.items()}),
+            stack_since=since, frames_since=still,
+            waits=MappingProxyType({pid: w[3] for pid, w in self._waits.items()}),
             metrics_at=self.metric_files.advanced_at, metrics_file=self.metric_files.advanced_file,
             steps_per_s=self._clock.steps_per_s(),
             intervals=self._pace.intervals)
