@@ -5,7 +5,7 @@ them (issue 37: the CPU of a look at many ranks).
 The looks are a watch's: 64 ranks' reports parsed from their JSON after their last read
 (contract/rundir.py parse_probe_after), most of them kept copies (run/evidence/probe_files.py),
 some read again with nothing moved, one rank whose main thread moves to a queue and back, one
-whose report goes stale, one whose thread is renamed, half of them from an older probe (no since of its own: the tracker's
+whose report goes stale, one whose thread is renamed, one that saves a checkpoint, half of them from an older probe (no since of its own: the tracker's
 alone), a new watch's tracker midway, and at last a silence long enough for STALLED (the hang's
 words and the STUCK rows). Each look is judged with the memos warm from the looks before and again cold.
 """
@@ -18,11 +18,15 @@ import json
 from dflash_tui.contract.rundir import ProbeReport, parse_probe, parse_probe_after
 from dflash_tui.run.evidence.activity import Activity, ProgressTracker, WaitShare
 from dflash_tui.run.evidence.probe_files import ProbeReports
+from dflash_tui.run.stacks import pauses
+from dflash_tui.run.stacks.pauses import known_pause
+from dflash_tui.run.stacks.kept import KeptByList
 from dflash_tui.run.verdict import hang
 from dflash_tui.run.verdict.health import evaluate
 from tests.support import scenarios as R
 
-RANKS, MOVER, STALE, RENAMED = 64, 5, 9, 40
+RANKS, MOVER, STALE, RENAMED, SAVER = 64, 5, 9, 40, 33
+SAVE_FRAMES = ["/srv/dflash/train.py:120 save_checkpoint", "/srv/dflash/train.py:80 step"]
 
 
 def _text(p: ProbeReport) -> str:
@@ -57,6 +61,10 @@ def _looks():
         for pid, p in files.items():
             if pid != 60_000 + STALE or now < R.T0 + 4:       # the stale rank's probe stops beating
                 files[pid] = _beat(p, now - 0.5, frames if pid == 60_000 + MOVER else None)
+        if now == R.T0 + 6:   # a rank saves a checkpoint (a known pause)
+            saver = files[60_000 + SAVER]
+            files[saver.pid] = dataclasses.replace(saver, threads=[
+                dataclasses.replace(saver.threads[0], frames=list(SAVE_FRAMES)), saver.threads[1]])
         if now == R.T0 + 6:   # a thread renamed, its frames as they were: nothing else tells
             renamed = files[60_000 + RENAMED]
             files[renamed.pid] = dataclasses.replace(renamed, threads=[
@@ -101,9 +109,8 @@ def _stacks(tracker: ProgressTracker, now: float) -> tuple:
 
 def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
     warm, cold = ProgressTracker(), ProgressTracker()
-    hang._CLASSIFIED.clear()
-    hang._VIEWS.clear()
-    verdicts, moved, since = [], [], []
+    _forget()
+    verdicts, moved, since, pausing = [], [], [], []
     for look, (now, probes) in enumerate(_looks()):
         if look == 5:   # a new watch of the same run: the tracker's since of every thread starts now
             warm, cold = ProgressTracker(), ProgressTracker()
@@ -112,12 +119,16 @@ def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
         cold.sample_stacks(probes)
         cold._since = None             # and its since made afresh
         assert _stacks(warm, now) == _stacks(cold, now)
+        pause = known_pause(None, probes)
+        _forget()
+        assert pause == known_pause(None, probes)
+        pausing.append(pause)
         ev = _evidence(now, probes, warm.activity(now, None))
         with_memo = evaluate(ev).to_dict()
-        hang._CLASSIFIED.clear()
-        hang._VIEWS.clear()
+        _forget()
         without = evaluate(ev).to_dict()
         assert with_memo == without
+        known_pause(None, probes)      # the memos as a look leaves them, for the next one
         verdicts.append(without["verdict"])
         moved.append([t for t in without["threads"] if t["pid"] == 60_000 + MOVER and t["name"] == "MainThread"][0])
         since.append([t for t in without["threads"] if t["pid"] == 60_000 + RANKS - 1 and t["name"] == "pin_memory"][0])
@@ -127,18 +138,29 @@ def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
                                            "collective"]
     assert verdicts[0] == "RUNNING" and verdicts[-1] == "STALLED"
     assert since[4]["since"] < since[5]["since"]
+    assert pausing == [""] * 3 + ["saving a checkpoint (save_checkpoint)"] * 4
     assert "pin_memory_thread" in {t["name"] for t in without["threads"] if t["pid"] == 60_000 + RENAMED}    # the new watch's since, from its own first look
 
 
+def _forget() -> None:
+    for kept in (hang._CLASSIFIED, hang._VIEWS, pauses._KEPT):
+        kept.clear()
+
+
 def test_the_memos_hold_one_entry_a_process_and_forget_the_oldest():
-    hang._CLASSIFIED.clear()
-    hang._VIEWS.clear()
+    _forget()
     probes = R.rank_probes(2)
     ev = dataclasses.replace(R._running_evidence(), status=None, probes=probes)
     hang.thread_views(ev)
     hang.thread_views(dataclasses.replace(ev, probes=[dataclasses.replace(p, threads=list(p.threads)) for p in probes]))
-    for memo in (hang._CLASSIFIED, hang._VIEWS):
-        assert sorted(memo) == [p.pid for p in probes]     # a process's new list took its last one's place
-    for pid in range(hang._MEMO_MAX + 10):
-        hang._classified(pid, [])
-    assert len(hang._CLASSIFIED) == hang._MEMO_MAX and probes[0].pid not in hang._CLASSIFIED
+    for kept in (hang._CLASSIFIED, hang._VIEWS):
+        assert sorted(kept) == [p.pid for p in probes]     # a process's new list took its last one's place
+    small = KeptByList(limit=3)
+    for pid in range(5):
+        small.put(pid, [], pid)
+    assert list(small) == [2, 3, 4]
+    threads = [*probes[0].threads]
+    small.put(9, threads, "x")
+    assert small.get(9, threads) == "x" and small.get(9, list(threads)) is None
+    threads[0] = probes[1].threads[0]     # the same list, another thread in it: not the one kept
+    assert small.get(9, threads) is None

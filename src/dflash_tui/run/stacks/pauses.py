@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 
 from ...contract.rundir import Phase, ProbeReport
 from .classify import ThreadClass, classify, own_code, parse_frame
+from .kept import KeptByList
 from .records import StackDump
 
 _SAVE_PATHS = ("/torch/distributed/checkpoint/", "/safetensors/torch.py", "/safetensors/__init__.py")
@@ -83,12 +84,27 @@ def known_pause(phase: str | None, probes: Iterable[ProbeReport],
         if p.ended:
             continue
         dump = (dumps or {}).get(p.pid)
-        threads = dump.threads if dump is not None and dump.time > p.time else p.threads
-        for t in threads:
-            if t.daemon:
-                continue
-            pause = pause_in(t.frames)
-            if pause and (pause.endswith("(torch.save)")
-                          or classify(t.frames, t.compile_state).cls is not ThreadClass.LOCK):
-                return pause
+        if dump is not None and dump.time > p.time:
+            pause = _threads_pause(dump.threads)
+        else:   # a look asks this of every process twice (the tracker, the stall limit)
+            pause = _KEPT.get(p.pid, p.threads)
+            if pause is None:
+                pause = _threads_pause(p.threads)
+                _KEPT.put(p.pid, p.threads, pause)
+        if pause:
+            return pause
+    return ""
+
+
+_KEPT = KeptByList()
+
+
+def _threads_pause(threads) -> str:
+    for t in threads:
+        if t.daemon:
+            continue
+        pause = pause_in(t.frames)
+        if pause and (pause.endswith("(torch.save)")
+                      or classify(t.frames, t.compile_state).cls is not ThreadClass.LOCK):
+            return pause
     return ""

@@ -43,6 +43,7 @@ from ...words import cpu_use, duration
 from ..stacks.records import CollectiveProgress
 from ..evidence.observe import Evidence
 from ..stacks.classify import Classified, ThreadClass, classify, frame_place
+from ..stacks.kept import KeptByList
 from .checklist import rank_ranges
 
 # A report older than this is stale: the probe rewrites it every second, unless no Python can
@@ -161,65 +162,50 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return a if b is None or a <= b else b
 
 
-# Each process's threads classified, kept while its report's thread list is the one classified
-# (a kept copy of a report, or a read in which no thread moved, shares its last read's list:
-# contract/rundir.py parse_probe_after): pid -> (the list, its threads, whether the process is
-# a DataLoader worker, (class, innermost place) per thread). The list and each of its threads
-# must be the very ones classified: a report is never changed once parsed, so the entry is what
-# classifying it again would give. By pid, so a process's next list takes its last one's place.
-_CLASSIFIED: dict[int, tuple[list[ProbeThread], tuple[ProbeThread, ...], bool, list[tuple[Classified, str]]]] = {}
-_MEMO_MAX = 4096     # processes (1,024 ranks and their DataLoader workers), the oldest forgotten
-
-
-def _remember(memo: dict, pid: int, entry: tuple) -> None:
-    memo.pop(pid, None)
-    if len(memo) >= _MEMO_MAX:
-        del memo[next(iter(memo))]
-    memo[pid] = entry
+# Each process's threads classified: (whether it is a DataLoader worker, (class, innermost
+# place) of each thread), while its report's thread list is the one classified.
+_CLASSIFIED = KeptByList()
 
 
 def _classified(pid: int, threads: list[ProbeThread]) -> tuple[bool, list[tuple[Classified, str]]]:
     """(the process is a DataLoader worker, (class, innermost place) of each thread)."""
-    hit = _CLASSIFIED.get(pid)
-    if (hit is not None and hit[0] is threads and len(hit[1]) == len(threads)
-            and all(map(operator.is_, hit[1], threads))):
-        return hit[2], hit[3]
+    hit = _CLASSIFIED.get(pid, threads)
+    if hit is not None:
+        return hit
     rows = []
     for t in threads:
         c = classify(t.frames, t.compile_state)
         rows.append((c, c.helper or (frame_place(t.frames[0]) if t.frames else "")))
-    worker = _worker(threads)
-    _remember(_CLASSIFIED, pid, (threads, tuple(threads), worker, rows))
-    return worker, rows
+    hit = _worker(threads), rows
+    _CLASSIFIED.put(pid, threads, hit)
+    return hit
 
 
-# Each live report's views, kept while what they are made of is as it was: its thread list (as
+# Each live report's views, while what they are made of is as it was: its thread list (as
 # _CLASSIFIED's), its process's fields, the tracker's since of each thread, and a report time at
 # least as late (a probe's since later than its report is believed once the report catches up:
 # then only the same time). A stale report's, or one a stack dump replaces, is made afresh.
-# pid -> (the list, its threads, (pid, rank, ppid, start_time), time, later, each thread's
-# (pid, ident), the tracker's since and still of each, the views, whether one waits for
-# DataLoader workers).
-_VIEWS: dict[int, tuple] = {}
+# Kept: ((pid, rank, ppid, start_time), time, later, each thread's (pid, ident), the tracker's
+# since and still of each, the views, whether one waits for DataLoader workers).
+_VIEWS = KeptByList()
 
 
 def _kept_views(p: ProbeReport, since_of, still_of) -> tuple[list[ThreadView], bool] | None:
-    hit = _VIEWS.get(p.pid)
-    if (hit is None or hit[0] is not p.threads or hit[2] != (p.pid, p.rank, p.ppid, p.start_time)
-            or p.time < hit[3] or hit[4] and p.time != hit[3] or len(hit[1]) != len(p.threads)
-            or not all(map(operator.is_, hit[1], p.threads))):
+    hit = _VIEWS.get(p.pid, p.threads)
+    if (hit is None or hit[0] != (p.pid, p.rank, p.ppid, p.start_time) or p.time < hit[1]
+            or hit[2] and p.time != hit[1]):
         return None
-    keys = hit[5]
-    if list(map(since_of.get, keys)) != hit[6] or list(map(still_of.get, keys)) != hit[7]:
+    keys = hit[3]
+    if list(map(since_of.get, keys)) != hit[4] or list(map(still_of.get, keys)) != hit[5]:
         return None
-    return hit[8], hit[9]
+    return hit[6], hit[7]
 
 
 def _remember_views(p: ProbeReport, since_of, still_of, views: list[ThreadView], later: bool,
                     loading: bool) -> None:
     keys = [(p.pid, t.ident) for t in p.threads]
-    _remember(_VIEWS, p.pid, (p.threads, tuple(p.threads), (p.pid, p.rank, p.ppid, p.start_time), p.time, later,
-                             keys, list(map(since_of.get, keys)), list(map(still_of.get, keys)), views, loading))
+    _VIEWS.put(p.pid, p.threads, ((p.pid, p.rank, p.ppid, p.start_time), p.time, later, keys,
+                                  list(map(since_of.get, keys)), list(map(still_of.get, keys)), views, loading))
 
 
 def thread_views(ev: Evidence) -> list[ThreadView]:
