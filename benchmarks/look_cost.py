@@ -20,7 +20,8 @@ milliseconds per look, over all its rounds' looks, and the verdicts seen (always
 `.venv/bin/python benchmarks/look_cost.py [--ranks 64] [--looks 15] [--gap 1.0]
 [--trees OLD_ROOT,NEW_ROOT] [--rounds 2] [--profile]`
 
-(a tree is a checkout's root: `git worktree add /tmp/old <commit>` makes one of an older commit).
+(a tree is a checkout's root, or its src/: `git archive <commit> src benchmarks | tar -x -C DIR`
+makes one of an older commit; a tree without this script is timed with this one).
 """
 
 from __future__ import annotations
@@ -130,7 +131,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.child:
         return child(args.ranks, args.looks, args.gap, args.profile)
+    # A tree is a checkout's root; its src/ is taken for its root.
     trees = [Path(t).resolve() for t in args.trees.split(",") if t]
+    trees = [t.parent if t.name == "src" and (t / "dflash_tui").is_dir() else t for t in trees]
     for t in trees:
         if not (t / "src" / "dflash_tui").is_dir():
             ap.error(f"--trees: {t} holds no src/dflash_tui; name a checkout's root")
