@@ -176,8 +176,10 @@ def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checkl
             why = whys.get(key)
             if why is None:
                 why = whys[key] = _one_line(f"{v.cls.words} in {v.place()}")
+        # (`_value_`: the member's value as `.value` gives it, without the enum's descriptor, a
+        # look's every thread.)
         out.append(ThreadHealth.probed(v.name, ThreadState.STUCK if stuck else ThreadState.OK, why,
-                                       v.pid, v.rank, v.ident, v.cls.value, v.doing, v.where or v.innermost,
+                                       v.pid, v.rank, v.ident, v.cls._value_, v.doing, v.where or v.innermost,
                                        v.since, v.source, v.stale))
     cl = cl.with_parts(threads=out, rank_groups=group_ranks(out, _nodes_of(out, ev)))
     return with_stragglers(cl, stragglers(paces(((("", p) for p in ev.probes)),
