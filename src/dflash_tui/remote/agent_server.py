@@ -517,26 +517,6 @@ def _stat_record(path, st, readable):
             "error": "" if readable else "Permission denied"}
 
 
-# A directory listed on every look (the run's probe directory: a report and a stack-dump file
-# per rank) asks the same readability of most of its files each time. What access(R_OK) says of
-# a file changes only with its mode, owner, group or ACL, and each of those changes its ctime,
-# so its answer is kept per (device, inode, ctime, mode, owner, group) from one listing to the
-# next; the entries a listing no longer holds are let go.
-_READABLE = {}           # directory -> {name: (identity, readable)}
-MAX_LISTED_DIRS = 64
-
-
-def _readable(path, st, kept, name, seen):
-    ident = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mode, st.st_uid, st.st_gid)
-    got = kept.get(name)
-    if got is not None and got[0] == ident:
-        seen[name] = got
-        return got[1]
-    readable = os.access(path, os.R_OK)
-    seen[name] = (ident, readable)
-    return readable
-
-
 def op_stat(paths):
     return [stat_one(p) for p in paths]
 
@@ -940,15 +920,16 @@ def op_list_dir(path):
     """A stat of every entry of directory `path`, by name: what stat_one answers of each."""
     try:
         with os.scandir(path) as it:
-            entries = sorted((e.name, e.path) for e in it)
+            paths = [e.path for e in it]
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise OpFailed("cannot list %s: %s" % (path, exc.strerror or exc))
-    kept = _READABLE.pop(path, None) or {}
-    seen = {}
     out = []
-    for name, full in entries:
+    # The entries' own paths (no join in Python), in name order: a listing's paths share
+    # their directory, so their order is their names' order.
+    paths.sort()
+    for full in paths:
         try:
             st = os.stat(full)
         except FileNotFoundError:
@@ -957,10 +938,7 @@ def op_list_dir(path):
         except OSError as exc:
             out.append(_no_stat(full, exc.strerror or str(exc)))
             continue
-        out.append(_stat_record(full, st, _readable(full, st, kept, name, seen)))
-    if len(_READABLE) >= MAX_LISTED_DIRS:
-        _READABLE.clear()
-    _READABLE[path] = seen
+        out.append(_stat_record(full, st, os.access(full, os.R_OK)))
     return out
 
 
