@@ -226,7 +226,7 @@ def main() -> int:
     ap.add_argument("--append", action="store_true", help="write the section into benchmarks/RESULTS.md")
     args = ap.parse_args()
     res = measure(args.rounds, args.ranks, args.before, args.interval)
-    text = report(res, args, "benchmarks/agent_look_cost.py " + " ".join(sys.argv[1:]))
+    text = report(res, args, "benchmarks/agent_look_cost.py " + " ".join(a for a in sys.argv[1:] if a != "--append"))
     print(text)
     if args.append:
         replace_section(HEADING, text)
