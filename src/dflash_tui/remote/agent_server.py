@@ -1346,15 +1346,16 @@ def encode_line(obj, spliced=None):
     text = json.dumps(obj, separators=(",", ":"))
     if not spliced:
         return (text + "\n").encode("utf-8")
+    # Joined as bytes (json.dumps' text is ASCII, base64 is): one copy of the line, not two.
     pieces = text.split(_SPLICE_SPLIT)
-    parts = [pieces[0]]
+    parts = [pieces[0].encode("ascii")]
     for piece in pieces[1:]:
         end = piece.index('"')
-        parts.append('"')
-        parts.append(spliced[int(piece[:end])])
-        parts.append(piece[end:])
-    parts.append("\n")
-    return "".join(parts).encode("utf-8")
+        parts.append(b'"')
+        parts.append(spliced[int(piece[:end])].encode("ascii"))
+        parts.append(piece[end:].encode("ascii"))
+    parts.append(b"\n")
+    return b"".join(parts)
 
 
 class Server(object):
