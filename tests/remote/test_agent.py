@@ -357,3 +357,79 @@ def test_proc_tree_over_the_descriptor_budget_reads_by_path(thread_forks, monkey
     by_path = agent_server.op_proc_tree(p.pid)
     assert by_path["main_pid"] == child and by_path["procs"] == 2
     assert {k: v for k, v in by_path.items() if k != "cpu_s"} == {k: v for k, v in held.items() if k != "cpu_s"}
+
+
+def test_list_dir_answers_every_entry_in_name_order_as_stat_one_does(tmp_path):
+    """The listing (scandir, one stat an entry) answers what a stat of each listed name
+    answers, in name order, whatever the entry: a file, a directory, a FIFO, a link to a file,
+    a link to nothing (gone), names that sort by code point."""
+    d = tmp_path / "probe"
+    d.mkdir()
+    for name in ("b.json", "B.stack", "a-b", "a.b", "é.json", "10.json", "9.json"):
+        (d / name).write_bytes(name.encode() * 3)
+    (d / "sub").mkdir()
+    os.mkfifo(d / "fifo")
+    (d / "to-file").symlink_to(d / "a.b")
+    (d / "to-nothing").symlink_to(d / "missing")
+    by_name = [agent_server.stat_one(os.path.join(str(d), n)) for n in sorted(os.listdir(d))]
+    assert agent_server.op_list_dir(str(d)) == by_name
+    assert [st["kind"] for st in by_name if st["path"].endswith(("sub", "fifo", "to-nothing"))] == ["fifo", "dir", ""]
+    assert agent_server.op_list_dir(str(d) + "/") == [agent_server.stat_one(os.path.join(str(d) + "/", n))
+                                                      for n in sorted(os.listdir(d))] == by_name
+    assert agent_server.op_list_dir(str(d / "missing")) == []
+    with pytest.raises(agent_server.OpFailed, match="cannot list .*Not a directory"):
+        agent_server.op_list_dir(str(d / "a.b"))
+
+
+def _serve(lines: list[bytes]) -> list[bytes]:
+    """The answer lines a Server writes to `lines` (after its hello)."""
+    import io
+    out = io.BytesIO()
+    agent_server.Server(io.BytesIO(b"".join(lines)), out).serve()
+    return out.getvalue().splitlines(keepends=True)[1:]
+
+
+def test_a_looks_answer_line_is_json_dumps_byte_for_byte(tmp_path):
+    """A look's file data goes into its answer line unscanned: the line is exactly what
+    json.dumps makes of the answer it decodes to, the data decodes to the files' bytes, and
+    the answer the plan keeps for its next look still holds the data itself."""
+    import base64
+    run = tmp_path / "run"
+    (run / "probe").mkdir(parents=True)
+    log = bytes(range(256)) * 40 + "é\n\"\\\u2028".encode()     # past SPLICE_MIN, every byte
+    (run / "train.log").write_bytes(log)
+    (run / "probe" / "7.json").write_bytes(b'{"pid": 7}')    # under SPLICE_MIN: encoded as is
+    look = {"paths": [str(run / "train.log"), str(run / "gone")],
+            "reads": {str(run / "probe" / "7.json"): 4096, str(run / "gone"): 10},
+            "grown": {str(run / "train.log"): [5, 1 << 20]}, "list_dirs": [str(run / "probe")]}
+    plan = "look-line-test"
+    requests = [json.dumps({"id": 1, "op": "observe", "args": {"looks": [
+                    {"plan": plan, "seq": 1, "reset": True, "args": look}, "not a look"]}}).encode() + b"\n",
+                json.dumps({"id": 2, "op": "observe", "args": {"looks": [{"plan": plan, "seq": 2}]}}).encode() + b"\n"]
+    try:
+        lines = _serve(requests)
+        assert len(lines) == 2
+        for line in lines:
+            assert line == (json.dumps(json.loads(line), separators=(",", ":")) + "\n").encode()
+            reads = json.loads(line)["result"][0]["result"]["reads"]
+            assert base64.b64decode(reads[str(run / "train.log")]["result"]["data"]) == log[5:]
+            assert base64.b64decode(reads[str(run / "probe" / "7.json")]["result"]["data"]) == b'{"pid": 7}'
+        assert json.loads(lines[0])["result"][1] == {"ok": False, "error": "a look must be an object"}
+        kept = agent_server.PLANS[plan]["last"]["reads"][str(run / "train.log")]["result"]["data"]
+        assert base64.b64decode(kept) == log[5:]
+    finally:
+        agent_server.PLANS.pop(plan, None)
+
+
+def test_an_answer_line_keeps_a_string_like_a_placeholder_as_it_is():
+    """A string that holds a NUL and looks like a placeholder, but for another nonce, is
+    encoded as json.dumps encodes it."""
+    data = "QUJD" * 200
+    looks = [{"ok": True, "result": {"reads": {"/x": {"ok": True, "result": {"data": data}}},
+                                     "odd": "\0" + "0" * 16 + "-0", "also": agent_server._SPLICE_MARK[:-1]}}]
+    spliced: list[str] = []
+    line = agent_server.encode_line({"id": 3, "ok": True, "result": agent_server._lift_look_data(looks, spliced)},
+                                    spliced)
+    assert spliced == [data]
+    assert line == (json.dumps({"id": 3, "ok": True, "result": looks}, separators=(",", ":")) + "\n").encode()
+    assert looks[0]["result"]["reads"]["/x"]["result"]["data"] == data

@@ -158,12 +158,24 @@ def _segments(strips) -> list[list]:
     return [list(strip) for strip in strips]
 
 
-async def test_rows_drawn_directly_equal_textuals_pipeline():
-    """The log draws its rows itself (no per-line pass through Textual's styles cache): what
-    reaches the compositor is the same, for every kind of row and scroll state."""
+@pytest.mark.parametrize("filters", ["theme", "no-color", "monochrome", "dim", "ansi-theme"])
+async def test_rows_drawn_directly_equal_textuals_pipeline(filters):
+    """The log draws its rows itself (no per-line pass through Textual's styles cache, a row the
+    line filters leave unchanged not copied): what reaches the compositor is the same, for every
+    kind of row and scroll state, under each of Textual's line filters."""
+    from textual.filter import ANSIToTruecolor, DimFilter, Monochrome, NoColor
     from textual.geometry import Region
     app = LogApp(max_lines=200)
     async with app.run_test(size=(60, 12)) as pilot:
+        if filters == "no-color":
+            app._filters.append(NoColor())
+        elif filters == "monochrome":
+            app._filters.append(Monochrome())
+        elif filters == "dim":
+            app._filters.append(DimFilter())
+        elif filters == "ansi-theme":   # the log's colours as ANSI ones: the filter changes every row
+            app._filters = [ANSIToTruecolor(app.ansi_theme)]
+            app.query_one(LogLines).styles.color = "ansi_red"
         ll = app.query_one(LogLines)
         ll.append(CRASH + ["wide: 漢字かな " * 3, "tab\tand ünïcödé", "x" * 150] + [f"step {i}" for i in range(30)])
         ll.show_partial("47%|████▋     | 47/100")

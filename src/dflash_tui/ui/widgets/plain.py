@@ -10,9 +10,18 @@ that a theme or stylesheet gives any of those takes Textual's path (`_plain_box`
 
 from __future__ import annotations
 
+from rich.segment import Segment
+from textual.filter import ANSIToTruecolor, DimFilter, LineFilter, Monochrome, NoColor
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.style import Style as VisualStyle
+
+# Textual's own line filters map each segment's style alone, given the background. Through these
+# a row whose every style the filter leaves as it is (the theme's truecolor styles under
+# ANSIToTruecolor) is the row itself: at 1,000 log lines a second every row on screen is new each
+# frame, and a filtered copy of each was half the cost of drawing the log.
+_BY_STYLE = (ANSIToTruecolor, DimFilter, Monochrome, NoColor)
+_KEPT_STYLES_MAX = 1024   # (filter, style, background) answers kept per widget
 
 
 class PlainRows:
@@ -50,8 +59,31 @@ class PlainRows:
             content_width = width + extra
             strips = [strip.adjust_cell_length(content_width, inner) for strip in strips]
         for line_filter in self.app.get_line_filters():
-            strips = [strip.apply_filter(line_filter, background) for strip in strips]
+            strips = self._filtered(strips, line_filter, background)
         if crop.column_span != (0, region_width):
             x1, x2 = crop.column_span
             strips = [strip.crop(x1, x2) for strip in strips]
         return strips
+
+    def _filtered(self, strips: list[Strip], line_filter: LineFilter, background) -> list[Strip]:
+        """`strip.apply_filter(line_filter, background)` of each strip, where a strip whose
+        styles the filter all leaves unchanged is returned as it is instead of copied."""
+        if type(line_filter) not in _BY_STYLE:
+            return [strip.apply_filter(line_filter, background) for strip in strips]
+        kept = getattr(self, "_kept_styles", None)
+        if kept is None or len(kept) > _KEPT_STYLES_MAX:
+            kept = self._kept_styles = {}
+        out = []
+        for strip in strips:
+            for segment in strip:
+                key = (line_filter, segment.style, background)
+                same = kept.get(key)
+                if same is None:
+                    probe = Segment(" ", segment.style)
+                    same = kept[key] = line_filter.apply([probe], background)[0].style == segment.style
+                if not same or segment.control is not None:
+                    out.append(strip.apply_filter(line_filter, background))
+                    break
+            else:
+                out.append(strip)
+        return out
