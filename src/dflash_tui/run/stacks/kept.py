@@ -14,9 +14,6 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-_NONE = object()
-
-
 class KeptByList:
     """pid -> (the thread list, its threads, the value made of them): one entry a process, a
     process's new list taking its last one's place; at most `limit`, the oldest forgotten."""
