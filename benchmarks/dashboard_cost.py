@@ -12,7 +12,7 @@ What runs (all real product code, on this machine):
   environment, as torchrun sets them) with a loop of its own and two helper threads, each under
   the run probe: N more probe reports rewritten every second (the writer is then their launcher);
 - the dashboard (DashboardApp + WatchSource: HostWatch through the persistent agent, looking
-  every second, every STEADY_LOOK_S while the run is steady as the dashboard does
+  every second, every STEADY_INTERVAL_S (watch/host.py) while the run is steady as the dashboard does
   (DFLASH_BENCH_EVERY_SECOND=1: every second regardless), LogFollower, GpuStream over a fake
   NVML with --gpus GPUs), headless, in its own process at 120x40;
 - `tail -F train.log > /dev/null`, started at the same moment.
@@ -131,9 +131,8 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
     from dflash_tui.gpu.fake_nvml import FakeNvml, loader
     from dflash_tui.gpu.sources import LocalNvmlSource
     from dflash_tui.ui.app import DashboardApp
-    from dflash_tui.ui.main import STEADY_LOOK_S
     from dflash_tui.ui.sources.watch_source import WatchSource
-    from dflash_tui.watch import open_watch
+    from dflash_tui.watch import STEADY_INTERVAL_S, open_watch
 
     profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     breakdown = _instrument() if os.environ.get("DFLASH_BENCH_BREAKDOWN") else None
@@ -143,7 +142,7 @@ def dashboard(profile_json: str, seconds: float, warmup: float, gpus: int, out: 
 
     def fake_gpu_source(profile) -> WatchSource:
         """The live source, except that NVML is the fake one with `gpus` busy GPUs."""
-        watch = open_watch(profile, steady_interval=None if os.environ.get("DFLASH_BENCH_EVERY_SECOND") else STEADY_LOOK_S)
+        watch = open_watch(profile, steady_interval=None if os.environ.get("DFLASH_BENCH_EVERY_SECOND") else STEADY_INTERVAL_S)
 
         async def fake_nvml():
             if os.environ.get("DFLASH_BENCH_NOGPU"):   # experiment knob: the GPU stream's share

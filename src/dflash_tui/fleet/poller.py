@@ -33,7 +33,7 @@ from ..gpu.sources import run_ref_from_launch
 from ..remote.base import TargetError
 from ..remote.ops import ExitWatch
 from ..watch import HostWatch, RunWatch, open_watch
-from ..watch.host import EXIT_WATCH_S
+from ..watch.host import EXIT_WATCH_S, STEADY_INTERVAL_S
 from .cadence import STEADY_AFTER_POLLS, TargetCadence
 from .row import FleetRow, config_error_row, row_from_report
 from ..watch.transport import SharedTransport, host_key, target_key
@@ -42,7 +42,7 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_POLL_TIMEOUT_S = 5.0
 DEFAULT_MAX_CONCURRENT = 16
 DEFAULT_GPU_INTERVAL_S = 2.0
-DEFAULT_STEADY_INTERVAL_S = 3.0
+DEFAULT_STEADY_INTERVAL_S = STEADY_INTERVAL_S
 LATENCY_SAMPLES = 512
 
 

@@ -12,7 +12,7 @@ from ..fleet.poller import FleetPoller
 from ..recording.recovery_state import recovery_words
 from ..recording.store import store_path
 from .app import DashboardApp
-from ..watch import open_watch
+from ..watch import STEADY_INTERVAL_S, open_watch
 from .sources.watch_source import WatchSource
 from .sources.source import DashboardSource
 
@@ -33,11 +33,6 @@ def invocation(argv0: str | None = None) -> str:
     return shlex.quote(argv0)
 
 
-# The run view looks at a steady run (watch/host.py) this often, at any other every second: a
-# run's end still shows at once (the agent's exit watch), its log still follows twice a second.
-STEADY_LOOK_S = 2.0
-
-
 def build_app(config, profile_name: str, *, fleet_home: bool = True) -> DashboardApp:
     """The live dashboard for a loaded config (dflash_tui.config.Config): with several profiles
     in the file, a FleetPoller behind the fleet screen, whose RunWatch each run view on one host
@@ -52,7 +47,7 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
         watch = fleet.watches.get(name) if fleet is not None and not profile.is_multinode else None
         if watch is not None:   # a run on one host: the fleet's HostWatch
             return WatchSource(watch, owned=False)
-        return WatchSource(open_watch(profile, steady_interval=STEADY_LOOK_S))
+        return WatchSource(open_watch(profile, steady_interval=STEADY_INTERVAL_S))
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
     command = invocation()

@@ -22,7 +22,7 @@ from .sources.source import EVENTS_LOG, ActionError
 
 LOG_POLL_S = 0.5   # two polls a second: under 1 s behind the file, half the redraws of 4 Hz
 # After a poll its timer made, the next one waits this much longer for the report it expects
-# when one is due about then (reports come each second, or every 2 s while the run is steady,
+# when one is due about then (reports come each second, or every 3 s while the run is steady,
 # a little over): a timer poll just before a report, then the report's own poll, would repaint
 # every log row twice within a few milliseconds.
 REPORT_SLACK_S = 0.2

@@ -8,11 +8,11 @@ from .session import Session
 from .base import (ActionInFlight, LaunchResult, Listener, RunWatch, canary_words, changed, stop_words,
                    unreachable_report)
 from .files import LineFollower
-from .host import HostWatch
+from .host import STEADY_INTERVAL_S, HostWatch
 from .nodes import NodesWatch
 
 __all__ = ["ActionInFlight", "HostWatch", "LaunchResult", "LineFollower", "Listener", "NodesWatch", "RunWatch",
-           "canary_words", "changed", "open_watch", "stop_words", "unreachable_report"]
+           "STEADY_INTERVAL_S", "canary_words", "changed", "open_watch", "stop_words", "unreachable_report"]
 
 
 def open_watch(profile: Profile, *, interval: float = 1.0, poll_timeout: float | None = None,
