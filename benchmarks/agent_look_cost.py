@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from dflash_tui.watch import STEADY_INTERVAL_S  # noqa: E402  (the pace a steady run is looked at)
+
 from benchmarks.results_file import replace_section  # noqa: E402
 
 HEADING = "## remote: the agent's answer to a steady look at 64 ranks, before and after (benchmarks/agent_look_cost.py; issue 37)"
@@ -131,7 +133,7 @@ async def steady_look(tmp: Path, ranks: int) -> tuple[dict, object]:
     agentmod.AgentOps.observe = spy
     try:
         await asyncio.sleep(8)
-        watch = open_watch(profile, steady_interval=2.0)
+        watch = open_watch(profile, steady_interval=STEADY_INTERVAL_S)
         for _ in range(40):
             await watch.poll()
             if watch._steady and looks and looks[-1]["proc_tree"]:
@@ -213,8 +215,8 @@ def report(res: dict, args: argparse.Namespace, command: str) -> str:
             f"{args.interval * 1e3:.0f} ms apart; the answers agreed on every round.\n\n"
             f"| way | thread CPU an answer and its line, median | p90 | of before (median) |\n"
             f"| --- | ---: | ---: | ---: |\n{rows}\n\n"
-            f"At one look every 2 s (a steady run): after {med['after'] / 2000 * 100:.3f} % of a core, "
-            f"before {med['before'] / 2000 * 100:.3f} %.\n")
+            f"At one look every {STEADY_INTERVAL_S:g} s (a steady run): after {med['after'] / (STEADY_INTERVAL_S * 1000) * 100:.3f} % of a core, "
+            f"before {med['before'] / (STEADY_INTERVAL_S * 1000) * 100:.3f} %.\n")
 
 
 def main() -> int:

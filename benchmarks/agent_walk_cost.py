@@ -42,6 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dflash_tui.watch import STEADY_INTERVAL_S  # noqa: E402  (the pace a steady run is looked at)
+
 from benchmarks.results_file import replace_section  # noqa: E402
 
 HEADING = "## remote: the agent's walk of a 64-rank process tree, before and after holding its files (benchmarks/agent_walk_cost.py; issue 37)"
@@ -217,7 +219,7 @@ def report(res: dict, args: argparse.Namespace, command: str) -> str:
     med = {w: statistics.median(v) * 1e3 for w, v in t.items()}
     p90 = {w: pct(v, 0.9) * 1e3 for w, v in t.items()}
     rows = "\n".join(f"| {w} | {med[w]:.2f} ms | {p90[w]:.2f} ms | {med[w] / med['before']:.2f}x |" for w in t)
-    at_look = med["held"] / 2000 * 100
+    at_look = med["held"] / (STEADY_INTERVAL_S * 1000) * 100
     return (f"{HEADING}\n\n    {command}\n\n"
             f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores shared with other jobs (load average "
             f"{res['load0'][0]:.1f} / {res['load0'][1]:.1f} / {res['load0'][2]:.1f} before, "
@@ -229,8 +231,8 @@ def report(res: dict, args: argparse.Namespace, command: str) -> str:
             f"(budget {res['budget']}).\n\n"
             f"| way | thread CPU a walk, median | p90 | of before (median) |\n| --- | ---: | ---: | ---: |\n"
             f"{rows}\n\n"
-            f"At one look every 2 s (a steady run) the held walk is {at_look:.3f} % of a core, before "
-            f"{med['before'] / 2000 * 100:.3f} %.\n")
+            f"At one look every {STEADY_INTERVAL_S:g} s (a steady run) the held walk is {at_look:.3f} % of a core, before "
+            f"{med['before'] / (STEADY_INTERVAL_S * 1000) * 100:.3f} %.\n")
 
 
 def main() -> int:

@@ -80,7 +80,7 @@ def child(ranks: int, looks: int, gap: float, profile: bool, parts: bool) -> int
     import psutil
 
     from dflash_tui.config import Profile
-    from dflash_tui.watch import open_watch
+    from dflash_tui.watch import STEADY_INTERVAL_S, open_watch
     from dflash_tui.watch.session import Session
 
     tmp = Path(tempfile.mkdtemp(prefix="look-cost-"))
@@ -99,7 +99,7 @@ def child(ranks: int, looks: int, gap: float, profile: bool, parts: bool) -> int
             if not out.run_id:
                 raise SystemExit(f"the load did not launch: {out.checklist.summary}")
         await asyncio.sleep(8)      # every rank started and beating
-        watch = open_watch(prof, steady_interval=2.0)
+        watch = open_watch(prof, steady_interval=STEADY_INTERVAL_S)
         me = psutil.Process()
         try:
             await watch.poll()
