@@ -2,9 +2,6 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The CPU build of torch is enough to run the bundled trainer here; on a GPU host, set
-# TORCH_SPEC to the CUDA build you want (e.g. TORCH_SPEC=torch==2.11.0).
-TORCH_SPEC ?= torch==2.13.0
 # System tools the tests drive for real: an OpenSSH server on 127.0.0.1, tmux for the
 # end-to-end dashboard test, util-linux for the pct stand-in's PID namespaces, Chromium and its
 # WebDriver for the --serve browser test (iproute2's ss: the bind-address check); a two-node
@@ -14,22 +11,30 @@ SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server tmux:tmux unshare:util-linux chrom
 	chromedriver:chromium-driver ss:iproute2 /usr/sbin/munged:munge /usr/sbin/slurmctld:slurmctld \
 	/usr/sbin/slurmd:slurmd sbatch:slurm-client lxc-attach:lxc podman:podman runc:runc
 
-.PHONY: run test venv system-tools clean
+.PHONY: run test test-latest lock venv system-tools clean
 
-# Extra hf (transformers, for --target-checkpoint and its tests) costs ~45 MB of wheels and ~30 s,
-# and leaves the torch installed first alone (transformers does not depend on torch).
-# The Makefile is a prerequisite so that a change of extras here reaches an existing venv.
+# Every package `make` installs comes from one lock: exact versions with their hashes (pip-compile
+# --generate-hashes over pyproject.toml's runtime and every extra, plus requirements/torch.in), so a
+# fresh machine gets what CI passed with, not whatever was released since. pyproject.toml keeps
+# ranges (the package installs beside other tools); `make lock` refreshes the pins, and
+# `make test-latest` runs the suite on the newest releases those ranges allow.
+LOCK := requirements/lock.txt
+# The resolver that writes the lock is pip's own (pip-tools), so it reads the same pip settings
+# (wheel folders, indexes, constraints) that the install reads: both pick the same torch file.
+PIP_TOOLS_SPEC := pip-tools==7.7.0
+
 # Each step says what it does first; `make run` shows pip's own progress (the first run
 # installs for about a minute), `make test` keeps pip quiet so the test output stays readable.
 # PIP_FLAGS is target-specific, so it reaches the venv step from whichever target asked for it.
+# The Makefile is a prerequisite so that a change of the install steps reaches an existing venv.
 PIP_FLAGS ?= -q
-$(BIN)/.installed: pyproject.toml Makefile
-	@echo "make: creating the virtual environment $(VENV) (first time, or after a change of pyproject.toml / Makefile)"
-	$(PY) -m venv $(VENV)
-	@echo "make: installing $(TORCH_SPEC) (the largest download)"
-	$(BIN)/pip install $(PIP_FLAGS) "$(TORCH_SPEC)"
-	@echo "make: installing dflash-tui and its extras (train, test, hf)"
-	$(BIN)/pip install $(PIP_FLAGS) -e ".[train,test,hf]"
+$(BIN)/.installed: pyproject.toml $(LOCK) Makefile
+	@echo "make: creating the virtual environment $(VENV) anew (first time, or after a change of pyproject.toml / $(LOCK) / Makefile)"
+	$(PY) -m venv --clear $(VENV)
+	@echo "make: installing the locked dependencies from $(LOCK) (exact versions and hashes; torch is the largest download)"
+	$(BIN)/pip install $(PIP_FLAGS) --require-hashes -r $(LOCK)
+	@echo "make: installing dflash-tui itself (editable, its dependencies already there)"
+	$(BIN)/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 venv: $(BIN)/.installed
@@ -56,6 +61,29 @@ test: PIP_FLAGS = -q
 test: venv system-tools
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15
 
+# The same suite on the newest releases pyproject.toml's ranges allow, in a venv of its own (made
+# anew each time), so a release that breaks us is seen here before a fresh machine's lock refresh.
+# torch stays requirements/torch.in's CPU build: a newer one is a CUDA download of several GB.
+LATEST_VENV := .venv-latest
+test-latest: system-tools
+	@echo "make: creating $(LATEST_VENV) anew with the newest releases the ranges allow"
+	$(PY) -m venv --clear $(LATEST_VENV)
+	$(LATEST_VENV)/bin/pip install -q -r requirements/torch.in
+	$(LATEST_VENV)/bin/pip install -q --upgrade --upgrade-strategy eager -e ".[train,test,hf]"
+	@echo "make: what differs from $(LOCK) (installed now <, locked >):"
+	@$(LATEST_VENV)/bin/pip freeze --exclude-editable | sort > $(LATEST_VENV)/freeze.txt
+	@grep -E '^[A-Za-z0-9]' $(LOCK) | cut -d' ' -f1 | sort | diff $(LATEST_VENV)/freeze.txt - || true
+	$(LATEST_VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=15
+
+# Refreshes the lock in one command: the newest releases within pyproject.toml's ranges, resolved
+# by pip-tools in a venv of its own, with every file's hash. Review the diff, then `make test`.
+LOCK_VENV := .venv-lock
+lock:
+	$(PY) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q "$(PIP_TOOLS_SPEC)"
+	$(LOCK_VENV)/bin/pip-compile --quiet --upgrade --all-extras --generate-hashes --allow-unsafe \
+	  --strip-extras --no-emit-index-url --no-emit-find-links --output-file $(LOCK) \
+	  pyproject.toml requirements/torch.in
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV) build *.egg-info src/*.egg-info

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,3 +43,35 @@ def test_make_test_keeps_pip_quiet(tmp_path):
     pips = pip_lines(lines)
     assert len(pips) == 2 and all(" -q " in p for p in pips), pips
     assert sum(line.startswith('echo "make: ') for line in lines) == 3
+
+
+def test_make_installs_the_lock_with_hashes_and_then_the_project_alone(tmp_path):
+    pips = pip_lines(planned("test", tmp_path))
+    assert "--require-hashes -r requirements/lock.txt" in pips[0], pips
+    assert "--no-deps" in pips[1] and pips[1].endswith("-e ."), pips
+
+
+def _locked() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "requirements" / "lock.txt").read_text().splitlines():
+        if line and line[0].isalnum():
+            name, _, version = line.split(" ")[0].partition("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_the_lock_pins_every_requirement_of_the_project_and_its_extras():
+    """Every dependency pyproject.toml names (runtime and every extra) is pinned in the lock at a
+    version its range allows, and torch is the CPU build that requirements/torch.in names."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in project["dependencies"]]
+    wanted += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    pins = _locked()
+    for req in wanted:
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is not in requirements/lock.txt: run `make lock`"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req} but the lock has {pins[name]}"
+    torch_in = [Requirement(line) for line in (ROOT / "requirements" / "torch.in").read_text().splitlines()
+                if line and not line.startswith("#")]
+    assert torch_in and torch_in[0].specifier.contains(pins["torch"])
+    assert pins["torch"].endswith("+cpu"), pins["torch"]
