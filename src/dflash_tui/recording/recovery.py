@@ -26,6 +26,7 @@ from typing import Callable
 from ..config import Config, ConfigError
 from ..remote.base import TargetError
 from ..run.launch.launch import LaunchRefused
+from ..run.launch.request import LaunchRequest, Placement
 from ..run.verdict.rank_groups import nodes_outside_collective
 from ..run.verdict.report import RunReport
 from ..watch.base import ActionInFlight, RunWatch
@@ -284,8 +285,9 @@ class Recovery:
         more = {**_exclude_detail(last.detail), "exclude": list(exclude)} if exclude else {}
         if last.action != LAUNCHING:
             last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, **more)
+        request = LaunchRequest(relaunch=True, resume=resume, restart=n, placement=Placement(exclude=exclude))
         try:
-            result = await watch.relaunch(resume=resume, restart=n, exclude=exclude)
+            result = await watch.launch(request)
         except (LaunchRefused, ConfigError) as exc:
             self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
                          reason=f"the relaunch was refused: {exc}",
