@@ -43,6 +43,7 @@ from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.remote.agent import open_ops  # noqa: E402
 from dflash_tui.run.verdict.health import evaluate  # noqa: E402
 from dflash_tui.run.launch.launch import launch_run  # noqa: E402
+from dflash_tui.run.launch.request import LaunchRequest  # noqa: E402
 from dflash_tui.run.evidence.observe import gather  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 from tests.support.containers import Standins  # noqa: E402
@@ -74,7 +75,7 @@ async def ours(sshd, standins: Standins, work: Path, scenario: str, rep: int) ->
     try:
         if scenario == "NEVER STARTED":
             standins.set_mode(CT, "noop")
-        out = await launch_run(prof, launcher, ops, preflight=False,
+        out = await launch_run(prof, launcher, ops, LaunchRequest(preflight=False),
                                on_attempt=lambda a: returned.append(time.monotonic()))
         cl = out.checklist
         while not cl.verdict.failing and not cl.verdict.healthy:

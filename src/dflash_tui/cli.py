@@ -51,7 +51,7 @@ from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport
 from .run.verdict.checklist import CheckId, CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
-from .watch import RunWatch, open_watch
+from .watch import LaunchRequest, RunWatch, open_watch
 from .words import compact
 
 EXIT_HEALTHY, EXIT_FAILING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNDECIDED = 0, 1, 2, 3, 4
@@ -375,9 +375,9 @@ async def _run_mode(args, profile: Profile, config: Config) -> int:
 
 
 async def _launch_mode(args, profile: Profile, watch: RunWatch) -> int:
-    act = watch.relaunch if args.relaunch else watch.launch
+    request = LaunchRequest(relaunch=args.relaunch, preflight=not args.no_preflight, resume=args.resume, gpus=True)
     try:
-        result = await act(preflight=not args.no_preflight, resume=args.resume, gpus=True)
+        result = await watch.launch(request)
     except LaunchRefused as exc:
         return _fail(args, EXIT_FAILING, str(exc))
     report = result.report

@@ -21,6 +21,7 @@ from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ops import RemoteOps
 from dflash_tui.remote.ssh import SSHTarget
 from dflash_tui.run.launch.launcher import Detached
+from dflash_tui.run.launch.request import Placement
 from dflash_tui.run.launch.stop import StopResult
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.run.wrapper import wrapper_argv
@@ -66,7 +67,7 @@ class PopenLauncher(LocalLauncher):
     def handles(cls, profile: Profile) -> bool:
         return profile.name.startswith("popen-")
 
-    async def detach(self, run_dir: str, run_id: str, *, exclude=()) -> Detached:
+    async def detach(self, run_dir: str, run_id: str, placement: Placement) -> Detached:
         res = await self.target.run(["sh", "-c", 'cd "$1" && shift && exec "$@"', "t", run_dir, sys.executable,
                                      "-c", SPAWN, *wrapper_argv(run_dir, run_id)], timeout=10)
         pid = int(res.stdout.split("pid=")[1].split()[0])

@@ -2,7 +2,8 @@
 a `[recover]` policy watches the bundled trainer on two nodes (this machine, and the same machine
 through the real sshd), on CPU. One node's trainer SIGKILLed after a checkpoint fails the run;
 the watcher stops what is left, relaunches every node with --resume from rank 0's newest
-checkpoint (never step 0), the run finishes, and one "restarted" notice says from which step."""
+checkpoint (never step 0), the run finishes, and one "restarted" notice says from which step.
+A hang that names one of the nodes is relaunched on the same nodes, and the notice says so."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from dflash_tui.contract.rundir import CHECKPOINTS_DIR, STATUS_JSON, TRAIN_LOG, parse_status, rank_file
-from tests.recording.test_daemon import start_watcher
+from tests.recording.test_daemon import start_watcher, wait_title
 from tests.recording.test_recovery import http, wait_until   # noqa: F401  (the module's receiver)
 from tests.support.runs import alive
 from tests.support.watch_store import recorded_actions, recorded_states
@@ -115,3 +117,48 @@ def test_a_killed_node_is_recovered_on_every_node_from_rank_0s_checkpoint(sshd, 
     body = restarted[0]["message"]
     assert f"run {second} resumed from step {step} (was run {was})" in body, body
     assert f"after {failed[-1]}" in body, body
+
+
+ODD_RANK_PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "ranks_one_odd.py"
+
+
+def test_a_hang_that_names_one_of_the_profiles_own_nodes_is_said_and_never_excluded(sshd, tmp_path, http):
+    """SSH `nodes` are the profile's own list: no launch of theirs can avoid one. Two gloo ranks,
+    one per node: after 2 steps rank 1 (the SSH node) waits on a queue while rank 0 waits for it
+    in all_reduce, STALLED, and the hang names rank 1's node. The recovery plans, records and
+    announces no exclusion: its notice says which node looked unhealthy and that the nodes are
+    the profile's own; the relaunch (DFLASH_RESTART=1: a few steps of sh) runs on both nodes."""
+    before = len(http.requests)
+    again = 'i=1; while [ $i -le 4 ]; do echo "step $i/4"; i=$((i+1)); sleep 0.5; done'
+    command = ["sh", "-c", f'if [ "${{DFLASH_RESTART:-0}}" -gt 0 ]; then {again}; '
+               f'else OMP_NUM_THREADS=1 exec {sys.executable} {ODD_RANK_PROGRAM} 2 0.3 1; fi']
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        nodes_toml(sshd, tmp_path, command=command, stall_after_s=10, stop_grace_s=2)
+        + f'[watch]\ninterval_s = 0.5\nstore = "{tmp_path / "watch.sqlite3"}"\n'
+        f'[notify]\nhold_s = 1\non = []\nurls = ["json://127.0.0.1:{http.port}/hook"]\n'
+        '[recover]\non = ["STALLED"]\nmax_restarts = 2\nbackoff_s = 1\n')
+    w = start_watcher(tmp_path, cfg)
+    try:
+        res = cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight", "--json", timeout=120)
+        first = set(json.loads(res.stdout)["run_ids"].values())
+        wait_until(lambda: any(a.action == "launched" for a in actions(tmp_path)), 150,
+                   lambda: (states(tmp_path), [(a.action, a.detail) for a in actions(tmp_path)]))
+        wait_title(http, "dflash-tui: two restarted (1/2)", 30)
+    finally:
+        cli(tmp_path, "--config", str(cfg), "--stop", timeout=120)
+        w.send_signal(signal.SIGTERM)
+        _, err = w.communicate(timeout=30)
+    acts = actions(tmp_path)
+    assert [a.action for a in acts] == ["planned", "stopped", "launching", "launched"], (acts, err)
+    assert acts[0].run_id in first and acts[0].failure.state == "STALLED", acts
+    why = "rank 1 was not in the collective the others waited in"
+    # Named, and kept for the notice; never an exclusion the nodes' launch could not carry out.
+    assert all(a.detail.get("unhealthy") == [sshd.alias] for a in acts), acts
+    assert acts[-1].detail["unhealthy_why"] == why, acts
+    assert not any("exclude" in a.detail for a in acts), acts
+    (message,) = [json.loads(r.body)["message"] for r in http.requests[before:]
+                  if json.loads(r.body)["title"] == "dflash-tui: two restarted (1/2)"]
+    assert (f"node {sshd.alias} looked unhealthy ({why}); not excluded: the profile's nodes are its own list"
+            in message), message
+    assert "excluding" not in message, message

@@ -25,6 +25,7 @@ from dflash_tui.config import ConfigError
 from dflash_tui.contract.rundir import SLURM_JSON, LaunchRecord
 from dflash_tui.recording.change import VerdictChange
 from dflash_tui.recording.recovery import SCHEDULER_SETTLE_S, failed_nodes, job_still_ending
+from dflash_tui.run.launch.request import Placement
 from dflash_tui.run.verdict.checklist import Checklist, SchedulerFacts, ThreadHealth, ThreadState, Verdict
 from dflash_tui.run.verdict.rank_groups import group_ranks, nodes_outside_collective
 from dflash_tui.run.verdict.report import RunReport
@@ -204,7 +205,7 @@ def test_the_profiles_exclude_and_the_recoverys_reach_sbatch_as_one_option(slurm
     for arg, kept in (("--exclude=n3", []), ("--exclud=n3", []), ("-xn3", []), ("-vxn3", ["-v"])):
         spec = parse_config(f'[profile.p]\nscheduler = "slurm"\nrun_dir = "{run_dir}"\npartition = "{WIDE}"\n'
                             f'sbatch_args = ["--exclusive", {json.dumps(arg)}]\n', "c.toml").profiles["p"].scheduler
-        argv = sbatch_argv(spec, str(run_dir), "dflash-probe", exclude=("n2",))
+        argv = sbatch_argv(spec, str(run_dir), "dflash-probe", Placement(exclude=("n2",)))
         excl = [a for a in argv if a.startswith(("--exclu", "-x")) and a != "--exclusive"]
         assert excl == ["--exclude=n3,n2"], (arg, argv)
         assert all(k in argv for k in kept) and "--exclusive" in argv, (arg, argv)

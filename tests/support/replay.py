@@ -13,6 +13,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from dflash_tui.gpu.sample import GpuSnapshot
 from dflash_tui.run.history import PreviousRun
+from dflash_tui.run.launch.request import LaunchRequest
 from dflash_tui.run.verdict.report import RunReport
 from dflash_tui.ui.sources.source import EVENTS_LOG, TRAIN_LOG, ActionError
 
@@ -99,8 +100,8 @@ class ReplaySource:
             raise ActionError(f"{name}: this replay has no actions")
         return await self.on_action(name)
 
-    async def launch(self) -> str:
-        return await self._act("launch")
+    async def launch(self, request: LaunchRequest) -> str:
+        return await self._act("relaunch" if request.relaunch else "launch")
 
     async def stop(self) -> str:
         return await self._act("stop")
@@ -110,9 +111,6 @@ class ReplaySource:
 
     async def newest_checkpoint(self) -> None:
         return None
-
-    async def relaunch(self, resume: bool = False) -> str:
-        return await self._act("relaunch")
 
     async def canary(self) -> str:
         return await self._act("canary")

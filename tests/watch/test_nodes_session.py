@@ -19,6 +19,7 @@ import pytest
 from dflash_tui.config import ConfigError, parse_config
 from dflash_tui.contract.rundir import STATUS_JSON, parse_status, rank_file
 from dflash_tui.run.launch.launch import LaunchRefused
+from dflash_tui.run.launch.request import Placement
 from dflash_tui.watch import NodesWatch
 from dflash_tui.run.verdict.checklist import Verdict
 
@@ -279,6 +280,17 @@ async def test_a_hung_node_is_named_before_its_peer_that_timed_out(sshd, nodes_s
     finally:
         await nodes.stop()   # SIGTERM waits while it is stopped; SIGKILL after the grace does not
         os.kill(hung, signal.SIGCONT) if alive(hung) else None
+
+
+async def test_a_placement_is_refused_before_any_node_is_touched(sshd, nodes_session, tmp_path):
+    """The nodes are the profile's own list: a relaunch asked to avoid one is refused in one
+    line, never carried out without it, and no node is stopped or started."""
+    nodes = nodes_session(nodes_profile(sshd, tmp_path))
+    assert not nodes.places_nodes
+    with pytest.raises(LaunchRefused) as err:
+        await nodes.relaunch(placement=Placement(exclude=(sshd.alias,)))
+    assert str(err.value) == f"cannot launch excluding node {sshd.alias}: the profile's nodes are its own list"
+    assert not any((tmp_path / f"run-{node}").exists() for node in (LOCAL, sshd.alias))
 
 
 async def test_the_canary_runs_on_every_node(sshd, nodes_session, tmp_path):

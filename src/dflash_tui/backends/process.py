@@ -8,13 +8,14 @@ its process group after stop.json (run/launch/stop.py).
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable
 
 from ..config import Profile
 from ..remote.base import CommandTimeout, Target, TargetError
 from ..remote.container import ContainerTarget
 from ..remote.ops import RemoteOps
 from ..run.launch.launcher import Detached, Launcher
+from ..run.launch.request import Placement
 from ..run.launch.stop import StopResult, stop_run
 from ..run.wrapper import detach_argv, parse_detach_output
 
@@ -26,7 +27,8 @@ class ProcessLauncher(Launcher):
     def make_run_target(cls, profile: Profile, host: Target) -> Target:
         return host
 
-    async def detach(self, run_dir: str, run_id: str, *, exclude: Sequence[str] = ()) -> Detached:
+    async def detach(self, run_dir: str, run_id: str, placement: Placement) -> Detached:
+        # The profile says where (PLACES_NODES is False): the launch refuses any placement first.
         try:
             res = await self.target.run(detach_argv(run_dir, run_id), timeout=DETACH_TIMEOUT_S)
         except (CommandTimeout, TargetError) as exc:   # unreachable included

@@ -4,14 +4,15 @@ For a recorded failing change (a verdict in the policy's `on`) of a run not answ
 asks the pure decision (recover_policy.py `decide`) with the restarts that led to that run
 (recovery_log.py `chain_of`). To restart: it records `planned`, stops a run whose processes
 still live (STALLED, GPU LOST) with the verified stop, waits out the backoff, records
-`launching`, and relaunches through the profile's RunWatch: the bundled trainer with --resume
-from its newest checkpoint, any program with DFLASH_RESTART=<n> in its environment; then
-`launched`. To give up: `gave_up` and the reason. Each restart and each give-up is one
-notification, committed with its action in the store's outbox and marked sent once every URL
-took it: a watcher killed between the two sends what is pending when it starts again, once.
-A watcher killed at any point resumes from the log (module doc there). A stop
-by a person is never undone: STOPPED is no trigger, and a run someone else launched meanwhile
-supersedes the plan.
+`launching`, and relaunches through the profile's RunWatch (one LaunchRequest): the bundled
+trainer with --resume from its newest checkpoint, any program with DFLASH_RESTART=<n> in its
+environment, away from the node the failure named where the launcher places the run (a
+scheduler; `RunWatch.places_nodes`, asked before the plan); then `launched`. To give up:
+`gave_up` and the reason. Each restart and each give-up is one notification, committed with
+its action in the store's outbox and marked sent once every URL took it: a watcher killed
+between the two sends what is pending when it starts again, once. A watcher killed at any
+point resumes from the log (module doc there). A stop by a person is never undone: STOPPED
+is no trigger, and a run someone else launched meanwhile supersedes the plan.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Callable
 from ..config import Config, ConfigError
 from ..remote.base import TargetError
 from ..run.launch.launch import LaunchRefused
+from ..run.launch.request import OWN_NODES, LaunchRequest, Placement
 from ..run.verdict.rank_groups import nodes_outside_collective
 from ..run.verdict.report import RunReport
 from ..watch.base import ActionInFlight, RunWatch
@@ -85,9 +87,25 @@ def job_still_ending(report: RunReport | None, change: VerdictChange, now: float
             and now - change.time < SCHEDULER_SETTLE_S)
 
 
-def _exclude_detail(detail: dict) -> dict:
-    """The exclusion a plan carries on to its later actions."""
-    return {k: detail[k] for k in ("exclude", "exclude_why") if detail.get(k)}
+def nodes_detail(nodes: tuple[str, ...], why: str, places_nodes: bool) -> dict:
+    """What a plan records of the nodes a failure named: where the launcher places the run (a
+    scheduler), the nodes its relaunch excludes (`exclude`, `exclude_why`); else only which
+    node looked unhealthy (`unhealthy`, `unhealthy_why`), for the notice: the profile's own
+    nodes are relaunched as they are."""
+    if not nodes:
+        return {}
+    key = "exclude" if places_nodes else "unhealthy"
+    return {key: list(nodes), f"{key}_why": why} if why else {key: list(nodes)}
+
+
+def _nodes_detail(detail: dict, places_nodes: bool) -> dict:
+    """The nodes a plan named, carried on to its later actions (an exclusion recorded where
+    the launcher now cannot carry it out is only said)."""
+    for key in ("exclude", "unhealthy"):
+        nodes = tuple(x for x in detail.get(key) or () if isinstance(x, str) and x)
+        if nodes:
+            return nodes_detail(nodes, str(detail.get(f"{key}_why") or ""), places_nodes and key == "exclude")
+    return {}
 
 
 class Recovery:
@@ -224,9 +242,8 @@ class Recovery:
                          notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
         elif d.kind == RESTART:
             report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
-            exclude, why = failed_nodes(change.state, report)
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
-                                **({"exclude": list(exclude), "exclude_why": why} if exclude else {}))
+                                **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes))
             await self._continue(name, watch, plan, policy.max_restarts)
 
     async def _continue(self, name: str, watch: RunWatch, last: Action, max_restarts: int) -> None:
@@ -241,7 +258,7 @@ class Recovery:
                 self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
                              from_step=last.detail.get("from_step"), resume=last.detail.get("resume"),
                              notify=lambda a: self._notify_restart(name, a, failure, max_restarts),
-                             **_exclude_detail(last.detail))
+                             **_nodes_detail(last.detail, watch.places_nodes))
             elif last.action == LAUNCHING and self.clock() - last.time > NEVER_SEEN_S:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure) if failure else {},
                              reason=f"the relaunch showed no run within {NEVER_SEEN_S:.0f} s")
@@ -259,7 +276,7 @@ class Recovery:
                 return
             last = self._record(name, STOPPED, last.run_id, last.attempt, at=last.detail.get("at"),
                                 outcome="; ".join(r.message for r in results.values()),
-                                **_exclude_detail(last.detail))
+                                **_nodes_detail(last.detail, watch.places_nodes))
         at = last.detail.get("at")
         if last.action in (PLANNED, STOPPED) and isinstance(at, (int, float)) and self.clock() < at:
             return   # the backoff
@@ -280,12 +297,13 @@ class Recovery:
         if watch.profile.uses_bundled_trainer and (policy is None or policy.resume):
             ref = await watch.newest_checkpoint()
             resume, from_step = ref is not None, (ref.step if ref is not None else None)
-        exclude = tuple(x for x in last.detail.get("exclude") or () if isinstance(x, str))
-        more = {**_exclude_detail(last.detail), "exclude": list(exclude)} if exclude else {}
+        more = _nodes_detail(last.detail, watch.places_nodes)
+        request = LaunchRequest(relaunch=True, resume=resume, restart=n,
+                                placement=Placement(exclude=tuple(more.get("exclude", ()))))
         if last.action != LAUNCHING:
             last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, **more)
         try:
-            result = await watch.relaunch(resume=resume, restart=n, exclude=exclude)
+            result = await watch.launch(request)
         except (LaunchRefused, ConfigError) as exc:
             self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
                          reason=f"the relaunch was refused: {exc}",
@@ -328,6 +346,10 @@ class Recovery:
             nodes = ", ".join(map(str, done.detail["exclude"]))
             why = str(done.detail.get("exclude_why") or FAILED_BEFORE)
             lines.append(f"excluding node {nodes} ({why})" if why == FAILED_BEFORE else f"excluding node {nodes}: {why}")
+        elif done.detail.get("unhealthy"):
+            nodes = ", ".join(map(str, done.detail["unhealthy"]))
+            why = str(done.detail.get("unhealthy_why") or FAILED_BEFORE)
+            lines.append(f"node {nodes} looked unhealthy ({why}); not excluded: {OWN_NODES}")
         return self._send(name, "restarted", f"dflash-tui: {name} restarted ({done.attempt}/{max_restarts})", lines)
 
     def _notify_gave_up(self, name: str, gave: Action, failure: Failure | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..config import Profile
+from ..run.launch.request import LaunchRequest, Placement
 from .transport import SharedTransport
 from .session import Session
 from .base import (ActionInFlight, LaunchResult, Listener, RunWatch, canary_words, changed, stop_words,
@@ -11,8 +12,9 @@ from .files import LineFollower
 from .host import STEADY_INTERVAL_S, HostWatch
 from .nodes import NodesWatch
 
-__all__ = ["ActionInFlight", "HostWatch", "LaunchResult", "LineFollower", "Listener", "NodesWatch", "RunWatch",
-           "STEADY_INTERVAL_S", "canary_words", "changed", "open_watch", "stop_words", "unreachable_report"]
+__all__ = ["ActionInFlight", "HostWatch", "LaunchRequest", "LaunchResult", "LineFollower", "Listener", "NodesWatch",
+           "Placement", "RunWatch", "STEADY_INTERVAL_S", "canary_words", "changed", "open_watch", "stop_words",
+           "unreachable_report"]
 
 
 def open_watch(profile: Profile, *, interval: float = 1.0, poll_timeout: float | None = None,

@@ -33,6 +33,7 @@ from typing import AsyncIterator, Callable
 from ..config import Limits, Profile
 from ..run.launch.canary import CanaryResult
 from ..run.launch.launch import LaunchOutcome
+from ..run.launch.request import LaunchRequest, as_request, relaunching
 from ..run.verdict.report import RunReport
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
@@ -169,8 +170,7 @@ class RunWatch(ABC):
     async def _check(self, gpus: bool) -> RunReport: ...
 
     @abstractmethod
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
-                      restart: int, exclude: tuple[str, ...] = ()) -> LaunchResult: ...
+    async def _launch(self, request: LaunchRequest) -> LaunchResult: ...
 
     @abstractmethod
     async def _stop(self) -> dict[str, StopResult]: ...
@@ -185,6 +185,13 @@ class RunWatch(ABC):
     async def newest_checkpoint(self) -> CheckpointRef | None:
         """What a resume would continue from (on several nodes: rank 0's); None: nothing.
         Raises TargetError when the run's host cannot be reached."""
+
+    @property
+    @abstractmethod
+    def places_nodes(self) -> bool:
+        """Whether a launch can be placed: told which nodes to avoid (`LaunchRequest.placement`),
+        as a scheduler's backend can (`Launcher.PLACES_NODES`). A recovery asks before it plans
+        an exclusion."""
 
     @abstractmethod
     def host_watches(self) -> list[tuple[str, "RunWatch"]]:
@@ -306,19 +313,20 @@ class RunWatch(ABC):
         finally:
             self._launches += 1
 
-    async def launch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
-                     restart: int = 0) -> LaunchResult:
-        """Preflight and launch; raises LaunchRefused when the run dir's run is still alive.
-        `gpus`: the result's report carries the "gpus" check from one GPU sample; `restart`:
-        the trainer's DFLASH_RESTART (the watcher's recovery counts its relaunches)."""
-        return await self._act(lambda: self._launching(self._launch(False, preflight, resume, gpus, restart)))
+    async def launch(self, request: LaunchRequest | None = None, /, **fields) -> LaunchResult:
+        """Launch as `request` asks (run/launch/request.py; or its fields as keywords:
+        `launch(preflight=False)`): preflight, then launch; raises LaunchRefused when the run
+        dir's run is still alive and the request is no relaunch, or when it asks for a
+        placement this watch cannot carry out (`places_nodes`). A relaunch stops the live run
+        (if any) first; `resume` continues from the newest checkpoint (on several nodes: every
+        node, from rank 0's); `gpus`: the result's report carries the "gpus" check from one GPU
+        sample."""
+        request = as_request(request, fields)
+        return await self._act(lambda: self._launching(self._launch(request)))
 
-    async def relaunch(self, *, preflight: bool = True, resume: bool = False, gpus: bool = False,
-                       restart: int = 0, exclude: tuple[str, ...] = ()) -> LaunchResult:
-        """Stop the live run (if any), then launch; `resume` continues from the newest checkpoint
-        (on several nodes: every node, from rank 0's); `exclude`: nodes a scheduler must not
-        place the new run on (the recovery's hint: the node that failed; Launcher.detach)."""
-        return await self._act(lambda: self._launching(self._launch(True, preflight, resume, gpus, restart, exclude)))
+    async def relaunch(self, request: LaunchRequest | None = None, /, **fields) -> LaunchResult:
+        """`launch`, as a relaunch."""
+        return await self.launch(relaunching(request, fields))
 
     async def stop(self) -> dict[str, StopResult]:
         """The run stopped by its recorded pid (every node at once); per node."""

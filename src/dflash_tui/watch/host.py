@@ -20,6 +20,7 @@ from ..remote.ops import ExitWatch
 from ..run.launch.canary import CanaryResult
 from ..run.verdict.health import HealthTracker, with_gpu_check
 from ..run.launch.launch import LaunchOutcome
+from ..run.launch.request import LaunchRequest
 from ..run.evidence.observe import Evidence, current_run_id
 from ..run.verdict.report import RunReport, report_from
 from ..run.launch.stop import StopResult
@@ -73,6 +74,10 @@ class HostWatch(RunWatch):
 
     def host_watches(self) -> list[tuple[str, "HostWatch"]]:
         return [("", self)]
+
+    @property
+    def places_nodes(self) -> bool:
+        return self.session.launcher.PLACES_NODES
 
     @property
     def retry_in(self) -> float | None:
@@ -172,12 +177,10 @@ class HostWatch(RunWatch):
 
     # -- actions ------------------------------------------------------------------------------
 
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
-                      restart: int, exclude: tuple[str, ...] = ()) -> LaunchResult:
+    async def _launch(self, request: LaunchRequest) -> LaunchResult:
         self.tracker.reset()
-        outcome = await self.session.launch(relaunch=relaunch, preflight=preflight, resume=resume,
-                                            restart=restart, exclude=exclude)
-        return LaunchResult(await self.launched(outcome, gpus), {self.profile.name: outcome},
+        outcome = await self.session.launch(request)
+        return LaunchResult(await self.launched(outcome, request.gpus), {self.profile.name: outcome},
                             {self.profile.name: outcome.stopped} if outcome.stopped else {},
                             outcome.seconds)
 

@@ -15,6 +15,7 @@ from ..config import Profile
 from .nodes_session import NodesSession
 from ..remote.base import TargetError
 from ..run.launch.canary import CanaryResult
+from ..run.launch.request import LaunchRequest
 from ..contract.rundir import EVENTS_JSONL
 from ..gpu.sample import GpuSnapshot
 from ..run.verdict.combine import NodeReport, combine, merge_gpu_snapshots
@@ -48,6 +49,10 @@ class NodesWatch(RunWatch):
         return [(plan.node, w) for plan, w in zip(self.plans, self.watches)]
 
     @property
+    def places_nodes(self) -> bool:
+        return False   # the profile's `nodes` are where the run goes: no launch picks or avoids one
+
+    @property
     def retry_in(self) -> float | None:
         waits = [w.retry_in for w in self.watches if w.retry_in is not None]
         return min(waits) if waits else None
@@ -70,15 +75,13 @@ class NodesWatch(RunWatch):
         """Every node observed once (concurrently); a node that cannot be reached is stale in it."""
         return self.combined(list(await asyncio.gather(*(self._node_check(w, gpus) for w in self.watches))))
 
-    async def _launch(self, relaunch: bool, preflight: bool, resume: bool, gpus: bool,
-                      restart: int, exclude: tuple[str, ...] = ()) -> LaunchResult:
-        # `exclude` is a scheduler's: SSH nodes are the profile's own list, none is picked.
+    async def _launch(self, request: LaunchRequest) -> LaunchResult:
         for w in self.watches:
             w.tracker.reset()
-        out = await self.nodes.launch(relaunch=relaunch, preflight=preflight, resume=resume, restart=restart)
+        out = await self.nodes.launch(request)
         reports = []
         for plan, w in zip(self.plans, self.watches):
-            report = await w.launched(out.outcomes[plan.node], gpus)
+            report = await w.launched(out.outcomes[plan.node], request.gpus)
             if out.outcomes[plan.node].evidence is not None:
                 w.last = report   # a node that later cannot be reached repeats this report
             reports.append(report)

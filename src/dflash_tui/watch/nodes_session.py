@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..config import ConfigError, Profile
 from ..remote.base import TargetError
@@ -21,6 +21,7 @@ from ..run.launch.canary import CanaryResult
 from ..run.launch.launch import LaunchOutcome, LaunchRefused, not_launched
 from .node_plan import NodePlan, plan_nodes
 from ..run.launch.preflight import PreflightResult
+from ..run.launch.request import LaunchRequest
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from .session import Session, resume_refused
@@ -108,11 +109,12 @@ class NodesSession:
             return f"node {plan.node}: run {ev.launch.run_id} (pid {ev.launch.pid}) is still running"
         return None
 
-    async def _launch_node(self, i: int, plan: NodePlan, s: Session, resume: bool, restart: int) -> LaunchOutcome:
+    async def _launch_node(self, i: int, plan: NodePlan, s: Session, request: LaunchRequest) -> LaunchOutcome:
         try:
             # A resumed node other than rank 0 resumes from rank 0's checkpoint (the trainer
-            # sends it), found before any node was stopped or started.
-            return await s.launch(preflight=False, resume=resume, restart=restart, checkpoint_found=resume)
+            # sends it), found before any node was stopped or started; every node's preflight
+            # ran, and a relaunch stopped every node, before any node is launched.
+            return await s.launch(replace(request, preflight=False, relaunch=False), checkpoint_found=request.resume)
         except TargetError as exc:
             check = Check.of(CheckId.LAUNCH_CMD, CheckState.FAIL, str(exc),
                           "check the host, then relaunch every node", time.time())
@@ -127,16 +129,20 @@ class NodesSession:
             raise LaunchRefused(f"no checkpoint in {first.profile.run_dir}/checkpoints (node {first.node}, "
                                 "rank 0, whose checkpoint every node resumes from); relaunch without resume")
 
-    async def launch(self, *, relaunch: bool = False, preflight: bool = True, resume: bool = False,
-                     restart: int = 0) -> NodesLaunch:
-        """Start every node, or none. Raises LaunchRefused when a node still runs (not relaunch),
-        or, with `resume`, when rank 0 has no checkpoint to resume from. `restart`: DFLASH_RESTART."""
+    async def launch(self, request: LaunchRequest) -> NodesLaunch:
+        """Start every node, or none, as `request` asks. Raises LaunchRefused when a node still
+        runs (not a relaunch), with `resume` when rank 0 has no checkpoint to resume from, and
+        for a placement (the nodes are the profile's own list, none is picked), before any node
+        is stopped or started."""
         t0 = time.monotonic()
-        if resume and not self.profile.uses_bundled_trainer:
+        refused = request.refused_placement(False)
+        if refused is not None:
+            raise LaunchRefused(refused)
+        if request.resume and not self.profile.uses_bundled_trainer:
             raise ConfigError(resume_refused(self.profile.name))
         pres: list[PreflightResult | None] = [None] * len(self.plans)
-        if preflight:
-            pres = await self._each(lambda i, p, s: self._preflight(i, p, s, relaunch))
+        if request.preflight:
+            pres = await self._each(lambda i, p, s: self._preflight(i, p, s, request.relaunch))
             refused = [p.node for p, pre in zip(self.plans, pres) if not pre.ok]
             if refused:
                 outcomes = {}
@@ -150,14 +156,14 @@ class NodesSession:
                     else:
                         outcomes[plan.node] = not_launched(pre)
                 return NodesLaunch(outcomes, seconds=time.monotonic() - t0)
-        if resume:
+        if request.resume:
             try:
                 await self._resume_check()
             except TargetError as exc:
                 raise LaunchRefused(f"node {self.plans[0].node}: cannot look for its checkpoint ({exc}); "
                                     "check the host, then relaunch") from None
         stopped: dict[str, StopResult] = {}
-        if relaunch:
+        if request.relaunch:
             together = SignalTogether(len(self.sessions))
             results = await self._each(lambda i, p, s: together.stop(s))
             stopped = {p.node: r for p, r in zip(self.plans, results)}
@@ -168,7 +174,7 @@ class NodesSession:
             live = [x for x in await self._each(self._live) if x]
             if live:
                 raise LaunchRefused("; ".join(live) + "; stop the run first, or relaunch")
-        results = await self._each(lambda i, p, s: self._launch_node(i, p, s, resume, restart))
+        results = await self._each(lambda i, p, s: self._launch_node(i, p, s, request))
         for out, pre in zip(results, pres):
             out.preflight = out.preflight or pre
         outcomes = {p.node: o for p, o in zip(self.plans, results)}

@@ -16,6 +16,7 @@ the next request and the connection reconnects with backoff, for every profile a
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Awaitable, Callable, Sequence
 
 from ..backends import launcher_for
@@ -32,6 +33,7 @@ from ..run.verdict.health import with_gpu_check
 from ..run.history import CheckpointRef, HistoryRun, list_runs, newest_checkpoint, open_run
 from ..run.launch.launch import LaunchOutcome, LaunchRefused, launch_run, not_launched
 from ..run.launch.launcher import Launcher
+from ..run.launch.request import LaunchRequest, as_request
 from ..run.evidence.observe import Evidence
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Checklist
@@ -154,36 +156,38 @@ class Session:
         """`checklist` plus the "gpus" check, combined exactly as the dashboard combines it."""
         return with_gpu_check(checklist, ev, await self.gpu_snapshot(ev))
 
-    async def launch(self, *, relaunch: bool = False, preflight: bool = True,
-                     resume: bool = False, restart: int = 0, checkpoint_found: bool = False,
-                     exclude: Sequence[str] = ()) -> LaunchOutcome:
-        """`resume`: the bundled trainer continues from the newest checkpoint in the run dir
-        (checkpoints/ stays where it is when the last run is moved to history/);
+    async def launch(self, request: LaunchRequest | None = None, /, *, checkpoint_found: bool = False,
+                     **fields) -> LaunchOutcome:
+        """Launch as `request` asks (or its fields as keywords: `launch(preflight=False)`).
+        `request.resume`: the bundled trainer continues from the newest checkpoint in the run
+        dir (checkpoints/ stays where it is when the last run is moved to history/);
         `checkpoint_found`: the caller found the checkpoint already (a node of several resumes
-        from rank 0's, which its own run dir does not hold). `restart`: DFLASH_RESTART;
-        `exclude`: nodes a scheduler must not place the run on (a recovery's hint)."""
-        argv = self.argv
-        if resume:
+        from rank 0's, which its own run dir does not hold)."""
+        request = as_request(request, fields)
+        argv = request.argv if request.argv is not None else self.argv
+        if request.resume:
             if not self.profile.uses_bundled_trainer:
                 raise ConfigError(resume_refused(self.profile.name))
-            argv = [*(self.argv if self.argv is not None else self.profile.trainer_argv), "--resume"]
+            argv = [*(argv if argv is not None else self.profile.trainer_argv), "--resume"]
+        if argv is not None:
+            request = replace(request, argv=tuple(argv))
         try:
             ops = await self.ops()
         except TargetError:
-            if not preflight:
+            if not request.preflight:
                 raise
             # No ops (host down, container stopped): the preflight says which, as checks.
             pre = await self.launcher.preflight(None)
             if not pre.ok:
                 return not_launched(pre)
             raise
-        ref = await newest_checkpoint(ops, self.profile.run_dir) if resume and not checkpoint_found else None
-        if resume and not checkpoint_found and ref is None:
+        resume = request.resume and not checkpoint_found
+        ref = await newest_checkpoint(ops, self.profile.run_dir) if resume else None
+        if resume and ref is None:
             raise LaunchRefused(f"no checkpoint in {self.profile.run_dir}/checkpoints to resume "
                                 "from; relaunch without resume")
-        outcome = await launch_run(self.profile, self.launcher, ops, argv=argv,
-                                   preflight=preflight, relaunch=relaunch, limits=self.limits,
-                                   on_attempt=self._remember, restart=restart, exclude=exclude)
+        outcome = await launch_run(self.profile, self.launcher, ops, request, limits=self.limits,
+                                   on_attempt=self._remember)
         if ref is not None and outcome.run_id:
             outcome.resume_from = ref.words()
         return outcome

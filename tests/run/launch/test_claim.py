@@ -160,7 +160,7 @@ async def test_the_dashboards_r_and_a_script_at_once_start_one_trainer(tmp_path,
     from dflash_tui.config import load_config
     from dflash_tui.ui.sources.source import ActionError
     from dflash_tui.ui.sources.watch_source import WatchSource
-    from dflash_tui.watch import open_watch
+    from dflash_tui.watch import LaunchRequest, open_watch
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     tag = f"--tag={uuid.uuid4().hex}"
     cfg = write_config(tmp_path, race=local(tmp_path / "run", "beat", tag))
@@ -171,7 +171,7 @@ async def test_the_dashboards_r_and_a_script_at_once_start_one_trainer(tmp_path,
             script = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                           env=env_for(tmp_path))
             try:
-                said = await source.relaunch()
+                said = await source.launch(LaunchRequest(relaunch=True))
             except ActionError as exc:
                 said = f"refused: {exc}"
             out, err = await script.communicate()

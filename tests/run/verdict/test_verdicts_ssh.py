@@ -16,6 +16,7 @@ from dflash_tui.contract.rundir import inert_text
 from dflash_tui.config import Profile
 from dflash_tui.remote.base import ContainerNotRunning
 from dflash_tui.run.launch.launch import launch_run
+from dflash_tui.run.launch.request import LaunchRequest
 from dflash_tui.run.launch.stop import stop_run
 from dflash_tui.run.verdict.checklist import CheckState, Verdict
 from dflash_tui.watch.session import Session
@@ -122,8 +123,8 @@ async def test_hup_mode_twenty_of_twenty_launches_survive(sshd, standin, session
     ops = await s.ops()
     launches = []
     for i in range(20):
-        out = await launch_run(s.profile, s.launcher, ops, argv=["sleep", "60"],
-                               run_dir=str(tmp_path / f"run{i:02d}"), preflight=False)
+        out = await launch_run(s.profile, s.launcher, ops, LaunchRequest(argv=("sleep", "60"), preflight=False,
+                                                                          run_dir=str(tmp_path / f"run{i:02d}")))
         assert out.evidence.launch is not None, out.checklist
         launches.append(out)
     await asyncio.sleep(1.0)            # any SIGHUP/kill from the exec teardown has landed

@@ -14,10 +14,10 @@ import posixpath
 import re
 import time
 from dataclasses import dataclass
-from typing import Sequence
 
 from ...contract.rundir import LAUNCH_SH, SLURM_OUT, inert_text
 from ...remote.base import CommandResult, CommandTimeout, Target
+from ...run.launch.request import Placement
 from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id,
                   parse_failed_nodes, parse_sacct, parse_scontrol, parse_squeue, unanswered, unknown_job)
 from .spec import SlurmSpec, merge_exclude, sbatch_options
@@ -79,21 +79,20 @@ def _pattern_safe(path: str) -> str:
     return path.replace("%", "%%")
 
 
-def sbatch_argv(spec: SlurmSpec, run_dir: str, job_name: str, exclude: Sequence[str] = ()) -> list[str]:
+def sbatch_argv(spec: SlurmSpec, run_dir: str, job_name: str, placement: Placement = Placement()) -> list[str]:
     """sbatch for launch.sh in the run dir: parsable output, the job's name, its working
     directory and its own stdout/stderr in the run dir, no requeue (a requeued job would run
     the wrapper again into the same run files; a profile may ask for it in sbatch_args);
-    `exclude`: nodes the job must not get (a recovery's: the node that failed the last job),
-    merged with the profile's own --exclude into one option (spec.merge_exclude)."""
+    `placement.exclude`: nodes the job must not get (a recovery's: the node that failed the last
+    job), merged with the profile's own --exclude into one option (spec.merge_exclude)."""
     out = _pattern_safe(posixpath.join(run_dir, SLURM_OUT))
     requeue = [] if any(a.split("=")[0] in ("--requeue", "--no-requeue") for a in spec.sbatch_args) else ["--no-requeue"]
     return ["sbatch", "--parsable", f"--job-name={job_name}", f"--chdir={run_dir}", f"--output={out}",
-            f"--error={out}", *requeue, *merge_exclude(sbatch_options(spec), exclude), posixpath.join(run_dir, LAUNCH_SH)]
+            f"--error={out}", *requeue, *merge_exclude(sbatch_options(spec), placement.exclude), posixpath.join(run_dir, LAUNCH_SH)]
 
 
-async def submit(target: Target, spec: SlurmSpec, run_dir: str, job_name: str,
-                 exclude: Sequence[str] = ()) -> Submitted:
-    res = await run_scheduler(target, sbatch_argv(spec, run_dir, job_name, exclude), 60)
+async def submit(target: Target, spec: SlurmSpec, run_dir: str, job_name: str, placement: Placement) -> Submitted:
+    res = await run_scheduler(target, sbatch_argv(spec, run_dir, job_name, placement), 60)
     line = res.stdout.strip().splitlines()[-1] if res.ok and res.stdout.strip() else ""
     job_id, _, cluster = line.partition(";")
     if not res.ok or not valid_job_id(job_id.strip()):

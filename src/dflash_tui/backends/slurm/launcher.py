@@ -27,7 +27,7 @@ import getpass
 import posixpath
 import socket
 import time
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable
 
 from ...config import Limits, Profile
 from ...contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, LaunchRecord, SchemaError,
@@ -35,6 +35,7 @@ from ...contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, Lau
 from ...remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
 from ...remote.ops import RemoteOps
 from ...run.launch.launcher import Detached, Launcher
+from ...run.launch.request import Placement
 from ...run.evidence.observe import Evidence, gather
 from ...run.launch.preflight import PreflightResult
 from ...run.launch.stop import StopResult
@@ -82,6 +83,8 @@ class SlurmLauncher(Launcher):
     # The job's end is the scheduler's to tell (a cancelled job may leave no exit.json).
     POLL_SLOWLY_WHEN_STEADY = False
     CONFIG_KEYS = KEYS
+    # sbatch picks the job's nodes, and avoids the ones a placement excludes (--exclude).
+    PLACES_NODES = True
 
     def __init__(self, profile: Profile, host: Target, target: Target) -> None:
         super().__init__(profile, host, target)
@@ -139,12 +142,12 @@ class SlurmLauncher(Launcher):
         names = inert_text(", ".join(l[0] for l in lines[:4]))
         return Check.of(CheckId.PRE_SLURM, CheckState.OK, f"sinfo answers; partition {names}", "", now)
 
-    async def detach(self, run_dir: str, run_id: str, *, exclude: Sequence[str] = ()) -> Detached:
-        """Submit launch.sh with sbatch (`--exclude` for `exclude`); slurm.json is written before
+    async def detach(self, run_dir: str, run_id: str, placement: Placement) -> Detached:
+        """Submit launch.sh with sbatch (`--exclude` for the placement's); slurm.json is written before
         this returns, so a stop or a check from now on knows the job. A refusal is
         `Detached.error` with sbatch's words."""
         try:
-            sub = await submit(self.target, self.spec, run_dir, job_name(run_dir), exclude=exclude)
+            sub = await submit(self.target, self.spec, run_dir, job_name(run_dir), placement)
         except (CommandTimeout, TargetError) as exc:   # unreachable included
             return Detached(None, error=str(exc))
         res = sub.result

@@ -19,6 +19,7 @@ from ...config import Profile
 from ...remote.base import TargetError
 from ...remote.ops import RemoteOps
 from .launch import LaunchRefused, launch_run
+from .request import LaunchRequest
 from .launcher import Launcher
 from ..verdict.checklist import Check, CheckId, CheckState
 
@@ -46,8 +47,9 @@ async def run_canary(profile: Profile, launcher: Launcher, ops: RemoteOps,
     checks: list[Check] = []
     limits = profile.limits
     try:
-        outcome = await launch_run(profile, launcher, ops, argv=["sleep", str(int(sleep_s))],
-                                   run_dir=run_dir, preflight=False, relaunch=True, limits=limits)
+        outcome = await launch_run(profile, launcher, ops, LaunchRequest(relaunch=True, preflight=False,
+                                                                         argv=("sleep", str(int(sleep_s))),
+                                                                         run_dir=run_dir), limits=limits)
     except LaunchRefused as exc:   # another canary of this run dir in progress, or no claim possible
         return CanaryResult(False, f"canary not launched: {exc}", run_dir, None, time.monotonic() - t0, checks)
     checks.extend(outcome.checklist.checks)

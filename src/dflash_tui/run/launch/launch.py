@@ -14,8 +14,6 @@ import posixpath
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
-
 from ...contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
                                STOP_JSON, TRAIN_LOG, rank_file_globs)
 
@@ -28,6 +26,7 @@ from .launcher import Launcher
 from ..evidence.observe import Evidence
 from .preflight import PreflightResult
 from .probe_install import install_probe
+from .request import LaunchRequest
 from .stop import StopResult
 from ..verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from ..wrapper import new_run_id, render_wrapper
@@ -87,26 +86,27 @@ def _history_name(old_run_id: str | None, now: float) -> str:
     return safe or time.strftime("unknown-%Y%m%d-%H%M%S", time.gmtime(now))
 
 
-async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
-                     argv: Sequence[str] | None = None, run_dir: str | None = None,
-                     preflight: bool = True, relaunch: bool = False,
-                     limits: Limits | None = None, on_attempt=None, restart: int = 0,
-                     exclude: Sequence[str] = ()) -> LaunchOutcome:
-    """Launch `argv` (default: the profile's trainer) in `run_dir` (default: the profile's).
-    `restart`: the trainer's DFLASH_RESTART (run/wrapper.py); `exclude`: nodes a scheduler
-    must not place the run on (Launcher.detach).
+async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, request: LaunchRequest, *,
+                     limits: Limits | None = None, on_attempt=None) -> LaunchOutcome:
+    """Launch as `request` asks (run/launch/request.py): its argv (default: the profile's
+    trainer) in its run dir (default: the profile's), its restart number as the trainer's
+    DFLASH_RESTART (run/wrapper.py), its placement given to `Launcher.detach`. Raises
+    LaunchRefused for a placement the launcher cannot carry out, before anything is touched.
 
     `on_attempt(attempt)` is called as soon as the launch command returned (the CLI and the
     monitor store it); the returned outcome holds the first verdict."""
     t0 = time.monotonic()
+    refused = request.refused_placement(launcher.PLACES_NODES)
+    if refused is not None:
+        raise LaunchRefused(f"{launcher.label}: {refused}")
     target = launcher.target
-    run_dir = run_dir or profile.run_dir
-    own_trainer = argv is None
-    argv = list(argv) if argv is not None else profile.trainer_argv
+    run_dir = request.run_dir or profile.run_dir
+    own_trainer = request.argv is None
+    argv = list(request.argv) if request.argv is not None else profile.trainer_argv
     limits = limits or profile.limits
     pre = None
-    if preflight:
-        pre = await launcher.preflight(ops, check_live_run=not relaunch,
+    if request.preflight:
+        pre = await launcher.preflight(ops, check_live_run=not request.relaunch,
                                        profile=profile if run_dir == profile.run_dir else _with_run_dir(profile, run_dir))
         if not pre.ok:
             out = not_launched(pre)
@@ -115,12 +115,13 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
         if own_trainer and pre.program:
             # Run exactly what preflight checked: the program as found from the run dir.
             argv[0] = pre.program
-    argv = launcher.job_argv(argv)
+    # What the rest of the launch runs where: the request with its defaults filled in.
+    request = replace(request, run_dir=run_dir, argv=tuple(launcher.job_argv(argv)))
 
     # From here to the first verdict this launch owns the run dir: nothing below (the live-run
     # check, the stop, the archive, the write, the detach) may interleave with another launch.
     try:
-        claim = await take_claim(target, ops, run_dir, "relaunch" if relaunch else "launch")
+        claim = await take_claim(target, ops, run_dir, "relaunch" if request.relaunch else "launch")
     except ClaimRefused as exc:
         if exc.ran_nothing is None:
             raise LaunchRefused(str(exc)) from None
@@ -132,21 +133,21 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, *,
         ev, checklist = await first_verdict(launcher, ops, run_dir, attempt, limits)
         return LaunchOutcome(checklist, attempt.run_id, pre, attempt, ev, seconds=time.monotonic() - t0)
     try:
-        return await _launch_claimed(profile, launcher, ops, run_dir=run_dir, argv=argv, pre=pre,
-                                     relaunch=relaunch, limits=limits, on_attempt=on_attempt, t0=t0,
-                                     restart=restart, exclude=exclude)
+        return await _launch_claimed(profile, launcher, ops, request, pre=pre, limits=limits,
+                                     on_attempt=on_attempt, t0=t0)
     finally:
         await claim.release()
 
 
-async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, *, run_dir: str,
-                          argv: list[str], pre: PreflightResult | None, relaunch: bool, limits: Limits,
-                          on_attempt, t0: float, restart: int = 0, exclude: Sequence[str] = ()) -> LaunchOutcome:
+async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, request: LaunchRequest, *,
+                          pre: PreflightResult | None, limits: Limits, on_attempt, t0: float) -> LaunchOutcome:
+    """The launch once the claim is held; `request`'s run dir and argv are filled in."""
+    run_dir, argv = request.run_dir, list(request.argv)
     target = launcher.target
     ev = await launcher.observe(ops, run_dir)
     stopped = None
     if launcher.alive(ev) and ev.exit is None:
-        if not relaunch:
+        if not request.relaunch:
             raise LaunchRefused(f"{launcher.describe_live(ev)} is still running in {run_dir}; "
                                 "stop it first, or relaunch")
         stopped = await launcher.stop(ops, run_dir, grace_s=profile.stop_grace_s)
@@ -171,7 +172,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
     run_id = new_run_id()
     python = pre.program if pre is not None and pre.program and profile.uses_bundled_trainer else profile.python
     script = render_wrapper(run_dir, run_id, argv, python=python, probe=profile.probe,
-                             restart=restart).encode()
+                             restart=request.restart).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None
@@ -192,7 +193,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
         # is the write command's own status.
         attempt = await _unwritten(run_id, run_dir, target, ops, write_res)
     else:
-        started = await launcher.detach(run_dir, run_id, exclude=exclude)
+        started = await launcher.detach(run_dir, run_id, request.placement)
         attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, started.exit_status,
                                 stdout=started.stdout, stderr=started.stderr, pid=started.pid, via=started.via,
                                 own_session=started.own_session, error=started.error or "")

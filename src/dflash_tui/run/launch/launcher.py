@@ -7,15 +7,17 @@ config keys and tests (docs/ARCHITECTURE.md, "Launcher"). A scheduler's own know
 its folder and reaches the layers below through declared slots only: its profile keys
 (`CONFIG_KEYS`, parsed at config load into `Profile.scheduler`), what it observed
 (`Evidence.scheduler`), its verdict (`judge`, its facts in `Checklist.scheduler`), its run files
-(`RUN_FILES`) and whether a steady run may be polled slowly (`POLL_SLOWLY_WHEN_STEADY`).
+(`RUN_FILES`), whether a steady run may be polled slowly (`POLL_SLOWLY_WHEN_STEADY`) and
+whether it picks the run's nodes (`PLACES_NODES`).
 
 The verbs, and what today's backends (backends/process.py: local, SSH, pct, docker) do:
 - `make_host(profile)` (the profile's host over SSH, or this machine, unless a backend says
   otherwise), `make_run_target(profile, host)`: the Targets: the machine commands run
   on (and NVML samples), and where the run dir lives (the same machine, or a container on it);
 - `preflight(ops)`: what must hold before a launch (run/launch/preflight.py's checks);
-- `detach(run_dir)`: start RUN_DIR/launch.sh so that nothing holds the channel, and return at
-  once with what the start command said (`Detached`), the only evidence before launch.json;
+- `detach(run_dir, run_id, placement)`: start RUN_DIR/launch.sh so that nothing holds the
+  channel, and return at once with what the start command said (`Detached`), the only evidence
+  before launch.json; `placement` (run/launch/request.py) is empty unless `PLACES_NODES`;
 - `alive(ev)`: whether the run's process lives (the recorded pid, verified by its start time);
 - `stop(ops, run_dir)`: stop.json, then the signals, never a process that is not the run's;
 - `observe(ops, run_dir)`: one look at the run dir and the process tree (run/evidence/observe.py);
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable
 
 from ...config import Limits, Profile, SchedulerKeys
 from ...remote.base import Target
@@ -38,6 +40,7 @@ from ..evidence.observe import Evidence, gather, process_matches
 from ..verdict.checklist import Checklist
 from ..verdict.health import evaluate
 from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
+from .request import Placement
 from .stop import StopResult
 
 
@@ -63,6 +66,10 @@ class Launcher(ABC):
     # The scheduler's profile keys (`scheduler = "NAME"`), handed to config's loader by
     # backends/; None for a backend chosen by the common keys alone.
     CONFIG_KEYS: SchedulerKeys | None = None
+    # Whether `detach` picks the run's nodes and so can carry out a Placement (avoid a node):
+    # a scheduler's backend. A host, a container, SSH `nodes`: the profile says where, and a
+    # recovery asks this before it plans an exclusion.
+    PLACES_NODES: bool = False
 
     def __init__(self, profile: Profile, host: Target, target: Target) -> None:
         self.profile = profile
@@ -102,11 +109,11 @@ class Launcher(ABC):
                                    check_live_run=check_live_run, run_files=self.RUN_FILES)
 
     @abstractmethod
-    async def detach(self, run_dir: str, run_id: str, *, exclude: Sequence[str] = ()) -> Detached:
+    async def detach(self, run_dir: str, run_id: str, placement: Placement) -> Detached:
         """Start RUN_DIR/launch.sh (rendered for `run_id`, which its argv names) detached from
         every channel and return at once. Never raises for the transport: that is
-        `Detached.error`. `exclude`: nodes a scheduler must not place the run on (a recovery's
-        hint: the node that failed); a backend that picks no nodes has none to avoid."""
+        `Detached.error`. `placement`: where a backend that picks the nodes (`PLACES_NODES`)
+        must not put the run (a recovery's: the node that failed); empty for every other."""
 
     def alive(self, ev: Evidence) -> bool:
         """Whether the run launch.json names still runs (its pid, verified by start time)."""

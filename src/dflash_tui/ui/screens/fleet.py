@@ -28,6 +28,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from ...remote.base import TargetError
+from ...run.launch.request import LaunchRequest
 from ...fleet.row import DOWN, FAIL, OK, SEVERITY_RANK, WAIT, FleetRow
 from ..fmt import NA, age, gib, num, one_line
 from .relaunch import RESUME, RelaunchScreen, relaunch_detail, stop_detail
@@ -390,7 +391,8 @@ class FleetScreen(Screen[None]):
                 checkpoint = None
         detail = relaunch_detail(name, self._pid_text(name), self._run_dir(name))
         self.app.push_screen(RelaunchScreen(detail, checkpoint),
-                             lambda answer: self._act(name, "relaunch", resume=answer == RESUME) if answer else None)
+                             lambda answer: (self._act(name, "relaunch", LaunchRequest(
+                                                 relaunch=True, resume=answer == RESUME)) if answer else None))
 
     def action_stop(self) -> None:
         name = self.selected_name()
@@ -404,11 +406,11 @@ class FleetScreen(Screen[None]):
             self._act(name, "canary")
 
     @work(group="actions")
-    async def _act(self, name: str, action: str, **kw) -> None:
+    async def _act(self, name: str, action: str, request: LaunchRequest | None = None) -> None:
         self.busy[name] = action
         self.render_rows()
         try:
-            outcome = await run_action(self._source(name), action, resume=bool(kw.get("resume")))
+            outcome = await run_action(self._source(name), action, request)
         except (ActionError, TargetError, OSError) as exc:
             self.notify(one_line(str(exc), 300), title=f"{name}: {action} failed", severity="error", timeout=10)
         else:

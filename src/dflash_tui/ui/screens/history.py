@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Static
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ...remote.base import TargetError
 from ...run.history import HistoryRun
+from ...run.launch.request import LaunchRequest
 from ...run.verdict.report import RunReport
 from ..fmt import NA, num, one_line, verdict_class
 from ..sources.source import ActionError
@@ -72,10 +73,7 @@ class HistorySource:
         raise ActionError(f"run {self.run.run_id} is history (read-only); Escape returns to "
                           f"the live run of {self.profile}")
 
-    async def launch(self) -> str:
-        self._refuse()
-
-    async def relaunch(self, resume: bool = False) -> str:
+    async def launch(self, request: LaunchRequest) -> str:
         self._refuse()
 
     async def stop(self) -> str:

@@ -32,6 +32,7 @@ from textual.widgets import Footer, TabbedContent, TabPane
 
 from ...gpu.sample import GpuSnapshot
 from ...remote.base import TargetError
+from ...run.launch.request import LaunchRequest
 from ...run.verdict.checklist import Verdict
 from ...run.verdict.report import RunReport
 from ..fmt import one_line
@@ -309,8 +310,8 @@ class RunScreen(Screen):
                                  lambda yes: self.do_run_action("relaunch") if yes else None)
             return
         self.app.push_screen(RelaunchScreen(detail, checkpoint),
-                             lambda answer: (self.do_run_action("relaunch", resume=answer == RESUME)
-                                             if answer else None))
+                             lambda answer: (self.do_run_action("relaunch", LaunchRequest(
+                                                 relaunch=True, resume=answer == RESUME)) if answer else None))
 
     @work(exclusive=True, group="ask")
     async def _ask_relaunch(self) -> None:
@@ -328,10 +329,11 @@ class RunScreen(Screen):
         self.do_run_action("canary")
 
     @work(exclusive=True, group="action")
-    async def do_run_action(self, name: str, resume: bool = False) -> None:
+    async def do_run_action(self, name: str, request: LaunchRequest | None = None) -> None:
+        """`name`'s action; a launch or relaunch as `request` asks (else a plain one)."""
         self.busy = name
         try:
-            outcome = await run_action(self.source, name, resume=resume)
+            outcome = await run_action(self.source, name, request)
         except (ActionError, TargetError, OSError) as exc:
             self.app.notify(one_line(str(exc), 300), title=f"{name} failed", severity="error", timeout=10)
         else:

@@ -11,8 +11,9 @@ itself. It consumes a `DashboardSource`:
   the source has none (a run on several nodes, a replay, a history run itself),
 - `resumable`, `newest_checkpoint()`  whether a relaunch may offer to resume, and from what,
 - `read_only`       a source that takes no action (a history run): the keys are disabled,
-- `launch()/stop()/relaunch()/canary()`  the watch's actions, each returning one line that
-  says what happened (raising `ActionError` with a one-line message when it could not).
+- `launch(request)/stop()/canary()`  the watch's actions (a launch as the view's LaunchRequest
+  asks: a relaunch, with or without resume), each returning one line that says what happened
+  (raising `ActionError` with a one-line message when it could not).
 
 The live implementation is `watch_source.WatchSource`, over any RunWatch (one host or several
 nodes: the watch merges the nodes' files and GPUs); tests and screenshots use
@@ -25,6 +26,7 @@ from typing import AsyncIterator, Protocol
 
 from ...gpu.sample import GpuSnapshot
 from ...run.history import HistoryRun, PreviousRun
+from ...run.launch.request import LaunchRequest
 from ...run.verdict.report import RunReport
 
 TRAIN_LOG = "train.log"
@@ -45,11 +47,12 @@ class LineFollower(Protocol):
         """New complete lines since the last poll (the tail of the file on the first)."""
 
 
-async def run_action(source: "DashboardSource", name: str, *, resume: bool = False) -> str:
-    """The source's launch, stop, canary or relaunch (with `resume`), by the name its key gives."""
-    if name == "relaunch":
-        return await source.relaunch(resume=resume)
-    actions = {"launch": source.launch, "stop": source.stop, "canary": source.canary}
+async def run_action(source: "DashboardSource", name: str, request: LaunchRequest | None = None) -> str:
+    """The source's launch, relaunch, stop or canary, by the name its key gives; a launch or
+    relaunch as `request` asks (the view's: with or without resume), else a plain one."""
+    if name in ("launch", "relaunch"):
+        return await source.launch(request if request is not None else LaunchRequest(relaunch=name == "relaunch"))
+    actions = {"stop": source.stop, "canary": source.canary}
     return await actions[name]()
 
 
@@ -71,12 +74,10 @@ class DashboardSource(Protocol):
     async def newest_checkpoint(self) -> str | None:
         """What a resumed relaunch would continue from, in words; None: nothing to resume."""
 
-    async def launch(self) -> str: ...
+    async def launch(self, request: LaunchRequest) -> str:
+        """`request.resume` only where `resumable`."""
 
     async def stop(self) -> str: ...
-
-    async def relaunch(self, resume: bool = False) -> str:
-        """`resume` only where `resumable`."""
 
     async def canary(self) -> str: ...
 

@@ -15,7 +15,7 @@ from ...gpu.sample import GpuSnapshot
 from ...run.history import HistoryRun, PreviousRun
 from ...run.launch.launch import LaunchRefused
 from ...run.verdict.report import RunReport
-from ...watch import ActionInFlight, LineFollower, RunWatch, canary_words, stop_words
+from ...watch import ActionInFlight, LaunchRequest, LineFollower, RunWatch, canary_words, stop_words
 from .source import ActionError
 
 
@@ -67,11 +67,8 @@ class WatchSource:
         except (LaunchRefused, ActionInFlight, ConfigError) as exc:
             raise ActionError(str(exc)) from None
 
-    async def launch(self) -> str:
-        return self._said(*(await self._act(self.watch.launch)).words())
-
-    async def relaunch(self, resume: bool = False) -> str:
-        return self._said(*(await self._act(lambda: self.watch.relaunch(resume=resume))).words())
+    async def launch(self, request: LaunchRequest) -> str:
+        return self._said(*(await self._act(lambda: self.watch.launch(request))).words())
 
     async def stop(self) -> str:
         return self._said(*stop_words(await self._act(self.watch.stop)))
