@@ -43,7 +43,7 @@ from ...run.verdict.checklist import Check, CheckId, CheckState, Checklist
 from ...run.verdict.health import evaluate
 from .commands import SchedulerMissing, cancel, failed_nodes, query, run_scheduler, submit
 from .evidence import SlurmEvidence, slurm_of
-from .job import SlurmJob
+from .job import JobState, SlurmJob
 from .script import job_argv
 from .spec import KEYS, SlurmSpec
 from .verdict import job_vouches, judge_job
@@ -59,7 +59,7 @@ QUERY_TIMEOUT_S = 15.0
 # After scancel, how long past the stop's grace the job may take to leave pending/running
 # (Slurm's KillWait, the epilog) before the stop says it survived.
 CANCEL_MARGIN_S = 30.0
-NODE_FAILURES = ("NODE_FAIL", "BOOT_FAIL")
+NODE_FAILURES = (JobState.NODE_FAIL, JobState.BOOT_FAIL)
 
 
 def job_name(run_dir: str) -> str:

@@ -35,7 +35,7 @@ from ...run.evidence.observe import Evidence, process_matches
 from ...run.wrapper import LEGACY_WRAPPER_ARGV
 from ...run.verdict.checklist import Check, CheckId, CheckState, Checklist, SchedulerFacts, Verdict
 from .evidence import slurm_of
-from .job import SlurmJob
+from .job import JobState, SlurmJob
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -75,11 +75,11 @@ _REQUEUED_HELD = ("launch failed requeued held", "launch_failed_requeued_held")
 # slurmstepd's own lines in the job's stderr (slurm.out): they outlive the job's record.
 _STEPD_END = re.compile(r"\*\*\* JOB (\d+) ON (\S+) CANCELLED AT (\S+)(?: DUE TO ([A-Z ]+?))?(?:,[^*]*)? \*\*\*")
 _OOM = re.compile(r"exceeded (job )?memory limit|oom[-_ ]kill|Out Of Memory", re.IGNORECASE)
-_DUE_TO = {"TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
+_DUE_TO = {"TIME LIMIT": JobState.TIMEOUT, "PREEMPTION": JobState.PREEMPTED, "NODE FAILURE": JobState.NODE_FAIL}
 _ENDED_VERDICTS = {
-    "TIMEOUT": Verdict.TIMEOUT, "DEADLINE": Verdict.TIMEOUT, "PREEMPTED": Verdict.PREEMPTED,
-    "OUT_OF_MEMORY": Verdict.OUT_OF_MEMORY, "NODE_FAIL": Verdict.NODE_FAIL, "BOOT_FAIL": Verdict.NODE_FAIL,
-    "CANCELLED": Verdict.CANCELLED,
+    JobState.TIMEOUT: Verdict.TIMEOUT, JobState.DEADLINE: Verdict.TIMEOUT, JobState.PREEMPTED: Verdict.PREEMPTED,
+    JobState.OUT_OF_MEMORY: Verdict.OUT_OF_MEMORY, JobState.NODE_FAIL: Verdict.NODE_FAIL,
+    JobState.BOOT_FAIL: Verdict.NODE_FAIL, JobState.CANCELLED: Verdict.CANCELLED,
 }
 _ENDED_WORDS = {
     Verdict.TIMEOUT: ("hit its time limit{limit}", "ask for more time (time_limit) or resume from the last checkpoint"),
@@ -107,16 +107,16 @@ def pending_words(reason: str) -> tuple[str, bool]:
     return f"waiting ({reason})", False
 
 
-def stepd_end(slurm_out: str, job_id: str) -> tuple[str, str] | None:
+def stepd_end(slurm_out: str, job_id: str) -> tuple[JobState, str] | None:
     """(the end state slurmstepd wrote for this job, its time) from slurm.out, or None."""
     found = None
     for m in _STEPD_END.finditer(slurm_out):
         if m.group(1) == job_id:
-            found = (_DUE_TO.get((m.group(4) or "").strip(), "CANCELLED"), m.group(3))
+            found = (_DUE_TO.get((m.group(4) or "").strip(), JobState.CANCELLED), m.group(3))
     if found is None and _OOM.search(slurm_out):
-        return "OUT_OF_MEMORY", ""
-    if found is not None and found[0] == "CANCELLED" and _OOM.search(slurm_out):
-        return "OUT_OF_MEMORY", found[1]   # slurmstepd cancels the job it found over its memory limit
+        return JobState.OUT_OF_MEMORY, ""
+    if found is not None and found[0] is JobState.CANCELLED and _OOM.search(slurm_out):
+        return JobState.OUT_OF_MEMORY, found[1]   # slurmstepd cancels the job it found over its memory limit
     return found
 
 
@@ -244,7 +244,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
     state = job.state if job.known else ""
     # slurmstepd's words are more precise than a plain CANCELLED/FAILED: "DUE TO TIME LIMIT",
     # "exceeded memory limit" (a FAILED job that the memory enforcement killed).
-    if stepd is not None and (not state or state in ("CANCELLED", "FAILED")):
+    if stepd is not None and (not state or state in (JobState.CANCELLED, JobState.FAILED)):
         state = stepd[0]
     when = stepd[1] if stepd is not None else job.end_time
     known = (f"{_job_words(job)}, ended {when}".rstrip(", ") if job.known else
@@ -281,7 +281,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         cl = evidence_verdict(_plain(ev))
         # COMPLETED (or no word from Slurm) is the job's ok; any other end (FAILED, ...) is the
         # job's failure, red beside a failing verdict and a warning beside the program's own end.
-        mark = OK if state in ("COMPLETED", "") else FAIL if cl.verdict.failing else WARN
+        mark = OK if state in (JobState.COMPLETED, "") else FAIL if cl.verdict.failing else WARN
         return _with(cl, Check.of(CheckId.SLURM_JOB, mark, known, "", ev.now))
     by = ""
     if verdict is Verdict.CANCELLED:
