@@ -82,6 +82,8 @@ class SlurmLauncher(Launcher):
     # The job's end is the scheduler's to tell (a cancelled job may leave no exit.json).
     POLL_SLOWLY_WHEN_STEADY = False
     CONFIG_KEYS = KEYS
+    # scancel's wait for the job to leave pending/running comes on top of the stopper's.
+    STOP_SLACK_S = Launcher.STOP_SLACK_S + CANCEL_MARGIN_S
 
     def __init__(self, profile: Profile, host: Target, target: Target) -> None:
         super().__init__(profile, host, target)
@@ -236,8 +238,8 @@ class SlurmLauncher(Launcher):
     def judge(self, ev: Evidence, limits: Limits) -> Checklist:
         """A run with a job: the job's states beside the evidence (verdict.py); else the evidence."""
         if slurm_of(ev).job is None:
-            return evaluate(ev, limits)
-        return judge_job(ev, lambda plain: evaluate(plain, limits))
+            return evaluate(ev, limits, stop_slack_s=self.STOP_SLACK_S)
+        return judge_job(ev, lambda plain: evaluate(plain, limits, stop_slack_s=self.STOP_SLACK_S))
 
     def vouches(self, ev: Evidence) -> bool:
         return job_vouches(ev)
