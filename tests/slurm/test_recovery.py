@@ -260,7 +260,9 @@ def test_a_hang_names_the_node_of_the_rank_not_in_the_collective_the_others_wait
 
 def test_a_node_failure_names_the_nodes_slurm_holds_out_of_service_else_every_node_of_the_job():
     def node_fail(**facts) -> RunReport:
-        return report(Checklist(Verdict.NODE_FAIL, scheduler=SchedulerFacts("slurm", {"node_list": "n[1-2]", **facts})))
+        scheduler = SchedulerFacts("slurm", {"node_list": "n[1-2]", **facts}, nodes=("n[1-2]",),
+                                   failed_nodes=tuple(facts["failed_nodes"] or ()))
+        return report(Checklist(Verdict.NODE_FAIL, scheduler=scheduler))
     assert failed_nodes(Verdict.NODE_FAIL, node_fail(failed_nodes=["n2"])) == (("n2",), "it failed the run before")
     assert failed_nodes(Verdict.NODE_FAIL, node_fail(failed_nodes=None)) == (("n[1-2]",), "it failed the run before")
     assert failed_nodes(Verdict.PREEMPTED, node_fail(failed_nodes=["n2"])) == ((), "")
@@ -277,7 +279,8 @@ def test_a_programs_end_waits_for_the_schedulers_word_on_how_the_job_ended():
     launch = LaunchRecord("r1", pid=5, pgid=5, start_ticks=None, start_time=0.0, argv=["x"])
 
     def seen(active: bool) -> RunReport:
-        cl = Checklist(Verdict.CRASHED, scheduler=SchedulerFacts("slurm", {"node_list": "n[1-2]", "active": active}))
+        cl = Checklist(Verdict.CRASHED, scheduler=SchedulerFacts("slurm", {"node_list": "n[1-2]", "active": active},
+                                                                 active=active, nodes=("n[1-2]",)))
         return RunReport(0.0, "p", "local", "/r", cl, launch=launch)
     crashed = VerdictChange("p", "r1", 100.0, "CRASHED", "RUNNING", "killed by SIGTERM")
     assert job_still_ending(seen(True), crashed, 101.0)

@@ -65,11 +65,8 @@ def failed_nodes(state: State, report: RunReport | None) -> tuple[tuple[str, ...
     sched = report.checklist.scheduler
     if sched is None or not state.names_a_node:
         return (), ""
-    failed = sched.facts.get("failed_nodes")
-    if isinstance(failed, list) and failed and all(isinstance(n, str) and n for n in failed):
-        return tuple(failed), FAILED_BEFORE
-    nodes = sched.facts.get("node_list")
-    return ((nodes,), FAILED_BEFORE) if isinstance(nodes, str) and nodes else ((), "")
+    named = sched.failed_nodes or sched.nodes
+    return (named, FAILED_BEFORE) if named else ((), "")
 
 
 def job_still_ending(report: RunReport | None, change: VerdictChange, now: float) -> bool:
@@ -78,8 +75,7 @@ def job_still_ending(report: RunReport | None, change: VerdictChange, now: float
     SCHEDULER_SETTLE_S; its program's own end (CRASHED, killed by Slurm's SIGTERM) is not
     acted on before."""
     sched = report.checklist.scheduler if report is not None and run_id_of(report) == change.run_id else None
-    return (sched is not None and sched.facts.get("active") is True and isinstance(change.state, Verdict)
-            and change.state.program_failed
+    return (sched is not None and sched.active and isinstance(change.state, Verdict) and change.state.program_failed
             and now - change.time < SCHEDULER_SETTLE_S)
 
 

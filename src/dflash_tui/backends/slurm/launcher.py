@@ -118,28 +118,31 @@ class SlurmLauncher(Launcher):
     async def _sinfo_check(self) -> Check:
         """Is this a Slurm login host, and does the partition exist and take jobs?"""
         now = time.time()
+
+        def check(state: CheckState, cause: str, hint: str = "") -> Check:
+            return Check.of(CheckId.PRE_SCHEDULER, state, cause, hint, now, label=KEYS.title)
+
         argv = ["sinfo", "-h", "-o", "%P %a"] + ([f"--partition={self.spec.partition}"] if self.spec.partition else [])
         try:
             res = await run_scheduler(self.target, argv, 20)
         except TRANSPORT_FAILURES:
             raise
         except TargetError as exc:
-            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, exc.message, "check sinfo on the login host", now)
+            return check(CheckState.FAIL, exc.message, "check sinfo on the login host")
         text = inert_text(" ".join((res.stderr or res.stdout).split()))[:200]
         if not res.ok:
-            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
-                         "run it on a Slurm login host (sinfo, sbatch, squeue on PATH)", now)
+            return check(CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
+                         "run it on a Slurm login host (sinfo, sbatch, squeue on PATH)")
         lines = [l.split() for l in res.stdout.splitlines() if l.strip()]
         if not lines:
             want = f"partition {self.spec.partition!r}" if self.spec.partition else "any partition"
-            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"sinfo lists no {want}",
-                         "set partition to one that `sinfo -s` lists", now)
+            return check(CheckState.FAIL, f"sinfo lists no {want}", "set partition to one that `sinfo -s` lists")
         down = [p for p, avail in (l[:2] for l in lines if len(l) >= 2) if avail != "up"]
         if self.spec.partition and down:
-            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
-                         "pick a partition that is up (sinfo -s)", now)
+            return check(CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
+                         "pick a partition that is up (sinfo -s)")
         names = inert_text(", ".join(l[0] for l in lines[:4]))
-        return Check.of(CheckId.PRE_SLURM, CheckState.OK, f"sinfo answers; partition {names}", "", now)
+        return check(CheckState.OK, f"sinfo answers; partition {names}")
 
     async def detach(self, run_dir: str, run_id: str, *, exclude: Sequence[str] = ()) -> Detached:
         """Submit launch.sh with sbatch (`--exclude` for `exclude`); slurm.json is written before

@@ -36,6 +36,9 @@ from ...run.wrapper import LEGACY_WRAPPER_ARGV
 from ...run.verdict.checklist import Check, CheckId, CheckState, Checklist, SchedulerFacts, Verdict
 from .evidence import slurm_of
 from .job import JobState, SlurmJob
+from .spec import KEYS
+
+JOB_LABEL = f"{KEYS.title} job"   # the job's check, as the checklist labels it
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -145,8 +148,14 @@ def judge_job(ev: Evidence, evidence_verdict: Callable[[Evidence], Checklist]) -
     reason = job.reason if job.pending else ""
     facts = {**job.to_dict(), "pending_reason": reason or None,
              "pending_words": pending_words(reason)[0] if job.pending else None}
-    cl.scheduler = SchedulerFacts("slurm", facts, headline(facts))
+    cl.scheduler = SchedulerFacts(KEYS.name, facts, headline(facts), active=facts["active"],
+                                  nodes=(job.node_list,) if job.node_list else (), failed_nodes=job.failed_nodes)
     return cl
+
+
+def _job_check(state: CheckState, cause: str, hint: str = "", since: float | None = None) -> Check:
+    """The job's check: the scheduler's id, Slurm's words."""
+    return Check.of(CheckId.SCHEDULER_JOB, state, cause, hint, since, label=JOB_LABEL)
 
 
 def headline(facts: dict) -> tuple[tuple[str, str], ...]:
@@ -161,8 +170,8 @@ def headline(facts: dict) -> tuple[tuple[str, str], ...]:
 def _judge(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
     now = ev.now
     if not job.answered:
-        check = Check.of(CheckId.SLURM_JOB, WARN, one_line(f"job {job.job_id}: Slurm does not answer: {job.error}"),
-                      "the controller may be restarting; nothing is concluded from its silence", now)
+        check = _job_check(WARN, one_line(f"job {job.job_id}: Slurm does not answer: {job.error}"),
+                           "the controller may be restarting; nothing is concluded from its silence", now)
         if ev.launch is None:
             return Checklist(Verdict.STARTING, [check], f"job {job.job_id}: waiting for Slurm to answer")
         return _with(evidence_verdict(_plain(_vouched(ev))), check)
@@ -171,7 +180,7 @@ def _judge(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         return _pending(ev, job)
 
     if job.known and job.active:
-        check = Check.of(CheckId.SLURM_JOB, OK, _job_words(job), "", now)
+        check = _job_check(OK, _job_words(job), "", now)
         if ev.launch is None:
             return Checklist(Verdict.STARTING, [check, Check.of(CheckId.LAUNCH_JSON, PENDING,
                                                              f"job {job.job_id} started; waiting for launch.json", "")],
@@ -186,24 +195,24 @@ def _pending(ev: Evidence, job: SlurmJob) -> Checklist:
         why = (f"job {job.job_id} was requeued and held before its script ran (Slurm: {job.reason or 'held'}; "
                "a node's prolog or the job's launch failed)")
         out = _out_tail(ev)
-        check = Check.of(CheckId.SLURM_JOB, FAIL, one_line(why + (f"; slurm.out: {out}" if out else "")),
-                      f"see slurm.out and `scontrol show job {job.job_id}`; cancel it (--stop) and relaunch", ev.now)
+        check = _job_check(FAIL, one_line(why + (f"; slurm.out: {out}" if out else "")),
+                           f"see slurm.out and `scontrol show job {job.job_id}`; cancel it (--stop) and relaunch",
+                           ev.now)
         return Checklist(Verdict.NEVER_STARTED, [check], one_line(why + (f"; {out}" if out else ""), 400))
     words, blocked = pending_words(job.reason)
     if _stopped_run(ev):
-        check = Check.of(CheckId.SLURM_JOB, WARN, f"job {job.job_id} pending; a stop was requested "
-                      f"{'by ' + ev.stop.requested_by if ev.stop and ev.stop.requested_by else ''}".strip(),
-                      "the cancel is on its way", ev.now)
+        check = _job_check(WARN, f"job {job.job_id} pending; a stop was requested "
+                           f"{'by ' + ev.stop.requested_by if ev.stop and ev.stop.requested_by else ''}".strip(),
+                           "the cancel is on its way", ev.now)
         return Checklist(Verdict.QUEUED, [check], f"job {job.job_id} pending; stop requested")
     part = f" in partition {job.partition}" if job.partition else ""
     cause = f"job {job.job_id} pending{part}: {words}"
     if blocked:
         hint = _BLOCKED_HINTS.get(job.reason, "fix the job's request, cancel it (--stop) and relaunch").format(
             job=job.job_id)
-        return Checklist(Verdict.BLOCKED, [Check.of(CheckId.SLURM_JOB, FAIL, cause, hint, ev.now)], cause)
-    return Checklist(Verdict.QUEUED, [Check.of(CheckId.SLURM_JOB, PENDING, cause,
-                                            f"Slurm's reason: {job.reason or 'None'}; squeue -j {job.job_id}", ev.now)],
-                     cause)
+        return Checklist(Verdict.BLOCKED, [_job_check(FAIL, cause, hint, ev.now)], cause)
+    hint = f"Slurm's reason: {job.reason or 'None'}; squeue -j {job.job_id}"
+    return Checklist(Verdict.QUEUED, [_job_check(PENDING, cause, hint, ev.now)], cause)
 
 
 def _vouched(ev: Evidence) -> Evidence:
@@ -251,7 +260,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
              f"job {job.job_id} is no longer known to Slurm (asked {', '.join(job.sources_asked) or 'squeue, scontrol'})"
              + (f"; slurm.out says {state}" if state else ""))
     if _stopped_run(ev):
-        check = Check.of(CheckId.SLURM_JOB, OK, known, "", ev.now)
+        check = _job_check(OK, known, "", ev.now)
         if ev.launch is None:
             stop = ev.stop
             return Checklist(Verdict.STOPPED, [check], f"job {job.job_id} cancelled before it started, by request of "
@@ -282,7 +291,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         # COMPLETED (or no word from Slurm) is the job's ok; any other end (FAILED, ...) is the
         # job's failure, red beside a failing verdict and a warning beside the program's own end.
         mark = OK if state in (JobState.COMPLETED, "") else FAIL if cl.verdict.failing else WARN
-        return _with(cl, Check.of(CheckId.SLURM_JOB, mark, known, "", ev.now))
+        return _with(cl, _job_check(mark, known, "", ev.now))
     by = ""
     if verdict is Verdict.CANCELLED:
         by = f" by uid {job.cancelled_by}" if job.cancelled_by else " (Slurm names who only with accounting: sacct)"
@@ -294,7 +303,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
     text = words.format(limit=limit, nodes=nodes, by=by)
     cause = f"job {job.job_id} {text}" + (f" at {when}" if when else "")
     hint = hint.format(job=job.job_id)
-    check = Check.of(CheckId.SLURM_JOB, FAIL, one_line(cause), hint, ev.now)
+    check = _job_check(FAIL, one_line(cause), hint, ev.now)
     if ev.launch is None:
         return Checklist(verdict, [check], one_line(cause + "; its script never started", 400))
     plain = evidence_verdict(_plain(ev))

@@ -50,9 +50,12 @@ class CheckId(StrEnum):
     CPU = "cpu"
     DISK = "disk"
     GPUS = "gpus"
-    # The watch's own (watch/) and a scheduler's (backends/)
+    # The watch's own (watch/)
     TRANSPORT = "transport"
-    SLURM_JOB = "slurm_job"
+    # A scheduler's job (backends/NAME/ builds it, with its own label: "Slurm job"). The id is
+    # the one published when Slurm was the only scheduler, kept for every scheduler: scripts
+    # read it.
+    SCHEDULER_JOB = "slurm_job"
     # A launch's own: what it did before the run (run/launch/)
     ARCHIVE = "archive"
     RELAUNCH_STOP = "relaunch_stop"
@@ -71,7 +74,7 @@ class CheckId(StrEnum):
     PRE_ARGS = "pre_args"
     PRE_RUN_FILES = "pre_run_files"
     PRE_NODES = "pre_nodes"
-    PRE_SLURM = "pre_slurm"
+    PRE_SCHEDULER = "pre_slurm"     # the scheduler answers (its backend's label: "Slurm"); the id as published
 
     @property
     def label(self) -> str:
@@ -103,7 +106,7 @@ _LABELS = {
     CheckId.DISK: "Disk space (run dir)",
     CheckId.GPUS: "GPUs in use by the run",
     CheckId.TRANSPORT: "Target reachable",
-    CheckId.SLURM_JOB: "Slurm job",
+    CheckId.SCHEDULER_JOB: "Scheduler job",
     CheckId.ARCHIVE: "Previous run set aside",
     CheckId.RELAUNCH_STOP: "Previous run stopped",
     CheckId.CANARY: "Canary outlived the channel",
@@ -120,7 +123,7 @@ _LABELS = {
     CheckId.PRE_ARGS: "Command's files",
     CheckId.PRE_RUN_FILES: "Run files",
     CheckId.PRE_NODES: "Every node ready",
-    CheckId.PRE_SLURM: "Slurm",
+    CheckId.PRE_SCHEDULER: "Scheduler",
 }
 
 
@@ -154,9 +157,9 @@ class Check:
 
     @classmethod
     def of(cls, cid: CheckId, state: CheckState, cause: str = "", hint: str = "",
-           since: float | None = None) -> "Check":
-        """The check `cid` with its own label."""
-        return cls(cid, cid.label, state, cause, hint, since)
+           since: float | None = None, *, label: str | None = None) -> "Check":
+        """The check `cid` with its own label, or `label` (a scheduler's check: its backend's words)."""
+        return cls(cid, cid.label if label is None else label, state, cause, hint, since)
 
     def since_at(self, since: float | None) -> "Check":
         """This check with another `since`: a copy that keeps the texts already made inert
@@ -282,11 +285,16 @@ class RankGroup:
 
 @dataclass(frozen=True)
 class SchedulerFacts:
-    """What a scheduler says about the run's job, as its backend's `judge` put it."""
+    """What a scheduler says about the run's job, as its backend's `judge` put it: the fields
+    the core acts on (the recovery), and the whole of it as `--check --json` and the header
+    show it."""
 
     name: str                                  # the scheduler; --check --json's key ("slurm")
     facts: dict[str, Any]                      # --check --json's object under that key
     headline: tuple[tuple[str, str], ...] = ()  # (label, value) the header shows, in order
+    active: bool = False                       # the scheduler says the job is pending or running
+    nodes: tuple[str, ...] = ()                # the job's nodes, as the scheduler names them (Slurm: its node list)
+    failed_nodes: tuple[str, ...] = ()         # of those, the ones it holds out of service after the job's end
 
 
 @dataclass(frozen=True)
