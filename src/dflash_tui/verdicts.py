@@ -73,7 +73,7 @@ class Verdict(StrEnum):
     # stopper's wait: no verdict yet (STOPPED, or a failing stop, follows).
     STOPPING = "STOPPING"
     # A Slurm job's own states (backends/slurm/verdict.py), beside the evidence-based ones:
-    QUEUED = "QUEUED", IN_QUEUE                                # pending, with Slurm's reason in words (no verdict yet)
+    QUEUED = "QUEUED", IN_QUEUE                              # pending, with Slurm's reason in words (no verdict yet)
     BLOCKED = "BLOCKED", FAILING | IN_QUEUE                  # pending and never starting by itself
     PREEMPTED = "PREEMPTED", FAILING | ENDED | BY_DEFAULT    # ended by preemption
     TIMEOUT = "TIMEOUT", FAILING | ENDED | BY_DEFAULT        # hit its time limit
