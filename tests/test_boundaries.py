@@ -155,7 +155,7 @@ def test_headless_core_knows_nothing_of_the_ui():
 # package or top-level module imports only from layers below its own (function-local and
 # TYPE_CHECKING imports counted); two of one layer import neither each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("contract",),
+    ("contract", "verdicts"),
     ("words", "progress_regex", "small_file", "serve_auth", "recover_settings", "import_warnings"),
     ("remote",),
     ("config", "gpu"),

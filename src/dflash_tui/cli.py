@@ -51,6 +51,7 @@ from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport
 from .run.verdict.checklist import CheckId, CheckState, Checklist, Verdict
 from .serve_auth import DEFAULT_HOST, DEFAULT_PORT, new_token
+from .verdicts import TargetState
 from .watch import LaunchRequest, RunWatch, open_watch
 from .words import compact
 
@@ -430,7 +431,7 @@ async def _check_all_mode(args, config: Config, profiles: Sequence[Profile]) -> 
     for r in results:
         p = r.profile
         if r.error is not None:
-            word = "CONFIG ERROR" if r.error_code == EXIT_USAGE else "UNREACHABLE"
+            word = TargetState.CONFIG_ERROR if r.error_code == EXIT_USAGE else TargetState.UNREACHABLE
             objects.append({"verdict": None, "error": r.error, "exit_code": r.error_code,
                             "profile": p.name, "target": p.where(), "run_dir": p.run_dir})
             lines.append(f"{p.name:<{width}}  {word:<13}  {p.where()}  {r.error}")

@@ -23,6 +23,7 @@ from .remote.container import parse_container_spec
 from .remote.ssh_dest import SSHDest
 from .progress_regex import ProgressRegexError, compile_progress_regex
 from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
+from .verdicts import TargetState, Verdict
 from .words import did_you_mean
 from .small_file import SmallFileRefused, read_small_file
 
@@ -543,7 +544,10 @@ def load_config(path: str | os.PathLike[str] | None = None, schedulers: tuple[Sc
 
 # -- [watch] and [notify]: the recording daemon's settings (`dflash-tui --watch`, watch/) ---------
 
-NOTIFY_EVENTS = ("failing", "FINISHED", "STOPPED", "UNREACHABLE", "recovered")
+# `[notify] on`: any failing verdict, each verdict of a run that ended well by its own word
+# (FINISHED, STOPPED), a target that does not answer, and a run healthy again.
+NOTIFY_EVENTS: tuple[str, ...] = ("failing", *(v.value for v in Verdict if v.ended_well),
+                                  TargetState.UNREACHABLE.value, "recovered")
 
 
 @dataclass(frozen=True)

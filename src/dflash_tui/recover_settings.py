@@ -13,9 +13,9 @@ one actor), decided by recording/recover_policy.py (pure).
 
     [recover.profile.NAME]         # the same keys for one profile, and `enabled`
 
-Stdlib only and below config.py (which wraps RecoverSettingsError into its ConfigError with
-the file's path), so the verdict words a restart may follow are listed here; a test keeps
-them equal to run/verdict.py's failing verdicts.
+Below config.py (which wraps RecoverSettingsError into its ConfigError with the file's path);
+the verdicts a restart may follow, and the default ones, are the verdicts' own to say
+(dflash_tui/verdicts.py `restartable`, `restarted_by_default`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-# Every failing verdict's word (run/verdict.py `Verdict.failing`): what `on` may name.
-RESTARTABLE = ("NEVER STARTED", "LOG MISSING", "CRASHED", "KILLED", "STALLED", "NOT LAUNCHED", "GPU LOST",
-               "BLOCKED", "PREEMPTED", "TIMEOUT", "OUT OF MEMORY", "NODE FAIL", "CANCELLED")
-DEFAULT_ON = ("CRASHED", "STALLED", "KILLED", "PREEMPTED", "NODE FAIL", "TIMEOUT")
+from .verdicts import Verdict
+
+# The words `on` may name, in the verdicts' order (what an unknown word's message lists).
+RESTARTABLE: tuple[str, ...] = tuple(v.value for v in Verdict if v.restartable)
+DEFAULT_ON: tuple[Verdict, ...] = tuple(v for v in Verdict if v.restarted_by_default)
 # Failures a restart cannot fix (recording/recover_policy.py `unfixable`), each one a word here.
 UNFIXABLE = ("cuda_oom", "syntax_error", "import_error", "missing_file")
 BACKOFF_CAP_S = 1800.0
@@ -42,7 +43,7 @@ class RecoverSettingsError(ValueError):
 
 @dataclass(frozen=True)
 class RecoverPolicy:
-    on: tuple[str, ...] = DEFAULT_ON
+    on: tuple[Verdict, ...] = DEFAULT_ON
     max_restarts: int = 3
     window_s: float = 21600.0
     backoff_s: float = 30.0
@@ -113,7 +114,7 @@ def _policy(where: str, table: Any, base: RecoverPolicy, keys: tuple[str, ...]) 
                                    f"(known: {', '.join(keys)})")
     out = base
     if "on" in table:
-        out = replace(out, on=_words(where, "on", table["on"], RESTARTABLE))
+        out = replace(out, on=tuple(Verdict(w) for w in _words(where, "on", table["on"], RESTARTABLE)))
     if "give_up_on" in table:
         out = replace(out, give_up_on=_words(where, "give_up_on", table["give_up_on"], UNFIXABLE))
     if "max_restarts" in table:

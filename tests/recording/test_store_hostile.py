@@ -28,6 +28,7 @@ import pytest
 from dflash_tui import cli
 from dflash_tui.recording.change import Evidence, VerdictChange
 from dflash_tui.recording.store import SCHEMA_VERSION, ChangeStore
+from dflash_tui.verdicts import TargetState, Verdict
 
 pytestmark = pytest.mark.timeout(170)
 
@@ -216,6 +217,33 @@ def test_a_damaged_row_is_skipped_and_counted_and_the_rest_is_read(tmp_path):
     assert code == 0 and doc["skipped"] == 3 and [b["state"] for b in doc["bands"]] == ["RUNNING", "CRASHED"]
     code, out, err = run_in_process(["--config", str(cfg), "--profile", "p", "--timeline", "--store", str(path)])
     assert code == 0 and "3 damaged rows skipped" in out.splitlines()[0]
+
+
+def test_a_row_whose_state_the_watcher_never_writes_is_skipped_and_counted(tmp_path):
+    """States are read to their type where they are read: a word that is no verdict and not
+    UNREACHABLE (another program's, a hand edit, the fleet's CONNECTING) makes the row damaged."""
+    path = tmp_path / "s.db"
+    db = sqlite3.connect(path)
+    db.execute(_SCHEMA)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    rows = [("RUNNING", ""), ("HUNG", "RUNNING"), ("running", ""), ("CONNECTING", ""), ("STALLED", "BOGUS"),
+            ("UNREACHABLE", "RUNNING"), ("CRASHED", "UNREACHABLE")]
+    for i, (state, previous) in enumerate(rows):
+        db.execute("INSERT INTO changes (profile, run_id, time, state, previous, cause, check_id, evidence) "
+                   "VALUES ('p', 'r', ?, ?, ?, 'c', '', '{}')", (T + i, state, previous))
+    db.commit()
+    db.close()
+    with ChangeStore(path, readonly=True) as store:
+        got = store.changes("p")
+        assert store.skipped == 4
+    assert [(c.state, c.previous) for c in got] == [
+        (Verdict.RUNNING, None), (TargetState.UNREACHABLE, Verdict.RUNNING), (Verdict.CRASHED, TargetState.UNREACHABLE)]
+    code, out, err = run_in_process(["--config", str(config(tmp_path)), "--profile", "p", "--timeline", "--json",
+                                     "--store", str(path)])
+    doc = json.loads(out)
+    assert code == 0 and doc["skipped"] == 4
+    assert [(b["state"], b["previous"]) for b in doc["bands"]] == [("RUNNING", ""), ("UNREACHABLE", "RUNNING"),
+                                                                   ("CRASHED", "UNREACHABLE")]
 
 
 @pytest.mark.parametrize("name", ["a#b.db", "%41.db", "x?mode=memory.db", "file:rel.db"])

@@ -245,26 +245,28 @@ def hung(nodes_of: list[str], odd: tuple[int, ...]) -> Checklist:
 
 
 def test_a_hang_names_the_node_of_the_rank_not_in_the_collective_the_others_waited_in():
-    nodes, why = failed_nodes("STALLED", report(hung(["n1", "n2"], odd=(1,))))
+    nodes, why = failed_nodes(Verdict.STALLED, report(hung(["n1", "n2"], odd=(1,))))
     assert (nodes, why) == (("n2",), "rank 1 was not in the collective the others waited in")
     odd = nodes_outside_collective(hung(["n1", "n2", "n3", "n4"], odd=(1, 3)).rank_groups)
     assert odd is not None and odd.nodes == ("n2", "n4") and odd.why().startswith("ranks 1, 3 were not")
     # No node named: one node only (no node per rank), most ranks outside the collective, or
     # every rank in it.
-    assert failed_nodes("STALLED", report(hung(["n1", "n1"], odd=(1,)))) == ((), "")
+    assert failed_nodes(Verdict.STALLED, report(hung(["n1", "n1"], odd=(1,)))) == ((), "")
     assert nodes_outside_collective(hung(["n1", "n2", "n3", "n4"], odd=(1, 2, 3)).rank_groups) is None
     assert nodes_outside_collective(hung(["n1", "n2", "n3"], odd=()).rank_groups) is None
-    assert failed_nodes("STALLED", report(Checklist(Verdict.STALLED))) == ((), "")
+    assert failed_nodes(Verdict.STALLED, report(Checklist(Verdict.STALLED))) == ((), "")
     # A hang that is no failure of the policy's kind names nothing (CRASHED with rank groups).
-    assert failed_nodes("CRASHED", report(hung(["n1", "n2"], odd=(1,)))) == ((), "")
+    assert failed_nodes(Verdict.CRASHED, report(hung(["n1", "n2"], odd=(1,)))) == ((), "")
 
 
 def test_a_node_failure_names_the_nodes_slurm_holds_out_of_service_else_every_node_of_the_job():
     def node_fail(**facts) -> RunReport:
-        return report(Checklist(Verdict.NODE_FAIL, scheduler=SchedulerFacts("slurm", {"node_list": "n[1-2]", **facts})))
-    assert failed_nodes("NODE FAIL", node_fail(failed_nodes=["n2"])) == (("n2",), "it failed the run before")
-    assert failed_nodes("NODE FAIL", node_fail(failed_nodes=None)) == (("n[1-2]",), "it failed the run before")
-    assert failed_nodes("PREEMPTED", node_fail(failed_nodes=["n2"])) == ((), "")
+        scheduler = SchedulerFacts("slurm", {"node_list": "n[1-2]", **facts}, nodes=("n[1-2]",),
+                                   failed_nodes=tuple(facts["failed_nodes"] or ()))
+        return report(Checklist(Verdict.NODE_FAIL, scheduler=scheduler))
+    assert failed_nodes(Verdict.NODE_FAIL, node_fail(failed_nodes=["n2"])) == (("n2",), "it failed the run before")
+    assert failed_nodes(Verdict.NODE_FAIL, node_fail(failed_nodes=None)) == (("n[1-2]",), "it failed the run before")
+    assert failed_nodes(Verdict.PREEMPTED, node_fail(failed_nodes=["n2"])) == ((), "")
     # sinfo -N lists a node once per partition; "*" is a node that does not respond.
     out = "n1 idle\nn1 idle\nn2 down\nn2 down\nn3 idle*\nn4 drng\nn5 mix\nn6 alloc\n"
     assert parse_failed_nodes(out, 0) == ("n2", "n3", "n4")
@@ -278,7 +280,8 @@ def test_a_programs_end_waits_for_the_schedulers_word_on_how_the_job_ended():
     launch = LaunchRecord("r1", pid=5, pgid=5, start_ticks=None, start_time=0.0, argv=["x"])
 
     def seen(active: bool) -> RunReport:
-        cl = Checklist(Verdict.CRASHED, scheduler=SchedulerFacts("slurm", {"node_list": "n[1-2]", "active": active}))
+        cl = Checklist(Verdict.CRASHED, scheduler=SchedulerFacts("slurm", {"node_list": "n[1-2]", "active": active},
+                                                                 active=active, nodes=("n[1-2]",)))
         return RunReport(0.0, "p", "local", "/r", cl, launch=launch)
     crashed = VerdictChange("p", "r1", 100.0, "CRASHED", "RUNNING", "killed by SIGTERM")
     assert job_still_ending(seen(True), crashed, 101.0)

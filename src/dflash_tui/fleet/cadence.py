@@ -10,7 +10,7 @@ either
   and its last progress (a step, a log line) younger than `steady_interval`: a run that went
   quiet is polled every `interval` again before its silence can reach a stall limit that is at
   least twice `steady_interval`, so STALLED comes no later than before; or
-- ended (FINISHED, CRASHED, KILLED, STOPPED, ...) with no live process.
+- settled (`Verdict.settled`: FINISHED, CRASHED, KILLED, STOPPED, NO RUN, ...) with no live process.
 Anything else (STARTING, STALLED, GPU LOST, unreachable, a Slurm job, a run on several nodes,
 a target whose ops cannot wait on a process) keeps `interval`. A poke and any change of the
 checklist start the count again, so they return the target to `interval` at once.
@@ -25,15 +25,10 @@ import asyncio
 from typing import Iterable
 
 from ..run.verdict.report import RunReport
-from ..run.verdict.checklist import Verdict
 from ..watch import changed
 from ..watch.base import Pid, running_pid
 
 STEADY_AFTER_POLLS = 5
-
-# Verdicts after which nothing more happens without a new launch (with no live process).
-ENDED = frozenset({Verdict.NO_RUN, Verdict.NOT_LAUNCHED, Verdict.NEVER_STARTED, Verdict.LOG_MISSING,
-                   Verdict.FINISHED, Verdict.CRASHED, Verdict.KILLED, Verdict.STOPPED})
 
 def progressing(report: RunReport, within_s: float) -> bool:
     """Whether the run's last progress (target clock) is younger than `within_s`."""
@@ -90,7 +85,7 @@ class TargetCadence:
         pid = running_pid(report)
         if pid is not None:
             return pid in self.watched and progressing(report, self.steady_interval)
-        return report.checklist.verdict in ENDED and not report.pid_alive
+        return report.checklist.verdict.settled and not report.pid_alive
 
     def pause(self, busy: Iterable[str] = ()) -> float:
         """Seconds from the start of one poll of the target to the next."""

@@ -14,10 +14,10 @@ from ..config import Profile
 from ..gpu.sample import GpuSnapshot
 from ..run.verdict.report import RunReport
 from ..run.verdict.checklist import CheckId, CheckState, Verdict
+from ..verdicts import State, TargetState
 
-UNREACHABLE = "UNREACHABLE"
-CONNECTING = "CONNECTING"      # no answer yet: the first poll is in flight
-CONFIG_ERROR = "CONFIG ERROR"  # the profile's fields cannot make a target
+# A row's states when there is no verdict to show (dflash_tui/verdicts.py).
+UNREACHABLE, CONNECTING, CONFIG_ERROR = TargetState.UNREACHABLE, TargetState.CONNECTING, TargetState.CONFIG_ERROR
 
 # Severity, worst first: what the colour and the default sort follow.
 FAIL, DOWN, WAIT, OK = "fail", "down", "wait", "ok"
@@ -63,7 +63,7 @@ class FleetRow:
     profile: str
     host: str
     container: str
-    state: str                       # a verdict's word, or UNREACHABLE / CONNECTING / CONFIG ERROR
+    state: State                     # the verdict, or UNREACHABLE / CONNECTING / CONFIG ERROR
     verdict: Verdict | None          # None unless the target answered
     cause: str                       # one line: the checklist's summary, or why it is unreachable
     step: int | None = None
@@ -83,9 +83,9 @@ class FleetRow:
 
     @property
     def severity(self) -> str:
-        if self.state in (UNREACHABLE,):
+        if self.state is UNREACHABLE:
             return DOWN
-        if self.state == CONFIG_ERROR or (self.verdict is not None and self.verdict.failing):
+        if self.state is CONFIG_ERROR or (self.verdict is not None and self.verdict.failing):
             return FAIL
         if self.verdict is not None and self.verdict.healthy:
             return OK
@@ -116,7 +116,7 @@ def row_from_report(profile: Profile, report: RunReport | None, *, gpu: GpuSnaps
         reason = reason.split(" (retrying in ")[0]
         return FleetRow(**base, state=UNREACHABLE, verdict=None, cause=f"{reason}{retry}",
                         retry_in_s=retry_in_s, **(numbers if had_data else {}))
-    return FleetRow(**base, state=report.checklist.verdict.value, verdict=report.checklist.verdict,
+    return FleetRow(**base, state=report.checklist.verdict, verdict=report.checklist.verdict,
                     cause=cause_line(report), gpus=run_gpus(gpu) if report.pid_alive else RunGpus(),
                     uptime_s=report.uptime_s, **numbers)
 

@@ -1,7 +1,8 @@
 """VerdictChange: one recorded change of a run's state, made from the report that showed it.
 
-A run's state is its verdict's word, or UNREACHABLE while its target does not answer (the
-fleet's word, fleet/row.py). A change is a new state, or the same state of a new run (a
+A run's state is its verdict, or UNREACHABLE while its target does not answer
+(dflash_tui/verdicts.py `State`); a change made of words (a test's, a tool's) is read to that
+type once, when it is made. A change is a new state, or the same state of a new run (a
 relaunch). Everything a change carries that came from the run (causes, tracebacks, frames)
 passes through `inert` once, here: a run is not trusted to write what a terminal, a mail or
 a chat message would act on.
@@ -14,10 +15,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..contract.rundir import finite_number
-from ..fleet.row import UNREACHABLE
 from ..run.verdict.report import RunReport
-from ..run.verdict.checklist import Checklist, CheckState
+from ..run.verdict.checklist import Checklist, CheckState, Verdict
 from ..run.verdict.rank_groups import odd_ones_out
+from ..verdicts import State, TargetState, state_named
 
 TRACEBACK_LINES = 6          # the last lines of a traceback a change keeps
 TEXT_LIMIT = 400             # any one text field, after `inert`
@@ -107,8 +108,8 @@ class VerdictChange:
     profile: str
     run_id: str                           # launch.json's run id ("" when there is none)
     time: float                           # local epoch seconds when the watcher observed it
-    state: str                            # a verdict's word, or UNREACHABLE
-    previous: str                         # the state before ("" for the first one recorded)
+    state: State                          # the verdict, or UNREACHABLE
+    previous: State | None                # the state before (None for the first one recorded)
     cause: str                            # one line: the checklist's summary, or why unreachable
     check: str = ""                       # the id of the check that made the change
     evidence: Evidence = field(default_factory=Evidence)
@@ -117,9 +118,28 @@ class VerdictChange:
     # (what it shows happened before anyone watched; notify.py `news_event`).
     first_look: bool = False
 
+    def __post_init__(self) -> None:
+        # Words ("CRASHED", "" for no previous state) are read to their states here, once.
+        object.__setattr__(self, "state", _state(self.state))
+        object.__setattr__(self, "previous", _state(self.previous) if self.previous else None)
 
-def state_of(report: RunReport) -> str:
-    return report.checklist.verdict.value if report.connected else UNREACHABLE
+
+def recorded_state(word: object) -> State | None:
+    """The state a recorded word names: a verdict, or UNREACHABLE (the only target state the
+    watcher records); None for any other word."""
+    state = word if isinstance(word, (Verdict, TargetState)) else state_named(word)
+    return state if isinstance(state, Verdict) or state is TargetState.UNREACHABLE else None
+
+
+def _state(word: State | str) -> State:
+    state = recorded_state(word)
+    if state is None:
+        raise ValueError(f"{word!r} is no state the watcher records (a verdict, or UNREACHABLE)")
+    return state
+
+
+def state_of(report: RunReport) -> State:
+    return report.checklist.verdict if report.connected else TargetState.UNREACHABLE
 
 
 def run_id_of(report: RunReport) -> str:
@@ -154,7 +174,7 @@ def evidence_of(report: RunReport, now: float | None = None) -> Evidence:
     skew = 0.0 if now is None else now - report.time
     act = report.activity
     tb = report.last_traceback.strip().splitlines()[-TRACEBACK_LINES:] if report.last_traceback else []
-    verdict = report.checklist.verdict.value
+    stalled = report.checklist.verdict is Verdict.STALLED
     return sane_evidence({
         "step": p.step if p else None, "total": p.total if p else None,
         # The loss its progress gave, else its metric files' (a program that prints nothing).
@@ -163,14 +183,14 @@ def evidence_of(report: RunReport, now: float | None = None) -> Evidence:
         "step_at": round(p.time + skew, 3) if p and p.time is not None else None,
         "checkpoint_s": round(act.checkpoint_s, 3) if act is not None and act.checkpoint_s else None,
         "rate": p.rate if p else None, "rate_unit": p.rate_unit if p else "",
-        "stuck_at": stuck_at(report) if verdict == "STALLED" else "", "traceback": tb,
+        "stuck_at": stuck_at(report) if stalled else "", "traceback": tb,
         "pid": report.launch.pid if report.launch is not None else None,
         "exit_code": report.exit.exit_code if report.exit is not None else None,
         "ranks": [g.words() for g in odd_ones_out(report.checklist.rank_groups)[:RANK_GROUPS_KEPT]]
-        if verdict == "STALLED" else []})
+        if stalled else []})
 
 
-def change_of(report: RunReport, *, previous: str, before: Checklist | None, now: float,
+def change_of(report: RunReport, *, previous: State | None, before: Checklist | None, now: float,
               first_look: bool = False) -> VerdictChange:
     state = state_of(report)
     cause = report.checklist.summary if report.connected else (report.error or "no answer")

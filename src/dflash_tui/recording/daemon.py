@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 
 from ..config import DEFAULT_PROFILE, Config, Profile
 from ..fleet.poller import FleetPoller
-from ..fleet.row import UNREACHABLE
 from ..run.verdict.report import RunReport
+from ..verdicts import TargetState
 from .change import VerdictChange, run_id_of
 from .notify import NotifyPolicy
 from .recorder import Recorder
@@ -107,7 +107,7 @@ class Watcher:
         if report is None:
             return
         name = report.profile
-        if (not report.connected or self.recorder.last_state(name) == UNREACHABLE
+        if (not report.connected or self.recorder.last_state(name) is TargetState.UNREACHABLE
                 or run_id_of(report) != self.recorder.last_run(name)):
             self._record(report)
 

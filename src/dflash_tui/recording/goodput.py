@@ -3,14 +3,15 @@ into making progress, and where the rest went, from the recorded verdict changes
 evidence alone (no recorder calls in the trainer). Pure.
 
 Badput causes (seconds), each band of the timeline counted once:
-- queued: QUEUED and BLOCKED (Slurm);
+- queued: a job in a scheduler's queue (`Verdict.queued`: QUEUED, BLOCKED);
 - starting: STARTING (launch to the first step: imports, compile, data), until the first
   step's own time: the watcher records RUNNING a look or two after the step, so the RUNNING
   change's step time (`step_at`), taken back to the run's first step at the run's own pace,
   is where progress began;
-- stalled: STALLED and GPU LOST (from the verdict to the action: the recovery's stop, or the
-  next change), and the silence before a STALLED verdict (from the last step's own time, the
-  STALLED change's `step_at`; without one, the last `stall_after_s` of the RUNNING band);
+- stalled: a live run that makes no progress (`Verdict.stuck`: STALLED, GPU LOST; from the
+  verdict to the action: the recovery's stop, or the next change), and the silence before a
+  STALLED verdict (from the last step's own time, the STALLED change's `step_at`; without one,
+  the last `stall_after_s` of the RUNNING band);
 - down: a stop under way (STOPPING), and from a run's end (CRASHED, KILLED, STOPPED, ...) to
   the next run's first change (the backoff included);
 - lost_progress: the steps a failure threw away (the failed run's best step minus the step
@@ -19,7 +20,8 @@ Badput causes (seconds), each band of the timeline counted once:
   `seconds`, summed in each change's evidence as `checkpoint_s`), taken out of its RUNNING time;
 - unreachable: while the target did not answer (what the run did then is unknown).
 Goodput = the rest of the RUNNING time; percent = goodput / wall. The wall ends at the start
-of the last band when that band is an end (FINISHED, or a failure nothing followed), else now.
+of the last band when that band is an end (`Verdict.final`: FINISHED, or a failure nothing
+followed), else now.
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..verdicts import State, TargetState, Verdict
 from ..words import duration
 from .change import VerdictChange
 from .timeline import Band, bands, runs
 
 CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "checkpoint", "unreachable")
-_QUEUED = ("QUEUED", "BLOCKED")
-_STALLED = ("STALLED", "GPU LOST")
-_LIVE = ("RUNNING", "STARTING", "STALLED", "GPU LOST", "QUEUED", "BLOCKED", "UNREACHABLE", "NO RUN",
-         "STOPPING")
+
+
+def _an_end(state: State) -> bool:
+    """A band after which the run makes no more time of its own (`Verdict.final`): the wall ends
+    where it begins when nothing followed it. A target that did not answer may still run."""
+    return isinstance(state, Verdict) and state.final
 
 
 @dataclass
@@ -99,7 +104,7 @@ def goodput(changes: Sequence[VerdictChange], now: float, stall_after_s: float,
     if not all_bands:
         return out
     last = all_bands[-1]
-    ended = last.state not in _LIVE
+    ended = _an_end(last.state)
     end = last.start if ended else max(last.end, now)
     out.wall_s = max(0.0, end - all_bands[0].start)
     early = _progress_began(all_bands)
@@ -108,25 +113,25 @@ def goodput(changes: Sequence[VerdictChange], now: float, stall_after_s: float,
             break
         run, state, secs = b.change.run_id, b.state, b.seconds
         nxt = all_bands[i + 1] if i + 1 < len(all_bands) else None
-        if state == "RUNNING":
+        if state is Verdict.RUNNING:
             silent = 0.0
-            if nxt is not None and nxt.state == "STALLED" and nxt.change.run_id == run:
+            if nxt is not None and nxt.state is Verdict.STALLED and nxt.change.run_id == run:
                 last_step = nxt.change.evidence.step_at
                 silent = nxt.start - last_step if last_step is not None else stall_after_s
             silent = min(max(0.0, silent), secs)
             out._add(run, "stalled", silent)
             out._add(run, "good", secs - silent + early.get(i, 0.0))
-        elif state in _QUEUED:
+        elif isinstance(state, TargetState):   # UNREACHABLE: the only one recorded
+            out._add(run, "unreachable", secs)
+        elif state.queued:
             out._add(run, "queued", secs)
-        elif state == "STARTING":
+        elif state is Verdict.STARTING:
             out._add(run, "starting", secs - early.get(i + 1, 0.0))
-        elif state in _STALLED:
+        elif state.stuck:
             cut = stops.get(run)
             cut = min(max(cut, b.start), b.end) if cut is not None else b.end
             out._add(run, "stalled", cut - b.start)
             out._add(run, "down", b.end - cut)
-        elif state == "UNREACHABLE":
-            out._add(run, "unreachable", secs)
         else:
             out._add(run, "down", secs)   # an end, until the next run's first change
     _checkpoints(out, all_bands)
@@ -155,7 +160,7 @@ def _progress_began(all_bands: Sequence[Band]) -> dict[int, float]:
         prev = all_bands[i - 1] if i else None
         if prev is not None and prev.change.run_id != run:
             best_before = best.get(prev.change.run_id, best_before)
-        if (b.state == "RUNNING" and prev is not None and prev.state == "STARTING"
+        if (b.state is Verdict.RUNNING and prev is not None and prev.state is Verdict.STARTING
                 and prev.change.run_id == run and e.step_at is not None):
             first_at = e.step_at
             if e.step is not None:

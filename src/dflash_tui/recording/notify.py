@@ -15,16 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import NotifySettings
-from ..fleet.row import UNREACHABLE
-from ..run.verdict.checklist import Verdict
+from ..verdicts import State, TargetState, Verdict
 from ..words import eta, progress
 from .change import VerdictChange
-
-
-# The verdicts of a run that is over: seen at the watcher's first look, they happened before it.
-ENDED = frozenset({Verdict.FINISHED, Verdict.STOPPED, Verdict.CRASHED, Verdict.KILLED,
-                   Verdict.NEVER_STARTED, Verdict.NOT_LAUNCHED, Verdict.PREEMPTED, Verdict.TIMEOUT,
-                   Verdict.OUT_OF_MEMORY, Verdict.NODE_FAIL, Verdict.CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -32,14 +25,12 @@ class Notified:
     """What was last notified of a profile: news is told apart per run."""
 
     run_id: str
-    state: str
+    state: State
 
 
-def ended(state: str) -> bool:
-    try:
-        return Verdict(state) in ENDED
-    except ValueError:
-        return False
+def ended(state: State) -> bool:
+    """A run that is over (`Verdict.ended`): seen at the watcher's first look, it happened before it."""
+    return isinstance(state, Verdict) and state.ended
 
 
 def news_event(change: VerdictChange, notified: Notified | None) -> str | None:
@@ -53,33 +44,28 @@ def news_event(change: VerdictChange, notified: Notified | None) -> str | None:
     state = change.state
     if change.first_look and ended(state):
         return None
-    if state == UNREACHABLE:
-        return UNREACHABLE
-    try:
-        verdict = Verdict(state)
-    except ValueError:
+    if state is TargetState.UNREACHABLE:
+        return TargetState.UNREACHABLE.value
+    if not isinstance(state, Verdict):
         return None
-    if verdict.failing:
+    if state.failing:
         return "failing"
-    if verdict in (Verdict.FINISHED, Verdict.STOPPED):
-        return verdict.value
-    if verdict.healthy and notified is not None and (
-            notified.state == UNREACHABLE or (_failing(notified.state) and notified.run_id == change.run_id)):
+    if state.ended_well:
+        return state.value
+    if state.healthy and notified is not None and (notified.state is TargetState.UNREACHABLE or (
+            _failing(notified.state) and notified.run_id == change.run_id)):
         return "recovered"
     return None
 
 
-def _failing(state: str) -> bool:
-    try:
-        return Verdict(state).failing
-    except ValueError:
-        return False
+def _failing(state: State) -> bool:
+    return isinstance(state, Verdict) and state.failing
 
 
 @dataclass(frozen=True)
 class Notification:
     profile: str
-    state: str
+    state: State
     event: str                    # the `on` word that made it
     title: str
     body: str
@@ -126,8 +112,8 @@ class NotifyPolicy:
         self._notified: dict[str, Notified] = {}                  # profile -> what was last notified
         self._pending: dict[str, tuple[VerdictChange, str, float]] = {}   # profile -> (change, event, due)
 
-    def hold_for(self, state: str) -> float:
-        if state == UNREACHABLE:
+    def hold_for(self, state: State) -> float:
+        if state is TargetState.UNREACHABLE:
             return max(self.settings.hold_s, self.settings.unreachable_after_s)
         return self.settings.hold_s
 

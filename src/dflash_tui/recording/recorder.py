@@ -12,6 +12,7 @@ from typing import Callable
 
 from ..run.verdict.report import RunReport
 from ..run.verdict.checklist import Checklist
+from ..verdicts import State
 from .change import VerdictChange, change_of, run_id_of, state_of
 from .store import ChangeStore
 
@@ -24,18 +25,20 @@ class Recorder:
         self.clock = clock
         self.listeners: list[Callable[[VerdictChange], None]] = []
         # profile -> (state, run id) last recorded; and the checklist seen last, per profile
-        self._last: dict[str, tuple[str, str]] = {
+        self._last: dict[str, tuple[State, str]] = {
             name: (c.state, c.run_id) for name, c in store.last_states().items()}
         self._seen: dict[str, Checklist] = {}
         self._looked: set[str] = set()    # the profiles this recorder has had a report of
         self._pruned_at = clock()
         store.prune(self._pruned_at)
 
-    def last_state(self, profile: str) -> str:
-        return self._last.get(profile, ("", ""))[0]
+    def last_state(self, profile: str) -> State | None:
+        last = self._last.get(profile)
+        return last[0] if last is not None else None
 
     def last_run(self, profile: str) -> str:
-        return self._last.get(profile, ("", ""))[1]
+        last = self._last.get(profile)
+        return last[1] if last is not None else ""
 
     def observe(self, report: RunReport, previous: RunReport | None = None) -> VerdictChange | None:
         """Record `report`'s change, if it is one; the recorded change or None. `previous`: the
@@ -54,7 +57,7 @@ class Recorder:
             if state == last[0] and (run_id == last[1] or not report.connected):
                 self._looked.add(name)
                 return None
-        change = self.store.record(change_of(report, previous=last[0] if last else "",
+        change = self.store.record(change_of(report, previous=last[0] if last else None,
                                              before=before, now=now, first_look=first_look))
         self._looked.add(name)     # only once recorded: a store that failed sees it again
         self._last[name] = (state, change.run_id if report.connected or last is None else last[1])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..recover_settings import RecoverPolicy
+from ..verdicts import Verdict
 from ..words import duration
 from .change import Evidence, VerdictChange
 
@@ -34,7 +35,7 @@ class Failure:
     """What a failed run was, as far as the policy cares."""
 
     run_id: str
-    state: str                 # the verdict's word
+    state: Verdict
     time: float                # when the watcher saw it
     best_step: int | None      # the highest step the run reached (None: it never showed one)
     where: str                 # the hang's place, or the traceback's last line, or the cause
@@ -97,7 +98,7 @@ def failure_of(change: VerdictChange, best_step: int | None) -> Failure:
     """The Failure a recorded failing change shows; `best_step`: the run's highest step seen."""
     ev = change.evidence
     last = ev.traceback[-1] if ev.traceback else ""
-    if change.state == "STALLED" and ev.stuck_at:
+    if change.state is Verdict.STALLED and ev.stuck_at:
         where, signature = f"stuck at {ev.stuck_at}", f"hang at {ev.stuck_at}"
     elif last:
         where, signature = last, f"{_exception(last) or last} at {_own_frame(ev.traceback) or '?'}"

@@ -30,8 +30,9 @@ from ..run.launch.launch import LaunchRefused
 from ..run.launch.request import OWN_NODES, LaunchRequest, Placement
 from ..run.verdict.rank_groups import nodes_outside_collective
 from ..run.verdict.report import RunReport
+from ..verdicts import State, Verdict
 from ..watch.base import ActionInFlight, RunWatch
-from .change import VerdictChange, run_id_of, state_of
+from .change import VerdictChange, run_id_of
 from .goodput import goodput
 from .notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
@@ -43,47 +44,40 @@ from .store import ChangeStore
 log = logging.getLogger("dflash_tui.recording")
 
 TICK_S = 0.5
-LIVE = ("STALLED", "GPU LOST", "RUNNING", "STARTING")   # verdicts whose processes still run
 NEVER_SEEN_S = 120.0   # a `launching` whose new run never shows a run id: given up after this
-# The verdicts that name a node at fault: the relaunch asks the scheduler to avoid it.
-NAMES_A_NODE = ("NODE FAIL",)
 FAILED_BEFORE = "it failed the run before"
-# A program's own failing ends, which a scheduler's end of its job (a node failure, a
-# preemption) may be behind; the scheduler is given this long to say so.
-PROGRAM_ENDS = ("CRASHED", "KILLED")
+# A program's own failing end (`Verdict.program_failed`) may have a scheduler's end of its job
+# (a node failure, a preemption) behind it; the scheduler is given this long to say so.
 SCHEDULER_SETTLE_S = 30.0
 # For tests only: seconds to hold the watcher still right after a notice is committed with its
 # action, before it is handed to the sender (a test SIGKILLs the watcher there).
 PAUSE_ENV = "DFLASH_TUI_TEST_PAUSE_BEFORE_NOTIFY_S"
 
 
-def failed_nodes(state: str, report: RunReport | None) -> tuple[tuple[str, ...], str]:
+def failed_nodes(state: State, report: RunReport | None) -> tuple[tuple[str, ...], str]:
     """(the nodes a relaunch must avoid after a failure in `state`, why), as the failed run's
-    report names them: on NODE FAIL the job's nodes Slurm holds out of service (all its nodes
-    when it names none); on STALLED the node of the rank that was not in the collective the
-    others waited in; ((), "") when none is named."""
-    if report is None:
+    report names them: on a verdict that names a node (NODE FAIL) the job's nodes its scheduler
+    holds out of service (all its nodes when it names none); on STALLED the node of the rank
+    that was not in the collective the others waited in; ((), "") when none is named."""
+    if report is None or not isinstance(state, Verdict):
         return (), ""
-    if state == "STALLED":
+    if state is Verdict.STALLED:
         odd = nodes_outside_collective(report.checklist.rank_groups)
         return (odd.nodes, odd.why()) if odd is not None else ((), "")
     sched = report.checklist.scheduler
-    if sched is None or state not in NAMES_A_NODE:
+    if sched is None or not state.names_a_node:
         return (), ""
-    failed = sched.facts.get("failed_nodes")
-    if isinstance(failed, list) and failed and all(isinstance(n, str) and n for n in failed):
-        return tuple(failed), FAILED_BEFORE
-    nodes = sched.facts.get("node_list")
-    return ((nodes,), FAILED_BEFORE) if isinstance(nodes, str) and nodes else ((), "")
+    named = sched.failed_nodes or sched.nodes
+    return (named, FAILED_BEFORE) if named else ((), "")
 
 
 def job_still_ending(report: RunReport | None, change: VerdictChange, now: float) -> bool:
-    """The run's program ended while its scheduler still says its job runs (facts "active"):
-    how the job ended (NODE FAIL names the node to exclude, PREEMPTED) is the scheduler's to
-    say within SCHEDULER_SETTLE_S; its program's own end (CRASHED, killed by Slurm's SIGTERM)
-    is not acted on before."""
+    """The run's program ended while its scheduler still says its job is active: how the job
+    ended (NODE FAIL names the node to exclude, PREEMPTED) is the scheduler's to say within
+    SCHEDULER_SETTLE_S; its program's own end (CRASHED, killed by Slurm's SIGTERM) is not
+    acted on before."""
     sched = report.checklist.scheduler if report is not None and run_id_of(report) == change.run_id else None
-    return (sched is not None and sched.facts.get("active") is True and change.state in PROGRAM_ENDS
+    return (sched is not None and sched.active and isinstance(change.state, Verdict) and change.state.program_failed
             and now - change.time < SCHEDULER_SETTLE_S)
 
 
@@ -266,7 +260,7 @@ class Recovery:
                 self._record(name, SUPERSEDED, last.run_id, last.attempt, new_run_id=run_id,
                              reason=f"run {run_id} was launched meanwhile")
             return
-        if last.action == PLANNED and state_of(report) in LIVE:
+        if last.action == PLANNED and report.checklist.verdict.alive:
             results = await watch.stop()
             bad = [r.message for r in results.values() if not r.ok]
             if bad:

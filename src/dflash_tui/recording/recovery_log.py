@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from ..verdicts import verdict_named
 from .change import inert
 from .store import MAX_TIME, sqlite_uri
 from .recover_policy import Attempt, Failure
@@ -93,11 +94,16 @@ class Action:
 
     @property
     def failure(self) -> Failure | None:
+        """The failure the action answered, its verdict read from its word; None where the log
+        holds none it could have written."""
         f = self.detail.get("failure")
         if not isinstance(f, dict):
             return None
+        state = verdict_named(f.get("state"))
+        if state is None:
+            return None
         try:
-            return Failure(**{k: f.get(k) for k in Failure.__dataclass_fields__})
+            return Failure(**{**{k: f.get(k) for k in Failure.__dataclass_fields__}, "state": state})
         except TypeError:
             return None
 

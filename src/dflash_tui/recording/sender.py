@@ -19,6 +19,7 @@ from typing import Callable
 
 import apprise
 
+from ..verdicts import TargetState, Verdict
 from .notify import Notification
 from .redact import masked, scheme_of, scrub
 
@@ -130,8 +131,8 @@ class NotifySender:
             ap = apprise.Apprise()
             if not ap.add(url):
                 return "Apprise cannot use this URL"
-            ntype = apprise.NotifyType.FAILURE if n.event in ("failing", "UNREACHABLE") else (
-                apprise.NotifyType.SUCCESS if n.event in ("FINISHED", "recovered") else apprise.NotifyType.INFO)
+            ntype = apprise.NotifyType.FAILURE if n.event in ("failing", TargetState.UNREACHABLE) else (
+                apprise.NotifyType.SUCCESS if n.event in (Verdict.FINISHED, "recovered") else apprise.NotifyType.INFO)
             said: list[str] = []
 
             def heard(entry, _plugin=None) -> None:

@@ -20,8 +20,9 @@ inside) for as long as it is open, so a second watcher is refused in one line na
 The file is only as trusted as its directory: it is opened by path (never parsed as an SQLite
 URI: a `#` or `%41` in its name is just a character), another program's database or a newer
 schema is refused in one line, a damaged page is one line when it is read, and a row whose
-values are not of their column's kind (BLOB or text for a number, an infinite time) is skipped
-and counted (`skipped`), never an error.
+values are not of their column's kind (BLOB or text for a number, an infinite time, a state
+the watcher does not record) is skipped and counted (`skipped`), never an error. The
+states are read to their type (dflash_tui/verdicts.py) here, once.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..config import ConfigError, WatchSettings, state_dir
-from .change import Evidence, VerdictChange, inert
+from ..verdicts import State
+from .change import Evidence, VerdictChange, inert, recorded_state
 
 SCHEMA_VERSION = 1
 STORE_NAME = "watch.sqlite3"
@@ -89,15 +91,25 @@ def _text(v: Any, limit: int) -> str:
 
 def _row(r: tuple) -> VerdictChange | None:
     """A stored change, every text inert again (the file is only as trusted as its directory);
-    None for a row whose id or time is not a number the watcher can have written."""
+    None for a row whose id or time is not a number the watcher can have written, or whose
+    state (or state before) is none it writes."""
     rid, t = r[0], r[3]
     if not isinstance(rid, int) or isinstance(t, (str, bytes)) or t is None:
         return None
     if not (math.isfinite(t) and _TIME_RANGE[0] <= t <= _TIME_RANGE[1]):
         return None
+    state, before = recorded_state(_text(r[4], 20)), _text(r[5], 20)
+    previous = recorded_state(before) if before else None
+    if state is None or (before and previous is None):
+        return None
     return VerdictChange(id=rid, profile=_text(r[1], 80), run_id=_text(r[2], 80), time=float(t),
-                         state=_text(r[4], 20), previous=_text(r[5], 20), cause=_text(r[6], 400),
+                         state=state, previous=previous, cause=_text(r[6], 400),
                          check=_text(r[7], 40), evidence=Evidence.from_json(r[8]))
+
+
+def _word(state: State | None) -> str:
+    """A state as the store writes it ("" for none)."""
+    return state.value if state is not None else ""
 
 
 def sqlite_uri(path: Path, mode: str) -> str:
@@ -230,7 +242,7 @@ class ChangeStore:
             cur = self._db.execute(
                 "INSERT INTO changes (profile, run_id, time, state, previous, cause, check_id, evidence) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (change.profile, change.run_id, change.time, change.state, change.previous,
+                (change.profile, change.run_id, change.time, change.state.value, _word(change.previous),
                  change.cause, change.check, change.evidence.to_json()))
         return VerdictChange(**{**change.__dict__, "id": cur.lastrowid})
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..verdicts import State
 from ..words import compact, progress
 from .change import VerdictChange
 
@@ -24,7 +25,7 @@ class Band:
     open: bool                       # the newest band: the state holds still (as last recorded)
 
     @property
-    def state(self) -> str:
+    def state(self) -> State:
         return self.change.state
 
     @property
@@ -88,7 +89,8 @@ def render_text(profile: str, all_bands: Sequence[Band], store: str, skipped: in
 
 def band_json(b: Band) -> dict[str, Any]:
     c, e = b.change, b.change.evidence
-    return {"run_id": c.run_id, "state": c.state, "previous": c.previous, "start": b.start, "end": b.end,
+    return {"run_id": c.run_id, "state": c.state.value, "previous": c.previous.value if c.previous else "",
+            "start": b.start, "end": b.end,
             "seconds": round(b.seconds, 3), "open": b.open, "cause": c.cause, "check": c.check,
             "evidence": {"step": e.step, "total": e.total, "loss": e.loss, "rate": e.rate,
                          "rate_unit": e.rate_unit, "stuck_at": e.stuck_at, "traceback": list(e.traceback),

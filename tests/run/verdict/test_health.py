@@ -6,9 +6,12 @@ end-to-end scenarios that produce each row for real are in test_run_verdicts_*.p
 
 from __future__ import annotations
 
+from dflash_tui.backends import launcher_for, parse_config
+from dflash_tui.config import Profile
 from dflash_tui.contract.rundir import ExitRecord, LaunchRecord, StopRecord, ThreadStatus, TrainStatus
 
 from dflash_tui.remote.ops import FileStat, PidInfo
+from dflash_tui.run.launch.launcher import Launcher
 from dflash_tui.run.attempts import LaunchAttempt
 from dflash_tui.run.verdict.health import HealthTracker, Limits, evaluate
 from dflash_tui.run.evidence.observe import Evidence
@@ -197,8 +200,33 @@ def test_a_stop_under_way_is_stopping_and_one_that_did_not_end_the_run_fails_its
     assert by_id(cl)["stop"].state is CheckState.FAIL and "still alive" in by_id(cl)["stop"].cause
     # A Slurm stop (scancel) waits longer for the job.
     slurm = StopRecord("r1", 100, NOW - 40, "me@laptop", "scancel")
-    assert evaluate(ev(files=fs, launch=launch(), proc=alive(), status=status(), stop=slurm), lim).verdict \
-        is Verdict.STOPPING
+    assert slurm_launcher().judge(ev(files=fs, launch=launch(), proc=alive(), status=status(), stop=slurm),
+                                  lim).verdict is Verdict.STOPPING
+
+
+def slurm_launcher() -> Launcher:
+    config = parse_config('[profile.s]\nrun_dir = "/r"\nscheduler = "slurm"\n', "c.toml")
+    return launcher_for(config.profiles["s"])
+
+
+def test_how_long_a_stop_may_take_is_its_launchers_to_say_not_its_signals_word():
+    """Slurm's stop waits for scancel (its cancel margin) past the grace; a process stopper does
+    not. What the stop record's `signal_sent` says decides nothing."""
+    fs = files("launch.sh", "launch.json", "train.log", "status.json")
+    lim = Limits(stall_after_s=60, compile_stall_after_s=600, stop_grace_s=10)
+    slurm, local = slurm_launcher(), launcher_for(Profile(name="l", run_dir="/r"))
+    assert slurm.STOP_SLACK_S > local.STOP_SLACK_S
+    for sent in ("scancel", "SIGTERM", "SIGKILL"):
+        # 30 s past the grace: within Slurm's wait, past the process stopper's.
+        looked = ev(files=fs, launch=launch(), proc=alive(), status=status(),
+                    stop=StopRecord("r1", 100, NOW - 40, "me@laptop", sent))
+        assert slurm.judge(looked, lim).verdict is Verdict.STOPPING, sent
+        cl = local.judge(looked, lim)
+        assert cl.verdict is Verdict.RUNNING and by_id(cl)["stop"].state is CheckState.FAIL, sent
+    # Past Slurm's wait too: the stop did not end it.
+    late = ev(files=fs, launch=launch(), proc=alive(), status=status(),
+              stop=StopRecord("r1", 100, NOW - 10 - slurm.STOP_SLACK_S - 1, "me@laptop", "scancel"))
+    assert slurm.judge(late, lim).verdict is Verdict.RUNNING
 
 
 def test_tracker_keeps_since_until_the_state_changes():

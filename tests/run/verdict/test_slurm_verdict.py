@@ -141,6 +141,26 @@ def test_a_node_failure_names_the_nodes_out_of_service_and_the_facts_say_whether
     assert running.scheduler.facts["active"] is True and running.scheduler.facts["failed_nodes"] is None
 
 
+def test_the_facts_the_core_acts_on_are_fields_the_json_says_the_same():
+    """The recovery reads `active`, `nodes` and `failed_nodes` as fields; `--check --json` keeps
+    the scheduler's own object under its name."""
+    lost = evaluate(_ev(SlurmJob("5", state="NODE_FAIL", node_list="n[1-2]", failed_nodes=("n2",)), exit_code=None))
+    s = lost.scheduler
+    assert (s.name, s.active, s.nodes, s.failed_nodes) == ("slurm", False, ("n[1-2]",), ("n2",))
+    assert lost.to_dict()["slurm"] is s.facts and s.facts["node_list"] == "n[1-2]"
+    pending = evaluate(_ev(SlurmJob("5", state="PENDING", reason="Priority"), exit_code=None))
+    assert (pending.scheduler.active, pending.scheduler.nodes, pending.scheduler.failed_nodes) == (True, (), ())
+    silent = evaluate(_ev(SlurmJob("5", answered=False, error="Socket timed out"), exit_code=None))
+    assert silent.scheduler.active is False and silent.scheduler.facts["active"] is False
+
+
+def test_the_jobs_check_has_the_schedulers_id_and_slurms_words():
+    # The id is the one published ("slurm_job"); the label is the backend's, not the core's.
+    cl = evaluate(_ev(SlurmJob("5", state="RUNNING", node_list="n1"), exit_code=None))
+    job = cl.checks[0]
+    assert (job.id, job.label) == ("slurm_job", "Slurm job") and job.to_dict()["id"] == "slurm_job"
+
+
 def test_a_jobs_checklist_keeps_the_evidences_rank_groups():
     """The job's check goes first; the evidence's own parts (its rank groups, which name the
     node of a rank outside a hung collective) stay."""

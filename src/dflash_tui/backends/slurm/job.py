@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from ...contract.rundir import inert_text
 
@@ -22,11 +23,50 @@ from ...contract.rundir import inert_text
 SQUEUE_FORMAT = "%i|%T|%r|%N|%P|%S|%l|%M"
 SACCT_FIELDS = "JobID,State,Reason,ExitCode,NodeList,Partition,Start,End,Timelimit"
 
-PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
-ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
-                           "RESIZING", "UPDATE_DB", "POWER_UP_NODE"})
-ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY",
-                          "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+
+class JobState(StrEnum):
+    """Slurm's own base job states (squeue %T, scontrol JobState, sacct State), spelled as Slurm
+    spells them. Some share a verdict's spelling (RUNNING, STOPPED, CANCELLED, TIMEOUT,
+    PREEMPTED) and mean Slurm's state, not the verdict: the verdict is verdict.py's to draw from
+    them (tests/test_verdicts.py exempts this class, and only it, for that)."""
+
+    # Pending
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"
+    REQUEUED = "REQUEUED"
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    REQUEUE_FED = "REQUEUE_FED"
+    RESV_DEL_HOLD = "RESV_DEL_HOLD"
+    # Active (allocated): running, or on its way in or out
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"
+    SUSPENDED = "SUSPENDED"
+    STOPPED = "STOPPED"
+    SIGNALING = "SIGNALING"
+    STAGE_OUT = "STAGE_OUT"
+    RESIZING = "RESIZING"
+    UPDATE_DB = "UPDATE_DB"
+    POWER_UP_NODE = "POWER_UP_NODE"
+    # Ended
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    NODE_FAIL = "NODE_FAIL"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    REVOKED = "REVOKED"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+
+
+_S = JobState
+PENDING_STATES = frozenset({_S.PENDING, _S.CONFIGURING, _S.REQUEUED, _S.REQUEUE_HOLD, _S.REQUEUE_FED, _S.RESV_DEL_HOLD})
+ACTIVE_STATES = frozenset({_S.RUNNING, _S.COMPLETING, _S.SUSPENDED, _S.STOPPED, _S.SIGNALING, _S.STAGE_OUT,
+                           _S.RESIZING, _S.UPDATE_DB, _S.POWER_UP_NODE})
+ENDED_STATES = frozenset({_S.COMPLETED, _S.FAILED, _S.CANCELLED, _S.TIMEOUT, _S.PREEMPTED, _S.OUT_OF_MEMORY,
+                          _S.NODE_FAIL, _S.BOOT_FAIL, _S.DEADLINE, _S.REVOKED, _S.SPECIAL_EXIT})
 KNOWN_STATES = PENDING_STATES | ACTIVE_STATES | ENDED_STATES
 _INVALID_ID = "Invalid job id"
 _NO_CONTROLLER = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",

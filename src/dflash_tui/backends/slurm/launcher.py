@@ -44,7 +44,7 @@ from ...run.verdict.checklist import Check, CheckId, CheckState, Checklist
 from ...run.verdict.health import evaluate
 from .commands import SchedulerMissing, cancel, failed_nodes, query, run_scheduler, submit
 from .evidence import SlurmEvidence, slurm_of
-from .job import SlurmJob
+from .job import JobState, SlurmJob
 from .script import job_argv
 from .spec import KEYS, SlurmSpec
 from .verdict import job_vouches, judge_job
@@ -60,7 +60,7 @@ QUERY_TIMEOUT_S = 15.0
 # After scancel, how long past the stop's grace the job may take to leave pending/running
 # (Slurm's KillWait, the epilog) before the stop says it survived.
 CANCEL_MARGIN_S = 30.0
-NODE_FAILURES = ("NODE_FAIL", "BOOT_FAIL")
+NODE_FAILURES = (JobState.NODE_FAIL, JobState.BOOT_FAIL)
 
 
 def job_name(run_dir: str) -> str:
@@ -85,6 +85,8 @@ class SlurmLauncher(Launcher):
     CONFIG_KEYS = KEYS
     # sbatch picks the job's nodes, and avoids the ones a placement excludes (--exclude).
     PLACES_NODES = True
+    # scancel's wait for the job to leave pending/running comes on top of the stopper's.
+    STOP_SLACK_S = Launcher.STOP_SLACK_S + CANCEL_MARGIN_S
 
     def __init__(self, profile: Profile, host: Target, target: Target) -> None:
         super().__init__(profile, host, target)
@@ -119,28 +121,31 @@ class SlurmLauncher(Launcher):
     async def _sinfo_check(self) -> Check:
         """Is this a Slurm login host, and does the partition exist and take jobs?"""
         now = time.time()
+
+        def check(state: CheckState, cause: str, hint: str = "") -> Check:
+            return Check.of(CheckId.PRE_SCHEDULER, state, cause, hint, now, label=KEYS.title)
+
         argv = ["sinfo", "-h", "-o", "%P %a"] + ([f"--partition={self.spec.partition}"] if self.spec.partition else [])
         try:
             res = await run_scheduler(self.target, argv, 20)
         except TRANSPORT_FAILURES:
             raise
         except TargetError as exc:
-            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, exc.message, "check sinfo on the login host", now)
+            return check(CheckState.FAIL, exc.message, "check sinfo on the login host")
         text = inert_text(" ".join((res.stderr or res.stdout).split()))[:200]
         if not res.ok:
-            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
-                         "run it on a Slurm login host (sinfo, sbatch, squeue on PATH)", now)
+            return check(CheckState.FAIL, f"sinfo failed: {text or res.exit_status}",
+                         "run it on a Slurm login host (sinfo, sbatch, squeue on PATH)")
         lines = [l.split() for l in res.stdout.splitlines() if l.strip()]
         if not lines:
             want = f"partition {self.spec.partition!r}" if self.spec.partition else "any partition"
-            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"sinfo lists no {want}",
-                         "set partition to one that `sinfo -s` lists", now)
+            return check(CheckState.FAIL, f"sinfo lists no {want}", "set partition to one that `sinfo -s` lists")
         down = [p for p, avail in (l[:2] for l in lines if len(l) >= 2) if avail != "up"]
         if self.spec.partition and down:
-            return Check.of(CheckId.PRE_SLURM, CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
-                         "pick a partition that is up (sinfo -s)", now)
+            return check(CheckState.FAIL, f"partition {self.spec.partition} is {lines[0][1]}",
+                         "pick a partition that is up (sinfo -s)")
         names = inert_text(", ".join(l[0] for l in lines[:4]))
-        return Check.of(CheckId.PRE_SLURM, CheckState.OK, f"sinfo answers; partition {names}", "", now)
+        return check(CheckState.OK, f"sinfo answers; partition {names}")
 
     async def detach(self, run_dir: str, run_id: str, placement: Placement) -> Detached:
         """Submit launch.sh with sbatch (`--exclude` for the placement's); slurm.json is written before
@@ -239,8 +244,8 @@ class SlurmLauncher(Launcher):
     def judge(self, ev: Evidence, limits: Limits) -> Checklist:
         """A run with a job: the job's states beside the evidence (verdict.py); else the evidence."""
         if slurm_of(ev).job is None:
-            return evaluate(ev, limits)
-        return judge_job(ev, lambda plain: evaluate(plain, limits))
+            return evaluate(ev, limits, stop_slack_s=self.STOP_SLACK_S)
+        return judge_job(ev, lambda plain: evaluate(plain, limits, stop_slack_s=self.STOP_SLACK_S))
 
     def vouches(self, ev: Evidence) -> bool:
         return job_vouches(ev)

@@ -35,7 +35,10 @@ from ...run.evidence.observe import Evidence, process_matches
 from ...run.wrapper import LEGACY_WRAPPER_ARGV
 from ...run.verdict.checklist import Check, CheckId, CheckState, Checklist, SchedulerFacts, Verdict
 from .evidence import slurm_of
-from .job import SlurmJob
+from .job import JobState, SlurmJob
+from .spec import KEYS
+
+JOB_LABEL = f"{KEYS.title} job"   # the job's check, as the checklist labels it
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -75,11 +78,11 @@ _REQUEUED_HELD = ("launch failed requeued held", "launch_failed_requeued_held")
 # slurmstepd's own lines in the job's stderr (slurm.out): they outlive the job's record.
 _STEPD_END = re.compile(r"\*\*\* JOB (\d+) ON (\S+) CANCELLED AT (\S+)(?: DUE TO ([A-Z ]+?))?(?:,[^*]*)? \*\*\*")
 _OOM = re.compile(r"exceeded (job )?memory limit|oom[-_ ]kill|Out Of Memory", re.IGNORECASE)
-_DUE_TO = {"TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
+_DUE_TO = {"TIME LIMIT": JobState.TIMEOUT, "PREEMPTION": JobState.PREEMPTED, "NODE FAILURE": JobState.NODE_FAIL}
 _ENDED_VERDICTS = {
-    "TIMEOUT": Verdict.TIMEOUT, "DEADLINE": Verdict.TIMEOUT, "PREEMPTED": Verdict.PREEMPTED,
-    "OUT_OF_MEMORY": Verdict.OUT_OF_MEMORY, "NODE_FAIL": Verdict.NODE_FAIL, "BOOT_FAIL": Verdict.NODE_FAIL,
-    "CANCELLED": Verdict.CANCELLED,
+    JobState.TIMEOUT: Verdict.TIMEOUT, JobState.DEADLINE: Verdict.TIMEOUT, JobState.PREEMPTED: Verdict.PREEMPTED,
+    JobState.OUT_OF_MEMORY: Verdict.OUT_OF_MEMORY, JobState.NODE_FAIL: Verdict.NODE_FAIL,
+    JobState.BOOT_FAIL: Verdict.NODE_FAIL, JobState.CANCELLED: Verdict.CANCELLED,
 }
 _ENDED_WORDS = {
     Verdict.TIMEOUT: ("hit its time limit{limit}", "ask for more time (time_limit) or resume from the last checkpoint"),
@@ -107,16 +110,16 @@ def pending_words(reason: str) -> tuple[str, bool]:
     return f"waiting ({reason})", False
 
 
-def stepd_end(slurm_out: str, job_id: str) -> tuple[str, str] | None:
+def stepd_end(slurm_out: str, job_id: str) -> tuple[JobState, str] | None:
     """(the end state slurmstepd wrote for this job, its time) from slurm.out, or None."""
     found = None
     for m in _STEPD_END.finditer(slurm_out):
         if m.group(1) == job_id:
-            found = (_DUE_TO.get((m.group(4) or "").strip(), "CANCELLED"), m.group(3))
+            found = (_DUE_TO.get((m.group(4) or "").strip(), JobState.CANCELLED), m.group(3))
     if found is None and _OOM.search(slurm_out):
-        return "OUT_OF_MEMORY", ""
-    if found is not None and found[0] == "CANCELLED" and _OOM.search(slurm_out):
-        return "OUT_OF_MEMORY", found[1]   # slurmstepd cancels the job it found over its memory limit
+        return JobState.OUT_OF_MEMORY, ""
+    if found is not None and found[0] is JobState.CANCELLED and _OOM.search(slurm_out):
+        return JobState.OUT_OF_MEMORY, found[1]   # slurmstepd cancels the job it found over its memory limit
     return found
 
 
@@ -145,8 +148,14 @@ def judge_job(ev: Evidence, evidence_verdict: Callable[[Evidence], Checklist]) -
     reason = job.reason if job.pending else ""
     facts = {**job.to_dict(), "pending_reason": reason or None,
              "pending_words": pending_words(reason)[0] if job.pending else None}
-    cl.scheduler = SchedulerFacts("slurm", facts, headline(facts))
+    cl.scheduler = SchedulerFacts(KEYS.name, facts, headline(facts), active=facts["active"],
+                                  nodes=(job.node_list,) if job.node_list else (), failed_nodes=job.failed_nodes)
     return cl
+
+
+def _job_check(state: CheckState, cause: str, hint: str = "", since: float | None = None) -> Check:
+    """The job's check: the scheduler's id, Slurm's words."""
+    return Check.of(CheckId.SCHEDULER_JOB, state, cause, hint, since, label=JOB_LABEL)
 
 
 def headline(facts: dict) -> tuple[tuple[str, str], ...]:
@@ -161,8 +170,8 @@ def headline(facts: dict) -> tuple[tuple[str, str], ...]:
 def _judge(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], Checklist]) -> Checklist:
     now = ev.now
     if not job.answered:
-        check = Check.of(CheckId.SLURM_JOB, WARN, one_line(f"job {job.job_id}: Slurm does not answer: {job.error}"),
-                      "the controller may be restarting; nothing is concluded from its silence", now)
+        check = _job_check(WARN, one_line(f"job {job.job_id}: Slurm does not answer: {job.error}"),
+                           "the controller may be restarting; nothing is concluded from its silence", now)
         if ev.launch is None:
             return Checklist(Verdict.STARTING, [check], f"job {job.job_id}: waiting for Slurm to answer")
         return _with(evidence_verdict(_plain(_vouched(ev))), check)
@@ -171,7 +180,7 @@ def _judge(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         return _pending(ev, job)
 
     if job.known and job.active:
-        check = Check.of(CheckId.SLURM_JOB, OK, _job_words(job), "", now)
+        check = _job_check(OK, _job_words(job), "", now)
         if ev.launch is None:
             return Checklist(Verdict.STARTING, [check, Check.of(CheckId.LAUNCH_JSON, PENDING,
                                                              f"job {job.job_id} started; waiting for launch.json", "")],
@@ -186,24 +195,24 @@ def _pending(ev: Evidence, job: SlurmJob) -> Checklist:
         why = (f"job {job.job_id} was requeued and held before its script ran (Slurm: {job.reason or 'held'}; "
                "a node's prolog or the job's launch failed)")
         out = _out_tail(ev)
-        check = Check.of(CheckId.SLURM_JOB, FAIL, one_line(why + (f"; slurm.out: {out}" if out else "")),
-                      f"see slurm.out and `scontrol show job {job.job_id}`; cancel it (--stop) and relaunch", ev.now)
+        check = _job_check(FAIL, one_line(why + (f"; slurm.out: {out}" if out else "")),
+                           f"see slurm.out and `scontrol show job {job.job_id}`; cancel it (--stop) and relaunch",
+                           ev.now)
         return Checklist(Verdict.NEVER_STARTED, [check], one_line(why + (f"; {out}" if out else ""), 400))
     words, blocked = pending_words(job.reason)
     if _stopped_run(ev):
-        check = Check.of(CheckId.SLURM_JOB, WARN, f"job {job.job_id} pending; a stop was requested "
-                      f"{'by ' + ev.stop.requested_by if ev.stop and ev.stop.requested_by else ''}".strip(),
-                      "the cancel is on its way", ev.now)
+        check = _job_check(WARN, f"job {job.job_id} pending; a stop was requested "
+                           f"{'by ' + ev.stop.requested_by if ev.stop and ev.stop.requested_by else ''}".strip(),
+                           "the cancel is on its way", ev.now)
         return Checklist(Verdict.QUEUED, [check], f"job {job.job_id} pending; stop requested")
     part = f" in partition {job.partition}" if job.partition else ""
     cause = f"job {job.job_id} pending{part}: {words}"
     if blocked:
         hint = _BLOCKED_HINTS.get(job.reason, "fix the job's request, cancel it (--stop) and relaunch").format(
             job=job.job_id)
-        return Checklist(Verdict.BLOCKED, [Check.of(CheckId.SLURM_JOB, FAIL, cause, hint, ev.now)], cause)
-    return Checklist(Verdict.QUEUED, [Check.of(CheckId.SLURM_JOB, PENDING, cause,
-                                            f"Slurm's reason: {job.reason or 'None'}; squeue -j {job.job_id}", ev.now)],
-                     cause)
+        return Checklist(Verdict.BLOCKED, [_job_check(FAIL, cause, hint, ev.now)], cause)
+    hint = f"Slurm's reason: {job.reason or 'None'}; squeue -j {job.job_id}"
+    return Checklist(Verdict.QUEUED, [_job_check(PENDING, cause, hint, ev.now)], cause)
 
 
 def _vouched(ev: Evidence) -> Evidence:
@@ -244,14 +253,14 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
     state = job.state if job.known else ""
     # slurmstepd's words are more precise than a plain CANCELLED/FAILED: "DUE TO TIME LIMIT",
     # "exceeded memory limit" (a FAILED job that the memory enforcement killed).
-    if stepd is not None and (not state or state in ("CANCELLED", "FAILED")):
+    if stepd is not None and (not state or state in (JobState.CANCELLED, JobState.FAILED)):
         state = stepd[0]
     when = stepd[1] if stepd is not None else job.end_time
     known = (f"{_job_words(job)}, ended {when}".rstrip(", ") if job.known else
              f"job {job.job_id} is no longer known to Slurm (asked {', '.join(job.sources_asked) or 'squeue, scontrol'})"
              + (f"; slurm.out says {state}" if state else ""))
     if _stopped_run(ev):
-        check = Check.of(CheckId.SLURM_JOB, OK, known, "", ev.now)
+        check = _job_check(OK, known, "", ev.now)
         if ev.launch is None:
             stop = ev.stop
             return Checklist(Verdict.STOPPED, [check], f"job {job.job_id} cancelled before it started, by request of "
@@ -281,8 +290,8 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
         cl = evidence_verdict(_plain(ev))
         # COMPLETED (or no word from Slurm) is the job's ok; any other end (FAILED, ...) is the
         # job's failure, red beside a failing verdict and a warning beside the program's own end.
-        mark = OK if state in ("COMPLETED", "") else FAIL if cl.verdict.failing else WARN
-        return _with(cl, Check.of(CheckId.SLURM_JOB, mark, known, "", ev.now))
+        mark = OK if state in (JobState.COMPLETED, "") else FAIL if cl.verdict.failing else WARN
+        return _with(cl, _job_check(mark, known, "", ev.now))
     by = ""
     if verdict is Verdict.CANCELLED:
         by = f" by uid {job.cancelled_by}" if job.cancelled_by else " (Slurm names who only with accounting: sacct)"
@@ -294,7 +303,7 @@ def _ended(ev: Evidence, job: SlurmJob, evidence_verdict: Callable[[Evidence], C
     text = words.format(limit=limit, nodes=nodes, by=by)
     cause = f"job {job.job_id} {text}" + (f" at {when}" if when else "")
     hint = hint.format(job=job.job_id)
-    check = Check.of(CheckId.SLURM_JOB, FAIL, one_line(cause), hint, ev.now)
+    check = _job_check(FAIL, one_line(cause), hint, ev.now)
     if ev.launch is None:
         return Checklist(verdict, [check], one_line(cause + "; its script never started", 400))
     plain = evidence_verdict(_plain(ev))

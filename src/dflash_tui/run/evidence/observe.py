@@ -16,7 +16,6 @@ import functools
 import posixpath
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, PROBE_DIR,
                                  STATUS_JSON, STOP_JSON, TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord,
@@ -76,7 +75,7 @@ class Evidence:
     hang: HangEvidence = field(default_factory=HangEvidence)
     # What a scheduler's backend observed beside the run dir (backends/<name>/: Slurm's job),
     # opaque here: only that backend's `observe` fills it and its `judge` reads it.
-    scheduler: Any = None
+    scheduler: object = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.probes, ProbeReports):   # reports given as a plain list

@@ -7,8 +7,9 @@ config keys and tests (docs/ARCHITECTURE.md, "Launcher"). A scheduler's own know
 its folder and reaches the layers below through declared slots only: its profile keys
 (`CONFIG_KEYS`, parsed at config load into `Profile.scheduler`), what it observed
 (`Evidence.scheduler`), its verdict (`judge`, its facts in `Checklist.scheduler`), its run files
-(`RUN_FILES`), whether a steady run may be polled slowly (`POLL_SLOWLY_WHEN_STEADY`) and
-whether it picks the run's nodes (`PLACES_NODES`).
+(`RUN_FILES`), whether a steady run may be polled slowly (`POLL_SLOWLY_WHEN_STEADY`), whether
+it picks the run's nodes (`PLACES_NODES`) and how long its stop may take past the grace
+(`STOP_SLACK_S`).
 
 The verbs, and what today's backends (backends/process.py: local, SSH, pct, docker) do:
 - `make_host(profile)` (the profile's host over SSH, or this machine, unless a backend says
@@ -38,7 +39,7 @@ from ...remote.factory import make_host_target
 from ...remote.ops import RemoteOps
 from ..evidence.observe import Evidence, gather, process_matches
 from ..verdict.checklist import Checklist
-from ..verdict.health import evaluate
+from ..verdict.health import STOP_SLACK_S, evaluate
 from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
 from .request import Placement
 from .stop import StopResult
@@ -70,6 +71,9 @@ class Launcher(ABC):
     # a scheduler's backend. A host, a container, SSH `nodes`: the profile says where, and a
     # recovery asks this before it plans an exclusion.
     PLACES_NODES: bool = False
+    # How long past stop_grace_s this backend's stop may still be under way (STOPPING until
+    # then): the stopper's SIGKILL wait and a poll or two; a scheduler's cancel waits longer.
+    STOP_SLACK_S: float = STOP_SLACK_S
 
     def __init__(self, profile: Profile, host: Target, target: Target) -> None:
         self.profile = profile
@@ -121,7 +125,7 @@ class Launcher(ABC):
 
     def judge(self, ev: Evidence, limits: Limits) -> Checklist:
         """The verdict on one observation of this backend's run."""
-        return evaluate(ev, limits)
+        return evaluate(ev, limits, stop_slack_s=self.STOP_SLACK_S)
 
     def vouches(self, ev: Evidence) -> bool:
         """Whether the backend stands for the wrapper's pid, which this host may not see."""

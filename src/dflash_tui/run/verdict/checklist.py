@@ -1,7 +1,9 @@
 """The words the checklist speaks: verdicts, check states, checks.
 
 Shared by `--check` (printed / JSON) and the dashboard's Health pane, so both always agree.
-The verdict table itself (which evidence gives which verdict) lives in `run/verdict/health.py`.
+`Verdict` is the ground floor's (dflash_tui/verdicts.py, what each verdict is), named here too
+so that the engine's readers find it beside its checklist. The verdict table itself (which
+evidence gives which verdict) lives in `run/verdict/health.py`.
 """
 
 from __future__ import annotations
@@ -11,50 +13,11 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from ...contract.rundir import inert_text
+from ...verdicts import Verdict
 from .gpu_facts import GpuFacts
 
-
-class Verdict(str, Enum):
-    # The verdict table (docs/ARCHITECTURE.md; run/verdict/health.py `evaluate`):
-    NEVER_STARTED = "NEVER STARTED"   # no launch.json by the deadline: the launch shell never ran
-    LOG_MISSING = "LOG MISSING"       # launch.json but no train.log
-    FINISHED = "FINISHED"             # pid gone, exit.json code 0
-    CRASHED = "CRASHED"               # pid gone, exit.json non-zero / signal
-    KILLED = "KILLED"                 # pid gone, no exit.json
-    STALLED = "STALLED"               # pid alive, nothing advanced for the stall limit
-    RUNNING = "RUNNING"               # pid alive, progress advancing (steps, output, events)
-    # Not failures, not yet healthy:
-    STARTING = "STARTING"             # pid alive, log present, no progress yet / compiling (within limits)
-    NO_RUN = "NO RUN"                 # nothing was ever launched in this run dir
-    # A --launch that preflight refused; nothing was started.
-    NOT_LAUNCHED = "NOT LAUNCHED"
-    # From run/verdict/health.py `with_gpu_check`: the run's process is alive (it was
-    # STARTING or RUNNING) but a GPU of its host fell off the bus; the run cannot go on.
-    GPU_LOST = "GPU LOST"
-    # The run ended after a stop request for it (stop.json), whatever its exit code or signal.
-    STOPPED = "STOPPED"
-    # A stop request for it (stop.json), its process still alive within the grace period and
-    # the SIGKILL wait: no verdict yet (STOPPED, or a failing stop, follows).
-    STOPPING = "STOPPING"
-    # A Slurm job's own states (backends/slurm/verdict.py), beside the evidence-based ones:
-    QUEUED = "QUEUED"                 # pending, with Slurm's reason in words (no verdict yet)
-    BLOCKED = "BLOCKED"               # pending and never starting by itself: held, or a dependency never satisfiable
-    PREEMPTED = "PREEMPTED"           # ended by preemption
-    TIMEOUT = "TIMEOUT"               # hit its time limit
-    OUT_OF_MEMORY = "OUT OF MEMORY"   # killed for exceeding its memory limit
-    NODE_FAIL = "NODE FAIL"           # a node of the job failed
-    CANCELLED = "CANCELLED"           # cancelled from outside (the run dir has no stop request)
-
-    @property
-    def healthy(self) -> bool:
-        return self in (Verdict.RUNNING, Verdict.FINISHED, Verdict.STOPPED)
-
-    @property
-    def failing(self) -> bool:
-        return self in (Verdict.NEVER_STARTED, Verdict.LOG_MISSING, Verdict.CRASHED,
-                        Verdict.KILLED, Verdict.STALLED, Verdict.NOT_LAUNCHED, Verdict.GPU_LOST,
-                        Verdict.BLOCKED, Verdict.PREEMPTED, Verdict.TIMEOUT, Verdict.OUT_OF_MEMORY,
-                        Verdict.NODE_FAIL, Verdict.CANCELLED)
+__all__ = ["Check", "CheckId", "CheckState", "Checklist", "RankGroup", "SchedulerFacts", "Straggler", "ThreadHealth",
+           "ThreadState", "Verdict", "rank_ranges"]
 
 
 class CheckId(StrEnum):
@@ -87,9 +50,12 @@ class CheckId(StrEnum):
     CPU = "cpu"
     DISK = "disk"
     GPUS = "gpus"
-    # The watch's own (watch/) and a scheduler's (backends/)
+    # The watch's own (watch/)
     TRANSPORT = "transport"
-    SLURM_JOB = "slurm_job"
+    # A scheduler's job (backends/NAME/ builds it, with its own label: "Slurm job"). The id is
+    # the one published when Slurm was the only scheduler, kept for every scheduler: scripts
+    # read it.
+    SCHEDULER_JOB = "slurm_job"
     # A launch's own: what it did before the run (run/launch/)
     ARCHIVE = "archive"
     RELAUNCH_STOP = "relaunch_stop"
@@ -108,7 +74,7 @@ class CheckId(StrEnum):
     PRE_ARGS = "pre_args"
     PRE_RUN_FILES = "pre_run_files"
     PRE_NODES = "pre_nodes"
-    PRE_SLURM = "pre_slurm"
+    PRE_SCHEDULER = "pre_slurm"     # the scheduler answers (its backend's label: "Slurm"); the id as published
 
     @property
     def label(self) -> str:
@@ -140,7 +106,7 @@ _LABELS = {
     CheckId.DISK: "Disk space (run dir)",
     CheckId.GPUS: "GPUs in use by the run",
     CheckId.TRANSPORT: "Target reachable",
-    CheckId.SLURM_JOB: "Slurm job",
+    CheckId.SCHEDULER_JOB: "Scheduler job",
     CheckId.ARCHIVE: "Previous run set aside",
     CheckId.RELAUNCH_STOP: "Previous run stopped",
     CheckId.CANARY: "Canary outlived the channel",
@@ -157,7 +123,7 @@ _LABELS = {
     CheckId.PRE_ARGS: "Command's files",
     CheckId.PRE_RUN_FILES: "Run files",
     CheckId.PRE_NODES: "Every node ready",
-    CheckId.PRE_SLURM: "Slurm",
+    CheckId.PRE_SCHEDULER: "Scheduler",
 }
 
 
@@ -191,9 +157,9 @@ class Check:
 
     @classmethod
     def of(cls, cid: CheckId, state: CheckState, cause: str = "", hint: str = "",
-           since: float | None = None) -> "Check":
-        """The check `cid` with its own label."""
-        return cls(cid, cid.label, state, cause, hint, since)
+           since: float | None = None, *, label: str | None = None) -> "Check":
+        """The check `cid` with its own label, or `label` (a scheduler's check: its backend's words)."""
+        return cls(cid, cid.label if label is None else label, state, cause, hint, since)
 
     def since_at(self, since: float | None) -> "Check":
         """This check with another `since`: a copy that keeps the texts already made inert
@@ -319,11 +285,16 @@ class RankGroup:
 
 @dataclass(frozen=True)
 class SchedulerFacts:
-    """What a scheduler says about the run's job, as its backend's `judge` put it."""
+    """What a scheduler says about the run's job, as its backend's `judge` put it: the fields
+    the core acts on (the recovery), and the whole of it as `--check --json` and the header
+    show it."""
 
     name: str                                  # the scheduler; --check --json's key ("slurm")
     facts: dict[str, Any]                      # --check --json's object under that key
     headline: tuple[tuple[str, str], ...] = ()  # (label, value) the header shows, in order
+    active: bool = False                       # the scheduler says the job is pending or running
+    nodes: tuple[str, ...] = ()                # the job's nodes, as the scheduler names them (Slurm: its node list)
+    failed_nodes: tuple[str, ...] = ()         # of those, the ones it holds out of service after the job's end
 
 
 @dataclass(frozen=True)

@@ -160,9 +160,6 @@ def _reaction_like(n: NodeReport) -> bool:
     return n.verdict is Verdict.CRASHED and r.exit is not None and r.exit.exit_code is not None
 
 
-_ENDED = frozenset({Verdict.FINISHED, Verdict.STOPPED})
-
-
 def _place(t: ThreadHealth) -> str:
     """ "all_reduce (train.py:42)" or "checkpoint_to_slow_disk (train.py:9)" """
     if t.doing and t.where and t.cls != "library":
@@ -217,17 +214,17 @@ def combine(nodes: list[NodeReport]) -> RunOfNodes:
         return RunOfNodes(Verdict.RUNNING, f"{len(nodes)} nodes running: {names}", nodes, unreachable)
     if verdicts == {Verdict.NO_RUN}:
         return RunOfNodes(Verdict.NO_RUN, f"no run on {names}", nodes, unreachable)
-    if Verdict.STOPPING in verdicts and verdicts <= _ENDED | {Verdict.STOPPING}:
+    if Verdict.STOPPING in verdicts and all(v.ended_well or v is Verdict.STOPPING for v in verdicts):
         going = [n for n in nodes if n.verdict is Verdict.STOPPING]
         return RunOfNodes(Verdict.STOPPING, "; ".join(n.line() for n in going), nodes, unreachable)
-    if verdicts <= _ENDED:
+    if all(v.ended_well for v in verdicts):
         # A stop that reached a node after it had finished still stopped the run.
         verdict = Verdict.STOPPED if Verdict.STOPPED in verdicts else Verdict.FINISHED
         what = "stopped" if verdict is Verdict.STOPPED else "finished"
         return RunOfNodes(verdict, f"{len(nodes)} nodes {what}: {names}", nodes, unreachable)
-    if verdicts & _ENDED:
-        done = ", ".join(n.node for n in nodes if n.verdict in _ENDED)
-        waiting = "; ".join(n.line() for n in nodes if n.verdict not in _ENDED)
+    if any(v.ended_well for v in verdicts):
+        done = ", ".join(n.node for n in nodes if n.verdict.ended_well)
+        waiting = "; ".join(n.line() for n in nodes if not n.verdict.ended_well)
         return RunOfNodes(Verdict.STARTING, f"ended on {done}; still going: {waiting}", nodes, unreachable)
     waiting = "; ".join(n.line() for n in nodes if n.verdict is not Verdict.RUNNING)
     return RunOfNodes(Verdict.STARTING, f"waiting for {waiting}", nodes, unreachable)

@@ -45,13 +45,14 @@ _COMPILING = {CompileState.WARMING.value, CompileState.COMPILING.value, CompileS
 
 
 # How long past stop_grace_s a stop may still be under way: the stopper's wait after SIGKILL
-# (run/stop.py, 5 s) and a poll or two. A Slurm stop (scancel) waits 30 s more for the job.
+# (run/launch/stop.py, 5 s) and a poll or two. A launcher whose stop waits longer (a scheduler's
+# cancel) declares its own (`Launcher.STOP_SLACK_S`) and its `judge` passes it.
 STOP_SLACK_S = 10.0
-SCANCEL_SLACK_S = 40.0
 
 
-def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
+def evaluate(ev: Evidence, limits: Limits = Limits(), *, stop_slack_s: float = STOP_SLACK_S) -> Checklist:
     """The checklist for one observation. Pure: the same evidence gives the same checklist.
+    `stop_slack_s`: how long past stop_grace_s the run's stopper may still be at work.
 
     The verdict table, top row first (the first row that matches decides):
 
@@ -98,7 +99,7 @@ def evaluate(ev: Evidence, limits: Limits = Limits()) -> Checklist:
     A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
     a failing "disk" check and the first words of a failing verdict's summary.
     """
-    return _with_bad_files(_judge(ev, limits), ev)
+    return _with_bad_files(_judge(ev, limits, stop_slack_s), ev)
 
 
 def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
@@ -109,7 +110,7 @@ def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
     return cl if note is None else cl.with_parts(checks=[*cl.checks, note])
 
 
-def _judge(ev: Evidence, limits: Limits) -> Checklist:
+def _judge(ev: Evidence, limits: Limits, stop_slack_s: float) -> Checklist:
     checks: list[Check] = []
     run_id = current_run_id(ev)
     attempt = ev.attempt if ev.attempt is not None and ev.attempt.run_id == run_id else None
@@ -138,7 +139,7 @@ def _judge(ev: Evidence, limits: Limits) -> Checklist:
         # The wrapper writes exit.json just before it exits: the trainer has ended.
         return _ended(ev, checks, f"pid {launch.pid} is exiting", limits)
     if ev.stop is not None:
-        stopping = _stopping(ev, checks, limits)
+        stopping = _stopping(ev, checks, limits, stop_slack_s)
         if stopping is not None:
             return _with_stacks(stopping, judged_views(ev), ev)
 
@@ -223,7 +224,7 @@ def _not_launched(ev: Evidence, attempt, run_id: str | None, checks: list[Check]
     return Checklist(Verdict.NEVER_STARTED, checks, _one_line(summary, 400))
 
 
-def _stopping(ev: Evidence, checks: list[Check], limits: Limits) -> Checklist | None:
+def _stopping(ev: Evidence, checks: list[Check], limits: Limits, slack: float) -> Checklist | None:
     """A stop under way (stop.json for this run, the wrapper alive): STOPPING, whatever the
     program says meanwhile (a program that saves on SIGTERM writes lines, which are no progress).
     Past stop_grace_s and the SIGKILL wait the stop did not end it (the stopper was interrupted,
@@ -231,7 +232,6 @@ def _stopping(ev: Evidence, checks: list[Check], limits: Limits) -> Checklist | 
     as any live run."""
     stop, now, pid = ev.stop, ev.now, ev.launch.pid
     sent, by = stop.signal_sent or "stop", stop.requested_by or "?"
-    slack = SCANCEL_SLACK_S if sent == "scancel" else STOP_SLACK_S
     if now - stop.requested_time > limits.stop_grace_s + slack:
         checks.append(stop_lives_on_check(stop, sent, now, pid))
         return None

@@ -22,12 +22,11 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ...fleet.row import UNREACHABLE
 from ...recording.goodput import Goodput, goodput
 from ...recording.recovery_log import RecoveryLog, stop_times
 from ...recording.store import ChangeStore, default_store_path
 from ...recording.timeline import Band, bands, runs
-from ...run.verdict.checklist import Verdict
+from ...verdicts import State, TargetState, Verdict
 from ...words import compact
 from ..fmt import one_line, verdict_class
 
@@ -36,13 +35,10 @@ STYLE = {"-ok": "black on green", "-fail": "white on red", "-wait": "black on ye
 WORD_STYLE = {"-ok": "bold green", "-fail": "bold red", "-wait": "bold yellow", "-down": "bold magenta"}
 
 
-def state_class(state: str) -> str:
-    if state == UNREACHABLE:
-        return "-down"
-    try:
-        return verdict_class(Verdict(state))
-    except ValueError:
-        return "-wait"
+def state_class(state: State) -> str:
+    if isinstance(state, Verdict):
+        return verdict_class(state)
+    return "-down" if state is TargetState.UNREACHABLE else "-wait"
 
 
 def strip(group: Sequence[Band], start: float, end: float, width: int) -> Text:
