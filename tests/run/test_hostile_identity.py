@@ -47,6 +47,19 @@ def _cmdline(pid: int) -> list[str]:
     return [a.decode() for a in raw.split(b"\0")[:-1]]
 
 
+def _copy_live_dir(src: Path, dst: Path) -> None:
+    """`cp -a` as a person runs it on a live run dir: the run renames its status files while the
+    copy walks the folder, so cp can meet a name that is gone by the time it opens it (exit 1);
+    the person runs it again, and so does this."""
+    for _ in range(10):
+        res = subprocess.run(["cp", "-a", str(src), str(dst)], capture_output=True, text=True)
+        if res.returncode == 0:
+            return
+        shutil.rmtree(dst, ignore_errors=True)
+        time.sleep(0.1)
+    raise AssertionError(f"cp -a of the live run dir kept failing: {res.stderr}")
+
+
 @pytest.fixture(scope="module")
 def live_run(tmp_path_factory):
     """A real run of a beating program, launched by the CLI, and its copy made by `cp -a`."""
@@ -55,7 +68,7 @@ def live_run(tmp_path_factory):
     res = cli(tmp, "--config", str(cfg), "--profile", "orig", "--launch", "--json", "--wait", "20")
     assert res.returncode == 0, (res.stdout, res.stderr)
     pid = json.loads(res.stdout)["pid"]
-    subprocess.run(["cp", "-a", str(tmp / "run"), str(tmp / "copy")], check=True)
+    _copy_live_dir(tmp / "run", tmp / "copy")
     yield tmp, cfg, pid
     if alive(pid):
         os.killpg(pid, signal.SIGKILL)
