@@ -92,7 +92,7 @@ class HostWatch(RunWatch):
                            vouched=self.session.launcher.vouches(ev))
 
     async def _judge(self, ev: Evidence, gpus: bool) -> RunReport:
-        checklist = self.session.launcher.judge(ev, self.limits)
+        checklist = self.session.launcher.judge(ev, self.limits, self.session.progress.looks)
         if gpus:
             checklist = await self.session.with_gpus(ev, checklist)   # one bounded sample
         elif self.gpus.known:

@@ -138,7 +138,7 @@ class Session:
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""
         ev = await self.evidence()
-        cl = self.launcher.judge(ev, self.limits)
+        cl = self.launcher.judge(ev, self.limits, self.progress.looks)
         return ev, (await self.with_gpus(ev, cl) if gpus else cl)
 
     async def gpu_snapshot(self, ev: Evidence):

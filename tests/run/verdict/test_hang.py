@@ -14,6 +14,7 @@ from dataclasses import replace
 from dflash_tui.contract.rundir import ExitRecord, ProbeReport, ProbeThread
 from dflash_tui.gpu.sample import GpuProcess, GpuSample, GpuSnapshot
 from dflash_tui.run.evidence.activity import ProgressTracker
+from dflash_tui.run.evidence.memory import LookMemory
 from dflash_tui.run.verdict.hang import thread_views
 from dflash_tui.run.stacks.records import CollectiveProgress, HangEvidence, RankFailure, StackDump
 from dflash_tui.run.verdict.health import Limits, evaluate, with_gpu_check
@@ -215,7 +216,7 @@ def test_busy_in_c_comes_from_the_stack_dump_of_a_stale_report():
     dump = StackDump(pid=201, time=NOW - 2, source="faulthandler",
                      threads=(th("MainThread", "/w/x.py:6 parse_metadata", "/w/x.py:3 main"),))
     e = looked([stale], cpu=1.0, hang=HangEvidence(stack_dumps={201: dump}))
-    views = thread_views(e)
+    views = thread_views(e, LookMemory())
     assert [(v.name, v.where, v.source, v.stale) for v in views] == [
         ("MainThread", "parse_metadata (x.py:6)", "faulthandler", True)]
     cl = evaluate(e, LIM)
@@ -225,7 +226,7 @@ def test_busy_in_c_comes_from_the_stack_dump_of_a_stale_report():
     assert by_id(cl)["probe"].state is CheckState.WARN and "silent: pid 201 (2 min ago)" in by_id(cl)["probe"].cause
     # A dump older than the report is not this moment's stack.
     old = looked([stale], cpu=1.0, hang=HangEvidence(stack_dumps={201: replace(dump, time=NOW - 130)}))
-    assert thread_views(old)[0].where == "main (x.py:3)"
+    assert thread_views(old, LookMemory())[0].where == "main (x.py:3)"
 
 
 def test_a_move_a_dump_reveals_happened_by_the_stale_reports_next_beat():

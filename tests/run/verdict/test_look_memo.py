@@ -18,7 +18,7 @@ import json
 from dflash_tui.contract.rundir import ProbeReport, parse_probe, parse_probe_after
 from dflash_tui.run.evidence.activity import Activity, ProgressTracker, WaitShare
 from dflash_tui.run.evidence.probe_files import ProbeReports
-from dflash_tui.run.stacks import pauses
+from dflash_tui.run.evidence.memory import LookMemory
 from dflash_tui.run.stacks.pauses import known_pause
 from dflash_tui.run.stacks.kept import KeptByList
 from dflash_tui.run.verdict import hang
@@ -109,26 +109,24 @@ def _stacks(tracker: ProgressTracker, now: float) -> tuple:
 
 def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
     warm, cold = ProgressTracker(), ProgressTracker()
-    _forget()
+    memory = warm.looks       # the watch's: kept from look to look
     verdicts, moved, since, pausing = [], [], [], []
     for look, (now, probes) in enumerate(_looks()):
         if look == 5:   # a new watch of the same run: the tracker's since of every thread starts now
             warm, cold = ProgressTracker(), ProgressTracker()
+            memory = warm.looks
         warm.sample_stacks(probes)
         cold._sampled.clear()          # every thread sampled as if seen for the first time this look
         cold.sample_stacks(probes)
         cold._since = None             # and its since made afresh
         assert _stacks(warm, now) == _stacks(cold, now)
-        pause = known_pause(None, probes)
-        _forget()
+        pause = known_pause(None, probes, kept=memory.pauses)
         assert pause == known_pause(None, probes)
         pausing.append(pause)
         ev = _evidence(now, probes, warm.activity(now, None))
-        with_memo = evaluate(ev).to_dict()
-        _forget()
-        without = evaluate(ev).to_dict()
+        with_memo = evaluate(ev, memory=memory).to_dict()
+        without = evaluate(ev, memory=LookMemory()).to_dict()
         assert with_memo == without
-        known_pause(None, probes)      # the memos as a look leaves them, for the next one
         verdicts.append(without["verdict"])
         moved.append([t for t in without["threads"] if t["pid"] == 60_000 + MOVER and t["name"] == "MainThread"][0])
         since.append([t for t in without["threads"] if t["pid"] == 60_000 + RANKS - 1 and t["name"] == "pin_memory"][0])
@@ -142,18 +140,14 @@ def test_a_look_with_its_memos_finds_what_a_look_without_them_finds():
     assert "pin_memory_thread" in {t["name"] for t in without["threads"] if t["pid"] == 60_000 + RENAMED}    # the new watch's since, from its own first look
 
 
-def _forget() -> None:
-    for kept in (hang._CLASSIFIED, hang._VIEWS, pauses._KEPT):
-        kept.clear()
-
-
 def test_the_memos_hold_one_entry_a_process_and_forget_the_oldest():
-    _forget()
+    memory = LookMemory()
     probes = R.rank_probes(2)
     ev = dataclasses.replace(R._running_evidence(), status=None, probes=probes)
-    hang.thread_views(ev)
-    hang.thread_views(dataclasses.replace(ev, probes=[dataclasses.replace(p, threads=list(p.threads)) for p in probes]))
-    for kept in (hang._CLASSIFIED, hang._VIEWS):
+    hang.thread_views(ev, memory)
+    hang.thread_views(dataclasses.replace(ev, probes=[dataclasses.replace(p, threads=list(p.threads)) for p in probes]),
+                      memory)
+    for kept in (memory.classified, memory.views):
         assert sorted(kept) == [p.pid for p in probes]     # a process's new list took its last one's place
     small = KeptByList(limit=3)
     for pid in range(5):
@@ -164,3 +158,24 @@ def test_the_memos_hold_one_entry_a_process_and_forget_the_oldest():
     assert small.get(9, threads) == "x" and small.get(9, list(threads)) is None
     threads[0] = probes[1].threads[0]     # the same list, another thread in it: not the one kept
     assert small.get(9, threads) is None
+
+
+def test_two_targets_whose_pids_coincide_keep_their_own_memos(monkeypatch):
+    """Two containers (or hosts) each run ranks with pids 60000..: one watch's looks never evict
+    the other's, so a steady look at either classifies nothing again."""
+    here = R.rank_probes(8)
+    there = [dataclasses.replace(p, threads=[dataclasses.replace(t) for t in p.threads]) for p in R.rank_probes(8)]
+    assert [p.pid for p in here] == [p.pid for p in there]
+    base = dataclasses.replace(R._running_evidence(), status=None)
+    ev_here, ev_there = (dataclasses.replace(base, probes=ProbeReports(ps)) for ps in (here, there))
+    mem_here, mem_there = LookMemory(), LookMemory()
+    first_here = evaluate(ev_here, memory=mem_here).to_dict()
+    evaluate(ev_there, memory=mem_there)
+    classified = []
+    real = hang.classify
+    monkeypatch.setattr(hang, "classify", lambda *a: classified.append(a) or real(*a))
+    assert evaluate(ev_here, memory=mem_here).to_dict() == first_here
+    assert evaluate(ev_there, memory=mem_there)
+    assert classified == []      # each target's threads were still its own watch's, worked out once
+    evaluate(ev_here, memory=LookMemory())
+    assert classified             # a fresh memory (a one-shot look) works every thread out

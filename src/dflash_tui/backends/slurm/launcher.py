@@ -36,6 +36,7 @@ from ...remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetErr
 from ...remote.ops import RemoteOps
 from ...run.launch.launcher import Detached, Launcher
 from ...run.launch.request import Placement
+from ...run.evidence.memory import LookMemory
 from ...run.evidence.observe import Evidence, gather
 from ...run.launch.preflight import PreflightResult
 from ...run.launch.stop import StopResult
@@ -241,11 +242,11 @@ class SlurmLauncher(Launcher):
         job = slurm_of(ev).job
         return job is not None and (not job.answered or job.pending or job.active)
 
-    def judge(self, ev: Evidence, limits: Limits) -> Checklist:
+    def judge(self, ev: Evidence, limits: Limits, memory: LookMemory | None = None) -> Checklist:
         """A run with a job: the job's states beside the evidence (verdict.py); else the evidence."""
         if slurm_of(ev).job is None:
-            return evaluate(ev, limits, stop_slack_s=self.STOP_SLACK_S)
-        return judge_job(ev, lambda plain: evaluate(plain, limits, stop_slack_s=self.STOP_SLACK_S))
+            return evaluate(ev, limits, stop_slack_s=self.STOP_SLACK_S, memory=memory)
+        return judge_job(ev, lambda plain: evaluate(plain, limits, stop_slack_s=self.STOP_SLACK_S, memory=memory))
 
     def vouches(self, ev: Evidence) -> bool:
         return job_vouches(ev)

@@ -384,7 +384,7 @@ class ProgressTracker:
         self.samples += 1
         self.sample_cpu(now, tree)
         self.sample_stacks(probes, dumps)
-        if known_pause(phase, probes, dumps):   # the pace (learned stall limit) leaves it out
+        if known_pause(phase, probes, dumps, self.looks.pauses):   # the pace (learned stall limit) leaves it out
             self._pace.pausing()
         return self.activity(now, tree)
 

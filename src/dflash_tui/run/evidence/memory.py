@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 from ...remote.ops import FileStat
+from ..stacks.kept import KeptByList
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -59,6 +60,12 @@ class LookMemory:
         self.dumps: Bounded[tuple, tuple[float, Any]] = Bounded(1024)
         # flight_recorder: a dump's or error file's key -> what it parsed to (or its problem)
         self.parsed: Bounded[tuple, Any] = Bounded(512)
+        # What the judgement works out from each process's thread list while that list is the one
+        # read (run/stacks/kept.py): keyed by pid, so one target's only: pids repeat across hosts
+        # and containers. run/verdict/hang.py's classes and views, run/stacks/pauses.py's pause.
+        self.classified = KeptByList()
+        self.views = KeptByList()
+        self.pauses = KeptByList()
 
     def held(self, path: str, st: FileStat) -> None:
         """`path` is held parsed as of `st`: the next look need not send it."""

@@ -37,6 +37,7 @@ from ...config import Limits, Profile, SchedulerKeys
 from ...remote.base import Target
 from ...remote.factory import make_host_target
 from ...remote.ops import RemoteOps
+from ..evidence.memory import LookMemory
 from ..evidence.observe import Evidence, gather, process_matches
 from ..verdict.checklist import Checklist
 from ..verdict.health import STOP_SLACK_S, evaluate
@@ -123,9 +124,10 @@ class Launcher(ABC):
         """Whether the run launch.json names still runs (its pid, verified by start time)."""
         return ev.launch is not None and process_matches(ev.launch, ev.proc)
 
-    def judge(self, ev: Evidence, limits: Limits) -> Checklist:
-        """The verdict on one observation of this backend's run."""
-        return evaluate(ev, limits, stop_slack_s=self.STOP_SLACK_S)
+    def judge(self, ev: Evidence, limits: Limits, memory: LookMemory | None = None) -> Checklist:
+        """The verdict on one observation of this backend's run. `memory`: the watch's memory of
+        its looks (`evaluate`'s), None for a one-shot look."""
+        return evaluate(ev, limits, stop_slack_s=self.STOP_SLACK_S, memory=memory)
 
     def vouches(self, ev: Evidence) -> bool:
         """Whether the backend stands for the wrapper's pid, which this host may not see."""

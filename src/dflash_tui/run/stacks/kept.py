@@ -6,7 +6,9 @@ run/evidence/probe_files.py; a read in which no thread moved, contract/rundir.py
 `parse_probe_after`), and a parsed report is never changed: so while the list and each of its
 threads are the same objects, what was made of them is what making it again gives. A look of
 many ranks asks this of every process's threads (run/verdict/hang.py's classes and views,
-run/stacks/pauses.py's known pause); most of them stood still since the last look.
+run/stacks/pauses.py's known pause); most of them stood still since the last look. Keyed by pid,
+so each watched target keeps its own (run/evidence/memory.py's `LookMemory`): pids repeat across
+hosts and containers.
 """
 
 from __future__ import annotations

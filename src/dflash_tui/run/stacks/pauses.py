@@ -73,10 +73,12 @@ def phase_pause(phase: str | None) -> str:
 
 
 def known_pause(phase: str | None, probes: Iterable[ProbeReport],
-                dumps: Mapping[int, StackDump] | None = None) -> str:
+                dumps: Mapping[int, StackDump] | None = None, kept: KeptByList | None = None) -> str:
     """The known pause a run is in now, in words ("" for none): the trainer's phase, else a
     non-daemon thread of a live process whose stack (its report's, or the stack dump taken
-    after a stale report) is in a save or an evaluation, and not parked on a lock."""
+    after a stale report) is in a save or an evaluation, and not parked on a lock. `kept`: the
+    watch's memory of each process's pause (a look asks this of every process twice: the
+    tracker, the stall limit), None to work each out afresh."""
     pause = phase_pause(phase)
     if pause:
         return pause
@@ -86,17 +88,16 @@ def known_pause(phase: str | None, probes: Iterable[ProbeReport],
         dump = (dumps or {}).get(p.pid)
         if dump is not None and dump.time > p.time:
             pause = _threads_pause(dump.threads)
-        else:   # a look asks this of every process twice (the tracker, the stall limit)
-            pause = _KEPT.get(p.pid, p.threads)
+        else:
+            pause = kept.get(p.pid, p.threads) if kept is not None else None
             if pause is None:
                 pause = _threads_pause(p.threads)
-                _KEPT.put(p.pid, p.threads, pause)
+                if kept is not None:
+                    kept.put(p.pid, p.threads, pause)
         if pause:
             return pause
     return ""
 
-
-_KEPT = KeptByList()
 
 
 def _threads_pause(threads) -> str:

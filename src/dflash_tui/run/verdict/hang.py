@@ -43,7 +43,7 @@ from ...words import cpu_use, duration
 from ..stacks.records import CollectiveProgress
 from ..evidence.observe import Evidence
 from ..stacks.classify import Classified, ThreadClass, classify, frame_place
-from ..stacks.kept import KeptByList
+from ..evidence.memory import LookMemory
 from .checklist import rank_ranges
 
 # A report older than this is stale: the probe rewrites it every second, unless no Python can
@@ -162,14 +162,11 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return a if b is None or a <= b else b
 
 
-# Each process's threads classified: (whether it is a DataLoader worker, (class, innermost
-# place) of each thread), while its report's thread list is the one classified.
-_CLASSIFIED = KeptByList()
-
-
-def _classified(pid: int, threads: list[ProbeThread]) -> tuple[bool, list[tuple[Classified, str]]]:
-    """(the process is a DataLoader worker, (class, innermost place) of each thread)."""
-    hit = _CLASSIFIED.get(pid, threads)
+def _classified(pid: int, threads: list[ProbeThread],
+                memory: LookMemory) -> tuple[bool, list[tuple[Classified, str]]]:
+    """(the process is a DataLoader worker, (class, innermost place) of each thread), kept in
+    `memory.classified` while its report's thread list is the one classified."""
+    hit = memory.classified.get(pid, threads)
     if hit is not None:
         return hit
     rows = []
@@ -177,21 +174,18 @@ def _classified(pid: int, threads: list[ProbeThread]) -> tuple[bool, list[tuple[
         c = classify(t.frames, t.compile_state)
         rows.append((c, c.helper or (frame_place(t.frames[0]) if t.frames else "")))
     hit = _worker(threads), rows
-    _CLASSIFIED.put(pid, threads, hit)
+    memory.classified.put(pid, threads, hit)
     return hit
 
 
-# Each live report's views, while what they are made of is as it was: its thread list (as
-# _CLASSIFIED's), its process's fields, the tracker's since of each thread, and a report time at
+# Each live report's views (`LookMemory.views`), while what they are made of is as it was: its
+# thread list (as `LookMemory.classified`'s), its process's fields, the tracker's since of each thread, and a report time at
 # least as late (a probe's since later than its report is believed once the report catches up:
 # then only the same time). A stale report's, or one a stack dump replaces, is made afresh.
 # Kept: ((pid, rank, ppid, start_time), time, later, each thread's (pid, ident), the tracker's
 # since and still of each, the views, whether one waits for DataLoader workers).
-_VIEWS = KeptByList()
-
-
-def _kept_views(p: ProbeReport, since_of, still_of) -> tuple[list[ThreadView], bool] | None:
-    hit = _VIEWS.get(p.pid, p.threads)
+def _kept_views(p: ProbeReport, since_of, still_of, memory: LookMemory) -> tuple[list[ThreadView], bool] | None:
+    hit = memory.views.get(p.pid, p.threads)
     if (hit is None or hit[0] != (p.pid, p.rank, p.ppid, p.start_time) or p.time < hit[1]
             or hit[2] and p.time != hit[1]):
         return None
@@ -202,15 +196,16 @@ def _kept_views(p: ProbeReport, since_of, still_of) -> tuple[list[ThreadView], b
 
 
 def _remember_views(p: ProbeReport, since_of, still_of, views: list[ThreadView], later: bool,
-                    loading: bool) -> None:
+                    loading: bool, memory: LookMemory) -> None:
     keys = [(p.pid, t.ident) for t in p.threads]
-    _VIEWS.put(p.pid, p.threads, ((p.pid, p.rank, p.ppid, p.start_time), p.time, later, keys,
+    memory.views.put(p.pid, p.threads, ((p.pid, p.rank, p.ppid, p.start_time), p.time, later, keys,
                                   list(map(since_of.get, keys)), list(map(still_of.get, keys)), views, loading))
 
 
-def thread_views(ev: Evidence) -> list[ThreadView]:
+def thread_views(ev: Evidence, memory: LookMemory) -> list[ThreadView]:
     """Every thread of every live process of the run, classified; a stale report's threads come
-    from the stack dump taken after it, when there is one."""
+    from the stack dump taken after it, when there is one. `memory`: the watch's (what earlier
+    looks worked out of the same reports), or a fresh one."""
     act = ev.activity
     since_of = act.stack_since if act is not None else {}
     still_of = act.frames_since if act is not None else {}
@@ -226,7 +221,7 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
         if stale and not use_dump and idle_worker(p):
             continue     # a DataLoader worker that ended with its loader (no atexit in workers)
         if not use_dump and not stale:
-            kept = _kept_views(p, since_of, still_of)
+            kept = _kept_views(p, since_of, still_of, memory)
             if kept is not None:
                 out.extend(kept[0])
                 if kept[1]:
@@ -234,7 +229,7 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
                 continue
         mine: list[ThreadView] = []
         later = False    # a probe's word on a thread's since was later than its report
-        worker, classes = _classified(p.pid, threads)
+        worker, classes = _classified(p.pid, threads, memory)
         for t, (c, inner) in zip(threads, classes):
             # Both are when the stack was first seen where it is, by the probe at its beats
             # (every second, since the process started) and by our own looks: the earlier knows more.
@@ -252,7 +247,7 @@ def thread_views(ev: Evidence) -> list[ThreadView]:
                 loading.add(p.pid)
         out.extend(mine)
         if not use_dump and not stale:
-            _remember_views(p, since_of, still_of, mine, later, p.pid in loading)
+            _remember_views(p, since_of, still_of, mine, later, p.pid in loading, memory)
     # A child of a process that waits for its DataLoader workers is one of them, wherever its
     # stack is (the worker loop may be beyond the frames kept).
     return [replace(v, dataloader_worker=True) if v.ppid in loading and not v.dataloader_worker else v
@@ -330,14 +325,14 @@ def _still(v: ThreadView) -> ThreadView:
     return replace(v, since=v.still)
 
 
-def judged_views(ev: Evidence) -> list[ThreadView]:
+def judged_views(ev: Evidence, memory: LookMemory) -> list[ThreadView]:
     """`thread_views` with what time and CPU add: own code in an idle tree is BLOCKED (each
     such thread is in a C call that waits, a plain lock, a sleep, a read, whatever its
     innermost Python frame says); a thread that waits has waited since its stack last changed
     at all."""
     blocked = _busy(ev) is False
     out = []
-    for v in thread_views(ev):     # one pass, a look's every thread
+    for v in thread_views(ev, memory):     # one pass, a look's every thread
         if v.cls is C.UNKNOWN:
             continue
         if blocked and v.cls is C.RUNNING:
@@ -351,7 +346,7 @@ def diagnose(ev: Evidence, views: list[ThreadView] | None = None) -> Hang | None
     Flight Recorder says a collective is pending and no thread is seen in one (NCCL returns to
     Python at once; the thread then waits at a later sync, on the GPU), its words follow.
     `views`: `judged_views(ev)` when the caller has them already."""
-    hang = _diagnose(ev, judged_views(ev) if views is None else views)
+    hang = _diagnose(ev, judged_views(ev, LookMemory()) if views is None else views)
     if hang is None or hang.kind is HangKind.COLLECTIVE:
         return hang
     pending = [c for c in ev.hang.collectives if c.pending_op]

@@ -31,6 +31,7 @@ from .checks.trainer import (heartbeat_check, no_step_check, steps_check, steps_
 from .gpu_facts import gpu_facts, run_gpu
 from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
 from ..stacks.classify import ThreadClass
+from ..evidence.memory import LookMemory
 from ..evidence.observe import Evidence, current_run_id, process_matches
 from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
@@ -50,9 +51,13 @@ _COMPILING = {CompileState.WARMING.value, CompileState.COMPILING.value, CompileS
 STOP_SLACK_S = 10.0
 
 
-def evaluate(ev: Evidence, limits: Limits = Limits(), *, stop_slack_s: float = STOP_SLACK_S) -> Checklist:
+def evaluate(ev: Evidence, limits: Limits = Limits(), *, stop_slack_s: float = STOP_SLACK_S,
+             memory: LookMemory | None = None) -> Checklist:
     """The checklist for one observation. Pure: the same evidence gives the same checklist.
     `stop_slack_s`: how long past stop_grace_s the run's stopper may still be at work.
+    `memory`: the watch's memory of its looks (run/evidence/memory.py), where what is worked out
+    of an unchanged probe report is kept for the next look; None: a fresh one (a one-shot look).
+    It saves work and never changes the checklist.
 
     The verdict table, top row first (the first row that matches decides):
 
@@ -99,7 +104,7 @@ def evaluate(ev: Evidence, limits: Limits = Limits(), *, stop_slack_s: float = S
     A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
     a failing "disk" check and the first words of a failing verdict's summary.
     """
-    return _with_bad_files(_judge(ev, limits, stop_slack_s), ev)
+    return _with_bad_files(_judge(ev, limits, stop_slack_s, memory if memory is not None else LookMemory()), ev)
 
 
 def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
@@ -110,7 +115,7 @@ def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
     return cl if note is None else cl.with_parts(checks=[*cl.checks, note])
 
 
-def _judge(ev: Evidence, limits: Limits, stop_slack_s: float) -> Checklist:
+def _judge(ev: Evidence, limits: Limits, stop_slack_s: float, memory: LookMemory) -> Checklist:
     checks: list[Check] = []
     run_id = current_run_id(ev)
     attempt = ev.attempt if ev.attempt is not None and ev.attempt.run_id == run_id else None
@@ -141,14 +146,14 @@ def _judge(ev: Evidence, limits: Limits, stop_slack_s: float) -> Checklist:
     if ev.stop is not None:
         stopping = _stopping(ev, checks, limits, stop_slack_s)
         if stopping is not None:
-            return _with_stacks(stopping, judged_views(ev), ev)
+            return _with_stacks(stopping, judged_views(ev, memory), ev)
 
     # Alive: STALLED, RUNNING or STARTING, from the trainer's status.json when there is one,
     # else from any program's evidence.
-    views = judged_views(ev)
+    views = judged_views(ev, memory)
     if ev.status is None:
-        return _with_stacks(_any_program(ev, checks, limits, uptime, views), views, ev)
-    return _with_stacks(_status_reporting(ev, ev.status, checks, limits, uptime, views), views, ev)
+        return _with_stacks(_any_program(ev, checks, limits, uptime, views, memory), views, ev)
+    return _with_stacks(_status_reporting(ev, ev.status, checks, limits, uptime, views, memory), views, ev)
 
 
 def _with_stacks(cl: Checklist, views: list[ThreadView], ev: Evidence) -> Checklist:
@@ -268,14 +273,14 @@ def _silence_limit(ev: Evidence, limits: Limits, views: list[ThreadView], traine
 
 # -- the silence limit learned from the run's pace (run/verdict/stall_limit.py) ----------------
 
-def _pace_limit(ev: Evidence, limits: Limits, fixed: float) -> StallLimit:
+def _pace_limit(ev: Evidence, limits: Limits, fixed: float, memory: LookMemory) -> StallLimit:
     """The limit in force for the run's progress: learned from its pace once it has one, except
     in a known pause (compiling: `fixed`; evaluating, saving a checkpoint)."""
     intervals = ev.activity.intervals if ev.activity is not None else ()
     # Stacks are read for a pause only where a learned limit could apply.
     may_learn = limits.learn_stall and fixed == limits.stall_after_s and len(intervals) > 0
     return stall_limit(fixed, stall_after_s=limits.stall_after_s, learn=limits.learn_stall,
-                       intervals=intervals, pause=run_pause(ev) if may_learn else "")
+                       intervals=intervals, pause=run_pause(ev, memory) if may_learn else "")
 
 
 def _limit_check(checks: list[Check], stall: StallLimit) -> None:
@@ -309,7 +314,7 @@ def _stalled_words(ev: Evidence, views: list[ThreadView], silent_for: float, hea
 
 
 def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: float,
-                 views: list[ThreadView]) -> Checklist:
+                 views: list[ThreadView], memory: LookMemory) -> Checklist:
     """A program that writes no status.json: its log, its events, its CPU, its stacks
     (`views`: hang.py `judged_views` of `ev`)."""
     add = checks.append
@@ -326,7 +331,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
     silent_for = now - (last if last is not None else launch.start_time)
     parsed = progress_words(ev)
     limit = _silence_limit(ev, limits, views)
-    stall = _pace_limit(ev, limits, limit)     # the learned limit, or the fixed one
+    stall = _pace_limit(ev, limits, limit, memory)     # the learned limit, or the fixed one
     _limit_check(checks, stall)
     quiet_s = min(stall.seconds, limits.stall_after_s)   # how long a silence is RUNNING
     moved = _stack_moved(ev, quiet_s)
@@ -389,7 +394,7 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
 
 
 def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits: Limits,
-                      uptime: float, views: list[ThreadView]) -> Checklist:
+                      uptime: float, views: list[ThreadView], memory: LookMemory) -> Checklist:
     """A program that writes status.json (the bundled trainer): its heartbeat, threads, steps,
     with the log, events and CPU as further sources of progress."""
     add = checks.append
@@ -409,7 +414,7 @@ def _status_reporting(ev: Evidence, st: TrainStatus, checks: list[Check], limits
 
     last_step = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
     training = st.phase == Phase.TRAINING.value
-    stall = _pace_limit(ev, limits, _silence_limit(ev, limits, views))   # the learned limit, or the fixed one
+    stall = _pace_limit(ev, limits, _silence_limit(ev, limits, views), memory)   # the learned limit, or the fixed one
     if st.step > 0 or last_step is not None:
         step_at = last_step if last_step is not None else st.time
         # Any source of progress counts: a step in status.json, the log growing, a step event.

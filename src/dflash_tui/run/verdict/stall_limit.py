@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ...words import duration, seconds_words
+from ..evidence.memory import LookMemory
 from ..evidence.observe import Evidence
 from ..stacks.pauses import known_pause
 
@@ -82,9 +83,10 @@ def learned_limit(intervals: Sequence[float], ceiling: float, *, floor: float = 
     return StallLimit(seconds, "learned", why, slowest, kind="learned")
 
 
-def run_pause(ev: Evidence) -> str:
+def run_pause(ev: Evidence, memory: LookMemory) -> str:
     """The known pause the run is in now (run/stacks/pauses.py), "" for none."""
-    return known_pause(ev.status.phase if ev.status is not None else None, ev.probes, ev.hang.stack_dumps)
+    return known_pause(ev.status.phase if ev.status is not None else None, ev.probes,
+                       ev.hang.stack_dumps, memory.pauses)
 
 
 def stall_limit(fixed: float, *, stall_after_s: float, learn: bool, intervals: Sequence[float],
