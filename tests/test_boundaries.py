@@ -263,3 +263,15 @@ def test_a_backends_folder_is_imported_by_backends_only():
            for t in sorted(targets) if any(t == f"dflash_tui.backends.{f}" or t.startswith(f"dflash_tui.backends.{f}.")
                                            for f in folders)]
     assert bad == []
+
+
+def test_the_fleet_holds_run_watches_only():
+    # The fleet polls each profile's RunWatch (one host or several nodes alike); what is under
+    # the seam (HostWatch, NodesWatch, the Session) is the watch's own.
+    under_the_seam = {"HostWatch", "NodesWatch", "Session", "NodesSession"}
+    bad = []
+    for path in sorted((PACKAGE_DIR / "fleet").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").lstrip(".").split(".")[0] == "watch":
+                bad += [f"{path.name} imports {a.name}" for a in node.names if a.name in under_the_seam]
+    assert bad == []

@@ -32,7 +32,7 @@ from ..gpu.sample import GpuSnapshot
 from ..gpu.sources import run_ref_from_launch
 from ..remote.base import TargetError
 from ..remote.ops import ExitWatch
-from ..watch import HostWatch, RunWatch, open_watch
+from ..watch import RunWatch, open_watch
 from ..watch.host import EXIT_WATCH_S, STEADY_INTERVAL_S
 from .cadence import STEADY_AFTER_POLLS, TargetCadence
 from .row import FleetRow, config_error_row, row_from_report
@@ -111,7 +111,7 @@ class FleetPoller:
                 self._tasks.append(asyncio.create_task(self._watch_exits(key, self.profiles[names[0]]),
                                                        name=f"fleet-exits {names[0]}"))
         if self.gpu_interval is not None:
-            hosts: dict[tuple, list[tuple[tuple[str, ...], HostWatch]]] = {}
+            hosts: dict[tuple, list[tuple[tuple[str, ...], RunWatch]]] = {}
             for name, watch in self.watches.items():
                 for key, w in _gpu_watches(name, watch):
                     hosts.setdefault(host_key(w.profile), []).append((key, w))
@@ -273,12 +273,12 @@ class FleetPoller:
             self._dirty.add(name)
             self._changed.set()
 
-    async def _sample_gpus(self, entries: list[tuple[tuple[str, ...], HostWatch]]) -> None:
+    async def _sample_gpus(self, entries: list[tuple[tuple[str, ...], RunWatch]]) -> None:
         """One host's GPUs, for every watch of a run there (a profile, or a node of a run): one
         sample per period serves every live run, each its own snapshot with its own processes."""
         while True:
             t0 = time.monotonic()
-            live: list[tuple[tuple[str, ...], HostWatch]] = []
+            live: list[tuple[tuple[str, ...], RunWatch]] = []
             for key, w in entries:
                 last = w.last
                 if last is None or not last.connected or not last.pid_alive:
@@ -298,7 +298,7 @@ def _poll_key(profile: Profile) -> tuple:
     return ("nodes", profile.name) if profile.is_multinode else target_key(profile)
 
 
-def _gpu_watches(name: str, watch: RunWatch) -> list[tuple[tuple[str, ...], HostWatch]]:
+def _gpu_watches(name: str, watch: RunWatch) -> list[tuple[tuple[str, ...], RunWatch]]:
     """The host watches whose "gpus" check the fleet's samples feed, each with its sample's key:
     (profile,) for a run on one host (the row shows it), (profile, node) for a node of a run."""
     return [((name, node) if node else (name,), w) for node, w in watch.host_watches()]
