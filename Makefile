@@ -65,14 +65,18 @@ test: venv system-tools
 # anew each time), so a release that breaks us is seen here before a fresh machine's lock refresh.
 # torch stays requirements/torch.in's CPU build: a newer one is a CUDA download of several GB.
 LATEST_VENV := .venv-latest
+# pip freeze and the lock spell a name differently (PyYAML / pyyaml, gradio_client / gradio-client):
+# both sides as PEP 503 names, so the diff shows versions only. The eager upgrade is held to
+# torch.in's pin by a constraint (an unpinned torch upgrade pulls the CUDA build, several GB).
+NORMALIZE_PINS := awk -F'==' '{ n = tolower($$1); gsub(/[-_.]+/, "-", n); print n "==" $$2 }' | sort
 test-latest: system-tools
 	@echo "make: creating $(LATEST_VENV) anew with the newest releases the ranges allow"
 	$(PY) -m venv --clear $(LATEST_VENV)
 	$(LATEST_VENV)/bin/pip install -q -r requirements/torch.in
-	$(LATEST_VENV)/bin/pip install -q --upgrade --upgrade-strategy eager -e ".[train,test,hf]"
+	$(LATEST_VENV)/bin/pip install -q --upgrade --upgrade-strategy eager -c requirements/torch.in -e ".[train,test,hf]"
 	@echo "make: what differs from $(LOCK) (installed now <, locked >):"
-	@$(LATEST_VENV)/bin/pip freeze --exclude-editable | sort > $(LATEST_VENV)/freeze.txt
-	@grep -E '^[A-Za-z0-9]' $(LOCK) | cut -d' ' -f1 | sort | diff $(LATEST_VENV)/freeze.txt - || true
+	@$(LATEST_VENV)/bin/pip freeze --exclude-editable | $(NORMALIZE_PINS) > $(LATEST_VENV)/freeze.txt
+	@grep -E '^[A-Za-z0-9]' $(LOCK) | cut -d' ' -f1 | $(NORMALIZE_PINS) | diff $(LATEST_VENV)/freeze.txt - || true
 	$(LATEST_VENV)/bin/python -m pytest -q -n 2 --dist loadgroup --durations=15
 
 # Refreshes the lock in one command: the newest releases within pyproject.toml's ranges, resolved
