@@ -242,7 +242,8 @@ class ProgressParser:
         line without a step is put at its own count of progress lines."""
         count = records
         before = None                    # the progress line before it, with its count
-        for seg in segs[:-1]:
+        done = segs[:-1]
+        for i, seg in enumerate(done):
             if seg.startswith(_WRAPPER) or not _may_progress(seg):
                 continue
             count += 1
@@ -252,6 +253,9 @@ class ProgressParser:
             got = self._loss_of(seg, count)
             if got is None or got[1] - got[1] == 0.0:
                 continue
+            if (i == 0 and i + 1 < len(done) and not _STEP.search(seg[:MAX_SEGMENT])
+                    and _STEP.search(done[1][:MAX_SEGMENT])):
+                continue                 # the first line cut short by the window: its step is lost
             if before is not None:       # the last finite value before it, when that line said one
                 prev = self._loss_of(*before)
                 if prev is not None and prev[1] - prev[1] == 0.0 and prev[0] < got[0]:
