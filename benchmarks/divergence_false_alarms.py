@@ -160,6 +160,8 @@ def main() -> int:
             f, found = judge(bad)
             if found is None or f.divergence.step < pts[at][0]:
                 missed[kind] += 1
+                print(f"  {kind} at value {at + 1} of {name}: "
+                      f"{'missed' if found is None else 'found early: ' + f.divergence.words()}")
             else:
                 delays[kind].append(found - at + 1)
     for kind, d in delays.items():
