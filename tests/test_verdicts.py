@@ -80,10 +80,11 @@ def test_the_published_words():
     assert [v.value for v in Verdict] == [
         "NEVER STARTED", "LOG MISSING", "FINISHED", "CRASHED", "KILLED", "STALLED", "RUNNING", "STARTING",
         "NO RUN", "NOT LAUNCHED", "GPU LOST", "STOPPED", "STOPPING", "QUEUED", "BLOCKED", "PREEMPTED",
-        "TIMEOUT", "OUT OF MEMORY", "NODE FAIL", "CANCELLED"]
+        "TIMEOUT", "OUT OF MEMORY", "NODE FAIL", "CANCELLED", "DIVERGED"]
     assert [s.value for s in TargetState] == ["UNREACHABLE", "CONNECTING", "CONFIG ERROR"]
     assert RESTARTABLE == ("NEVER STARTED", "LOG MISSING", "CRASHED", "KILLED", "STALLED", "NOT LAUNCHED",
-                           "GPU LOST", "BLOCKED", "PREEMPTED", "TIMEOUT", "OUT OF MEMORY", "NODE FAIL", "CANCELLED")
+                           "GPU LOST", "BLOCKED", "PREEMPTED", "TIMEOUT", "OUT OF MEMORY", "NODE FAIL", "CANCELLED",
+                           "DIVERGED")
     assert set(DEFAULT_ON) == {"CRASHED", "STALLED", "KILLED", "PREEMPTED", "NODE FAIL", "TIMEOUT"}
     assert NOTIFY_EVENTS == ("failing", "FINISHED", "STOPPED", "UNREACHABLE", "recovered")
     assert all(type(w) is str for w in (*RESTARTABLE, *NOTIFY_EVENTS))   # a message's repr() is the word's
@@ -105,7 +106,7 @@ def test_each_class_of_verdicts():
     # Nothing happens on the target without a launch: final, or nothing launched at all.
     assert _with("settled") == _with("final") | {"NO RUN"}
     assert _with("ended_well") == {"FINISHED", "STOPPED"}
-    assert _with("alive") == {"RUNNING", "STARTING", "STALLED", "GPU LOST"}
+    assert _with("alive") == {"RUNNING", "STARTING", "STALLED", "GPU LOST", "DIVERGED"}
     assert _with("stuck") == {"STALLED", "GPU LOST"}
     assert _with("queued") == {"QUEUED", "BLOCKED"}
     assert _with("program_failed") == {"CRASHED", "KILLED"}

@@ -152,6 +152,12 @@ class Profile:
     # directories or files, relative to run_dir, "~" the target user's home
     # (run/evidence/metric_files/reader.py).
     metrics: tuple[str, ...] = ()
+    # The divergence watch (run/evidence/divergence.py): the series it watches (empty: the
+    # training loss by name), NaN/Inf values in a row and values above the band in a row that
+    # make DIVERGED.
+    watch_series: tuple[str, ...] = ()
+    nan_patience: int = 1
+    spike_patience: int = 3
     source: str = "<built-in>"         # the file the profile came from, for messages
     # -- a run across several hosts (watch/node_plan.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
@@ -281,6 +287,9 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "probe": ((bool,), "true or false"),
     "metrics": ((list,), 'a list of directories or files of metrics, relative to run_dir, e.g. ["~/runs/exp1", "out/"]'),
     "learn_stall": ((bool,), "true or false"),
+    "watch_series": ((list,), 'a list of series names to watch for divergence, e.g. ["train/loss"]'),
+    "nan_patience": ((int,), "a whole number of values (NaN or Inf in a row that make DIVERGED), 1 to 10000"),
+    "spike_patience": ((int,), "a whole number of values (spikes in a row that make DIVERGED), 1 to 10000"),
 }
 
 
@@ -406,6 +415,14 @@ def _profile_from_table(path: str, name: str, table: Any, schedulers: tuple[Sche
             compile_progress_regex(values["progress_regex"])
         except ProgressRegexError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+    for key in ("nan_patience", "spike_patience"):
+        if key in values and not 1 <= values[key] <= 10_000:
+            raise ConfigError(f"{where}: {key} = {show_value(values[key])} is out of range; use a whole number "
+                              "from 1 to 10000")
+    bad = [n for n in values.get("watch_series", ()) if not n.strip()]
+    if bad:
+        raise ConfigError(f"{where}: watch_series holds an empty name; name each series as its source "
+                          'writes it, e.g. ["train/loss"]')
     if "command" in values and not values["command"]:
         raise ConfigError(f"{where}: command = [] is empty; remove it to run the bundled trainer")
     if "command" in values and not values["command"][0]:

@@ -80,6 +80,10 @@ class Verdict(StrEnum):
     OUT_OF_MEMORY = "OUT OF MEMORY", FAILING | ENDED         # killed for exceeding its memory limit
     NODE_FAIL = "NODE FAIL", FAILING | ENDED | NAMES_A_NODE | BY_DEFAULT   # a node of the job failed
     CANCELLED = "CANCELLED", FAILING | ENDED                 # cancelled from outside (no stop request in the run dir)
+    # From run/verdict/health.py `evaluate`: pid alive and moving (it was STARTING or RUNNING),
+    # but its watched training loss went NaN/Inf or left its own band for good
+    # (run/evidence/divergence.py): the steps it takes are wasted. Not restarted by default.
+    DIVERGED = "DIVERGED", FAILING | ALIVE
 
     _classes: _Is
 

@@ -27,6 +27,7 @@ from ..remote.agent import open_ops
 from ..remote.base import Target, TargetError
 from ..remote.ops import RemoteOps
 from ..run.evidence.activity import ProgressTracker
+from ..run.evidence.divergence import DivergenceRules
 from ..run.attempts import LaunchAttempt, load_attempt, load_local_stop, save_attempt, save_local_stop
 from ..run.launch.canary import CanaryResult, run_canary
 from ..run.verdict.health import with_gpu_check
@@ -68,7 +69,9 @@ class Session:
         self.attempt: LaunchAttempt | None = load_attempt(profile)
         self.local_stop = load_local_stop(profile)
         # What advanced between this session's looks (CPU, log, steps): memory across polls.
-        self.progress = ProgressTracker(profile.progress_regex, metric_paths=profile.metrics)
+        self.progress = ProgressTracker(profile.progress_regex, metric_paths=profile.metrics,
+                                        divergence=DivergenceRules(profile.watch_series, profile.nan_patience,
+                                                                   profile.spike_patience))
 
     @property
     def host(self) -> Target:

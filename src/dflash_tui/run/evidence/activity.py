@@ -33,6 +33,8 @@ from ...remote.base import TRANSPORT_FAILURES, TargetError
 from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from ..eager import gather_eager
 from ..stacks.records import StackDump
+from .divergence import DivergenceRules, DivergenceWatch, LossFinding
+from .event_points import STEP_KINDS, points_from_events
 from .log_series import LogSeries
 from .metric_files.reader import MetricFiles, MetricsView
 from .progress import LogProgress, ProgressParser
@@ -127,6 +129,9 @@ class Activity:
     waits: Mapping[int, WaitShare] = field(default_factory=dict)
     # The run's pace (run/evidence/pace.py): recent intervals between the progress the looks saw.
     intervals: tuple[float, ...] = ()
+    # What the watched training-loss series showed (run/evidence/divergence.py): a NaN, a
+    # sustained spike, lone spikes, the last finite value.
+    loss_finding: LossFinding = LossFinding()
 
     @property
     def advancing(self) -> bool:
@@ -234,8 +239,10 @@ class ProgressTracker:
     """Memory across polls of one run dir; a new run id starts it afresh."""
 
     def __init__(self, progress_regex: re.Pattern[str] | str | None = None, *,
-                 second_sample: bool = True, metric_paths: tuple[str, ...] = ()) -> None:
+                 second_sample: bool = True, metric_paths: tuple[str, ...] = (),
+                 divergence: DivergenceRules = DivergenceRules()) -> None:
         self.progress_regex = progress_regex
+        self.divergence_rules = divergence      # a profile's watch_series, nan_patience, spike_patience
         self.second_sample = second_sample
         self.metric_paths = tuple(metric_paths)   # a profile's `metrics`, relative to the run dir
         # What was read of train.log and events.jsonl, by this tracker and by any other reader
@@ -252,7 +259,8 @@ class ProgressTracker:
             self.reads.forget()   # a new run in the same dir: its files are read afresh
         self.parser = ProgressParser(self.progress_regex)
         self.log_series = LogSeries()
-        self.metric_files = MetricFiles(self.metric_paths)
+        self.divergence = DivergenceWatch(self.divergence_rules)
+        self.metric_files = MetricFiles(self.metric_paths, self.divergence)
         self.metrics = MetricsView()
         self._clock = StepClock()
         self._log = _FileCursor()
@@ -347,6 +355,7 @@ class ProgressTracker:
                 if self.samples == 0:   # a first look: the pace its log lines' own times show
                     self._pace.took(line_intervals(log_data))
                 self.parser.feed(log_data)
+                self.divergence.feed("loss", TRAIN_LOG, self.parser.take_losses())
                 self.log_series.feed(log_data)
                 self.metric_files.add_points("log", "log", "log", self.log_series.take())
             p = self.parser.progress
@@ -512,6 +521,10 @@ class ProgressTracker:
         if cut < len(data) and self._events.offset is not None:
             # A half-written last line is read again, whole, at the next poll.
             self._events.offset -= len(data) - cut
+        # Its step records' values: the newest of each series (--check --json "metrics") and
+        # the divergence watch; the Metrics pane charts the file itself.
+        points, _ = points_from_events(data[:cut].decode("utf-8", "replace").splitlines(), STEP_KINDS)
+        self.metric_files.saw("events", "events", EVENTS_JSONL, points)
         # Only the newest valid step and the newest saved checkpoint count (and every save's
         # seconds, summed: goodput's checkpoint time), so the lines are read from the end (a busy
         # trainer writes a hundred steps between two polls): each is validated until a step is
@@ -586,5 +599,6 @@ class ProgressTracker:
             stack_since=since, frames_since=still,
             waits=MappingProxyType({pid: w[3] for pid, w in self._waits.items()}),
             metrics_at=self.metric_files.advanced_at, metrics_file=self.metric_files.advanced_file,
+            loss_finding=self.divergence.finding(),
             steps_per_s=self._clock.steps_per_s(),
             intervals=self._pace.intervals)

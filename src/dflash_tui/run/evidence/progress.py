@@ -87,6 +87,10 @@ _WRAPPER = "dflash-tui: "   # the wrapper's own lines in train.log
 # Of one poll's new progress lines, only this many of the newest are parsed in full: the older
 # ones are counted (they advanced) but their values would be overwritten by the newer ones.
 DETAIL_LAST = 32
+# A loss of NaN or Inf, looked for in a whole chunk at once (where a divergence began).
+_NON_FINITE_LOSS = re.compile(r"\bloss\b\s*+[:=]?+\s*+[-+]?+(?:nan|inf)", re.IGNORECASE)
+# (step, loss) pairs held between two takes (the newest DETAIL_LAST of a look are read in full).
+MAX_LOSSES = 4096
 
 _STEP_KEYS = ("step", "global_step", "iteration", "iter")
 _LOSS_KEYS = ("loss", "train_loss")
@@ -115,6 +119,14 @@ class LogProgress:
     @property
     def seen(self) -> bool:
         return self.records > 0
+
+
+def _float(text: str) -> float | None:
+    """A number as written, NaN and Inf included."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _finite(text: str) -> float | None:
@@ -174,6 +186,15 @@ class ProgressParser:
         self._up = 0                     # lines the cursor went up: their newlines redraw too
         self._said: tuple | None = None  # (step, total, loss, epoch) of the last progress segment
         self._step_form = ""             # the form of the line that gave the step: its total's
+        # (step, loss) of each progress segment read in full that named a loss, NaN and Inf
+        # kept (the divergence watch's); `take_losses` hands them over.
+        self._losses: list[tuple[int, float]] = []
+
+    def take_losses(self) -> list[tuple[int, float]]:
+        """The (step, loss) pairs read since the last take, in order; a line without a step is
+        put at the newest step the log named, else at its own count of progress lines."""
+        out, self._losses = self._losses, []
+        return out
 
     def reset(self) -> None:
         """The file was truncated or replaced: forget the partial segment, keep the values."""
@@ -189,6 +210,8 @@ class ProgressParser:
         self._partial = segs.pop()[-MAX_SEGMENT:]
         self._partial_redraw = redraws.pop()
         p = self.progress
+        if ("n" in chunk or "N" in chunk) and _NON_FINITE_LOSS.search(chunk):
+            self._first_non_finite(segs, p.records)
         escapes = "\x1b" in chunk
         # Rare lines: a substring test, then one search over the whole chunk, decide whether any
         # segment needs a look.
@@ -212,6 +235,43 @@ class ProgressParser:
         if tail.strip() and not tail.startswith(_WRAPPER):
             self._segment(tail, count=False)
         return found
+
+    def _first_non_finite(self, segs: list[str], records: int) -> None:
+        """The first loss line of the chunk whose loss is NaN or Inf, into the (step, loss)
+        pairs, though it is older than the lines read in full: where a divergence began. A
+        line without a step is put at its own count of progress lines."""
+        count = records
+        before = None                    # the progress line before it, with its count
+        done = segs[:-1]
+        for i, seg in enumerate(done):
+            if seg.startswith(_WRAPPER) or not _may_progress(seg):
+                continue
+            count += 1
+            if not _NON_FINITE_LOSS.search(seg[:MAX_SEGMENT]):
+                before = (seg, count)
+                continue
+            got = self._loss_of(seg, count)
+            if got is None or got[1] - got[1] == 0.0:
+                continue
+            if (i == 0 and i + 1 < len(done) and not _STEP.search(seg[:MAX_SEGMENT])
+                    and _STEP.search(done[1][:MAX_SEGMENT])):
+                continue                 # the first line cut short by the window: its step is lost
+            if before is not None:       # the last finite value before it, when that line said one
+                prev = self._loss_of(*before)
+                if prev is not None and prev[1] - prev[1] == 0.0 and prev[0] < got[0]:
+                    self._losses.append(prev)
+            if len(self._losses) < MAX_LOSSES:
+                self._losses.append(got)
+            return
+
+    def _loss_of(self, seg: str, count: int) -> tuple[int, float] | None:
+        seg = seg[:MAX_SEGMENT]
+        lm = _LOSS.search(seg)
+        raw = _float(lm.group(1)) if lm else None
+        if raw is None:
+            return None
+        sm = _STEP.search(seg)
+        return int(sm.group(1)) if sm else (self.progress.step if self.progress.step is not None else count), raw
 
     def _split(self, chunk: str) -> tuple[list[str], list[bool]]:
         """The chunk's segments, the last one unterminated, and whether each redraws a line."""
@@ -298,7 +358,7 @@ class ProgressParser:
     def _segment(self, seg: str, count: bool = True, redraw: bool = False) -> int:
         p = self.progress
         step = total = None
-        loss = rate = epoch = None
+        loss = rate = epoch = raw = None
         form = ""                        # "regex", "dict", "bar" (tqdm, rich, Lightning), "step"
         unit = ""
         hit = False
@@ -308,8 +368,9 @@ class ProgressParser:
                 gd = m.groupdict()
                 step = _int_text(gd.get("step"))
                 total = _int_text(gd.get("total"))
+                raw = _float(gd["loss"]) if gd.get("loss") else None
                 loss = _finite(gd["loss"]) if gd.get("loss") else None
-                hit = step is not None or loss is not None
+                hit = step is not None or raw is not None
                 form = "regex"
         if not hit:
             d = metrics_dict(seg)
@@ -317,6 +378,8 @@ class ProgressParser:
                 step = next((v for v in (_int(d.get(k)) for k in _STEP_KEYS) if v is not None), None)
                 total = next((v for v in (_int(d.get(k)) for k in _TOTAL_KEYS) if v is not None), None)
                 loss = next((v for v in (_num(d.get(k)) for k in _LOSS_KEYS) if v is not None), None)
+                raw = loss if loss is not None else next(
+                    (v for v in (d.get(k) for k in _LOSS_KEYS) if type(v) is float), None)
                 epoch = _num(d.get("epoch"))
                 hit = step is not None or loss is not None or epoch is not None
                 form = "dict"
@@ -334,7 +397,8 @@ class ProgressParser:
                 lm = _LOSS.search(seg) if "loss" in low or folds else None
                 # Every evaluation word holds "val", and no character folds to v, a or l.
                 if lm and not ("val" in low and _EVAL_STEP.search(seg)):
-                    loss = _finite(lm.group(1))
+                    raw = _float(lm.group(1))
+                    loss = raw if raw is not None and math.isfinite(raw) else None
                 if "/s" in seg or "s/it" in seg:
                     after = _RATE_AFTER.search(seg)
                     if after:
@@ -347,7 +411,7 @@ class ProgressParser:
                 em = _EPOCH.search(seg) if "epoch" in low else None   # e, p, o, c, h: no folds
                 if em:
                     epoch = _finite(em.group(1))
-                hit = step is not None or loss is not None or rate is not None
+                hit = step is not None or raw is not None or rate is not None
         if not hit and not (_may_hold_word(seg, "checkpoint") and _CHECKPOINT.search(seg)):
             return 0
         said = (step, total, loss, epoch)
@@ -355,6 +419,9 @@ class ProgressParser:
             return 0                   # the same state drawn again: a bar's clock ticking, no progress
         if count:
             self._said = said
+            if raw is not None and len(self._losses) < MAX_LOSSES:
+                at = step if step is not None else (p.step if p.step is not None else p.records + 1)
+                self._losses.append((at, raw))
         if step is not None:
             # A total said once holds for the later steps of the same form (a trainer's JSON
             # lines, its "step N/M" then "step N"); a step of another form (an exception's

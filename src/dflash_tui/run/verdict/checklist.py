@@ -47,6 +47,7 @@ class CheckId(StrEnum):
     PROBE_FILES = "probe_files"
     STACKS = "stacks"
     STRAGGLERS = "stragglers"
+    LOSS = "loss"                  # the watched training loss: NaN, a sustained spike (DIVERGED), a lone spike
     CPU = "cpu"
     DISK = "disk"
     GPUS = "gpus"
@@ -102,6 +103,7 @@ _LABELS = {
     CheckId.PROBE_FILES: "Probe files",
     CheckId.STACKS: "Stacks (where the threads are)",
     CheckId.STRAGGLERS: "Stragglers",
+    CheckId.LOSS: "Training loss (divergence)",
     CheckId.CPU: "CPU (process tree)",
     CheckId.DISK: "Disk space (run dir)",
     CheckId.GPUS: "GPUs in use by the run",

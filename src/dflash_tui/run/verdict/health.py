@@ -18,6 +18,7 @@ from ...words import age_at as _age, cpu_use, duration as _duration, gpu_busy, o
 from .checks.ended import (checkpoint_check, exit_check, no_exit_check, root_cause_check, stop_lives_on_check,
                            stopped_checks, stopping_check, traceback_check)
 from .checks.gpus import gpus_check
+from .checks.loss import loss_check
 from .checks.launch import (DISK_HINT, last_line, launch_cmd_check, launch_json_check, launch_json_missing_check,
                             launch_json_waiting_check, never_started_cause, nothing_launched_check,
                             process_alive_check, process_gone_check, train_log_check)
@@ -104,7 +105,23 @@ def evaluate(ev: Evidence, limits: Limits = Limits(), *, stop_slack_s: float = S
     A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
     a failing "disk" check and the first words of a failing verdict's summary.
     """
-    return _with_bad_files(_judge(ev, limits, stop_slack_s, memory if memory is not None else LookMemory()), ev)
+    return _with_bad_files(_with_loss(_judge(ev, limits, stop_slack_s, memory if memory is not None else LookMemory()), ev), ev)
+
+
+def _with_loss(cl: Checklist, ev: Evidence) -> Checklist:
+    """The checklist with the "loss" check (run/verdict/checks/loss.py) from the divergence
+    watch's finding. A divergence makes a live run that moves (STARTING, RUNNING) DIVERGED:
+    its steps are wasted; every other verdict stands (a hang, a crash, an end say more), its
+    check failing beside it. A summary that dropped the loss keeps the last finite value."""
+    finding = ev.activity.loss_finding if ev.activity is not None else None
+    check = loss_check(finding)
+    if check is None:
+        return cl
+    checks = [*cl.checks, check]
+    d = finding.divergence
+    if d is not None and cl.verdict in (Verdict.STARTING, Verdict.RUNNING):
+        return replace(cl, verdict=Verdict.DIVERGED, checks=checks, summary=_one_line(d.words(), 400))
+    return cl.with_parts(checks=checks)
 
 
 def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:

@@ -38,9 +38,11 @@ class RunProgress:
         if st is not None and (st.step > 0 or st.loss is not None):
             last = max((t.last_step_time for t in st.threads if t.last_step_time is not None), default=None)
             total = st.total_steps or None
+            if pace is None and st.step_time_s:
+                pace = 1.0 / st.step_time_s      # a one-shot look: the trainer's own step time
             return cls("status.json", st.step, total, st.loss, st.tokens_per_s,
                        "tok/s" if st.tokens_per_s is not None else "", last or st.time,
-                       eta_s(st.step, total, pace))
+                       eta_s(st.step, total, pace or _launch_pace(ev, st.step, last or st.time)))
         mp = ev.metrics.progress if ev.metrics is not None else None
         if mp is not None and mp.total and (act is None or act.total != mp.total):
             # The HF Trainer's global_step of max_steps: exact, where the log gives no total of
@@ -48,11 +50,24 @@ class RunProgress:
             loss = act.loss if act is not None else None
             return cls(mp.source, mp.step, mp.total, loss, None, "", mp.at, eta_s(mp.step, mp.total, pace))
         if act is not None and (act.step is not None or act.loss is not None or act.rate is not None):
+            # A step that counts within an epoch (Lightning's bar: "Epoch 2: ... 51/64") of a
+            # run whose number of epochs is unknown: its total is the epoch's, no run's ETA.
+            eta = None if act.step_epoch is not None else eta_s(
+                act.step, act.total, pace or _launch_pace(ev, act.step, act.step_at), act.rate, act.rate_unit)
             return cls(act.step_source or "log", act.step, act.total, act.loss, act.rate, act.rate_unit,
-                       act.step_at, eta_s(act.step, act.total, pace, act.rate, act.rate_unit))
+                       act.step_at, eta)
         if mp is not None:
             return cls(mp.source, mp.step, None, None, None, "", mp.at)
         return None
+
+
+def _launch_pace(ev: Evidence, step: int | None, at: float | None) -> float | None:
+    """Steps a second since the launch: a one-shot look's pace (one look sees no rate of its
+    own), its start-up counted in, so the ETA errs long."""
+    if ev.launch is None or step is None or at is None or step <= 0:
+        return None
+    span = at - ev.launch.start_time
+    return step / span if span > 0 else None
 
 
 @dataclass

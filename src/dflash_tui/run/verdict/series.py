@@ -12,41 +12,14 @@ Names are normalised through ALIASES so `acc` and `accuracy` are one series.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
 
-from ...contract.rundir import EventKind, TrainStatus, finite_number, parse_events
+from ...contract.rundir import TrainStatus, finite_number
+from ..evidence.event_points import ALIASES, Point, points_from_events
 from .report import RunProgress
 
-# Fields of a record that are not measurements of the run.
-_NOT_SERIES = frozenset({"v", "kind", "time", "step", "epoch", "pid", "thread", "device", "rank",
-                         "total_steps", "prompts", "new_tokens", "heartbeat_time", "peak_tflops"})
-ALIASES = {"acc": "accuracy", "tok_s": "tokens_per_s", "tokens/s": "tokens_per_s"}
+__all__ = ["ALIASES", "Point", "points_from_events", "points_from_status", "points_from_progress"]
+
 _STATUS_FIELDS = ("loss", "accuracy", "tau", "tokens_per_s")
-_KINDS = (EventKind.STEP.value, EventKind.EVAL.value)
-
-
-class Point(NamedTuple):   # a tuple: a hundred a second are made while Metrics is shown
-    name: str
-    step: int
-    value: float
-
-
-
-def points_from_events(lines: Iterable[str]) -> tuple[list[Point], int]:
-    """The points of events.jsonl lines, and how many lines could not be parsed."""
-    batch = parse_events(lines)
-    out: list[Point] = []
-    for ev in batch.events:
-        step = ev.get("step")
-        if ev.get("kind") not in _KINDS or isinstance(step, bool) or not isinstance(step, int):
-            continue
-        for key, raw in ev.items():
-            if key in _NOT_SERIES:
-                continue
-            value = finite_number(raw)
-            if value is not None:
-                out.append(Point(ALIASES.get(key, key), step, value))
-    return out, batch.skipped
 
 
 def points_from_status(status: TrainStatus | None) -> list[Point]:

@@ -27,7 +27,7 @@ def _number(cell: str) -> float | None:
         v = float(cell)
     except ValueError:
         return None
-    return v if math.isfinite(v) else None
+    return v    # NaN and Inf kept: the divergence watch's (MetricFiles.take keeps them off the charts)
 
 
 class CsvMetrics:
@@ -66,7 +66,7 @@ class CsvMetrics:
             step = None
             if step_col is not None and step_col < len(row):
                 v = _number(row[step_col])
-                step = int(v) if v is not None and v >= 0 else None
+                step = int(v) if v is not None and math.isfinite(v) and v >= 0 else None
             if step is None:
                 step = self._seen
             for name, cell in zip(cols, row):

@@ -47,7 +47,8 @@ def parse(data: bytes) -> TrainerState:
         if step is None:
             continue
         for key, raw in entry.items():
-            v = finite_number(raw)
+            # NaN and Inf kept (json reads them): the divergence watch's; never charted.
+            v = raw if type(raw) is float else finite_number(raw)
             if v is not None and key not in _NOT_SERIES and isinstance(key, str):
                 points.append(MetricPoint(key[:80], step, v))
     epoch = finite_number(obj.get("epoch"))

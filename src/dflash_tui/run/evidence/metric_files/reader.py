@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 from ....remote.base import TRANSPORT_FAILURES, TargetError
 from ....remote.ops import look_ops
+from ....contract.rundir import TRAIN_LOG
+from ..divergence import DivergenceWatch
 from ..metric_point import MetricPoint
 from . import csv_logger, hf_state, mlflow, tensorboard, trackio
 from .fallback import metric_read_over
@@ -464,8 +466,11 @@ class SeriesNames:
 class MetricFiles:
     """The metric files of one run dir across polls (one watch's; a new run starts it anew)."""
 
-    def __init__(self, paths: tuple[str, ...] = ()) -> None:
+    def __init__(self, paths: tuple[str, ...] = (), watch: DivergenceWatch | None = None) -> None:
         self.paths = tuple(paths)
+        # Every point taken goes to the divergence watch first, NaN and Inf included; only the
+        # finite ones are charted and kept as the newest values.
+        self.watch = watch
         self.sources: dict[str, _Source] = {}
         self.names = SeriesNames()
         self.notes: list[str] = []
@@ -483,11 +488,18 @@ class MetricFiles:
         raw, self._pending = self._pending, []
         raw.sort(key=lambda r: (r[1] != "log", r[0]))
         out = []
+        watch = self.watch
         for key, tag, label, rel, points in raw:
+            watched: dict[str, list[tuple[int, float]]] = {}
             for p in points:
                 name = self.names.name(key, tag, p.name, rel)
-                out.append(MetricPoint(name, p.step, p.value))
-                self._latest[name] = (p.step, p.value, label)
+                if watch is not None and watch.watches(name):
+                    watched.setdefault(name, []).append((p.step, p.value))
+                if p.value - p.value == 0.0:        # finite
+                    out.append(MetricPoint(name, p.step, p.value))
+                    self._latest[name] = (p.step, p.value, label)
+            for name, values in watched.items():
+                watch.feed(name, TRAIN_LOG if key == "log" else label, values)
         return out
 
     def latest(self) -> dict[str, tuple[int, float, str]]:
@@ -510,6 +522,21 @@ class MetricFiles:
             return None
         s = hf[0]
         return MetricProgress(s.state.global_step, s.state.max_steps, s.where(), s.mtime)
+
+    def saw(self, key: str, tag: str, label: str, points: list[MetricPoint]) -> None:
+        """Points charted elsewhere (events.jsonl: the Metrics pane reads the file itself): the
+        newest value of each series, and the divergence watch, only."""
+        if not points:
+            return
+        watched: dict[str, list[tuple[int, float]]] = {}
+        for p in points:
+            name = self.names.name(key, tag, p.name)
+            if self.watch is not None and self.watch.watches(name):
+                watched.setdefault(name, []).append((p.step, p.value))
+            if p.value - p.value == 0.0:
+                self._latest[name] = (p.step, p.value, label)
+        for name, values in watched.items():
+            self.watch.feed(name, label, values)
 
     def add_points(self, key: str, tag: str, label: str, points: list[MetricPoint], rel: str = "") -> None:
         """Points of a source read elsewhere (the log's metric lines) into the same space."""

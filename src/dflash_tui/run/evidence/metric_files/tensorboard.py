@@ -79,6 +79,7 @@ def scalars(records: list[bytes]) -> tuple[list[Scalar], int]:
                 x = _tensor_scalar(v.tensor)
             else:
                 continue
-            if x is not None and math.isfinite(x):
+            # NaN and Inf kept: the divergence watch reads them (MetricFiles.take keeps them off the charts).
+            if x is not None:
                 out.append(Scalar(v.tag, ev.step, float(x), ev.wall_time))
     return out, bad

@@ -11,4 +11,5 @@ durations, CPU use) are dflash_tui/words.py's.
 - ended.py      exit, traceback, stop, checkpoint, the first failure
 - machine.py    CPU, disk, the probe's heartbeats and files, the stacks
 - gpus.py       the "gpus" check
+- loss.py       the "loss" check: the divergence watch's finding
 """
