@@ -20,10 +20,10 @@ import re
 from typing import Sequence
 
 from . import agent_server
-from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from,
+from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, found_from, pidinfo_from, proctree_from,
                       stackdump_from)
 from .base import CommandResult, OpRefused, Target, TargetError
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundFiles, PidInfo, ProcTree, StackDumpAnswer
 
 SENTINEL = "@@dflash-ok@@"
 START = "@@dflash-start@@\0"
@@ -31,10 +31,7 @@ START = "@@dflash-start@@\0"
 # Shared by every script: C messages (we parse strerror), the sentinel, and `st PATH`, which
 # prints one stat record: "S<readable><isdir> <size> <inode> <mode, hex> <mtime %y>" or
 # "E<message>".
-_PRELUDE = r"""LC_ALL=C; export LC_ALL; set -f
-printf '@@dflash-start@@\0'
-trap 'printf "\0@@dflash-ok@@\n"' EXIT
-st() {
+_ST = r"""st() {
   if o=$(stat -L -c '%s %i %f %y' -- "$1" 2>&1); then
     r=1; [ -r "$1" ] || r=0
     d=0; [ -d "$1" ] && d=1
@@ -44,6 +41,10 @@ st() {
   fi
 }
 """
+_PRELUDE = r"""LC_ALL=C; export LC_ALL; set -f
+printf '@@dflash-start@@\0'
+trap 'printf "\0@@dflash-ok@@\n"' EXIT
+""" + _ST
 
 _STAT = 'for p do st "$p"; done'
 
@@ -253,6 +254,28 @@ if [ -f "$c" ] && [ ! -L "$c" ] && head -c 4096 -- "$c" | grep -qF -- "$2"; then
 else printf 'K\0'; fi
 """
 
+# $1 depth, $2 most files found, $3 the name patterns and $4 the directories not entered, each
+# joined by "/" (which no name holds), then the roots. GNU find walks each root (hidden
+# directories and the skipped ones pruned); its matches are printed as list_dir's are
+# ("N<path>", then `st`). head stops the walk once enough were found.
+_FIND_FILES = r"""
+depth=$1 maxf=$2 pats=$3 skip=$4; shift 4
+for r do
+  case $r in "~/"*) r=$HOME/${r#"~/"} ;; esac
+  if [ -f "$r" ]; then printf 'N%s\0' "$r"; st "$r"; continue; fi
+  [ -d "$r" ] || continue
+  IFS=/
+  set -- \( -type d \( -name '.*'
+  for k in $skip; do set -- "$@" -o -name "$k"; done
+  set -- "$@" \) -prune \) -o \( -type f \( -false
+  for k in $pats; do set -- "$@" -o -name "$k"; done
+  unset IFS
+  find -H "$r" -mindepth 1 -maxdepth $((depth + 1)) "$@" \) \
+    -exec sh -c "$fn"'for f do printf "N%s\0" "$f"; st "$f"; done' sh {} + \) 2>/dev/null \
+    | head -z -n $((2 * maxf))
+done
+"""
+
 _LIST_DIR = r"""
 p=$1 d=$2
 if [ ! -e "$p" ] && [ ! -L "$p" ]; then :
@@ -300,6 +323,11 @@ def _stat_record(path: str, field: str) -> dict:
                is_dir=is_dir, kind=agent_server.file_kind(int(mode, 16)),
                error="" if readable else "Permission denied")
     return rec
+
+
+def _sh_quote(text: str) -> str:
+    """`text` as one sh word (our own script text, never the data)."""
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def _b64(field: str) -> bytes | None:
@@ -503,6 +531,23 @@ class ShellOps:
         for name_f, stat_f in zip(fields[0::2], fields[1::2], strict=True):
             recs.append(_stat_record(name_f[1:], stat_f))
         return [filestat_from(r) for r in sorted(recs, key=lambda r: r["path"])]
+
+    async def find_files(self, roots: Sequence[str], patterns: Sequence[str], *, max_depth: int = 3,
+                         max_entries: int = 20000, max_found: int = 512, skip: Sequence[str] = ()) -> FoundFiles:
+        """As the agent's, but `max_entries` is not counted (find walks each root whole,
+        within `max_depth`), and the search stops at `max_found` in all of them."""
+        words = [*patterns, *skip]
+        if any("/" in w or not w for w in words):
+            raise OpRefused(f"find_files on {self.label}: a pattern or skipped name holds '/' or is empty")
+        fields = await self._run("find_files", "fn=" + _sh_quote(_ST) + "\n" + _FIND_FILES, str(int(max_depth)),
+                                 str(int(max_found)), "/".join(patterns), "/".join(skip), *roots)
+        recs = {}
+        for name_f, stat_f in zip(fields[0::2], fields[1::2]):
+            if name_f.startswith("N"):
+                recs[name_f[1:]] = _stat_record(name_f[1:], stat_f)
+        found = sorted(recs.values(), key=lambda r: r["path"])[: int(max_found)]
+        notes = (f"stopped at {int(max_found)} files found",) if len(found) >= int(max_found) else ()
+        return found_from({"found": found, "notes": list(notes)})
 
     async def close(self) -> None:
         """Nothing persistent to release: every op was its own command."""

@@ -68,7 +68,8 @@ class Session:
         self.attempt: LaunchAttempt | None = load_attempt(profile)
         self.local_stop = load_local_stop(profile)
         # What advanced between this session's looks (CPU, log, steps): memory across polls.
-        self.progress = ProgressTracker(profile.progress_regex, metric_paths=profile.metrics)
+        self.progress = ProgressTracker(profile.progress_regex, metric_paths=profile.metrics,
+                                        checkpoint_paths=profile.checkpoints)
 
     @property
     def host(self) -> Target:
