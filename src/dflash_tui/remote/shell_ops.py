@@ -28,9 +28,8 @@ from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundFiles, PidInfo, P
 SENTINEL = "@@dflash-ok@@"
 START = "@@dflash-start@@\0"
 
-# Shared by every script: C messages (we parse strerror), the sentinel, and `st PATH`, which
-# prints one stat record: "S<readable><isdir> <size> <inode> <mode, hex> <mtime %y>" or
-# "E<message>".
+# `st PATH` prints one stat record: "S<readable><isdir> <size> <inode> <mode, hex> <mtime %y>" or
+# "E<message>". Shared by every script (_PRELUDE): it, C messages (we parse strerror), the sentinel.
 _ST = r"""st() {
   if o=$(stat -L -c '%s %i %f %y' -- "$1" 2>&1); then
     r=1; [ -r "$1" ] || r=0
@@ -256,10 +255,12 @@ else printf 'K\0'; fi
 
 # $1 depth, $2 most files found, $3 the name patterns and $4 the directories not entered, each
 # joined by "/" (which no name holds), then the roots. GNU find walks each root (hidden
-# directories and the skipped ones pruned); its matches are printed as list_dir's are
-# ("N<path>", then `st`). head stops the walk once enough were found.
+# directories and the skipped ones pruned) and prints each match's stat itself, no process per
+# file: "N<path>", then "F<readable> <size> <inode> <permissions, octal> <mtime as %y>". head
+# stops the walk once enough were found.
 _FIND_FILES = r"""
 depth=$1 maxf=$2 pats=$3 skip=$4; shift 4
+t='%s %i %m %TY-%Tm-%Td %TH:%TM:%TS %Tz\0'
 for r do
   case $r in "~/"*) r=$HOME/${r#"~/"} ;; esac
   if [ -f "$r" ]; then printf 'N%s\0' "$r"; st "$r"; continue; fi
@@ -271,7 +272,7 @@ for r do
   for k in $pats; do set -- "$@" -o -name "$k"; done
   unset IFS
   find -H "$r" -mindepth 1 -maxdepth $((depth + 1)) "$@" \) \
-    -exec sh -c "$fn"'for f do printf "N%s\0" "$f"; st "$f"; done' sh {} + \) 2>/dev/null \
+    \( -readable -printf "N%p\\0F1 $t" -o -printf "N%p\\0F0 $t" \) \) 2>/dev/null \
     | head -z -n $((2 * maxf))
 done
 """
@@ -323,11 +324,6 @@ def _stat_record(path: str, field: str) -> dict:
                is_dir=is_dir, kind=agent_server.file_kind(int(mode, 16)),
                error="" if readable else "Permission denied")
     return rec
-
-
-def _sh_quote(text: str) -> str:
-    """`text` as one sh word (our own script text, never the data)."""
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def _b64(field: str) -> bytes | None:
@@ -539,12 +535,16 @@ class ShellOps:
         words = [*patterns, *skip]
         if any("/" in w or not w for w in words):
             raise OpRefused(f"find_files on {self.label}: a pattern or skipped name holds '/' or is empty")
-        fields = await self._run("find_files", "fn=" + _sh_quote(_ST) + "\n" + _FIND_FILES, str(int(max_depth)),
-                                 str(int(max_found)), "/".join(patterns), "/".join(skip), *roots)
+        fields = await self._run("find_files", _FIND_FILES, str(int(max_depth)), str(int(max_found)),
+                                 "/".join(patterns), "/".join(skip), *roots)
         recs = {}
         for name_f, stat_f in zip(fields[0::2], fields[1::2]):
-            if name_f.startswith("N"):
-                recs[name_f[1:]] = _stat_record(name_f[1:], stat_f)
+            if not name_f.startswith("N"):
+                continue
+            if stat_f.startswith("F"):   # find's own: a regular file, its permission bits in octal
+                readable, size, inode, perm, when = stat_f[1:].split(" ", 4)
+                stat_f = f"S{readable}0 {size} {inode} {0o100000 | int(perm, 8):x} {when}"
+            recs[name_f[1:]] = _stat_record(name_f[1:], stat_f)
         found = sorted(recs.values(), key=lambda r: r["path"])[: int(max_found)]
         notes = (f"stopped at {int(max_found)} files found",) if len(found) >= int(max_found) else ()
         return found_from({"found": found, "notes": list(notes)})
