@@ -988,6 +988,7 @@ def op_find_files(roots, patterns, max_depth=3, max_entries=20000, max_found=512
                         if len(found) >= max_found:
                             notes.append("stopped at %d files found (in %s)" % (max_found, path))
                             break
+    found = list(dict((r["path"], r) for r in found).values())   # a root found twice, once
     found.sort(key=lambda r: r["path"])
     return {"found": found, "notes": notes}
 

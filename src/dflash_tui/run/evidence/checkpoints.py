@@ -13,6 +13,7 @@ Found with one bounded `find_files` (RemoteOps: the agent and ShellOps alike) un
 | torch.save    | *.pt, *.pth named as a checkpoint           | a whole zip                           |
 | safetensors   | *.safetensors on its own                    | header offsets end at the file's size |
 
+The search runs every 5 s at most, twice per checkpoint interval where saves come faster.
 A checkpoint whose last write is younger than WRITING_S and is not complete is being written:
 neither complete nor torn yet. Every file is judged once per (inode, size, mtime); a look judges
 at most JUDGE_PER_LOOK new files (the newest first), the rest at the next looks.
@@ -128,6 +129,13 @@ def search_roots(run_dir: str, named: tuple[str, ...]) -> list[str]:
     return roots
 
 
+def cadence(every_s: float, view: CheckpointsView | None) -> float:
+    """How often to look again: every `every_s`, and at least twice per checkpoint interval
+    (never more than once a second), so a save is seen before the next one."""
+    interval = view.interval_s if view is not None else None
+    return min(every_s, max(1.0, interval / 2)) if interval else every_s
+
+
 @dataclass
 class _Group:
     path: str
@@ -197,7 +205,7 @@ class CheckpointLooks:
         self._at: float | None = None
 
     def due(self, now: float) -> bool:
-        return self._at is None or not (0 <= now - self._at < self.every_s)
+        return self._at is None or not (0 <= now - self._at < cadence(self.every_s, self.view))
 
     async def look(self, ops: RemoteOps, run_dir: str, now: float) -> CheckpointsView | None:
         if not self.due(now):

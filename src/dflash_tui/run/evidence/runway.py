@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import DiskFree, RemoteOps
-from .checkpoints import CheckpointsView
+from .checkpoints import CheckpointsView, cadence
 
 LOG_WINDOW_S = 120.0     # the log's growth rate is measured over this much of the recent past
 _SAME_FS_SLACK = 1 << 20  # two answers this close, of one total size, are one file system
@@ -96,7 +96,7 @@ class RunwayLooks:
         if last is None:
             return None
         folder = checkpoint_folder(last.path, last.format)
-        if self._at is None or not (0 <= now - self._at < self.every_s) or folder not in self._frees:
+        if self._at is None or not (0 <= now - self._at < cadence(self.every_s, view)) or folder not in self._frees:
             self._at = now
             self._frees = {p: await self._free(ops, p) for p in dict.fromkeys((folder, run_dir))}
         where = self._frees.get(folder)
