@@ -158,6 +158,10 @@ class Profile:
     watch_series: tuple[str, ...] = ()
     nan_patience: int = 1
     spike_patience: int = 3
+    # Where the program saves checkpoints beyond its run dir (which is always searched, 3
+    # directories down): folders relative to run_dir, "~/" the target user's home
+    # (run/evidence/checkpoints.py).
+    checkpoints: tuple[str, ...] = ()
     source: str = "<built-in>"         # the file the profile came from, for messages
     # -- a run across several hosts (watch/node_plan.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
@@ -290,6 +294,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "watch_series": ((list,), 'a list of series names to watch for divergence, e.g. ["train/loss"]'),
     "nan_patience": ((int,), "a whole number of values (NaN or Inf in a row that make DIVERGED), 1 to 10000"),
     "spike_patience": ((int,), "a whole number of values (spikes in a row that make DIVERGED), 1 to 10000"),
+    "checkpoints": ((list,), 'a list of folders of checkpoints, relative to run_dir, e.g. ["ckpt/", "~/out"]'),
 }
 
 
@@ -400,6 +405,8 @@ def _profile_from_table(path: str, name: str, table: Any, schedulers: tuple[Sche
             raise ConfigError(f"{where}: {key} = {show_value(value)} holds a control character; remove it")
         values[key] = value
 
+    if "checkpoints" in values:
+        _check_folders(where, "checkpoints", values["checkpoints"])
     if "port" in values and not 1 <= values["port"] <= 65535:
         raise ConfigError(f"{where}: port = {show_value(values['port'])} is not a port number (1-65535)")
     for key in _NUMBER_RANGES:
@@ -451,6 +458,19 @@ def _profile_from_table(path: str, name: str, table: Any, schedulers: tuple[Sche
     if not any(k in values for k in ("python", "host", "container", "nodes")):
         values["python"] = sys.executable   # local: the interpreter that has dflash_train
     return Profile(name=name, source=path, **values)
+
+
+def _check_folders(where: str, key: str, folders: tuple[str, ...]) -> None:
+    """Folders on the target: each a path that is not empty, holds no control character and
+    names no "~user" (only "~/", the target user's home)."""
+    for f in folders:
+        if not f.strip():
+            raise ConfigError(f"{where}: {key} has an empty entry; name a folder, e.g. \"ckpt/\"")
+        if _CONTROL_RE.search(f):
+            raise ConfigError(f"{where}: {key} has {show_value(f)}, which holds a control character; remove it")
+        if f.startswith("~") and not f.startswith("~/"):
+            raise ConfigError(f"{where}: {key} has {show_value(f)}; only \"~/\" (the target user's home) "
+                              "is understood, write the folder out")
 
 
 # A node name is a host name, an IPv4 address or an ~/.ssh/config alias; it also names the

@@ -271,3 +271,32 @@ async def test_proc_tree_and_signal_prove_the_working_directory_alike(both, tmp_
         if child.poll() is None:
             child.kill()
         child.wait()
+
+
+async def test_find_files_parity(both, tree):
+    """The same files found, with the same stats, by the agent's walk and by ShellOps' find:
+    hidden and skipped directories not entered, the depth bounded, hostile names as they are."""
+    agent, shell = both
+    for d in ("a/b/c/d/e", ".hid", "history/x", "sub/deeper"):
+        (tree / d).mkdir(parents=True, exist_ok=True)
+    for f in ("a/x.pt", "a/b/c/y.pt", "a/b/c/d/too-deep.pt", ".hid/z.pt", "history/x/h.pt",
+              "sub/deeper/.metadata", "sub/model.safetensors", "sub/notes.txt", *(f"a/{n}.ckpt" for n in HOSTILE)):
+        (tree / f).write_text(f)
+    (tree / "a" / "unreadable.pt").write_text("u")
+    (tree / "a" / "unreadable.pt").chmod(0)
+    (tree / "a" / "link.pt").symlink_to(tree / "a" / "x.pt")
+    roots = [str(tree), str(tree / "nope"), str(tree / "sub" / "model.safetensors")]
+    patterns = ["*.pt", "*.ckpt", "*.safetensors", ".metadata"]
+    a = await agent.find_files(roots, patterns, max_depth=3, skip=["history"])
+    s = await shell.find_files(roots, patterns, max_depth=3, skip=["history"])
+    assert a == s
+    names = {os.path.relpath(f.path, tree) for f in a.files}
+    assert {"a/x.pt", "a/b/c/y.pt", "sub/deeper/.metadata", "sub/model.safetensors", "a/unreadable.pt",
+            *(f"a/{n}.ckpt" for n in HOSTILE)} <= names
+    assert not names & {"a/b/c/d/too-deep.pt", ".hid/z.pt", "history/x/h.pt", "sub/notes.txt", "a/link.pt"}
+    assert not a.notes
+    few = await agent.find_files(roots, patterns, max_found=3), await shell.find_files(roots, patterns, max_found=3)
+    assert [len(x.files) for x in few] == [3, 3] and all(x.notes for x in few)
+    with pytest.raises(Exception, match="holds '/'"):
+        await shell.find_files(roots, ["a/*.pt"])
+    assert not (tree / "pwned").exists() and not os.path.exists("pwned")

@@ -79,6 +79,8 @@ SLURM_OUT = "slurm.out"
 # (`checkpoint_recency`).
 CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_META = "meta.json"
+# Where a relaunch sets the run before it aside (RUN_DIR/history/<run_id>/).
+HISTORY_DIR = "history"
 LAUNCH_CLAIM = ".launch-claim"
 PROBE_DIR = "probe"
 PROBE_SITECUSTOMIZE = "sitecustomize.py"

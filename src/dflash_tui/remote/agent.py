@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, OpRefused, Process, Target, TargetError
-from .answers import (chunk_from, dirprobe_from, diskfree_from, exits_from, filestat_from, pidinfo_from,
+from .answers import (chunk_from, dirprobe_from, diskfree_from, exits_from, filestat_from, found_from, pidinfo_from,
                       proctree_from, stackdump_from)
 from .look_plans import LookPlans, OutOfStep
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundFiles, PidInfo, ProcTree, StackDumpAnswer
 from .shell_ops import ShellOps
 
 # Reads one line (the program, zlib + base64) from stdin and runs it: small enough to read in
@@ -397,6 +397,12 @@ class AgentOps:
 
     async def list_dir(self, path: str) -> list[FileStat]:
         return [filestat_from(d) for d in await self.call("list_dir", path=path)]
+
+    async def find_files(self, roots: Sequence[str], patterns: Sequence[str], *, max_depth: int = 3,
+                         max_entries: int = 20000, max_found: int = 512, skip: Sequence[str] = ()) -> FoundFiles:
+        return found_from(await self.call("find_files", roots=list(roots), patterns=list(patterns),
+                                          max_depth=int(max_depth), max_entries=int(max_entries),
+                                          max_found=int(max_found), skip=list(skip)))
 
 
 class _ChannelLost(Exception):

@@ -942,6 +942,57 @@ def op_list_dir(path):
     return out
 
 
+def op_find_files(roots, patterns, max_depth=3, max_entries=20000, max_found=512, skip=()):
+    """Regular files under `roots` whose name matches one of `patterns` (fnmatch), breadth
+    first, at most `max_depth` directories down; hidden directories and those named in `skip`
+    are not entered. A root that is a file is itself found. "~/" starts a root at $HOME.
+    Stops after `max_entries` entries seen in all or `max_found` found, saying so in "notes";
+    the found files' stat records come sorted by path."""
+    import fnmatch
+    found, notes, seen = [], [], 0
+    skip = set(skip)
+    for root in roots:
+        if root.startswith("~/"):
+            root = os.path.join(os.path.expanduser("~"), root[2:])
+        if os.path.isfile(root):
+            found.append(stat_one(root))
+            continue
+        queue = collections.deque([(root, 0)])
+        while queue and len(found) < max_found and seen <= max_entries:
+            path, depth = queue.popleft()
+            try:
+                it = os.scandir(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
+                continue
+            with it:
+                for entry in it:
+                    seen += 1
+                    if seen > max_entries:
+                        notes.append("stopped looking after %d entries (in %s)" % (max_entries, path))
+                        break
+                    name = entry.name
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if depth < max_depth and not name.startswith(".") and name not in skip:
+                                queue.append((entry.path, depth + 1))
+                            continue
+                        if not entry.is_file(follow_symlinks=False):
+                            continue
+                    except OSError:
+                        continue
+                    if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                        found.append(stat_one(entry.path))
+                        if len(found) >= max_found:
+                            notes.append("stopped at %d files found (in %s)" % (max_found, path))
+                            break
+    found = list(dict((r["path"], r) for r in found).values())   # a root found twice, once
+    found.sort(key=lambda r: r["path"])
+    return {"found": found, "notes": notes}
+
+
 def op_remove_if_holds(path, token, max_bytes=4096):
     """Remove PATH only if it is a regular file (not a link) whose first MAX_BYTES hold TOKEN:
     a launch gives back its own claim and never one another launcher has put there since."""
@@ -1297,14 +1348,16 @@ for _name, _fn in (("hello", op_hello), ("now", op_now), ("stat", op_stat), ("re
                    ("proc_tree", op_proc_tree), ("dump_stacks", op_dump_stacks),
                    ("py_spy_dump", op_py_spy_dump), ("observe", op_observe),
                    ("remove_if_holds", op_remove_if_holds), ("wait_exit", op_wait_exit),
-                   ("metric_read", op_metric_read)):
+                   ("metric_read", op_metric_read), ("find_files", op_find_files)):
     # statvfs on a dead NFS mount can hang: keep it off the line that answers stat. Reads stay
     # on that line (a thread per request costs ~1 ms against 0.1 ms): they cannot block on a
     # FIFO or device, as op_read opens non-blocking and refuses anything but a regular file.
     # A stack dump waits up to a second for the dump to be written; py-spy runs a process; an
     # exit watch waits for a process to end. A metric read searches directories and opens
-    # SQLite files (a slow mount, a locked database) in a thread of its own too.
-    register(_name, _fn, blocking=_name in ("disk_free", "dump_stacks", "py_spy_dump", "wait_exit", "metric_read"))
+    # SQLite files (a slow mount, a locked database) in a thread of its own too; so does a
+    # search for files (find_files) through directories that may be slow or huge.
+    register(_name, _fn, blocking=_name in ("disk_free", "dump_stacks", "py_spy_dump", "wait_exit", "metric_read",
+                                                "find_files"))
 
 EXTRAS_FAILED = []
 

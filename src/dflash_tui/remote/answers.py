@@ -12,7 +12,7 @@ import functools
 
 from ..contract.rundir import inert_text
 
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundFiles, PidInfo, ProcTree, StackDumpAnswer
 
 
 def filestat_from(d: dict) -> FileStat:
@@ -67,3 +67,9 @@ def stackdump_from(d: dict) -> StackDumpAnswer:
 def exits_from(d: list) -> list[tuple[int, int]]:
     """wait_exit's answer: the (pid, start_ticks) of each process that ended."""
     return [(int(pid), int(start)) for pid, start in d]
+
+
+def found_from(d: dict) -> FoundFiles:
+    """find_files' answer; a note is anyone's path in words: inert."""
+    return FoundFiles(files=tuple(filestat_from(r) for r in d["found"]),
+                      notes=tuple(inert_text(n) for n in d["notes"]))

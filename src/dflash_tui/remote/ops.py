@@ -123,6 +123,14 @@ class RemoteOps(Protocol):
         `token`; True if it was removed. How a launch gives back its own claim."""
     async def disk_free(self, path: str) -> DiskFree:
         """Free space of the filesystem that holds `path` (or its nearest existing ancestor)."""
+    async def find_files(self, roots: Sequence[str], patterns: Sequence[str], *, max_depth: int = 3,
+                         max_entries: int = 20000, max_found: int = 512,
+                         skip: Sequence[str] = ()) -> FoundFiles:
+        """Regular files under `roots` whose name matches a pattern (fnmatch), at most
+        `max_depth` directories down, hidden directories and those named in `skip` not entered;
+        a root that is a file is found itself, "~/" starts at the target's $HOME. Bounded: at
+        most `max_found` files (and, through the agent, `max_entries` entries seen), each
+        limit that stopped the search said in `notes`."""
     async def close(self) -> None: ...
 
 
@@ -155,6 +163,13 @@ def look_ops(ops: RemoteOps) -> LookOps | None:
     By the declared kind, not by isinstance: a wrapper that passes the agent's ops through
     (run/evidence/first_look.py's FirstLook) answers them too."""
     return ops if ops.kind == "agent" else None   # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class FoundFiles:
+    """What `find_files` found: the files' stats, sorted by path, and why it stopped early."""
+    files: tuple[FileStat, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 # -- the preflight questions, answered by both AgentOps and ShellOps

@@ -20,21 +20,17 @@ import re
 from typing import Sequence
 
 from . import agent_server
-from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, pidinfo_from, proctree_from,
+from .answers import (chunk_from, dirprobe_from, diskfree_from, filestat_from, found_from, pidinfo_from, proctree_from,
                       stackdump_from)
 from .base import CommandResult, OpRefused, Target, TargetError
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, PidInfo, ProcTree, StackDumpAnswer
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundFiles, PidInfo, ProcTree, StackDumpAnswer
 
 SENTINEL = "@@dflash-ok@@"
 START = "@@dflash-start@@\0"
 
-# Shared by every script: C messages (we parse strerror), the sentinel, and `st PATH`, which
-# prints one stat record: "S<readable><isdir> <size> <inode> <mode, hex> <mtime %y>" or
-# "E<message>".
-_PRELUDE = r"""LC_ALL=C; export LC_ALL; set -f
-printf '@@dflash-start@@\0'
-trap 'printf "\0@@dflash-ok@@\n"' EXIT
-st() {
+# `st PATH` prints one stat record: "S<readable><isdir> <size> <inode> <mode, hex> <mtime %y>" or
+# "E<message>". Shared by every script (_PRELUDE): it, C messages (we parse strerror), the sentinel.
+_ST = r"""st() {
   if o=$(stat -L -c '%s %i %f %y' -- "$1" 2>&1); then
     r=1; [ -r "$1" ] || r=0
     d=0; [ -d "$1" ] && d=1
@@ -44,6 +40,10 @@ st() {
   fi
 }
 """
+_PRELUDE = r"""LC_ALL=C; export LC_ALL; set -f
+printf '@@dflash-start@@\0'
+trap 'printf "\0@@dflash-ok@@\n"' EXIT
+""" + _ST
 
 _STAT = 'for p do st "$p"; done'
 
@@ -251,6 +251,30 @@ c=$1
 if [ -f "$c" ] && [ ! -L "$c" ] && head -c 4096 -- "$c" | grep -qF -- "$2"; then
   if e=$(rm -f -- "$c" 2>&1); then printf 'R\0'; else printf 'F%s\0' "$e"; fi
 else printf 'K\0'; fi
+"""
+
+# $1 depth, $2 most files found, $3 the name patterns and $4 the directories not entered, each
+# joined by "/" (which no name holds), then the roots. GNU find walks each root (hidden
+# directories and the skipped ones pruned) and prints each match's stat itself, no process per
+# file: "N<path>", then "F<readable> <size> <inode> <permissions, octal> <mtime as %y>". head
+# stops the walk once enough were found.
+_FIND_FILES = r"""
+depth=$1 maxf=$2 pats=$3 skip=$4; shift 4
+t='%s %i %m %TY-%Tm-%Td %TH:%TM:%TS %Tz\0'
+for r do
+  case $r in "~/"*) r=$HOME/${r#"~/"} ;; esac
+  if [ -f "$r" ]; then printf 'N%s\0' "$r"; st "$r"; continue; fi
+  [ -d "$r" ] || continue
+  IFS=/
+  set -- \( -type d \( -name '.*'
+  for k in $skip; do set -- "$@" -o -name "$k"; done
+  set -- "$@" \) -prune \) -o \( -type f \( -false
+  for k in $pats; do set -- "$@" -o -name "$k"; done
+  unset IFS
+  find -H "$r" -mindepth 1 -maxdepth $((depth + 1)) "$@" \) \
+    \( -readable -printf "N%p\\0F1 $t" -o -printf "N%p\\0F0 $t" \) \) 2>/dev/null \
+    | head -z -n $((2 * maxf))
+done
 """
 
 _LIST_DIR = r"""
@@ -503,6 +527,27 @@ class ShellOps:
         for name_f, stat_f in zip(fields[0::2], fields[1::2], strict=True):
             recs.append(_stat_record(name_f[1:], stat_f))
         return [filestat_from(r) for r in sorted(recs, key=lambda r: r["path"])]
+
+    async def find_files(self, roots: Sequence[str], patterns: Sequence[str], *, max_depth: int = 3,
+                         max_entries: int = 20000, max_found: int = 512, skip: Sequence[str] = ()) -> FoundFiles:
+        """As the agent's, but `max_entries` is not counted (find walks each root whole,
+        within `max_depth`), and the search stops at `max_found` in all of them."""
+        words = [*patterns, *skip]
+        if any("/" in w or not w for w in words):
+            raise OpRefused(f"find_files on {self.label}: a pattern or skipped name holds '/' or is empty")
+        fields = await self._run("find_files", _FIND_FILES, str(int(max_depth)), str(int(max_found)),
+                                 "/".join(patterns), "/".join(skip), *roots)
+        recs = {}
+        for name_f, stat_f in zip(fields[0::2], fields[1::2]):
+            if not name_f.startswith("N"):
+                continue
+            if stat_f.startswith("F"):   # find's own: a regular file, its permission bits in octal
+                readable, size, inode, perm, when = stat_f[1:].split(" ", 4)
+                stat_f = f"S{readable}0 {size} {inode} {0o100000 | int(perm, 8):x} {when}"
+            recs[name_f[1:]] = _stat_record(name_f[1:], stat_f)
+        found = sorted(recs.values(), key=lambda r: r["path"])[: int(max_found)]
+        notes = (f"stopped at {int(max_found)} files found",) if len(found) >= int(max_found) else ()
+        return found_from({"found": found, "notes": list(notes)})
 
     async def close(self) -> None:
         """Nothing persistent to release: every op was its own command."""

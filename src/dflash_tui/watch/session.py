@@ -71,7 +71,8 @@ class Session:
         # What advanced between this session's looks (CPU, log, steps): memory across polls.
         self.progress = ProgressTracker(profile.progress_regex, metric_paths=profile.metrics,
                                         divergence=DivergenceRules(profile.watch_series, profile.nan_patience,
-                                                                   profile.spike_patience))
+                                                                   profile.spike_patience),
+                                        checkpoint_paths=profile.checkpoints)
 
     @property
     def host(self) -> Target:

@@ -35,6 +35,7 @@ from ..eager import gather_eager
 from ..stacks.records import StackDump
 from .divergence import DivergenceRules, DivergenceWatch, LossFinding
 from .event_points import STEP_KINDS, points_from_events
+from .checkpoints import CheckpointLooks
 from .log_series import LogSeries
 from .metric_files.reader import MetricFiles, MetricsView
 from .progress import LogProgress, ProgressParser
@@ -44,6 +45,7 @@ from .step_clock import StepClock
 from .memory import LookMemory
 from .probe_files import ProbeReports
 from .recent_reads import RecentReads
+from .runway import RunwayLooks
 from ..stacks.classify import ThreadClass, classify, own_code, parse_frame
 
 # Bytes read per file per poll at most; a faster writer is skipped to its newest window.
@@ -240,11 +242,16 @@ class ProgressTracker:
 
     def __init__(self, progress_regex: re.Pattern[str] | str | None = None, *,
                  second_sample: bool = True, metric_paths: tuple[str, ...] = (),
-                 divergence: DivergenceRules = DivergenceRules()) -> None:
+                 divergence: DivergenceRules = DivergenceRules(),
+                 checkpoint_paths: tuple[str, ...] = ()) -> None:
         self.progress_regex = progress_regex
         self.divergence_rules = divergence      # a profile's watch_series, nan_patience, spike_patience
         self.second_sample = second_sample
         self.metric_paths = tuple(metric_paths)   # a profile's `metrics`, relative to the run dir
+        # The run's checkpoints (in the run dir and a profile's `checkpoints` folders) and the
+        # disk runway of the next ones: judged files are kept across runs in the same dir.
+        self.checkpoints = CheckpointLooks(tuple(checkpoint_paths))
+        self.runway = RunwayLooks()
         # What was read of train.log and events.jsonl, by this tracker and by any other reader
         # of them that records there (the dashboard's log followers, run/evidence/logtail.py).
         self.reads = RecentReads()

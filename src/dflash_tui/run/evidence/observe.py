@@ -28,11 +28,13 @@ from .activity import CPU_WINDOW_S, WINDOW as ACTIVITY_WINDOW, Activity, Progres
 from .metric_files.reader import MetricsView
 from ..attempts import LaunchAttempt
 from ..eager import gather_eager
+from .checkpoints import CheckpointsView
 from .first_look import first_look
 from .flight_recorder import gather_collectives, gather_root_cause, holds_distributed_files
 from .memory import LookMemory
 from ..stacks.records import HangEvidence
 from .probe_files import REPORT_MAX_BYTES, ProbeReports, gather_probes
+from .runway import DiskRunway
 from .stack_dumps import gather_stack_dumps
 from .tracebacks import last_traceback
 from ..wrapper import LEGACY_WRAPPER_ARGV, run_id_of_wrapper, wrapper_argv
@@ -73,6 +75,11 @@ class Evidence:
     probes: ProbeReports = field(default_factory=ProbeReports)
     # Stacks of processes whose reports went stale, collectives per rank, the first failure.
     hang: HangEvidence = field(default_factory=HangEvidence)
+    # The run's checkpoints, each judged complete or torn (run/evidence/checkpoints.py), and
+    # whether the next ones fit on their disk (run/evidence/runway.py); None when not looked
+    # for (a one-shot look of the stop and launch paths, a history run).
+    checkpoints: CheckpointsView | None = None
+    runway: DiskRunway | None = None
     # What a scheduler's backend observed beside the run dir (backends/<name>/: Slurm's job),
     # opaque here: only that backend's `observe` fills it and its `judge` reads it.
     scheduler: object = None
@@ -162,6 +169,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     request whose stop.json the target could not take; it stands in for a missing stop.json."""
     status_name, names, plan_paths, record_reads = _look_plan(run_dir, rank)
     paths, reads = list(plan_paths), dict(record_reads)
+    watched = tracker is not None   # a run's own tracker: its checkpoints are looked at too
     # The probe reports read at the last look are rewritten every second: ask for them up front.
     tracker = tracker or ProgressTracker(second_sample=False)
     memory = tracker.looks
@@ -260,7 +268,18 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         await _gather_hang(ops, ev, memory)
     if ev.launch is not None:
         await _observe_activity(ops, ev, tracker)
+        if watched:
+            await _observe_checkpoints(ops, ev, tracker)
     return ev
+
+
+async def _observe_checkpoints(ops: RemoteOps, ev: Evidence, tracker: ProgressTracker) -> None:
+    """The run's checkpoints and the disk runway of the next ones (each at its own cadence)."""
+    ev.checkpoints = await tracker.checkpoints.look(ops, ev.run_dir, ev.now)
+    log = ev.files.get(TRAIN_LOG)
+    rate = tracker.runway.log_rate(ev.now, log.size if log is not None and log.is_regular else None,
+                                   ev.launch.start_time if ev.launch is not None else None)
+    ev.runway = await tracker.runway.look(ops, ev.run_dir, ev.checkpoints, ev.now, rate)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -14,7 +14,7 @@ import posixpath
 import re
 import time
 from dataclasses import dataclass, field, replace
-from ...contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
+from ...contract.rundir import (HISTORY_DIR, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,
                                STOP_JSON, TRAIN_LOG, rank_file_globs)
 
 from ...config import Limits, Profile
@@ -31,9 +31,8 @@ from .stop import StopResult
 from ..verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from ..wrapper import new_run_id, render_wrapper
 
-# The files that describe one run (the launcher's RUN_FILES); checkpoints/ stays, so a relaunch
-# can --resume.
-HISTORY_DIR = "history"
+# The files that describe one run (the launcher's RUN_FILES) are set aside in HISTORY_DIR
+# (contract/rundir.py); checkpoints/ stays, so a relaunch can --resume.
 # How long a launch waits, past its deadline, for a detached wrapper that is alive but has not
 # written launch.json yet, before it gives the claim back.
 SETTLE_S = 30.0

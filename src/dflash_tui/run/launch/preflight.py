@@ -7,6 +7,7 @@ a one-shot command. Each check is a `Check`; the first failure says what to fix.
 
 from __future__ import annotations
 
+import math
 import json
 import posixpath
 import time
@@ -163,6 +164,15 @@ def _ran_nothing(res: CommandResult, what: str) -> str:
             "the transport did not run the command")
 
 
+def free_words(avail_gb: float, min_free_gb: float, where: str) -> str:
+    """ "0.98 GiB free in /data, below min_free_gb 1": both numbers, the free space cut (never
+    rounded) to two decimals, so a shortfall never reads as the limit itself."""
+    shown = math.floor(avail_gb * 100) / 100
+    if avail_gb < min_free_gb:
+        return f"{shown:.2f} GiB free in {where}, below min_free_gb {min_free_gb:g}"
+    return f"{shown:.2f} GiB free in {where} (min_free_gb {min_free_gb:g})"
+
+
 async def run_preflight(profile: Profile, host: Target, target: Target, ops: RemoteOps | None,
                         *, check_live_run: bool = True, run_files: tuple[str, ...] = PER_RUN_FILES) -> PreflightResult:
     out = PreflightResult()
@@ -262,8 +272,8 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
             add(Check.of(CheckId.PRE_DISK, WARN, "df gave no answer for the run dir", "check free space by hand", now))
         else:
             state = FAIL if avail_gb < profile.min_free_gb else OK
-            add(Check.of(CheckId.PRE_DISK, state, f"{avail_gb:.1f} GiB free in {profile.run_dir}",
-                      f"free space or lower min_free_gb (now {profile.min_free_gb})" if state is FAIL else "", now))
+            add(Check.of(CheckId.PRE_DISK, state, free_words(avail_gb, profile.min_free_gb, profile.run_dir),
+                      f"free space or lower min_free_gb (now {profile.min_free_gb:g})" if state is FAIL else "", now))
 
         # 5. python / torch (bundled trainer) or the command's program
         what = "Python found" if profile.uses_bundled_trainer else "Program found"

@@ -17,6 +17,7 @@ from ...gpu.sample import GpuSnapshot
 from ...words import age_at as _age, cpu_use, duration as _duration, gpu_busy, one_line as _one_line, signame as _signame
 from .checks.ended import (checkpoint_check, exit_check, no_exit_check, root_cause_check, stop_lives_on_check,
                            stopped_checks, stopping_check, traceback_check)
+from .checks.checkpoints import checkpoint_check as checkpoint_check_of, runway_check
 from .checks.gpus import gpus_check
 from .checks.loss import loss_check
 from .checks.launch import (DISK_HINT, last_line, launch_cmd_check, launch_json_check, launch_json_missing_check,
@@ -104,8 +105,11 @@ def evaluate(ev: Evidence, limits: Limits = Limits(), *, stop_slack_s: float = S
     has no role left (never a stall), a failed compile or a reported error is FAILED.
     A full disk (free space of the run dir's filesystem, ENOSPC in the log or launch.out) is
     a failing "disk" check and the first words of a failing verdict's summary.
+    The run's checkpoints (run/evidence/checkpoints.py) give the "checkpoint" check and, while it
+    lives, the disk runway of the next ones the "disk" check (warn: the one after the next
+    cannot fit; fail: the next cannot); neither changes the verdict.
     """
-    return _with_bad_files(_with_loss(_judge(ev, limits, stop_slack_s, memory if memory is not None else LookMemory()), ev), ev)
+    return _with_bad_files(_with_loss(_with_checkpoints(_judge(ev, limits, stop_slack_s, memory if memory is not None else LookMemory()), ev), ev), ev)
 
 
 def _with_loss(cl: Checklist, ev: Evidence) -> Checklist:
@@ -122,6 +126,19 @@ def _with_loss(cl: Checklist, ev: Evidence) -> Checklist:
     if d is not None and cl.verdict in (Verdict.STARTING, Verdict.RUNNING):
         return replace(cl, verdict=Verdict.DIVERGED, checks=checks, summary=_one_line(d.words(), 400))
     return cl.with_parts(checks=checks)
+
+
+def _with_checkpoints(cl: Checklist, ev: Evidence) -> Checklist:
+    """The checklist with the run's checkpoints judged (`checkpoint`: the last complete one; a
+    warn for a torn newest one or saves that stopped) and, while the run lives, the disk runway
+    of the next ones (`disk`). Neither changes the verdict; a check the ladder already made
+    (the log's checkpoint of a STOPPED run, a full disk) stands."""
+    have = {c.id for c in cl.checks}
+    alive = cl.verdict.alive
+    extra = [c for c in (checkpoint_check_of(ev.checkpoints, ev.now, alive),
+                         runway_check(ev.runway) if alive else None)
+             if c is not None and c.id not in have]
+    return cl.with_parts(checks=[*cl.checks, *extra]) if extra else cl
 
 
 def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from ...contract.rundir import ExitRecord, LaunchRecord, ProbeReport, StopRecord, TrainStatus
 
 from ..evidence.activity import Activity
+from ..evidence.checkpoints import CheckpointsView
 from ..evidence.metric_files.reader import MetricsView
 from ..evidence.observe import Evidence, process_matches
+from ..evidence.runway import DiskRunway
 from ..evidence.step_clock import eta_s
 from .checklist import Checklist
 
@@ -94,6 +96,8 @@ class RunReport:
     # node's own report); empty for a run on one host.
     nodes: tuple = ()
     metrics: MetricsView | None = None   # metric lines and files: sources, newest points (run/evidence/metric_files/)
+    checkpoints: CheckpointsView | None = None  # the run's checkpoints, judged (run/evidence/checkpoints.py)
+    runway: DiskRunway | None = None            # whether the next checkpoints fit (run/evidence/runway.py)
 
 
 def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str,
@@ -110,4 +114,5 @@ def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_labe
         pid_alive=alive,
         uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
         connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback,
-        progress=RunProgress.of(ev), activity=ev.activity, probes=list(ev.probes), metrics=ev.metrics)
+        progress=RunProgress.of(ev), activity=ev.activity, probes=list(ev.probes), metrics=ev.metrics,
+        checkpoints=ev.checkpoints, runway=ev.runway)

@@ -1,0 +1,338 @@
+"""A run's checkpoints as evidence: found, each judged complete or torn, with bounded reads.
+
+Found with one bounded `find_files` (RemoteOps: the agent and ShellOps alike) under the run dir
+(CHECKPOINT_DEPTH directories down) and the folders a profile names (`checkpoints = ["ckpt/",
+"~/out"]`, relative to the run dir). The formats, each judged by its own rule
+(run/evidence/checkpoint_formats.py judges the bytes):
+
+| format        | what it is                                  | complete when                         |
+| dflash-train  | checkpoints/step-N/{state.pt, meta.json}    | meta.json (written last), state.pt whole |
+| hf            | checkpoint-N/ (Hugging Face Trainer)        | trainer_state.json (written last) parses; every weight file whole |
+| dcp           | a folder of *.distcp (torch.distributed.checkpoint) | .metadata (renamed into place last) |
+| lightning     | *.ckpt                                      | a whole zip                           |
+| torch.save    | *.pt, *.pth named as a checkpoint           | a whole zip                           |
+| safetensors   | *.safetensors on its own                    | header offsets end at the file's size |
+
+The search runs every 5 s at most, twice per checkpoint interval where saves come faster.
+A checkpoint whose last write is younger than WRITING_S and is not complete is being written:
+neither complete nor torn yet. Every file is judged once per (inode, size, mtime); a look judges
+at most JUDGE_PER_LOOK new files (the newest first), the rest at the next looks.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import statistics
+from dataclasses import dataclass, field
+
+from ...contract.rundir import CHECKPOINT_META, CHECKPOINTS_DIR, HISTORY_DIR, PROBE_DIR, inert_text
+from ...remote.base import TargetError, is_transport_failure
+from ...remote.ops import FileStat, RemoteOps
+from .checkpoint_formats import (SAFETENSORS_HEAD_BYTES, SAFETENSORS_HEADER_MAX, TRAINER_STATE_MAX, ZIP_TAIL_BYTES,
+                                 is_zip, judge_safetensors, judge_trainer_state, judge_zip,
+                                 safetensors_header_length)
+from .memory import Bounded
+
+CHECKPOINT_DEPTH = 3          # directories below the run dir (and below each named folder)
+MAX_ENTRIES = 20_000          # entries a search looks at in all (the agent's bound)
+MAX_FOUND = 2_000             # files found in all
+JUDGE_PER_LOOK = 32           # files newly judged per look
+WRITING_S = 60.0              # an incomplete checkpoint younger than this is being written
+STALE_INTERVALS = 3           # no new checkpoint for this many intervals: a warn
+PATTERNS = ("*.ckpt", "*.pt", "*.pth", "*.bin", "*.safetensors", ".metadata", "*.distcp",
+            "trainer_state.json", CHECKPOINT_META)
+SKIP = (HISTORY_DIR, PROBE_DIR, "__pycache__", "node_modules")
+_HF_DIR = re.compile(r"^checkpoint-(\d+)$")
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_STEP_IN_NAME = re.compile(r"(?:step|iter|global_step|checkpoint|ckpt)[=_-]?(\d+)", re.IGNORECASE)
+_CHECKPOINT_WORD = re.compile(r"ckpt|checkpoint|step|epoch", re.IGNORECASE)
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth")
+MAX_FILES_JUDGED = 64         # weight files judged in one checkpoint folder
+HEADER_READ_MAX = 8 << 20     # the longest safetensors header read (one read's cap)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: str
+    format: str                   # "hf", "dcp", "lightning", "torch.save", "safetensors", "dflash-train"
+    step: int | None
+    bytes: int
+    mtime: float                  # its newest file's last write (target clock)
+    why: str = ""                 # "" complete; else why it is torn
+    writing: bool = False         # incomplete and written to within WRITING_S
+
+    @property
+    def complete(self) -> bool:
+        return not self.why and not self.writing
+
+    def to_dict(self, now: float) -> dict:
+        return {"step": self.step, "path": self.path, "format": self.format, "bytes": self.bytes,
+                "age_s": round(max(0.0, now - self.mtime), 1)}
+
+
+@dataclass(frozen=True)
+class CheckpointsView:
+    """What the last search found: every checkpoint by last write, and what stopped it early."""
+
+    found: tuple[Checkpoint, ...] = ()      # oldest first
+    notes: tuple[str, ...] = ()
+    unjudged: int = 0                       # files left for the next looks
+
+    @property
+    def complete(self) -> list[Checkpoint]:
+        return [c for c in self.found if c.complete]
+
+    @property
+    def last_complete(self) -> Checkpoint | None:
+        done = self.complete
+        return done[-1] if done else None
+
+    @property
+    def newest(self) -> Checkpoint | None:
+        return self.found[-1] if self.found else None
+
+    @property
+    def torn(self) -> list[Checkpoint]:
+        return [c for c in self.found if c.why]
+
+    @property
+    def interval_s(self) -> float | None:
+        """The median time between the last saves (up to 6 complete ones); None below two."""
+        times = [c.mtime for c in self.complete][-6:]
+        gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+        return statistics.median(gaps) if gaps else None
+
+    @property
+    def step_interval(self) -> int | None:
+        """Steps between the last two complete saves that name a step; None without two."""
+        steps = [c.step for c in self.complete if c.step is not None][-2:]
+        return steps[1] - steps[0] if len(steps) == 2 and steps[1] > steps[0] else None
+
+    def to_json(self, now: float) -> dict:
+        last = self.last_complete
+        interval = self.interval_s
+        return {"last_complete": last.to_dict(now) if last else None,
+                "torn": [{"path": c.path, "why": c.why} for c in self.torn],
+                "interval_s": round(interval, 1) if interval is not None else None,
+                "notes": list(self.notes)}
+
+
+def search_roots(run_dir: str, named: tuple[str, ...]) -> list[str]:
+    """The run dir and a profile's `checkpoints` folders (relative to it; "~/" on the target)."""
+    roots = [run_dir]
+    for p in named:
+        root = p if p.startswith(("/", "~/")) else posixpath.join(run_dir, p)
+        root = root.rstrip("/") or "/"
+        if root not in roots:
+            roots.append(root)
+    return roots
+
+
+def cadence(every_s: float, view: CheckpointsView | None) -> float:
+    """How often to look again: every `every_s`, and at least twice per checkpoint interval
+    (never more than once a second), so a save is seen before the next one."""
+    interval = view.interval_s if view is not None else None
+    return min(every_s, max(1.0, interval / 2)) if interval else every_s
+
+
+@dataclass
+class _Group:
+    path: str
+    format: str
+    step: int | None
+    files: list[FileStat] = field(default_factory=list)
+
+
+def group(files: tuple[FileStat, ...], named_roots: tuple[str, ...] = ()) -> list[_Group]:
+    """The found files as checkpoints: a folder of one format's files, or a file on its own.
+    A .pt/.pth/.bin on its own counts only where its path names a checkpoint (or it lies in a
+    folder the profile names): a saved tensor of data is not one."""
+    by_dir: dict[str, list[FileStat]] = {}
+    for f in files:
+        by_dir.setdefault(posixpath.dirname(f.path), []).append(f)
+    out: list[_Group] = []
+    for d, fs in by_dir.items():
+        name = posixpath.basename(d)
+        names = {posixpath.basename(f.path) for f in fs}
+        hf, bundled = _HF_DIR.match(name), _STEP_DIR.match(name)
+        if bundled and posixpath.basename(posixpath.dirname(d)) == CHECKPOINTS_DIR:
+            out.append(_Group(d, "dflash-train", int(bundled.group(1)), fs))
+        elif hf or "trainer_state.json" in names:
+            out.append(_Group(d, "hf", int(hf.group(1)) if hf else None, fs))
+        elif ".metadata" in names or any(n.endswith(".distcp") for n in names):
+            out.append(_Group(d, "dcp", _step_of(name), fs))
+        else:
+            for f in fs:
+                fmt = _file_format(f.path, named_roots)
+                if fmt:
+                    out.append(_Group(f.path, fmt, _step_of(posixpath.basename(f.path)) or _step_of(name), [f]))
+    return out
+
+
+def _file_format(path: str, named_roots: tuple[str, ...]) -> str:
+    base = posixpath.basename(path)
+    if base.endswith(".ckpt"):
+        return "lightning"
+    if base.endswith(".safetensors"):
+        return "safetensors"
+    if base.endswith((".pt", ".pth", ".bin")) and (
+            _CHECKPOINT_WORD.search(path) or any(path.startswith(r + "/") for r in named_roots)):
+        return "torch.save"
+    return ""
+
+
+def _step_of(name: str) -> int | None:
+    m = _STEP_IN_NAME.search(name)
+    if m is None:
+        return None
+    try:
+        return int(m.group(1))
+    except ValueError:
+        return None
+
+
+class CheckpointLooks:
+    """One run's checkpoints across looks: the judged files (by inode, size, mtime) and the last
+    search. `look` searches at most every `every_s` seconds of the target's clock."""
+
+    def __init__(self, named: tuple[str, ...] = (), every_s: float = 5.0) -> None:
+        self.named = tuple(named)
+        self.every_s = every_s
+        self.judged: Bounded[tuple, tuple[str, int | None]] = Bounded(8192)
+        self.view: CheckpointsView | None = None
+        self.roots: list[str] = []
+        self._at: float | None = None
+
+    def due(self, now: float) -> bool:
+        return self._at is None or not (0 <= now - self._at < cadence(self.every_s, self.view))
+
+    async def look(self, ops: RemoteOps, run_dir: str, now: float) -> CheckpointsView | None:
+        if not self.due(now):
+            return self.view
+        self._at = now
+        self.roots = search_roots(run_dir, self.named)
+        try:
+            found = await ops.find_files(self.roots, PATTERNS, max_depth=CHECKPOINT_DEPTH,
+                                         max_entries=MAX_ENTRIES, max_found=MAX_FOUND, skip=SKIP)
+        except TargetError as exc:
+            if is_transport_failure(exc):
+                raise
+            self.view = CheckpointsView(notes=(inert_text(str(exc))[:200],))
+            return self.view
+        named_roots = tuple(self.roots[1:])
+        groups = group(found.files, named_roots)
+        groups.sort(key=lambda g: max(f.mtime for f in g.files), reverse=True)
+        budget = [JUDGE_PER_LOOK]
+        checkpoints, unjudged = [], 0
+        for g in groups:
+            c, left = await self._judge(ops, g, now, budget)
+            unjudged += left
+            if c is not None:
+                checkpoints.append(c)
+        checkpoints.sort(key=lambda c: (c.mtime, c.step if c.step is not None else -1))
+        notes = list(found.notes)
+        if unjudged:
+            notes.append(f"{unjudged} checkpoint file(s) left to judge at the next looks")
+        self.view = CheckpointsView(tuple(checkpoints), tuple(notes), unjudged)
+        return self.view
+
+    async def _judge(self, ops: RemoteOps, g: _Group, now: float, budget: list[int]) -> tuple[Checkpoint | None, int]:
+        """The group as a Checkpoint (None while any of its files waits for the budget) and
+        how many of its files wait."""
+        files = {posixpath.basename(f.path): f for f in g.files}
+        mtime = max(f.mtime for f in g.files)
+        total = sum(f.size for f in g.files)
+        step, why = g.step, ""
+        if g.format == "hf":
+            state = files.get("trainer_state.json")
+            if state is None:
+                why = "no trainer_state.json (the Trainer writes it last)"
+            else:
+                r = await self._file(ops, state, budget, "trainer_state")
+                if r is None:
+                    return None, 1
+                why, step = r[0], (r[1] if r[1] is not None else step)
+            weights = [f for n, f in sorted(files.items()) if n.endswith(_WEIGHTS)][:MAX_FILES_JUDGED]
+            if not why and not any(n.startswith(("model", "pytorch_model", "adapter_model")) for n in files):
+                why = "no weight file (model.safetensors, pytorch_model.bin)"
+            why, waiting = (why, 0) if why else await self._all_whole(ops, weights, budget)
+            if waiting:
+                return None, waiting
+        elif g.format == "dflash-train":
+            if CHECKPOINT_META not in files:
+                why = f"no {CHECKPOINT_META} (the trainer writes it last)"
+            elif "state.pt" not in files:
+                why = "no state.pt"
+            else:
+                why, waiting = await self._all_whole(ops, [files["state.pt"]], budget)
+                if waiting:
+                    return None, waiting
+        elif g.format == "dcp":
+            meta = files.get(".metadata")
+            if meta is None:
+                why = "no .metadata (torch.distributed.checkpoint renames it into place last)"
+            elif meta.size == 0:
+                why = ".metadata is empty"
+        else:
+            (f,) = g.files
+            r = await self._file(ops, f, budget, "safetensors" if g.format == "safetensors" else "zip")
+            if r is None:
+                return None, 1
+            why = r[0]
+            if why == "not a zip":
+                return None, 0      # a legacy (pickle) torch.save or not a checkpoint at all: not judged
+        writing = bool(why) and 0 <= now - mtime < WRITING_S
+        return Checkpoint(g.path, g.format, step, total, mtime, "" if writing else why, writing), 0
+
+    async def _all_whole(self, ops: RemoteOps, files: list[FileStat], budget: list[int]) -> tuple[str, int]:
+        """The first weight file that is not whole, in words ("" when all are), and how many
+        files wait for the budget."""
+        waiting = 0
+        for f in files:
+            kind = "safetensors" if f.path.endswith(".safetensors") else "zip"
+            r = await self._file(ops, f, budget, kind)
+            if r is None:
+                waiting += 1
+            elif r[0] and r[0] != "not a zip":
+                return f"{posixpath.basename(f.path)}: {r[0]}", 0
+        return "", waiting
+
+    async def _file(self, ops: RemoteOps, f: FileStat, budget: list[int], kind: str) -> tuple[str, int | None] | None:
+        """(why, step) of one file, from the memory or from bounded reads; None when this
+        look's budget is spent."""
+        key = (f.path, f.inode, f.size, f.mtime, kind)
+        if key in self.judged:
+            return self.judged[key]
+        if budget[0] <= 0:
+            return None
+        budget[0] -= 1
+        try:
+            r = await _judge_file(ops, f, kind)
+        except TargetError as exc:
+            if is_transport_failure(exc):
+                raise
+            r = (f"cannot read it: {inert_text(str(exc))[:160]}", None)
+        self.judged.remember(key, r)
+        return r
+
+
+async def _judge_file(ops: RemoteOps, f: FileStat, kind: str) -> tuple[str, int | None]:
+    if f.error:
+        return f"cannot read it: {f.error}", None
+    if kind == "trainer_state":
+        chunk = await ops.read(f.path, 0, TRAINER_STATE_MAX)
+        return judge_trainer_state(chunk.data, chunk.size)
+    if kind == "safetensors":
+        head = await ops.read(f.path, 0, SAFETENSORS_HEAD_BYTES)
+        n = safetensors_header_length(head.data)
+        if n is not None and len(head.data) < 8 + n <= min(head.size, 8 + SAFETENSORS_HEADER_MAX):
+            if 8 + n > HEADER_READ_MAX:
+                return "", None   # a header this long is read no further: it fits, that is all we know
+            head = await ops.read(f.path, 0, 8 + n)
+        return judge_safetensors(head.data, head.size), None
+    head = await ops.read(f.path, 0, 4)
+    if not is_zip(head.data):
+        return ("not a zip" if head.size >= 4 else f"{head.size} bytes: too short for a zip"), None
+    tail = await ops.read_tail(f.path, ZIP_TAIL_BYTES)
+    return judge_zip(tail.data, tail.size), None
