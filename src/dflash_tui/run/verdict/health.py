@@ -487,9 +487,12 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None)
     """
     alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
     gpus = gpus_check(snap, ev, alive)
-    run_gpus = {g.index for g in snap.gpus if any(p.is_run_process for p in g.processes)} if snap else None
-    # The node's GPU health goes before "gpus", which stays the last check (scripts read it there).
-    checks = [*checklist.checks, gpu_health_check(snap, run_gpus=run_gpus or None), gpus]
+    checks = [*checklist.checks, gpus]
+    if snap is not None and snap.gpus and snap.error is None:
+        # The node's GPU health, where its GPUs were read (no GPU, no driver, a lost GPU: "gpus"
+        # says it once), before "gpus", which stays the last check (scripts read it there).
+        run_gpus = {g.index for g in snap.gpus if any(p.is_run_process for p in g.processes)}
+        checks.insert(-1, gpu_health_check(snap, run_gpus=run_gpus or None))
     facts = gpu_facts(snap)
     if gpus.state is FAIL and alive and checklist.verdict in (Verdict.STARTING, Verdict.RUNNING):
         pid = ev.launch.pid if ev.launch is not None else "?"
