@@ -52,43 +52,44 @@ class GpuFault:
     state: CheckState      # FAIL or WARN
     reason: str            # "1 uncorrectable ECC error since the driver loaded"
     hint: str
+    kind: str = ""         # lost, ecc, retired, remap, remap_failed, pcie_width, xid, ecc_life, clocks, pcie_gen
 
 
 def gpu_faults(g: GpuSample) -> list[GpuFault]:
     """Every fault of one GPU, the failing ones first."""
     out: list[GpuFault] = []
 
-    def add(state: CheckState, reason: str, hint: str) -> None:
-        out.append(GpuFault(g.index, state, reason, hint))
+    def add(kind: str, state: CheckState, reason: str, hint: str) -> None:
+        out.append(GpuFault(g.index, state, reason, hint, kind))
 
     reset = "drain the node and reset the GPU (nvidia-smi -r) or reboot, then launch"
     if g.lost:
-        add(FAIL, f"fell off the bus (Xid {g.last_xid or 79})", "check dmesg for Xid 79; " + reset)
+        add("lost", FAIL, f"fell off the bus (Xid {g.last_xid or 79})", "check dmesg for Xid 79; " + reset)
         return out
     if g.ecc_errors_uncorrected:
-        add(FAIL, f"{g.ecc_errors_uncorrected} uncorrectable ECC error(s) since the driver loaded", reset)
+        add("ecc", FAIL, f"{g.ecc_errors_uncorrected} uncorrectable ECC error(s) since the driver loaded", reset)
     if g.retired_pages_pending:
-        add(FAIL, "a memory page waits for retirement", reset)
+        add("retired", FAIL, "a memory page waits for retirement", reset)
     if g.remap_pending:
-        add(FAIL, "a row remap is pending", reset)
+        add("remap", FAIL, "a row remap is pending", reset)
     if g.remap_failed:
-        add(FAIL, "a row remap failed", "the GPU needs service (RMA): exclude the node")
+        add("remap_failed", FAIL, "a row remap failed", "the GPU needs service (RMA): exclude the node")
     if g.pcie_width is not None and g.pcie_width_max and g.pcie_width < g.pcie_width_max:
-        add(FAIL, f"PCIe link x{g.pcie_width} of x{g.pcie_width_max}",
+        add("pcie_width", FAIL, f"PCIe link x{g.pcie_width} of x{g.pcie_width_max}",
             "reseat the GPU or check the riser/slot: every host-device copy runs at a fraction")
     if g.last_xid in NODE_XIDS:
-        add(FAIL, f"Xid {g.last_xid} ({NODE_XIDS[g.last_xid]})", "check dmesg; " + reset)
+        add("xid", FAIL, f"Xid {g.last_xid} ({NODE_XIDS[g.last_xid]})", "check dmesg; " + reset)
     elif g.last_xid is not None:
-        add(WARN, f"Xid {g.last_xid} (a fault of a program on the GPU)", "see dmesg for the process")
+        add("xid", WARN, f"Xid {g.last_xid} (a fault of a program on the GPU)", "see dmesg for the process")
     if not g.ecc_errors_uncorrected and g.ecc_errors_uncorrected_aggregate:
-        add(WARN, f"{g.ecc_errors_uncorrected_aggregate} uncorrectable ECC error(s) over its life",
+        add("ecc_life", WARN, f"{g.ecc_errors_uncorrected_aggregate} uncorrectable ECC error(s) over its life",
             "watch it: more of them is a GPU to replace")
     hw = [HW_THROTTLES[r] for r in g.throttle_reasons if r in HW_THROTTLES]
     if hw:
-        add(WARN, f"clocks held down: {', '.join(hw)}", "check the node's cooling and power supply")
+        add("clocks", WARN, f"clocks held down: {', '.join(hw)}", "check the node's cooling and power supply")
     if (g.pcie_gen is not None and g.pcie_gen_max and g.pcie_gen < g.pcie_gen_max
             and (g.util_sm_pct or 0) >= BUSY_FOR_LINK_PCT):
-        add(WARN, f"PCIe gen {g.pcie_gen} of {g.pcie_gen_max} while busy", "check the slot's BIOS link setting")
+        add("pcie_gen", WARN, f"PCIe gen {g.pcie_gen} of {g.pcie_gen_max} while busy", "check the slot's BIOS link setting")
     out.sort(key=lambda f: f.state is not FAIL)
     return out
 
@@ -105,7 +106,7 @@ def gpu_health_check(snap: GpuSnapshot | None, *, where: str = "", run_gpus: set
     faults = [f for g in sorted(snap.gpus, key=lambda g: g.index) for f in gpu_faults(g)]
     if run_gpus:
         faults = [f if f.index in run_gpus or f.state is not FAIL
-                  else GpuFault(f.index, WARN, f"{f.reason} (no process of the run on it)", f.hint)
+                  else GpuFault(f.index, WARN, f"{f.reason} (no process of the run on it)", f.hint, f.kind)
                   for f in faults]
     failing = [f for f in faults if f.state is FAIL]
     if failing or faults:
