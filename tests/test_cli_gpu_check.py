@@ -80,9 +80,15 @@ def test_lost_gpu_fails_the_check_and_a_live_run(tmp_path):
     cfg = write_config(tmp_path, gpu=local(run_dir, "beat", "--device=cuda:0"))
     lost = {**FAKE, "DFLASH_FAKE_NVML_LOST": "1"}
 
-    # --launch's final check and its --wait loop: a lost GPU decides at once.
+    # The preflight's "gpu_health" refuses a launch onto a host with a lost GPU, naming it.
+    res = cli(tmp_path, "--config", str(cfg), "--launch", "--json", env=lost)
+    out = json.loads(res.stdout)
+    assert res.returncode == 1 and out["verdict"] == "NOT LAUNCHED", res.stdout
+    assert out["summary"] == "GPU 1 on local: fell off the bus (Xid 79)"
+
+    # Past the preflight, --launch's final check and its --wait loop: a lost GPU decides at once.
     t0 = time.monotonic()
-    res = cli(tmp_path, "--config", str(cfg), "--launch", "--json", "--wait", "30", env=lost)
+    res = cli(tmp_path, "--config", str(cfg), "--launch", "--json", "--no-preflight", "--wait", "30", env=lost)
     out = json.loads(res.stdout)
     assert res.returncode == 1 and out["exit_code"] == 1 and out["verdict"] == "GPU LOST", res.stdout
     assert time.monotonic() - t0 < 20

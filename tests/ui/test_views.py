@@ -494,3 +494,25 @@ async def test_metrics_a_series_that_appears_mid_run_is_charted_at_once():
         await until(pilot, lambda: "train/lr" in metrics.series)
         await until(pilot, lambda: len(app.query(MetricChart)) == 3, timeout=CHART_MIN_S * 0.6)
         assert "TensorBoard tb, 2 tags" in screen_text(app)
+
+
+async def test_the_gpus_tab_names_each_gpus_health_fault():
+    from dflash_tui.gpu import fake_nvml
+    from dflash_tui.gpu.codec import snapshot_from_dict
+    from dflash_tui.gpu.nvml_reader import NvmlReader
+
+    fake = fake_nvml.FakeNvml(2)
+    fake.fault(0, "remap")
+    fake.fault(1, "pcie_x8")
+    snap = snapshot_from_dict(NvmlReader(fake_nvml.loader(fake)).sample())
+    app, _ = app_with(gpus=[snap])
+    async with app.run_test(size=(160, 48)) as pilot:
+        pane = app.query_one(GpuPane)
+        await shown(pilot, app)
+        await pilot.press("3")
+        await until(pilot, lambda: pane.snapshot is snap)
+        pane.draw()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "! a row remap is pending" in text and "! PCIe link x8 of x16" in text, text
+        assert "PCIe 5x8" in text

@@ -21,7 +21,10 @@ class ProbeAnswerError(ValueError):
 
 _FLOAT_FIELDS = ("util_sm_pct", "util_mem_pct", "temperature_c", "power_w", "power_limit_w")
 _INT_FIELDS = ("mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz",
-               "ecc_errors_uncorrected", "xid_errors", "last_xid")
+               "ecc_errors_uncorrected", "xid_errors", "last_xid", "ecc_errors_uncorrected_aggregate",
+               "retired_pages", "remapped_rows_uncorrectable", "pcie_gen", "pcie_gen_max", "pcie_width",
+               "pcie_width_max", "energy_mj")
+_BOOL_FIELDS = ("retired_pages_pending", "remap_pending", "remap_failed")
 
 
 def _opt(value: Any, kind: type, where: str) -> Any:
@@ -85,6 +88,11 @@ def sample_from_dict(d: Any) -> GpuSample:
         raise ProbeAnswerError("processes should be a list")
     kwargs["processes"] = tuple(process_from_dict(p) for p in procs)
     kwargs["lost"] = bool(d.get("lost", False))
+    for name in _BOOL_FIELDS:
+        value = d.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise ProbeAnswerError(f"{name} should be true, false or null, got {type(value).__name__}")
+        kwargs[name] = value
     return GpuSample(**kwargs)
 
 

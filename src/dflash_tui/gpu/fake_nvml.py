@@ -22,6 +22,14 @@ Failure scenarios, each reproducing what the real library does:
   GPU) raises NotFound, and `FakeGpu(unsupported={"process_utilization"})` NotSupported (as
   on GPUs and vGPUs without per-process accounting).
 - `missing_module_loader()`: `import pynvml` itself fails (python package not installed).
+- Node faults (`FakeGpu` fields, or `.fault(i, name)` with a name of FAULTS): uncorrectable ECC
+  (volatile and aggregate), a page waiting for retirement, a row remap pending or failed, a
+  PCIe link trained narrower than its maximum, hardware slowdown and power-brake clock
+  reasons, and Xid events queued for whoever registers for the GPU's events (the driver's
+  events reach only a listener that was there: an Xid before it is in the kernel log only).
+- The total-energy counter integrates the power drawn on the fake's clock (mJ), so that it
+  agrees with power integrated over time as the real one does; `unsupported={"energy"}` is a
+  GPU older than Volta.
 """
 
 from __future__ import annotations
@@ -46,12 +54,14 @@ NVML_CLOCK_SM = _real.NVML_CLOCK_SM
 NVML_CLOCK_MEM = _real.NVML_CLOCK_MEM
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = _real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 NVML_VOLATILE_ECC = _real.NVML_VOLATILE_ECC
+NVML_AGGREGATE_ECC = _real.NVML_AGGREGATE_ECC
 nvmlEventTypeXidCriticalError = _real.nvmlEventTypeXidCriticalError
 nvmlMemory_v2 = _real.nvmlMemory_v2
 
 #: Field groups a FakeGpu can declare unsupported (the getter raises NotSupported).
 FIELDS = frozenset({"utilization", "memory", "temperature", "power", "power_limit", "clocks",
-                    "max_clocks", "throttle", "ecc", "processes", "events", "process_utilization"})
+                    "max_clocks", "throttle", "ecc", "processes", "events", "process_utilization",
+                    "retired_pages", "remapped_rows", "pcie", "energy"})
 PROCESS_SAMPLE_S = 1 / 6      # the driver's per-process sampling period
 
 
@@ -72,7 +82,19 @@ class FakeGpu:
     unsupported: set[str] = field(default_factory=set)
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     process_util: dict[int, tuple[float, float]] = field(default_factory=dict)   # pid -> (SM %, mem %)
-    ecc_uncorrected: int = 0
+    ecc_uncorrected: int = 0                   # volatile: since the driver loaded
+    ecc_uncorrected_aggregate: int = 0         # over the board's life
+    retired_pages: int = 0
+    retired_pending: bool = False
+    remap_unc_rows: int = 0
+    remap_pending: bool = False
+    remap_failed: bool = False
+    pcie_gen: int = 5
+    pcie_gen_max: int = 5
+    pcie_width: int = 16
+    pcie_width_max: int = 16
+    energy_mj: float = 4.2e9                   # the counter since the driver loaded
+    xids_on_register: list[int] = field(default_factory=list)   # Xids a new listener receives
     throttle_mask: int = 0x1                   # gpu_idle
     lost: bool = False
     open_error: int | None = None              # NVML_ERROR_* that getting its handle raises
@@ -119,6 +141,7 @@ class FakeNvml:
         self.init_calls = 0
         self.calls = 0
         self.clock: Callable[[], float] = time.time    # the driver's timestamps (CPU clock)
+        self._energy_at: dict[int, float] = {}          # GPU index -> clock of its counter's last update
 
     # -- scenario controls -----------------------------------------------------------------
 
@@ -148,6 +171,38 @@ class FakeNvml:
     def spin(self, index: int) -> None:
         """GPU `index` runs a kernel that spins: always busy, no arithmetic."""
         self.set_load(index, 100.0, 0.0)
+
+    def fault(self, index: int, name: str) -> None:
+        """Give GPU `index` the node fault `name` (FAULTS: "ecc", "xid=48", "pcie_x8", ...)."""
+        g = self.gpus[index]
+        kind, _, value = name.partition("=")
+        if kind == "ecc":
+            g.ecc_uncorrected += 1
+            g.ecc_uncorrected_aggregate += 1
+        elif kind == "ecc_aggregate":
+            g.ecc_uncorrected_aggregate += 2
+        elif kind == "retired_pending":
+            g.retired_pages += 1
+            g.retired_pending = True
+        elif kind == "remap":
+            g.remap_unc_rows += 1
+            g.remap_pending = True
+        elif kind == "remap_failed":
+            g.remap_failed = True
+        elif kind.startswith("pcie_x") and kind[6:].isdigit():
+            g.pcie_width = int(kind[6:])
+        elif kind.startswith("pcie_gen") and kind[8:].isdigit():
+            g.pcie_gen = int(kind[8:])
+        elif kind == "hw_slowdown":
+            g.throttle_mask |= 0x8
+        elif kind == "power_brake":
+            g.throttle_mask |= 0x8 | 0x80
+        elif kind == "thermal":
+            g.throttle_mask |= 0x40
+        elif kind == "xid" and value.isdigit():
+            g.xids_on_register.append(int(value))
+        else:
+            raise ValueError(f"unknown fake GPU fault {name!r}; known: {', '.join(FAULTS)}")
 
     def inject_xid(self, index: int, xid: int) -> None:
         with self._lock:
@@ -279,7 +334,47 @@ class FakeNvml:
     nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
 
     def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, error_type: int, counter_type: int) -> int:
-        return self._gpu(handle, "ecc").ecc_uncorrected
+        g = self._gpu(handle, "ecc")
+        return g.ecc_uncorrected_aggregate if counter_type == NVML_AGGREGATE_ECC else g.ecc_uncorrected
+
+    def nvmlDeviceGetRetiredPages(self, handle: _Handle, source_filter: int) -> list[int]:
+        g = self._gpu(handle, "retired_pages")
+        # The pending page counts as double-bit, the rest as single-bit: two calls add them up.
+        dbe = 1 if g.retired_pending else 0
+        n = dbe if source_filter == _real.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR else g.retired_pages - dbe
+        return [0x1000 * (k + 1) for k in range(max(0, n))]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: _Handle) -> int:
+        g = self._gpu(handle, "retired_pages")
+        return _real.NVML_FEATURE_ENABLED if g.retired_pending else _real.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
+        g = self._gpu(handle, "remapped_rows")
+        return (0, g.remap_unc_rows, int(g.remap_pending), int(g.remap_failed))
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: _Handle) -> int:
+        g = self._gpu(handle, "pcie")
+        # Like the real link: an idle GPU trains down to gen 1 to save power.
+        return 1 if g.load_pct == 0 and g.pcie_gen == g.pcie_gen_max else g.pcie_gen
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: _Handle) -> int:
+        return self._gpu(handle, "pcie").pcie_gen_max
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: _Handle) -> int:
+        return self._gpu(handle, "pcie").pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: _Handle) -> int:
+        return self._gpu(handle, "pcie").pcie_width_max
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: _Handle) -> int:
+        """mJ since the driver loaded: the power drawn, integrated on the fake's clock."""
+        g = self._gpu(handle, "energy")
+        now = self.clock()
+        last = self._energy_at.get(handle.index)
+        if last is not None and now > last:
+            g.energy_mj += self.nvmlDeviceGetPowerUsage(handle) * (now - last)
+        self._energy_at[handle.index] = now
+        return int(g.energy_mj)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
         g = self._gpu(handle, "processes")
@@ -312,8 +407,10 @@ class FakeNvml:
         return key
 
     def nvmlDeviceRegisterEvents(self, handle: _Handle, event_types: int, event_set: int) -> None:
-        self._gpu(handle, "events")
+        g = self._gpu(handle, "events")
         self._event_sets[event_set].add(handle.index)
+        for xid in g.xids_on_register:
+            self.inject_xid(handle.index, xid)
 
     def nvmlEventSetWait(self, event_set: int, timeout_ms: int) -> SimpleNamespace:
         self._check_ready()
@@ -356,6 +453,10 @@ ENV_HANG = "DFLASH_FAKE_NVML_HANG_S"   # every power reading takes this long (a 
 ENV_LOST = "DFLASH_FAKE_NVML_LOST"     # "1,3": these GPUs fell off the bus (Xid 79)
 ENV_SPIN = "DFLASH_FAKE_NVML_SPIN"     # "0,2": these GPUs run a kernel that spins (100 % busy, idle power)
 ENV_UNSUPPORTED = "DFLASH_FAKE_NVML_UNSUPPORTED"   # "power,max_clocks": getters that raise NotSupported
+ENV_FAULTS = "DFLASH_FAKE_NVML_FAULTS"   # "1:ecc,2:pcie_x8,0:xid=48": node faults (FAKE.fault)
+#: The names `FakeNvml.fault` knows ("xid=N", "pcie_xN" and "pcie_genN" take a number).
+FAULTS = ("ecc", "ecc_aggregate", "retired_pending", "remap", "remap_failed", "pcie_xN", "pcie_genN",
+          "hw_slowdown", "power_brake", "thermal", "xid=N")
 _SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
               "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
 _FROM_ENV: FakeNvml | None = None
@@ -368,7 +469,8 @@ def from_env() -> FakeNvml:
     DFLASH_FAKE_NVML_HANG_S (seconds each power reading hangs, as on a failing GPU) and
     DFLASH_FAKE_NVML_LOST (indices of GPUs that fell off the bus, "1,3") and
     DFLASH_FAKE_NVML_SPIN (indices of GPUs that run a kernel that spins, "0") and
-    DFLASH_FAKE_NVML_UNSUPPORTED (field groups every GPU answers NotSupported for, "power")."""
+    DFLASH_FAKE_NVML_UNSUPPORTED (field groups every GPU answers NotSupported for, "power") and
+    DFLASH_FAKE_NVML_FAULTS (node faults, "gpu:fault,...": FakeNvml.fault)."""
     global _FROM_ENV
     if _FROM_ENV is None:
         raw = os.environ.get(ENV_GPUS, "8")
@@ -402,6 +504,12 @@ def from_env() -> FakeNvml:
                              f"known: {', '.join(sorted(FIELDS))}")
         for g in fake.gpus:
             g.unsupported |= unsupported
+        for item in filter(None, os.environ.get(ENV_FAULTS, "").split(",")):
+            index, _, name = item.partition(":")
+            if not index.strip().isdigit() or int(index) >= len(fake.gpus):
+                raise ValueError(f"{ENV_FAULTS}: {item!r} is not gpu:fault for one of the "
+                                 f"{len(fake.gpus)} fake GPUs")
+            fake.fault(int(index), name.strip())
         hang = float(os.environ.get(ENV_HANG, "0") or 0)
         if hang > 0:
             read_power = fake.nvmlDeviceGetPowerUsage

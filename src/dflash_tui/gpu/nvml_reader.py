@@ -58,6 +58,10 @@ NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_FEATURE_ENABLED = 1
 NVML_EVENT_TYPE_XID_CRITICAL_ERROR = 0x8
 # Per-process utilisation on the first look covers this much of the driver's recent samples.
 PROC_UTIL_FIRST_WINDOW_S = 2.0
@@ -98,6 +102,11 @@ REINIT_INTERVAL_S = 10.0
 REINIT_MAX_INTERVAL_S = 300.0
 # Bound on Xid events drained per sample so a storm cannot stall the sampler.
 MAX_EVENTS_PER_SAMPLE = 64
+# The memory-health counters (aggregate ECC, retired pages, row remaps) and the link's maximum
+# change rarely: read on the first sample and then at most this often, so that the health
+# fields cost a 1 Hz sampler about one NVML call per GPU more (the current link and the energy
+# counter, read every sample).
+HEALTH_INTERVAL_S = 10.0
 
 
 def throttle_reason_names(mask):
@@ -191,7 +200,7 @@ def _describe(exc):
 
 class _Device(object):
     __slots__ = ("index", "handle", "name", "uuid", "lost", "xid_registered", "util_since", "proc_util",
-                 "max_sm_clock")
+                 "max_sm_clock", "health", "health_at")
 
     def __init__(self, index, handle, name, uuid):
         self.index = index
@@ -203,6 +212,8 @@ class _Device(object):
         self.util_since = None    # the newest per-process utilisation sample read (driver µs)
         self.proc_util = True     # False once the driver said NOT_SUPPORTED: not asked again
         self.max_sm_clock = None  # MHz once read; False once the driver cannot give it
+        self.health = None        # the slow health fields last read (see HEALTH_INTERVAL_S)
+        self.health_at = None     # monotonic time of that read
 
 
 class NvmlReader(object):
@@ -212,12 +223,13 @@ class NvmlReader(object):
     """
 
     def __init__(self, load, clock=time.time, monotonic=time.monotonic, proc_root="/proc",
-                 gpu_present=None):
+                 gpu_present=None, health_interval=HEALTH_INTERVAL_S):
         """`gpu_present`: asked when NVML cannot start for want of a library or a driver
         (`nvidia_gpu_present` on a real host; None where the NVML is a stand-in): a host with
         no NVIDIA GPU then answers "no_gpu" instead of asking for a driver it does not need."""
         self._load = load
         self._gpu_present = gpu_present
+        self._health_interval = health_interval
         self._clock = clock
         self._monotonic = monotonic
         self._proc_root = proc_root
@@ -418,7 +430,7 @@ class NvmlReader(object):
                 "power_limit_w": None, "sm_clock_mhz": None, "sm_clock_max_mhz": None, "mem_clock_mhz": None,
                 "throttle_reasons": [], "ecc_errors_uncorrected": None,
                 "xid_errors": self._xid_count.get(uuid), "last_xid": self._last_xid.get(uuid),
-                "processes": [], "lost": lost}
+                "processes": [], "lost": lost, "energy_mj": None, "pcie_gen": None, "pcie_width": None}
 
     def _read_gpu(self, nvml, dev):
         h = dev.handle
@@ -450,7 +462,41 @@ class NvmlReader(object):
             "processes": self._with_utilisation(self._processes(nvml, h), self._process_utilisation(nvml, dev),
                                                 util),
             "lost": False,
+            "energy_mj": _int(_optional(nvml, "nvmlDeviceGetTotalEnergyConsumption", h)),
+            "pcie_gen": _int(_optional(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", h)),
+            "pcie_width": _int(_optional(nvml, "nvmlDeviceGetCurrPcieLinkWidth", h)),
+            **self._health(nvml, dev),
         }
+
+    def _health(self, nvml, dev):
+        """The slow health fields of `dev` (uncorrectable ECC since the driver loaded, retired
+        pages and their pending retirement, row remaps pending or failed, the link's maximum),
+        read again only every `health_interval` seconds."""
+        now = self._monotonic()
+        if dev.health is not None and now - dev.health_at < self._health_interval:
+            return dev.health
+        h = dev.handle
+        retired = None
+        for cause in (NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                      NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR):
+            pages = _optional(nvml, "nvmlDeviceGetRetiredPages", h, cause)
+            if pages is not None:
+                retired = (retired or 0) + len(pages)
+        pending = _optional(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", h)
+        remap = _optional(nvml, "nvmlDeviceGetRemappedRows", h)
+        dev.health = {
+            "ecc_errors_uncorrected_aggregate": _int(_field(
+                nvml.nvmlDeviceGetTotalEccErrors, h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC)),
+            "retired_pages": retired,
+            "retired_pages_pending": None if pending is None else int(pending) == NVML_FEATURE_ENABLED,
+            "remapped_rows_uncorrectable": None if remap is None else int(remap[1]),
+            "remap_pending": None if remap is None else bool(remap[2]),
+            "remap_failed": None if remap is None else bool(remap[3]),
+            "pcie_gen_max": _int(_optional(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", h)),
+            "pcie_width_max": _int(_optional(nvml, "nvmlDeviceGetMaxPcieLinkWidth", h)),
+        }
+        dev.health_at = now
+        return dev.health
 
     @staticmethod
     def _max_sm_clock(nvml, dev):
@@ -585,6 +631,12 @@ def _field(fn, *args):
         if code in _FIELD_UNAVAILABLE or type(exc).__name__ == "NVMLLibraryMismatchError":
             return None
         raise
+
+
+def _optional(nvml, name, *args):
+    """`_field` of a getter an older pynvml may not have (None then)."""
+    fn = getattr(nvml, name, None)
+    return None if fn is None else _field(fn, *args)
 
 
 def _memory_info(nvml, handle):

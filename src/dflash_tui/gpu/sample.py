@@ -63,6 +63,18 @@ class GpuSample:
     processes: tuple[GpuProcess, ...] = ()
     lost: bool = False             # fell off the bus since the last sample
     last_xid: int | None = None    # code of the most recent Xid event (e.g. 79: fell off the bus)
+    # Node health (run/verdict/gpu_health.py judges it). None: the driver does not say.
+    ecc_errors_uncorrected_aggregate: int | None = None   # over the GPU's life (the volatile one: since the driver loaded)
+    retired_pages: int | None = None        # pages retired for ECC errors (pre-Ampere; Ampere+ remaps rows)
+    retired_pages_pending: bool | None = None   # a page waits for retirement: the GPU needs a reset
+    remapped_rows_uncorrectable: int | None = None   # rows remapped for uncorrectable errors
+    remap_pending: bool | None = None       # a row remap waits: the GPU needs a reset
+    remap_failed: bool | None = None        # a row remap failed: the GPU needs service
+    pcie_gen: int | None = None             # the PCIe link now (the generation drops at idle to save power)
+    pcie_gen_max: int | None = None         # the most this GPU and slot can train to
+    pcie_width: int | None = None           # lanes now
+    pcie_width_max: int | None = None
+    energy_mj: int | None = None            # the total-energy counter, mJ since the driver loaded (Volta+)
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ class NodesSession:
             ops = await s.ops()
         except TargetError:
             ops = None   # the preflight says which (host down, container stopped), as checks
-        return await s.launcher.preflight(ops, check_live_run=not relaunch)
+        return await s.launcher.preflight(ops, check_live_run=not relaunch, gpu_sample=s.host_gpus)
 
     async def _live(self, i: int, plan: NodePlan, s: Session) -> str | None:
         ev = await s.evidence()

@@ -22,7 +22,8 @@ from typing import Awaitable, Callable, Sequence
 from ..backends import launcher_for
 from ..config import ConfigError, Profile
 from ..gpu.oneshot import OneShotGpuProbe
-from ..gpu.sources import run_ref_from_launch
+from ..gpu.sample import GpuSnapshot
+from ..gpu.sources import RunRef, run_ref_from_launch
 from ..remote.agent import open_ops
 from ..remote.base import Target, TargetError
 from ..remote.ops import RemoteOps
@@ -148,13 +149,21 @@ class Session:
     async def gpu_snapshot(self, ev: Evidence):
         """One GPU snapshot of the profile's host, the run's processes marked. Never raises and
         never takes more than a few seconds: a hung or missing NVML is the snapshot's error."""
+        return await self._gpu_sample(run_ref_from_launch(ev.launch))
+
+    async def host_gpus(self) -> GpuSnapshot:
+        """One GPU snapshot of the profile's host, no process marked (the preflight's
+        "gpu_health"), bounded in time as `gpu_snapshot`."""
+        return await self._gpu_sample(None)
+
+    async def _gpu_sample(self, run: RunRef | None) -> GpuSnapshot:
         if self.transport is not None:
-            return await self.transport.gpu_sample(self.profile, run_ref_from_launch(ev.launch))
+            return await self.transport.gpu_sample(self.profile, run)
         async with self._ops_lock:
             if self._gpu is None:
                 self._gpu = OneShotGpuProbe(self.host, python=self.profile.python)
             gpu = self._gpu
-        return await gpu.sample(run_ref_from_launch(ev.launch))
+        return await gpu.sample(run)
 
     async def with_gpus(self, ev: Evidence, checklist: Checklist) -> Checklist:
         """`checklist` plus the "gpus" check, combined exactly as the dashboard combines it."""
@@ -191,7 +200,7 @@ class Session:
             raise LaunchRefused(f"no checkpoint in {self.profile.run_dir}/checkpoints to resume "
                                 "from; relaunch without resume")
         outcome = await launch_run(self.profile, self.launcher, ops, request, limits=self.limits,
-                                   on_attempt=self._remember)
+                                   on_attempt=self._remember, gpu_sample=self.host_gpus)
         if ref is not None and outcome.run_id:
             outcome.resume_from = ref.words()
         return outcome

@@ -112,8 +112,10 @@ class SlurmLauncher(Launcher):
         return job_argv(argv, self.spec.nodes)
 
     async def preflight(self, ops: RemoteOps | None, *, profile: Profile | None = None,
-                        check_live_run: bool = True) -> PreflightResult:
-        """Everyone's checks, then `sinfo`: a Slurm login host, and the partition is up."""
+                        check_live_run: bool = True, gpu_sample=None) -> PreflightResult:
+        """Everyone's checks, then `sinfo`: a Slurm login host, and the partition is up. No
+        "gpu_health": the login host's GPUs are not the job's, whose node the scheduler picks
+        later (the recovery excludes a node whose GPU failed it during the run)."""
         pre = await super().preflight(ops, profile=profile, check_live_run=check_live_run)
         if pre.ok:
             pre.checks.append(await self._sinfo_check())

@@ -24,7 +24,7 @@ from ..attempts import LaunchAttempt
 from .claim import ClaimRefused, take_claim
 from .launcher import Launcher
 from ..evidence.observe import Evidence
-from .preflight import PreflightResult
+from .preflight import GpuSampler, PreflightResult
 from .probe_install import install_probe
 from .request import LaunchRequest
 from .stop import StopResult
@@ -86,14 +86,16 @@ def _history_name(old_run_id: str | None, now: float) -> str:
 
 
 async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, request: LaunchRequest, *,
-                     limits: Limits | None = None, on_attempt=None) -> LaunchOutcome:
+                     limits: Limits | None = None, on_attempt=None,
+                     gpu_sample: GpuSampler | None = None) -> LaunchOutcome:
     """Launch as `request` asks (run/launch/request.py): its argv (default: the profile's
     trainer) in its run dir (default: the profile's), its restart number as the trainer's
     DFLASH_RESTART (run/wrapper.py), its placement given to `Launcher.detach`. Raises
     LaunchRefused for a placement the launcher cannot carry out, before anything is touched.
 
     `on_attempt(attempt)` is called as soon as the launch command returned (the CLI and the
-    monitor store it); the returned outcome holds the first verdict."""
+    monitor store it); the returned outcome holds the first verdict. `gpu_sample`: the host's
+    GPUs for the preflight's "gpu_health" check."""
     t0 = time.monotonic()
     refused = request.refused_placement(launcher.PLACES_NODES)
     if refused is not None:
@@ -105,7 +107,7 @@ async def launch_run(profile: Profile, launcher: Launcher, ops: RemoteOps, reque
     limits = limits or profile.limits
     pre = None
     if request.preflight:
-        pre = await launcher.preflight(ops, check_live_run=not request.relaunch,
+        pre = await launcher.preflight(ops, check_live_run=not request.relaunch, gpu_sample=gpu_sample,
                                        profile=profile if run_dir == profile.run_dir else _with_run_dir(profile, run_dir))
         if not pre.ok:
             out = not_launched(pre)

@@ -41,7 +41,7 @@ from ..evidence.memory import LookMemory
 from ..evidence.observe import Evidence, gather, process_matches
 from ..verdict.checklist import Checklist
 from ..verdict.health import STOP_SLACK_S, evaluate
-from .preflight import PER_RUN_FILES, PreflightResult, run_preflight
+from .preflight import PER_RUN_FILES, GpuSampler, PreflightResult, run_preflight
 from .request import Placement
 from .stop import StopResult
 
@@ -107,11 +107,13 @@ class Launcher(ABC):
     # -- the verbs ------------------------------------------------------------------------------
 
     async def preflight(self, ops: RemoteOps | None, *, profile: Profile | None = None,
-                        check_live_run: bool = True) -> PreflightResult:
+                        check_live_run: bool = True, gpu_sample: GpuSampler | None = None) -> PreflightResult:
         """The checks a launch must pass; `ops` None when the run target gave none (the checks
-        say why). `profile`: this one with another run dir (the canary's)."""
+        say why). `profile`: this one with another run dir (the canary's). `gpu_sample`: the
+        host's GPUs, for the "gpu_health" check."""
         return await run_preflight(profile or self.profile, self.host, self.target, ops,
-                                   check_live_run=check_live_run, run_files=self.RUN_FILES)
+                                   check_live_run=check_live_run, run_files=self.RUN_FILES,
+                                   gpu_sample=gpu_sample)
 
     @abstractmethod
     async def detach(self, run_dir: str, run_id: str, placement: Placement) -> Detached:

@@ -12,6 +12,7 @@ import json
 import posixpath
 import time
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable
 
 from ...config import Profile, system_dir
 from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH,
@@ -19,8 +20,10 @@ from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT
 from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
 from ...remote.container import ContainerTarget
 from ...remote.ops import RemoteOps
+from ...gpu.sample import GpuSnapshot
 from ..evidence.observe import gather, process_matches
 from ..verdict.checklist import Check, CheckId, CheckState
+from ..verdict.gpu_health import gpu_health_check
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
 
@@ -173,8 +176,15 @@ def free_words(avail_gb: float, min_free_gb: float, where: str) -> str:
     return f"{shown:.2f} GiB free in {where} (min_free_gb {min_free_gb:g})"
 
 
+# One GPU sample of the host, bounded in time, never raising (Session.host_gpus).
+GpuSampler = Callable[[], Awaitable[GpuSnapshot]]
+
+
 async def run_preflight(profile: Profile, host: Target, target: Target, ops: RemoteOps | None,
-                        *, check_live_run: bool = True, run_files: tuple[str, ...] = PER_RUN_FILES) -> PreflightResult:
+                        *, check_live_run: bool = True, run_files: tuple[str, ...] = PER_RUN_FILES,
+                        gpu_sample: GpuSampler | None = None) -> PreflightResult:
+    """`gpu_sample`: the host's GPUs, for the "gpu_health" check (None: not asked, as where the
+    run's node is not known before it is scheduled)."""
     out = PreflightResult()
     add = out.checks.append
     now = time.time()
@@ -295,7 +305,14 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
         add(Check.of(CheckId.PRE_TRANSPORT, FAIL, exc.message, exc.hint, now))
         return out
 
-    # 6. no live run in this run dir
+    # 6. the host's GPUs fit to run on: a GPU with uncorrectable ECC, a pending remap, a narrow
+    # link or a node Xid refuses the launch, naming the GPU and why
+    if gpu_sample is not None:
+        check = gpu_health_check(await gpu_sample(), where=host.label)
+        check.since = now
+        add(check)
+
+    # 7. no live run in this run dir
     if check_live_run and ops is not None:
         ev = await gather(ops, profile.run_dir)
         if ev.launch is not None and process_matches(ev.launch, ev.proc) and ev.exit is None:

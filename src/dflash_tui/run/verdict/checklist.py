@@ -51,6 +51,9 @@ class CheckId(StrEnum):
     CPU = "cpu"
     DISK = "disk"
     GPUS = "gpus"
+    # The node's GPUs fit to run on (ECC, remaps, PCIe link, Xid, clocks): the preflight's and
+    # the run's (run/verdict/gpu_health.py)
+    GPU_HEALTH = "gpu_health"
     # The watch's own (watch/)
     TRANSPORT = "transport"
     # A scheduler's job (backends/NAME/ builds it, with its own label: "Slurm job"). The id is
@@ -107,6 +110,7 @@ _LABELS = {
     CheckId.CPU: "CPU (process tree)",
     CheckId.DISK: "Disk space (run dir)",
     CheckId.GPUS: "GPUs in use by the run",
+    CheckId.GPU_HEALTH: "GPU health",
     CheckId.TRANSPORT: "Target reachable",
     CheckId.SCHEDULER_JOB: "Scheduler job",
     CheckId.ARCHIVE: "Previous run set aside",

@@ -31,6 +31,7 @@ from .checks.progress import (busy_silent_check, compiling_check, last_progress,
 from .checks.trainer import (heartbeat_check, no_step_check, steps_check, steps_stalled_check, threads_check,
                              trainer_errors_check)
 from .gpu_facts import gpu_facts, run_gpu
+from .gpu_health import gpu_health_check
 from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importing, judged_views
 from ..stacks.classify import ThreadClass
 from ..evidence.memory import LookMemory
@@ -518,13 +519,19 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None)
     processes where NVML gives it per process (another user's kernel is never the run's),
     else of the run's GPUs as devices, with the power against its limit and the SM clock
     against its top, or "but drawing 80 W of 700 W: a kernel that spins, not compute"
-    (run/verdict/gpu_facts.py). The sample's GPUs go with the checklist (`gpus`, for
+    (run/verdict/gpu_facts.py). The "gpu_health" check (run/verdict/gpu_health.py) goes with
+    it and never changes the verdict. The sample's GPUs go with the checklist (`gpus`, for
     `--check --json`). A warn or pending GPU check never changes the verdict,
     and a run that already ended keeps the verdict its own evidence gives.
     """
     alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
     gpus = gpus_check(snap, ev, alive)
     checks = [*checklist.checks, gpus]
+    if snap is not None and snap.gpus and snap.error is None:
+        # The node's GPU health, where its GPUs were read (no GPU, no driver, a lost GPU: "gpus"
+        # says it once), before "gpus", which stays the last check (scripts read it there).
+        run_gpus = {g.index for g in snap.gpus if any(p.is_run_process for p in g.processes)}
+        checks.insert(-1, gpu_health_check(snap, run_gpus=run_gpus or None))
     facts = gpu_facts(snap)
     if gpus.state is FAIL and alive and checklist.verdict in (Verdict.STARTING, Verdict.RUNNING):
         pid = ev.launch.pid if ev.launch is not None else "?"

@@ -2,7 +2,8 @@
 
 - A card per GPU: utilisation and memory as bars, temperature, power against its limit,
   SM clock against its top and the memory clock, throttle reasons, Xid and uncorrected-ECC
-  counts; a GPU busy on too little power is marked "! spins (11 % power)" (a kernel that
+  counts, the PCIe link, and the node-health faults of run/verdict/gpu_health.py ("! PCIe link
+  x8 of x16", "a row remap is pending"); a GPU busy on too little power is marked "! spins (11 % power)" (a kernel that
   spins, not compute: run/verdict/gpu_facts.py). One line per GPU
   where space is short (8 GPUs at 80x24), two where it is not (8 GPUs at 160x48).
 - Every process on every GPU: host pid, the pid in the run's container, its user, command
@@ -28,6 +29,7 @@ from textual.widgets import Static
 
 from ...gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot
 from ...run.verdict.gpu_facts import facts_of
+from ...run.verdict.gpu_health import gpu_faults
 from ..fmt import NA, alarm_style, gib, num
 from ..widgets.rows import RowTable
 from .base import Pane
@@ -113,6 +115,8 @@ def card_lines(g: GpuSample, width: int, two_lines: bool, no_color: bool = False
     detail.append(", ".join(g.throttle_reasons) if g.throttle_reasons else "none",
                   "bold" if g.throttle_reasons else "")
     detail.append(f"  Xid {num(g.xid_errors)}  ECC {num(g.ecc_errors_uncorrected)}")
+    if g.pcie_width is not None:
+        detail.append(f"  PCIe {num(g.pcie_gen)}x{g.pcie_width}")
     if trouble:
         detail.append(f"  {trouble}", alarm_style(no_color))
     mark = run_mark(g, memory=wide or two_lines or not (trouble or g.processes and len(g.processes) > 1))
@@ -130,6 +134,9 @@ def card_lines(g: GpuSample, width: int, two_lines: bool, no_color: bool = False
     return [head]
 
 
+_SAID_BY_COUNTS = frozenset(("lost", "ecc", "xid"))
+
+
 def _trouble(g: GpuSample) -> str:
     parts = []
     facts = facts_of(g)
@@ -140,6 +147,8 @@ def _trouble(g: GpuSample) -> str:
         parts.append(f"{g.xid_errors} Xid")
     if g.ecc_errors_uncorrected:
         parts.append(f"{g.ecc_errors_uncorrected} ECC")
+    # The node-health faults the counts above do not already say (run/verdict/gpu_health.py).
+    parts.extend(f.reason for f in gpu_faults(g) if f.kind not in _SAID_BY_COUNTS)
     return "! " + ", ".join(parts) if parts else ""
 
 
