@@ -46,11 +46,10 @@ from typing import Any, Sequence
 from . import __version__
 from .backends import load_config
 from .bundle import default_bundle_path, take_bundle
-from .bundle.member import Member, json_bytes
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
-from .recording.outside import check_extras, recorded_timeline
+from .recording.outside import bundle_extras, check_extras
 from .remote.base import OpRefused, TargetError
 from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport
@@ -413,12 +412,10 @@ def _bundle_path(args, profile: Profile) -> str:
 
 async def _bundle_mode(args, profile: Profile, config: Config) -> int:
     path = _bundle_path(args, profile)
-    urls = (*config.notify.urls, *(u for p in config.notify.profiles.values() for u in p.urls))
-    timeline = Member("timeline.json", "the watcher's recorded timeline and goodput of the profile",
-                      json_bytes(recorded_timeline(config, profile)), time.time(), "this machine")
+    urls, extra = bundle_extras(config, profile)
     async with open_watch(profile) as watch:
         try:
-            result = await take_bundle(watch, path, profile=profile, notify_urls=urls, extra=(timeline,),
+            result = await take_bundle(watch, path, profile=profile, notify_urls=urls, extra=extra,
                                        config_path=str(config.path) if config.path else None,
                                        max_bytes=int(args.bundle_max_mb * (1 << 20)))
         except OSError as exc:

@@ -43,11 +43,13 @@ TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
 )
 
-# NAME=value / NAME: value / "NAME": "value" / --name value, with a secret-looking NAME.
+# NAME=value / NAME: value / "NAME": "value" / --name value / "--name","value", with a
+# secret-looking NAME.
 _VALUE = r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,;)}\]"']+)"""
 _ASSIGNMENT = re.compile(
     r"""(?P<name>["']?[A-Za-z_][A-Za-z0-9_.-]*["']?|--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s*[=:]\s*)""" + _VALUE
-    + r"""|(?P<flag>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<space>\s+)(?P<fvalue>[^\s-][^\s]*)""")
+    # a flag and its value as the next word, quoted or not, or the next item of a listed argv
+    + r"""|(?P<flag>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<space>["']?(?:\s*,\s*|\s+)["']?)(?P<fvalue>[^\s"',-][^\s"',]*)""")
 
 
 def secret_name(name: str) -> bool:
@@ -104,8 +106,14 @@ class Redactor:
         if isinstance(value, dict):
             return {self.text(str(k)): (MASK if secret_name(str(k)) and v not in (None, "", [], {}) else
                                         self.value(v, str(k))) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.value(v, key) for v in value]
+        if isinstance(value, (list, tuple)):   # an argv: `--hf-token VALUE` as two items
+            out = []
+            for i, v in enumerate(value):
+                before = value[i - 1] if i else None
+                flag = isinstance(before, str) and before.startswith("-") and "=" not in before
+                out.append(MASK if flag and secret_name(before) and isinstance(v, str) and v
+                           else self.value(v, key))
+            return out
         if isinstance(value, str):
             return self.text(value)
         return value
@@ -123,13 +131,15 @@ class Redactor:
 
 
 def _masked_assignment(m: re.Match[str]) -> str:
+    # A value that is not masked whole is read again: a quoted value may hold assignments of
+    # its own (`STATIC_JSON='..."--hf-token","VALUE"...'`). It is shorter than the match: this ends.
     if m.group("flag"):   # --hf-token VALUE
         if not secret_name(m.group("flag")) or MASK in m.group("fvalue"):
-            return m.group(0)
+            return m.group("flag") + m.group("space") + _ASSIGNMENT.sub(_masked_assignment, m.group("fvalue"))
         return f"{m.group('flag')}{m.group('space')}{MASK}"
     value = m.group("value")
     if not secret_name(m.group("name")) or MASK in value or not value.strip("\"'"):
-        return m.group(0)
+        return m.group("name") + m.group("sep") + _ASSIGNMENT.sub(_masked_assignment, value)
     quote = value[0] if value[0] in "\"'" else ""
     return f"{m.group('name')}{m.group('sep')}{quote}{MASK}{quote}"
 

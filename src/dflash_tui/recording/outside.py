@@ -8,6 +8,7 @@ import sqlite3
 import time
 from typing import Any
 
+from ..bundle.member import Member, json_bytes
 from ..config import Config, ConfigError, Profile
 from ..run.verdict.report import RunReport
 from .change import run_id_of
@@ -55,3 +56,12 @@ def recorded_timeline(config: Config, profile: Profile, now: float | None = None
         return {"profile": profile.name, "store": str(path), "error": f"cannot read the watch store: {exc}"}
     good = goodput(changes, now, profile.stall_after_s, stop_times(actions))
     return {**timeline_json(profile.name, bands(changes, now), str(path)), "goodput": good.to_json()}
+
+
+def bundle_extras(config: Config, profile: Profile) -> tuple[tuple[str, ...], tuple[Member, ...]]:
+    """What an evidence bundle of `profile` takes from this machine's config and store: the
+    notify URLs (masked wherever they appear) and the timeline member. Blocking (SQLite)."""
+    urls = (*config.notify.urls, *(u for p in config.notify.profiles.values() for u in p.urls))
+    timeline = Member("timeline.json", "the watcher's recorded timeline and goodput of the profile",
+                      json_bytes(recorded_timeline(config, profile)), time.time(), "this machine")
+    return urls, (timeline,)
