@@ -44,7 +44,7 @@ def cleaned(member: Member, redactor: Redactor) -> tuple[Member, int] | Missing:
 def _json(text: str, redactor: Redactor) -> tuple[str | None, str | None]:
     """(ASCII JSON to ship, the same unescaped for the leftover scan); (None, None): not JSON."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, strict=False)   # a raw control character in a string: escaped on the way out
     except ValueError:
         return None, None
     masked = redactor.value(value)
