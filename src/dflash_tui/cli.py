@@ -16,6 +16,9 @@ Exit codes (README, "Exit codes"; tests/test_cli_exit_codes.py runs every row):
      process still saves or shuts down within its grace period) or NO RUN (nothing launched
      here); pass --wait SECONDS to wait for one
   130  interrupted (Ctrl-C); the run on the target keeps running
+--bundle: 0 written, the run's target looked at; 3 written, but the target could not be looked
+at (manifest.json says why; the bundle holds what this machine knows); 2 the file cannot be
+written (it exists, or its folder does not) or --bundle-max-mb is out of range.
 A profile with `nodes` (one run on several hosts) reports every node, and its code is 1 when
 the run fails (any node failing: run/verdict/combine.py `combine`), else 3 while a node is unreachable,
 else the combined verdict's (`exit_code_of`).
@@ -42,10 +45,11 @@ from typing import Any, Sequence
 
 from . import __version__
 from .backends import load_config
+from .bundle import default_bundle_path, take_bundle
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
-from .recording.outside import check_extras
+from .recording.outside import bundle_extras, check_extras
 from .remote.base import OpRefused, TargetError
 from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport
@@ -84,6 +88,21 @@ def wait_seconds(text: str) -> float:
     return value
 
 
+DEFAULT_BUNDLE_MB = 20.0
+MAX_BUNDLE_MB = 1024.0
+
+
+def bundle_mb(text: str) -> float:
+    """--bundle-max-mb's value: a finite number of MiB from 1 to 1024."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+    if not (1.0 <= value <= MAX_BUNDLE_MB):   # False for nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range; use 1 to {MAX_BUNDLE_MB:g} MiB")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, like every other usage problem
         self.exit(EXIT_USAGE, f"dflash-tui: {one_line(message)} (see dflash-tui --help)\n")
@@ -108,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--canary", action="store_true",
                       help="launch `sleep` through the same wrapper/transport and check it outlives the channel")
     mode.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
+    mode.add_argument("--bundle", nargs="?", const="", metavar="FILE",
+                      help="write one evidence archive of the run (tar.gz, manifest.json first, secrets "
+                           "masked) to FILE (default ./dflash-bundle-PROFILE-TIME.tar.gz); never signals a process")
     p.add_argument("--all", action="store_true",
                    help="with --check: every profile of the config file at once (text: one line "
                         "each; --json: a list); the exit code is the worst, 2 > 1 > 3 > 4 > 0")
@@ -118,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS",
                    help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
     p.add_argument("--no-preflight", action="store_true", help="with --launch/--relaunch: skip the preflight")
+    p.add_argument("--bundle-max-mb", type=bundle_mb, default=DEFAULT_BUNDLE_MB, metavar="MIB",
+                   help=f"with --bundle: the archive's size bound (default {DEFAULT_BUNDLE_MB:g} MiB)")
     p.add_argument("--version", action="version", version=f"dflash-tui {__version__}")
     _add_serve_arguments(p)
     recording_flags.add_arguments(p, mode)   # --watch, --timeline and their options
@@ -377,6 +401,38 @@ async def _run_mode(args, profile: Profile, config: Config) -> int:
     raise AssertionError("no mode")
 
 
+def _bundle_path(args, profile: Profile) -> str:
+    """Where --bundle writes: a new file in a folder that exists (nothing is overwritten)."""
+    path = args.bundle or default_bundle_path(profile.name)
+    if os.path.lexists(path):
+        raise ConfigError(f"--bundle {path}: the file exists; name another file or move it away")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--bundle {path}: no folder {folder}; create it or name another file")
+    return path
+
+
+async def _bundle_mode(args, profile: Profile, config: Config) -> int:
+    path = _bundle_path(args, profile)
+    urls, extra = bundle_extras(config, profile)
+    async with open_watch(profile) as watch:
+        try:
+            result = await take_bundle(watch, path, profile=profile, notify_urls=urls, extra=extra,
+                                       config_path=str(config.path) if config.path else None,
+                                       max_bytes=int(args.bundle_max_mb * (1 << 20)))
+        except OSError as exc:
+            raise ConfigError(f"--bundle {path}: cannot write it ({exc.strerror or exc})") from None
+    code = EXIT_UNREACHABLE if result.unreachable else EXIT_HEALTHY
+    if args.json:
+        print(json.dumps({"bundle": result.path, "bytes": result.size, "members": result.members,
+                          "not_taken": [{"name": m.name, "reason": m.reason} for m in result.missing],
+                          "seconds": round(result.seconds, 3), "verdict": result.verdict,
+                          "unreachable": result.unreachable, "exit_code": code}))
+    else:
+        print(one_line(result.words()))
+    return code
+
+
 async def _launch_mode(args, profile: Profile, watch: RunWatch) -> int:
     request = LaunchRequest(relaunch=args.relaunch, preflight=not args.no_preflight, resume=args.resume, gpus=True)
     try:
@@ -487,13 +543,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_check_all_mode(args, config, config.file_profiles()))
         if args.resume and not (args.launch or args.relaunch):
             raise ConfigError("--resume goes with --launch or --relaunch")
-        no_mode = not (args.check or args.launch or args.relaunch or args.stop or args.canary)
+        no_mode = not (args.check or args.launch or args.relaunch or args.stop or args.canary
+                       or args.bundle is not None)
         if no_mode and args.profile is None and len(config.file_profiles()) > 1:
             # Several profiles: the dashboard opens on the fleet screen, no choice needed.
             if args.json or args.wait:
                 raise ConfigError("--json and --wait go with --check, --launch, --relaunch, --stop or --canary")
             return _start_dashboard(config, config.file_profiles()[0])
         profile = config.profile(args.profile)
+        if args.bundle is not None:
+            return asyncio.run(_bundle_mode(args, profile, config))
         if args.serve:
             return _serve(args, config, profile)
         if not (args.check or args.launch or args.relaunch or args.stop or args.canary):

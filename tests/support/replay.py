@@ -115,5 +115,8 @@ class ReplaySource:
     async def canary(self) -> str:
         return await self._act("canary")
 
+    async def bundle(self) -> str:
+        return await self._act("bundle")
+
     async def close(self) -> None:
         self.closed = True

@@ -19,6 +19,7 @@ from .recovery_state import read_actions
 from .sender import check_urls
 from .service import install, watch_command
 from .store import ChangeStore, store_path
+from .bundles import kept_bundles
 from .timeline import bands, render_text, timeline_json
 from .trace_export import trace
 
@@ -87,12 +88,16 @@ def _timeline(args, config: Config) -> int:
         print(f"dflash-tui: wrote {sum(len(b) for _, b, _ in timelines)} bands of {names} to {args.trace} "
               "(open it in https://ui.perfetto.dev)")
         return EXIT_OK
+    kept = {n: kept_bundles(config, n) for n, _, _ in timelines}
     if args.json:
-        docs = [{**timeline_json(n, b, str(path), skipped), "goodput": goods[n].to_json()}
+        docs = [{**timeline_json(n, b, str(path), skipped), "goodput": goods[n].to_json(),
+                 "bundles": [{"path": k.path, "time": k.time, "bytes": k.size} for k in kept[n]]}
                 for n, b, skipped in timelines]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, allow_nan=False))
     else:
         texts = [render_text(n, b, str(path), skipped) + (f"\n{goods[n].words()}" if b else "")
+                 + "".join(f"\nevidence bundle {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(k.time))}  "
+                           f"{k.size / 1024:.0f} KiB  {k.path}" for k in kept[n])
                  for n, b, skipped in timelines]
         print("\n\n".join(texts))
     return EXIT_OK

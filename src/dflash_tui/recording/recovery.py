@@ -2,7 +2,8 @@
 
 For a recorded failing change (a verdict in the policy's `on`) of a run not answered yet, it
 asks the pure decision (recover_policy.py `decide`) with the restarts that led to that run
-(recovery_log.py `chain_of`). To restart: it records `planned`, stops a run whose processes
+(recovery_log.py `chain_of`). Before it acts on a failing run (a restart or a give-up) it takes an evidence bundle
+(bundles.py; the plan's `bundle`, named in the notification). To restart: it records `planned`, stops a run whose processes
 still live (STALLED, GPU LOST) with the verified stop, waits out the backoff, records
 `launching`, and relaunches through the profile's RunWatch (one LaunchRequest): the bundled
 trainer with --resume from its newest checkpoint, any program with DFLASH_RESTART=<n> in its
@@ -32,6 +33,7 @@ from ..run.verdict.rank_groups import nodes_outside_collective
 from ..run.verdict.report import RunReport
 from ..verdicts import State, Verdict
 from ..watch.base import ActionInFlight, RunWatch
+from .bundles import take_before_recovery
 from .change import VerdictChange, run_id_of
 from .goodput import goodput
 from .notify import Notification, open_command
@@ -231,13 +233,16 @@ class Recovery:
         failure = failure_of(change, max(steps) if steps else None)
         now = self.clock()
         d = decide(policy, failure, chain, now)
+        if d.kind in (GIVE_UP, RESTART):
+            # The evidence first: a stop or relaunch wipes the hung processes' stacks.
+            bundle = await take_before_recovery(self.config, watch.profile, watch, change.run_id)
         if d.kind == GIVE_UP:
             self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure),
-                         notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
+                         bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
         elif d.kind == RESTART:
             report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
-                                **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes))
+                                bundle=bundle, **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes))
             await self._continue(name, watch, plan, policy.max_restarts)
 
     async def _continue(self, name: str, watch: RunWatch, last: Action, max_restarts: int) -> None:
@@ -275,6 +280,14 @@ class Recovery:
         if last.action in (PLANNED, STOPPED) and isinstance(at, (int, float)) and self.clock() < at:
             return   # the backoff
         await self._launch(name, watch, last, failure, max_restarts)
+
+    def _bundle_of(self, name: str, action: Action) -> str | None:
+        """The evidence bundle taken before the recovery `action` belongs to (its plan's)."""
+        if action.detail.get("bundle"):
+            return str(action.detail["bundle"])
+        plan = next((a for a in reversed(self.log.actions(name))
+                     if a.action == PLANNED and a.run_id == action.run_id and a.attempt == action.attempt), None)
+        return str(plan.detail["bundle"]) if plan is not None and plan.detail.get("bundle") else None
 
     def _failure_of(self, name: str, last: Action) -> Failure | None:
         if last.failure is not None:
@@ -344,6 +357,8 @@ class Recovery:
             nodes = ", ".join(map(str, done.detail["unhealthy"]))
             why = str(done.detail.get("unhealthy_why") or FAILED_BEFORE)
             lines.append(f"node {nodes} looked unhealthy ({why}); not excluded: {OWN_NODES}")
+        if (bundle := self._bundle_of(name, done)) is not None:
+            lines.append(f"evidence bundle (taken before the restart): {bundle}")
         return self._send(name, "restarted", f"dflash-tui: {name} restarted ({done.attempt}/{max_restarts})", lines)
 
     def _notify_gave_up(self, name: str, gave: Action, failure: Failure | None,
@@ -352,4 +367,6 @@ class Recovery:
         if failure is not None:
             lines.append(f"{failure.state}: {failure.where}")
         lines.append(f"run {gave.run_id}")
+        if (bundle := self._bundle_of(name, gave)) is not None:
+            lines.append(f"evidence bundle: {bundle}")
         return self._send(name, "gave_up", f"dflash-tui: {name} recovery gave up", lines)

@@ -5,7 +5,8 @@ parameters, its `+Header=` and `:payload=` extras, and for some services in the 
 (`tgram://BOT_TOKEN/...`), where Apprise's privacy form masks them. So a URL is shown as its
 scheme and the host of Apprise's privacy form, and any text a delivery failure brings back (an
 HTTP library's "Max retries exceeded with url: /path?token=...") has every piece of the URL but
-those two written out of it.
+those two written out of it (`scrub`, from redaction.py: the one set of rules for what
+leaves this machine).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import urllib.parse
 
 import apprise
 
-MASK = "…"
+from ..redaction import MASK, scrub
+
+__all__ = ["MASK", "masked", "scheme_of", "scrub"]
+
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,19}")
-_SHORTEST_SECRET = 3          # a piece shorter than this is not worth a mask (and would garble words)
 
 
 def scheme_of(url: str) -> str | None:
@@ -49,31 +52,3 @@ def masked(url: str) -> str:
         return f"{scheme}://{MASK}"
     rest = url.partition("://")[2]
     return f"{scheme}://{host}" + (f"/{MASK}" if rest.strip("/") != host else "")
-
-
-def _pieces(url: str) -> set[str]:
-    """Every part of `url` that may be a secret: all of it but the scheme and the bare host."""
-    rest = url.partition("://")[2] if "://" in url else url
-    pieces = {rest}
-    try:
-        parts = urllib.parse.urlsplit(url if "://" in url else "x://" + url)
-        netloc, path, query, frag = parts.netloc, parts.path, parts.query, parts.fragment
-    except ValueError:
-        netloc, path, query, frag = rest, "", "", ""
-    userinfo, _, hostport = netloc.rpartition("@")
-    pieces |= {userinfo, *userinfo.split(":"), path, query, frag, hostport.partition(":")[0]}
-    pieces |= set(re.split(r"[/?&=#;:@,]", rest))
-    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
-        pieces |= {key, value}
-    decoded = {urllib.parse.unquote(p) for p in pieces}
-    return {p for p in pieces | decoded if len(p) >= _SHORTEST_SECRET}
-
-
-def scrub(text: str, url: str) -> str:
-    """`text` with every piece of `url` that could be a secret replaced by a mask, longest
-    first (a token inside a path goes with the path). The host goes too: where it is a token
-    (tgram://BOT_TOKEN) it is one; `masked(url)` names the URL."""
-    for piece in sorted(_pieces(url), key=len, reverse=True):
-        if piece in text:
-            text = text.replace(piece, MASK)
-    return text

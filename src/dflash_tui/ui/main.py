@@ -3,12 +3,14 @@ the app, and how the user starts it again (for the commands it prints)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
 import sys
 
 from ..fleet.poller import FleetPoller
+from ..recording.outside import bundle_extras
 from ..recording.recovery_state import recovery_words
 from ..recording.store import store_path
 from .app import DashboardApp
@@ -45,9 +47,10 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
     def source_for(name: str) -> DashboardSource:
         profile = config.profile(name)
         watch = fleet.watches.get(name) if fleet is not None and not profile.is_multinode else None
+        extras = functools.partial(bundle_extras, config, profile)   # what `b`'s bundle takes from here
         if watch is not None:   # a run on one host: the fleet's HostWatch
-            return WatchSource(watch, owned=False)
-        return WatchSource(open_watch(profile, steady_interval=STEADY_INTERVAL_S))
+            return WatchSource(watch, owned=False, bundle_extras=extras)
+        return WatchSource(open_watch(profile, steady_interval=STEADY_INTERVAL_S), bundle_extras=extras)
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
     command = invocation()

@@ -143,6 +143,13 @@ class HostWatch(RunWatch):
     async def _check(self, gpus: bool) -> RunReport:
         return await self._judge(await self.session.evidence(), gpus)
 
+    async def look(self, *, gpus: bool = True) -> tuple[Evidence, RunReport]:
+        """One observation with the evidence its verdict was judged from (the stacks, the Flight
+        Recorder tables, the probe reports), for whoever must carry both (an evidence bundle).
+        Raises TargetError like `check`."""
+        ev = await self.session.evidence()
+        return ev, self._publish(await self._judge(ev, gpus))
+
     async def _poll(self) -> RunReport:
         disconnected = self.last is not None and not self.last.connected
         if disconnected and time.monotonic() < self._next_try:

@@ -79,6 +79,9 @@ class HistorySource:
     async def stop(self) -> str:
         self._refuse()
 
+    async def bundle(self) -> str:
+        self._refuse()
+
     async def canary(self) -> str:
         self._refuse()
 

@@ -65,6 +65,8 @@ class RunScreen(Screen):
         Binding("s", "stop", "Stop", tooltip="stop this run by pid: SIGTERM, grace period, SIGKILL"),
         Binding("c", "canary", "Canary", tooltip="launch `sleep` through the same wrapper and check it outlives the channel"),
         *_pane_bindings(late=False),
+        Binding("b", "bundle", "Bundle", show=False,
+                tooltip="write an evidence bundle of this run (one tar.gz, secrets masked); signals nothing"),
         *(Binding(str(n), f"show_tab('tab-{pane.PANE_ID}')", pane.TITLE, show=False)
           for n, pane in enumerate(TAB_PANES, 1)),
         Binding("question_mark", "app.help", "Help"),
@@ -281,6 +283,8 @@ class RunScreen(Screen):
             return False
         if action in RUN_ACTIONS and (self.busy or self.source.read_only):
             return None  # shown disabled in the Footer while a launch or stop is in flight
+        if action == "bundle" and self.source.read_only:
+            return None  # a history run's evidence is its files: no live look to bundle
         return True
 
     def watch_busy(self) -> None:
@@ -327,6 +331,17 @@ class RunScreen(Screen):
 
     def action_canary(self) -> None:
         self.do_run_action("canary")
+
+    @work(exclusive=True, group="bundle")
+    async def action_bundle(self) -> None:
+        """The headless bundle (the source's), the file it wrote named in a notification."""
+        self.app.notify("taking an evidence bundle (at most 30 s)...", title="bundle", timeout=4)
+        try:
+            words = await self.source.bundle()
+        except (ActionError, TargetError, OSError) as exc:
+            self.app.notify(one_line(str(exc), 300), title="bundle failed", severity="error", timeout=10)
+        else:
+            self.app.notify(one_line(words, 300), title="bundle", timeout=12)
 
     @work(exclusive=True, group="action")
     async def do_run_action(self, name: str, request: LaunchRequest | None = None) -> None:

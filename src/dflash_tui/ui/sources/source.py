@@ -11,6 +11,8 @@ itself. It consumes a `DashboardSource`:
   the source has none (a run on several nodes, a replay, a history run itself),
 - `resumable`, `newest_checkpoint()`  whether a relaunch may offer to resume, and from what,
 - `read_only`       a source that takes no action (a history run): the keys are disabled,
+- `bundle()`        an evidence bundle of the run (bundle/take.py), one line naming its file
+  (raising `ActionError` when it could not be written); it signals nothing,
 - `launch(request)/stop()/canary()`  the watch's actions (a launch as the view's LaunchRequest
   asks: a relaunch, with or without resume), each returning one line that says what happened
   (raising `ActionError` with a one-line message when it could not).
@@ -78,6 +80,9 @@ class DashboardSource(Protocol):
         """`request.resume` only where `resumable`."""
 
     async def stop(self) -> str: ...
+
+    async def bundle(self) -> str:
+        """An evidence bundle written; one line naming the file."""
 
     async def canary(self) -> str: ...
 

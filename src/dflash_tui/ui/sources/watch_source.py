@@ -8,8 +8,12 @@ turns each action's result into the line the dashboard shows (the watch's own wo
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+import asyncio
+import os
+from typing import AsyncIterator, Callable
 
+from ...bundle import default_bundle_path, take_bundle
+from ...bundle.member import Member
 from ...config import ConfigError
 from ...gpu.sample import GpuSnapshot
 from ...run.history import HistoryRun, PreviousRun
@@ -20,11 +24,14 @@ from .source import ActionError
 
 
 class WatchSource:
-    def __init__(self, watch: RunWatch, *, owned: bool = True) -> None:
+    def __init__(self, watch: RunWatch, *, owned: bool = True,
+                 bundle_extras: Callable[[], tuple[tuple[str, ...], tuple[Member, ...]]] | None = None) -> None:
         """`watch`: the run's RunWatch; `owned=False`: the fleet's, borrowed (the run view and the
         fleet then guard one action at a time on the same object, and closing this source
-        leaves the watch to the fleet)."""
+        leaves the watch to the fleet). `bundle_extras`: the notify URLs and this machine's
+        members (the timeline) an evidence bundle takes (recording/outside.py; blocking)."""
         self.watch = watch
+        self.bundle_extras = bundle_extras
         self.owned = owned
         self.profile = watch.profile.name
         self.read_only = False
@@ -75,6 +82,17 @@ class WatchSource:
 
     async def canary(self) -> str:
         return self._said(*canary_words(await self._act(self.watch.canary)))
+
+    async def bundle(self) -> str:
+        """An evidence bundle of the run in the current folder (bundle/take.py: it signals
+        nothing, so it waits for no action); one line naming the file."""
+        urls, extra = await asyncio.to_thread(self.bundle_extras) if self.bundle_extras else ((), ())
+        path = os.path.abspath(default_bundle_path(self.profile))
+        try:
+            result = await take_bundle(self.watch, path, profile=self.watch.profile, notify_urls=urls, extra=extra)
+        except OSError as exc:
+            raise ActionError(f"bundle not written to {path}: {exc.strerror or exc}") from None
+        return result.words()
 
     @staticmethod
     def _said(ok: bool, text: str) -> str:
