@@ -34,7 +34,8 @@ DEFAULT_PROFILE = "local"
 LOCAL_TRAIN_ARGS = ("--target-devices", "cpu", "--drafter-devices", "cpu,cpu", "--steps", "2000")
 
 _PROFILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# C0 controls, DEL and the C1 controls (U+0080-U+009F: "\x9b" is a CSI to a terminal).
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # A config file is a few KiB; anything this big is the wrong file, and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -298,6 +299,10 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
+# List keys whose entries are paths: no control character in any (as path string keys).
+_PATH_LIST_KEYS = frozenset({"metrics"})
+
+
 def show_value(value: Any) -> str:
     """A value as one short line for a message: repr, with huge numbers and long strings cut."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
@@ -400,6 +405,11 @@ def _profile_from_table(path: str, name: str, table: Any, schedulers: tuple[Sche
             if nul:
                 raise ConfigError(f"{where}: {key} has {show_value(nul[0])}, which holds a NUL character "
                                   "(no argument can); remove it")
+            if key in _PATH_LIST_KEYS:
+                ctl = [v for v in value if _CONTROL_RE.search(v)]
+                if ctl:
+                    raise ConfigError(f"{where}: {key} has {show_value(ctl[0])}, which holds a control character "
+                                      "(an escape sequence?); write the path without it")
             value = tuple(value)
         elif isinstance(value, str) and key not in ("run_dir", "progress_regex") and _CONTROL_RE.search(value):
             raise ConfigError(f"{where}: {key} = {show_value(value)} holds a control character; remove it")

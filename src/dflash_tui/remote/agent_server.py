@@ -1159,11 +1159,14 @@ def _tree_delta(last, item):
 # One `metric_read` request per poll carries every question about a run's metric files: a
 # bounded search of directories for the files of known names, the new bytes of files by
 # offset, and rows of SQLite files opened read-only. The agent ships bytes and rows; it parses
-# nothing. Bounded: entries looked at per search, bytes per answer, rows per query, and a
-# SQLite file locked by its writer answers at once ("database is locked"), never waits.
+# nothing. Bounded: entries looked at per search, bytes per answer, rows per query, time per
+# query and per request (a view that never ends is interrupted), and a SQLite file locked by its
+# writer answers at once ("database is locked"), never waits.
 
 METRIC_READ_BUDGET = 6 << 20     # bytes of file data in one metric_read answer
-METRIC_SQL_TIMEOUT_S = 0.2
+METRIC_SQL_TIMEOUT_S = 0.2       # waiting for a writer's lock
+METRIC_SQL_QUERY_S = 1.0         # one query's run (a progress handler interrupts it)
+METRIC_SQL_REQUEST_S = 2.0       # every query of one metric_read request together
 
 
 def trackio_dir():
@@ -1260,8 +1263,11 @@ def metric_find(roots, patterns, max_depth=4, max_entries=20000, max_found=512, 
     return {"found": found, "notes": notes}
 
 
-def metric_sql(path, query, params=(), max_rows=5000):
-    """Rows of a read-only SELECT on the SQLite file `path` (never created, never written)."""
+def metric_sql(path, query, params=(), max_rows=5000, deadline=None):
+    """Rows of a read-only SELECT on the SQLite file `path` (never created, never written):
+    at most `max_rows`, and interrupted at `deadline` (time.monotonic(); METRIC_SQL_QUERY_S
+    from now at most) by a progress handler, whatever the file holds (a recursive view named
+    like the table, a join of millions of rows): an error naming the file, never a wait."""
     import sqlite3
     try:
         from urllib.parse import quote
@@ -1276,9 +1282,17 @@ def metric_sql(path, query, params=(), max_rows=5000):
         con = sqlite3.connect("file:%s?mode=ro" % quote(path), uri=True, timeout=METRIC_SQL_TIMEOUT_S)
     except sqlite3.Error as exc:
         raise OpFailed("cannot open %s: %s" % (path, exc))
+    now = time.monotonic()
+    stop = min(now + METRIC_SQL_QUERY_S, deadline if deadline is not None else now + METRIC_SQL_QUERY_S)
+    # Called every 1000 virtual-machine steps (~0.1 ms): a non-zero answer interrupts the query.
+    con.set_progress_handler(lambda: time.monotonic() > stop, 1000)
     try:
         con.execute("PRAGMA query_only = 1")
         rows = con.execute(query, list(params)).fetchmany(max(1, min(int(max_rows), 50000)))
+    except sqlite3.OperationalError as exc:
+        if time.monotonic() > stop:
+            raise OpFailed("%s: no answer within %.1f s (a view or query that never ends?)" % (path, stop - now))
+        raise OpFailed("%s: %s" % (path, exc))
     except sqlite3.Error as exc:
         raise OpFailed("%s: %s" % (path, exc))
     finally:
@@ -1319,6 +1333,7 @@ def op_metric_read(items):
     if not isinstance(items, list):
         raise OpFailed("items must be a list")
     budget = [METRIC_READ_BUDGET]
+    sql_deadline = time.monotonic() + METRIC_SQL_REQUEST_S
     out = []
     for item in items:
         try:
@@ -1328,7 +1343,9 @@ def op_metric_read(items):
                 out.append({"ok": True, "result": metric_find(**item["find"])})
             elif "sql" in item:
                 args = dict(item)
-                out.append({"ok": True, "result": metric_sql(args.pop("sql"), **args)})
+                if time.monotonic() >= sql_deadline:
+                    raise OpFailed("%s: not read this poll (the time for SQLite reads was spent)" % args["sql"])
+                out.append({"ok": True, "result": metric_sql(args.pop("sql"), deadline=sql_deadline, **args)})
             elif "read" in item:
                 args = dict(item)
                 out.append({"ok": True, "result": metric_bytes(args.pop("read"), budget=budget, **args)})

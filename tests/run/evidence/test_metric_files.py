@@ -351,3 +351,93 @@ async def test_trackio_default_store_is_read_from_the_newest_project_written_sin
         assert source.label.startswith("trackio project new run run-y"), source
     finally:
         await o.close()
+
+
+async def test_a_csv_field_over_the_field_limit_and_a_deep_trainer_state_are_notes_beside_the_others(tmp_path, ops):
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    for step in range(1, 6):
+        w.add_scalar("train/loss", 1.0 / step, step)
+    w.close()
+    # An unterminated quote over 5 MiB (csv's field limit is 128 KiB), and JSON 100,000 deep.
+    (tmp_path / "metrics.csv").write_bytes(b"step,loss\n1,0.5\n2,\"" + (b"x" * 1023 + b"\n") * 5200)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "trainer_state.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    files = MetricFiles()
+    points = []
+    for _ in range(8):      # the CSV is read 1 MiB a poll
+        points += await _poll(files, ops, tmp_path)
+    assert [p.step for p in points if p.name == "train/loss"] == [1, 2, 3, 4, 5]
+    assert [(p.name, p.step) for p in points if p.name == "loss"] == [("loss", 1)]
+    notes = {v.kind: v.note for v in files.views()}
+    assert "larger than field limit" in notes["csv"] and "read no further" in notes["csv"], notes
+    assert "nested too deep" in notes["trainer_state"], notes
+    assert notes["tensorboard"] == "", notes
+    # Not read again while it is the same file (8 MiB of JSON a poll would be wasted).
+    assert files.sources["trainer_state"].known is not None
+
+
+async def test_steps_and_totals_beyond_2_53_are_ignored_with_a_note(tmp_path, ops):
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    w.add_scalar("train/loss", 0.5, 7)
+    w.add_scalar("train/loss", 0.4, 2 ** 62)
+    w.close()
+    (tmp_path / "out").mkdir()
+    state = '{"global_step": %s, "max_steps": %s, "log_history": [{"loss": 1.0, "step": 3}, {"loss": 2.0, "step": %s}]}'
+    (tmp_path / "out" / "trainer_state.json").write_text(state % ("9" * 400, 2 ** 63, 2 ** 60))
+    files = MetricFiles()
+    points = await _poll(files, ops, tmp_path)
+    assert sorted((p.name, p.step) for p in points) == [("loss", 3), ("train/loss", 7)], points
+    assert files.progress() is None
+    notes = {v.kind: v.note for v in files.views()}
+    assert "beyond 2^53" in notes["trainer_state"] and "beyond 2^53" in notes["tensorboard"], notes
+    (tmp_path / "out" / "trainer_state.json").write_text(state % (40, 2 ** 63, 30))
+    await _poll(files, ops, tmp_path)
+    p = files.progress()
+    assert (p.step, p.total) == (40, None), p
+
+
+def _endless_store(db: Path, kind: str) -> None:
+    """A SQLite file whose query never ends: a trackio project whose `metrics` is a recursive
+    view, an mlflow.db whose `runs` is one (the query orders them: it never gets a first row)."""
+    con = sqlite3.connect(db)
+    endless = ("WITH RECURSIVE c(id, run_name, step, metrics, run_uuid, start_time) AS (SELECT 1, 'r', 0, '{}', "
+               "'r', 1 UNION ALL SELECT id + 1, run_name, step + 1, metrics, run_uuid, start_time + 1 FROM c) "
+               "SELECT * FROM c")
+    if kind == "trackio":
+        con.execute(f"CREATE VIEW metrics AS {endless}")
+    else:
+        con.execute("CREATE TABLE metrics (key TEXT, value REAL, timestamp INTEGER, step INTEGER, "
+                    "is_nan INTEGER, run_uuid TEXT)")
+        con.execute("INSERT INTO metrics VALUES ('loss', 1.0, 1, 1, 0, 'r')")
+        con.execute(f"CREATE VIEW runs AS {endless}")
+    con.commit()
+    con.close()
+
+
+async def test_a_sqlite_store_that_never_answers_is_a_note_within_the_polls_budget(tmp_path, ops):
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    w.add_scalar("train/loss", 0.5, 1)
+    w.close()
+    (tmp_path / "trackio").mkdir()
+    _endless_store(tmp_path / "trackio" / "exp.db", "trackio")
+    _endless_store(tmp_path / "mlflow.db", "mlflow")
+    files = MetricFiles(("trackio",))
+    t0 = time.monotonic()
+    points = await _poll(files, ops, tmp_path)
+    took = time.monotonic() - t0
+    assert took < 4, took          # both queries interrupted within the request's 2 s for SQLite
+    assert [(p.name, p.step) for p in points] == [("train/loss", 1)]
+    notes = {v.kind: v.note for v in files.views()}
+    for kind in ("trackio", "mlflow"):
+        assert "no answer within" in notes[kind] or "not read this poll" in notes[kind], notes
+        assert "asked again in 30 s" in notes[kind], notes
+    # Not asked again at the next polls: they cost nothing until SQL_RETRY_S has passed.
+    t0 = time.monotonic()
+    await _poll(files, ops, tmp_path, time.time())
+    assert time.monotonic() - t0 < 0.5

@@ -45,6 +45,7 @@ class CheckId(StrEnum):
     STALL_LIMIT = "stall_limit"
     PROBE = "probe"
     PROBE_FILES = "probe_files"
+    METRIC_FILES = "metric_files"
     STACKS = "stacks"
     STRAGGLERS = "stragglers"
     LOSS = "loss"                  # the watched training loss: NaN, a sustained spike (DIVERGED), a lone spike
@@ -104,6 +105,7 @@ _LABELS = {
     CheckId.STALL_LIMIT: "Silence limit",
     CheckId.PROBE: "Probe heartbeats",
     CheckId.PROBE_FILES: "Probe files",
+    CheckId.METRIC_FILES: "Metric files",
     CheckId.STACKS: "Stacks (where the threads are)",
     CheckId.STRAGGLERS: "Stragglers",
     CheckId.LOSS: "Training loss (divergence)",

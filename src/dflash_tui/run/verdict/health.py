@@ -24,8 +24,8 @@ from .checks.launch import (DISK_HINT, last_line, launch_cmd_check, launch_json_
                             launch_json_waiting_check, never_started_cause, nothing_launched_check,
                             process_alive_check, process_gone_check, train_log_check)
 from .checks.machine import cpu_check, disk_check, probe_check, probe_files_check, stacks_check
-from .checks.progress import (busy_silent_check, compiling_check, last_progress, no_output_check,
-                              no_progress_line_check, progress_check, progress_words, silence_words,
+from .checks.progress import (busy_silent_check, compiling_check, last_progress, metric_files_check,
+                              no_output_check, no_progress_line_check, progress_check, progress_words, silence_words,
                               silent_check, stack_moves_check, stall_limit_check, status_problem_check,
                               unlogged_progress_words)
 from .checks.trainer import (heartbeat_check, no_step_check, steps_check, steps_stalled_check, threads_check,
@@ -144,10 +144,12 @@ def _with_checkpoints(cl: Checklist, ev: Evidence) -> Checklist:
 
 def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
     """The checklist with a warn naming the probe directory's files that could not be read
-    (probe reports, Flight Recorder dumps, error files, stack dumps): the verdict stands
-    without them, and the note says which file and what is wrong with it."""
-    note = probe_files_check([*ev.probes.problems, *ev.hang.bad_files])
-    return cl if note is None else cl.with_parts(checks=[*cl.checks, note])
+    (probe reports, Flight Recorder dumps, error files, stack dumps), and one naming the metric
+    files that could not (all) be read: the verdict stands without them, and each note says
+    which file and what is wrong with it."""
+    notes = [c for c in (probe_files_check([*ev.probes.problems, *ev.hang.bad_files]),
+                         metric_files_check(ev.metrics)) if c is not None]
+    return cl.with_parts(checks=[*cl.checks, *notes]) if notes else cl
 
 
 def _judge(ev: Evidence, limits: Limits, stop_slack_s: float, memory: LookMemory) -> Checklist:

@@ -38,7 +38,7 @@ from ....remote.base import TRANSPORT_FAILURES, TargetError
 from ....remote.ops import look_ops
 from ....contract.rundir import TRAIN_LOG
 from ..divergence import DivergenceWatch
-from ..metric_point import MetricPoint
+from ..metric_point import BEYOND_WORDS, MetricPoint, is_step
 from . import csv_logger, hf_state, mlflow, tensorboard, trackio
 from .fallback import metric_read_over
 from .tfrecord import RESYNC_SCAN, resync, split_records
@@ -56,6 +56,9 @@ MLRUNS_WINDOW = 256 << 10
 MAX_TB_DIRS = 8
 MAX_CSV = 4
 MAX_MLRUNS_KEYS = 64
+# A SQLite store whose query was interrupted (the agent bounds each in time): asked again after
+# this long, so a store that never answers costs one bounded query per this, not every poll.
+SQL_RETRY_S = 30.0
 PATTERNS = (tensorboard.EVENT_FILE, csv_logger.NAME, hf_state.NAME, mlflow.DB_NAME)
 # Names under the run dir that are dflash's own (the run probe's files, earlier runs' records).
 SKIP_TOP = ("probe", "history")
@@ -76,6 +79,7 @@ class MetricSource:
     series: int
     written_at: float | None   # the newest write read from it (target clock)
     note: str = ""
+    where: str = ""            # "TensorBoard runs/exp1": the label without its count
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ class _Source:
         self.names: set[str] = set()
         self.written_at: float | None = None
         self.note = ""
+        self.beyond = 0                      # steps and totals beyond 2^53 ignored (see _got)
         self.now = 0.0                       # the poll's target clock, set before absorb
 
     @property
@@ -160,8 +165,14 @@ class _Source:
         what = {"tensorboard": "tag", "csv": "column", "trainer_state": "series"}.get(self.kind, "metric")
         return f"{self.where()}, {n} {what}{'s' if n != 1 else ''}"
 
+    def notes(self) -> str:
+        """Its note, and the steps it gave that no run makes."""
+        beyond = f"{self.beyond} step(s) or total(s) {BEYOND_WORDS} ignored" if self.beyond else ""
+        return "; ".join(filter(None, (self.note, beyond)))
+
     def view(self) -> MetricSource:
-        return MetricSource(self.kind, self.path, self.label(), len(self.names), self.written_at, self.note)
+        return MetricSource(self.kind, self.path, self.label(), len(self.names), self.written_at, self.notes(),
+                            self.where())
 
     def asks(self) -> list[dict]:
         raise NotImplementedError
@@ -176,8 +187,11 @@ class _Source:
         return mtime
 
     def _got(self, points: list[MetricPoint]) -> list[MetricPoint]:
-        self.names.update(p.name for p in points)
-        return points
+        """The points a run could have made (a step beyond 2^53 is ignored and counted)."""
+        kept = [p for p in points if is_step(p.step)]
+        self.beyond += len(points) - len(kept)
+        self.names.update(p.name for p in kept)
+        return kept
 
 
 def _answer(item: dict) -> tuple[dict | None, str]:
@@ -267,13 +281,18 @@ class _Csv(_Source):
 
     def asks(self):
         head = len(self.csv.header_bytes) if self.csv.header is not None else 0
-        return [self.cursor.ask(CSV_WINDOW, head=head)]
+        # A broken file: its stat only (no bytes) until it is replaced or rewritten.
+        return [self.cursor.ask(0 if self.csv.broken else CSV_WINDOW, head=head)]
 
     def absorb(self, answers):
         res, err = _answer(answers[0])
         self.note = err
         if res is None or not res["stat"].get("exists"):
             return [], None
+        if self.csv.broken and not res.get("restarted"):
+            self.note = self._broken_words()
+            if res["stat"].get("size", 0) >= self.cursor.offset:
+                return [], None
         c, st = self.cursor, res["stat"]
         data, start = _b64(res.get("data", "")), int(res.get("offset", 0))
         head = _b64(res.get("head", ""))
@@ -288,7 +307,12 @@ class _Csv(_Source):
             return [], None
         c.offset = start + len(data)
         points = self.csv.feed(data)
+        if self.csv.broken:
+            self.note = self._broken_words()
         return self._got(points), self._wrote(st["mtime"]) if points else None
+
+    def _broken_words(self) -> str:
+        return f"{self.csv.broken}; read no further"
 
 
 class _TrainerState(_Source):
@@ -301,6 +325,7 @@ class _TrainerState(_Source):
         self.state: hf_state.TrainerState | None = None
         self.mtime: float | None = None
         self.found_mtime = 0.0
+        self.unread = ""             # why the file as it is now cannot be read (kept until it changes)
 
     @property
     def key(self) -> str:
@@ -308,7 +333,7 @@ class _TrainerState(_Source):
 
     def moved_to(self, path: str, rel: str) -> None:
         """A newer checkpoint's trainer_state.json: the same history, longer."""
-        self.path, self.rel, self.known = path, rel, None
+        self.path, self.rel, self.known, self.unread = path, rel, None, ""
 
     def asks(self):
         return [{"read": self.path, "offset": 0, "max_bytes": hf_state.MAX_BYTES + 1, "known": self.known}]
@@ -321,18 +346,26 @@ class _TrainerState(_Source):
         st = res["stat"]
         data = _b64(res.get("data", ""))
         if not data:
+            self.note = self.note or self.unread      # unchanged: still the file it was
             return [], None
+        self.unread = ""
         if len(data) > hf_state.MAX_BYTES:
-            self.note = f"{self.rel} is over {hf_state.MAX_BYTES >> 20} MB: not read"
+            self.unread = f"{self.rel} is over {hf_state.MAX_BYTES >> 20} MB: not read"
+        else:
+            try:
+                state = hf_state.parse(data)
+            except hf_state.Unreadable as exc:
+                self.unread = f"{self.rel}: {exc}: not read (read again when it changes)"
+            except ValueError:
+                self.note = f"{self.rel} did not parse (being rewritten?): read again at the next poll"
+                return [], None
+        if self.unread:
+            self.note = self.unread
             self.known = [st["inode"], st["size"], st["mtime"]]
-            return [], None
-        try:
-            state = hf_state.parse(data)
-        except ValueError:
-            self.note = f"{self.rel} did not parse (being rewritten?): read again at the next poll"
             return [], None
         self.known = [st["inode"], st["size"], st["mtime"]]
         self.state, self.mtime = state, st["mtime"]
+        self.beyond = state.beyond
         new = [p for p in state.points if p.step > self.last.get(p.name, -1)]
         for p in new:
             self.last[p.name] = max(p.step, self.last.get(p.name, -1))
@@ -350,15 +383,22 @@ class _SqliteRows(_Source):
         self.rowid = 0
         self.run = ""
         self.read_once = False
+        self.retry_at = 0.0                  # not asked before this (target clock): see SQL_RETRY_S
 
     def asks(self):
+        if self.now < self.retry_at:
+            return []
         return [{"sql": self.path, "query": self.rows.ROWS_QUERY, "params": [self.rowid, self.rows.MAX_ROWS],
                  "max_rows": self.rows.MAX_ROWS}]
 
     def absorb(self, answers):
         res, err = _answer(answers[0])
         if res is None:
-            self.note = err + ("; asked again at the next poll" if "locked" in err else "")
+            if "no answer within" in err or "not read this poll" in err:
+                self.retry_at = self.now + SQL_RETRY_S
+                self.note = f"{err}; asked again in {SQL_RETRY_S:.0f} s"
+            else:
+                self.note = err + ("; asked again at the next poll" if "locked" in err else "")
             return [], None
         self.note = ""
         points, last, run = self.rows.points_of_rows(res.get("rows") or [])
@@ -397,7 +437,7 @@ class _Trackio(_SqliteRows):
         return "trackio"             # one source: a newer project replaces it
 
     def moved_to(self, path: str, rel: str) -> None:
-        self.path, self.rel, self.rowid, self.run, self.read_once = path, rel, 0, "", False
+        self.path, self.rel, self.rowid, self.run, self.read_once, self.retry_at = path, rel, 0, "", False, 0.0
 
     def where(self) -> str:
         run = f" run {self.run}" if self.run else ""
@@ -564,6 +604,8 @@ class MetricFiles:
             finding = True
             items.append({"find": {"roots": [posixpath.dirname(posixpath.dirname(hf.path))],
                                    "patterns": [hf_state.NAME], "max_depth": 1, "max_entries": 2000}})
+        for s in self.sources.values():
+            s.now = now
         asked = [(s, s.asks()) for s in self._ordered()]
         for _, a in asked:
             items += a
@@ -614,6 +656,8 @@ class MetricFiles:
     def _absorb(self, asked, answers, now: float, floor: float | None) -> None:
         i = 0
         for source, a in asked:
+            if not a:
+                continue                     # not asked this poll
             part, i = answers[i:i + len(a)], i + len(a)
             if len(part) < len(a):
                 break

@@ -45,12 +45,15 @@ def project_of(path: str) -> str:
     return posixpath.basename(path)[: -len(SUFFIX)]
 
 
-def _numbers(obj: dict, prefix: str = ""):
+MAX_NESTING = 8                     # groups within groups read (deeper ones are no metrics)
+
+
+def _numbers(obj: dict, prefix: str = "", depth: int = 0):
     for key, value in obj.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            if "_type" not in value:          # a media object is no number
-                yield from _numbers(value, name + "/")
+            if "_type" not in value and depth < MAX_NESTING:     # a media object is no number
+                yield from _numbers(value, name + "/", depth + 1)
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             yield name, float(value)
 
@@ -69,7 +72,7 @@ def points_of_rows(rows: list[list]) -> tuple[list[MetricPoint], int | None, str
             continue
         try:
             values = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):      # not JSON, or nested past the parser's depth
             continue
         if not isinstance(values, dict):
             continue

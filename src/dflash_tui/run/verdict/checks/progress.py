@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ....words import age_at as _age, duration as _duration, eta as eta_words, one_line as _one_line, progress
 from ...evidence.activity import Activity
+from ...evidence.metric_files.reader import MetricsView
 from ...evidence.observe import Evidence
 from ...evidence.step_clock import eta_s
 from ..checklist import Check, CheckId, CheckState
@@ -123,3 +124,16 @@ def busy_silent_check(silent: str, act: Activity | None, compile_stall_after_s: 
 def silent_check(silent: str, stall: StallLimit, hint: str, last: float | None) -> Check:
     """Nothing advanced past the limit (STALLED)."""
     return Check.of(CheckId.PROGRESS, FAIL, _one_line(limit_words(silent, stall)), hint, last)
+
+
+def metric_files_check(view: MetricsView | None) -> Check | None:
+    """The metric files that could not be read, or not all of them (a field over csv's limit,
+    JSON nested too deep, a store that does not answer in time, a search stopped early), each
+    with its source: the other sources are read, and the verdict is judged without them."""
+    if view is None:
+        return None
+    bad = [f"{s.where}: {s.note}" for s in view.sources if s.note] + list(view.notes)
+    if not bad:
+        return None
+    return Check.of(CheckId.METRIC_FILES, WARN, _one_line("; ".join(bad), 400),
+                    "the other sources are read; the verdict is judged without what is named")
