@@ -50,6 +50,7 @@ from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_pat
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
 from .recording.outside import bundle_extras, check_extras
+from .recording.stop_cancel import stop_as_person
 from .remote.base import OpRefused, TargetError
 from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport
@@ -294,11 +295,12 @@ class _OneHost:
                      **stopped, **resumed)
 
     @staticmethod
-    def stopped(args, profile: Profile, report: RunReport, results: dict, code: int) -> int:
+    def stopped(args, profile: Profile, report: RunReport, results: dict, code: int,
+                lines: Sequence[str] = (), extra: dict | None = None) -> int:
         (res,) = results.values()
-        return _emit(args, profile, report, code=code, extra_text=[f"stop: {res.message}"], pid=res.pid,
+        return _emit(args, profile, report, code=code, extra_text=[f"stop: {res.message}", *lines], pid=res.pid,
                      run_id=res.run_id, stop={"outcome": res.outcome, "message": res.message,
-                                              "seconds": round(res.seconds, 3)})
+                                              "seconds": round(res.seconds, 3)}, **(extra or {}))
 
 
 class _Nodes:
@@ -346,11 +348,12 @@ class _Nodes:
                      **({"stopped": {n: r.message for n, r in result.stopped.items()}} if result.stopped else {}))
 
     @staticmethod
-    def stopped(args, profile: Profile, report: RunReport, results: dict, code: int) -> int:
+    def stopped(args, profile: Profile, report: RunReport, results: dict, code: int,
+                lines: Sequence[str] = (), extra: dict | None = None) -> int:
         return _emit(args, profile, report, code=code,
-                     extra_text=[f"stop node {n}: {r.message}" for n, r in results.items()],
+                     extra_text=[*(f"stop node {n}: {r.message}" for n, r in results.items()), *lines],
                      stop={n: {"outcome": r.outcome, "message": r.message, "pid": r.pid,
-                               "seconds": round(r.seconds, 3)} for n, r in results.items()})
+                               "seconds": round(r.seconds, 3)} for n, r in results.items()}, **(extra or {}))
 
 
 def _output_of(report: RunReport) -> type[_OneHost] | type[_Nodes]:
@@ -395,7 +398,7 @@ async def _run_mode(args, profile: Profile, config: Config) -> int:
         if args.launch or args.relaunch:
             return await _launch_mode(args, profile, watch)
         if args.stop:
-            return await _stop_mode(args, profile, watch)
+            return await _stop_mode(args, profile, config, watch)
         if args.canary:
             return await _canary_mode(args, profile, watch)
     raise AssertionError("no mode")
@@ -449,12 +452,17 @@ async def _launch_mode(args, profile: Profile, watch: RunWatch) -> int:
     return _output_of(report).launched(args, profile, report, result)
 
 
-async def _stop_mode(args, profile: Profile, watch: RunWatch) -> int:
-    results = await watch.stop()
+async def _stop_mode(args, profile: Profile, config: Config, watch: RunWatch) -> int:
+    done = await stop_as_person(config, watch)   # a restart pending under [recover] is cancelled
+    results = done.results
     ok = all(r.ok for r in results.values())
     report = await watch.check()
     code = EXIT_HEALTHY if ok else EXIT_FAILING
-    return _output_of(report).stopped(args, profile, report, results, code)
+    policy = config.recover.for_profile(profile.name)
+    line = done.recovery_line(policy.max_restarts) if policy is not None else ""
+    extra, _ = check_extras(config, profile, report) if policy is not None else ({}, [])
+    return _output_of(report).stopped(args, profile, report, results, code, [line] if line else [],
+                                      {"recovery": extra["recovery"]} if extra else {})
 
 
 async def _canary_mode(args, profile: Profile, watch: RunWatch) -> int:

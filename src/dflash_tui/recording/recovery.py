@@ -13,7 +13,11 @@ scheduler; `RunWatch.places_nodes`, asked before the plan); then `launched`. To 
 its action in the store's outbox and marked sent once every URL took it: a watcher killed
 between the two sends what is pending when it starts again, once. A watcher killed at any
 point resumes from the log (module doc there). A stop by a person is never undone: STOPPED
-is no trigger, and a run someone else launched meanwhile supersedes the plan.
+is no trigger, a run someone else launched meanwhile supersedes the plan, and a person's stop
+while a restart is pending cancels it (`cancelled`, written by the stop's own process:
+recovery_log.py `cancel`): each step here commits only on top of the action it acted on, so
+a cancel that came first ends the plan, and one that came during the launch has the launched
+run stopped again.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ from .change import VerdictChange, run_id_of
 from .goodput import goodput
 from .notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
-from .recovery_log import (GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action, Notice,
-                           RecoveryLog, chain_of, failure_json, mark_sent, stop_times)
+from .recovery_log import (CANCELLED, GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action,
+                           Notice, RecoveryLog, chain_of, failure_json, mark_sent, stop_times)
 from .sender import Delivery
 from .store import ChangeStore
 
@@ -119,12 +123,15 @@ class Recovery:
         self._wake = asyncio.Event()
         self._unsent: dict[int, set[str]] = {}   # outbox id -> the URLs that have not taken it yet
         self._unsent_lock = threading.Lock()
+        self._handed: set[int] = set()   # outbox ids handed to the sender by this watcher
 
     def send_pending(self) -> None:
-        """A watcher starting: send, once, the notices a watcher before it committed and never
-        marked sent (killed between the action and the send)."""
-        latest = self.store.last_states()
-        for notice in self.log.pending(self.clock()):
+        """Send, once, the notices committed by others and never marked sent: at the start, a
+        watcher's before this one (killed between the action and the send); on each tick, a
+        person's stop's (the cancel of a pending restart)."""
+        pending = [n for n in self.log.pending(self.clock()) if n.id not in self._handed]
+        latest = self.store.last_states() if pending else {}
+        for notice in pending:
             change = latest.get(notice.profile)
             urls = self.config.notify.for_profile(notice.profile)
             if change is None or not urls:
@@ -135,6 +142,7 @@ class Recovery:
 
     def _hand_over(self, n: Notification) -> None:
         if n.outbox_id is not None:
+            self._handed.add(n.outbox_id)
             with self._unsent_lock:
                 self._unsent[n.outbox_id] = set(n.urls)
         self.submit(n)
@@ -173,6 +181,10 @@ class Recovery:
         self.watches = watches
         try:
             while True:
+                try:
+                    self.send_pending()
+                except ConfigError as exc:
+                    log.warning("recovery: pending notices not read: %s", exc)
                 for name in watches:
                     if name not in self._tasks and self._due(name):
                         self._tasks[name] = asyncio.create_task(self._step_safely(name), name=f"recover {name}")
@@ -196,12 +208,18 @@ class Recovery:
             self._wake.set()
 
     def _record(self, name: str, action: str, run_id: str, attempt: int,
-                notify: Callable[[Action], Notification | None] | None = None, **detail) -> Action:
+                notify: Callable[[Action], Notification | None] | None = None, after: int | None | str = "any",
+                **detail) -> Action | None:
         """Commit an action; with `notify`, the notification it announces in the same
-        transaction (the outbox), then handed to the sender."""
+        transaction (the outbox), then handed to the sender. With `after`, only on top of that
+        action (its id): None, nothing done, when a person's stop cancelled the restart since."""
         a = Action(name, self.clock(), action, run_id, attempt, detail)
         n = notify(a) if notify is not None else None
-        a = self.log.record(a, Notice(name, n.due, n.event, n.title, n.body) if n is not None else None)
+        a = self.log.record(a, Notice(name, n.due, n.event, n.title, n.body) if n is not None else None, after=after)
+        if a is None:
+            log.info("%s: recovery %s not done (run %s, restart %d): %s", name, action, run_id or "-", attempt,
+                     self._cancelled_words(name))
+            return None
         log.info("%s: recovery %s (run %s, restart %d)%s", name, action, run_id or "-", attempt,
                  f": {detail['reason']}" if "reason" in detail else "")
         if n is not None:
@@ -233,17 +251,21 @@ class Recovery:
         failure = failure_of(change, max(steps) if steps else None)
         now = self.clock()
         d = decide(policy, failure, chain, now)
+        after = last.id if last is not None else None
         if d.kind in (GIVE_UP, RESTART):
             # The evidence first: a stop or relaunch wipes the hung processes' stacks.
             bundle = await take_before_recovery(self.config, watch.profile, watch, change.run_id)
         if d.kind == GIVE_UP:
             self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure),
-                         bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
+                         bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts),
+                         after=after)
         elif d.kind == RESTART:
             report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
-                                bundle=bundle, **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes))
-            await self._continue(name, watch, plan, policy.max_restarts)
+                                bundle=bundle, after=after,
+                                **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes))
+            if plan is not None:
+                await self._continue(name, watch, plan, policy.max_restarts)
 
     async def _continue(self, name: str, watch: RunWatch, last: Action, max_restarts: int) -> None:
         report = watch.last
@@ -256,29 +278,32 @@ class Recovery:
                 # Killed after the launch, before recording it: the new run is there.
                 self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
                              from_step=last.detail.get("from_step"), resume=last.detail.get("resume"),
-                             notify=lambda a: self._notify_restart(name, a, failure, max_restarts),
+                             notify=lambda a: self._notify_restart(name, a, failure, max_restarts), after=last.id,
                              **_nodes_detail(last.detail, watch.places_nodes))
             elif last.action == LAUNCHING and self.clock() - last.time > NEVER_SEEN_S:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure) if failure else {},
-                             reason=f"the relaunch showed no run within {NEVER_SEEN_S:.0f} s")
+                             reason=f"the relaunch showed no run within {NEVER_SEEN_S:.0f} s", after=last.id)
             elif last.action != LAUNCHING and run_id:
                 self._record(name, SUPERSEDED, last.run_id, last.attempt, new_run_id=run_id,
-                             reason=f"run {run_id} was launched meanwhile")
+                             reason=f"run {run_id} was launched meanwhile", after=last.id)
             return
         if last.action == PLANNED and report.checklist.verdict.alive:
             results = await watch.stop()
             bad = [r.message for r in results.values() if not r.ok]
             if bad:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure),
-                             reason=f"could not stop the run: {'; '.join(bad)}",
+                             reason=f"could not stop the run: {'; '.join(bad)}", after=last.id,
                              notify=lambda a: self._notify_gave_up(name, a, failure, max_restarts))
                 return
             last = self._record(name, STOPPED, last.run_id, last.attempt, at=last.detail.get("at"),
-                                outcome="; ".join(r.message for r in results.values()),
+                                outcome="; ".join(r.message for r in results.values()), after=last.id,
                                 **_nodes_detail(last.detail, watch.places_nodes))
+            if last is None:
+                return
         at = last.detail.get("at")
         if last.action in (PLANNED, STOPPED) and isinstance(at, (int, float)) and self.clock() < at:
-            return   # the backoff
+            await asyncio.sleep(min(TICK_S, at - self.clock()))   # the backoff, asked again each tick
+            return
         await self._launch(name, watch, last, failure, max_restarts)
 
     def _bundle_of(self, name: str, action: Action) -> str | None:
@@ -308,24 +333,46 @@ class Recovery:
         request = LaunchRequest(relaunch=True, resume=resume, restart=n,
                                 placement=Placement(exclude=tuple(more.get("exclude", ()))))
         if last.action != LAUNCHING:
-            last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, **more)
+            last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, after=last.id,
+                                **more)
+            if last is None:
+                return   # cancelled by a person's stop before the launch: nothing launched
         try:
             result = await watch.launch(request)
         except (LaunchRefused, ConfigError) as exc:
             self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
-                         reason=f"the relaunch was refused: {exc}",
+                         reason=f"the relaunch was refused: {exc}", after=last.id,
                          notify=lambda a: self._notify_gave_up(name, a, failure, max_restarts))
             return
         new_id = run_id_of(result.report)
         if not result.launched or result.report.checklist.verdict.failing:
             cl = result.report.checklist
             self._record(name, GAVE_UP, last.run_id, n, failure=failure_json(failure) if failure else {},
-                         reason=f"the relaunch failed: {cl.verdict.value} {cl.summary}",
+                         reason=f"the relaunch failed: {cl.verdict.value} {cl.summary}", after=last.id,
                          notify=lambda a: self._notify_gave_up(name, a, failure, max_restarts))
             return
         watch.heard(result.report)   # the new run's first state, recorded when it was seen
-        self._record(name, LAUNCHED, last.run_id, n, new_run_id=new_id, from_step=from_step, resume=resume,
-                     notify=lambda a: self._notify_restart(name, a, failure, max_restarts), **more)
+        done = self._record(name, LAUNCHED, last.run_id, n, new_run_id=new_id, from_step=from_step, resume=resume,
+                            notify=lambda a: self._notify_restart(name, a, failure, max_restarts), after=last.id,
+                            **more)
+        if done is None:
+            await self._stop_cancelled_launch(name, watch, last, new_id)
+
+    async def _stop_cancelled_launch(self, name: str, watch: RunWatch, launching: Action, new_id: str) -> None:
+        """A person's stop cancelled the restart while its launch was under way: the run it
+        launched is stopped again, and recorded as cancelled (so it is never restarted)."""
+        results = await watch.stop()
+        self._record(name, CANCELLED, new_id, launching.attempt, was=LAUNCHED, new_run_id=new_id,
+                     by=self._cancelled_by(name), reason=self._cancelled_words(name),
+                     outcome="; ".join(r.message for r in results.values()))
+
+    def _cancelled_by(self, name: str) -> str:
+        last = self.log.last(name)
+        return str(last.detail.get("by") or "") if last is not None and last.action == CANCELLED else ""
+
+    def _cancelled_words(self, name: str) -> str:
+        by = self._cancelled_by(name)
+        return f"restart cancelled by {by}" if by else "another action was recorded meanwhile"
 
     # -- notifications ----------------------------------------------------------------------------
 

@@ -8,10 +8,17 @@ as it is done, in the watch store's SQLite file (its own table beside `changes`)
 Actions, in order: `planned` (the decision to restart: `at`, the failure), `stopped` (a live
 run stopped first), `launching` (committed BEFORE the launch), `launched` (the new run id,
 what it resumed from), or `gave_up` (the reason), or `superseded` (a person launched another
-run meanwhile). So a watcher killed at any point and started again knows where it was: it
+run meanwhile), or `cancelled` (a person's stop while the restart was pending: `by`, `was`). So a watcher killed at any point and started again knows where it was: it
 never plans the same failure twice, and a `launching` whose new run is there is recorded as
 launched rather than launched again (the launch claim, run/launch/claim.py, holds across the two).
 Durable like the ChangeStore: WAL, synchronous=FULL, one transaction per action.
+
+Two processes write it: the watcher, and a person's stop (`cancel`, another process: the CLI's
+--stop, the dashboard's `s`). Each of the watcher's steps commits only on top of the action it
+acted on (`record(..., after=)`, in one IMMEDIATE transaction), and a cancel only on top of an
+action in flight: whichever commits first wins, so a restart is either cancelled before its
+launch is committed, or its watcher finds the cancel when it records the launch and stops the
+run it launched.
 
 Beside it, the recovery's outbox: the notification an action announces (`launched`, `gave_up`)
 is committed in the same transaction as the action, and marked sent once every URL took it:
@@ -31,7 +38,7 @@ import math
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..config import ConfigError
 from ..verdicts import verdict_named
@@ -39,8 +46,8 @@ from .change import inert
 from .store import MAX_TIME, sqlite_uri
 from .recover_policy import Attempt, Failure
 
-PLANNED, STOPPED, LAUNCHING, LAUNCHED, GAVE_UP, SUPERSEDED = (
-    "planned", "stopped", "launching", "launched", "gave_up", "superseded")
+PLANNED, STOPPED, LAUNCHING, LAUNCHED, GAVE_UP, SUPERSEDED, CANCELLED = (
+    "planned", "stopped", "launching", "launched", "gave_up", "superseded", "cancelled")
 IN_FLIGHT = (PLANNED, STOPPED, LAUNCHING)
 BUSY_TIMEOUT_S = 5.0
 
@@ -76,7 +83,7 @@ class Notice:
 
     profile: str
     time: float
-    event: str                    # "restarted" | "gave_up"
+    event: str                    # "restarted" | "gave_up" | "cancelled"
     title: str
     body: str
     id: int | None = None
@@ -154,9 +161,6 @@ class RecoveryLog:
         except sqlite3.Error as exc:
             raise ConfigError(f"{self.path}: not a usable watch store ({exc}); "
                               "move it away or choose another with --store") from None
-        self._last: dict[str, Action] = {}
-        for a in self._query("WHERE id IN (SELECT max(id) FROM recovery GROUP BY profile)", ()):
-            self._last[a.profile] = a
 
     def close(self) -> None:
         self._db.close()
@@ -178,20 +182,68 @@ class RecoveryLog:
                               "move it away or choose another with --store") from None
         return [_row(r) for r in rows if _sane(r)]
 
-    def record(self, a: Action, notice: Notice | None = None) -> Action:
+    def record(self, a: Action, notice: Notice | None = None, *, after: int | None | str = "any") -> Action | None:
         """Commit `a` and the notification it announces, if any, in one transaction (durable on
-        return); `outbox_id` then says the notice's row."""
-        with self._db:
-            cur = self._db.execute(
-                "INSERT INTO recovery (profile, time, action, run_id, attempt, detail) VALUES (?, ?, ?, ?, ?, ?)",
-                (a.profile, a.time, a.action, a.run_id, a.attempt, json.dumps(a.detail, separators=(",", ":"))))
-            done = Action(a.profile, a.time, a.action, a.run_id, a.attempt, a.detail, cur.lastrowid)
-            self.outbox_id = None
-            if notice is not None:
-                self.outbox_id = self._db.execute(
-                    "INSERT INTO outbox (action_id, profile, time, event, title, body) VALUES (?, ?, ?, ?, ?, ?)",
-                    (done.id, notice.profile, notice.time, notice.event, notice.title, notice.body)).lastrowid
-        self._last[a.profile] = done
+        return); `outbox_id` then says the notice's row. With `after` (the id of the action `a`
+        follows; None: the first), only while that is still the profile's newest action: None when another
+        process wrote one meanwhile (a person's stop cancelled the restart)."""
+        self.outbox_id = None
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if after != "any" and self._newest_id(a.profile) != after:
+                self._db.rollback()
+                return None
+            done = self._insert(a, notice)
+            self._db.commit()
+        except BaseException:
+            self._db.rollback()
+            raise
+        return done
+
+    def _newest_id(self, profile: str) -> int | None:
+        row = self._db.execute("SELECT max(id) FROM recovery WHERE profile = ?", (profile,)).fetchone()
+        return row[0] if row else None
+
+    def _insert(self, a: Action, notice: Notice | None) -> Action:
+        cur = self._db.execute(
+            "INSERT INTO recovery (profile, time, action, run_id, attempt, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            (a.profile, a.time, a.action, a.run_id, a.attempt, json.dumps(a.detail, separators=(",", ":"))))
+        done = Action(a.profile, a.time, a.action, a.run_id, a.attempt, a.detail, cur.lastrowid)
+        if notice is not None:
+            self.outbox_id = self._db.execute(
+                "INSERT INTO outbox (action_id, profile, time, event, title, body) VALUES (?, ?, ?, ?, ?, ?)",
+                (done.id, notice.profile, notice.time, notice.event, notice.title, notice.body)).lastrowid
+        return done
+
+    def cancel(self, profile: str, by: str, now: float, run_id: str = "",
+               notice: Callable[[Action], Notice | None] = lambda a: None) -> Action | None:
+        """A person's stop (`by`), in one transaction: the profile's restart in flight (planned,
+        stopped, launching) is cancelled, with the notice `notice` makes of it; else `run_id`, the
+        run the person stopped, is disarmed (`was` ""), unless a failure of it was answered
+        already. None when neither was there to do."""
+        self.outbox_id = None
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._query("WHERE id = (SELECT max(id) FROM recovery WHERE profile = ?)", (profile,))
+                last = rows[-1] if rows else None
+                if last is not None and last.action in IN_FLIGHT:
+                    a = Action(profile, now, CANCELLED, last.run_id, last.attempt,
+                               {"by": by, "was": last.action, "reason": f"restart cancelled by {by}",
+                                **({"failure": last.detail["failure"]} if "failure" in last.detail else {})})
+                    done = self._insert(a, notice(a))
+                elif run_id and not self.handled(profile, run_id):
+                    done = self._insert(Action(profile, now, CANCELLED, run_id, 0,
+                                               {"by": by, "was": "", "reason": f"stopped by {by}"}), None)
+                else:
+                    done = None
+                self._db.commit()
+            except BaseException:
+                self._db.rollback()
+                raise
+        except sqlite3.Error as exc:
+            raise ConfigError(f"{self.path}: cannot write the watch store ({exc}); "
+                              "move it away or choose another with --store") from None
         return done
 
     def pending(self, now: float) -> list[Notice]:
@@ -207,8 +259,9 @@ class RecoveryLog:
 
 
     def last(self, profile: str) -> Action | None:
-        """The profile's newest action (cached: the watcher is the only writer)."""
-        return self._last.get(profile)
+        """The profile's newest action, as the store has it now (a person's stop writes too)."""
+        rows = self._query("WHERE id = (SELECT max(id) FROM recovery WHERE profile = ?)", (profile,))
+        return rows[-1] if rows else None
 
     def actions(self, profile: str) -> list[Action]:
         return self._query("WHERE profile = ?", (profile,))

@@ -3,7 +3,9 @@ carries as "recovery" and the dashboard's header shows. Read only: neither ever 
 
 States: `off` (no [recover] policy for the profile), `armed` (on; nothing to do now),
 `waiting` (a restart is planned; `next_in_s` until its backoff is over), `restarting` (the
-relaunch is under way), `gave_up` (`reason`; until a run is launched by hand).
+relaunch is under way), `gave_up` (`reason`; until a run is launched by hand), `cancelled`
+(a person stopped the run or cancelled its pending restart: `reason` "restart cancelled by
+root@host"; off for that run until a run is launched by hand).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Callable
 from ..config import Config, ConfigError
 from ..recover_settings import RecoverPolicy
 from ..words import duration
-from .recovery_log import GAVE_UP, LAUNCHING, PLANNED, STOPPED, Action, RecoveryLog, chain_of
+from .recovery_log import CANCELLED, GAVE_UP, LAUNCHING, PLANNED, STOPPED, Action, RecoveryLog, chain_of
 from .store import store_path
 
 
@@ -41,6 +43,8 @@ class RecoveryState:
             return f"recovery {self.restarts}/{self.max_restarts}, restarting"
         if self.state == "gave_up":
             return f"gave up: {self.reason}"
+        if self.state == "cancelled":
+            return f"recovery off for this run: {self.reason}; a launch arms it again"
         if self.state == "armed":
             return f"recovery armed, {self.restarts}/{self.max_restarts} restarts"
         return ""
@@ -58,6 +62,8 @@ def recovery_state(policy: RecoverPolicy | None, actions: list[Action], run_id: 
         return RecoveryState("waiting" if left > 0 else "restarting", last.attempt, m, left)
     if last is not None and last.action == LAUNCHING:
         return RecoveryState("restarting", last.attempt, m, 0.0)
+    if last is not None and last.action == CANCELLED and last.run_id == run_id:
+        return RecoveryState("cancelled", last.attempt, m, reason=str(last.detail.get("reason", "")))
     if last is not None and last.action == GAVE_UP and last.run_id == run_id:
         return RecoveryState("gave_up", last.attempt, m, reason=str(last.detail.get("reason", "")))
     return RecoveryState("armed", len(chain_of(actions, run_id)), m)

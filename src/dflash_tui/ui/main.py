@@ -12,6 +12,7 @@ import sys
 from ..fleet.poller import FleetPoller
 from ..recording.outside import bundle_extras
 from ..recording.recovery_state import recovery_words
+from ..recording.stop_cancel import stop_as_person
 from ..recording.store import store_path
 from .app import DashboardApp
 from ..watch import STEADY_INTERVAL_S, open_watch
@@ -46,11 +47,14 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
 
     def source_for(name: str) -> DashboardSource:
         profile = config.profile(name)
+        policy = config.recover.for_profile(name)
+        # A person's `s` under [recover]: the pending restart cancelled (recording/stop_cancel.py).
+        stop = dict(stop=lambda w: stop_as_person(config, w), max_restarts=policy.max_restarts) if policy else {}
         watch = fleet.watches.get(name) if fleet is not None and not profile.is_multinode else None
         extras = functools.partial(bundle_extras, config, profile)   # what `b`'s bundle takes from here
         if watch is not None:   # a run on one host: the fleet's HostWatch
-            return WatchSource(watch, owned=False, bundle_extras=extras)
-        return WatchSource(open_watch(profile, steady_interval=STEADY_INTERVAL_S), bundle_extras=extras)
+            return WatchSource(watch, owned=False, bundle_extras=extras, **stop)
+        return WatchSource(open_watch(profile, steady_interval=STEADY_INTERVAL_S), bundle_extras=extras, **stop)
 
     builtin = config.path is None   # no config file at all: the embedded `local` demo
     command = invocation()

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 from ...bundle import default_bundle_path, take_bundle
 from ...bundle.member import Member
 from ...config import ConfigError
 from ...gpu.sample import GpuSnapshot
+from ...recording.stop_cancel import PersonStop
 from ...run.history import HistoryRun, PreviousRun
 from ...run.launch.launch import LaunchRefused
 from ...run.verdict.report import RunReport
@@ -25,13 +26,19 @@ from .source import ActionError
 
 class WatchSource:
     def __init__(self, watch: RunWatch, *, owned: bool = True,
-                 bundle_extras: Callable[[], tuple[tuple[str, ...], tuple[Member, ...]]] | None = None) -> None:
+                 bundle_extras: Callable[[], tuple[tuple[str, ...], tuple[Member, ...]]] | None = None,
+                 stop: Callable[[RunWatch], Awaitable[PersonStop]] | None = None,
+                 max_restarts: int = 0) -> None:
         """`watch`: the run's RunWatch; `owned=False`: the fleet's, borrowed (the run view and the
         fleet then guard one action at a time on the same object, and closing this source
         leaves the watch to the fleet). `bundle_extras`: the notify URLs and this machine's
-        members (the timeline) an evidence bundle takes (recording/outside.py; blocking)."""
+        members (the timeline) an evidence bundle takes (recording/outside.py; blocking);
+        `stop`: how a person's stop is made where the profile has a [recover] policy
+        (recording/stop_cancel.py: it cancels a pending restart)."""
         self.watch = watch
         self.bundle_extras = bundle_extras
+        self._person_stop = stop
+        self._max_restarts = max_restarts
         self.owned = owned
         self.profile = watch.profile.name
         self.read_only = False
@@ -78,7 +85,12 @@ class WatchSource:
         return self._said(*(await self._act(lambda: self.watch.launch(request))).words())
 
     async def stop(self) -> str:
-        return self._said(*stop_words(await self._act(self.watch.stop)))
+        if self._person_stop is None:
+            return self._said(*stop_words(await self._act(self.watch.stop)))
+        done = await self._act(lambda: self._person_stop(self.watch))
+        ok, text = stop_words(done.results)
+        line = done.recovery_line(self._max_restarts)
+        return self._said(ok, f"{text}; {line}" if line else text)
 
     async def canary(self) -> str:
         return self._said(*canary_words(await self._act(self.watch.canary)))
