@@ -2,7 +2,7 @@
 clean?
 
 Each launch gets fresh caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, DFLASH_TRAIN_CACHE, so
-the target is pre-fitted again and every graph is built from nothing), the embedded profile's
+the target is pre-fitted again and every graph is built from nothing), the run probe as the wrapper installs it, the embedded profile's
 devices (one target thread, two drafter threads on CPU), Python's faulthandler on, and `--load`
 busy processes beside it (a shared 2-core box). A launch is clean when it exits 0; a launch
 killed by a signal is reported with the step it reached and the first lines faulthandler wrote.
@@ -25,6 +25,9 @@ import sys
 import tempfile
 import time
 
+from dflash_tui.contract.rundir import PROBE_DIR
+from dflash_tui.run.launch.probe_install import write_probe_dir
+
 
 def _burn(stop_at: float) -> None:
     x = 0
@@ -32,7 +35,7 @@ def _burn(stop_at: float) -> None:
         x += 1
 
 
-def one_launch(steps: int, workdir: str, extra: list[str], switch_interval: float | None) -> dict:
+def one_launch(steps: int, workdir: str, extra: list[str], switch_interval: float | None, probe: bool) -> dict:
     env = dict(os.environ)
     if switch_interval is not None:
         # a stress amplifier: the interpreter hands the GIL between threads this often (Python's
@@ -49,6 +52,11 @@ def one_launch(steps: int, workdir: str, extra: list[str], switch_interval: floa
         "PYTHONFAULTHANDLER": "1",
     })
     run_dir = os.path.join(workdir, "run")
+    if probe:
+        # as the wrapper launches it: the run probe's sitecustomize in every Python of the run
+        write_probe_dir(os.path.join(run_dir, PROBE_DIR))
+        env.update({"DFLASH_RUN_DIR": run_dir, "DFLASH_RUN_ID": "cold-launch"})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(run_dir, PROBE_DIR), env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "dflash_train", "--run-dir", run_dir, "--target-devices", "cpu",
            "--drafter-devices", "cpu,cpu", "--steps", str(steps), *extra]
     t0 = time.monotonic()
@@ -73,6 +81,7 @@ def main() -> None:
     ap.add_argument("--load", type=int, default=1, help="busy processes beside each launch")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="seconds between GIL hand-offs in the trainer (default: Python's 0.005)")
+    ap.add_argument("--no-probe", action="store_true", help="launch without the run probe (the wrapper installs it)")
     ap.add_argument("extra", nargs="*", help="more trainer arguments (after --)")
     args = ap.parse_args()
     clean = bad_recompiles = 0
@@ -83,7 +92,7 @@ def main() -> None:
             for b in burners:
                 b.start()
             try:
-                r = one_launch(args.steps, workdir, args.extra, args.switch_interval)
+                r = one_launch(args.steps, workdir, args.extra, args.switch_interval, not args.no_probe)
             finally:
                 for b in burners:
                     b.terminate()
