@@ -28,17 +28,23 @@ def exit_check(ex: ExitRecord, what: str, disk: str, hint: str = "") -> Check:
                     ex.end_time)
 
 
+# The signals a crash in native code raises (faulthandler catches these): worth the words.
+NATIVE_CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT"})
+
+
 def killed_by_signal(signal_name: str, dump: FaultDump | None) -> tuple[str, str]:
     """(what, hint) of a run its exit.json says a signal killed: a signal leaves no Python
     traceback; faulthandler's stacks, when it wrote them, say where native code died."""
-    if dump is None:
+    if dump is not None:
+        where = f" in native code under {dump.where}" if dump.where else ""
+        return (f"killed by {signal_name}{where} ({dump.error}), no traceback",
+                f"the Python stacks faulthandler wrote are at line {dump.lines_from_end} from the end of "
+                f"train.log (`tail -n {dump.lines_from_end} train.log`)")
+    if signal_name in NATIVE_CRASH_SIGNALS:
         return (f"killed by {signal_name}, no traceback",
-                "a signal leaves no Python traceback: see the end of train.log; for a crash in native code "
-                "set PYTHONFAULTHANDLER=1 in the profile's env (the wrapper sets it unless the env does)")
-    where = f" in native code under {dump.where}" if dump.where else ""
-    return (f"killed by {signal_name}{where} ({dump.error}), no traceback",
-            f"the Python stacks faulthandler wrote are at line {dump.lines_from_end} from the end of train.log "
-            f"(`tail -n {dump.lines_from_end} train.log`)")
+                "a crash in native code leaves no Python traceback: see the end of train.log; for the Python "
+                "stacks set PYTHONFAULTHANDLER=1 in the profile's env (the wrapper sets it unless the env does)")
+    return f"killed by {signal_name}", "a signal leaves no Python traceback: see the end of train.log"
 
 
 def traceback_check(traceback: str, when: float | None, *, crashed: bool, cause: str = "") -> Check:
