@@ -10,7 +10,15 @@ function". The trainer therefore:
    the workers run the eager step (no compiled code at all);
 2. switches to torch.compiler.set_stance("fail_on_recompile"), so an unforeseen recompile in a
    worker raises at the entry of the compiled frame, before anything is traced;
-3. runs each worker's compiled compute (one step's forward+backward) under a SHARED hold of this
+3. runs a worker's FIRST compiled call of each shape under the EXCLUSIVE hold, alone: a thread's
+   first entry into a compiled frame is not safe beside another thread inside compiled code
+   (its thread-local dynamo state is set up, the frame's cache entries are looked up and
+   reordered, guards that no thread of its own has passed are evaluated; PyTorch issues
+   #105943, #136833, #123177: "torch.compile'd models aren't thread safe"). Seen here as
+   "Unexpected recompilation: runtime guards failed even though they passed during
+   recompilation-reason analysis" when both drafter threads entered the freshly built step
+   together, at the step where they switch to it;
+4. runs each worker's later compiled compute (one step's forward+backward) under a SHARED hold of this
    gate; a worker that hits the recompile error drops its shared hold and asks for the EXCLUSIVE
    hold: new shared holds are refused (other workers pause at their next step boundary), it waits
    until the running ones finish, flips the stance back to "default", recompiles by re-running
@@ -58,6 +66,7 @@ class GateStats:
     fx_race_errors: int = 0       # FX-tracing race errors seen (must stay 0 with the gate)
     exclusive_seconds: float = 0.0
     waits: int = 0                # times a worker paused because another held the gate
+    first_entries: int = 0        # (worker, key) first runs, each alone under the exclusive hold
     per_worker_recompiles: dict[str, int] = field(default_factory=dict)
 
 
@@ -90,6 +99,7 @@ class CompileGate:
         self._on_state = on_state or (lambda w, s: None)
         self._on_recompile = on_recompile or (lambda w, e: None)
         self._parked = parked or (lambda w: contextlib.nullcontext())
+        self._entered: set[tuple[str, Any]] = set()   # (worker, key) that ran compiled code once
         self.stats = GateStats()
 
     # -- holds -------------------------------------------------------------------------------
@@ -153,39 +163,70 @@ class CompileGate:
 
     # -- the one call workers use --------------------------------------------------------------
 
-    def run(self, worker: str, fn: Callable[[], T], *, before_retry: Callable[[], None] | None = None) -> T:
+    def run(self, worker: str, fn: Callable[[], T], *, before_retry: Callable[[], None] | None = None,
+            key: Any = None) -> T:
         """Run `fn` (one step's compiled compute) under the gate.
 
+        `key` (the shape, in the trainer): the first run of each (worker, key) holds the gate
+        EXCLUSIVE, so a thread's first entry into a compiled frame never overlaps another
+        thread's compiled code (the module's docstring, point 3); later runs hold it shared.
         On a recompile error (or an FX-tracing race error, which must not happen with the gate
         but is retried rather than fatal, and counted) `fn` is re-run under the exclusive hold.
         `before_retry` restores whatever `fn` consumed (RNG state, zeroed grads) so the retry
         computes exactly what the first attempt would have.
         """
+        if (worker, key) not in self._entered:
+            with self.exclusive(worker):
+                self._on_state(worker, CompileState.COMPILED)   # it may have waited at the gate
+                self.stats.first_entries += 1
+                result = self._first_or_retry(worker, fn, before_retry)
+            self._entered.add((worker, key))
+            return result
         with self.shared(worker):
             try:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - filtered just below
-                if is_recompile_error(exc):
-                    self.stats.recompiles += 1
-                    self.stats.per_worker_recompiles[worker] = self.stats.per_worker_recompiles.get(worker, 0) + 1
-                elif is_fx_race_error(exc):
-                    self.stats.fx_race_errors += 1
-                else:
+                if not self._count_retryable(worker, exc):
                     raise
                 caught = exc
         self._on_recompile(worker, caught)
         with self.exclusive(worker):
             self._on_state(worker, CompileState.COMPILING)
-            if before_retry is not None:
-                before_retry()
-            try:
-                with self._allow_compile():
-                    result = fn()
-            except Exception:
-                self._on_state(worker, CompileState.FAILED)
+            return self._compile(worker, fn, before_retry)
+
+    def _first_or_retry(self, worker: str, fn: Callable[[], T], before_retry: Callable[[], None] | None) -> T:
+        """A first entry, under the exclusive hold already: a recompile it meets compiles here."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - filtered just below
+            if not self._count_retryable(worker, exc):
                 raise
-            self._on_state(worker, CompileState.COMPILED)
-            return result
+            self._on_recompile(worker, exc)
+        self._on_state(worker, CompileState.COMPILING)
+        return self._compile(worker, fn, before_retry)
+
+    def _count_retryable(self, worker: str, exc: Exception) -> bool:
+        if is_recompile_error(exc):
+            self.stats.recompiles += 1
+            self.stats.per_worker_recompiles[worker] = self.stats.per_worker_recompiles.get(worker, 0) + 1
+            return True
+        if is_fx_race_error(exc):
+            self.stats.fx_race_errors += 1
+            return True
+        return False
+
+    def _compile(self, worker: str, fn: Callable[[], T], before_retry: Callable[[], None] | None) -> T:
+        """Re-run `fn` with compiling allowed (the caller holds the gate exclusive)."""
+        if before_retry is not None:
+            before_retry()
+        try:
+            with self._allow_compile():
+                result = fn()
+        except Exception:
+            self._on_state(worker, CompileState.FAILED)
+            raise
+        self._on_state(worker, CompileState.COMPILED)
+        return result
 
 
 class TorchCompileControl:

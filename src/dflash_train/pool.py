@@ -177,7 +177,7 @@ class ThreadPool:
         shape = (spec.drafter_devices[r], int(batch.input_ids.shape[1]))
         if spec.compiler is None or (self.compiled_steps and spec.compiler.ready(shape)):
             metrics = self.gate.run(name, lambda: forward_backward(spec.compute_loss),
-                                    before_retry=lambda: model.zero_grad(set_to_none=True))
+                                    before_retry=lambda: model.zero_grad(set_to_none=True), key=shape)
         else:
             spec.compiler.request(shape)   # no-op when built or queued
             metrics = forward_backward(spec.eager_loss)

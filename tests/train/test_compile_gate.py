@@ -238,3 +238,55 @@ def test_error_classifiers():
     assert is_recompile_error(RuntimeError("x " + RECOMPILE_MARKER + " y"))
     assert not is_recompile_error(RuntimeError("size mismatch"))
     assert is_fx_race_error(RuntimeError(FX_RACE_MARKER))
+
+
+class FirstEntryRacyFn:
+    """A compiled-function stand-in whose FIRST call in a thread (per shape) is unsafe while
+    another thread is inside compiled code, as torch's is (compile_gate.py, point 3): such an
+    overlap is counted as a hazard."""
+
+    def __init__(self, run_s: float = 0.002) -> None:
+        self.run_s = run_s
+        self._lock = threading.Lock()
+        self._inside: set[int] = set()
+        self._entered: set[tuple[int, tuple]] = set()
+        self.hazards = 0
+
+    def __call__(self, key: tuple) -> None:
+        me = threading.get_ident()
+        with self._lock:
+            if (me, key) not in self._entered and self._inside - {me}:
+                self.hazards += 1
+            self._entered.add((me, key))
+            self._inside.add(me)
+        time.sleep(self.run_s)
+        with self._lock:
+            self._inside.discard(me)
+
+
+def test_a_threads_first_entry_into_compiled_code_runs_alone():
+    """Every worker meets both warm shapes at once, as the drafter threads do at the step they
+    switch to the compiled step: each first entry (worker, shape) holds the gate exclusive, later
+    ones share it."""
+    fn = FirstEntryRacyFn()
+    gate = CompileGate()
+    start = threading.Barrier(N_THREADS)
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        start.wait()
+        try:
+            for step in range(STEPS):
+                key = ("cpu", WARM_BUCKETS[step % 2])
+                gate.run(f"drafter{i}", lambda: fn(key), key=key)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(N_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert fn.hazards == 0
+    assert gate.stats.first_entries == N_THREADS * len(WARM_BUCKETS)

@@ -102,6 +102,9 @@ export DFLASH_RUN_ID DFLASH_RUN_DIR DFLASH_RESTART
 # Output line by line, so train.log shows it as it happens: Python unbuffered unless the
 # environment already says otherwise; other programs' C stdio line-buffered where stdbuf exists.
 if [ -z "${{PYTHONUNBUFFERED+set}}" ]; then PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED; fi
+# A crash in native code (SIGSEGV, SIGABRT) leaves no Python traceback: faulthandler writes every
+# thread's Python stack into train.log instead. The environment's own value wins.
+if [ -z "${{PYTHONFAULTHANDLER+set}}" ]; then PYTHONFAULTHANDLER=1; export PYTHONFAULTHANDLER; fi
 # Progress bars that draw only on a terminal (rich's, so Lightning's) draw into train.log as on
 # one: rich reads TTY_COMPATIBLE / TTY_INTERACTIVE; COLUMNS gives rich and tqdm the width a
 # terminal would. The environment's own values win.

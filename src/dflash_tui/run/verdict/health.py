@@ -15,7 +15,8 @@ from ...contract.rundir import TRAIN_LOG, CompileState, Phase, ThreadStatus, Tra
 from ...config import Limits
 from ...gpu.sample import GpuSnapshot
 from ...words import age_at as _age, cpu_use, duration as _duration, gpu_busy, one_line as _one_line, signame as _signame
-from .checks.ended import (checkpoint_check, exit_check, no_exit_check, root_cause_check, stop_lives_on_check,
+from .checks.ended import (checkpoint_check, exit_check, killed_by_signal, no_exit_check, root_cause_check,
+                           stop_lives_on_check,
                            stopped_checks, stopping_check, traceback_check)
 from .checks.checkpoints import checkpoint_check as checkpoint_check_of, runway_check
 from .checks.gpus import gpus_check
@@ -36,6 +37,7 @@ from .hang import Hang, ThreadView, compiling, compiling_busy, diagnose, importi
 from ..stacks.classify import ThreadClass
 from ..evidence.memory import LookMemory
 from ..evidence.observe import Evidence, current_run_id, process_matches
+from ..evidence.fault_dump import last_fault_dump
 from ..evidence.tracebacks import exception_line
 from .rank_groups import group_ranks
 from .stragglers import paces, stragglers, with_stragglers
@@ -614,11 +616,15 @@ def _ended(ev: Evidence, checks: list[Check], gone: str, limits: Limits) -> Chec
     if ex.exit_code == 0:
         add(exit_check(ex, "", disk))
         return Checklist(Verdict.FINISHED, checks, "finished with exit code 0", threads)
-    what = f"killed by {_signame(ex.signal)}" if ex.exit_code is None else f"exit code {ex.exit_code}"
+    hint = ""
+    if ex.exit_code is None:
+        what, hint = killed_by_signal(_signame(ex.signal), last_fault_dump(ev.log_tail))
+    else:
+        what = f"exit code {ex.exit_code}"
     root = _root_cause(ev, checks, ex.end_time)
     if root:
         what = f"{what}; {root}"
-    add(exit_check(ex, what, disk))
+    add(exit_check(ex, what, disk, hint))
     cause = exception_line(ev.last_traceback)
     if not cause and ev.log_tail and ex.signal is None:
         cause = last_line(ev.log_tail)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ....contract.rundir import ExitRecord, StopRecord
 from ....words import age_at as _age, one_line as _one_line
 from ...evidence.activity import Activity
+from ...evidence.fault_dump import FaultDump
 from ...evidence.tracebacks import exception_line
 from ..checklist import Check, CheckId, CheckState
 from .launch import DISK_HINT
@@ -18,11 +19,32 @@ def no_exit_check(why: str, hint: str, last_write: float | None) -> Check:
     return Check.of(CheckId.EXIT, FAIL, _one_line(why), hint, last_write)
 
 
-def exit_check(ex: ExitRecord, what: str, disk: str) -> Check:
-    """exit.json's code: ok for 0, failing otherwise (`what`: the code or signal, the root cause)."""
+def exit_check(ex: ExitRecord, what: str, disk: str, hint: str = "") -> Check:
+    """exit.json's code: ok for 0, failing otherwise (`what`: the code or signal, the root cause;
+    `hint`: what to read, when not the traceback)."""
     if ex.exit_code == 0:
         return Check.of(CheckId.EXIT, OK, "exit code 0", "", ex.end_time)
-    return Check.of(CheckId.EXIT, FAIL, what, DISK_HINT if disk else "see the traceback and the log", ex.end_time)
+    return Check.of(CheckId.EXIT, FAIL, what, DISK_HINT if disk else hint or "see the traceback and the log",
+                    ex.end_time)
+
+
+# The signals a crash in native code raises (faulthandler catches these): worth the words.
+NATIVE_CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT"})
+
+
+def killed_by_signal(signal_name: str, dump: FaultDump | None) -> tuple[str, str]:
+    """(what, hint) of a run its exit.json says a signal killed: a signal leaves no Python
+    traceback; faulthandler's stacks, when it wrote them, say where native code died."""
+    if dump is not None:
+        where = f" in native code under {dump.where}" if dump.where else ""
+        return (f"killed by {signal_name}{where} ({dump.error}), no traceback",
+                f"the Python stacks faulthandler wrote are at line {dump.lines_from_end} from the end of "
+                f"train.log (`tail -n {dump.lines_from_end} train.log`)")
+    if signal_name in NATIVE_CRASH_SIGNALS:
+        return (f"killed by {signal_name}, no traceback",
+                "a crash in native code leaves no Python traceback: see the end of train.log; for the Python "
+                "stacks set PYTHONFAULTHANDLER=1 in the profile's env (the wrapper sets it unless the env does)")
+    return f"killed by {signal_name}", "a signal leaves no Python traceback: see the end of train.log"
 
 
 def traceback_check(traceback: str, when: float | None, *, crashed: bool, cause: str = "") -> Check:
