@@ -467,7 +467,7 @@ async def test_metrics_chart_a_tensorboard_file_and_list_its_source(tmp_path: Pa
         metrics = app.query_one(MetricsPane)
         await pilot.press("4")
         await until(pilot, lambda: metrics.last_step == 20)
-        assert list(metrics.series["train/loss"].steps) == list(range(1, 21))
+        assert list(metrics.chart_series()["train/loss"].steps) == list(range(1, 21))
         metrics.draw()
         await pilot.pause()
         assert "TensorBoard runs/exp1, 1 tag" in screen_text(app)
@@ -482,7 +482,8 @@ async def test_metrics_a_series_that_appears_mid_run_is_charted_at_once():
     r1 = dataclasses.replace(R.healthy(), status=None, progress=RunProgress("log", step=10, loss=2.1))
     tb = MetricSource("tensorboard", "/r/tb", "TensorBoard tb, 2 tags", 2, None)
     r2 = dataclasses.replace(r1, progress=RunProgress("log", step=11, loss=2.0), metrics=MetricsView(
-        (tb,), points=(MetricPoint("train/lr", 11, 0.1), MetricPoint("train/grad_norm", 11, 1.5))))
+        (tb,), points=(MetricPoint("train/lr", 11, 0.1), MetricPoint("train/grad_norm", 11, 1.5)),
+        history={"train/lr": ((11,), (0.1,)), "train/grad_norm": ((11,), (1.5,))}, history_version=2))
     app, src = app_with(report=r1, events=[])
     async with app.run_test(size=(160, 40)) as pilot:
         metrics = app.query_one(MetricsPane)
@@ -491,7 +492,7 @@ async def test_metrics_a_series_that_appears_mid_run_is_charted_at_once():
         await until(pilot, lambda: len(app.query(MetricChart)) == 1)
         assert metrics.chart_interval() >= CHART_MIN_S
         src.push_report(r2)
-        await until(pilot, lambda: "train/lr" in metrics.series)
+        await until(pilot, lambda: "train/lr" in metrics.chart_series())
         await until(pilot, lambda: len(app.query(MetricChart)) == 3, timeout=CHART_MIN_S * 0.6)
         assert "TensorBoard tb, 2 tags" in screen_text(app)
 

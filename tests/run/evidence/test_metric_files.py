@@ -218,7 +218,10 @@ def test_check_json_has_metrics_and_progress(tmp_path, monkeypatch):
         assert d["verdict"] == "RUNNING", d["summary"]
         loss = d["metrics"]["train/loss"]
         assert loss["step"] > 5 and loss["source"] == "TensorBoard runs/exp1", d["metrics"]
-        assert d["progress"] is None        # TensorBoard says no total; nothing printed a step
+        # Nothing printed a step: the event file's newest step is the progress, its total unknown.
+        progress = d["progress"]
+        assert progress["step"] >= loss["step"] and progress["total"] is None, progress
+        assert progress["source"] == "TensorBoard runs/exp1", progress
     finally:
         cli(tmp_path, "--config", str(cfg), "--stop")
 
@@ -288,11 +291,13 @@ async def test_hf_trainer_progress_and_eta_while_it_runs(place, sessions, tmp_pa
     running = [x for x in seen if x[3] == "RUNNING" and x[2] is not None and x[0] < 80]
     assert running, (label, seen)        # an ETA from two checkpoints' steps and times
     assert any(f"step {x[0]}/80, ETA " in x[4] for x in running), (label, running)
-    # The Trainer's dicts in the log and its trainer_state.json: one series space, the log's
-    # plain, the file's named with its source.
-    latest = ev.metrics.latest
-    assert latest["hf:loss"][0] == 80 and latest["hf:loss"][2].startswith("trainer_state.json out/checkpoint-"), latest
-    assert latest["loss"][2] == "log" and latest["train_runtime"][2] == "log", latest
+    # The Trainer's dicts in the log and its trainer_state.json are one quantity: one series,
+    # the file's points first (no "hf:loss" beside the log's "loss").
+    latest, history = ev.metrics.latest, ev.metrics.history
+    assert not any(name.startswith("hf:") for name in latest), latest
+    assert latest["loss"][0] == 80 and latest["loss"][2].startswith("trainer_state.json out/checkpoint-"), latest
+    assert latest["train_runtime"][2] == "log", latest       # only the log says it
+    assert history["loss"][0] == tuple(range(5, 81, 5)), history["loss"]
 
 
 def _trackio(trackio_dir: Path, *argv: str) -> None:

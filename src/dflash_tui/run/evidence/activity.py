@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import posixpath
 import re
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ from .event_points import STEP_KINDS, points_from_events
 from .checkpoints import CheckpointLooks
 from .log_series import LogSeries
 from .metric_files.reader import MetricFiles, MetricsView
+from .metric_point import MetricPoint
 from .progress import LogProgress, ProgressParser
 from .pace import Pace, line_intervals, step_times
 from ..stacks.pauses import known_pause
@@ -237,6 +239,19 @@ def _signature_of(frames: tuple[str, ...]) -> tuple[str, ...]:
     return ("lib", *(f"{p.path} {p.function}" for p in parsed))
 
 
+def progress_points(p: LogProgress) -> list[MetricPoint]:
+    """The loss and the rate (named by its unit) a program's log showed at its step; none for a
+    step counted within an epoch (Lightning's bar starts again each epoch)."""
+    if p.step is None or p.step_epoch is not None:
+        return []
+    out = []
+    if p.loss is not None and math.isfinite(p.loss):
+        out.append(MetricPoint("loss", p.step, p.loss))
+    if p.rate is not None and p.rate_unit and math.isfinite(p.rate):
+        out.append(MetricPoint(p.rate_unit, p.step, p.rate))
+    return out
+
+
 class ProgressTracker:
     """Memory across polls of one run dir; a new run id starts it afresh."""
 
@@ -376,6 +391,10 @@ class ProgressTracker:
                 for t in step_times(ev_data):
                     self._pace.saw(t)
             self._events_fed(ev_data)
+        if log_data and self._ev_step is None:
+            # The step, loss and rate a program's own log shows are series of this run too (a
+            # program that writes step events has them there, in full).
+            self.metric_files.add_points("log", "log", "log", progress_points(self.parser.progress))
         self.metrics = self.metric_files.view()
         # -- the pace (learned stall limit): the newest progress this look saw ------------------
         self._pace.saw(max((t for t in (self._step_at, self._ev_step_at) if t is not None), default=None))

@@ -59,7 +59,8 @@ class RunProgress:
             return cls(act.step_source or "log", act.step, act.total, act.loss, act.rate, act.rate_unit,
                        act.step_at, eta)
         if mp is not None:
-            return cls(mp.source, mp.step, None, None, None, "", mp.at)
+            # Steps only a metric file tells (a program that logs only to TensorBoard).
+            return cls(mp.source, mp.step, mp.total, ev.metrics.newest_loss(), None, "", mp.at)
         return None
 
 

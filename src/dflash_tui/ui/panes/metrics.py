@@ -1,14 +1,16 @@
 """The Metrics pane: a chart per numeric series of the run, the previous run overlaid.
 
-Everything arrives as run/series.Point (name, step, value), whatever its source: the step
-and eval records of events.jsonl (every numeric field they carry), or, when the program
-writes no events, status.json's values or the step/loss/rate its own log showed (the
-report's progress); and the metric lines and files of the report's metrics (TorchTitan,
-Megatron and Trainer lines; TensorBoard, metrics.csv, trainer_state.json, MLflow), whose
-sources the note above the charts lists. A new source only has to produce points. Each chart is a
-textual-plotext PlotextPlot: step on x, the value on y, both with ticks; the previous run of
-the same run dir (RUN_DIR/history/, read by run/history.py) is drawn under it in a second,
-dimmer line, so a relaunch compares at a glance.
+Two kinds of series. The step and eval records of events.jsonl (every numeric field they
+carry), read from the file's tail window while the tab is shown, or, when the program writes no
+events, status.json's values. And the history the engine keeps of everything else
+(report.metrics.history, run/evidence/metric_history.py): the step/loss/rate a program's own
+log shows, its metric lines (TorchTitan, Megatron and Trainer lines) and files (TensorBoard,
+metrics.csv, trainer_state.json, MLflow, trackio), each series from its first point whenever
+the tab is opened, whose sources the note above the charts lists; the pane draws it and keeps
+none of it. Each chart is a textual-plotext PlotextPlot: step on x, the value on y, both with
+ticks; the previous run is drawn under it in a second, dimmer line, so a relaunch compares at a
+glance: the same run dir's last run (RUN_DIR/history/, read by run/history.py) and the metric
+files written before this run's launch (report.metrics.previous).
 
 Keys (KEYS, bound by the run screen): o cycles the smoothing (TensorBoard's debiased EMA, 0 / 0.6 / 0.9),
 z zooms to the last N steps, m shows the next page of charts when there are more series
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from rich.text import Text
 from textual.containers import Grid, Vertical
@@ -91,6 +93,14 @@ class Series:
         self.name = name
         self.steps: deque[int] = deque(maxlen=HISTORY)
         self.values: deque[float] = deque(maxlen=HISTORY)
+
+    @classmethod
+    def of(cls, name: str, steps: Sequence[int], values: Sequence[float]) -> "Series":
+        """A series the engine's history holds (already bounded and in step order)."""
+        s = cls(name)
+        s.steps.extend(steps)
+        s.values.extend(values)
+        return s
 
     def add(self, step: int, value: float) -> None:
         if self.steps and step <= self.steps[-1]:
@@ -193,8 +203,14 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         yield self.grid
 
     def on_mount(self) -> None:
-        self.series: dict[str, Series] = {}
-        self.previous: dict[str, Series] = {}
+        self.series: dict[str, Series] = {}          # events.jsonl's (or status.json's): the pane's own
+        self.history: Mapping = {}                   # report.metrics.history: the engine's
+        self.history_version: int | None = None
+        self.history_from_log = False                # the engine's series include the log's own
+        self.charted: dict[str, Series] = {}         # what the charts draw: both, events first
+        self.previous: dict[str, Series] = {}        # history/'s previous run
+        self.previous_files: Mapping = {}            # metric files older than this run's launch
+        self.previous_file_sources: tuple[str, ...] = ()
         self.previous_id = ""
         self.last_step: int | None = None
         self.skipped = 0
@@ -212,6 +228,8 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
     # -- data -------------------------------------------------------------------------------
     def reset(self) -> None:
         self.series.clear()
+        self.history, self.history_version, self.charted = {}, None, {}
+        self.previous_files, self.previous_file_sources = {}, ()
         self.last_step = None
         self.skipped = 0
         self.from_events = False
@@ -239,18 +257,51 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
             sources = tuple(s.label + (f" ({s.note})" if s.note else "") for s in m.sources)
             if sources != self.metric_sources:
                 self.metric_sources, self.dirty = sources, True
-            if m.points:
-                self._add(list(m.points))
+            if m.history_version != self.history_version:
+                self._take_history(m)
+            if m.previous_sources != self.previous_file_sources:
+                self.previous_files, self.previous_file_sources = m.previous, m.previous_sources
+                self.dirty = True
         if self.from_events:
             return
         points = points_from_status(report.status)
         source = "status.json"
-        if not points:
+        if not points and m is None:
+            # A source that keeps no history (a replay): the progress of each report.
             points = points_from_progress(report.progress)
             source = f"{report.progress.source} progress" if points else source
         if points and points[0].step != self.last_step:
             self.point_source = source
             self._add(points)
+
+    def _take_history(self, m) -> None:
+        before = len(self.charted)
+        self.history, self.history_version = m.history, m.history_version
+        self.history_from_log = any(src == "log" for _, _, src in m.latest.values())
+        self.charted = {}                      # made again at the next draw
+        ends = [steps[-1] for steps, _ in m.history.values() if steps]
+        if ends:
+            self.last_step = max(max(ends), self.last_step or 0)
+        self.dirty = True
+        if len(m.history) > before and before < self._per_page():
+            self._drawn_at = 0.0   # a series where the page has room (a file found mid-run): the next frame
+
+    def chart_series(self) -> dict[str, Series]:
+        """Every series the charts draw: events.jsonl's (or status.json's), then the engine's
+        history for the names those do not have."""
+        if not self.charted or self.series.keys() - self.charted.keys():
+            out = dict(self.series)
+            for name, (steps, values) in self.history.items():
+                if name not in out:
+                    out[name] = Series.of(name, steps, values)
+            self.charted = out
+        return self.charted
+
+    def previous_series(self, name: str) -> Series | None:
+        got = self.previous.get(name)
+        if got is None and name in self.previous_files:
+            got = Series.of(name, *self.previous_files[name])
+        return got
 
     def add_lines(self, lines: list[str]) -> None:
         points, skipped = points_from_events(lines)
@@ -269,6 +320,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
     def _add(self, points: list[Point]) -> None:
         before = len(self.series)
         series_from(points, self.series)
+        self.charted = {}
         self.last_step = max(max(p.step for p in points), self.last_step or 0)
         self.dirty = True
         if len(self.series) > before and len(self.charts) < self._per_page():
@@ -316,7 +368,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         if time.monotonic() - self._drawn_at >= self.chart_interval():
             self._redraw()
         else:
-            names = len(self.series)
+            names = len(self.series.keys() | self.history.keys())
             cols, rows = self._layout()
             self._set_note(self._note_text(names, max(1, -(-names // (cols * rows)))))
 
@@ -345,7 +397,8 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
     def draw(self) -> None:
         self.dirty = False
         self._drawn_at = time.monotonic()
-        names = ordered(self.series)
+        series = self.chart_series()
+        names = ordered(series)
         cols, rows = self._layout()
         per_page = cols * rows
         pages = max(1, -(-len(names) // per_page))
@@ -363,26 +416,30 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         while len(self.charts) > want:
             self.charts.pop().remove()
         for chart, name in zip(self.charts, shown):
-            chart.draw(self.series[name], self.previous.get(name), self.previous_id,
+            chart.draw(series[name], self.previous_series(name), self.previous_id or "files",
                        self.zoom, self.smoothing)
 
     def _note_text(self, n_series: int, pages: int) -> str:
         extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
         if self.last_step is None:
             return "no steps yet" + extra
+        froms = []
         if self.from_events:
-            where = "events.jsonl"
-        elif self.point_source == "log progress":   # a program of the user's: its own words
-            where = "the program's log"
-        else:
-            where = f"{self.point_source} (no step events)"
-        parts = [f"step {self.last_step}", f"{n_series} series from {where}"]
-        if self.metric_sources:
-            parts[-1] += " and " + "; ".join(self.metric_sources)
+            froms.append("events.jsonl")
+        elif self.series and self.point_source == "log progress":   # a program of the user's: its own words
+            froms.append("the program's log")
+        elif self.series:
+            froms.append(f"{self.point_source} (no step events)")
+        if self.history_from_log and "the program's log" not in froms:
+            froms.append("the program's log")
+        froms += self.metric_sources
+        parts = [f"step {self.last_step}", f"{n_series} series from " + ("; ".join(froms) or "metric files")]
         if pages > 1:
             parts[-1] += f" (m: page {self.page + 1}/{pages})"
         if self.previous_id:
             parts.append(f"dots: previous run {self.previous_id}")
+        elif self.previous_file_sources:
+            parts.append("dots: the previous run's " + "; ".join(self.previous_file_sources))
         parts.append(f"o smoothing {self.smoothing:g}" if self.smoothing else "o smoothing off")
         parts.append("z all steps" if self.zoom is None else f"z last {self.zoom} steps")
         return " · ".join(parts) + extra

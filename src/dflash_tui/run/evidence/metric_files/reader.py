@@ -38,6 +38,7 @@ from ....remote.base import TRANSPORT_FAILURES, TargetError
 from ....remote.ops import look_ops
 from ....contract.rundir import TRAIN_LOG
 from ..divergence import DivergenceWatch
+from ..metric_history import MetricHistory
 from ..metric_point import BEYOND_WORDS, MetricPoint, is_step
 from . import csv_logger, hf_state, mlflow, tensorboard, trackio
 from .fallback import metric_read_over
@@ -93,7 +94,9 @@ class MetricProgress:
 @dataclass(frozen=True)
 class MetricsView:
     """One poll's metrics of a run: its sources, each series' newest point, the points new
-    this poll (the Metrics pane adds them to its charts), and the progress they tell."""
+    this poll, every series' history since the run's first point (what the Metrics pane
+    draws, whenever it is opened), the series of files written before this run's launch (the
+    previous run's, drawn dotted), and the progress they tell."""
 
     sources: tuple[MetricSource, ...] = ()
     latest: Mapping[str, tuple[int, float, str]] = field(default_factory=dict)
@@ -102,6 +105,11 @@ class MetricsView:
     progress: MetricProgress | None = None
     written_at: float | None = None          # the newest write of a metric file (this run's)
     written_file: str = ""                   # which source that was ("TensorBoard runs/exp1")
+    # name -> (steps, values): run/evidence/metric_history.py, bounded and decimated
+    history: Mapping[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
+    history_version: int = 0                 # moves when any series of `history` changed
+    previous: Mapping[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
+    previous_sources: tuple[str, ...] = ()   # "TensorBoard runs/exp1": files older than the launch
 
     def newest_loss(self) -> float | None:
         """The training loss among the series, for a line that has room for one number:
@@ -140,6 +148,9 @@ class _Source:
         self.note = ""
         self.beyond = 0                      # steps and totals beyond 2^53 ignored (see _got)
         self.now = 0.0                       # the poll's target clock, set before absorb
+        # Written before this run's launch: the previous run's (drawn dotted, never this run's series).
+        self.previous = False
+        self.step: int | None = None         # the newest step of its points
 
     @property
     def key(self) -> str:
@@ -191,6 +202,8 @@ class _Source:
         kept = [p for p in points if is_step(p.step)]
         self.beyond += len(points) - len(kept)
         self.names.update(p.name for p in kept)
+        if kept:
+            self.step = max(self.step if self.step is not None else kept[0].step, max(p.step for p in kept))
         return kept
 
 
@@ -483,15 +496,24 @@ class _Mlruns(_Source):
         return self._got(points), newest
 
 
+# trainer_state.json holds the very records the HF Trainer prints as its log's dict lines: its
+# series and the log's of the same name are one quantity, one series, the file's points first.
+_SAME_AS_LOG = frozenset({"trainer_state"})
+_TAKE_ORDER = {"trainer_state": 0, "log": 1}
+PREVIOUS = "previous:"   # the key prefix of a source written before this run's launch
+
+
 class SeriesNames:
     """One name space for every source: a name keeps its plain form for the first source that
-    gives it; a second source's series of that name is named with its source ("tb:loss")."""
+    gives it; a second source's series of that name is named with its source ("tb:loss").
+    trainer_state.json and the log are one source here (_SAME_AS_LOG)."""
 
     def __init__(self) -> None:
         self._owner: dict[str, tuple[str, str]] = {}     # display name -> (source key, base)
         self._names: dict[tuple[str, str], str] = {}     # (source key, base) -> display name
 
     def name(self, key: str, tag: str, base: str, rel: str = "") -> str:
+        key = "log" if key in _SAME_AS_LOG else key
         got = self._names.get((key, base))
         if got is not None:
             return got
@@ -518,21 +540,31 @@ class MetricFiles:
         self._found_at: float | None = None
         self._pending: list[tuple[str, str, str, str, list[MetricPoint]]] = []
         self._latest: dict[str, tuple[int, float, str]] = {}
+        self.history = MetricHistory()           # this run's series, from their first point
+        self.previous = MetricHistory()          # the series of files older than the launch
+        self._file_owned: set[str] = set()       # names trainer_state.json gives (the log's are dropped)
         self.advanced_at: float | None = None
         self.advanced_file = ""
 
     # -- what the poll found ---------------------------------------------------------------
     def take(self) -> list[MetricPoint]:
-        """The points read since the last take, named in the one series space: the log's
-        first (its names stay plain), then each file source's in a fixed order."""
+        """The points read since the last take, named in the one series space and added to
+        the history: trainer_state.json's first, then the log's (their names stay plain; a
+        series the file gives replaces the log's of that name), then each file source's in a
+        fixed order."""
         raw, self._pending = self._pending, []
-        raw.sort(key=lambda r: (r[1] != "log", r[0]))
+        raw.sort(key=lambda r: (_TAKE_ORDER.get(r[0], len(_TAKE_ORDER)), r[0]))
         out = []
         watch = self.watch
         for key, tag, label, rel, points in raw:
             watched: dict[str, list[tuple[int, float]]] = {}
             for p in points:
                 name = self.names.name(key, tag, p.name, rel)
+                if key in _SAME_AS_LOG and name not in self._file_owned:
+                    self._file_owned.add(name)
+                    self.history.drop(name)     # the log's points of it: the file has them all
+                elif key == "log" and name in self._file_owned:
+                    continue
                 if watch is not None and watch.watches(name):
                     watched.setdefault(name, []).append((p.step, p.value))
                 if p.value - p.value == 0.0:        # finite
@@ -540,6 +572,7 @@ class MetricFiles:
                     self._latest[name] = (p.step, p.value, label)
             for name, values in watched.items():
                 watch.feed(name, TRAIN_LOG if key == "log" else label, values)
+        self.history.add(out)
         return out
 
     def latest(self) -> dict[str, tuple[int, float, str]]:
@@ -549,19 +582,28 @@ class MetricFiles:
     def view(self) -> "MetricsView":
         """What this poll read, for the report: take() first."""
         points = self.take()
+        previous = tuple(sorted(s.where() for s in self.sources.values() if s.previous and s.names))
         return MetricsView(tuple(self.views()), dict(self._latest), tuple(points), tuple(self.notes),
-                           self.progress(), self.advanced_at, self.advanced_file)
+                           self.progress(), self.advanced_at, self.advanced_file,
+                           self.history.snapshot(), self.history.version, self.previous.snapshot(), previous)
 
     def views(self) -> list[MetricSource]:
-        return sorted((s.view() for s in self.sources.values()),
+        return sorted((s.view() for s in self.sources.values() if not s.previous),
                       key=lambda v: -(v.written_at or 0.0))
 
     def progress(self) -> MetricProgress | None:
-        hf = [s for s in self.sources.values() if isinstance(s, _TrainerState) and s.state is not None]
-        if not hf or hf[0].state.global_step is None:
+        """The HF Trainer's global_step of max_steps; else the newest step of the metric file
+        this run wrote last (a program that logs only to TensorBoard), its total unknown."""
+        current = [s for s in self.sources.values() if not s.previous]
+        hf = [s for s in current if isinstance(s, _TrainerState) and s.state is not None]
+        if hf and hf[0].state.global_step is not None:
+            s = hf[0]
+            return MetricProgress(s.state.global_step, s.state.max_steps, s.where(), s.mtime)
+        stepped = [s for s in current if s.step is not None and s.written_at is not None]
+        if not stepped:
             return None
-        s = hf[0]
-        return MetricProgress(s.state.global_step, s.state.max_steps, s.where(), s.mtime)
+        s = max(stepped, key=lambda s: s.written_at)
+        return MetricProgress(s.step, None, s.where(), s.written_at)
 
     def saw(self, key: str, tag: str, label: str, points: list[MetricPoint]) -> None:
         """Points charted elsewhere (events.jsonl: the Metrics pane reads the file itself): the
@@ -663,6 +705,9 @@ class MetricFiles:
                 break
             source.now = now
             points, at = source.absorb(part)
+            if source.previous:
+                self.previous.add(points)       # by their own names: drawn under this run's
+                continue
             if points:
                 self.add_points(source.key, source.tag, source.where(), points, source.rel)
             if at is not None and (floor is None or at >= floor):
@@ -688,24 +733,36 @@ class MetricFiles:
                 if isinstance(src, _Mlruns):
                     src.add_file(path, key)
             elif name.startswith("events.out.tfevents."):
+                # One writer, one file: a file older than the launch is the previous run's,
+                # even in the directory this run writes to.
                 d = posixpath.dirname(path)
-                if d not in self.sources:
+                old = self._older(st, floor)
+                key = PREVIOUS + d if old else d
+                if key not in self.sources:
                     if len([s for s in self.sources.values() if isinstance(s, _TensorBoard)]) >= MAX_TB_DIRS:
                         continue
-                    self.sources[d] = _TensorBoard(d, rel(d))
+                    src = self.sources[key] = _TensorBoard(d, rel(d))
+                    src.previous = old
                 if d not in tb_dirs:
                     tb_dirs.append(d)
-                self.sources[d].add_file(path, int(st.get("size", 0)))
+                self.sources[key].add_file(path, int(st.get("size", 0)))
             elif name == csv_logger.NAME:
-                if path not in self.sources and csvs < MAX_CSV:
-                    self.sources[path] = _Csv(path, rel(path))
+                old = self._older(st, floor)
+                if not old and PREVIOUS + path in self.sources:
+                    del self.sources[PREVIOUS + path]    # written again since: this run's, read anew
+                key = PREVIOUS + path if old else path
+                if key not in self.sources and csvs < MAX_CSV:
+                    src = self.sources[key] = _Csv(path, rel(path))
+                    src.previous = old
                 csvs += 1
             elif name == hf_state.NAME:
-                hf = next((s for s in self.sources.values() if isinstance(s, _TrainerState)), None)
                 mtime = float(st.get("mtime", 0.0))
+                old = self._older(st, floor)
+                key = PREVIOUS + "trainer_state" if old else "trainer_state"
+                hf = self.sources.get(key)
                 if hf is None:
-                    hf = self.sources["trainer_state"] = _TrainerState(path, rel(path))
-                    hf.found_mtime = mtime
+                    hf = self.sources[key] = _TrainerState(path, rel(path))
+                    hf.found_mtime, hf.previous = mtime, old
                 elif hf.path != path and mtime > hf.found_mtime:
                     hf.moved_to(path, rel(path))
                     hf.found_mtime = mtime
@@ -714,6 +771,11 @@ class MetricFiles:
                     self.sources[path] = _MlflowDb(path, rel(path))
             elif trackio.is_project_file(name):
                 self._found_trackio(st, rel(path), floor)
+
+    @staticmethod
+    def _older(st: dict, floor: float | None) -> bool:
+        """Written last before this run's launch (launch.json's mtime): the previous run's."""
+        return floor is not None and float(st.get("mtime", 0.0)) < floor
 
     def _found_trackio(self, st: dict, rel: str, floor: float | None) -> None:
         """The trackio project to read: one a profile names as a file, else the newest written

@@ -45,7 +45,11 @@ def progress_words(ev: Evidence) -> str:
         step, total, epoch = act.step, act.total, act.step_epoch
         # An ETA to the run's end: not to the end of an epoch (a bar counted within one).
         left = eta_s(step, total, act.steps_per_s, act.rate, act.rate_unit) if epoch is None else None
-    words = progress(step, total, act.loss, act.rate, act.rate_unit, epoch)
+    loss = act.loss
+    if step is None and mp is not None:
+        # A program that says nothing of its steps but writes them to a metric file (TensorBoard).
+        step, total, loss = mp.step, mp.total, ev.metrics.newest_loss()
+    words = progress(step, total, loss, act.rate, act.rate_unit, epoch)
     if left is not None and step is not None and total and step < total:
         head = progress(step, total, epoch=epoch)
         words = f"{head}, ETA {eta_words(left)}{words[len(head):]}"
