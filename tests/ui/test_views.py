@@ -233,11 +233,11 @@ async def test_healthy_checks_fold_into_one_line_and_k_expands():
         health = app.query_one(HealthPane)
         await until(pilot, lambda: app.run_view.report is not None)
         await pilot.pause()
-        assert health.size.height == 2   # the summary, and one line for 7 ok checks
-        assert "7 checks ok: Wrapper ran (launch.json), Log (train.log), Process" in screen_text(app)
+        assert health.size.height == 2   # the summary, and one line for 8 ok checks
+        assert "8 checks ok: Wrapper ran (launch.json), Log (train.log), Process" in screen_text(app)
         await pilot.press("k")
         await pilot.pause()
-        assert health.size.height == 8 and "last heartbeat just now" in screen_text(app)
+        assert health.size.height == 9 and "last heartbeat just now" in screen_text(app)
         await pilot.press("k")
         await pilot.pause()
         assert health.size.height == 2
@@ -303,7 +303,7 @@ async def test_warn_and_fail_checks_show_in_full_at_80x24():
         await pilot.pause()
         text = " ".join(screen_text(app).split())
         assert "answer yes)" in text and "UserKnownHostsFile=/home/me/.config/dflash-tui/known_hosts" in text
-        assert "5 checks ok" in text and "drafter1 (cuda:6" not in text   # scrolled past the first rows
+        assert "6 checks ok" in text and "drafter1 (cuda:6" not in text   # scrolled past the first rows
 
 
 async def test_a_stop_under_way_reads_stopping_in_the_header_and_the_checklist():
