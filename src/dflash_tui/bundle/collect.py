@@ -93,7 +93,8 @@ class Collector:
             self.miss(name, what, f"not taken within {left:.0f} s (the bundle's time bound)")
         except TargetError as exc:
             self.miss(name, what, f"not taken: {exc}")
-        except OSError as exc:
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            # A target's odd answer (not JSON, a file gone) costs this member, never the bundle.
             self.miss(name, what, f"not taken: {type(exc).__name__}: {exc}")
         return False
 
