@@ -233,9 +233,12 @@ class Recovery:
         failure = failure_of(change, max(steps) if steps else None)
         now = self.clock()
         d = decide(policy, failure, chain, now)
+        bundle = None
         if d.kind in (GIVE_UP, RESTART):
-            # The evidence first: a stop or relaunch wipes the hung processes' stacks.
+            # The evidence first: a stop or relaunch wipes the hung processes' stacks. The
+            # backoff then counts from the plan, as without a bundle: decided again after it.
             bundle = await take_before_recovery(self.config, watch.profile, watch, change.run_id)
+            d = decide(policy, failure, chain, self.clock())
         if d.kind == GIVE_UP:
             self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure),
                          bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
