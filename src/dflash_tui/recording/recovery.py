@@ -235,10 +235,9 @@ class Recovery:
         d = decide(policy, failure, chain, now)
         bundle = None
         if d.kind in (GIVE_UP, RESTART):
-            # The evidence first: a stop or relaunch wipes the hung processes' stacks. The
-            # backoff then counts from the plan, as without a bundle: decided again after it.
+            # The evidence first: a stop or relaunch wipes the hung processes' stacks. It is
+            # taken within the backoff (counted from the failure), not added to it.
             bundle = await take_before_recovery(self.config, watch.profile, watch, change.run_id)
-            d = decide(policy, failure, chain, self.clock())
         if d.kind == GIVE_UP:
             self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure),
                          bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
