@@ -112,9 +112,10 @@ def main() -> None:
         section = (f"{HEADING}\n\n`flock /tmp/dflash-cpu.lock .venv/bin/python benchmarks/bundle_size_time.py --append` "
                    f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores shared, "
                    f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')})\n\n{text}\n\n"
-                   "The bundle includes a look at the run (its verdict), versions and `pip freeze` of the run's "
-                   "interpreter and the host's kernel log: most of its time at 1 rank. The plain tar ships "
-                   "the run dir as it is, secrets included; the bundle masks them and bounds its size (20 MiB).\n")
+                   "The bundle's time is mostly fixed: a look at the run (its verdict), `python -c` for the "
+                   "versions and `pip freeze` of the run's interpreter, the host's kernel log. The plain tar "
+                   "ships the run dir as it is, secrets included; the bundle masks them and stays within "
+                   "20 MiB and 30 s.\n")
         replace_section(HEADING, section)
 
 

@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS",
                    help="keep checking until RUNNING, FINISHED or a failing verdict, at most this long")
     p.add_argument("--no-preflight", action="store_true", help="with --launch/--relaunch: skip the preflight")
-    p.add_argument("--bundle-max-mb", type=bundle_mb, default=DEFAULT_BUNDLE_MB, metavar="MIB",
+    p.add_argument("--bundle-max-mb", type=bundle_mb, default=None, metavar="MIB",
                    help=f"with --bundle: the archive's size bound (default {DEFAULT_BUNDLE_MB:g} MiB)")
     p.add_argument("--version", action="version", version=f"dflash-tui {__version__}")
     _add_serve_arguments(p)
@@ -422,7 +422,7 @@ async def _bundle_mode(args, profile: Profile, config: Config) -> int:
         try:
             result = await take_bundle(watch, path, profile=profile, notify_urls=urls, extra=extra,
                                        config_path=str(config.path) if config.path else None,
-                                       max_bytes=int(args.bundle_max_mb * (1 << 20)))
+                                       max_bytes=int((args.bundle_max_mb or DEFAULT_BUNDLE_MB) * (1 << 20)))
         except OSError as exc:
             raise ConfigError(f"--bundle {path}: cannot write it ({exc.strerror or exc})") from None
     code = EXIT_UNREACHABLE if result.unreachable else EXIT_HEALTHY
@@ -549,6 +549,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.check or args.profile:
                 raise ConfigError("--all goes with --check (and not with --profile)")
             return asyncio.run(_check_all_mode(args, config, config.file_profiles()))
+        if args.bundle_max_mb is not None and args.bundle is None:
+            raise ConfigError("--bundle-max-mb goes with --bundle")
         if args.resume and not (args.launch or args.relaunch):
             raise ConfigError("--resume goes with --launch or --relaunch")
         no_mode = not (args.check or args.launch or args.relaunch or args.stop or args.canary

@@ -93,7 +93,8 @@ class Collector:
             self.miss(name, what, f"not taken within {left:.0f} s (the bundle's time bound)")
         except TargetError as exc:
             self.miss(name, what, f"not taken: {exc}")
-        except OSError as exc:
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            # A target's odd answer (not JSON, a file gone) costs this member, never the bundle.
             self.miss(name, what, f"not taken: {type(exc).__name__}: {exc}")
         return False
 
@@ -139,7 +140,7 @@ async def collect_host(c: Collector, hw: HostWatch, prefix: str = "") -> None:
         c.step(prefix + "log/train.log.window", "the log window",
                lambda: _log_window(c, prefix, ops, ev, where_target)),
         c.step(prefix + "launch/environment_names.json", "the wrapper's environment variable names",
-               lambda: _environment_names(c, prefix, ops, pid, where_target)),
+               lambda: _environment_names(c, prefix, session.target, pid, where_target), COMMAND_S),
         c.step(prefix + "launch/versions.json", "python, torch, CUDA, NCCL of the run's interpreter",
                lambda: _versions(c, prefix, session.target, profile, where_target), COMMAND_S),
         c.step(prefix + "launch/pip_freeze.txt", "pip freeze of the run's interpreter",
@@ -256,17 +257,17 @@ async def _log_window(c: Collector, prefix: str, ops: RemoteOps, ev: Evidence, w
           "around each traceback", (head + log_window(text)).encode("utf-8"), where)
 
 
-async def _environment_names(c: Collector, prefix: str, ops: RemoteOps, pid: int | None, where: str) -> None:
+_ENV_NAMES = "tr '\\000' '\\n' < /proc/\"$1\"/environ | cut -d= -f1"
+
+
+async def _environment_names(c: Collector, prefix: str, target: Target, pid: int | None, where: str) -> None:
+    """The names in the wrapper's environment, cut on the target: its values never leave it."""
     if pid is None:
         c.miss(prefix + "launch/environment_names.json", "the wrapper's environment variable names",
                "the run's wrapper is not alive: its environment is gone")
         return
-    data, _ = await _read(ops, f"/proc/{pid}/environ", 1 << 20)
-    names = sorted({e.split(b"=", 1)[0].decode("utf-8", "replace") for e in (data or b"").split(b"\0") if e})
-    if not names:
-        c.miss(prefix + "launch/environment_names.json", "the wrapper's environment variable names",
-               f"/proc/{pid}/environ could not be read")
-        return
+    out = await _command(target, ["sh", "-c", _ENV_NAMES, "sh", str(int(pid))])
+    names = sorted({n for n in out.splitlines() if n})
     c.add(prefix + "launch/environment_names.json", "the wrapper's environment variable names (never their values)",
           json_bytes({"pid": pid, "names": names}), where)
 

@@ -252,8 +252,10 @@ class Recovery:
         now = self.clock()
         d = decide(policy, failure, chain, now)
         after = last.id if last is not None else None
+        bundle = None
         if d.kind in (GIVE_UP, RESTART):
-            # The evidence first: a stop or relaunch wipes the hung processes' stacks.
+            # The evidence first: a stop or relaunch wipes the hung processes' stacks. It is
+            # taken within the backoff (counted from the failure), not added to it.
             bundle = await take_before_recovery(self.config, watch.profile, watch, change.run_id)
         if d.kind == GIVE_UP:
             self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure),

@@ -66,7 +66,7 @@ class RunScreen(Screen):
         Binding("c", "canary", "Canary", tooltip="launch `sleep` through the same wrapper and check it outlives the channel"),
         *_pane_bindings(late=False),
         Binding("b", "bundle", "Bundle", show=False,
-                tooltip="write an evidence bundle of this run (one tar.gz, secrets masked); signals nothing"),
+                tooltip="the run's evidence in one tar.gz, secrets masked"),
         *(Binding(str(n), f"show_tab('tab-{pane.PANE_ID}')", pane.TITLE, show=False)
           for n, pane in enumerate(TAB_PANES, 1)),
         Binding("question_mark", "app.help", "Help"),
