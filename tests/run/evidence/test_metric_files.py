@@ -200,6 +200,7 @@ async def test_a_silent_tensorboard_writer_stays_running_past_stall_after_s(plac
     assert all(v == "RUNNING" for _, v, _ in verdicts[first:]), (label, verdicts)
     assert "metrics written to TensorBoard runs/exp1" in cl.summary, cl.summary
     assert ev.activity.log_grew_at is None or not ev.activity.program_output   # it printed nothing
+    assert "output" not in cl.summary, cl.summary                           # so no "output just now"
 
 
 def test_check_json_has_metrics_and_progress(tmp_path, monkeypatch):
