@@ -494,3 +494,13 @@ async def test_metrics_a_series_that_appears_mid_run_is_charted_at_once():
         await until(pilot, lambda: "train/lr" in metrics.series)
         await until(pilot, lambda: len(app.query(MetricChart)) == 3, timeout=CHART_MIN_S * 0.6)
         assert "TensorBoard tb, 2 tags" in screen_text(app)
+
+
+def test_metrics_note_names_only_the_sources_it_read():
+    # A program that writes only TensorBoard: no status.json was read, so it is not named.
+    pane = MetricsPane()
+    pane.on_mount()
+    pane.last_step, pane.metric_sources = 258, ("TensorBoard runs/exp1",)
+    note = pane._note_text(3, 1)
+    assert note.startswith("step 258 · 3 series from TensorBoard runs/exp1 · "), note
+    assert "status.json" not in note
