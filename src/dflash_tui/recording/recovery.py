@@ -102,6 +102,11 @@ def _nodes_detail(detail: dict, places_nodes: bool) -> dict:
     return {}
 
 
+def recovery_stopper(attempt: int, max_restarts: int) -> str:
+    """Who a recovery's stop names in stop.json (`requested_by`)."""
+    return f"the recovery policy, attempt {attempt}/{max_restarts}"
+
+
 class Recovery:
     def __init__(self, config: Config, store: ChangeStore, log_: RecoveryLog, *,
                  submit: Callable[[Notification], None], clock: Callable[[], float] = time.time) -> None:
@@ -261,7 +266,9 @@ class Recovery:
                              reason=f"run {run_id} was launched meanwhile")
             return
         if last.action == PLANNED and report.checklist.verdict.alive:
-            results = await watch.stop()
+            # stop.json says who stopped it: the timeline and history read "stopped by the
+            # recovery policy, attempt 1/3", not the user the watcher runs as
+            results = await watch.stop(requested_by=recovery_stopper(last.attempt, max_restarts))
             bad = [r.message for r in results.values() if not r.ok]
             if bad:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure),
