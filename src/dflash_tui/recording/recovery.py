@@ -107,6 +107,16 @@ def recovery_stopper(attempt: int, max_restarts: int) -> str:
     return f"the recovery policy, attempt {attempt}/{max_restarts}"
 
 
+def left_running(name: str, report, run_id: str) -> str:
+    """What a give-up leaves behind, when its run still lives (a hang is not stopped when no
+    restart follows): "; the run is left running (pid 812, STALLED): ..."; "" otherwise."""
+    if report is None or run_id_of(report) != run_id or not report.checklist.verdict.alive:
+        return ""
+    pid = f"pid {report.launch.pid}, " if report.launch is not None else ""
+    return (f"; the run is left running ({pid}{report.checklist.verdict}): look at it, then stop it "
+            f"(`dflash-tui --stop -p {name}`, or `s` in the dashboard)")
+
+
 class Recovery:
     def __init__(self, config: Config, store: ChangeStore, log_: RecoveryLog, *,
                  submit: Callable[[Notification], None], clock: Callable[[], float] = time.time) -> None:
@@ -237,7 +247,8 @@ class Recovery:
         now = self.clock()
         d = decide(policy, failure, chain, now)
         if d.kind == GIVE_UP:
-            self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure),
+            reason = d.reason + left_running(name, watch.last, change.run_id)
+            self._record(name, GAVE_UP, change.run_id, d.attempt, reason=reason, failure=failure_json(failure),
                          notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts))
         elif d.kind == RESTART:
             report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
