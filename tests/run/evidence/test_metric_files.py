@@ -352,3 +352,10 @@ async def test_trackio_default_store_is_read_from_the_newest_project_written_sin
         assert source.label.startswith("trackio project new run run-y"), source
     finally:
         await o.close()
+
+
+def test_a_sources_label_counts_its_series_in_plain_english():
+    from dflash_tui.run.evidence.metric_files.reader import _TrainerState
+    src = _TrainerState("/r/out/trainer_state.json", "out/trainer_state.json")
+    src.names = {"loss", "learning_rate", "grad_norm"}
+    assert src.label().endswith(", 3 series"), src.label()

@@ -155,8 +155,9 @@ class _Source:
 
     def label(self) -> str:
         n = len(self.names)
-        what = {"tensorboard": "tag", "csv": "column", "trainer_state": "series"}.get(self.kind, "metric")
-        return f"{self.where()}, {n} {what}{'s' if n != 1 else ''}"
+        one, many = {"tensorboard": ("tag", "tags"), "csv": ("column", "columns"),
+                     "trainer_state": ("series", "series")}.get(self.kind, ("metric", "metrics"))
+        return f"{self.where()}, {n} {one if n == 1 else many}"
 
     def view(self) -> MetricSource:
         return MetricSource(self.kind, self.path, self.label(), len(self.names), self.written_at, self.note)
