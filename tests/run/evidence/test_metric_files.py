@@ -200,6 +200,7 @@ async def test_a_silent_tensorboard_writer_stays_running_past_stall_after_s(plac
     assert all(v == "RUNNING" for _, v, _ in verdicts[first:]), (label, verdicts)
     assert "metrics written to TensorBoard runs/exp1" in cl.summary, cl.summary
     assert ev.activity.log_grew_at is None or not ev.activity.program_output   # it printed nothing
+    assert "output" not in cl.summary, cl.summary                           # so no "output just now"
 
 
 def test_check_json_has_metrics_and_progress(tmp_path, monkeypatch):
@@ -446,3 +447,10 @@ async def test_a_sqlite_store_that_never_answers_is_a_note_within_the_polls_budg
     t0 = time.monotonic()
     await _poll(files, ops, tmp_path, time.time())
     assert time.monotonic() - t0 < 0.5
+
+
+def test_a_sources_label_counts_its_series_in_plain_english():
+    from dflash_tui.run.evidence.metric_files.reader import _TrainerState
+    src = _TrainerState("/r/out/trainer_state.json", "out/trainer_state.json")
+    src.names = {"loss", "learning_rate", "grad_norm"}
+    assert src.label().endswith(", 3 series"), src.label()

@@ -173,8 +173,9 @@ class _Source:
 
     def label(self) -> str:
         n = len(self.names)
-        what = {"tensorboard": "tag", "csv": "column", "trainer_state": "series"}.get(self.kind, "metric")
-        return f"{self.where()}, {n} {what}{'s' if n != 1 else ''}"
+        one, many = {"tensorboard": ("tag", "tags"), "csv": ("column", "columns"),
+                     "trainer_state": ("series", "series")}.get(self.kind, ("metric", "metrics"))
+        return f"{self.where()}, {n} {one if n == 1 else many}"
 
     def notes(self) -> str:
         """Its note, and the steps it gave that no run makes."""

@@ -29,6 +29,21 @@ def last_progress(ev: Evidence, *also: float | None) -> float | None:
     return max((t for t in times if t is not None), default=None)
 
 
+def last_progress_words(ev: Evidence, now: float, last: float) -> str:
+    """What advanced last, by what it was: "output 2 s ago" for the program's output, "last
+    step 2 s ago" for a step from events or a probe, "metrics written just now" for a metric
+    file: never "output" for a program that prints nothing."""
+    act = ev.activity
+    age = _age(now, last)
+    if act is None or act.program_output and act.log_grew_at == last:
+        return f"output {age}"
+    if act.step_at == last:
+        return f"last step {age}"
+    if act.metrics_at == last:
+        return f"metrics written {age}"
+    return f"progress {age}"
+
+
 def progress_words(ev: Evidence) -> str:
     """ "step 120/1000, loss 2.31, 3.2 it/s" from the log/events, "" when none was read; a
     step counted within an epoch (Lightning's bar) says its epoch: "epoch 2, 51/64"."""
