@@ -1,7 +1,7 @@
 """A healthy loop whose DataLoader workers end every epoch, some in the middle of an item.
 
 `loader_workers_end.py`: each epoch iterates a DataLoader with two worker processes (not
-persistent) over items that each take ~50 ms of CPU, takes three batches and leaves the epoch
+persistent) over items that each take ~0.4 s of CPU, takes three batches and leaves the epoch
 (as an epoch limited to a few batches, or a validation pass, does): the DataLoader shuts its
 workers down while they prefetch, so their last moments are spent computing, not waiting at
 their queue. Prints `step N loss X` for every batch, forever. Knows nothing of dflash-tui.
@@ -17,7 +17,7 @@ class Busy(Dataset):
         return 1000
 
     def __getitem__(self, i: int) -> float:
-        end = time.process_time() + 0.05
+        end = time.process_time() + 0.4
         x = 0
         while time.process_time() < end:
             x += 1
@@ -27,7 +27,7 @@ class Busy(Dataset):
 if __name__ == "__main__":
     step = 0
     while True:
-        for i, batch in enumerate(DataLoader(Busy(), batch_size=2, num_workers=2, prefetch_factor=4)):
+        for i, batch in enumerate(DataLoader(Busy(), batch_size=1, num_workers=2, prefetch_factor=2)):
             step += 1
             print(f"step {step} loss {1.0 / step:.4f}", flush=True)
             if i == 2:
