@@ -31,8 +31,8 @@ async def test_workers_ended_by_their_loader_are_not_silent_processes(sessions, 
         if probe is not None:
             looks.append((round(time.monotonic() - t0, 1), cl.verdict, probe.state, probe.cause))
         await asyncio.sleep(1.0)
+    warned = [x for x in looks if x[2] is not CheckState.OK]
+    assert not warned, warned
     ended = [x for x in looks if "DataLoader worker(s) ended" in x[3]]
     assert len(ended) >= 3, looks            # workers did end, look after look
     assert all(v is Verdict.RUNNING for _, v, _, _ in ended), looks
-    warned = [x for x in looks if x[2] is not CheckState.OK]
-    assert not warned, warned
