@@ -454,3 +454,34 @@ def test_a_sources_label_counts_its_series_in_plain_english():
     src = _TrainerState("/r/out/trainer_state.json", "out/trainer_state.json")
     src.names = {"loss", "learning_rate", "grad_norm"}
     assert src.label().endswith(", 3 series"), src.label()
+
+async def test_a_relaunchs_series_are_its_own_and_the_previous_runs_files_are_drawn_as_such(sessions, tmp_path,
+                                                                                           monkeypatch):
+    """Two runs of a TensorBoard writer in one run dir, each into a directory of its own: after
+    the relaunch the plain names are the new run's (no "tb:" prefix), and the files written
+    before its launch are the previous run's series."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    tb = str(PROGRAMS / "tb_silent.py")
+    s = sessions(program_profile(tmp_path / "tb", (PY, tb, "runs/a"), stall_after_s=30.0, probe=False))
+
+    async def newest(at_least: int):
+        for _ in range(120):
+            ev, _ = await s.check()
+            got = ev.metrics.latest.get("train/loss") if ev.metrics is not None else None
+            if got is not None and got[0] >= at_least:
+                return ev
+            await asyncio.sleep(0.5)
+        raise AssertionError(f"no train/loss at step {at_least}: {ev.metrics}")
+
+    await s.launch(preflight=False)
+    first = (await newest(25)).metrics.latest["train/loss"][0]
+    await s.stop()
+    await s.launch(preflight=False, relaunch=True, argv=(PY, tb, "runs/b"))
+    m = (await newest(3)).metrics
+    assert not [name for name in m.latest if name.startswith("tb:")], m.latest
+    assert m.latest["train/loss"][2] == "TensorBoard runs/b", m.latest
+    assert m.history["train/loss"][0][0] == 1 and m.history["train/loss"][1][0] == 5.0, m.history
+    assert [v.label.split(",")[0] for v in m.sources] == ["TensorBoard runs/b"], m.sources
+    assert m.previous_sources == ("TensorBoard runs/a",)
+    steps, values = m.previous["train/loss"]
+    assert steps[0] == 1 and steps[-1] >= first and values[0] == 5.0
