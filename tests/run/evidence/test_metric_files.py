@@ -441,3 +441,38 @@ async def test_a_sqlite_store_that_never_answers_is_a_note_within_the_polls_budg
     t0 = time.monotonic()
     await _poll(files, ops, tmp_path, time.time())
     assert time.monotonic() - t0 < 0.5
+
+
+@pytest.mark.parametrize("mode", ["touch", "garbage", "same_step"])
+async def test_a_fresh_event_file_without_a_new_step_is_stalled_on_time(mode, sessions, tmp_path, monkeypatch):
+    """A loop that hangs while a monitoring thread keeps its TensorBoard file fresh (mtime only,
+    garbage appended, the same step logged again): STALLED past stall_after_s, in a watched
+    session and in a one-shot --check, the file named as written without a new step."""
+    from tests.test_cli_modes import cli
+
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    run_dir = tmp_path / "run"
+    s = sessions(program_profile(run_dir, (PY, str(PROGRAMS / "tb_then_hang.py"), mode), stall_after_s=3.0,
+                                 probe=False))
+    await s.launch(preflight=False)
+    t0 = time.monotonic()
+    verdicts, stalled_at, first_step_at = [], None, None
+    while time.monotonic() - t0 < 60 and stalled_at is None:
+        ev, cl = await s.check()
+        verdicts.append((round(time.monotonic() - t0, 1), cl.verdict.value, cl.summary))
+        if first_step_at is None and ev.activity is not None and ev.activity.metrics_at is not None:
+            first_step_at = time.monotonic()
+        if cl.verdict is Verdict.STALLED and first_step_at is not None:    # torch's import is silent too
+            stalled_at = time.monotonic()
+        await asyncio.sleep(0.5)
+    assert stalled_at is not None, (mode, verdicts)
+    # Ten steps (2 s) of training, then the stall limit (3 s) and a poll or two.
+    assert stalled_at - first_step_at < 2 + 3 + 3, (mode, verdicts)
+    assert "runs/exp1 written" in cl.summary and "no new step for" in cl.summary, (mode, cl.summary)
+    # One-shot: a fresh reader of the same files, past the limit.
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[profile.p]\nrun_dir = {json.dumps(str(run_dir))}\ncommand = [\"true\"]\n"
+                   "stall_after_s = 3\nmin_free_gb = 0\nprobe = false\n")
+    d = json.loads(cli(tmp_path, "--config", str(cfg), "--check", "--json").stdout)
+    assert d["verdict"] == "STALLED", (mode, d["summary"])
+    assert "runs/exp1 written" in d["summary"] and "no new step for" in d["summary"], (mode, d["summary"])
