@@ -476,3 +476,43 @@ async def test_a_fresh_event_file_without_a_new_step_is_stalled_on_time(mode, se
     d = json.loads(cli(tmp_path, "--config", str(cfg), "--check", "--json").stdout)
     assert d["verdict"] == "STALLED", (mode, d["summary"])
     assert "runs/exp1 written" in d["summary"] and "no new step for" in d["summary"], (mode, d["summary"])
+
+
+def _crowd(folder: Path, n: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (folder / f"sample_{i:06d}.json").touch()
+
+
+async def test_the_one_event_file_beside_100000_files_is_found(tmp_path, ops):
+    from torch.utils.tensorboard import SummaryWriter
+
+    _crowd(tmp_path, 100_000)                  # the run dir itself holds them (a data dump)
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    w.add_scalar("train/loss", 0.5, 1)
+    w.close()
+    files = MetricFiles()
+    t0 = time.monotonic()
+    points = await _poll(files, ops, tmp_path)
+    assert time.monotonic() - t0 < 5
+    assert [(p.name, p.step) for p in points] == [("train/loss", 1)], files.notes
+    assert files.notes == [], files.notes
+
+
+async def test_a_search_that_must_stop_says_how_far_it_went_and_looks_at_the_newest_first(tmp_path, ops,
+                                                                                              monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setattr(reader_mod, "MAX_ENTRIES", 30_000)
+    for name in ("dump_a", "dump_b"):
+        _crowd(tmp_path / name, 20_000)
+        os.utime(tmp_path / name, (time.time() - 3600, time.time() - 3600))   # written an hour ago
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    w.add_scalar("train/loss", 0.5, 1)
+    w.close()
+    files = MetricFiles()
+    points = await _poll(files, ops, tmp_path)
+    assert [(p.name, p.step) for p in points] == [("train/loss", 1)], files.notes
+    words = " ".join(files.notes)
+    assert "stopped looking in" in words and "after 30000 entries" in words, words
+    assert "; dump_a only in part; not looked in: none" in words or "; dump_b only in part; not looked in: none" in words, words

@@ -1,9 +1,11 @@
 """MetricFiles: a run's metric files found, read incrementally, and reduced to metric points.
 
 Discovery: the run dir (the program's working directory) and the profile's `metrics` paths
-(relative to the run dir), breadth first, at most MAX_DEPTH directories down (mlruns/ three
-more), hidden directories and the run dir's own probe/ and history/ skipped, at most
-MAX_ENTRIES entries per root (a directory of 100,000 files is looked at in part, with a note).
+(relative to the run dir), level by level (the directories of a level newest written first),
+at most MAX_DEPTH directories down (mlruns/ three more), hidden directories and the run dir's
+own probe/ and history/ skipped, at most MAX_ENTRIES entries per root and the agent's
+METRIC_FIND_S per search: where it stops, a note says how far it went and which directories it
+did not look in.
 Files by name: events.out.tfevents.* (a directory of them is one TensorBoard run), metrics.csv
 (Lightning's CSVLogger), trainer_state.json (the newest one: the HF Trainer writes one per
 checkpoint), mlflow.db, and mlruns/<exp>/<run>/metrics/<key> (the newest run). trackio keeps
@@ -52,7 +54,7 @@ from .tfrecord import RESYNC_SCAN, resync, split_records
 
 DISCOVER_EVERY_S = 10.0
 MAX_DEPTH = 4
-MAX_ENTRIES = 20_000
+MAX_ENTRIES = 200_000     # a directory of 100,000 files is read whole (~0.1 s)
 # Event bytes read per file per poll (decoding costs ~5 us a scalar: 512 KiB is ~50 ms).
 TB_WINDOW = 512 << 10
 # A file found bigger than this is read from its newest TB_FIRST_TAIL bytes on (the charts keep
