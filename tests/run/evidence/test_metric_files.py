@@ -516,3 +516,42 @@ async def test_a_search_that_must_stop_says_how_far_it_went_and_looks_at_the_new
     words = " ".join(files.notes)
     assert "stopped looking in" in words and "after 30000 entries" in words, words
     assert "; dump_a only in part; not looked in: none" in words or "; dump_b only in part; not looked in: none" in words, words
+
+
+def test_hostile_metric_files_are_a_note_beside_the_verdict_of_check(tmp_path, monkeypatch):
+    """--check of a live run whose run dir holds a CSV over csv's field limit, a trainer_state.json
+    100,000 deep, a trackio project and an mlflow.db whose queries never end, and steps beyond
+    2^53: RUNNING (exit 0, never "internal error" nor UNREACHABLE) within the poll's budget, the
+    TensorBoard metrics read, each bad file named in the metric_files check."""
+    from tests.test_cli_modes import cli
+
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    run = tmp_path / "run"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[profile.tb]\nrun_dir = {json.dumps(str(run))}\n"
+                   f"command = {json.dumps([PY, str(PROGRAMS / 'tb_silent.py')])}\n"
+                   "stall_after_s = 20\nmin_free_gb = 0\nprobe = false\nstop_grace_s = 2\nmetrics = [\"trackio\"]\n")
+    try:
+        res = cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight")
+        assert res.returncode in (0, 4), res.stdout + res.stderr
+        (run / "metrics.csv").write_bytes(b"step,loss\n1,0.5\n2,\"" + (b"x" * 1023 + b"\n") * 5200)
+        (run / "out").mkdir()
+        (run / "out" / "trainer_state.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+        (run / "trackio").mkdir()
+        _endless_store(run / "trackio" / "p.db", "trackio")
+        _endless_store(run / "mlflow.db", "mlflow")
+        time.sleep(6)
+        t0 = time.monotonic()
+        res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
+        took = time.monotonic() - t0
+        assert res.returncode == 0 and "internal error" not in res.stderr, (res.returncode, res.stderr[-2000:])
+        d = json.loads(res.stdout)
+        assert d["verdict"] == "RUNNING", d["summary"]
+        assert took < 10, took
+        assert d["metrics"]["train/loss"]["step"] > 5, d["metrics"]
+        (note,) = [c for c in d["checks"] if c["id"] == "metric_files"]
+        assert note["state"] == "warn", note
+        for words in ("larger than field limit", "nested too deep", "no answer within"):
+            assert words in note["cause"], note["cause"]
+    finally:
+        cli(tmp_path, "--config", str(cfg), "--stop")
