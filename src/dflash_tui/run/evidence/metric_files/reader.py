@@ -443,6 +443,7 @@ class _SqliteRows(_Source):
     def absorb(self, answers):
         res, err = _answer(answers[0])
         if res is None:
+            err = err.replace(f"{self.path}: ", "")      # the source names its file already
             if "no answer within" in err or "not read this poll" in err:
                 self.retry_at = self.now + SQL_RETRY_S
                 self.note = f"{err}; asked again in {SQL_RETRY_S:.0f} s"

@@ -150,5 +150,5 @@ def metric_files_check(view: MetricsView | None) -> Check | None:
     bad = [f"{s.where}: {s.note}" for s in view.sources if s.note] + list(view.notes)
     if not bad:
         return None
-    return Check.of(CheckId.METRIC_FILES, WARN, _one_line("; ".join(bad), 400),
+    return Check.of(CheckId.METRIC_FILES, WARN, _one_line("; ".join(bad), 600),
                     "the other sources are read; the verdict is judged without what is named")
