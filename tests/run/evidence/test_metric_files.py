@@ -455,6 +455,7 @@ def test_a_sources_label_counts_its_series_in_plain_english():
     src.names = {"loss", "learning_rate", "grad_norm"}
     assert src.label().endswith(", 3 series"), src.label()
 
+
 async def test_a_relaunchs_series_are_its_own_and_the_previous_runs_files_are_drawn_as_such(sessions, tmp_path,
                                                                                            monkeypatch):
     """Two runs of a TensorBoard writer in one run dir, each into a directory of its own: after

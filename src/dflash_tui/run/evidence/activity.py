@@ -628,10 +628,7 @@ class ProgressTracker:
             stack_since=since, frames_since=still,
             waits=MappingProxyType({pid: w[3] for pid, w in self._waits.items()}),
             metrics_at=self.metric_files.advanced_at, metrics_file=self.metric_files.advanced_file,
-<<<<<<< HEAD
             loss_finding=self.divergence.finding(),
-=======
             metrics_changed_at=self.metric_files.changed_at, metrics_changed_file=self.metric_files.changed_file,
->>>>>>> h-hostile
             steps_per_s=self._clock.steps_per_s(),
             intervals=self._pace.intervals)
