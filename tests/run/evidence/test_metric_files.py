@@ -397,7 +397,9 @@ async def test_steps_and_totals_beyond_2_53_are_ignored_with_a_note(tmp_path, op
     files = MetricFiles()
     points = await _poll(files, ops, tmp_path)
     assert sorted((p.name, p.step) for p in points) == [("loss", 3), ("train/loss", 7)], points
-    assert files.progress() is None
+    # global_step and max_steps are ignored: the progress is a step some series really made.
+    p = files.progress()
+    assert p is not None and p.step in (3, 7) and p.total is None, p
     notes = {v.kind: v.note for v in files.views()}
     assert "beyond 2^53" in notes["trainer_state"] and "beyond 2^53" in notes["tensorboard"], notes
     (tmp_path / "out" / "trainer_state.json").write_text(state % (40, 2 ** 63, 30))
