@@ -18,15 +18,20 @@ import torch
 from dflash_tui.contract import rundir
 from dflash_tui.recording.goodput import goodput
 from dflash_tui.recording.store import ChangeStore
+from dflash_tui.verdicts import Verdict
 from tests.recording.test_daemon import start_watcher
 from tests.recording.test_recovery import actions, states, wait_until
 from tests.test_cli_modes import cli, toml_str
 
 pytestmark = pytest.mark.timeout(180)
 
-STEPS, EVERY = 12, 4
+# A tiny step takes ~40 ms: the kill, once the watcher has seen the run RUNNING (goodput needs
+# its RUNNING time), must land well before STEPS; every checkpoint is kept so the one compared is
+# still there when it is read.
+STEPS, EVERY = 400, 4
 TRAIN = ["--target-devices", "cpu", "--drafter-devices", "cpu", "--preset", "tiny", "--compile", "off",
-         "--eval-every", "0", "--log-every", "4", "--batch-size", "2", "--checkpoint-every", str(EVERY)]
+         "--eval-every", "0", "--log-every", "4", "--batch-size", "2", "--checkpoint-every", str(EVERY),
+         "--keep-checkpoints", "1000"]
 
 
 def write_config(tmp_path: Path) -> Path:
@@ -67,20 +72,22 @@ def test_the_trainer_sigkilled_mid_run_is_resumed_by_the_policy_bit_for_bit(tmp_
         res = cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight", "--json")
         first = json.loads(res.stdout)["run_id"]
         ckpt = run_dir / rundir.CHECKPOINTS_DIR / f"step-{EVERY:08d}"
-        wait_until(lambda: ckpt.is_dir() and trainer_pids(run_dir), 90, lambda: sorted(os.listdir(run_dir)))
+        wait_until(lambda: ckpt.is_dir() and trainer_pids(run_dir) and (Verdict.RUNNING, first) in states(tmp_path),
+                   90, lambda: (sorted(os.listdir(run_dir)), states(tmp_path)))
         for pid in trainer_pids(run_dir):
             os.kill(pid, signal.SIGKILL)
         # The profile asks for more steps than the straight run (the schedule is constant after
         # its warm-up): the relaunch is compared at the checkpoint the straight run wrote last.
         final = run_dir / rundir.CHECKPOINTS_DIR / f"step-{STEPS:08d}"
         wait_until(lambda: final.is_dir(), 120, lambda: (states(tmp_path), actions(tmp_path)))
-        resumed = final_state(run_dir)   # read now: the stop's checkpoint may retire this one
+        resumed = final_state(run_dir)
+        acts = actions(tmp_path)         # before the clean-up stop, which disarms the recovery
     finally:
         cli(tmp_path, "--config", str(cfg), "--stop", timeout=120)
         w.send_signal(signal.SIGTERM)
         _, err = w.communicate(timeout=15)
     assert proc.wait(120) == 0, proc.stderr.read()[-2000:]
-    acts = actions(tmp_path)
+    assert [a[0] for a in actions(tmp_path)[len(acts):]] in ([], ["cancelled"]), (actions(tmp_path), err)
     assert [(a[0], a[1], a[2]) for a in acts][:1] == [("planned", first, 1)], acts
     assert [a[0] for a in acts] == ["planned", "launching", "launched"], (acts, err)
     assert [s for s, r in states(tmp_path) if r == first][-1] in ("KILLED", "CRASHED"), states(tmp_path)
