@@ -21,7 +21,7 @@ TOML
 tui() { "$PY" -m dflash_tui --config "$C" "$@"; }
 echo "== launch with the preflight (gpu_health on the real GPUs) at $(date +%T)"
 tui --profile matmul --launch --json > "$OUT/launch.json" 2>>"$OUT/log.txt"; echo "launch exit $?"
-"$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["verdict"], "|", d["summary"][-200:]); print([c for c in d["checks"] if c["id"]=="gpu_health"])' "$OUT/launch.json"
+"$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["verdict"], "|", d["summary"][-200:]); print([c for c in d["checks"] if c["id"] in ("gpu_health", "pre_gpu_health")])' "$OUT/launch.json"
 sleep 15
 tui --profile matmul --check --json > "$OUT/check.json" 2>>"$OUT/log.txt"; echo "check exit $?"
 "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["verdict"]); print([c for c in d["checks"] if c["id"] in ("gpu_health","gpus")])' "$OUT/check.json"
