@@ -42,6 +42,7 @@ from .change import VerdictChange, run_id_of
 from .goodput import goodput
 from .notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
+from .rollback import divergence_of, rollback_of, rollback_words
 from .recovery_log import (CANCELLED, GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action,
                            Notice, RecoveryLog, chain_of, failure_json, mark_sent, stop_times)
 from .sender import Delivery
@@ -96,6 +97,16 @@ def nodes_detail(nodes: tuple[str, ...], why: str, places_nodes: bool) -> dict:
         return {}
     key = "exclude" if places_nodes else "unhealthy"
     return {key: list(nodes), f"{key}_why": why} if why else {key: list(nodes)}
+
+
+def _resume_detail(detail: dict) -> dict:
+    """The checkpoint a plan chose (rollback.py), carried on to its later actions; {} when none
+    or when what is recorded is not a checkpoint's path and step."""
+    point = detail.get("resume_from")
+    if not isinstance(point, dict) or not isinstance(point.get("path"), str) or not point["path"]:
+        return {}
+    step = point.get("step")
+    return {"resume_from": {**point, "step": step if isinstance(step, int) and not isinstance(step, bool) else None}}
 
 
 def _nodes_detail(detail: dict, places_nodes: bool) -> dict:
@@ -248,7 +259,8 @@ class Recovery:
         actions = self.log.actions(name)
         chain = chain_of(actions, change.run_id)
         steps = [c.evidence.step for c in self.store.changes(name, run_id=change.run_id) if c.evidence.step is not None]
-        failure = failure_of(change, max(steps) if steps else None)
+        report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
+        failure = failure_of(change, max(steps) if steps else None, divergence_of(report))
         now = self.clock()
         d = decide(policy, failure, chain, now)
         after = last.id if last is not None else None
@@ -262,10 +274,11 @@ class Recovery:
                          bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts),
                          after=after)
         elif d.kind == RESTART:
-            report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
+            rollback = rollback_of(report)
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
                                 bundle=bundle, after=after,
-                                **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes))
+                                **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes),
+                                **({"resume_from": rollback.detail()} if rollback is not None else {}))
             if plan is not None:
                 await self._continue(name, watch, plan, policy.max_restarts)
 
@@ -281,7 +294,7 @@ class Recovery:
                 self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
                              from_step=last.detail.get("from_step"), resume=last.detail.get("resume"),
                              notify=lambda a: self._notify_restart(name, a, failure, max_restarts), after=last.id,
-                             **_nodes_detail(last.detail, watch.places_nodes))
+                             **_nodes_detail(last.detail, watch.places_nodes), **_resume_detail(last.detail))
             elif last.action == LAUNCHING and self.clock() - last.time > NEVER_SEEN_S:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure) if failure else {},
                              reason=f"the relaunch showed no run within {NEVER_SEEN_S:.0f} s", after=last.id)
@@ -299,7 +312,7 @@ class Recovery:
                 return
             last = self._record(name, STOPPED, last.run_id, last.attempt, at=last.detail.get("at"),
                                 outcome="; ".join(r.message for r in results.values()), after=last.id,
-                                **_nodes_detail(last.detail, watch.places_nodes))
+                                **_nodes_detail(last.detail, watch.places_nodes), **_resume_detail(last.detail))
             if last is None:
                 return
         at = last.detail.get("at")
@@ -332,8 +345,12 @@ class Recovery:
             ref = await watch.newest_checkpoint()
             resume, from_step = ref is not None, (ref.step if ref is not None else None)
         more = _nodes_detail(last.detail, watch.places_nodes)
+        chosen = _resume_detail(last.detail)
+        point = chosen.get("resume_from", {})
         request = LaunchRequest(relaunch=True, resume=resume, restart=n,
-                                placement=Placement(exclude=tuple(more.get("exclude", ()))))
+                                placement=Placement(exclude=tuple(more.get("exclude", ()))),
+                                resume_from=point.get("path", ""), resume_step=point.get("step"))
+        more.update(chosen)
         if last.action != LAUNCHING:
             last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, after=last.id,
                                 **more)
@@ -395,9 +412,12 @@ class Recovery:
                         max_restarts: int) -> Notification | None:
         what = (f"resumed from step {done.detail['from_step']}" if done.detail.get("resume")
                 else f"relaunched with DFLASH_RESTART={done.attempt}")
+        point = _resume_detail(done.detail).get("resume_from")
         lines = [f"restart {done.attempt}/{max_restarts} after {failure.state if failure else 'a failure'}"
                  + (f": {failure.where}" if failure and failure.where else ""),
                  f"run {done.detail.get('new_run_id') or '?'} {what} (was run {done.run_id})"]
+        if point is not None:
+            lines.insert(0, rollback_words(point))
         if done.detail.get("exclude"):
             nodes = ", ".join(map(str, done.detail["exclude"]))
             why = str(done.detail.get("exclude_why") or FAILED_BEFORE)

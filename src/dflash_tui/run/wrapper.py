@@ -98,7 +98,7 @@ DFLASH_RUN_ID=$RUN_ID
 DFLASH_RUN_DIR=$RUN_DIR
 DFLASH_RESTART={restart}
 export DFLASH_RUN_ID DFLASH_RUN_DIR DFLASH_RESTART
-{probe_block}set -- {argv}
+{resume_block}{probe_block}set -- {argv}
 # Output line by line, so train.log shows it as it happens: Python unbuffered unless the
 # environment already says otherwise; other programs' C stdio line-buffered where stdbuf exists.
 if [ -z "${{PYTHONUNBUFFERED+set}}" ]; then PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED; fi
@@ -190,10 +190,12 @@ def wrapper_argv(run_dir: str, run_id: str) -> list[str]:
 
 
 def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str = "", *,
-                   probe: bool = False, restart: int = 0) -> str:
+                   probe: bool = False, restart: int = 0, resume_from: str = "",
+                   resume_step: int | None = None) -> str:
     """`restart`: DFLASH_RESTART in the trainer's environment, how many times the watcher's
     recovery has relaunched this run (0 on a first launch), so a program can resume from its
-    own checkpoint."""
+    own checkpoint. `resume_from` / `resume_step`: the checkpoint the recovery chose
+    (DFLASH_RESUME_FROM / DFLASH_RESUME_STEP; unset when "")."""
     if not argv:
         raise ValueError("the trainer argv is empty")
     if isinstance(restart, bool) or not isinstance(restart, int) or restart < 0:
@@ -219,6 +221,9 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         line_buffered="" if is_python(argv) else _STDBUF,
         probe_block=PROBE_BLOCK if probe else "",
         restart=restart,
+        resume_block=(f"DFLASH_RESUME_FROM={shlex.quote(resume_from)}\n"
+                      f"DFLASH_RESUME_STEP={int(resume_step) if resume_step is not None else ''}\n"
+                      "export DFLASH_RESUME_FROM DFLASH_RESUME_STEP\n") if resume_from else "",
     )
 
 

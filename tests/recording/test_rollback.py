@@ -1,0 +1,84 @@
+"""A diverged run rolled back end to end, with a real program, a real watcher process and real
+time: its loss turns NaN at step 34 while it keeps stepping; the watcher stops it and relaunches
+it from the newest complete checkpoint at or before the last finite step (checkpoint-20: the
+newer checkpoint-25 is torn, checkpoint-30 holds poisoned weights), handing the program
+DFLASH_RESUME_FROM / DFLASH_RESUME_STEP and `{resume_from}` in its argv; the same divergence at
+the same step after the rollback is given up on, with the reason."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.recording.test_daemon import PY, PROGRAMS, start_watcher
+from tests.recording.test_recovery import actions, http, states, wait_until  # noqa: F401 (a fixture)
+from tests.support.watch_store import recorded_actions
+from tests.test_cli_modes import cli
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def write_config(tmp_path: Path, port: int, mode: str) -> Path:
+    command = [PY, str(PROGRAMS / "nan_until_resumed.py"), "40", "34", "5", "25", mode, "from={resume_from}"]
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\ncommand = {json.dumps(command)}\n'
+        'stall_after_s = 30\nstop_grace_s = 2\nmin_free_gb = 0\n'
+        f'[watch]\ninterval_s = 0.5\nstore = "{tmp_path / "watch.sqlite3"}"\n'
+        f'[notify]\nhold_s = 1\non = []\nurls = ["json://127.0.0.1:{port}/hook"]\n'
+        '[recover]\non = ["CRASHED", "STALLED", "DIVERGED"]\nmax_restarts = 3\nbackoff_s = 1\n')
+    return cfg
+
+
+def run_until(tmp_path: Path, cfg: Path, done) -> str:
+    w = start_watcher(tmp_path, cfg)
+    try:
+        cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight")
+        wait_until(lambda: done(), 60, lambda: (actions(tmp_path), states(tmp_path)))
+    finally:
+        w.send_signal(signal.SIGTERM)
+        _, err = w.communicate(timeout=15)
+    return err
+
+
+def test_a_nan_is_rolled_back_to_the_newest_complete_checkpoint_before_it_and_finishes(tmp_path, http):
+    before = len(http.requests)
+    cfg = write_config(tmp_path, http.port, "once")
+    err = run_until(tmp_path, cfg, lambda: states(tmp_path) and states(tmp_path)[-1][0] == "FINISHED")
+    acts = recorded_actions(tmp_path / "watch.sqlite3", "p")
+    assert [a.action for a in acts] == ["planned", "stopped", "launching", "launched"], err
+    first = acts[0].run_id
+    assert ("DIVERGED", first) in states(tmp_path)
+    ckpt = str(tmp_path / "p" / "checkpoint-20")
+    point = acts[-1].detail["resume_from"]
+    assert (point["path"], point["step"], point["format"], point["diverged_at"], point["what"]) == \
+        (ckpt, 20, "hf", 34, "loss NaN"), point
+    log = (tmp_path / "p" / "train.log").read_text()
+    assert f"resumed from {ckpt} at step 20" in log and f"'from={ckpt}'" in log, log
+    assert "step 21/40" in log and "finished 40 steps" in log and "nan" not in log, log
+    mine = [json.loads(r.body) for r in http.requests[before:]]
+    restarted = [m for m in mine if m["title"] == "dflash-tui: p restarted (1/3)"]
+    assert restarted, mine
+    body = restarted[0]["message"]
+    assert "loss NaN at step 34; rolled back to checkpoint-20 (complete, " in body and "lost 14 steps" in body, body
+    assert "restart 1/3 after DIVERGED: loss NaN since step 34" in body, body
+
+
+def test_the_same_divergence_at_the_same_step_after_a_rollback_is_given_up_on(tmp_path, http):
+    before = len(http.requests)
+    cfg = write_config(tmp_path, http.port, "always")
+    err = run_until(tmp_path, cfg, lambda: any(x[0] == "gave_up" for x in actions(tmp_path)))
+    acts = recorded_actions(tmp_path / "watch.sqlite3", "p")
+    assert [a.action for a in acts] == ["planned", "stopped", "launching", "launched", "planned", "stopped",
+                                        "launching", "launched", "gave_up"] or \
+        [a.action for a in acts][:4] + [a.action for a in acts][-1:] == \
+        ["planned", "stopped", "launching", "launched", "gave_up"], err
+    assert acts[3].detail["resume_from"]["step"] == 20
+    reason = acts[-1].detail["reason"]
+    assert reason.startswith("the same divergence came back at the same step after the rollback: loss NaN since step 34"), \
+        reason
+    mine = [json.loads(r.body)["title"] for r in http.requests[before:]]
+    assert mine[-1] == "dflash-tui: p recovery gave up", mine
