@@ -31,7 +31,7 @@ import torch
 
 from dflash_train import objective, perf
 from dflash_train.attention.backends import FlexAttention, choose_backend
-from dflash_train.checkpoint import CheckpointStore
+from dflash_train.checkpoint import CheckpointError as UnusableCheckpoint, CheckpointStore
 from dflash_train.compile_gate import CompileGate, TorchCompileControl
 from dflash_train.config import ModelConfig
 from dflash_train.data import Batch, BatchSource, DataError, default_buckets, open_stream
@@ -430,7 +430,13 @@ class Trainer:
     def _checkpoint_offer(self) -> dict[str, Any]:
         """Rank 0's newest usable checkpoint, or why there is none to resume from."""
         none = {"error": None, "step": None, "path": None, "state": None, "run_id": "", "line": ""}
-        loaded = self.store.load_latest(warn=self.tel.log)
+        # A recovery's rollback names the checkpoint (DFLASH_RESUME_FROM): the newest one may hold
+        # the diverged run's weights.
+        chosen = os.environ.get("DFLASH_RESUME_FROM", "")
+        try:
+            loaded = self.store.load_at(chosen) if chosen else self.store.load_latest(warn=self.tel.log)
+        except UnusableCheckpoint as exc:
+            return {**none, "error": str(exc)}
         if loaded is None:
             return none
         info, state = loaded

@@ -4,7 +4,8 @@ Face-like checkpoint-N folder (model.safetensors, then trainer_state.json last) 
     nan_until_resumed.py TOTAL NAN_AT SAVE_EVERY TORN_AT MODE
 
 Steps up to SAVE_EVERY * (TORN_AT // SAVE_EVERY) go fast, the rest slowly (0.8 s each), so the
-checkpoints are on disk well before the NaN. checkpoint-TORN_AT is written torn (its weight
+checkpoints are on disk well before the NaN. none is saved in the slow steps before NAN_AT, and those after it hold diverged weights.
+checkpoint-TORN_AT is written torn (its weight
 file cut). MODE "once": a run started with DFLASH_RESUME_FROM set skips the diverged window
 and finishes; "always": the NaN comes back at NAN_AT whatever it resumed from.
 """
@@ -42,7 +43,9 @@ for step in range(start + 1, total + 1):
     poisoned = step >= nan_at and (mode == "always" or not resume_from)
     loss = float("nan") if poisoned else 2.0 / math.sqrt(step)
     print(f"step {step}/{total} loss {loss:.4f}", flush=True)
-    if step % every == 0:
+    # None saved in the slow steps before the NaN (the watcher's look finds the rest first);
+    # those after it hold the diverged weights.
+    if step % every == 0 and (step <= torn_at or poisoned or resume_from):
         save(step, torn=step == torn_at)
     time.sleep(0.05 if step <= torn_at or resume_from and mode == "once" else 0.8)
 print(f"finished {total} steps", flush=True)

@@ -1,7 +1,8 @@
 """A diverged run rolled back end to end, with a real program, a real watcher process and real
-time: its loss turns NaN at step 34 while it keeps stepping; the watcher stops it and relaunches
-it from the newest complete checkpoint at or before the last finite step (checkpoint-20: the
-newer checkpoint-25 is torn, checkpoint-30 holds poisoned weights), handing the program
+time: its loss turns NaN at step 38 while it keeps stepping; the watcher stops it and relaunches
+it from the newest complete checkpoint at or before the last finite step (checkpoint-25: the
+newer checkpoint-30 is torn, its weight file cut; checkpoint-40 holds the diverged weights),
+handing the program
 DFLASH_RESUME_FROM / DFLASH_RESUME_STEP and `{resume_from}` in its argv; the same divergence at
 the same step after the rollback is given up on, with the reason."""
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def write_config(tmp_path: Path, port: int, mode: str) -> Path:
-    command = [PY, str(PROGRAMS / "nan_until_resumed.py"), "40", "34", "5", "25", mode, "from={resume_from}"]
+    command = [PY, str(PROGRAMS / "nan_until_resumed.py"), "45", "38", "5", "30", mode, "from={resume_from}"]
     cfg = tmp_path / "config.toml"
     cfg.write_text(
         f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\ncommand = {json.dumps(command)}\n'
@@ -52,19 +53,19 @@ def test_a_nan_is_rolled_back_to_the_newest_complete_checkpoint_before_it_and_fi
     assert [a.action for a in acts] == ["planned", "stopped", "launching", "launched"], err
     first = acts[0].run_id
     assert ("DIVERGED", first) in states(tmp_path)
-    ckpt = str(tmp_path / "p" / "checkpoint-20")
+    ckpt = str(tmp_path / "p" / "checkpoint-25")
     point = acts[-1].detail["resume_from"]
     assert (point["path"], point["step"], point["format"], point["diverged_at"], point["what"]) == \
-        (ckpt, 20, "hf", 34, "loss NaN"), point
+        (ckpt, 25, "hf", 38, "loss NaN"), point
     log = (tmp_path / "p" / "train.log").read_text()
-    assert f"resumed from {ckpt} at step 20" in log and f"'from={ckpt}'" in log, log
-    assert "step 21/40" in log and "finished 40 steps" in log and "nan" not in log, log
+    assert f"resumed from {ckpt} at step 25" in log and f"'from={ckpt}'" in log, log
+    assert "step 26/45" in log and "finished 45 steps" in log and "loss nan" not in log, log
     mine = [json.loads(r.body) for r in http.requests[before:]]
     restarted = [m for m in mine if m["title"] == "dflash-tui: p restarted (1/3)"]
     assert restarted, mine
     body = restarted[0]["message"]
-    assert "loss NaN at step 34; rolled back to checkpoint-20 (complete, " in body and "lost 14 steps" in body, body
-    assert "restart 1/3 after DIVERGED: loss NaN since step 34" in body, body
+    assert "loss NaN at step 38; rolled back to checkpoint-25 (complete, " in body and "lost 13 steps" in body, body
+    assert "restart 1/3 after DIVERGED: loss NaN since step 38" in body, body
 
 
 def test_the_same_divergence_at_the_same_step_after_a_rollback_is_given_up_on(tmp_path, http):
@@ -76,9 +77,9 @@ def test_the_same_divergence_at_the_same_step_after_a_rollback_is_given_up_on(tm
                                         "launching", "launched", "gave_up"] or \
         [a.action for a in acts][:4] + [a.action for a in acts][-1:] == \
         ["planned", "stopped", "launching", "launched", "gave_up"], err
-    assert acts[3].detail["resume_from"]["step"] == 20
+    assert acts[3].detail["resume_from"]["step"] == 25
     reason = acts[-1].detail["reason"]
-    assert reason.startswith("the same divergence came back at the same step after the rollback: loss NaN since step 34"), \
+    assert reason.startswith("the same divergence came back at the same step after the rollback: loss NaN since step 38"), \
         reason
     mine = [json.loads(r.body)["title"] for r in http.requests[before:]]
     assert mine[-1] == "dflash-tui: p recovery gave up", mine

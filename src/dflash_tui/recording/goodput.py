@@ -16,6 +16,8 @@ Badput causes (seconds), each band of the timeline counted once:
   the next run's first change (the backoff included);
 - lost_progress: the steps a failure threw away (the failed run's best step minus the step
   the next run started from), at the failed run's own step time, taken out of its RUNNING time;
+- rollback: a diverged run's (DIVERGED) steps thrown away by the rollback to a checkpoint
+  before them, counted as lost_progress is, and its DIVERGED band (steps of garbage);
 - checkpoint: the checkpoint saves' seconds the trainer reported (its checkpoint events'
   `seconds`, summed in each change's evidence as `checkpoint_s`), taken out of its RUNNING time;
 - unreachable: while the target did not answer (what the run did then is unknown).
@@ -34,7 +36,7 @@ from ..words import duration
 from .change import VerdictChange
 from .timeline import Band, bands, runs
 
-CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "checkpoint", "unreachable")
+CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "rollback", "checkpoint", "unreachable")
 
 
 def _an_end(state: State) -> bool:
@@ -127,6 +129,8 @@ def goodput(changes: Sequence[VerdictChange], now: float, stall_after_s: float,
             out._add(run, "queued", secs)
         elif state is Verdict.STARTING:
             out._add(run, "starting", secs - early.get(i + 1, 0.0))
+        elif state is Verdict.DIVERGED:
+            out._add(run, "rollback", secs)
         elif state.stuck:
             cut = stops.get(run)
             cut = min(max(cut, b.start), b.end) if cut is not None else b.end
@@ -206,4 +210,5 @@ def _lost_progress(out: Goodput, all_bands: Sequence[Band]) -> None:
         lost = min(per["good"], lost_steps * per["good"] / advanced)
         per["good"] -= lost
         out.good_s -= lost
-        out._add(run, "lost_progress", lost)
+        diverged = any(b.state is Verdict.DIVERGED for b in group)
+        out._add(run, "rollback" if diverged else "lost_progress", lost)
