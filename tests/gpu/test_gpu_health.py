@@ -133,3 +133,28 @@ def test_faults_from_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="unknown fake GPU fault 'melted'"):
         fake_nvml.from_env()
     monkeypatch.setattr(fake_nvml, "_FROM_ENV", None)
+
+
+def test_kernel_log_xids_are_read_and_recent_node_ones_warn():
+    from dflash_tui.gpu.kernel_log import parse_kernel_xids
+
+    now = 1_800_000_000
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now - 600)) + ",123456+00:00"
+    old = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now - 3 * 86400)) + ",000000+00:00"
+    log = parse_kernel_xids(f"dflash-now {now}\n"
+                            f"{iso} NVRM: Xid (PCI:0000:3B:00): 79, pid=1234, GPU has fallen off the bus.\n"
+                            f"{iso} NVRM: Xid (PCI:0000:3b:00): 13, pid=99, Graphics Exception\n"
+                            f"{old} NVRM: Xid (PCI:0000:5e:00): 48, DBE\n"
+                            "garbage line\ndflash-dmesg-end\n")
+    assert [(x.pci, x.xid) for x in log.xids] == [("0000:3b:00", 79), ("0000:3b:00", 13), ("0000:5e:00", 48)]
+    c = gpu_health_check(snap(FakeNvml(1)), where="h1", kernel=log)
+    assert c.state is WARN and c.cause == \
+        "h1: Xid 79 (fell off the bus) on PCI 0000:3b:00 in the kernel log 10 min ago", c
+    # NVML's present fault outranks the log's history.
+    fake = FakeNvml(1)
+    fake.fault(0, "ecc")
+    assert gpu_health_check(snap(fake), kernel=log).state is FAIL
+    refused = parse_kernel_xids(f"dflash-now {now}\ndflash-dmesg-refused dmesg: read kernel buffer failed: "
+                                "Operation not permitted\ndflash-dmesg-end\n")
+    c = gpu_health_check(snap(FakeNvml(1)), kernel=refused)
+    assert c.state is OK and "kernel log not read (dmesg: read kernel buffer failed" in c.cause, c

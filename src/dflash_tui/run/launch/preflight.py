@@ -20,6 +20,7 @@ from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT
 from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
 from ...remote.container import ContainerTarget
 from ...remote.ops import RemoteOps
+from ...gpu.kernel_log import XID_SCRIPT, KernelLog, parse_kernel_xids
 from ...gpu.sample import GpuSnapshot
 from ..evidence.observe import gather, process_matches
 from ..verdict.checklist import Check, CheckId, CheckState
@@ -308,7 +309,15 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
     # 6. the host's GPUs fit to run on: a GPU with uncorrectable ECC, a pending remap, a narrow
     # link or a node Xid refuses the launch, naming the GPU and why
     if gpu_sample is not None:
-        check = gpu_health_check(await gpu_sample(), where=host.label)
+        snap = await gpu_sample()
+        kernel = None
+        if snap.gpus:
+            try:
+                res = await host.run(["sh", "-c", XID_SCRIPT], timeout=15)
+                kernel = parse_kernel_xids(res.stdout)
+            except (TargetUnreachable, CommandTimeout, TargetError) as exc:
+                kernel = KernelLog(None, refused=str(exc.message))
+        check = gpu_health_check(snap, where=host.label, kernel=kernel, check_id=CheckId.PRE_GPU_HEALTH)
         check.since = now
         add(check)
 

@@ -79,6 +79,7 @@ class CheckId(StrEnum):
     PRE_ARGS = "pre_args"
     PRE_RUN_FILES = "pre_run_files"
     PRE_NODES = "pre_nodes"
+    PRE_GPU_HEALTH = "pre_gpu_health"   # the host's GPUs before a launch (run/verdict/gpu_health.py)
     PRE_SCHEDULER = "pre_slurm"     # the scheduler answers (its backend's label: "Slurm"); the id as published
 
     @property
@@ -131,6 +132,7 @@ _LABELS = {
     CheckId.PRE_ARGS: "Command's files",
     CheckId.PRE_RUN_FILES: "Run files",
     CheckId.PRE_NODES: "Every node ready",
+    CheckId.PRE_GPU_HEALTH: "GPU health",
     CheckId.PRE_SCHEDULER: "Scheduler",
 }
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...gpu.kernel_log import KernelLog
 from ...gpu.sample import GpuErrorKind, GpuSample, GpuSnapshot
 from .checklist import Check, CheckId, CheckState
 
@@ -41,6 +42,9 @@ NODE_XIDS = {48: "double-bit ECC error", 62: "internal micro-controller halt", 6
 # Throttle reasons that name the hardware, not a setting: a slowed GPU drags every rank.
 HW_THROTTLES = {"hw_slowdown": "HW slowdown", "hw_power_brake_slowdown": "power brake",
                 "hw_thermal_slowdown": "HW thermal slowdown"}
+# A node Xid in the host's kernel log this recent is a warn in the preflight: history, where NVML
+# says the present (a GPU still broken fails through its own fields).
+KERNEL_XID_WINDOW_S = 24 * 3600.0
 # A link below its top generation is judged only while the GPU is this busy (at idle the link
 # trains down to save power, which is no fault).
 BUSY_FOR_LINK_PCT = 50.0
@@ -94,15 +98,32 @@ def gpu_faults(g: GpuSample) -> list[GpuFault]:
     return out
 
 
-def gpu_health_check(snap: GpuSnapshot | None, *, where: str = "", run_gpus: set[int] | None = None) -> Check:
+def kernel_faults(kernel: KernelLog | None) -> list[str]:
+    """The node Xids of the host's kernel log within KERNEL_XID_WINDOW_S, newest first, in words."""
+    if kernel is None or kernel.now is None:
+        return []
+    recent = [x for x in kernel.xids if x.xid in NODE_XIDS and kernel.now - x.time <= KERNEL_XID_WINDOW_S]
+    return [f"Xid {x.xid} ({NODE_XIDS[x.xid]}) on PCI {x.pci} in the kernel log "
+            f"{_ago(kernel.now - x.time)} ago" for x in sorted(recent, key=lambda x: -x.time)]
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    return f"{seconds / 3600:.0f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def gpu_health_check(snap: GpuSnapshot | None, *, where: str = "", run_gpus: set[int] | None = None,
+                     kernel: KernelLog | None = None, check_id: CheckId = CHECK_ID) -> Check:
     """The check for one node. `where`: the node's name in the words ("on n2"), "" for one host.
     `run_gpus`: the indices of the GPUs holding the run's processes (None: not known, every
-    GPU counts as the run's)."""
+    GPU counts as the run's). `kernel`: the host's kernel log (the preflight's), whose recent
+    node Xids warn where NVML finds nothing worse. `check_id`: the preflight's is PRE_GPU_HEALTH."""
     on = f" on {where}" if where else ""
+    logged = kernel_faults(kernel)
     if snap is None:
-        return Check.of(CHECK_ID, PENDING, "no GPU sample yet")
+        return Check.of(check_id, PENDING, "no GPU sample yet")
     if snap.error is not None and snap.error.kind is GpuErrorKind.NO_GPU:
-        return Check.of(CHECK_ID, OK, snap.error.message)
+        return Check.of(check_id, OK, snap.error.message)
     faults = [f for g in sorted(snap.gpus, key=lambda g: g.index) for f in gpu_faults(g)]
     if run_gpus:
         faults = [f if f.index in run_gpus or f.state is not FAIL
@@ -115,17 +136,23 @@ def gpu_health_check(snap: GpuSnapshot | None, *, where: str = "", run_gpus: set
         more = len(worst) - 1
         cause = f"GPU {first.index}{on}: {first.reason}" + (f"; and {more} more: " + "; ".join(
             f"GPU {f.index}: {f.reason}" for f in worst[1:3]) if more else "")
-        return Check.of(CHECK_ID, FAIL if failing else WARN, cause, first.hint)
+        return Check.of(check_id, FAIL if failing else WARN, cause, first.hint)
+    if logged:
+        more = f"; and {len(logged) - 1} more" if len(logged) > 1 else ""
+        return Check.of(check_id, WARN, f"{where or 'the host'}: {logged[0]}{more}",
+                        "NVML shows no fault now; if it comes back, drain the node and reset the GPU")
     if snap.error is not None:
         if snap.error.kind is GpuErrorKind.GPU_LOST:
-            return Check.of(CHECK_ID, FAIL, snap.error.message,
+            return Check.of(check_id, FAIL, snap.error.message,
                             "check dmesg for Xid 79; reset the GPU (nvidia-smi -r) or reboot")
-        return Check.of(CHECK_ID, WARN, f"GPU health not read{on}: {snap.error.message}",
+        return Check.of(check_id, WARN, f"GPU health not read{on}: {snap.error.message}",
                         "check nvidia-smi on the host")
     if not snap.gpus:
-        return Check.of(CHECK_ID, OK, f"no GPU{on}")
+        return Check.of(check_id, OK, f"no GPU{on}")
     unread = [g.index for g in snap.gpus if g.pcie_width is None and g.ecc_errors_uncorrected is None
               and g.remap_pending is None]
     said = (f"; ECC, remaps and link not readable on GPU {', '.join(map(str, unread))}" if unread else "")
-    return Check.of(CHECK_ID, OK, f"{len(snap.gpus)} GPU(s){on} healthy: no uncorrectable ECC, "
+    if kernel is not None and kernel.refused:
+        said += f"; kernel log not read ({kernel.refused})"
+    return Check.of(check_id, OK, f"{len(snap.gpus)} GPU(s){on} healthy: no uncorrectable ECC, "
                                   f"no pending remap, full PCIe width{said}")

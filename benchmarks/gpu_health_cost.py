@@ -1,0 +1,84 @@
+"""The extra CPU of GPU node health and energy per look (issue 46): one GPU sample of 8 GPUs
+through the real reader (the NVML stand-in, gpu/fake_nvml.py), decoded, and the "gpus" check
+(plus "gpu_health" where the tree has it) added to a RUNNING checklist, as a look of the run
+view does once a second, timed in thread CPU.
+
+Each tree runs in a child process with PYTHONPATH=TREE/src; the trees alternate, `--rounds`
+times each, so a busy moment of the shared machine falls on both. Printed: each tree's median
+microseconds per sample+check, and the difference. A tree is a checkout's root (`git archive
+<commit> src | tar -x -C DIR` makes one of an older commit).
+
+`.venv/bin/python benchmarks/gpu_health_cost.py --trees OLD_ROOT,NEW_ROOT [--samples 400] [--rounds 3]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = r'''
+import json, sys, time
+from dflash_tui.gpu import fake_nvml
+from dflash_tui.gpu.codec import snapshot_from_dict
+from dflash_tui.gpu.nvml_reader import NvmlReader
+from dflash_tui.run.verdict.checklist import Checklist, Verdict
+from dflash_tui.run.verdict.health import with_gpu_check
+from dflash_tui.run.evidence.observe import Evidence
+
+samples = int(sys.argv[1])
+fake = fake_nvml.FakeNvml(8)
+for i in range(8):
+    fake.set_processes(i, [(4242, 20 << 30)])
+reader = NvmlReader(fake_nvml.loader(fake))
+ev = Evidence(run_dir="/tmp/none", now=time.time())
+checklist = Checklist(Verdict.RUNNING, [], "running")
+for _ in range(20):    # warm: the first sample opens the devices
+    with_gpu_check(checklist, ev, snapshot_from_dict(reader.sample()))
+out = []
+for _ in range(samples):
+    t0 = time.thread_time()
+    with_gpu_check(checklist, ev, snapshot_from_dict(reader.sample()))
+    out.append((time.thread_time() - t0) * 1e6)
+print(json.dumps(out))
+'''
+
+
+def run_tree(tree: Path, samples: int) -> list[float]:
+    src = tree / "src" if (tree / "src").is_dir() else tree
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    res = subprocess.run([sys.executable, "-c", CHILD, str(samples)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    if res.returncode != 0:
+        raise SystemExit(f"{tree}: {res.stderr.strip().splitlines()[-1]}")
+    return json.loads(res.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trees", default=f"{ROOT},{ROOT}")
+    ap.add_argument("--samples", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    trees = [Path(t) for t in args.trees.split(",")]
+    times: dict[Path, list[float]] = {t: [] for t in trees}
+    for _ in range(args.rounds):
+        for t in trees:
+            times[t] += run_tree(t, args.samples)
+    medians = {t: statistics.median(v) for t, v in times.items()}
+    for t in trees:
+        print(f"{t}: median {medians[t]:.0f} us, mean {statistics.fmean(times[t]):.0f} us per sample+check "
+              f"(8 GPUs, {len(times[t])} samples)")
+    if len(trees) == 2:
+        a, b = trees
+        print(f"extra per look: {medians[b] - medians[a]:.0f} us ({medians[b] / medians[a]:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
