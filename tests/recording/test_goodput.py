@@ -51,6 +51,10 @@ def test_a_diverged_run_rolled_back_counts_its_thrown_away_steps_and_its_garbage
     assert g.badput_s["rollback"] == 11 + 5 and g.badput_s["lost_progress"] == 0 and g.badput_s["down"] == 2
     assert g.runs["r1"]["good"] == 9 and g.good_s == 9 + 29
     assert "16 s rollback" in g.lost_words()
+    # It went on stepping until the stop (steps 22..25): those are its DIVERGED band's, not
+    # counted again at the good steps' pace.
+    changes[2] = ch(25, "r1", "STOPPED", 25)
+    assert goodput(changes, T0 + 100, stall_after_s=60).badput_s["rollback"] == 11 + 5
 
 
 def test_a_stalled_run_is_down_from_the_recoverys_stop():

@@ -75,12 +75,12 @@ def test_the_trainer_sigkilled_mid_run_is_resumed_by_the_policy_bit_for_bit(tmp_
         final = run_dir / rundir.CHECKPOINTS_DIR / f"step-{STEPS:08d}"
         wait_until(lambda: final.is_dir(), 120, lambda: (states(tmp_path), actions(tmp_path)))
         resumed = final_state(run_dir)   # read now: the stop's checkpoint may retire this one
+        acts = actions(tmp_path)         # before the clean-up stop, which disarms the live run
     finally:
         cli(tmp_path, "--config", str(cfg), "--stop", timeout=120)
         w.send_signal(signal.SIGTERM)
         _, err = w.communicate(timeout=15)
     assert proc.wait(120) == 0, proc.stderr.read()[-2000:]
-    acts = actions(tmp_path)
     assert [(a[0], a[1], a[2]) for a in acts][:1] == [("planned", first, 1)], acts
     assert [a[0] for a in acts] == ["planned", "launching", "launched"], (acts, err)
     assert [s for s, r in states(tmp_path) if r == first][-1] in ("KILLED", "CRASHED"), states(tmp_path)

@@ -58,7 +58,7 @@ def test_a_nan_is_rolled_back_to_the_newest_complete_checkpoint_before_it_and_fi
     assert (point["path"], point["step"], point["format"], point["diverged_at"], point["what"]) == \
         (ckpt, 25, "hf", 38, "loss NaN"), point
     log = (tmp_path / "p" / "train.log").read_text()
-    assert f"resumed from {ckpt} at step 25" in log and f"'from={ckpt}'" in log, log
+    assert f"resumed from {ckpt} at step 25, diverged at 38" in log and f"'from={ckpt}'" in log, log
     assert "step 26/45" in log and "finished 45 steps" in log and "loss nan" not in log, log
     mine = [json.loads(r.body) for r in http.requests[before:]]
     restarted = [m for m in mine if m["title"] == "dflash-tui: p restarted (1/3)"]
@@ -66,6 +66,24 @@ def test_a_nan_is_rolled_back_to_the_newest_complete_checkpoint_before_it_and_fi
     body = restarted[0]["message"]
     assert "loss NaN at step 38; rolled back to checkpoint-25 (complete, " in body and "lost 13 steps" in body, body
     assert "restart 1/3 after DIVERGED: loss NaN since step 38" in body, body
+    assert " rollback" in body.split("lost ")[-1], body      # goodput's badput: the DIVERGED band so far
+
+
+def test_a_crash_resumes_from_the_newest_complete_checkpoint_not_a_torn_one(tmp_path, http):
+    before = len(http.requests)
+    cfg = write_config(tmp_path, http.port, "crash")
+    err = run_until(tmp_path, cfg, lambda: states(tmp_path) and states(tmp_path)[-1][0] == "FINISHED")
+    acts = recorded_actions(tmp_path / "watch.sqlite3", "p")
+    assert [a.action for a in acts] == ["planned", "launching", "launched"], err
+    assert ("CRASHED", acts[0].run_id) in states(tmp_path)
+    ckpt = str(tmp_path / "p" / "checkpoint-25")      # checkpoint-30 is newer, and torn
+    point = acts[-1].detail["resume_from"]
+    assert (point["path"], point["step"], point["format"]) == (ckpt, 25, "hf") and "diverged_at" not in point, point
+    log = (tmp_path / "p" / "train.log").read_text()
+    assert f"resumed from {ckpt} at step 25, diverged at None" in log and "finished 45 steps" in log, log
+    mine = [json.loads(r.body) for r in http.requests[before:]]
+    body = next(m["message"] for m in mine if m["title"] == "dflash-tui: p restarted (1/3)")
+    assert body.startswith("resumed from checkpoint-25 (complete, "), body
 
 
 def test_the_same_divergence_at_the_same_step_after_a_rollback_is_given_up_on(tmp_path, http):

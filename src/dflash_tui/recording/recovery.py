@@ -105,8 +105,14 @@ def _resume_detail(detail: dict) -> dict:
     point = detail.get("resume_from")
     if not isinstance(point, dict) or not isinstance(point.get("path"), str) or not point["path"]:
         return {}
-    step = point.get("step")
-    return {"resume_from": {**point, "step": step if isinstance(step, int) and not isinstance(step, bool) else None}}
+    out = {**point, "step": _whole(point.get("step"))}
+    if "diverged_at" in point:
+        out["diverged_at"] = _whole(point["diverged_at"])
+    return {"resume_from": out}
+
+
+def _whole(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _nodes_detail(detail: dict, places_nodes: bool) -> dict:
@@ -290,7 +296,8 @@ class Recovery:
                          bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts),
                          after=after)
         elif d.kind == RESTART:
-            rollback = rollback_of(report)
+            # `resume = false`: a relaunch from scratch, no checkpoint chosen
+            rollback = rollback_of(report) if policy.resume else None
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
                                 bundle=bundle, after=after,
                                 **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes),
@@ -359,15 +366,18 @@ class Recovery:
         policy = self.config.recover.for_profile(name)
         n = last.attempt
         resume, from_step = False, None
-        if watch.profile.uses_bundled_trainer and (policy is None or policy.resume):
-            ref = await watch.newest_checkpoint()
-            resume, from_step = ref is not None, (ref.step if ref is not None else None)
         more = _nodes_detail(last.detail, watch.places_nodes)
         chosen = _resume_detail(last.detail)
         point = chosen.get("resume_from", {})
+        if watch.profile.uses_bundled_trainer and (policy is None or policy.resume):
+            # the checkpoint the plan chose (its --resume loads DFLASH_RESUME_FROM), else its newest
+            ref = await watch.newest_checkpoint() if not point else None
+            resume = bool(point) or ref is not None
+            from_step = point.get("step") if point else (ref.step if ref is not None else None)
         request = LaunchRequest(relaunch=True, resume=resume, restart=n,
                                 placement=Placement(exclude=tuple(more.get("exclude", ()))),
-                                resume_from=point.get("path", ""), resume_step=point.get("step"))
+                                resume_from=point.get("path", ""), resume_step=point.get("step"),
+                                diverged_at=point.get("diverged_at"))
         more.update(chosen)
         if last.action != LAUNCHING:
             last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, after=last.id,
@@ -428,9 +438,13 @@ class Recovery:
 
     def _notify_restart(self, name: str, done: Action, failure: Failure | None,
                         max_restarts: int) -> Notification | None:
-        what = (f"resumed from step {done.detail['from_step']}" if done.detail.get("resume")
-                else f"relaunched with DFLASH_RESTART={done.attempt}")
         point = _resume_detail(done.detail).get("resume_from")
+        if done.detail.get("resume"):
+            what = f"resumed from step {done.detail['from_step']}"
+        elif point is not None:
+            what = f"resumed from step {point['step'] if point['step'] is not None else '?'} (DFLASH_RESUME_FROM)"
+        else:
+            what = f"relaunched with DFLASH_RESTART={done.attempt}"
         lines = [f"restart {done.attempt}/{max_restarts} after {failure.state if failure else 'a failure'}"
                  + (f": {failure.where}" if failure and failure.where else ""),
                  f"run {done.detail.get('new_run_id') or '?'} {what} (was run {done.run_id})"]

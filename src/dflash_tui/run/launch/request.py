@@ -42,6 +42,9 @@ class LaunchRequest:
     # DFLASH_RESUME_FROM / DFLASH_RESUME_STEP, and `{resume_from}` in its argv. "": none.
     resume_from: str = ""
     resume_step: int | None = None
+    # After a DIVERGED run, its first bad step (DFLASH_DIVERGED_AT): the batches from the
+    # checkpoint to it are the diverged window, which the bundled trainer passes over.
+    diverged_at: int | None = None
     gpus: bool = False            # the launch's report carries the "gpus" check (one GPU sample)
     placement: Placement = Placement()
     argv: tuple[str, ...] | None = None   # what launch.sh runs; None: the profile's trainer
