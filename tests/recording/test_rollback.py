@@ -22,8 +22,8 @@ from tests.test_cli_modes import cli
 pytestmark = pytest.mark.timeout(120)
 
 
-def write_config(tmp_path: Path, port: int, mode: str) -> Path:
-    command = [PY, str(PROGRAMS / "nan_until_resumed.py"), "45", "38", "5", "30", mode, "from={resume_from}"]
+def write_config(tmp_path: Path, port: int, mode: str, shape: tuple[str, ...] = ("45", "38", "5", "30")) -> Path:
+    command = [PY, str(PROGRAMS / "nan_until_resumed.py"), *shape, mode, "from={resume_from}"]
     cfg = tmp_path / "config.toml"
     cfg.write_text(
         f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\ncommand = {json.dumps(command)}\n'
@@ -101,3 +101,20 @@ def test_the_same_divergence_at_the_same_step_after_a_rollback_is_given_up_on(tm
         reason
     mine = [json.loads(r.body)["title"] for r in http.requests[before:]]
     assert mine[-1] == "dflash-tui: p recovery gave up", mine
+
+
+def test_a_divergence_with_no_complete_checkpoint_before_it_starts_from_scratch_not_from_its_weights(tmp_path, http):
+    # NaN at step 8; its only checkpoints (checkpoint-10, ...) are saved after it, diverged.
+    before = len(http.requests)
+    cfg = write_config(tmp_path, http.port, "once", ("45", "8", "10", "0"))
+    err = run_until(tmp_path, cfg, lambda: any(x[0] == "gave_up" for x in actions(tmp_path)))
+    acts = recorded_actions(tmp_path / "watch.sqlite3", "p")
+    assert [a.action for a in acts][:4] == ["planned", "stopped", "launching", "launched"], err
+    why = "no complete checkpoint at or before step 7, the last good one"
+    assert all(a.detail.get("from_scratch") == why and "resume_from" not in a.detail for a in acts[:4]), acts
+    log = (tmp_path / "p" / "train.log").read_text()
+    assert "resumed from" not in log and "argv: ['45', '8', '10', '0', 'once', 'from=']" in log, log
+    mine = [json.loads(r.body) for r in http.requests[before:]]
+    body = next(m["message"] for m in mine if m["title"] == "dflash-tui: p restarted (1/3)")
+    assert body.startswith(f"relaunched from scratch: {why}\n"), body
+    assert acts[-1].detail["reason"].startswith("the same divergence came back at the same step after the rollback")

@@ -5,9 +5,10 @@ asks the pure decision (recover_policy.py `decide`) with the restarts that led t
 (recovery_log.py `chain_of`). Before it acts on a failing run (a restart or a give-up) it takes an evidence bundle
 (bundles.py; the plan's `bundle`, named in the notification). To restart: it records `planned`, stops a run whose processes
 still live (STALLED, GPU LOST) with the verified stop, waits out the backoff, records
-`launching`, and relaunches through the profile's RunWatch (one LaunchRequest): the bundled
-trainer with --resume from its newest checkpoint, any program with DFLASH_RESTART=<n> in its
-environment, away from the node the failure named where the launcher places the run (a
+`launching`, and relaunches through the profile's RunWatch (one LaunchRequest): from the
+checkpoint the plan chose (rollback.py: the newest complete one at or before the last good step;
+DFLASH_RESUME_FROM / DFLASH_RESUME_STEP, and DFLASH_DIVERGED_AT after a divergence), the bundled
+trainer with --resume, any program with DFLASH_RESTART=<n> in its environment, away from the node the failure named where the launcher places the run (a
 scheduler; `RunWatch.places_nodes`, asked before the plan); then `launched`. To give up:
 `gave_up` and the reason. Each restart and each give-up is one notification, committed with
 its action in the store's outbox and marked sent once every URL took it: a watcher killed
@@ -42,7 +43,7 @@ from .change import VerdictChange, run_id_of
 from .goodput import goodput
 from .notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
-from .rollback import divergence_of, rollback_of, rollback_words
+from .rollback import divergence_of, nothing_fits, rollback_of, rollback_words
 from .recovery_log import (CANCELLED, GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action,
                            Notice, RecoveryLog, chain_of, failure_json, mark_sent, stop_times)
 from .sender import Delivery
@@ -100,11 +101,13 @@ def nodes_detail(nodes: tuple[str, ...], why: str, places_nodes: bool) -> dict:
 
 
 def _resume_detail(detail: dict) -> dict:
-    """The checkpoint a plan chose (rollback.py), carried on to its later actions; {} when none
-    or when what is recorded is not a checkpoint's path and step."""
+    """The checkpoint a plan chose (rollback.py), carried on to its later actions, or why a
+    diverged run starts from scratch (`from_scratch`); {} when neither, or when what is recorded
+    is not a checkpoint's path and step."""
     point = detail.get("resume_from")
     if not isinstance(point, dict) or not isinstance(point.get("path"), str) or not point["path"]:
-        return {}
+        why = detail.get("from_scratch")
+        return {"from_scratch": why} if isinstance(why, str) and why else {}
     out = {**point, "step": _whole(point.get("step"))}
     if "diverged_at" in point:
         out["diverged_at"] = _whole(point["diverged_at"])
@@ -298,10 +301,12 @@ class Recovery:
         elif d.kind == RESTART:
             # `resume = false`: a relaunch from scratch, no checkpoint chosen
             rollback = rollback_of(report) if policy.resume else None
+            scratch = nothing_fits(report) if policy.resume else ""
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
                                 bundle=bundle, after=after,
                                 **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes),
-                                **({"resume_from": rollback.detail()} if rollback is not None else {}))
+                                **({"resume_from": rollback.detail()} if rollback is not None else {}),
+                                **({"from_scratch": scratch} if scratch else {}))
             if plan is not None:
                 await self._continue(name, watch, plan, policy.max_restarts)
 
@@ -369,7 +374,7 @@ class Recovery:
         more = _nodes_detail(last.detail, watch.places_nodes)
         chosen = _resume_detail(last.detail)
         point = chosen.get("resume_from", {})
-        if watch.profile.uses_bundled_trainer and (policy is None or policy.resume):
+        if watch.profile.uses_bundled_trainer and (policy is None or policy.resume) and "from_scratch" not in chosen:
             # the checkpoint the plan chose (its --resume loads DFLASH_RESUME_FROM), else its newest
             ref = await watch.newest_checkpoint() if not point else None
             resume = bool(point) or ref is not None
@@ -445,11 +450,14 @@ class Recovery:
             what = f"resumed from step {point['step'] if point['step'] is not None else '?'} (DFLASH_RESUME_FROM)"
         else:
             what = f"relaunched with DFLASH_RESTART={done.attempt}"
+        scratch = _resume_detail(done.detail).get("from_scratch")
         lines = [f"restart {done.attempt}/{max_restarts} after {failure.state if failure else 'a failure'}"
                  + (f": {failure.where}" if failure and failure.where else ""),
                  f"run {done.detail.get('new_run_id') or '?'} {what} (was run {done.run_id})"]
         if point is not None:
             lines.insert(0, rollback_words(point))
+        elif scratch:
+            lines.insert(0, f"relaunched from scratch: {scratch}")
         if done.detail.get("exclude"):
             nodes = ", ".join(map(str, done.detail["exclude"]))
             why = str(done.detail.get("exclude_why") or FAILED_BEFORE)

@@ -67,6 +67,16 @@ def rollback_of(report: RunReport | None) -> Rollback | None:
     return Rollback(c.path, c.step, c.format, max(0.0, report.time - c.mtime), d)
 
 
+def nothing_fits(report: RunReport | None) -> str:
+    """Why a DIVERGED run's relaunch starts from scratch: no complete checkpoint at or before its
+    last good step (a newer one holds the diverged weights); "" when it was no divergence, or one
+    fits."""
+    d = divergence_of(report)
+    if d is None or rollback_of(report) is not None:
+        return ""
+    return f"no complete checkpoint at or before step {last_good_step(d)}, the last good one"
+
+
 def rollback_words(detail: dict) -> str:
     """"train/loss NaN at step 230; rolled back to checkpoint-200 (complete, 2 min old); lost 30
     steps" from a `resume_from` detail (only "resumed from ..." when no divergence led to it)."""
