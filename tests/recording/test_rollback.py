@@ -2,9 +2,10 @@
 time: its loss turns NaN at step 38 while it keeps stepping; the watcher stops it and relaunches
 it from the newest complete checkpoint at or before the last finite step (checkpoint-25: the
 newer checkpoint-30 is torn, its weight file cut; checkpoint-40 holds the diverged weights),
-handing the program
-DFLASH_RESUME_FROM / DFLASH_RESUME_STEP and `{resume_from}` in its argv; the same divergence at
-the same step after the rollback is given up on, with the reason."""
+handing the program DFLASH_RESUME_FROM / DFLASH_RESUME_STEP / DFLASH_DIVERGED_AT and
+`{resume_from}` in its argv; the same divergence at the same step after the rollback is given up
+on, with the reason. A crash resumes from the newest complete checkpoint (not the torn one); a
+divergence with no complete checkpoint before it is relaunched from scratch."""
 
 from __future__ import annotations
 
