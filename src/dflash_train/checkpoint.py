@@ -137,6 +137,16 @@ class CheckpointStore:
         except Exception as exc:  # noqa: BLE001 - any unpickling failure means corrupt
             raise CheckpointError(f"{path} cannot be read ({type(exc).__name__}: {exc}); delete it to resume from an older one") from None
 
+    def load_at(self, path: str) -> tuple[CheckpointInfo, dict[str, Any]]:
+        """The complete checkpoint at `path` (its step-N folder, or the state.pt in it): the one a
+        recovery chose (DFLASH_RESUME_FROM). Raises CheckpointError naming it when it is none."""
+        want = os.path.realpath(path[: -len(STATE_FILE)] if path.endswith("/" + STATE_FILE) else path)
+        for info in self.list():
+            if os.path.realpath(info.path) == want:
+                return info, self.load(info)
+        raise CheckpointError(f"DFLASH_RESUME_FROM={path} is no complete checkpoint under {self.root}; "
+                              "unset it to resume from the newest one")
+
     def load_latest(self, warn=lambda msg: None) -> tuple[CheckpointInfo, dict[str, Any]] | None:
         """The newest readable checkpoint (saved last); unreadable newer ones are reported and skipped."""
         self._remove_stale_temps()

@@ -239,10 +239,12 @@ def default_buckets(device_type: str, max_seq_len: int) -> tuple[int, ...]:
 class BatchSource:
     """Yields Batch(input_ids, loss_mask) of shape [batch_size, T], T drawn per batch from
     `buckets` (a small fixed set, so compiled kernels see few shapes). The tail
-    `heldout_fraction` of the stream is never trained on and feeds heldout_prompts()."""
+    `heldout_fraction` of the stream is never trained on and feeds heldout_prompts().
+    `skip`: batch indexes passed over, so index i yields batch i + skip: a rollback's diverged
+    window is not trained on again (kept in the checkpoint, so a later resume keeps it)."""
 
     def __init__(self, stream: TokenStream, batch_size: int, buckets: Sequence[int], seed: int,
-                 heldout_fraction: float = 0.05, index: int = 0) -> None:
+                 heldout_fraction: float = 0.05, index: int = 0, skip: int = 0) -> None:
         if batch_size < 1:
             raise DataError(f"batch size must be >= 1 (got {batch_size})")
         buckets = tuple(sorted({int(b) for b in buckets}))
@@ -255,6 +257,7 @@ class BatchSource:
         self.buckets = buckets
         self.seed = int(seed)
         self.index = int(index)
+        self.skip = int(skip)
         self.heldout_fraction = heldout_fraction
         self.train_len = len(stream) - int(len(stream) * heldout_fraction)
         if self.train_len < buckets[-1] + 1:
@@ -262,6 +265,7 @@ class BatchSource:
                             f"longest sequence bucket {buckets[-1]}; add data or use smaller buckets")
 
     def batch_at(self, index: int) -> Batch:
+        index += self.skip
         g = torch.Generator().manual_seed((self.seed * 1_000_003 + index) % (2**63))
         t = self.buckets[int(torch.randint(len(self.buckets), (1,), generator=g))]
         starts = torch.randint(self.train_len - t + 1, (self.batch_size,), generator=g)
@@ -289,7 +293,7 @@ class BatchSource:
     def state(self) -> dict[str, Any]:
         return {"seed": self.seed, "index": self.index, "batch_size": self.batch_size,
                 "buckets": list(self.buckets), "heldout_fraction": self.heldout_fraction,
-                "stream": self.stream.name, "stream_len": len(self.stream)}
+                "stream": self.stream.name, "stream_len": len(self.stream), "skip": self.skip}
 
     @classmethod
     def from_state(cls, stream: TokenStream, state: dict[str, Any]) -> "BatchSource":
@@ -298,4 +302,4 @@ class BatchSource:
                             f"({state.get('stream_len')} tokens), not {stream.name} "
                             f"({len(stream)} tokens): resume with the same --data")
         return cls(stream, state["batch_size"], state["buckets"], state["seed"],
-                   state["heldout_fraction"], index=state["index"])
+                   state["heldout_fraction"], index=state["index"], skip=int(state.get("skip", 0)))

@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from dflash_train import objective, perf
+from dflash_train import objective, perf, rollback
 from dflash_train.attention.backends import FlexAttention, choose_backend
-from dflash_train.checkpoint import CheckpointStore
+from dflash_train.checkpoint import CheckpointError as UnusableCheckpoint, CheckpointStore
 from dflash_train.compile_gate import CompileGate, TorchCompileControl
 from dflash_train.config import ModelConfig
 from dflash_train.data import Batch, BatchSource, DataError, default_buckets, open_stream
@@ -421,6 +421,10 @@ class Trainer:
             opt.load_state_dict(state["optimizer"])     # copies: no replica shares Adam state
         self._check_replicas_identical()
         self.last_saved_step = step
+        self.source.skip = offer["skip"]
+        if offer["window"]:
+            self.tel.log(f"resume: passing over the batches of steps {step + 1}..{step + offer['window']} "
+                         f"(the diverged window; {offer['skip']} batches skipped in all)")
         sender = "" if self.world.is_leader else ", sent by rank 0"
         of_run = f" of run {offer['run_id']}" if offer["run_id"] else ""
         self.tel.log(f"resume: loaded checkpoint at step {step}{of_run} from {path}{sender}")
@@ -429,8 +433,15 @@ class Trainer:
 
     def _checkpoint_offer(self) -> dict[str, Any]:
         """Rank 0's newest usable checkpoint, or why there is none to resume from."""
-        none = {"error": None, "step": None, "path": None, "state": None, "run_id": "", "line": ""}
-        loaded = self.store.load_latest(warn=self.tel.log)
+        none = {"error": None, "step": None, "path": None, "state": None, "run_id": "", "line": "", "skip": 0,
+                "window": 0}
+        # A recovery's rollback names the checkpoint (rollback.py): the newest one may hold the
+        # diverged run's weights.
+        try:
+            chosen = rollback.from_env()
+            loaded = self.store.load_at(chosen.path) if chosen.path else self.store.load_latest(warn=self.tel.log)
+        except UnusableCheckpoint as exc:
+            return {**none, "error": str(exc)}
         if loaded is None:
             return none
         info, state = loaded
@@ -444,8 +455,11 @@ class Trainer:
             BatchSource.from_state(self.prep.stream, state["data"])
         except DataError as exc:
             return {**none, "error": str(exc)}
+        # The diverged window's batches are passed over, on top of any an earlier rollback skipped.
+        window = chosen.window(info.step) if chosen.path else 0
+        skip = int(state["data"].get("skip", 0)) + window * self.global_replicas
         return {"error": None, "step": info.step, "path": info.path, "state": state, "run_id": info.run_id,
-                "line": info.line}
+                "line": info.line, "skip": skip, "window": window}
 
     def save_checkpoint(self, step: int) -> None:
         if step == self.last_saved_step:

@@ -7,8 +7,11 @@ from __future__ import annotations
 import re
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Set by the wrapper for every run (run/wrapper.py): a profile's value would be overwritten.
-WRAPPER_OWNS = ("DFLASH_RUN_ID", "DFLASH_RUN_DIR", "DFLASH_RESTART")
+# Set by the wrapper (run/wrapper.py): the first three for every run, a profile's value would be
+# overwritten; the rest name the checkpoint a recovery's relaunch resumes from, which a profile's
+# value would hide on a first launch and contradict on a relaunch.
+WRAPPER_OWNS = ("DFLASH_RUN_ID", "DFLASH_RUN_DIR", "DFLASH_RESTART", "DFLASH_RESUME_FROM", "DFLASH_RESUME_STEP",
+                "DFLASH_DIVERGED_AT")
 
 
 def env_entry_problem(name: object, value: object) -> str | None:
@@ -17,7 +20,7 @@ def env_entry_problem(name: object, value: object) -> str | None:
     if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
         return f"{name!r:.60} is not a variable name (letters, digits and '_', not starting with a digit)"
     if name in WRAPPER_OWNS:
-        return f"{name} is set by the wrapper for every run; choose another name"
+        return f"{name} is set by the wrapper; choose another name"
     if not isinstance(value, str):
         return f"{name}'s value is not a string (quote it)"
     if "\n" in value or "\r" in value or "\x00" in value:

@@ -9,7 +9,7 @@ one actor), decided by recording/recover_policy.py (pure).
     backoff_s = 30                 # before the first restart; doubled each time, capped at 30 min
     no_progress_restarts = 2       # this many restarts in a row without a new best step: give up
     give_up_on = ["cuda_oom", "syntax_error", "import_error", "missing_file"]
-    resume = true                  # the bundled trainer relaunches with --resume
+    resume = true                  # a relaunch resumes from a checkpoint (the bundled trainer with --resume)
 
     [recover.profile.NAME]         # the same keys for one profile, and `enabled`
 

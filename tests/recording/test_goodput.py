@@ -25,7 +25,7 @@ def test_a_hang_stopped_and_resumed_from_its_checkpoint():
     g = goodput(changes, T0 + 500, stall_after_s=2)
     assert g.wall_s == 31                             # to the FINISHED change, not to now
     assert g.badput_s == {"queued": 0, "starting": 3, "stalled": 2 + 3, "down": 5, "lost_progress": 0,
-                          "checkpoint": 0, "unreachable": 0}
+                          "rollback": 0, "checkpoint": 0, "unreachable": 0}
     assert g.good_s == 8 + 10 and g.percent == pytest.approx(100 * 18 / 31)
     assert g.runs["r1"]["good"] == 8 and g.runs["r1"]["down"] == 5 and g.runs["r2"]["good"] == 10
     assert g.words() == "goodput 58 % of 31 s since the first launch; lost 13 s: 3 s starting, 5 s stalled, 5 s down"
@@ -40,6 +40,21 @@ def test_a_crash_with_no_checkpoint_loses_its_steps():
     assert g.badput_s["lost_progress"] == 10 and g.badput_s["down"] == 2
     assert g.good_s == 8 and g.runs["r1"]["good"] == 0
     assert g.lost_words() == "lost 12 s: 2 s down, 10 s lost progress"
+
+
+def test_a_diverged_run_rolled_back_counts_its_thrown_away_steps_and_its_garbage_as_rollback():
+    # RUNNING steps 1..21 at 1 s a step; NaN from step 21 (DIVERGED, 5 s of garbage steps); the
+    # relaunch resumes from checkpoint-10 at step 11: 11 steps thrown away.
+    changes = [ch(0, "r1", "RUNNING", 1), ch(20, "r1", "DIVERGED", 21), ch(25, "r1", "STOPPED", 21),
+               ch(27, "r2", "RUNNING", 11), ch(56, "r2", "FINISHED", 40)]
+    g = goodput(changes, T0 + 100, stall_after_s=60)
+    assert g.badput_s["rollback"] == 11 + 5 and g.badput_s["lost_progress"] == 0 and g.badput_s["down"] == 2
+    assert g.runs["r1"]["good"] == 9 and g.good_s == 9 + 29
+    assert "16 s rollback" in g.lost_words()
+    # It went on stepping until the stop (steps 22..25): those are its DIVERGED band's, not
+    # counted again at the good steps' pace.
+    changes[2] = ch(25, "r1", "STOPPED", 25)
+    assert goodput(changes, T0 + 100, stall_after_s=60).badput_s["rollback"] == 11 + 5
 
 
 def test_a_stalled_run_is_down_from_the_recoverys_stop():

@@ -24,6 +24,17 @@ def test_save_load_keep_last(tmp_path):
     assert info.step == 30 and torch.equal(state["w"], torch.full((3,), 30.0))
 
 
+def test_the_checkpoint_a_rollback_names_is_loaded_not_the_newest(tmp_path):
+    store = CheckpointStore(str(tmp_path), keep=3)
+    chosen = store.save(10, {"w": torch.full((2,), 10.0)})
+    store.save(20, {"w": torch.full((2,), float("nan"))})   # the diverged run's weights
+    info, state = store.load_at(chosen.path)
+    assert info.step == 10 and torch.equal(state["w"], torch.full((2,), 10.0))
+    assert store.load_at(os.path.join(chosen.path, "state.pt"))[0].step == 10
+    with pytest.raises(CheckpointError, match="is no complete checkpoint under .*; unset it"):
+        store.load_at(str(tmp_path / "checkpoints" / "step-00000015"))
+
+
 def test_corrupt_newest_is_skipped_with_a_message(tmp_path):
     store = CheckpointStore(str(tmp_path), keep=3)
     store.save(1, {"a": torch.ones(2)})

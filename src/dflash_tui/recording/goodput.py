@@ -16,6 +16,9 @@ Badput causes (seconds), each band of the timeline counted once:
   the next run's first change (the backoff included);
 - lost_progress: the steps a failure threw away (the failed run's best step minus the step
   the next run started from), at the failed run's own step time, taken out of its RUNNING time;
+- rollback: a diverged run's (DIVERGED) steps thrown away by the rollback to a checkpoint
+  before them, up to the step its divergence was seen at, counted as lost_progress is, and its
+  DIVERGED band (the steps it took after, garbage);
 - checkpoint: the checkpoint saves' seconds the trainer reported (its checkpoint events'
   `seconds`, summed in each change's evidence as `checkpoint_s`), taken out of its RUNNING time;
 - unreachable: while the target did not answer (what the run did then is unknown).
@@ -36,7 +39,7 @@ from ..words import duration
 from .change import VerdictChange
 from .timeline import Band, bands, runs
 
-CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "checkpoint", "unreachable")
+CAUSES = ("queued", "starting", "stalled", "down", "lost_progress", "rollback", "checkpoint", "unreachable")
 
 
 def _an_end(state: State) -> bool:
@@ -138,6 +141,8 @@ def goodput(changes: Sequence[VerdictChange], now: float, stall_after_s: float,
             out._add(run, "queued", secs)
         elif state is Verdict.STARTING:
             out._add(run, "starting", secs - early.get(i + 1, 0.0))
+        elif state is Verdict.DIVERGED:
+            out._add(run, "rollback", secs)
         elif state.stuck:
             cut = stops.get(run)
             cut = min(max(cut, b.start), b.end) if cut is not None else b.end
@@ -207,6 +212,10 @@ def _lost_progress(out: Goodput, all_bands: Sequence[Band]) -> None:
             groups.append((b.change.run_id, [b]))
     for (run, group), (_, following) in zip(groups, groups[1:]):
         before, after = _steps(group), _steps(following)
+        diverged = next((b for b in group if b.state is Verdict.DIVERGED), None)
+        if diverged is not None and diverged.change.evidence.step is not None:
+            # the steps it took once diverged are its DIVERGED band's time, counted already
+            before = [s for s in before if s <= diverged.change.evidence.step]
         per = out.runs.get(run)
         if not before or not after or per is None or per["good"] <= 0:
             continue
@@ -217,4 +226,4 @@ def _lost_progress(out: Goodput, all_bands: Sequence[Band]) -> None:
         lost = min(per["good"], lost_steps * per["good"] / advanced)
         per["good"] -= lost
         out.good_s -= lost
-        out._add(run, "lost_progress", lost)
+        out._add(run, "rollback" if diverged is not None else "lost_progress", lost)

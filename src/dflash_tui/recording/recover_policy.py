@@ -8,7 +8,9 @@ Never loop on a bug (docs/ARCHITECTURE.md, "Recovery"). Give up when:
 - `max_restarts` restarts were made within `window_s`;
 - the same failure came back (same exception type and innermost own-code frame, or the same hang
   place) with no step past the previous attempt's best;
-- `no_progress_restarts` restarts in a row ended with no step past the best before them.
+- `no_progress_restarts` restarts in a row ended with no step past the best before them;
+- DIVERGED: the same divergence (same series, rule and first bad step) came back after the
+  rollback, whatever the steps (resuming from the checkpoint before it only replays it).
 A chain of restarts is the runs the watcher relaunched one from another: a run launched by a
 person starts a new chain. A stop by a person is never a trigger (STOPPED is no failing verdict).
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..recover_settings import RecoverPolicy
+from ..run.evidence.divergence import Divergence
 from ..verdicts import Verdict
 from ..words import duration
 from .change import Evidence, VerdictChange
@@ -94,11 +97,15 @@ def unfixable(ev: Evidence) -> str:
     return ""
 
 
-def failure_of(change: VerdictChange, best_step: int | None) -> Failure:
-    """The Failure a recorded failing change shows; `best_step`: the run's highest step seen."""
+def failure_of(change: VerdictChange, best_step: int | None, divergence: Divergence | None = None) -> Failure:
+    """The Failure a recorded failing change shows; `best_step`: the run's highest step seen;
+    `divergence`: what a DIVERGED run's report found (its identity is where it began)."""
     ev = change.evidence
     last = ev.traceback[-1] if ev.traceback else ""
-    if change.state is Verdict.STALLED and ev.stuck_at:
+    if change.state is Verdict.DIVERGED and divergence is not None:
+        where = divergence.words()
+        signature = f"divergence of {divergence.series} ({divergence.rule}) at step {divergence.step}"
+    elif change.state is Verdict.STALLED and ev.stuck_at:
         where, signature = f"stuck at {ev.stuck_at}", f"hang at {ev.stuck_at}"
     elif last:
         where, signature = last, f"{_exception(last) or last} at {_own_frame(ev.traceback) or '?'}"
@@ -142,6 +149,8 @@ def decide(policy: RecoverPolicy | None, failure: Failure, chain: Sequence[Attem
     if len(recent) >= policy.max_restarts:
         return give_up(f"{len(recent)} restart{'s' if len(recent) != 1 else ''} within "
                        f"{duration(policy.window_s)} (max_restarts = {policy.max_restarts})")
+    if failure.state is Verdict.DIVERGED and prev is not None and prev.signature == failure.signature:
+        return give_up(f"the same divergence came back at the same step after the rollback: {failure.where}")
     if prev is not None and prev.signature == failure.signature and not _advanced(failure.best_step, prev.best_step):
         return give_up(f"the same failure came back with no progress: {failure.where}")
     streak = _no_progress_streak([a.failure for a in chain] + [failure]) if chain else 0

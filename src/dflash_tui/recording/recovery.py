@@ -5,9 +5,10 @@ asks the pure decision (recover_policy.py `decide`) with the restarts that led t
 (recovery_log.py `chain_of`). Before it acts on a failing run (a restart or a give-up) it takes an evidence bundle
 (bundles.py; the plan's `bundle`, named in the notification). To restart: it records `planned`, stops a run whose processes
 still live (STALLED, GPU LOST) with the verified stop, waits out the backoff, records
-`launching`, and relaunches through the profile's RunWatch (one LaunchRequest): the bundled
-trainer with --resume from its newest checkpoint, any program with DFLASH_RESTART=<n> in its
-environment, away from the node the failure named where the launcher places the run (a
+`launching`, and relaunches through the profile's RunWatch (one LaunchRequest): from the
+checkpoint the plan chose (rollback.py: the newest complete one at or before the last good step;
+DFLASH_RESUME_FROM / DFLASH_RESUME_STEP, and DFLASH_DIVERGED_AT after a divergence), the bundled
+trainer with --resume, any program with DFLASH_RESTART=<n> in its environment, away from the node the failure named where the launcher places the run (a
 scheduler; `RunWatch.places_nodes`, asked before the plan); then `launched`. To give up:
 `gave_up` and the reason. Each restart and each give-up is one notification, committed with
 its action in the store's outbox and marked sent once every URL took it: a watcher killed
@@ -42,6 +43,7 @@ from .change import VerdictChange, run_id_of
 from .goodput import goodput
 from .notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
+from .rollback import divergence_of, nothing_fits, rollback_of, rollback_words
 from .recovery_log import (CANCELLED, GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action,
                            Notice, RecoveryLog, chain_of, failure_json, mark_sent, stop_times)
 from .sender import Delivery
@@ -96,6 +98,24 @@ def nodes_detail(nodes: tuple[str, ...], why: str, places_nodes: bool) -> dict:
         return {}
     key = "exclude" if places_nodes else "unhealthy"
     return {key: list(nodes), f"{key}_why": why} if why else {key: list(nodes)}
+
+
+def _resume_detail(detail: dict) -> dict:
+    """The checkpoint a plan chose (rollback.py), carried on to its later actions, or why a
+    diverged run starts from scratch (`from_scratch`); {} when neither, or when what is recorded
+    is not a checkpoint's path and step."""
+    point = detail.get("resume_from")
+    if not isinstance(point, dict) or not isinstance(point.get("path"), str) or not point["path"]:
+        why = detail.get("from_scratch")
+        return {"from_scratch": why} if isinstance(why, str) and why else {}
+    out = {**point, "step": _whole(point.get("step"))}
+    if "diverged_at" in point:
+        out["diverged_at"] = _whole(point["diverged_at"])
+    return {"resume_from": out}
+
+
+def _whole(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _nodes_detail(detail: dict, places_nodes: bool) -> dict:
@@ -263,7 +283,8 @@ class Recovery:
         actions = self.log.actions(name)
         chain = chain_of(actions, change.run_id)
         steps = [c.evidence.step for c in self.store.changes(name, run_id=change.run_id) if c.evidence.step is not None]
-        failure = failure_of(change, max(steps) if steps else None)
+        report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
+        failure = failure_of(change, max(steps) if steps else None, divergence_of(report))
         now = self.clock()
         d = decide(policy, failure, chain, now)
         after = last.id if last is not None else None
@@ -278,10 +299,14 @@ class Recovery:
                          bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts),
                          after=after)
         elif d.kind == RESTART:
-            report = watch.last if watch.last is not None and run_id_of(watch.last) == change.run_id else None
+            # `resume = false`: a relaunch from scratch, no checkpoint chosen
+            rollback = rollback_of(report) if policy.resume else None
+            scratch = nothing_fits(report) if policy.resume else ""
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
                                 bundle=bundle, after=after,
-                                **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes))
+                                **nodes_detail(*failed_nodes(change.state, report), watch.places_nodes),
+                                **({"resume_from": rollback.detail()} if rollback is not None else {}),
+                                **({"from_scratch": scratch} if scratch else {}))
             if plan is not None:
                 await self._continue(name, watch, plan, policy.max_restarts)
 
@@ -297,7 +322,7 @@ class Recovery:
                 self._record(name, LAUNCHED, last.run_id, last.attempt, new_run_id=run_id,
                              from_step=last.detail.get("from_step"), resume=last.detail.get("resume"),
                              notify=lambda a: self._notify_restart(name, a, failure, max_restarts), after=last.id,
-                             **_nodes_detail(last.detail, watch.places_nodes))
+                             **_nodes_detail(last.detail, watch.places_nodes), **_resume_detail(last.detail))
             elif last.action == LAUNCHING and self.clock() - last.time > NEVER_SEEN_S:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure) if failure else {},
                              reason=f"the relaunch showed no run within {NEVER_SEEN_S:.0f} s", after=last.id)
@@ -317,7 +342,7 @@ class Recovery:
                 return
             last = self._record(name, STOPPED, last.run_id, last.attempt, at=last.detail.get("at"),
                                 outcome="; ".join(r.message for r in results.values()), after=last.id,
-                                **_nodes_detail(last.detail, watch.places_nodes))
+                                **_nodes_detail(last.detail, watch.places_nodes), **_resume_detail(last.detail))
             if last is None:
                 return
         at = last.detail.get("at")
@@ -346,12 +371,19 @@ class Recovery:
         policy = self.config.recover.for_profile(name)
         n = last.attempt
         resume, from_step = False, None
-        if watch.profile.uses_bundled_trainer and (policy is None or policy.resume):
-            ref = await watch.newest_checkpoint()
-            resume, from_step = ref is not None, (ref.step if ref is not None else None)
         more = _nodes_detail(last.detail, watch.places_nodes)
+        chosen = _resume_detail(last.detail)
+        point = chosen.get("resume_from", {})
+        if watch.profile.uses_bundled_trainer and (policy is None or policy.resume) and "from_scratch" not in chosen:
+            # the checkpoint the plan chose (its --resume loads DFLASH_RESUME_FROM), else its newest
+            ref = await watch.newest_checkpoint() if not point else None
+            resume = bool(point) or ref is not None
+            from_step = point.get("step") if point else (ref.step if ref is not None else None)
         request = LaunchRequest(relaunch=True, resume=resume, restart=n,
-                                placement=Placement(exclude=tuple(more.get("exclude", ()))))
+                                placement=Placement(exclude=tuple(more.get("exclude", ()))),
+                                resume_from=point.get("path", ""), resume_step=point.get("step"),
+                                diverged_at=point.get("diverged_at"))
+        more.update(chosen)
         if last.action != LAUNCHING:
             last = self._record(name, LAUNCHING, last.run_id, n, resume=resume, from_step=from_step, after=last.id,
                                 **more)
@@ -411,11 +443,21 @@ class Recovery:
 
     def _notify_restart(self, name: str, done: Action, failure: Failure | None,
                         max_restarts: int) -> Notification | None:
-        what = (f"resumed from step {done.detail['from_step']}" if done.detail.get("resume")
-                else f"relaunched with DFLASH_RESTART={done.attempt}")
+        point = _resume_detail(done.detail).get("resume_from")
+        if done.detail.get("resume"):
+            what = f"resumed from step {done.detail['from_step']}"
+        elif point is not None:
+            what = f"resumed from step {point['step'] if point['step'] is not None else '?'} (DFLASH_RESUME_FROM)"
+        else:
+            what = f"relaunched with DFLASH_RESTART={done.attempt}"
+        scratch = _resume_detail(done.detail).get("from_scratch")
         lines = [f"restart {done.attempt}/{max_restarts} after {failure.state if failure else 'a failure'}"
                  + (f": {failure.where}" if failure and failure.where else ""),
                  f"run {done.detail.get('new_run_id') or '?'} {what} (was run {done.run_id})"]
+        if point is not None:
+            lines.insert(0, rollback_words(point))
+        elif scratch:
+            lines.insert(0, f"relaunched from scratch: {scratch}")
         if done.detail.get("exclude"):
             nodes = ", ".join(map(str, done.detail["exclude"]))
             why = str(done.detail.get("exclude_why") or FAILED_BEFORE)

@@ -98,7 +98,7 @@ DFLASH_RUN_ID=$RUN_ID
 DFLASH_RUN_DIR=$RUN_DIR
 DFLASH_RESTART={restart}
 export DFLASH_RUN_ID DFLASH_RUN_DIR DFLASH_RESTART
-{probe_block}set -- {argv}
+{resume_block}{probe_block}set -- {argv}
 # Output line by line, so train.log shows it as it happens: Python unbuffered unless the
 # environment already says otherwise; other programs' C stdio line-buffered where stdbuf exists.
 if [ -z "${{PYTHONUNBUFFERED+set}}" ]; then PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED; fi
@@ -190,10 +190,13 @@ def wrapper_argv(run_dir: str, run_id: str) -> list[str]:
 
 
 def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str = "", *,
-                   probe: bool = False, restart: int = 0) -> str:
+                   probe: bool = False, restart: int = 0, resume_from: str = "",
+                   resume_step: int | None = None, diverged_at: int | None = None) -> str:
     """`restart`: DFLASH_RESTART in the trainer's environment, how many times the watcher's
     recovery has relaunched this run (0 on a first launch), so a program can resume from its
-    own checkpoint."""
+    own checkpoint. `resume_from` / `resume_step`: the checkpoint the recovery chose
+    (DFLASH_RESUME_FROM / DFLASH_RESUME_STEP; unset when ""); `diverged_at`: the first bad step of
+    the divergence it rolls back from (DFLASH_DIVERGED_AT; unset when None)."""
     if not argv:
         raise ValueError("the trainer argv is empty")
     if isinstance(restart, bool) or not isinstance(restart, int) or restart < 0:
@@ -219,7 +222,19 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         line_buffered="" if is_python(argv) else _STDBUF,
         probe_block=PROBE_BLOCK if probe else "",
         restart=restart,
+        resume_block=_resume_block(resume_from, resume_step, diverged_at),
     )
+
+
+def _resume_block(resume_from: str, resume_step: int | None, diverged_at: int | None) -> str:
+    """The recovery's chosen checkpoint as the program's environment ("" when none was chosen)."""
+    if not resume_from:
+        return ""
+    env = {"DFLASH_RESUME_FROM": shlex.quote(resume_from),
+           "DFLASH_RESUME_STEP": str(int(resume_step)) if resume_step is not None else "''"}
+    if diverged_at is not None:
+        env["DFLASH_DIVERGED_AT"] = str(int(diverged_at))
+    return "".join(f"{k}={v}\n" for k, v in env.items()) + f"export {' '.join(env)}\n"
 
 
 def run_id_of_wrapper(text: str) -> str | None:

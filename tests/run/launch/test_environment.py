@@ -84,6 +84,7 @@ def test_env_file_parsing_and_its_errors(tmp_path):
     ('env = { A = 1 }', ["env: A's value is not a string"]),
     ('env = { A = "x\\ny" }', ["env: A's value holds a newline"]),
     ('env = { DFLASH_RUN_DIR = "/x" }', ["env: DFLASH_RUN_DIR is set by the wrapper"]),
+    ('env = { DFLASH_RESUME_FROM = "/x" }', ["env: DFLASH_RESUME_FROM is set by the wrapper"]),
     ('env_file = 3', ["env_file = 3 is not a path"]),
     ('env_file = ""', ['env_file = "" is empty']),
 ])

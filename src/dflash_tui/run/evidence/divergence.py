@@ -106,6 +106,12 @@ class Divergence:
     ratio: float | None = None                      # spike: the first bad value over the median
     median: float | None = None
 
+    def what(self) -> str:
+        """"NaN", "Inf", "-Inf" or "spiked": what the first bad value was."""
+        if self.rule != "non-finite":
+            return "spiked"
+        return "NaN" if math.isnan(self.value) else ("Inf" if self.value > 0 else "-Inf")
+
     def words(self) -> str:
         """"train/loss NaN since step 20 (train.log), last finite 0.61 at step 19"."""
         src = f" ({self.source})" if self.source else ""

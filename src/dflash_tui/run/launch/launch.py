@@ -26,7 +26,7 @@ from .launcher import Launcher
 from ..evidence.observe import Evidence
 from .preflight import GpuSampler, PreflightResult
 from .probe_install import install_probe
-from .request import LaunchRequest
+from .request import LaunchRequest, with_resume_from
 from .stop import StopResult
 from ..verdict.checklist import Check, CheckId, CheckState, Checklist, Verdict
 from ..wrapper import new_run_id, render_wrapper
@@ -172,8 +172,9 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
 
     run_id = new_run_id()
     python = pre.program if pre is not None and pre.program and profile.uses_bundled_trainer else profile.python
-    script = render_wrapper(run_dir, run_id, argv, python=python, probe=profile.probe,
-                             restart=request.restart).encode()
+    script = render_wrapper(run_dir, run_id, with_resume_from(argv, request.resume_from), python=python,
+                            probe=profile.probe, restart=request.restart, resume_from=request.resume_from,
+                            resume_step=request.resume_step, diverged_at=request.diverged_at).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None

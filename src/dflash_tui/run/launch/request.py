@@ -38,6 +38,13 @@ class LaunchRequest:
     preflight: bool = True        # run/launch/preflight.py's checks before anything is touched
     resume: bool = False          # the bundled trainer continues from the newest checkpoint
     restart: int = 0              # the program's DFLASH_RESTART (the recovery counts its relaunches)
+    # The checkpoint a recovery resumes from (its path and step): the program's
+    # DFLASH_RESUME_FROM / DFLASH_RESUME_STEP, and `{resume_from}` in its argv. "": none.
+    resume_from: str = ""
+    resume_step: int | None = None
+    # After a DIVERGED run, its first bad step (DFLASH_DIVERGED_AT): the batches from the
+    # checkpoint to it are the diverged window, which the bundled trainer passes over.
+    diverged_at: int | None = None
     gpus: bool = False            # the launch's report carries the "gpus" check (one GPU sample)
     placement: Placement = Placement()
     argv: tuple[str, ...] | None = None   # what launch.sh runs; None: the profile's trainer
@@ -49,6 +56,14 @@ class LaunchRequest:
         if not self.placement or places_nodes:
             return None
         return f"cannot launch {self.placement.words()}: {OWN_NODES}"
+
+
+RESUME_TOKEN = "{resume_from}"
+
+
+def with_resume_from(argv: list[str], resume_from: str) -> list[str]:
+    """`argv` with each `{resume_from}` replaced by the checkpoint's path ("" when none)."""
+    return [a.replace(RESUME_TOKEN, resume_from) for a in argv]
 
 
 def as_request(request: LaunchRequest | None, fields_: dict[str, Any]) -> LaunchRequest:
