@@ -30,7 +30,8 @@ def http():
 
 
 def test_a_stop_while_the_restart_waits_cancels_it_and_disarms_the_run(tmp_path, http):
-    cfg = write_config(tmp_path, http.port, [PY, str(PROGRAMS / "crash_after_steps.py"), "3"], backoff_s=6)
+    # The backoff leaves room for the check and the stop, each a process start on a busy machine.
+    cfg = write_config(tmp_path, http.port, [PY, str(PROGRAMS / "crash_after_steps.py"), "3"], backoff_s=12)
     w = start_watcher(tmp_path, cfg)
     try:
         first = json.loads(cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight", "--json").stdout)["run_id"]
@@ -45,7 +46,7 @@ def test_a_stop_while_the_restart_waits_cancels_it_and_disarms_the_run(tmp_path,
         assert doc["recovery"]["reason"].startswith("restart cancelled by "), doc["recovery"]
         text = cli(tmp_path, "--config", str(cfg), "--check").stdout
         assert "recovery off for this run: restart cancelled by" in text, text
-        time.sleep(6 + 4)   # past the backoff and a few of the watcher's ticks: no relaunch
+        time.sleep(12 + 4)   # past the backoff and a few of the watcher's ticks: no relaunch
         assert (tmp_path / "p" / "launch.json").exists()
         assert json.loads((tmp_path / "p" / "launch.json").read_text())["run_id"] == first
         wait_until(lambda: any(t.endswith("restart cancelled") for t in titles(http)), 10, lambda: titles(http))

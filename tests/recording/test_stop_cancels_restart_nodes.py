@@ -26,7 +26,7 @@ def test_a_stop_while_the_restart_of_two_nodes_waits_cancels_it(sshd, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(nodes_toml(sshd, tmp_path, command=CRASH, stop_grace_s=2)
                    + f'[watch]\ninterval_s = 0.5\nstore = "{tmp_path / "watch.sqlite3"}"\n'
-                   '[recover]\non = ["CRASHED"]\nmax_restarts = 2\nbackoff_s = 8\n')
+                   '[recover]\non = ["CRASHED"]\nmax_restarts = 2\nbackoff_s = 12\n')
     dirs = [tmp_path / f"run-{LOCAL}", tmp_path / f"run-{sshd.alias}"]
 
     def actions():
@@ -47,7 +47,7 @@ def test_a_stop_while_the_restart_of_two_nodes_waits_cancels_it(sshd, tmp_path):
         doc = json.loads(res.stdout)
         assert doc["recovery"]["state"] == "cancelled", doc["recovery"]
         assert doc["recovery"]["reason"].startswith("restart cancelled by "), doc["recovery"]
-        time.sleep(8 + 4)   # past the backoff and a few of the watcher's ticks
+        time.sleep(12 + 4)   # past the backoff and a few of the watcher's ticks
     finally:
         w.send_signal(signal.SIGTERM)
         _, err = w.communicate(timeout=30)

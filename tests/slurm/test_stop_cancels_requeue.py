@@ -31,7 +31,7 @@ def squeue_state(cluster, job: str) -> str:
 
 
 def test_a_stop_while_the_requeue_waits_cancels_it_and_no_job_is_submitted(tmp_path, slurm_cluster):
-    cfg = write_config(tmp_path, command=CRASH, backoff_s=8, on=("CRASHED",))
+    cfg = write_config(tmp_path, command=CRASH, backoff_s=12, on=("CRASHED",))
     w = start_watcher(tmp_path, cfg)
     try:
         first = json.loads(cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight", "--json").stdout)["run_id"]
@@ -43,7 +43,7 @@ def test_a_stop_while_the_requeue_waits_cancels_it_and_no_job_is_submitted(tmp_p
         assert res.returncode == 0, (res.returncode, res.stderr)
         assert doc["recovery"]["state"] == "cancelled", doc["recovery"]
         assert doc["recovery"]["reason"].startswith("restart cancelled by "), doc["recovery"]
-        time.sleep(8 + 4)   # past the backoff and a few of the watcher's ticks
+        time.sleep(12 + 4)   # past the backoff and a few of the watcher's ticks
     finally:
         err = stop_watcher(w, slurm_cluster)
     assert job_id(tmp_path) == first_job, "a job was submitted after the stop"
