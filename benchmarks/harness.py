@@ -1,6 +1,6 @@
 """What the benchmarks share: a process's CPU from /proc, percentiles, the "before" side of a
-side-by-side run (a module's source at a git ref, loaded beside this tree's), and RESULTS.md's
-sections (one per script, replaced when it runs again).
+side-by-side run (a module's source at a git ref loaded beside this tree's, or a child process
+on another checkout), and RESULTS.md's sections (one per script, replaced when it runs again).
 
 A script imports it after putting the repository root on sys.path:
 
@@ -69,6 +69,14 @@ def load_module(path: Path, name: str) -> ModuleType:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def tree_env(tree: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (this process's by default) for a child that imports dflash_tui from the checkout
+    `tree` (its src/, or `tree` itself when it is a bare copy of src's contents): one side of a
+    side-by-side run of two trees."""
+    src = tree / "src" if (tree / "src").is_dir() else tree
+    return {**(os.environ if env is None else env), "PYTHONPATH": str(src)}
 
 
 def replace_section(heading: str, section: str, path: Path = RESULTS) -> None:
