@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 # FLEET_COST_SRC: another tree's src/ for a child of --same-run-dir (this script, that tree's code).
 sys.path.insert(0, os.environ.get("FLEET_COST_SRC") or str(ROOT / "src"))
 
-from benchmarks.harness import pctl, replace_section  # noqa: E402
+from benchmarks.harness import pctl, replace_section, tree_env  # noqa: E402
 
 from dflash_tui.config import load_config  # noqa: E402
 from dflash_tui.watch.transport import SharedTransport  # noqa: E402
@@ -222,7 +222,7 @@ async def poller_child(cfg: str, window: float, out: str) -> None:
 
 def run_poller(cfg: Path, window: float, workdir: Path, env: dict, tree: Path = ROOT) -> dict:
     out = workdir / "poller.json"
-    env = {**env, "PYTHONPATH": str(tree / "src")}
+    env = tree_env(tree, env)
     proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "fleet_cost.py"), "--child-poller", str(cfg),
                            "--window", str(window), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=window + 120)
@@ -235,7 +235,7 @@ def run_dashboard(cfg: Path, window: float, victims: list[str], workdir: Path, e
                   tree: Path = ROOT) -> dict:
     """The dashboard child of `tree`'s own copy of this script (it imports `tree`/src)."""
     out = workdir / "dashboard.json"
-    env = {**env, "PYTHONPATH": str(tree / "src")}
+    env = tree_env(tree, env)
     proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "fleet_cost.py"), "--child", str(cfg),
                            "--window", str(window), "--victims", ",".join(victims), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=window + 180)
