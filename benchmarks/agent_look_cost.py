@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,17 +44,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from dflash_tui.watch import STEADY_INTERVAL_S  # noqa: E402  (the pace a steady run is looked at)
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import load_module, replace_section, source_at  # noqa: E402
 
 HEADING = "## remote: the agent's answer to a steady look at 64 ranks, before and after (benchmarks/agent_look_cost.py; issue 37)"
 SOURCE = ROOT / "src" / "dflash_tui" / "remote" / "agent_server.py"
-
-
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def line_of(mod, rid: int, result) -> bytes:
@@ -154,12 +145,11 @@ async def stop(profile) -> None:
 
 
 def measure(rounds: int, ranks: int, before: str, interval: float) -> dict:
-    old_src = subprocess.run(["git", "show", f"{before}:src/dflash_tui/remote/agent_server.py"], cwd=ROOT,
-                             check=True, capture_output=True).stdout
+    old_src = source_at(before, "src/dflash_tui/remote/agent_server.py")
     tmp = Path(tempfile.mkdtemp(prefix="dflash-lookcost-"))
     os.environ["XDG_STATE_HOME"] = str(tmp / "state")
-    (tmp / "look_before.py").write_bytes(old_src)
-    ways = {"before": load(tmp / "look_before.py", "look_before"), "after": load(SOURCE, "look_after")}
+    (tmp / "look_before.py").write_text(old_src)
+    ways = {"before": load_module(tmp / "look_before.py", "look_before"), "after": load_module(SOURCE, "look_after")}
     load0 = os.getloadavg()
     look, profile = asyncio.run(steady_look(tmp, ranks))
     group = os.getpgid(look["proc_tree"]["pid"])

@@ -29,7 +29,6 @@ round and both records.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import statistics
@@ -44,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from dflash_tui.watch import STEADY_INTERVAL_S  # noqa: E402  (the pace a steady run is looked at)
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import load_module, replace_section, source_at  # noqa: E402
 
 HEADING = "## remote: the agent's walk of a 64-rank process tree, before and after holding its files (benchmarks/agent_walk_cost.py; issue 37)"
 SOURCE = ROOT / "src" / "dflash_tui" / "remote" / "agent_server.py"
@@ -68,13 +67,6 @@ LAUNCHER = ("import subprocess, sys, time\n"
             "kids = [subprocess.Popen([sys.executable, '-S', '-c', rank]) for _ in range(n)]\n"
             "kids.append(subprocess.Popen([sys.executable, '-S', '-c', forker]))\n"
             "time.sleep(3600)\n")
-
-
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class TidsByPath:
@@ -170,14 +162,13 @@ def start_tree(ranks: int) -> subprocess.Popen:
 
 
 def measure(rounds: int, ranks: int, before: str, interval: float) -> dict:
-    old_src = subprocess.run(["git", "show", f"{before}:src/dflash_tui/remote/agent_server.py"], cwd=ROOT,
-                             check=True, capture_output=True).stdout
+    old_src = source_at(before, "src/dflash_tui/remote/agent_server.py")
     tmp = Path(tempfile.mkdtemp(prefix="dflash-walkcost-"))
-    (tmp / "walk_before.py").write_bytes(old_src)
-    ways = {"before": load(tmp / "walk_before.py", "walk_before"),
-            "by path": load(SOURCE, "walk_path"),
-            "tids by path": TidsByPath(load(SOURCE, "walk_tids")),
-            "held": load(SOURCE, "walk_held")}
+    (tmp / "walk_before.py").write_text(old_src)
+    ways = {"before": load_module(tmp / "walk_before.py", "walk_before"),
+            "by path": load_module(SOURCE, "walk_path"),
+            "tids by path": TidsByPath(load_module(SOURCE, "walk_tids")),
+            "held": load_module(SOURCE, "walk_held")}
     sys.modules["walk_held"] = ways["held"]
     ways["by path"].FD_BUDGET = 0
     ways["tids by path"].mod.FD_BUDGET = 0

@@ -32,7 +32,7 @@ from dflash_tui.remote.local import LocalTarget  # noqa: E402
 from dflash_tui.watch.host import HostWatch  # noqa: E402
 from dflash_tui.watch.session import Session  # noqa: E402
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import replace_section  # noqa: E402
 
 HEADING = "## bundle: time and size of an evidence bundle at 1, 64 and 1,024 ranks (benchmarks/bundle_size_time.py; issue 47)"
 

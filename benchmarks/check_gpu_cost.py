@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.watch.session import Session  # noqa: E402
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import replace_section  # noqa: E402
 from tests.support.run_standins import PROGRAM  # noqa: E402
 
 HEADING = "## cli: what the GPU check adds to `--check` (benchmarks/check_gpu_cost.py)"

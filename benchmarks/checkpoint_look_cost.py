@@ -33,10 +33,13 @@ import time
 import zipfile
 from pathlib import Path
 
-from dflash_tui.config import Profile
-from dflash_tui.remote.local import LocalTarget
-from dflash_tui.run.evidence import observe
-from dflash_tui.watch.session import Session
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import children_cpu_s  # noqa: E402
+from dflash_tui.config import Profile  # noqa: E402
+from dflash_tui.remote.local import LocalTarget  # noqa: E402
+from dflash_tui.run.evidence import observe  # noqa: E402
+from dflash_tui.watch.session import Session  # noqa: E402
 
 PRINTER = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.05)\n"
 
@@ -63,24 +66,6 @@ def make_run_dir(root: Path, hf: int, files: int) -> Path:
     for i in range(1000):
         (run / "ckpt" / f"notes-{i}.txt").write_text("n")
     return run
-
-
-def children_cpu_s() -> float:
-    """utime+stime of this process's children (the local agents), in seconds."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for pid in kids:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
 
 
 async def looks(s: Session, n: int, gap: float) -> list[float]:

@@ -7,7 +7,7 @@ Starts --hosts real OpenSSH sshd servers on 127.0.0.1 (tests/support/sshd.py), l
 --per-host detached runs on each (tests/support/run_standins.py `beat`, through the product's own
 wrapper and SSH transport), then measures in one run, side by side:
 
-  (a) the dashboard: the real app (ui/app.py `build_app`, fleet screen as home, headless
+  (a) the dashboard: the real app (ui/main.py `build_app`, fleet screen as home, headless
       Textual at 160x60) in a child process: its CPU over --window seconds of steady state
       (after the first polls), each host's poll latency (one poll of its 5 profiles, p50/p99),
       and, for 3 runs SIGKILLed one after another, the time from the kill to the row drawn red
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 # FLEET_COST_SRC: another tree's src/ for a child of --same-run-dir (this script, that tree's code).
 sys.path.insert(0, os.environ.get("FLEET_COST_SRC") or str(ROOT / "src"))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import pctl, replace_section, tree_env  # noqa: E402
 
 from dflash_tui.config import load_config  # noqa: E402
 from dflash_tui.watch.transport import SharedTransport  # noqa: E402
@@ -97,13 +97,6 @@ ends. A poke and any change of a checklist bring back 1 s polls. The runs here (
 stand-in, a step every 2 s) are all steady ~6 s after the screen starts, so the windows (3 s
 after every row is decided, then the window) catch the last seconds of the 1 s start-up only at
 their start, in every "after" run alike."""
-
-
-def pctl(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    if not s:
-        return float("nan")
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 def write_config(path: Path, servers, per_host: int, runs: Path) -> list[str]:
@@ -154,7 +147,10 @@ async def launch_all(cfg: Path) -> dict[str, int]:
 
 async def dashboard_child(cfg: str, window: float, victims: list[str], out: str) -> None:
     from dflash_tui.fleet.row import FAIL
-    from dflash_tui.ui.app import build_app
+    try:
+        from dflash_tui.ui.main import build_app
+    except ImportError:   # a --before tree from before ui/main.py held it
+        from dflash_tui.ui.app import build_app
     from dflash_tui.ui.screens.fleet import FleetScreen
 
     config = load_config(cfg)
@@ -226,7 +222,7 @@ async def poller_child(cfg: str, window: float, out: str) -> None:
 
 def run_poller(cfg: Path, window: float, workdir: Path, env: dict, tree: Path = ROOT) -> dict:
     out = workdir / "poller.json"
-    env = {**env, "PYTHONPATH": str(tree / "src")}
+    env = tree_env(tree, env)
     proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "fleet_cost.py"), "--child-poller", str(cfg),
                            "--window", str(window), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=window + 120)
@@ -239,7 +235,7 @@ def run_dashboard(cfg: Path, window: float, victims: list[str], workdir: Path, e
                   tree: Path = ROOT) -> dict:
     """The dashboard child of `tree`'s own copy of this script (it imports `tree`/src)."""
     out = workdir / "dashboard.json"
-    env = {**env, "PYTHONPATH": str(tree / "src")}
+    env = tree_env(tree, env)
     proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "fleet_cost.py"), "--child", str(cfg),
                            "--window", str(window), "--victims", ",".join(victims), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=window + 180)

@@ -28,30 +28,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import pctl, proc_cpu_s  # noqa: E402
 from dflash_tui.gpu.agent_probe import OP_NAME, gpu_agent_sources  # noqa: E402
 from dflash_tui.gpu.smi import gpu_query_argv  # noqa: E402
 from dflash_tui.remote.agent import AgentOps  # noqa: E402
 from dflash_tui.remote.local import LocalTarget  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 
 ONE_SHOT_FAKE = (
     "import sys; sys.path.insert(0, {src!r}); "
     "from dflash_tui.gpu import fake_nvml; from dflash_tui.gpu.nvml_reader import NvmlReader; "
     "import json; print(json.dumps(NvmlReader(fake_nvml.from_env).sample()))"
 )
-
-
-def proc_cpu_s(pid: int) -> float:
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    rest = raw[raw.rfind(")") + 2:].split()
-    return (int(rest[11]) + int(rest[12])) / TICK
-
-
-def pct(values, q):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
 async def agent_way(spec: str, env: dict, seconds: float, burst: int) -> dict:
@@ -83,8 +73,8 @@ async def agent_way(spec: str, env: dict, seconds: float, burst: int) -> dict:
         cpu = proc_cpu_s(pid) - c0
         return {"gpus": n_gpus, "per_sample_cpu_ms": per_sample_ms, "cpu_1hz_pct": cpu / wall * 100,
                 "cpu_1hz_s": cpu, "wall_s": wall, "samples": len(lat),
-                "lat_med": statistics.median(lat), "lat_p95": pct(lat, 0.95),
-                "probe_med": statistics.median(probe_ms), "probe_p95": pct(probe_ms, 0.95)}
+                "lat_med": statistics.median(lat), "lat_p95": pctl(lat, 0.95),
+                "probe_med": statistics.median(probe_ms), "probe_p95": pctl(probe_ms, 0.95)}
     finally:
         await ops.close()
 
@@ -101,7 +91,7 @@ def one_shot_way(argv: list[str], env: dict, n: int) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_ms = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / n * 1000
     return {"per_sample_cpu_ms": cpu_ms, "cpu_1hz_pct": cpu_ms / 10.0,
-            "lat_med": statistics.median(walls), "lat_p95": pct(walls, 0.95)}
+            "lat_med": statistics.median(walls), "lat_p95": pctl(walls, 0.95)}
 
 
 def main() -> int:

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.harness import tree_env  # noqa: E402
 
 CHILD = r'''
 import json, sys, time
@@ -51,9 +53,7 @@ print(json.dumps(out))
 
 
 def run_tree(tree: Path, samples: int) -> list[float]:
-    src = tree / "src" if (tree / "src").is_dir() else tree
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    res = subprocess.run([sys.executable, "-c", CHILD, str(samples)], capture_output=True, text=True, env=env,
+    res = subprocess.run([sys.executable, "-c", CHILD, str(samples)], capture_output=True, text=True, env=tree_env(tree),
                          timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"{tree}: {res.stderr.strip().splitlines()[-1]}")

@@ -24,7 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import proc_cpu_s  # noqa: E402
 from dflash_tui.gpu.nspid import read_stat  # noqa: E402
 from dflash_tui.gpu.oneshot import OneShotGpuProbe  # noqa: E402
 from dflash_tui.gpu.sources import ENV_NVML_SPEC, RunRef  # noqa: E402
@@ -33,13 +35,6 @@ from dflash_tui.remote.local import LocalTarget  # noqa: E402
 RUN_SRC = ("import subprocess, sys, time; "
            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)']); "
            "print(p.pid, flush=True); time.sleep(3600)")
-
-
-def cpu_of(pid: int) -> float:
-    """utime + stime of a process, in seconds."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rfind(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(args) -> dict:
@@ -68,12 +63,12 @@ async def measure(args) -> dict:
         block = max(1, args.periods // 6)
         for i in range(6):
             for way in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
-                c0, a0, w0 = time.process_time(), cpu_of(agent), time.monotonic()
+                c0, a0, w0 = time.process_time(), proc_cpu_s(agent), time.monotonic()
                 for _ in range(block):
                     await ways[way]()
                 t = totals[way]
                 t["cpu"] += time.process_time() - c0
-                t["agent"] += cpu_of(agent) - a0
+                t["agent"] += proc_cpu_s(agent) - a0
                 t["wall"] += time.monotonic() - w0
                 t["n"] += block
         return totals

@@ -41,7 +41,7 @@ from dflash_tui.run.evidence.metric_files import tensorboard  # noqa: E402
 from dflash_tui.run.evidence.metric_files.reader import TB_FIRST_TAIL, TB_WINDOW, MetricFiles  # noqa: E402
 from dflash_tui.run.evidence.metric_files.tfrecord import frame, split_records  # noqa: E402
 
-from results_file import replace_section  # noqa: E402
+from harness import replace_section  # noqa: E402
 
 HEADING = "## metrics: a large TensorBoard event file, first read and each poll (benchmarks/metric_files_cost.py)"
 

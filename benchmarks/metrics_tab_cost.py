@@ -36,7 +36,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import dashboard_cost  # noqa: E402  (puts this tree's src/ first on the path)
-from results_file import replace_section  # noqa: E402
+from harness import replace_section  # noqa: E402
 
 HEADING = "## ui: the Metrics tab with a TensorBoard writer at 100 scalars/s, beside no metric file (benchmarks/metrics_tab_cost.py)"
 CPU_TARGET_PCT = 2.0

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import replace_section  # noqa: E402
 
 HEADING = "## run + remote: no regression in time to verdict and poll cost, old trees beside this one (benchmarks/no_regression.py)"
 

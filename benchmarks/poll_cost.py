@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import pctl, replace_section  # noqa: E402
 
 from dflash_tui.remote.agent import AgentOps  # noqa: E402
 from dflash_tui.remote.container import ContainerTarget  # noqa: E402
@@ -55,11 +55,6 @@ def cpu_seconds() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def pctl(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 def summary(samples: list[float]) -> tuple[float, float]:

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import replace_section  # noqa: E402
 
 HEADING = "## probe: the cost of one beat, this probe beside another revision's (benchmarks/probe_beat_cost.py)"
 PROBE = "src/dflash_tui/contract/probe.py"

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import replace_section  # noqa: E402
 from dflash_tui.contract.rundir import EVENTS_JSONL, PROBE_DIR, parse_events, parse_probe  # noqa: E402
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.contract.rundir import ProbeReport, ProbeThread, probe_report_name, to_json  # noqa: E402

@@ -37,7 +37,7 @@ _SRC = Path(sys.argv[sys.argv.index("--src") + 1]) if "--src" in sys.argv else R
 sys.path.insert(0, str(_SRC / "src"))
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import replace_section  # noqa: E402
 from dflash_tui.contract.rundir import ProbeThread  # noqa: E402
 from dflash_tui.run.evidence.activity import WaitShare  # noqa: E402
 from dflash_tui.run.verdict.health import evaluate  # noqa: E402

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
 from benchmarks.fleet_cost import launch_all  # noqa: E402
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import replace_section  # noqa: E402
 
 from dflash_tui.recording.recovery_log import RecoveryLog  # noqa: E402
 from dflash_tui.recording.store import ChangeStore  # noqa: E402

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import proc_cpu_s, replace_section  # noqa: E402
 from dflash_tui.contract.rundir import PROBE_DIR, probe_stack_name  # noqa: E402
 from dflash_tui.remote.agent import AgentOps  # noqa: E402
 from dflash_tui.remote.local import LocalTarget  # noqa: E402
@@ -61,11 +61,6 @@ WORKLOAD = """\
     for t in threads:
         t.join()
 """
-
-
-def cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_pair(prog: Path, seconds: float, probe_first: bool) -> dict:
@@ -99,18 +94,18 @@ async def agent_part(k: int, polls: int) -> dict:
         dump_wall, dump_cpu, sizes = [], [], []
         for _ in range(polls):
             for r in rs:
-                c0, t0 = cpu_of(agent_pid), time.perf_counter()
+                c0, t0 = proc_cpu_s(agent_pid), time.perf_counter()
                 got = await ops.dump_stacks(r.pid, r.stack_signal, start_ticks=r.start_ticks,
                                             path=str(run_dir / PROBE_DIR / probe_stack_name(r.pid)), min_interval_s=0)
                 dump_wall.append(time.perf_counter() - t0)
-                dump_cpu.append(cpu_of(agent_pid) - c0)
+                dump_cpu.append(proc_cpu_s(agent_pid) - c0)
                 sizes.append(len(got.data))
                 assert got.status == "dumped", got
-        c0, t0 = cpu_of(agent_pid), time.perf_counter()
+        c0, t0 = proc_cpu_s(agent_pid), time.perf_counter()
         for _ in range(polls):
             await gather_probes(ops, str(run_dir), None)
         plain_wall = (time.perf_counter() - t0) / polls
-        plain_cpu = (cpu_of(agent_pid) - c0) / polls
+        plain_cpu = (proc_cpu_s(agent_pid) - c0) / polls
         await ops.close()
         return {"k": k, "dumps": len(dump_wall), "wall_ms": statistics.median(dump_wall) * 1e3,
                 "p95_ms": sorted(dump_wall)[int(0.95 * len(dump_wall))] * 1e3,

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import replace_section  # noqa: E402
 
 from dflash_tui.backends import launcher_for  # noqa: E402
 from dflash_tui.config import Profile  # noqa: E402

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchmarks.results_file import replace_section  # noqa: E402
+from benchmarks.harness import proc_cpu_s, replace_section  # noqa: E402
 
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.contract.rundir import (EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, STATUS_JSON,  # noqa: E402
@@ -47,11 +47,6 @@ from dflash_tui.watch.session import Session  # noqa: E402
 
 HEADING = "## run: per-poll cost of the verdict's evidence (benchmarks/verdict_poll_cost.py)"
 OLD_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON)
-
-
-def agent_cpu(pid: int) -> float:
-    rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def old_poll(ops, run_dir: str, pid: int) -> None:
@@ -80,13 +75,13 @@ async def measure(polls: int) -> dict:
         for i in range(polls):
             # Alternate which goes first, so neither always meets a cold or a warm cache.
             for way in (("old", "new") if i % 2 == 0 else ("new", "old")):
-                c0, t0 = agent_cpu(agent_pid), time.perf_counter()
+                c0, t0 = proc_cpu_s(agent_pid), time.perf_counter()
                 if way == "old":
                     await old_poll(ops, profile.run_dir, pid)
                 else:
                     ev = await gather(ops, profile.run_dir, tracker=tracker)
                 res[way].append(time.perf_counter() - t0)
-                res[f"{way}_cpu"] += agent_cpu(agent_pid) - c0
+                res[f"{way}_cpu"] += proc_cpu_s(agent_pid) - c0
             await asyncio.sleep(0.02)
         res["load1"] = os.getloadavg()[0]
         res["step"] = ev.activity.step if ev.activity else None

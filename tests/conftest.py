@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        group = "slurm" if path.startswith("tests/slurm/") else path
+        group = "slurm" if path.startswith("tests/backends/slurm/") else path
         item.add_marker(pytest.mark.xdist_group(group))
 
 

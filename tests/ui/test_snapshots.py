@@ -4,7 +4,7 @@ States built from evidence through the real engine (tests/support/scenarios.py) 
 clock, so no wall-clock age reaches an image.
 Update after an intended change with:
     .venv/bin/python -m pytest tests/ui/test_snapshots.py --snapshot-update
-and look at the SVGs under tests/__snapshots__/test_ui_snapshots/ before committing them.
+and look at the SVGs under tests/ui/__snapshots__/test_snapshots/ before committing them.
 """
 
 from __future__ import annotations

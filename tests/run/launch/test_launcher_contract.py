@@ -1,7 +1,7 @@
 """The Launcher contract (run/launch/launcher.py), for every backend of `backends.BACKENDS`, with
 real parts: this machine's processes, the real sshd, the docker stand-in (a real PID and mount
 namespace, tests/support/standin.py) and Slurm's own commands (sbatch, squeue, scontrol) against
-a controller nobody answers for; a Slurm cluster's runs are tests/slurm/'s. For each backend:
+a controller nobody answers for; a Slurm cluster's runs are tests/backends/slurm/'s. For each backend:
 it recognises its own profile and no earlier backend does (first match wins), its targets are
 built or one line names the bad field, a transport that fails is `Detached.error` and never an
 exception, a placement is carried out only by a backend that places nodes (refused before
@@ -187,7 +187,7 @@ async def test_stop_on_a_copied_run_dir_signals_nothing(cls, request, tmp_path, 
     """`cp -a` of a live run's dir names the original's process (and job): a stop on the copy
     must leave it running. A Slurm copy's slurm.json names the original's job; with the
     controller not answering, nothing proves it the copy's, so nothing is cancelled (the
-    cluster's own copy test: tests/slurm/test_runs.py)."""
+    cluster's own copy test: tests/backends/slurm/test_runs.py)."""
     original, copy = tmp_path / "run", tmp_path / "copy"
     # The live run: a process backend's own; under Slurm a local process whose run dir names a job.
     runner = real_launcher(LocalLauncher if cls is SlurmLauncher else cls, request, tmp_path, monkeypatch, original)

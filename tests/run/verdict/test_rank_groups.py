@@ -11,6 +11,7 @@ from pathlib import Path
 from dflash_tui.cli import _checklist_lines
 from dflash_tui.config import Profile
 from dflash_tui.run.verdict.checklist import Checklist, RankGroup, ThreadHealth, ThreadState, Verdict, rank_ranges
+from dflash_tui.run.stacks.classify import ThreadClass
 from dflash_tui.run.verdict.rank_groups import group_ranks, odd_ones_out
 from tests.support.ports import free_port
 
@@ -58,6 +59,15 @@ def test_checklist_json_carries_the_groups():
     d = Checklist(Verdict.RUNNING, rank_groups=[g]).to_dict()
     assert d["rank_groups"] == [{"ranks": [1], "class": "lock", "where": "f (a.py:3)", "doing": "",
                                  "threads": 1, "stuck": False, "nodes": []}]
+
+
+def test_a_groups_class_is_the_thread_class_and_its_json_the_same_word():
+    groups = group_ranks([thread(0, 10, "collective", "f (a.py:1)"), thread(1, 11, "io", "g (a.py:2)")])
+    assert [g.cls for g in groups] == [ThreadClass.COLLECTIVE, ThreadClass.IO]
+    assert all(type(g.cls) is ThreadClass for g in groups)
+    assert RankGroup(ranks=(1,), cls="lock", where="", doing="", threads=1).cls is ThreadClass.LOCK
+    assert [json.loads(json.dumps(g.to_dict()))["class"] for g in groups] == ["collective", "io"]
+    assert groups[0].words() == "rank 0: collective f (a.py:1)"
 
 
 async def test_four_gloo_ranks_one_stuck_on_a_queue_is_the_first_group(sessions, tmp_path):

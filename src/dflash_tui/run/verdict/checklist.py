@@ -14,6 +14,7 @@ from typing import Any
 
 from ...contract.rundir import inert_text
 from ...verdicts import Verdict
+from ..stacks.classify import ThreadClass
 from .gpu_facts import GpuFacts
 
 __all__ = ["Check", "CheckId", "CheckState", "Checklist", "RankGroup", "SchedulerFacts", "Straggler", "ThreadHealth",
@@ -268,13 +269,18 @@ class RankGroup:
     of the program's own code (run/verdict/rank_groups.py). The Threads pane, `--check` and the
     watch's notifications list these, the odd ones out first."""
     ranks: tuple[int, ...]
-    cls: str
+    cls: ThreadClass
     where: str
     doing: str
     threads: int
     stuck: bool = False            # its threads are STUCK (the run is STALLED and they wait)
     nodes: tuple[str, ...] = ()    # the nodes its ranks are on (a run on several nodes)
     members: tuple[tuple[int, int, str], ...] = ()   # (rank, pid, thread name) of each thread
+
+    def __post_init__(self) -> None:
+        # Its threads' class as `ThreadHealth.cls` spells it (the value) is taken as the class.
+        if not isinstance(self.cls, ThreadClass):
+            object.__setattr__(self, "cls", ThreadClass(self.cls))
 
     def place(self) -> str:
         if self.doing and self.where and self.doing != self.where:
@@ -286,10 +292,10 @@ class RankGroup:
         who = f"rank {self.ranks[0]}" if len(self.ranks) == 1 else f"ranks {rank_ranges(self.ranks)}"
         if self.nodes:
             who += f" (node{'s' if len(self.nodes) > 1 else ''} {', '.join(self.nodes)})"
-        return _inert(f"{who}: {self.cls} {self.place()}")
+        return _inert(f"{who}: {self.cls.value} {self.place()}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ranks": list(self.ranks), "class": self.cls, "where": self.where, "doing": self.doing,
+        return {"ranks": list(self.ranks), "class": self.cls.value, "where": self.where, "doing": self.doing,
                 "threads": self.threads, "stuck": self.stuck, "nodes": list(self.nodes)}
 
 

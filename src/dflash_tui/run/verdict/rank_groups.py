@@ -56,12 +56,12 @@ def group_ranks(threads: Sequence[ThreadHealth], nodes: Sequence[str] | None = N
             g[3] = t.doing
         if nodes is not None:
             g[4].add(nodes[i])
-    groups = [RankGroup(ranks=tuple(sorted(ranks)), cls=cls, where=where, doing=doing, threads=len(members),
+    groups = [RankGroup(ranks=tuple(sorted(ranks)), cls=ThreadClass(cls), where=where, doing=doing, threads=len(members),
                         stuck=stuck, nodes=tuple(sorted(n for n in nodes_ if n)) if nodes_ else (),
                         members=tuple(sorted(members)))
               for (cls, where), (ranks, members, stuck, doing, nodes_) in acc.items()]
     return sorted(groups, key=lambda g: (len(g.ranks) == every, len(g.ranks), not g.stuck, -g.threads,
-                                         g.cls, g.where))
+                                         g.cls.value, g.where))
 
 
 def odd_ones_out(groups: Iterable[RankGroup]) -> list[RankGroup]:
@@ -91,7 +91,7 @@ def nodes_outside_collective(groups: Sequence[RankGroup]) -> OddNodes | None:
     outside it, a rank's node is not known, or the odd nodes are every node of the run
     (excluding them all would leave nothing to run on)."""
     every = {r for g in groups for r in g.ranks}
-    waiting = {r for g in groups if g.cls == ThreadClass.COLLECTIVE.value for r in g.ranks}
+    waiting = {r for g in groups if g.cls is ThreadClass.COLLECTIVE for r in g.ranks}
     outside = every - waiting
     if not waiting or not outside or len(outside) > len(waiting):
         return None

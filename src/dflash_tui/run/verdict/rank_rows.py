@@ -83,7 +83,7 @@ def rank_rows(report: RunReport) -> list[RankRow]:
             else:
                 state, why = ("stale" if any(t.stale for t in mine) else OK), ""
             w = waits.get(p.pid)
-            place = f"{g.cls} {g.place()}" if g is not None else (
+            place = f"{g.cls.value} {g.place()}" if g is not None else (
                 f"{main.cls} {main.where}".strip() if main is not None else "")
             rows.append((len(g.ranks) if g is not None else every,
                          RankRow(rank, p.node or node, p.pid,

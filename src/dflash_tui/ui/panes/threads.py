@@ -49,7 +49,7 @@ def group_rows(groups: list[RankGroup], expanded: bool) -> list[tuple[str, list[
     for i, g in enumerate(groups):
         who = f"rank {g.ranks[0]}" if len(g.ranks) == 1 else f"ranks {rank_ranges(g.ranks)}"
         rows.append((f"g{i}", [("▾ " if expanded else "▸ ") + who, str(g.threads),
-                               g.cls + (" STUCK" if g.stuck else ""), one_line(g.place(), 60),
+                               g.cls.value + (" STUCK" if g.stuck else ""), one_line(g.place(), 60),
                                ", ".join(g.nodes)], g.stuck))
         if expanded:
             for rank, pid, name in g.members[:MEMBERS_SHOWN]:

@@ -8,7 +8,7 @@ a third of a log frame's CPU, for rows no frame wrote. Only a widget whose visib
 within clip) meets the changed area can own a cell the update writes: the update writes chops
 (spans between widget edges, all of them cuts) on changed rows, and a chop's frontmost widget
 covers it, so it overlaps the changed area. Skipping the others gives the same escape sequences
-(tests/ui/test_compositor.py compares them with Textual's on the dashboard's own screens).
+(tests/ui/screens/test_compositor.py compares them with Textual's on the dashboard's own screens).
 
 Used by the screens that repaint continuously (the run view, the fleet). Should a Textual release
 rename the hook, `_get_renders` is absent and Textual's own path runs unchanged.

@@ -20,7 +20,7 @@ from dflash_tui.watch.session import Session
 
 pytestmark = [pytest.mark.timeout(240)]
 
-PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+PROGRAMS = Path(__file__).resolve().parents[2] / "programs"
 PY = sys.executable
 
 

@@ -17,7 +17,7 @@ from dflash_tui.watch import open_watch
 
 from tests.support.runs import alive
 from tests.watch.test_nodes_session import LOCAL, nodes_profile
-from tests.ui.test_session_source import header, until
+from tests.ui.sources.test_watch_source import header, until
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(180)]
 

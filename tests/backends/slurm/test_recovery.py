@@ -31,7 +31,7 @@ from dflash_tui.run.verdict.rank_groups import group_ranks, nodes_outside_collec
 from dflash_tui.run.verdict.report import RunReport
 from tests.recording.test_daemon import start_watcher, wait_title
 from tests.recording.test_recovery import states, wait_until
-from tests.slurm.test_runs import cancel_jobs_on_the_two_nodes, slurm_env  # noqa: F401  (fixture)
+from tests.backends.slurm.test_runs import cancel_jobs_on_the_two_nodes, slurm_env  # noqa: F401  (fixture)
 from tests.support.receivers import HttpReceiver
 from tests.support.slurm import WIDE, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)
 from tests.support.watch_store import recorded_actions
@@ -158,7 +158,7 @@ def test_a_preempted_job_is_requeued_as_a_new_job_and_finishes(tmp_path, slurm_c
     assert second_job != first_job
 
 
-ODD_RANK_PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "ranks_one_odd.py"
+ODD_RANK_PROGRAM = Path(__file__).resolve().parents[2] / "programs" / "ranks_one_odd.py"
 
 
 def test_a_hang_whose_odd_rank_names_a_node_is_requeued_excluding_that_node(tmp_path, slurm_cluster):

@@ -13,7 +13,7 @@ from dflash_tui.ui.screens.dialogs import HelpScreen
 from dflash_tui.ui.screens.fleet import FleetScreen
 from tests.support import scenarios as R
 from tests.ui.test_app import SIZE, make, until
-from tests.ui.test_fleet_snapshots import fleet_app
+from tests.ui.screens.test_fleet_snapshots import fleet_app
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -2,7 +2,7 @@
 screen's row (T), read from a real store file. Fixed clock and time zone for the snapshot.
 
 Update the snapshot after an intended change with:
-    .venv/bin/python -m pytest tests/ui/test_timeline.py --snapshot-update
+    .venv/bin/python -m pytest tests/ui/screens/test_timeline.py --snapshot-update
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ history list. Recorded rows (tests/support/fleet_replay.py, made by the real row
 clock; the history is real archived run files read by run/history.py.
 
 Update after an intended change with:
-    .venv/bin/python -m pytest tests/ui/test_fleet_snapshots.py --snapshot-update
+    .venv/bin/python -m pytest tests/ui/screens/test_fleet_snapshots.py --snapshot-update
 """
 
 from __future__ import annotations

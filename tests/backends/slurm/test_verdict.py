@@ -1,6 +1,6 @@
 """The pure half of the Slurm support: the scheduler's answers parsed, the job's states as
 verdicts (backends/slurm/verdict.py through the Slurm launcher's `judge`), and the profile keys. The daemons'
-half is tests/slurm/test_runs.py; sacct's text here is its documented `-P` format, the one
+half is tests/backends/slurm/test_runs.py; sacct's text here is its documented `-P` format, the one
 answer the test cluster (no accounting) cannot give."""
 
 from __future__ import annotations
