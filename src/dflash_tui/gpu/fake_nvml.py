@@ -142,6 +142,9 @@ class FakeNvml:
         self.calls = 0
         self.clock: Callable[[], float] = time.time    # the driver's timestamps (CPU clock)
         self._energy_at: dict[int, float] = {}          # GPU index -> clock of its counter's last update
+        # Set: each counter starts as if its GPU drew its present power since this clock time
+        # (from_env's FAKE_DRIVER_LOADED_AT); None: at `FakeGpu.energy_mj`.
+        self.energy_since: float | None = None
 
     # -- scenario controls -----------------------------------------------------------------
 
@@ -201,6 +204,8 @@ class FakeNvml:
             g.throttle_mask |= 0x40
         elif kind == "xid" and value.isdigit():
             g.xids_on_register.append(int(value))
+        elif kind == "no_energy":
+            g.unsupported.add("energy")     # a GPU older than Volta: no total-energy counter
         else:
             raise ValueError(f"unknown fake GPU fault {name!r}; known: {', '.join(FAULTS)}")
 
@@ -371,6 +376,8 @@ class FakeNvml:
         g = self._gpu(handle, "energy")
         now = self.clock()
         last = self._energy_at.get(handle.index)
+        if last is None and self.energy_since is not None:
+            last, g.energy_mj = self.energy_since, 0.0
         if last is not None and now > last:
             g.energy_mj += self.nvmlDeviceGetPowerUsage(handle) * (now - last)
         self._energy_at[handle.index] = now
@@ -456,7 +463,11 @@ ENV_UNSUPPORTED = "DFLASH_FAKE_NVML_UNSUPPORTED"   # "power,max_clocks": getters
 ENV_FAULTS = "DFLASH_FAKE_NVML_FAULTS"   # "1:ecc,2:pcie_x8,0:xid=48": node faults (FAKE.fault)
 #: The names `FakeNvml.fault` knows ("xid=N", "pcie_xN" and "pcie_genN" take a number).
 FAULTS = ("ecc", "ecc_aggregate", "retired_pending", "remap", "remap_failed", "pcie_xN", "pcie_genN",
-          "hw_slowdown", "power_brake", "thermal", "xid=N")
+          "hw_slowdown", "power_brake", "thermal", "xid=N", "no_energy")
+# When the fakes of every process "loaded the driver": each process's counter starts where a GPU
+# drawing its power since then would be, so readings of one GPU by two processes (the launch's
+# preflight, a later --check) differ by the energy drawn between them, as the real counter's do.
+FAKE_DRIVER_LOADED_AT = 1.7e9
 _SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
               "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
 _FROM_ENV: FakeNvml | None = None
@@ -519,5 +530,6 @@ def from_env() -> FakeNvml:
                 return read_power(handle)
 
             fake.nvmlDeviceGetPowerUsage = hung_power  # type: ignore[method-assign]
+        fake.energy_since = FAKE_DRIVER_LOADED_AT
         _FROM_ENV = fake
     return _FROM_ENV

@@ -39,6 +39,7 @@ class GpuFacts:
     sm_clock_max_mhz: int | None
     run_pids: tuple[int, ...]          # the run's processes on this GPU (host pids)
     spinning: bool                     # busy, but drawing too little power for arithmetic
+    energy_mj: int | None = None       # the total-energy counter (run/verdict/energy.py)
 
     @property
     def power_share(self) -> float | None:
@@ -72,7 +73,7 @@ def facts_of(g: GpuSample) -> GpuFacts:
         power_w=g.power_w, power_limit_w=g.power_limit_w,
         sm_clock_mhz=g.sm_clock_mhz, sm_clock_max_mhz=g.sm_clock_max_mhz,
         run_pids=tuple(p.pid for p in mine),
-        spinning=spinning(g.util_sm_pct, g.power_w, g.power_limit_w))
+        spinning=spinning(g.util_sm_pct, g.power_w, g.power_limit_w), energy_mj=g.energy_mj)
 
 
 def gpu_facts(snap: GpuSnapshot | None) -> list[GpuFacts]:
