@@ -107,7 +107,13 @@ async def stop_as_person(config: Config, watch: RunWatch, *, store: str | None =
 
     first = cancel("")
     results = await watch.stop()
-    run_id = (run_id_of(watch.last) if watch.last is not None else "") or next(
-        (r.run_id for r in results.values() if r.run_id), "")
+    # The run is disarmed where the watcher could still act on it: one the stop ended, or one
+    # that had failed already (not a FINISHED run: nothing to undo there).
+    signalled = any(r.outcome in ("terminated", "killed") for r in results.values())
+    report = watch.last if signalled or watch.last is not None else await watch.check()
+    run_id = ""
+    if signalled or report.checklist.verdict.failing:
+        run_id = (run_id_of(report) if report is not None else "") or next(
+            (r.run_id for r in results.values() if r.run_id), "")
     later = cancel(run_id or "")
     return PersonStop(results, first if first.action is not None else later, problems[0] if problems else "")

@@ -101,3 +101,68 @@ async def test_a_stalled_run_that_saves_on_sigterm_reads_stopping_until_it_has_s
     with ChangeStore(tmp_path / "watch.sqlite3", readonly=True) as store:
         states = [c.state for c in store.changes("p") if c.run_id]
     assert "STALLED" in states and states[states.index("STALLED"):] == ["STALLED", "STOPPING", "STOPPED"], (states, err)
+
+
+class StopDuringTheLook:
+    """The run's own ops; the person's stop lands inside one look, after its read of the run's
+    records and before it reads the process tree, the log and the stacks (`act`, once, just
+    before the first of those asks)."""
+
+    def __init__(self, ops, act) -> None:
+        self._ops, self._act = ops, act
+
+    def __getattr__(self, name):
+        return getattr(self._ops, name)
+
+    async def _first(self):
+        if self._act is not None:
+            act, self._act = self._act, None
+            await act()
+
+    async def proc_tree(self, pid, run_dir=None):
+        await self._first()
+        return await self._ops.proc_tree(pid, run_dir=run_dir)
+
+    async def dump_stacks(self, *args, **kwargs):
+        await self._first()
+        return await self._ops.dump_stacks(*args, **kwargs)
+
+    async def py_spy_dump(self, *args, **kwargs):
+        await self._first()
+        return await self._ops.py_spy_dump(*args, **kwargs)
+
+
+async def test_a_stop_that_lands_inside_one_look_reads_stopping_never_running(tmp_path, sessions):
+    from dflash_tui.contract.rundir import STOP_JSON, StopRecord, to_json
+    from dflash_tui.run.evidence.observe import gather
+    from dflash_tui.run.verdict.health import Limits, evaluate
+    import os
+    import signal
+
+    s = sessions(Profile(name="p", run_dir=str(tmp_path / "p"), python=PY, command=(PY, str(PROGRAM), str(SAVE_S)),
+                         train_args=(), stall_after_s=2.0, stop_grace_s=GRACE_S, min_free_gb=0.0))
+    out = await s.launch(preflight=False)
+    assert out.run_id, out.checklist
+    deadline = time.monotonic() + 30
+    while (await s.check())[1].verdict is not Verdict.STALLED:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.3)
+    launch = json.loads((tmp_path / "p" / "launch.json").read_text())
+
+    async def person_stops():
+        # As run/launch/stop.py does it: stop.json first, then SIGTERM to the group; the
+        # program's handler talks ("Received SIGTERM", saving lines) before the look goes on.
+        record = StopRecord(run_id=launch["run_id"], pid=launch["pid"], requested_time=time.time(),
+                            requested_by="someone@host", signal_sent="SIGTERM")
+        (tmp_path / "p" / STOP_JSON).write_text(to_json(record) + "\n")
+        os.killpg(launch["pgid"], signal.SIGTERM)
+        await asyncio.sleep(1.0)
+
+    try:
+        # A one-shot look (`--check`): none of its reads is held from a look before.
+        ev = await gather(StopDuringTheLook(await s.ops(), person_stops), str(tmp_path / "p"))
+        assert "Received SIGTERM" in (tmp_path / "p" / "train.log").read_text()   # it did land inside
+        cl = evaluate(ev, Limits(stall_after_s=2.0))
+        assert cl.verdict is Verdict.STOPPING, (cl.verdict, cl.summary)
+    finally:
+        await s.stop()

@@ -23,6 +23,11 @@ from ...remote.ops import FileChunk, FileStat, ProcTree, RemoteOps, look_ops
 from .memory import LookMemory
 
 
+# The ops whose answers are evidence of the run's progress (free space, say, is not).
+_EVIDENCE_OPS = frozenset({"read_tail", "pid_info", "dump_stacks", "py_spy_dump", "proc_tree", "stat", "read",
+                           "list_dir"})
+
+
 class FirstLook:
     """RemoteOps over `ops` whose first now/stat/read/list_dir/proc_tree come from `answer`."""
 
@@ -40,8 +45,11 @@ class FirstLook:
         self._lists = dict(answer.get("listings") or {})
         tree = answer.get("proc_tree")
         self._tree = (proc_tree, tree) if proc_tree is not None and tree is not None else None
+        self.asked_after = False   # evidence asked for past the one answer (another instant)
 
     def __getattr__(self, name: str) -> Any:
+        if name in _EVIDENCE_OPS:
+            self.asked_after = True
         return getattr(self._ops, name)   # every op not answered here, as it is
 
     def _result(self, op: str, item: dict) -> Any:
@@ -57,18 +65,21 @@ class FirstLook:
         held, self._stat = self._stat, None
         if held is not None and held[0] == list(paths):
             return held[1]
+        self.asked_after = True
         return await self._ops.stat(paths)
 
     async def read(self, path: str, offset: int = 0, max_bytes: int = 1 << 20) -> FileChunk:
         held = self._reads.pop(path, None)
         if held is not None and (offset, max_bytes) == held[:2]:
             return chunk_from(self._result("read", held[2]))
+        self.asked_after = True
         return await self._ops.read(path, offset, max_bytes)
 
     async def list_dir(self, path: str) -> list[FileStat]:
         held = self._lists.pop(path, None)
         if held is not None:
             return list(self._result("list_dir", held))
+        self.asked_after = True
         return await self._ops.list_dir(path)
 
     async def proc_tree(self, pid: int, run_dir: str | None = None) -> ProcTree:
@@ -76,6 +87,7 @@ class FirstLook:
         if held is not None and held[0] == (int(pid), run_dir):
             tree = self._result("proc_tree", held[1])
             return tree if isinstance(tree, ProcTree) else proctree_from(tree)
+        self.asked_after = True
         return await self._ops.proc_tree(pid, run_dir=run_dir)
 
 
@@ -95,3 +107,13 @@ async def first_look(ops: RemoteOps, paths: list[str], *, reads: dict[str, int],
     except OpRefused:
         return ops   # an agent that cannot answer it: the single questions, as before
     return FirstLook(ops, answer, paths, reads, grown, proc_tree)
+
+
+def fresh_ops(ops: Any) -> RemoteOps:
+    """The ops under a FirstLook (its held answers are of the look's first instant), else `ops`."""
+    return ops._ops if isinstance(ops, FirstLook) else ops
+
+
+def one_answer(ops: Any) -> bool:
+    """The look's evidence is all of one instant: the agent's `observe` answered every question."""
+    return isinstance(ops, FirstLook) and not ops.asked_after

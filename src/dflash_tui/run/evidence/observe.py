@@ -29,7 +29,7 @@ from .metric_files.reader import MetricsView
 from ..attempts import LaunchAttempt
 from ..eager import gather_eager
 from .checkpoints import CheckpointsView
-from .first_look import first_look
+from .first_look import first_look, fresh_ops, one_answer
 from .flight_recorder import gather_collectives, gather_root_cause, holds_distributed_files
 from .memory import LookMemory
 from ..stacks.records import HangEvidence
@@ -270,6 +270,11 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         await _observe_activity(ops, ev, tracker)
         if watched:
             await _observe_checkpoints(ops, ev, tracker)
+    if (ev.launch is not None and not wrapper_gone and ev.stop is None and run_id is not None
+            and not one_answer(ops)):
+        # Read at more than one instant (one question at a time, or stacks dumped on request):
+        # a steady look the agent answered at once has nothing to read again.
+        await _stop_since(ops, ev, memory, run_id)
     return ev
 
 
@@ -280,6 +285,21 @@ async def _observe_checkpoints(ops: RemoteOps, ev: Evidence, tracker: ProgressTr
     rate = tracker.runway.log_rate(ev.now, log.size if log is not None and log.is_regular else None,
                                    ev.launch.start_time if ev.launch is not None else None)
     ev.runway = await tracker.runway.look(ops, ev.run_dir, ev.checkpoints, ev.now, rate)
+
+
+async def _stop_since(ops: RemoteOps, ev: Evidence, memory: LookMemory, run_id: str) -> None:
+    """stop.json read again after the log, the probes and the stacks, so one look's evidence
+    is of one instant as far as a stop goes: a stop requested while the look read them (its
+    SIGTERM reaching a handler that prints or whose stack moves) makes that output and motion
+    the stop's (STOPPING), never progress. Past the prefetch: that answer is the earlier instant."""
+    fresh = fresh_ops(ops)
+    (st,) = await fresh.stat([ev.path(STOP_JSON)])
+    if not st.exists or st.is_dir:
+        return
+    ev.files[STOP_JSON] = st
+    stop, _ = await _read_record(fresh, ev, STOP_JSON, parse_stop, memory)
+    if stop is not None and stop.run_id == run_id:
+        ev.stop = stop
 
 
 @functools.lru_cache(maxsize=1024)
