@@ -10,11 +10,10 @@ from typing import Any
 
 from ..bundle.member import Member, json_bytes
 from ..config import Config, ConfigError, Profile
-from ..run.attempts import load_attempt
-from ..run.verdict.energy import RunEnergy, run_cost, run_energy, run_gpus
+from ..run.verdict.energy import run_cost
 from ..run.verdict.report import RunReport
 from .change import run_id_of
-from .goodput import goodput
+from .goodput import Goodput, goodput
 from .recovery_log import stop_times
 from .recovery_state import read_actions, recovery_state
 from .store import ChangeStore, store_path
@@ -23,8 +22,8 @@ from .timeline import bands, timeline_json
 
 def check_extras(config: Config, profile: Profile, report: RunReport,
                  now: float | None = None) -> tuple[dict[str, Any], list[str]]:
-    """({"recovery": {...}, "goodput": {...}}, the same in lines for the text) of `profile`,
-    whose run is `report`'s."""
+    """({"recovery": {...}, "goodput": {...}, "energy": {...}, "cost": {...}}, the same in lines
+    for the text) of `profile`, whose run is `report`'s."""
     now = time.time() if now is None else now
     run_id = run_id_of(report)
     path = store_path(config.watch)
@@ -41,34 +40,22 @@ def check_extras(config: Config, profile: Profile, report: RunReport,
         return {"recovery": {"state": "unknown", "reason": why}, "goodput": None,
                 "energy": energy, "cost": cost}, [why, *words]
     good = goodput(changes, now, profile.stall_after_s, stop_times(actions))
-    energy, cost, words = energy_and_cost(profile, report, good.badput_s if changes else None)
+    energy, cost, words = energy_and_cost(profile, report, good if changes else None)
     lines = [w for w in (state.words(), good.words() if changes else "", *words) if w]
     return {"recovery": state.to_json(), "goodput": good.to_json() if changes else None,
             "energy": energy, "cost": cost}, lines
 
 
-def energy_and_cost(profile: Profile, report: RunReport, lost_s_by_cause: dict[str, float] | None
+def energy_and_cost(profile: Profile, report: RunReport, good: Goodput | None
                     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[str]]:
-    """(`"energy"`, `"cost"`, their lines) of the run in `report`, from the GPUs' counters now
-    against the launch attempt's (this machine's state: run/attempts.py); None where unknown."""
-    launch, facts = report.launch, report.checklist.gpus
-    if launch is None or not facts:
-        return None, None, []
-    attempt = load_attempt(profile)
-    baseline = attempt.gpu_energy_mj if attempt is not None and attempt.run_id == launch.run_id else None
-    mine = run_gpus([f.index for f in facts if f.run_pids], [f.index for f in facts])
-    ours = [f for f in facts if f.index in mine]
-    powers = [f.power_w for f in ours]
-    progress = report.progress
-    energy: RunEnergy | None = run_energy(
-        baseline, {f.index: f.energy_mj for f in ours},
-        step=progress.step if progress is not None else None,
-        power_w=sum(powers) if powers and None not in powers else None,
-        tokens_per_s=report.status.tokens_per_s if report.status is not None else None)
-    seconds = max(0.0, report.time - launch.start_time)
-    cost = run_cost(seconds=seconds, gpus=len(mine), energy=energy, per_gpu_hour=profile.cost_per_gpu_hour,
-                    per_kwh=profile.cost_per_kwh, eta_s=progress.eta_s if progress is not None else None,
-                    lost_s_by_cause=lost_s_by_cause)
+    """(`"energy"`, `"cost"`, their lines) of the run in `report` (the watch's: run/verdict/
+    energy.py), its cost priced over the watcher's goodput where recorded; None where unknown."""
+    energy, cost = report.energy, report.cost
+    if cost is not None and good is not None and report.launch is not None:
+        gpus = len(energy.gpus) + len(energy.missing) if energy is not None else 0
+        cost = run_cost(run_s=cost.seconds, gpus=gpus, energy=energy, per_gpu_hour=profile.cost_per_gpu_hour,
+                        per_kwh=profile.cost_per_kwh, eta_s=report.progress.eta_s if report.progress else None,
+                        wall_s=good.wall_s, lost_s_by_cause=good.badput_s)
     words = [w for w in (energy.words() if energy else "", cost.words() if cost else "") if w]
     return (energy.to_json() if energy else None), (cost.to_json() if cost else None), words
 

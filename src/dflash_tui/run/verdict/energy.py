@@ -1,14 +1,16 @@
-"""What a run's GPUs drew since its launch, and what the run costs.
+"""What a run's GPUs drew since its launch, and what the run costs. Pure.
 
-The energy is NVML's total-energy counter (mJ since the driver loaded, Volta+) of each GPU now,
-less its reading at the launch (the preflight's sample, kept with the launch attempt:
-run/attempts.py). A GPU without a counter, or without a launch reading, is named, never
-counted as 0: the total then covers the other GPUs only and says so. Pure: `--check` and the
-header render `RunEnergy.to_json`/`words`.
+The energy is NVML's total-energy counter (mJ since the driver loaded, Volta+) of each of the
+run's GPUs now, less its reading at the launch (the preflight's sample, kept with the launch
+attempt: run/attempts.py). A GPU without a counter, without a launch reading, or whose counter
+went back (the driver reloaded) is named, never counted as 0: the total then covers the other
+GPUs only and says so, and with none left it is unknown, never 0 kWh.
 
-Cost: `cost_per_gpu_hour` times the run's GPUs times the hours since the launch, plus
-`cost_per_kwh` times the kWh drawn; `to_finish` prices the ETA at the same GPU count and the
-average power so far; `badput` prices the goodput's lost seconds by cause.
+Cost: the run's rate per hour is `cost_per_gpu_hour` times its GPUs plus `cost_per_kwh` times
+its average power since the launch (its kWh over its hours). `so_far` prices the profile's
+wall time since its first recorded launch (the watcher's goodput, restarts included) at that
+rate, or, with nothing recorded, the run's time since its launch; `to_finish` prices the ETA;
+`badput` prices the goodput's lost seconds, by cause.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ...words import duration
+
 J_PER_KWH = 3.6e6
+NO_COUNTER = "no energy counter"
+# The goodput causes (recording/goodput.py CAUSES) as the cost's words name them.
+CAUSE_WORDS = {"queued": "queueing", "starting": "starts", "stalled": "stalls", "down": "restarts",
+               "lost_progress": "lost progress", "checkpoint": "checkpoint saves",
+               "unreachable": "unreachable time"}
 
 
 @dataclass(frozen=True)
@@ -24,8 +33,8 @@ class RunEnergy:
     joules: float | None                  # None: no GPU of the run gave a counter at both ends
     gpus: tuple[int, ...]                 # the GPUs counted
     missing: tuple[tuple[int, str], ...] = ()   # (GPU, why it is not counted)
-    j_per_step: float | None = None
-    j_per_token: float | None = None
+    j_per_step: float | None = None       # since the launch, over the run's steps
+    j_per_token: float | None = None      # the run's power now over the trainer's tokens/s now
 
     @property
     def kwh(self) -> float | None:
@@ -40,15 +49,24 @@ class RunEnergy:
                 "missing": [{"gpu": g, "why": why} for g, why in self.missing]}
 
     def words(self) -> str:
+        """"energy 0.412 kWh (1,483,200 J) on 2 GPUs, 148.3 J per step; no energy counter on GPU 3"."""
         parts = []
         if self.joules is not None:
             n = len(self.gpus)
             head = f"energy {self.kwh:.3f} kWh ({self.joules:,.0f} J) on {n} GPU{'s' if n != 1 else ''}"
             if self.j_per_step is not None:
                 head += f", {self.j_per_step:,.1f} J per step"
+            if self.j_per_token is not None:
+                head += f", {self.j_per_token:.4g} J per token"
             parts.append(head)
         parts += [f"{why} on GPU {g}" for g, why in self.missing]
         return "; ".join(parts)
+
+    def short(self) -> str:
+        """"0.412 kWh", or why there is no number ("no energy counter")."""
+        if self.joules is not None:
+            return f"{self.kwh:.3f} kWh" + ("*" if self.missing else "")
+        return self.missing[0][1] if self.missing else ""
 
 
 def run_energy(baseline_mj: Mapping[str, int | None] | None, now_mj: Mapping[int, int | None],
@@ -64,13 +82,13 @@ def run_energy(baseline_mj: Mapping[str, int | None] | None, now_mj: Mapping[int
     for gpu, mj in sorted(now_mj.items()):
         start = None if baseline_mj is None else baseline_mj.get(str(gpu))
         if mj is None:
-            missing.append((gpu, "no energy counter"))
+            missing.append((gpu, NO_COUNTER))
         elif baseline_mj is None:
-            missing.append((gpu, "no reading at the launch (launched without the preflight)"))
+            missing.append((gpu, "no energy reading at the launch (launched without the preflight, or elsewhere)"))
         elif start is None:
-            missing.append((gpu, "no energy counter at the launch"))
+            missing.append((gpu, f"{NO_COUNTER} at the launch"))
         elif mj < start:
-            missing.append((gpu, "the counter restarted since the launch (driver reloaded)"))
+            missing.append((gpu, "the energy counter went back since the launch (driver reloaded)"))
         else:
             counted.append(gpu)
             total += (mj - start) / 1000.0
@@ -80,52 +98,99 @@ def run_energy(baseline_mj: Mapping[str, int | None] | None, now_mj: Mapping[int
     return RunEnergy(joules, tuple(counted), tuple(missing), per_step, per_token)
 
 
+def run_gpus(indices_with_run: Sequence[int], all_indices: Sequence[int]) -> list[int]:
+    """The run's GPUs: those holding its processes, else (none seen) every GPU of the host."""
+    return list(indices_with_run) or list(all_indices)
+
+
 @dataclass(frozen=True)
 class RunCost:
+    per_hour: float                       # the run's rate: its GPUs, and its average power so far
     so_far: float
-    to_finish: float | None                                   # None: no ETA
-    badput: float | None                                      # None: no goodput recorded
+    seconds: float                        # the time `so_far` prices
+    since: str                            # "first_launch" (the watcher's goodput wall) | "launch"
+    to_finish: float | None = None        # None: no ETA
+    badput: float | None = None           # None: no goodput recorded
     badput_by_cause: dict[str, float] = field(default_factory=dict)
+    unpriced: str = ""                    # why part of the price is not counted ("" when all is)
 
     def to_json(self) -> dict[str, Any]:
         return {"so_far": round(self.so_far, 2),
                 "to_finish": None if self.to_finish is None else round(self.to_finish, 2),
                 "badput": None if self.badput is None else round(self.badput, 2),
-                "badput_by_cause": {k: round(v, 2) for k, v in self.badput_by_cause.items()}}
+                "badput_by_cause": {k: round(v, 2) for k, v in self.badput_by_cause.items()},
+                "per_hour": round(self.per_hour, 4), "seconds": round(self.seconds, 1),
+                "since": self.since, "unpriced": self.unpriced or None}
+
+    def lost_words(self) -> str:
+        """"41.00 of 310.00 lost to stalls and restarts" ("" when nothing is lost)."""
+        causes = [CAUSE_WORDS.get(k, k) for k, v in self.badput_by_cause.items() if v >= 0.005]
+        if not self.badput or not causes:
+            return ""
+        named = causes[0] if len(causes) == 1 else f"{', '.join(causes[:-1])} and {causes[-1]}"
+        return f"{self.badput:,.2f} of {self.so_far:,.2f} lost to {named}"
 
     def words(self) -> str:
-        text = f"cost so far {self.so_far:,.2f}"
+        """"cost 310.00 so far (2.50 an hour, 5 h since the first launch), 12.00 more to
+        finish; 41.00 of 310.00 lost to stalls and restarts"."""
+        since = "the first launch" if self.since == "first_launch" else "the launch"
+        text = (f"cost {self.so_far:,.2f} so far ({self.per_hour:,.2f} an hour, "
+                f"{duration(self.seconds)} since {since})")
         if self.to_finish is not None:
             text += f", {self.to_finish:,.2f} more to finish"
-        if self.badput:
-            causes = " and ".join(k.replace("_", " ") for k, v in self.badput_by_cause.items() if v > 0)
-            text += f"; {self.badput:,.2f} of {self.so_far:,.2f} lost to {causes}"
+        lost = self.lost_words()
+        if lost:
+            text += f"; {lost}"
+        if self.unpriced:
+            text += f" ({self.unpriced})"
         return text
 
 
-def run_cost(*, seconds: float, gpus: int, energy: RunEnergy | None, per_gpu_hour: float | None,
-             per_kwh: float | None, eta_s: float | None = None,
+def run_cost(*, run_s: float, gpus: int, energy: RunEnergy | None, per_gpu_hour: float | None,
+             per_kwh: float | None, eta_s: float | None = None, wall_s: float | None = None,
              lost_s_by_cause: Mapping[str, float] | None = None) -> RunCost | None:
-    """The cost of `seconds` on `gpus` GPUs. None: the profile sets no price, or the
-    price is per kWh and no GPU gave its energy."""
+    """The cost of the run, `run_s` seconds since its launch on `gpus` GPUs. `wall_s` and
+    `lost_s_by_cause`: the watcher's goodput of the profile, where recorded. None: the profile
+    sets no price, or only a price per kWh and no GPU gave its energy."""
     if per_gpu_hour is None and per_kwh is None:
         return None
-    if per_gpu_hour is None and (energy is None or energy.joules is None):
+    kwh = energy.kwh if energy is not None else None
+    if per_gpu_hour is None and kwh is None:
         return None
+    per_hour = (per_gpu_hour or 0.0) * gpus
+    unpriced = ""
+    if per_kwh is not None:
+        if kwh is not None and run_s > 0:
+            per_hour += per_kwh * kwh * 3600.0 / run_s      # at the average power so far
+        elif kwh is None:
+            unpriced = "the energy is not priced: " + (energy.short() if energy is not None else NO_COUNTER)
+    if per_kwh is not None and energy is not None and energy.missing and kwh is not None:
+        unpriced = "the energy of GPU " + ", ".join(str(g) for g, _ in energy.missing) + " is not priced"
 
     def of(span_s: float) -> float:
-        cost = (per_gpu_hour or 0.0) * gpus * span_s / 3600.0
-        if per_kwh is not None and energy is not None and energy.kwh is not None and seconds > 0:
-            cost += per_kwh * energy.kwh * span_s / seconds    # at the average power so far
-        return cost
+        return per_hour * span_s / 3600.0
 
-    so_far = of(seconds)
-    to_finish = of(eta_s) if eta_s is not None else None
+    seconds, since = (wall_s, "first_launch") if wall_s is not None and wall_s > run_s else (run_s, "launch")
     by_cause = {k: of(v) for k, v in (lost_s_by_cause or {}).items() if v > 0}
     badput = sum(by_cause.values()) if lost_s_by_cause is not None else None
-    return RunCost(so_far, to_finish, badput, by_cause)
+    return RunCost(per_hour, of(seconds), seconds, since,
+                   of(eta_s) if eta_s is not None else None, badput, by_cause, unpriced)
 
 
-def run_gpus(indices_with_run: Sequence[int], all_indices: Sequence[int]) -> list[int]:
-    """The run's GPUs: those holding its processes, else (none seen) every GPU of the host."""
-    return list(indices_with_run) or list(all_indices)
+def priced_energy(*, facts: Sequence[Any], baseline_mj: Mapping[str, int | None] | None,
+                  run_s: float, step: int | None, tokens_per_s: float | None, eta_s: float | None,
+                  per_gpu_hour: float | None, per_kwh: float | None
+                  ) -> tuple[RunEnergy | None, RunCost | None]:
+    """(energy, cost without goodput) of a run from its checklist's GPU facts (run/verdict/
+    gpu_facts.py `GpuFacts`: index, run_pids, power_w, energy_mj). (None, None): no GPU seen."""
+    if not facts:
+        return None, None
+    mine = run_gpus([f.index for f in facts if f.run_pids], [f.index for f in facts])
+    ours = [f for f in facts if f.index in mine]
+    powers = [f.power_w for f in ours]
+    energy = run_energy(baseline_mj, {f.index: f.energy_mj for f in ours}, step=step,
+                        power_w=sum(powers) if powers and None not in powers else None,
+                        tokens_per_s=tokens_per_s)
+    cost = run_cost(run_s=run_s, gpus=len(mine), energy=energy, per_gpu_hour=per_gpu_hour,
+                    per_kwh=per_kwh, eta_s=eta_s)
+    return energy, cost
