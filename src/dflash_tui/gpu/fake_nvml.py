@@ -468,6 +468,9 @@ FAULTS = ("ecc", "ecc_aggregate", "retired_pending", "remap", "remap_failed", "p
 # drawing its power since then would be, so readings of one GPU by two processes (the launch's
 # preflight, a later --check) differ by the energy drawn between them, as the real counter's do.
 FAKE_DRIVER_LOADED_AT = 1.7e9
+# A later time: the driver "reloaded" then, so every counter restarted from 0 (a test's check
+# after a launch read under the default sees its counters go back).
+ENV_DRIVER_LOADED_AT = "DFLASH_FAKE_NVML_DRIVER_LOADED_AT"
 _SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
               "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
 _FROM_ENV: FakeNvml | None = None
@@ -530,6 +533,10 @@ def from_env() -> FakeNvml:
                 return read_power(handle)
 
             fake.nvmlDeviceGetPowerUsage = hung_power  # type: ignore[method-assign]
-        fake.energy_since = FAKE_DRIVER_LOADED_AT
+        loaded_at = os.environ.get(ENV_DRIVER_LOADED_AT, "")
+        try:
+            fake.energy_since = float(loaded_at) if loaded_at else FAKE_DRIVER_LOADED_AT
+        except ValueError:
+            raise ValueError(f"{ENV_DRIVER_LOADED_AT}={loaded_at!r}: expected epoch seconds") from None
         _FROM_ENV = fake
     return _FROM_ENV

@@ -16,6 +16,7 @@ from .change import run_id_of
 from .goodput import Goodput, goodput
 from .recovery_log import stop_times
 from .recovery_state import read_actions, recovery_state
+from .spend import spend_json
 from .store import ChangeStore, store_path
 from .timeline import bands, timeline_json
 
@@ -74,7 +75,8 @@ def recorded_timeline(config: Config, profile: Profile, now: float | None = None
     except (sqlite3.Error, OSError, ConfigError) as exc:
         return {"profile": profile.name, "store": str(path), "error": f"cannot read the watch store: {exc}"}
     good = goodput(changes, now, profile.stall_after_s, stop_times(actions))
-    return {**timeline_json(profile.name, bands(changes, now), str(path)), "goodput": good.to_json()}
+    return {**timeline_json(profile.name, bands(changes, now), str(path)), "goodput": good.to_json(),
+            **spend_json(changes, good)}
 
 
 def bundle_extras(config: Config, profile: Profile) -> tuple[tuple[str, ...], tuple[Member, ...]]:

@@ -70,6 +70,7 @@ class Session:
         self._ops_lock = asyncio.Lock()
         self._gpu = None   # OneShotGpuProbe, opened by the first gpu_snapshot()
         self.attempt: LaunchAttempt | None = load_attempt(profile)
+        self._attempt_read_for: str | None = None   # the run id the record was last read again for
         self.local_stop = load_local_stop(profile)
         # What advanced between this session's looks (CPU, log, steps): memory across polls.
         self.progress = ProgressTracker(profile.progress_regex, metric_paths=profile.metrics,
@@ -179,6 +180,11 @@ class Session:
         if launch is None or not report.checklist.gpus:
             return report
         attempt = self.attempt
+        if (attempt is None or attempt.run_id != launch.run_id) and launch.run_id != self._attempt_read_for:
+            # Launched by another process of this machine (the dashboard, the watcher's
+            # recovery) since this one read the record: read it again, once per run.
+            self._attempt_read_for = launch.run_id
+            attempt = self.attempt = load_attempt(self.profile) or attempt
         baseline = attempt.gpu_energy_mj if attempt is not None and attempt.run_id == launch.run_id else None
         progress = report.progress
         energy, cost = priced_energy(

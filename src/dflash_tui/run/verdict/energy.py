@@ -62,8 +62,17 @@ class RunEnergy:
         parts += [f"{why} on GPU {g}" for g, why in self.missing]
         return "; ".join(parts)
 
+    @property
+    def note(self) -> str:
+        """Why a GPU is not counted, in two words for a cell ("" when all are)."""
+        if not self.missing:
+            return ""
+        if any(why.startswith(NO_COUNTER) for _, why in self.missing):
+            return "no counter"
+        return "no baseline" if any("launch" in why for _, why in self.missing) else "counter reset"
+
     def short(self) -> str:
-        """"0.412 kWh", or why there is no number ("no energy counter")."""
+        """"0.412 kWh" ("0.412 kWh*": not every GPU counted), or why there is no number."""
         if self.joules is not None:
             return f"{self.kwh:.3f} kWh" + ("*" if self.missing else "")
         return self.missing[0][1] if self.missing else ""
@@ -167,14 +176,27 @@ def run_cost(*, run_s: float, gpus: int, energy: RunEnergy | None, per_gpu_hour:
     if per_kwh is not None and energy is not None and energy.missing and kwh is not None:
         unpriced = "the energy of GPU " + ", ".join(str(g) for g, _ in energy.missing) + " is not priced"
 
+    seconds, since = (wall_s, "first_launch") if wall_s is not None and wall_s > run_s else (run_s, "launch")
+    return cost_at(per_hour, seconds, since, eta_s=eta_s, lost_s_by_cause=lost_s_by_cause, unpriced=unpriced)
+
+
+def cost_at(per_hour: float, seconds: float, since: str, *, eta_s: float | None = None,
+            lost_s_by_cause: Mapping[str, float] | None = None, unpriced: str = "") -> RunCost:
+    """`seconds` (and the ETA, and each cause's lost seconds) priced at `per_hour`: a run's
+    rate as the watcher recorded it, for the timeline and the notifications."""
     def of(span_s: float) -> float:
         return per_hour * span_s / 3600.0
 
-    seconds, since = (wall_s, "first_launch") if wall_s is not None and wall_s > run_s else (run_s, "launch")
     by_cause = {k: of(v) for k, v in (lost_s_by_cause or {}).items() if v > 0}
     badput = sum(by_cause.values()) if lost_s_by_cause is not None else None
     return RunCost(per_hour, of(seconds), seconds, since,
                    of(eta_s) if eta_s is not None else None, badput, by_cause, unpriced)
+
+
+def spent_words(kwh: float | None, cost: float | None) -> str:
+    """"0.412 kWh, cost 3.10 so far" from a recorded change's evidence ("" when neither)."""
+    parts = ([f"{kwh:.3f} kWh"] if kwh is not None else []) + ([f"cost {cost:,.2f} so far"] if cost is not None else [])
+    return ", ".join(parts)
 
 
 def priced_energy(*, facts: Sequence[Any], baseline_mj: Mapping[str, int | None] | None,
