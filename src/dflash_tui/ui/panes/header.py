@@ -115,7 +115,8 @@ class RunHeader(Pane, Horizontal):
         if report.uptime_s is not None:
             line1.append("  up ", "dim").append(age(report.uptime_s))
         if report.energy is not None:   # the watch's numbers (run/verdict/energy.py): drawn, never computed
-            line1.append("  energy ", "dim").append(report.energy.short())
+            e = report.energy
+            line1.append("  energy ", "dim").append(e.short() if e.joules is not None else f"n/a ({e.note})")
         if report.cost is not None:
             line1.append("  cost ", "dim").append(f"{report.cost.so_far:,.2f}")
             line1.append(f" ({report.cost.per_hour:,.2f}/h)", "dim")
