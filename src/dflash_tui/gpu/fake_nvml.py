@@ -115,6 +115,12 @@ class _Handle:
         return f"<fake nvmlDevice {self.index}>"
 
 
+def _power_mw(g: "FakeGpu") -> int:
+    """What the GPU draws, mW: 72 W idle, 672 W under full arithmetic, a spinning kernel's few watts."""
+    work = _work(g)
+    return int(72_000 + work * 6_000 + (g.load_pct - work) * 40)
+
+
 class FakeNvml:
     """Module-like object: pass it where `pynvml` would go (`NvmlReader(lambda: fake)`)."""
 
@@ -309,9 +315,7 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
         """Milliwatts: 72 W idle, 672 W under full arithmetic; a kernel that spins adds a few
         watts for its busy SMs (4 W at 100 %)."""
-        g = self._gpu(handle, "power")
-        work = _work(g)
-        return int(72_000 + work * 6_000 + (g.load_pct - work) * 40)
+        return _power_mw(self._gpu(handle, "power"))
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:
         return self._gpu(handle, "power_limit").power_limit_mw
@@ -379,7 +383,8 @@ class FakeNvml:
         if last is None and self.energy_since is not None:
             last, g.energy_mj = self.energy_since, 0.0
         if last is not None and now > last:
-            g.energy_mj += self.nvmlDeviceGetPowerUsage(handle) * (now - last)
+            # the power drawn, not its getter: a hung or unsupported power reading leaves the counter be
+            g.energy_mj += _power_mw(g) * (now - last)
         self._energy_at[handle.index] = now
         return int(g.energy_mj)
 
