@@ -218,4 +218,3 @@ def _lost_progress(out: Goodput, all_bands: Sequence[Band]) -> None:
         per["good"] -= lost
         out.good_s -= lost
         out._add(run, "lost_progress", lost)
-
