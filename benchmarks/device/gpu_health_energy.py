@@ -18,6 +18,7 @@ import torch
 
 from dflash_tui.gpu.codec import snapshot_from_dict
 from dflash_tui.gpu.nvml_reader import NvmlReader
+from dflash_tui.run.verdict.energy import run_energy
 from dflash_tui.run.verdict.gpu_health import gpu_health_check
 
 
@@ -108,6 +109,8 @@ def main() -> None:
         "joules_counter": round(joules_counter, 1), "joules_power_10hz": round(joules_power, 1),
         "ratio_counter_over_power": round(joules_counter / joules_power, 4) if joules_power else None,
         "joules_reader": None if r_start is None or r_end is None else round((r_end - r_start) / 1000.0, 1),
+        # the product's own arithmetic (run/verdict/energy.py) on the reader's two readings
+        "run_energy": run_energy({"0": r_start}, {0: r_end}, power_w=joules_power / seconds).to_json(),
         "mean_w": round(joules_power / seconds, 1)}), flush=True)
 
 

@@ -266,6 +266,9 @@ class _OneHost:
                 "metrics": metrics_json(report), "progress": progress_json(report),
                 "checkpoints": report.checkpoints.to_json(report.time) if report.checkpoints is not None else None,
                 "runway": {"disk": report.runway.to_json() if report.runway is not None else None},
+                # the watch's (run/verdict/energy.py); --check's extra prices the watcher's goodput too
+                "energy": report.energy.to_json() if report.energy is not None else None,
+                "cost": report.cost.to_json() if report.cost is not None else None,
                 **({s.name: s.facts} if (s := report.checklist.scheduler) is not None else {}),
                 **extra}   # a scheduler's job, under the scheduler's name
 

@@ -48,6 +48,8 @@ _NUMBER_RANGES: dict[str, tuple[float, bool, float]] = {
     "launch_deadline_s": (0.0, False, 600.0),
     "stop_grace_s": (0.0, True, 600.0),
     "min_free_gb": (0.0, True, float(1 << 20)),
+    "cost_per_gpu_hour": (0.0, True, 1e6),
+    "cost_per_kwh": (0.0, True, 1e6),
 }
 # --wait's ceiling: a day.
 MAX_WAIT_S = 86400.0
@@ -146,6 +148,10 @@ class Profile:
     launch_deadline_s: float = _LIMITS.launch_deadline_s
     stop_grace_s: float = _LIMITS.stop_grace_s
     min_free_gb: float = 1.0           # preflight fails below this much free disk in run_dir
+    # What the run costs (run/verdict/energy.py): per GPU-hour of the run's GPUs, and per kWh
+    # they drew; None: not priced.
+    cost_per_gpu_hour: float | None = None
+    cost_per_kwh: float | None = None
     # A regular expression for the program's progress lines, with named groups step, loss
     # and/or total (run/evidence/progress.py); tried before the built-in forms.
     progress_regex: str | None = None
@@ -290,6 +296,8 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "launch_deadline_s": ((int, float), "a number of seconds"),
     "stop_grace_s": ((int, float), "a number of seconds"),
     "min_free_gb": ((int, float), "a number of GiB"),
+    "cost_per_gpu_hour": ((int, float), "a price per GPU-hour, e.g. 2.5"),
+    "cost_per_kwh": ((int, float), "a price per kWh, e.g. 0.3"),
     "progress_regex": ((str,), "a regular expression with (?P<step>...), (?P<loss>...) and/or (?P<total>...)"),
     "nodes": ((list,), 'a list of host names or ssh aliases, e.g. ["gpu1", "gpu2"]'),
     "master_addr": ((str,), "the address the other nodes reach the first node at"),

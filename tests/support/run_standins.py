@@ -8,7 +8,8 @@
   thread    the process beats, but thread "drafter1" stops beating, stuck "compiling" (STALLED)
   ignoreterm  beat, and ignore SIGTERM (stop must escalate to SIGKILL)
   argv      write its argv as JSON to $DFLASH_RUN_DIR/argv.json, then behave like `beat`
-`--device=cuda:0` makes every thread report that device instead of "cpu" (the GPU check).
+`--device=cuda:0` makes every thread report that device instead of "cpu" (the GPU check);
+`--tokens-per-s=N` reports that rate in status.json, as the trainer reports its tokens.
 Uses the real run-dir schema (dflash_tui.contract.rundir), stdlib only.
 """
 
@@ -31,9 +32,11 @@ from dflash_tui.contract.rundir import (STATUS_JSON, ThreadStatus, TrainStatus, 
 PROGRAM = str(HERE)
 
 
-def _status(run_id: str, step: int, threads: list[ThreadStatus], now: float, phase: str = "training") -> str:
+def _status(run_id: str, step: int, threads: list[ThreadStatus], now: float, phase: str = "training",
+            tokens_per_s: float | None = None) -> str:
     return to_json(TrainStatus(run_id=run_id, pid=os.getpid(), time=now, phase=phase, step=step, total_steps=0,
-                               loss=2.0 / (1 + step), heartbeat_time=now, threads=threads))
+                               loss=2.0 / (1 + step), heartbeat_time=now, threads=threads,
+                               tokens_per_s=tokens_per_s))
 
 
 def main(argv: list[str]) -> int:
@@ -43,6 +46,7 @@ def main(argv: list[str]) -> int:
     run_id = os.environ["DFLASH_RUN_ID"]
     interval = float(opts.get("--interval", "0.1"))
     device = opts.get("--device", "cpu")
+    tokens = float(opts["--tokens-per-s"]) if "--tokens-per-s" in opts else None
     print(f"standin {mode} pid {os.getpid()} run {run_id}", flush=True)
 
     if mode == "argv":
@@ -72,7 +76,7 @@ def main(argv: list[str]) -> int:
         threads = [ThreadStatus(name=n, role="main" if n == "main" else "drafter", device=device,
                                 compile_state="compiling" if (mode == "thread" and n == "drafter1") else "compiled",
                                 step=step, last_step_time=now, last_beat_time=last_beat[n]) for n in names]
-        atomic_write_text(run_dir / STATUS_JSON, _status(run_id, step, threads, now))
+        atomic_write_text(run_dir / STATUS_JSON, _status(run_id, step, threads, now, tokens_per_s=tokens))
         print(f"step {step} loss {2.0 / (1 + step):.4f}", flush=True)
         if mode == "finish" and step >= steps:
             return 0

@@ -80,6 +80,11 @@ class FleetRow:
     retry_in_s: float | None = None  # while unreachable: seconds to the next attempt
     busy: str = ""                   # the action in flight on it ("" when none)
     polled_every_s: float = 1.0      # its target's pause between polls now (fleet/cadence.py)
+    # The run's energy since its launch and its cost so far (run/verdict/energy.py); the
+    # note says why a GPU is not counted ("no counter": never shown as 0 kWh).
+    kwh: float | None = None
+    energy_note: str = ""
+    cost: float | None = None
 
     @property
     def severity(self) -> str:
@@ -124,12 +129,14 @@ def row_from_report(profile: Profile, report: RunReport | None, *, gpu: GpuSnaps
 def _numbers(report: RunReport) -> dict:
     """Step, loss and rate from the run's richest source of progress (run/verdict/report.py
     `RunProgress`: status.json, else events.jsonl or the log, as the detail line says them), τ
-    from status.json. An ended run keeps the last ones its files hold."""
-    st, p = report.status, report.progress
+    from status.json, the energy and cost the watch computed. An ended run keeps the last ones its files hold."""
+    st, p, e = report.status, report.progress, report.energy
+    spend = dict(kwh=e.kwh if e is not None else None, energy_note=e.note if e is not None else "",
+                 cost=report.cost.so_far if report.cost is not None else None)
     if p is None:
-        return dict(tau=st.tau if st else None)
+        return dict(tau=st.tau if st else None, **spend)
     return dict(step=p.step, total_steps=p.total or None, loss=p.loss, tau=st.tau if st else None,
-                rate=p.rate, rate_unit=p.rate_unit if p.rate is not None else "")
+                rate=p.rate, rate_unit=p.rate_unit if p.rate is not None else "", **spend)
 
 
 def cause_line(report: RunReport) -> str:

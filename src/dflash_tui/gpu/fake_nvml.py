@@ -115,6 +115,12 @@ class _Handle:
         return f"<fake nvmlDevice {self.index}>"
 
 
+def _power_mw(g: "FakeGpu") -> int:
+    """What the GPU draws, mW: 72 W idle, 672 W under full arithmetic, a spinning kernel's few watts."""
+    work = _work(g)
+    return int(72_000 + work * 6_000 + (g.load_pct - work) * 40)
+
+
 class FakeNvml:
     """Module-like object: pass it where `pynvml` would go (`NvmlReader(lambda: fake)`)."""
 
@@ -142,6 +148,9 @@ class FakeNvml:
         self.calls = 0
         self.clock: Callable[[], float] = time.time    # the driver's timestamps (CPU clock)
         self._energy_at: dict[int, float] = {}          # GPU index -> clock of its counter's last update
+        # Set: each counter starts as if its GPU drew its present power since this clock time
+        # (from_env's FAKE_DRIVER_LOADED_AT); None: at `FakeGpu.energy_mj`.
+        self.energy_since: float | None = None
 
     # -- scenario controls -----------------------------------------------------------------
 
@@ -201,6 +210,8 @@ class FakeNvml:
             g.throttle_mask |= 0x40
         elif kind == "xid" and value.isdigit():
             g.xids_on_register.append(int(value))
+        elif kind == "no_energy":
+            g.unsupported.add("energy")     # a GPU older than Volta: no total-energy counter
         else:
             raise ValueError(f"unknown fake GPU fault {name!r}; known: {', '.join(FAULTS)}")
 
@@ -304,9 +315,7 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
         """Milliwatts: 72 W idle, 672 W under full arithmetic; a kernel that spins adds a few
         watts for its busy SMs (4 W at 100 %)."""
-        g = self._gpu(handle, "power")
-        work = _work(g)
-        return int(72_000 + work * 6_000 + (g.load_pct - work) * 40)
+        return _power_mw(self._gpu(handle, "power"))
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:
         return self._gpu(handle, "power_limit").power_limit_mw
@@ -371,8 +380,11 @@ class FakeNvml:
         g = self._gpu(handle, "energy")
         now = self.clock()
         last = self._energy_at.get(handle.index)
+        if last is None and self.energy_since is not None:
+            last, g.energy_mj = self.energy_since, 0.0
         if last is not None and now > last:
-            g.energy_mj += self.nvmlDeviceGetPowerUsage(handle) * (now - last)
+            # the power drawn, not its getter: a hung or unsupported power reading leaves the counter be
+            g.energy_mj += _power_mw(g) * (now - last)
         self._energy_at[handle.index] = now
         return int(g.energy_mj)
 
@@ -456,7 +468,14 @@ ENV_UNSUPPORTED = "DFLASH_FAKE_NVML_UNSUPPORTED"   # "power,max_clocks": getters
 ENV_FAULTS = "DFLASH_FAKE_NVML_FAULTS"   # "1:ecc,2:pcie_x8,0:xid=48": node faults (FAKE.fault)
 #: The names `FakeNvml.fault` knows ("xid=N", "pcie_xN" and "pcie_genN" take a number).
 FAULTS = ("ecc", "ecc_aggregate", "retired_pending", "remap", "remap_failed", "pcie_xN", "pcie_genN",
-          "hw_slowdown", "power_brake", "thermal", "xid=N")
+          "hw_slowdown", "power_brake", "thermal", "xid=N", "no_energy")
+# When the fakes of every process "loaded the driver": each process's counter starts where a GPU
+# drawing its power since then would be, so readings of one GPU by two processes (the launch's
+# preflight, a later --check) differ by the energy drawn between them, as the real counter's do.
+FAKE_DRIVER_LOADED_AT = 1.7e9
+# A later time: the driver "reloaded" then, so every counter restarted from 0 (a test's check
+# after a launch read under the default sees its counters go back).
+ENV_DRIVER_LOADED_AT = "DFLASH_FAKE_NVML_DRIVER_LOADED_AT"
 _SCENARIOS = {"ok": {}, "library_missing": {"library_missing": True},
               "no_driver": {"driver_loaded": False}, "version_mismatch": {"version_mismatch": True}}
 _FROM_ENV: FakeNvml | None = None
@@ -519,5 +538,10 @@ def from_env() -> FakeNvml:
                 return read_power(handle)
 
             fake.nvmlDeviceGetPowerUsage = hung_power  # type: ignore[method-assign]
+        loaded_at = os.environ.get(ENV_DRIVER_LOADED_AT, "")
+        try:
+            fake.energy_since = float(loaded_at) if loaded_at else FAKE_DRIVER_LOADED_AT
+        except ValueError:
+            raise ValueError(f"{ENV_DRIVER_LOADED_AT}={loaded_at!r}: expected epoch seconds") from None
         _FROM_ENV = fake
     return _FROM_ENV

@@ -63,6 +63,11 @@ class Evidence:
     # a stalled run of several ranks: where its ranks differ, the odd ones out first
     # ("rank 7: lock Queue.get (data.py:40)")
     ranks: tuple[str, ...] = ()
+    # what the run's GPUs drew since its launch, and its cost so far and per hour at the
+    # profile's prices (run/verdict/energy.py), as the report had them
+    kwh: float | None = None
+    cost: float | None = None
+    cost_per_h: float | None = None
 
     def to_json(self) -> str:
         d = {k: v for k, v in asdict(self).items() if v not in (None, "", ())}
@@ -99,7 +104,14 @@ def sane_evidence(d: dict[str, Any]) -> Evidence:
                     traceback=tuple(inert(line, 200) for line in lines[-TRACEBACK_LINES:]),
                     pid=whole(d.get("pid")), exit_code=whole(d.get("exit_code")), eta_s=finite_number(d.get("eta_s")),
                     step_at=finite_number(d.get("step_at")), checkpoint_s=finite_number(d.get("checkpoint_s")),
-                    ranks=tuple(inert(w, 200) for w in _strings(d.get("ranks"))[:RANK_GROUPS_KEPT]))
+                    ranks=tuple(inert(w, 200) for w in _strings(d.get("ranks"))[:RANK_GROUPS_KEPT]),
+                    kwh=_not_negative(d.get("kwh")), cost=_not_negative(d.get("cost")),
+                    cost_per_h=_not_negative(d.get("cost_per_h")))
+
+
+def _not_negative(v: Any) -> float | None:
+    n = finite_number(v)
+    return n if n is not None and n >= 0 else None
 
 
 def _strings(v: Any) -> list[str]:
@@ -190,7 +202,10 @@ def evidence_of(report: RunReport, now: float | None = None) -> Evidence:
         "pid": report.launch.pid if report.launch is not None else None,
         "exit_code": report.exit.exit_code if report.exit is not None else None,
         "ranks": [g.words() for g in odd_ones_out(report.checklist.rank_groups)[:RANK_GROUPS_KEPT]]
-        if stalled else []})
+        if stalled else [],
+        "kwh": round(report.energy.kwh, 6) if report.energy is not None and report.energy.kwh is not None else None,
+        "cost": round(report.cost.so_far, 4) if report.cost is not None else None,
+        "cost_per_h": round(report.cost.per_hour, 4) if report.cost is not None else None})
 
 
 def change_of(report: RunReport, *, previous: State | None, before: Checklist | None, now: float,

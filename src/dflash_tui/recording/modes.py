@@ -14,6 +14,7 @@ from ..config import Config, ConfigError
 from .change import inert
 from .daemon import run_watcher
 from .goodput import goodput
+from .spend import spend_json, spend_words
 from .recovery_log import stop_times
 from .recovery_state import read_actions
 from .sender import check_urls
@@ -76,6 +77,8 @@ def _timeline(args, config: Config) -> int:
     timelines = [(name, bands(changes, now), skipped) for name, changes, skipped in read]
     goods = {name: goodput(changes, now, stall[name], stop_times(read_actions(path, name)))
              for name, changes, _ in read}
+    spent = {name: (spend_json(changes, goods[name]), spend_words(changes, goods[name]))
+             for name, changes, _ in read}
     if args.trace:
         doc = trace([(n, b) for n, b, _ in timelines])
         doc["otherData"]["goodput"] = (goods[timelines[0][0]].to_json() if len(timelines) == 1
@@ -90,12 +93,13 @@ def _timeline(args, config: Config) -> int:
         return EXIT_OK
     kept = {n: kept_bundles(config, n) for n, _, _ in timelines}
     if args.json:
-        docs = [{**timeline_json(n, b, str(path), skipped), "goodput": goods[n].to_json(),
+        docs = [{**timeline_json(n, b, str(path), skipped), "goodput": goods[n].to_json(), **spent[n][0],
                  "bundles": [{"path": k.path, "time": k.time, "bytes": k.size} for k in kept[n]]}
                 for n, b, skipped in timelines]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, allow_nan=False))
     else:
         texts = [render_text(n, b, str(path), skipped) + (f"\n{goods[n].words()}" if b else "")
+                 + (f"\n{spent[n][1]}" if spent[n][1] else "")
                  + "".join(f"\nevidence bundle {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(k.time))}  "
                            f"{k.size / 1024:.0f} KiB  {k.path}" for k in kept[n])
                  for n, b, skipped in timelines]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import NotifySettings
+from ..run.verdict.energy import spent_words
 from ..verdicts import State, TargetState, Verdict
 from ..words import eta, progress
 from .change import CheckNotice, VerdictChange
@@ -94,6 +95,8 @@ def message(change: VerdictChange, event: str, config_path: str | None) -> tuple
         numbers += f", ETA {eta(ev.eta_s)}"
     if numbers:
         lines.append(numbers)
+    if spent := spent_words(ev.kwh, ev.cost):
+        lines.append(f"this run: {spent}")
     if ev.stuck_at:
         lines.append(f"stuck at: {ev.stuck_at}")
     if ev.ranks:
@@ -116,6 +119,8 @@ def notice_message(notice: CheckNotice, config_path: str | None) -> tuple[str, s
     numbers = progress(ev.step, ev.total, ev.loss, ev.rate, ev.rate_unit)
     if numbers:
         lines.append(numbers)
+    if spent := spent_words(ev.kwh, ev.cost):
+        lines.append(f"this run: {spent}")
     if c.run_id:
         lines.append(f"run {c.run_id}")
     lines.append(f"open it: {open_command(c.profile, config_path)}")

@@ -10,19 +10,21 @@ from typing import Any
 
 from ..bundle.member import Member, json_bytes
 from ..config import Config, ConfigError, Profile
+from ..run.verdict.energy import run_cost
 from ..run.verdict.report import RunReport
 from .change import run_id_of
-from .goodput import goodput
+from .goodput import Goodput, goodput
 from .recovery_log import stop_times
 from .recovery_state import read_actions, recovery_state
+from .spend import spend_json
 from .store import ChangeStore, store_path
 from .timeline import bands, timeline_json
 
 
 def check_extras(config: Config, profile: Profile, report: RunReport,
                  now: float | None = None) -> tuple[dict[str, Any], list[str]]:
-    """({"recovery": {...}, "goodput": {...}}, the same in lines for the text) of `profile`,
-    whose run is `report`'s."""
+    """({"recovery": {...}, "goodput": {...}, "energy": {...}, "cost": {...}}, the same in lines
+    for the text) of `profile`, whose run is `report`'s."""
     now = time.time() if now is None else now
     run_id = run_id_of(report)
     path = store_path(config.watch)
@@ -35,10 +37,28 @@ def check_extras(config: Config, profile: Profile, report: RunReport,
         state = recovery_state(config.recover.for_profile(profile.name), actions, run_id, now)
     except (sqlite3.Error, OSError, ConfigError) as exc:
         why = f"cannot read the watch store {path}: {exc}"
-        return {"recovery": {"state": "unknown", "reason": why}, "goodput": None}, [why]
+        energy, cost, words = energy_and_cost(profile, report, None)
+        return {"recovery": {"state": "unknown", "reason": why}, "goodput": None,
+                "energy": energy, "cost": cost}, [why, *words]
     good = goodput(changes, now, profile.stall_after_s, stop_times(actions))
-    lines = [w for w in (state.words(), good.words() if changes else "") if w]
-    return {"recovery": state.to_json(), "goodput": good.to_json() if changes else None}, lines
+    energy, cost, words = energy_and_cost(profile, report, good if changes else None)
+    lines = [w for w in (state.words(), good.words() if changes else "", *words) if w]
+    return {"recovery": state.to_json(), "goodput": good.to_json() if changes else None,
+            "energy": energy, "cost": cost}, lines
+
+
+def energy_and_cost(profile: Profile, report: RunReport, good: Goodput | None
+                    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[str]]:
+    """(`"energy"`, `"cost"`, their lines) of the run in `report` (the watch's: run/verdict/
+    energy.py), its cost priced over the watcher's goodput where recorded; None where unknown."""
+    energy, cost = report.energy, report.cost
+    if cost is not None and good is not None and report.launch is not None:
+        gpus = len(energy.gpus) + len(energy.missing) if energy is not None else 0
+        cost = run_cost(run_s=cost.seconds, gpus=gpus, energy=energy, per_gpu_hour=profile.cost_per_gpu_hour,
+                        per_kwh=profile.cost_per_kwh, eta_s=report.progress.eta_s if report.progress else None,
+                        wall_s=good.wall_s, lost_s_by_cause=good.badput_s)
+    words = [w for w in (energy.words() if energy else "", cost.words() if cost else "") if w]
+    return (energy.to_json() if energy else None), (cost.to_json() if cost else None), words
 
 
 def recorded_timeline(config: Config, profile: Profile, now: float | None = None) -> dict[str, Any]:
@@ -55,7 +75,8 @@ def recorded_timeline(config: Config, profile: Profile, now: float | None = None
     except (sqlite3.Error, OSError, ConfigError) as exc:
         return {"profile": profile.name, "store": str(path), "error": f"cannot read the watch store: {exc}"}
     good = goodput(changes, now, profile.stall_after_s, stop_times(actions))
-    return {**timeline_json(profile.name, bands(changes, now), str(path)), "goodput": good.to_json()}
+    return {**timeline_json(profile.name, bands(changes, now), str(path)), "goodput": good.to_json(),
+            **spend_json(changes, good)}
 
 
 def bundle_extras(config: Config, profile: Profile) -> tuple[tuple[str, ...], tuple[Member, ...]]:

@@ -41,6 +41,7 @@ from ..watch.base import ActionInFlight, RunWatch
 from .bundles import take_before_recovery
 from .change import VerdictChange, run_id_of
 from .goodput import goodput
+from .spend import priced_loss
 from .notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
 from .rollback import divergence_of, nothing_fits, rollback_of, rollback_words
@@ -435,9 +436,11 @@ class Recovery:
             return None
         watch = self.watches.get(name)
         if watch is not None:   # the time lost so far, from the recorded changes (goodput.py)
-            good = goodput(self.store.changes(name), self.clock(), watch.profile.stall_after_s,
-                           stop_times(self.log.actions(name)))
+            changes = self.store.changes(name)
+            good = goodput(changes, self.clock(), watch.profile.stall_after_s, stop_times(self.log.actions(name)))
             lines.append(good.lost_words())
+            if (lost := priced_loss(changes, good)):
+                lines.append(lost)
         lines.append(f"open it: {open_command(name, self.config.path)}")
         return Notification(name, change.state, event, title, "\n".join(lines), urls, change, self.clock())
 

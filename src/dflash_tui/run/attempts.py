@@ -34,6 +34,9 @@ class LaunchAttempt:
     own_session: bool | None = None  # the detached child was seen leading its own session
     wrapper_written: bool = True    # launch.sh was confirmed on the target before the launch
     error: str = ""                 # transport error instead of a result (timeout, unreachable)
+    # The host GPUs' energy counters at the preflight (GPU index as text -> mJ; None: no
+    # counter); None: launched without the preflight's GPU sample (run/verdict/energy.py).
+    gpu_energy_mj: dict[str, int | None] | None = None
 
     def transport_summary(self) -> str:
         """One line: what the transport said about the launch command."""

@@ -88,8 +88,9 @@ class HostWatch(RunWatch):
     def settle(self, ev: Evidence, checklist: Checklist) -> RunReport:
         """the launcher's checklist (the "gpus" check added) -> each check's `since` -> the report."""
         checklist = self.tracker.update(checklist, ev.now, current_run_id(ev))
-        return report_from(ev, checklist, profile=self.profile.name, target_label=self.label,
-                           vouched=self.session.launcher.vouches(ev))
+        report = report_from(ev, checklist, profile=self.profile.name, target_label=self.label,
+                             vouched=self.session.launcher.vouches(ev))
+        return self.session.with_energy(report)
 
     async def _judge(self, ev: Evidence, gpus: bool) -> RunReport:
         checklist = self.session.launcher.judge(ev, self.limits, self.session.progress.looks)

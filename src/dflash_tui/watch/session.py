@@ -39,6 +39,8 @@ from ..run.launch.request import LaunchRequest, as_request
 from ..run.evidence.observe import Evidence
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Checklist
+from ..run.verdict.energy import priced_energy
+from ..run.verdict.report import RunReport
 from .transport import SharedTransport
 
 
@@ -68,6 +70,7 @@ class Session:
         self._ops_lock = asyncio.Lock()
         self._gpu = None   # OneShotGpuProbe, opened by the first gpu_snapshot()
         self.attempt: LaunchAttempt | None = load_attempt(profile)
+        self._attempt_read_for: str | None = None   # the run id the record was last read again for
         self.local_stop = load_local_stop(profile)
         # What advanced between this session's looks (CPU, log, steps): memory across polls.
         self.progress = ProgressTracker(profile.progress_regex, metric_paths=profile.metrics,
@@ -168,6 +171,29 @@ class Session:
     async def with_gpus(self, ev: Evidence, checklist: Checklist) -> Checklist:
         """`checklist` plus the "gpus" check, combined exactly as the dashboard combines it."""
         return with_gpu_check(checklist, ev, await self.gpu_snapshot(ev))
+
+    def with_energy(self, report: RunReport) -> RunReport:
+        """`report` with its run's energy since the launch and its cost (run/verdict/energy.py),
+        where its checklist holds the GPUs' sample; the launch's counter readings are this
+        machine's record of the launch (run/attempts.py), used only for the run it launched."""
+        launch, p = report.launch, self.profile
+        if launch is None or not report.checklist.gpus:
+            return report
+        attempt = self.attempt
+        if (attempt is None or attempt.run_id != launch.run_id) and launch.run_id != self._attempt_read_for:
+            # Launched by another process of this machine (the dashboard, the watcher's
+            # recovery) since this one read the record: read it again, once per run.
+            self._attempt_read_for = launch.run_id
+            attempt = self.attempt = load_attempt(self.profile) or attempt
+        baseline = attempt.gpu_energy_mj if attempt is not None and attempt.run_id == launch.run_id else None
+        progress = report.progress
+        energy, cost = priced_energy(
+            facts=report.checklist.gpus, baseline_mj=baseline, run_s=max(0.0, report.time - launch.start_time),
+            step=progress.step if progress is not None else None,
+            tokens_per_s=report.status.tokens_per_s if report.status is not None else None,
+            eta_s=progress.eta_s if progress is not None else None,
+            per_gpu_hour=p.cost_per_gpu_hour, per_kwh=p.cost_per_kwh)
+        return replace(report, energy=energy, cost=cost)
 
     async def launch(self, request: LaunchRequest | None = None, /, *, checkpoint_found: bool = False,
                      **fields) -> LaunchOutcome:

@@ -198,7 +198,8 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
         started = await launcher.detach(run_dir, run_id, request.placement)
         attempt = LaunchAttempt(run_id, run_dir, target.label, time.time(), None, started.exit_status,
                                 stdout=started.stdout, stderr=started.stderr, pid=started.pid, via=started.via,
-                                own_session=started.own_session, error=started.error or "")
+                                own_session=started.own_session, error=started.error or "",
+                                gpu_energy_mj=pre.gpu_energy_mj if pre is not None else None)
         attempt.target_time = await ops.now()
     notes = [probe_problem] if probe_problem else []
     if on_attempt is not None:

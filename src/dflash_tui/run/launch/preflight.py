@@ -152,6 +152,9 @@ class PreflightResult:
     # The absolute path of python (bundled trainer) or command[0], found from the run dir as
     # the wrapper would find it: the launch runs this path, so preflight and run agree.
     program: str | None = None
+    # Each host GPU's total-energy counter at the preflight (GPU index as text -> mJ, None: no
+    # counter): the launch's baseline for the run's energy (run/verdict/energy.py).
+    gpu_energy_mj: dict[str, int | None] | None = None
 
     @property
     def ok(self) -> bool:
@@ -310,6 +313,8 @@ async def run_preflight(profile: Profile, host: Target, target: Target, ops: Rem
     # link or a node Xid refuses the launch, naming the GPU and why
     if gpu_sample is not None:
         snap = await gpu_sample()
+        if snap.error is None and snap.gpus:
+            out.gpu_energy_mj = {str(g.index): g.energy_mj for g in snap.gpus}
         kernel = None
         if snap.gpus:
             try:

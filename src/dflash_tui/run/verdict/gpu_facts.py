@@ -41,6 +41,7 @@ class GpuFacts:
     spinning: bool                     # the run's processes busy, drawing too little power for arithmetic
     # Another program's processes are on it too: its device-wide use and power are not the run's.
     shared: bool = False
+    energy_mj: int | None = None       # the total-energy counter (run/verdict/energy.py)
 
     @property
     def power_share(self) -> float | None:
@@ -74,7 +75,8 @@ def facts_of(g: GpuSample) -> GpuFacts:
         power_w=g.power_w, power_limit_w=g.power_limit_w,
         sm_clock_mhz=g.sm_clock_mhz, sm_clock_max_mhz=g.sm_clock_max_mhz,
         run_pids=tuple(p.pid for p in mine),
-        spinning=_run_spins(g, mine, shares), shared=len(mine) < len(g.processes))
+        spinning=_run_spins(g, mine, shares), shared=len(mine) < len(g.processes),
+        energy_mj=g.energy_mj)
 
 
 def _run_spins(g: GpuSample, mine: list, shares: list[float]) -> bool:

@@ -16,6 +16,7 @@ from ..evidence.observe import Evidence, process_matches
 from ..evidence.runway import DiskRunway
 from ..evidence.step_clock import eta_s
 from .checklist import Checklist
+from .energy import RunCost, RunEnergy
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,11 @@ class RunReport:
     metrics: MetricsView | None = None   # metric lines and files: sources, newest points (run/evidence/metric_files/)
     checkpoints: CheckpointsView | None = None  # the run's checkpoints, judged (run/evidence/checkpoints.py)
     runway: DiskRunway | None = None            # whether the next checkpoints fit (run/evidence/runway.py)
+    # What the run's GPUs drew since its launch and what it costs at the profile's prices
+    # (run/verdict/energy.py; the watch adds them where it sampled the GPUs); the cost here
+    # is without the watcher's goodput (recording/outside.py adds it).
+    energy: RunEnergy | None = None
+    cost: RunCost | None = None
 
 
 def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str,

@@ -1,4 +1,5 @@
-"""The header: verdict badge, then profile, target (host · container), run dir, pid, uptime.
+"""The header: verdict badge, then profile, target (host · container), run dir, pid, uptime,
+the run's energy since its launch and its cost so far (the report's: run/verdict/energy.py).
 
 When the transport is down it says how old the data is instead of freezing: the age is
 counted on the local clock from the report's `stale_since` (or from the last report that
@@ -113,6 +114,12 @@ class RunHeader(Pane, Horizontal):
                 line1.append(" (gone)", "bold")
         if report.uptime_s is not None:
             line1.append("  up ", "dim").append(age(report.uptime_s))
+        if report.energy is not None:   # the watch's numbers (run/verdict/energy.py): drawn, never computed
+            e = report.energy
+            line1.append("  energy ", "dim").append(e.short() if e.joules is not None else f"n/a ({e.note})")
+        if report.cost is not None:
+            line1.append("  cost ", "dim").append(f"{report.cost.so_far:,.2f}")
+            line1.append(f" ({report.cost.per_hour:,.2f}/h)", "dim")
         if report.checklist.scheduler is not None:   # a scheduler's job: its id, partition, nodes, why it waits
             for label, value in report.checklist.scheduler.headline:
                 line1.append(f"  {label} ", "dim").append(value)

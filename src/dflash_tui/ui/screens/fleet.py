@@ -5,7 +5,8 @@ which polls each target on its own schedule; this screen only renders FleetRows 
 keys on. One row per profile: name, host, container, verdict (colour and word; its one-line
 cause on the detail line under the table), step/total, loss, tau, rate (the trainer's tokens/s, a
 log's it/s; from status.json, else the log's progress, kept once the run ended), the run's GPUs
-(util and memory, from the host's NVML), uptime and the age of the data. An unreachable
+(util and memory, from the host's NVML), the run's kWh and cost so far (run/verdict/energy.py),
+uptime and the age of the data. An unreachable
 target is UNREACHABLE with the reason and the next retry.
 
 Keys: Enter opens the profile in the single-run view (Escape there comes back), / filters,
@@ -43,7 +44,7 @@ STYLE = {OK: "bold green", FAIL: "bold white on red", DOWN: "bold magenta", WAIT
 COLUMNS: Sequence[tuple[str, str]] = (
     ("profile", "Profile"), ("host", "Host"), ("container", "Container"), ("verdict", "Verdict"),
     ("step", "Step"), ("loss", "Loss"), ("tau", "τ"), ("rate", "Rate"), ("gpu", "GPU util·mem"),
-    ("uptime", "Up"), ("age", "Age"),
+    ("spend", "kWh·cost"), ("uptime", "Up"), ("age", "Age"),
 )
 _BIG = float("inf")
 COALESCE_S = 0.4   # well inside the 2 s a failure may take to turn its row red
@@ -53,7 +54,8 @@ def _sort_value(row: FleetRow, key: str, now: float):
     if key == "verdict":
         return (SEVERITY_RANK[row.severity], row.state, row.profile)
     num_of = {"step": row.step, "loss": row.loss, "tau": row.tau, "rate": row.rate,
-              "gpu": row.gpus.util_pct, "uptime": row.uptime_s, "age": row.age_s(now)}
+              "gpu": row.gpus.util_pct, "spend": row.cost if row.cost is not None else row.kwh,
+              "uptime": row.uptime_s, "age": row.age_s(now)}
     if key in num_of:
         v = num_of[key]
         return (v is None, v if v is not None else _BIG, row.profile)
@@ -74,6 +76,17 @@ def _gpu_cell(row: FleetRow) -> str:
         return "-"
     util = NA if g.util_pct is None else f"{g.util_pct:.0f}%"
     return f"{g.count}× {util}·{gib(g.mem_bytes)}"
+
+
+def _spend_cell(row: FleetRow) -> str:
+    """"0.412·3.10": the run's kWh since its launch and its cost so far; a GPU without an
+    energy counter says so ("no counter·3.10"), never 0 kWh."""
+    if row.kwh is None and row.cost is None and not row.energy_note:
+        return "-"
+    kwh = NA if row.kwh is None else f"{row.kwh:.3g}" + ("*" if row.energy_note else "")
+    if row.kwh is None and row.energy_note:
+        kwh = row.energy_note
+    return kwh if row.cost is None else f"{kwh}·{row.cost:,.2f}"
 
 
 def uptime(seconds: float | None) -> str:
@@ -105,7 +118,7 @@ def row_cells(row: FleetRow, now: float) -> list[tuple[str, str]]:
     step = NA if row.step is None else (f"{row.step}/{row.total_steps}" if row.total_steps else str(row.step))
     data_age = _data_age(row.age_s(now), row.polled_every_s)
     cells = [row.profile, row.host, row.container or "-", state, step, num(row.loss, "{:.3f}"),
-             num(row.tau, "{:.2f}"), _rate_cell(row), _gpu_cell(row),
+             num(row.tau, "{:.2f}"), _rate_cell(row), _gpu_cell(row), _spend_cell(row),
              uptime(row.uptime_s), data_age]
     styles = {0: "bold", 3: STYLE[row.severity]}
     return [(c, styles.get(i, "")) for i, c in enumerate(cells)]

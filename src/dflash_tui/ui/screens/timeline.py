@@ -7,7 +7,8 @@ never vanishes), coloured by severity as the fleet screen colours rows; under it
 with its time, how long the state held, the check that made it, the cause, and the evidence
 (step, loss, rate, where a stall sits, the last traceback line). Above the strips, goodput
 (recording/goodput.py's result, from the same changes and the recovery's stop times: this
-screen only shows it). Escape goes back.
+screen only shows it), and the energy and cost the watcher recorded (recording/spend.py).
+Escape goes back.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ...recording.goodput import Goodput, goodput
+from ...recording.spend import spend_words
 from ...recording.recovery_log import RecoveryLog, stop_times
 from ...recording.store import ChangeStore, default_store_path
 from ...recording.timeline import Band, bands, runs
@@ -91,6 +93,7 @@ class TimelineScreen(Screen[None]):
         self.stall_after_s = stall_after_s   # the profile's: goodput's silence before a STALLED
         self.bands: list[Band] = []
         self.goodput: Goodput | None = None
+        self.spent = ""   # the recorded energy and cost in words (recording/spend.py)
         self.error = ""
 
     def compose(self):
@@ -124,6 +127,7 @@ class TimelineScreen(Screen[None]):
             now = self.clock()
             self.bands = bands(changes, now)
             self.goodput = goodput(changes, now, self.stall_after_s, stops) if changes else None
+            self.spent = spend_words(changes, self.goodput) if self.goodput is not None else ""
         self.render_timeline()
 
     def on_resize(self) -> None:
@@ -156,7 +160,8 @@ class TimelineScreen(Screen[None]):
             title.update(f" Timeline · {self.profile} · {len(self.bands)} changes since "
                          f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(self.bands[0].start))} · "
                          f"{self.store_path.name}")
-        self.query_one("#tl-goodput", Static).update(self.goodput.words() if self.goodput is not None else "")
+        words = [self.goodput.words()] if self.goodput is not None else []
+        self.query_one("#tl-goodput", Static).update("\n".join(words + ([self.spent] if self.spent else [])))
         self._render_bands()
         self._render_table()
 
