@@ -48,6 +48,7 @@ _NUMBER_RANGES: dict[str, tuple[float, bool, float]] = {
     "launch_deadline_s": (0.0, False, 600.0),
     "stop_grace_s": (0.0, True, 600.0),
     "min_free_gb": (0.0, True, float(1 << 20)),
+    "memory_limit_mb": (0.0, False, float(1 << 40)),
 }
 # --wait's ceiling: a day.
 MAX_WAIT_S = 86400.0
@@ -164,6 +165,9 @@ class Profile:
     # directories down): folders relative to run_dir, "~/" the target user's home
     # (run/evidence/checkpoints.py).
     checkpoints: tuple[str, ...] = ()
+    # The run's host memory budget in MiB: its memory runway forecasts against this instead of
+    # its cgroup's limit or the host's MemTotal (run/evidence/memory_runway.py).
+    memory_limit_mb: float | None = None
     # The program's environment (run/launch/environment.py): (NAME, VALUE) pairs, and a file of
     # NAME=VALUE lines on this machine read at each launch (secrets: never written anywhere).
     env: tuple[tuple[str, str], ...] = ()
@@ -182,6 +186,10 @@ class Profile:
         """This profile's limits, built once (a frozen profile never changes them)."""
         return Limits(self.stall_after_s, self.compile_stall_after_s, self.launch_deadline_s, self.stop_grace_s,
                       self.learn_stall)
+
+    @property
+    def memory_limit_bytes(self) -> int | None:
+        return int(self.memory_limit_mb * (1 << 20)) if self.memory_limit_mb is not None else None
 
     @cached_property
     def ssh_dest(self) -> SSHDest:
@@ -290,6 +298,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "launch_deadline_s": ((int, float), "a number of seconds"),
     "stop_grace_s": ((int, float), "a number of seconds"),
     "min_free_gb": ((int, float), "a number of GiB"),
+    "memory_limit_mb": ((int, float), "a number of MiB"),
     "progress_regex": ((str,), "a regular expression with (?P<step>...), (?P<loss>...) and/or (?P<total>...)"),
     "nodes": ((list,), 'a list of host names or ssh aliases, e.g. ["gpu1", "gpu2"]'),
     "master_addr": ((str,), "the address the other nodes reach the first node at"),

@@ -1,7 +1,9 @@
 """The memory trend (run/evidence/memtrend.py): a steady growth is named with its rate and
 forecast; a warm-up jump, a GC sawtooth and a flat line are not."""
 
-from dflash_tui.run.evidence.memtrend import MemorySeries, Sample, theil_sen, trend
+import json
+
+from dflash_tui.run.evidence.memtrend import WINDOW, MemorySeries, Sample, theil_sen, trend
 
 MB = 1 << 20
 
@@ -64,3 +66,54 @@ def test_series_restarts_on_an_earlier_step():
     assert [x.step for x in m.samples] == [5]
     m.add(21.0, None, MB)
     assert len(m.samples) == 1
+
+
+def test_a_long_series_is_bounded_and_still_spans_the_run():
+    m = MemorySeries()
+    for i in range(10_000):
+        m.add(float(i), i, 1000 * MB + i * MB)
+    assert len(m.samples) <= WINDOW
+    assert m.samples[0].step == 0 and m.samples[-1].step == 9_999
+    t = trend(m.samples, 64 << 30)
+    assert t is not None and t.since_step == 0 and round(t.bytes_per_step / MB) == 1
+
+
+def test_the_same_step_looked_at_again_keeps_its_latest_reading():
+    m = MemorySeries()
+    m.add(0.0, 5, MB)
+    m.add(1.0, 5, 2 * MB)
+    assert [(s.step, s.used) for s in m.samples] == [(5, 2 * MB)]
+
+
+def test_a_one_off_jump_mid_run_is_no_trend():
+    # flat, the first compile's jump at step 2,000, flat again (noisy)
+    s = series([1000 * MB + (i % 3) * MB for i in range(20)] + [3000 * MB + (i % 3) * MB for i in range(20)])
+    assert trend(s, 8 << 30) is None
+
+
+def test_a_noisy_leak_is_found_by_its_median_slope():
+    # +10 MB per look with +-6 MB of noise and one 500 MB spike that falls back
+    vals = [1000 * MB + i * 10 * MB + ((i * 7) % 5 - 2) * 3 * MB for i in range(30)]
+    vals[12] += 500 * MB
+    t = trend(series(vals), 8 << 30)
+    assert t is not None and 8 <= t.bytes_per_step * 100 / MB <= 12
+
+
+def test_series_round_trip_and_malformed_rows():
+    m = MemorySeries()
+    for i in range(8):
+        m.add(float(i), i * 10, i * MB)
+    again = MemorySeries.from_json(json.loads(json.dumps(m.to_json())))
+    assert again.samples == m.samples
+    assert MemorySeries.from_json([[1, "x", 2]]).samples == []
+    assert MemorySeries.from_json([[1, 5, 2], [2, 4, 2]]).samples == []     # steps not rising
+    assert MemorySeries.from_json("nonsense").samples == []
+
+
+def test_a_leak_that_sets_in_later_counts_from_about_where_it_began():
+    # flat for steps 0-1,900, then +12 MiB per 100 steps from step 2,000
+    flat = [4000 * MB + (i % 2) * MB for i in range(20)]
+    leak = [4000 * MB + i * 12 * MB for i in range(1, 21)]
+    t = trend(series(flat + leak), 80 << 30, "GPU total")
+    assert t is not None and 1000 <= t.since_step <= 2100, t
+    assert round(t.bytes_per_step * 100 / MB) == 12
