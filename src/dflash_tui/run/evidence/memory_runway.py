@@ -82,6 +82,10 @@ class MemoryLooks:
         self._limit: HostLimit | None = None
         self._limit_at: float | None = None
         self._gpu_now: dict[int, tuple[int, int | None]] = {}
+        self._gpu_at: float | None = None
+        # (series, its length and newest sample, the limit) -> its trend: a look that added no
+        # sample works nothing out again.
+        self._trends: dict[str, tuple[tuple, Trend | None]] = {}
 
     def _for_run(self, run_id: str | None) -> None:
         if run_id != self.run_id:
@@ -109,6 +113,9 @@ class MemoryLooks:
         self._for_run(run_id)
         if snap is None or snap.error is not None:
             return
+        if self._gpu_at is not None and 0 <= now - self._gpu_at < self.every_s:
+            return
+        self._gpu_at = now
         for g in snap.gpus:
             held = [p.used_memory_bytes for p in g.processes if p.is_run_process and p.used_memory_bytes is not None]
             if not held:
@@ -123,15 +130,25 @@ class MemoryLooks:
             limit = (HostLimit(self.limit_bytes, "memory_limit_mb") if self.limit_bytes is not None
                      else self._limit)
             lb, ls = (limit.bytes, limit.source) if limit is not None else (None, "")
-            host = MemoryUse("host", self._host_used, step, lb, ls, trend(self.host.samples, lb, ls))
+            host = MemoryUse("host", self._host_used, step, lb, ls, self._trend("host", self.host, lb, ls))
         gpus = []
         for index in sorted(self._gpu_now):
             used, total = self._gpu_now[index]
             gpus.append(MemoryUse(f"GPU {index}", used, step, total, "GPU total" if total else "",
-                                  trend(self.gpus[index].samples, total, "GPU total"), gpu=index))
+                                  self._trend(f"GPU {index}", self.gpus[index], total, "GPU total"), gpu=index))
         if host is None and not gpus:
             return None
         return MemoryRunway(host, tuple(gpus))
+
+    def _trend(self, key: str, series: MemorySeries, limit: int | None, source: str) -> Trend | None:
+        s = series.samples
+        mark = (len(s), s[-1] if s else None, limit, source)
+        held = self._trends.get(key)
+        if held is not None and held[0] == mark:
+            return held[1]
+        found = trend(s, limit, source)
+        self._trends[key] = (mark, found)
+        return found
 
     # -- across processes (a later --check continues the series) --------------------------------
 
