@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import RemoteOps
 
-_READ_MAX = 16 << 10
+READ_MAX = 16 << 10
 TOGETHER = 16             # processes whose memory is asked at once (a shell target runs a command each)
 CGROUP_ROOT = "/sys/fs/cgroup"
 # A limit at least this big is no limit (cgroup v1 writes PAGE_COUNTER_MAX rounded to pages).
@@ -76,7 +76,7 @@ def limit_files(cgroup_text: str, root: str = CGROUP_ROOT) -> list[tuple[str, st
 async def _text(ops: RemoteOps, path: str) -> str | None:
     """A small procfs or cgroupfs file's text; None when it is not there or cannot be read."""
     try:
-        chunk = await ops.read(path, 0, _READ_MAX)
+        chunk = await ops.read(path, 0, READ_MAX)
     except TargetError as exc:
         if is_transport_failure(exc):
             raise
@@ -84,8 +84,12 @@ async def _text(ops: RemoteOps, path: str) -> str | None:
     return chunk.data.decode("utf-8", "replace") if chunk.exists else None
 
 
+def pss_path(pid: int) -> str:
+    return f"/proc/{pid}/smaps_rollup"
+
+
 async def _process_memory(ops: RemoteOps, pid: int) -> int | None:
-    text = await _text(ops, f"/proc/{pid}/smaps_rollup")
+    text = await _text(ops, pss_path(pid))
     used = kb_field(text, "Pss") if text else None
     if used is None:
         text = await _text(ops, f"/proc/{pid}/status")

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...remote.ops import RemoteOps
-from .host_memory import HostLimit, host_limit, tree_memory
+from .host_memory import READ_MAX, HostLimit, host_limit, pss_path, tree_memory
 from .memtrend import MemorySeries, Trend, trend
 
 LIMIT_EVERY_S = 60.0
+PREFETCH_PROCS = 64      # processes whose PSS the look's first request reads ahead
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class MemoryLooks:
         self.gpus: dict[int, MemorySeries] = {}
         self._host_at: float | None = None
         self._host_used: int | None = None
+        self._pids: tuple[int, ...] = ()     # the tree's processes at the last look
+        self._due = True                     # the next look is due to sample the host
         self._limit: HostLimit | None = None
         self._limit_at: float | None = None
         self._gpu_now: dict[int, tuple[int, int | None]] = {}
@@ -91,6 +94,14 @@ class MemoryLooks:
         if run_id != self.run_id:
             self._reset(run_id)
 
+    def prefetch(self) -> dict[str, int]:
+        """The reads the next look's first request should carry ({path: max bytes}): the PSS of
+        the tree's processes when that look is due to sample them, so that the agent answers them
+        with the look's other files, in one request."""
+        if not self._due:
+            return {}
+        return {pss_path(p): READ_MAX for p in self._pids[:PREFETCH_PROCS]}
+
     async def look(self, ops: RemoteOps, ev, run_id: str | None) -> MemoryRunway | None:
         """The host's part, sampled when `every_s` passed since the last sample (else the last)."""
         self._for_run(run_id)
@@ -98,11 +109,16 @@ class MemoryLooks:
         if tree is None or not tree.pids:
             return self.runway(ev.now, run_step(ev))
         now, step = ev.now, run_step(ev)
+        self._pids = tree.pids
+        # The look after this one samples when it may come past the cadence (looks come about a
+        # second apart, further while the run is steady: then each look is due).
+        self._due = self._host_at is None or not 0 <= now + 1.5 - self._host_at < self.every_s
         if self._host_at is None or not 0 <= now - self._host_at < self.every_s:
             self._host_at = now
             self._host_used = await tree_memory(ops, tree.pids)
             self.host.add(now, step, self._host_used)
             self.dirty = True
+            self._due = self.every_s <= 1.5
         if self.limit_bytes is None and (self._limit_at is None or not 0 <= now - self._limit_at < LIMIT_EVERY_S):
             self._limit_at = now
             self._limit = await host_limit(ops, tree.pid)

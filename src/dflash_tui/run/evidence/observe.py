@@ -178,6 +178,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     tracker = tracker or ProgressTracker(second_sample=False)
     memory = tracker.looks
     reads.update((path, REPORT_MAX_BYTES) for path in memory.reports)
+    if watched:
+        reads.update(tracker.memory.prefetch())   # the tree's PSS, when this look samples it
     pid = memory.pid
     grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
     ops = await first_look(ops, paths, reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
