@@ -153,3 +153,12 @@ def test_one_container_rule_for_config_and_targets(tmp_path, spec, ok):
             load_config(cfg)
         with pytest.raises(ValueError):
             ContainerTarget(LocalTarget(), spec)
+
+
+def test_memory_limit_mb_is_a_budget_in_mib_and_bad_values_are_one_line(tmp_path):
+    cfg = load_config(write(tmp_path, '[profile.p]\nrun_dir = "/tmp/r"\nmemory_limit_mb = 2048\n'))
+    assert cfg.profiles["p"].memory_limit_bytes == 2048 << 20
+    assert load_config(write(tmp_path, '[profile.p]\nrun_dir = "/tmp/r"\n')).profiles["p"].memory_limit_bytes is None
+    for bad, words in (("0", "out of range"), ("true", "is not a number of MiB"), ('"2G"', "is not a number of MiB")):
+        with pytest.raises(ConfigError, match=f"memory_limit_mb = .*{words}"):
+            load_config(write(tmp_path, f'[profile.p]\nrun_dir = "/tmp/r"\nmemory_limit_mb = {bad}\n'))

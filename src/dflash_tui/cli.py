@@ -265,7 +265,8 @@ class _OneHost:
                 "target": profile.where(), "exit_code": exit_code_of(report),
                 "metrics": metrics_json(report), "progress": progress_json(report),
                 "checkpoints": report.checkpoints.to_json(report.time) if report.checkpoints is not None else None,
-                "runway": {"disk": report.runway.to_json() if report.runway is not None else None},
+                "runway": {"disk": report.runway.to_json() if report.runway is not None else None,
+                           "memory": report.memory.to_json() if report.memory is not None else None},
                 # the watch's (run/verdict/energy.py); --check's extra prices the watcher's goodput too
                 "energy": report.energy.to_json() if report.energy is not None else None,
                 "cost": report.cost.to_json() if report.cost is not None else None,

@@ -50,6 +50,7 @@ _NUMBER_RANGES: dict[str, tuple[float, bool, float]] = {
     "min_free_gb": (0.0, True, float(1 << 20)),
     "cost_per_gpu_hour": (0.0, True, 1e6),
     "cost_per_kwh": (0.0, True, 1e6),
+    "memory_limit_mb": (0.0, False, float(1 << 40)),
 }
 # --wait's ceiling: a day.
 MAX_WAIT_S = 86400.0
@@ -170,6 +171,9 @@ class Profile:
     # directories down): folders relative to run_dir, "~/" the target user's home
     # (run/evidence/checkpoints.py).
     checkpoints: tuple[str, ...] = ()
+    # The run's host memory budget in MiB: its memory runway forecasts against this instead of
+    # its cgroup's limit or the host's MemTotal (run/evidence/memory_runway.py).
+    memory_limit_mb: float | None = None
     # The program's environment (run/launch/environment.py): (NAME, VALUE) pairs, and a file of
     # NAME=VALUE lines on this machine read at each launch (secrets: never written anywhere).
     env: tuple[tuple[str, str], ...] = ()
@@ -188,6 +192,10 @@ class Profile:
         """This profile's limits, built once (a frozen profile never changes them)."""
         return Limits(self.stall_after_s, self.compile_stall_after_s, self.launch_deadline_s, self.stop_grace_s,
                       self.learn_stall)
+
+    @property
+    def memory_limit_bytes(self) -> int | None:
+        return int(self.memory_limit_mb * (1 << 20)) if self.memory_limit_mb is not None else None
 
     @cached_property
     def ssh_dest(self) -> SSHDest:
@@ -298,6 +306,7 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "min_free_gb": ((int, float), "a number of GiB"),
     "cost_per_gpu_hour": ((int, float), "a price per GPU-hour, e.g. 2.5"),
     "cost_per_kwh": ((int, float), "a price per kWh, e.g. 0.3"),
+    "memory_limit_mb": ((int, float), "a number of MiB"),
     "progress_regex": ((str,), "a regular expression with (?P<step>...), (?P<loss>...) and/or (?P<total>...)"),
     "nodes": ((list,), 'a list of host names or ssh aliases, e.g. ["gpu1", "gpu2"]'),
     "master_addr": ((str,), "the address the other nodes reach the first node at"),
@@ -618,7 +627,7 @@ def load_config(path: str | os.PathLike[str] | None = None, schedulers: tuple[Sc
 
 # `[notify] on`: any failing verdict, each verdict of a run that ended well by its own word
 # (FINISHED, STOPPED), a target that does not answer, a run healthy again, and a `warning`: a
-# check that foresees a failure (the disk runway, a torn checkpoint) turned warn or fail while
+# check that foresees a failure (the disk runway, a torn checkpoint, the memory runway) turned warn or fail while
 # the verdict stands (recording/change.py FORESIGHT_CHECKS).
 NOTIFY_EVENTS: tuple[str, ...] = ("failing", *(v.value for v in Verdict if v.ended_well),
                                   TargetState.UNREACHABLE.value, "recovered", "warning")

@@ -25,7 +25,7 @@ TEXT_LIMIT = 400             # any one text field, after `inert`
 RANK_GROUPS_KEPT = 4         # the odd-one-out rank groups a STALLED change keeps
 # Checks that see a failure coming while the verdict stands: their turning warn or fail is a
 # notice (`[notify] on` "warning"), never a recorded change.
-FORESIGHT_CHECKS = frozenset({CheckId.DISK.value, CheckId.CHECKPOINT.value})
+FORESIGHT_CHECKS = frozenset({CheckId.DISK.value, CheckId.CHECKPOINT.value, CheckId.MEMORY.value})
 
 _SEVERITY = {CheckState.FAIL: 0, CheckState.WARN: 1, CheckState.PENDING: 2, CheckState.OK: 3}
 

@@ -145,7 +145,7 @@ def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk
     rec = {"pid": pid, "root": pid_record(pid, walked[0][1] if walked else None, cmdline_raw,
                                           status_raw),
            "procs": 0, "cpu_s": 0.0, "threads": 0, "states": {}, "main_pid": None,
-           "main_argv": [], "clk_tck": clk_tck, "truncated": bool(truncated)}
+           "main_argv": [], "clk_tck": clk_tck, "truncated": bool(truncated), "pids": []}
     rec["root"]["in_run_dir"] = in_run_dir
     ticks = 0
     for i, (p, stat_raw, kids) in enumerate(walked):
@@ -154,6 +154,7 @@ def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk
         except (ValueError, IndexError):
             continue
         rec["procs"] += 1
+        rec["pids"].append(p)
         rec["threads"] += threads
         rec["states"][state] = rec["states"].get(state, 0) + 1
         ticks += t
@@ -525,10 +526,16 @@ def _missing(path, offset):
     return {"path": path, "offset": offset, "data": "", "size": 0, "inode": 0, "exists": False}
 
 
+def _pseudo(path):
+    """A file of the kernel's (procfs, sysfs, cgroupfs): its size is no measure of its text."""
+    return path.startswith(("/proc/", "/sys/"))
+
+
 def op_read(path, offset=0, max_bytes=1 << 20):
     """At most max_bytes (capped at MAX_READ) of a REGULAR file from offset. The open never
     waits (O_NONBLOCK: a FIFO with no writer would block it forever) and anything but a
-    regular file is refused, so no FIFO, device or socket in a run dir can hold the agent."""
+    regular file is refused, so no FIFO, device or socket in a run dir can hold the agent. A
+    file of the kernel's (/proc, /sys) that says 0 bytes is read to its end, up to max_bytes."""
     offset, max_bytes = int(offset), min(int(max_bytes), MAX_READ)
     if offset < 0 or max_bytes < 0:
         raise OpFailed("offset and max_bytes must not be negative")
@@ -543,7 +550,10 @@ def op_read(path, offset=0, max_bytes=1 << 20):
         kind = file_kind(st.st_mode)
         if kind != "file":
             raise _not_regular(path, kind)
-        parts, want = [], min(max_bytes, max(0, st.st_size - offset))
+        want = max(0, st.st_size - offset)
+        if st.st_size == 0 and _pseudo(path):
+            want = max_bytes   # procfs, sysfs, cgroupfs: their files say 0 bytes and hold text
+        parts, want = [], min(max_bytes, want)
         pos = offset
         while want > 0:
             part = os.pread(fd, want, pos)

@@ -76,6 +76,7 @@ class ProcTree:
     main_pid: int | None = None      # the wrapper's child: the program it runs
     main_argv: tuple[str, ...] = ()
     truncated: bool = False          # a tree bigger than the agent's cap (counted in part)
+    pids: tuple[int, ...] = ()       # the processes counted, the wrapper first (walk order)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ else
   set -- $o; size=$1 ino=$2
   if [ "$off" = tail ]; then off=0; [ "$size" -gt "$n" ] && off=$((size - n)); fi
   k=$((size - off)); [ "$k" -gt "$n" ] && k=$n
+  case $size:$p in 0:/proc/*|0:/sys/*) k=$n ;; esac
   printf 'S%s %s %s\0' "$off" "$size" "$ino"
   if [ "$k" -gt 0 ]; then tail -c +$((off + 1)) -- "$p" | head -c "$k" | base64; fi
   printf '\0'

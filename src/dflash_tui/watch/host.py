@@ -97,7 +97,9 @@ class HostWatch(RunWatch):
         if gpus:
             checklist = await self.session.with_gpus(ev, checklist)   # one bounded sample
         elif self.gpus.known:
-            checklist = with_gpu_check(checklist, ev, self.gpus.latest())
+            snap = self.gpus.latest()
+            self.session.note_gpus(ev, snap)
+            checklist = with_gpu_check(checklist, ev, snap)
         report = self.settle(ev, checklist)
         self.gpus.follow(report)
         # A steady run's probe reports are read in turns by the next looks, until it is not.

@@ -29,6 +29,7 @@ from ..remote.base import Target, TargetError
 from ..remote.ops import RemoteOps
 from ..run.evidence.activity import ProgressTracker
 from ..run.evidence.divergence import DivergenceRules
+from ..run.evidence.memory_runway import run_step
 from ..run.attempts import LaunchAttempt, load_attempt, load_local_stop, save_attempt, save_local_stop
 from ..run.launch.canary import CanaryResult, run_canary
 from ..run.verdict.health import with_gpu_check
@@ -36,11 +37,12 @@ from ..run.history import CheckpointRef, HistoryRun, list_runs, newest_checkpoin
 from ..run.launch.launch import LaunchOutcome, LaunchRefused, launch_run, not_launched
 from ..run.launch.launcher import Launcher
 from ..run.launch.request import LaunchRequest, as_request
-from ..run.evidence.observe import Evidence
+from ..run.evidence.observe import Evidence, current_run_id
 from ..run.launch.stop import StopResult
 from ..run.verdict.checklist import Checklist
 from ..run.verdict.energy import priced_energy
 from ..run.verdict.report import RunReport
+from .memory_state import load_memory_series, save_memory_series
 from .transport import SharedTransport
 
 
@@ -76,7 +78,9 @@ class Session:
         self.progress = ProgressTracker(profile.progress_regex, metric_paths=profile.metrics,
                                         divergence=DivergenceRules(profile.watch_series, profile.nan_patience,
                                                                    profile.spike_patience),
-                                        checkpoint_paths=profile.checkpoints)
+                                        checkpoint_paths=profile.checkpoints,
+                                        memory_limit_bytes=profile.memory_limit_bytes)
+        self.progress.memory.restore(load_memory_series(profile))
 
     @property
     def host(self) -> Target:
@@ -140,8 +144,27 @@ class Session:
     # -- the verbs --------------------------------------------------------------------------
 
     async def evidence(self) -> Evidence:
-        return await self.launcher.observe(await self.ops(), self.profile.run_dir, attempt=self.attempt,
-                                           tracker=self.progress, rank=self.rank, local_stop=self.local_stop)
+        ev = await self.launcher.observe(await self.ops(), self.profile.run_dir, attempt=self.attempt,
+                                         tracker=self.progress, rank=self.rank, local_stop=self.local_stop)
+        self._keep_memory()
+        return ev
+
+    def note_gpus(self, ev: Evidence, snap: GpuSnapshot | None) -> None:
+        """The run's memory on each GPU of `snap` into its memory runway (`ev.memory`), while
+        the run's host memory is looked at (a live run's look)."""
+        if snap is None or ev.memory is None:
+            return
+        mem = self.progress.memory
+        step = run_step(ev)
+        mem.note_gpus(ev.now, step, current_run_id(ev), snap)
+        ev.memory = mem.runway(ev.now, step)
+        self._keep_memory()
+
+    def _keep_memory(self) -> None:
+        mem = self.progress.memory
+        if mem.dirty:
+            mem.dirty = False
+            save_memory_series(self.profile, mem.to_json())
 
     async def check(self, *, gpus: bool = False) -> tuple[Evidence, Checklist]:
         """The checklist for the run now; with `gpus`, the "gpus" check too (`with_gpus`)."""
@@ -170,7 +193,9 @@ class Session:
 
     async def with_gpus(self, ev: Evidence, checklist: Checklist) -> Checklist:
         """`checklist` plus the "gpus" check, combined exactly as the dashboard combines it."""
-        return with_gpu_check(checklist, ev, await self.gpu_snapshot(ev))
+        snap = await self.gpu_snapshot(ev)
+        self.note_gpus(ev, snap)
+        return with_gpu_check(checklist, ev, snap)
 
     def with_energy(self, report: RunReport) -> RunReport:
         """`report` with its run's energy since the launch and its cost (run/verdict/energy.py),

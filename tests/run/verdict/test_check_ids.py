@@ -20,4 +20,4 @@ def test_the_ids_are_the_contracts_strings():
     assert {c.value for c in CheckId} >= {
         "launch_cmd", "launch_json", "train_log", "process", "exit", "traceback", "root_cause", "stop",
         "checkpoint", "status", "heartbeat", "threads", "steps", "errors", "progress", "stall_limit",
-        "probe", "probe_files", "stacks", "stragglers", "cpu", "disk", "gpus", "transport", "slurm_job"}
+        "probe", "probe_files", "stacks", "stragglers", "cpu", "disk", "memory", "gpus", "transport", "slurm_job"}

@@ -47,6 +47,7 @@ from .step_clock import StepClock
 from .memory import LookMemory
 from .probe_files import ProbeReports
 from .recent_reads import RecentReads
+from .memory_runway import MemoryLooks
 from .runway import RunwayLooks
 from ..stacks.classify import ThreadClass, classify, own_code, parse_frame
 
@@ -261,7 +262,7 @@ class ProgressTracker:
     def __init__(self, progress_regex: re.Pattern[str] | str | None = None, *,
                  second_sample: bool = True, metric_paths: tuple[str, ...] = (),
                  divergence: DivergenceRules = DivergenceRules(),
-                 checkpoint_paths: tuple[str, ...] = ()) -> None:
+                 checkpoint_paths: tuple[str, ...] = (), memory_limit_bytes: int | None = None) -> None:
         self.progress_regex = progress_regex
         self.divergence_rules = divergence      # a profile's watch_series, nan_patience, spike_patience
         self.second_sample = second_sample
@@ -270,6 +271,9 @@ class ProgressTracker:
         # disk runway of the next ones: judged files are kept across runs in the same dir.
         self.checkpoints = CheckpointLooks(tuple(checkpoint_paths))
         self.runway = RunwayLooks()
+        # The run's host and GPU memory as trends over its steps (a profile's memory_limit_mb
+        # stands in for the host's limit).
+        self.memory = MemoryLooks(limit_bytes=memory_limit_bytes)
         # What was read of train.log and events.jsonl, by this tracker and by any other reader
         # of them that records there (the dashboard's log followers, run/evidence/logtail.py).
         self.reads = RecentReads()

@@ -34,6 +34,7 @@ from .flight_recorder import gather_collectives, gather_root_cause, holds_distri
 from .memory import LookMemory
 from ..stacks.records import HangEvidence
 from .probe_files import REPORT_MAX_BYTES, ProbeReports, gather_probes
+from .memory_runway import MemoryRunway
 from .runway import DiskRunway
 from .stack_dumps import gather_stack_dumps
 from .tracebacks import last_traceback
@@ -80,6 +81,9 @@ class Evidence:
     # for (a one-shot look of the stop and launch paths, a history run).
     checkpoints: CheckpointsView | None = None
     runway: DiskRunway | None = None
+    # The run's host memory and each GPU's held by its processes, as trends over its steps
+    # (run/evidence/memory_runway.py); None when not looked at (a one-shot look, an ended run).
+    memory: MemoryRunway | None = None
     # What a scheduler's backend observed beside the run dir (backends/<name>/: Slurm's job),
     # opaque here: only that backend's `observe` fills it and its `judge` reads it.
     scheduler: object = None
@@ -174,6 +178,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     tracker = tracker or ProgressTracker(second_sample=False)
     memory = tracker.looks
     reads.update((path, REPORT_MAX_BYTES) for path in memory.reports)
+    if watched:
+        reads.update(tracker.memory.prefetch())   # the tree's PSS, when this look samples it
     pid = memory.pid
     grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
     ops = await first_look(ops, paths, reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
@@ -270,6 +276,8 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         await _observe_activity(ops, ev, tracker)
         if watched:
             await _observe_checkpoints(ops, ev, tracker)
+            if not wrapper_gone and ev.exit is None:
+                ev.memory = await tracker.memory.look(ops, ev, run_id)
     if (ev.launch is not None and not wrapper_gone and ev.stop is None and run_id is not None
             and not one_answer(ops)):
         # Read at more than one instant (one question at a time, or stacks dumped on request):

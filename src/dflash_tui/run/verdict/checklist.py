@@ -52,6 +52,7 @@ class CheckId(StrEnum):
     LOSS = "loss"                  # the watched training loss: NaN, a sustained spike (DIVERGED), a lone spike
     CPU = "cpu"
     DISK = "disk"
+    MEMORY = "memory"              # the run's host and GPU memory: a steady growth and when it is full
     GPUS = "gpus"
     # The node's GPUs fit to run on (ECC, remaps, PCIe link, Xid, clocks): the preflight's and
     # the run's (run/verdict/gpu_health.py)
@@ -113,6 +114,7 @@ _LABELS = {
     CheckId.LOSS: "Training loss (divergence)",
     CheckId.CPU: "CPU (process tree)",
     CheckId.DISK: "Disk space (run dir)",
+    CheckId.MEMORY: "Memory runway",
     CheckId.GPUS: "GPUs in use by the run",
     CheckId.GPU_HEALTH: "GPU health",
     CheckId.TRANSPORT: "Target reachable",

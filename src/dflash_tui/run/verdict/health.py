@@ -20,6 +20,7 @@ from .checks.ended import (checkpoint_check, exit_check, killed_by_signal, no_ex
                            stopped_checks, stopping_check, traceback_check)
 from .checks.checkpoints import checkpoint_check as checkpoint_check_of, runway_check
 from .checks.gpus import gpus_check
+from .checks.memory import memory_check
 from .checks.loss import loss_check
 from .checks.launch import (DISK_HINT, last_line, launch_cmd_check, launch_json_check, launch_json_missing_check,
                             launch_json_waiting_check, never_started_cause, nothing_launched_check,
@@ -111,9 +112,11 @@ def evaluate(ev: Evidence, limits: Limits = Limits(), *, stop_slack_s: float = S
     a failing "disk" check and the first words of a failing verdict's summary.
     The run's checkpoints (run/evidence/checkpoints.py) give the "checkpoint" check and, while it
     lives, the disk runway of the next ones the "disk" check (warn: the one after the next
-    cannot fit; fail: the next cannot); neither changes the verdict.
+    cannot fit; fail: the next cannot); neither changes the verdict. While it lives, its host
+    memory and its memory on each GPU give the "memory" check (warn: a steady growth fills its
+    limit within the hour); it never changes the verdict.
     """
-    return _with_bad_files(_with_loss(_with_checkpoints(_judge(ev, limits, stop_slack_s, memory if memory is not None else LookMemory()), ev), ev), ev)
+    return _with_bad_files(_with_loss(_with_memory(_with_checkpoints(_judge(ev, limits, stop_slack_s, memory if memory is not None else LookMemory()), ev), ev), ev), ev)
 
 
 def _with_loss(cl: Checklist, ev: Evidence) -> Checklist:
@@ -143,6 +146,13 @@ def _with_checkpoints(cl: Checklist, ev: Evidence) -> Checklist:
                          runway_check(ev.runway) if alive else None)
              if c is not None and c.id not in have]
     return cl.with_parts(checks=[*cl.checks, *extra]) if extra else cl
+
+
+def _with_memory(cl: Checklist, ev: Evidence) -> Checklist:
+    """The checklist with the run's memory runway (`memory`, run/verdict/checks/memory.py) while
+    it lives: a warn when a steady growth fills its limit within the hour; never the verdict."""
+    check = memory_check(ev.memory) if cl.verdict.alive else None
+    return cl.with_parts(checks=[*cl.checks, check]) if check is not None else cl
 
 
 def _with_bad_files(cl: Checklist, ev: Evidence) -> Checklist:
@@ -528,13 +538,17 @@ def with_gpu_check(checklist: Checklist, ev: Evidence, snap: GpuSnapshot | None)
     else of the run's GPUs as devices, with the power against its limit and the SM clock
     against its top, or "but drawing 80 W of 700 W: a kernel that spins, not compute"
     (run/verdict/gpu_facts.py). The "gpu_health" check (run/verdict/gpu_health.py) goes with
-    it and never changes the verdict. The sample's GPUs go with the checklist (`gpus`, for
+    it and never changes the verdict; so does "memory", made again from `ev.memory`, which holds
+    this snapshot's GPUs where the caller noted them. The sample's GPUs go with the checklist (`gpus`, for
     `--check --json`). A warn or pending GPU check never changes the verdict,
     and a run that already ended keeps the verdict its own evidence gives.
     """
     alive = process_matches(ev.launch, ev.proc) if ev.launch is not None else None
     gpus = gpus_check(snap, ev, alive)
-    checks = [*checklist.checks, gpus]
+    # The memory runway again: the snapshot's GPUs joined the host's memory in `ev.memory`
+    # (the caller noted them: watch/session.py `note_gpus`).
+    checks = [*_with_memory(checklist.with_parts(checks=[c for c in checklist.checks if c.id != CheckId.MEMORY]),
+                            ev).checks, gpus]
     if snap is not None and snap.gpus and snap.error is None:
         # The node's GPU health, where its GPUs were read (no GPU, no driver, a lost GPU: "gpus"
         # says it once), before "gpus", which stays the last check (scripts read it there).

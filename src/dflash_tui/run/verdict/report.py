@@ -13,6 +13,7 @@ from ..evidence.activity import Activity
 from ..evidence.checkpoints import CheckpointsView
 from ..evidence.metric_files.reader import MetricsView
 from ..evidence.observe import Evidence, process_matches
+from ..evidence.memory_runway import MemoryRunway
 from ..evidence.runway import DiskRunway
 from ..evidence.step_clock import eta_s
 from .checklist import Checklist
@@ -105,6 +106,7 @@ class RunReport:
     # is without the watcher's goodput (recording/outside.py adds it).
     energy: RunEnergy | None = None
     cost: RunCost | None = None
+    memory: MemoryRunway | None = None          # host and GPU memory trends (run/evidence/memory_runway.py)
 
 
 def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_label: str,
@@ -122,4 +124,4 @@ def report_from(ev: Evidence, checklist: Checklist, *, profile: str, target_labe
         uptime_s=(ev.now - ev.launch.start_time) if ev.launch is not None and alive else None,
         connected=True, stale_since=None, error=None, last_traceback=ev.last_traceback,
         progress=RunProgress.of(ev), activity=ev.activity, probes=list(ev.probes), metrics=ev.metrics,
-        checkpoints=ev.checkpoints, runway=ev.runway)
+        checkpoints=ev.checkpoints, runway=ev.runway, memory=ev.memory)

@@ -1,0 +1,186 @@
+"""Memory runway: the run's host memory and each GPU's memory held by the run's processes, as
+trends over the run's steps (run/evidence/memtrend.py), each with its limit and forecast.
+
+Host: the PSS of the run's process tree against the lowest cgroup limit it is in, else the host's
+MemTotal (run/evidence/host_memory.py), or a profile's `memory_limit_mb` where one is set; read
+at most every `every_s` seconds (the limit once a minute). GPU: the memory NVML says the run's
+processes hold on each GPU (the GPU sample's per-process usage), against the GPU's total. The
+`memory` check reads it (run/verdict/checks/memory.py); the series survive a `--check` process
+through `to_json`/`restore` (watch/session.py keeps them in the state directory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...remote.ops import RemoteOps
+from .host_memory import READ_MAX, HostLimit, host_limit, pss_path, tree_memory
+from .memtrend import MemorySeries, Trend, trend
+
+LIMIT_EVERY_S = 60.0
+PREFETCH_PROCS = 64      # processes whose PSS the look's first request reads ahead
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """One quantity now: the run's host memory ("host") or its memory on one GPU ("GPU 3")."""
+    name: str
+    used: int
+    step: int | None
+    limit: int | None
+    limit_source: str
+    trend: Trend | None            # a steady growth, with its forecast; None when there is none
+    gpu: int | None = None
+
+    def to_json(self) -> dict:
+        return {**({"gpu": self.gpu} if self.gpu is not None else {}),
+                "used_bytes": self.used, "step": self.step, "limit_bytes": self.limit,
+                "limit_source": self.limit_source or None,
+                "growth": self.trend.to_json() if self.trend is not None else None}
+
+
+@dataclass(frozen=True)
+class MemoryRunway:
+    host: MemoryUse | None = None
+    gpus: tuple[MemoryUse, ...] = ()
+
+    @property
+    def uses(self) -> tuple[MemoryUse, ...]:
+        return ((self.host,) if self.host is not None else ()) + self.gpus
+
+    def to_json(self) -> dict:
+        return {"host": self.host.to_json() if self.host is not None else None,
+                "gpus": [g.to_json() for g in self.gpus]}
+
+
+def run_step(ev) -> int | None:
+    """The run's step as its richest source says it (status.json, else the log's or events', else
+    a metric file's); the x of every memory trend."""
+    if ev.status is not None and ev.status.step > 0:
+        return ev.status.step
+    act = ev.activity
+    if act is not None and act.step is not None:
+        return act.step
+    mp = ev.metrics.progress if ev.metrics is not None else None
+    return mp.step if mp is not None else None
+
+
+class MemoryLooks:
+    """One run's memory series across looks; a new run id starts them afresh."""
+
+    def __init__(self, every_s: float = 5.0, limit_bytes: int | None = None) -> None:
+        self.every_s = every_s
+        self.limit_bytes = limit_bytes       # a profile's memory_limit_mb: the host's limit stand-in
+        self._reset(None)
+
+    def _reset(self, run_id: str | None) -> None:
+        self.run_id = run_id
+        self.dirty = False                   # a sample was added since the series were last kept
+        self.host = MemorySeries()
+        self.gpus: dict[int, MemorySeries] = {}
+        self._host_at: float | None = None
+        self._host_used: int | None = None
+        self._pids: tuple[int, ...] = ()     # the tree's processes at the last look
+        self._due = True                     # the next look is due to sample the host
+        self._limit: HostLimit | None = None
+        self._limit_at: float | None = None
+        self._gpu_now: dict[int, tuple[int, int | None]] = {}
+        self._gpu_at: float | None = None
+        # (series, its length and newest sample, the limit) -> its trend: a look that added no
+        # sample works nothing out again.
+        self._trends: dict[str, tuple[tuple, Trend | None]] = {}
+
+    def _for_run(self, run_id: str | None) -> None:
+        if run_id != self.run_id:
+            self._reset(run_id)
+
+    def prefetch(self) -> dict[str, int]:
+        """The reads the next look's first request should carry ({path: max bytes}): the PSS of
+        the tree's processes when that look is due to sample them, so that the agent answers them
+        with the look's other files, in one request."""
+        if not self._due:
+            return {}
+        return {pss_path(p): READ_MAX for p in self._pids[:PREFETCH_PROCS]}
+
+    async def look(self, ops: RemoteOps, ev, run_id: str | None) -> MemoryRunway | None:
+        """The host's part, sampled when `every_s` passed since the last sample (else the last)."""
+        self._for_run(run_id)
+        tree = ev.tree
+        if tree is None or not tree.pids:
+            return self.runway(ev.now, run_step(ev))
+        now, step = ev.now, run_step(ev)
+        self._pids = tree.pids
+        # The look after this one samples when it may come past the cadence (looks come about a
+        # second apart, further while the run is steady: then each look is due).
+        self._due = self._host_at is None or not 0 <= now + 1.5 - self._host_at < self.every_s
+        if self._host_at is None or not 0 <= now - self._host_at < self.every_s:
+            self._host_at = now
+            self._host_used = await tree_memory(ops, tree.pids)
+            self.host.add(now, step, self._host_used)
+            self.dirty = True
+            self._due = self.every_s <= 1.5
+        if self.limit_bytes is None and (self._limit_at is None or not 0 <= now - self._limit_at < LIMIT_EVERY_S):
+            self._limit_at = now
+            self._limit = await host_limit(ops, tree.pid)
+        return self.runway(now, step)
+
+    def note_gpus(self, now: float, step: int | None, run_id: str | None, snap) -> None:
+        """Each GPU's memory held by the run's processes, from one GPU snapshot."""
+        self._for_run(run_id)
+        if snap is None or snap.error is not None:
+            return
+        if self._gpu_at is not None and 0 <= now - self._gpu_at < self.every_s:
+            return
+        self._gpu_at = now
+        for g in snap.gpus:
+            held = [p.used_memory_bytes for p in g.processes if p.is_run_process and p.used_memory_bytes is not None]
+            if not held:
+                continue
+            self._gpu_now[g.index] = (sum(held), g.mem_total_bytes)
+            self.gpus.setdefault(g.index, MemorySeries()).add(now, step, sum(held))
+            self.dirty = True
+
+    def runway(self, now: float, step: int | None) -> MemoryRunway | None:
+        host = None
+        if self._host_used is not None:
+            limit = (HostLimit(self.limit_bytes, "memory_limit_mb") if self.limit_bytes is not None
+                     else self._limit)
+            lb, ls = (limit.bytes, limit.source) if limit is not None else (None, "")
+            host = MemoryUse("host", self._host_used, step, lb, ls, self._trend("host", self.host, lb, ls))
+        gpus = []
+        for index in sorted(self._gpu_now):
+            used, total = self._gpu_now[index]
+            gpus.append(MemoryUse(f"GPU {index}", used, step, total, "GPU total" if total else "",
+                                  self._trend(f"GPU {index}", self.gpus[index], total, "GPU total"), gpu=index))
+        if host is None and not gpus:
+            return None
+        return MemoryRunway(host, tuple(gpus))
+
+    def _trend(self, key: str, series: MemorySeries, limit: int | None, source: str) -> Trend | None:
+        s = series.samples
+        mark = (len(s), s[-1] if s else None, limit, source)
+        held = self._trends.get(key)
+        if held is not None and held[0] == mark:
+            return held[1]
+        found = trend(s, limit, source)
+        self._trends[key] = (mark, found)
+        return found
+
+    # -- across processes (a later --check continues the series) --------------------------------
+
+    def to_json(self) -> dict:
+        return {"run_id": self.run_id, "host": self.host.to_json(),
+                "gpus": {str(i): s.to_json() for i, s in self.gpus.items()}}
+
+    def restore(self, data: object) -> None:
+        """The series `to_json` wrote, where they are of a run; anything malformed is ignored.
+        The next look samples the host at once: what it holds now is this process's to read."""
+        if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+            return
+        self._reset(data["run_id"])
+        self.host = MemorySeries.from_json(data.get("host") or [])
+        gpus = data.get("gpus")
+        if isinstance(gpus, dict):
+            for k, rows in gpus.items():
+                if isinstance(k, str) and k.isdigit():
+                    self.gpus[int(k)] = MemorySeries.from_json(rows or [])

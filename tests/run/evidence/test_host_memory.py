@@ -1,0 +1,67 @@
+"""The run's host memory on the target (run/evidence/host_memory.py): the cgroup files that bind a
+process, their values, and real reads of procfs through the agent and the shell ops (whose
+files say 0 bytes and hold text)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dflash_tui.remote.agent import open_ops
+from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.evidence.host_memory import host_limit, kb_field, limit_files, limit_value, tree_memory
+
+MB = 1 << 20
+
+
+def test_the_limit_files_of_cgroup_v2_and_v1_innermost_first():
+    assert limit_files("0::/user.slice/job-7\n") == [
+        ("/sys/fs/cgroup/user.slice/job-7/memory.max", "cgroup memory.max"),
+        ("/sys/fs/cgroup/user.slice/memory.max", "cgroup memory.max"),
+        ("/sys/fs/cgroup/memory.max", "cgroup memory.max")]
+    v1 = "9:pids:/\n4:memory:/docker/abc\n1:cpu,cpuacct:/docker/abc\n0::/\n"
+    assert [p for p, _ in limit_files(v1)] == [
+        "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "/sys/fs/cgroup/memory/docker/memory.limit_in_bytes",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max"]
+    assert limit_files("garbage\n\n") == [] and limit_files("0::/../..\n") == [
+        ("/sys/fs/cgroup/memory.max", "cgroup memory.max")]
+
+
+def test_limit_values_and_kb_fields():
+    assert limit_value("1073741824\n") == 1 << 30
+    assert limit_value("max\n") is None and limit_value("9223372036854771712\n") is None
+    assert limit_value("") is None and limit_value("-1") is None
+    assert kb_field("Rss:  2048 kB\nPss:   1024 kB\n", "Pss") == 1 << 20
+    assert kb_field("MemTotal:       16318748 kB\n", "MemTotal") == 16318748 * 1024
+    assert kb_field("Pss: lots kB\n", "Pss") is None and kb_field("", "Pss") is None
+
+
+@pytest.mark.parametrize("prefer", ["agent", "shell"])
+async def test_a_real_tree_memory_grows_with_what_it_holds_and_the_limit_reads(prefer):
+    ops = await open_ops(LocalTarget(), python=sys.executable, prefer=prefer)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; b = bytearray(b'1' * (64 << 20)); sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    small = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        for _ in range(100):      # until the child has touched its 64 MiB
+            big = await tree_memory(ops, (child.pid,))
+            if big is not None and big >= 64 * MB:
+                break
+            await asyncio.sleep(0.05)
+        base = await tree_memory(ops, (small.pid,))
+        assert base is not None and big is not None and big - base >= 60 * MB, (big, base)
+        both = await tree_memory(ops, (child.pid, small.pid, 999_999_999))   # a gone pid counts nothing
+        assert abs(both - (big + base)) < 8 * MB
+        assert await tree_memory(ops, (999_999_999,)) is None
+        limit = await host_limit(ops, os.getpid())
+        assert limit is not None and limit.bytes > 64 * MB
+        assert limit.source in ("host MemTotal", "cgroup memory.max", "cgroup memory.limit_in_bytes")
+    finally:
+        for p in (child, small):
+            p.kill()
+            p.wait()
+        await ops.close()
