@@ -26,7 +26,7 @@ import time
 from typing import Sequence
 
 from ..contract.rundir import (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, EXIT_JSON, FR_DUMP_PREFIX, LAUNCH_JSON,
-                                 LAUNCH_OUT, LAUNCH_SH, PROBE_DIR, PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG,
+                                 LAUNCH_OUT, LAUNCH_SH, LOG_GROWTH, LOG_GROWTH_EVERY_S, LOG_GROWTH_KEEP, PROBE_DIR, PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG,
                                  inert_text)
 
 # launch.sh names its run id on this line, so a reader can tell which launch a wrapper belongs to
@@ -90,6 +90,28 @@ write_json {launch_json} "{{$STATIC_JSON,\"pid\":$pid,\"pgid\":$pgid,\"start_tic
 if [ -n "$log_error" ]; then
   echo "dflash-tui: not starting the trainer: $log_error" >&2
   exit 3
+fi
+
+# When train.log grows, beside it (the pace a first look reads): a loop outside the program's
+# process tree (double-forked, output to /dev/null) that ends within one sample of the wrapper.
+# One line per growth it sees, the newest {growth_keep} at most; the size read first, so a line's
+# time is never before its size was there.
+GROWTH="$RUN_DIR/{log_growth}"
+if : >"$GROWTH" 2>/dev/null && [ -r /proc/uptime ]; then
+  ( ( _last=-1; _n=0
+      while kill -0 "$pid" 2>/dev/null; do
+        set -- $(wc -c <"$LOG" 2>/dev/null)
+        if [ -n "${{1:-}}" ] && [ "$1" != "$_last" ]; then
+          read -r _up _idle </proc/uptime
+          echo "$_up $1" >>"$GROWTH"
+          _last=$1; _n=$((_n + 1))
+          if [ "$_n" -ge {growth_keep} ]; then
+            tail -n {growth_half} "$GROWTH" >"$GROWTH.tmp" && mv -f "$GROWTH.tmp" "$GROWTH"
+            _n={growth_half}
+          fi
+        fi
+        sleep {growth_every} 2>/dev/null || sleep 1
+      done ) </dev/null >/dev/null 2>&1 & )
 fi
 
 # 3. the trainer, in the foreground
@@ -214,6 +236,10 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         train_log=TRAIN_LOG,
         launch_json=LAUNCH_JSON,
         exit_json=EXIT_JSON,
+        log_growth=LOG_GROWTH,
+        growth_keep=LOG_GROWTH_KEEP,
+        growth_half=LOG_GROWTH_KEEP // 2,
+        growth_every=LOG_GROWTH_EVERY_S,
         version=SCHEMA_VERSION,
         argv=" ".join(shlex.quote(a) for a in argv),
         line_buffered="" if is_python(argv) else _STDBUF,

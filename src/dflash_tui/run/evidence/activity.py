@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ...contract.rundir import (EVENTS_JSONL, LAUNCH_JSON, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
-                               SchemaError, parse_event)
+from ...contract.rundir import (EVENTS_JSONL, LAUNCH_JSON, LOG_GROWTH, PROBE_INTERVAL_S, TRAIN_LOG, EventKind,
+                               ProbeReport, SchemaError, parse_event, parse_log_growth)
 from ...remote.base import TRANSPORT_FAILURES, TargetError
 from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from ..eager import gather_eager
@@ -41,7 +41,7 @@ from .log_series import LogSeries
 from .metric_files.reader import MetricFiles, MetricsView
 from .metric_point import MetricPoint
 from .progress import LogProgress, ProgressParser
-from .pace import Pace, line_intervals, step_times
+from .pace import Pace, growth_step_times, line_intervals, step_times
 from ..stacks.pauses import known_pause
 from .step_clock import StepClock
 from .memory import LookMemory
@@ -158,6 +158,10 @@ _STATE_WORDS = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O wa
 
 def states_words(tree: ProcTree) -> str:
     return ", ".join(f"{n} {_STATE_WORDS.get(s, s)}" for s, n in tree.states)
+
+
+async def _no_growths() -> list[tuple[float, int]]:
+    return []
 
 
 class _FileCursor:
@@ -320,6 +324,8 @@ class ProgressTracker:
         # collective, the collective it waited in last, its share of them)
         self._waits: dict[int, tuple[int, collections.deque[bool], str, WaitShare]] = {}
         self._pace = Pace()
+        self._growth_inode: int | None = None
+        self.log_growth_note = ""   # what of LOG_GROWTH was skipped (contract/rundir.py parse_log_growth)
 
     @property
     def progress(self) -> LogProgress:
@@ -363,11 +369,13 @@ class ProgressTracker:
             self._start(run_id)
         log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
         launched = files.get(LAUNCH_JSON)
-        (log_data, restarted), (ev_data, _), _, _ = await gather_eager(
+        log_grows = log is not None and log.exists and not log.is_dir and log.size != self._log.offset
+        (log_data, restarted), (ev_data, _), _, _, growths = await gather_eager(
             self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
             self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
             self._ask_disk(ops, run_dir, now),
-            self.metric_files.poll(ops, run_dir, now, launched.mtime if launched and launched.exists else None))
+            self.metric_files.poll(ops, run_dir, now, launched.mtime if launched and launched.exists else None),
+            self._read_growths(ops, run_dir) if log_grows else _no_growths())
         if log is not None:
             if restarted:
                 self.parser.reset()
@@ -376,6 +384,8 @@ class ProgressTracker:
             if log_data:
                 if self.samples == 0:   # a first look: the pace its log lines' own times show
                     self._pace.took(line_intervals(log_data))
+                if growths and self._log.offset is not None:
+                    self._pace.grew(growth_step_times(growths, log_data, self._log.offset - len(log_data)))
                 self.parser.feed(log_data)
                 self.divergence.feed("loss", TRAIN_LOG, self.parser.take_losses())
                 self.log_series.feed(log_data)
@@ -530,6 +540,22 @@ class ProgressTracker:
         if before is not None and p.time - before[0] > 0.2:
             rate = max(0.0, p.cpu_s - before[1]) / (p.time - before[0])
         self._proc_cpu[p.pid] = (p.time, p.cpu_s, rate if rate is not None else (before[2] if before else None))
+
+    async def _read_growths(self, ops: RemoteOps, run_dir: str) -> list[tuple[float, int]]:
+        """When train.log grew (the wrapper's LOG_GROWTH: a few KiB), [] when there is none."""
+        try:
+            chunk = await ops.read(posixpath.join(run_dir, LOG_GROWTH), 0, 64 << 10)
+        except TRANSPORT_FAILURES:
+            raise
+        except TargetError:
+            return []
+        if not chunk.exists:
+            return []
+        if chunk.inode != self._growth_inode:
+            self._growth_inode = chunk.inode
+            self._pace.forget_growth()
+        growths, self.log_growth_note = parse_log_growth(chunk.data.decode("utf-8", "replace"))
+        return growths
 
     async def _read(self, ops: RemoteOps, path: str, st: FileStat | None,
                     cursor: _FileCursor) -> tuple[bytes, bool]:

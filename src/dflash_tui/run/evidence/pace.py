@@ -15,10 +15,18 @@ of events.jsonl's newest window show, each at its own time (`step_times`), and t
 log window's step lines that begin with their own time, as Python's logging and Megatron print
 them ("2026-12-05 04:31:00,123 step 40 loss 0.51", "[2026-12-05 04:31:00] iteration 40/ 500 |":
 `line_intervals`); pauses included, which can only make the limit longer.
+
+Where the wrapper keeps when train.log grew (contract/rundir.py LOG_GROWTH: the target's uptime
+and the log's size, sampled every 0.25 s), every look also reads the step lines' own cadence:
+a step line's time is the first growth that held its end (`growth_step_times`), so a growth
+that held no step line (a warning, a quiet program's nothing) is no step, and one look that
+sees twenty steps at once learns their twenty intervals (`Pace.grew`). Those times are the
+target's uptime, apart from the look's clock: only their differences are used.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import re
 from datetime import datetime, timezone
@@ -37,13 +45,16 @@ class Pace:
         self._last: float | None = None
         self._intervals: collections.deque[float] = collections.deque(maxlen=recent)
         self._paused = False     # a look saw a known pause since the newest progress
+        self._grew_last: float | None = None   # the newest step growth's time (target uptime)
+        self._grew_now = False   # this look's growths gave its intervals: the look's own is coarser
 
     def saw(self, t: float | None) -> None:
         """The newest progress time a look saw (None: none yet). The same time again, or an
         older one (a log rewritten), adds no interval."""
         if t is None:
             return
-        if self._last is not None and t > self._last and not self._paused:
+        grew, self._grew_now = self._grew_now, False
+        if self._last is not None and t > self._last and not self._paused and not grew:
             self._intervals.append(t - self._last)
         if self._last is None or t > self._last:
             self._last, self._paused = t, False
@@ -56,6 +67,25 @@ class Pace:
         """Intervals a first look read off the program's own clock (its log lines' times): they
         say the pace, not when the newest progress was, as that clock may not be the target's."""
         self._intervals.extend(intervals)
+
+    def grew(self, times: list[float]) -> None:
+        """The step lines' times the log's growths show (target uptime, oldest first): each one
+        newer than the newest seen adds its interval; the first after a known pause is the
+        pause's, and left out. Call before `saw` of the same look."""
+        new = [t for t in times if self._grew_last is None or t > self._grew_last]
+        if not new:
+            return
+        if self._grew_last is not None:
+            new.insert(0, self._grew_last)
+        intervals = [b - a for a, b in zip(new, new[1:])]
+        if self._paused and intervals:
+            intervals = intervals[1:]
+        self._intervals.extend(intervals)
+        self._grew_last, self._grew_now = new[-1], bool(intervals) or self._grew_now
+
+    def forget_growth(self) -> None:
+        """A new log growth file (a relaunch, a reboot: another uptime): its times start afresh."""
+        self._grew_last = None
 
     @property
     def intervals(self) -> tuple[float, ...]:
@@ -105,3 +135,27 @@ def step_times(data: bytes) -> list[float]:
         if e.get("kind") == EventKind.STEP.value:
             times.append(e["time"])
     return sorted(times)
+
+
+def growth_step_times(growths: list[tuple[float, int]], data: bytes, start: int) -> list[float]:
+    """The times of the step lines that end in `data` (the log's bytes from offset `start`),
+    each the time of the first growth that held its end (`growths`: [(time, size)], oldest
+    first, contract/rundir.py parse_log_growth), oldest first, one per growth. A line that ended
+    before the oldest growth kept, or after the newest, has no time here."""
+    if len(growths) < 2:
+        return []
+    sizes = [size for _, size in growths]
+    times: list[float] = []
+    pos = 0
+    for line in data.split(b"\n")[:-1]:     # the last piece has no end yet
+        end = start + pos + len(line)          # the offset of its newline
+        pos += len(line) + 1
+        if end < sizes[0] or parse_text(line.decode("utf-8", "replace")).step is None:
+            continue
+        i = bisect.bisect_right(sizes, end)    # the first growth past its newline
+        if i == len(sizes):
+            break
+        t = growths[i][0]
+        if not times or t > times[-1]:
+            times.append(t)
+    return times
