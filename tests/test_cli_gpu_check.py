@@ -129,6 +129,14 @@ def test_lost_gpu_fails_the_check_and_a_live_run(tmp_path):
         assert out["verdict"] == "RUNNING" and out["gpus"][0]["spinning"], res.stdout
         assert gpus_of(out)["cause"].endswith(
             "100 % SM (the whole device) but drawing 76 W of 700 W: a kernel that spins, not compute"), gpus_of(out)
+        # Another program's kernel spins on the GPU the run shares: not the run's spinning, and said shared.
+        other = {"DFLASH_FAKE_NVML_PROCS": f"0:{run_pid(run_dir)}:{20 << 30},0:{os.getpid()}:{1 << 30}"}
+        res = cli(tmp_path, "--config", str(cfg), "--check", "--json",
+                  env={**FAKE, **other, "DFLASH_FAKE_NVML_SPIN": "0"})
+        out = json.loads(res.stdout)
+        assert out["verdict"] == "RUNNING" and not out["gpus"][0]["spinning"] and out["gpus"][0]["shared"], res.stdout
+        assert gpus_of(out)["cause"].endswith("shared with another program's processes"), gpus_of(out)
+        assert "spins" not in gpus_of(out)["cause"], gpus_of(out)
         # A driver that gives neither power nor the clock's top: left out, no error, never "spins".
         res = cli(tmp_path, "--config", str(cfg), "--check", "--json",
                   env={**FAKE, **procs, "DFLASH_FAKE_NVML_SPIN": "0",

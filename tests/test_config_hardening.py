@@ -131,3 +131,12 @@ def test_no_suggestion_when_nothing_is_close_and_a_profile_typo_on_the_command_l
     cfg = profile(tmp_path, "", name="gpu-main")
     assert "no profile named 'gpu-mian'; did you mean 'gpu-main'?" in usage_error(
         tmp_path, "--config", str(cfg), "--profile", "gpu-mian", "--check")
+
+
+def test_checkpoints_folders_are_checked_in_one_line(tmp_path):
+    for body, words in (('checkpoints = ["ckpt/\\u001b[2J"]', "control character"),
+                        ('checkpoints = ["ok/", ""]', "empty entry"),
+                        ('checkpoints = ["~root/out"]', '"~/"'),
+                        ('checkpoints = "ckpt/"', "a list of folders")):
+        line = usage_error(tmp_path, "--config", str(profile(tmp_path, body)), "--check")
+        assert words in line and "checkpoints" in line and "\n" not in line, (body, line)

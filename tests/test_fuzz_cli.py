@@ -87,6 +87,8 @@ def toml_value(rng: random.Random, key: str, ctx: dict) -> str:
                                       ".a", "a" * 64 + ".x", "ab." * 90, "é..x"]))
     if key == "progress_regex" and roll < 0.9:
         return json.dumps(rng.choice(REGEXES))
+    if key == "metrics" and roll < 0.85:       # paths with escapes and C1 controls: refused, exit 2
+        return json.dumps([rng.choice(["runs/", "~/tb", "trackio"]) + rng.choice(ESCAPES + ["", "\x85", "\x9b31m"])])
     if key == "container" and roll < 0.85:
         return json.dumps(rng.choice(["pct:200", "pct:", "docker:", "docker:-x", "lxc:1", "pct:1\n", "docker:a b"]))
     pool = [json.dumps(rng.choice(HOSTILE_STRINGS)), rng.choice(NUMBERS), "true", "[]", '["x", 1]', "{}",
@@ -96,7 +98,7 @@ def toml_value(rng: random.Random, key: str, ctx: dict) -> str:
 
 KEYS = ["host", "user", "port", "identity_file", "container", "run_dir", "python", "train_args", "command",
         "known_hosts", "ssh_config", "stall_after_s", "compile_stall_after_s", "launch_deadline_s",
-        "stop_grace_s", "min_free_gb", "progress_regex", "bogus_key"]
+        "stop_grace_s", "min_free_gb", "progress_regex", "metrics", "bogus_key"]
 NAMES = ["p", "gpu1", "local", '"a b"', '"x\\ny"', '"-lead"', '"é"', '"a.b"', "_", '"' + "n" * 300 + '"']
 
 
@@ -212,6 +214,45 @@ def write_run_file(rng: random.Random, run: Path, name: str) -> str:
     return how
 
 
+def _endless_sqlite(path: Path) -> None:
+    """A store whose `metrics` and `runs` are recursive views that never end."""
+    import sqlite3
+    if path.exists():           # the same kind drawn twice for one run dir
+        return
+    con = sqlite3.connect(path)
+    endless = ("WITH RECURSIVE c(id, run_name, step, metrics, run_uuid, start_time) AS (SELECT 1, 'r', 0, '{}', "
+               "'r', 1 UNION ALL SELECT id + 1, run_name, step + 1, metrics, run_uuid, start_time + 1 FROM c) "
+               "SELECT * FROM c")
+    con.execute(f"CREATE VIEW metrics AS {endless}")
+    con.execute(f"CREATE VIEW runs AS {endless}")
+    con.commit()
+    con.close()
+
+
+# Metric files no writer writes (issue 49): a field over csv's limit, JSON deeper than the
+# parser goes, steps and totals beyond 2^53, stores whose query never ends, escapes in names.
+METRIC_FILES = {
+    "csv_quote": lambda run: (run / "metrics.csv").write_bytes(b'step,loss\n1,0.5\n2,"' + (b"x" * 1023 + b"\n") * 300),
+    "csv_line": lambda run: (run / "metrics.csv").write_bytes(b"step,loss\n" + b"y" * (1100 << 10)),
+    "csv_escape": lambda run: (run / "metrics.csv").write_text(f"step,{ESCAPES[0]}\n{HUGE_INT},1\n1e999,2\n"),
+    "hf_deep": lambda run: (run / "trainer_state.json").write_bytes(b"[" * 100_000 + b"]" * 100_000),
+    "hf_huge": lambda run: (run / "trainer_state.json").write_text(
+        f'{{"global_step": {HUGE_INT}, "max_steps": {2 ** 63}, "log_history": [{{"step": {2 ** 60}, "loss": 1}}]}}'),
+    "hf_digits": lambda run: (run / "trainer_state.json").write_text('{"global_step": ' + "9" * 5000 + "}"),
+    "trackio_endless": lambda run: ((run / "trackio").mkdir(exist_ok=True), _endless_sqlite(run / "trackio" / "p.db")),
+    "mlflow_endless": lambda run: _endless_sqlite(run / "mlflow.db"),
+}
+
+
+def write_metric_file(rng: random.Random, run: Path) -> str:
+    kind = rng.choice(sorted(METRIC_FILES))
+    try:
+        METRIC_FILES[kind](run)
+    except FileExistsError:
+        pass
+    return f"metric:{kind}"
+
+
 def fuzz_rundir(rng: random.Random, ctx: dict, i: int) -> tuple[list[str], str]:
     run = ctx["tmp"] / f"rd{i}"
     run.mkdir()
@@ -219,10 +260,12 @@ def fuzz_rundir(rng: random.Random, ctx: dict, i: int) -> tuple[list[str], str]:
     for name in rng.sample(["launch.json", "status.json", "exit.json", "stop.json", "launch.sh", "train.log",
                             "launch.out", "events.jsonl", ".launch-claim"], rng.randint(1, 5)):
         made.append(f"{name}:{write_run_file(rng, run, name)}")
+    for _ in range(rng.randint(0, 2)):
+        made.append(write_metric_file(rng, run))
     cfg_dir = ctx["tmp"] / f"rdc{i}"
     cfg_dir.mkdir()
     cfg = write_config(cfg_dir, p={"run_dir": str(run), "command": ["true", TAG], "min_free_gb": 0,
-                                   "stop_grace_s": 0.5, "launch_deadline_s": 2})
+                                   "stop_grace_s": 0.5, "launch_deadline_s": 2, "metrics": ["trackio"]})
     mode = rng.choice(["--check", "--check", "--check", "--stop", "--launch", "--relaunch"])
     return ["--config", str(cfg), mode, *(["--json"] if rng.random() < 0.5 else [])], ",".join(made)
 
@@ -564,6 +607,50 @@ def test_fuzz_probe_file_readers():
                 classify(t.frames)
             assert not bad_chars(dump.problem), dump.problem
     assert not slow, slow
+
+
+def test_fuzz_metric_file_readers(tmp_path):
+    """Every metric file of METRIC_FILES, and bytes cut and flipped from them, through the real
+    agent's metric_read and MetricFiles: points whose every step is at most 2^53, notes of one
+    line without a control character, and each poll within the agent's budget (2 s of SQLite,
+    1.5 s of search), never an exception."""
+    import asyncio
+
+    from dflash_tui.remote.agent import open_ops
+    from dflash_tui.remote.local import LocalTarget
+    from dflash_tui.run.evidence.metric_files.reader import MetricFiles
+    from dflash_tui.run.evidence.metric_point import MAX_STEP
+
+    rng = random.Random(SEED + 49)
+
+    async def main():
+        ops = await open_ops(LocalTarget(), python=sys.executable, prefer="agent")
+        try:
+            for i in range(int(12 * SCALE)):
+                run = tmp_path / f"m{i}"
+                run.mkdir()
+                kinds = [write_metric_file(rng, run) for _ in range(rng.randint(1, 3))]
+                for f in [p for p in run.rglob("*") if p.is_file() and p.suffix != ".db"][:1]:
+                    if rng.random() < 0.5:        # cut, or a byte flipped
+                        data = bytearray(f.read_bytes())
+                        if data:
+                            data[rng.randrange(len(data))] ^= 0xFF
+                            f.write_bytes(bytes(data[: rng.randint(1, len(data))]))
+                files = MetricFiles(("trackio",))
+                for poll in range(2):
+                    t0 = time.monotonic()
+                    await files.poll(ops, str(run), time.time() + 60 * poll)
+                    assert time.monotonic() - t0 < 6, (kinds, time.monotonic() - t0)
+                    view = files.view()
+                    assert all(0 <= p.step <= MAX_STEP for p in view.points), (kinds, view.points[:3])
+                    p = view.progress
+                    assert p is None or (p.step <= MAX_STEP and (p.total is None or p.total <= MAX_STEP)), p
+                    for note in [s.note for s in view.sources] + list(view.notes):
+                        assert "\n" not in note and not bad_chars(note), (kinds, note)
+        finally:
+            await ops.close()
+
+    asyncio.run(main())
 
 
 # -- a Slurm login host's answers -----------------------------------------------------------

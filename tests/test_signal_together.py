@@ -21,7 +21,7 @@ class Node:
         self.prove_s, self.outcome, self.fails = prove_s, outcome, fails
         self.signalled_at: float | None = None
 
-    async def stop(self, *, before_signal=None) -> StopResult:
+    async def stop(self, *, before_signal=None, requested_by=None) -> StopResult:
         await asyncio.sleep(self.prove_s)   # launch.json, the proof, stop.json
         if self.fails:
             raise TargetError("the node stopped answering")

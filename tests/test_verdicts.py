@@ -86,7 +86,7 @@ def test_the_published_words():
                            "GPU LOST", "BLOCKED", "PREEMPTED", "TIMEOUT", "OUT OF MEMORY", "NODE FAIL", "CANCELLED",
                            "DIVERGED")
     assert set(DEFAULT_ON) == {"CRASHED", "STALLED", "KILLED", "PREEMPTED", "NODE FAIL", "TIMEOUT"}
-    assert NOTIFY_EVENTS == ("failing", "FINISHED", "STOPPED", "UNREACHABLE", "recovered")
+    assert NOTIFY_EVENTS == ("failing", "FINISHED", "STOPPED", "UNREACHABLE", "recovered", "warning")
     assert all(type(w) is str for w in (*RESTARTABLE, *NOTIFY_EVENTS))   # a message's repr() is the word's
     assert json.dumps([Verdict.NO_RUN, TargetState.CONFIG_ERROR]) == '["NO RUN", "CONFIG ERROR"]'
     assert f"{Verdict.GPU_LOST}|{Verdict.GPU_LOST:<10}|" == "GPU LOST|GPU LOST  |"

@@ -26,6 +26,7 @@ from .recover_settings import RecoverSettings, RecoverSettingsError, recover_set
 from .verdicts import TargetState, Verdict
 from .words import did_you_mean
 from .small_file import SmallFileRefused, read_small_file
+from .env_entry import env_entry_problem
 
 DEFAULT_PROFILE = "local"
 
@@ -163,6 +164,10 @@ class Profile:
     # directories down): folders relative to run_dir, "~/" the target user's home
     # (run/evidence/checkpoints.py).
     checkpoints: tuple[str, ...] = ()
+    # The program's environment (run/launch/environment.py): (NAME, VALUE) pairs, and a file of
+    # NAME=VALUE lines on this machine read at each launch (secrets: never written anywhere).
+    env: tuple[tuple[str, str], ...] = ()
+    env_file: str | None = None
     source: str = "<built-in>"         # the file the profile came from, for messages
     # -- a run across several hosts (watch/node_plan.py) -------------------------------------------
     nodes: tuple[str, ...] = ()        # SSH hosts or aliases, "localhost" = this machine; rank = index
@@ -296,6 +301,8 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "nan_patience": ((int,), "a whole number of values (NaN or Inf in a row that make DIVERGED), 1 to 10000"),
     "spike_patience": ((int,), "a whole number of values (spikes in a row that make DIVERGED), 1 to 10000"),
     "checkpoints": ((list,), 'a list of folders of checkpoints, relative to run_dir, e.g. ["ckpt/", "~/out"]'),
+    "env": ((dict,), 'a table of environment variables, e.g. env = { HF_HOME = "/data/hf" }'),
+    "env_file": ((str,), "a path on this machine to a file of NAME=VALUE lines (secrets)"),
 }
 
 
@@ -417,6 +424,16 @@ def _profile_from_table(path: str, name: str, table: Any, schedulers: tuple[Sche
 
     if "checkpoints" in values:
         _check_folders(where, "checkpoints", values["checkpoints"])
+    if "env" in values:
+        for env_name, env_value in values["env"].items():
+            why = env_entry_problem(env_name, env_value)
+            if why:
+                raise ConfigError(f"{where}: env: {why}")
+        values["env"] = tuple(values["env"].items())
+    if "env_file" in values:
+        if not values["env_file"].strip():
+            raise ConfigError(f"{where}: env_file = \"\" is empty; name the file or remove the key")
+        values["env_file"] = os.path.expanduser(values["env_file"])
     if "port" in values and not 1 <= values["port"] <= 65535:
         raise ConfigError(f"{where}: port = {show_value(values['port'])} is not a port number (1-65535)")
     for key in _NUMBER_RANGES:
@@ -592,9 +609,11 @@ def load_config(path: str | os.PathLike[str] | None = None, schedulers: tuple[Sc
 # -- [watch] and [notify]: the recording daemon's settings (`dflash-tui --watch`, watch/) ---------
 
 # `[notify] on`: any failing verdict, each verdict of a run that ended well by its own word
-# (FINISHED, STOPPED), a target that does not answer, and a run healthy again.
+# (FINISHED, STOPPED), a target that does not answer, a run healthy again, and a `warning`: a
+# check that foresees a failure (the disk runway, a torn checkpoint) turned warn or fail while
+# the verdict stands (recording/change.py FORESIGHT_CHECKS).
 NOTIFY_EVENTS: tuple[str, ...] = ("failing", *(v.value for v in Verdict if v.ended_well),
-                                  TargetState.UNREACHABLE.value, "recovered")
+                                  TargetState.UNREACHABLE.value, "recovered", "warning")
 
 
 @dataclass(frozen=True)

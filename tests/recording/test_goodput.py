@@ -94,3 +94,14 @@ def test_checkpoint_saves_the_trainer_reported_are_their_own_cause():
 def test_nothing_recorded():
     assert goodput([], T0, 60).percent is None
     assert goodput([], T0, 60).words() == "goodput: nothing recorded yet"
+
+
+def test_goodput_starts_at_the_first_launch_not_when_the_watcher_started():
+    # The watcher looked at t=0 (nothing launched; the run before it had finished), the run was
+    # launched 120 s later and ran for 3 minutes.
+    for before in (ch(0, "", "NO RUN"), ch(0, "r0", "FINISHED", 50)):
+        changes = [before, ch(120, "r1", "STARTING"), ch(122, "r1", "RUNNING", 1)]
+        g = goodput(changes, T0 + 300, stall_after_s=60)
+        assert g.wall_s == 180 and g.badput_s["down"] == 0 and g.good_s == 178, g.to_json()
+        assert g.words().startswith("goodput 99 % of 3 min since the first launch")
+    assert goodput([ch(0, "", "NO RUN")], T0 + 300, stall_after_s=60).words() == "goodput: nothing recorded yet"

@@ -97,6 +97,9 @@ def test_a_hang_is_stopped_and_resumed_once_across_a_sigkilled_watcher(tmp_path,
     assert "step 1 loss" not in log
     history = sorted(p.name for p in (tmp_path / "p" / "history").iterdir())
     assert history == [first], history   # exactly one run before this one
+    # Who stopped it, as the timeline and history say: the policy, not the user the watcher runs as.
+    stop = json.loads((tmp_path / "p" / "history" / first / "stop.json").read_text())
+    assert stop["requested_by"] == "the recovery policy, attempt 1/3", stop
     assert "DFLASH_RESTART=0: starting at step 0" in (tmp_path / "p" / "history" / first / "train.log").read_text()
     # From outside: goodput as scripted (20 steps of 0.4 s: 8 s of progress, many of the
     # watcher's looks a second apart even on a busy machine; 2 s of silence

@@ -519,3 +519,17 @@ async def test_a_hung_squeue_on_a_login_host_over_ssh_is_ended_there(slurm_clust
             assert res.outcome == "terminated", res
     finally:
         sshd.stop()
+
+
+async def test_env_file_reaches_the_job_and_stays_out_of_the_run_dir(make_session, tmp_path):
+    secret = "s3cr3t-$(id) 'q'"
+    env_file = tmp_path / "secrets.env"
+    env_file.write_text(f"API_TOKEN='{secret}'\nOUT_FILE={tmp_path / 'got.txt'}\n")
+    s = make_session("env", command=["sh", "-c", 'printf "%s" "$API_TOKEN" > "$OUT_FILE"'],
+                     env_file=str(env_file))
+    await s.launch()
+    await wait_for(s, {Verdict.FINISHED})
+    assert (tmp_path / "got.txt").read_text() == secret
+    for path in Path(s.profile.run_dir).rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path

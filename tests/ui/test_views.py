@@ -517,3 +517,13 @@ async def test_the_gpus_tab_names_each_gpus_health_fault():
         text = screen_text(app)
         assert "! a row remap is pending" in text and "! PCIe link x8 of x16" in text, text
         assert "PCIe 5x8" in text
+
+
+def test_metrics_note_names_only_the_sources_it_read():
+    # A program that writes only TensorBoard: no status.json was read, so it is not named.
+    pane = MetricsPane()
+    pane.on_mount()
+    pane.last_step, pane.metric_sources = 258, ("TensorBoard runs/exp1",)
+    note = pane._note_text(3, 1)
+    assert note.startswith("step 258 · 3 series from TensorBoard runs/exp1 · "), note
+    assert "status.json" not in note

@@ -17,6 +17,7 @@ from ..remote.ops import RemoteOps
 from ..run.launch.launcher import Detached, Launcher
 from ..run.launch.request import Placement
 from ..run.launch.stop import StopResult, stop_run
+from ..run.launch.environment import EnvError, env_input, launch_environment, with_env_from_stdin
 from ..run.wrapper import detach_argv, parse_detach_output
 
 DETACH_TIMEOUT_S = 20
@@ -30,7 +31,15 @@ class ProcessLauncher(Launcher):
     async def detach(self, run_dir: str, run_id: str, placement: Placement) -> Detached:
         # The profile says where (PLACES_NODES is False): the launch refuses any placement first.
         try:
-            res = await self.target.run(detach_argv(run_dir, run_id), timeout=DETACH_TIMEOUT_S)
+            env = launch_environment(self.profile.env, self.profile.env_file)
+        except EnvError as exc:
+            return Detached(None, error=str(exc))
+        argv = detach_argv(run_dir, run_id)
+        try:
+            if env:
+                res = await self.target.run(with_env_from_stdin(argv), input=env_input(env), timeout=DETACH_TIMEOUT_S)
+            else:
+                res = await self.target.run(argv, timeout=DETACH_TIMEOUT_S)
         except (CommandTimeout, TargetError) as exc:   # unreachable included
             return Detached(None, error=str(exc))
         pid, via, own = parse_detach_output(res.stdout)

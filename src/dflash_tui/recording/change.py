@@ -16,13 +16,16 @@ from typing import Any
 
 from ..contract.rundir import finite_number
 from ..run.verdict.report import RunReport
-from ..run.verdict.checklist import Checklist, CheckState, Verdict
+from ..run.verdict.checklist import Checklist, CheckId, CheckState, Verdict
 from ..run.verdict.rank_groups import odd_ones_out
 from ..verdicts import State, TargetState, state_named
 
 TRACEBACK_LINES = 6          # the last lines of a traceback a change keeps
 TEXT_LIMIT = 400             # any one text field, after `inert`
 RANK_GROUPS_KEPT = 4         # the odd-one-out rank groups a STALLED change keeps
+# Checks that see a failure coming while the verdict stands: their turning warn or fail is a
+# notice (`[notify] on` "warning"), never a recorded change.
+FORESIGHT_CHECKS = frozenset({CheckId.DISK.value, CheckId.CHECKPOINT.value})
 
 _SEVERITY = {CheckState.FAIL: 0, CheckState.WARN: 1, CheckState.PENDING: 2, CheckState.OK: 3}
 
@@ -198,3 +201,35 @@ def change_of(report: RunReport, *, previous: State | None, before: Checklist | 
                          previous=previous, cause=inert(cause),
                          check=deciding_check(report.checklist, before, not report.connected),
                          evidence=evidence_of(report, now), first_look=first_look)
+
+
+@dataclass(frozen=True)
+class CheckNotice:
+    """A check of FORESIGHT_CHECKS that turned warn or fail while the verdict stood: `change`
+    is the run as it stands (not recorded: its state did not change), with the check's id as
+    its `check` and the check's words as its `cause`."""
+
+    change: VerdictChange
+    check_state: CheckState
+
+
+def notices_of(report: RunReport, before: Checklist | None, *, previous: State | None,
+               now: float) -> list[CheckNotice]:
+    """The foresight checks of `report` that are warn or fail and were not so in `before`
+    (without `before`, the watcher's first look: every one that is), worst first. A run on
+    several nodes names its nodes' checks "n1:disk": those count too."""
+    if not report.connected:
+        return []
+    old = {c.id: c.state for c in before.checks} if before is not None else {}
+    out = []
+    for c in report.checklist.checks:
+        if c.id.rpartition(":")[2] not in FORESIGHT_CHECKS or c.state not in (CheckState.WARN, CheckState.FAIL):
+            continue
+        if old.get(c.id) is c.state:
+            continue
+        base = change_of(report, previous=previous, before=before, now=now)
+        notice = VerdictChange(profile=base.profile, run_id=base.run_id, time=now, state=base.state,
+                               previous=previous, cause=inert(c.cause), check=c.id, evidence=base.evidence)
+        out.append(CheckNotice(notice, c.state))
+    out.sort(key=lambda n: _SEVERITY[n.check_state])
+    return out

@@ -26,7 +26,7 @@ from ..config import DEFAULT_PROFILE, Config, Profile
 from ..fleet.poller import FleetPoller
 from ..run.verdict.report import RunReport
 from ..verdicts import TargetState
-from .change import VerdictChange, run_id_of
+from .change import CheckNotice, VerdictChange, run_id_of
 from .notify import NotifyPolicy
 from .recorder import Recorder
 from .recovery import Recovery
@@ -58,6 +58,7 @@ class Watcher:
             only = len(store.changes(last.profile, run_id=last.run_id)) == 1
             self.policy.resume(replace(last, first_look=only), now)
         self.recorder.listeners.append(self._changed)
+        self.recorder.notice_listeners.append(self._noticed)
         self.on_notified = on_notified
         self.sender = NotifySender(retry_max_s=config.notify.retry_max_s, on_delivery=self._delivered,
                                    clock=clock)
@@ -84,6 +85,12 @@ class Watcher:
         log.info("%s: %s -> %s%s: %s", change.profile, change.previous or "(first seen)", change.state,
                  f" [{change.check}]" if change.check else "", change.cause)
         self.policy.changed(change)
+        self._due.set()
+
+    def _noticed(self, notice: CheckNotice) -> None:
+        c = notice.change
+        log.info("%s: %s, check %s %s: %s", c.profile, c.state, c.check, notice.check_state.value, c.cause)
+        self.policy.noticed(notice)
         self._due.set()
 
     def _record(self, report: RunReport, previous: RunReport | None = None) -> None:

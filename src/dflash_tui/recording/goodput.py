@@ -19,7 +19,9 @@ Badput causes (seconds), each band of the timeline counted once:
 - checkpoint: the checkpoint saves' seconds the trainer reported (its checkpoint events'
   `seconds`, summed in each change's evidence as `checkpoint_s`), taken out of its RUNNING time;
 - unreachable: while the target did not answer (what the run did then is unknown).
-Goodput = the rest of the RUNNING time; percent = goodput / wall. The wall ends at the start
+Goodput = the rest of the RUNNING time; percent = goodput / wall. The wall starts at the first
+launch (the first band of a live run: what was recorded before it, NO RUN or the end of a run
+before the watcher started, is nobody's time); it ends at the start
 of the last band when that band is an end (`Verdict.final`: FINISHED, or a failure nothing
 followed), else now.
 """
@@ -41,6 +43,11 @@ def _an_end(state: State) -> bool:
     """A band after which the run makes no more time of its own (`Verdict.final`): the wall ends
     where it begins when nothing followed it. A target that did not answer may still run."""
     return isinstance(state, Verdict) and state.final
+
+
+def _launched(state: State) -> bool:
+    """A band of a run that was launched while watched, or was live when first seen."""
+    return isinstance(state, Verdict) and state is not Verdict.NO_RUN and not state.ended
 
 
 @dataclass
@@ -101,8 +108,12 @@ def goodput(changes: Sequence[VerdictChange], now: float, stall_after_s: float,
     stops = stops or {}
     out = Goodput()
     all_bands = bands(changes, now)
-    if not all_bands:
+    # The wall starts at the first launch: the looks before it (NO RUN, the last run's end, an
+    # unreachable target) are no time of a run.
+    first = next((i for i, b in enumerate(all_bands) if _launched(b.state)), None)
+    if first is None:
         return out
+    all_bands = all_bands[first:]
     last = all_bands[-1]
     ended = _an_end(last.state)
     end = last.start if ended else max(last.end, now)

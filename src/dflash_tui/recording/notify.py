@@ -7,7 +7,9 @@ lasted `hold_s` (UNREACHABLE: `unreachable_after_s`, if longer). A state that ch
 within its hold notifies nothing; the same state of the same run as the last one notified is not
 news (a flapping run notifies once per change that lasts), while a relaunched run's states are
 news of their own; a run the watcher first saw already ended is recorded, not notified (it ended
-before anyone watched). Pure: time comes in as arguments; delivery is sender.py's.
+before anyone watched). A `warning` (a check that foresees a failure, turned warn or fail while
+the verdict stands: recording/change.py `CheckNotice`) notifies at once, once per run, check and
+state. Pure: time comes in as arguments; delivery is sender.py's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from ..config import NotifySettings
 from ..verdicts import State, TargetState, Verdict
 from ..words import eta, progress
-from .change import VerdictChange
+from .change import CheckNotice, VerdictChange
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,27 @@ def message(change: VerdictChange, event: str, config_path: str | None) -> tuple
     return title, "\n".join(lines)
 
 
+def notice_message(notice: CheckNotice, config_path: str | None) -> tuple[str, str]:
+    """(title, body) of a warning: "dflash-tui: p warning: disk fail" and the check's words."""
+    c = notice.change
+    title = f"dflash-tui: {c.profile} warning: {c.check} {notice.check_state.value}"
+    lines = [f"{c.state}, and the {c.check} check says: {c.cause}"]
+    ev = c.evidence
+    numbers = progress(ev.step, ev.total, ev.loss, ev.rate, ev.rate_unit)
+    if numbers:
+        lines.append(numbers)
+    if c.run_id:
+        lines.append(f"run {c.run_id}")
+    lines.append(f"open it: {open_command(c.profile, config_path)}")
+    return title, "\n".join(lines)
+
+
 class NotifyPolicy:
     def __init__(self, settings: NotifySettings, *, config_path: str | None = None) -> None:
         self.settings = settings
         self.config_path = config_path
+        self._warned: set[tuple[str, str, str, str]] = set()   # (profile, run id, check, state) notified
+        self._notices: list[Notification] = []                  # warnings due now
         self._notified: dict[str, Notified] = {}                  # profile -> what was last notified
         self._pending: dict[str, tuple[VerdictChange, str, float]] = {}   # profile -> (change, event, due)
 
@@ -139,9 +158,23 @@ class NotifyPolicy:
             return
         self._pending[name] = (change, event, change.time + self.hold_for(change.state))
 
+    def noticed(self, notice: CheckNotice) -> None:
+        """A foresight check turned warn or fail: due at once, unless this run's check was
+        notified in this state already."""
+        c = notice.change
+        urls = self.settings.for_profile(c.profile)
+        key = (c.profile, c.run_id, c.check, notice.check_state.value)
+        if not urls or "warning" not in self.settings.on or key in self._warned:
+            return
+        if len(self._warned) > 4096:
+            self._warned.clear()
+        self._warned.add(key)
+        title, body = notice_message(notice, self.config_path)
+        self._notices.append(Notification(c.profile, c.state, "warning", title, body, urls, c, c.time))
+
     def due(self, now: float) -> list[Notification]:
         """The notifications whose hold has passed, oldest first; each is returned once."""
-        out = []
+        out, self._notices = self._notices, []
         for name, (change, event, at) in sorted(self._pending.items(), key=lambda kv: kv[1][2]):
             if at > now:
                 continue
@@ -153,4 +186,6 @@ class NotifyPolicy:
         return out
 
     def next_due(self) -> float | None:
+        if self._notices:
+            return self._notices[0].due
         return min((at for _, _, at in self._pending.values()), default=None)

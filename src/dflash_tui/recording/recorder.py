@@ -1,4 +1,6 @@
-"""Recorder: turns a stream of reports into recorded verdict changes, each exactly once.
+"""Recorder: turns a stream of reports into recorded verdict changes, each exactly once; and,
+while a state stands, tells its notice listeners of a check that foresees a failure turning
+warn or fail (recording/change.py `notices_of`), never recording those.
 
 It starts from the store's last state of every profile, so a restarted watcher records only
 what really changed while it was away (and nothing twice). A change is committed before the
@@ -13,7 +15,7 @@ from typing import Callable
 from ..run.verdict.report import RunReport
 from ..run.verdict.checklist import Checklist
 from ..verdicts import State
-from .change import VerdictChange, change_of, run_id_of, state_of
+from .change import CheckNotice, VerdictChange, change_of, notices_of, run_id_of, state_of
 from .store import ChangeStore
 
 PRUNE_EVERY_S = 3600.0
@@ -24,6 +26,8 @@ class Recorder:
         self.store = store
         self.clock = clock
         self.listeners: list[Callable[[VerdictChange], None]] = []
+        # Who hears a foresight check that turned warn or fail while the state stood (the notifier).
+        self.notice_listeners: list[Callable[[CheckNotice], None]] = []
         # profile -> (state, run id) last recorded; and the checklist seen last, per profile
         self._last: dict[str, tuple[State, str]] = {
             name: (c.state, c.run_id) for name, c in store.last_states().items()}
@@ -56,6 +60,9 @@ class Recorder:
         if last is not None:
             if state == last[0] and (run_id == last[1] or not report.connected):
                 self._looked.add(name)
+                for notice in notices_of(report, before, previous=last[0], now=now):
+                    for listener in self.notice_listeners:
+                        listener(notice)
                 return None
         change = self.store.record(change_of(report, previous=last[0] if last else None,
                                              before=before, now=now, first_look=first_look))

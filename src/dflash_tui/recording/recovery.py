@@ -108,6 +108,21 @@ def _nodes_detail(detail: dict, places_nodes: bool) -> dict:
     return {}
 
 
+def recovery_stopper(attempt: int, max_restarts: int) -> str:
+    """Who a recovery's stop names in stop.json (`requested_by`)."""
+    return f"the recovery policy, attempt {attempt}/{max_restarts}"
+
+
+def left_running(name: str, report, run_id: str) -> str:
+    """What a give-up leaves behind, when its run still lives (a hang is not stopped when no
+    restart follows): "; the run is left running (pid 812, STALLED): ..."; "" otherwise."""
+    if report is None or run_id_of(report) != run_id or not report.checklist.verdict.alive:
+        return ""
+    pid = f"pid {report.launch.pid}, " if report.launch is not None else ""
+    return (f"; the run is left running ({pid}{report.checklist.verdict}): look at it, then stop it "
+            f"(`dflash-tui --stop -p {name}`, or `s` in the dashboard)")
+
+
 class Recovery:
     def __init__(self, config: Config, store: ChangeStore, log_: RecoveryLog, *,
                  submit: Callable[[Notification], None], clock: Callable[[], float] = time.time) -> None:
@@ -258,7 +273,8 @@ class Recovery:
             # taken within the backoff (counted from the failure), not added to it.
             bundle = await take_before_recovery(self.config, watch.profile, watch, change.run_id)
         if d.kind == GIVE_UP:
-            self._record(name, GAVE_UP, change.run_id, d.attempt, reason=d.reason, failure=failure_json(failure),
+            reason = d.reason + left_running(name, watch.last, change.run_id)
+            self._record(name, GAVE_UP, change.run_id, d.attempt, reason=reason, failure=failure_json(failure),
                          bundle=bundle, notify=lambda a: self._notify_gave_up(name, a, failure, policy.max_restarts),
                          after=after)
         elif d.kind == RESTART:
@@ -290,7 +306,9 @@ class Recovery:
                              reason=f"run {run_id} was launched meanwhile", after=last.id)
             return
         if last.action == PLANNED and report.checklist.verdict.alive:
-            results = await watch.stop()
+            # stop.json says who stopped it: the timeline and history read "stopped by the
+            # recovery policy, attempt 1/3", not the user the watcher runs as
+            results = await watch.stop(requested_by=recovery_stopper(last.attempt, max_restarts))
             bad = [r.message for r in results.values() if not r.ok]
             if bad:
                 self._record(name, GAVE_UP, last.run_id, last.attempt, failure=failure_json(failure),

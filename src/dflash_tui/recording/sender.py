@@ -132,7 +132,8 @@ class NotifySender:
             if not ap.add(url):
                 return "Apprise cannot use this URL"
             ntype = apprise.NotifyType.FAILURE if n.event in ("failing", TargetState.UNREACHABLE) else (
-                apprise.NotifyType.SUCCESS if n.event in (Verdict.FINISHED, "recovered") else apprise.NotifyType.INFO)
+                apprise.NotifyType.SUCCESS if n.event in (Verdict.FINISHED, "recovered") else (
+                    apprise.NotifyType.WARNING if n.event == "warning" else apprise.NotifyType.INFO))
             said: list[str] = []
 
             def heard(entry, _plugin=None) -> None:

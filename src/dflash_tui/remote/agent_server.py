@@ -1206,16 +1206,33 @@ def _trackio_projects(dirs, max_entries, notes):
     return found
 
 
-def metric_find(roots, patterns, max_depth=4, max_entries=20000, max_found=512, skip_top=(),
-                deeper_under=(), deeper_by=3, trackio_dirs=()):
-    """Files under `roots` whose name matches one of `patterns` (fnmatch), breadth first, at
-    most `max_depth` directories down (`deeper_by` more below a directory named in
-    `deeper_under`, such as mlruns), hidden directories and `skip_top` (of a root) skipped.
-    Stops after `max_entries` entries per root, saying so in "notes". Then trackio's project
-    databases in `trackio_dirs` (marked "trackio")."""
+METRIC_FIND_S = 1.5              # one search's time, every root together
+
+
+def _mtime_key(entry):
+    """A directory's place in the search: the most recently written first (a writer that
+    creates its files there, as TensorBoard's does, freshens the directory's mtime)."""
+    try:
+        return -entry.stat(follow_symlinks=False).st_mtime
+    except OSError:
+        return 0.0
+
+
+def metric_find(roots, patterns, max_depth=4, max_entries=200000, max_found=512, skip_top=(),
+                deeper_under=(), deeper_by=3, trackio_dirs=(), max_seconds=METRIC_FIND_S):
+    """Files under `roots` whose name matches one of `patterns` (fnmatch), at most `max_depth`
+    directories down (`deeper_by` more below a directory named in `deeper_under`, such as
+    mlruns), hidden directories and `skip_top` (of a root) skipped; the directory written most
+    recently looked in first. Stops after `max_entries` entries per root or `max_seconds` in
+    all, saying in "notes" how far it went and which directories it did not look in (or only in
+    part). Then trackio's project databases in `trackio_dirs` (marked "trackio")."""
     import fnmatch
+    import heapq
+    import re
     found, notes = [], []
     found += _trackio_projects(trackio_dirs, max_entries, notes)
+    wanted = re.compile("|".join("(?:%s)" % fnmatch.translate(p) for p in patterns) or "(?!)")
+    deadline = time.monotonic() + float(max_seconds)
     for root in roots:
         root = os.path.expanduser(root)
         if os.path.isfile(root):     # a file named itself
@@ -1223,9 +1240,13 @@ def metric_find(roots, patterns, max_depth=4, max_entries=20000, max_found=512, 
             rec["under"] = False
             found.append(rec)
             continue
-        queue, seen = [(root, 0, False)], 0
-        while queue and len(found) < max_found:
-            path, depth, deeper = queue.pop(0)
+        heap, pushed, seen, looked, cut, part = [(0.0, 0, root, 0, False)], 1, 0, 0, "", ""
+        while heap and len(found) < max_found and not cut:
+            _, _, path, depth, deeper = heapq.heappop(heap)
+            if seen >= max_entries or time.monotonic() > deadline:
+                heapq.heappush(heap, (0.0, 0, path, depth, deeper))
+                cut = "after %d entries" % seen
+                break
             try:
                 it = os.scandir(path)
             except FileNotFoundError:
@@ -1233,12 +1254,12 @@ def metric_find(roots, patterns, max_depth=4, max_entries=20000, max_found=512, 
             except OSError as exc:
                 notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
                 continue
+            looked += 1
             with it:
                 for entry in it:
                     seen += 1
-                    if seen > max_entries:
-                        notes.append("stopped looking in %s after %d entries (in %s)" % (root, max_entries, path))
-                        queue = []
+                    if seen > max_entries or (seen & 1023 == 0 and time.monotonic() > deadline):
+                        cut, part = "after %d entries" % (seen - 1), os.path.relpath(path, root)
                         break
                     name = entry.name
                     try:
@@ -1250,9 +1271,9 @@ def metric_find(roots, patterns, max_depth=4, max_entries=20000, max_found=512, 
                             continue
                         under = deeper or name in deeper_under
                         if depth < max_depth + (deeper_by if under else 0):
-                            queue.append((entry.path, depth + 1, under))
-                    elif (deeper and os.sep + "metrics" + os.sep in entry.path) or any(
-                            fnmatch.fnmatchcase(name, p) for p in patterns):
+                            heapq.heappush(heap, (_mtime_key(entry), pushed, entry.path, depth + 1, under))
+                            pushed += 1
+                    elif (deeper and os.sep + "metrics" + os.sep in entry.path) or wanted.match(name):
                         rec = stat_one(entry.path)
                         if rec["kind"] == "file":
                             rec["under"] = bool(deeper)
@@ -1260,6 +1281,14 @@ def metric_find(roots, patterns, max_depth=4, max_entries=20000, max_found=512, 
                             if len(found) >= max_found:
                                 notes.append("stopped at %d metric files under %s" % (max_found, root))
                                 break
+        if cut:
+            if time.monotonic() > deadline:
+                cut += " (%.1f s)" % float(max_seconds)
+            rest = sorted(heap)
+            rel = [os.path.relpath(p, root) for _, _, p, _, _ in rest]
+            notes.append("stopped looking in %s %s in %d directories (the newest written first)%s; not looked in: %s%s"
+                         % (root, cut, looked, "; %s only in part" % part if part else "",
+                            ", ".join(rel[:5]) or "none", " and %d more" % (len(rel) - 5) if len(rel) > 5 else ""))
     return {"found": found, "notes": notes}
 
 

@@ -173,7 +173,7 @@ class RunWatch(ABC):
     async def _launch(self, request: LaunchRequest) -> LaunchResult: ...
 
     @abstractmethod
-    async def _stop(self) -> dict[str, StopResult]: ...
+    async def _stop(self, requested_by: str | None = None) -> dict[str, StopResult]: ...
 
     @abstractmethod
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]: ...
@@ -328,9 +328,10 @@ class RunWatch(ABC):
         """`launch`, as a relaunch."""
         return await self.launch(relaunching(request, fields))
 
-    async def stop(self) -> dict[str, StopResult]:
-        """The run stopped by its recorded pid (every node at once); per node."""
-        return await self._act(self._stop)
+    async def stop(self, requested_by: str | None = None) -> dict[str, StopResult]:
+        """The run stopped by its recorded pid (every node at once); per node. `requested_by`:
+        who asks, as stop.json records it (None: this user at this host)."""
+        return await self._act(lambda: self._stop(requested_by))
 
     async def canary(self, sleep_s: int = 30) -> dict[str, CanaryResult]:
         """`sleep` launched through the same wrapper and transport (run/launch/canary.py); per node."""

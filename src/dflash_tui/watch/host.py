@@ -203,8 +203,8 @@ class HostWatch(RunWatch):
                          connected=not outcome.unreachable,
                          error=outcome.checklist.summary if outcome.unreachable else None)
 
-    async def _stop(self) -> dict[str, StopResult]:
-        return {self.profile.name: await self.session.stop()}
+    async def _stop(self, requested_by: str | None = None) -> dict[str, StopResult]:
+        return {self.profile.name: await self.session.stop(requested_by=requested_by)}
 
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
         return {self.profile.name: await self.session.canary(sleep_s)}

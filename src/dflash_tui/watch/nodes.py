@@ -87,8 +87,8 @@ class NodesWatch(RunWatch):
             reports.append(report)
         return LaunchResult(self.combined(reports), out.outcomes, out.stopped, out.seconds)
 
-    async def _stop(self) -> dict[str, StopResult]:
-        return await self.nodes.stop()
+    async def _stop(self, requested_by: str | None = None) -> dict[str, StopResult]:
+        return await self.nodes.stop(requested_by)
 
     async def _canary(self, sleep_s: int) -> dict[str, CanaryResult]:
         return await self.nodes.canary(sleep_s)

@@ -51,7 +51,7 @@ class SignalTogether:
         if self._left <= 0:
             self._all_ready.set()
 
-    async def stop(self, session: Session) -> StopResult:
+    async def stop(self, session: Session, requested_by: str | None = None) -> StopResult:
         """`session.stop()`, its SIGTERM held until every node is ready to send its own."""
         waited = False
 
@@ -65,7 +65,7 @@ class SignalTogether:
                 pass   # a node that cannot be proven in time does not keep the others running
 
         try:
-            return await session.stop(before_signal=ready)
+            return await session.stop(before_signal=ready, requested_by=requested_by)
         finally:
             if not waited:
                 self._arrived()
@@ -182,11 +182,11 @@ class NodesSession:
 
     # -- stopping and the canary ------------------------------------------------------------
 
-    async def stop(self) -> dict[str, StopResult]:
+    async def stop(self, requested_by: str | None = None) -> dict[str, StopResult]:
         """Every node stopped by its own recorded pid, at the same time (so no node is left
         waiting in a collective for one already gone)."""
         together = SignalTogether(len(self.sessions))
-        results = await self._each(lambda i, p, s: together.stop(s))
+        results = await self._each(lambda i, p, s: together.stop(s, requested_by))
         return {p.node: r for p, r in zip(self.plans, results)}
 
     async def canary(self, sleep_s: int = 30) -> dict[str, CanaryResult]:

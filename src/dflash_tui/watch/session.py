@@ -217,10 +217,11 @@ class Session:
         return await newest_checkpoint(await self.ops(), self.profile.run_dir)
 
     async def stop(self, grace_s: float | None = None, *,
-                   before_signal: Callable[[], Awaitable[None]] | None = None) -> StopResult:
+                   before_signal: Callable[[], Awaitable[None]] | None = None,
+                   requested_by: str | None = None) -> StopResult:
         res = await self.launcher.stop(await self.ops(), self.profile.run_dir,
                                        grace_s=self.profile.stop_grace_s if grace_s is None else grace_s,
-                                       before_signal=before_signal)
+                                       requested_by=requested_by, before_signal=before_signal)
         if res.record is not None and not res.recorded:
             self.local_stop = res.record
             save_local_stop(self.profile, res.record)

@@ -200,6 +200,7 @@ async def test_a_silent_tensorboard_writer_stays_running_past_stall_after_s(plac
     assert all(v == "RUNNING" for _, v, _ in verdicts[first:]), (label, verdicts)
     assert "metrics written to TensorBoard runs/exp1" in cl.summary, cl.summary
     assert ev.activity.log_grew_at is None or not ev.activity.program_output   # it printed nothing
+    assert "output" not in cl.summary, cl.summary                           # so no "output just now"
 
 
 def test_check_json_has_metrics_and_progress(tmp_path, monkeypatch):
@@ -446,3 +447,155 @@ async def test_a_sqlite_store_that_never_answers_is_a_note_within_the_polls_budg
     t0 = time.monotonic()
     await _poll(files, ops, tmp_path, time.time())
     assert time.monotonic() - t0 < 0.5
+
+
+def test_a_sources_label_counts_its_series_in_plain_english():
+    from dflash_tui.run.evidence.metric_files.reader import _TrainerState
+    src = _TrainerState("/r/out/trainer_state.json", "out/trainer_state.json")
+    src.names = {"loss", "learning_rate", "grad_norm"}
+    assert src.label().endswith(", 3 series"), src.label()
+
+
+async def test_a_relaunchs_series_are_its_own_and_the_previous_runs_files_are_drawn_as_such(sessions, tmp_path,
+                                                                                           monkeypatch):
+    """Two runs of a TensorBoard writer in one run dir, each into a directory of its own: after
+    the relaunch the plain names are the new run's (no "tb:" prefix), and the files written
+    before its launch are the previous run's series."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    tb = str(PROGRAMS / "tb_silent.py")
+    s = sessions(program_profile(tmp_path / "tb", (PY, tb, "runs/a"), stall_after_s=30.0, probe=False))
+
+    async def newest(at_least: int):
+        for _ in range(120):
+            ev, _ = await s.check()
+            got = ev.metrics.latest.get("train/loss") if ev.metrics is not None else None
+            if got is not None and got[0] >= at_least:
+                return ev
+            await asyncio.sleep(0.5)
+        raise AssertionError(f"no train/loss at step {at_least}: {ev.metrics}")
+
+    await s.launch(preflight=False)
+    first = (await newest(25)).metrics.latest["train/loss"][0]
+    await s.stop()
+    await s.launch(preflight=False, relaunch=True, argv=(PY, tb, "runs/b"))
+    m = (await newest(3)).metrics
+    assert not [name for name in m.latest if name.startswith("tb:")], m.latest
+    assert m.latest["train/loss"][2] == "TensorBoard runs/b", m.latest
+    assert m.history["train/loss"][0][0] == 1 and m.history["train/loss"][1][0] == 5.0, m.history
+    assert [v.label.split(",")[0] for v in m.sources] == ["TensorBoard runs/b"], m.sources
+    assert m.previous_sources == ("TensorBoard runs/a",)
+    steps, values = m.previous["train/loss"]
+    assert steps[0] == 1 and steps[-1] >= first and values[0] == 5.0
+
+@pytest.mark.parametrize("mode", ["touch", "garbage", "same_step"])
+async def test_a_fresh_event_file_without_a_new_step_is_stalled_on_time(mode, sessions, tmp_path, monkeypatch):
+    """A loop that hangs while a monitoring thread keeps its TensorBoard file fresh (mtime only,
+    garbage appended, the same step logged again): STALLED past stall_after_s, in a watched
+    session and in a one-shot --check, the file named as written without a new step."""
+    from tests.test_cli_modes import cli
+
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    run_dir = tmp_path / "run"
+    s = sessions(program_profile(run_dir, (PY, str(PROGRAMS / "tb_then_hang.py"), mode), stall_after_s=3.0,
+                                 probe=False))
+    await s.launch(preflight=False)
+    t0 = time.monotonic()
+    verdicts, stalled_at, first_step_at = [], None, None
+    while time.monotonic() - t0 < 60 and stalled_at is None:
+        ev, cl = await s.check()
+        verdicts.append((round(time.monotonic() - t0, 1), cl.verdict.value, cl.summary))
+        if first_step_at is None and ev.activity is not None and ev.activity.metrics_at is not None:
+            first_step_at = time.monotonic()
+        if cl.verdict is Verdict.STALLED and first_step_at is not None:    # torch's import is silent too
+            stalled_at = time.monotonic()
+        await asyncio.sleep(0.5)
+    assert stalled_at is not None, (mode, verdicts)
+    # Ten steps (2 s) of training, then the stall limit (3 s) and a poll or two.
+    assert stalled_at - first_step_at < 2 + 3 + 3, (mode, verdicts)
+    assert "runs/exp1 written" in cl.summary and "no new step for" in cl.summary, (mode, cl.summary)
+    # One-shot: a fresh reader of the same files, past the limit.
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[profile.p]\nrun_dir = {json.dumps(str(run_dir))}\ncommand = [\"true\"]\n"
+                   "stall_after_s = 3\nmin_free_gb = 0\nprobe = false\n")
+    d = json.loads(cli(tmp_path, "--config", str(cfg), "--check", "--json").stdout)
+    assert d["verdict"] == "STALLED", (mode, d["summary"])
+    assert "runs/exp1 written" in d["summary"] and "no new step for" in d["summary"], (mode, d["summary"])
+
+
+def _crowd(folder: Path, n: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (folder / f"sample_{i:06d}.json").touch()
+
+
+async def test_the_one_event_file_beside_100000_files_is_found(tmp_path, ops):
+    from torch.utils.tensorboard import SummaryWriter
+
+    _crowd(tmp_path, 100_000)                  # the run dir itself holds them (a data dump)
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    w.add_scalar("train/loss", 0.5, 1)
+    w.close()
+    files = MetricFiles()
+    t0 = time.monotonic()
+    points = await _poll(files, ops, tmp_path)
+    assert time.monotonic() - t0 < 5
+    assert [(p.name, p.step) for p in points] == [("train/loss", 1)], files.notes
+    assert files.notes == [], files.notes
+
+
+async def test_a_search_that_must_stop_says_how_far_it_went_and_looks_at_the_newest_first(tmp_path, ops,
+                                                                                              monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setattr(reader_mod, "MAX_ENTRIES", 30_000)
+    for name in ("dump_a", "dump_b"):
+        _crowd(tmp_path / name, 20_000)
+        os.utime(tmp_path / name, (time.time() - 3600, time.time() - 3600))   # written an hour ago
+    w = SummaryWriter(str(tmp_path / "runs" / "exp1"))
+    w.add_scalar("train/loss", 0.5, 1)
+    w.close()
+    files = MetricFiles()
+    points = await _poll(files, ops, tmp_path)
+    assert [(p.name, p.step) for p in points] == [("train/loss", 1)], files.notes
+    words = " ".join(files.notes)
+    assert "stopped looking in" in words and "after 30000 entries" in words, words
+    assert "; dump_a only in part; not looked in: none" in words or "; dump_b only in part; not looked in: none" in words, words
+
+
+def test_hostile_metric_files_are_a_note_beside_the_verdict_of_check(tmp_path, monkeypatch):
+    """--check of a live run whose run dir holds a CSV over csv's field limit, a trainer_state.json
+    100,000 deep, a trackio project and an mlflow.db whose queries never end, and steps beyond
+    2^53: RUNNING (exit 0, never "internal error" nor UNREACHABLE) within the poll's budget, the
+    TensorBoard metrics read, each bad file named in the metric_files check."""
+    from tests.test_cli_modes import cli
+
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    run = tmp_path / "run"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[profile.tb]\nrun_dir = {json.dumps(str(run))}\n"
+                   f"command = {json.dumps([PY, str(PROGRAMS / 'tb_silent.py')])}\n"
+                   "stall_after_s = 20\nmin_free_gb = 0\nprobe = false\nstop_grace_s = 2\nmetrics = [\"trackio\"]\n")
+    try:
+        res = cli(tmp_path, "--config", str(cfg), "--launch", "--no-preflight")
+        assert res.returncode in (0, 4), res.stdout + res.stderr
+        (run / "metrics.csv").write_bytes(b"step,loss\n1,0.5\n2,\"" + (b"x" * 1023 + b"\n") * 5200)
+        (run / "out").mkdir()
+        (run / "out" / "trainer_state.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+        (run / "trackio").mkdir()
+        _endless_store(run / "trackio" / "p.db", "trackio")
+        _endless_store(run / "mlflow.db", "mlflow")
+        time.sleep(6)
+        t0 = time.monotonic()
+        res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
+        took = time.monotonic() - t0
+        assert res.returncode == 0 and "internal error" not in res.stderr, (res.returncode, res.stderr[-2000:])
+        d = json.loads(res.stdout)
+        assert d["verdict"] == "RUNNING", d["summary"]
+        assert took < 10, took
+        assert d["metrics"]["train/loss"]["step"] > 5, d["metrics"]
+        (note,) = [c for c in d["checks"] if c["id"] == "metric_files"]
+        assert note["state"] == "warn", note
+        for words in ("larger than field limit", "nested too deep", "no answer within"):
+            assert words in note["cause"], note["cause"]
+    finally:
+        cli(tmp_path, "--config", str(cfg), "--stop")

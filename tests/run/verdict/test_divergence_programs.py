@@ -98,3 +98,31 @@ def test_a_lone_spike_that_comes_back_is_a_warn_and_eval_never_diverges(tmp_path
         assert "spike at step 40:" in check["cause"] and "back at 41" in check["cause"], check
     finally:
         cli(tmp_path, "--config", str(cfg), "--stop")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_bundled_trainers_one_shot_check_has_metrics_eta_and_the_loss_check(tmp_path):
+    # Its series come from events.jsonl (not the log's metric lines, not a metric file): they
+    # were missing from "metrics", and a one-shot look (one sample of the step) had no ETA.
+    from dflash_tui.config import LOCAL_TRAIN_ARGS
+    from tests.test_cli_modes import write_config
+
+    args = list(LOCAL_TRAIN_ARGS)
+    args[args.index("--steps") + 1] = "100000"
+    cfg = write_config(tmp_path, local={"run_dir": str(tmp_path / "run"), "python": PY,
+                                        "train_args": args, "stall_after_s": 30, "min_free_gb": 0})
+    res = cli(tmp_path, "--config", str(cfg), "--launch", "--json", "--wait", "240", timeout=300)
+    assert res.returncode == 0 and json.loads(res.stdout)["verdict"] == "RUNNING", res.stdout + res.stderr
+    try:
+        time.sleep(3)
+        res = cli(tmp_path, "--config", str(cfg), "--check", "--json")
+        d = json.loads(res.stdout)
+        assert d["verdict"] == "RUNNING", d["summary"]
+        assert d["metrics"]["loss"]["source"] == "events.jsonl", d["metrics"]
+        assert {"accuracy", "tokens_per_s"} <= set(d["metrics"]), d["metrics"]
+        assert d["progress"]["total"] == 100000 and d["progress"]["eta_s"] > 0, d["progress"]
+        check = _loss_check(d)
+        assert check["state"] == "ok" and check["cause"].startswith("loss "), check
+    finally:
+        cli(tmp_path, "--config", str(cfg), "--stop", timeout=120)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ...contract.rundir import LAUNCH_SH, SLURM_OUT, inert_text
 from ...remote.base import CommandResult, CommandTimeout, Target
+from ...run.launch.environment import env_input, with_env_from_stdin
 from ...run.launch.request import Placement
 from .job import (KNOWN_STATES, SACCT_FIELDS, SQUEUE_FORMAT, SlurmJob, controller_silent, invalid_id,
                   parse_failed_nodes, parse_sacct, parse_scontrol, parse_squeue, unanswered, unknown_job)
@@ -48,10 +49,16 @@ def bounded_argv(argv: list[str], limit_s: float) -> list[str]:
     return ["sh", "-c", _BOUNDED, "dflash-slurm", f"{max(1.0, limit_s):.0f}", *argv]
 
 
-async def run_scheduler(target: Target, argv: list[str], limit_s: float) -> CommandResult:
+async def run_scheduler(target: Target, argv: list[str], limit_s: float,
+                        env: dict[str, str] | None = None) -> CommandResult:
     """One scheduler command, ended (with what it started) after `limit_s` on the login host.
+    `env`: variables it gets on its stdin (run/launch/environment.py), never on its command line.
     Raises CommandTimeout when it did not answer in time."""
-    res = await target.run(bounded_argv(argv, limit_s), timeout=limit_s + _MARGIN_S)
+    if env:
+        res = await target.run(bounded_argv(with_env_from_stdin(argv), limit_s), input=env_input(env),
+                               timeout=limit_s + _MARGIN_S)
+    else:
+        res = await target.run(bounded_argv(argv, limit_s), timeout=limit_s + _MARGIN_S)
     if res.exit_status in _TIMED_OUT and not res.stdout.strip():
         raise CommandTimeout(f"{argv[0]} did not answer within {limit_s:.0f} s",
                              "the Slurm controller may be overloaded or restarting")
@@ -91,8 +98,11 @@ def sbatch_argv(spec: SlurmSpec, run_dir: str, job_name: str, placement: Placeme
             f"--error={out}", *requeue, *merge_exclude(sbatch_options(spec), placement.exclude), posixpath.join(run_dir, LAUNCH_SH)]
 
 
-async def submit(target: Target, spec: SlurmSpec, run_dir: str, job_name: str, placement: Placement) -> Submitted:
-    res = await run_scheduler(target, sbatch_argv(spec, run_dir, job_name, placement), 60)
+async def submit(target: Target, spec: SlurmSpec, run_dir: str, job_name: str, placement: Placement,
+                 env: dict[str, str] | None = None) -> Submitted:
+    """sbatch; `env`: the program's variables, in sbatch's environment, which a job gets
+    (sbatch's default --export=ALL; a profile's own --export in sbatch_args decides otherwise)."""
+    res = await run_scheduler(target, sbatch_argv(spec, run_dir, job_name, placement), 60, env)
     line = res.stdout.strip().splitlines()[-1] if res.ok and res.stdout.strip() else ""
     job_id, _, cluster = line.partition(";")
     if not res.ok or not valid_job_id(job_id.strip()):

@@ -34,6 +34,7 @@ from ...contract.rundir import (LAUNCH_SH, SLURM_JSON, SLURM_OUT, STOP_JSON, Lau
                                SlurmJobRecord, StopRecord, inert_text, parse_slurm_job, to_json)
 from ...remote.base import CommandTimeout, TRANSPORT_FAILURES, Target, TargetError, is_transport_failure
 from ...remote.ops import RemoteOps
+from ...run.launch.environment import EnvError, launch_environment
 from ...run.launch.launcher import Detached, Launcher
 from ...run.launch.request import Placement
 from ...run.evidence.memory import LookMemory
@@ -155,7 +156,11 @@ class SlurmLauncher(Launcher):
         this returns, so a stop or a check from now on knows the job. A refusal is
         `Detached.error` with sbatch's words."""
         try:
-            sub = await submit(self.target, self.spec, run_dir, job_name(run_dir), placement)
+            env = launch_environment(self.profile.env, self.profile.env_file)
+        except EnvError as exc:
+            return Detached(None, via="sbatch", error=str(exc))
+        try:
+            sub = await submit(self.target, self.spec, run_dir, job_name(run_dir), placement, env)
         except (CommandTimeout, TargetError) as exc:   # unreachable included
             return Detached(None, error=str(exc))
         res = sub.result

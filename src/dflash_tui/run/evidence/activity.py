@@ -120,11 +120,14 @@ class Activity:
     stack_moved_where: str = ""
     stack_moved_own: bool = False         # that move was in the program's own code (not a library's)
     stack_since: Mapping[tuple[int, int], float] = field(default_factory=dict)
-    # Metric files (run/evidence/metric_files/): when one of this run's last had new records
-    # written (its mtime, target clock), and which; a program silent on stdout that writes
-    # TensorBoard events progresses.
+    # Metric files (run/evidence/metric_files/): when one of this run's last gave a new step
+    # (a training series' step past any before; target clock), and which; a program silent on
+    # stdout that writes TensorBoard events progresses. A file that changed after it without a
+    # new step (touched, garbage appended, the same step logged again) is no progress: when, which.
     metrics_at: float | None = None
     metrics_file: str = ""                # its source: "TensorBoard runs/exp1"
+    metrics_changed_at: float | None = None
+    metrics_changed_file: str = ""
     steps_per_s: float | None = None      # the step's recent rate over the looks (StepClock)
     # per thread, when its frames took exactly the form they have now, lines included (first
     # seen so): a thread that waits has stood still since then, wherever its function began.
@@ -652,5 +655,6 @@ class ProgressTracker:
             waits=MappingProxyType({pid: w[3] for pid, w in self._waits.items()}),
             metrics_at=self.metric_files.advanced_at, metrics_file=self.metric_files.advanced_file,
             loss_finding=self.divergence.finding(),
+            metrics_changed_at=self.metric_files.changed_at, metrics_changed_file=self.metric_files.changed_file,
             steps_per_s=self._clock.steps_per_s(),
             intervals=self._pace.intervals)

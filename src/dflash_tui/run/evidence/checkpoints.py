@@ -25,6 +25,7 @@ import posixpath
 import re
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ...contract.rundir import CHECKPOINT_META, CHECKPOINTS_DIR, HISTORY_DIR, PROBE_DIR, inert_text
 from ...remote.base import TargetError, is_transport_failure
@@ -79,7 +80,8 @@ class CheckpointsView:
     notes: tuple[str, ...] = ()
     unjudged: int = 0                       # files left for the next looks
 
-    @property
+    # Each read once per view (a look reads them several times; a view lives until the next search).
+    @cached_property
     def complete(self) -> list[Checkpoint]:
         return [c for c in self.found if c.complete]
 
@@ -92,18 +94,18 @@ class CheckpointsView:
     def newest(self) -> Checkpoint | None:
         return self.found[-1] if self.found else None
 
-    @property
+    @cached_property
     def torn(self) -> list[Checkpoint]:
         return [c for c in self.found if c.why]
 
-    @property
+    @cached_property
     def interval_s(self) -> float | None:
         """The median time between the last saves (up to 6 complete ones); None below two."""
         times = [c.mtime for c in self.complete][-6:]
         gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
         return statistics.median(gaps) if gaps else None
 
-    @property
+    @cached_property
     def step_interval(self) -> int | None:
         """Steps between the last two complete saves that name a step; None without two."""
         steps = [c.step for c in self.complete if c.step is not None][-2:]

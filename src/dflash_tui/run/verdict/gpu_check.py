@@ -123,8 +123,9 @@ def run_gpu_words(snap: GpuSnapshot) -> str:
     if found is None:
         return ""
     f, pct, whose = found
+    shared = ", shared with another program's processes" if f.shared else ""
     return ", " + gpu_use(pct, whose, f.power_w, f.power_limit_w, f.sm_clock_mhz, f.sm_clock_max_mhz,
-                          f.spinning)
+                          f.spinning) + shared
 
 
 def _list(items: Iterable[int]) -> str:

@@ -38,7 +38,9 @@ class GpuFacts:
     sm_clock_mhz: int | None
     sm_clock_max_mhz: int | None
     run_pids: tuple[int, ...]          # the run's processes on this GPU (host pids)
-    spinning: bool                     # busy, but drawing too little power for arithmetic
+    spinning: bool                     # the run's processes busy, drawing too little power for arithmetic
+    # Another program's processes are on it too: its device-wide use and power are not the run's.
+    shared: bool = False
 
     @property
     def power_share(self) -> float | None:
@@ -72,7 +74,18 @@ def facts_of(g: GpuSample) -> GpuFacts:
         power_w=g.power_w, power_limit_w=g.power_limit_w,
         sm_clock_mhz=g.sm_clock_mhz, sm_clock_max_mhz=g.sm_clock_max_mhz,
         run_pids=tuple(p.pid for p in mine),
-        spinning=spinning(g.util_sm_pct, g.power_w, g.power_limit_w))
+        spinning=_run_spins(g, mine, shares), shared=len(mine) < len(g.processes))
+
+
+def _run_spins(g: GpuSample, mine: list, shares: list[float]) -> bool:
+    """Whether the run's own kernels spin: the device's use where the run is alone on it; on a
+    GPU another program shares, only the run's processes' share of the SMs says it (no share
+    known: not the run's to be called)."""
+    if not spinning(g.util_sm_pct, g.power_w, g.power_limit_w):
+        return False
+    if len(mine) == len(g.processes):
+        return True
+    return bool(shares) and spinning(sum(shares), g.power_w, g.power_limit_w)
 
 
 def gpu_facts(snap: GpuSnapshot | None) -> list[GpuFacts]:

@@ -211,14 +211,15 @@ def thread_views(ev: Evidence, memory: LookMemory) -> list[ThreadView]:
     still_of = act.frames_since if act is not None else {}
     out: list[ThreadView] = []
     loading: set[int] = set()     # processes whose thread waits for DataLoader workers
+    beating = {p.pid for p in ev.probes if not p.ended and not _stale(ev, p)}
     for p in ev.probes:
         if p.ended:
             continue
         dump = ev.hang.stack_dumps.get(p.pid)
         use_dump = dump is not None and dump.time > p.time
         threads = list(dump.threads) if use_dump else p.threads
-        stale = _stale(ev, p)
-        if stale and not use_dump and idle_worker(p):
+        stale = p.pid not in beating
+        if stale and not use_dump and ended_worker(p, p.ppid in beating):
             continue     # a DataLoader worker that ended with its loader (no atexit in workers)
         if not use_dump and not stale:
             kept = _kept_views(p, since_of, still_of, memory)
@@ -523,6 +524,14 @@ def _dataloader(ev: Evidence, views: list[ThreadView], loader: list[ThreadView])
     main = _pick(loader)
     return Hang(HangKind.DATALOADER, f"waiting for DataLoader workers: {main.name} in {main.place()}{_for(now, since)}"
                               f" (no worker's stack was read)", since)
+
+
+def ended_worker(p: ProbeReport, parent_beats: bool) -> bool:
+    """A DataLoader worker that stopped beating is ended, not silent: idle at its index queue
+    when it was last seen, or its parent (the process that owns the DataLoader) beats on. A
+    DataLoader shuts its workers down at an epoch's end or when an iteration is left early,
+    also while they prefetch; a worker that holds its parent shows in the parent's own stack."""
+    return idle_worker(p) or (parent_beats and _worker(p.threads))
 
 
 def idle_worker(p: ProbeReport) -> bool:

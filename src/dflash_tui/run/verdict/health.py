@@ -25,8 +25,9 @@ from .checks.launch import (DISK_HINT, last_line, launch_cmd_check, launch_json_
                             launch_json_waiting_check, never_started_cause, nothing_launched_check,
                             process_alive_check, process_gone_check, train_log_check)
 from .checks.machine import cpu_check, disk_check, probe_check, probe_files_check, stacks_check
-from .checks.progress import (busy_silent_check, compiling_check, last_progress, metric_files_check,
-                              no_output_check, no_progress_line_check, progress_check, progress_words, silence_words,
+from .checks.progress import (busy_silent_check, compiling_check, last_progress, last_progress_words,
+                              metric_files_check, no_output_check, no_progress_line_check, progress_check,
+                              progress_words, silence_words,
                               silent_check, stack_moves_check, stall_limit_check, status_problem_check,
                               unlogged_progress_words)
 from .checks.trainer import (heartbeat_check, no_step_check, steps_check, steps_stalled_check, threads_check,
@@ -386,9 +387,12 @@ def _any_program(ev: Evidence, checks: list[Check], limits: Limits, uptime: floa
             return verdict(Verdict.STARTING, f"pid {launch.pid} started, no output from the program yet")
         if not act.advancing:
             add(no_progress_line_check(now, last, uptime))
-            return verdict(Verdict.STARTING, f"pid {launch.pid} started, output {_age(now, last)}")
+            return verdict(Verdict.STARTING, f"pid {launch.pid} started, {last_progress_words(ev, now, last)}")
         add(progress_check(parsed, now, last))
-        return verdict(Verdict.RUNNING, f"{parsed + ', ' if parsed else ''}output {_age(now, last)}, up {_duration(uptime)}")
+        latest = last_progress_words(ev, now, last)
+        if latest.startswith("metrics written") and "metrics written" in parsed:
+            latest = ""    # the progress words said it, with the file
+        return verdict(Verdict.RUNNING, ", ".join(w for w in (parsed, latest, f"up {_duration(uptime)}") if w))
     silent = "no output yet" if last is None else f"no output for {_duration(silent_for)}"
     advanced = act is not None and act.advancing
     if silent_for <= limit and (compiling(views) or importing(views)):

@@ -55,6 +55,10 @@ def rank_rows(report: RunReport) -> list[RankRow]:
     for node, r in sources:
         numbers = rank_numbers((p.pid, p.rank) for p in r.probes)
         waits = r.activity.waits if r.activity is not None else {}
+        # A program of one's own logs no step through the probe: the step its node's log (or
+        # metric file) shows is the step of the node's first rank, the one that prints it.
+        logged = r.progress.step if r.progress is not None else None
+        first = min((numbers[p.pid] for p in r.probes if p.pid in numbers and not p.ended), default=None)
         threads = {}
         for t in r.checklist.threads:
             if t.pid is not None:
@@ -82,7 +86,8 @@ def rank_rows(report: RunReport) -> list[RankRow]:
             place = f"{g.cls} {g.place()}" if g is not None else (
                 f"{main.cls} {main.where}".strip() if main is not None else "")
             rows.append((len(g.ranks) if g is not None else every,
-                         RankRow(rank, p.node or node, p.pid, p.step, p.step_time,
+                         RankRow(rank, p.node or node, p.pid,
+                                 p.step if p.step is not None or rank != first else logged, p.step_time,
                                  w.share if w is not None and w.samples else None, state, place, why, odd)))
     rows.sort(key=lambda sr: (_ORDER.get(sr[1].state, 3), sr[0], sr[1].rank, sr[1].node))
     return [row for _, row in rows]

@@ -215,7 +215,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         self.last_step: int | None = None
         self.skipped = 0
         self.from_events = False     # once step events arrive, report points are not added
-        self.point_source = "status.json"   # where report points come from (status or a log)
+        self.point_source: str | None = None   # where report points came from (status or a log), if any
         self.metric_sources: tuple[str, ...] = ()   # metric files read: "TensorBoard runs/exp1, 3 tags"
         self.dirty = False           # new points not drawn yet (see flush)
         self.smoothing = SMOOTHING[0]
@@ -425,15 +425,17 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
             return "no steps yet" + extra
         froms = []
         if self.from_events:
-            froms.append("events.jsonl")
-        elif self.series and self.point_source == "log progress":   # a program of the user's: its own words
-            froms.append("the program's log")
-        elif self.series:
-            froms.append(f"{self.point_source} (no step events)")
-        if self.history_from_log and "the program's log" not in froms:
-            froms.append("the program's log")
-        froms += self.metric_sources
-        parts = [f"step {self.last_step}", f"{n_series} series from " + ("; ".join(froms) or "metric files")]
+            where = "events.jsonl"
+        elif self.point_source is None:               # metric files only (a TensorBoard-only program)
+            where = ""
+        elif self.point_source == "log progress":   # a program of the user's: its own words
+            where = "the program's log"
+        else:
+            where = f"{self.point_source} (no step events)"
+        if self.history_from_log and where != "the program's log":
+            where = "; ".join(w for w in (where, "the program's log") if w)
+        froms = [w for w in (where, "; ".join(self.metric_sources)) if w]
+        parts = [f"step {self.last_step}", f"{n_series} series" + (f" from {' and '.join(froms)}" if froms else "")]
         if pages > 1:
             parts[-1] += f" (m: page {self.page + 1}/{pages})"
         if self.previous_id:

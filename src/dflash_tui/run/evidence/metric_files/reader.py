@@ -1,9 +1,11 @@
 """MetricFiles: a run's metric files found, read incrementally, and reduced to metric points.
 
 Discovery: the run dir (the program's working directory) and the profile's `metrics` paths
-(relative to the run dir), breadth first, at most MAX_DEPTH directories down (mlruns/ three
-more), hidden directories and the run dir's own probe/ and history/ skipped, at most
-MAX_ENTRIES entries per root (a directory of 100,000 files is looked at in part, with a note).
+(relative to the run dir), level by level (the directories of a level newest written first),
+at most MAX_DEPTH directories down (mlruns/ three more), hidden directories and the run dir's
+own probe/ and history/ skipped, at most MAX_ENTRIES entries per root and the agent's
+METRIC_FIND_S per search: where it stops, a note says how far it went and which directories it
+did not look in.
 Files by name: events.out.tfevents.* (a directory of them is one TensorBoard run), metrics.csv
 (Lightning's CSVLogger), trainer_state.json (the newest one: the HF Trainer writes one per
 checkpoint), mlflow.db, and mlruns/<exp>/<run>/metrics/<key> (the newest run). trackio keeps
@@ -23,6 +25,13 @@ cannot be read is a note of its source, never an exception: a record cut short w
 rest, a broken record stops that file with a note, a JSON file rewritten while read is read
 again at the next poll, a locked SQLite file says so and is asked again.
 
+Progress is a new step, not a fresh file: a source advances when a point of a training series
+(not a system monitor's: gpu/, system/, ...) has a step higher than any it gave before; its time
+is the file's mtime, or the writer's own time of that step's first record where the format has
+one (TensorBoard's wall_time), whichever is older, so a one-shot look at a file a monitoring
+thread keeps fresh (touched, garbage appended, the same step logged again) sees when the last
+step was made. A file that changed without a new step is `changed_at` / `changed_file`.
+
 Targets without the agent (ShellOps) get the same answers from its single ops (fallback.py),
 SQLite aside.
 """
@@ -30,7 +39,9 @@ SQLite aside.
 from __future__ import annotations
 
 import base64
+import math
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -46,7 +57,7 @@ from .tfrecord import RESYNC_SCAN, resync, split_records
 
 DISCOVER_EVERY_S = 10.0
 MAX_DEPTH = 4
-MAX_ENTRIES = 20_000
+MAX_ENTRIES = 200_000     # a directory of 100,000 files is read whole (~0.1 s)
 # Event bytes read per file per poll (decoding costs ~5 us a scalar: 512 KiB is ~50 ms).
 TB_WINDOW = 512 << 10
 # A file found bigger than this is read from its newest TB_FIRST_TAIL bytes on (the charts keep
@@ -64,6 +75,10 @@ PATTERNS = (tensorboard.EVENT_FILE, csv_logger.NAME, hf_state.NAME, mlflow.DB_NA
 # Names under the run dir that are dflash's own (the run probe's files, earlier runs' records).
 SKIP_TOP = ("probe", "history")
 _LOSS_NAMES = frozenset({"loss", "train_loss", "lm_loss", "train_loss_step", "loss_train"})
+# First words of a series a system monitor logs (GPU use, memory, power): no training progress.
+_SYSTEM_WORDS = frozenset({"system", "sys", "gpu", "gpus", "hw", "hardware", "monitor", "monitoring", "cpu",
+                           "mem", "memory", "nvml", "power", "temp", "temperature"})
+_FIRST_WORD = re.compile(r"[/.:_\-]")
 _TAGS = {"tensorboard": "tb", "csv": "csv", "trainer_state": "hf", "mlflow": "mlflow", "mlruns": "mlflow",
          "trackio": "trackio"}
 _KIND_WORDS = {"tensorboard": "TensorBoard", "csv": "metrics.csv", "trainer_state": "trainer_state.json",
@@ -103,13 +118,15 @@ class MetricsView:
     points: tuple[MetricPoint, ...] = ()
     notes: tuple[str, ...] = ()
     progress: MetricProgress | None = None
-    written_at: float | None = None          # the newest write of a metric file (this run's)
+    written_at: float | None = None          # when a metric file (this run's) last gave a new step
     written_file: str = ""                   # which source that was ("TensorBoard runs/exp1")
     # name -> (steps, values): run/evidence/metric_history.py, bounded and decimated
     history: Mapping[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
     history_version: int = 0                 # moves when any series of `history` changed
     previous: Mapping[str, tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=dict)
     previous_sources: tuple[str, ...] = ()   # "TensorBoard runs/exp1": files older than the launch
+    changed_at: float | None = None          # when a metric file (this run's) last changed at all
+    changed_file: str = ""
 
     def newest_loss(self) -> float | None:
         """The training loss among the series, for a line that has room for one number:
@@ -120,6 +137,12 @@ class MetricsView:
         named = [(step, value) for name, (step, value, _) in self.latest.items()
                  if name.rsplit(":", 1)[-1].replace("/", "_") in _LOSS_NAMES]
         return max(named)[1] if named else None
+
+
+def is_training_series(name: str) -> bool:
+    """Whether a series tells training progress: any but a system monitor's ("gpu/util",
+    "system/gpu.0.memory", "gpu0_mem")."""
+    return _FIRST_WORD.split(name.lower(), 1)[0].rstrip("0123456789") not in _SYSTEM_WORDS
 
 
 def _b64(text: str) -> bytes:
@@ -146,6 +169,8 @@ class _Source:
         self.names: set[str] = set()
         self.written_at: float | None = None
         self.note = ""
+        self.top = -1                        # the highest step of a training series it gave
+        self.changed_at: float | None = None  # the newest mtime of its files (a write, a touch)
         self.beyond = 0                      # steps and totals beyond 2^53 ignored (see _got)
         self.now = 0.0                       # the poll's target clock, set before absorb
         # Written before this run's launch: the previous run's (drawn dotted, never this run's series).
@@ -173,8 +198,9 @@ class _Source:
 
     def label(self) -> str:
         n = len(self.names)
-        what = {"tensorboard": "tag", "csv": "column", "trainer_state": "series"}.get(self.kind, "metric")
-        return f"{self.where()}, {n} {what}{'s' if n != 1 else ''}"
+        one, many = {"tensorboard": ("tag", "tags"), "csv": ("column", "columns"),
+                     "trainer_state": ("series", "series")}.get(self.kind, ("metric", "metrics"))
+        return f"{self.where()}, {n} {one if n == 1 else many}"
 
     def notes(self) -> str:
         """Its note, and the steps it gave that no run makes."""
@@ -189,8 +215,23 @@ class _Source:
         raise NotImplementedError
 
     def absorb(self, answers: list[dict]) -> tuple[list[MetricPoint], float | None]:
-        """(points, the mtime of the newest new data) of the answers to `asks()`."""
+        """(points, when a new step was made, else None) of the answers to `asks()`."""
         raise NotImplementedError
+
+    def _saw(self, mtime) -> None:
+        if isinstance(mtime, (int, float)) and (self.changed_at is None or mtime > self.changed_at):
+            self.changed_at = float(mtime)
+
+    def _advanced(self, points: list[MetricPoint], mtime: float | None, when: float | None = None) -> float | None:
+        """When a new step was made, if `points` hold one (a training series' step past any
+        before): `mtime`, or the writer's own `when` of it where older; else None."""
+        top = max((p.step for p in points if is_training_series(p.name)), default=-1)
+        if top <= self.top or mtime is None:
+            return None
+        self.top = top
+        if when is not None and math.isfinite(when) and 0 < when < mtime:
+            mtime = when
+        return self._wrote(mtime)
 
     def _wrote(self, mtime: float | None) -> float | None:
         if mtime is not None and (self.written_at is None or mtime > self.written_at):
@@ -240,7 +281,7 @@ class _TensorBoard(_Source):
         return [c.ask(TB_WINDOW) for p, c in sorted(self.files.items()) if p not in self.broken]
 
     def absorb(self, answers):
-        points, newest = [], None
+        points, newest, found_all = [], None, []
         cursors = [c for p, c in sorted(self.files.items()) if p not in self.broken]
         notes = []
         for c, item in zip(cursors, answers):
@@ -251,6 +292,7 @@ class _TensorBoard(_Source):
             st = res["stat"]
             if not st.get("exists"):
                 continue
+            self._saw(st.get("mtime"))
             data = _b64(res.get("data", ""))
             start = int(res.get("offset", c.offset))
             c.inode = st["inode"]
@@ -274,14 +316,19 @@ class _TensorBoard(_Source):
             found, bad = tensorboard.scalars(framed.records)
             self._bad += bad
             if framed.records:
-                newest = self._wrote(st["mtime"])
+                newest = max(newest or st["mtime"], st["mtime"])
+            found_all += found
             points += [MetricPoint(s.tag, s.step, s.value) for s in found]
         if self._bad:
             notes.append(f"{self._bad} damaged record(s) skipped")
         if self.tail_from:
             notes.append(f"read from its newest {TB_FIRST_TAIL >> 20} MiB")
         self.note = "; ".join(notes)
-        return self._got(points), newest
+        points = self._got(points)
+        top = max((p.step for p in points if is_training_series(p.name)), default=-1)
+        # When the newest step was first written, by the writer's clock (its records' wall_time).
+        when = min((x.wall_time for x in found_all if x.step == top and is_training_series(x.tag)), default=None)
+        return points, self._advanced(points, newest, when)
 
 
 class _Csv(_Source):
@@ -302,6 +349,7 @@ class _Csv(_Source):
         self.note = err
         if res is None or not res["stat"].get("exists"):
             return [], None
+        self._saw(res["stat"].get("mtime"))
         if self.csv.broken and not res.get("restarted"):
             self.note = self._broken_words()
             if res["stat"].get("size", 0) >= self.cursor.offset:
@@ -322,7 +370,8 @@ class _Csv(_Source):
         points = self.csv.feed(data)
         if self.csv.broken:
             self.note = self._broken_words()
-        return self._got(points), self._wrote(st["mtime"]) if points else None
+        points = self._got(points)
+        return points, self._advanced(points, st["mtime"])
 
     def _broken_words(self) -> str:
         return f"{self.csv.broken}; read no further"
@@ -357,6 +406,7 @@ class _TrainerState(_Source):
         if res is None or not res["stat"].get("exists"):
             return [], None
         st = res["stat"]
+        self._saw(st.get("mtime"))
         data = _b64(res.get("data", ""))
         if not data:
             self.note = self.note or self.unread      # unchanged: still the file it was
@@ -382,7 +432,9 @@ class _TrainerState(_Source):
         new = [p for p in state.points if p.step > self.last.get(p.name, -1)]
         for p in new:
             self.last[p.name] = max(p.step, self.last.get(p.name, -1))
-        return self._got(new), self._wrote(st["mtime"]) if new else None
+        steps = [MetricPoint("global_step", state.global_step, 0.0)] if state.global_step is not None else []
+        new = self._got(new)
+        return new, self._advanced(new + steps, st["mtime"])
 
 
 class _SqliteRows(_Source):
@@ -407,6 +459,7 @@ class _SqliteRows(_Source):
     def absorb(self, answers):
         res, err = _answer(answers[0])
         if res is None:
+            err = err.replace(f"{self.path}: ", "")      # the source names its file already
             if "no answer within" in err or "not read this poll" in err:
                 self.retry_at = self.now + SQL_RETRY_S
                 self.note = f"{err}; asked again in {SQL_RETRY_S:.0f} s"
@@ -420,13 +473,15 @@ class _SqliteRows(_Source):
         if run:
             self.run = run
         st = res.get("stat") or {}
-        at = None
-        if points:
-            # Rows land in a WAL file before the database file: the file's mtime lags, so
-            # after the first read new rows count as written now (the answer's stat time).
-            at = self._wrote(st.get("mtime") if not self.read_once else max(st.get("mtime", 0.0), self.now))
+        self._saw(st.get("mtime"))
+        points = self._got(points)
+        # Rows land in a WAL file before the database file: the file's mtime lags, so after
+        # the first read new rows count as written now (the answer's stat time).
+        at = self._advanced(points, st.get("mtime") if not self.read_once else max(st.get("mtime", 0.0), self.now))
+        if at is not None and self.read_once:
+            self._saw(at)
         self.read_once = True
-        return self._got(points), at
+        return points, at
 
 
 class _MlflowDb(_SqliteRows):
@@ -484,16 +539,18 @@ class _Mlruns(_Source):
             st = res["stat"]
             if not st.get("exists"):
                 continue
+            self._saw(st.get("mtime"))
             if res.get("restarted"):
                 f.restart()
             data, start = _b64(res.get("data", "")), int(res.get("offset", 0))
             c.inode, c.offset = st["inode"], start + len(data)
             got = f.feed(data) if data else []
             if got:
-                newest = max(newest or 0.0, self._wrote(st["mtime"]))
+                newest = max(newest or 0.0, st["mtime"])
             points += got
         self.note = "; ".join(notes)
-        return self._got(points), newest
+        points = self._got(points)
+        return points, self._advanced(points, newest)
 
 
 # trainer_state.json holds the very records the HF Trainer prints as its log's dict lines: its
@@ -543,8 +600,10 @@ class MetricFiles:
         self.history = MetricHistory()           # this run's series, from their first point
         self.previous = MetricHistory()          # the series of files older than the launch
         self._file_owned: set[str] = set()       # names trainer_state.json gives (the log's are dropped)
-        self.advanced_at: float | None = None
+        self.advanced_at: float | None = None    # when a new step was last made (this run's files)
         self.advanced_file = ""
+        self.changed_at: float | None = None     # when a file of this run's last changed (new step or not)
+        self.changed_file = ""
 
     # -- what the poll found ---------------------------------------------------------------
     def take(self) -> list[MetricPoint]:
@@ -585,7 +644,8 @@ class MetricFiles:
         previous = tuple(sorted(s.where() for s in self.sources.values() if s.previous and s.names))
         return MetricsView(tuple(self.views()), dict(self._latest), tuple(points), tuple(self.notes),
                            self.progress(), self.advanced_at, self.advanced_file,
-                           self.history.snapshot(), self.history.version, self.previous.snapshot(), previous)
+                           self.history.snapshot(), self.history.version, self.previous.snapshot(), previous,
+                           self.changed_at, self.changed_file)
 
     def views(self) -> list[MetricSource]:
         return sorted((s.view() for s in self.sources.values() if not s.previous),
@@ -713,6 +773,9 @@ class MetricFiles:
             if at is not None and (floor is None or at >= floor):
                 if self.advanced_at is None or at >= self.advanced_at:
                     self.advanced_at, self.advanced_file = at, source.where()
+            ch = source.changed_at
+            if ch is not None and (floor is None or ch >= floor) and (self.changed_at is None or ch > self.changed_at):
+                self.changed_at, self.changed_file = ch, source.where()
 
     def _found(self, found: list[dict], run_dir: str, floor: float | None = None) -> None:
         def rel(path: str) -> str:

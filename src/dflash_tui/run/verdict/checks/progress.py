@@ -29,6 +29,21 @@ def last_progress(ev: Evidence, *also: float | None) -> float | None:
     return max((t for t in times if t is not None), default=None)
 
 
+def last_progress_words(ev: Evidence, now: float, last: float) -> str:
+    """What advanced last, by what it was: "output 2 s ago" for the program's output, "last
+    step 2 s ago" for a step from events or a probe, "metrics written just now" for a metric
+    file: never "output" for a program that prints nothing."""
+    act = ev.activity
+    age = _age(now, last)
+    if act is None or act.program_output and act.log_grew_at == last:
+        return f"output {age}"
+    if act.step_at == last:
+        return f"last step {age}"
+    if act.metrics_at == last:
+        return f"metrics written {age}"
+    return f"progress {age}"
+
+
 def progress_words(ev: Evidence) -> str:
     """ "step 120/1000, loss 2.31, 3.2 it/s" from the log/events, "" when none was read; a
     step counted within an epoch (Lightning's bar) says its epoch: "epoch 2, 51/64"."""
@@ -68,7 +83,22 @@ def silence_words(ev: Evidence, silent_for: float, heartbeat: str = "") -> str:
     words = f"{kind}: {', '.join(quiet)} for {_duration(silent_for)}; " + (cpu if busy is None else f"process tree {cpu}")
     if act is not None and act.log_grew_at is not None and act.program_output:
         words += f"; last output {_age(ev.now, act.log_grew_at)}"
-    return words
+    fresh = fresh_file_words(ev)
+    return f"{words}; {fresh}" if fresh else words
+
+
+def fresh_file_words(ev: Evidence) -> str:
+    """ "TensorBoard runs/exp1 written 2 s ago, no new step for 3 min": a metric file that
+    changed after its last new step (a monitoring thread that keeps it fresh while the loop is
+    hung), "" when none did."""
+    act = ev.activity
+    if act is None or act.metrics_changed_at is None or not act.metrics_changed_file:
+        return ""
+    if act.metrics_at is not None and act.metrics_changed_at <= act.metrics_at:
+        return ""
+    since = act.metrics_at if act.metrics_file == act.metrics_changed_file else None
+    no_step = f"no new step for {_duration(max(0.0, ev.now - since))}" if since is not None else "no new step"
+    return f"{act.metrics_changed_file} written {_age(ev.now, act.metrics_changed_at)}, {no_step}"
 
 
 def unlogged_progress_words(ev: Evidence, views: list[ThreadView]) -> str:
@@ -139,5 +169,5 @@ def metric_files_check(view: MetricsView | None) -> Check | None:
     bad = [f"{s.where}: {s.note}" for s in view.sources if s.note] + list(view.notes)
     if not bad:
         return None
-    return Check.of(CheckId.METRIC_FILES, WARN, _one_line("; ".join(bad), 400),
+    return Check.of(CheckId.METRIC_FILES, WARN, _one_line("; ".join(bad), 600),
                     "the other sources are read; the verdict is judged without what is named")

@@ -1,0 +1,148 @@
+"""What checkpoints and disk runway add to a look (issues 45 and 46): a look's CPU with and
+without them, side by side, on a run dir holding many checkpoints.
+
+The run dir holds --hf Hugging Face `checkpoint-N/` folders (trainer_state.json, a real
+safetensors file, an optimizer zip) and --files torch.save-style zips in ckpt/, 1,000 other
+files beside them, and a live program printing a line every 50 ms, launched detached through a
+Session as the dashboard would. Three ways of looking alternate, --rounds times, --looks looks
+each, --gap seconds apart:
+
+- without: the look with its checkpoint step removed (observe.py `_observe_checkpoints` a no-op);
+- with: the look as shipped (the search every 5 s of the target's clock, each file judged once);
+- with, searching every look: the worst case (the search and runway asked at every look).
+
+Each look is timed as the CPU of this process's thread (`time.thread_time` around
+`Session.check`, gather and judgement) plus the CPU its agent used meanwhile (/proc of the
+child processes, in 10 ms ticks: only the mean over many looks says much). Printed: per way,
+the mean and median milliseconds per look, and the extra of each "with" over "without" in %.
+
+`.venv/bin/python benchmarks/checkpoint_look_cost.py [--hf 300] [--files 300] [--looks 40] [--gap 0.25] [--rounds 3]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import struct
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from dflash_tui.config import Profile
+from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.evidence import observe
+from dflash_tui.watch.session import Session
+
+PRINTER = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.05)\n"
+
+
+def make_run_dir(root: Path, hf: int, files: int) -> Path:
+    run = root / "run"
+    (run / "ckpt").mkdir(parents=True)
+    header = b'{"w":{"dtype":"F32","shape":[256],"data_offsets":[0,1024]}}'
+    then = time.time() - 3600
+    for i in range(hf):
+        d = run / f"checkpoint-{(i + 1) * 10}"
+        d.mkdir()
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": (i + 1) * 10, "log_history": []}))
+        (d / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(1024))
+        with zipfile.ZipFile(d / "optimizer.pt", "w") as z:
+            z.writestr("optimizer/data.pkl", b"x" * 4096)
+        for p in d.iterdir():
+            os.utime(p, (then + i * 10, then + i * 10))
+    for i in range(files):
+        p = run / "ckpt" / f"step-{i}.pt"
+        with zipfile.ZipFile(p, "w") as z:
+            z.writestr("step/data.pkl", b"y" * 4096)
+        os.utime(p, (then + i * 10, then + i * 10))
+    for i in range(1000):
+        (run / "ckpt" / f"notes-{i}.txt").write_text("n")
+    return run
+
+
+def children_cpu_s() -> float:
+    """utime+stime of this process's children (the local agents), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        try:
+            kids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in kids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+async def looks(s: Session, n: int, gap: float) -> list[float]:
+    out = []
+    for _ in range(n):
+        c0, t0 = children_cpu_s(), time.thread_time()
+        await s.check()
+        t1 = time.thread_time()
+        await asyncio.sleep(0.02)     # the agent's share of the look is counted after its answer
+        out.append((t1 - t0 + children_cpu_s() - c0) * 1000)
+        await asyncio.sleep(gap)
+    return out
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hf", type=int, default=300)
+    ap.add_argument("--files", type=int, default=300)
+    ap.add_argument("--looks", type=int, default=40)
+    ap.add_argument("--gap", type=float, default=0.25)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "state")
+        run = make_run_dir(Path(tmp), args.hf, args.files)
+        prof = Profile(name="bench", run_dir=str(run), python=sys.executable,
+                       command=(sys.executable, "-c", PRINTER), train_args=(), min_free_gb=0.0)
+        s = Session(prof, targets=(LocalTarget(), LocalTarget()))
+        await s.launch()
+        shipped = observe._observe_checkpoints
+
+        async def without(ops, ev, tracker):
+            return None
+
+        try:
+            s.progress.checkpoints.every_s = 0.0
+            for _ in range(200):                # warm: the agent started, every file judged once
+                ev, _ = await s.check()
+                if ev.checkpoints is not None and ev.checkpoints.found and not ev.checkpoints.unjudged:
+                    break
+            view = ev.checkpoints
+            print(f"run dir: {len(view.found)} checkpoints found ({len(view.complete)} complete), "
+                  f"notes {list(view.notes)}; runway {ev.runway.to_json() if ev.runway else None}")
+            got: dict[str, list[float]] = {"without": [], "with": [], "with, searching every look": []}
+            for _ in range(args.rounds):
+                observe._observe_checkpoints = without
+                got["without"] += await looks(s, args.looks, args.gap)
+                observe._observe_checkpoints = shipped
+                s.progress.checkpoints.every_s = s.progress.runway.every_s = 5.0
+                got["with"] += await looks(s, args.looks, args.gap)
+                s.progress.checkpoints.every_s = s.progress.runway.every_s = 0.0
+                got["with, searching every look"] += await looks(s, args.looks, args.gap)
+            base = statistics.mean(got["without"])
+            for way, ms in got.items():
+                extra = "" if way == "without" else f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} %"
+                print(f"{way:28s} mean {statistics.mean(ms):6.2f} ms  median {statistics.median(ms):6.2f} ms "
+                      f"per look ({len(ms)} looks){extra}")
+        finally:
+            observe._observe_checkpoints = shipped
+            await s.stop(grace_s=1)
+            await s.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,38 @@
+"""DataLoader workers that end with their loader are not silent processes: a healthy loop
+whose workers are shut down every epoch, some while they prefetch (tests/programs/
+loader_workers_end.py), keeps its probe check OK and its threads free of ended workers."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_tui.run.verdict.checklist import CheckState, Verdict
+
+from tests.run.verdict.test_verdicts_programs import program_profile
+
+pytestmark = pytest.mark.timeout(180)
+PROGRAM = str(Path(__file__).resolve().parents[2] / "programs" / "loader_workers_end.py")
+
+
+async def test_workers_ended_by_their_loader_are_not_silent_processes(sessions, tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    s = sessions(program_profile(tmp_path / "run", (sys.executable, PROGRAM), stall_after_s=6.0))
+    await s.launch(preflight=False)
+    looks = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 50:
+        ev, cl = await s.check()
+        probe = next((c for c in cl.checks if c.id == "probe"), None)
+        if probe is not None:
+            looks.append((round(time.monotonic() - t0, 1), cl.verdict, probe.state, probe.cause))
+        await asyncio.sleep(1.0)
+    warned = [x for x in looks if x[2] is not CheckState.OK]
+    assert not warned, warned
+    ended = [x for x in looks if "DataLoader worker(s) ended" in x[3]]
+    assert len(ended) >= 3, looks            # workers did end, look after look
+    assert all(v is Verdict.RUNNING for _, v, _, _ in ended), looks
