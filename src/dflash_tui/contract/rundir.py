@@ -67,11 +67,13 @@ EXIT_JSON = "exit.json"
 STOP_JSON = "stop.json"
 # When train.log grew, kept by the wrapper while its program runs: one "UPTIME SIZE" line per
 # growth it saw (the target's /proc/uptime, the log's size then), sampled every LOG_GROWTH_EVERY_S,
-# the newest LOG_GROWTH_KEEP lines at most (a few KiB). A first look reads the pace of the step
-# lines from it (parse_log_growth), where one stat of the log sees one mtime.
+# the newest LOG_GROWTH_KEEP lines at most (about 8 KiB; trimmed to the newest half when full).
+# Any look, a first one included, reads the pace of the step lines from it (parse_log_growth;
+# run/evidence/log_growth.py), where one stat of the log sees one mtime.
 LOG_GROWTH = "log_growth"
-LOG_GROWTH_EVERY_S = 0.25
-LOG_GROWTH_KEEP = 64
+LOG_GROWTH_EVERY_S = 0.5
+LOG_GROWTH_KEEP = 256
+LOG_GROWTH_MAX_BYTES = 32 << 10     # what a look reads of it at most
 # A run under Slurm (dflash_tui/backends/slurm/): the job the launch submitted, and the job's own
 # stdout/stderr (slurmstepd's words: "CANCELLED AT ... DUE TO TIME LIMIT", "exceeded memory limit").
 SLURM_JSON = "slurm.json"

@@ -26,8 +26,8 @@ import time
 from typing import Sequence
 
 from ..contract.rundir import (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, EXIT_JSON, FR_DUMP_PREFIX, LAUNCH_JSON,
-                                 LAUNCH_OUT, LAUNCH_SH, LOG_GROWTH, LOG_GROWTH_EVERY_S, LOG_GROWTH_KEEP, PROBE_DIR, PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG,
-                                 inert_text)
+                                 LAUNCH_OUT, LAUNCH_SH, LOG_GROWTH, LOG_GROWTH_EVERY_S, LOG_GROWTH_KEEP, PROBE_DIR,
+                                 PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG, inert_text)
 
 # launch.sh names its run id on this line, so a reader can tell which launch a wrapper belongs to
 # without parsing shell.
@@ -92,10 +92,12 @@ if [ -n "$log_error" ]; then
   exit 3
 fi
 
-# When train.log grows, beside it (the pace a first look reads): a loop outside the program's
-# process tree (double-forked, output to /dev/null) that ends within one sample of the wrapper.
-# One line per growth it sees, the newest {growth_keep} at most; the size read first, so a line's
-# time is never before its size was there.
+# 2b. When train.log grows, beside it (the pace a first look reads: contract/rundir.py LOG_GROWTH):
+# a loop outside the program's process tree (double-forked, output to /dev/null), in its process
+# group (a stop's signal ends it), that ends within one sample of the wrapper. It samples the
+# size every {growth_every} s (two small execs: wc, sleep) and writes a line only when it grew; past
+# {growth_keep} lines it keeps the newest {growth_half} (replaced whole: a reader sees the old file or
+# the new). The size is read first, so a line's time is never before its size was there.
 GROWTH="$RUN_DIR/{log_growth}"
 if : >"$GROWTH" 2>/dev/null && [ -r /proc/uptime ]; then
   ( ( _last=-1; _n=0

@@ -16,17 +16,18 @@ log window's step lines that begin with their own time, as Python's logging and 
 them ("2026-12-05 04:31:00,123 step 40 loss 0.51", "[2026-12-05 04:31:00] iteration 40/ 500 |":
 `line_intervals`); pauses included, which can only make the limit longer.
 
-Where the wrapper keeps when train.log grew (contract/rundir.py LOG_GROWTH: the target's uptime
-and the log's size, sampled every 0.25 s), every look also reads the step lines' own cadence:
-a step line's time is the first growth that held its end (`growth_step_times`), so a growth
-that held no step line (a warning, a quiet program's nothing) is no step, and one look that
-sees twenty steps at once learns their twenty intervals (`Pace.grew`). Those times are the
-target's uptime, apart from the look's clock: only their differences are used.
+Where the wrapper keeps when train.log grew (contract/rundir.py LOG_GROWTH, read against the
+log's lines by run/evidence/log_growth.py), every look, the first included, reads the step
+lines' own cadence from it (`Pace.grew`): one look that sees twenty steps at once learns their
+twenty intervals. Those times are the target's uptime, apart from the look's clock: only their
+differences are used. While they time the steps, a look's own interval (coarser: the time
+between looks) is not added.
+
+Each interval keeps where it was learned (`Pace.source`: the words stall_limit_why ends with).
 """
 
 from __future__ import annotations
 
-import bisect
 import collections
 import re
 from datetime import datetime, timezone
@@ -37,25 +38,31 @@ from .progress import parse_text
 # How many of the newest intervals the pace keeps: "recent" for the learned limit.
 RECENT = 100
 
+# Where an interval was learned: the words stall_limit_why names it by.
+FROM_LOOKS = "the looks"
+FROM_LINE_TIMES = "its log lines' own times"
+FROM_STEP_EVENTS = "events.jsonl's step times"
+FROM_LOG_GROWTH = "log_growth (when train.log's step lines came)"
+
 
 class Pace:
-    """The recent intervals between newest progress times, in the order seen."""
+    """The recent intervals between newest progress times, in the order seen, each with where
+    it was learned."""
 
     def __init__(self, recent: int = RECENT) -> None:
         self._last: float | None = None
-        self._intervals: collections.deque[float] = collections.deque(maxlen=recent)
+        self._intervals: collections.deque[tuple[float, str]] = collections.deque(maxlen=recent)
         self._paused = False     # a look saw a known pause since the newest progress
-        self._grew_last: float | None = None   # the newest step growth's time (target uptime)
-        self._grew_now = False   # this look's growths gave its intervals: the look's own is coarser
+        self._grew_last: float | None = None   # the newest step time log_growth gave (target uptime)
 
-    def saw(self, t: float | None) -> None:
+    def saw(self, t: float | None, source: str = FROM_LOOKS) -> None:
         """The newest progress time a look saw (None: none yet). The same time again, or an
-        older one (a log rewritten), adds no interval."""
+        older one (a log rewritten), adds no interval; nor does any while log_growth times the
+        steps (`grew`: finer than the looks)."""
         if t is None:
             return
-        grew, self._grew_now = self._grew_now, False
-        if self._last is not None and t > self._last and not self._paused and not grew:
-            self._intervals.append(t - self._last)
+        if self._last is not None and t > self._last and not self._paused and self._grew_last is None:
+            self._intervals.append((t - self._last, source))
         if self._last is None or t > self._last:
             self._last, self._paused = t, False
 
@@ -66,12 +73,12 @@ class Pace:
     def took(self, intervals: list[float]) -> None:
         """Intervals a first look read off the program's own clock (its log lines' times): they
         say the pace, not when the newest progress was, as that clock may not be the target's."""
-        self._intervals.extend(intervals)
+        self._intervals.extend((i, FROM_LINE_TIMES) for i in intervals)
 
     def grew(self, times: list[float]) -> None:
-        """The step lines' times the log's growths show (target uptime, oldest first): each one
-        newer than the newest seen adds its interval; the first after a known pause is the
-        pause's, and left out. Call before `saw` of the same look."""
+        """The step lines' times log_growth shows (target uptime, oldest first): each one newer
+        than the newest seen adds its interval; the first after a known pause is the pause's,
+        and left out. Call before `saw` of the same look."""
         new = [t for t in times if self._grew_last is None or t > self._grew_last]
         if not new:
             return
@@ -80,16 +87,17 @@ class Pace:
         intervals = [b - a for a, b in zip(new, new[1:])]
         if self._paused and intervals:
             intervals = intervals[1:]
-        self._intervals.extend(intervals)
-        self._grew_last, self._grew_now = new[-1], bool(intervals) or self._grew_now
-
-    def forget_growth(self) -> None:
-        """A new log growth file (a relaunch, a reboot: another uptime): its times start afresh."""
-        self._grew_last = None
+        self._intervals.extend((i, FROM_LOG_GROWTH) for i in intervals)
+        self._grew_last = new[-1]
 
     @property
     def intervals(self) -> tuple[float, ...]:
-        return tuple(self._intervals)
+        return tuple(i for i, _ in self._intervals)
+
+    @property
+    def source(self) -> str:
+        """Where the slowest recent interval was learned ("" with none): the limit is 5x it."""
+        return max(self._intervals, key=lambda x: x[0])[1] if self._intervals else ""
 
 
 # A line that begins with its own date and time: logging's asctime ("2026-12-05 04:31:00,123"),
@@ -135,27 +143,3 @@ def step_times(data: bytes) -> list[float]:
         if e.get("kind") == EventKind.STEP.value:
             times.append(e["time"])
     return sorted(times)
-
-
-def growth_step_times(growths: list[tuple[float, int]], data: bytes, start: int) -> list[float]:
-    """The times of the step lines that end in `data` (the log's bytes from offset `start`),
-    each the time of the first growth that held its end (`growths`: [(time, size)], oldest
-    first, contract/rundir.py parse_log_growth), oldest first, one per growth. A line that ended
-    before the oldest growth kept, or after the newest, has no time here."""
-    if len(growths) < 2:
-        return []
-    sizes = [size for _, size in growths]
-    times: list[float] = []
-    pos = 0
-    for line in data.split(b"\n")[:-1]:     # the last piece has no end yet
-        end = start + pos + len(line)          # the offset of its newline
-        pos += len(line) + 1
-        if end < sizes[0] or parse_text(line.decode("utf-8", "replace")).step is None:
-            continue
-        i = bisect.bisect_right(sizes, end)    # the first growth past its newline
-        if i == len(sizes):
-            break
-        t = growths[i][0]
-        if not times or t > times[-1]:
-            times.append(t)
-    return times
