@@ -94,21 +94,22 @@ fi
 
 # 2b. When train.log grows, beside it (the pace a first look reads: contract/rundir.py LOG_GROWTH):
 # a loop outside the program's process tree (double-forked, output to /dev/null), in its process
-# group (a stop's signal ends it), that ends within one sample of the wrapper. It samples the
-# size every {growth_every} s (two small execs: wc, sleep) and writes a line only when it grew; past
-# {growth_keep} lines it keeps the newest {growth_half} (replaced whole: a reader sees the old file or
-# the new). The size is read first, so a line's time is never before its size was there.
-GROWTH="$RUN_DIR/{log_growth}"
+# group (a stop's signal ends it), that ends within one sample of the wrapper. Every {growth_every} s
+# it takes the log's size (two small execs: ls, which stats and never reads the log, and sleep)
+# and writes a line only when it grew; past {growth_keep} lines it keeps the newest {growth_half} (the file
+# replaced whole: a reader sees the old one or the new). The size is read first, so a line's time
+# is never before its size was there.
+GROWTH="$RUN_DIR/{log_growth}" GROWTH_TMP="$RUN_DIR/.{log_growth}.tmp"
 if : >"$GROWTH" 2>/dev/null && [ -r /proc/uptime ]; then
   ( ( _last=-1; _n=0
       while kill -0 "$pid" 2>/dev/null; do
-        set -- $(wc -c <"$LOG" 2>/dev/null)
-        if [ -n "${{1:-}}" ] && [ "$1" != "$_last" ]; then
+        set -- $(ls -ln -- "$LOG" 2>/dev/null)
+        if [ -n "${{5:-}}" ] && [ "$5" != "$_last" ]; then
           read -r _up _idle </proc/uptime
-          echo "$_up $1" >>"$GROWTH"
-          _last=$1; _n=$((_n + 1))
+          echo "$_up $5" >>"$GROWTH"
+          _last=$5; _n=$((_n + 1))
           if [ "$_n" -ge {growth_keep} ]; then
-            tail -n {growth_half} "$GROWTH" >"$GROWTH.tmp" && mv -f "$GROWTH.tmp" "$GROWTH"
+            tail -n {growth_half} "$GROWTH" >"$GROWTH_TMP" && mv -f "$GROWTH_TMP" "$GROWTH"
             _n={growth_half}
           fi
         fi

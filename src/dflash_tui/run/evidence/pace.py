@@ -58,13 +58,15 @@ class Pace:
     def saw(self, t: float | None, source: str = FROM_LOOKS) -> None:
         """The newest progress time a look saw (None: none yet). The same time again, or an
         older one (a log rewritten), adds no interval; nor does any while log_growth times the
-        steps (`grew`: finer than the looks)."""
+        steps (`grew`: finer than the looks, and the one that ends a pause then)."""
         if t is None:
             return
-        if self._last is not None and t > self._last and not self._paused and self._grew_last is None:
-            self._intervals.append((t - self._last, source))
+        if self._grew_last is None and self._last is not None and t > self._last:
+            if not self._paused:
+                self._intervals.append((t - self._last, source))
+            self._paused = False
         if self._last is None or t > self._last:
-            self._last, self._paused = t, False
+            self._last = t
 
     def pausing(self) -> None:
         """A look saw the run in a known pause: the interval it is in is no step's."""
@@ -86,7 +88,7 @@ class Pace:
             new.insert(0, self._grew_last)
         intervals = [b - a for a, b in zip(new, new[1:])]
         if self._paused and intervals:
-            intervals = intervals[1:]
+            intervals, self._paused = intervals[1:], False
         self._intervals.extend((i, FROM_LOG_GROWTH) for i in intervals)
         self._grew_last = new[-1]
 
