@@ -165,6 +165,10 @@ def states_words(tree: ProcTree) -> str:
     return ", ".join(f"{n} {_STATE_WORDS.get(s, s)}" for s, n in tree.states)
 
 
+# How often a run dir without log_growth (an older wrapper's run) is asked for it again.
+GROWTH_RETRY_S = 10.0
+
+
 async def _no_growths() -> list[tuple[float, int]] | None:
     return None
 
@@ -330,6 +334,7 @@ class ProgressTracker:
         self._waits: dict[int, tuple[int, collections.deque[bool], str, WaitShare]] = {}
         self._pace = Pace()
         self._step_ends = StepEnds(self.progress_regex)   # the log's step lines log_growth has yet to time
+        self._growth_missing_at: float | None = None       # when a read last found no log_growth
 
     @property
     def progress(self) -> LogProgress:
@@ -373,14 +378,17 @@ class ProgressTracker:
             self._start(run_id)
         log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
         launched = files.get(LAUNCH_JSON)
-        # log_growth is read when the log grew or a step line read earlier awaits its time.
+        # log_growth is read when the log grew or a step line read earlier awaits its time; a run
+        # without one (an older wrapper's) is asked again at most every GROWTH_RETRY_S.
         log_grows = log is not None and log.exists and not log.is_dir and log.size != self._log.offset
+        ask_growth = ((log_grows or self._step_ends.pending)
+                      and (self._growth_missing_at is None or now - self._growth_missing_at >= GROWTH_RETRY_S))
         (log_data, restarted), (ev_data, _), _, _, growths = await gather_eager(
             self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
             self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
             self._ask_disk(ops, run_dir, now),
             self.metric_files.poll(ops, run_dir, now, launched.mtime if launched and launched.exists else None),
-            self._read_growths(ops, run_dir) if log_grows or self._step_ends.pending else _no_growths())
+            self._read_growths(ops, run_dir, now) if ask_growth else _no_growths())
         if log is not None:
             if restarted:
                 self.parser.reset()
@@ -549,7 +557,7 @@ class ProgressTracker:
             rate = max(0.0, p.cpu_s - before[1]) / (p.time - before[0])
         self._proc_cpu[p.pid] = (p.time, p.cpu_s, rate if rate is not None else (before[2] if before else None))
 
-    async def _read_growths(self, ops: RemoteOps, run_dir: str) -> list[tuple[float, int]] | None:
+    async def _read_growths(self, ops: RemoteOps, run_dir: str, now: float) -> list[tuple[float, int]] | None:
         """When train.log grew (the wrapper's LOG_GROWTH: a few KiB); None when there is none
         (an older wrapper's run, a run dir it could not write)."""
         try:
@@ -557,9 +565,11 @@ class ProgressTracker:
         except TRANSPORT_FAILURES:
             raise
         except TargetError:
+            chunk = None
+        if chunk is None or not chunk.exists:
+            self._growth_missing_at = now
             return None
-        if not chunk.exists:
-            return None
+        self._growth_missing_at = None
         # A line that is not a growth is skipped (its note unused): it costs the intervals around it.
         return parse_log_growth(chunk.data.decode("utf-8", "replace"))[0]
 
