@@ -65,6 +65,15 @@ EVENTS_JSONL = "events.jsonl"
 STATUS_JSON = "status.json"
 EXIT_JSON = "exit.json"
 STOP_JSON = "stop.json"
+# When train.log grew, kept by the wrapper while its program runs: one "UPTIME SIZE" line per
+# growth it saw (the target's /proc/uptime, the log's size then), sampled every LOG_GROWTH_EVERY_S,
+# the newest LOG_GROWTH_KEEP lines at most (about 8 KiB; trimmed to the newest half when full).
+# Any look, a first one included, reads the pace of the step lines from it (parse_log_growth;
+# run/evidence/log_growth.py), where one stat of the log sees one mtime.
+LOG_GROWTH = "log_growth"
+LOG_GROWTH_EVERY_S = 0.5
+LOG_GROWTH_KEEP = 256
+LOG_GROWTH_MAX_BYTES = 32 << 10     # what a look reads of it at most
 # A run under Slurm (dflash_tui/backends/slurm/): the job the launch submitted, and the job's own
 # stdout/stderr (slurmstepd's words: "CANCELLED AT ... DUE TO TIME LIMIT", "exceeded memory limit").
 SLURM_JSON = "slurm.json"
@@ -868,6 +877,34 @@ def to_json(record: Any) -> str:
     """One line of JSON for a record dataclass or a plain dict."""
     obj = asdict(record) if hasattr(record, "__dataclass_fields__") else record
     return json.dumps(obj, separators=(",", ":"), sort_keys=True, allow_nan=False, default=str)
+
+
+def parse_log_growth(text: str) -> tuple[list[tuple[float, int]], str]:
+    """The growths a log_growth file names, oldest first: [(uptime, size)], and a note on what
+    was skipped ("" when nothing). A line that is not two numbers (a finite time >= 0, a size
+    >= 0), or whose time or size goes back from the line before it, is skipped, never fatal:
+    the file is the target's, and a cut or rewritten line only costs the intervals around it."""
+    out: list[tuple[float, int]] = []
+    bad = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            t, size = float(parts[0]), int(parts[1])
+            if not math.isfinite(t) or t < 0 or size < 0:
+                raise ValueError
+        except ValueError:
+            bad += 1
+            continue
+        if out and (t < out[-1][0] or size < out[-1][1]):
+            bad += 1
+            continue
+        out.append((t, size))
+    note = f"{LOG_GROWTH}: {bad} line(s) skipped (not 'UPTIME SIZE' or going back)" if bad else ""
+    return out, note
 
 
 def parse_launch(text: str) -> LaunchRecord:

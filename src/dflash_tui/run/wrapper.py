@@ -26,8 +26,8 @@ import time
 from typing import Sequence
 
 from ..contract.rundir import (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, EXIT_JSON, FR_DUMP_PREFIX, LAUNCH_JSON,
-                                 LAUNCH_OUT, LAUNCH_SH, PROBE_DIR, PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG,
-                                 inert_text)
+                                 LAUNCH_OUT, LAUNCH_SH, LOG_GROWTH, LOG_GROWTH_EVERY_S, LOG_GROWTH_KEEP, PROBE_DIR,
+                                 PROBE_SITECUSTOMIZE, SCHEMA_VERSION, TRAIN_LOG, inert_text)
 
 # launch.sh names its run id on this line, so a reader can tell which launch a wrapper belongs to
 # without parsing shell.
@@ -90,6 +90,31 @@ write_json {launch_json} "{{$STATIC_JSON,\"pid\":$pid,\"pgid\":$pgid,\"start_tic
 if [ -n "$log_error" ]; then
   echo "dflash-tui: not starting the trainer: $log_error" >&2
   exit 3
+fi
+
+# 2b. When train.log grows, beside it (the pace a first look reads: contract/rundir.py LOG_GROWTH):
+# a loop outside the program's process tree (double-forked, output to /dev/null), in its process
+# group (a stop's signal ends it), that ends within one sample of the wrapper. Every {growth_every} s
+# it takes the log's size (two small execs: ls, which stats and never reads the log, and sleep)
+# and writes a line only when it grew; past {growth_keep} lines it keeps the newest {growth_half} (the file
+# replaced whole: a reader sees the old one or the new). The size is read first, so a line's time
+# is never before its size was there.
+GROWTH="$RUN_DIR/{log_growth}" GROWTH_TMP="$RUN_DIR/.{log_growth}.tmp"
+if : >"$GROWTH" 2>/dev/null && [ -r /proc/uptime ]; then
+  ( ( _last=-1; _n=0
+      while kill -0 "$pid" 2>/dev/null; do
+        set -- $(ls -ln -- "$LOG" 2>/dev/null)
+        if [ -n "${{5:-}}" ] && [ "$5" != "$_last" ]; then
+          read -r _up _idle </proc/uptime
+          echo "$_up $5" >>"$GROWTH"
+          _last=$5; _n=$((_n + 1))
+          if [ "$_n" -ge {growth_keep} ]; then
+            tail -n {growth_half} "$GROWTH" >"$GROWTH_TMP" && mv -f "$GROWTH_TMP" "$GROWTH"
+            _n={growth_half}
+          fi
+        fi
+        sleep {growth_every} 2>/dev/null || sleep 1
+      done ) </dev/null >/dev/null 2>&1 & )
 fi
 
 # 3. the trainer, in the foreground
@@ -217,6 +242,10 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         train_log=TRAIN_LOG,
         launch_json=LAUNCH_JSON,
         exit_json=EXIT_JSON,
+        log_growth=LOG_GROWTH,
+        growth_keep=LOG_GROWTH_KEEP,
+        growth_half=LOG_GROWTH_KEEP // 2,
+        growth_every=LOG_GROWTH_EVERY_S,
         version=SCHEMA_VERSION,
         argv=" ".join(shlex.quote(a) for a in argv),
         line_buffered="" if is_python(argv) else _STDBUF,

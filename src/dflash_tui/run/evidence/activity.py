@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ...contract.rundir import (EVENTS_JSONL, LAUNCH_JSON, PROBE_INTERVAL_S, TRAIN_LOG, EventKind, ProbeReport,
-                               SchemaError, parse_event)
+from ...contract.rundir import (EVENTS_JSONL, LAUNCH_JSON, LOG_GROWTH, LOG_GROWTH_MAX_BYTES, PROBE_INTERVAL_S,
+                               TRAIN_LOG, EventKind, ProbeReport, SchemaError, parse_event, parse_log_growth)
 from ...remote.base import TRANSPORT_FAILURES, TargetError
 from ...remote.ops import DiskFree, FileStat, ProcTree, RemoteOps
 from ..eager import gather_eager
@@ -41,7 +41,8 @@ from .log_series import LogSeries
 from .metric_files.reader import MetricFiles, MetricsView
 from .metric_point import MetricPoint
 from .progress import LogProgress, ProgressParser
-from .pace import Pace, line_intervals, step_times
+from .log_growth import StepEnds
+from .pace import FROM_STEP_EVENTS, Pace, line_intervals, step_times
 from ..stacks.pauses import known_pause
 from .step_clock import StepClock
 from .memory import LookMemory
@@ -137,6 +138,7 @@ class Activity:
     waits: Mapping[int, WaitShare] = field(default_factory=dict)
     # The run's pace (run/evidence/pace.py): recent intervals between the progress the looks saw.
     intervals: tuple[float, ...] = ()
+    pace_source: str = ""                 # where the slowest of them was learned (Pace.source)
     # What the watched training-loss series showed (run/evidence/divergence.py): a NaN, a
     # sustained spike, lone spikes, the last finite value.
     loss_finding: LossFinding = LossFinding()
@@ -162,6 +164,14 @@ _STATE_WORDS = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O wa
 
 def states_words(tree: ProcTree) -> str:
     return ", ".join(f"{n} {_STATE_WORDS.get(s, s)}" for s, n in tree.states)
+
+
+# How often a run dir without log_growth (an older wrapper's run) is asked for it again.
+GROWTH_RETRY_S = 10.0
+
+
+async def _no_growths() -> list[tuple[float, int]] | None:
+    return None
 
 
 class _FileCursor:
@@ -327,6 +337,8 @@ class ProgressTracker:
         # collective, the collective it waited in last, its share of them)
         self._waits: dict[int, tuple[int, collections.deque[bool], str, WaitShare]] = {}
         self._pace = Pace()
+        self._step_ends = StepEnds(self.progress_regex)   # the log's step lines log_growth has yet to time
+        self._growth_missing_at: float | None = None       # when a read last found no log_growth
 
     @property
     def progress(self) -> LogProgress:
@@ -370,23 +382,34 @@ class ProgressTracker:
             self._start(run_id)
         log, events = files.get(TRAIN_LOG), files.get(EVENTS_JSONL)
         launched = files.get(LAUNCH_JSON)
-        (log_data, restarted), (ev_data, _), _, _ = await gather_eager(
+        # log_growth is read when the log grew or a step line read earlier awaits its time; a run
+        # without one (an older wrapper's) is asked again at most every GROWTH_RETRY_S.
+        log_grows = log is not None and log.exists and not log.is_dir and log.size != self._log.offset
+        ask_growth = ((log_grows or self._step_ends.pending)
+                      and (self._growth_missing_at is None or now - self._growth_missing_at >= GROWTH_RETRY_S))
+        (log_data, restarted), (ev_data, _), _, _, growths = await gather_eager(
             self._read(ops, posixpath.join(run_dir, TRAIN_LOG), log, self._log),
             self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
             self._ask_disk(ops, run_dir, now),
-            self.metric_files.poll(ops, run_dir, now, launched.mtime if launched and launched.exists else None))
+            self.metric_files.poll(ops, run_dir, now, launched.mtime if launched and launched.exists else None),
+            self._read_growths(ops, run_dir, now) if ask_growth else _no_growths())
         if log is not None:
             if restarted:
                 self.parser.reset()
                 self.log_series.reset()
+                self._step_ends.reset()
             before_output, before_records = self.parser.progress.output, self.parser.progress.records
             if log_data:
                 if self.samples == 0:   # a first look: the pace its log lines' own times show
                     self._pace.took(line_intervals(log_data))
+                if growths is not None and self._log.offset is not None:
+                    self._step_ends.feed(log_data, self._log.offset - len(log_data))
                 self.parser.feed(log_data)
                 self.divergence.feed("loss", TRAIN_LOG, self.parser.take_losses())
                 self.log_series.feed(log_data)
                 self.metric_files.add_points("log", "log", "log", self.log_series.take())
+            if growths:
+                self._pace.grew(self._step_ends.times(growths))
             p = self.parser.progress
             if p.output > before_output:
                 self._log_grew_at = log.mtime
@@ -396,7 +419,7 @@ class ProgressTracker:
         if ev_data:
             if self.samples == 0:   # a first look: the pace its window of step events shows
                 for t in step_times(ev_data):
-                    self._pace.saw(t)
+                    self._pace.saw(t, FROM_STEP_EVENTS)
             self._events_fed(ev_data)
         if log_data and self._ev_step is None:
             # The step, loss and rate a program's own log shows are series of this run too (a
@@ -538,6 +561,22 @@ class ProgressTracker:
             rate = max(0.0, p.cpu_s - before[1]) / (p.time - before[0])
         self._proc_cpu[p.pid] = (p.time, p.cpu_s, rate if rate is not None else (before[2] if before else None))
 
+    async def _read_growths(self, ops: RemoteOps, run_dir: str, now: float) -> list[tuple[float, int]] | None:
+        """When train.log grew (the wrapper's LOG_GROWTH: a few KiB); None when there is none
+        (an older wrapper's run, a run dir it could not write)."""
+        try:
+            chunk = await ops.read(posixpath.join(run_dir, LOG_GROWTH), 0, LOG_GROWTH_MAX_BYTES)
+        except TRANSPORT_FAILURES:
+            raise
+        except TargetError:
+            chunk = None
+        if chunk is None or not chunk.exists:
+            self._growth_missing_at = now
+            return None
+        self._growth_missing_at = None
+        # A line that is not a growth is skipped (its note unused): it costs the intervals around it.
+        return parse_log_growth(chunk.data.decode("utf-8", "replace"))[0]
+
     async def _read(self, ops: RemoteOps, path: str, st: FileStat | None,
                     cursor: _FileCursor) -> tuple[bytes, bool]:
         if st is None:
@@ -635,4 +674,4 @@ class ProgressTracker:
             loss_finding=self.divergence.finding(),
             metrics_changed_at=self.metric_files.changed_at, metrics_changed_file=self.metric_files.changed_file,
             steps_per_s=self._clock.steps_per_s(),
-            intervals=self._pace.intervals)
+            intervals=self._pace.intervals, pace_source=self._pace.source)

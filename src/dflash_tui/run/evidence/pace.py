@@ -15,6 +15,15 @@ of events.jsonl's newest window show, each at its own time (`step_times`), and t
 log window's step lines that begin with their own time, as Python's logging and Megatron print
 them ("2026-12-05 04:31:00,123 step 40 loss 0.51", "[2026-12-05 04:31:00] iteration 40/ 500 |":
 `line_intervals`); pauses included, which can only make the limit longer.
+
+Where the wrapper keeps when train.log grew (contract/rundir.py LOG_GROWTH, read against the
+log's lines by run/evidence/log_growth.py), every look, the first included, reads the step
+lines' own cadence from it (`Pace.grew`): one look that sees twenty steps at once learns their
+twenty intervals. Those times are the target's uptime, apart from the look's clock: only their
+differences are used. While they time the steps, a look's own interval (coarser: the time
+between looks) is not added.
+
+Each interval keeps where it was learned (`Pace.source`: the words stall_limit_why ends with).
 """
 
 from __future__ import annotations
@@ -29,24 +38,35 @@ from .progress import parse_text
 # How many of the newest intervals the pace keeps: "recent" for the learned limit.
 RECENT = 100
 
+# Where an interval was learned: the words stall_limit_why names it by.
+FROM_LOOKS = "the looks"
+FROM_LINE_TIMES = "its log lines' own times"
+FROM_STEP_EVENTS = "events.jsonl's step times"
+FROM_LOG_GROWTH = "log_growth (when train.log's step lines came)"
+
 
 class Pace:
-    """The recent intervals between newest progress times, in the order seen."""
+    """The recent intervals between newest progress times, in the order seen, each with where
+    it was learned."""
 
     def __init__(self, recent: int = RECENT) -> None:
         self._last: float | None = None
-        self._intervals: collections.deque[float] = collections.deque(maxlen=recent)
+        self._intervals: collections.deque[tuple[float, str]] = collections.deque(maxlen=recent)
         self._paused = False     # a look saw a known pause since the newest progress
+        self._grew_last: float | None = None   # the newest step time log_growth gave (target uptime)
 
-    def saw(self, t: float | None) -> None:
+    def saw(self, t: float | None, source: str = FROM_LOOKS) -> None:
         """The newest progress time a look saw (None: none yet). The same time again, or an
-        older one (a log rewritten), adds no interval."""
+        older one (a log rewritten), adds no interval; nor does any while log_growth times the
+        steps (`grew`: finer than the looks, and the one that ends a pause then)."""
         if t is None:
             return
-        if self._last is not None and t > self._last and not self._paused:
-            self._intervals.append(t - self._last)
+        if self._grew_last is None and self._last is not None and t > self._last:
+            if not self._paused:
+                self._intervals.append((t - self._last, source))
+            self._paused = False
         if self._last is None or t > self._last:
-            self._last, self._paused = t, False
+            self._last = t
 
     def pausing(self) -> None:
         """A look saw the run in a known pause: the interval it is in is no step's."""
@@ -55,11 +75,31 @@ class Pace:
     def took(self, intervals: list[float]) -> None:
         """Intervals a first look read off the program's own clock (its log lines' times): they
         say the pace, not when the newest progress was, as that clock may not be the target's."""
-        self._intervals.extend(intervals)
+        self._intervals.extend((i, FROM_LINE_TIMES) for i in intervals)
+
+    def grew(self, times: list[float]) -> None:
+        """The step lines' times log_growth shows (target uptime, oldest first): each one newer
+        than the newest seen adds its interval; the first after a known pause is the pause's,
+        and left out. Call before `saw` of the same look."""
+        new = [t for t in times if self._grew_last is None or t > self._grew_last]
+        if not new:
+            return
+        if self._grew_last is not None:
+            new.insert(0, self._grew_last)
+        intervals = [b - a for a, b in zip(new, new[1:])]
+        if self._paused and intervals:
+            intervals, self._paused = intervals[1:], False
+        self._intervals.extend((i, FROM_LOG_GROWTH) for i in intervals)
+        self._grew_last = new[-1]
 
     @property
     def intervals(self) -> tuple[float, ...]:
-        return tuple(self._intervals)
+        return tuple(i for i, _ in self._intervals)
+
+    @property
+    def source(self) -> str:
+        """Where the slowest recent interval was learned ("" with none): the limit is 5x it."""
+        return max(self._intervals, key=lambda x: x[0])[1] if self._intervals else ""
 
 
 # A line that begins with its own date and time: logging's asctime ("2026-12-05 04:31:00,123"),

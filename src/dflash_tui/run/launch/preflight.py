@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from ...config import Profile, system_dir
-from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH,
+from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, LOG_GROWTH,
                                STATUS_JSON, STOP_JSON, TRAIN_LOG)
 from ...remote.base import CommandResult, CommandTimeout, ContainerNotRunning, Target, TargetError, TargetUnreachable
 from ...remote.container import ContainerTarget
@@ -30,7 +30,8 @@ OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, Check
 
 # The files that describe one run (run/launch/launch.py moves them to history/ on the next launch).
 # A backend adds its own (Launcher.RUN_FILES).
-PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, EVENTS_JSONL, STATUS_JSON, EXIT_JSON, STOP_JSON)
+PER_RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, LOG_GROWTH, EVENTS_JSONL, STATUS_JSON, EXIT_JSON,
+                 STOP_JSON)
 
 # $1 = run dir. Prints key=value lines; each step's failure is printed, not fatal, so one
 # round trip answers all of them. `df -P` is POSIX (1024-byte blocks with -k).

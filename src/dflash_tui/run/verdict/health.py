@@ -330,7 +330,8 @@ def _pace_limit(ev: Evidence, limits: Limits, fixed: float, memory: LookMemory) 
     # Stacks are read for a pause only where a learned limit could apply.
     may_learn = limits.learn_stall and fixed == limits.stall_after_s and len(intervals) > 0
     return stall_limit(fixed, stall_after_s=limits.stall_after_s, learn=limits.learn_stall,
-                       intervals=intervals, pause=run_pause(ev, memory) if may_learn else "")
+                       intervals=intervals, pause=run_pause(ev, memory) if may_learn else "",
+                       source=ev.activity.pace_source if ev.activity is not None else "")
 
 
 def _limit_check(checks: list[Check], stall: StallLimit) -> None:

@@ -68,9 +68,10 @@ class StallLimit:
 
 
 def learned_limit(intervals: Sequence[float], ceiling: float, *, floor: float = FLOOR_S,
-                  factor: float = FACTOR, min_intervals: int = MIN_INTERVALS) -> StallLimit | None:
+                  factor: float = FACTOR, min_intervals: int = MIN_INTERVALS, source: str = "") -> StallLimit | None:
     """The limit the pace gives (None: no cadence known yet, fewer than `min_intervals`):
-    max(floor, factor x the slowest interval), never above `ceiling`."""
+    max(floor, factor x the slowest interval), never above `ceiling`. `source`: where the
+    slowest was learned (run/evidence/pace.py Pace.source), named at the end of why."""
     if len(intervals) < min_intervals:
         return None
     slowest = max(intervals)
@@ -78,6 +79,8 @@ def learned_limit(intervals: Sequence[float], ceiling: float, *, floor: float = 
     why = f"{factor:g}x its slowest step of {seconds_words(slowest)}"
     if factor * slowest < floor:
         why = f"{why}, at least {duration(floor)}"
+    if source:
+        why = f"{why}; learned from {source}"
     if seconds >= ceiling:
         return StallLimit(ceiling, "stall_after_s", f"the ceiling; {why} reaches it", kind="ceiling")
     return StallLimit(seconds, "learned", why, slowest, kind="learned")
@@ -90,17 +93,18 @@ def run_pause(ev: Evidence, memory: LookMemory) -> str:
 
 
 def stall_limit(fixed: float, *, stall_after_s: float, learn: bool, intervals: Sequence[float],
-                pause: str = "") -> StallLimit:
+                pause: str = "", source: str = "") -> StallLimit:
     """The silence limit in force. `fixed`: the limit without a pace (compile_stall_after_s
     while compiling, else stall_after_s: run/verdict/health.py `_silence_limit`); `pause`: the
-    known pause the run is in ("evaluating (evaluate)", ""); `intervals`: its pace."""
+    known pause the run is in ("evaluating (evaluate)", ""); `intervals`: its pace, learned
+    from `source`."""
     if fixed != stall_after_s:
         return StallLimit(fixed, "compile_stall_after_s", "compiling, or busy with no stacks to tell", kind="compiling")
     if not learn:
         return StallLimit(fixed, "stall_after_s", "learn_stall = false", kind="off")
     if pause:
         return StallLimit(fixed, "stall_after_s", pause, kind="pause")
-    learned = learned_limit(intervals, stall_after_s)
+    learned = learned_limit(intervals, stall_after_s, source=source)
     if learned is None:
         return StallLimit(fixed, "stall_after_s", f"no cadence yet ({len(intervals)} of {MIN_INTERVALS} steps)"
                           if intervals else "no cadence yet")
