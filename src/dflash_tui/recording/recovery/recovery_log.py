@@ -43,13 +43,13 @@ from typing import Any, Callable
 from ...config import ConfigError
 from ...verdicts import verdict_named
 from ..store.change import inert
-from ..store.store import MAX_TIME, sqlite_uri
+from ..store.sqlite_file import empty_stand_in, not_a_regular_file, open_from_thread, open_reader, open_writer
+from ..store.store import MAX_TIME
 from .recover_policy import Attempt, Failure
 
 PLANNED, STOPPED, LAUNCHING, LAUNCHED, GAVE_UP, SUPERSEDED, CANCELLED = (
     "planned", "stopped", "launching", "launched", "gave_up", "superseded", "cancelled")
 IN_FLIGHT = (PLANNED, STOPPED, LAUNCHING)
-BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS recovery (
@@ -144,18 +144,15 @@ class RecoveryLog:
         self.path = Path(path)
         try:
             if readonly:
-                if self.path.exists() and not self.path.is_file():   # a FIFO would block the open
+                if not_a_regular_file(self.path):
                     raise ConfigError(f"{self.path}: not a regular file; move it away or choose another with --store")
-                self._db = sqlite3.connect(sqlite_uri(self.path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S)
+                self._db = open_reader(self.path)
                 if not self._db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'recovery'").fetchone()[0]:
                     self._db.close()   # no recovery yet in this store: an empty log
-                    self._db = sqlite3.connect(":memory:")
-                    self._db.executescript(_SCHEMA)
+                    self._db = empty_stand_in(_SCHEMA)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
+                self._db = open_writer(self.path)
                 with self._db:
                     self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
@@ -302,9 +299,8 @@ def chain_of(actions: list[Action], run_id: str) -> list[Attempt]:
 
 def mark_sent(path: str | Path, outbox_id: int, when: float) -> None:
     """Mark a notice sent, from any thread (its own connection: the sender's worker calls it)."""
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
+    db = open_from_thread(Path(path))
     try:
-        db.execute("PRAGMA synchronous=FULL")
         with db:
             db.execute("UPDATE outbox SET sent = ? WHERE id = ? AND sent IS NULL", (when, outbox_id))
     finally:

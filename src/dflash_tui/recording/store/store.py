@@ -40,10 +40,10 @@ from typing import Any, Iterator
 from ...config import ConfigError, WatchSettings, state_dir
 from ...verdicts import State
 from .change import Evidence, VerdictChange, inert, recorded_state
+from .sqlite_file import empty_stand_in, not_a_regular_file, open_reader, open_writer
 
 SCHEMA_VERSION = 1
 STORE_NAME = "watch.sqlite3"
-BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS changes (
@@ -112,12 +112,6 @@ def _word(state: State | None) -> str:
     return state.value if state is not None else ""
 
 
-def sqlite_uri(path: Path, mode: str) -> str:
-    """`path` as an SQLite URI: percent-encoded, so no character of its name is read as URI
-    syntax (`#`, `?`, `%41`), and no name starting with `file:` is read as a URI either."""
-    return f"{Path(os.path.abspath(path)).as_uri()}?mode={mode}"
-
-
 class ChangeStore:
     def __init__(self, path: str | os.PathLike[str], *, retention_days: float = 30.0,
                  max_rows_per_run: int = 1000, readonly: bool = False) -> None:
@@ -128,22 +122,19 @@ class ChangeStore:
         self.max_rows_per_run = max_rows_per_run
         self.skipped = 0              # rows read and skipped as damaged, since it was opened
         self._lock_fd: int | None = None
-        if self.path.exists() and not self.path.is_file():   # a FIFO would block the open
+        if not_a_regular_file(self.path):
             raise StoreError(f"{self.path}: not a regular file; {_MOVE_IT}")
         try:
             if readonly:
-                self._db = sqlite3.connect(sqlite_uri(self.path, "ro"), uri=True, timeout=BUSY_TIMEOUT_S)
+                self._db = open_reader(self.path)
                 if not self._check_schema():
                     # A watcher has just created the file and not yet its table: empty, for now.
                     self._db.close()
-                    self._db = sqlite3.connect(":memory:")
-                    self._db.executescript(_SCHEMA)
+                    self._db = empty_stand_in(_SCHEMA)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._lock()
-                self._db = sqlite3.connect(sqlite_uri(self.path, "rwc"), uri=True, timeout=BUSY_TIMEOUT_S)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
+                self._db = open_writer(self.path)
                 self._check_schema()
                 # The table and its version in one transaction: a reader sees both or neither.
                 self._db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
