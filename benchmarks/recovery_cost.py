@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from benchmarks.fleet_cost import launch_all  # noqa: E402
 from benchmarks.harness import replace_section  # noqa: E402
 
-from dflash_tui.recording.recovery_log import RecoveryLog  # noqa: E402
-from dflash_tui.recording.store import ChangeStore  # noqa: E402
+from dflash_tui.recording.recovery.recovery_log import RecoveryLog  # noqa: E402
+from dflash_tui.recording.store.store import ChangeStore  # noqa: E402
 
 HEADING = "## recovery: from a hang to training again, the watcher's CPU with the policy on (benchmarks/recovery_cost.py; issue 36)"
 PROGRAM = ROOT / "benchmarks" / "hang_resume.py"

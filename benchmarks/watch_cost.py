@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from benchmarks.fleet_cost import launch_all, run_dashboard, write_config  # noqa: E402
 from benchmarks.harness import replace_section  # noqa: E402
 
-from dflash_tui.recording.change import Evidence, VerdictChange  # noqa: E402
-from dflash_tui.recording.store import ChangeStore  # noqa: E402
+from dflash_tui.recording.store.change import Evidence, VerdictChange  # noqa: E402
+from dflash_tui.recording.store.store import ChangeStore  # noqa: E402
 from tests.support.receivers import HttpReceiver  # noqa: E402
 from tests.support.sshd import SshdUnavailable, start_sshd  # noqa: E402
 

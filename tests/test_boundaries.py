@@ -246,6 +246,40 @@ def test_run_has_few_modules_at_its_top():
     assert len(top) <= 20, sorted(p.name for p in top)
 
 
+# recording/'s rooms, bottom to top (src/dflash_tui/recording/README.md): the store is the
+# ground, the notifications and the goodput stand on it side by side, the recovery on those
+# three; the modules at recording/'s top (the daemon and its doors) form the room "top".
+RECORDING_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("store",),
+    ("notify", "goodput"),
+    ("recovery",),
+    ("top",),
+)
+
+
+def _recording_graph() -> dict[str, set[str]]:
+    """The import graph inside dflash_tui.recording, each module named ROOM.MODULE ("top" for the
+    modules at recording/'s top) so that _unit sees its room."""
+    graph = _import_graph("dflash_tui")
+    inside = {m for m in graph if m.startswith("dflash_tui.recording.")}
+
+    def named(module: str) -> str:
+        rest = module.removeprefix("dflash_tui.recording.")
+        return rest if (PACKAGE_DIR / "recording" / rest.split(".")[0] / "__init__.py").exists() else f"top.{rest}"
+    return {named(m): {named(t) for t in graph[m] if t in inside} for m in inside}
+
+
+def test_every_recording_module_is_in_a_room():
+    rooms = {_room(m) for m in _recording_graph()}
+    placed = {r for layer in RECORDING_LAYERS for r in layer}
+    assert rooms <= placed, f"add {sorted(rooms - placed)} to RECORDING_LAYERS (and recording/README.md)"
+
+
+def test_recording_rooms_import_down_only():
+    graph = {f"r.{m}": {f"r.{t}" for t in ts} for m, ts in _recording_graph().items()}
+    assert _upward_imports(graph, RECORDING_LAYERS) == []
+
+
 def test_the_ui_holds_a_watch_and_nothing_under_it():
     # The dashboard's sources adapt a RunWatch (dflash_tui.watch, its package API); the Session,
     # the transport and the nodes' session under it are the watch's own.

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from dflash_tui.recording.change import Evidence, VerdictChange
-from dflash_tui.recording.store import ChangeStore
+from dflash_tui.recording.store.change import Evidence, VerdictChange
+from dflash_tui.recording.store.store import ChangeStore
 from tests.test_cli_gpu_check import FAKE, cli, run_pid
 from tests.test_cli_modes import local, one_line_error, write_config
 

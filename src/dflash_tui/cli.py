@@ -49,8 +49,8 @@ from .bundle import default_bundle_path, take_bundle
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path
 from .fleet.checkall import check_all, worst_exit_code
 from .recording import flags as recording_flags
-from .recording.outside import bundle_extras, check_extras
-from .recording.stop_cancel import stop_as_person
+from .recording.recovery.outside import bundle_extras, check_extras
+from .recording.recovery.stop_cancel import stop_as_person
 from .remote.base import OpRefused, TargetError
 from .run.launch.launch import LaunchRefused
 from .run.verdict.report import RunReport

@@ -628,7 +628,7 @@ def load_config(path: str | os.PathLike[str] | None = None, schedulers: tuple[Sc
 # `[notify] on`: any failing verdict, each verdict of a run that ended well by its own word
 # (FINISHED, STOPPED), a target that does not answer, a run healthy again, and a `warning`: a
 # check that foresees a failure (the disk runway, a torn checkpoint, the memory runway) turned warn or fail while
-# the verdict stands (recording/change.py FORESIGHT_CHECKS).
+# the verdict stands (recording/store/change.py FORESIGHT_CHECKS).
 NOTIFY_EVENTS: tuple[str, ...] = ("failing", *(v.value for v in Verdict if v.ended_well),
                                   TargetState.UNREACHABLE.value, "recovered", "warning")
 

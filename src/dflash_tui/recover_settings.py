@@ -1,6 +1,6 @@
 """[recover]: the watcher's restart policy, as the config file says it (docs/ARCHITECTURE.md,
-"Recovery"). Parsed and checked here; applied by recording/recovery.py (the watcher is the
-one actor), decided by recording/recover_policy.py (pure).
+"Recovery"). Parsed and checked here; applied by recording/recovery/recovery.py (the watcher is the
+one actor), decided by recording/recovery/recover_policy.py (pure).
 
     [recover]                      # off when absent
     on = ["CRASHED", "STALLED", "KILLED", "PREEMPTED", "NODE FAIL", "TIMEOUT"]
@@ -30,7 +30,7 @@ from .verdicts import Verdict
 # The words `on` may name, in the verdicts' order (what an unknown word's message lists).
 RESTARTABLE: tuple[str, ...] = tuple(v.value for v in Verdict if v.restartable)
 DEFAULT_ON: tuple[Verdict, ...] = tuple(v for v in Verdict if v.restarted_by_default)
-# Failures a restart cannot fix (recording/recover_policy.py `unfixable`), each one a word here.
+# Failures a restart cannot fix (recording/recovery/recover_policy.py `unfixable`), each one a word here.
 UNFIXABLE = ("cuda_oom", "syntax_error", "import_error", "missing_file")
 BACKOFF_CAP_S = 1800.0
 

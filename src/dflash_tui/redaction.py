@@ -9,7 +9,7 @@ be a secret (the notify URLs: `url_pieces`). `leftover` runs the shapes again ov
 whatever still matches is not shipped (the caller leaves it out), so a rule that misses a
 form fails closed rather than open.
 
-Stdlib only: recording/redact.py (a notify URL shown as its scheme and host) builds on it.
+Stdlib only: recording/notify/redact.py (a notify URL shown as its scheme and host) builds on it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.recording.test_daemon import PY, PROGRAMS, start_watcher
-from tests.recording.test_recovery import actions, states, wait_until, write_config
+from tests.recording.recovery.test_recovery import actions, states, wait_until, write_config
 from tests.support.receivers import HttpReceiver
 from tests.support.watch_store import recorded_actions
 from tests.test_cli_modes import cli

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.recording.service import UNIT_NAME
-from dflash_tui.recording.store import ChangeStore
+from dflash_tui.recording.store.store import ChangeStore
 from tests.support.receivers import HttpReceiver
 from tests.test_cli_modes import cli
 

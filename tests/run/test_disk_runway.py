@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.config import NotifySettings
-from dflash_tui.recording.notify import NotifyPolicy
-from dflash_tui.recording.recorder import Recorder
-from dflash_tui.recording.store import ChangeStore
+from dflash_tui.recording.notify.notify import NotifyPolicy
+from dflash_tui.recording.store.recorder import Recorder
+from dflash_tui.recording.store.store import ChangeStore
 from dflash_tui.run.verdict.checklist import CheckState, Verdict
 from dflash_tui.run.verdict.report import report_from
 from tests.run.verdict.test_verdicts_programs import program_profile

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflash_tui.recording.recovery_log import RecoveryLog
-from dflash_tui.recording.store import ChangeStore
+from dflash_tui.recording.recovery.recovery_log import RecoveryLog
+from dflash_tui.recording.store.store import ChangeStore
 
 
 def recorded_states(store: Path, profile: str) -> list[tuple[str, str]]:
@@ -18,7 +18,7 @@ def recorded_states(store: Path, profile: str) -> list[tuple[str, str]]:
 
 
 def recorded_actions(store: Path, profile: str) -> list:
-    """The recovery's recorded actions (recording/recovery_log.py), oldest first."""
+    """The recovery's recorded actions (recording/recovery/recovery_log.py), oldest first."""
     if not store.exists():
         return []
     with RecoveryLog(store, readonly=True) as rl:

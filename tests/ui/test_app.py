@@ -719,8 +719,8 @@ async def test_header_shows_the_watchers_recovery_from_its_store(tmp_path):
     import time as _time
 
     from dflash_tui.config import parse_config
-    from dflash_tui.recording.recovery_log import Action, RecoveryLog
-    from dflash_tui.recording.recovery_state import recovery_words
+    from dflash_tui.recording.recovery.recovery_log import Action, RecoveryLog
+    from dflash_tui.recording.recovery.recovery_state import recovery_words
 
     store = tmp_path / "watch.sqlite3"
     config = parse_config(f'[profile.h200]\nrun_dir = "/tmp/x"\n[watch]\nstore = "{store}"\n'

@@ -26,13 +26,13 @@ from ..config import DEFAULT_PROFILE, Config, Profile
 from ..fleet.poller import FleetPoller
 from ..run.verdict.report import RunReport
 from ..verdicts import TargetState
-from .change import CheckNotice, VerdictChange, run_id_of
-from .notify import NotifyPolicy
-from .recorder import Recorder
-from .recovery import Recovery
-from .recovery_log import RecoveryLog
-from .sender import NotifySender
-from .store import ChangeStore, StoreError
+from .store.change import CheckNotice, VerdictChange, run_id_of
+from .notify.notify import NotifyPolicy
+from .store.recorder import Recorder
+from .recovery.recovery import Recovery
+from .recovery.recovery_log import RecoveryLog
+from .notify.sender import NotifySender
+from .store.store import ChangeStore, StoreError
 
 log = logging.getLogger("dflash_tui.recording")
 

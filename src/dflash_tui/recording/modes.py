@@ -11,18 +11,18 @@ import time
 from pathlib import Path
 
 from ..config import Config, ConfigError
-from .change import inert
+from .store.change import inert
 from .daemon import run_watcher
-from .goodput import goodput
-from .spend import spend_json, spend_words
-from .recovery_log import stop_times
-from .recovery_state import read_actions
-from .sender import check_urls
+from .goodput.goodput import goodput
+from .recovery.recovery_log import stop_times
+from .recovery.recovery_state import read_actions
+from .notify.sender import check_urls
+from .goodput.spend import spend_json, spend_words
 from .service import install, watch_command
-from .store import ChangeStore, store_path
-from .bundles import kept_bundles
-from .timeline import bands, render_text, timeline_json
-from .trace_export import trace
+from .store.store import ChangeStore, store_path
+from .recovery.bundles import kept_bundles
+from .goodput.timeline import bands, render_text, timeline_json
+from .goodput.trace_export import trace
 
 EXIT_OK, EXIT_NOT_STARTED = 0, 1
 

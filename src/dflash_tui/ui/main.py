@@ -10,10 +10,10 @@ import shutil
 import sys
 
 from ..fleet.poller import FleetPoller
-from ..recording.outside import bundle_extras
-from ..recording.recovery_state import recovery_words
-from ..recording.stop_cancel import stop_as_person
-from ..recording.store import store_path
+from ..recording.recovery.outside import bundle_extras
+from ..recording.recovery.recovery_state import recovery_words
+from ..recording.recovery.stop_cancel import stop_as_person
+from ..recording.store.store import store_path
 from .app import DashboardApp
 from ..watch import STEADY_INTERVAL_S, open_watch
 from .sources.watch_source import WatchSource
@@ -48,7 +48,7 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
     def source_for(name: str) -> DashboardSource:
         profile = config.profile(name)
         policy = config.recover.for_profile(name)
-        # A person's `s` under [recover]: the pending restart cancelled (recording/stop_cancel.py).
+        # A person's `s` under [recover]: the pending restart cancelled (recording/recovery/stop_cancel.py).
         stop = dict(stop=lambda w: stop_as_person(config, w), max_restarts=policy.max_restarts) if policy else {}
         watch = fleet.watches.get(name) if fleet is not None and not profile.is_multinode else None
         extras = functools.partial(bundle_extras, config, profile)   # what `b`'s bundle takes from here

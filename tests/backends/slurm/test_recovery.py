@@ -23,14 +23,14 @@ from dflash_tui.backends.slurm.spec import merge_exclude
 from dflash_tui.backends import parse_config
 from dflash_tui.config import ConfigError
 from dflash_tui.contract.rundir import SLURM_JSON, LaunchRecord
-from dflash_tui.recording.change import VerdictChange
-from dflash_tui.recording.recovery import SCHEDULER_SETTLE_S, failed_nodes, job_still_ending
+from dflash_tui.recording.store.change import VerdictChange
+from dflash_tui.recording.recovery.recovery import SCHEDULER_SETTLE_S, failed_nodes, job_still_ending
 from dflash_tui.run.launch.request import Placement
 from dflash_tui.run.verdict.checklist import Checklist, SchedulerFacts, ThreadHealth, ThreadState, Verdict
 from dflash_tui.run.verdict.rank_groups import group_ranks, nodes_outside_collective
 from dflash_tui.run.verdict.report import RunReport
 from tests.recording.test_daemon import start_watcher, wait_title
-from tests.recording.test_recovery import states, wait_until
+from tests.recording.recovery.test_recovery import states, wait_until
 from tests.backends.slurm.test_runs import cancel_jobs_on_the_two_nodes, slurm_env  # noqa: F401  (fixture)
 from tests.support.receivers import HttpReceiver
 from tests.support.slurm import WIDE, SlurmCluster, slurm_cluster  # noqa: F401  (fixture)

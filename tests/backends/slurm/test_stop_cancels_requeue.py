@@ -14,7 +14,7 @@ import pytest
 
 from dflash_tui.contract.rundir import SLURM_JSON
 from tests.recording.test_daemon import start_watcher
-from tests.recording.test_recovery import states, wait_until
+from tests.recording.recovery.test_recovery import states, wait_until
 from tests.backends.slurm.test_recovery import job_id, recovery, stop_watcher, write_config
 from tests.backends.slurm.test_runs import slurm_env  # noqa: F401  (fixture)
 from tests.support.slurm import WIDE, slurm_cluster  # noqa: F401  (fixture)

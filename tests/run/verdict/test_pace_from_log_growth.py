@@ -22,7 +22,7 @@ import pytest
 
 from dflash_tui.config import Profile
 from dflash_tui.contract.rundir import LOG_GROWTH, TRAIN_LOG, parse_log_growth
-from dflash_tui.recording.store import ChangeStore
+from dflash_tui.recording.store.store import ChangeStore
 from dflash_tui.run.evidence.log_growth import StepEnds
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.run.wrapper import render_wrapper

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dflash_tui.config import Profile
-from dflash_tui.recording.store import ChangeStore
+from dflash_tui.recording.store.store import ChangeStore
 from dflash_tui.run.verdict.checklist import Verdict
 from tests.recording.test_daemon import env_for, titles, wait_title
 from tests.support.receivers import HttpReceiver

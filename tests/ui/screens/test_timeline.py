@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from dflash_tui.recording.change import Evidence, VerdictChange
-from dflash_tui.recording.goodput import goodput
-from dflash_tui.recording.store import ChangeStore
-from dflash_tui.recording.timeline import bands
+from dflash_tui.recording.store.change import Evidence, VerdictChange
+from dflash_tui.recording.goodput.goodput import goodput
+from dflash_tui.recording.store.store import ChangeStore
+from dflash_tui.recording.goodput.timeline import bands
 from dflash_tui.ui.screens.fleet import FleetScreen
 from dflash_tui.ui.screens.timeline import TimelineScreen, strip
 from dflash_tui.ui.app import DashboardApp

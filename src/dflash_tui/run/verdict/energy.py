@@ -22,7 +22,7 @@ from ...words import duration
 
 J_PER_KWH = 3.6e6
 NO_COUNTER = "no energy counter"
-# The goodput causes (recording/goodput.py CAUSES) as the cost's words name them.
+# The goodput causes (recording/goodput/goodput.py CAUSES) as the cost's words name them.
 CAUSE_WORDS = {"queued": "queueing", "starting": "starts", "stalled": "stalls", "down": "restarts",
                "lost_progress": "lost progress", "rollback": "rollbacks", "checkpoint": "checkpoint saves",
                "unreachable": "unreachable time"}

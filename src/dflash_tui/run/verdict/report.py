@@ -103,7 +103,7 @@ class RunReport:
     runway: DiskRunway | None = None            # whether the next checkpoints fit (run/evidence/runway.py)
     # What the run's GPUs drew since its launch and what it costs at the profile's prices
     # (run/verdict/energy.py; the watch adds them where it sampled the GPUs); the cost here
-    # is without the watcher's goodput (recording/outside.py adds it).
+    # is without the watcher's goodput (recording/recovery/outside.py adds it).
     energy: RunEnergy | None = None
     cost: RunCost | None = None
     memory: MemoryRunway | None = None          # host and GPU memory trends (run/evidence/memory_runway.py)

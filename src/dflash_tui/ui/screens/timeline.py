@@ -1,13 +1,13 @@
 """The Timeline screen: one profile's recorded verdicts as bands over time, with their causes.
 
-It reads the watcher's store (recording/store.py; `dflash-tui --watch` writes it) read-only,
+It reads the watcher's store (recording/store/store.py; `dflash-tui --watch` writes it) read-only,
 again every few seconds while it is shown. Per run (run id: runs moved to history/ included),
 one strip of bands, each as wide as the time it lasted (at least one cell, so a short STALLED
 never vanishes), coloured by severity as the fleet screen colours rows; under it, every change
 with its time, how long the state held, the check that made it, the cause, and the evidence
 (step, loss, rate, where a stall sits, the last traceback line). Above the strips, goodput
-(recording/goodput.py's result, from the same changes and the recovery's stop times: this
-screen only shows it), and the energy and cost the watcher recorded (recording/spend.py).
+(recording/goodput/goodput.py's result, from the same changes and the recovery's stop times: this
+screen only shows it), and the energy and cost the watcher recorded (recording/goodput/spend.py).
 Escape goes back.
 """
 
@@ -23,11 +23,11 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ...recording.goodput import Goodput, goodput
-from ...recording.spend import spend_words
-from ...recording.recovery_log import RecoveryLog, stop_times
-from ...recording.store import ChangeStore, default_store_path
-from ...recording.timeline import Band, bands, runs
+from ...recording.goodput.goodput import Goodput, goodput
+from ...recording.recovery.recovery_log import RecoveryLog, stop_times
+from ...recording.store.store import ChangeStore, default_store_path
+from ...recording.goodput.timeline import Band, bands, runs
+from ...recording.goodput.spend import spend_words
 from ...verdicts import State, TargetState, Verdict
 from ...words import compact
 from ..fmt import one_line, verdict_class
@@ -93,7 +93,7 @@ class TimelineScreen(Screen[None]):
         self.stall_after_s = stall_after_s   # the profile's: goodput's silence before a STALLED
         self.bands: list[Band] = []
         self.goodput: Goodput | None = None
-        self.spent = ""   # the recorded energy and cost in words (recording/spend.py)
+        self.spent = ""   # the recorded energy and cost in words (recording/goodput/spend.py)
         self.error = ""
 
     def compose(self):

@@ -16,7 +16,7 @@ from ...bundle import default_bundle_path, take_bundle
 from ...bundle.member import Member
 from ...config import ConfigError
 from ...gpu.sample import GpuSnapshot
-from ...recording.stop_cancel import PersonStop
+from ...recording.recovery.stop_cancel import PersonStop
 from ...run.history import HistoryRun, PreviousRun
 from ...run.launch.launch import LaunchRefused
 from ...run.verdict.report import RunReport
@@ -32,9 +32,9 @@ class WatchSource:
         """`watch`: the run's RunWatch; `owned=False`: the fleet's, borrowed (the run view and the
         fleet then guard one action at a time on the same object, and closing this source
         leaves the watch to the fleet). `bundle_extras`: the notify URLs and this machine's
-        members (the timeline) an evidence bundle takes (recording/outside.py; blocking);
+        members (the timeline) an evidence bundle takes (recording/recovery/outside.py; blocking);
         `stop`: how a person's stop is made where the profile has a [recover] policy
-        (recording/stop_cancel.py: it cancels a pending restart)."""
+        (recording/recovery/stop_cancel.py: it cancels a pending restart)."""
         self.watch = watch
         self.bundle_extras = bundle_extras
         self._person_stop = stop
