@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from typing import Any
+from pathlib import Path
 
 from ...bundle.member import Member, json_bytes
 from ...config import Config, ConfigError, Profile
@@ -29,11 +30,7 @@ def check_extras(config: Config, profile: Profile, report: RunReport,
     run_id = run_id_of(report)
     path = store_path(config.watch)
     try:
-        changes = []
-        if path.exists():
-            with ChangeStore(path, readonly=True) as store:
-                changes = store.changes(profile.name)
-        actions = read_actions(path, profile.name)
+        changes, actions = _recorded(path, profile.name)
         state = recovery_state(config.recover.for_profile(profile.name), actions, run_id, now)
     except (sqlite3.Error, OSError, ConfigError) as exc:
         why = f"cannot read the watch store {path}: {exc}"
@@ -67,11 +64,7 @@ def recorded_timeline(config: Config, profile: Profile, now: float | None = None
     now = time.time() if now is None else now
     path = store_path(config.watch)
     try:
-        changes = []
-        if path.exists():
-            with ChangeStore(path, readonly=True) as store:
-                changes = store.changes(profile.name)
-        actions = read_actions(path, profile.name)
+        changes, actions = _recorded(path, profile.name)
     except (sqlite3.Error, OSError, ConfigError) as exc:
         return {"profile": profile.name, "store": str(path), "error": f"cannot read the watch store: {exc}"}
     good = goodput(changes, now, profile.stall_after_s, stop_times(actions))
@@ -86,3 +79,12 @@ def bundle_extras(config: Config, profile: Profile) -> tuple[tuple[str, ...], tu
     timeline = Member("timeline.json", "the watcher's recorded timeline and goodput of the profile",
                       json_bytes(recorded_timeline(config, profile)), time.time(), "this machine")
     return urls, (timeline,)
+
+
+def _recorded(path: Path, profile: str) -> tuple[list, list]:
+    """The profile's recorded changes and recovery actions (none where no store was written)."""
+    changes = []
+    if path.exists():
+        with ChangeStore(path, readonly=True) as store:
+            changes = store.changes(profile)
+    return changes, read_actions(path, profile)
