@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-tflops", type=float, default=d.peak_tflops,
                    help="per-device peak TFLOP/s that MFU divides by (default 0: 789 on an H200, the "
                         "measured bf16 matmul rate; no MFU on other devices)")
+    p.add_argument("--nonfinite-patience", type=int, default=d.nonfinite_patience,
+                   help="steps in a row whose loss or gradients are NaN/Inf (each one's update is "
+                        f"skipped, its loss logged) before the run stops (default {d.nonfinite_patience})")
+    p.add_argument("--inject-nan-at", type=int, default=d.inject_nan_at, metavar="STEP",
+                   help="tests: the batch of step STEP gives a NaN loss (a poisoned batch: a rollback "
+                        "that passes over it never meets it again); 0: none")
     p.add_argument("--target-checkpoint", default=None, help="local transformers checkpoint dir for the target")
     p.add_argument("--dist-timeout", type=float, default=d.dist_timeout,
                    help="under torchrun: seconds a collective waits for the other ranks (rank 0's eval "

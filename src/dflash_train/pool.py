@@ -21,7 +21,10 @@ Determinism (what makes --resume bit-for-bit and keeps every replica identical):
 
 The drafter threads meet twice a step; at each meeting one of them runs an action while the
 others wait (`_together`):
-  after backward           `sync_gradients`: average (+ all_reduce) and clip;
+  after backward           `sync_gradients`: average (+ all_reduce) and clip; a sum holding a
+                           NaN or Inf skips this step's update on every replica of every
+                           process (`grads_finite`; on_step_end says so and decides whether
+                           the run goes on);
   after optimizer.step     `on_step_end(step, metrics, stopping)`: bookkeeping, eval,
                            checkpoint; every replica is quiescent, so a checkpoint is a
                            consistent snapshot; then the next step's mode, eager or compiled
@@ -150,6 +153,9 @@ class ThreadPool:
         self._metrics: list[StepMetrics | None] = [None] * n_r
         self._barrier = threading.Barrier(n_r)
         self._stopping = False              # a stop was agreed: the current step is the last
+        # The averaged gradients hold a NaN or Inf: the step's update is skipped (as a loss
+        # scaler does), the same on every process (read from the summed buffer).
+        self.grads_finite = True
         self._stop_after_step = False
         self.last_completed_step = spec.start_step   # steps done (next step to run)
         self.all_reduce_seconds = 0.0                # wall time in the cross-process all_reduce
@@ -189,7 +195,10 @@ class ThreadPool:
         self._together(name, lambda: self.sync_gradients(name))
         if spec.lr_at is not None:
             set_lr(opt, spec.lr_at(step))
-        opt.step()
+        if self.grads_finite:
+            opt.step()
+        else:
+            model.zero_grad(set_to_none=True)
         spec.on_thread_beat(name, step + 1)
         self._together(name, lambda: self._end_step(step))
 
@@ -212,10 +221,10 @@ class ThreadPool:
             t0 = time.perf_counter()
             with self.spec.parked(name):    # waiting for the other processes, as at a barrier
                 self.spec.all_reduce(total)
-                self._stopping = bool(total[-1] > 0)   # on CUDA this waits for the collective's end
+                self._read_flags(total)     # on CUDA this waits for the collective's end
             self.all_reduce_seconds += time.perf_counter() - t0
         else:
-            self._stopping = bool(total[-1] > 0)
+            self._read_flags(total)
         total = total[:-1]
         total /= self.global_replicas
         if self.spec.max_grad_norm > 0:
@@ -230,6 +239,11 @@ class ThreadPool:
                     p.grad = g.clone()
                 else:
                     p.grad.copy_(g)
+
+    def _read_flags(self, total: torch.Tensor) -> None:
+        """The agreed stop and whether the summed gradients are finite, in one host read."""
+        stop, finite = torch.stack([total[-1] > 0, torch.isfinite(total[:-1]).all()]).tolist()
+        self._stopping, self.grads_finite = bool(stop), bool(finite)
 
     def _end_step(self, step: int) -> None:
         metrics = [m for m in self._metrics if m is not None]

@@ -24,6 +24,7 @@ import math
 import os
 import threading
 import time
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -124,6 +125,10 @@ class TrainArgs:
     dist_timeout: float = 600.0    # torch.distributed: seconds a collective may wait for the other ranks
     peer_timeout: float = 60.0     # torch.distributed: seconds of silence after which a rank is given up
     peak_tflops: float = 0.0       # per-device peak for MFU; 0 = perf.PEAK_BF16_TFLOPS by device name
+    # Steps in a row whose loss or gradients are not finite (their updates skipped) before the
+    # run stops with FloatingPointError.
+    nonfinite_patience: int = 3
+    inject_nan_at: int = 0         # tests: step whose batch (by its data index) gives a NaN loss; 0 = none
 
     def fingerprint(self, n_replicas: int) -> dict[str, Any]:
         """What must not change across --resume for the result to be the same run."""
@@ -153,7 +158,7 @@ def prepare(args: TrainArgs) -> Prepared:
         if not (getattr(args, name) > 0 and math.isfinite(getattr(args, name))):
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive number of seconds (got {getattr(args, name)})")
     for name in ("steps", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every", "queue_depth",
-                 "eval_prompts", "eval_prompt_len", "eval_new_tokens"):
+                 "eval_prompts", "eval_prompt_len", "eval_new_tokens", "nonfinite_patience"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     if args.cpu_threads < 0:
@@ -164,6 +169,8 @@ def prepare(args: TrainArgs) -> Prepared:
         raise ConfigError(f"--warmup-steps must be >= 0 (got {args.warmup_steps})")
     if args.eval_every < 0:
         raise ConfigError(f"--eval-every must be >= 0 (0 = never; got {args.eval_every})")
+    if args.inject_nan_at < 0:
+        raise ConfigError(f"--inject-nan-at must be a step >= 1, or 0 for none (got {args.inject_nan_at})")
     if not (args.lr > 0 and math.isfinite(args.lr)):
         raise ConfigError(f"--lr must be a positive number (got {args.lr})")
     if args.compile not in COMPILE_CHOICES:
@@ -303,6 +310,7 @@ class Trainer:
         self._pool: ThreadPool | None = None
         self._warm_reported = False
         self._first_step_seen = False
+        self._nonfinite_in_row = 0      # steps in a row whose update was skipped (not finite)
         self._baseline: list[torch.Tensor] | None = None   # weights of the step-0 eval, until it runs
         self._compiles_prepared = False
         self._thread = threading.local()    # per drafter thread: its dynamo config applied
@@ -596,7 +604,12 @@ class Trainer:
 
     def produce(self, batch_index: int, j: int):
         dev = self.prep.plan.target[j]
-        return objective.target_forward(self.targets[dev], self.source.batch_at(batch_index))
+        tb = objective.target_forward(self.targets[dev], self.source.batch_at(batch_index))
+        if self.args.inject_nan_at and (batch_index + self.source.skip) // self.global_replicas == self.args.inject_nan_at - 1:
+            # A poisoned batch, found by its index in the data: a rollback that passes over the
+            # diverged window never meets it again.
+            tb = dataclasses.replace(tb, taps=torch.full_like(tb.taps, float("nan")))
+        return tb
 
     def compute_loss(self, r: int, tb, gen):
         """The compiled step (every shape it meets has a graph, or the gate compiles one)."""
@@ -626,6 +639,7 @@ class Trainer:
             self.compiler.release()     # held until the first step ended (start_compiler)
         tau = self._eval_step(step, done)
         self._log_step(done, loss, acc, tps, tau)
+        self._nonfinite_step(done, loss)
         if stopping:
             self.stop_requested.set()   # agreed: another process may have been the one asked
         self._checkpoint_step(done, stopping)
@@ -636,9 +650,24 @@ class Trainer:
         self._t_last_step_end = time.monotonic()
         return stopping
 
+    def _nonfinite_step(self, done: int, loss: float) -> None:
+        """A step whose loss or gradients were not finite had its update skipped (pool.py);
+        its step line and event show the value, so a watcher names the divergence where it
+        began. --nonfinite-patience such steps in a row end the run with the fix."""
+        if math.isfinite(loss) and self._pool is not None and self._pool.grads_finite:
+            self._nonfinite_in_row = 0
+            return
+        self._nonfinite_in_row += 1
+        what = f"loss {loss}" if not math.isfinite(loss) else "gradients not finite"
+        self.tel.log(f"step {done}: {what}, update skipped ({self._nonfinite_in_row} in a row of "
+                     f"--nonfinite-patience {self.args.nonfinite_patience})")
+        if self._nonfinite_in_row >= self.args.nonfinite_patience:
+            raise FloatingPointError(f"{what} for {self._nonfinite_in_row} steps in a row, to step {done}: "
+                                     "lower --lr, check the data or resume from an earlier checkpoint")
+
     def _step_metrics(self, metrics: list[StepMetrics], done: int) -> tuple[float, float, float | None, float]:
         """The replicas' mean loss and accuracy, tokens/s over the last 10 s, and now
-        (monotonic); a loss that is not finite ends the run with the fix."""
+        (monotonic)."""
         loss = sum(m.loss for m in metrics) / len(metrics)
         acc = sum(m.acc for m in metrics) / len(metrics)
         now = time.monotonic()
@@ -646,8 +675,6 @@ class Trainer:
         self._tok_window = [(t, n) for t, n in self._tok_window if now - t <= 10.0]
         span = now - self._tok_window[0][0] if len(self._tok_window) > 1 else 0.0
         tps = sum(n for _, n in self._tok_window[1:]) / span if span > 0 else None
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss} at step {done}: lower --lr or check the data")
         return loss, acc, tps, now
 
     def _record_step(self, done: int, metrics: list[StepMetrics], loss: float, acc: float,
@@ -655,11 +682,17 @@ class Trainer:
         """The step into status.json (at the next publish) and events.jsonl."""
         step_s, mfu = self._step_time_and_mfu(now)
         first_step_s = self._first_step_s()
-        self.tel.update(step=done, loss=loss, accuracy=acc, tokens_per_s=tps, step_time_s=step_s, mfu=mfu,
+        # JSON has no NaN: a non-finite loss is null in status.json and events.jsonl (the step
+        # line in train.log writes it as it is).
+        loss_or_none = loss if math.isfinite(loss) else None
+        acc = acc if math.isfinite(acc) else None
+        self.tel.update(step=done, loss=loss_or_none, accuracy=acc, tokens_per_s=tps, step_time_s=step_s, mfu=mfu,
                         peak_tflops=self.peak_tflops)
         per_pos = [round(sum(m.acc_per_pos[k] for m in metrics) / len(metrics), 4)
                    for k in range(min(len(m.acc_per_pos) for m in metrics))] if metrics else []
-        self.tel.event(EventKind.STEP, step=done, loss=round(loss, 5), accuracy=round(acc, 5),
+        per_pos = [a if math.isfinite(a) else None for a in per_pos]
+        self.tel.event(EventKind.STEP, step=done, loss=loss_or_none and round(loss_or_none, 5),
+                       accuracy=acc and round(acc, 5),
                        acc_per_pos=per_pos, tokens_per_s=tps and round(tps, 1),
                        step_time_s=step_s and round(step_s, 5), mfu=mfu and round(mfu, 4),
                        peak_tflops=self.peak_tflops,
@@ -700,7 +733,7 @@ class Trainer:
     def _log_step(self, done: int, loss: float, acc: float, tps: float | None, tau: float | None) -> None:
         """train.log's step line: every --log-every steps, at the last one and with each eval."""
         args = self.args
-        if done % args.log_every == 0 or done == args.steps or tau is not None:
+        if done % args.log_every == 0 or done == args.steps or tau is not None or not math.isfinite(loss):
             tau_s = f" tau {tau:.2f}" if tau is not None else ""
             tps_s = f" tok/s {tps:,.0f}" if tps else ""
             self.tel.log(f"step {done}/{args.steps} loss {loss:.4f} acc {acc:.3f}{tau_s}{tps_s}")

@@ -90,3 +90,21 @@ def test_a_rollback_resume_loads_the_chosen_checkpoint_and_passes_over_the_diver
     proc = _train(control, "--steps", "10", "--resume", DFLASH_DIVERGED_AT="soon")
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "DFLASH_DIVERGED_AT='soon' is no step number" in proc.stderr
+
+
+def test_a_poisoned_batch_is_logged_its_update_skipped_and_the_patience_stops_the_run(tmp_path):
+    run = tmp_path / "run"
+    proc = _train(run, "--steps", "6", "--inject-nan-at", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = (run / rundir.TRAIN_LOG).read_text()
+    assert "step 3/6 loss nan" in log and "step 3: loss nan, update skipped (1 in a row of --nonfinite-patience 3)" in log
+    losses = _losses(run)
+    assert losses[3] is None and all(isinstance(losses[s], float) for s in (1, 2, 4, 5, 6)), losses
+    # The skipped update left the weights finite: the last checkpoint holds no NaN.
+    saved = torch.load(run / rundir.CHECKPOINTS_DIR / "step-00000006" / "state.pt", weights_only=True)
+    assert all(torch.isfinite(t).all() for t in saved["drafter"].values())
+
+    proc = _train(tmp_path / "stops", "--steps", "6", "--inject-nan-at", "2", "--nonfinite-patience", "1")
+    assert proc.returncode != 0
+    assert "FloatingPointError: loss nan for 1 steps in a row, to step 2: lower --lr" in proc.stderr + \
+        (tmp_path / "stops" / rundir.TRAIN_LOG).read_text(), proc.stderr[-2000:]

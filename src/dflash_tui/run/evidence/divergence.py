@@ -56,6 +56,11 @@ def _key(name: str) -> str:
     return base.strip().lower().replace("/", "_").replace(" ", "_").replace("-", "_").replace(".", "_")
 
 
+def same_series(a: str, b: str) -> bool:
+    """Two names of one series (`tb:train/loss` and `train/loss`, `train loss` and `train_loss`)."""
+    return a == b or _key(a) == _key(b)
+
+
 def is_eval(name: str) -> bool:
     parts = _key(name).split("_")
     return any(w in parts for w in _EVAL_WORDS) or any(p.startswith(("eval", "valid")) for p in parts)

@@ -8,16 +8,46 @@ Every source reduces to the same points, so the dashboard's charts take any of t
   knows nothing of dflash prints to its own log (tqdm, Lightning, transformers, "step N").
 
 Names are normalised through ALIASES so `acc` and `accuracy` are one series.
+
+`loss_marks`: the points of a chart the divergence watch's finding names (where a watched
+series diverged, failing; a lone spike, a warn), for the Metrics pane to draw as they are.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 from ...contract.rundir import TrainStatus, finite_number
+from ..evidence.divergence import LossFinding, same_series
 from ..evidence.event_points import ALIASES, Point, points_from_events
 from .report import RunProgress
 
-__all__ = ["ALIASES", "Point", "points_from_events", "points_from_status", "points_from_progress"]
+__all__ = ["ALIASES", "ChartMark", "Point", "loss_marks", "points_from_events", "points_from_status",
+           "points_from_progress"]
+
+
+@dataclass(frozen=True)
+class ChartMark:
+    """A step of a series marked on its chart, with the finding's words."""
+
+    series: str
+    step: int
+    failing: bool           # the divergence (the `loss` check failing); else a lone spike's warn
+    words: str              # short, for a chart's title: "NaN at step 20", "spike at step 4,210 (8.2x)"
+
+    def on(self, name: str) -> bool:
+        return same_series(self.series, name)
+
+
+def loss_marks(finding: LossFinding | None) -> tuple[ChartMark, ...]:
+    """The divergence's first bad step and the lone spikes of the finding, as marks."""
+    if finding is None:
+        return ()
+    marks = [ChartMark(s.series, s.step, False, f"spike at step {s.step:,} ({s.ratio:.1f}x)") for s in finding.spikes]
+    d = finding.divergence
+    if d is not None:
+        marks.append(ChartMark(d.series, d.step, True, f"{d.what()} at step {d.step:,}"))
+    return tuple(marks)
 
 _STATUS_FIELDS = ("loss", "accuracy", "tau", "tokens_per_s")
 

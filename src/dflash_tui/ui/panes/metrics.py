@@ -7,7 +7,9 @@ events, status.json's values. And the history the engine keeps of everything els
 log shows, its metric lines (TorchTitan, Megatron and Trainer lines) and files (TensorBoard,
 metrics.csv, trainer_state.json, MLflow, trackio), each series from its first point whenever
 the tab is opened, whose sources the note above the charts lists; the pane draws it and keeps
-none of it. Each chart is a textual-plotext PlotextPlot: step on x, the value on y, both with
+none of it. The verdict engine's loss finding (report.activity.loss_finding, as
+run/verdict/series.py `loss_marks`) is marked on its series' chart: where it diverged (red, ✗)
+and each lone spike (orange, !), a vertical line at the step and its words in the title. Each chart is a textual-plotext PlotextPlot: step on x, the value on y, both with
 ticks; the previous run is drawn under it in a second, dimmer line, so a relaunch compares at a
 glance: the same run dir's last run (RUN_DIR/history/, read by run/history.py) and the metric
 files written before this run's launch (report.metrics.previous).
@@ -33,7 +35,8 @@ from textual.widgets import Static
 
 from ...run.verdict.report import RunReport
 
-from ...run.verdict.series import Point, points_from_events, points_from_progress, points_from_status
+from ...run.verdict.series import (ChartMark, Point, loss_marks, points_from_events, points_from_progress,
+                                   points_from_status)
 from .base import Pane, PaneKey
 from ..widgets.charts import TimedPlot, redraw_interval
 from ..widgets.tables import OnScreenOnly
@@ -57,6 +60,9 @@ ORDER = ("loss", "accuracy", "tau", "tokens_per_s")
 LABELS = {"loss": "loss", "accuracy": "accuracy", "tau": "τ (accept len)", "tokens_per_s": "tokens/s"}
 CURRENT_COLOR, PREVIOUS_COLOR = "cyan", "gray"
 CURRENT_MARKER, PREVIOUS_MARKER = "braille", "dot"   # tell the lines apart without colour
+# The verdict engine's loss finding marked on its series' chart: a vertical line at the step and
+# its words in the title (the sign tells them apart without colour).
+MARK_STYLE = {True: ("red", "✗"), False: ("orange", "!")}
 
 
 def label_of(name: str) -> str:
@@ -149,12 +155,12 @@ class MetricChart(TimedPlot):
             self.draw(*self._args)   # the points are thinned to the width
 
     def draw(self, current: Series | None, previous: Series | None, previous_id: str,
-             zoom: int | None, smoothing: float) -> None:
-        self._args = (current, previous, previous_id, zoom, smoothing)
+             zoom: int | None, smoothing: float, marks: tuple[ChartMark, ...] = ()) -> None:
+        self._args = (current, previous, previous_id, zoom, smoothing, marks)
         width = max(10, self.size.width)
         last = (current.steps[-1], current.values[-1]) if current and current.steps else None
         key = (current.name if current else None, width, self.size.height, zoom, smoothing,
-               last, len(current.steps) if current else 0, previous_id if previous else "")
+               last, len(current.steps) if current else 0, previous_id if previous else "", marks)
         if key == self.drawn:
             return
         self.drawn = key
@@ -168,6 +174,9 @@ class MetricChart(TimedPlot):
         title = label_of(current.name)
         if ys:
             title += f"  {ys[-1]:.4g}" + (f" (smoothed {smoothing:g})" if smoothing else "")
+        # The divergence first, then the newest spike: the title has room for one or two.
+        for m in sorted(marks, key=lambda m: (not m.failing, -m.step))[:2]:
+            title += f"  {MARK_STYLE[m.failing][1]} {m.words}"
         plt.title(title)
         plt.xlabel("step")
         if previous is not None and xs:
@@ -181,6 +190,9 @@ class MetricChart(TimedPlot):
         if xs:
             xs, ys = thin(xs, ys, width)   # a point per column: plotext joins them with lines
             plt.plot(xs, ys, marker=CURRENT_MARKER, color=CURRENT_COLOR)
+            for m in marks:
+                if m.step >= xs[0]:        # a zoom may start after it
+                    plt.vline(m.step, MARK_STYLE[m.failing][0])
         self.refresh()
 
 
@@ -208,6 +220,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         self.history_version: int | None = None
         self.history_from_log = False                # the engine's series include the log's own
         self.charted: dict[str, Series] = {}         # what the charts draw: both, events first
+        self.marks: tuple[ChartMark, ...] = ()       # the engine's loss finding, as chart marks
         self.previous: dict[str, Series] = {}        # history/'s previous run
         self.previous_files: Mapping = {}            # metric files older than this run's launch
         self.previous_file_sources: tuple[str, ...] = ()
@@ -229,6 +242,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
     def reset(self) -> None:
         self.series.clear()
         self.history, self.history_version, self.charted = {}, None, {}
+        self.marks = ()
         self.previous_files, self.previous_file_sources = {}, ()
         self.last_step = None
         self.skipped = 0
@@ -252,6 +266,10 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
         program's own log showed. Unused once events.jsonl has step records. The points of
         metric lines and metric files (report.metrics: TensorBoard, CSV, trainer_state.json,
         MLflow, each poll's new ones) are added whatever else there is."""
+        act = report.activity
+        marks = loss_marks(act.loss_finding if act is not None else None)
+        if marks != self.marks:
+            self.marks, self.dirty = marks, True
         m = report.metrics
         if m is not None:
             sources = tuple(s.label + (f" ({s.note})" if s.note else "") for s in m.sources)
@@ -417,7 +435,7 @@ class MetricsPane(Pane, OnScreenOnly, Vertical):
             self.charts.pop().remove()
         for chart, name in zip(self.charts, shown):
             chart.draw(series[name], self.previous_series(name), self.previous_id or "files",
-                       self.zoom, self.smoothing)
+                       self.zoom, self.smoothing, tuple(m for m in self.marks if m.on(name)))
 
     def _note_text(self, n_series: int, pages: int) -> str:
         extra = f" · {self.skipped} unparsable lines of events.jsonl skipped" if self.skipped else ""
