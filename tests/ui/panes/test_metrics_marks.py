@@ -14,7 +14,7 @@ from dflash_tui.ui.panes.metrics import MetricsPane
 from dflash_tui.ui.sources.watch_source import WatchSource
 from dflash_tui.watch import open_watch
 from dflash_tui.watch.session import Session
-from tests.ui.test_metrics_history import PROGRAMS, drawn, profile_of, until
+from tests.ui.panes.test_metrics_history import PROGRAMS, drawn, profile_of, until
 
 pytestmark = [pytest.mark.timeout(180)]
 
