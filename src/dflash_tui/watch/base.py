@@ -270,6 +270,10 @@ class RunWatch(ABC):
             return report
         return self._publish(report)
 
+    def search_checkpoints_now(self) -> None:
+        """The next look searches the run's checkpoints whatever their cadence (the recovery is
+        about to choose the one a relaunch resumes from). A watch that finds none: nothing."""
+
     async def check(self, *, gpus: bool = False) -> RunReport:
         """One observation; raises TargetError when one host cannot be reached (a node of several
         that cannot is in the report). `gpus`: one bounded GPU sample for the "gpus" check."""

@@ -68,6 +68,9 @@ class HostWatch(RunWatch):
         # runs, every polled checklist carries the "gpus" check (GPU LOST).
         self.gpus = GpuFeed(session)
 
+    def search_checkpoints_now(self) -> None:
+        self.session.progress.checkpoints.expire()
+
     @property
     def label(self) -> str:
         return self.session.label

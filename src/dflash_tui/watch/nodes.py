@@ -45,6 +45,10 @@ class NodesWatch(RunWatch):
     def label(self) -> str:
         return self.profile.where()
 
+    def search_checkpoints_now(self) -> None:
+        for w in self.watches:
+            w.search_checkpoints_now()
+
     def host_watches(self) -> list[tuple[str, HostWatch]]:
         return [(plan.node, w) for plan, w in zip(self.plans, self.watches)]
 

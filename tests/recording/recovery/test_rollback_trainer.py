@@ -25,11 +25,12 @@ from tests.test_cli_modes import cli, toml_str
 
 pytestmark = pytest.mark.timeout(120)
 
-# A tiny CPU step takes ~15-40 ms. NAN_AT comes seconds into the run, after the watcher's
-# checkpoint search (every 5 s until it knows the save interval: run/evidence/checkpoints.py)
-# has found the saves before it; the steps after NAN_AT last seconds, many of the watcher's
-# looks, so it stops the run long before it would finish.
-STEPS, EVERY, NAN_AT = 900, 20, 400
+# A tiny CPU step takes ~15-40 ms: NAN_AT comes about a second after the first step, before the
+# watcher's second checkpoint search (every 5 s until it knows the save interval:
+# run/evidence/checkpoints.py), so the checkpoint the relaunch resumes from is one the recovery
+# searched for when it planned. The steps after NAN_AT last seconds, many of the watcher's looks,
+# so it stops the run long before it would finish.
+STEPS, EVERY, NAN_AT = 900, 10, 40
 TRAIN = ["--target-devices", "cpu", "--drafter-devices", "cpu", "--preset", "tiny", "--compile", "off",
          "--eval-every", "0", "--log-every", "5", "--batch-size", "2", "--checkpoint-every", str(EVERY),
          "--keep-checkpoints", "1000", "--steps", str(STEPS), "--inject-nan-at", str(NAN_AT)]

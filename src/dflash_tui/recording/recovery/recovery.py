@@ -301,6 +301,8 @@ class Recovery:
                          after=after)
         elif d.kind == RESTART:
             # `resume = false`: a relaunch from scratch, no checkpoint chosen
+            if policy.resume:
+                report = await self._searched_now(watch, change.run_id, report)
             rollback = rollback_of(report) if policy.resume else None
             scratch = nothing_fits(report) if policy.resume else ""
             plan = self._record(name, PLANNED, change.run_id, d.attempt, at=d.at, failure=failure_json(failure),
@@ -310,6 +312,18 @@ class Recovery:
                                 **({"from_scratch": scratch} if scratch else {}))
             if plan is not None:
                 await self._continue(name, watch, plan, policy.max_restarts)
+
+    async def _searched_now(self, watch: RunWatch, run_id: str, report: RunReport | None) -> RunReport | None:
+        """The failed run's report with its checkpoints searched just now: the watch searches at
+        its own cadence (every 5 s until it knows the save interval), and the checkpoint the
+        relaunch resumes from may be younger than its last search. The report as it was when
+        the target cannot be asked or shows another run by now."""
+        watch.search_checkpoints_now()
+        try:
+            again = await watch.check()
+        except (TargetError, OSError, ActionInFlight, asyncio.TimeoutError):
+            return report
+        return again if run_id_of(again) == run_id else report
 
     async def _continue(self, name: str, watch: RunWatch, last: Action, max_restarts: int) -> None:
         report = watch.last

@@ -209,6 +209,11 @@ class CheckpointLooks:
     def due(self, now: float) -> bool:
         return self._at is None or not (0 <= now - self._at < cadence(self.every_s, self.view))
 
+    def expire(self) -> None:
+        """The next look searches whatever the cadence: a relaunch is about to choose one, and
+        a run that saves every second has written several since a search 5 s old."""
+        self._at = None
+
     async def look(self, ops: RemoteOps, run_dir: str, now: float) -> CheckpointsView | None:
         if not self.due(now):
             return self.view
