@@ -203,7 +203,8 @@ class PodmanContainer(RealContainer):
         self.root = Path(tempfile.mkdtemp(prefix="dflash-pm-"))
         self.env["DFLASH_PODMAN_ROOT"] = str(self.root)
 
-    def create(self) -> "PodmanContainer":
+    def create(self, *run_args: str) -> "PodmanContainer":
+        """`run_args`: more of `podman create`'s options (a test's own limits: `--memory 512m`)."""
         self.root.mkdir(parents=True, exist_ok=True)
         rootfs = make_rootfs(self.state / f"rootfs-{self.name}", self.name)
         ro, rw = _shared_paths(self.share)
@@ -213,7 +214,7 @@ class PodmanContainer(RealContainer):
         for p in rw:
             vols += ["-v", f"{p}:{p}"]
         self.tool("create", "--name", self.name, "--network", "none", "--hostname", self.name,
-                  *vols, "--rootfs", str(rootfs),
+                  *run_args, *vols, "--rootfs", str(rootfs),
                   os.path.realpath(sys.executable), "-I", "-S", "/dflash-init.py")
         return self
 
