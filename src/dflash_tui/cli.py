@@ -241,6 +241,14 @@ def progress_json(report: RunReport) -> dict[str, Any] | None:
             "eta_s": round(p.eta_s, 1) if p.eta_s is not None else None, "source": p.source}
 
 
+def foresight_json(report: RunReport) -> dict[str, Any]:
+    """One host's (or one node's) "runway" (disk, memory), "energy" and "cost"."""
+    return {"runway": {"disk": report.runway.to_json() if report.runway is not None else None,
+                       "memory": report.memory.to_json() if report.memory is not None else None},
+            "energy": report.energy.to_json() if report.energy is not None else None,
+            "cost": report.cost.to_json() if report.cost is not None else None}
+
+
 def report_json(profile: Profile, report: RunReport, **extra: Any) -> dict[str, Any]:
     """The report as --check --json prints it (`extra` adds or overrides fields); a run on
     several nodes: the run's node checks and one object per node."""
@@ -265,11 +273,8 @@ class _OneHost:
                 "target": profile.where(), "exit_code": exit_code_of(report),
                 "metrics": metrics_json(report), "progress": progress_json(report),
                 "checkpoints": report.checkpoints.to_json(report.time) if report.checkpoints is not None else None,
-                "runway": {"disk": report.runway.to_json() if report.runway is not None else None,
-                           "memory": report.memory.to_json() if report.memory is not None else None},
-                # the watch's (run/verdict/energy.py); --check's extra prices the watcher's goodput too
-                "energy": report.energy.to_json() if report.energy is not None else None,
-                "cost": report.cost.to_json() if report.cost is not None else None,
+                # the watch's energy (run/verdict/energy.py); --check's extra prices the watcher's goodput too
+                **foresight_json(report),
                 **({s.name: s.facts} if (s := report.checklist.scheduler) is not None else {}),
                 **extra}   # a scheduler's job, under the scheduler's name
 
@@ -329,9 +334,15 @@ class _Nodes:
             nodes.append({"node": n.node, "rank": n.rank, "target": r.target_label, "run_dir": r.run_dir,
                           **r.checklist.to_dict(),
                           "pid": r.launch.pid if r.launch else None, "run_id": r.launch.run_id if r.launch else None,
-                          "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict)})
+                          "connected": r.connected, "error": r.error, "exit_code": exit_code_for(n.verdict),
+                          **foresight_json(r)})
         return {"verdict": d["verdict"], "summary": d["summary"],
-                "checks": [c for c in d["checks"] if c["id"].startswith("node:") or c["id"] == CheckId.STRAGGLERS],
+                "checks": [c for c in d["checks"]
+                           if c["id"].startswith("node:") or c["id"] in (CheckId.STRAGGLERS, CheckId.MEMORY)],
+                # every node's memory runway, keyed by node in rank order (its disk, energy and
+                # cost: in its own object under "nodes")
+                "runway": {"memory": {n.node: (n.report.memory.to_json() if n.report.memory is not None else None)
+                                      for n in report.nodes}},
                 "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
                 "stall_limit_s": d["stall_limit_s"], "stall_limit_why": d["stall_limit_why"],
                 "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],

@@ -343,3 +343,47 @@ async def test_resume_of_a_program_of_ones_own_on_nodes_is_refused_in_one_line(s
     with pytest.raises(ConfigError, match="runs its own command; resume works with the bundled trainer"):
         await nodes.relaunch(resume=True)
     assert not (tmp_path / f"run-{LOCAL}" / "launch.json").exists()
+
+
+MEM_GROW = str(Path(__file__).resolve().parents[1] / "programs" / "mem_grow.py")
+MB = 1 << 20
+
+
+def test_each_nodes_memory_runway_and_the_soonest_forecast_across_them(sshd, tmp_path):
+    """Every node's leak is its own series (each `--check --json` a new process goes on from the
+    samples the earlier ones kept); the combined report carries every node's memory runway, keyed
+    by node, and the run's `memory` check names the node whose forecast comes first: rank 1
+    grows twice as fast as rank 0 toward the same 1 GiB `memory_limit_mb`."""
+    cfg = tmp_path / "c.toml"
+    # Rank 0: 1 MiB a step, rank 1: 2 MiB, 4 steps a second, up to 480 MiB each.
+    cfg.write_text(nodes_toml(sshd, tmp_path, memory_limit_mb=1024, command=[
+        "sh", "-c", f'exec "$0" {MEM_GROW} $((1 + RANK)) 0.25 480', sys.executable]))
+    try:
+        code, doc = run_cli(cfg, tmp_path, "--launch", "--wait", "90")
+        assert (code, doc["verdict"]) == (0, "RUNNING"), doc
+        deadline = time.monotonic() + 150
+        mem = None
+        while time.monotonic() < deadline:
+            code, doc = run_cli(cfg, tmp_path, "--check")
+            mem = next((c for c in doc["checks"] if c["id"] == "memory"), None)
+            if mem is not None and mem["state"] == "warn" and all(f"node {n}: " in mem["cause"] for n in (LOCAL, sshd.alias)):
+                break
+        assert mem is not None and mem["state"] == "warn", (doc.get("runway"), mem)
+        assert all(f"node {n}: " in mem["cause"] for n in (LOCAL, sshd.alias)), (doc["runway"], mem)
+        assert doc["verdict"] == "RUNNING"
+        # The soonest first, named by its node; then the other node's.
+        assert mem["cause"].startswith(f"node {sshd.alias}: host: +"), mem["cause"]
+        assert f"; node {LOCAL}: host: +" in mem["cause"] and "of 1.0 GiB, memory_limit_mb)" in mem["cause"], mem
+        runway = doc["runway"]["memory"]
+        assert list(runway) == [LOCAL, sshd.alias], runway
+        local, remote = runway[LOCAL]["host"], runway[sshd.alias]["host"]
+        assert 80 * MB <= local["growth"]["bytes_per_100_steps"] <= 120 * MB, local
+        assert 180 * MB <= remote["growth"]["bytes_per_100_steps"] <= 230 * MB, remote
+        assert {local["limit_source"], remote["limit_source"]} == {"memory_limit_mb"}
+        assert 0 < remote["growth"]["full_in_s"] < local["growth"]["full_in_s"] < 3600, runway
+        # Each node's own object carries its runway (and its energy and cost: none here, no GPU).
+        for n in doc["nodes"]:
+            assert n["runway"]["memory"] == runway[n["node"]] and n["energy"] is None, n
+            assert {c["id"]: c["state"] for c in n["checks"]}["memory"] == "warn", n["checks"]
+    finally:
+        run_cli(cfg, tmp_path, "--stop")

@@ -4,7 +4,7 @@ by the real trend (run/evidence/memtrend.py)."""
 from dflash_tui.run.evidence.memory_runway import MemoryRunway, MemoryUse
 from dflash_tui.run.evidence.memtrend import Sample, trend
 from dflash_tui.run.verdict.checklist import CheckId, CheckState
-from dflash_tui.run.verdict.checks.memory import memory_check
+from dflash_tui.run.verdict.checks.memory import memory_check, nodes_memory_check
 
 MB = 1 << 20
 
@@ -42,3 +42,19 @@ def test_flat_memory_is_ok_with_its_levels():
     assert c.state is CheckState.OK
     assert c.cause == "host 3.0 GiB of 16.0 GiB (cgroup memory.max): no steady growth"
     assert memory_check(None) is None and memory_check(MemoryRunway()) is None
+
+
+def test_on_several_nodes_the_soonest_forecast_of_any_node_comes_first_named_by_its_node():
+    slow = use("host", 100, 8 << 30, 0.1)            # gpu1's host: slower
+    fast = use("GPU 2", 300, 12 << 30, 0.1, gpu=2)   # gpu2's GPU 2: full first
+    c = nodes_memory_check([("gpu1", MemoryRunway(slow, ())), ("gpu2", MemoryRunway(None, (fast,))), ("gpu3", None)])
+    assert (c.id, c.state) == (CheckId.MEMORY, CheckState.WARN) and c.hint
+    assert c.cause.startswith("node gpu2: GPU 2: +300.0 MiB per 100 steps since step 2,000; full at about step "), c.cause
+    assert "; node gpu1: host: +100.0 MiB" in c.cause and "gpu3" not in c.cause
+    # No warn: every node's words, each named, in rank order.
+    flat = MemoryUse("host", 3 << 30, 500, 16 << 30, "cgroup memory.max", None)
+    ok = nodes_memory_check([("gpu1", MemoryRunway(flat, ())), ("gpu2", MemoryRunway(flat, ()))])
+    assert ok.state is CheckState.OK
+    assert ok.cause == ("node gpu1: host 3.0 GiB of 16.0 GiB (cgroup memory.max): no steady growth; "
+                        "node gpu2: host 3.0 GiB of 16.0 GiB (cgroup memory.max): no steady growth")
+    assert nodes_memory_check([("gpu1", None)]) is None and nodes_memory_check([]) is None

@@ -35,6 +35,7 @@ from .report import RunReport
 from .rank_groups import group_ranks
 from .stragglers import paces, stragglers, with_stragglers
 from .checklist import Check, CheckState, Checklist, ThreadHealth, Verdict
+from .checks.memory import nodes_memory_check
 
 
 @dataclass
@@ -75,6 +76,12 @@ class RunOfNodes:
             checks.append(Check(f"node:{n.node}", f"node {n.node} (rank {n.rank})", state, cause,
                                 "" if state is CheckState.OK else f"see node {n.node}'s checks below"))
             checks += [replace(c, id=f"{n.node}:{c.id}", label=f"{n.node} · {c.label}") for c in cl.checks]
+        # The run's memory runway: the soonest forecast of any node's, named by its node; only
+        # the nodes whose run lives (a node's own `memory` check goes with its run too).
+        memory = nodes_memory_check([(n.node, n.report.memory) for n in self.nodes
+                                     if n.report.checklist.verdict.alive])
+        if memory is not None:
+            checks.append(memory)
         threads = [replace(t, name=f"{n.node}/{t.name}") for n in self.nodes for t in n.report.checklist.threads]
         nodes = [n.node for n in self.nodes for _ in n.report.checklist.threads]
         # The run's silence limit: the node's that trips first.

@@ -41,13 +41,28 @@ def soon(u: MemoryUse, within_s: float = MEMORY_WARN_S) -> bool:
 
 def memory_check(r: MemoryRunway | None) -> Check | None:
     """warn: a growth full within MEMORY_WARN_S (the soonest first); ok: the growths and levels."""
-    if r is None or not r.uses:
+    return _check([("", u) for u in (r.uses if r is not None else ())])
+
+
+def nodes_memory_check(runways: list[tuple[str, MemoryRunway | None]]) -> Check | None:
+    """The run's `memory` on several nodes, from each node's runway: warn with the soonest
+    forecast across the nodes first, each named by its node ("node gpu2: host: +200 MiB per 100
+    steps ..."); ok with every node's growths and levels. None when no node has a runway."""
+    return _check([(f"node {node}: ", u) for node, r in runways if r is not None for u in r.uses])
+
+
+def _check(uses: list[tuple[str, MemoryUse]]) -> Check | None:
+    if not uses:
         return None
-    uses = r.uses
-    warns = sorted((u for u in uses if soon(u)), key=lambda u: u.trend.full_in_s)
+    warns = sorted(((who, u) for who, u in uses if soon(u)), key=lambda wu: wu[1].trend.full_in_s)
     if warns:
-        return Check.of(CheckId.MEMORY, WARN, _one_line("; ".join(growth_words(u) for u in warns), 300), MEMORY_HINT)
-    growing = [growth_words(u) for u in uses if u.trend is not None]
-    steady = [level_words(u) for u in uses if u.trend is None]
-    words = "; ".join(growing + ([", ".join(steady) + ": no steady growth"] if steady else []))
-    return Check.of(CheckId.MEMORY, OK, _one_line(words, 300))
+        return Check.of(CheckId.MEMORY, WARN, _one_line("; ".join(who + growth_words(u) for who, u in warns), 300),
+                        MEMORY_HINT)
+    parts: list[str] = []
+    for who in dict.fromkeys(w for w, _ in uses):      # each node (or the one host) in turn
+        mine = [u for w, u in uses if w == who]
+        growing = [growth_words(u) for u in mine if u.trend is not None]
+        steady = [level_words(u) for u in mine if u.trend is None]
+        words = "; ".join(growing + ([", ".join(steady) + ": no steady growth"] if steady else []))
+        parts.append(who + words)
+    return Check.of(CheckId.MEMORY, OK, _one_line("; ".join(parts), 300))
