@@ -24,6 +24,9 @@ the run fails (any node failing: run/verdict/combine.py `combine`), else 3 while
 else the combined verdict's (`exit_code_of`).
 `--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
 (fleet/checkall.py EXIT_PRECEDENCE).
+--health: 0 every node measured, none below 0.5x its own median; 1 a node below it, or a probe
+that failed on a reachable node; 2 config, a python without torch, a Slurm profile; 3 a node
+unreachable; the worst of its nodes (health/door.py).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,

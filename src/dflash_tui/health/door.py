@@ -49,14 +49,15 @@ class NodeHealth:
     def ratio(self) -> float | None:
         if self.result is None or not self.median_gbps:
             return None
-        return self.result.busbw_gbps / self.median_gbps
+        return self.result.compared_gbps / self.median_gbps
 
     def line(self) -> str:
         if self.result is None:
             return f"{self.name}: {self.error}"
         r = self.result
         text = (f"{self.name}: all_reduce {r.bytes >> 20} MB over {r.world_size} {r.backend} processes: "
-                f"{r.busbw_gbps:.3g} GB/s bus")
+                + (f"{r.busbw_gbps:.3g} GB/s bus" if r.world_size > 1 else
+                   f"{r.algbw_gbps:.3g} GB/s (one process: no link between GPUs measured)"))
         if self.ratio is None:
             text += ", first result for this node"
         else:
@@ -68,7 +69,7 @@ class NodeHealth:
     def to_json(self) -> dict[str, Any]:
         return {"node": self.name, "target": self.where, "exit_code": self.exit_code,
                 "result": self.result.to_json() if self.result else None,
-                "median_busbw_gbps": self.median_gbps, "earlier_results": self.earlier,
+                "median_gbps": self.median_gbps, "earlier_results": self.earlier,
                 "ratio": self.ratio, "error": self.error or None, "notes": self.notes}
 
 

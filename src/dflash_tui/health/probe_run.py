@@ -35,6 +35,12 @@ class ProbeResult:
     busbw_gbps: float
     devices: tuple[str, ...]
 
+    @property
+    def compared_gbps(self) -> float:
+        """What a node's results are compared by: the bus bandwidth, except for a world of one
+        process (one GPU), whose bus bandwidth is 0 by its formula: its algorithm bandwidth."""
+        return self.busbw_gbps if self.world_size > 1 else self.algbw_gbps
+
     def to_json(self) -> dict:
         return {"backend": self.backend, "world_size": self.world_size, "bytes": self.bytes,
                 "seconds": self.seconds, "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,

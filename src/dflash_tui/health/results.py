@@ -43,8 +43,8 @@ class Results:
     problem: str = ""         # why the file could not be read ("" when it could)
 
     def earlier(self, node: str, r: ProbeResult) -> list[float]:
-        """The node's earlier bus bandwidths for the same kind of measurement, oldest first."""
-        return [s.result.busbw_gbps for s in self.rows if s.node == node and
+        """The node's earlier figures (`compared_gbps`) for the same kind of measurement, oldest first."""
+        return [s.result.compared_gbps for s in self.rows if s.node == node and
                 (s.result.backend, s.result.world_size, s.result.bytes) == (r.backend, r.world_size, r.bytes)]
 
 
