@@ -83,3 +83,14 @@ def test_a_python_without_torch_and_an_unreachable_node_each_say_so_in_one_line(
     text = health(tmp_path, config, "--profile", "here")
     assert text.returncode == 2 and text.stdout.count("\n") == 1 and "Traceback" not in text.stdout + text.stderr
     assert not results_file(tmp_path).exists()
+
+
+@pytest.mark.sshd
+def test_the_probe_reaches_a_node_over_ssh(sshd, tmp_path):
+    # The probe's text on stdin through a real sshd; the node is its target's label.
+    fields = "".join(f'{k} = {json.dumps(v)}\n' for k, v in sshd.profile().items())
+    config = f'[profile.gpu]\nrun_dir = "{tmp_path / "run"}"\npython = "{sys.executable}"\n{fields}'
+    res = health(tmp_path, config, "--profile", "gpu", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    obj = json.loads(res.stdout)
+    assert obj["result"]["backend"] == "gloo" and obj["target"].endswith("@127.0.0.1"), obj
