@@ -94,3 +94,11 @@ def test_the_probe_reaches_a_node_over_ssh(sshd, tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     obj = json.loads(res.stdout)
     assert obj["result"]["backend"] == "gloo" and obj["target"].endswith("@127.0.0.1"), obj
+
+
+def test_a_results_file_that_is_a_folder_is_a_note_and_the_measurement_stands(tmp_path):
+    results_file(tmp_path).mkdir(parents=True)
+    res = health(tmp_path, here(tmp_path), "--profile", "here")
+    assert res.returncode == 0 and LINE.match(res.stdout), res.stdout + res.stderr
+    assert res.stdout.splitlines()[1] == (f"  note: not recorded: {results_file(tmp_path)} is not a regular "
+                                          "file; move it away")

@@ -108,8 +108,8 @@ async def _probe_node(name: str, profile: Profile, results: stored.Results, now:
 
 async def check_health(profiles: Sequence[Profile], path=None, clock=time.time) -> list[NodeHealth]:
     results = stored.load(path or stored.default_results_path())
-    note = results.problem or (f"{results.skipped} unreadable line(s) of {results.path} skipped"
-                               if results.skipped else "")
+    # An unusable file is said by each node ("not recorded: ..."); skipped lines once, here.
+    note = f"{results.skipped} unreadable line(s) of {results.path} skipped" if results.skipped else ""
     out = []
     for profile in profiles:
         for name, node_profile in _targets(profile):
