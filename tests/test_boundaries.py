@@ -164,6 +164,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends",),
     ("watch",),
     ("fleet",),
+    ("health",),
     ("bundle",),
     ("recording",),
     ("ui",),

@@ -84,6 +84,14 @@ def test_check_json_and_the_profile_list_have_a_clean_stderr(tmp_path):
     assert res.returncode == 0 and "here" in res.stdout and res.stderr == ""
 
 
+def test_health_has_a_clean_stderr(tmp_path):
+    # The probe runs torch in the profile's python: whatever it says there stays there.
+    cfg = local_profile(tmp_path)
+    res = door(tmp_path, dflash_tui("--config", str(cfg), "--profile", "here", "--health", "--json"))
+    assert res.returncode == 0 and json.loads(res.stdout)["result"]["backend"] == "gloo", res.stdout
+    assert res.stderr == ""
+
+
 def test_a_second_watcher_is_refused_in_one_line(tmp_path):
     cfg = local_profile(tmp_path)
     store = tmp_path / "w.db"

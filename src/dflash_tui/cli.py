@@ -24,6 +24,9 @@ the run fails (any node failing: run/verdict/combine.py `combine`), else 3 while
 else the combined verdict's (`exit_code_of`).
 `--check --all` exits with the worst of its profiles' codes: 2 > 1 > 3 > 4 > 0
 (fleet/checkall.py EXIT_PRECEDENCE).
+--health: 0 every node measured, none below 0.5x its own median; 1 a node below it, or a probe
+that failed on a reachable node; 2 config, a python without torch, a Slurm profile; 3 a node
+unreachable; the worst of its nodes (health/door.py).
 Every error is one line on stderr; set DFLASH_TUI_DEBUG=1 to see a traceback as well.
 
 --check, --launch/--relaunch and their --wait loops carry the dashboard's "gpus" check too,
@@ -48,6 +51,7 @@ from .backends import load_config
 from .bundle import default_bundle_path, take_bundle
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path
 from .fleet.checkall import check_all, worst_exit_code
+from .health.door import health_mode
 from .recording import flags as recording_flags
 from .recording.recovery.outside import bundle_extras, check_extras
 from .recording.recovery.stop_cancel import stop_as_person
@@ -128,11 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--canary", action="store_true",
                       help="launch `sleep` through the same wrapper/transport and check it outlives the channel")
     mode.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
+    mode.add_argument("--health", action="store_true",
+                      help="time all_reduce of 64 MB on each node (NCCL on its GPUs, else 2 gloo processes) "
+                           "with the profile's python, against the node's own earlier results; exit 1 "
+                           "below 0.5x its median")
     mode.add_argument("--bundle", nargs="?", const="", metavar="FILE",
                       help="write one evidence archive of the run (tar.gz, manifest.json first, secrets "
                            "masked) to FILE (default ./dflash-bundle-PROFILE-TIME.tar.gz); never signals a process")
     p.add_argument("--all", action="store_true",
-                   help="with --check: every profile of the config file at once (text: one line "
+                   help="with --check or --health: every profile of the config file at once (text: one line "
                         "each; --json: a list); the exit code is the worst, 2 > 1 > 3 > 4 > 0")
     p.add_argument("--resume", action="store_true",
                    help="with --launch/--relaunch: the bundled trainer continues from the newest "
@@ -560,9 +568,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Apprise, the store and the watcher: a start-up cost the other modes never pay.
             from .recording.modes import run_mode as recording_mode
             return recording_mode(args, config)
+        if args.health:
+            if args.all and args.profile:
+                raise ConfigError("--all goes with --check or --health (and not with --profile)")
+            return health_mode(args, config.file_profiles() if args.all else [config.profile(args.profile)])
         if args.all:
             if not args.check or args.profile:
-                raise ConfigError("--all goes with --check (and not with --profile)")
+                raise ConfigError("--all goes with --check or --health (and not with --profile)")
             return asyncio.run(_check_all_mode(args, config, config.file_profiles()))
         if args.bundle_max_mb is not None and args.bundle is None:
             raise ConfigError("--bundle-max-mb goes with --bundle")
