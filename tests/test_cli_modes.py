@@ -68,8 +68,16 @@ def test_launch_check_refuse_stop_local(tmp_path):
     out = json.loads(res.stdout)
     assert out["verdict"] == "RUNNING" and out["run_dir"] == str(tmp_path / "run") and out["pid"] > 0
     ids = [c["id"] for c in out["checks"]]
-    assert ids[:2] == ["pre_reachable", "pre_run_dir"] and "heartbeat" in ids
+    assert ids[:2] == ["pre_reachable", "pre_run_dir"], ids
     assert all(set(c) >= {"id", "label", "state", "cause", "hint", "since"} for c in out["checks"])
+    # The log's first step can make it RUNNING before the stand-in's first status.json; the
+    # heartbeat check comes with that file.
+    for _ in range(30):
+        if "heartbeat" in ids:
+            break
+        time.sleep(0.5)
+        ids = [c["id"] for c in json.loads(cli(tmp_path, "--config", str(cfg), "--check", "--json").stdout)["checks"]]
+    assert "heartbeat" in ids, ids
     pid = out["pid"]
 
     res = cli(tmp_path, "--config", str(cfg), "--check")
