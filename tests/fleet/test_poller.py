@@ -27,7 +27,7 @@ from dflash_tui.fleet.checkall import EXIT_PRECEDENCE, check_all, worst_exit_cod
 from dflash_tui.fleet.poller import FleetPoller
 from dflash_tui.fleet.row import DOWN, FAIL, OK, UNREACHABLE
 from dflash_tui.watch.transport import SharedTransport
-from dflash_tui.run.verdict.checklist import Verdict
+from dflash_tui.run.verdict.checklist import CheckId, Verdict
 from dflash_tui.watch.session import Session
 from dflash_tui.watch import NodesWatch
 
@@ -165,6 +165,11 @@ async def test_a_steady_target_is_polled_less_and_a_run_that_dies_still_turns_re
             (key,) = poller.cadence
             cadence, polls = poller.cadence[key], poller.latencies[key]
             steady = lambda: cadence.pause() == 4.0   # noqa: E731
+            # The stall_limit check comes once a run's pace is learned: a check that comes is a
+            # change, which starts the count of unchanged polls again. Steady is judged after it.
+            learned = lambda: all(poller.watches[n].last is not None and any(  # noqa: E731
+                c.id is CheckId.STALL_LIMIT for c in poller.watches[n].last.checklist.checks) for n in "ab")
+            await until(learned, 30, "each run's pace learned")
             await until(steady, 30, "the target steady")
             wrappers = {(poller.watches[n].last.launch.pid, poller.watches[n].last.launch.start_ticks) for n in "ab"}
             assert cadence.watched >= wrappers
