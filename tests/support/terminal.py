@@ -12,6 +12,7 @@ import asyncio
 import os
 import pty
 import select
+import signal
 import subprocess
 import time
 import tty
@@ -21,12 +22,18 @@ from dflash_tui.remote.base import CommandResult, CommandTimeout
 from dflash_tui.remote.local import LocalTarget
 
 
+def _hangup_as_a_login_session() -> None:
+    """SIGHUP's default action, as a login session has it: a test run started under `nohup`
+    (SIGHUP ignored, inherited through exec) would otherwise let the hung-up job live on."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _run_on_terminal(argv: Sequence[str], env: dict | None, timeout: float | None) -> tuple[int, bytes]:
     master, slave = pty.openpty()
     tty.setraw(slave)      # no CRLF translation: the output reads as it would over pipes
     try:
         proc = subprocess.Popen(["setsid", "--ctty", *argv], stdin=slave, stdout=slave, stderr=slave,
-                                env=env, close_fds=True)
+                                env=env, close_fds=True, preexec_fn=_hangup_as_a_login_session)
     finally:
         os.close(slave)
     out = bytearray()
