@@ -339,6 +339,10 @@ class ProgressTracker:
         self._pace = Pace()
         self._step_ends = StepEnds(self.progress_regex)   # the log's step lines log_growth has yet to time
         self._growth_missing_at: float | None = None       # when a read last found no log_growth
+        # log_growth's (inode, size, mtime) when last parsed, and its growths: a look whose stat
+        # shows the same file neither reads nor parses it again.
+        self._growth_key: tuple[int, int, float] | None = None
+        self._growths: list[tuple[float, int]] = []
 
     @property
     def progress(self) -> LogProgress:
@@ -392,7 +396,7 @@ class ProgressTracker:
             self._read(ops, posixpath.join(run_dir, EVENTS_JSONL), events, self._events),
             self._ask_disk(ops, run_dir, now),
             self.metric_files.poll(ops, run_dir, now, launched.mtime if launched and launched.exists else None),
-            self._read_growths(ops, run_dir, now) if ask_growth else _no_growths())
+            self._read_growths(ops, run_dir, now, files.get(LOG_GROWTH)) if ask_growth else _no_growths())
         if log is not None:
             if restarted:
                 self.parser.reset()
@@ -428,6 +432,14 @@ class ProgressTracker:
         self.metrics = self.metric_files.view()
         # -- the pace (learned stall limit): the newest progress this look saw ------------------
         self._pace.saw(max((t for t in (self._step_at, self._ev_step_at) if t is not None), default=None))
+
+    def growth_prefetch(self, run_dir: str) -> dict[str, int]:
+        """The read of log_growth a look's first request carries ({path: max bytes}) while the log
+        is read: the agent sends it only when the file changed since this tracker held it, so the
+        step lines are timed without a request of their own."""
+        if self._log.offset is None or self._growth_missing_at is not None:
+            return {}
+        return {posixpath.join(run_dir, LOG_GROWTH): LOG_GROWTH_MAX_BYTES}
 
     def cursors(self, run_dir: str) -> dict[str, int]:
         """Where the next reads of train.log and events.jsonl start while they grow by less than
@@ -561,11 +573,20 @@ class ProgressTracker:
             rate = max(0.0, p.cpu_s - before[1]) / (p.time - before[0])
         self._proc_cpu[p.pid] = (p.time, p.cpu_s, rate if rate is not None else (before[2] if before else None))
 
-    async def _read_growths(self, ops: RemoteOps, run_dir: str, now: float) -> list[tuple[float, int]] | None:
+    async def _read_growths(self, ops: RemoteOps, run_dir: str, now: float,
+                            st: FileStat | None) -> list[tuple[float, int]] | None:
         """When train.log grew (the wrapper's LOG_GROWTH: a few KiB); None when there is none
-        (an older wrapper's run, a run dir it could not write)."""
+        (an older wrapper's run, a run dir it could not write). `st`: the look's stat of it,
+        which spares the read of a file that did not change (or is not there)."""
+        if st is not None and (not st.exists or st.is_dir):
+            self._growth_missing_at = now
+            return None
+        key = (st.inode, st.size, st.mtime) if st is not None else None
+        if key is not None and key == self._growth_key:
+            return self._growths
+        path = posixpath.join(run_dir, LOG_GROWTH)
         try:
-            chunk = await ops.read(posixpath.join(run_dir, LOG_GROWTH), 0, LOG_GROWTH_MAX_BYTES)
+            chunk = await ops.read(path, 0, LOG_GROWTH_MAX_BYTES)
         except TRANSPORT_FAILURES:
             raise
         except TargetError:
@@ -575,7 +596,11 @@ class ProgressTracker:
             return None
         self._growth_missing_at = None
         # A line that is not a growth is skipped (its note unused): it costs the intervals around it.
-        return parse_log_growth(chunk.data.decode("utf-8", "replace"))[0]
+        self._growths = parse_log_growth(chunk.data.decode("utf-8", "replace"))[0]
+        self._growth_key = key
+        if st is not None:
+            self.looks.held(path, st)
+        return self._growths
 
     async def _read(self, ops: RemoteOps, path: str, st: FileStat | None,
                     cursor: _FileCursor) -> tuple[bytes, bool]:

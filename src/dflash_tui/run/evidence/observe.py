@@ -17,7 +17,7 @@ import posixpath
 import time
 from dataclasses import dataclass, field, replace
 
-from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, PROBE_DIR,
+from ...contract.rundir import (EVENTS_JSONL, EXIT_JSON, LAUNCH_JSON, LAUNCH_OUT, LAUNCH_SH, LOG_GROWTH, PROBE_DIR,
                                  STATUS_JSON, STOP_JSON, TRAIN_LOG, ExitRecord, LaunchRecord, SchemaError, StopRecord,
                                  TrainStatus, inert_text, parse_exit, parse_launch, parse_status, parse_stop,
                                  rank_file)
@@ -41,7 +41,7 @@ from .tracebacks import last_traceback
 from ..wrapper import LEGACY_WRAPPER_ARGV, run_id_of_wrapper, wrapper_argv
 
 _WRAPPER_HEAD = 512   # launch.sh's marker line is in its first bytes
-RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON, EVENTS_JSONL)
+RUN_FILES = (LAUNCH_SH, LAUNCH_JSON, LAUNCH_OUT, TRAIN_LOG, STATUS_JSON, EXIT_JSON, STOP_JSON, EVENTS_JSONL, LOG_GROWTH)
 # Records are tiny; anything bigger is not ours (and must not cost a big read every second).
 _RECORD_MAX = 256 << 10
 
@@ -180,6 +180,7 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
     reads.update((path, REPORT_MAX_BYTES) for path in memory.reports)
     if watched:
         reads.update(tracker.memory.prefetch())   # the tree's PSS, when this look samples it
+        reads.update(tracker.growth_prefetch(run_dir))   # when the log's step lines came
     pid = memory.pid
     grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
     ops = await first_look(ops, paths, reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
