@@ -43,15 +43,17 @@ def test_limit_values_and_kb_fields():
 @pytest.mark.parametrize("prefer", ["agent", "shell"])
 async def test_a_real_tree_memory_grows_with_what_it_holds_and_the_limit_reads(prefer):
     ops = await open_ops(LocalTarget(), python=sys.executable, prefer=prefer)
-    child = subprocess.Popen([sys.executable, "-c", "import sys; b = bytearray(b'1' * (64 << 20)); sys.stdin.read()"],
-                             stdin=subprocess.PIPE)
-    small = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    # The child says when its 64 MiB are in place: while bytearray copies the bytes it is built
+    # from, the tree holds both, and a measure then is not the one the sum is compared with.
+    child = subprocess.Popen([sys.executable, "-c", "import sys; b = bytearray(b'1' * (64 << 20)); "
+                              "print('held', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    small = subprocess.Popen([sys.executable, "-c", "import sys; print('held', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        for _ in range(100):      # until the child has touched its 64 MiB
-            big = await tree_memory(ops, (child.pid,))
-            if big is not None and big >= 64 * MB:
-                break
-            await asyncio.sleep(0.05)
+        for p in (child, small):
+            assert (await asyncio.to_thread(p.stdout.readline)) == b"held\n"
+        big = await tree_memory(ops, (child.pid,))
         base = await tree_memory(ops, (small.pid,))
         assert base is not None and big is not None and big - base >= 60 * MB, (big, base)
         both = await tree_memory(ops, (child.pid, small.pid, 999_999_999))   # a gone pid counts nothing
