@@ -29,10 +29,15 @@ async def test_workers_ended_by_their_loader_are_not_silent_processes(sessions, 
         ev, cl = await s.check()
         probe = next((c for c in cl.checks if c.id == "probe"), None)
         if probe is not None:
-            looks.append((round(time.monotonic() - t0, 1), cl.verdict, probe.state, probe.cause))
+            progress = next(c for c in cl.checks if c.id == "progress")
+            looks.append((round(time.monotonic() - t0, 1), cl.verdict, probe.state, probe.cause, progress.cause))
         await asyncio.sleep(1.0)
     warned = [x for x in looks if x[2] is not CheckState.OK]
     assert not warned, warned
     ended = [x for x in looks if "DataLoader worker(s) ended" in x[3]]
     assert len(ended) >= 3, looks            # workers did end, look after look
-    assert all(v is Verdict.RUNNING for _, v, _, _ in ended), looks
+    # The ended workers never make the run anything but RUNNING; on a loaded machine the loop
+    # itself may print nothing past the 6 s limit (its own silence, STALLED by the progress check).
+    others = [x for x in ended if x[1] is not Verdict.RUNNING]
+    assert all(v is Verdict.STALLED and words.startswith("no output for") for _, v, _, _, words in others), others
+    assert len(ended) - len(others) >= 3, looks
