@@ -89,5 +89,6 @@ def profile_tables(where: str, table: dict[str, Any], profiles: Iterable[str]) -
     for name, sub in tables.items():
         sub_where = f"{where[:-1]}.profile.{name}]"
         if name not in names:
-            raise TableError(f"{sub_where}: no [profile.{name}] to apply it to{did_you_mean(name, names)}; fix the name")
+            raise TableError(f"{sub_where}: no [profile.{name}] to apply it to{did_you_mean(name, names)}; "
+                             "fix the name")
         yield name, sub_where, sub

@@ -186,7 +186,8 @@ def test_notify_config_is_validated_in_one_line():
     base = '[profile.a]\nrun_dir = "/x/y"\n'
     ok = parse_config(base + '[notify]\nurls = ["json://h"]\non = ["failing"]\n[notify.profile.a]\n'
                       'urls = ["ntfy://t"]\n[watch]\nmax_rows_per_run = 50\n', "f.toml")
-    assert NOTIFY_SECTION.of(ok).for_profile("a") == ("json://h", "ntfy://t") and WATCH_SECTION.of(ok).max_rows_per_run == 50
+    assert (NOTIFY_SECTION.of(ok).for_profile("a") == ("json://h", "ntfy://t")
+            and WATCH_SECTION.of(ok).max_rows_per_run == 50)
     for bad, words in (('[notify]\nurls = "json://h"\n', "urls must be a list"),
                        ('[notify]\non = ["RUNNING"]\n', "unknown event 'RUNNING'"),
                        ('[notify]\nhold_s = -1\n', "hold_s = -1: must be a number"),

@@ -155,8 +155,9 @@ class Recovery:
         self.submit = submit
         self.clock = clock
         self.watches: dict[str, RunWatch] = {}
+        policies = RECOVER_SECTION.of(config)
         self._latest: dict[str, VerdictChange] = {
-            name: c for name, c in store.last_states().items() if RECOVER_SECTION.of(config).for_profile(name) is not None}
+            name: c for name, c in store.last_states().items() if policies.for_profile(name) is not None}
         self._tasks: dict[str, asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._unsent: dict[int, set[str]] = {}   # outbox id -> the URLs that have not taken it yet

@@ -21,7 +21,7 @@ from ...words import duration
 from .recovery_log import CANCELLED, GAVE_UP, LAUNCHING, PLANNED, STOPPED, Action, RecoveryLog, chain_of
 from ..store.store import store_path
 from ..store.settings import WATCH_SECTION
-from .settings import RecoverPolicy, RECOVER_SECTION
+from .settings import RECOVER_SECTION, RecoverPolicy
 
 
 @dataclass(frozen=True)
