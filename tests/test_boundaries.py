@@ -156,8 +156,8 @@ def test_headless_core_knows_nothing_of_the_ui():
 # TYPE_CHECKING imports counted); two of one layer import neither each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("contract", "verdicts"),
-    ("words", "progress_regex", "small_file", "env_entry", "serve_auth", "recover_settings", "import_warnings",
-     "redaction"),
+    ("words", "progress_regex", "small_file", "env_entry", "serve_auth", "import_warnings", "redaction"),
+    ("table_values",),
     ("remote",),
     ("config", "gpu"),
     ("run",),
@@ -167,6 +167,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("health",),
     ("bundle",),
     ("recording",),
+    ("config_file",),
     ("ui",),
     ("cli",),
     ("__main__",),

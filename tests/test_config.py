@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.backends import load_config, parse_config
+from dflash_tui.config_file import load_config, parse_config
 from dflash_tui.config import DEFAULT_PROFILE, LOCAL_TRAIN_ARGS, ConfigError
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "assets" / "profiles.example.toml"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.backends import parse_config
+from dflash_tui.config_file import parse_config
 from dflash_tui.config import ConfigError
 from tests.test_cli_modes import cli, one_line_error
 

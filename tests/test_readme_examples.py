@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dflash_tui.backends import parse_config
+from dflash_tui.config_file import parse_config
 from dflash_tui.ui.panes import TAB_PANES
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import dflash_tui
-from dflash_tui.config import NOTIFY_EVENTS
-from dflash_tui.recover_settings import DEFAULT_ON, RESTARTABLE
+from dflash_tui.recording.notify.settings import NOTIFY_EVENTS
+from dflash_tui.recording.recovery.settings import DEFAULT_ON, RESTARTABLE
 from dflash_tui.run.verdict import checklist
 from dflash_tui.verdicts import TargetState, Verdict, state_named, verdict_named
 

@@ -47,13 +47,14 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from . import __version__
-from .backends import load_config
 from .bundle import default_bundle_path, take_bundle
 from .config import MAX_WAIT_S, Config, ConfigError, Profile, default_config_path
+from .config_file import load_config
 from .fleet.checkall import check_all, worst_exit_code
 from .health.door import health_mode
 from .recording import flags as recording_flags
 from .recording.recovery.outside import bundle_extras, check_extras
+from .recording.recovery.settings import RECOVER_SECTION
 from .recording.recovery.stop_cancel import stop_as_person
 from .remote.base import OpRefused, TargetError
 from .run.launch.launch import LaunchRefused
@@ -481,7 +482,7 @@ async def _stop_mode(args, profile: Profile, config: Config, watch: RunWatch) ->
     ok = all(r.ok for r in results.values())
     report = await watch.check()
     code = EXIT_HEALTHY if ok else EXIT_FAILING
-    policy = config.recover.for_profile(profile.name)
+    policy = RECOVER_SECTION.of(config).for_profile(profile.name)
     line = done.recovery_line(policy.max_restarts) if policy is not None else ""
     extra, _ = check_extras(config, profile, report) if policy is not None else ({}, [])
     return _output_of(report).stopped(args, profile, report, results, code, [line] if line else [],

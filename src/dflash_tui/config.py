@@ -3,7 +3,9 @@
 One table per profile under ``[profile.NAME]``. Every problem is reported as a `ConfigError`
 whose message names the file, the key and what is wrong, so the CLI can print one line and
 exit 2. With no config file at all, the built-in ``local`` profile runs the bundled trainer on
-this machine.
+this machine. The file's other top-level tables are `Section`s, each declared by the room that
+reads it and handed to the loader by the caller (config_file.SECTIONS): this module knows no
+table but ``profile``, and refuses one no section claims.
 """
 
 from __future__ import annotations
@@ -14,16 +16,15 @@ import posixpath
 import re
 import sys
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Generic, Protocol, TypeVar, cast
 
 from .remote.container import parse_container_spec
 from .remote.ssh_dest import SSHDest
 from .progress_regex import ProgressRegexError, compile_progress_regex
-from .recover_settings import RecoverSettings, RecoverSettingsError, recover_settings
-from .verdicts import TargetState, Verdict
+from .table_values import CONTROL_RE, TableError, show_value
 from .words import did_you_mean
 from .small_file import SmallFileRefused, read_small_file
 from .env_entry import env_entry_problem
@@ -35,8 +36,6 @@ DEFAULT_PROFILE = "local"
 LOCAL_TRAIN_ARGS = ("--target-devices", "cpu", "--drafter-devices", "cpu,cpu", "--steps", "2000")
 
 _PROFILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# C0 controls, DEL and the C1 controls (U+0080-U+009F: "\x9b" is a CSI to a terminal).
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # A config file is a few KiB; anything this big is the wrong file, and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -78,8 +77,9 @@ class SchedulerSpec(Protocol):
 @dataclass(frozen=True)
 class SchedulerKeys:
     """A scheduler's profile keys, published by its launch backend (backends/NAME/) and handed
-    to the loader by the caller (backends.load_config): config sits below the backends and
-    names none of them, yet every profile is checked whole when the file is loaded."""
+    to the loader by the caller (backends.SCHEDULERS, through config_file.load_config): config
+    sits below the backends and names none of them, yet every profile is checked whole when the
+    file is loaded."""
 
     name: str                  # scheduler = "NAME"
     title: str                 # the scheduler in messages ("Slurm")
@@ -239,9 +239,9 @@ class Config:
     path: str | None                   # None when no file exists and the built-in is used
     profiles: dict[str, Profile] = field(default_factory=dict)
     default: str | None = DEFAULT_PROFILE  # the profile used without --profile, if unambiguous
-    watch: "WatchSettings" = field(default_factory=lambda: WatchSettings())      # [watch]
-    notify: "NotifySettings" = field(default_factory=lambda: NotifySettings())   # [notify]
-    recover: RecoverSettings = field(default_factory=RecoverSettings)            # [recover]
+    # The other top-level tables, [NAME] -> its room's settings as its Section parsed them (a
+    # table the file leaves out: absent here); read typed through `Section.of`.
+    sections: dict[str, Any] = field(default_factory=dict)
 
     def profile(self, name: str | None) -> Profile:
         if name is None:
@@ -264,6 +264,27 @@ class Config:
         """The profiles the config file defines, in its order (the built-in `local` without one)."""
         mine = [p for p in self.profiles.values() if p.source == self.path]
         return mine or list(self.profiles.values())
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Section(Generic[T]):
+    """A top-level table besides [profile], published by the room that reads its settings (e.g.
+    recording/notify/settings.py for [notify]) and handed to the loader by the caller
+    (config_file.SECTIONS): config sits below those rooms and names none of them, yet every
+    table is checked when the file is loaded, and a table no section claims is refused."""
+
+    name: str                  # the table, [NAME]
+    default: T                 # the settings of a file without the table
+    # (the table, the file's profile names) -> its settings. Each problem is a TableError
+    # phrased as the one line the user reads, naming [NAME] (the loader adds the file).
+    parse: Callable[[dict[str, Any], tuple[str, ...]], T]
+
+    def of(self, config: Config) -> T:
+        """This section's settings in `config`: its default where the file has no such table."""
+        return cast(T, config.sections.get(self.name, self.default))
 
 
 def state_dir() -> Path:
@@ -327,14 +348,6 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
 _PATH_LIST_KEYS = frozenset({"metrics"})
 
 
-def show_value(value: Any) -> str:
-    """A value as one short line for a message: repr, with huge numbers and long strings cut."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"<a {value.bit_length()}-bit integer>"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def check_number(key: str, value: float, where: str) -> None:
     """A finite number inside the setting's range, or a ConfigError naming both."""
     low, low_ok, high = _NUMBER_RANGES[key]
@@ -381,7 +394,7 @@ def system_dir(path: str) -> bool:
 def check_run_dir(run_dir: str, where: str) -> str:
     """The run dir, normalised; a ConfigError for '..', a control character, a relative path or
     a system directory."""
-    if _CONTROL_RE.search(run_dir):
+    if CONTROL_RE.search(run_dir):
         raise ConfigError(f"{where}: run_dir = {show_value(run_dir)} holds a control character; "
                           "write the path without it")
     if not run_dir.startswith("/"):
@@ -430,12 +443,12 @@ def _profile_from_table(path: str, name: str, table: Any, schedulers: tuple[Sche
                 raise ConfigError(f"{where}: {key} has {show_value(nul[0])}, which holds a NUL character "
                                   "(no argument can); remove it")
             if key in _PATH_LIST_KEYS:
-                ctl = [v for v in value if _CONTROL_RE.search(v)]
+                ctl = [v for v in value if CONTROL_RE.search(v)]
                 if ctl:
                     raise ConfigError(f"{where}: {key} has {show_value(ctl[0])}, which holds a control character "
                                       "(an escape sequence?); write the path without it")
             value = tuple(value)
-        elif isinstance(value, str) and key not in ("run_dir", "progress_regex") and _CONTROL_RE.search(value):
+        elif isinstance(value, str) and key not in ("run_dir", "progress_regex") and CONTROL_RE.search(value):
             raise ConfigError(f"{where}: {key} = {show_value(value)} holds a control character; remove it")
         values[key] = value
 
@@ -510,7 +523,7 @@ def _check_folders(where: str, key: str, folders: tuple[str, ...]) -> None:
     for f in folders:
         if not f.strip():
             raise ConfigError(f"{where}: {key} has an empty entry; name a folder, e.g. \"ckpt/\"")
-        if _CONTROL_RE.search(f):
+        if CONTROL_RE.search(f):
             raise ConfigError(f"{where}: {key} has {show_value(f)}, which holds a control character; remove it")
         if f.startswith("~") and not f.startswith("~/"):
             raise ConfigError(f"{where}: {key} has {show_value(f)}; only \"~/\" (the target user's home) "
@@ -573,20 +586,18 @@ def read_small_text_file(path: str | os.PathLike[str], what: str, max_bytes: int
         raise ConfigError(f"{path}: {why}") from None
 
 
-def parse_config(text: str, path: str, schedulers: tuple[SchedulerKeys, ...] = ()) -> Config:
+def parse_config(text: str, path: str, schedulers: tuple[SchedulerKeys, ...] = (),
+                 sections: tuple[Section[Any], ...] = ()) -> Config:
     """The config in `text`; `schedulers`: the keys of the schedulers a profile may name
-    (backends.SCHEDULERS; backends.parse_config passes them)."""
+    (backends.SCHEDULERS); `sections`: the other top-level tables the file may hold
+    (config_file.SECTIONS; config_file.parse_config passes both)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     except (ValueError, RecursionError) as exc:   # a 5000-digit integer, arrays nested 10000 deep
         raise ConfigError(f"{path}: not a usable TOML file ({str(exc)[:100]}); fix the value") from None
-    tops = ("profile", "watch", "notify", "recover")
-    extra = sorted(set(data) - set(tops))
-    if extra:
-        raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}{did_you_mean(extra[0], tops)} "
-                          "(profiles go under [profile.NAME]; [watch], [notify] and [recover] are the others)")
+    _refuse_unknown_tables(path, data, sections)
     tables = data.get("profile", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{path}: 'profile' must hold tables, e.g. [profile.gpu1]")
@@ -594,15 +605,44 @@ def parse_config(text: str, path: str, schedulers: tuple[SchedulerKeys, ...] = (
         raise ConfigError(f"{path}: no profiles; add a [profile.NAME] table "
                           "(see assets/profiles.example.toml)")
     profiles = {name: _profile_from_table(path, name, table, schedulers) for name, table in tables.items()}
-    try:
-        recover = recover_settings(data.get("recover"), set(profiles))
-    except RecoverSettingsError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    return Config(path=path, profiles=profiles, watch=watch_settings(path, data.get("watch", {})),
-                  notify=notify_settings(path, data.get("notify", {}), profiles), recover=recover)
+    return Config(path=path, profiles=profiles, sections=_parse_sections(path, data, sections, tuple(profiles)))
 
 
-def load_config(path: str | os.PathLike[str] | None = None, schedulers: tuple[SchedulerKeys, ...] = ()) -> Config:
+def _refuse_unknown_tables(path: str, data: dict[str, Any], sections: tuple[Section[Any], ...]) -> None:
+    """The one place a top-level key no section claims is refused, naming the ones there are."""
+    names = [f"[{s.name}]" for s in sections]
+    tops = ("profile", *(s.name for s in sections))
+    extra = sorted(set(data) - set(tops))
+    if not extra:
+        return
+    others = ""
+    if len(names) == 1:
+        others = f"; {names[0]} is the other"
+    elif names:
+        others = f"; {', '.join(names[:-1])} and {names[-1]} are the others"
+    raise ConfigError(f"{path}: unknown top-level key {extra[0]!r}{did_you_mean(extra[0], tops)} "
+                      f"(profiles go under [profile.NAME]{others})")
+
+
+def _parse_sections(path: str, data: dict[str, Any], sections: tuple[Section[Any], ...],
+                    profiles: tuple[str, ...]) -> dict[str, Any]:
+    """Each section the file holds, parsed by its room (in `sections`' order)."""
+    out: dict[str, Any] = {}
+    for section in sections:
+        if section.name not in data:
+            continue
+        table = data[section.name]
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{section.name}] must be a table")
+        try:
+            out[section.name] = section.parse(table, profiles)
+        except TableError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    return out
+
+
+def load_config(path: str | os.PathLike[str] | None = None, schedulers: tuple[SchedulerKeys, ...] = (),
+                sections: tuple[Section[Any], ...] = ()) -> Config:
     """Load `path`, or the default path; with no file at the default path, the built-in profile.
 
     An explicit path that does not exist is an error (the user asked for it by name)."""
@@ -614,128 +654,10 @@ def load_config(path: str | os.PathLike[str] | None = None, schedulers: tuple[Sc
         if explicit:
             raise ConfigError(f"{p}: no such config file; check the --config path") from None
         return Config(path=None, profiles={DEFAULT_PROFILE: builtin_local_profile()})
-    config = parse_config(text, str(p), schedulers)
+    config = parse_config(text, str(p), schedulers, sections)
     # Without --profile: the file's only profile, or its `local`; several and no `local` is
     # ambiguous. The built-in `local` stays reachable by name unless the file overrides it.
     names = list(config.profiles)
     config.default = names[0] if len(names) == 1 else (DEFAULT_PROFILE if DEFAULT_PROFILE in names else None)
     config.profiles.setdefault(DEFAULT_PROFILE, builtin_local_profile())
     return config
-
-
-# -- [watch] and [notify]: the recording daemon's settings (`dflash-tui --watch`, watch/) ---------
-
-# `[notify] on`: any failing verdict, each verdict of a run that ended well by its own word
-# (FINISHED, STOPPED), a target that does not answer, a run healthy again, and a `warning`: a
-# check that foresees a failure (the disk runway, a torn checkpoint, the memory runway) turned warn or fail while
-# the verdict stands (recording/store/change.py FORESIGHT_CHECKS).
-NOTIFY_EVENTS: tuple[str, ...] = ("failing", *(v.value for v in Verdict if v.ended_well),
-                                  TargetState.UNREACHABLE.value, "recovered", "warning")
-
-
-@dataclass(frozen=True)
-class WatchSettings:
-    store: str | None = None           # the SQLite file; None: $XDG_STATE_HOME/dflash-tui/watch.sqlite3
-    interval_s: float = 1.0            # how often each target is polled
-    retention_days: float = 30.0       # changes older than this are deleted
-    max_rows_per_run: int = 1000       # per profile and run id, the newest this many are kept
-
-
-@dataclass(frozen=True)
-class NotifyProfile:
-    enabled: bool = True               # false: this profile never notifies
-    urls: tuple[str, ...] = ()         # Apprise URLs notified besides [notify]'s own
-
-
-@dataclass(frozen=True)
-class NotifySettings:
-    urls: tuple[str, ...] = ()         # Apprise URLs ("ntfy://...", "mailto://...", "json://...")
-    on: tuple[str, ...] = NOTIFY_EVENTS  # which transitions notify
-    hold_s: float = 30.0               # a new state must last this long before it notifies
-    unreachable_after_s: float = 300.0  # UNREACHABLE notifies once it lasted this long
-    retry_max_s: float = 300.0         # a failed send is retried with backoff capped here
-    profiles: dict[str, NotifyProfile] = field(default_factory=dict)   # [notify.profile.NAME]
-
-    def for_profile(self, name: str) -> tuple[str, ...]:
-        """The URLs a change of `name`'s run goes to (none when it is switched off)."""
-        own = self.profiles.get(name, NotifyProfile())
-        return (*self.urls, *own.urls) if own.enabled else ()
-
-
-def _table_keys(path: str, where: str, table: Any, keys: dict[str, str]) -> dict[str, Any]:
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: {where} must be a table")
-    unknown = sorted(set(table) - set(keys))
-    if unknown:
-        raise ConfigError(f"{path}: {where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], keys)} "
-                          f"(known: {', '.join(keys)})")
-    return table
-
-
-def _seconds(path: str, where: str, key: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
-        raise ConfigError(f"{path}: {where}: {key} = {show_value(value)}: must be a number "
-                          f"from {low:g} to {high:g}")
-    return float(value)
-
-
-def _strings(path: str, where: str, key: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v and not _CONTROL_RE.search(v)
-                                              for v in value):
-        raise ConfigError(f"{path}: {where}: {key} must be a list of non-empty one-line strings")
-    return tuple(value)
-
-
-def watch_settings(path: str, table: Any) -> WatchSettings:
-    t = _table_keys(path, "[watch]", table, {"store": "", "interval_s": "", "retention_days": "",
-                                            "max_rows_per_run": ""})
-    out = WatchSettings()
-    if "store" in t:
-        if not isinstance(t["store"], str) or not t["store"] or _CONTROL_RE.search(t["store"]):
-            raise ConfigError(f"{path}: [watch]: store must be a file path")
-        out = replace(out, store=os.path.expanduser(t["store"]))
-    if "interval_s" in t:
-        out = replace(out, interval_s=_seconds(path, "[watch]", "interval_s", t["interval_s"], 0.1, 3600))
-    if "retention_days" in t:
-        out = replace(out, retention_days=_seconds(path, "[watch]", "retention_days",
-                                                   t["retention_days"], 0.001, 36500))
-    if "max_rows_per_run" in t:
-        v = t["max_rows_per_run"]
-        if isinstance(v, bool) or not isinstance(v, int) or not 10 <= v <= 10_000_000:
-            raise ConfigError(f"{path}: [watch]: max_rows_per_run = {show_value(v)}: must be an "
-                              "integer from 10 to 10000000")
-        out = replace(out, max_rows_per_run=v)
-    return out
-
-
-def notify_settings(path: str, table: Any, profiles: dict[str, Profile]) -> NotifySettings:
-    t = _table_keys(path, "[notify]", table, {"urls": "", "on": "", "hold_s": "",
-                                             "unreachable_after_s": "", "retry_max_s": "", "profile": ""})
-    out = NotifySettings()
-    if "urls" in t:
-        out = replace(out, urls=_strings(path, "[notify]", "urls", t["urls"]))
-    if "on" in t:
-        on = _strings(path, "[notify]", "on", t["on"])
-        bad = [x for x in on if x not in NOTIFY_EVENTS]
-        if bad:
-            raise ConfigError(f"{path}: [notify]: on: unknown event {bad[0]!r}{did_you_mean(bad[0], NOTIFY_EVENTS)} "
-                              f"(pick from {', '.join(NOTIFY_EVENTS)})")
-        out = replace(out, on=on)
-    for key, high in (("hold_s", 86400.0), ("unreachable_after_s", 7 * 86400.0), ("retry_max_s", 86400.0)):
-        if key in t:
-            out = replace(out, **{key: _seconds(path, "[notify]", key, t[key], 0.0, high)})
-    per: dict[str, NotifyProfile] = {}
-    prof_tables = t.get("profile", {})
-    if not isinstance(prof_tables, dict):
-        raise ConfigError(f"{path}: [notify]: profile must hold tables, e.g. [notify.profile.gpu1]")
-    for name, pt in prof_tables.items():
-        where = f"[notify.profile.{name}]"
-        if name not in profiles:
-            raise ConfigError(f"{path}: {where}: no [profile.{name}] to apply it to{did_you_mean(name, profiles)}; "
-                              "fix the name")
-        pt = _table_keys(path, where, pt, {"enabled": "", "urls": ""})
-        enabled = pt.get("enabled", True)
-        if not isinstance(enabled, bool):
-            raise ConfigError(f"{path}: {where}: enabled must be true or false")
-        per[name] = NotifyProfile(enabled, _strings(path, where, "urls", pt["urls"]) if "urls" in pt else ())
-    return replace(out, profiles=per)

@@ -11,8 +11,8 @@ no verdict to show (the target did not answer, the profile cannot make one). Wha
 down as words (the watcher's store, the recovery log) is read back to these types once, where it
 is read (`state_named`); past that, nothing compares words.
 
-Stdlib only, on the ground floor (tests/test_boundaries.py LAYERS), so that the floors below
-run/ (recover_settings, config) read the same type.
+Stdlib only, on the ground floor (tests/test_boundaries.py LAYERS), so that every floor, those
+below run/ included, reads the same type.
 """
 
 from __future__ import annotations

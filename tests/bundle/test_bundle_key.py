@@ -9,7 +9,8 @@ import tarfile
 
 import pytest
 
-from dflash_tui.config import Config, NotifySettings
+from dflash_tui.config import Config
+from dflash_tui.recording.notify.settings import NOTIFY_SECTION, NotifySettings
 from dflash_tui.run.verdict.checklist import Verdict
 from dflash_tui.ui.main import build_app
 from dflash_tui.watch.session import Session
@@ -34,7 +35,7 @@ async def test_b_writes_a_bundle_and_names_it(tmp_path, monkeypatch):
         assert (await s.launch()).run_id
     secret = "tk_0a1b2c3d4e5f"
     config = Config(path="cfg", profiles={"crash": crash},
-                    notify=NotifySettings(urls=(f"ntfy://ntfy.example.com/{secret}",)))
+                    sections={NOTIFY_SECTION.name: NotifySettings(urls=(f"ntfy://ntfy.example.com/{secret}",))})
     app = build_app(config, "crash")
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.run_view.report is not None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.config import NotifySettings
+from dflash_tui.recording.notify.settings import NotifySettings
 from dflash_tui.recording.notify.notify import NotifyPolicy
 from dflash_tui.recording.store.recorder import Recorder
 from dflash_tui.recording.store.store import ChangeStore

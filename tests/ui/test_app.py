@@ -718,7 +718,7 @@ async def test_header_shows_the_watchers_recovery_from_its_store(tmp_path):
     "recovery 1/3, next in N s"; a give-up is "gave up: why"."""
     import time as _time
 
-    from dflash_tui.config import parse_config
+    from dflash_tui.config_file import parse_config
     from dflash_tui.recording.recovery.recovery_log import Action, RecoveryLog
     from dflash_tui.recording.recovery.recovery_state import recovery_words
 

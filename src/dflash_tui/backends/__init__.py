@@ -1,5 +1,5 @@
 """Launch backends: which Launcher (run/launch/launcher.py) runs a profile, building it, and
-loading a config that knows every backend's keys.
+every backend's profile keys (SCHEDULERS) for config's loader (config_file.py hands them over).
 
 A new backend is one folder here (a Launcher subclass whose `handles(profile)` recognises its
 config keys, which it declares as `CONFIG_KEYS`) and one line in BACKENDS, before the backends
@@ -9,10 +9,7 @@ backend's folder.
 
 from __future__ import annotations
 
-import os
-
-from .. import config as _config
-from ..config import Config, ConfigError, Profile, SchedulerKeys
+from ..config import ConfigError, Profile, SchedulerKeys
 from ..remote.base import Target
 from ..run.launch.launcher import Launcher
 from .process import ContainerLauncher, LocalLauncher, SSHLauncher
@@ -22,16 +19,6 @@ from .slurm.launcher import SlurmLauncher
 BACKENDS: tuple[type[Launcher], ...] = (SlurmLauncher, ContainerLauncher, SSHLauncher, LocalLauncher)
 # The schedulers' profile keys, for config's loader (config sits below the backends).
 SCHEDULERS: tuple[SchedulerKeys, ...] = tuple(cls.CONFIG_KEYS for cls in BACKENDS if cls.CONFIG_KEYS is not None)
-
-
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """config.load_config, every backend's scheduler keys known."""
-    return _config.load_config(path, SCHEDULERS)
-
-
-def parse_config(text: str, path: str) -> Config:
-    """config.parse_config, every backend's scheduler keys known."""
-    return _config.parse_config(text, path, SCHEDULERS)
 
 
 def launcher_class(profile: Profile) -> type[Launcher]:

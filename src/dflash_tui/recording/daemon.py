@@ -28,6 +28,9 @@ from ..run.verdict.report import RunReport
 from ..verdicts import TargetState
 from .store.change import CheckNotice, VerdictChange, run_id_of
 from .notify.notify import NotifyPolicy
+from .notify.settings import NOTIFY_SECTION
+from .recovery.settings import RECOVER_SECTION
+from .store.settings import WATCH_SECTION
 from .store.recorder import Recorder
 from .recovery.recovery import Recovery
 from .recovery.recovery_log import RecoveryLog
@@ -47,11 +50,11 @@ class Watcher:
         self.config = config
         self.profiles = list(profiles)
         self.store = store
-        self.interval = interval if interval is not None else config.watch.interval_s
+        self.interval = interval if interval is not None else WATCH_SECTION.of(config).interval_s
         self.gpu_interval = gpu_interval
         self.clock = clock
         self.recorder = Recorder(store, clock=clock)
-        self.policy = NotifyPolicy(config.notify, config_path=config.path)
+        self.policy = NotifyPolicy(NOTIFY_SECTION.of(config), config_path=config.path)
         now = clock()
         for last in store.last_states().values():
             # The only change of its run: recorded at a first look, if it was one.
@@ -60,14 +63,14 @@ class Watcher:
         self.recorder.listeners.append(self._changed)
         self.recorder.notice_listeners.append(self._noticed)
         self.on_notified = on_notified
-        self.sender = NotifySender(retry_max_s=config.notify.retry_max_s, on_delivery=self._delivered,
+        self.sender = NotifySender(retry_max_s=NOTIFY_SECTION.of(config).retry_max_s, on_delivery=self._delivered,
                                    clock=clock)
         self._due = asyncio.Event()
         self._stop = asyncio.Event()
         self._unrecorded: dict[str, RunReport] = {}   # per profile: a report the store refused
         # [recover]: the watcher is the one actor of the restart policy (recovery.py).
         self.recovery: Recovery | None = None
-        if any(config.recover.for_profile(p.name) is not None for p in self.profiles):
+        if any(RECOVER_SECTION.of(config).for_profile(p.name) is not None for p in self.profiles):
             self.recovery = Recovery(config, store, RecoveryLog(store.path), submit=self.sender.submit, clock=clock)
             self.recorder.listeners.append(self.recovery.changed)
 
@@ -195,7 +198,7 @@ def run_watcher(config: Config, profiles: Sequence[Profile], store: ChangeStore)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, watcher.stop)
-        urls = {u for p in profiles for u in config.notify.for_profile(p.name)}
+        urls = {u for p in profiles for u in NOTIFY_SECTION.of(config).for_profile(p.name)}
         log.info("watching %d profile(s); store %s (%d changes); notifying %d URL(s)%s",
                  len(profiles), store.path, store.count(), len(urls), builtin_note(config, profiles))
         await watcher.run()

@@ -17,6 +17,8 @@ from .goodput.goodput import goodput
 from .recovery.recovery_log import stop_times
 from .recovery.recovery_state import read_actions
 from .notify.sender import check_urls
+from .notify.settings import NOTIFY_SECTION
+from .store.settings import WATCH_SECTION
 from .goodput.spend import spend_json, spend_words
 from .service import install, watch_command
 from .store.store import ChangeStore, store_path
@@ -38,7 +40,7 @@ def run_mode(args, config: Config) -> int:
         if args.json or args.wait or args.all:
             raise ConfigError("--json, --wait and --all do not go with --watch")
         profiles = [config.profile(args.profile)] if args.profile else config.file_profiles()
-        problem = check_urls(tuple(u for p in profiles for u in config.notify.for_profile(p.name)))
+        problem = check_urls(tuple(u for p in profiles for u in NOTIFY_SECTION.of(config).for_profile(p.name)))
         if problem:
             raise ConfigError(f"{config.path}: {problem}")
         if args.install_service:
@@ -50,7 +52,7 @@ def run_mode(args, config: Config) -> int:
             # One line, whatever the paths in it hold.
             print(f"dflash-tui: {inert(done.message, 4000)}", file=sys.stdout if done.started else sys.stderr)
             return EXIT_OK if done.started else EXIT_NOT_STARTED
-        s = config.watch
+        s = WATCH_SECTION.of(config)
         with ChangeStore(store_path(s, args.store), retention_days=s.retention_days,
                          max_rows_per_run=s.max_rows_per_run) as store:
             return run_watcher(config, profiles, store)
@@ -61,7 +63,7 @@ def _timeline(args, config: Config) -> int:
     """--profile's timeline; without it, every profile of the config file's (the only one's
     alone: one JSON object; several: a JSON list of them, a trace with a process each)."""
     profiles = [config.profile(args.profile)] if args.profile else config.file_profiles()
-    path = store_path(config.watch, args.store)
+    path = store_path(WATCH_SECTION.of(config), args.store)
     read: list[tuple[str, list, int]] = []          # (profile, its changes, damaged rows skipped)
     if path.exists():
         with ChangeStore(path, readonly=True) as store:

@@ -12,7 +12,9 @@ import sys
 from ..fleet.poller import FleetPoller
 from ..recording.recovery.outside import bundle_extras
 from ..recording.recovery.recovery_state import recovery_words
+from ..recording.recovery.settings import RECOVER_SECTION
 from ..recording.recovery.stop_cancel import stop_as_person
+from ..recording.store.settings import WATCH_SECTION
 from ..recording.store.store import store_path
 from .app import DashboardApp
 from ..watch import STEADY_INTERVAL_S, open_watch
@@ -47,7 +49,7 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
 
     def source_for(name: str) -> DashboardSource:
         profile = config.profile(name)
-        policy = config.recover.for_profile(name)
+        policy = RECOVER_SECTION.of(config).for_profile(name)
         # A person's `s` under [recover]: the pending restart cancelled (recording/recovery/stop_cancel.py).
         stop = dict(stop=lambda w: stop_as_person(config, w), max_restarts=policy.max_restarts) if policy else {}
         watch = fleet.watches.get(name) if fleet is not None and not profile.is_multinode else None
@@ -62,8 +64,8 @@ def build_app(config, profile_name: str, *, fleet_home: bool = True) -> Dashboar
         command += f" --config {shlex.quote(str(config.path))}"
     app = DashboardApp(source_for, profile_name, sorted(config.profiles), launch_if_no_run=builtin,
                        command=command, fleet=fleet, fleet_home=fleet_home)
-    app.timeline_store = store_path(config.watch)   # the watcher's store: the fleet's Timeline (T)
-    if any(config.recover.for_profile(p.name) is not None for p in file_profiles):
+    app.timeline_store = store_path(WATCH_SECTION.of(config))   # the watcher's store: the fleet's Timeline (T)
+    if any(RECOVER_SECTION.of(config).for_profile(p.name) is not None for p in file_profiles):
         app.run_view.recovery_words = recovery_words(config)
     return app
 

@@ -20,7 +20,7 @@ import pytest
 from dflash_tui.backends.slurm.commands import sbatch_argv
 from dflash_tui.backends.slurm.job import parse_failed_nodes
 from dflash_tui.backends.slurm.spec import merge_exclude
-from dflash_tui.backends import parse_config
+from dflash_tui.config_file import parse_config
 from dflash_tui.config import ConfigError
 from dflash_tui.contract.rundir import SLURM_JSON, LaunchRecord
 from dflash_tui.recording.store.change import VerdictChange

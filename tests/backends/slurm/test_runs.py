@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.backends import parse_config
+from dflash_tui.config_file import parse_config
 from dflash_tui.config import ConfigError
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.launch.launch import LaunchRefused

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_tui.backends import parse_config
+from dflash_tui.config_file import parse_config
 from dflash_tui.backends.slurm.commands import sbatch_argv
 from dflash_tui.backends.slurm.evidence import SlurmEvidence, slurm_of
 from dflash_tui.backends.slurm.job import SlurmJob, parse_sacct, parse_scontrol, parse_squeue

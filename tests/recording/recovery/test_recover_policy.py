@@ -6,7 +6,7 @@ from __future__ import annotations
 from dflash_tui.recording.store.change import Evidence, VerdictChange
 from dflash_tui.recording.recovery.recover_policy import (GIVE_UP, NOTHING, RESTART, Attempt, decide, failure_of,
                                                  unfixable)
-from dflash_tui.recover_settings import RecoverPolicy
+from dflash_tui.recording.recovery.settings import RecoverPolicy
 
 POLICY = RecoverPolicy(max_restarts=3, window_s=3600, backoff_s=10, no_progress_restarts=2)
 T0 = 1_000_000.0

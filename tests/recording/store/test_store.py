@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-from dflash_tui.config import ConfigError, NotifyProfile, NotifySettings, parse_config
+from dflash_tui.config import ConfigError
+from dflash_tui.config_file import parse_config
+from dflash_tui.recording.notify.settings import NOTIFY_SECTION, NotifyProfile, NotifySettings
+from dflash_tui.recording.store.settings import WATCH_SECTION
 from dflash_tui.contract.rundir import LaunchRecord
 from dflash_tui.run.verdict.report import RunProgress, RunReport
 from dflash_tui.run.verdict.checklist import Check, CheckState, Checklist, Verdict
@@ -183,7 +186,8 @@ def test_notify_config_is_validated_in_one_line():
     base = '[profile.a]\nrun_dir = "/x/y"\n'
     ok = parse_config(base + '[notify]\nurls = ["json://h"]\non = ["failing"]\n[notify.profile.a]\n'
                       'urls = ["ntfy://t"]\n[watch]\nmax_rows_per_run = 50\n', "f.toml")
-    assert ok.notify.for_profile("a") == ("json://h", "ntfy://t") and ok.watch.max_rows_per_run == 50
+    assert (NOTIFY_SECTION.of(ok).for_profile("a") == ("json://h", "ntfy://t")
+            and WATCH_SECTION.of(ok).max_rows_per_run == 50)
     for bad, words in (('[notify]\nurls = "json://h"\n', "urls must be a list"),
                        ('[notify]\non = ["RUNNING"]\n', "unknown event 'RUNNING'"),
                        ('[notify]\nhold_s = -1\n', "hold_s = -1: must be a number"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.backends import load_config
+from dflash_tui.config_file import load_config
 from dflash_tui.config import ConfigError, Profile
 from dflash_tui.run.launch.environment import EnvError, launch_environment, parse_env_file
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.backends import BACKENDS, launcher_class, launcher_for, parse_config
+from dflash_tui.backends import BACKENDS, launcher_class, launcher_for
+from dflash_tui.config_file import parse_config
 from dflash_tui.backends.process import ContainerLauncher, LocalLauncher, SSHLauncher
 from dflash_tui.backends.slurm.commands import sbatch_argv
 from dflash_tui.backends.slurm.launcher import SlurmLauncher

@@ -6,7 +6,8 @@ end-to-end scenarios that produce each row for real are in test_run_verdicts_*.p
 
 from __future__ import annotations
 
-from dflash_tui.backends import launcher_for, parse_config
+from dflash_tui.backends import launcher_for
+from dflash_tui.config_file import parse_config
 from dflash_tui.config import Profile
 from dflash_tui.contract.rundir import ExitRecord, LaunchRecord, StopRecord, ThreadStatus, TrainStatus
 

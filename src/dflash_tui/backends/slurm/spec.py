@@ -4,8 +4,8 @@ A Slurm profile runs on a login host (`host`, or this machine) that has sbatch, 
 scontrol and scancel; the job runs on the cluster's compute nodes, which must see `run_dir`
 (shared storage). Each problem is a ValueError phrased as the one line the user reads (the
 config loader adds the file and profile). `KEYS` is what the loader is handed (config.py's
-`SchedulerKeys`, through backends.load_config): `scheduler` itself and a Slurm key without it are
-the loader's to check.
+`SchedulerKeys`, through backends.SCHEDULERS and config_file.load_config): `scheduler` itself
+and a Slurm key without it are the loader's to check.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...config import NotifySettings
 from ...run.verdict.energy import spent_words
 from ...verdicts import State, TargetState, Verdict
 from ...words import eta, progress
 from ..store.change import CheckNotice, VerdictChange
+from .settings import NotifySettings
 
 
 @dataclass(frozen=True)

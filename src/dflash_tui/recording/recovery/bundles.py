@@ -20,6 +20,7 @@ from ...config import Config, Profile
 from ...watch.base import RunWatch
 from .outside import bundle_extras
 from ..store.store import store_path
+from ..store.settings import WATCH_SECTION
 
 log = logging.getLogger("dflash_tui.recording")
 
@@ -36,7 +37,7 @@ class KeptBundle:
 
 
 def bundles_dir(config: Config, profile: str) -> Path:
-    return store_path(config.watch).parent / "bundles" / _UNSAFE.sub("_", profile)
+    return store_path(WATCH_SECTION.of(config)).parent / "bundles" / _UNSAFE.sub("_", profile)
 
 
 def kept_bundles(config: Config, profile: str) -> list[KeptBundle]:

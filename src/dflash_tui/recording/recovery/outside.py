@@ -19,6 +19,9 @@ from ..goodput.spend import spend_json
 from .recovery_log import stop_times
 from .recovery_state import read_actions, recovery_state
 from ..store.store import ChangeStore, store_path
+from ..notify.settings import NOTIFY_SECTION
+from ..store.settings import WATCH_SECTION
+from .settings import RECOVER_SECTION
 from ..goodput.timeline import bands, timeline_json
 
 
@@ -28,10 +31,10 @@ def check_extras(config: Config, profile: Profile, report: RunReport,
     for the text) of `profile`, whose run is `report`'s."""
     now = time.time() if now is None else now
     run_id = run_id_of(report)
-    path = store_path(config.watch)
+    path = store_path(WATCH_SECTION.of(config))
     try:
         changes, actions = _recorded(path, profile.name)
-        state = recovery_state(config.recover.for_profile(profile.name), actions, run_id, now)
+        state = recovery_state(RECOVER_SECTION.of(config).for_profile(profile.name), actions, run_id, now)
     except (sqlite3.Error, OSError, ConfigError) as exc:
         why = f"cannot read the watch store {path}: {exc}"
         energy, cost, words = energy_and_cost(profile, report, None)
@@ -62,7 +65,7 @@ def recorded_timeline(config: Config, profile: Profile, now: float | None = None
     """The profile's recorded timeline and goodput as `--timeline --json` prints them (an
     evidence bundle's timeline.json); a store that cannot be read: {"error": why}."""
     now = time.time() if now is None else now
-    path = store_path(config.watch)
+    path = store_path(WATCH_SECTION.of(config))
     try:
         changes, actions = _recorded(path, profile.name)
     except (sqlite3.Error, OSError, ConfigError) as exc:
@@ -75,7 +78,7 @@ def recorded_timeline(config: Config, profile: Profile, now: float | None = None
 def bundle_extras(config: Config, profile: Profile) -> tuple[tuple[str, ...], tuple[Member, ...]]:
     """What an evidence bundle of `profile` takes from this machine's config and store: the
     notify URLs (masked wherever they appear) and the timeline member. Blocking (SQLite)."""
-    urls = (*config.notify.urls, *(u for p in config.notify.profiles.values() for u in p.urls))
+    urls = (*NOTIFY_SECTION.of(config).urls, *(u for p in NOTIFY_SECTION.of(config).profiles.values() for u in p.urls))
     timeline = Member("timeline.json", "the watcher's recorded timeline and goodput of the profile",
                       json_bytes(recorded_timeline(config, profile)), time.time(), "this machine")
     return urls, (timeline,)

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ...recover_settings import RecoverPolicy
+from .settings import RecoverPolicy
 from ...run.evidence.divergence import Divergence
 from ...verdicts import Verdict
 from ...words import duration
@@ -43,7 +43,7 @@ class Failure:
     best_step: int | None      # the highest step the run reached (None: it never showed one)
     where: str                 # the hang's place, or the traceback's last line, or the cause
     signature: str             # the failure's identity across attempts
-    unfixable: str = ""        # a recover_settings.UNFIXABLE word, or ""
+    unfixable: str = ""        # a settings.UNFIXABLE word, or ""
 
 
 @dataclass(frozen=True)

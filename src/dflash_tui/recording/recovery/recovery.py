@@ -49,6 +49,8 @@ from .recovery_log import (CANCELLED, GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, P
                            Notice, RecoveryLog, chain_of, failure_json, mark_sent, stop_times)
 from ..notify.sender import Delivery
 from ..store.store import ChangeStore
+from .settings import RECOVER_SECTION
+from ..notify.settings import NOTIFY_SECTION
 
 log = logging.getLogger("dflash_tui.recording")
 
@@ -153,8 +155,9 @@ class Recovery:
         self.submit = submit
         self.clock = clock
         self.watches: dict[str, RunWatch] = {}
+        policies = RECOVER_SECTION.of(config)
         self._latest: dict[str, VerdictChange] = {
-            name: c for name, c in store.last_states().items() if config.recover.for_profile(name) is not None}
+            name: c for name, c in store.last_states().items() if policies.for_profile(name) is not None}
         self._tasks: dict[str, asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._unsent: dict[int, set[str]] = {}   # outbox id -> the URLs that have not taken it yet
@@ -169,7 +172,7 @@ class Recovery:
         latest = self.store.last_states() if pending else {}
         for notice in pending:
             change = latest.get(notice.profile)
-            urls = self.config.notify.for_profile(notice.profile)
+            urls = NOTIFY_SECTION.of(self.config).for_profile(notice.profile)
             if change is None or not urls:
                 continue
             log.info("%s: sending the notice a watcher before this one did not: %s", notice.profile, notice.title)
@@ -200,7 +203,7 @@ class Recovery:
 
     def changed(self, change: VerdictChange) -> None:
         """The Recorder's listener: a committed change."""
-        if self.config.recover.for_profile(change.profile) is not None:
+        if RECOVER_SECTION.of(self.config).for_profile(change.profile) is not None:
             self._latest[change.profile] = change
             self._wake.set()
 
@@ -209,7 +212,7 @@ class Recovery:
         if last is not None and last.action in IN_FLIGHT:
             return True
         change = self._latest.get(name)
-        policy = self.config.recover.for_profile(name)
+        policy = RECOVER_SECTION.of(self.config).for_profile(name)
         return (change is not None and policy is not None and change.state in policy.on
                 and not self.log.handled(name, change.run_id))
 
@@ -269,7 +272,7 @@ class Recovery:
     # -- one step of a profile's recovery --------------------------------------------------------
 
     async def _step(self, name: str) -> None:
-        policy = self.config.recover.for_profile(name)
+        policy = RECOVER_SECTION.of(self.config).for_profile(name)
         watch = self.watches[name]
         last = self.log.last(name)
         if last is not None and last.action in IN_FLIGHT:
@@ -383,7 +386,7 @@ class Recovery:
 
     async def _launch(self, name: str, watch: RunWatch, last: Action, failure: Failure | None,
                       max_restarts: int) -> None:
-        policy = self.config.recover.for_profile(name)
+        policy = RECOVER_SECTION.of(self.config).for_profile(name)
         n = last.attempt
         resume, from_step = False, None
         more = _nodes_detail(last.detail, watch.places_nodes)
@@ -444,7 +447,7 @@ class Recovery:
     # -- notifications ----------------------------------------------------------------------------
 
     def _send(self, name: str, event: str, title: str, lines: list[str]) -> Notification | None:
-        urls = self.config.notify.for_profile(name)
+        urls = NOTIFY_SECTION.of(self.config).for_profile(name)
         change = self._latest.get(name)
         if not urls or change is None:
             return None

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...config import Config, ConfigError
-from ...recover_settings import RecoverPolicy
 from ...words import duration
 from .recovery_log import CANCELLED, GAVE_UP, LAUNCHING, PLANNED, STOPPED, Action, RecoveryLog, chain_of
 from ..store.store import store_path
+from ..store.settings import WATCH_SECTION
+from .settings import RECOVER_SECTION, RecoverPolicy
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def recovery_words(config: Config, store: str | None = None) -> Callable[[str, s
 
 
 def state_for(config: Config, profile: str, run_id: str, now: float, store: str | None = None) -> RecoveryState:
-    policy = config.recover.for_profile(profile)
+    policy = RECOVER_SECTION.of(config).for_profile(profile)
     if policy is None:
         return RecoveryState("off")
-    return recovery_state(policy, read_actions(store_path(config.watch, store), profile), run_id, now)
+    return recovery_state(policy, read_actions(store_path(WATCH_SECTION.of(config), store), profile), run_id, now)

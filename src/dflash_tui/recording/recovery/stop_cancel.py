@@ -24,6 +24,9 @@ from ..store.change import run_id_of
 from ..notify.notify import open_command
 from .recovery_log import CANCELLED, IN_FLIGHT, Action, Notice, RecoveryLog
 from ..store.store import store_path
+from ..notify.settings import NOTIFY_SECTION
+from ..store.settings import WATCH_SECTION
+from .settings import RECOVER_SECTION
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def person() -> str:
 
 def _notice(config: Config, max_restarts: int) -> Callable[[Action], Notice | None]:
     def make(a: Action) -> Notice | None:
-        if not config.notify.for_profile(a.profile):
+        if not NOTIFY_SECTION.of(config).for_profile(a.profile):
             return None
         failure = a.failure
         title = f"dflash-tui: {a.profile} restart cancelled"
@@ -69,8 +72,8 @@ def cancel_restart(config: Config, profile: str, run_id: str = "", *, store: str
                    by: str | None = None, now: float | None = None) -> StopCancel:
     """Record a person's stop for `profile`'s recovery (nothing when it has no [recover]
     policy). Raises ConfigError (one line) when the store cannot be written."""
-    policy = config.recover.for_profile(profile)
-    path: Path = store_path(config.watch, store)
+    policy = RECOVER_SECTION.of(config).for_profile(profile)
+    path: Path = store_path(WATCH_SECTION.of(config), store)
     if policy is None:
         return StopCancel(None)
     with RecoveryLog(path) as rl:

@@ -37,9 +37,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ...config import ConfigError, WatchSettings, state_dir
+from ...config import ConfigError, state_dir
 from ...verdicts import State
 from .change import Evidence, VerdictChange, inert, recorded_state
+from .settings import WatchSettings
 from .sqlite_file import empty_stand_in, not_a_regular_file, open_reader, open_writer
 
 SCHEMA_VERSION = 1

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from dflash_tui.config import ConfigError, parse_config
-from dflash_tui.recover_settings import DEFAULT_ON, RESTARTABLE, RecoverPolicy
+from dflash_tui.config import ConfigError
+from dflash_tui.config_file import parse_config
+from dflash_tui.recording.recovery.settings import DEFAULT_ON, RECOVER_SECTION, RESTARTABLE, RecoverPolicy
 from dflash_tui.run.verdict.checklist import Verdict
 
 PROFILES = '[profile.a]\nrun_dir = "/tmp/a"\n[profile.b]\nrun_dir = "/tmp/b"\n'
@@ -19,22 +20,26 @@ def parse(text: str):
     return parse_config(PROFILES + text, "c.toml")
 
 
+def recover(text: str):
+    return RECOVER_SECTION.of(parse(text))
+
+
 def test_the_restartable_words_are_the_failing_verdicts():
     assert set(RESTARTABLE) == {v.value for v in Verdict if v.failing}
     assert set(DEFAULT_ON) <= set(RESTARTABLE)
 
 
 def test_off_when_absent_on_for_all_with_a_key_and_per_profile_overrides():
-    assert parse("").recover.for_profile("a") is None
+    assert recover("").for_profile("a") is None
     # A table of one profile only turns recovery on for that profile.
-    only_b = parse("[recover.profile.b]\nmax_restarts = 1\n").recover
+    only_b = recover("[recover.profile.b]\nmax_restarts = 1\n")
     assert only_b.for_profile("a") is None and only_b.for_profile("b") == RecoverPolicy(max_restarts=1)
-    cfg = parse('[recover]\non = ["CRASHED"]\nmax_restarts = 2\nbackoff_s = 1\n'
-                '[recover.profile.a]\nwindow_s = 60\n[recover.profile.b]\nenabled = false\n').recover
+    cfg = recover('[recover]\non = ["CRASHED"]\nmax_restarts = 2\nbackoff_s = 1\n'
+                  '[recover.profile.a]\nwindow_s = 60\n[recover.profile.b]\nenabled = false\n')
     a = cfg.for_profile("a")
     assert (a.on, a.max_restarts, a.backoff_s, a.window_s) == (("CRASHED",), 2, 1.0, 60.0)
     assert cfg.for_profile("b") is None
-    assert parse("[recover]\nenabled = false\n").recover.for_profile("a") is None
+    assert recover("[recover]\nenabled = false\n").for_profile("a") is None
 
 
 def test_backoff_doubles_and_is_capped_at_30_min():
