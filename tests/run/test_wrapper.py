@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ import pytest
 from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.shell_ops import ShellOps
-from dflash_tui.run.wrapper import render_wrapper
+from dflash_tui.run.launch.request import LaunchRequest
+from dflash_tui.run.wrapper import ProgramOptions, render_wrapper
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,9 +127,20 @@ def test_wrapper_tells_the_program_its_restart_count(tmp_path):
     show = ["sh", "-c", 'echo "restart=$DFLASH_RESTART"']
     env = {**os.environ, "DFLASH_RESTART": "7"}
     assert "restart=0" in _run_wrapper(tmp_path / "a", show, env)
-    assert "restart=2" in _run_wrapper(tmp_path / "b", show, env, restart=2)
+    assert "restart=2" in _run_wrapper(tmp_path / "b", show, env, options=ProgramOptions(restart=2))
     with pytest.raises(ValueError):
-        render_wrapper(str(tmp_path), "r1", show, restart=-1)
+        render_wrapper(str(tmp_path), "r1", show, options=ProgramOptions(restart=-1))
+
+
+def test_a_launch_requests_program_options_reach_the_program(tmp_path):
+    """What a LaunchRequest asks of the program's start reaches it whole through
+    `program_options`: each of the wrapper's options is a request field of the same name."""
+    request = LaunchRequest(restart=3, resume_from="/ck/step 40", resume_step=40, diverged_at=57)
+    assert {f.name for f in fields(ProgramOptions)} <= {f.name for f in fields(LaunchRequest)}
+    assert all(getattr(request.program_options(), f.name) == getattr(request, f.name)
+               for f in fields(ProgramOptions))
+    show = ["sh", "-c", 'echo "got=$DFLASH_RESTART|$DFLASH_RESUME_FROM|$DFLASH_RESUME_STEP|$DFLASH_DIVERGED_AT"']
+    assert "got=3|/ck/step 40|40|57" in _run_wrapper(tmp_path, show, options=request.program_options())
 
 
 @pytest.mark.skipif(shutil.which("stdbuf") is None, reason="no stdbuf here (coreutils)")

@@ -23,6 +23,7 @@ import re
 import secrets
 import shlex
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..contract.rundir import (ELASTIC_ERROR_FILE, ELASTIC_LOG_DIR, EXIT_JSON, FR_DUMP_PREFIX, LAUNCH_JSON,
@@ -214,16 +215,30 @@ def wrapper_argv(run_dir: str, run_id: str) -> list[str]:
     return ["sh", posixpath.join(run_dir, LAUNCH_SH), run_id]
 
 
+@dataclass(frozen=True)
+class ProgramOptions:
+    """What one launch asks of the program's start, as the wrapper renders it: the part of a
+    `LaunchRequest` (run/launch/request.py `program_options`) that reaches launch.sh. A launch
+    option the wrapper carries out is a field here and the lines of `render_wrapper` that
+    render it."""
+
+    # DFLASH_RESTART: how many times the watcher's recovery has relaunched this run (0 on a
+    # first launch), so a program can resume from its own checkpoint.
+    restart: int = 0
+    # The checkpoint the recovery chose (DFLASH_RESUME_FROM / DFLASH_RESUME_STEP; unset when "").
+    resume_from: str = ""
+    resume_step: int | None = None
+    # The first bad step of the divergence it rolls back from (DFLASH_DIVERGED_AT; unset when None).
+    diverged_at: int | None = None
+
+
 def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str = "", *,
-                   probe: bool = False, restart: int = 0, resume_from: str = "",
-                   resume_step: int | None = None, diverged_at: int | None = None) -> str:
-    """`restart`: DFLASH_RESTART in the trainer's environment, how many times the watcher's
-    recovery has relaunched this run (0 on a first launch), so a program can resume from its
-    own checkpoint. `resume_from` / `resume_step`: the checkpoint the recovery chose
-    (DFLASH_RESUME_FROM / DFLASH_RESUME_STEP; unset when ""); `diverged_at`: the first bad step of
-    the divergence it rolls back from (DFLASH_DIVERGED_AT; unset when None)."""
+                   probe: bool = False, options: ProgramOptions = ProgramOptions()) -> str:
+    """launch.sh for `argv`; `probe`: the run probe's block; `options`: what this launch asks of
+    the program's start (`ProgramOptions`)."""
     if not argv:
         raise ValueError("the trainer argv is empty")
+    restart = options.restart
     if isinstance(restart, bool) or not isinstance(restart, int) or restart < 0:
         raise ValueError(f"restart must be a count, not {restart!r}")
     # Everything but the shell-found fields, as a JSON object body without braces; the shell
@@ -251,7 +266,7 @@ def render_wrapper(run_dir: str, run_id: str, argv: Sequence[str], python: str =
         line_buffered="" if is_python(argv) else _STDBUF,
         probe_block=PROBE_BLOCK if probe else "",
         restart=restart,
-        resume_block=_resume_block(resume_from, resume_step, diverged_at),
+        resume_block=_resume_block(options.resume_from, options.resume_step, options.diverged_at),
     )
 
 

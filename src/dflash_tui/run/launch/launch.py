@@ -173,8 +173,7 @@ async def _launch_claimed(profile: Profile, launcher: Launcher, ops: RemoteOps, 
     run_id = new_run_id()
     python = pre.program if pre is not None and pre.program and profile.uses_bundled_trainer else profile.python
     script = render_wrapper(run_dir, run_id, with_resume_from(argv, request.resume_from), python=python,
-                            probe=profile.probe, restart=request.restart, resume_from=request.resume_from,
-                            resume_step=request.resume_step, diverged_at=request.diverged_at).encode()
+                            probe=profile.probe, options=request.program_options()).encode()
     wrapper_path = posixpath.join(run_dir, LAUNCH_SH)
     written = False
     write_res = None

@@ -4,13 +4,16 @@ view, the watcher's recovery) and handed whole down the floors to the launch seq
 
 Every floor between the caller and the Launcher (RunWatch, Session, NodesSession, launch_run)
 passes the request on and reads only the fields it acts on, so a new launch option is a field
-here, the line that reads it, and the caller that sets it.
+here, the line that reads it, and the caller that sets it; one the wrapper carries out is read
+by run/wrapper.py as a `ProgramOptions` field (`program_options` below) and rendered there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from ..wrapper import ProgramOptions
 
 # Why a run on the profile's `nodes` (or on one host) cannot be placed elsewhere: no scheduler
 # picks its nodes, the profile lists them.
@@ -49,6 +52,11 @@ class LaunchRequest:
     placement: Placement = Placement()
     argv: tuple[str, ...] | None = None   # what launch.sh runs; None: the profile's trainer
     run_dir: str | None = None            # None: the profile's
+
+    def program_options(self) -> ProgramOptions:
+        """What the wrapper renders of this request for the program's start (run/wrapper.py)."""
+        return ProgramOptions(restart=self.restart, resume_from=self.resume_from, resume_step=self.resume_step,
+                              diverged_at=self.diverged_at)
 
     def refused_placement(self, places_nodes: bool) -> str | None:
         """Why a launcher that does (not) pick nodes cannot carry out this request's placement
