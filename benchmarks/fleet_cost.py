@@ -88,7 +88,7 @@ needs fewer round trips per look (one batched agent request per target per poll)
 
 
 COMPARE_NOTE = """What changed (issue 23, item 2): fewer looks at runs that stand still, not a cheaper look
-(fleet/cadence.py, docs/ARCHITECTURE.md "The fleet"). A target whose profiles are all steady
+(fleet/cadence.py, src/dflash_tui/fleet/README.md). A target whose profiles are all steady
 (each checklist unchanged for 5 polls, each run RUNNING with its wrapper alive and progress
 younger than 3 s, or ended with no process) is polled every 3 s instead of every second, while
 one `wait_exit` request on its agent (pidfds; /proc every 0.2 s on Python 3.8) waits for those

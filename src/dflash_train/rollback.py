@@ -1,5 +1,5 @@
 """The checkpoint a watcher's recovery chose for this relaunch, read from the environment its
-wrapper sets (docs/ARCHITECTURE.md, "Recovery"):
+wrapper sets (src/dflash_tui/recording/recovery/README.md):
 
 - DFLASH_RESUME_FROM: the checkpoint's path (unset: none chosen; --resume takes the newest);
 - DFLASH_DIVERGED_AT: after a DIVERGED run, its first bad step.

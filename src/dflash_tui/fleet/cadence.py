@@ -1,7 +1,7 @@
 """How often the fleet polls one target: `interval`, or `steady_interval` while every run there
 stands still and an exit watch on the target's agent guards the live ones.
 
-The rule (docs/ARCHITECTURE.md, "The fleet's cadence"): a target is polled every
+The rule (fleet/README.md): a target is polled every
 `steady_interval` while each of its profiles is steady, else every `interval`. A profile is
 steady when its last `steady_after` polls changed nothing in its checklist (watch/base.py
 `changed`: the verdict and every check's state), no action is in flight on it, and its run is

@@ -6,8 +6,8 @@ agent (`AgentOps.start(host_target, extra_sources=gpu_agent_sources())`); it imp
 lazily, inside the agent, on the first sample, and answers with the same dict as the local
 reader, processes already marked as the run's via NSpid (gpu/nspid.py): one run's
 (`run_pid`, `run_start_ticks`), or several runs' from one read (`runs`: [[pid, start_ticks],
-...]; the answer's "run_processes" lists each run's host pids, in order; docs/ARCHITECTURE.md
-"GPU samples" has the contract).
+...]; the answer's "run_processes" lists each run's host pids, in order; fleet/README.md,
+"GPU samples", has the contract).
 
 The source is built from the real modules (nspid.py + nvml_reader.py + the glue below), so
 the code that runs remotely is the code the tests run locally.

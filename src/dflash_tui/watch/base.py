@@ -1,7 +1,7 @@
 """RunWatch: the one seam for "watch one run", whatever runs it (one host, or several nodes).
 
 Every consumer (the CLI, the fleet poller, the dashboard's sources, the watch daemon) holds a
-RunWatch and nothing under it. What a RunWatch offers (docs/ARCHITECTURE.md, "RunWatch"):
+RunWatch and nothing under it. What a RunWatch offers (watch/README.md, "RunWatch"):
 
 - `poll()`     one observation as a RunReport; never raises for transport trouble: a target that
                does not answer is the last report marked stale (`unreachable_report`), retried

@@ -1,7 +1,7 @@
 """The restart policy's decision, pure: given a run's failure, the restarts that led to it and
 the profile's [recover] policy, restart (now or after the backoff), give up and why, or nothing.
 
-Never loop on a bug (docs/ARCHITECTURE.md, "Recovery"). Give up when:
+Never loop on a bug (recording/recovery/README.md). Give up when:
 - the failure is one a restart cannot fix (`give_up_on`): SyntaxError, ImportError and
   ModuleNotFoundError, a missing file (FileNotFoundError), at once; CUDA out of memory when the
   attempt before ran out of memory at the same step;

@@ -1,5 +1,5 @@
 """Where a recovery resumes from: the newest COMPLETE checkpoint at or before the failed run's
-last good step, never a torn one or one still being written (docs/ARCHITECTURE.md, "Recovery").
+last good step, never a torn one or one still being written (recording/recovery/README.md).
 Pure: the failed run's report in, the choice out.
 
 The last good step: on DIVERGED, the last finite (or in-band) value's step before the

@@ -1,6 +1,6 @@
 """ChangeStore: the watcher's record of verdict changes, one SQLite file (stdlib sqlite3).
 
-Schema (docs/ARCHITECTURE.md, "The watcher"), `PRAGMA user_version` = SCHEMA_VERSION:
+Schema (recording/README.md, "The watcher"), `PRAGMA user_version` = SCHEMA_VERSION:
 
     changes(id INTEGER PRIMARY KEY, profile TEXT, run_id TEXT, time REAL, state TEXT,
             previous TEXT, cause TEXT, check_id TEXT, evidence TEXT)   -- evidence: JSON

@@ -1,7 +1,7 @@
 """The verdict of a run on several nodes, from its nodes' (each judged by run/verdict/health.py
 `evaluate`, never re-judged here), and the run as one RunReport and one GpuSnapshot for the panes.
 
-The combination rule (docs/ARCHITECTURE.md, "Runs on several nodes"):
+The combination rule (watch/README.md, "One run on several nodes"):
 
 1. any node with a failing verdict (NEVER STARTED, LOG MISSING, CRASHED, KILLED, STALLED, GPU
    LOST, NOT LAUNCHED) fails the run: the run's verdict is that node's, its summary names it

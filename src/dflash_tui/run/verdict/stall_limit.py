@@ -1,6 +1,6 @@
 """How long a live run may be silent before it is STALLED: learned from its own pace.
 
-Pure. The rule (docs/ARCHITECTURE.md, "Verdicts"):
+Pure. The rule (run/verdict/README.md, "The silence limit learned from the pace"):
 - Before a cadence is known (fewer than MIN_INTERVALS intervals between progress seen: the
   first step, a start-up), the limit is `stall_after_s`.
 - Once it is known, the limit is the larger of FLOOR_S and FACTOR x the slowest of its recent
