@@ -1,6 +1,6 @@
 """[recover]: the watcher's restart policy, as the config file says it (recording/recovery/README.md).
-This room's section of the config file (config.Section, registered in config_file.SECTIONS); applied by recovery.py (the watcher is the one actor), decided by
-recover_policy.py (pure).
+This room's section of the config file (config.Section, registered in config_file.SECTIONS);
+applied by recovery.py (the watcher is the one actor), decided by recover_policy.py (pure).
 
     [recover]                      # off when absent
     on = ["CRASHED", "STALLED", "KILLED", "PREEMPTED", "NODE FAIL", "TIMEOUT"]
