@@ -13,10 +13,14 @@ Found with one bounded `find_files` (RemoteOps: the agent and ShellOps alike) un
 | torch.save    | *.pt, *.pth named as a checkpoint           | a whole zip                           |
 | safetensors   | *.safetensors on its own                    | header offsets end at the file's size |
 
-The search runs every 5 s at most, twice per checkpoint interval where saves come faster.
-A checkpoint whose last write is younger than WRITING_S and is not complete is being written:
-neither complete nor torn yet. Every file is judged once per (inode, size, mtime); a look judges
-at most JUDGE_PER_LOOK new files (the newest first), the rest at the next looks.
+The search runs every 5 s at most, twice per checkpoint interval where saves come faster; and
+between searches only when the folders that hold the checkpoints moved (run/evidence/checkpoint_gate.py:
+a look past that cadence stats them in its first request, and searches again when one moved, a
+checkpoint is being written, files wait to be judged, or SAFETY_S passed: a file rewritten in
+place moves no folder). A checkpoint whose last write is younger than WRITING_S and is not
+complete is being written: neither complete nor torn yet. Every file is judged once per (inode,
+size, mtime); a look judges at most JUDGE_PER_LOOK new files (the newest first), the rest at the
+next looks.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ...remote.ops import FileStat, RemoteOps
 from .checkpoint_formats import (SAFETENSORS_HEAD_BYTES, SAFETENSORS_HEADER_MAX, TRAINER_STATE_MAX, ZIP_TAIL_BYTES,
                                  is_zip, judge_safetensors, judge_trainer_state, judge_zip,
                                  safetensors_header_length)
+from .checkpoint_gate import FolderGate
 from .memory import Bounded
 
 CHECKPOINT_DEPTH = 3          # directories below the run dir (and below each named folder)
@@ -51,6 +56,9 @@ _CHECKPOINT_WORD = re.compile(r"ckpt|checkpoint|step|epoch", re.IGNORECASE)
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth")
 MAX_FILES_JUDGED = 64         # weight files judged in one checkpoint folder
 HEADER_READ_MAX = 8 << 20     # the longest safetensors header read (one read's cap)
+MAX_WATCHED = 64              # folders a look stats between searches (more: the search runs at its cadence)
+MAX_TORN_WATCHED = 16         # torn folder-checkpoints among them (the newest)
+_FOLDER_FORMATS = frozenset({"hf", "dcp", "dflash-train"})
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,10 @@ class CheckpointsView:
         return [c for c in self.found if c.why]
 
     @cached_property
+    def writing(self) -> bool:
+        return any(c.writing for c in self.found)
+
+    @cached_property
     def interval_s(self) -> float | None:
         """The median time between the last saves (up to 6 complete ones); None below two."""
         times = [c.mtime for c in self.complete][-6:]
@@ -129,6 +141,22 @@ def search_roots(run_dir: str, named: tuple[str, ...]) -> list[str]:
         if root not in roots:
             roots.append(root)
     return roots
+
+
+def watched_folders(roots: list[str], view: CheckpointsView) -> tuple[str, ...] | None:
+    """The folders whose stat says whether `view` still holds (checkpoint_gate.py): a profile's
+    folders (`roots` past the run dir; not a "~/" one, which the target's stat cannot name), the
+    folder each found checkpoint lies in, and each torn folder-checkpoint's own. The run dir only
+    as such a folder: the bundled trainer renames its status.json there every second. None where
+    the gate cannot say: nothing found, too many folders."""
+    if not view.found:
+        return None
+    folders = dict.fromkeys(r for r in roots[1:] if not r.startswith("~"))
+    for c in view.found:
+        folders[posixpath.dirname(c.path) or "/"] = None
+    for c in [c for c in view.torn if c.format in _FOLDER_FORMATS][-MAX_TORN_WATCHED:]:
+        folders[c.path] = None
+    return tuple(folders) if len(folders) <= MAX_WATCHED else None
 
 
 def cadence(every_s: float, view: CheckpointsView | None) -> float:
@@ -196,37 +224,73 @@ def _step_of(name: str) -> int | None:
 
 class CheckpointLooks:
     """One run's checkpoints across looks: the judged files (by inode, size, mtime) and the last
-    search. `look` searches at most every `every_s` seconds of the target's clock."""
+    search. `look` searches at most every `every_s` seconds of the target's clock, and then only
+    when the gate says the folders moved (`safety_s` 0: at every such look)."""
 
-    def __init__(self, named: tuple[str, ...] = (), every_s: float = 5.0) -> None:
+    def __init__(self, named: tuple[str, ...] = (), every_s: float = 5.0, safety_s: float | None = None) -> None:
         self.named = tuple(named)
         self.every_s = every_s
         self.judged: Bounded[tuple, tuple[str, int | None]] = Bounded(8192)
         self.view: CheckpointsView | None = None
         self.roots: list[str] = []
+        self.gate = FolderGate() if safety_s is None else FolderGate(safety_s)
+        self.why_searched = ""     # why the last look past the cadence searched ("": it did not)
         self._at: float | None = None
 
     def due(self, now: float) -> bool:
         return self._at is None or not (0 <= now - self._at < cadence(self.every_s, self.view))
 
     def expire(self) -> None:
-        """The next look searches whatever the cadence: a relaunch is about to choose one, and
-        a run that saves every second has written several since a search 5 s old."""
+        """The next look searches whatever the cadence and the folders: a relaunch is about to
+        choose one, and a run that saves every second has written several since a search 5 s old."""
         self._at = None
+        self.gate.open()
+
+    def prefetch(self) -> list[str]:
+        """The folders the next look may stat (its first request carries them; none without a gate)."""
+        return list(self.gate.folders) if self.gate.safety_s > 0 else []
 
     async def look(self, ops: RemoteOps, run_dir: str, now: float) -> CheckpointsView | None:
         if not self.due(now):
             return self.view
         self._at = now
         self.roots = search_roots(run_dir, self.named)
+        stats = await self._folder_stats(ops)
+        self.why_searched = self.gate.why_search(now, self._busy(), stats)
+        if not self.why_searched:
+            return self.view
+        self.view = await self._search(ops, now)
+        self.gate.searched(now, watched_folders(self.roots, self.view), stats or {})
+        return self.view
+
+    def _busy(self) -> str:
+        """Why the last search's view may change with no folder moving ("" when it cannot)."""
+        view = self.view
+        if view is None:
+            return "no search yet"
+        if view.writing:
+            return "a checkpoint is being written"
+        return f"{view.unjudged} file(s) wait to be judged" if view.unjudged else ""
+
+    async def _folder_stats(self, ops: RemoteOps) -> dict[str, FileStat] | None:
+        folders = self.prefetch()
+        if not folders:
+            return {}
+        try:
+            return dict(zip(folders, await ops.stat(folders)))
+        except TargetError as exc:
+            if is_transport_failure(exc):
+                raise
+            return None
+
+    async def _search(self, ops: RemoteOps, now: float) -> CheckpointsView:
         try:
             found = await ops.find_files(self.roots, PATTERNS, max_depth=CHECKPOINT_DEPTH,
                                          max_entries=MAX_ENTRIES, max_found=MAX_FOUND, skip=SKIP)
         except TargetError as exc:
             if is_transport_failure(exc):
                 raise
-            self.view = CheckpointsView(notes=(inert_text(str(exc))[:200],))
-            return self.view
+            return CheckpointsView(notes=(inert_text(str(exc))[:200],))
         named_roots = tuple(self.roots[1:])
         groups = group(found.files, named_roots)
         groups.sort(key=lambda g: max(f.mtime for f in g.files), reverse=True)
@@ -241,8 +305,7 @@ class CheckpointLooks:
         notes = list(found.notes)
         if unjudged:
             notes.append(f"{unjudged} checkpoint file(s) left to judge at the next looks")
-        self.view = CheckpointsView(tuple(checkpoints), tuple(notes), unjudged)
-        return self.view
+        return CheckpointsView(tuple(checkpoints), tuple(notes), unjudged)
 
     async def _judge(self, ops: RemoteOps, g: _Group, now: float, budget: list[int]) -> tuple[Checkpoint | None, int]:
         """The group as a Checkpoint (None while any of its files waits for the budget) and
