@@ -75,12 +75,16 @@ def make_run_dir(root: Path, hf: int, files: int) -> Path:
     return run
 
 
-async def looks(s: Session, n: int, gap: float) -> list[float]:
+async def looks(s: Session, n: int, gap: float, searched: list[str]) -> list[float]:
     out = []
+    ckpt = s.progress.checkpoints
     for _ in range(n):
         c0, t0 = children_cpu_s(), time.thread_time()
+        ckpt.why_searched = ""
         await s.check()
         t1 = time.thread_time()
+        if ckpt.why_searched:
+            searched.append(ckpt.why_searched)
         await asyncio.sleep(0.02)     # the agent's share of the look is counted after its answer
         out.append((t1 - t0 + children_cpu_s() - c0) * 1000)
         await asyncio.sleep(gap)
@@ -119,12 +123,13 @@ async def main() -> None:
             got: dict[str, list[float]] = {"without": [], "before, no gate": [], "with": [],
                                            "with, searching every look": []}
             ckpt, gate, spent = s.progress.checkpoints, s.progress.checkpoints.gate, {}
+            searches: dict[str, list[str]] = {name: [] for name in got}
 
             async def way(name: str, every_s: float, safety_s: float) -> None:
                 ckpt.every_s = s.progress.runway.every_s = every_s
                 gate.safety_s = safety_s
                 t0 = time.monotonic()
-                got[name] += await looks(s, args.looks, args.gap)
+                got[name] += await looks(s, args.looks, args.gap, searches[name])
                 spent[name] = spent.get(name, 0.0) + time.monotonic() - t0
 
             for _ in range(args.rounds):
@@ -137,8 +142,10 @@ async def main() -> None:
             base = statistics.mean(got["without"])
             for name, ms in got.items():
                 extra = "" if name == "without" else f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} %"
+                why = sorted(set(searches[name]))[:3]
                 print(f"{name:28s} mean {statistics.mean(ms):6.2f} ms  median {statistics.median(ms):6.2f} ms "
-                      f"per look ({len(ms)} looks){extra}")
+                      f"per look ({len(ms)} looks, {len(searches[name])} searched{': ' if why else ''}"
+                      f"{'; '.join(why)}){extra}")
             search_ms = statistics.mean(got["with, searching every look"]) - base
             per_look_s = spent["with"] / len(got["with"])
             safety_ms = search_ms * per_look_s / SAFETY_S

@@ -50,10 +50,13 @@ class FolderGate:
 
     def searched(self, now: float, folders: tuple[str, ...] | None, stats: dict[str, FileStat]) -> None:
         """A search ran at `now`; `stats`: the folders' stats asked before it (a change after them
-        is seen at the next look); `folders`: what the next looks stat (None or (): no gate)."""
+        is seen at the next look); `folders`: what the next looks stat (None or (): no gate). A
+        folder not asked this time keeps its older stat: one that moved since reads as moved (one
+        search more), never as still."""
         self._searched_at = now
         self.folders = folders or ()
-        self._then = {p: _signature(st) for p, st in stats.items()}
+        then = {**self._then, **{p: _signature(st) for p, st in stats.items()}}
+        self._then = {p: then[p] for p in self.folders if p in then}
 
     def why_search(self, now: float, busy: str, stats: dict[str, FileStat] | None) -> str:
         """Why this look searches, in words ("" when the folders say nothing changed). `busy`:

@@ -178,25 +178,32 @@ def group(files: tuple[FileStat, ...], named_roots: tuple[str, ...] = ()) -> lis
     """The found files as checkpoints: a folder of one format's files, or a file on its own.
     A .pt/.pth/.bin on its own counts only where its path names a checkpoint (or it lies in a
     folder the profile names): a saved tensor of data is not one."""
+    return [g for d, fs in _by_dir(files).items() for g in _dir_groups(d, fs, named_roots)]
+
+
+def _by_dir(files: tuple[FileStat, ...]) -> dict[str, list[FileStat]]:
     by_dir: dict[str, list[FileStat]] = {}
     for f in files:
         by_dir.setdefault(posixpath.dirname(f.path), []).append(f)
-    out: list[_Group] = []
-    for d, fs in by_dir.items():
-        name = posixpath.basename(d)
-        names = {posixpath.basename(f.path) for f in fs}
-        hf, bundled = _HF_DIR.match(name), _STEP_DIR.match(name)
-        if bundled and posixpath.basename(posixpath.dirname(d)) == CHECKPOINTS_DIR:
-            out.append(_Group(d, "dflash-train", int(bundled.group(1)), fs))
-        elif hf or "trainer_state.json" in names:
-            out.append(_Group(d, "hf", int(hf.group(1)) if hf else None, fs))
-        elif ".metadata" in names or any(n.endswith(".distcp") for n in names):
-            out.append(_Group(d, "dcp", _step_of(name), fs))
-        else:
-            for f in fs:
-                fmt = _file_format(f.path, named_roots)
-                if fmt:
-                    out.append(_Group(f.path, fmt, _step_of(posixpath.basename(f.path)) or _step_of(name), [f]))
+    return by_dir
+
+
+def _dir_groups(d: str, fs: list[FileStat], named_roots: tuple[str, ...]) -> list[_Group]:
+    """The checkpoints among one folder's found files (`group`)."""
+    name = posixpath.basename(d)
+    names = {posixpath.basename(f.path) for f in fs}
+    hf, bundled = _HF_DIR.match(name), _STEP_DIR.match(name)
+    if bundled and posixpath.basename(posixpath.dirname(d)) == CHECKPOINTS_DIR:
+        return [_Group(d, "dflash-train", int(bundled.group(1)), fs)]
+    if hf or "trainer_state.json" in names:
+        return [_Group(d, "hf", int(hf.group(1)) if hf else None, fs)]
+    if ".metadata" in names or any(n.endswith(".distcp") for n in names):
+        return [_Group(d, "dcp", _step_of(name), fs)]
+    out = []
+    for f in fs:
+        fmt = _file_format(f.path, named_roots)
+        if fmt:
+            out.append(_Group(f.path, fmt, _step_of(posixpath.basename(f.path)) or _step_of(name), [f]))
     return out
 
 
@@ -235,6 +242,8 @@ class CheckpointLooks:
         self.roots: list[str] = []
         self.gate = FolderGate() if safety_s is None else FolderGate(safety_s)
         self.why_searched = ""     # why the last look past the cadence searched ("": it did not)
+        # (profile folders, a folder's found files) -> its checkpoints, as the last search judged them
+        self._settled: dict[tuple, tuple[Checkpoint, ...]] = {}
         self._at: float | None = None
 
     def due(self, now: float) -> bool:
@@ -292,15 +301,34 @@ class CheckpointLooks:
                 raise
             return CheckpointsView(notes=(inert_text(str(exc))[:200],))
         named_roots = tuple(self.roots[1:])
-        groups = group(found.files, named_roots)
-        groups.sort(key=lambda g: max(f.mtime for f in g.files), reverse=True)
+        # A folder whose found files are all as at the last search holds the same checkpoints:
+        # grouped and judged once (not one being written, nor one with files left to judge).
+        held, settled = self._settled, {}
+        checkpoints: list[Checkpoint] = []
+        fresh: list[tuple[tuple, list[_Group]]] = []
+        for d, fs in _by_dir(found.files).items():
+            key = (named_roots, tuple(fs))
+            if key in held:
+                settled[key] = held[key]
+                checkpoints.extend(held[key])
+            else:
+                fresh.append((key, _dir_groups(d, fs, named_roots)))
+        jobs = sorted(((key, g) for key, groups in fresh for g in groups),
+                      key=lambda job: max(f.mtime for f in job[1].files), reverse=True)
         budget = [JUDGE_PER_LOOK]
-        checkpoints, unjudged = [], 0
-        for g in groups:
+        unjudged, judged, unsettled = 0, {}, set()
+        for key, g in jobs:
             c, left = await self._judge(ops, g, now, budget)
             unjudged += left
+            if left or (c is not None and c.writing):
+                unsettled.add(key)
             if c is not None:
                 checkpoints.append(c)
+                judged.setdefault(key, []).append(c)
+        for key, _ in fresh:
+            if key not in unsettled:
+                settled[key] = tuple(judged.get(key, ()))
+        self._settled = settled
         checkpoints.sort(key=lambda c: (c.mtime, c.step if c.step is not None else -1))
         notes = list(found.notes)
         if unjudged:
