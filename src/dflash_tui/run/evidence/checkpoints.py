@@ -107,6 +107,16 @@ class CheckpointsView:
         return [c for c in self.found if c.why]
 
     @cached_property
+    def next_bytes(self) -> int:
+        """The next save's likely size: the largest of the last 3 complete (0 without one)."""
+        return max((c.bytes for c in self.complete[-3:]), default=0)
+
+    @cached_property
+    def memo(self) -> dict:
+        """What is worked out of this view alone, once (the checks' words by their other inputs)."""
+        return {}
+
+    @cached_property
     def writing(self) -> bool:
         return any(c.writing for c in self.found)
 
