@@ -163,7 +163,7 @@ def watched_folders(roots: list[str], view: CheckpointsView) -> tuple[str, ...] 
         return None
     folders = dict.fromkeys(r for r in roots[1:] if not r.startswith("~"))
     for c in view.found:
-        folders[posixpath.dirname(c.path) or "/"] = None
+        folders[_parent(c.path) or "/"] = None
     for c in [c for c in view.torn if c.format in _FOLDER_FORMATS][-MAX_TORN_WATCHED:]:
         folders[c.path] = None
     return tuple(folders) if len(folders) <= MAX_WATCHED else None
@@ -194,8 +194,14 @@ def group(files: tuple[FileStat, ...], named_roots: tuple[str, ...] = ()) -> lis
 def _by_dir(files: tuple[FileStat, ...]) -> dict[str, list[FileStat]]:
     by_dir: dict[str, list[FileStat]] = {}
     for f in files:
-        by_dir.setdefault(posixpath.dirname(f.path), []).append(f)
+        by_dir.setdefault(_parent(f.path), []).append(f)
     return by_dir
+
+
+def _parent(path: str) -> str:
+    """posixpath.dirname of a path without a trailing "/" (a found file's, a checkpoint's), faster."""
+    head, sep, _ = path.rpartition("/")
+    return head or sep
 
 
 def _dir_groups(d: str, fs: list[FileStat], named_roots: tuple[str, ...]) -> list[_Group]:
@@ -318,9 +324,10 @@ class CheckpointLooks:
         fresh: list[tuple[tuple, list[_Group]]] = []
         for d, fs in _by_dir(found.files).items():
             key = (named_roots, tuple(fs))
-            if key in held:
-                settled[key] = held[key]
-                checkpoints.extend(held[key])
+            kept = held.get(key)
+            if kept is not None:
+                settled[key] = kept
+                checkpoints.extend(kept)
             else:
                 fresh.append((key, _dir_groups(d, fs, named_roots)))
         jobs = sorted(((key, g) for key, groups in fresh for g in groups),
