@@ -20,7 +20,8 @@ checkpoint is being written, files wait to be judged, or SAFETY_S passed: a file
 place moves no folder). A checkpoint whose last write is younger than WRITING_S and is not
 complete is being written: neither complete nor torn yet. Every file is judged once per (inode,
 size, mtime); a look judges at most JUDGE_PER_LOOK new files (the newest first), the rest at the
-next looks.
+next looks; a folder whose found files are all as at the last search keeps the checkpoints
+judged there (neither grouped nor judged again).
 """
 
 from __future__ import annotations
