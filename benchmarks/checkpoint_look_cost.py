@@ -8,8 +8,14 @@ Session as the dashboard would. Three ways of looking alternate, --rounds times,
 each, --gap seconds apart:
 
 - without: the look with its checkpoint step removed (observe.py `_observe_checkpoints` a no-op);
-- with: the look as shipped (the search every 5 s of the target's clock, each file judged once);
-- with, searching every look: the worst case (the search and runway asked at every look).
+- before, no gate: the search every 5 s of the target's clock whatever the folders say (the
+  cadence before run/evidence/checkpoint_gate.py: `safety_s` 0);
+- with: the look as shipped (past the 5 s cadence, a stat of the checkpoints' folders in the
+  look's first request; a search only when one moved, or every 60 s);
+- with, searching every look: the worst case (the search and runway asked at every look, no gate).
+
+A way's looks span a few seconds, so "with" holds no 60 s safety search: its share is printed
+apart, a search's cost (worst case minus without) times the looks' spacing over 60 s.
 
 Each look is timed as the CPU of this process's thread (`time.thread_time` around
 `Session.check`, gather and judgement) plus the CPU its agent used meanwhile (/proc of the
@@ -39,6 +45,7 @@ from benchmarks.harness import children_cpu_s  # noqa: E402
 from dflash_tui.config import Profile  # noqa: E402
 from dflash_tui.remote.local import LocalTarget  # noqa: E402
 from dflash_tui.run.evidence import observe  # noqa: E402
+from dflash_tui.run.evidence.checkpoint_gate import SAFETY_S  # noqa: E402
 from dflash_tui.watch.session import Session  # noqa: E402
 
 PRINTER = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.05)\n"
@@ -68,12 +75,16 @@ def make_run_dir(root: Path, hf: int, files: int) -> Path:
     return run
 
 
-async def looks(s: Session, n: int, gap: float) -> list[float]:
+async def looks(s: Session, n: int, gap: float, searched: list[str]) -> list[float]:
     out = []
+    ckpt = s.progress.checkpoints
     for _ in range(n):
         c0, t0 = children_cpu_s(), time.thread_time()
+        ckpt.why_searched = ""
         await s.check()
         t1 = time.thread_time()
+        if ckpt.why_searched:
+            searched.append(ckpt.why_searched)
         await asyncio.sleep(0.02)     # the agent's share of the look is counted after its answer
         out.append((t1 - t0 + children_cpu_s() - c0) * 1000)
         await asyncio.sleep(gap)
@@ -109,20 +120,39 @@ async def main() -> None:
             view = ev.checkpoints
             print(f"run dir: {len(view.found)} checkpoints found ({len(view.complete)} complete), "
                   f"notes {list(view.notes)}; runway {ev.runway.to_json() if ev.runway else None}")
-            got: dict[str, list[float]] = {"without": [], "with": [], "with, searching every look": []}
+            got: dict[str, list[float]] = {"without": [], "before, no gate": [], "with": [],
+                                           "with, searching every look": []}
+            ckpt, gate, spent = s.progress.checkpoints, s.progress.checkpoints.gate, {}
+            searches: dict[str, list[str]] = {name: [] for name in got}
+
+            async def way(name: str, every_s: float, safety_s: float) -> None:
+                ckpt.every_s = s.progress.runway.every_s = every_s
+                gate.safety_s = safety_s
+                t0 = time.monotonic()
+                got[name] += await looks(s, args.looks, args.gap, searches[name])
+                spent[name] = spent.get(name, 0.0) + time.monotonic() - t0
+
             for _ in range(args.rounds):
                 observe._observe_checkpoints = without
-                got["without"] += await looks(s, args.looks, args.gap)
+                await way("without", 5.0, SAFETY_S)
                 observe._observe_checkpoints = shipped
-                s.progress.checkpoints.every_s = s.progress.runway.every_s = 5.0
-                got["with"] += await looks(s, args.looks, args.gap)
-                s.progress.checkpoints.every_s = s.progress.runway.every_s = 0.0
-                got["with, searching every look"] += await looks(s, args.looks, args.gap)
+                await way("before, no gate", 5.0, 0.0)
+                await way("with", 5.0, SAFETY_S)
+                await way("with, searching every look", 0.0, 0.0)
             base = statistics.mean(got["without"])
-            for way, ms in got.items():
-                extra = "" if way == "without" else f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} %"
-                print(f"{way:28s} mean {statistics.mean(ms):6.2f} ms  median {statistics.median(ms):6.2f} ms "
-                      f"per look ({len(ms)} looks){extra}")
+            for name, ms in got.items():
+                extra = "" if name == "without" else f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} %"
+                why = sorted(set(searches[name]))[:3]
+                print(f"{name:28s} mean {statistics.mean(ms):6.2f} ms  median {statistics.median(ms):6.2f} ms "
+                      f"per look ({len(ms)} looks, {len(searches[name])} searched{': ' if why else ''}"
+                      f"{'; '.join(why)}){extra}")
+            search_ms = statistics.mean(got["with, searching every look"]) - base
+            per_look_s = spent["with"] / len(got["with"])
+            safety_ms = search_ms * per_look_s / SAFETY_S
+            with_ms = statistics.mean(got["with"]) - base + safety_ms
+            print(f"a search: {search_ms:.2f} ms; one every {SAFETY_S:g} s at a look every {per_look_s:.2f} s: "
+                  f"{safety_ms:.3f} ms per look; with it, 'with' adds {with_ms:+.2f} ms "
+                  f"({100 * with_ms / base:+.1f} % of a look)")
         finally:
             observe._observe_checkpoints = shipped
             await s.stop(grace_s=1)

@@ -13,10 +13,15 @@ Found with one bounded `find_files` (RemoteOps: the agent and ShellOps alike) un
 | torch.save    | *.pt, *.pth named as a checkpoint           | a whole zip                           |
 | safetensors   | *.safetensors on its own                    | header offsets end at the file's size |
 
-The search runs every 5 s at most, twice per checkpoint interval where saves come faster.
-A checkpoint whose last write is younger than WRITING_S and is not complete is being written:
-neither complete nor torn yet. Every file is judged once per (inode, size, mtime); a look judges
-at most JUDGE_PER_LOOK new files (the newest first), the rest at the next looks.
+The search runs every 5 s at most, twice per checkpoint interval where saves come faster; and
+between searches only when the folders that hold the checkpoints moved (run/evidence/checkpoint_gate.py:
+a look past that cadence stats them in its first request, and searches again when one moved, a
+checkpoint is being written, files wait to be judged, or SAFETY_S passed: a file rewritten in
+place moves no folder). A checkpoint whose last write is younger than WRITING_S and is not
+complete is being written: neither complete nor torn yet. Every file is judged once per (inode,
+size, mtime); a look judges at most JUDGE_PER_LOOK new files (the newest first), the rest at the
+next looks; a folder whose found files are all as at the last search keeps the checkpoints
+judged there (neither grouped nor judged again).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from ...remote.ops import FileStat, RemoteOps
 from .checkpoint_formats import (SAFETENSORS_HEAD_BYTES, SAFETENSORS_HEADER_MAX, TRAINER_STATE_MAX, ZIP_TAIL_BYTES,
                                  is_zip, judge_safetensors, judge_trainer_state, judge_zip,
                                  safetensors_header_length)
+from .checkpoint_gate import FolderGate
 from .memory import Bounded
 
 CHECKPOINT_DEPTH = 3          # directories below the run dir (and below each named folder)
@@ -51,6 +57,9 @@ _CHECKPOINT_WORD = re.compile(r"ckpt|checkpoint|step|epoch", re.IGNORECASE)
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth")
 MAX_FILES_JUDGED = 64         # weight files judged in one checkpoint folder
 HEADER_READ_MAX = 8 << 20     # the longest safetensors header read (one read's cap)
+MAX_WATCHED = 64              # folders a look stats between searches (more: the search runs at its cadence)
+MAX_TORN_WATCHED = 16         # torn folder-checkpoints among them (the newest)
+_FOLDER_FORMATS = frozenset({"hf", "dcp", "dflash-train"})
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,20 @@ class CheckpointsView:
         return [c for c in self.found if c.why]
 
     @cached_property
+    def next_bytes(self) -> int:
+        """The next save's likely size: the largest of the last 3 complete (0 without one)."""
+        return max((c.bytes for c in self.complete[-3:]), default=0)
+
+    @cached_property
+    def memo(self) -> dict:
+        """What is worked out of this view alone, once (the checks' words by their other inputs)."""
+        return {}
+
+    @cached_property
+    def writing(self) -> bool:
+        return any(c.writing for c in self.found)
+
+    @cached_property
     def interval_s(self) -> float | None:
         """The median time between the last saves (up to 6 complete ones); None below two."""
         times = [c.mtime for c in self.complete][-6:]
@@ -131,6 +154,22 @@ def search_roots(run_dir: str, named: tuple[str, ...]) -> list[str]:
     return roots
 
 
+def watched_folders(roots: list[str], view: CheckpointsView) -> tuple[str, ...] | None:
+    """The folders whose stat says whether `view` still holds (checkpoint_gate.py): a profile's
+    folders (`roots` past the run dir; not a "~/" one, which the target's stat cannot name), the
+    folder each found checkpoint lies in, and each torn folder-checkpoint's own. The run dir only
+    as such a folder: the bundled trainer renames its status.json there every second. None where
+    the gate cannot say: nothing found, too many folders."""
+    if not view.found:
+        return None
+    folders = dict.fromkeys(r for r in roots[1:] if not r.startswith("~"))
+    for c in view.found:
+        folders[_parent(c.path) or "/"] = None
+    for c in [c for c in view.torn if c.format in _FOLDER_FORMATS][-MAX_TORN_WATCHED:]:
+        folders[c.path] = None
+    return tuple(folders) if len(folders) <= MAX_WATCHED else None
+
+
 def cadence(every_s: float, view: CheckpointsView | None) -> float:
     """How often to look again: every `every_s`, and at least twice per checkpoint interval
     (never more than once a second), so a save is seen before the next one."""
@@ -150,25 +189,38 @@ def group(files: tuple[FileStat, ...], named_roots: tuple[str, ...] = ()) -> lis
     """The found files as checkpoints: a folder of one format's files, or a file on its own.
     A .pt/.pth/.bin on its own counts only where its path names a checkpoint (or it lies in a
     folder the profile names): a saved tensor of data is not one."""
+    return [g for d, fs in _by_dir(files).items() for g in _dir_groups(d, fs, named_roots)]
+
+
+def _by_dir(files: tuple[FileStat, ...]) -> dict[str, list[FileStat]]:
     by_dir: dict[str, list[FileStat]] = {}
     for f in files:
-        by_dir.setdefault(posixpath.dirname(f.path), []).append(f)
-    out: list[_Group] = []
-    for d, fs in by_dir.items():
-        name = posixpath.basename(d)
-        names = {posixpath.basename(f.path) for f in fs}
-        hf, bundled = _HF_DIR.match(name), _STEP_DIR.match(name)
-        if bundled and posixpath.basename(posixpath.dirname(d)) == CHECKPOINTS_DIR:
-            out.append(_Group(d, "dflash-train", int(bundled.group(1)), fs))
-        elif hf or "trainer_state.json" in names:
-            out.append(_Group(d, "hf", int(hf.group(1)) if hf else None, fs))
-        elif ".metadata" in names or any(n.endswith(".distcp") for n in names):
-            out.append(_Group(d, "dcp", _step_of(name), fs))
-        else:
-            for f in fs:
-                fmt = _file_format(f.path, named_roots)
-                if fmt:
-                    out.append(_Group(f.path, fmt, _step_of(posixpath.basename(f.path)) or _step_of(name), [f]))
+        by_dir.setdefault(_parent(f.path), []).append(f)
+    return by_dir
+
+
+def _parent(path: str) -> str:
+    """posixpath.dirname of a path without a trailing "/" (a found file's, a checkpoint's), faster."""
+    head, sep, _ = path.rpartition("/")
+    return head or sep
+
+
+def _dir_groups(d: str, fs: list[FileStat], named_roots: tuple[str, ...]) -> list[_Group]:
+    """The checkpoints among one folder's found files (`group`)."""
+    name = posixpath.basename(d)
+    names = {posixpath.basename(f.path) for f in fs}
+    hf, bundled = _HF_DIR.match(name), _STEP_DIR.match(name)
+    if bundled and posixpath.basename(posixpath.dirname(d)) == CHECKPOINTS_DIR:
+        return [_Group(d, "dflash-train", int(bundled.group(1)), fs)]
+    if hf or "trainer_state.json" in names:
+        return [_Group(d, "hf", int(hf.group(1)) if hf else None, fs)]
+    if ".metadata" in names or any(n.endswith(".distcp") for n in names):
+        return [_Group(d, "dcp", _step_of(name), fs)]
+    out = []
+    for f in fs:
+        fmt = _file_format(f.path, named_roots)
+        if fmt:
+            out.append(_Group(f.path, fmt, _step_of(posixpath.basename(f.path)) or _step_of(name), [f]))
     return out
 
 
@@ -196,53 +248,110 @@ def _step_of(name: str) -> int | None:
 
 class CheckpointLooks:
     """One run's checkpoints across looks: the judged files (by inode, size, mtime) and the last
-    search. `look` searches at most every `every_s` seconds of the target's clock."""
+    search. `look` searches at most every `every_s` seconds of the target's clock, and then only
+    when the gate says the folders moved (`safety_s` 0: at every such look)."""
 
-    def __init__(self, named: tuple[str, ...] = (), every_s: float = 5.0) -> None:
+    def __init__(self, named: tuple[str, ...] = (), every_s: float = 5.0, safety_s: float | None = None) -> None:
         self.named = tuple(named)
         self.every_s = every_s
         self.judged: Bounded[tuple, tuple[str, int | None]] = Bounded(8192)
         self.view: CheckpointsView | None = None
         self.roots: list[str] = []
+        self.gate = FolderGate() if safety_s is None else FolderGate(safety_s)
+        self.why_searched = ""     # why the last look past the cadence searched ("": it did not)
+        # (profile folders, a folder's found files) -> its checkpoints, as the last search judged them
+        self._settled: dict[tuple, tuple[Checkpoint, ...]] = {}
         self._at: float | None = None
 
     def due(self, now: float) -> bool:
         return self._at is None or not (0 <= now - self._at < cadence(self.every_s, self.view))
 
     def expire(self) -> None:
-        """The next look searches whatever the cadence: a relaunch is about to choose one, and
-        a run that saves every second has written several since a search 5 s old."""
+        """The next look searches whatever the cadence and the folders: a relaunch is about to
+        choose one, and a run that saves every second has written several since a search 5 s old."""
         self._at = None
+        self.gate.open()
+
+    def prefetch(self) -> list[str]:
+        """The folders the next look may stat (its first request carries them; none without a gate)."""
+        return list(self.gate.folders) if self.gate.safety_s > 0 else []
 
     async def look(self, ops: RemoteOps, run_dir: str, now: float) -> CheckpointsView | None:
         if not self.due(now):
             return self.view
         self._at = now
         self.roots = search_roots(run_dir, self.named)
+        stats = await self._folder_stats(ops)
+        self.why_searched = self.gate.why_search(now, self._busy(), stats)
+        if not self.why_searched:
+            return self.view
+        self.view = await self._search(ops, now)
+        self.gate.searched(now, watched_folders(self.roots, self.view), stats or {})
+        return self.view
+
+    def _busy(self) -> str:
+        """Why the last search's view may change with no folder moving ("" when it cannot)."""
+        view = self.view
+        if view is None:
+            return "no search yet"
+        if view.writing:
+            return "a checkpoint is being written"
+        return f"{view.unjudged} file(s) wait to be judged" if view.unjudged else ""
+
+    async def _folder_stats(self, ops: RemoteOps) -> dict[str, FileStat] | None:
+        folders = self.prefetch()
+        if not folders:
+            return {}
+        try:
+            return dict(zip(folders, await ops.stat(folders)))
+        except TargetError as exc:
+            if is_transport_failure(exc):
+                raise
+            return None
+
+    async def _search(self, ops: RemoteOps, now: float) -> CheckpointsView:
         try:
             found = await ops.find_files(self.roots, PATTERNS, max_depth=CHECKPOINT_DEPTH,
                                          max_entries=MAX_ENTRIES, max_found=MAX_FOUND, skip=SKIP)
         except TargetError as exc:
             if is_transport_failure(exc):
                 raise
-            self.view = CheckpointsView(notes=(inert_text(str(exc))[:200],))
-            return self.view
+            return CheckpointsView(notes=(inert_text(str(exc))[:200],))
         named_roots = tuple(self.roots[1:])
-        groups = group(found.files, named_roots)
-        groups.sort(key=lambda g: max(f.mtime for f in g.files), reverse=True)
+        # A folder whose found files are all as at the last search holds the same checkpoints:
+        # grouped and judged once (not one being written, nor one with files left to judge).
+        held, settled = self._settled, {}
+        checkpoints: list[Checkpoint] = []
+        fresh: list[tuple[tuple, list[_Group]]] = []
+        for d, fs in _by_dir(found.files).items():
+            key = (named_roots, tuple(fs))
+            kept = held.get(key)
+            if kept is not None:
+                settled[key] = kept
+                checkpoints.extend(kept)
+            else:
+                fresh.append((key, _dir_groups(d, fs, named_roots)))
+        jobs = sorted(((key, g) for key, groups in fresh for g in groups),
+                      key=lambda job: max(f.mtime for f in job[1].files), reverse=True)
         budget = [JUDGE_PER_LOOK]
-        checkpoints, unjudged = [], 0
-        for g in groups:
+        unjudged, judged, unsettled = 0, {}, set()
+        for key, g in jobs:
             c, left = await self._judge(ops, g, now, budget)
             unjudged += left
+            if left or (c is not None and c.writing):
+                unsettled.add(key)
             if c is not None:
                 checkpoints.append(c)
+                judged.setdefault(key, []).append(c)
+        for key, _ in fresh:
+            if key not in unsettled:
+                settled[key] = tuple(judged.get(key, ()))
+        self._settled = settled
         checkpoints.sort(key=lambda c: (c.mtime, c.step if c.step is not None else -1))
         notes = list(found.notes)
         if unjudged:
             notes.append(f"{unjudged} checkpoint file(s) left to judge at the next looks")
-        self.view = CheckpointsView(tuple(checkpoints), tuple(notes), unjudged)
-        return self.view
+        return CheckpointsView(tuple(checkpoints), tuple(notes), unjudged)
 
     async def _judge(self, ops: RemoteOps, g: _Group, now: float, budget: list[int]) -> tuple[Checkpoint | None, int]:
         """The group as a Checkpoint (None while any of its files waits for the budget) and

@@ -6,7 +6,9 @@ trips in a row, each waiting on the one before. The agent's `observe` op answers
 at once: the stat first, then, in the same request, the reads of the records whose (inode,
 size, mtime) differs from what this client already holds, the listing and the tree of the pid
 the run dir's launch.json named at the last look, and the bytes train.log and events.jsonl
-grew by since the progress tracker's last read. FirstLook hands each of those answers out
+grew by since the progress tracker's last read. Its stat may name more paths than the run
+files (the folders that hold the run's checkpoints): each stat asked of paths it holds is
+answered from it, once. FirstLook hands each of those answers out
 once, to the same call gather would have made, and passes every other call (a second stat, a
 read at an offset, a tree of another pid) to the ops underneath; so gather's questions and
 Evidence stay what they were, and a fleet's poll of N run dirs on one target is N requests
@@ -36,8 +38,7 @@ class FirstLook:
         self._ops = ops
         self._label = ops.label
         self._now: float | None = float(answer["now"])
-        self._stat: tuple[list[str], list[FileStat]] | None = (
-            list(paths), answer["stats"])
+        self._stats: dict[str, FileStat] = dict(zip(paths, answer["stats"]))
         # path -> (offset, max_bytes, answer): records from 0, grown files from their cursor
         asked = {**{p: (0, n) for p, n in reads.items()}, **{p: tuple(g) for p, g in grown.items()}}
         self._reads = {path: (*asked[path], item) for path, item in (answer.get("reads") or {}).items()
@@ -62,9 +63,12 @@ class FirstLook:
         return now if now is not None else await self._ops.now()
 
     async def stat(self, paths: list[str]) -> list[FileStat]:
-        held, self._stat = self._stat, None
-        if held is not None and held[0] == list(paths):
-            return held[1]
+        # The run files, then (another caller) the checkpoint folders: each stat handed out once.
+        held = [self._stats.get(p) for p in paths]
+        if paths and None not in held:
+            for p in paths:
+                self._stats.pop(p, None)
+            return held
         self.asked_after = True
         return await self._ops.stat(paths)
 

@@ -183,7 +183,9 @@ async def gather(ops: RemoteOps, run_dir: str, *, attempt: LaunchAttempt | None 
         reads.update(tracker.growth_prefetch(run_dir))   # when the log's step lines came
     pid = memory.pid
     grown = {path: (offset, ACTIVITY_WINDOW) for path, offset in tracker.cursors(run_dir).items()}
-    ops = await first_look(ops, paths, reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
+    # The folders that hold the run's checkpoints: whether they moved decides the next search.
+    folders = tracker.checkpoints.prefetch() if watched else []
+    ops = await first_look(ops, [*paths, *folders], reads=reads, grown=grown, list_dirs=[posixpath.join(run_dir, PROBE_DIR)],
                            proc_tree=None if pid is None else (pid, run_dir), memory=memory)
     now, stats = await gather_eager(ops.now(), ops.stat(paths))
     ev = Evidence(now=now, run_dir=run_dir, attempt=attempt,

@@ -52,7 +52,7 @@ def runway(view: CheckpointsView, where: DiskFree, run_dir_free: DiskFree | None
     last = view.last_complete
     if last is None:
         return None
-    size = max(c.bytes for c in view.complete[-3:])
+    size = view.next_bytes
     interval = view.interval_s
     due = None if interval is None else max(0.0, last.mtime + interval - now)
     same_fs = run_dir_free is not None and run_dir_free.total == where.total and abs(
@@ -62,8 +62,16 @@ def runway(view: CheckpointsView, where: DiskFree, run_dir_free: DiskFree | None
     left = max(0, math.floor(avail / size)) if size > 0 else 1 << 30
     step_gap = view.step_interval
     next_step = last.step + step_gap if last.step is not None and step_gap else None
-    return DiskRunway(checkpoint_folder(last.path, last.format), where.free, size, due, left, next_step,
-                      interval, rate)
+    return DiskRunway(_folder_of(view), where.free, size, due, left, next_step, interval, rate)
+
+
+def _folder_of(view: CheckpointsView) -> str:
+    """Where the next save goes, worked out once per view (a look asks it twice)."""
+    folder = view.memo.get("folder")
+    if folder is None:
+        last = view.last_complete
+        folder = view.memo["folder"] = checkpoint_folder(last.path, last.format)
+    return folder
 
 
 class RunwayLooks:
@@ -95,7 +103,7 @@ class RunwayLooks:
         last = view.last_complete if view is not None else None
         if last is None:
             return None
-        folder = checkpoint_folder(last.path, last.format)
+        folder = _folder_of(view)
         if self._at is None or not (0 <= now - self._at < cadence(self.every_s, view)) or folder not in self._frees:
             self._at = now
             self._frees = {p: await self._free(ops, p) for p in dict.fromkeys((folder, run_dir))}

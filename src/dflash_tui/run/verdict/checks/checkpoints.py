@@ -20,11 +20,23 @@ def checkpoint_check(view: CheckpointsView | None, now: float, live: bool) -> Ch
     or, while the run lives, no new one came for STALE_INTERVALS intervals. None: none found."""
     if view is None or not view.found:
         return None
+    last, interval = view.last_complete, view.interval_s
+    age = _age(now, last.mtime) if last is not None else ""
+    stale = live and last is not None and interval is not None and now - last.mtime > STALE_INTERVALS * interval
+    # Made again only when its words would change (the age's words), not at every look.
+    key = (age, stale, _duration(now - last.mtime) if stale else "")
+    held = view.memo.get("checkpoint_check")
+    if held is None or held[0] != key:
+        held = view.memo["checkpoint_check"] = (key, _checkpoint_check(view, age, stale, now))
+    return held[1]
+
+
+def _checkpoint_check(view: CheckpointsView, age: str, stale: bool, now: float) -> Check | None:
     last, newest = view.last_complete, view.newest
     said = ""
     if last is not None:
         step = f"step {last.step}, " if last.step is not None else ""
-        said = f"{step}{_age(now, last.mtime)}, {size(last.bytes)} ({last.format} {last.path})"
+        said = f"{step}{age}, {size(last.bytes)} ({last.format} {last.path})"
     if newest is not None and newest.why:
         cause = f"the newest checkpoint {newest.path} is torn: {newest.why}"
         cause += f"; last complete: {said}" if said else "; none is complete"
@@ -34,7 +46,7 @@ def checkpoint_check(view: CheckpointsView | None, now: float, live: bool) -> Ch
         return (Check.of(CheckId.CHECKPOINT, OK, _one_line(f"the first checkpoint is being written: {newest.path}"))
                 if writing else None)
     interval = view.interval_s
-    if live and interval is not None and now - last.mtime > STALE_INTERVALS * interval:
+    if stale:
         cause = (f"no new checkpoint for {_duration(now - last.mtime)}, {STALE_INTERVALS}x the interval "
                  f"of {_duration(interval)}; last: {said}")
         return Check.of(CheckId.CHECKPOINT, WARN, _one_line(cause, 300),
