@@ -62,7 +62,10 @@ def test_the_trainer_with_a_nan_is_diverged_rolled_back_past_the_window_and_fini
         w.send_signal(signal.SIGTERM)
         _, err = w.communicate(timeout=15)
     acts = recorded_actions(tmp_path / "watch.sqlite3", "p")
-    assert [a.action for a in acts] == ["planned", "stopped", "launching", "launched"], (err, states(tmp_path))
+    # On a failure, what each action decided, in words short enough to survive the assertion's cut.
+    said = [(a.action, a.detail.get("reason") or a.detail.get("from_scratch")
+             or (a.detail.get("resume_from") or {}).get("step")) for a in acts]
+    assert [a.action for a in acts] == ["planned", "stopped", "launching", "launched"], f"{said}\n{err[-3000:]}"
     assert (Verdict.DIVERGED.value, first) in states(tmp_path), states(tmp_path)
     # The last good step is the last finite value the watcher judged before the NaN (a look
     # reads the lines since the last one at once); the checkpoint is the newest at or before it.
