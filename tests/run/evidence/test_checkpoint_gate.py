@@ -18,30 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.evidence.activity import ProgressTracker
 from dflash_tui.run.evidence.checkpoints import CheckpointLooks
 from dflash_tui.run.evidence.observe import gather
-from dflash_tui.watch.session import Session
 
-from tests.support.runs import standin_profile
+from tests.run.evidence.test_first_look import CountingAgent, live_run  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.timeout(60)
 
 _HEADER = b'{"w":{"dtype":"F32","shape":[256],"data_offsets":[0,1024]}}'
-
-
-class CountingAgent(AgentOps):
-    """The real agent; remembers the op of every request it sent."""
-
-    def __init__(self, *a, **kw) -> None:
-        super().__init__(*a, **kw)
-        self.asked: list[str] = []
-
-    async def call(self, op, timeout=None, **args):
-        self.asked.append(op)
-        return await super().call(op, timeout, **args)
 
 
 def set_mtime(path: Path, ago_s: float) -> None:
@@ -165,19 +151,6 @@ async def test_a_recovery_searches_at_once_whatever_the_folders_say(agent, run):
     agent.asked.clear()
     await looks.look(agent, str(run), time.time())
     assert "find_files" in agent.asked and looks.why_searched == "no search yet"
-
-
-@pytest.fixture
-async def live_run(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    s = Session(standin_profile(tmp_path / "run", "beat", "--interval=0.2"), targets=(LocalTarget(), LocalTarget()))
-    out = await s.launch(preflight=False)
-    assert out.evidence is not None and out.evidence.launch is not None, out.checklist
-    try:
-        yield s
-    finally:
-        await s.stop(grace_s=0.5)
-        await s.close()
 
 
 async def test_on_a_live_run_the_folders_stat_rides_in_the_looks_one_request(live_run, agent):
