@@ -31,13 +31,6 @@ SILENT_S = 5.0        # the program's silence, well past stall_after_s (2 s)
 RESUMED_STEPS = 40
 
 
-@pytest.fixture(scope="module")
-def http():
-    r = HttpReceiver()
-    yield r
-    r.close()
-
-
 def env_for(tmp_path: Path) -> dict:
     return {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
 

@@ -14,17 +14,10 @@ import pytest
 from dflash_tui.recording.store.change import Evidence, VerdictChange
 from dflash_tui.recording.notify.notify import Notification, message
 from dflash_tui.recording.notify.sender import NotifySender, check_urls, masked
-from tests.support.receivers import HttpReceiver, SmtpReceiver
+from tests.support.receivers import SmtpReceiver
 
 # AUTH without TLS is what a plain local SMTP server on 127.0.0.1 speaks.
 pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
-
-
-@pytest.fixture(scope="module")
-def http():
-    r = HttpReceiver()
-    yield r
-    r.close()
 
 
 @pytest.fixture(scope="module")

@@ -19,18 +19,10 @@ import pytest
 
 from dflash_tui.recording.recovery.recovery import PAUSE_ENV
 from tests.recording.test_daemon import PY, PROGRAMS, env_for, start_watcher, titles
-from tests.support.receivers import HttpReceiver
 from tests.support.watch_store import recorded_actions, recorded_states
 from tests.test_cli_modes import cli
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def http():
-    r = HttpReceiver()
-    yield r
-    r.close()
 
 
 def write_config(tmp_path: Path, port: int, command: list[str], *, backoff_s: float) -> Path:

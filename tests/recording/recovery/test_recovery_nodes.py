@@ -19,7 +19,7 @@ import pytest
 
 from dflash_tui.contract.rundir import CHECKPOINTS_DIR, STATUS_JSON, TRAIN_LOG, parse_status, rank_file
 from tests.recording.test_daemon import start_watcher, wait_title
-from tests.recording.recovery.test_recovery import http, wait_until   # noqa: F401  (the module's receiver)
+from tests.recording.recovery.test_recovery import wait_until
 from tests.support.runs import alive
 from tests.support.watch_store import recorded_actions, recorded_states
 from tests.test_cli_modes import cli

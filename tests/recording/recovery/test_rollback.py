@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.recording.test_daemon import PY, PROGRAMS, start_watcher
-from tests.recording.recovery.test_recovery import actions, http, states, wait_until  # noqa: F401 (a fixture)
+from tests.recording.recovery.test_recovery import actions, states, wait_until
 from tests.support.watch_store import recorded_actions
 from tests.test_cli_modes import cli
 

@@ -19,7 +19,7 @@ import pytest
 from dflash_tui.contract import rundir
 from dflash_tui.verdicts import Verdict
 from tests.recording.test_daemon import start_watcher
-from tests.recording.recovery.test_recovery import actions, http, states, wait_until  # noqa: F401 (a fixture)
+from tests.recording.recovery.test_recovery import actions, states, wait_until
 from tests.support.watch_store import recorded_actions
 from tests.test_cli_modes import cli, toml_str
 

@@ -15,18 +15,10 @@ import pytest
 
 from tests.recording.test_daemon import PY, PROGRAMS, start_watcher, titles
 from tests.recording.recovery.test_recovery import actions, states, wait_until, write_config
-from tests.support.receivers import HttpReceiver
 from tests.support.watch_store import recorded_actions
 from tests.test_cli_modes import cli
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def http():
-    r = HttpReceiver()
-    yield r
-    r.close()
 
 
 def test_a_stop_while_the_restart_waits_cancels_it_and_disarms_the_run(tmp_path, http):
