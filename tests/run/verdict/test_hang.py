@@ -339,6 +339,21 @@ def test_processes_that_ended_are_no_warning():
     assert "1 DataLoader worker(s) ended" in probe.cause
 
 
+
+def test_workers_ended_long_ago_stay_ended_while_their_parent_is_briefly_silent():
+    # The parent ran no Python for 7 s (a machine starved of CPU): it is the one silent process.
+    # Its workers that stopped 47 s ago, mid-item, ended while it still beat; a worker that
+    # stopped with it (its last report as late as the parent's) is not known to have ended.
+    busy = ("/w/data.py:12 __getitem__", f"{SITE}/torch/utils/data/_utils/fetch.py:52 fetch",
+            f"{SITE}/torch/utils/data/_utils/worker.py:349 _worker_loop")
+    main = rep(201, th("MainThread", "/w/train.py:20 main"), at=NOW - 7)
+    old = [rep(pid, th("MainThread", *busy), at=NOW - 47, ppid=201) for pid in (812, 813)]
+    late = rep(814, th("MainThread", *busy), at=NOW - 7.5, ppid=201)
+    probe = by_id(evaluate(looked([main, *old, late], silent_s=7), replace(LIM, stall_after_s=6)))["probe"]
+    assert probe.state is CheckState.WARN, probe
+    assert "2 DataLoader worker(s) ended" in probe.cause, probe.cause
+    assert probe.cause.endswith("silent: pid 201 (7 s ago), pid 814 (8 s ago)"), probe.cause
+
 def test_one_look_at_the_cpu_says_its_lifetime_average():
     e = looked([], cpu=None, silent_s=1)                   # up 300 s, 50 CPU seconds
     cpu = by_id(evaluate(e, LIM))["cpu"]

@@ -1,10 +1,12 @@
 """DataLoader workers that end with their loader are not silent processes: a healthy loop
 whose workers are shut down every epoch, some while they prefetch (tests/programs/
-loader_workers_end.py), keeps its probe check OK and its threads free of ended workers."""
+loader_workers_end.py), never has a worker named silent, and its threads are free of ended
+workers."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from pathlib import Path
@@ -31,9 +33,15 @@ async def test_workers_ended_by_their_loader_are_not_silent_processes(sessions, 
         if probe is not None:
             progress = next(c for c in cl.checks if c.id == "progress")
             looks.append((round(time.monotonic() - t0, 1), cl.verdict, probe.state, probe.cause, progress.cause))
+            # On a loaded machine the loop itself may run no Python past the limit: then it is
+            # named silent. A worker never is: it ended with its loader.
+            pids = {p.pid for p in ev.probes}
+            loop = {p.pid for p in ev.probes if p.ppid not in pids}
+            silent = {int(pid) for pid in re.findall(r"pid (\d+)", probe.cause.partition("silent: ")[2])}
+            assert silent <= loop, looks
         await asyncio.sleep(1.0)
     warned = [x for x in looks if x[2] is not CheckState.OK]
-    assert not warned, warned
+    assert len(warned) <= len(looks) // 4, looks
     ended = [x for x in looks if "DataLoader worker(s) ended" in x[3]]
     assert len(ended) >= 3, looks            # workers did end, look after look
     # The ended workers never make the run anything but RUNNING; on a loaded machine the loop

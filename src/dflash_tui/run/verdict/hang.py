@@ -38,7 +38,7 @@ import operator
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from ...contract.rundir import ProbeReport, ProbeThread
+from ...contract.rundir import PROBE_INTERVAL_S, ProbeReport, ProbeThread
 from ...words import cpu_use, duration
 from ..stacks.records import CollectiveProgress
 from ..evidence.observe import Evidence
@@ -212,6 +212,7 @@ def thread_views(ev: Evidence, memory: LookMemory) -> list[ThreadView]:
     out: list[ThreadView] = []
     loading: set[int] = set()     # processes whose thread waits for DataLoader workers
     beating = {p.pid for p in ev.probes if not p.ended and not _stale(ev, p)}
+    beat_at = last_beats(ev.probes)
     for p in ev.probes:
         if p.ended:
             continue
@@ -219,7 +220,7 @@ def thread_views(ev: Evidence, memory: LookMemory) -> list[ThreadView]:
         use_dump = dump is not None and dump.time > p.time
         threads = list(dump.threads) if use_dump else p.threads
         stale = p.pid not in beating
-        if stale and not use_dump and ended_worker(p, p.ppid in beating):
+        if stale and not use_dump and ended_worker(p, beat_at.get(p.ppid)):
             continue     # a DataLoader worker that ended with its loader (no atexit in workers)
         if not use_dump and not stale:
             kept = _kept_views(p, since_of, still_of, memory)
@@ -526,12 +527,27 @@ def _dataloader(ev: Evidence, views: list[ThreadView], loader: list[ThreadView])
                               f" (no worker's stack was read)", since)
 
 
-def ended_worker(p: ProbeReport, parent_beats: bool) -> bool:
+# A parent that wrote reports this long after a worker's last one lived on while the worker
+# was gone: two missed beats, not one late write.
+_PARENT_BEAT_AFTER_S = 2 * PROBE_INTERVAL_S
+
+
+def last_beats(probes: list[ProbeReport]) -> dict[int, float]:
+    """Each live process's last report time, by pid."""
+    return {p.pid: p.time for p in probes if not p.ended}
+
+
+def ended_worker(p: ProbeReport, parent_time: float | None) -> bool:
     """A DataLoader worker that stopped beating is ended, not silent: idle at its index queue
-    when it was last seen, or its parent (the process that owns the DataLoader) beats on. A
-    DataLoader shuts its workers down at an epoch's end or when an iteration is left early,
-    also while they prefetch; a worker that holds its parent shows in the parent's own stack."""
-    return idle_worker(p) or (parent_beats and _worker(p.threads))
+    when it was last seen, or its parent (the process that owns the DataLoader) beat on after
+    it (`parent_time`: the parent's last report). A DataLoader shuts its workers down at an
+    epoch's end or when an iteration is left early, also while they prefetch; a worker that
+    holds its parent shows in the parent's own stack. Judged by the parent's beats after the
+    worker's, not by whether the parent beats now: a parent starved of CPU for a few seconds
+    does not bring its workers of a minute ago back to life."""
+    if idle_worker(p):
+        return True
+    return parent_time is not None and parent_time - p.time >= _PARENT_BEAT_AFTER_S and _worker(p.threads)
 
 
 def idle_worker(p: ProbeReport) -> bool:

@@ -8,7 +8,7 @@ from ...evidence.activity import Activity
 from ...evidence.observe import Evidence
 from ...stacks.classify import ThreadClass
 from ..checklist import Check, CheckId, CheckState
-from ..hang import STALE_AFTER_S, Hang, ThreadView, ended_worker
+from ..hang import STALE_AFTER_S, Hang, ThreadView, ended_worker, last_beats
 from .launch import DISK_HINT, last_line
 
 OK, WARN, FAIL, PENDING = CheckState.OK, CheckState.WARN, CheckState.FAIL, CheckState.PENDING
@@ -71,9 +71,10 @@ def probe_check(ev: Evidence, limits_stall_s: float) -> Check | None:
         if ev.now - p.time <= limit:
             fresh.append(p)
             beating.add(p.pid)
+    beat_at = last_beats(live)
     for p in live:
         if p.pid not in beating:
-            (gone_workers if ended_worker(p, p.ppid in beating) else silent).append(p)
+            (gone_workers if ended_worker(p, beat_at.get(p.ppid)) else silent).append(p)
     newest = max((p.time for p in live), default=None)
     cause = f"{len(fresh)} of {len(fresh) + len(silent)} process(es) beating, newest {_age(ev.now, newest)}"
     if gone_workers:
