@@ -348,10 +348,12 @@ class _Nodes:
         return {"verdict": d["verdict"], "summary": d["summary"],
                 "checks": [c for c in d["checks"]
                            if c["id"].startswith("node:") or c["id"] in (CheckId.STRAGGLERS, CheckId.MEMORY)],
-                # every node's memory runway, keyed by node in rank order (its disk, energy and
-                # cost: in its own object under "nodes")
+                # every node's memory runway, keyed by node in rank order (its disk: in its own
+                # object under "nodes"); the energy and cost over every node, each its own there
                 "runway": {"memory": {n.node: (n.report.memory.to_json() if n.report.memory is not None else None)
                                       for n in report.nodes}},
+                "energy": report.energy.to_json() if report.energy is not None else None,
+                "cost": report.cost.to_json() if report.cost is not None else None,
                 "rank_groups": d["rank_groups"], "stragglers": d["stragglers"],
                 "stall_limit_s": d["stall_limit_s"], "stall_limit_why": d["stall_limit_why"],
                 "nodes": nodes, "unreachable": [n.node for n in report.nodes if not n.report.connected],

@@ -381,7 +381,9 @@ def test_each_nodes_memory_runway_and_the_soonest_forecast_across_them(sshd, tmp
         assert 180 * MB <= remote["growth"]["bytes_per_100_steps"] <= 230 * MB, remote
         assert {local["limit_source"], remote["limit_source"]} == {"memory_limit_mb"}
         assert 0 < remote["growth"]["full_in_s"] < local["growth"]["full_in_s"] < 3600, runway
-        # Each node's own object carries its runway (and its energy and cost: none here, no GPU).
+        # Each node's own object carries its runway (and its energy and cost: none here, no GPU,
+        # and so none for the run either).
+        assert doc["energy"] is None and doc["cost"] is None, doc
         for n in doc["nodes"]:
             assert n["runway"]["memory"] == runway[n["node"]] and n["energy"] is None, n
             assert {c["id"]: c["state"] for c in n["checks"]}["memory"] == "warn", n["checks"]

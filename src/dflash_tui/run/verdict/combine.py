@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from ...gpu.sample import GpuError, GpuErrorKind, GpuSnapshot
 from ..stacks.classify import ThreadClass
+from .energy import nodes_cost, nodes_energy
 from .report import RunReport
 from .rank_groups import group_ranks
 from .stragglers import paces, stragglers, with_stragglers
@@ -99,7 +100,8 @@ class RunOfNodes:
     def report(self, profile: str, target_label: str, run_dir: str) -> RunReport:
         """The run as one RunReport, for the panes: the combined checklist; every node's
         threads, each named "NODE/thread" (so a table sorted by name groups them by node);
-        the first node's launch, step, loss and log. Nothing is judged here."""
+        the first node's launch, step, loss and log; the energy and cost over every node
+        (run/verdict/energy.py). Nothing is judged here."""
         reports = [n.report for n in self.nodes]
         lead = reports[0]
         with_status = [(n.node, n.report.status) for n in self.nodes if n.report.status is not None]
@@ -120,7 +122,9 @@ class RunOfNodes:
             uptime_s=lead.uptime_s, connected=all(r.connected for r in reports),
             stale_since=min(stale) if stale else None, error="; ".join(errors) or None,
             last_traceback=(first_failing or lead).last_traceback, progress=lead.progress, activity=lead.activity,
-            nodes=tuple(self.nodes))
+            nodes=tuple(self.nodes),
+            energy=nodes_energy([(n.node, n.report.energy) for n in self.nodes]),
+            cost=nodes_cost([(n.node, n.report.cost) for n in self.nodes]))
 
 
 def merge_gpu_snapshots(snaps: list[tuple[str, GpuSnapshot]]) -> GpuSnapshot:

@@ -31,8 +31,9 @@ CAUSE_WORDS = {"queued": "queueing", "starting": "starts", "stalled": "stalls", 
 @dataclass(frozen=True)
 class RunEnergy:
     joules: float | None                  # None: no GPU of the run gave a counter at both ends
-    gpus: tuple[int, ...]                 # the GPUs counted
-    missing: tuple[tuple[int, str], ...] = ()   # (GPU, why it is not counted)
+    # The GPUs counted: indices on one host; "NODE:INDEX" for a run on several nodes.
+    gpus: tuple[int | str, ...]
+    missing: tuple[tuple[int | str, str], ...] = ()   # (GPU, why it is not counted)
     j_per_step: float | None = None       # since the launch, over the run's steps
     j_per_token: float | None = None      # the run's power now over the trainer's tokens/s now
 
@@ -191,6 +192,47 @@ def cost_at(per_hour: float, seconds: float, since: str, *, eta_s: float | None 
     badput = sum(by_cause.values()) if lost_s_by_cause is not None else None
     return RunCost(per_hour, of(seconds), seconds, since,
                    of(eta_s) if eta_s is not None else None, badput, by_cause, unpriced)
+
+
+def nodes_energy(parts: Sequence[tuple[str, RunEnergy | None]]) -> RunEnergy | None:
+    """A run's energy over its nodes (each node's own, in rank order): their joules summed,
+    each GPU named "NODE:INDEX" (as the merged GPUs pane names it). J per step is the total
+    over the steps (the ranks step together: each node's figure is over the same steps), so it
+    is known only when every node that counted joules knows it. J per token is not summed: a
+    node's figure is its own power over its own throughput. None: no node saw a GPU."""
+    seen = [(node, e) for node, e in parts if e is not None]
+    if not seen:
+        return None
+    counted = [f"{node}:{g}" for node, e in seen for g in e.gpus]
+    missing = [(f"{node}:{g}", why) for node, e in seen for g, why in e.missing]
+    with_joules = [e for _, e in seen if e.joules is not None]
+    joules = sum(e.joules for e in with_joules) if with_joules else None
+    per_step = [e.j_per_step for e in with_joules]
+    j_per_step = sum(per_step) if per_step and None not in per_step else None
+    if len(seen) == 1:
+        return RunEnergy(joules, tuple(counted), tuple(missing), j_per_step, seen[0][1].j_per_token)
+    return RunEnergy(joules, tuple(counted), tuple(missing), j_per_step, None)
+
+
+def nodes_cost(parts: Sequence[tuple[str, RunCost | None]]) -> RunCost | None:
+    """A run's cost over its nodes: their rates, costs so far and badput summed; the time is the
+    longest node's; `to_finish` only when every priced node has an ETA; what is not priced is
+    said per node. None: no node is priced."""
+    priced = [(node, c) for node, c in parts if c is not None]
+    if not priced:
+        return None
+    costs = [c for _, c in priced]
+    to_finish = [c.to_finish for c in costs]
+    badput = [c.badput for c in costs]
+    by_cause: dict[str, float] = {}
+    for c in costs:
+        for cause, v in c.badput_by_cause.items():
+            by_cause[cause] = by_cause.get(cause, 0.0) + v
+    longest = max(costs, key=lambda c: c.seconds)
+    unpriced = "; ".join(f"node {node}: {c.unpriced}" for node, c in priced if c.unpriced)
+    return RunCost(sum(c.per_hour for c in costs), sum(c.so_far for c in costs), longest.seconds, longest.since,
+                   sum(to_finish) if None not in to_finish else None,
+                   sum(badput) if None not in badput else None, by_cause, unpriced)
 
 
 def spent_words(kwh: float | None, cost: float | None) -> str:
