@@ -203,6 +203,27 @@ def test_forked_child_restarts_its_heartbeat(tmp_path):
     assert next(r for r in reports(run) if r.pid == proc.pid).ended
 
 
+def test_a_parent_that_forks_more_often_than_it_beats_still_beats(tmp_path):
+    # A DataLoader forks its workers every epoch, often several times a second: each fork must
+    # not put the parent's next beat a whole interval further away.
+    prog = write(tmp_path / "forks.py", """\
+        import os, time
+        end = time.monotonic() + 6
+        while time.monotonic() < end:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            time.sleep(0.3)
+    """)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([PYTHON, str(prog)], env=probe_env(run))
+    assert proc.wait(timeout=60) == 0
+    parent = [r for r in reports(run) if r.pid == proc.pid]
+    # About one beat a second for 6 s, and the last at exit.
+    assert len(parent) == 1 and parent[0].ended and parent[0].seq >= 5, [(r.pid, r.seq, r.ended) for r in reports(run)]
+
+
 COMPILE = """\
     import sys, threading, time
     import torch

@@ -173,6 +173,7 @@ class _Probe:
         self._torch_done = False             # dynamo's callbacks registered (or that failed)
         self._fork_hooked = False
         self._paused = False                 # the thread was stopped for a fork in progress
+        self._due = 0.0                      # when the next beat is due (monotonic)
         self._stack_fd: int | None = None    # probe/<pid>.stack, held by faulthandler
         # ident -> (where its stack is, since when: target clock, monotonic); `_stack_key`
         self._stacks: dict[int, tuple[tuple, float, float]] = {}
@@ -259,7 +260,7 @@ class _Probe:
         while True:
             self.beat()
             self._thread_cpu = time.thread_time()
-            deadline = time.monotonic() + self.interval_s
+            deadline = self._due = time.monotonic() + self.interval_s
             # Once torch is imported and until dynamo's callbacks are registered, look often:
             # a compile that starts before they are misses its start (dict lookups: ~free).
             while not self._torch_done and "torch" in sys.modules:
@@ -613,8 +614,11 @@ class _Probe:
 
     def _after_fork_parent(self) -> None:
         try:
-            if self._paused:   # the next beat when it was due (a program may fork often)
-                self.start_thread(first_beat_after_s=self.interval_s)
+            if self._paused:
+                # The next beat when it was due, not an interval after this fork: a program
+                # that forks more often than it beats (a DataLoader's workers, every epoch)
+                # would otherwise never beat at all.
+                self.start_thread(first_beat_after_s=max(0.0, self._due - time.monotonic()))
         except Exception as exc:   # noqa: BLE001
             self.note_error("fork", exc)
 
