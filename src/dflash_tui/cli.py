@@ -83,15 +83,21 @@ def one_line(message: str) -> str:
     return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in message)
 
 
-def wait_seconds(text: str) -> float:
-    """--wait's value: a finite number of seconds from 0 to a day."""
+def _number_in(text: str, low: float, high: float, unit: str) -> float:
+    """An option's value: a finite number of `unit` from `low` to `high`; else argparse's error,
+    one line naming the value and the range."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (0.0 <= value <= MAX_WAIT_S):   # False for nan too
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range; use 0 to {MAX_WAIT_S:g} seconds")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
+    if not (low <= value <= high):   # False for nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range; use {low:g} to {high:g} {unit}")
     return value
+
+
+def wait_seconds(text: str) -> float:
+    """--wait's value: a finite number of seconds from 0 to a day."""
+    return _number_in(text, 0.0, MAX_WAIT_S, "seconds")
 
 
 DEFAULT_BUNDLE_MB = 20.0
@@ -100,13 +106,7 @@ MAX_BUNDLE_MB = 1024.0
 
 def bundle_mb(text: str) -> float:
     """--bundle-max-mb's value: a finite number of MiB from 1 to 1024."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
-    if not (1.0 <= value <= MAX_BUNDLE_MB):   # False for nan too
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range; use 1 to {MAX_BUNDLE_MB:g} MiB")
-    return value
+    return _number_in(text, 1.0, MAX_BUNDLE_MB, "MiB")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -81,6 +81,19 @@ _COMPILE_FRAMES = (os.sep + os.path.join("torch", "_dynamo", "convert_frame.py")
                    os.sep + os.path.join("torch", "_inductor", "compile_fx.py"))
 
 
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Every byte of `data` to `fd` (one os.write may take less than it is given), then closes it."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def _int_env(name: str) -> int | None:
     value = os.environ.get(name, "").strip()
     try:
@@ -302,14 +315,9 @@ class _Probe:
 
     def _write(self, text: str) -> None:
         data = text.encode("utf-8")
-        fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.tmp_path, _NEW_FILE, 0o644)
         try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+            _write_all(fd, data)
             os.replace(self.tmp_path, self.report_path)
         except BaseException:
             try:
@@ -525,13 +533,7 @@ class _Probe:
         data = dump()
         path = prefix + str(dist.get_rank())
         tmp = "%s.%d.tmp" % (path, self.pid)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        _write_all(os.open(tmp, _NEW_FILE, 0o644), data)
         os.replace(tmp, path)
 
     # -- torch, once the program imported it ----------------------------------------------------

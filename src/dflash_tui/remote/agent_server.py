@@ -952,6 +952,18 @@ def op_list_dir(path):
     return out
 
 
+def _listing(path, notes):
+    """os.scandir(path), for a walk: None for a folder gone since it was seen, and for one that
+    cannot be listed, which the walk's notes then name."""
+    try:
+        return os.scandir(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
+        return None
+
+
 def op_find_files(roots, patterns, max_depth=3, max_entries=20000, max_found=512, skip=()):
     """Regular files under `roots` whose name matches one of `patterns` (fnmatch), breadth
     first, at most `max_depth` directories down; hidden directories and those named in `skip`
@@ -970,12 +982,8 @@ def op_find_files(roots, patterns, max_depth=3, max_entries=20000, max_found=512
         queue = collections.deque([(root, 0)])
         while queue and len(found) < max_found and seen <= max_entries:
             path, depth = queue.popleft()
-            try:
-                it = os.scandir(path)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
+            it = _listing(path, notes)
+            if it is None:
                 continue
             with it:
                 for entry in it:
@@ -1257,12 +1265,8 @@ def metric_find(roots, patterns, max_depth=4, max_entries=200000, max_found=512,
                 heapq.heappush(heap, (0.0, 0, path, depth, deeper))
                 cut = "after %d entries" % seen
                 break
-            try:
-                it = os.scandir(path)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
+            it = _listing(path, notes)
+            if it is None:
                 continue
             looked += 1
             with it:

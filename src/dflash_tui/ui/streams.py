@@ -85,30 +85,45 @@ class RunStreams:
     def load_previous_run(self) -> None:
         self._run(self._previous_run(), "previous")
 
-    async def _reports(self) -> None:
-        view = self.view
+    @staticmethod
+    async def _resubscribing(subscribe, take, errors: tuple[type[BaseException], ...], say) -> None:
+        """Hands each item of the stream `subscribe()` opens to `take`, until the stream ends; a
+        stream broken by one of `errors` is `say`d and subscribed to again, after 1 s, doubled at
+        each break in a row up to RETRY_MAX_S. The last data stays on screen meanwhile."""
         delay = 1.0
         while True:
             try:
-                async for report in view.source.reports():
-                    # Held for the log poll it wakes, so both repaint in one frame; drawn
-                    # alone if that poll does not come back quickly (a slow transport).
-                    self._pending_report = report
-                    self._report_times.append(time.monotonic())
-                    self._report_arrived.set()
-                    # A plain loop timer, cancelled when the log poll draws the report (it
-                    # nearly always does): no timer task and no wake-up a second for nothing.
-                    if self._hold is not None:
-                        self._hold.cancel()
-                    self._hold = asyncio.get_running_loop().call_later(REPORT_HOLD_S, self.apply_pending_report)
+                async for item in subscribe():
+                    take(item)
                     delay = 1.0
                 return
-            except (TargetError, OSError, ActionError) as exc:
-                # The watch keeps its own connection alive; if its stream itself breaks,
-                # keep the last data on screen (the header shows its age) and resubscribe.
-                view.log_pane.problem = f"monitor: {one_line(str(exc))}"
+            except errors as exc:
+                say(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _reports(self) -> None:
+        view = self.view
+
+        def broke(exc: BaseException) -> None:
+            # The watch keeps its own connection alive; if its stream itself breaks, the
+            # header shows the last data's age.
+            view.log_pane.problem = f"monitor: {one_line(str(exc))}"
+
+        await self._resubscribing(lambda: view.source.reports(), self._took_report,
+                                  (TargetError, OSError, ActionError), broke)
+
+    def _took_report(self, report) -> None:
+        # Held for the log poll it wakes, so both repaint in one frame; drawn
+        # alone if that poll does not come back quickly (a slow transport).
+        self._pending_report = report
+        self._report_times.append(time.monotonic())
+        self._report_arrived.set()
+        # A plain loop timer, cancelled when the log poll draws the report (it
+        # nearly always does): no timer task and no wake-up a second for nothing.
+        if self._hold is not None:
+            self._hold.cancel()
+        self._hold = asyncio.get_running_loop().call_later(REPORT_HOLD_S, self.apply_pending_report)
 
     def apply_pending_report(self) -> None:
         report, self._pending_report = self._pending_report, None
@@ -127,17 +142,12 @@ class RunStreams:
 
     async def _gpus(self) -> None:
         view = self.view
-        delay = 1.0
-        while True:
-            try:
-                async for snap in view.source.gpu_snapshots():
-                    view.on_gpu_snapshot(snap)
-                    delay = 1.0
-                return
-            except (TargetError, OSError) as exc:
-                view.app.notify(f"GPU stream: {one_line(str(exc))}; retrying", severity="warning")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+
+        def broke(exc: BaseException) -> None:
+            view.app.notify(f"GPU stream: {one_line(str(exc))}; retrying", severity="warning")
+
+        await self._resubscribing(lambda: view.source.gpu_snapshots(), lambda snap: view.on_gpu_snapshot(snap),
+                                  (TargetError, OSError), broke)
 
     async def _log(self) -> None:
         view = self.view

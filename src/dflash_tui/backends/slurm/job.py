@@ -154,19 +154,27 @@ def controller_silent(text: str) -> bool:
     return any(marker in text for marker in _NO_CONTROLLER)
 
 
-def parse_squeue(job_id: str, text: str, rc: int) -> SlurmJob | None:
-    """The job from `squeue -h -j ID -o SQUEUE_FORMAT`; None when squeue does not list it
-    (empty, or "Invalid job id"), which alone proves nothing."""
+def _job_line(job_id: str, text: str, rc: int, fields: int) -> list[str] | None:
+    """The fields of the first line of a `|`-separated listing (squeue -o, sacct -P) that is
+    about `job_id` and has `fields` fields at least; None where the command failed or lists none."""
     if rc != 0:
         return None
     for line in text.splitlines():
         parts = line.split("|")
-        if len(parts) < 8 or parts[0].strip() != job_id:
-            continue
-        return SlurmJob(job_id, state=base_state(parts[1]), reason=_clean(parts[2]), node_list=_clean(parts[3]),
-                        partition=_clean(parts[4]), start_time=_clean(parts[5]), time_limit=_clean(parts[6]),
-                        run_time=_clean(parts[7]), source="squeue")
+        if len(parts) >= fields and parts[0].strip() == job_id:
+            return parts
     return None
+
+
+def parse_squeue(job_id: str, text: str, rc: int) -> SlurmJob | None:
+    """The job from `squeue -h -j ID -o SQUEUE_FORMAT`; None when squeue does not list it
+    (empty, or "Invalid job id"), which alone proves nothing."""
+    parts = _job_line(job_id, text, rc, 8)
+    if parts is None:
+        return None
+    return SlurmJob(job_id, state=base_state(parts[1]), reason=_clean(parts[2]), node_list=_clean(parts[3]),
+                    partition=_clean(parts[4]), start_time=_clean(parts[5]), time_limit=_clean(parts[6]),
+                    run_time=_clean(parts[7]), source="squeue")
 
 
 def parse_scontrol_fields(line: str) -> dict[str, str]:
@@ -204,18 +212,14 @@ def parse_scontrol(job_id: str, text: str, rc: int) -> SlurmJob | None:
 
 def parse_sacct(job_id: str, text: str, rc: int) -> SlurmJob | None:
     """The allocation's line of `sacct -n -P -X -j ID -o SACCT_FIELDS`."""
-    if rc != 0:
+    parts = _job_line(job_id, text, rc, 9)
+    if parts is None:
         return None
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) < 9 or parts[0].strip() != job_id:
-            continue
-        state = parts[1].strip()
-        by = state.split(" by ", 1)[1].strip() if " by " in state else ""
-        return SlurmJob(job_id, state=base_state(state), reason=_clean(parts[2]), exit_code=_clean(parts[3]),
-                        node_list=_clean(parts[4]), partition=_clean(parts[5]), start_time=_clean(parts[6]),
-                        end_time=_clean(parts[7]), time_limit=_clean(parts[8]), cancelled_by=_clean(by), source="sacct")
-    return None
+    state = parts[1].strip()
+    by = state.split(" by ", 1)[1].strip() if " by " in state else ""
+    return SlurmJob(job_id, state=base_state(state), reason=_clean(parts[2]), exit_code=_clean(parts[3]),
+                    node_list=_clean(parts[4]), partition=_clean(parts[5]), start_time=_clean(parts[6]),
+                    end_time=_clean(parts[7]), time_limit=_clean(parts[8]), cancelled_by=_clean(by), source="sacct")
 
 
 # sinfo's short node states (%t) of a node out of service, besides a "*" (not responding).

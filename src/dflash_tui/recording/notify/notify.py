@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ...run.verdict.energy import spent_words
 from ...verdicts import State, TargetState, Verdict
 from ...words import eta, progress
-from ..store.change import CheckNotice, VerdictChange
+from ..store.change import CheckNotice, Evidence, VerdictChange
 from .settings import NotifySettings
 
 
@@ -82,6 +82,26 @@ def open_command(profile: str, config_path: str | None) -> str:
     return "dflash-tui " + (f"--config {config_path} " if config_path else "") + f"--profile {profile}"
 
 
+def _run_figures(ev: Evidence, *, with_eta: bool) -> list[str]:
+    """The run's progress (with its ETA where asked and known) and what it has spent, each line
+    only where there is something to say."""
+    lines = []
+    numbers = progress(ev.step, ev.total, ev.loss, ev.rate, ev.rate_unit)
+    if with_eta and ev.eta_s is not None and ev.step is not None and ev.total and ev.step < ev.total:
+        numbers += f", ETA {eta(ev.eta_s)}"
+    if numbers:
+        lines.append(numbers)
+    if spent := spent_words(ev.kwh, ev.cost):
+        lines.append(f"this run: {spent}")
+    return lines
+
+
+def _closing_lines(change: VerdictChange, config_path: str | None) -> list[str]:
+    """A notification's last lines: the run's id where known, and the command that opens it."""
+    return ([f"run {change.run_id}"] if change.run_id else []) + [
+        f"open it: {open_command(change.profile, config_path)}"]
+
+
 def message(change: VerdictChange, event: str, config_path: str | None) -> tuple[str, str]:
     """(title, body) of a change's notification; every run-made text in it is already inert."""
     word = "recovered: " if event == "recovered" else ""
@@ -90,13 +110,7 @@ def message(change: VerdictChange, event: str, config_path: str | None) -> tuple
     lines = [f"{change.state} (was {change.previous or 'not recorded'}): {change.cause}"]
     if change.check:
         lines.append(f"check: {change.check}")
-    numbers = progress(ev.step, ev.total, ev.loss, ev.rate, ev.rate_unit)
-    if ev.eta_s is not None and ev.step is not None and ev.total and ev.step < ev.total:
-        numbers += f", ETA {eta(ev.eta_s)}"
-    if numbers:
-        lines.append(numbers)
-    if spent := spent_words(ev.kwh, ev.cost):
-        lines.append(f"this run: {spent}")
+    lines += _run_figures(ev, with_eta=True)
     if ev.stuck_at:
         lines.append(f"stuck at: {ev.stuck_at}")
     if ev.ranks:
@@ -104,9 +118,7 @@ def message(change: VerdictChange, event: str, config_path: str | None) -> tuple
     if ev.traceback:
         lines.append("traceback (last lines):")
         lines += [f"  {line}" for line in ev.traceback]
-    if change.run_id:
-        lines.append(f"run {change.run_id}")
-    lines.append(f"open it: {open_command(change.profile, config_path)}")
+    lines += _closing_lines(change, config_path)
     return title, "\n".join(lines)
 
 
@@ -115,15 +127,8 @@ def notice_message(notice: CheckNotice, config_path: str | None) -> tuple[str, s
     c = notice.change
     title = f"dflash-tui: {c.profile} warning: {c.check} {notice.check_state.value}"
     lines = [f"{c.state}, and the {c.check} check says: {c.cause}"]
-    ev = c.evidence
-    numbers = progress(ev.step, ev.total, ev.loss, ev.rate, ev.rate_unit)
-    if numbers:
-        lines.append(numbers)
-    if spent := spent_words(ev.kwh, ev.cost):
-        lines.append(f"this run: {spent}")
-    if c.run_id:
-        lines.append(f"run {c.run_id}")
-    lines.append(f"open it: {open_command(c.profile, config_path)}")
+    lines += _run_figures(c.evidence, with_eta=False)
+    lines += _closing_lines(c, config_path)
     return title, "\n".join(lines)
 
 

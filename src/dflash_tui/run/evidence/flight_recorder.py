@@ -306,19 +306,23 @@ def _key(st: FileStat, *extra) -> tuple:
     return (st.path, st.inode, st.size, st.mtime, *extra)
 
 
-async def _read(ops: PreflightOps, st: FileStat, limit: int) -> tuple[bytes | None, str | None]:
+async def _read(ops: PreflightOps, st: FileStat, limit: int, problems: list[str]) -> bytes | None:
+    """The file's bytes; None for one that is not a plain file or not there, and for one that
+    cannot be read whole, which `problems` then names."""
     name = posixpath.relpath(st.path, posixpath.dirname(posixpath.dirname(st.path)))
     if not st.is_regular:
-        return None, None
+        return None
     if st.size > limit:
-        return None, f"{name} is {st.size} bytes, more than {limit} read"
+        problems.append(f"{name} is {st.size} bytes, more than {limit} read")
+        return None
     try:
         chunk = await ops.read(st.path, 0, limit)
     except TargetError as exc:
         if is_transport_failure(exc):
             raise
-        return None, f"{name}: {exc}"
-    return (chunk.data if chunk.exists else None), None
+        problems.append(f"{name}: {exc}")
+        return None
+    return chunk.data if chunk.exists else None
 
 
 async def _list(ops: PreflightOps, path: str) -> list[FileStat]:
@@ -365,10 +369,8 @@ async def gather_collectives(ops: PreflightOps, run_dir: str, listing: list[File
         report = ranks.get(rank)
         key = _key(st, report.pid if report else None)
         if key not in parsed:
-            data, problem = await _read(ops, st, FR_MAX_BYTES)
+            data = await _read(ops, st, FR_MAX_BYTES, problems)
             if not data:
-                if problem:
-                    problems.append(problem)
                 continue
             # Off the event loop: reading a dump of a few MiB takes a good part of a second.
             parsed.remember(key, await asyncio.to_thread(_parse_dump, data, f"{PROBE_DIR}/{posixpath.basename(st.path)}",
@@ -409,10 +411,8 @@ async def gather_root_cause(ops: PreflightOps, run_dir: str, listing: list[FileS
         report = next((r for r in reports if local_rank is not None and r.local_rank == local_rank), None)
         key = _key(st, local_rank, report.pid if report else None)
         if key not in parsed:
-            data, problem = await _read(ops, st, ERROR_MAX_BYTES)
+            data = await _read(ops, st, ERROR_MAX_BYTES, problems)
             if not data:
-                if problem:
-                    problems.append(problem)
                 continue
             try:
                 parsed.remember(key, failure_of(data.decode("utf-8", "replace"), posixpath.relpath(st.path, run_dir),

@@ -40,7 +40,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ...contract.rundir import inert_text
+from ...contract.rundir import finite_number, inert_text
 from ...progress_regex import compile_progress_regex
 
 # One segment (a line, or one carriage-return update) is read up to this many characters.
@@ -145,18 +145,6 @@ def _int(value) -> int | None:
     if isinstance(value, float) and math.isfinite(value) and value >= 0 and value.is_integer():
         return int(value)
     return None
-
-
-def _num(value) -> float | None:
-    """A finite float of a JSON number; None for anything else, an integer too large for a
-    float (`{"loss": 1e400 written out in digits}`) included."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        v = float(value)
-    except OverflowError:
-        return None
-    return v if math.isfinite(v) else None
 
 
 def metrics_dict(seg: str) -> dict | None:
@@ -377,10 +365,10 @@ class ProgressParser:
             if d is not None:
                 step = next((v for v in (_int(d.get(k)) for k in _STEP_KEYS) if v is not None), None)
                 total = next((v for v in (_int(d.get(k)) for k in _TOTAL_KEYS) if v is not None), None)
-                loss = next((v for v in (_num(d.get(k)) for k in _LOSS_KEYS) if v is not None), None)
+                loss = next((v for v in (finite_number(d.get(k)) for k in _LOSS_KEYS) if v is not None), None)
                 raw = loss if loss is not None else next(
                     (v for v in (d.get(k) for k in _LOSS_KEYS) if type(v) is float), None)
-                epoch = _num(d.get("epoch"))
+                epoch = finite_number(d.get("epoch"))
                 hit = step is not None or loss is not None or epoch is not None
                 form = "dict"
             else:

@@ -218,6 +218,18 @@ class _Source:
         """(points, when a new step was made, else None) of the answers to `asks()`."""
         raise NotImplementedError
 
+    def _file_answer(self, item: dict, notes: list[str]) -> dict | None:
+        """A read's answer for one file where the file is there (its mtime seen); else None, and
+        a read that failed says why in `notes`."""
+        res, err = _answer(item)
+        if res is None:
+            notes.append(err)
+            return None
+        if not res["stat"].get("exists"):
+            return None
+        self._saw(res["stat"].get("mtime"))
+        return res
+
     def _saw(self, mtime) -> None:
         if isinstance(mtime, (int, float)) and (self.changed_at is None or mtime > self.changed_at):
             self.changed_at = float(mtime)
@@ -285,14 +297,10 @@ class _TensorBoard(_Source):
         cursors = [c for p, c in sorted(self.files.items()) if p not in self.broken]
         notes = []
         for c, item in zip(cursors, answers):
-            res, err = _answer(item)
+            res = self._file_answer(item, notes)
             if res is None:
-                notes.append(err)
                 continue
             st = res["stat"]
-            if not st.get("exists"):
-                continue
-            self._saw(st.get("mtime"))
             data = _b64(res.get("data", ""))
             start = int(res.get("offset", c.offset))
             c.inode = st["inode"]
@@ -345,11 +353,11 @@ class _Csv(_Source):
         return [self.cursor.ask(0 if self.csv.broken else CSV_WINDOW, head=head)]
 
     def absorb(self, answers):
-        res, err = _answer(answers[0])
-        self.note = err
-        if res is None or not res["stat"].get("exists"):
+        failed: list[str] = []
+        res = self._file_answer(answers[0], failed)
+        self.note = "; ".join(failed)
+        if res is None:
             return [], None
-        self._saw(res["stat"].get("mtime"))
         if self.csv.broken and not res.get("restarted"):
             self.note = self._broken_words()
             if res["stat"].get("size", 0) >= self.cursor.offset:
@@ -401,12 +409,12 @@ class _TrainerState(_Source):
         return [{"read": self.path, "offset": 0, "max_bytes": hf_state.MAX_BYTES + 1, "known": self.known}]
 
     def absorb(self, answers):
-        res, err = _answer(answers[0])
-        self.note = err
-        if res is None or not res["stat"].get("exists"):
+        failed: list[str] = []
+        res = self._file_answer(answers[0], failed)
+        self.note = "; ".join(failed)
+        if res is None:
             return [], None
         st = res["stat"]
-        self._saw(st.get("mtime"))
         data = _b64(res.get("data", ""))
         if not data:
             self.note = self.note or self.unread      # unchanged: still the file it was
@@ -532,14 +540,10 @@ class _Mlruns(_Source):
     def absorb(self, answers):
         points, newest, notes = [], None, []
         for (c, f), item in zip([v for _, v in sorted(self.files.items())], answers):
-            res, err = _answer(item)
+            res = self._file_answer(item, notes)
             if res is None:
-                notes.append(err)
                 continue
             st = res["stat"]
-            if not st.get("exists"):
-                continue
-            self._saw(st.get("mtime"))
             if res.get("restarted"):
                 f.restart()
             data, start = _b64(res.get("data", "")), int(res.get("offset", 0))
