@@ -38,7 +38,7 @@ PARTS=${PARTS:-lightning shared}   # which parts to run
 case " $PARTS " in *" lightning "*)
 echo "== lightning at $(date +%T)"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 tui --profile lightning --launch --no-preflight --json > /dev/null 2>>"$OUT/log.txt"
-for i in 1 2 3 4 5 6 7 8 9; do sleep 20; look lightning "+$((i * 20))s"; done
+for i in $(seq 1 "${LOOKS:-9}"); do sleep 20; look lightning "+$((i * 20))s"; done
 tail -5 "$R/lightning/train.log" >> "$OUT/log.txt" 2>&1
 tui --profile lightning --stop --json >> "$OUT/log.txt" 2>&1 ;;
 esac
