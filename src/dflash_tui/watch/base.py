@@ -270,9 +270,11 @@ class RunWatch(ABC):
             return report
         return self._publish(report)
 
-    def search_checkpoints_now(self) -> None:
+    def search_checkpoints_now(self, at_or_before: int | None = None) -> None:
         """The next look searches the run's checkpoints whatever their cadence (the recovery is
-        about to choose the one a relaunch resumes from). A watch that finds none: nothing."""
+        about to choose the one a relaunch resumes from), judging first those at or before
+        `at_or_before` (a rollback's last good step; None: the newest first). A watch that finds
+        none: nothing."""
 
     async def check(self, *, gpus: bool = False) -> RunReport:
         """One observation; raises TargetError when one host cannot be reached (a node of several

@@ -68,8 +68,8 @@ class HostWatch(RunWatch):
         # runs, every polled checklist carries the "gpus" check (GPU LOST).
         self.gpus = GpuFeed(session)
 
-    def search_checkpoints_now(self) -> None:
-        self.session.progress.checkpoints.expire()
+    def search_checkpoints_now(self, at_or_before: int | None = None) -> None:
+        self.session.progress.checkpoints.expire(at_or_before)
 
     @property
     def label(self) -> str:

@@ -45,9 +45,9 @@ class NodesWatch(RunWatch):
     def label(self) -> str:
         return self.profile.where()
 
-    def search_checkpoints_now(self) -> None:
+    def search_checkpoints_now(self, at_or_before: int | None = None) -> None:
         for w in self.watches:
-            w.search_checkpoints_now()
+            w.search_checkpoints_now(at_or_before)
 
     def host_watches(self) -> list[tuple[str, HostWatch]]:
         return [(plan.node, w) for plan, w in zip(self.plans, self.watches)]

@@ -119,3 +119,27 @@ def test_a_divergence_with_no_complete_checkpoint_before_it_starts_from_scratch_
     body = next(m["message"] for m in mine if m["title"] == "dflash-tui: p restarted (1/3)")
     assert body.startswith(f"relaunched from scratch: {why}\n"), body
     assert acts[-1].detail["reason"].startswith("the same divergence came back at the same step after the rollback")
+
+
+def test_a_rollback_finds_the_good_checkpoint_behind_more_diverged_ones_than_a_look_judges(tmp_path, http):
+    # Saved at every step, NaN at step 38: the run saved 100 more (diverged) before its NaN was
+    # read, all found at once; a look judges the newest JUDGE_PER_LOOK files first, so the
+    # recovery must judge the candidates at or before the last good step first, or it finds
+    # none and relaunches from scratch into the same NaN.
+    command = [PY, str(PROGRAMS / "nan_saves_past_it.py"), "200", "38", "100"]
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[profile.p]\nrun_dir = "{tmp_path / "p"}"\ncommand = {json.dumps(command)}\n'
+        'stall_after_s = 30\nstop_grace_s = 2\nmin_free_gb = 0\n'
+        f'[watch]\ninterval_s = 0.5\nstore = "{tmp_path / "watch.sqlite3"}"\n'
+        f'[notify]\nhold_s = 1\non = []\nurls = ["json://127.0.0.1:{http.port}/hook"]\n'
+        '[recover]\non = ["DIVERGED"]\nmax_restarts = 2\nbackoff_s = 0\n')
+    err = run_until(tmp_path, cfg, lambda: states(tmp_path) and states(tmp_path)[-1][0] == "FINISHED")
+    acts = recorded_actions(tmp_path / "watch.sqlite3", "p")
+    said = [(a.action, a.detail.get("reason") or a.detail.get("from_scratch")) for a in acts]
+    assert [a.action for a in acts] == ["planned", "stopped", "launching", "launched"], f"{said}\n{err[-2000:]}"
+    ckpt = str(tmp_path / "p" / "out" / "checkpoint-37")
+    point = acts[0].detail["resume_from"]
+    assert (point["path"], point["step"], point["diverged_at"]) == (ckpt, 37, 38), point
+    log = (tmp_path / "p" / "train.log").read_text()
+    assert f"resumed from {ckpt} at step 37, diverged at 38" in log and "finished 200 steps" in log, log[-2000:]

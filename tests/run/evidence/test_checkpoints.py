@@ -6,6 +6,7 @@ a poll's budget."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import struct
@@ -221,3 +222,42 @@ async def test_a_folder_of_100000_files_gives_a_verdict_and_a_note_within_a_poll
     assert spent < LOOK_BUDGET_S, spent
     assert view.last_complete is None
     assert any("stopped" in n for n in view.notes), view.notes
+
+
+async def test_a_bounded_search_judges_the_checkpoints_up_to_its_step_first(ops, tmp_path):
+    # The bundled trainer's checkpoints every 10 steps to 400, all new to the look: a look
+    # judges the newest JUDGE_PER_LOOK first, so step 30 waits; a search bounded at step 35 (a
+    # rollback's last good step: recording/recovery/recovery.py) judges those at or before it
+    # first, newest first, then the newest of the rest.
+    import torch
+    from dflash_train.checkpoint import CheckpointStore
+    run = tmp_path / "run"
+    store = CheckpointStore(str(run), keep=1000)
+    for step in range(10, 410, 10):
+        store.save(step, {"w": torch.ones(4)})
+    plain = await CheckpointLooks().look(ops, str(run), time.time())
+    assert [c.step for c in plain.complete] == list(range(90, 410, 10)) and plain.unjudged == 8, plain.notes
+    looks = CheckpointLooks()
+    looks.expire(at_or_before=35)
+    view = await looks.look(ops, str(run), time.time())
+    assert [c.step for c in view.complete] == [10, 20, 30, *range(120, 410, 10)] and view.unjudged == 8, view.notes
+
+
+async def test_a_look_beside_another_looks_search_waits_for_its_view(ops, tmp_path):
+    # The recovery's look (RunWatch.check) runs beside the poller's, on the same run's
+    # CheckpointLooks: asked for a search at once (`expire`), the poller's look may start that
+    # search first. The recovery's look, no longer due, must answer with that search's view,
+    # not with the view from before it (which knew no checkpoint yet: a rollback from scratch).
+    import torch
+    from dflash_train.checkpoint import CheckpointStore
+    run = tmp_path / "run"
+    run.mkdir()
+    looks = CheckpointLooks()
+    assert (await looks.look(ops, str(run), time.time())).last_complete is None
+    CheckpointStore(str(run), keep=10).save(30, {"w": torch.ones(4)})
+    looks.expire()
+    poller = asyncio.create_task(looks.look(ops, str(run), time.time()))
+    await asyncio.sleep(0)      # the poller's look has started its search and waits on the target
+    view = await looks.look(ops, str(run), time.time())
+    assert view.last_complete is not None and view.last_complete.step == 30, view
+    assert (await poller).last_complete.step == 30

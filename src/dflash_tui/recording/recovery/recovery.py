@@ -44,7 +44,7 @@ from ..goodput.goodput import goodput
 from ..goodput.spend import priced_loss
 from ..notify.notify import Notification, open_command
 from .recover_policy import GIVE_UP, RESTART, Failure, decide, failure_of
-from .rollback import divergence_of, nothing_fits, rollback_of, rollback_words
+from .rollback import divergence_of, last_good_step, nothing_fits, rollback_of, rollback_words
 from .recovery_log import (CANCELLED, GAVE_UP, IN_FLIGHT, LAUNCHED, LAUNCHING, PLANNED, STOPPED, SUPERSEDED, Action,
                            Notice, RecoveryLog, chain_of, failure_json, mark_sent, stop_times)
 from ..notify.sender import Delivery
@@ -319,9 +319,11 @@ class Recovery:
     async def _searched_now(self, watch: RunWatch, run_id: str, report: RunReport | None) -> RunReport | None:
         """The failed run's report with its checkpoints searched just now: the watch searches at
         its own cadence (every 5 s until it knows the save interval), and the checkpoint the
-        relaunch resumes from may be younger than its last search. The report as it was when
-        the target cannot be asked or shows another run by now."""
-        watch.search_checkpoints_now()
+        relaunch resumes from may be younger than its last search. A rollback's candidates (at
+        or before the last good step) are judged first: a diverged run that saved on past its
+        divergence may have more newer checkpoints waiting than one look judges. The report as
+        it was when the target cannot be asked or shows another run by now."""
+        watch.search_checkpoints_now(last_good_step(divergence_of(report)))
         try:
             again = await watch.check()
         except (TargetError, OSError, ActionInFlight, asyncio.TimeoutError):

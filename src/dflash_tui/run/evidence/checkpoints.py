@@ -19,13 +19,15 @@ a look past that cadence stats them in its first request, and searches again whe
 checkpoint is being written, files wait to be judged, or SAFETY_S passed: a file rewritten in
 place moves no folder). A checkpoint whose last write is younger than WRITING_S and is not
 complete is being written: neither complete nor torn yet. Every file is judged once per (inode,
-size, mtime); a look judges at most JUDGE_PER_LOOK new files (the newest first), the rest at the
+size, mtime); a look judges at most JUDGE_PER_LOOK new files (the newest first; a search a
+recovery bounds, `expire(at_or_before=step)`, those at or before the step first), the rest at the
 next looks; a folder whose found files are all as at the last search keeps the checkpoints
 judged there (neither grouped nor judged again).
 """
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 import re
 import statistics
@@ -262,14 +264,21 @@ class CheckpointLooks:
         # (profile folders, a folder's found files) -> its checkpoints, as the last search judged them
         self._settled: dict[tuple, tuple[Checkpoint, ...]] = {}
         self._at: float | None = None
+        self._first_up_to: int | None = None   # the next search judges the checkpoints up to this step first
+        self._looking = asyncio.Lock()
 
     def due(self, now: float) -> bool:
         return self._at is None or not (0 <= now - self._at < cadence(self.every_s, self.view))
 
-    def expire(self) -> None:
+    def expire(self, at_or_before: int | None = None) -> None:
         """The next look searches whatever the cadence and the folders: a relaunch is about to
-        choose one, and a run that saves every second has written several since a search 5 s old."""
+        choose one, and a run that saves every second has written several since a search 5 s old.
+        `at_or_before`: the step that bounds the choice (a rollback's last good step): that search
+        judges the checkpoints at or before it first, newest first, so the one to choose is judged
+        even where more newer ones wait than a look judges (a diverged run saved on past its
+        divergence before it was read: JUDGE_PER_LOOK of those alone would hide it)."""
         self._at = None
+        self._first_up_to = at_or_before
         self.gate.open()
 
     def prefetch(self) -> list[str]:
@@ -277,6 +286,12 @@ class CheckpointLooks:
         return list(self.gate.folders) if self.gate.safety_s > 0 else []
 
     async def look(self, ops: RemoteOps, run_dir: str, now: float) -> CheckpointsView | None:
+        # One look at a time: a look beside another's search (a recovery's check beside the
+        # poller's look, after `expire`) answers with that search's view, never the one before it.
+        async with self._looking:
+            return await self._look(ops, run_dir, now)
+
+    async def _look(self, ops: RemoteOps, run_dir: str, now: float) -> CheckpointsView | None:
         if not self.due(now):
             return self.view
         self._at = now
@@ -333,6 +348,9 @@ class CheckpointLooks:
                 fresh.append((key, _dir_groups(d, fs, named_roots)))
         jobs = sorted(((key, g) for key, groups in fresh for g in groups),
                       key=lambda job: max(f.mtime for f in job[1].files), reverse=True)
+        up_to, self._first_up_to = self._first_up_to, None
+        if up_to is not None:   # the candidates of a bounded choice first (a stable sort: newest first still)
+            jobs.sort(key=lambda job: job[1].step is None or job[1].step > up_to)
         budget = [JUDGE_PER_LOOK]
         unjudged, judged, unsettled = 0, {}, set()
         for key, g in jobs:
