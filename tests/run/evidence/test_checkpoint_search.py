@@ -113,18 +113,16 @@ async def test_a_torch_save_completed_in_place_is_found(agent, big_run):
     set_mtime(big_run / "ckpt", 300)     # its appearance seen as an older move: the listing is trusted
     view = await looks.look(agent, str(big_run), time.time())
     assert view.newest.path == str(new) and view.newest.writing, view.newest
+    agent.searches.clear()
     for size in (2 * len(whole) // 3, len(whole)):
         with open(new, "r+b") as f:      # grows in place: no entry of ckpt/ changes
             f.seek(0, 2)
             f.write(whole[f.tell():size])
-        agent.searches.clear()
         view = await looks.look(agent, str(big_run), time.time())
         assert looks.why_searched == "a checkpoint is being written", looks.why_searched
-        (answer,) = agent.searches
-        assert not answer["full"] and answer["listed"] == 0 and answer["stated"] == 1, \
-            (answer["listed"], answer["stated"])
-    assert view.last_complete.path == str(new) and not view.torn, view.newest
-    assert not view.writing
+    assert view.last_complete.path == str(new) and not view.torn and not view.writing, view.newest
+    # Each search stat'd that one file again, and listed no folder.
+    assert [(a["full"], a["listed"], a["stated"]) for a in agent.searches] == [(False, 0, 1)] * 2
 
 
 async def test_a_folder_checkpoint_whose_files_grow_then_its_marker_appears_is_found(agent, big_run):
@@ -145,9 +143,10 @@ async def test_a_folder_checkpoint_whose_files_grow_then_its_marker_appears_is_f
         f.write(weights[100:])
     agent.searches.clear()
     view = await looks.look(agent, str(big_run), time.time())
+    assert view.newest.path == str(d) and view.newest.writing, view.newest
+    assert view.newest.bytes == len(weights), view.newest            # its grown size, seen
     (answer,) = agent.searches
     assert not answer["full"] and answer["listed"] == 1, answer["listed"]   # the unfinished folder
-    assert view.newest.path == str(d) and view.newest.writing, view.newest
     (d / "trainer_state.json").write_text(json.dumps({"global_step": 9990, "log_history": []}))
     set_mtime(d, 300)
     view = await looks.look(agent, str(big_run), time.time())
