@@ -12,10 +12,17 @@ each, --gap seconds apart:
   cadence before run/evidence/checkpoint_gate.py: `safety_s` 0);
 - with: the look as shipped (past the 5 s cadence, a stat of the checkpoints' folders in the
   look's first request; a search only when one moved, or every 60 s);
-- with, searching every look: the worst case (the search and runway asked at every look, no gate).
+- with, searching every look: the worst case (the search and runway asked at every look, no gate:
+  every folder listed, every file stat'd and answered);
+- with, the run dir moved before every look: the search a moved folder starts, at every look
+  (the run dir's mtime set 10 s back to a new value: its listing is trusted, as one that moved
+  more than 2 s earlier; the other 301 folders unmoved);
+- with, the safety search every look: the 60 s search as shipped (every folder listed and every
+  file stat'd again; through the agent the answer holds only what changed since the last one),
+  at every look.
 
 A way's looks span a few seconds, so "with" holds no 60 s safety search: its share is printed
-apart, a search's cost (worst case minus without) times the looks' spacing over 60 s.
+apart, a safety search's cost (its way minus without) times the looks' spacing over 60 s.
 
 Each look is timed as the CPU of this process's thread (`time.thread_time` around
 `Session.check`, gather and judgement) plus the CPU its agent used meanwhile (/proc of the
@@ -75,10 +82,13 @@ def make_run_dir(root: Path, hf: int, files: int) -> Path:
     return run
 
 
-async def looks(s: Session, n: int, gap: float, searched: list[str]) -> list[float]:
+async def looks(s: Session, n: int, gap: float, searched: list[str], move: Path | None = None) -> list[float]:
     out = []
     ckpt = s.progress.checkpoints
     for _ in range(n):
+        if move is not None:
+            t = time.time() - 10
+            os.utime(move, (t, t))
         c0, t0 = children_cpu_s(), time.thread_time()
         ckpt.why_searched = ""
         await s.check()
@@ -121,15 +131,17 @@ async def main() -> None:
             print(f"run dir: {len(view.found)} checkpoints found ({len(view.complete)} complete), "
                   f"notes {list(view.notes)}; runway {ev.runway.to_json() if ev.runway else None}")
             got: dict[str, list[float]] = {"without": [], "before, no gate": [], "with": [],
-                                           "with, searching every look": []}
+                                           "with, searching every look": [],
+                                           "with, the run dir moved before every look": [],
+                                           "with, the safety search every look": []}
             ckpt, gate, spent = s.progress.checkpoints, s.progress.checkpoints.gate, {}
             searches: dict[str, list[str]] = {name: [] for name in got}
 
-            async def way(name: str, every_s: float, safety_s: float) -> None:
+            async def way(name: str, every_s: float, safety_s: float, move: Path | None = None) -> None:
                 ckpt.every_s = s.progress.runway.every_s = every_s
                 gate.safety_s = safety_s
                 t0 = time.monotonic()
-                got[name] += await looks(s, args.looks, args.gap, searches[name])
+                got[name] += await looks(s, args.looks, args.gap, searches[name], move)
                 spent[name] = spent.get(name, 0.0) + time.monotonic() - t0
 
             for _ in range(args.rounds):
@@ -139,20 +151,25 @@ async def main() -> None:
                 await way("before, no gate", 5.0, 0.0)
                 await way("with", 5.0, SAFETY_S)
                 await way("with, searching every look", 0.0, 0.0)
+                await way("with, the run dir moved before every look", 0.0, SAFETY_S, run)
+                await way("with, the safety search every look", 0.0, 1e-9)
             base = statistics.mean(got["without"])
             for name, ms in got.items():
                 extra = "" if name == "without" else f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} %"
                 why = sorted(set(searches[name]))[:3]
-                print(f"{name:28s} mean {statistics.mean(ms):6.2f} ms  median {statistics.median(ms):6.2f} ms "
+                print(f"{name:42s} mean {statistics.mean(ms):6.2f} ms  median {statistics.median(ms):6.2f} ms "
                       f"per look ({len(ms)} looks, {len(searches[name])} searched{': ' if why else ''}"
                       f"{'; '.join(why)}){extra}")
             search_ms = statistics.mean(got["with, searching every look"]) - base
+            moved_ms = statistics.mean(got["with, the run dir moved before every look"]) - base
+            safety_search_ms = statistics.mean(got["with, the safety search every look"]) - base
             per_look_s = spent["with"] / len(got["with"])
-            safety_ms = search_ms * per_look_s / SAFETY_S
+            safety_ms = safety_search_ms * per_look_s / SAFETY_S
             with_ms = statistics.mean(got["with"]) - base + safety_ms
-            print(f"a search: {search_ms:.2f} ms; one every {SAFETY_S:g} s at a look every {per_look_s:.2f} s: "
-                  f"{safety_ms:.3f} ms per look; with it, 'with' adds {with_ms:+.2f} ms "
-                  f"({100 * with_ms / base:+.1f} % of a look)")
+            print(f"a search answered in full: {search_ms:.2f} ms; one after the run dir moved: {moved_ms:.2f} ms; "
+                  f"a safety search: {safety_search_ms:.2f} ms; "
+                  f"one every {SAFETY_S:g} s at a look every {per_look_s:.2f} s: {safety_ms:.3f} ms per look; "
+                  f"with it, 'with' adds {with_ms:+.2f} ms ({100 * with_ms / base:+.1f} % of a look)")
         finally:
             observe._observe_checkpoints = shipped
             await s.stop(grace_s=1)

@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 from . import agent_server
 from .base import CommandTimeout, OpRefused, Process, Target, TargetError
-from .answers import (chunk_from, dirprobe_from, diskfree_from, exits_from, filestat_from, found_from, pidinfo_from,
-                      proctree_from, stackdump_from)
+from .answers import (changes_from, chunk_from, dirprobe_from, diskfree_from, exits_from, filestat_from, found_from,
+                      pidinfo_from, proctree_from, stackdump_from)
 from .look_plans import LookPlans, OutOfStep
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundFiles, PidInfo, ProcTree, StackDumpAnswer
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundChanges, FoundFiles, PidInfo, ProcTree, StackDumpAnswer
 from .shell_ops import ShellOps
 
 # Reads one line (the program, zlib + base64) from stdin and runs it: small enough to read in
@@ -403,6 +403,16 @@ class AgentOps:
         return found_from(await self.call("find_files", roots=list(roots), patterns=list(patterns),
                                           max_depth=int(max_depth), max_entries=int(max_entries),
                                           max_found=int(max_found), skip=list(skip)))
+
+    async def find_changes(self, roots: Sequence[str], patterns: Sequence[str], *, max_depth: int = 3,
+                           max_entries: int = 20000, max_found: int = 512, skip: Sequence[str] = (),
+                           since: tuple | None = None, fresh: Sequence[str] = (),
+                           rescan: bool = False) -> FoundChanges:
+        return changes_from(await self.call("find_files", roots=list(roots), patterns=list(patterns),
+                                            max_depth=int(max_depth), max_entries=int(max_entries),
+                                            max_found=int(max_found), skip=list(skip),
+                                            since=list(since) if since else None, fresh=list(fresh),
+                                            rescan=bool(rescan)))
 
 
 class _ChannelLost(Exception):

@@ -964,51 +964,159 @@ def _listing(path, notes):
         return None
 
 
-def op_find_files(roots, patterns, max_depth=3, max_entries=20000, max_found=512, skip=()):
+class _FindFiles:
+    """find_files' directory listings, kept between searches (one agent serves one dashboard).
+
+    A search given `since` (the `mark` of an earlier answer of this agent) lists again only the
+    directories whose (inode, mtime_ns) moved since they were listed, stats only their files,
+    and answers only what changed since that mark: the found files of each directory that
+    changed, and in "kept" the directories whose found files are as they were then. A new,
+    renamed or removed entry moves its directory's mtime; a file rewritten in place does not,
+    so its new stat comes with the next search with `rescan` (every directory listed again, the
+    answer still only what changed) or without `since`, or when it is in `fresh`: the paths whose
+    stats are asked again whatever their directory says, each a file or a directory to list again. A listing taken less than SETTLE_S after its directory's mtime is not
+    trusted: a file system with coarse timestamps may move that directory again within the
+    same tick."""
+
+    SETTLE_S = 2.0
+    MAX_DIRS = 8192          # listings kept (the least recently used go first)
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.token = base64.b16encode(os.urandom(6)).decode().lower()
+        self.gen = 0
+        # (patterns, dir) -> [(inode, mtime_ns), trusted, subdirs, records, entries, gen]
+        self.dirs = collections.OrderedDict()
+
+    def search(self, roots, patterns, max_depth, max_entries, max_found, skip, since, fresh, rescan):
+        import fnmatch
+        import re
+        patterns = tuple(patterns)
+        # One expression for all patterns: a name is matched once, not once per pattern.
+        match = re.compile("|".join(fnmatch.translate(p) for p in patterns)).match if patterns else None
+        skip, fresh = set(skip), set(fresh or ())
+        base = since[1] if isinstance(since, list) and len(since) == 2 and since[0] == self.token else None
+        found, kept, notes = [], {}, []
+        acc = {"seen": 0, "found": 0, "listed": 0, "stated": 0}
+        for root in roots:
+            if root.startswith("~/"):
+                root = os.path.join(os.path.expanduser("~"), root[2:])
+            if os.path.isfile(root):
+                found.append(stat_one(root))
+                acc["found"] += 1
+                acc["stated"] += 1
+                continue
+            queue = collections.deque([(root, 0)])
+            while queue and acc["found"] < max_found and acc["seen"] <= max_entries:
+                path, depth = queue.popleft()
+                got = self._dir(path, patterns, base, rescan or path in fresh, fresh, max_entries, max_found, acc, notes,
+                                match)
+                if got is None:
+                    continue
+                subdirs, records, gen = got
+                for name in subdirs:
+                    if depth < max_depth and name not in skip:
+                        queue.append((os.path.join(path, name), depth + 1))
+                if records and base is not None and gen <= base:
+                    kept[path] = None
+                else:
+                    found.extend(records)
+        found = list(dict((r["path"], r) for r in found).values())   # a root found twice, once
+        found.sort(key=lambda r: r["path"])
+        return {"found": found, "notes": notes, "kept": list(kept), "full": base is None,
+                "mark": [self.token, self.gen], "listed": acc["listed"], "stated": acc["stated"]}
+
+    def _dir(self, path, patterns, base, relist, fresh, max_entries, max_found, acc, notes, match):
+        """(subdirs, found records, gen of those records) of one directory; None when it cannot
+        be listed."""
+        key = (patterns, path)
+        try:
+            sig = os.stat(path)
+        except FileNotFoundError:
+            self.dirs.pop(key, None)
+            return None
+        except OSError as exc:
+            notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
+            return None
+        sig = (sig.st_ino, sig.st_mtime_ns)
+        held = self.dirs.get(key)
+        if (base is not None and held is not None and held[0] == sig and held[1] and not relist
+                and acc["seen"] + held[4] <= max_entries and acc["found"] + len(held[3]) < max_found):
+            self.dirs.move_to_end(key)
+            acc["seen"] += held[4]
+            acc["found"] += len(held[3])
+            records = held[3]
+            if fresh and any(r["path"] in fresh for r in records):
+                records = [stat_one(r["path"]) if r["path"] in fresh else r for r in records]
+                acc["stated"] += sum(1 for r in records if r["path"] in fresh)
+                if records != held[3]:
+                    self.gen += 1
+                    held[3], held[5] = records, self.gen
+            return held[2], held[3], held[5]
+        listed_at = time.time()
+        try:
+            it = os.scandir(path)
+        except FileNotFoundError:
+            self.dirs.pop(key, None)
+            return None
+        except OSError as exc:
+            notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
+            return None
+        acc["listed"] += 1
+        subdirs, records, entries, whole = [], [], 0, True
+        with it:
+            for entry in it:
+                acc["seen"] += 1
+                entries += 1
+                if acc["seen"] > max_entries:
+                    notes.append("stopped looking after %d entries (in %s)" % (max_entries, path))
+                    whole = False
+                    break
+                name = entry.name
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if not name.startswith("."):
+                            subdirs.append(name)
+                        continue
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                except OSError:
+                    continue
+                if match is not None and match(name):
+                    records.append(stat_one(entry.path))
+                    acc["stated"] += 1
+                    acc["found"] += 1
+                    if acc["found"] >= max_found:
+                        notes.append("stopped at %d files found (in %s)" % (max_found, path))
+                        whole = False
+                        break
+        if not whole:
+            self.dirs.pop(key, None)
+            self.gen += 1
+            return subdirs, records, self.gen
+        gen = held[5] if held is not None and held[3] == records else self.gen + 1
+        self.gen = max(self.gen, gen)
+        self.dirs[key] = [sig, listed_at - sig[1] / 1e9 >= self.SETTLE_S, subdirs, records, entries, gen]
+        self.dirs.move_to_end(key)
+        while len(self.dirs) > self.MAX_DIRS:
+            self.dirs.popitem(last=False)
+        return subdirs, records, gen
+
+
+_FIND = _FindFiles()
+
+
+def op_find_files(roots, patterns, max_depth=3, max_entries=20000, max_found=512, skip=(), since=None, fresh=(),
+                  rescan=False):
     """Regular files under `roots` whose name matches one of `patterns` (fnmatch), breadth
     first, at most `max_depth` directories down; hidden directories and those named in `skip`
     are not entered. A root that is a file is itself found. "~/" starts a root at $HOME.
     Stops after `max_entries` entries seen in all or `max_found` found, saying so in "notes";
-    the found files' stat records come sorted by path."""
-    import fnmatch
-    found, notes, seen = [], [], 0
-    skip = set(skip)
-    for root in roots:
-        if root.startswith("~/"):
-            root = os.path.join(os.path.expanduser("~"), root[2:])
-        if os.path.isfile(root):
-            found.append(stat_one(root))
-            continue
-        queue = collections.deque([(root, 0)])
-        while queue and len(found) < max_found and seen <= max_entries:
-            path, depth = queue.popleft()
-            it = _listing(path, notes)
-            if it is None:
-                continue
-            with it:
-                for entry in it:
-                    seen += 1
-                    if seen > max_entries:
-                        notes.append("stopped looking after %d entries (in %s)" % (max_entries, path))
-                        break
-                    name = entry.name
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            if depth < max_depth and not name.startswith(".") and name not in skip:
-                                queue.append((entry.path, depth + 1))
-                            continue
-                        if not entry.is_file(follow_symlinks=False):
-                            continue
-                    except OSError:
-                        continue
-                    if any(fnmatch.fnmatchcase(name, p) for p in patterns):
-                        found.append(stat_one(entry.path))
-                        if len(found) >= max_found:
-                            notes.append("stopped at %d files found (in %s)" % (max_found, path))
-                            break
-    found = list(dict((r["path"], r) for r in found).values())   # a root found twice, once
-    found.sort(key=lambda r: r["path"])
-    return {"found": found, "notes": notes}
+    the found files' stat records come sorted by path. With `since` (an earlier answer's
+    "mark"), only what changed since (_FindFiles), every directory listed again where `rescan`;
+    "listed" and "stated": the directories this search listed and the files it stat'd."""
+    with _FIND.lock:
+        return _FIND.search(roots, patterns, max_depth, max_entries, max_found, skip, since, fresh, rescan)
 
 
 def op_remove_if_holds(path, token, max_bytes=4096):

@@ -12,7 +12,7 @@ import functools
 
 from ..contract.rundir import inert_text
 
-from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundFiles, PidInfo, ProcTree, StackDumpAnswer
+from .ops import DirProbe, DiskFree, FileChunk, FileStat, FoundChanges, FoundFiles, PidInfo, ProcTree, StackDumpAnswer
 
 
 def filestat_from(d: dict) -> FileStat:
@@ -73,3 +73,12 @@ def found_from(d: dict) -> FoundFiles:
     """find_files' answer; a note is anyone's path in words: inert."""
     return FoundFiles(files=tuple(filestat_from(r) for r in d["found"]),
                       notes=tuple(inert_text(n) for n in d["notes"]))
+
+
+def changes_from(d: dict) -> FoundChanges:
+    """find_files' answer to a search with `since` (AgentOps.find_changes)."""
+    mark = d.get("mark")
+    return FoundChanges(files=tuple(filestat_from(r) for r in d["found"]),
+                        notes=tuple(inert_text(n) for n in d["notes"]), kept=tuple(d.get("kept", ())),
+                        full=bool(d.get("full", True)), mark=tuple(mark) if mark else None,
+                        listed=int(d.get("listed", 0)), stated=int(d.get("stated", 0)))

@@ -158,6 +158,15 @@ class LookOps(RemoteOps, Protocol):
     async def metric_read(self, items: list[dict]) -> list[dict]:
         """A run's metric files: run/evidence/metric_files/ decodes the answers."""
 
+    async def find_changes(self, roots: Sequence[str], patterns: Sequence[str], *, max_depth: int = 3,
+                           max_entries: int = 20000, max_found: int = 512, skip: Sequence[str] = (),
+                           since: tuple | None = None, fresh: Sequence[str] = (),
+                           rescan: bool = False) -> FoundChanges:
+        """`find_files`, answering only what changed since `since` (an earlier answer's mark):
+        only the folders whose mtime moved are listed again and their files stat'd, and the
+        paths of `fresh` (files, or folders to list again) whatever their folder says; with
+        `rescan` every folder is listed and every file stat'd (the answer still only what changed)."""
+
 
 def look_ops(ops: RemoteOps) -> LookOps | None:
     """`ops` as LookOps where its target answers them (the agent's, kind "agent"), else None.
@@ -171,6 +180,19 @@ class FoundFiles:
     """What `find_files` found: the files' stats, sorted by path, and why it stopped early."""
     files: tuple[FileStat, ...] = ()
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FoundChanges(FoundFiles):
+    """What the agent's `find_changes` found since an earlier answer's `mark`: `files` only those
+    of the folders that changed since, `kept` the folders whose found files are as they were
+    then (all of `files` when `full`: the mark was not this agent's, or none was given).
+    `listed`, `stated`: the folders the agent listed and the files it stat'd for this answer."""
+    kept: tuple[str, ...] = ()
+    full: bool = True
+    mark: tuple | None = None
+    listed: int = 0
+    stated: int = 0
 
 
 # -- the preflight questions, answered by both AgentOps and ShellOps

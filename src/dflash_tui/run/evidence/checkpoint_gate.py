@@ -20,7 +20,8 @@ mtime is younger than SETTLE_S (a file system whose timestamps are coarse may mo
 within the same tick), while a checkpoint is being written or files wait to be judged (their
 files grow in place), when nothing was found yet, or when SAFETY_S passed since the last search:
 a file rewritten in place (a `last.pt` saved over) moves no folder. A first checkpoint in a
-folder below the run dir that held none yet is found by that safety search too.
+folder below the run dir that held none yet is found by that safety search too. A search
+between safety searches lists again only the folders that moved (`scope`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,15 @@ class FolderGate:
         self.folders = folders or ()
         then = {**self._then, **{p: _signature(st) for p, st in stats.items()}}
         self._then = {p: then[p] for p in self.folders if p in then}
+
+    def scope(self, now: float) -> str:
+        """What a search now looks at again: "moved" within the safety interval (the folders whose
+        mtime moved; the others as the last search found them), "every file" past it (every folder
+        listed and every file stat'd; through the agent the answer holds only what changed), "all"
+        for the first search, a recovery's and with no gate (everything, answered in full)."""
+        if self.safety_s <= 0 or self._searched_at is None:
+            return "all"
+        return "moved" if 0 <= now - self._searched_at < self.safety_s else "every file"
 
     def why_search(self, now: float, busy: str, stats: dict[str, FileStat] | None) -> str:
         """Why this look searches, in words ("" when the folders say nothing changed). `busy`:

@@ -22,7 +22,11 @@ complete is being written: neither complete nor torn yet. Every file is judged o
 size, mtime); a look judges at most JUDGE_PER_LOOK new files (the newest first; a search a
 recovery bounds, `expire(at_or_before=step)`, those at or before the step first), the rest at the
 next looks; a folder whose found files are all as at the last search keeps the checkpoints
-judged there (neither grouped nor judged again).
+judged there (neither grouped nor judged again). Through the agent, a search within the gate's
+safety interval asks only what changed since the last answer: the agent lists and stats again
+only the folders whose mtime moved, and the unfinished checkpoints' paths (`fresh`: they grow in
+place); the safety search lists and stats everything, answering only what changed; the first
+search and `expire()`'s ask for everything.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from functools import cached_property
 
 from ...contract.rundir import CHECKPOINT_META, CHECKPOINTS_DIR, HISTORY_DIR, PROBE_DIR, inert_text
 from ...remote.base import TargetError, is_transport_failure
-from ...remote.ops import FileStat, RemoteOps
+from ...remote.ops import FileStat, RemoteOps, look_ops
 from .checkpoint_formats import (SAFETENSORS_HEAD_BYTES, SAFETENSORS_HEADER_MAX, TRAINER_STATE_MAX, ZIP_TAIL_BYTES,
                                  is_zip, judge_safetensors, judge_trainer_state, judge_zip,
                                  safetensors_header_length)
@@ -61,6 +65,7 @@ MAX_FILES_JUDGED = 64         # weight files judged in one checkpoint folder
 HEADER_READ_MAX = 8 << 20     # the longest safetensors header read (one read's cap)
 MAX_WATCHED = 64              # folders a look stats between searches (more: the search runs at its cadence)
 MAX_TORN_WATCHED = 16         # torn folder-checkpoints among them (the newest)
+MAX_FRESH = 64                # unfinished checkpoints stat'd again at every search (the newest)
 _FOLDER_FORMATS = frozenset({"hf", "dcp", "dflash-train"})
 
 
@@ -201,6 +206,10 @@ def _by_dir(files: tuple[FileStat, ...]) -> dict[str, list[FileStat]]:
     return by_dir
 
 
+def _dir_files(files: tuple[FileStat, ...]) -> dict[str, tuple[FileStat, ...]]:
+    return {d: tuple(fs) for d, fs in _by_dir(files).items()}
+
+
 def _parent(path: str) -> str:
     """posixpath.dirname of a path without a trailing "/" (a found file's, a checkpoint's), faster."""
     head, sep, _ = path.rpartition("/")
@@ -261,8 +270,15 @@ class CheckpointLooks:
         self.roots: list[str] = []
         self.gate = FolderGate() if safety_s is None else FolderGate(safety_s)
         self.why_searched = ""     # why the last look past the cadence searched ("": it did not)
-        # (profile folders, a folder's found files) -> its checkpoints, as the last search judged them
-        self._settled: dict[tuple, tuple[Checkpoint, ...]] = {}
+        # a folder -> (its found files, its checkpoints), as the last search judged them
+        self._settled: dict[str, tuple[tuple[FileStat, ...], tuple[Checkpoint, ...]]] = {}
+        self._settled_roots: tuple[str, ...] = ()
+        # The agent's account of the last search: each folder's found files, and the mark a
+        # search that skips the unmoved folders asks since (None: the next one asks for all).
+        self._found: dict[str, tuple[FileStat, ...]] = {}
+        self._mark: tuple | None = None
+        self._mark_roots: list[str] = []
+        self._fresh: list[str] = []   # unfinished checkpoints (files, folders): stat'd at every search
         self._at: float | None = None
         self._first_up_to: int | None = None   # the next search judges the checkpoints up to this step first
         self._looking = asyncio.Lock()
@@ -300,7 +316,7 @@ class CheckpointLooks:
         self.why_searched = self.gate.why_search(now, self._busy(), stats)
         if not self.why_searched:
             return self.view
-        self.view = await self._search(ops, now)
+        self.view = await self._search(ops, now, self.gate.scope(now))
         self.gate.searched(now, watched_folders(self.roots, self.view), stats or {})
         return self.view
 
@@ -324,49 +340,81 @@ class CheckpointLooks:
                 raise
             return None
 
-    async def _search(self, ops: RemoteOps, now: float) -> CheckpointsView:
+    async def _found_by_dir(self, ops: RemoteOps, scope: str) -> tuple[dict[str, tuple[FileStat, ...]], tuple[str, ...]]:
+        """Each folder's found files and the search's notes. Through the agent, past the first
+        search, the answer holds only what changed since the last one; with `scope` "moved" only
+        the folders whose mtime moved (and the unfinished checkpoints) are listed and stat'd
+        again, the others as the last search found them (FolderGate.scope)."""
+        agent = look_ops(ops)
+        limits = {"max_depth": CHECKPOINT_DEPTH, "max_entries": MAX_ENTRIES, "max_found": MAX_FOUND, "skip": SKIP}
+        if agent is None:
+            found = await ops.find_files(self.roots, PATTERNS, **limits)
+            return _dir_files(found.files), found.notes
+        since = self._mark if scope != "all" and self._mark_roots == self.roots else None
+        changes = await agent.find_changes(self.roots, PATTERNS, since=since, fresh=self._fresh,
+                                           rescan=scope != "moved", **limits)
+        by_dir = _dir_files(changes.files)
+        if not changes.full:
+            if any(d not in self._found for d in changes.kept):   # not this search's to build on
+                self._mark = None
+                return await self._found_by_dir(ops, "all")
+            for d in changes.kept:
+                by_dir[d] = self._found[d]
+        # An answer stopped by a limit is no base for the next: that one asks for all again.
+        self._found, self._mark_roots = by_dir, list(self.roots)
+        self._mark = None if changes.notes else changes.mark
+        return by_dir, changes.notes
+
+    async def _search(self, ops: RemoteOps, now: float, scope: str = "all") -> CheckpointsView:
         try:
-            found = await ops.find_files(self.roots, PATTERNS, max_depth=CHECKPOINT_DEPTH,
-                                         max_entries=MAX_ENTRIES, max_found=MAX_FOUND, skip=SKIP)
+            by_dir, found_notes = await self._found_by_dir(ops, scope)
         except TargetError as exc:
             if is_transport_failure(exc):
                 raise
+            self._mark = None
             return CheckpointsView(notes=(inert_text(str(exc))[:200],))
         named_roots = tuple(self.roots[1:])
+        if named_roots != self._settled_roots:
+            self._settled, self._settled_roots = {}, named_roots
         # A folder whose found files are all as at the last search holds the same checkpoints:
         # grouped and judged once (not one being written, nor one with files left to judge).
         held, settled = self._settled, {}
         checkpoints: list[Checkpoint] = []
-        fresh: list[tuple[tuple, list[_Group]]] = []
-        for d, fs in _by_dir(found.files).items():
-            key = (named_roots, tuple(fs))
-            kept = held.get(key)
-            if kept is not None:
-                settled[key] = kept
-                checkpoints.extend(kept)
+        fresh: list[tuple[str, tuple[FileStat, ...], list[_Group]]] = []
+        for d, fs in by_dir.items():
+            kept = held.get(d)
+            if kept is not None and (kept[0] is fs or kept[0] == fs):
+                settled[d] = kept
+                checkpoints.extend(kept[1])
             else:
-                fresh.append((key, _dir_groups(d, fs, named_roots)))
-        jobs = sorted(((key, g) for key, groups in fresh for g in groups),
+                fresh.append((d, fs, _dir_groups(d, list(fs), named_roots)))
+        jobs = sorted(((d, g) for d, _, groups in fresh for g in groups),
                       key=lambda job: max(f.mtime for f in job[1].files), reverse=True)
         up_to, self._first_up_to = self._first_up_to, None
         if up_to is not None:   # the candidates of a bounded choice first (a stable sort: newest first still)
             jobs.sort(key=lambda job: job[1].step is None or job[1].step > up_to)
         budget = [JUDGE_PER_LOOK]
         unjudged, judged, unsettled = 0, {}, set()
-        for key, g in jobs:
+        waiting: list[tuple[float, str]] = []
+        for d, g in jobs:
             c, left = await self._judge(ops, g, now, budget)
             unjudged += left
             if left or (c is not None and c.writing):
-                unsettled.add(key)
-            if c is not None:
+                unsettled.add(d)
+            if c is None and left:
+                waiting.append((max(f.mtime for f in g.files), g.path))
+            else:
                 checkpoints.append(c)
-                judged.setdefault(key, []).append(c)
-        for key, _ in fresh:
-            if key not in unsettled:
-                settled[key] = tuple(judged.get(key, ()))
+                judged.setdefault(d, []).append(c)
+        for d, fs, _ in fresh:
+            if d not in unsettled:
+                settled[d] = (fs, tuple(judged.get(d, ())))
         self._settled = settled
         checkpoints.sort(key=lambda c: (c.mtime, c.step if c.step is not None else -1))
-        notes = list(found.notes)
+        # Unfinished checkpoints grow in place, which moves no folder: asked again at every search.
+        unfinished = waiting + [(c.mtime, c.path) for c in checkpoints if not c.complete]
+        self._fresh = [p for _, p in sorted(unfinished, reverse=True)[:MAX_FRESH]]
+        notes = list(found_notes)
         if unjudged:
             notes.append(f"{unjudged} checkpoint file(s) left to judge at the next looks")
         return CheckpointsView(tuple(checkpoints), tuple(notes), unjudged)
