@@ -208,6 +208,21 @@ async def test_a_50_gb_safetensors_file_is_judged_from_its_header(ops, tmp_path)
     assert [c.path for c in view.torn] == [str(cut)] and "cut short" in view.torn[0].why
 
 
+async def test_a_pickle_saved_with_a_checkpoint_s_name_is_no_checkpoint(ops, tmp_path):
+    # torch.save(..., _use_new_zipfile_serialization=False) writes a pickle, not a zip: it is not
+    # judged at all, and the real checkpoint beside it still is.
+    import pickle
+    import torch
+    run = tmp_path / "run"
+    (run / "ckpt").mkdir(parents=True)
+    (run / "ckpt" / "old.pt").write_bytes(pickle.dumps({"w": [1.0] * 64}, protocol=2))
+    torch.save({"w": torch.ones(4)}, run / "ckpt" / "new.pt")
+    aged(run, 60)
+    view = await CheckpointLooks().look(ops, str(run), time.time())
+    assert [c.path for c in view.complete] == [str(run / "ckpt" / "new.pt")], view
+    assert not view.torn, view.torn
+
+
 async def test_a_folder_of_100000_files_gives_a_verdict_and_a_note_within_a_poll(ops, tmp_path):
     run = tmp_path / "run"
     many = run / "ckpt"

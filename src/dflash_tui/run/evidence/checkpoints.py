@@ -401,11 +401,12 @@ class CheckpointLooks:
             unjudged += left
             if left or (c is not None and c.writing):
                 unsettled.add(d)
-            if c is None and left:
-                waiting.append((max(f.mtime for f in g.files), g.path))
-            else:
-                checkpoints.append(c)
-                judged.setdefault(d, []).append(c)
+            if c is None:   # its files wait for the budget, or it is no checkpoint (a pickle)
+                if left:
+                    waiting.append((max(f.mtime for f in g.files), g.path))
+                continue
+            checkpoints.append(c)
+            judged.setdefault(d, []).append(c)
         for d, fs, _ in fresh:
             if d not in unsettled:
                 settled[d] = (fs, tuple(judged.get(d, ())))
