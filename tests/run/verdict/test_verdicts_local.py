@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -295,7 +296,9 @@ async def test_starting_within_limits_then_no_run(make_session, tmp_path):
     await s2.launch(preflight=False)
     ev, cl = await s2.check()
     assert cl.verdict is Verdict.STARTING, cl
-    assert evaluate(ev, Limits(stall_after_s=0.01)).verdict is Verdict.STALLED
+    # The same evidence judged a second later with a limit of 0.01 s (the look itself may come
+    # within 10 ms of the stand-in's first line: silent for less than the limit).
+    assert evaluate(replace(ev, now=ev.now + 1.0), Limits(stall_after_s=0.01)).verdict is Verdict.STALLED
 
 
 async def test_same_verdicts_through_shell_ops(monkeypatch, tmp_path):
