@@ -1054,13 +1054,9 @@ class _FindFiles:
                     held[3], held[5] = records, self.gen
             return held[2], held[3], held[5]
         listed_at = time.time()
-        try:
-            it = os.scandir(path)
-        except FileNotFoundError:
+        it = _listing(path, notes)
+        if it is None:   # gone, or not listable (named in notes): its old listing says nothing now
             self.dirs.pop(key, None)
-            return None
-        except OSError as exc:
-            notes.append("cannot list %s: %s" % (path, exc.strerror or exc))
             return None
         acc["listed"] += 1
         subdirs, records, entries, whole = [], [], 0, True
