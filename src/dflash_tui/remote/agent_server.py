@@ -124,10 +124,10 @@ MAX_TREE = 512
 
 
 def parse_stat_usage(text):
-    """(state, ppid, cpu ticks incl. reaped children, threads) from /proc/<pid>/stat."""
+    """(state, ppid, cpu ticks incl. reaped children, threads, resident pages) from /proc/<pid>/stat."""
     rest = text[text.rindex(")") + 2:].split()
     ticks = int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])   # utime stime cutime cstime
-    return rest[0], int(rest[1]), ticks, int(rest[17])
+    return rest[0], int(rest[1]), ticks, int(rest[17]), int(rest[21])
 
 
 def parse_children(raw):
@@ -136,23 +136,27 @@ def parse_children(raw):
 
 
 def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk_tck, truncated,
-                     in_run_dir=None):
+                     in_run_dir=None, page_size=None):
     """The ProcTree-shaped dict from what a walk of the tree read, raw.
 
     walked: [(pid, stat bytes, children pids)] in walk order, the root first. CPU seconds are
     utime+stime of every live process of the tree plus the times of the children each one has
-    reaped (cutime+cstime), so a worker that ended still counts and none counts twice."""
+    reaped (cutime+cstime), so a worker that ended still counts and none counts twice. The RSS
+    is the sum of the processes' resident pages (a shared page counts in each; None without the
+    target's page size): what the same stat files say, at no cost of its own."""
     rec = {"pid": pid, "root": pid_record(pid, walked[0][1] if walked else None, cmdline_raw,
                                           status_raw),
            "procs": 0, "cpu_s": 0.0, "threads": 0, "states": {}, "main_pid": None,
-           "main_argv": [], "clk_tck": clk_tck, "truncated": bool(truncated), "pids": []}
+           "main_argv": [], "clk_tck": clk_tck, "truncated": bool(truncated), "pids": [],
+           "rss_bytes": None}
     rec["root"]["in_run_dir"] = in_run_dir
-    ticks = 0
+    ticks = pages = 0
     for i, (p, stat_raw, kids) in enumerate(walked):
         try:
-            state, _ppid, t, threads = parse_stat_usage(stat_raw.decode("utf-8", "replace"))
+            state, _ppid, t, threads, resident = parse_stat_usage(stat_raw.decode("utf-8", "replace"))
         except (ValueError, IndexError):
             continue
+        pages += max(0, resident)
         rec["procs"] += 1
         rec["pids"].append(p)
         rec["threads"] += threads
@@ -161,6 +165,8 @@ def proc_tree_record(pid, walked, cmdline_raw, status_raw, main_cmdline_raw, clk
         if i == 0 and kids:
             rec["main_pid"] = kids[0]
     rec["cpu_s"] = ticks / float(clk_tck or 100)
+    if page_size and rec["procs"]:
+        rec["rss_bytes"] = pages * int(page_size)
     if main_cmdline_raw is not None:
         rec["main_argv"] = parse_cmdline(main_cmdline_raw)
     return rec
@@ -468,10 +474,11 @@ def op_proc_tree(pid, max_procs=MAX_TREE, run_dir=None):
     in_run_dir = same_dir(base + "cwd", run_dir) if run_dir is not None and walked else None
     return proc_tree_record(pid, walked, _proc_bytes(base + "cmdline"), _proc_bytes(base + "status"),
                             _proc_bytes("/proc/%d/cmdline" % main) if main else None,
-                            _CLK_TCK, truncated, in_run_dir)
+                            _CLK_TCK, truncated, in_run_dir, _PAGE_SIZE)
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else None
 
 
 # -- ops ----------------------------------------------------------------------------------

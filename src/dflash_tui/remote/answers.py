@@ -47,7 +47,8 @@ def proctree_from(d: dict, *, root: PidInfo | None = None, main_argv: tuple[str,
                     states=tuple(sorted((str(k), int(v)) for k, v in d["states"].items())),
                     main_pid=d["main_pid"],
                     main_argv=main_argv if main_argv is not None else tuple(inert_text(a) for a in d["main_argv"]),
-                    truncated=bool(d["truncated"]), pids=tuple(int(p) for p in d.get("pids", ())))
+                    truncated=bool(d["truncated"]), pids=tuple(int(p) for p in d.get("pids", ())),
+                    rss_bytes=int(d["rss_bytes"]) if d.get("rss_bytes") is not None else None)
 
 
 def diskfree_from(d: dict) -> DiskFree:

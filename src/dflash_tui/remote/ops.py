@@ -77,6 +77,7 @@ class ProcTree:
     main_argv: tuple[str, ...] = ()
     truncated: bool = False          # a tree bigger than the agent's cap (counted in part)
     pids: tuple[int, ...] = ()       # the processes counted, the wrapper first (walk order)
+    rss_bytes: int | None = None     # their resident pages summed (shared ones in each); None: unknown
 
 
 @dataclass(frozen=True)

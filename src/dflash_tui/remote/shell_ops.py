@@ -95,7 +95,8 @@ _PROC_TREE = _SAME_DIR + r"""
 rundir=$3
 root=$1 max=$2 n=0 main= first=1 seen=' ' q=$1
 clk=$(getconf CLK_TCK 2>/dev/null) || clk=100
-printf 'C%s\0' "${clk:-100}"
+pg=$(getconf PAGESIZE 2>/dev/null) || pg=
+printf 'C%s %s\0' "${clk:-100}" "$pg"
 while [ "$n" -lt "$max" ]; do
   set -- $q; [ "$#" -gt 0 ] || break
   p=$1; shift; q=$*
@@ -434,7 +435,9 @@ class ShellOps:
             raise TargetError(f"proc_tree on {self.label}: pid must be a positive integer, got {pid}")
         fields = await self._run("proc_tree", _PROC_TREE, str(pid), str(agent_server.MAX_TREE), run_dir or "")
         try:
-            clk = int(fields[0][1:]) if fields[0].startswith("C") and fields[0][1:].isdigit() else 100
+            head = fields[0][1:].split() if fields[0].startswith("C") else []
+            clk = int(head[0]) if head and head[0].isdigit() else 100
+            page = int(head[1]) if len(head) > 1 and head[1].isdigit() else None
             walked, i = [], 1
             while fields[i].startswith("P"):
                 walked.append((int(fields[i][1:]), _b64(fields[i + 1]),
@@ -446,7 +449,7 @@ class ShellOps:
             raise TargetError(f"proc_tree on {self.label}: garbled answer for pid {pid}") from None
         in_run_dir = {"W1": True, "W0": False}.get(where) if run_dir else None
         return proctree_from(agent_server.proc_tree_record(
-            pid, walked, _b64(cmdline), _b64(status), _b64(main_cmdline), clk, truncated, in_run_dir))
+            pid, walked, _b64(cmdline), _b64(status), _b64(main_cmdline), clk, truncated, in_run_dir, page))
 
     async def signal(self, pid: int, sig: int, *, start_ticks: int | None,
                      cmdline: Sequence[str] | None, cwd: str | None = None, group: bool = False) -> str:

@@ -91,6 +91,28 @@ async def test_a_steady_look_stats_the_folders_in_one_request_and_searches_nothi
     assert set(looks.prefetch()) == {str(run), str(run / "checkpoint-30")}   # the parent, the torn one
 
 
+async def test_only_the_look_before_one_past_the_cadence_asks_the_folders_up_front(agent, tmp_path):
+    """Looks a second apart and a 5 s cadence: of each five looks only the one past the cadence
+    carries the folders' stat (known from the looks' spacing before it comes); the others ask
+    nothing of them."""
+    run = tmp_path / "run"
+    run.mkdir()
+    save_hf(run, 10, ago_s=700)
+    save_hf(run, 20, ago_s=600)          # saved 100 s apart: the cadence stays at every_s
+    set_mtime(run, 600)
+    looks = CheckpointLooks(every_s=5.0)
+    t = time.time()
+    await looks.look(agent, str(run), t)
+    asked_ahead = []
+    for i in range(1, 11):
+        asked_ahead.append(bool(looks.prefetch()))
+        await looks.look(agent, str(run), t + i)
+    assert asked_ahead == [False, False, False, False, True] * 2, asked_ahead
+    assert looks.prefetch() == []
+    looks.expire()
+    assert looks.prefetch() == [str(run)]       # a recovery's look
+
+
 async def test_a_new_checkpoint_folder_is_seen_at_the_next_look(agent, run):
     looks = CheckpointLooks(every_s=0.0)
     await steady(looks, agent, run)

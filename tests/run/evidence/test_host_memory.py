@@ -8,12 +8,14 @@ import asyncio
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.evidence.host_memory import host_limit, kb_field, limit_files, limit_value, tree_memory
+from dflash_tui.run.evidence.memory_runway import MemoryLooks
 
 MB = 1 << 20
 
@@ -67,3 +69,68 @@ async def test_a_real_tree_memory_grows_with_what_it_holds_and_the_limit_reads(p
             p.kill()
             p.wait()
         await ops.close()
+
+
+class _CountedReads:
+    """The real ops, with the paths read counted (the agent's and the shell's reads alike)."""
+
+    def __init__(self, ops) -> None:
+        self.ops, self.paths = ops, []
+
+    async def read(self, path, offset=0, max_bytes=1 << 20):
+        self.paths.append(path)
+        return await self.ops.read(path, offset, max_bytes)
+
+
+@pytest.mark.parametrize("prefer", ["agent", "shell"])
+async def test_the_pss_is_sampled_when_the_tree_s_rss_moves_else_once_a_minute(prefer):
+    """The tree's RSS comes with the process tree (agent and shell alike); a flat tree costs no
+    read between PSS samples a minute apart, and a tree that grows (64 MiB here, then 1 MiB:
+    under the bar) is sampled at the first look past the cadence; so is a tree of other
+    processes."""
+    ops = _CountedReads(await open_ops(LocalTarget(), python=sys.executable, prefer=prefer))
+    code = ("import sys\nheld = []\nprint('held', flush=True)\n"
+            "for line in sys.stdin:\n    held.append(bytearray(b'1' * (int(line) << 20)))\n"
+            "    print('held', flush=True)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    async def grow(mb: int) -> None:
+        child.stdin.write(b"%d\n" % mb)
+        child.stdin.flush()
+        assert (await asyncio.to_thread(child.stdout.readline)) == b"held\n"
+
+    async def look(t: float, step: int, also: tuple[int, ...] = ()) -> None:
+        tree = await ops.ops.proc_tree(child.pid)
+        assert tree.rss_bytes is not None and tree.rss_bytes > 4 * MB, tree
+        ev = SimpleNamespace(now=t, status=None, activity=SimpleNamespace(step=step), metrics=None,
+                             tree=SimpleNamespace(pid=child.pid, pids=tree.pids + also, rss_bytes=tree.rss_bytes))
+        await mem.look(ops, ev, "run-1")
+
+    def pss_reads() -> int:
+        return sum(p.endswith("/smaps_rollup") for p in ops.paths)
+
+    mem = MemoryLooks(every_s=5.0, limit_bytes=1 << 40)
+    try:
+        assert (await asyncio.to_thread(child.stdout.readline)) == b"held\n"
+        t = 1000.0
+        await look(t, 1)
+        assert pss_reads() == 1 and len(mem.host.samples) == 1       # the first look samples
+        for i in range(1, 12):                                       # 55 s flat, a look each 5 s
+            await look(t + 5 * i, 1 + i)
+        assert ops.paths == [f"/proc/{child.pid}/smaps_rollup"], ops.paths
+        await look(t + 60, 13)                                       # a minute on: sampled again
+        assert pss_reads() == 2 and len(mem.host.samples) == 2
+        await grow(64)
+        await look(t + 62, 14)                                       # moved, within the cadence
+        assert pss_reads() == 2
+        await look(t + 65, 15)                                       # past it: sampled
+        assert pss_reads() == 3 and mem.host.samples[-1].used - mem.host.samples[-2].used >= 60 * MB
+        await grow(1)
+        await look(t + 70, 16)                                       # 1 MiB: under the bar
+        assert pss_reads() == 3
+        await look(t + 75, 17, also=(os.getpid(),))                  # another process in the tree
+        assert pss_reads() == 5
+    finally:
+        child.kill()
+        child.wait()
+        await ops.ops.close()

@@ -46,6 +46,7 @@ from .checkpoint_formats import (SAFETENSORS_HEAD_BYTES, SAFETENSORS_HEADER_MAX,
                                  safetensors_header_length)
 from .checkpoint_gate import FolderGate
 from .memory import Bounded
+from .next_look import NextLook
 
 CHECKPOINT_DEPTH = 3          # directories below the run dir (and below each named folder)
 MAX_ENTRIES = 20_000          # entries a search looks at in all (the agent's bound)
@@ -282,6 +283,7 @@ class CheckpointLooks:
         self._at: float | None = None
         self._first_up_to: int | None = None   # the next search judges the checkpoints up to this step first
         self._looking = asyncio.Lock()
+        self._next = NextLook()       # when the next look comes: whether it asks the folders up front
 
     def due(self, now: float) -> bool:
         return self._at is None or not (0 <= now - self._at < cadence(self.every_s, self.view))
@@ -298,10 +300,17 @@ class CheckpointLooks:
         self.gate.open()
 
     def prefetch(self) -> list[str]:
-        """The folders the next look may stat (its first request carries them; none without a gate)."""
+        """The folders the next look stats, when it is likely to come past the cadence (its first
+        request carries them; none without a gate, none at the looks between)."""
+        if not self._next.due(self._at, cadence(self.every_s, self.view)):
+            return []
+        return self._watched()
+
+    def _watched(self) -> list[str]:
         return list(self.gate.folders) if self.gate.safety_s > 0 else []
 
     async def look(self, ops: RemoteOps, run_dir: str, now: float) -> CheckpointsView | None:
+        self._next.saw(now)
         # One look at a time: a look beside another's search (a recovery's check beside the
         # poller's look, after `expire`) answers with that search's view, never the one before it.
         async with self._looking:
@@ -330,7 +339,7 @@ class CheckpointLooks:
         return f"{view.unjudged} file(s) wait to be judged" if view.unjudged else ""
 
     async def _folder_stats(self, ops: RemoteOps) -> dict[str, FileStat] | None:
-        folders = self.prefetch()
+        folders = self._watched()
         if not folders:
             return {}
         try:

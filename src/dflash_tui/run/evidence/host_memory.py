@@ -88,13 +88,19 @@ def pss_path(pid: int) -> str:
     return f"/proc/{pid}/smaps_rollup"
 
 
+def rss_path(pid: int) -> str:
+    return f"/proc/{pid}/status"   # its VmRSS line
+
+
 async def _process_memory(ops: RemoteOps, pid: int) -> int | None:
     text = await _text(ops, pss_path(pid))
     used = kb_field(text, "Pss") if text else None
-    if used is None:
-        text = await _text(ops, f"/proc/{pid}/status")
-        used = kb_field(text, "VmRSS") if text else None
-    return used
+    return await _process_rss(ops, pid) if used is None else used
+
+
+async def _process_rss(ops: RemoteOps, pid: int) -> int | None:
+    text = await _text(ops, rss_path(pid))
+    return kb_field(text, "VmRSS") if text else None
 
 
 async def tree_memory(ops: RemoteOps, pids: tuple[int, ...]) -> int | None:

@@ -2,8 +2,14 @@
 trends over the run's steps (run/evidence/memtrend.py), each with its limit and forecast.
 
 Host: the PSS of the run's process tree against the lowest cgroup limit it is in, else the host's
-MemTotal (run/evidence/host_memory.py), or a profile's `memory_limit_mb` where one is set; read
-at most every `every_s` seconds (the limit once a minute). GPU: the memory NVML says the run's
+MemTotal (run/evidence/host_memory.py), or a profile's `memory_limit_mb` where one is set; the
+limit is read once a minute. PSS costs the kernel a walk of each process's page tables
+(smaps_rollup: about 0.2 ms for a small Python process, more for a trainer's address space);
+the tree's RSS comes with every look's process tree, from the stat files it reads anyway. So
+the PSS is sampled, at most every `every_s` seconds, only when that RSS moved (by
+RSS_MOVED_BYTES or RSS_MOVED_PART since the last PSS sample), when the tree's processes
+changed, or PSS_EVERY_S after the last sample: a leak moves the RSS and is sampled every
+`every_s`, a flat run once a minute. GPU: the memory NVML says the run's
 processes hold on each GPU (the GPU sample's per-process usage), against the GPU's total. The
 `memory` check reads it (run/verdict/checks/memory.py); the series survive a `--check` process
 through `to_json`/`restore` (watch/session.py keeps them in the state directory).
@@ -16,8 +22,12 @@ from dataclasses import dataclass
 from ...remote.ops import RemoteOps
 from .host_memory import READ_MAX, HostLimit, host_limit, pss_path, tree_memory
 from .memtrend import MemorySeries, Trend, trend
+from .next_look import NextLook
 
 LIMIT_EVERY_S = 60.0
+PSS_EVERY_S = 60.0       # a PSS sample at least this often while the RSS stays put
+RSS_MOVED_BYTES = 16 << 20
+RSS_MOVED_PART = 0.01
 PREFETCH_PROCS = 64      # processes whose PSS the look's first request reads ahead
 
 
@@ -71,6 +81,7 @@ class MemoryLooks:
     def __init__(self, every_s: float = 5.0, limit_bytes: int | None = None) -> None:
         self.every_s = every_s
         self.limit_bytes = limit_bytes       # a profile's memory_limit_mb: the host's limit stand-in
+        self._next = NextLook()              # when the next look comes: whether it asks the PSS up front
         self._reset(None)
 
     def _reset(self, run_id: str | None) -> None:
@@ -78,10 +89,11 @@ class MemoryLooks:
         self.dirty = False                   # a sample was added since the series were last kept
         self.host = MemorySeries()
         self.gpus: dict[int, MemorySeries] = {}
-        self._host_at: float | None = None
+        self._host_at: float | None = None      # the last PSS sample
         self._host_used: int | None = None
+        self._rss_then: int | None = None       # the tree's RSS and processes at the last PSS sample
+        self._pids_then: tuple[int, ...] = ()
         self._pids: tuple[int, ...] = ()     # the tree's processes at the last look
-        self._due = True                     # the next look is due to sample the host
         self._limit: HostLimit | None = None
         self._limit_at: float | None = None
         self._gpu_now: dict[int, tuple[int, int | None]] = {}
@@ -96,33 +108,49 @@ class MemoryLooks:
 
     def prefetch(self) -> dict[str, int]:
         """The reads the next look's first request should carry ({path: max bytes}): the PSS of
-        the tree's processes when that look is due to sample them, so that the agent answers them
-        with the look's other files, in one request."""
-        if not self._due:
+        the tree's processes when that look is due to sample it by the clock, so that the agent
+        answers them with the look's other files, in one request (a sample that a moved RSS
+        asks for costs a request of its own)."""
+        if not self._next.due(self._host_at, self._pss_every_s):
             return {}
         return {pss_path(p): READ_MAX for p in self._pids[:PREFETCH_PROCS]}
+
+    @property
+    def _pss_every_s(self) -> float:
+        return max(PSS_EVERY_S, self.every_s)
 
     async def look(self, ops: RemoteOps, ev, run_id: str | None) -> MemoryRunway | None:
         """The host's part, sampled when `every_s` passed since the last sample (else the last)."""
         self._for_run(run_id)
+        self._next.saw(ev.now)
         tree = ev.tree
         if tree is None or not tree.pids:
             return self.runway(ev.now, run_step(ev))
         now, step = ev.now, run_step(ev)
         self._pids = tree.pids
-        # The look after this one samples when it may come past the cadence (looks come about a
-        # second apart, further while the run is steady: then each look is due).
-        self._due = self._host_at is None or not 0 <= now + 1.5 - self._host_at < self.every_s
-        if self._host_at is None or not 0 <= now - self._host_at < self.every_s:
+        if self._pss_due(now, tree.pids, tree.rss_bytes):
             self._host_at = now
             self._host_used = await tree_memory(ops, tree.pids)
+            self._rss_then, self._pids_then = tree.rss_bytes, tree.pids
             self.host.add(now, step, self._host_used)
             self.dirty = True
-            self._due = self.every_s <= 1.5
         if self.limit_bytes is None and (self._limit_at is None or not 0 <= now - self._limit_at < LIMIT_EVERY_S):
             self._limit_at = now
             self._limit = await host_limit(ops, tree.pid)
         return self.runway(now, step)
+
+    def _pss_due(self, now: float, pids: tuple[int, ...], rss: int | None) -> bool:
+        """Whether the tree's PSS is sampled now: none yet, or `every_s` passed since the last
+        sample and then PSS_EVERY_S passed, other processes, or an RSS that moved (or that is
+        not known: then only the PSS says)."""
+        since = None if self._host_at is None else now - self._host_at
+        if since is None or not 0 <= since < self._pss_every_s:
+            return True
+        if since < self.every_s:
+            return False
+        if pids != self._pids_then or rss is None or self._rss_then is None:
+            return True
+        return abs(rss - self._rss_then) >= max(RSS_MOVED_BYTES, self._rss_then * RSS_MOVED_PART)
 
     def note_gpus(self, now: float, step: int | None, run_id: str | None, snap) -> None:
         """Each GPU's memory held by the run's processes, from one GPU snapshot."""
