@@ -8,7 +8,8 @@ times each, so a busy moment of the shared machine falls on both. Printed: each 
 microseconds per sample+check, and the difference. A tree is a checkout's root (`git archive
 <commit> src | tar -x -C DIR` makes one of an older commit).
 
-`.venv/bin/python benchmarks/gpu_health_cost.py --trees OLD_ROOT,NEW_ROOT [--samples 400] [--rounds 3]`
+`.venv/bin/python benchmarks/gpu_health_cost.py --trees OLD_ROOT,NEW_ROOT [--samples 400] [--rounds 3] [--real]`
+(--real: the host's own GPUs through pynvml, on the GPU machine: benchmarks/device/see_it_coming.sh)
 """
 
 from __future__ import annotations
@@ -35,26 +36,32 @@ from dflash_tui.run.verdict.health import with_gpu_check
 from dflash_tui.run.evidence.observe import Evidence
 
 samples = int(sys.argv[1])
-fake = fake_nvml.FakeNvml(8)
-for i in range(8):
-    fake.set_processes(i, [(4242, 20 << 30)])
-reader = NvmlReader(fake_nvml.loader(fake))
+if sys.argv[2] == "real":
+    import pynvml
+    reader = NvmlReader(lambda: pynvml)
+else:
+    fake = fake_nvml.FakeNvml(8)
+    for i in range(8):
+        fake.set_processes(i, [(4242, 20 << 30)])
+    reader = NvmlReader(fake_nvml.loader(fake))
 ev = Evidence(run_dir="/tmp/none", now=time.time())
 checklist = Checklist(Verdict.RUNNING, [], "running")
 for _ in range(20):    # warm: the first sample opens the devices
     with_gpu_check(checklist, ev, snapshot_from_dict(reader.sample()))
-out = []
+out, gpus = [], 0
 for _ in range(samples):
     t0 = time.thread_time()
-    with_gpu_check(checklist, ev, snapshot_from_dict(reader.sample()))
+    snap = snapshot_from_dict(reader.sample())
+    with_gpu_check(checklist, ev, snap)
     out.append((time.thread_time() - t0) * 1e6)
-print(json.dumps(out))
+    gpus = len(snap.gpus)
+print(json.dumps({"us": out, "gpus": gpus}))
 '''
 
 
-def run_tree(tree: Path, samples: int) -> list[float]:
-    res = subprocess.run([sys.executable, "-c", CHILD, str(samples)], capture_output=True, text=True, env=tree_env(tree),
-                         timeout=600)
+def run_tree(tree: Path, samples: int, nvml: str) -> dict:
+    res = subprocess.run([sys.executable, "-c", CHILD, str(samples), nvml], capture_output=True, text=True,
+                         env=tree_env(tree), timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"{tree}: {res.stderr.strip().splitlines()[-1]}")
     return json.loads(res.stdout)
@@ -65,16 +72,20 @@ def main() -> None:
     ap.add_argument("--trees", default=f"{ROOT},{ROOT}")
     ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--real", action="store_true", help="the host's own GPUs through pynvml, not the stand-in's 8")
     args = ap.parse_args()
     trees = [Path(t) for t in args.trees.split(",")]
     times: dict[Path, list[float]] = {t: [] for t in trees}
+    gpus = 0
     for _ in range(args.rounds):
         for t in trees:
-            times[t] += run_tree(t, args.samples)
+            got = run_tree(t, args.samples, "real" if args.real else "fake")
+            times[t] += got["us"]
+            gpus = got["gpus"]
     medians = {t: statistics.median(v) for t, v in times.items()}
     for t in trees:
         print(f"{t}: median {medians[t]:.0f} us, mean {statistics.fmean(times[t]):.0f} us per sample+check "
-              f"(8 GPUs, {len(times[t])} samples)")
+              f"({gpus} GPUs{'' if args.real else ' of the stand-in'}, {len(times[t])} samples)")
     if len(trees) == 2:
         a, b = trees
         print(f"extra per look: {medians[b] - medians[a]:.0f} us ({medians[b] / medians[a]:.2f}x)")

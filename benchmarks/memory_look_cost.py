@@ -5,11 +5,13 @@ The program prints a step line every 50 ms and keeps --procs - 1 child processes
 workers), launched detached through a Session as the dashboard would. Three ways of looking
 alternate, --rounds times, --looks looks each, --gap seconds apart:
 
-- without: the look with its memory step removed (`MemoryLooks.look` answers None);
-- with: the look as shipped (the tree's PSS read every 5 s of the target's clock, the limit once
-  a minute, the trend worked out only when a sample was added);
-- with, sampling every look: the worst case (the PSS and the trend at every look; the limit
-  still once a minute).
+- without: the look with its memory step removed (`MemoryLooks.look` answers None, and
+  `MemoryLooks.prefetch` asks nothing ahead);
+- with: the look as shipped (the tree's PSS sampled at most every 5 s of the target's clock,
+  and then only when the tree's RSS moved or a minute passed; the limit once a minute, the trend
+  worked out only when a sample was added);
+- with, sampling every look: the worst case (the PSS and the trend at every look, as if the RSS
+  moved at each: `every_s` 0 and no bar on the RSS's move; the limit still once a minute).
 
 Each look is timed as the CPU of this process's thread (`time.thread_time` around
 `Session.check`) plus the CPU its agent used meanwhile (/proc of the child processes, 10 ms ticks:
@@ -32,6 +34,7 @@ from pathlib import Path
 from checkpoint_look_cost import looks   # this folder: the same timing of a look
 from dflash_tui.config import Profile
 from dflash_tui.remote.local import LocalTarget
+from dflash_tui.run.evidence import memory_runway
 from dflash_tui.run.evidence.memory_runway import MemoryLooks
 from dflash_tui.watch.session import Session
 
@@ -59,10 +62,14 @@ async def main() -> None:
                        command=(sys.executable, "-c", PROGRAM, str(args.procs - 1)), train_args=(), min_free_gb=0.0)
         s = Session(prof, targets=(LocalTarget(), LocalTarget()))
         await s.launch()
-        shipped = MemoryLooks.look
+        shipped, shipped_prefetch = MemoryLooks.look, MemoryLooks.prefetch
+        bars = memory_runway.RSS_MOVED_BYTES, memory_runway.RSS_MOVED_PART
 
         async def without(self, ops, ev, run_id):
             return None
+
+        def nothing_ahead(self):
+            return {}
 
         try:
             for _ in range(100):                # warm: the agent started, the tree whole
@@ -74,20 +81,23 @@ async def main() -> None:
             got: dict[str, list[float]] = {"without": [], "with": [], "with, sampling every look": []}
             mem = s.progress.memory
             for _ in range(args.rounds):
-                MemoryLooks.look = without
-                got["without"] += await looks(s, args.looks, args.gap)
-                MemoryLooks.look = shipped
+                MemoryLooks.look, MemoryLooks.prefetch = without, nothing_ahead
+                got["without"] += await looks(s, args.looks, args.gap, [])
+                MemoryLooks.look, MemoryLooks.prefetch = shipped, shipped_prefetch
                 mem.every_s = 5.0
-                got["with"] += await looks(s, args.looks, args.gap)
+                got["with"] += await looks(s, args.looks, args.gap, [])
                 mem.every_s = 0.0
-                got["with, sampling every look"] += await looks(s, args.looks, args.gap)
+                memory_runway.RSS_MOVED_BYTES, memory_runway.RSS_MOVED_PART = 0, 0.0
+                got["with, sampling every look"] += await looks(s, args.looks, args.gap, [])
+                memory_runway.RSS_MOVED_BYTES, memory_runway.RSS_MOVED_PART = bars
             base = statistics.mean(got["without"])
             for way, ms in got.items():
                 extra = "" if way == "without" else f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} %"
                 print(f"{way:28s} mean {statistics.mean(ms):6.2f} ms  median {statistics.median(ms):6.2f} ms "
                       f"per look ({len(ms)} looks){extra}")
         finally:
-            MemoryLooks.look = shipped
+            MemoryLooks.look, MemoryLooks.prefetch = shipped, shipped_prefetch
+            memory_runway.RSS_MOVED_BYTES, memory_runway.RSS_MOVED_PART = bars
             await s.stop(grace_s=1)
             await s.close()
 

@@ -13,7 +13,8 @@ blocks of --looks looks, --gap seconds apart (1 s: `RunWatch.interval`, the dash
   and nothing of theirs riding in the look's first request (the folders' stat, the tree's PSS);
 - with: the look as shipped (checkpoints and disk runway past their 5 s cadence, a search only
   when a watched folder moved or every 60 s; the tree's PSS every 5 s, the limit every 60 s);
-- with, memory runway only / with, checkpoints and disk runway only (--parts): each alone.
+- with, memory runway only / with, checkpoints and disk runway only (--parts): each alone, to
+  see which part costs what.
 
 GPU node health and energy are not in a look: they ride in the GPU sample
 (benchmarks/gpu_health_cost.py measures their extra per sample); add that to the extra here.
@@ -21,13 +22,16 @@ GPU node health and energy are not in a look: they ride in the GPU sample
 Each look is timed as the CPU of this process's thread (`time.thread_time` around
 `Session.check`) plus the CPU its agent used meanwhile, from the scheduler's nanosecond count
 (/proc/PID/task/*/schedstat), so a look of a few ms is measured, not sampled in 10 ms ticks.
-The blocks alternate, so a busy moment of the shared machine falls on each way; the 60 s safety
-search and the 5 s cadences keep the wall clock through the "without" blocks, so "with" holds
-about twice the searches its own looks would (an upper bound). Printed: per way, the mean and
-median CPU per look; the extra of "with" over "without" as a mean, and as the median of the
-rounds' paired extras with the lowest and highest round.
+The blocks alternate, so a busy moment of the shared machine falls on each way. The cadences run
+on the wall clock through the other ways' blocks: with two ways and blocks of 60 looks a second
+apart (--looks 60), "with" holds the 60 s safety search once per 60 of its looks, as a watch
+that looks every second does; with --parts (four ways) each way holds about three times that
+(an upper bound: read the parts for which costs what, the two-way run for the total). Printed:
+per way, the mean and median CPU per look, the searches and why; the extra of "with" over
+"without" as a mean with a 95 % bootstrap interval (the looks of each way resampled), and as
+the median of the rounds' paired extras with the lowest and highest round.
 
-`.venv/bin/python benchmarks/see_it_coming_cost.py [--hf 300] [--files 300] [--procs 9] [--looks 20] [--gap 1.0] [--rounds 10] [--parts]`
+`.venv/bin/python benchmarks/see_it_coming_cost.py [--hf 300] [--files 300] [--procs 9] [--looks 60] [--gap 1.0] [--rounds 6] [--parts]`
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -86,6 +91,18 @@ def parts(checkpoints: bool, memory: bool) -> None:
     MemoryLooks.prefetch = SHIPPED["memory reads"] if memory else (lambda self: {})
 
 
+def bootstrap_extra(with_ms: list[float], without_ms: list[float], n: int = 2000) -> tuple[float, float]:
+    """A 95 % interval of the mean extra in % of "without": each way's looks resampled."""
+    rng = random.Random(46)
+    out = []
+    for _ in range(n):
+        w = statistics.fmean(rng.choices(with_ms, k=len(with_ms)))
+        o = statistics.fmean(rng.choices(without_ms, k=len(without_ms)))
+        out.append(100 * (w - o) / o)
+    out.sort()
+    return out[int(0.025 * n)], out[int(0.975 * n) - 1]
+
+
 async def timed_looks(s: Session, n: int, gap: float, searched: list[str]) -> list[float]:
     """n looks `gap` apart: each one's CPU in ms, this thread's plus the agent's; why each
     checkpoint search ran, into `searched`."""
@@ -109,9 +126,9 @@ async def main() -> None:
     ap.add_argument("--hf", type=int, default=300)
     ap.add_argument("--files", type=int, default=300)
     ap.add_argument("--procs", type=int, default=9)
-    ap.add_argument("--looks", type=int, default=20)
+    ap.add_argument("--looks", type=int, default=60)
     ap.add_argument("--gap", type=float, default=1.0)
-    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--parts", action="store_true", help="also each part alone")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,7 +171,9 @@ async def main() -> None:
                 if name != "without":
                     paired = sorted(100 * (statistics.mean(w) - statistics.mean(o)) / statistics.mean(o)
                                     for w, o in zip(got[name], got["without"]))
-                    line += (f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} % (mean); "
+                    low, high = bootstrap_extra(ms, flat["without"])
+                    line += (f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} % (mean; 95 %: "
+                             f"{low:+.1f} to {high:+.1f} %); "
                              f"rounds: median {statistics.median(paired):+.1f} %, "
                              f"lowest {paired[0]:+.1f} %, highest {paired[-1]:+.1f} %")
                 print(line)

@@ -20,6 +20,7 @@ import pytest
 
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.evidence.activity import ProgressTracker
+from dflash_tui.run.evidence.checkpoint_gate import SAFETY_MAX_S, SAFETY_S, SAFETY_SHARE, FolderGate
 from dflash_tui.run.evidence.checkpoints import CheckpointLooks
 from dflash_tui.run.evidence.observe import gather
 
@@ -164,6 +165,48 @@ async def test_a_file_rewritten_in_place_is_seen_at_the_safety_interval(agent, r
     assert "find_files" in agent.asked and looks.why_searched == "the safety interval passed"
     assert view.last_complete.step == 10
     assert {Path(c.path).name for c in view.torn} == {"checkpoint-20", "checkpoint-30"}
+
+
+async def test_the_newest_file_checkpoint_saved_over_in_place_is_seen_at_the_next_look(agent, tmp_path):
+    """`last.pt` rewritten in place moves no folder; the newest file-checkpoints are watched
+    themselves, and the search that one of them starts stats every file."""
+    run = tmp_path / "run"
+    (run / "ckpt").mkdir(parents=True)
+    for step in (10, 20):
+        with zipfile.ZipFile(run / "ckpt" / f"step-{step}.pt", "w") as z:
+            z.writestr("archive/data.pkl", b"x" * 4096)
+        set_mtime(run / "ckpt" / f"step-{step}.pt", 700 - step)
+    set_mtime(run / "ckpt", 600)
+    set_mtime(run, 600)
+    looks = CheckpointLooks(every_s=0.0)
+    view = await steady(looks, agent, run)
+    assert view.last_complete.step == 20
+    assert str(run / "ckpt" / "step-20.pt") in looks.prefetch()
+    newest = run / "ckpt" / "step-20.pt"
+    os.truncate(newest, newest.stat().st_size // 2)      # saved over, cut short: no folder moves
+    set_mtime(newest, 300)
+    agent.asked.clear()
+    view = await looks.look(agent, str(run), time.time())
+    assert "find_files" in agent.asked and looks.why_searched == f"{newest} moved", looks.why_searched
+    assert view.last_complete.step == 10 and [Path(c.path).name for c in view.torn] == ["step-20.pt"]
+
+
+def test_a_dear_safety_search_runs_less_often():
+    """The safety interval is the last safety search's time over SAFETY_SHARE, from SAFETY_S to
+    SAFETY_MAX_S; the first search and the searches of moved folders do not set it."""
+    gate = FolderGate()
+    assert gate.safety_interval_s == SAFETY_S
+    gate.searched(0.0, ("/r",), {}, "all", 5.0)
+    gate.searched(1.0, ("/r",), {}, "moved", 5.0)
+    assert gate.safety_interval_s == SAFETY_S
+    gate.searched(2.0, ("/r",), {}, "every file", 0.001)       # cheap: every minute
+    assert gate.safety_interval_s == SAFETY_S
+    gate.searched(3.0, ("/r",), {}, "every file", 0.013)       # 600 checkpoints' worth
+    assert gate.safety_interval_s == pytest.approx(0.013 / SAFETY_SHARE) and 250 < gate.safety_interval_s < 270
+    gate.searched(4.0, ("/r",), {}, "every file", 2.0)
+    assert gate.safety_interval_s == SAFETY_MAX_S
+    assert gate.why_search(4.0 + SAFETY_MAX_S + 1, "", {}) == "the safety interval passed"
+    assert gate.scope(4.0 + 300) == "moved" and gate.scope(4.0 + SAFETY_MAX_S + 1) == "every file"
 
 
 async def test_a_recovery_searches_at_once_whatever_the_folders_say(agent, run):

@@ -14,21 +14,29 @@ stats, in one request:
   dir itself only as such (the bundled trainer renames its status.json there every second, so
   there its mtime says little: a run dir that keeps moving keeps the search at its cadence),
 - the folder of each torn folder-checkpoint (the newest MAX_TORN; a file written into it later),
+- the newest file-checkpoints themselves (a `last.pt` saved over in place moves no folder),
 
 and the search runs again only when one of them moved (or appeared, or went), when a folder's
 mtime is younger than SETTLE_S (a file system whose timestamps are coarse may move it again
 within the same tick), while a checkpoint is being written or files wait to be judged (their
-files grow in place), when nothing was found yet, or when SAFETY_S passed since the last search:
-a file rewritten in place (a `last.pt` saved over) moves no folder. A first checkpoint in a
-folder below the run dir that held none yet is found by that safety search too. A search
-between safety searches lists again only the folders that moved (`scope`).
+files grow in place), when nothing was found yet, or when the safety interval passed since the
+last search: an older file rewritten in place, a folder-checkpoint's file cut short, and a first
+checkpoint in a folder below the run dir that held none yet move no watched folder. A search
+between safety searches lists again only the folders that moved (`scope`); a watched file that
+moved is searched for with every file stat'd.
+
+The safety search stats every file, tens of milliseconds for a run dir of hundreds of
+checkpoints, so it runs every SAFETY_S (60 s) only where it is cheap: its interval is its last
+run's time over SAFETY_SHARE (a 13 ms search, every 260 s), at most SAFETY_MAX_S.
 """
 
 from __future__ import annotations
 
 from ...remote.ops import FileStat
 
-SAFETY_S = 60.0       # the longest a look trusts unmoved folders before searching anyway
+SAFETY_S = 60.0       # the shortest time a look trusts unmoved folders before searching anyway
+SAFETY_MAX_S = 600.0  # and the longest
+SAFETY_SHARE = 5e-5   # of the wall clock, what the safety search may take: a dearer one runs less often
 SETTLE_S = 2.0        # a folder written to this recently may move again within one mtime tick
 
 
@@ -39,22 +47,37 @@ def _signature(st: FileStat) -> tuple:
 class FolderGate:
     """The watched folders of the last search, their stats then, and whether they moved since."""
 
-    def __init__(self, safety_s: float = SAFETY_S) -> None:
+    def __init__(self, safety_s: float = SAFETY_S, share: float = SAFETY_SHARE) -> None:
         self.safety_s = safety_s             # 0: no gate, every look past the cadence searches
+        self.share = share
         self.folders: tuple[str, ...] = ()   # what the next look stats (its first request carries it)
         self._then: dict[str, tuple] = {}    # each folder's stat as of the last search
         self._searched_at: float | None = None
+        self._safety_took_s: float | None = None   # the last safety search's time
+        self._file_moved = ""                # a watched file that moved (a search then stats every file)
+
+    @property
+    def safety_interval_s(self) -> float:
+        """How long unmoved folders are trusted: SAFETY_S, longer where the safety search is dear."""
+        took = self._safety_took_s
+        if took is None or self.share <= 0:
+            return self.safety_s
+        return max(self.safety_s, min(took / self.share, SAFETY_MAX_S))
 
     def open(self) -> None:
         """The next look past the cadence searches whatever the folders say (a recovery plans)."""
         self._searched_at = None
 
-    def searched(self, now: float, folders: tuple[str, ...] | None, stats: dict[str, FileStat]) -> None:
-        """A search ran at `now`; `stats`: the folders' stats asked before it (a change after them
-        is seen at the next look); `folders`: what the next looks stat (None or (): no gate). A
-        folder not asked this time keeps its older stat: one that moved since reads as moved (one
-        search more), never as still."""
+    def searched(self, now: float, folders: tuple[str, ...] | None, stats: dict[str, FileStat],
+                 scope: str = "", took_s: float | None = None) -> None:
+        """A search of `scope` ran at `now` and took `took_s`; `stats`: the folders' stats asked
+        before it (a change after them is seen at the next look); `folders`: what the next looks
+        stat (None or (): no gate). A folder not asked this time keeps its older stat: one that
+        moved since reads as moved (one search more), never as still."""
         self._searched_at = now
+        self._file_moved = ""
+        if scope == "every file" and took_s is not None:
+            self._safety_took_s = took_s
         self.folders = folders or ()
         then = {**self._then, **{p: _signature(st) for p, st in stats.items()}}
         self._then = {p: then[p] for p in self.folders if p in then}
@@ -66,7 +89,9 @@ class FolderGate:
         for the first search, a recovery's and with no gate (everything, answered in full)."""
         if self.safety_s <= 0 or self._searched_at is None:
             return "all"
-        return "moved" if 0 <= now - self._searched_at < self.safety_s else "every file"
+        if self._file_moved:
+            return "every file"
+        return "moved" if 0 <= now - self._searched_at < self.safety_interval_s else "every file"
 
     def why_search(self, now: float, busy: str, stats: dict[str, FileStat] | None) -> str:
         """Why this look searches, in words ("" when the folders say nothing changed). `busy`:
@@ -79,7 +104,7 @@ class FolderGate:
             return busy
         if not self.folders:
             return "no folders to watch"
-        if not 0 <= now - self._searched_at < self.safety_s:
+        if not 0 <= now - self._searched_at < self.safety_interval_s:
             return "the safety interval passed"
         if stats is None:
             return "the folders could not be asked"
@@ -88,6 +113,8 @@ class FolderGate:
             if st is None or path not in self._then:
                 return f"{path} not watched before"
             if _signature(st) != self._then[path]:
+                if st.exists and not st.is_dir:
+                    self._file_moved = path
                 return f"{path} moved"
             if st.exists and not now - st.mtime >= SETTLE_S:
                 return f"{path} written to within {SETTLE_S:g} s"

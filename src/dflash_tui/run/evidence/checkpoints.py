@@ -14,10 +14,10 @@ Found with one bounded `find_files` (RemoteOps: the agent and ShellOps alike) un
 | safetensors   | *.safetensors on its own                    | header offsets end at the file's size |
 
 The search runs every 5 s at most, twice per checkpoint interval where saves come faster; and
-between searches only when the folders that hold the checkpoints moved (run/evidence/checkpoint_gate.py:
-a look past that cadence stats them in its first request, and searches again when one moved, a
-checkpoint is being written, files wait to be judged, or SAFETY_S passed: a file rewritten in
-place moves no folder). A checkpoint whose last write is younger than WRITING_S and is not
+between searches only when the folders that hold the checkpoints, or the newest file-checkpoints,
+moved (run/evidence/checkpoint_gate.py: a look past that cadence stats them in its first request,
+and searches again when one moved, a checkpoint is being written, files wait to be judged, or the
+gate's safety interval passed: an older file rewritten in place moves nothing watched). A checkpoint whose last write is younger than WRITING_S and is not
 complete is being written: neither complete nor torn yet. Every file is judged once per (inode,
 size, mtime); a look judges at most JUDGE_PER_LOOK new files (the newest first; a search a
 recovery bounds, `expire(at_or_before=step)`, those at or before the step first), the rest at the
@@ -35,6 +35,7 @@ import asyncio
 import posixpath
 import re
 import statistics
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -66,6 +67,7 @@ MAX_FILES_JUDGED = 64         # weight files judged in one checkpoint folder
 HEADER_READ_MAX = 8 << 20     # the longest safetensors header read (one read's cap)
 MAX_WATCHED = 64              # folders a look stats between searches (more: the search runs at its cadence)
 MAX_TORN_WATCHED = 16         # torn folder-checkpoints among them (the newest)
+MAX_FILES_WATCHED = 2         # and the newest complete file-checkpoints
 MAX_FRESH = 64                # unfinished checkpoints stat'd again at every search (the newest)
 _FOLDER_FORMATS = frozenset({"hf", "dcp", "dflash-train"})
 
@@ -162,20 +164,23 @@ def search_roots(run_dir: str, named: tuple[str, ...]) -> list[str]:
     return roots
 
 
-def watched_folders(roots: list[str], view: CheckpointsView) -> tuple[str, ...] | None:
-    """The folders whose stat says whether `view` still holds (checkpoint_gate.py): a profile's
-    folders (`roots` past the run dir; not a "~/" one, which the target's stat cannot name), the
-    folder each found checkpoint lies in, and each torn folder-checkpoint's own. The run dir only
-    as such a folder: the bundled trainer renames its status.json there every second. None where
-    the gate cannot say: nothing found, too many folders."""
+def watched_paths(roots: list[str], view: CheckpointsView) -> tuple[str, ...] | None:
+    """The folders and files whose stat says whether `view` still holds (checkpoint_gate.py): a
+    profile's folders (`roots` past the run dir; not a "~/" one, which the target's stat cannot
+    name), the folder each found checkpoint lies in, each torn folder-checkpoint's own, and the
+    newest file-checkpoints (saved over in place, as `last.pt` is, they move no folder). The run
+    dir only as such a folder: the bundled trainer renames its status.json there every second.
+    None where the gate cannot say: nothing found, too many folders."""
     if not view.found:
         return None
-    folders = dict.fromkeys(r for r in roots[1:] if not r.startswith("~"))
+    paths = dict.fromkeys(r for r in roots[1:] if not r.startswith("~"))
     for c in view.found:
-        folders[_parent(c.path) or "/"] = None
+        paths[_parent(c.path) or "/"] = None
     for c in [c for c in view.torn if c.format in _FOLDER_FORMATS][-MAX_TORN_WATCHED:]:
-        folders[c.path] = None
-    return tuple(folders) if len(folders) <= MAX_WATCHED else None
+        paths[c.path] = None
+    for c in [c for c in view.complete if c.format not in _FOLDER_FORMATS][-MAX_FILES_WATCHED:]:
+        paths[c.path] = None
+    return tuple(paths) if len(paths) <= MAX_WATCHED else None
 
 
 def cadence(every_s: float, view: CheckpointsView | None) -> float:
@@ -325,8 +330,10 @@ class CheckpointLooks:
         self.why_searched = self.gate.why_search(now, self._busy(), stats)
         if not self.why_searched:
             return self.view
-        self.view = await self._search(ops, now, self.gate.scope(now))
-        self.gate.searched(now, watched_folders(self.roots, self.view), stats or {})
+        scope = self.gate.scope(now)
+        began = time.monotonic()
+        self.view = await self._search(ops, now, scope)
+        self.gate.searched(now, watched_paths(self.roots, self.view), stats or {}, scope, time.monotonic() - began)
         return self.view
 
     def _busy(self) -> str:
