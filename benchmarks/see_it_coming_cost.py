@@ -103,9 +103,10 @@ def bootstrap_extra(with_ms: list[float], without_ms: list[float], n: int = 2000
     return out[int(0.025 * n)], out[int(0.975 * n) - 1]
 
 
-async def timed_looks(s: Session, n: int, gap: float, searched: list[str]) -> list[float]:
+async def timed_looks(s: Session, n: int, gap: float, searched: list[str], quiet: list[float]) -> list[float]:
     """n looks `gap` apart: each one's CPU in ms, this thread's plus the agent's; why each
-    checkpoint search ran, into `searched`."""
+    checkpoint search ran, into `searched`; the CPU of each look that searched nothing, into
+    `quiet`."""
     out = []
     ckpt = s.progress.checkpoints
     for _ in range(n):
@@ -113,10 +114,12 @@ async def timed_looks(s: Session, n: int, gap: float, searched: list[str]) -> li
         c0, t0 = children_cpu_ns(), time.thread_time_ns()
         await s.check()
         t1 = time.thread_time_ns()
-        if ckpt.why_searched:
-            searched.append(ckpt.why_searched)
         await asyncio.sleep(0.02)     # the agent's share of the look is counted after its answer
         out.append((t1 - t0 + children_cpu_ns() - c0) / 1e6)
+        if ckpt.why_searched:
+            searched.append(ckpt.why_searched)
+        else:
+            quiet.append(out[-1])
         await asyncio.sleep(max(0.0, gap - 0.02))
     return out
 
@@ -156,10 +159,11 @@ async def main() -> None:
                          "with, checkpoints and disk runway only": (True, False)}
             got: dict[str, list[list[float]]] = {name: [] for name in ways}
             searched: dict[str, list[str]] = {name: [] for name in ways}
+            quiet: dict[str, list[float]] = {name: [] for name in ways}
             for _ in range(args.rounds):
                 for name, (ckpt, mem) in ways.items():
                     parts(ckpt, mem)
-                    got[name].append(await timed_looks(s, args.looks, args.gap, searched[name]))
+                    got[name].append(await timed_looks(s, args.looks, args.gap, searched[name], quiet[name]))
             parts(True, True)
             flat = {name: [ms for block in blocks for ms in block] for name, blocks in got.items()}
             base = statistics.mean(flat["without"])
@@ -177,6 +181,11 @@ async def main() -> None:
                              f"rounds: median {statistics.median(paired):+.1f} %, "
                              f"lowest {paired[0]:+.1f} %, highest {paired[-1]:+.1f} %")
                 print(line)
+                if name != "without" and searched[name]:
+                    q = statistics.mean(quiet[name])
+                    print(f"{'':40s} the {len(quiet[name])} looks that searched nothing: mean {q:6.3f} ms, "
+                          f"extra {100 * (q - base) / base:+.1f} %; the searches' share of the extra: "
+                          f"{statistics.mean(ms) - q:.3f} ms a look")
             for name, why in searched.items():
                 if why:
                     print(f"  {name}: searched because " + "; ".join(f"{w} ({why.count(w)})" for w in sorted(set(why))))
