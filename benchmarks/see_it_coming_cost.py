@@ -22,7 +22,8 @@ GPU node health and energy are not in a look: they ride in the GPU sample
 Each look is timed as the CPU of this process's thread (`time.thread_time` around
 `Session.check`) plus the CPU its agent used meanwhile, from the scheduler's nanosecond count
 (/proc/PID/task/*/schedstat), so a look of a few ms is measured, not sampled in 10 ms ticks.
-The blocks alternate, so a busy moment of the shared machine falls on each way. The cadences run
+The blocks alternate, every other round in the reverse order (ABBA), so a busy moment of the
+shared machine, and what drifts with time, falls on each way alike. The cadences run
 on the wall clock through the other ways' blocks: with two ways and blocks of 60 looks a second
 apart (--looks 60), "with" holds the 60 s safety search once per 60 of its looks, as a watch
 that looks every second does; with --parts (four ways) each way holds about three times that
@@ -160,8 +161,10 @@ async def main() -> None:
             got: dict[str, list[list[float]]] = {name: [] for name in ways}
             searched: dict[str, list[str]] = {name: [] for name in ways}
             quiet: dict[str, list[float]] = {name: [] for name in ways}
-            for _ in range(args.rounds):
-                for name, (ckpt, mem) in ways.items():
+            for r in range(args.rounds):
+                # ABBA: every other round in the reverse order, so that what drifts with time (the
+                # log, log_growth's 64 s sawtooth) falls on each way alike.
+                for name, (ckpt, mem) in (ways.items() if r % 2 == 0 else reversed(ways.items())):
                     parts(ckpt, mem)
                     got[name].append(await timed_looks(s, args.looks, args.gap, searched[name], quiet[name]))
             parts(True, True)

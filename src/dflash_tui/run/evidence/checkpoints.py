@@ -17,8 +17,9 @@ The search runs every 5 s at most, twice per checkpoint interval where saves com
 between searches only when the folders that hold the checkpoints, or the newest file-checkpoints,
 moved (run/evidence/checkpoint_gate.py: a look past that cadence stats them in its first request,
 and searches again when one moved, a checkpoint is being written, files wait to be judged, or the
-gate's safety interval passed: an older file rewritten in place moves nothing watched). A checkpoint whose last write is younger than WRITING_S and is not
-complete is being written: neither complete nor torn yet. Every file is judged once per (inode,
+gate's safety interval passed: an older file rewritten in place moves nothing watched). A
+checkpoint whose last write is younger than WRITING_S and is not complete is being written:
+neither complete nor torn yet. Every file is judged once per (inode,
 size, mtime); a look judges at most JUDGE_PER_LOOK new files (the newest first; a search a
 recovery bounds, `expire(at_or_before=step)`, those at or before the step first), the rest at the
 next looks; a folder whose found files are all as at the last search keeps the checkpoints

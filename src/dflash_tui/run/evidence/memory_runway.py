@@ -9,10 +9,10 @@ the tree's RSS comes with every look's process tree, from the stat files it read
 the PSS is sampled, at most every `every_s` seconds, only when that RSS moved (by
 RSS_MOVED_BYTES or RSS_MOVED_PART since the last PSS sample), when the tree's processes
 changed, or PSS_EVERY_S after the last sample: a leak moves the RSS and is sampled every
-`every_s`, a flat run once a minute. GPU: the memory NVML says the run's
-processes hold on each GPU (the GPU sample's per-process usage), against the GPU's total. The
-`memory` check reads it (run/verdict/checks/memory.py); the series survive a `--check` process
-through `to_json`/`restore` (watch/session.py keeps them in the state directory).
+`every_s`, a flat run once a minute. GPU: the memory NVML says the run's processes hold on
+each GPU (the GPU sample's per-process usage), against the GPU's total. The `memory` check reads
+it (run/verdict/checks/memory.py); the series survive a `--check` process through
+`to_json`/`restore` (watch/session.py keeps them in the state directory).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class MemoryLooks:
         return max(PSS_EVERY_S, self.every_s)
 
     async def look(self, ops: RemoteOps, ev, run_id: str | None) -> MemoryRunway | None:
-        """The host's part, sampled when `every_s` passed since the last sample (else the last)."""
+        """The host's part: sampled when `_pss_due` says so, else as last sampled."""
         self._for_run(run_id)
         self._next.saw(ev.now)
         tree = ev.tree
@@ -140,9 +140,9 @@ class MemoryLooks:
         return self.runway(now, step)
 
     def _pss_due(self, now: float, pids: tuple[int, ...], rss: int | None) -> bool:
-        """Whether the tree's PSS is sampled now: none yet, or `every_s` passed since the last
-        sample and then PSS_EVERY_S passed, other processes, or an RSS that moved (or that is
-        not known: then only the PSS says)."""
+        """Whether the tree's PSS is sampled now: when none was, when PSS_EVERY_S passed since the
+        last sample, and, once `every_s` passed, when the tree holds other processes or its RSS
+        moved (or is not known: then only the PSS says)."""
         since = None if self._host_at is None else now - self._host_at
         if since is None or not 0 <= since < self._pss_every_s:
             return True
