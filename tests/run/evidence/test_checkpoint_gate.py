@@ -92,7 +92,7 @@ async def test_a_steady_look_stats_the_folders_in_one_request_and_searches_nothi
     assert set(looks.prefetch()) == {str(run), str(run / "checkpoint-30")}   # the parent, the torn one
 
 
-async def test_only_the_look_before_one_past_the_cadence_asks_the_folders_up_front(agent, tmp_path):
+async def test_only_the_look_past_the_cadence_asks_the_folders_up_front(agent, tmp_path):
     """Looks a second apart and a 5 s cadence: of each five looks only the one past the cadence
     carries the folders' stat (known from the looks' spacing before it comes); the others ask
     nothing of them."""
