@@ -20,7 +20,6 @@ from dflash_tui.recording.notify.settings import NotifySettings
 from dflash_tui.recording.notify.notify import NotifyPolicy
 from dflash_tui.recording.store.recorder import Recorder
 from dflash_tui.recording.store.store import ChangeStore
-from dflash_tui.run.evidence.runway import ROOMY_EVERY_S, SPARE_SAVES, DiskRunway, roomy_for_s
 from dflash_tui.run.verdict.checklist import CheckState, Verdict
 from dflash_tui.run.verdict.report import report_from
 from tests.run.verdict.test_verdicts_programs import program_profile
@@ -146,17 +145,3 @@ def test_the_preflight_says_the_free_space_against_the_limit_in_numbers(tmpfs, t
     pre = {c["id"]: c for c in out["checks"]}["pre_disk"]
     assert pre["state"] == "fail" and pre["cause"] == f"0.98 GiB free in {disk / 'run'}, below min_free_gb 1", pre
     assert pre["hint"] == "free space or lower min_free_gb (now 1)", pre
-
-
-def test_free_space_is_asked_less_often_while_many_saves_still_fit():
-    """Pure: the runway's spare time, from the saves still fitting over SPARE_SAVES at the saves'
-    pace, bounded by the log's growth and by twice ROOMY_EVERY_S; none without a pace."""
-    def rw(saves_left, interval_s=10.0, log=0.0, free=100 * MIB, size=MIB):
-        return DiskRunway("/d", free, size, 1.0, saves_left, None, interval_s, log)
-    assert roomy_for_s(None) == 0.0
-    assert roomy_for_s(rw(50, interval_s=None)) == 0.0
-    assert roomy_for_s(rw(SPARE_SAVES)) == 0.0 and roomy_for_s(rw(SPARE_SAVES + 1)) == 10.0
-    assert roomy_for_s(rw(5, interval_s=2.0)) == 4.0
-    assert roomy_for_s(rw(1000)) == 2 * ROOMY_EVERY_S
-    # The log eats 1 MiB/s of 100 MiB: 97 s until 3 saves' worth is left, within the 2 min cap.
-    assert roomy_for_s(rw(1000, log=MIB)) == 60.0 and roomy_for_s(rw(1000, log=2 * MIB)) == pytest.approx(48.5)

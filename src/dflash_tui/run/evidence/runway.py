@@ -4,11 +4,7 @@ From the checkpoints a look found (run/evidence/checkpoints.py: the newest compl
 the interval between saves), the log's growth, and the free space of the file systems the run
 writes to (the checkpoints' folder and the run dir, `disk_free` on the target): the next save's
 size and when it comes, and how many such saves still fit. The `disk` check reads it
-(run/verdict/checks/machine.py). Free space is asked at the checkpoints' cadence (every `every_s`
-seconds, twice per save interval where saves come faster), and less often, up to ROOMY_EVERY_S,
-while more than SPARE_SAVES saves still fit: until, at the saves' pace and the log's growth,
-SPARE_SAVES could be left, halved (so a disk that fills as foreseen is asked at the cadence again
-well before its `disk` warn, at one save left).
+(run/verdict/checks/machine.py). Free space is asked at most every `every_s` seconds.
 """
 
 from __future__ import annotations
@@ -23,8 +19,6 @@ from ...remote.ops import DiskFree, RemoteOps
 from .checkpoints import CheckpointsView, cadence
 
 LOG_WINDOW_S = 120.0     # the log's growth rate is measured over this much of the recent past
-ROOMY_EVERY_S = 30.0     # free space asked this seldom at most, while many saves still fit
-SPARE_SAVES = 3
 _SAME_FS_SLACK = 1 << 20  # two answers this close, of one total size, are one file system
 
 
@@ -71,17 +65,6 @@ def runway(view: CheckpointsView, where: DiskFree, run_dir_free: DiskFree | None
     return DiskRunway(_folder_of(view), where.free, size, due, left, next_step, interval, rate)
 
 
-def roomy_for_s(rw: DiskRunway | None) -> float:
-    """Pure: how long, at the saves' pace and the log's growth, more than SPARE_SAVES saves still
-    fit (up to 2 * ROOMY_EVERY_S; 0 without a pace or with no more to spare)."""
-    if rw is None or rw.interval_s is None or rw.saves_left <= SPARE_SAVES:
-        return 0.0
-    until = (rw.saves_left - SPARE_SAVES) * rw.interval_s
-    if rw.log_bytes_per_s > 0:
-        until = min(until, (rw.free_bytes - SPARE_SAVES * rw.next_checkpoint_bytes) / rw.log_bytes_per_s)
-    return max(0.0, min(until, 2 * ROOMY_EVERY_S))
-
-
 def _folder_of(view: CheckpointsView) -> str:
     """Where the next save goes, worked out once per view (a look asks it twice)."""
     folder = view.memo.get("folder")
@@ -98,7 +81,6 @@ class RunwayLooks:
         self.every_s = every_s
         self._frees: dict[str, DiskFree | None] = {}
         self._at: float | None = None
-        self._spare_s = 0.0      # how much longer than the cadence the free space may go unasked
         self._log: collections.deque[tuple[float, int]] = collections.deque()
 
     def log_rate(self, now: float, log_size: int | None, started: float | None) -> float:
@@ -122,17 +104,13 @@ class RunwayLooks:
         if last is None:
             return None
         folder = _folder_of(view)
-        every = max(cadence(self.every_s, view), self._spare_s)
-        if self._at is None or not (0 <= now - self._at < every) or folder not in self._frees:
+        if self._at is None or not (0 <= now - self._at < cadence(self.every_s, view)) or folder not in self._frees:
             self._at = now
             self._frees = {p: await self._free(ops, p) for p in dict.fromkeys((folder, run_dir))}
         where = self._frees.get(folder)
         if where is None:
-            self._spare_s = 0.0
             return None
-        out = runway(view, where, self._frees.get(run_dir), now, log_rate)
-        self._spare_s = roomy_for_s(out) / 2
-        return out
+        return runway(view, where, self._frees.get(run_dir), now, log_rate)
 
     @staticmethod
     async def _free(ops: RemoteOps, path: str) -> DiskFree | None:
