@@ -31,21 +31,32 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def children_cpu_s(pid: int | None = None) -> float:
-    """utime + stime of the live children of `pid` (this process by default), in seconds: every
-    thread's children, read from /proc/PID/task/*/children. A child gone meanwhile counts 0."""
-    total = 0.0
+def _children(pid: int | None) -> list[int]:
+    """The live children of `pid` (this process by default): every thread's, from
+    /proc/PID/task/*/children."""
+    kids: list[int] = []
     for task in Path(f"/proc/{pid or os.getpid()}/task").iterdir():
         try:
-            kids = (task / "children").read_text().split()
+            kids += [int(k) for k in (task / "children").read_text().split()]
         except OSError:
             continue
-        for kid in kids:
-            try:
-                total += proc_cpu_s(int(kid))
-            except OSError:
-                continue
+    return kids
+
+
+def _children_sum(pid: int | None, cpu):
+    """`cpu(kid)` summed over the live children of `pid`; a child gone meanwhile counts 0."""
+    total = 0
+    for kid in _children(pid):
+        try:
+            total += cpu(kid)
+        except OSError:
+            continue
     return total
+
+
+def children_cpu_s(pid: int | None = None) -> float:
+    """utime + stime of the live children of `pid` (this process by default), in seconds."""
+    return float(_children_sum(pid, proc_cpu_s))
 
 
 def proc_cpu_ns(pid: int) -> int:
@@ -62,18 +73,7 @@ def proc_cpu_ns(pid: int) -> int:
 
 def children_cpu_ns(pid: int | None = None) -> int:
     """`children_cpu_s` in nanoseconds, from the scheduler's count (`proc_cpu_ns`)."""
-    total = 0
-    for task in Path(f"/proc/{pid or os.getpid()}/task").iterdir():
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for kid in kids:
-            try:
-                total += proc_cpu_ns(int(kid))
-            except OSError:
-                continue
-    return total
+    return _children_sum(pid, proc_cpu_ns)
 
 
 def pctl(samples, q: float) -> float:

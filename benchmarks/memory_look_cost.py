@@ -32,21 +32,12 @@ import tempfile
 from pathlib import Path
 
 from checkpoint_look_cost import looks   # this folder: the same timing of a look
+from see_it_coming_cost import PROGRAM   # the same live program with its child processes
 from dflash_tui.config import Profile
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.evidence import memory_runway
 from dflash_tui.run.evidence.memory_runway import MemoryLooks
 from dflash_tui.watch.session import Session
-
-PROGRAM = """
-import subprocess, sys, time
-kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]) for _ in range(int(sys.argv[1]))]
-step = 0
-while True:
-    step += 1
-    print(f"step {step} loss 1.0", flush=True)
-    time.sleep(0.05)
-"""
 
 
 async def main() -> None:
