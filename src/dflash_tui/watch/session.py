@@ -155,9 +155,8 @@ class Session:
         if snap is None or ev.memory is None:
             return
         mem = self.progress.memory
-        step = run_step(ev)
-        mem.note_gpus(ev.now, step, current_run_id(ev), snap)
-        ev.memory = mem.runway(ev.now, step)
+        mem.note_gpus(ev.now, run_step(ev), current_run_id(ev), snap)
+        ev.memory = mem.runway()
         self._keep_memory()
 
     def _keep_memory(self) -> None:

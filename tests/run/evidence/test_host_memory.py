@@ -15,7 +15,12 @@ import pytest
 from dflash_tui.remote.agent import open_ops
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.run.evidence.host_memory import host_limit, kb_field, limit_files, limit_value, tree_memory
+from dflash_tui.run.evidence import memory_runway
+from dflash_tui.run.evidence.activity import ProgressTracker
 from dflash_tui.run.evidence.memory_runway import MemoryLooks
+from dflash_tui.run.evidence.observe import gather
+
+from tests.run.evidence.test_first_look import CountingAgent, live_run  # noqa: F401 (a fixture)
 
 MB = 1 << 20
 
@@ -134,3 +139,43 @@ async def test_the_pss_is_sampled_when_the_tree_s_rss_moves_else_once_a_minute(p
         child.kill()
         child.wait()
         await ops.ops.close()
+
+
+class _ReadPathsAgent(CountingAgent):
+    """The real agent; remembers the path of every read it was asked on its own."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.read_paths: list[str] = []
+
+    async def call(self, op, timeout=None, **args):
+        if op == "read":
+            self.read_paths.append(args["path"])
+        return await super().call(op, timeout, **args)
+
+
+async def test_the_limit_s_files_ride_in_the_look_s_first_request_when_it_is_due(live_run, monkeypatch):
+    """The memory limit is read again every LIMIT_EVERY_S (2 s here, looks 1 s apart): the look
+    due for it carries the files it was read from last time in its one request, so none of
+    them is asked on its own past the first reading."""
+    monkeypatch.setattr(memory_runway, "LIMIT_EVERY_S", 2.0)
+    run_dir = live_run.profile.run_dir
+    agent = await _ReadPathsAgent.start(LocalTarget())
+    try:
+        tracker = ProgressTracker()
+        ev = await gather(agent, run_dir, tracker=tracker)  # the first look reads the limit on its own
+        first = [p for p in agent.read_paths if p.endswith(("/cgroup", "memory.max", "memory.limit_in_bytes", "/meminfo"))]
+        assert first and first[0].endswith("/cgroup"), agent.read_paths
+        assert ev.memory is not None and ev.memory.host.limit, ev.memory
+        agent.read_paths.clear()
+        reads_at = []
+        for _ in range(8):
+            await asyncio.sleep(1.0)
+            before = tracker.memory._limit_at
+            await gather(agent, run_dir, tracker=tracker)
+            reads_at.append(tracker.memory._limit_at != before)
+        assert sum(reads_at) >= 2, reads_at                  # read again, every other look or so
+        limit_reads = [p for p in agent.read_paths if p.endswith(("/cgroup", "memory.max", "memory.limit_in_bytes", "/meminfo"))]
+        assert limit_reads == [], agent.read_paths
+    finally:
+        await agent.close()

@@ -113,16 +113,30 @@ async def tree_memory(ops: RemoteOps, pids: tuple[int, ...]) -> int | None:
     return sum(got) if got else None
 
 
-async def host_limit(ops: RemoteOps, pid: int) -> HostLimit | None:
-    """The lowest memory limit of `pid`'s cgroups, else the host's MemTotal; None when neither reads."""
-    cgroup = await _text(ops, f"/proc/{pid}/cgroup")
+async def host_limit(ops: RemoteOps, pid: int, asked: list[str] | None = None,
+                     absent: set[str] | None = None) -> HostLimit | None:
+    """The lowest memory limit of `pid`'s cgroups, else the host's MemTotal; None when neither
+    reads. `asked`: filled with the files read, for the next time's first request to carry;
+    `absent`: the limit files that could not be read, skipped next time (a cgroup v2 root
+    has no memory.max, and an unreadable one stays so) and filled with new ones."""
+    read = asked if asked is not None else []
+    absent = absent if absent is not None else set()
+    read.append(f"/proc/{pid}/cgroup")
+    cgroup = await _text(ops, read[-1])
     best: HostLimit | None = None
     for path, source in limit_files(cgroup or ""):
+        if path in absent:
+            continue
         text = await _text(ops, path)
-        value = limit_value(text) if text is not None else None
+        if text is None:
+            absent.add(path)
+            continue
+        read.append(path)
+        value = limit_value(text)
         if value is not None and (best is None or value < best.bytes):
             best = HostLimit(value, source)
     if best is not None:
         return best
-    total = kb_field(await _text(ops, "/proc/meminfo") or "", "MemTotal")
+    read.append("/proc/meminfo")
+    total = kb_field(await _text(ops, read[-1]) or "", "MemTotal")
     return HostLimit(total, "host MemTotal") if total else None

@@ -17,7 +17,7 @@ it (run/verdict/checks/memory.py); the series survive a `--check` process throug
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...remote.ops import RemoteOps
 from .host_memory import READ_MAX, HostLimit, host_limit, pss_path, tree_memory
@@ -33,7 +33,8 @@ PREFETCH_PROCS = 64      # processes whose PSS the look's first request reads ah
 
 @dataclass(frozen=True)
 class MemoryUse:
-    """One quantity now: the run's host memory ("host") or its memory on one GPU ("GPU 3")."""
+    """One quantity as last sampled: the run's host memory ("host") or its memory on one GPU
+    ("GPU 3"); `step`: the run's step when it was sampled."""
     name: str
     used: int
     step: int | None
@@ -53,6 +54,8 @@ class MemoryUse:
 class MemoryRunway:
     host: MemoryUse | None = None
     gpus: tuple[MemoryUse, ...] = ()
+    # What is worked out from it once (the `memory` check): it stands until a sample changes it.
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def uses(self) -> tuple[MemoryUse, ...]:
@@ -96,8 +99,14 @@ class MemoryLooks:
         self._pids: tuple[int, ...] = ()     # the tree's processes at the last look
         self._limit: HostLimit | None = None
         self._limit_at: float | None = None
-        self._gpu_now: dict[int, tuple[int, int | None]] = {}
+        self._limit_reads: list[str] = []   # the files the last limit was read from
+        self._limit_absent: set[str] = set()   # the limit files that could not be read
+        self._host_step: int | None = None
+        self._gpu_now: dict[int, tuple[int, int | None, int | None]] = {}
         self._gpu_at: float | None = None
+        # The runway as of the last sample: a look that samples nothing hands out the same one.
+        self._runway: MemoryRunway | None = None
+        self._runway_stale = True
         # (series, its length and newest sample, the limit) -> its trend: a look that added no
         # sample works nothing out again.
         self._trends: dict[str, tuple[tuple, Trend | None]] = {}
@@ -108,12 +117,16 @@ class MemoryLooks:
 
     def prefetch(self) -> dict[str, int]:
         """The reads the next look's first request should carry ({path: max bytes}): the PSS of
-        the tree's processes when that look is due to sample it by the clock, so that the agent
-        answers them with the look's other files, in one request (a sample that a moved RSS
-        asks for costs a request of its own)."""
-        if not self._next.due(self._host_at, self._pss_every_s):
-            return {}
-        return {pss_path(p): READ_MAX for p in self._pids[:PREFETCH_PROCS]}
+        the tree's processes when that look is due to sample it by the clock, and the files the
+        limit was read from when it is due to read it again, so that the agent answers them
+        with the look's other files, in one request (a sample that a moved RSS asks for, and a
+        limit read from other files than last time, cost requests of their own)."""
+        reads: dict[str, int] = {}
+        if self._next.due(self._host_at, self._pss_every_s):
+            reads.update((pss_path(p), READ_MAX) for p in self._pids[:PREFETCH_PROCS])
+        if self.limit_bytes is None and self._next.due(self._limit_at, LIMIT_EVERY_S):
+            reads.update((path, READ_MAX) for path in self._limit_reads)
+        return reads
 
     @property
     def _pss_every_s(self) -> float:
@@ -125,19 +138,23 @@ class MemoryLooks:
         self._next.saw(ev.now)
         tree = ev.tree
         if tree is None or not tree.pids:
-            return self.runway(ev.now, run_step(ev))
-        now, step = ev.now, run_step(ev)
+            return self.runway()
+        now = ev.now
         self._pids = tree.pids
         if self._pss_due(now, tree.pids, tree.rss_bytes):
+            step = run_step(ev)
             self._host_at = now
-            self._host_used = await tree_memory(ops, tree.pids)
+            self._host_used, self._host_step = await tree_memory(ops, tree.pids), step
             self._rss_then, self._pids_then = tree.rss_bytes, tree.pids
             self.host.add(now, step, self._host_used)
-            self.dirty = True
+            self.dirty = self._runway_stale = True
         if self.limit_bytes is None and (self._limit_at is None or not 0 <= now - self._limit_at < LIMIT_EVERY_S):
             self._limit_at = now
-            self._limit = await host_limit(ops, tree.pid)
-        return self.runway(now, step)
+            self._limit_reads = []
+            limit = await host_limit(ops, tree.pid, self._limit_reads, self._limit_absent)
+            if limit != self._limit:
+                self._limit, self._runway_stale = limit, True
+        return self.runway()
 
     def _pss_due(self, now: float, pids: tuple[int, ...], rss: int | None) -> bool:
         """Whether the tree's PSS is sampled now: when none was, when PSS_EVERY_S passed since the
@@ -164,20 +181,26 @@ class MemoryLooks:
             held = [p.used_memory_bytes for p in g.processes if p.is_run_process and p.used_memory_bytes is not None]
             if not held:
                 continue
-            self._gpu_now[g.index] = (sum(held), g.mem_total_bytes)
+            self._gpu_now[g.index] = (sum(held), g.mem_total_bytes, step)
             self.gpus.setdefault(g.index, MemorySeries()).add(now, step, sum(held))
-            self.dirty = True
+            self.dirty = self._runway_stale = True
 
-    def runway(self, now: float, step: int | None) -> MemoryRunway | None:
+    def runway(self) -> MemoryRunway | None:
+        """The runway as last sampled (the same object until a sample or the limit changes it)."""
+        if self._runway_stale:
+            self._runway, self._runway_stale = self._build_runway(), False
+        return self._runway
+
+    def _build_runway(self) -> MemoryRunway | None:
         host = None
         if self._host_used is not None:
             limit = (HostLimit(self.limit_bytes, "memory_limit_mb") if self.limit_bytes is not None
                      else self._limit)
             lb, ls = (limit.bytes, limit.source) if limit is not None else (None, "")
-            host = MemoryUse("host", self._host_used, step, lb, ls, self._trend("host", self.host, lb, ls))
+            host = MemoryUse("host", self._host_used, self._host_step, lb, ls, self._trend("host", self.host, lb, ls))
         gpus = []
         for index in sorted(self._gpu_now):
-            used, total = self._gpu_now[index]
+            used, total, step = self._gpu_now[index]
             gpus.append(MemoryUse(f"GPU {index}", used, step, total, "GPU total" if total else "",
                                   self._trend(f"GPU {index}", self.gpus[index], total, "GPU total"), gpu=index))
         if host is None and not gpus:

@@ -40,8 +40,13 @@ def soon(u: MemoryUse, within_s: float = MEMORY_WARN_S) -> bool:
 
 
 def memory_check(r: MemoryRunway | None) -> Check | None:
-    """warn: a growth full within MEMORY_WARN_S (the soonest first); ok: the growths and levels."""
-    return _check([("", u) for u in (r.uses if r is not None else ())])
+    """warn: a growth full within MEMORY_WARN_S (the soonest first); ok: the growths and levels.
+    Worked out once per runway: a look that sampled nothing holds the same one."""
+    if r is None:
+        return None
+    if "check" not in r.memo:
+        r.memo["check"] = _check([("", u) for u in r.uses])
+    return r.memo["check"]
 
 
 def nodes_memory_check(runways: list[tuple[str, MemoryRunway | None]]) -> Check | None:
