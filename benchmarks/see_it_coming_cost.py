@@ -5,14 +5,16 @@ own pace.
 The run: a live program printing a step line every 50 ms with --procs - 1 child processes (as
 DataLoader workers), launched detached through a Session as the dashboard would, in a run dir
 holding --hf Hugging Face `checkpoint-N/` folders and --files torch.save zips (the run dir of
-benchmarks/checkpoint_look_cost.py, 1,000 other files beside them). Ways of looking alternate in
-blocks of --looks looks, --gap seconds apart (1 s: `RunWatch.interval`, the dashboard's look),
---rounds times:
+benchmarks/checkpoint_look_cost.py, 1,000 other files beside them). The ways of looking take
+turns, one look each in a cycle of --gap seconds (1 s: `RunWatch.interval`, the dashboard's
+look), so each way looks once a second and every cadence (5 s, 60 s) falls on its looks as on a
+dashboard's; the order within a cycle turns by one every cycle:
 
 - without: the look with none of it: no checkpoint search, no disk runway, no memory runway,
   and nothing of theirs riding in the look's first request (the folders' stat, the tree's PSS);
 - with: the look as shipped (checkpoints and disk runway past their 5 s cadence, a search only
-  when a watched folder moved or every 60 s; the tree's PSS every 5 s, the limit every 60 s);
+  when a watched folder moved or past the safety interval; the tree's PSS when its RSS moved or
+  once a minute, the limit every 60 s);
 - with, memory runway only / with, checkpoints and disk runway only (--parts): each alone, to
   see which part costs what.
 
@@ -22,17 +24,14 @@ GPU node health and energy are not in a look: they ride in the GPU sample
 Each look is timed as the CPU of this process's thread (`time.thread_time` around
 `Session.check`) plus the CPU its agent used meanwhile, from the scheduler's nanosecond count
 (/proc/PID/task/*/schedstat), so a look of a few ms is measured, not sampled in 10 ms ticks.
-The blocks alternate, every other round in the reverse order (ABBA), so a busy moment of the
-shared machine, and what drifts with time, falls on each way alike. The cadences run
-on the wall clock through the other ways' blocks: with two ways and blocks of 60 looks a second
-apart (--looks 60), "with" holds the 60 s safety search once per 60 of its looks, as a watch
-that looks every second does; with --parts (four ways) each way holds about three times that
-(an upper bound: read the parts for which costs what, the two-way run for the total). Printed:
-per way, the mean and median CPU per look, the searches and why; the extra of "with" over
-"without" as a mean with a 95 % bootstrap interval (the looks of each way resampled), and as
-the median of the rounds' paired extras with the lowest and highest round.
+Looks of one cycle are a fraction of a second apart, so a busy moment of the shared machine, and
+what drifts with time (the log, log_growth's sawtooth), falls on each way alike: the extra is
+read per cycle, "with" against "without" in the same cycle. Printed: per way, the mean and median
+CPU per look and the searches and why; the extra of "with" over "without" as a mean with a 95 %
+bootstrap interval (the cycles resampled, the pairs kept), and the extra of the looks that
+searched nothing, kept apart from what the searches cost.
 
-`.venv/bin/python benchmarks/see_it_coming_cost.py [--hf 300] [--files 300] [--procs 9] [--looks 60] [--gap 1.0] [--rounds 6] [--parts]`
+`.venv/bin/python benchmarks/see_it_coming_cost.py [--hf 300] [--files 300] [--procs 9] [--cycles 600] [--gap 1.0] [--parts]`
 """
 
 from __future__ import annotations
@@ -93,36 +92,29 @@ def parts(checkpoints: bool, memory: bool) -> None:
 
 
 def bootstrap_extra(with_ms: list[float], without_ms: list[float], n: int = 2000) -> tuple[float, float]:
-    """A 95 % interval of the mean extra in % of "without": each way's looks resampled."""
+    """A 95 % interval of the mean extra in % of "without": the cycles resampled, each cycle's
+    two looks together."""
     rng = random.Random(46)
+    pairs = list(zip(with_ms, without_ms))
     out = []
     for _ in range(n):
-        w = statistics.fmean(rng.choices(with_ms, k=len(with_ms)))
-        o = statistics.fmean(rng.choices(without_ms, k=len(without_ms)))
-        out.append(100 * (w - o) / o)
+        sample = rng.choices(pairs, k=len(pairs))
+        o = statistics.fmean(b for _, b in sample)
+        out.append(100 * (statistics.fmean(a for a, _ in sample) - o) / o)
     out.sort()
     return out[int(0.025 * n)], out[int(0.975 * n) - 1]
 
 
-async def timed_looks(s: Session, n: int, gap: float, searched: list[str], quiet: list[float]) -> list[float]:
-    """n looks `gap` apart: each one's CPU in ms, this thread's plus the agent's; why each
-    checkpoint search ran, into `searched`; the CPU of each look that searched nothing, into
-    `quiet`."""
-    out = []
+async def timed_look(s: Session) -> tuple[float, str]:
+    """One look's CPU in ms, this thread's plus the agent's, and why it searched for checkpoints
+    ("" when it did not)."""
     ckpt = s.progress.checkpoints
-    for _ in range(n):
-        ckpt.why_searched = ""
-        c0, t0 = children_cpu_ns(), time.thread_time_ns()
-        await s.check()
-        t1 = time.thread_time_ns()
-        await asyncio.sleep(0.02)     # the agent's share of the look is counted after its answer
-        out.append((t1 - t0 + children_cpu_ns() - c0) / 1e6)
-        if ckpt.why_searched:
-            searched.append(ckpt.why_searched)
-        else:
-            quiet.append(out[-1])
-        await asyncio.sleep(max(0.0, gap - 0.02))
-    return out
+    ckpt.why_searched = ""
+    c0, t0 = children_cpu_ns(), time.thread_time_ns()
+    await s.check()
+    t1 = time.thread_time_ns()
+    await asyncio.sleep(0.02)     # the agent's share of the look is counted after its answer
+    return (t1 - t0 + children_cpu_ns() - c0) / 1e6, ckpt.why_searched
 
 
 async def main() -> None:
@@ -130,9 +122,8 @@ async def main() -> None:
     ap.add_argument("--hf", type=int, default=300)
     ap.add_argument("--files", type=int, default=300)
     ap.add_argument("--procs", type=int, default=9)
-    ap.add_argument("--looks", type=int, default=60)
+    ap.add_argument("--cycles", type=int, default=600)
     ap.add_argument("--gap", type=float, default=1.0)
-    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--parts", action="store_true", help="also each part alone")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,40 +149,41 @@ async def main() -> None:
             if args.parts:
                 ways |= {"with, memory runway only": (False, True),
                          "with, checkpoints and disk runway only": (True, False)}
-            got: dict[str, list[list[float]]] = {name: [] for name in ways}
+            names = list(ways)
+            got: dict[str, list[float]] = {name: [] for name in ways}
             searched: dict[str, list[str]] = {name: [] for name in ways}
-            quiet: dict[str, list[float]] = {name: [] for name in ways}
-            for r in range(args.rounds):
-                # ABBA: every other round in the reverse order, so that what drifts with time (the
-                # log, log_growth's 64 s sawtooth) falls on each way alike.
-                for name, (ckpt, mem) in (ways.items() if r % 2 == 0 else reversed(ways.items())):
-                    parts(ckpt, mem)
-                    got[name].append(await timed_looks(s, args.looks, args.gap, searched[name], quiet[name]))
+            slot = args.gap / len(names)
+            for c in range(args.cycles):
+                for name in names[c % len(names):] + names[:c % len(names)]:
+                    began = time.monotonic()
+                    parts(*ways[name])
+                    ms, why = await timed_look(s)
+                    got[name].append(ms)
+                    searched[name].append(why)
+                    await asyncio.sleep(max(0.0, slot - (time.monotonic() - began)))
             parts(True, True)
-            flat = {name: [ms for block in blocks for ms in block] for name, blocks in got.items()}
-            base = statistics.mean(flat["without"])
-            print(f"{args.rounds} rounds of {args.looks} looks per way, {args.gap:g} s apart; "
+            base = statistics.fmean(got["without"])
+            print(f"{args.cycles} cycles of {args.gap:g} s, one look of each way in a cycle; "
                   f"ms of CPU per look (app thread + agent)")
-            for name, ms in flat.items():
-                line = (f"{name:40s} mean {statistics.mean(ms):6.3f} ms  median {statistics.median(ms):6.3f} ms "
-                        f"({len(ms)} looks, {len(searched[name])} searches)")
+            for name, ms in got.items():
+                whys = [w for w in searched[name] if w]
+                line = (f"{name:40s} mean {statistics.fmean(ms):6.3f} ms  median {statistics.median(ms):6.3f} ms "
+                        f"({len(ms)} looks, {len(whys)} searches)")
                 if name != "without":
-                    paired = sorted(100 * (statistics.mean(w) - statistics.mean(o)) / statistics.mean(o)
-                                    for w, o in zip(got[name], got["without"]))
-                    low, high = bootstrap_extra(ms, flat["without"])
-                    line += (f"  extra {100 * (statistics.mean(ms) - base) / base:+.1f} % (mean; 95 %: "
-                             f"{low:+.1f} to {high:+.1f} %); "
-                             f"rounds: median {statistics.median(paired):+.1f} %, "
-                             f"lowest {paired[0]:+.1f} %, highest {paired[-1]:+.1f} %")
+                    low, high = bootstrap_extra(ms, got["without"])
+                    line += (f"  extra {100 * (statistics.fmean(ms) - base) / base:+.1f} % (mean; 95 %: "
+                             f"{low:+.1f} to {high:+.1f} %)")
                 print(line)
-                if name != "without" and searched[name]:
-                    q = statistics.mean(quiet[name])
-                    print(f"{'':40s} the {len(quiet[name])} looks that searched nothing: mean {q:6.3f} ms, "
-                          f"extra {100 * (q - base) / base:+.1f} %; the searches' share of the extra: "
-                          f"{statistics.mean(ms) - q:.3f} ms a look")
+                if name != "without" and whys:
+                    quiet = [(a, b) for a, b, w in zip(ms, got["without"], searched[name]) if not w]
+                    q, qb = statistics.fmean(a for a, _ in quiet), statistics.fmean(b for _, b in quiet)
+                    print(f"{'':40s} the {len(quiet)} looks that searched nothing: mean {q:6.3f} ms, "
+                          f"extra {100 * (q - qb) / qb:+.1f} % over their cycles' \"without\"; the searches' "
+                          f"share of the extra: {statistics.fmean(ms) - q:.3f} ms a look")
             for name, why in searched.items():
-                if why:
-                    print(f"  {name}: searched because " + "; ".join(f"{w} ({why.count(w)})" for w in sorted(set(why))))
+                whys = [w for w in why if w]
+                if whys:
+                    print(f"  {name}: searched because " + "; ".join(f"{w} ({whys.count(w)})" for w in sorted(set(whys))))
         finally:
             parts(True, True)
             await s.stop(grace_s=1)

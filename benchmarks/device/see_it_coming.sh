@@ -15,6 +15,6 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
   echo "== health and energy per GPU sample at $(date +%T)"
   PYTHONPATH="$PWD/src" "$PY" benchmarks/gpu_health_cost.py --real --trees "$BEFORE,$PWD" --samples 300 --rounds 3
   echo "== the runways per look at $(date +%T)"
-  PYTHONPATH="$PWD/src" "$PY" benchmarks/see_it_coming_cost.py ${LOOK_ARGS:---looks 30 --rounds 4}
+  PYTHONPATH="$PWD/src" "$PY" benchmarks/see_it_coming_cost.py ${LOOK_ARGS:---cycles 300}
   echo "== done at $(date +%T)"
 } 2>&1 | tee "$OUT/see_it_coming.txt"
