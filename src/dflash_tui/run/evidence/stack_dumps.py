@@ -42,6 +42,20 @@ _SPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]{1,16}|[0-9]{1,10}) \(([^)]*)\)
 _SPY_FRAME = re.compile(r"^    (.*) \((.*):([0-9]+)\)$")
 
 
+# What `LookMemory.dumps` keeps for a process the target found gone: it stays gone (its key is
+# its pid and start time), and is never asked again.
+_GONE = "gone"
+
+
+class StackDumps(dict):
+    """The dumps found (StackDump by pid), plus the pids of the stale reports whose process the
+    target found gone ("gone", or "mismatch": its pid is another process's now)."""
+
+    def __init__(self, dumps=(), gone=frozenset()) -> None:
+        super().__init__(dumps)
+        self.gone: frozenset[int] = frozenset(gone)
+
+
 class _Threads(list):
     """Threads parsed from a dump, and the longest line number of the frames left out."""
 
@@ -136,6 +150,11 @@ def is_stale(report: ProbeReport, now: float) -> bool:
     return not report.ended and now - report.time > STALE_AFTER_S
 
 
+def _known_gone(report: ProbeReport, memory: LookMemory) -> bool:
+    asked = memory.dumps.get((report.pid, report.start_ticks))
+    return asked is not None and asked[1] is _GONE
+
+
 async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport,
                     memory: LookMemory) -> tuple[StackDump | None, str | None]:
     # A dashboard polls every second, and the target is asked again only after DUMP_EVERY_S.
@@ -156,23 +175,31 @@ async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport,
         if is_transport_failure(exc):
             raise
         return None, f"stacks of pid {report.pid}: {exc}"
+    if answer.status in ("gone", "mismatch"):
+        memory.dumps.remember(key, (time.monotonic(), _GONE))
+        return None, None
     if answer.status not in ("dumped", "recent"):
         if answer.status == "failed":
             return None, f"stacks of pid {report.pid}: py-spy: {answer.data.decode('utf-8', 'replace').strip()[-200:]}"
-        return None, None     # gone, reused, no handler and no py-spy: nothing to say about it
+        return None, None     # no handler and no py-spy: nothing to say about it
     dump = stack_dump_of(report, answer, source)
     memory.dumps.remember(key, (memory.dumps.get(key, (time.monotonic(),))[0], dump))
     return dump, None
 
 
 async def gather_stack_dumps(ops: RemoteOps, run_dir: str, reports: list[ProbeReport],
-                             now: float, memory: LookMemory | None = None) -> tuple[dict[int, StackDump], list[str]]:
-    """Dumps of the processes whose reports are stale (by pid), and what could not be had.
-    `memory`: this watch's dumps asked lately (none: ask afresh)."""
+                             now: float, memory: LookMemory | None = None) -> tuple[StackDumps, list[str]]:
+    """Dumps of the processes whose reports are stale (by pid), with those found gone, and what
+    could not be had. `memory`: this watch's dumps asked lately (none: ask afresh). A process
+    once found gone is not asked again: a run whose DataLoader workers end every epoch leaves
+    a stale report of each, and only those not known gone count against MAX_DUMPS."""
     memory = memory if memory is not None else LookMemory()
-    stale = [r for r in reports if is_stale(r, now) and r.start_ticks is not None][:MAX_DUMPS]
-    if not stale:
-        return {}, []
-    results = await asyncio.gather(*(_dump_one(ops, run_dir, r, memory) for r in stale))
-    dumps = {r.pid: d for r, (d, _) in zip(stale, results) if d is not None}
+    stale = [r for r in reports if is_stale(r, now) and r.start_ticks is not None]
+    gone = {r.pid for r in stale if _known_gone(r, memory)}
+    ask = [r for r in stale if r.pid not in gone][:MAX_DUMPS]
+    if not ask:
+        return StackDumps(gone=gone), []
+    results = await asyncio.gather(*(_dump_one(ops, run_dir, r, memory) for r in ask))
+    gone.update(r.pid for r in ask if _known_gone(r, memory))
+    dumps = StackDumps({r.pid: d for r, (d, _) in zip(ask, results) if d is not None}, gone)
     return dumps, [p for _, p in results if p]
