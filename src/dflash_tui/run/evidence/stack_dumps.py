@@ -23,6 +23,7 @@ from ...contract.rundir import (FRAME_LINE_DIGITS, PROBE_DIR, PROBE_INTERVAL_S, 
                                 inert_text, probe_stack_name)
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import RemoteOps, StackDumpAnswer
+from ..eager import gather_eager
 from ..stacks.records import StackDump
 from .memory import LookMemory
 
@@ -155,6 +156,27 @@ def _known_gone(report: ProbeReport, memory: LookMemory) -> bool:
     return asked is not None and asked[1] is _GONE
 
 
+def _asked_lately(report: ProbeReport, memory: LookMemory) -> bool:
+    asked = memory.dumps.get((report.pid, report.start_ticks))
+    return asked is not None and time.monotonic() - asked[0] < DUMP_EVERY_S
+
+
+async def _still_there(ops: RemoteOps, reports: list[ProbeReport], memory: LookMemory) -> None:
+    """Whether the processes asked for a dump lately (alive then) still are: one pid_info for
+    them all, so that one that ended since is known gone at this look, not DUMP_EVERY_S later."""
+    if not reports:
+        return
+    try:
+        infos = await ops.pid_info([r.pid for r in reports])
+    except TargetError as exc:
+        if is_transport_failure(exc):
+            raise
+        return   # nothing known of them this look: their next dump asks again
+    for r, info in zip(reports, infos):
+        if info.gone or info.start_ticks != r.start_ticks:
+            memory.dumps.remember((r.pid, r.start_ticks), (time.monotonic(), _GONE))
+
+
 async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport,
                     memory: LookMemory) -> tuple[StackDump | None, str | None]:
     # A dashboard polls every second, and the target is asked again only after DUMP_EVERY_S.
@@ -199,7 +221,9 @@ async def gather_stack_dumps(ops: RemoteOps, run_dir: str, reports: list[ProbeRe
     ask = [r for r in stale if r.pid not in gone][:MAX_DUMPS]
     if not ask:
         return StackDumps(gone=gone), []
-    results = await asyncio.gather(*(_dump_one(ops, run_dir, r, memory) for r in ask))
+    lately = [r for r in ask if _asked_lately(r, memory)]
+    results, _ = await gather_eager(asyncio.gather(*(_dump_one(ops, run_dir, r, memory) for r in ask)),
+                                    _still_there(ops, lately, memory))
     gone.update(r.pid for r in ask if _known_gone(r, memory))
-    dumps = StackDumps({r.pid: d for r, (d, _) in zip(ask, results) if d is not None}, gone)
+    dumps = StackDumps({r.pid: d for r, (d, _) in zip(ask, results) if d is not None and r.pid not in gone}, gone)
     return dumps, [p for _, p in results if p]
