@@ -224,6 +224,39 @@ def test_a_parent_that_forks_more_often_than_it_beats_still_beats(tmp_path):
     assert len(parent) == 1 and parent[0].ended and parent[0].seq >= 5, [(r.pid, r.seq, r.ended) for r in reports(run)]
 
 
+
+def test_a_program_s_objects_are_freed_when_it_drops_them_not_left_to_the_cyclic_gc(tmp_path):
+    # The frames a beat reads must not outlive the beat: held in a cycle (the probe's own frame
+    # among them), a function's locals outlive its return until the cyclic GC runs, at any
+    # allocation (inside a fork, in a forked child). A DataLoader iterator left at `break` then
+    # shuts its workers down from the GC, after its queues' finalizers stopped their feeder
+    # threads: its workers never get the word to stop, and the loop hangs 10 s joining them.
+    prog = write(tmp_path / "frees.py", """\
+        import gc, time, weakref
+        gc.disable()                      # only reference counting frees, as without the probe
+
+        class Held:
+            pass
+
+        def work():
+            held = Held()
+            end = time.monotonic() + 2.5  # the probe beats (and reads this frame) meanwhile
+            while time.monotonic() < end:
+                time.sleep(0.01)
+            return weakref.ref(held)
+
+        ref = work()
+        end = time.monotonic() + 5        # a beat in progress at the return lets go at its end
+        while ref() is not None and time.monotonic() < end:
+            time.sleep(0.05)
+        print("held" if ref() is not None else "freed", flush=True)
+    """)
+    run = tmp_path / "run"
+    out = subprocess.run([PYTHON, str(prog)], env=probe_env(run), capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "freed", out
+    # It did beat while `work` ran: its frame was read.
+    assert any(r.seq >= 2 for r in reports(run)), reports(run)
+
 COMPILE = """\
     import sys, threading, time
     import torch

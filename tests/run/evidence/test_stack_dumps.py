@@ -21,6 +21,7 @@ from dflash_tui.remote.agent import AgentOps
 from dflash_tui.remote.local import LocalTarget
 from dflash_tui.remote.ops import StackDumpAnswer
 from dflash_tui.remote.shell_ops import ShellOps
+from dflash_tui.run.evidence.memory import LookMemory
 from dflash_tui.run.evidence.stack_dumps import gather_stack_dumps, parse_faulthandler, parse_py_spy, stack_dump_of
 from dflash_tui.watch.session import Session
 
@@ -140,6 +141,27 @@ async def test_never_a_signal_the_program_does_not_catch(both, tmp_path):
     finally:
         plain.kill()
         taker.kill()
+
+
+
+async def test_a_process_that_exited_is_found_gone_look_after_look(both, tmp_path):
+    """A stale report whose process is no more (killed: no atexit, its report stays as it was)
+    is found gone at the next look, though its stacks were dumped less than DUMP_EVERY_S
+    before (one pid_info, no dump), and stays gone without asking again."""
+    for n, ops in enumerate(both):
+        run_dir = tmp_path / f"run{n}"
+        prog = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=probe_env(run_dir))
+        try:
+            (report,) = wait_reports(run_dir, lambda rs: any(r.stack_signal is not None and r.start_ticks for r in rs))
+            memory = LookMemory()
+            dumps, problems = await gather_stack_dumps(ops, str(run_dir), [report], report.time + 10, memory)
+            assert report.pid in dumps and dumps.gone == frozenset() and problems == [], (dumps, problems)
+        finally:
+            prog.kill()
+            prog.wait()
+        for _ in range(2):
+            dumps, problems = await gather_stack_dumps(ops, str(run_dir), [report], report.time + 11, memory)
+            assert dict(dumps) == {} and dumps.gone == {report.pid} and problems == [], (dumps, problems)
 
 
 async def test_py_spy_where_no_signal_is_declared(tmp_path, monkeypatch):

@@ -354,6 +354,31 @@ def test_workers_ended_long_ago_stay_ended_while_their_parent_is_briefly_silent(
     assert "2 DataLoader worker(s) ended" in probe.cause, probe.cause
     assert probe.cause.endswith("silent: pid 201 (7 s ago), pid 814 (8 s ago)"), probe.cause
 
+
+def test_workers_whose_processes_are_gone_are_ended_though_their_parent_went_silent_with_them():
+    # As seen on a starved machine: the loop's workers stopped mid-item 1.8 s before the loop's
+    # own last beat, then the loop ran no Python for 5 s, while its next loader's workers beat
+    # at their queues. By the beats alone the two may still live (silent); the target says
+    # their processes are gone: ended, their threads none of the run's.
+    busy = ("/w/data.py:22 __getitem__", f"{SITE}/torch/utils/data/_utils/fetch.py:54 fetch",
+            f"{SITE}/torch/utils/data/_utils/worker.py:374 _worker_loop")
+    waits = (f"{STD}/multiprocessing/queues.py:113 get", f"{SITE}/torch/utils/data/_utils/worker.py:351 _worker_loop")
+    main = rep(201, th("MainThread", f"{STD}/multiprocessing/queues.py:113 get",
+                       f"{SITE}/torch/utils/data/dataloader.py:1291 _try_get_data"), at=NOW - 5.1)
+    ended = [rep(pid, th("MainThread", *busy), at=NOW - 6.9, ppid=201) for pid in (812, 813)]
+    next_loader = [rep(pid, th("MainThread", *waits), at=NOW - 0.5, ppid=201) for pid in (814, 815)]
+    lim = replace(LIM, stall_after_s=6)
+    by_beats = by_id(evaluate(looked([main, *ended, *next_loader], silent_s=5), lim))["probe"]
+    assert by_beats.cause.endswith("silent: pid 812 (7 s ago), pid 813 (7 s ago)"), by_beats.cause
+    e = looked([main, *ended, *next_loader], silent_s=5, hang=HangEvidence(gone=frozenset({812, 813})))
+    probe = by_id(evaluate(e, lim))["probe"]
+    assert probe.state is CheckState.OK and probe.cause == ("3 of 3 process(es) beating, newest just now; "
+                                                            "2 DataLoader worker(s) ended"), probe.cause
+    assert {v.pid for v in thread_views(e, LookMemory())} == {201, 814, 815}
+    # A worker busy when last seen, whose process lives on, is still silent: gone names others.
+    alive_too = looked([main, *ended], silent_s=5, hang=HangEvidence(gone=frozenset({813})))
+    assert by_id(evaluate(alive_too, lim))["probe"].cause.endswith("silent: pid 812 (7 s ago)")
+
 def test_one_look_at_the_cpu_says_its_lifetime_average():
     e = looked([], cpu=None, silent_s=1)                   # up 300 s, 50 CPU seconds
     cpu = by_id(evaluate(e, LIM))["cpu"]

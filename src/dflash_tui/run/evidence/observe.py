@@ -341,6 +341,7 @@ async def _gather_distributed(ops: RemoteOps, ev: Evidence, memory: LookMemory) 
 async def _gather_hang(ops: RemoteOps, ev: Evidence, memory: LookMemory) -> None:
     """Stacks of the processes whose probe reports went stale (only while the run lives)."""
     ev.hang.stack_dumps, problems = await gather_stack_dumps(ops, ev.run_dir, ev.probes, ev.now, memory)
+    ev.hang.gone = ev.hang.stack_dumps.gone
     ev.hang.problems.extend(problems)
     ev.hang.bad_files.extend(d.problem for d in ev.hang.stack_dumps.values() if d.problem)
 

@@ -23,6 +23,7 @@ from ...contract.rundir import (FRAME_LINE_DIGITS, PROBE_DIR, PROBE_INTERVAL_S, 
                                 inert_text, probe_stack_name)
 from ...remote.base import TargetError, is_transport_failure
 from ...remote.ops import RemoteOps, StackDumpAnswer
+from ..eager import gather_eager
 from ..stacks.records import StackDump
 from .memory import LookMemory
 
@@ -40,6 +41,20 @@ _FH_STACK = re.compile(r"^Stack \(most recent call first\):$")
 _FH_FRAME = re.compile(r'^  File "(.*)", line ([0-9]+|\?\?\?) in (.*)$')
 _SPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]{1,16}|[0-9]{1,10}) \(([^)]*)\)(?:: "(.*)")?$')
 _SPY_FRAME = re.compile(r"^    (.*) \((.*):([0-9]+)\)$")
+
+
+# What `LookMemory.dumps` keeps for a process the target found gone: it stays gone (its key is
+# its pid and start time), and is never asked again.
+_GONE = "gone"
+
+
+class StackDumps(dict):
+    """The dumps found (StackDump by pid), plus the pids of the stale reports whose process the
+    target found gone ("gone", or "mismatch": its pid is another process's now)."""
+
+    def __init__(self, dumps=(), gone=frozenset()) -> None:
+        super().__init__(dumps)
+        self.gone: frozenset[int] = frozenset(gone)
 
 
 class _Threads(list):
@@ -136,6 +151,32 @@ def is_stale(report: ProbeReport, now: float) -> bool:
     return not report.ended and now - report.time > STALE_AFTER_S
 
 
+def _known_gone(report: ProbeReport, memory: LookMemory) -> bool:
+    asked = memory.dumps.get((report.pid, report.start_ticks))
+    return asked is not None and asked[1] is _GONE
+
+
+def _asked_lately(report: ProbeReport, memory: LookMemory) -> bool:
+    asked = memory.dumps.get((report.pid, report.start_ticks))
+    return asked is not None and time.monotonic() - asked[0] < DUMP_EVERY_S
+
+
+async def _still_there(ops: RemoteOps, reports: list[ProbeReport], memory: LookMemory) -> None:
+    """Whether the processes asked for a dump lately (alive then) still are: one pid_info for
+    them all, so that one that ended since is known gone at this look, not DUMP_EVERY_S later."""
+    if not reports:
+        return
+    try:
+        infos = await ops.pid_info([r.pid for r in reports])
+    except TargetError as exc:
+        if is_transport_failure(exc):
+            raise
+        return   # nothing known of them this look: their next dump asks again
+    for r, info in zip(reports, infos):
+        if info.gone or info.start_ticks != r.start_ticks:
+            memory.dumps.remember((r.pid, r.start_ticks), (time.monotonic(), _GONE))
+
+
 async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport,
                     memory: LookMemory) -> tuple[StackDump | None, str | None]:
     # A dashboard polls every second, and the target is asked again only after DUMP_EVERY_S.
@@ -156,23 +197,33 @@ async def _dump_one(ops: RemoteOps, run_dir: str, report: ProbeReport,
         if is_transport_failure(exc):
             raise
         return None, f"stacks of pid {report.pid}: {exc}"
+    if answer.status in ("gone", "mismatch"):
+        memory.dumps.remember(key, (time.monotonic(), _GONE))
+        return None, None
     if answer.status not in ("dumped", "recent"):
         if answer.status == "failed":
             return None, f"stacks of pid {report.pid}: py-spy: {answer.data.decode('utf-8', 'replace').strip()[-200:]}"
-        return None, None     # gone, reused, no handler and no py-spy: nothing to say about it
+        return None, None     # no handler and no py-spy: nothing to say about it
     dump = stack_dump_of(report, answer, source)
     memory.dumps.remember(key, (memory.dumps.get(key, (time.monotonic(),))[0], dump))
     return dump, None
 
 
 async def gather_stack_dumps(ops: RemoteOps, run_dir: str, reports: list[ProbeReport],
-                             now: float, memory: LookMemory | None = None) -> tuple[dict[int, StackDump], list[str]]:
-    """Dumps of the processes whose reports are stale (by pid), and what could not be had.
-    `memory`: this watch's dumps asked lately (none: ask afresh)."""
+                             now: float, memory: LookMemory | None = None) -> tuple[StackDumps, list[str]]:
+    """Dumps of the processes whose reports are stale (by pid), with those found gone, and what
+    could not be had. `memory`: this watch's dumps asked lately (none: ask afresh). A process
+    once found gone is not asked again: a run whose DataLoader workers end every epoch leaves
+    a stale report of each, and only those not known gone count against MAX_DUMPS."""
     memory = memory if memory is not None else LookMemory()
-    stale = [r for r in reports if is_stale(r, now) and r.start_ticks is not None][:MAX_DUMPS]
-    if not stale:
-        return {}, []
-    results = await asyncio.gather(*(_dump_one(ops, run_dir, r, memory) for r in stale))
-    dumps = {r.pid: d for r, (d, _) in zip(stale, results) if d is not None}
+    stale = [r for r in reports if is_stale(r, now) and r.start_ticks is not None]
+    gone = {r.pid for r in stale if _known_gone(r, memory)}
+    ask = [r for r in stale if r.pid not in gone][:MAX_DUMPS]
+    if not ask:
+        return StackDumps(gone=gone), []
+    lately = [r for r in ask if _asked_lately(r, memory)]
+    results, _ = await gather_eager(asyncio.gather(*(_dump_one(ops, run_dir, r, memory) for r in ask)),
+                                    _still_there(ops, lately, memory))
+    gone.update(r.pid for r in ask if _known_gone(r, memory))
+    dumps = StackDumps({r.pid: d for r, (d, _) in zip(ask, results) if d is not None and r.pid not in gone}, gone)
     return dumps, [p for _, p in results if p]

@@ -58,6 +58,9 @@ class HangEvidence:
     """What observe.gather found about stacks and collectives in one poll."""
 
     stack_dumps: dict[int, StackDump] = field(default_factory=dict)   # by pid
+    # The pids of stale reports whose process is gone: the target has no live process of that
+    # pid and start time (it exited, or is a zombie), whatever its last report says.
+    gone: frozenset[int] = frozenset()
     collectives: list[CollectiveProgress] = field(default_factory=list)
     root_cause: RankFailure | None = None
     problems: list[str] = field(default_factory=list)  # stacks that could not be had, one line each

@@ -220,7 +220,7 @@ def thread_views(ev: Evidence, memory: LookMemory) -> list[ThreadView]:
         use_dump = dump is not None and dump.time > p.time
         threads = list(dump.threads) if use_dump else p.threads
         stale = p.pid not in beating
-        if stale and not use_dump and ended_worker(p, beat_at.get(p.ppid)):
+        if stale and not use_dump and ended_worker(p, beat_at.get(p.ppid), p.pid in ev.hang.gone):
             continue     # a DataLoader worker that ended with its loader (no atexit in workers)
         if not use_dump and not stale:
             kept = _kept_views(p, since_of, still_of, memory)
@@ -537,17 +537,22 @@ def last_beats(probes: list[ProbeReport]) -> dict[int, float]:
     return {p.pid: p.time for p in probes if not p.ended}
 
 
-def ended_worker(p: ProbeReport, parent_time: float | None) -> bool:
-    """A DataLoader worker that stopped beating is ended, not silent: idle at its index queue
-    when it was last seen, or its parent (the process that owns the DataLoader) beat on after
-    it (`parent_time`: the parent's last report). A DataLoader shuts its workers down at an
-    epoch's end or when an iteration is left early, also while they prefetch; a worker that
+def ended_worker(p: ProbeReport, parent_time: float | None, gone: bool = False) -> bool:
+    """A DataLoader worker that stopped beating is ended, not silent: its process is gone
+    (`gone`: the target has no live process of its pid and start time), it was idle at its
+    index queue when last seen, or its parent (the process that owns the DataLoader) beat on
+    after it (`parent_time`: the parent's last report). A DataLoader shuts its workers down at
+    an epoch's end or when an iteration is left early, also while they prefetch; a worker that
     holds its parent shows in the parent's own stack. Judged by the parent's beats after the
     worker's, not by whether the parent beats now: a parent starved of CPU for a few seconds
-    does not bring its workers of a minute ago back to life."""
-    if idle_worker(p):
+    does not bring its workers of a minute ago back to life; nor does it keep alive a worker
+    whose process is gone, however close its last beat was to the parent's. A worker whose
+    process lives on, busy when last seen, while its parent went silent with it, is silent."""
+    if not _worker(p.threads):
+        return False
+    if gone or idle_worker(p):
         return True
-    return parent_time is not None and parent_time - p.time >= _PARENT_BEAT_AFTER_S and _worker(p.threads)
+    return parent_time is not None and parent_time - p.time >= _PARENT_BEAT_AFTER_S
 
 
 def idle_worker(p: ProbeReport) -> bool:

@@ -74,7 +74,7 @@ def probe_check(ev: Evidence, limits_stall_s: float) -> Check | None:
     beat_at = last_beats(live)
     for p in live:
         if p.pid not in beating:
-            (gone_workers if ended_worker(p, beat_at.get(p.ppid)) else silent).append(p)
+            (gone_workers if ended_worker(p, beat_at.get(p.ppid), p.pid in ev.hang.gone) else silent).append(p)
     newest = max((p.time for p in live), default=None)
     cause = f"{len(fresh)} of {len(fresh) + len(silent)} process(es) beating, newest {_age(ev.now, newest)}"
     if gone_workers:
